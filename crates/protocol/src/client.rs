@@ -1,0 +1,436 @@
+//! Decoding of client frames (N1, N3, N31).
+//!
+//! The top-level map is walked once; each value is recorded as a byte span of the original
+//! frame, so `data` (N2) and filter lists (echoed by `filtersUpdated`, N14) are kept exactly as
+//! the client encoded them, as zero-copy [`Bytes`] slices.
+
+use bytes::Bytes;
+
+use crate::codes::client_type as t;
+use crate::filters::{FilterError, FilterSpec, parse_publish_filter, parse_subscription_filters};
+use crate::msgpack::{Kind, Reader};
+
+/// Most top-level keys a frame may have; more is `invalid_frame` (protects the span table).
+pub const MAX_FRAME_KEYS: usize = 32;
+
+/// A frame the server could not accept as it is: answered with `invalid_frame` and `hint`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodeError {
+    /// What was wrong, for the `hint` field.
+    pub hint: &'static str,
+    /// The frame's `topic`, when it could be read.
+    pub topic: Option<String>,
+    /// The frame's `msgRef`, when it could be read.
+    pub msg_ref: Option<String>,
+}
+
+/// The `clientId` field of `auth` (N9).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientIdField {
+    /// Absent or `nil`.
+    Absent,
+    /// A string, not yet validated.
+    Given(String),
+    /// Present but not a string: fails auth with `invalid_client_id`.
+    NotAString,
+}
+
+/// `auth`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthFrame {
+    /// Access token or client token (JWT).
+    pub token: String,
+    /// Requested version: absent or not an integer means 1 (N6).
+    pub protocol_version: u32,
+    /// Restore the session's subscriptions (N23).
+    pub reconnect: bool,
+    /// The client instance (N9).
+    pub client_id: ClientIdField,
+}
+
+/// `subscribe`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubscribeFrame {
+    /// The address as the client wrote it (`app/room/topic`).
+    pub topic: String,
+    /// 0, 1 or 2; anything else becomes 1.
+    pub qos: u8,
+    /// The parsed filter list, or why it is invalid (reported after access checks).
+    pub filters: Result<Vec<FilterSpec>, FilterError>,
+    /// The `filters` value exactly as sent (`None` when absent).
+    pub raw_filters: Option<Bytes>,
+    /// `loadBalance: true`.
+    pub load_balance: bool,
+    /// `loadBalanceGroup`, when a string.
+    pub load_balance_group: Option<String>,
+}
+
+/// `publish`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublishFrame {
+    /// The address as the client wrote it.
+    pub topic: String,
+    /// The packed `data` value, forwarded untouched (N2). `nil` is valid.
+    pub data: Bytes,
+    /// 0, 1 or 2; anything else becomes 1.
+    pub qos: u8,
+    /// `retain: true`.
+    pub retain: bool,
+    /// The delivery key from `filter`/`filters`, or why they are invalid (checked last, N17).
+    pub filter: Result<Option<String>, FilterError>,
+    /// Client correlation string.
+    pub msg_ref: Option<String>,
+}
+
+/// A decoded client frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ClientFrame {
+    /// `auth`.
+    Auth(AuthFrame),
+    /// `reauth` with a fresh client token.
+    Reauth {
+        /// The new token.
+        token: String,
+    },
+    /// `subscribe`.
+    Subscribe(SubscribeFrame),
+    /// `unsubscribe`.
+    Unsubscribe {
+        /// The address as sent.
+        topic: String,
+    },
+    /// `publish`.
+    Publish(PublishFrame),
+    /// `setFilters`.
+    SetFilters {
+        /// The address as sent.
+        topic: String,
+        /// Parsed list or why it is invalid.
+        filters: Result<Vec<FilterSpec>, FilterError>,
+        /// The list exactly as sent, echoed in `filtersUpdated`.
+        raw_filters: Option<Bytes>,
+    },
+    /// `presence`.
+    Presence {
+        /// Room slug; absent is the deprecated connection-only form.
+        room_id: Option<String>,
+        /// Packed presence data; `None` for `nil` (leave, N21).
+        data: Option<Bytes>,
+    },
+    /// `getPresence`.
+    GetPresence {
+        /// Room slug.
+        room_id: Option<String>,
+    },
+    /// `ack`.
+    Ack {
+        /// The acknowledged message.
+        msg_id: String,
+    },
+    /// `batchAck`.
+    BatchAck {
+        /// The acknowledged messages.
+        msg_ids: Vec<String>,
+    },
+    /// `lobbySubscribe`.
+    LobbySubscribe {
+        /// Lobby slug.
+        lobby_id: String,
+    },
+    /// `lobbyUnsubscribe`.
+    LobbyUnsubscribe {
+        /// Lobby slug.
+        lobby_id: String,
+    },
+    /// `getLobbyPresence`.
+    GetLobbyPresence {
+        /// Lobby slug.
+        lobby_id: String,
+    },
+}
+
+impl ClientFrame {
+    /// The frame's `type` string.
+    pub fn type_str(&self) -> &'static str {
+        match self {
+            Self::Auth(_) => t::AUTH,
+            Self::Reauth { .. } => t::REAUTH,
+            Self::Subscribe(_) => t::SUBSCRIBE,
+            Self::Unsubscribe { .. } => t::UNSUBSCRIBE,
+            Self::Publish(_) => t::PUBLISH,
+            Self::SetFilters { .. } => t::SET_FILTERS,
+            Self::Presence { .. } => t::PRESENCE,
+            Self::GetPresence { .. } => t::GET_PRESENCE,
+            Self::Ack { .. } => t::ACK,
+            Self::BatchAck { .. } => t::BATCH_ACK,
+            Self::LobbySubscribe { .. } => t::LOBBY_SUBSCRIBE,
+            Self::LobbyUnsubscribe { .. } => t::LOBBY_UNSUBSCRIBE,
+            Self::GetLobbyPresence { .. } => t::GET_LOBBY_PRESENCE,
+        }
+    }
+
+    /// Decodes one binary WebSocket frame. An empty frame is a heartbeat and is not passed here.
+    ///
+    /// # Errors
+    /// [`DecodeError`] for anything N3/N31 call `invalid_frame`.
+    pub fn decode(frame: &Bytes) -> Result<Self, DecodeError> {
+        let fields = Fields::parse(frame)?;
+        let ty = match fields.get("type") {
+            None => return Err(fields.error("frame has no type")),
+            Some(raw) => Reader::new(raw).read_str().map_err(|_| fields.error("type must be a string"))?,
+        };
+        let f = &fields;
+        Ok(match ty {
+            t::AUTH => Self::Auth(AuthFrame {
+                token: f.req_str("token", "auth requires a string token")?,
+                protocol_version: f.int("protocolVersion").map_or(1, |v| u32::try_from(v.clamp(0, i128::from(u32::MAX))).unwrap_or(1)),
+                reconnect: f.bool("reconnect"),
+                client_id: match f.get("clientId") {
+                    None => ClientIdField::Absent,
+                    Some(raw) => {
+                        let mut r = Reader::new(raw);
+                        match r.read_str() {
+                            Ok(s) => ClientIdField::Given(s.to_owned()),
+                            Err(_) if r.read_nil().unwrap_or(false) => ClientIdField::Absent,
+                            Err(_) => ClientIdField::NotAString,
+                        }
+                    }
+                },
+            }),
+            t::REAUTH => Self::Reauth { token: f.req_str("token", "reauth requires a string token")? },
+            t::SUBSCRIBE => {
+                let topic = f.req_str("topic", "subscribe requires a string topic")?;
+                let raw_filters = f.bytes(frame, "filters");
+                Self::Subscribe(SubscribeFrame {
+                    qos: f.qos(),
+                    filters: raw_filters.as_deref().map_or(Ok(Vec::new()), parse_subscription_filters),
+                    raw_filters,
+                    load_balance: f.bool("loadBalance"),
+                    load_balance_group: f.opt_str("loadBalanceGroup").map_err(|()| DecodeError {
+                        hint: "loadBalanceGroup must be a string",
+                        topic: Some(topic.clone()),
+                        msg_ref: None,
+                    })?,
+                    topic,
+                })
+            }
+            t::UNSUBSCRIBE => Self::Unsubscribe { topic: f.req_str("topic", "unsubscribe requires a string topic")? },
+            t::PUBLISH => {
+                let topic = f.req_str("topic", "publish requires a string topic")?;
+                let msg_ref = f.opt_str("msgRef").map_err(|()| DecodeError {
+                    hint: "msgRef must be a string",
+                    topic: Some(topic.clone()),
+                    msg_ref: None,
+                })?;
+                let Some(data) = f.bytes(frame, "data") else {
+                    return Err(DecodeError { hint: "publish requires data", topic: Some(topic), msg_ref });
+                };
+                Self::Publish(PublishFrame {
+                    data,
+                    qos: f.qos(),
+                    retain: f.bool("retain"),
+                    filter: parse_publish_filter(f.get("filter"), f.get("filters")),
+                    msg_ref,
+                    topic,
+                })
+            }
+            t::SET_FILTERS => {
+                let topic = f.req_str("topic", "setFilters requires a string topic")?;
+                let raw_filters = f.bytes(frame, "filters");
+                Self::SetFilters {
+                    filters: raw_filters.as_deref().map_or(Ok(Vec::new()), parse_subscription_filters),
+                    raw_filters,
+                    topic,
+                }
+            }
+            t::PRESENCE => {
+                let room_id = f.opt_str("roomId").map_err(|()| f.error("roomId must be a string"))?;
+                let data = match f.bytes(frame, "data") {
+                    None => return Err(f.error("presence requires data (nil to leave)")),
+                    Some(b) if b.as_ref() == [0xc0] => None,
+                    Some(b) => {
+                        if Reader::new(&b).peek_kind() != Ok(Kind::Map) {
+                            return Err(f.error("presence data must be a map or nil"));
+                        }
+                        Some(b)
+                    }
+                };
+                Self::Presence { room_id, data }
+            }
+            t::GET_PRESENCE => Self::GetPresence {
+                room_id: f.opt_str("roomId").map_err(|()| f.error("roomId must be a string"))?,
+            },
+            t::ACK => Self::Ack { msg_id: f.req_str("msgId", "ack requires a string msgId")? },
+            t::BATCH_ACK => Self::BatchAck { msg_ids: f.str_list("msgIds", "batchAck requires msgIds, a list of strings")? },
+            t::LOBBY_SUBSCRIBE => Self::LobbySubscribe { lobby_id: f.req_str("lobbyId", "lobbySubscribe requires a string lobbyId")? },
+            t::LOBBY_UNSUBSCRIBE => {
+                Self::LobbyUnsubscribe { lobby_id: f.req_str("lobbyId", "lobbyUnsubscribe requires a string lobbyId")? }
+            }
+            t::GET_LOBBY_PRESENCE => {
+                Self::GetLobbyPresence { lobby_id: f.req_str("lobbyId", "getLobbyPresence requires a string lobbyId")? }
+            }
+            _ => return Err(f.error("unknown frame type")),
+        })
+    }
+}
+
+/// The top-level keys of a frame and the byte spans of their values (last duplicate wins).
+struct Fields<'a> {
+    base: &'a [u8],
+    entries: Vec<(&'a str, &'a [u8])>,
+}
+
+impl<'a> Fields<'a> {
+    fn parse(frame: &'a [u8]) -> Result<Self, DecodeError> {
+        let bare = |hint| DecodeError { hint, topic: None, msg_ref: None };
+        let mut r = Reader::new(frame);
+        let n = match r.peek_kind() {
+            Ok(Kind::Map) => r.read_map_len().map_err(|_| bare("undecodable msgpack"))?,
+            Ok(_) => return Err(bare("frame must be a msgpack map")),
+            Err(_) => return Err(bare("undecodable msgpack")),
+        };
+        if n > MAX_FRAME_KEYS {
+            return Err(bare("frame has too many keys"));
+        }
+        let mut entries = Vec::with_capacity(n);
+        for _ in 0..n {
+            let key = match r.peek_kind() {
+                Ok(Kind::Str) => Some(r.read_str().map_err(|_| bare("undecodable msgpack"))?),
+                Ok(_) => {
+                    r.skip_value().map_err(|_| bare("undecodable msgpack"))?;
+                    None
+                }
+                Err(_) => return Err(bare("undecodable msgpack")),
+            };
+            let value = r.skip_value().map_err(|_| bare("undecodable msgpack"))?;
+            if let Some(key) = key {
+                entries.push((key, value));
+            }
+        }
+        if !r.is_empty() {
+            return Err(bare("trailing bytes after the frame's map"));
+        }
+        let fields = Self { base: frame, entries };
+        Ok(fields)
+    }
+
+    fn get(&self, key: &str) -> Option<&'a [u8]> {
+        self.entries.iter().rev().find(|(k, _)| *k == key).map(|(_, v)| *v)
+    }
+
+    /// An `invalid_frame` error carrying whatever `topic`/`msgRef` could be read.
+    fn error(&self, hint: &'static str) -> DecodeError {
+        DecodeError { hint, topic: self.opt_str("topic").ok().flatten(), msg_ref: self.opt_str("msgRef").ok().flatten() }
+    }
+
+    fn opt_str(&self, key: &str) -> Result<Option<String>, ()> {
+        let Some(raw) = self.get(key) else { return Ok(None) };
+        let mut r = Reader::new(raw);
+        if r.read_nil().map_err(|_| ())? {
+            return Ok(None);
+        }
+        r.read_str().map(|s| Some(s.to_owned())).map_err(|_| ())
+    }
+
+    fn req_str(&self, key: &str, hint: &'static str) -> Result<String, DecodeError> {
+        match self.opt_str(key) {
+            Ok(Some(s)) => Ok(s),
+            _ => Err(self.error(hint)),
+        }
+    }
+
+    fn str_list(&self, key: &str, hint: &'static str) -> Result<Vec<String>, DecodeError> {
+        let raw = self.get(key).ok_or_else(|| self.error(hint))?;
+        let mut r = Reader::new(raw);
+        let n = r.read_array_len().map_err(|_| self.error(hint))?;
+        // The span was already skipped successfully, so n is bounded by the frame size.
+        let mut out = Vec::with_capacity(n.min(raw.len()));
+        for _ in 0..n {
+            out.push(r.read_str().map_err(|_| self.error(hint))?.to_owned());
+        }
+        Ok(out)
+    }
+
+    fn int(&self, key: &str) -> Option<i128> {
+        self.get(key).and_then(|raw| Reader::new(raw).read_int().ok())
+    }
+
+    fn bool(&self, key: &str) -> bool {
+        self.get(key).is_some_and(|raw| Reader::new(raw).read_bool().unwrap_or(false))
+    }
+
+    /// `qos`: 0, 1 or 2; anything else (absent, other numbers, other types) becomes 1.
+    fn qos(&self) -> u8 {
+        match self.int("qos") {
+            Some(q @ 0..=2) => q as u8,
+            _ => 1,
+        }
+    }
+
+    /// The value of `key` as a zero-copy slice of the frame.
+    fn bytes(&self, frame: &Bytes, key: &str) -> Option<Bytes> {
+        let span = self.get(key)?;
+        debug_assert!(span.as_ptr() >= self.base.as_ptr());
+        Some(frame.slice_ref(span))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::msgpack::Writer;
+
+    fn frame(build: impl FnOnce(&mut Writer)) -> Bytes {
+        let mut w = Writer::default();
+        build(&mut w);
+        Bytes::from(w.into_vec())
+    }
+
+    #[test]
+    fn publish_keeps_data_bytes_exactly() {
+        // data = {"n": uint16 5} — a non-shortest integer width must survive (N2)
+        let f = frame(|w| {
+            w.map(3).str("type").str("publish").str("topic").str("a/b/c").str("data");
+            w.map(1).str("n").raw(&[0xcd, 0x00, 0x05]);
+        });
+        let ClientFrame::Publish(p) = ClientFrame::decode(&f).unwrap() else { panic!() };
+        assert_eq!(p.data.as_ref(), &[0x81, 0xa1, b'n', 0xcd, 0x00, 0x05]);
+        assert_eq!(p.qos, 1);
+        assert_eq!(p.filter, Ok(None));
+    }
+
+    #[test]
+    fn missing_fields_are_invalid_frames_with_context() {
+        let f = frame(|w| {
+            w.map(3).str("type").str("publish").str("topic").str("a/b/c").str("msgRef").str("r1");
+        });
+        let e = ClientFrame::decode(&f).unwrap_err();
+        assert_eq!(e.hint, "publish requires data");
+        assert_eq!(e.topic.as_deref(), Some("a/b/c"));
+        assert_eq!(e.msg_ref.as_deref(), Some("r1"));
+        assert_eq!(ClientFrame::decode(&frame(|w| { w.array(0); })).unwrap_err().hint, "frame must be a msgpack map");
+        assert_eq!(ClientFrame::decode(&frame(|w| { w.map(1).str("type").uint(3); })).unwrap_err().hint, "type must be a string");
+        assert_eq!(ClientFrame::decode(&frame(|w| { w.map(1).str("type").str("nope"); })).unwrap_err().hint, "unknown frame type");
+        assert_eq!(ClientFrame::decode(&Bytes::from_static(&[0xc1])).unwrap_err().hint, "undecodable msgpack");
+    }
+
+    #[test]
+    fn auth_version_and_client_id() {
+        let f = frame(|w| {
+            w.map(4).str("type").str("auth").str("token").str("t").str("protocolVersion").str("2").str("clientId").uint(5);
+        });
+        let ClientFrame::Auth(a) = ClientFrame::decode(&f).unwrap() else { panic!() };
+        assert_eq!(a.protocol_version, 1);
+        assert_eq!(a.client_id, ClientIdField::NotAString);
+    }
+
+    #[test]
+    fn data_nil_is_a_valid_payload() {
+        let f = frame(|w| {
+            w.map(3).str("type").str("publish").str("topic").str("a/b/c").str("data").nil();
+        });
+        let ClientFrame::Publish(p) = ClientFrame::decode(&f).unwrap() else { panic!() };
+        assert_eq!(p.data.as_ref(), &[0xc0]);
+    }
+}

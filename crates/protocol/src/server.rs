@@ -1,0 +1,407 @@
+//! Encoding of server frames. Every key and string is msgpack `str` (N1); payloads are written
+//! from the raw bytes the publisher sent (N2). Each frame is encoded once and the resulting
+//! [`Bytes`] are shared by all of its recipients.
+
+use bytes::Bytes;
+
+use crate::msgpack::Writer;
+
+/// A presence event kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PresenceEventKind {
+    /// First announce of an actor in a room.
+    Join,
+    /// Later announce.
+    Update,
+    /// The actor's last connection left the room.
+    Leave,
+}
+
+impl PresenceEventKind {
+    /// The `event` string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Join => "join",
+            Self::Update => "update",
+            Self::Leave => "leave",
+        }
+    }
+}
+
+/// One presence entry as snapshots show it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PresenceEntryRef<'a> {
+    /// The actor.
+    pub actor_token_id: &'a str,
+    /// Packed presence data (a map).
+    pub presence: &'a [u8],
+    /// Unix seconds of the actor's first announce.
+    pub joined_at: u64,
+}
+
+/// One room of a lobby snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LobbyRoomSnapshot<'a> {
+    /// Room slug.
+    pub room_id: &'a str,
+    /// The room's entries; empty rooms appear as `{}` (N22).
+    pub entries: &'a [PresenceEntryRef<'a>],
+}
+
+/// One entry of `restoredSubscriptions` (N23, N36).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RestoredSubscription<'a> {
+    /// The client's address (`app/room/topic`).
+    pub pattern: &'a str,
+    /// The internal topic.
+    pub topic: &'a str,
+    /// Whether the subscription is load balanced.
+    pub load_balance: bool,
+    /// The group in the client's form.
+    pub load_balance_group: Option<&'a str>,
+    /// The filter list as the client last sent it (packed), `None` for `[]`.
+    pub filters: Option<&'a [u8]>,
+}
+
+/// A `message` frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MessageFrame<'a> {
+    /// The subscriber's address string (N11).
+    pub topic: &'a str,
+    /// Packed payload.
+    pub data: &'a [u8],
+    /// The publish's filter key, when it had one.
+    pub filter: Option<&'a str>,
+    /// The publisher's actorTokenId (N19).
+    pub from: &'a str,
+    /// Unix milliseconds set by the accepting edge.
+    pub timestamp: u64,
+    /// Stored messages only (N24).
+    pub msg_id: Option<&'a str>,
+    /// Redelivered or replayed (N25, N26).
+    pub is_replay: bool,
+}
+
+/// An `error` frame. Absent fields are omitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ErrorFrame<'a> {
+    /// The error string.
+    pub error: &'a str,
+    /// The numeric code (429x0 errors).
+    pub code: Option<u32>,
+    /// The topic the request referred to.
+    pub topic: Option<&'a str>,
+    /// Human-readable help (v2 only for 42940; always for `invalid_frame`).
+    pub hint: Option<&'a str>,
+    /// The publish's msgRef (v2).
+    pub msg_ref: Option<&'a str>,
+    /// With `message_too_large`.
+    pub max_size_bytes: Option<u64>,
+    /// With presence access errors (N21).
+    pub room_id: Option<&'a str>,
+    /// With lobby access errors (N35).
+    pub lobby_id: Option<&'a str>,
+}
+
+/// A frame the server sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ServerFrame<'a> {
+    /// Successful `auth` reply.
+    AuthOk {
+        /// The actor.
+        actor_token_id: &'a str,
+        /// The actor's project.
+        project_id: &'a str,
+        /// The actor type string.
+        actor_type: &'a str,
+        /// Negotiated version (N6).
+        protocol_version: u32,
+        /// Restored subscriptions (empty unless `reconnect:true`).
+        restored: &'a [RestoredSubscription<'a>],
+    },
+    /// Failed `auth` reply.
+    AuthFailed {
+        /// One of the auth failure strings.
+        error: &'a str,
+    },
+    /// Successful `reauth` reply.
+    ReauthOk {
+        /// Unix seconds, when the new token expires.
+        auth_expires_at: Option<u64>,
+    },
+    /// Failed `reauth` reply.
+    ReauthFailed {
+        /// `actor_mismatch`, `token_expired` or an auth failure string.
+        error: &'a str,
+    },
+    /// `subscribed`.
+    Subscribed {
+        /// Address as sent.
+        topic: &'a str,
+        /// Whether load balanced.
+        load_balance: bool,
+    },
+    /// `unsubscribed`.
+    Unsubscribed {
+        /// Address as sent.
+        topic: &'a str,
+    },
+    /// `published` (v2, publishes with msgRef).
+    Published {
+        /// Address as sent.
+        topic: &'a str,
+        /// The publish's msgRef.
+        msg_ref: &'a str,
+    },
+    /// `filtersUpdated`.
+    FiltersUpdated {
+        /// Address as sent.
+        topic: &'a str,
+        /// The list as sent (packed); `None` encodes `[]`.
+        filters: Option<&'a [u8]>,
+    },
+    /// `message`.
+    Message(MessageFrame<'a>),
+    /// A room presence event.
+    Presence {
+        /// join/update/leave.
+        event: PresenceEventKind,
+        /// The actor (snake_case key on the wire).
+        actor_token_id: &'a str,
+        /// Packed presence map; omitted on leave.
+        presence: Option<&'a [u8]>,
+    },
+    /// `presenceList`.
+    PresenceList {
+        /// Room slug (omitted for the deprecated room-less form).
+        room_id: Option<&'a str>,
+        /// Entries.
+        entries: &'a [PresenceEntryRef<'a>],
+    },
+    /// `lobbySubscribed`.
+    LobbySubscribed {
+        /// Slug as the client used it.
+        lobby_id: &'a str,
+        /// Every covered room.
+        rooms: &'a [LobbyRoomSnapshot<'a>],
+    },
+    /// `lobbyPresenceList`.
+    LobbyPresenceList {
+        /// Slug as the client used it.
+        lobby_id: &'a str,
+        /// Every covered room.
+        rooms: &'a [LobbyRoomSnapshot<'a>],
+    },
+    /// `lobbyUnsubscribed`.
+    LobbyUnsubscribed {
+        /// Slug as the client used it.
+        lobby_id: &'a str,
+    },
+    /// `lobbyPresence`.
+    LobbyPresence {
+        /// join/update/leave.
+        event: PresenceEventKind,
+        /// Slug as the client used it.
+        lobby_id: &'a str,
+        /// Room slug.
+        room_id: &'a str,
+        /// The actor.
+        actor_id: &'a str,
+        /// Packed presence map; `None` encodes `{}` (leave, N35).
+        data: Option<&'a [u8]>,
+    },
+    /// `replayStart`.
+    ReplayStart {
+        /// Messages that follow.
+        count: u64,
+    },
+    /// `replayEnd`.
+    ReplayEnd {
+        /// Messages replayed.
+        replayed: u64,
+    },
+    /// `error`.
+    Error(ErrorFrame<'a>),
+    /// `disconnect`, sent before close 4003.
+    Disconnect {
+        /// The reason (`token_expired`).
+        reason: &'a str,
+    },
+}
+
+fn entry(w: &mut Writer, e: &PresenceEntryRef<'_>) {
+    w.map(3).str("actorTokenId").str(e.actor_token_id).str("presence").raw(e.presence);
+    w.str("joinedAt").uint(e.joined_at);
+}
+
+fn lobby(w: &mut Writer, ty: &str, lobby_id: &str, rooms: &[LobbyRoomSnapshot<'_>]) {
+    w.map(3).str("type").str(ty).str("lobbyId").str(lobby_id).str("presence").map(rooms.len());
+    for room in rooms {
+        w.str(room.room_id).map(room.entries.len());
+        for e in room.entries {
+            w.str(e.actor_token_id);
+            entry(w, e);
+        }
+    }
+}
+
+impl ServerFrame<'_> {
+    /// Encodes the frame.
+    pub fn encode(&self) -> Bytes {
+        Bytes::from(self.encode_vec())
+    }
+
+    /// Encodes the frame into a fresh vector.
+    pub fn encode_vec(&self) -> Vec<u8> {
+        let mut w = Writer::with_capacity(self.size_hint());
+        self.write(&mut w);
+        w.into_vec()
+    }
+
+    fn size_hint(&self) -> usize {
+        match self {
+            Self::Message(m) => 96 + m.topic.len() + m.data.len() + m.from.len(),
+            _ => 128,
+        }
+    }
+
+    fn write(&self, w: &mut Writer) {
+        match *self {
+            Self::AuthOk { actor_token_id, project_id, actor_type, protocol_version, restored } => {
+                w.map(7).str("type").str("auth").str("success").bool(true);
+                w.str("actorTokenId").str(actor_token_id).str("projectId").str(project_id);
+                w.str("actorType").str(actor_type).str("protocolVersion").uint(u64::from(protocol_version));
+                w.str("restoredSubscriptions").array(restored.len());
+                for r in restored {
+                    w.map(5).str("pattern").str(r.pattern).str("topic").str(r.topic);
+                    w.str("load_balance").bool(r.load_balance);
+                    w.str("load_balance_group").opt_str(r.load_balance_group);
+                    w.str("filters");
+                    match r.filters {
+                        Some(f) => w.raw(f),
+                        None => w.array(0),
+                    };
+                }
+            }
+            Self::AuthFailed { error } => {
+                w.map(3).str("type").str("auth").str("success").bool(false).str("error").str(error);
+            }
+            Self::ReauthOk { auth_expires_at } => {
+                w.map(if auth_expires_at.is_some() { 3 } else { 2 });
+                w.str("type").str("reauth").str("success").bool(true);
+                if let Some(at) = auth_expires_at {
+                    w.str("authExpiresAt").uint(at);
+                }
+            }
+            Self::ReauthFailed { error } => {
+                w.map(3).str("type").str("reauth").str("success").bool(false).str("error").str(error);
+            }
+            Self::Subscribed { topic, load_balance } => {
+                w.map(3).str("type").str("subscribed").str("topic").str(topic).str("loadBalance").bool(load_balance);
+            }
+            Self::Unsubscribed { topic } => {
+                w.map(2).str("type").str("unsubscribed").str("topic").str(topic);
+            }
+            Self::Published { topic, msg_ref } => {
+                w.map(3).str("type").str("published").str("topic").str(topic).str("msgRef").str(msg_ref);
+            }
+            Self::FiltersUpdated { topic, filters } => {
+                w.map(3).str("type").str("filtersUpdated").str("topic").str(topic).str("filters");
+                match filters {
+                    Some(f) => w.raw(f),
+                    None => w.array(0),
+                };
+            }
+            Self::Message(m) => {
+                let n = 5 + usize::from(m.filter.is_some()) + 2 * usize::from(m.msg_id.is_some()) + usize::from(m.is_replay);
+                w.map(n).str("type").str("message").str("topic").str(m.topic).str("data").raw(m.data);
+                w.str("from").str(m.from).str("timestamp").uint(m.timestamp);
+                if let Some(f) = m.filter {
+                    w.str("filter").str(f);
+                }
+                if let Some(id) = m.msg_id {
+                    w.str("msgId").str(id).str("requiresAck").bool(true);
+                }
+                if m.is_replay {
+                    w.str("isReplay").bool(true);
+                }
+            }
+            Self::Presence { event, actor_token_id, presence } => {
+                w.map(3).str("type").str("presence").str("event").str(event.as_str()).str("data");
+                match presence {
+                    Some(p) if event != PresenceEventKind::Leave => {
+                        w.map(2).str("actor_token_id").str(actor_token_id).str("presence").raw(p);
+                    }
+                    _ => {
+                        w.map(1).str("actor_token_id").str(actor_token_id);
+                    }
+                }
+            }
+            Self::PresenceList { room_id, entries } => {
+                w.map(if room_id.is_some() { 3 } else { 2 }).str("type").str("presenceList");
+                if let Some(r) = room_id {
+                    w.str("roomId").str(r);
+                }
+                w.str("data").array(entries.len());
+                for e in entries {
+                    entry(w, e);
+                }
+            }
+            Self::LobbySubscribed { lobby_id, rooms } => lobby(w, "lobbySubscribed", lobby_id, rooms),
+            Self::LobbyPresenceList { lobby_id, rooms } => lobby(w, "lobbyPresenceList", lobby_id, rooms),
+            Self::LobbyUnsubscribed { lobby_id } => {
+                w.map(2).str("type").str("lobbyUnsubscribed").str("lobbyId").str(lobby_id);
+            }
+            Self::LobbyPresence { event, lobby_id, room_id, actor_id, data } => {
+                w.map(6).str("type").str("lobbyPresence").str("event").str(event.as_str());
+                w.str("lobbyId").str(lobby_id).str("roomId").str(room_id).str("actorId").str(actor_id).str("data");
+                match data {
+                    Some(d) if event != PresenceEventKind::Leave => w.raw(d),
+                    _ => w.map(0),
+                };
+            }
+            Self::ReplayStart { count } => {
+                w.map(2).str("type").str("replayStart").str("count").uint(count);
+            }
+            Self::ReplayEnd { replayed } => {
+                w.map(2).str("type").str("replayEnd").str("replayed").uint(replayed);
+            }
+            Self::Error(e) => {
+                let n = 2
+                    + usize::from(e.code.is_some())
+                    + usize::from(e.topic.is_some())
+                    + usize::from(e.hint.is_some())
+                    + usize::from(e.msg_ref.is_some())
+                    + usize::from(e.max_size_bytes.is_some())
+                    + usize::from(e.room_id.is_some())
+                    + usize::from(e.lobby_id.is_some());
+                w.map(n).str("type").str("error").str("error").str(e.error);
+                if let Some(c) = e.code {
+                    w.str("code").uint(u64::from(c));
+                }
+                if let Some(t) = e.topic {
+                    w.str("topic").str(t);
+                }
+                if let Some(h) = e.hint {
+                    w.str("hint").str(h);
+                }
+                if let Some(r) = e.msg_ref {
+                    w.str("msgRef").str(r);
+                }
+                if let Some(m) = e.max_size_bytes {
+                    w.str("maxSizeBytes").uint(m);
+                }
+                if let Some(r) = e.room_id {
+                    w.str("roomId").str(r);
+                }
+                if let Some(l) = e.lobby_id {
+                    w.str("lobbyId").str(l);
+                }
+            }
+            Self::Disconnect { reason } => {
+                w.map(2).str("type").str("disconnect").str("reason").str(reason);
+            }
+        }
+    }
+}
