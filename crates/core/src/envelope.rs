@@ -1,0 +1,73 @@
+//! What travels between nodes on the bus.
+
+use bytes::Bytes;
+
+use crate::address::{RoomKey, TopicAddress};
+use crate::ids::{ActorId, ConnId, NodeId};
+
+/// Identifies one publication across the cluster: the accepting node's id hash in the high
+/// 64 bits and a per-node counter in the low 64. Used to deduplicate retained copies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct EnvelopeId(pub u128);
+
+/// A message accepted by an edge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Publication {
+    /// Unique id.
+    pub id: EnvelopeId,
+    /// Where it was published.
+    pub topic: TopicAddress,
+    /// The normalised filter key, when published with one (N12).
+    pub filter: Option<String>,
+    /// The publishing actor: it never receives its own message (N16).
+    pub publisher: ActorId,
+    /// The publishing connection.
+    pub publisher_conn: ConnId,
+    /// The accepting node.
+    pub node: NodeId,
+    /// Unix milliseconds when the edge accepted it (N19).
+    pub timestamp_ms: u64,
+    /// Store id for logged topics (N24).
+    pub msg_id: Option<String>,
+    /// Keep as the last message of (topic, filter key) for later subscribers (N20).
+    pub retain: bool,
+    /// 0, 1 or 2: passed to the internal MQTT hop.
+    pub qos: u8,
+    /// The publisher's packed `data`, untouched (N2).
+    pub data: Bytes,
+}
+
+/// The kind of a presence change (N21).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PresenceChange {
+    /// The actor's first announce in the room.
+    Join,
+    /// A later announce (another connection, or new data).
+    Update,
+    /// The actor's last connection left the room.
+    Leave,
+}
+
+/// A presence change in one room.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PresenceEvent {
+    /// The room.
+    pub room: RoomKey,
+    /// The actor.
+    pub actor: ActorId,
+    /// What happened.
+    pub change: PresenceChange,
+    /// Packed presence map (empty for `Leave`).
+    pub data: Bytes,
+    /// The node that produced the event.
+    pub node: NodeId,
+}
+
+/// Anything the bus carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Envelope {
+    /// A published message.
+    Publication(Publication),
+    /// A presence change.
+    Presence(PresenceEvent),
+}

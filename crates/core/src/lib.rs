@@ -1,0 +1,24 @@
+//! Skua's domain: identifiers, addresses, the registry model, and the three backend slots.
+//!
+//! This crate knows nothing of the wire format, of tokio or of any backend. It owns
+//! - [`ids`]: identifier newtypes, each checked once by a `parse` constructor;
+//! - [`address`]: topic addresses, room keys and load-balancing group keys;
+//! - [`registry`]: projects, apps, rooms, grants, lobbies, actors and access checks;
+//! - [`envelope`]: what travels between nodes;
+//! - [`bus`], [`presence`], [`store`]: the slot traits whose contracts every backend honours.
+
+pub mod address;
+pub mod bus;
+pub mod envelope;
+pub mod ids;
+pub mod presence;
+pub mod registry;
+pub mod store;
+
+pub use address::{GroupKey, RoomKey, TopicAddress};
+pub use bus::{Bus, BusDelivery, BusError, BusSubscription, Route};
+pub use envelope::{Envelope, EnvelopeId, PresenceChange, PresenceEvent, Publication};
+pub use ids::{ActorId, ActorType, AppId, ClientId, ConnId, IdError, NodeId, ProjectId};
+pub use presence::{ConnRef, Presence, PresenceEntry, PresenceError};
+pub use registry::{Registry, SharedRegistry};
+pub use store::{RestoreRecord, RestoredTopic, SessionKey, Store, StoreError};

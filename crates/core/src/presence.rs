@@ -1,0 +1,82 @@
+//! The presence slot: who is in which room.
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use crate::address::RoomKey;
+use crate::envelope::PresenceChange;
+use crate::ids::{ActorId, ConnId, NodeId};
+
+/// A connection on a node.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ConnRef {
+    /// The node.
+    pub node: NodeId,
+    /// The connection.
+    pub conn: ConnId,
+}
+
+/// One actor's entry in a room.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PresenceEntry {
+    /// The actor.
+    pub actor: ActorId,
+    /// Packed presence map of the latest announce.
+    pub data: Bytes,
+    /// Unix seconds of the actor's first announce, kept across updates (N21).
+    pub joined_at: u64,
+}
+
+/// Why a presence operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PresenceError {
+    /// The backend is unreachable.
+    #[error("presence backend unavailable")]
+    Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// Stores room presence. Every implementation guarantees:
+///
+/// 1. One entry per (room, actor), shared by all of the actor's connections (N21).
+/// 2. `announce` returns [`PresenceChange::Join`] iff the actor had no entry in the room,
+///    else [`PresenceChange::Update`]; the entry's data becomes the announced data and
+///    `joined_at` is kept from the first announce.
+/// 3. `remove` returns `true` iff it removed the actor's last connection, deleting the entry.
+/// 4. `list` returns every entry of the room, in no particular order.
+/// 5. `remove_node` removes every connection of a node and returns the (room, actor) entries
+///    that disappeared, so a survivor can send their `leave` events.
+/// 6. Operations on one (room, actor) are atomic with respect to each other, across nodes.
+#[async_trait]
+pub trait Presence: Send + Sync + 'static {
+    /// Records that `conn` of `actor` is in `room` with `data`.
+    ///
+    /// # Errors
+    /// [`PresenceError`] when the backend failed; nothing changed.
+    async fn announce(
+        &self,
+        room: &RoomKey,
+        actor: &ActorId,
+        conn: &ConnRef,
+        data: Bytes,
+        now_unix_s: u64,
+    ) -> Result<PresenceChange, PresenceError>;
+
+    /// Removes `conn` of `actor` from `room`.
+    ///
+    /// # Errors
+    /// [`PresenceError`] when the backend failed.
+    async fn remove(&self, room: &RoomKey, actor: &ActorId, conn: &ConnRef) -> Result<bool, PresenceError>;
+
+    /// Every entry of `room`.
+    ///
+    /// # Errors
+    /// [`PresenceError`] when the backend failed.
+    async fn list(&self, room: &RoomKey) -> Result<Vec<PresenceEntry>, PresenceError>;
+
+    /// Removes every connection of `node`; returns the entries that disappeared.
+    ///
+    /// # Errors
+    /// [`PresenceError`] when the backend failed.
+    async fn remove_node(&self, node: &NodeId) -> Result<Vec<(RoomKey, ActorId)>, PresenceError>;
+}

@@ -1,0 +1,478 @@
+//! The registry: projects, apps, rooms, grants, lobbies and actors, and the access checks
+//! over them. Built from fixtures today and from the control plane's store later; edges read
+//! it through a [`SharedRegistry`] so a new snapshot takes effect at once (N15).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, RwLock};
+
+use sha2::{Digest, Sha256};
+
+use crate::address::{RoomKey, TopicAddress};
+use crate::ids::{ActorId, ActorType, AppId, ProjectId};
+
+/// Hint for an address whose app or room is not provisioned (reference wording).
+pub const HINT_ROOM_NOT_CONFIGURED: &str =
+    "room is not configured. Provision it via the control-plane rooms API before use.";
+/// Hint for a topic that is not in the app's topic list.
+pub const HINT_TOPIC_NOT_CONFIGURED: &str = "topic is not configured for this app. Add it to the app's topic list before use.";
+/// Hint for a malformed address.
+pub const HINT_BAD_ADDRESS: &str = "topics are addressed as app/room/topic";
+/// Hint for a room the actor has no grant for.
+pub const HINT_NO_GRANT: &str = "this actor has no grant for the room";
+/// Hint for a publish the actor may not make.
+pub const HINT_NO_PUBLISH: &str = "this actor may not publish to this topic";
+
+/// What an actor wants to do with a topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    /// Subscribe, or read presence.
+    Subscribe,
+    /// Publish, or announce presence.
+    Publish,
+}
+
+/// A permission a grant gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Permission {
+    /// Subscribe only.
+    Subscribe,
+    /// Publish only.
+    Publish,
+    /// Both.
+    PubSub,
+}
+
+impl Permission {
+    /// Whether this permission allows `op`.
+    pub fn allows(self, op: Operation) -> bool {
+        matches!(
+            (self, op),
+            (Self::PubSub, _) | (Self::Subscribe, Operation::Subscribe) | (Self::Publish, Operation::Publish)
+        )
+    }
+}
+
+/// Who a grant is for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GrantSubject {
+    /// One actor.
+    Actor(ActorId),
+    /// Every actor of a type.
+    ActorType(ActorType),
+}
+
+/// Access to a private room.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    /// Who.
+    pub subject: GrantSubject,
+    /// What.
+    pub permission: Permission,
+    /// Only these topics of the room, when set.
+    pub topics: Option<Vec<String>>,
+    /// Unix seconds after which the grant no longer applies.
+    pub expires_at: Option<u64>,
+}
+
+impl Grant {
+    fn applies(&self, actor: &Actor, topic: Option<&str>, op: Operation, now_s: u64) -> bool {
+        let subject = match &self.subject {
+            GrantSubject::Actor(a) => *a == actor.id,
+            GrantSubject::ActorType(t) => *t == actor.actor_type,
+        };
+        subject
+            && self.permission.allows(op)
+            && self.expires_at.is_none_or(|e| now_s < e)
+            && match (topic, &self.topics) {
+                (Some(t), Some(list)) => list.iter().any(|x| x == t),
+                _ => true,
+            }
+    }
+}
+
+/// Settings of one topic of an app.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TopicConfig {
+    /// Messages are stored and delivered with `msgId` (N24).
+    pub logged: bool,
+}
+
+/// A room. With no grants it is public to every actor of the project.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Room {
+    /// Slug, unique within the app.
+    pub slug: Arc<str>,
+    /// Grants; the first grant makes the room private.
+    pub grants: Vec<Grant>,
+}
+
+/// An app: a topic list and its rooms.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct App {
+    /// Internal id.
+    pub id: AppId,
+    /// The slug clients address it by.
+    pub slug: String,
+    /// Topics by name.
+    pub topics: BTreeMap<String, TopicConfig>,
+    /// Rooms by slug.
+    pub rooms: BTreeMap<String, Room>,
+}
+
+/// A lobby: presence aggregated over rooms of one app (N22).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lobby {
+    /// Slug, unique within the project.
+    pub slug: String,
+    /// The app whose rooms it covers.
+    pub app: AppId,
+    /// Covered room slugs.
+    pub rooms: Vec<String>,
+    /// Who may use it; empty means every actor of the project.
+    pub allowed: Vec<GrantSubject>,
+}
+
+/// Per-project limits; `None` falls back to the node's configuration.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProjectLimits {
+    /// Most concurrent connections of the project (per node until cluster accounting lands).
+    pub max_connections: Option<u32>,
+    /// Publishes per second per connection.
+    pub rate_limit: Option<u32>,
+    /// Largest publish payload in bytes.
+    pub max_message_size: Option<usize>,
+}
+
+/// A project.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Project {
+    /// Id.
+    pub id: ProjectId,
+    /// HS256 secret for client tokens (JWTs), if the project issues them.
+    pub jwt_secret: Option<String>,
+    /// Apps in definition order.
+    pub apps: Vec<App>,
+    /// Lobbies by slug.
+    pub lobbies: BTreeMap<String, Lobby>,
+    /// Limits.
+    pub limits: ProjectLimits,
+}
+
+impl std::fmt::Debug for Project {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Project")
+            .field("id", &self.id)
+            .field("jwt_secret", &self.jwt_secret.as_ref().map(|_| "<redacted>"))
+            .field("apps", &self.apps)
+            .field("lobbies", &self.lobbies)
+            .field("limits", &self.limits)
+            .finish()
+    }
+}
+
+/// An actor: an identity that connects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Actor {
+    /// Id (`actorTokenId`).
+    pub id: ActorId,
+    /// Project.
+    pub project: ProjectId,
+    /// Type.
+    pub actor_type: ActorType,
+    /// Deactivated actors cannot authenticate.
+    pub active: bool,
+    /// Publishes per second per connection, overriding project and node.
+    pub rate_limit: Option<u32>,
+}
+
+/// Why an access check failed; `hint` goes to v2 clients (N7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AccessError {
+    /// Human-readable reason.
+    pub hint: &'static str,
+}
+
+/// A topic the actor may use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedTopic {
+    /// The address.
+    pub address: TopicAddress,
+    /// Whether it is logged (N24).
+    pub logged: bool,
+}
+
+/// A lobby the actor may use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedLobby {
+    /// The covered rooms that exist, in definition order.
+    pub rooms: Vec<RoomKey>,
+}
+
+/// Why a registry could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct RegistryError(pub String);
+
+/// An immutable snapshot of everything the edges need to authorise clients.
+#[derive(Debug, Clone, Default)]
+pub struct Registry {
+    projects: HashMap<ProjectId, Arc<Project>>,
+    actors: HashMap<ActorId, Arc<Actor>>,
+    /// SHA-256 of each static token → actor. Lookup by digest keeps token comparison
+    /// independent of how much of a guess matches.
+    tokens: HashMap<[u8; 32], ActorId>,
+}
+
+fn digest(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+impl Registry {
+    /// Builds a registry, checking cross references.
+    ///
+    /// # Errors
+    /// [`RegistryError`] naming every dangling reference or duplicate found first.
+    pub fn build(
+        projects: Vec<Project>,
+        actors: Vec<Actor>,
+        tokens: Vec<(String, ActorId)>,
+    ) -> Result<Self, RegistryError> {
+        let mut r = Self::default();
+        for p in projects {
+            let mut app_ids = std::collections::HashSet::new();
+            for app in &p.apps {
+                if !app_ids.insert(app.id.clone()) || p.apps.iter().filter(|a| a.slug == app.slug).count() > 1 {
+                    return Err(RegistryError(format!("project {}: duplicate app {} ({})", p.id, app.slug, app.id)));
+                }
+            }
+            for l in p.lobbies.values() {
+                let Some(app) = p.apps.iter().find(|a| a.id == l.app) else {
+                    return Err(RegistryError(format!("lobby {}: unknown app {}", l.slug, l.app)));
+                };
+                if let Some(missing) = l.rooms.iter().find(|room| !app.rooms.contains_key(*room)) {
+                    return Err(RegistryError(format!("lobby {}: unknown room {missing} in app {}", l.slug, app.slug)));
+                }
+            }
+            if r.projects.insert(p.id.clone(), Arc::new(p)).is_some() {
+                return Err(RegistryError("duplicate project".into()));
+            }
+        }
+        for a in actors {
+            if !r.projects.contains_key(&a.project) {
+                return Err(RegistryError(format!("actor {}: unknown project {}", a.id, a.project)));
+            }
+            if r.actors.insert(a.id.clone(), Arc::new(a)).is_some() {
+                return Err(RegistryError("duplicate actor id".into()));
+            }
+        }
+        for (token, actor) in tokens {
+            if !r.actors.contains_key(&actor) {
+                return Err(RegistryError(format!("token for unknown actor {actor}")));
+            }
+            if r.tokens.insert(digest(&token), actor).is_some() {
+                return Err(RegistryError("the same token is given twice".into()));
+            }
+        }
+        Ok(r)
+    }
+
+    /// The actor a static token belongs to.
+    pub fn actor_by_token(&self, token: &str) -> Option<&Arc<Actor>> {
+        self.tokens.get(&digest(token)).and_then(|id| self.actors.get(id))
+    }
+
+    /// An actor by id.
+    pub fn actor(&self, id: &str) -> Option<&Arc<Actor>> {
+        ActorId::parse(id).ok().and_then(|id| self.actors.get(&id))
+    }
+
+    /// A project by id.
+    pub fn project(&self, id: &ProjectId) -> Option<&Arc<Project>> {
+        self.projects.get(id)
+    }
+
+    /// Projects that issue client tokens.
+    pub fn jwt_projects(&self) -> impl Iterator<Item = &Arc<Project>> {
+        self.projects.values().filter(|p| p.jwt_secret.is_some())
+    }
+
+    fn room_access(
+        &self,
+        actor: &Actor,
+        app: &App,
+        room: &Room,
+        topic: Option<&str>,
+        op: Operation,
+        now_s: u64,
+    ) -> Result<(), AccessError> {
+        if op == Operation::Publish && !actor.actor_type.may_publish() {
+            return Err(AccessError { hint: HINT_NO_PUBLISH });
+        }
+        let _ = app;
+        if room.grants.is_empty() {
+            return Ok(());
+        }
+        if room.grants.iter().any(|g| g.applies(actor, topic, op, now_s)) {
+            return Ok(());
+        }
+        // Distinguish "can read but not write" (N29) from "cannot see the room at all".
+        let readable = room.grants.iter().any(|g| g.applies(actor, topic, Operation::Subscribe, now_s));
+        Err(AccessError { hint: if readable { HINT_NO_PUBLISH } else { HINT_NO_GRANT } })
+    }
+
+    /// Resolves `app/room/topic` for `actor` and checks that it may perform `op` there.
+    ///
+    /// # Errors
+    /// [`AccessError`] with the hint for v2 clients.
+    pub fn resolve_topic(&self, actor: &Actor, address: &str, op: Operation, now_s: u64) -> Result<ResolvedTopic, AccessError> {
+        let mut parts = address.split('/');
+        let (Some(app_slug), Some(room_slug), Some(topic), None) = (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(AccessError { hint: HINT_BAD_ADDRESS });
+        };
+        let project = self.projects.get(&actor.project).ok_or(AccessError { hint: HINT_ROOM_NOT_CONFIGURED })?;
+        let app = project.apps.iter().find(|a| a.slug == app_slug).ok_or(AccessError { hint: HINT_ROOM_NOT_CONFIGURED })?;
+        let room = app.rooms.get(room_slug).ok_or(AccessError { hint: HINT_ROOM_NOT_CONFIGURED })?;
+        let config = app.topics.get(topic).ok_or(AccessError { hint: HINT_TOPIC_NOT_CONFIGURED })?;
+        self.room_access(actor, app, room, Some(topic), op, now_s)?;
+        Ok(ResolvedTopic {
+            address: TopicAddress {
+                room: RoomKey { project: project.id.clone(), app: app.id.clone(), room: room.slug.clone() },
+                topic: Arc::from(topic),
+            },
+            logged: config.logged,
+        })
+    }
+
+    /// Resolves a room slug (presence frames carry no app) for `actor`: the first app of the
+    /// project, in definition order, that has a room with that slug.
+    ///
+    /// # Errors
+    /// [`AccessError`] when no such room exists or the actor cannot read it.
+    pub fn resolve_room(&self, actor: &Actor, slug: &str, now_s: u64) -> Result<RoomKey, AccessError> {
+        let project = self.projects.get(&actor.project).ok_or(AccessError { hint: HINT_ROOM_NOT_CONFIGURED })?;
+        let (app, room) = project
+            .apps
+            .iter()
+            .find_map(|a| a.rooms.get(slug).map(|r| (a, r)))
+            .ok_or(AccessError { hint: HINT_ROOM_NOT_CONFIGURED })?;
+        self.room_access(actor, app, room, None, Operation::Subscribe, now_s)?;
+        Ok(RoomKey { project: project.id.clone(), app: app.id.clone(), room: room.slug.clone() })
+    }
+
+    /// Resolves a lobby slug for `actor`.
+    ///
+    /// # Errors
+    /// [`AccessError`] when the lobby does not exist or the actor may not use it.
+    pub fn resolve_lobby(&self, actor: &Actor, slug: &str) -> Result<ResolvedLobby, AccessError> {
+        const HINT: &str = "lobby is not configured or not accessible";
+        let project = self.projects.get(&actor.project).ok_or(AccessError { hint: HINT })?;
+        let lobby = project.lobbies.get(slug).ok_or(AccessError { hint: HINT })?;
+        let allowed = lobby.allowed.is_empty()
+            || lobby.allowed.iter().any(|s| match s {
+                GrantSubject::Actor(a) => *a == actor.id,
+                GrantSubject::ActorType(t) => *t == actor.actor_type,
+            });
+        if !allowed {
+            return Err(AccessError { hint: HINT });
+        }
+        let app = project.apps.iter().find(|a| a.id == lobby.app).ok_or(AccessError { hint: HINT })?;
+        let rooms = lobby
+            .rooms
+            .iter()
+            .filter_map(|r| app.rooms.get(r))
+            .map(|r| RoomKey { project: project.id.clone(), app: app.id.clone(), room: r.slug.clone() })
+            .collect();
+        Ok(ResolvedLobby { rooms })
+    }
+}
+
+/// The registry snapshot an edge reads, swappable at run time (N15).
+#[derive(Debug, Default)]
+pub struct SharedRegistry {
+    // std RwLock: held only to clone or swap an Arc, never across an await.
+    current: RwLock<Arc<Registry>>,
+}
+
+impl SharedRegistry {
+    /// Wraps a first snapshot.
+    pub fn new(registry: Registry) -> Self {
+        Self { current: RwLock::new(Arc::new(registry)) }
+    }
+
+    /// The current snapshot.
+    pub fn load(&self) -> Arc<Registry> {
+        self.current.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// Replaces the snapshot; connections see it from their next check.
+    pub fn store(&self, registry: Registry) {
+        *self.current.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(registry);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture() -> (Registry, Arc<Actor>, Arc<Actor>, Arc<Actor>) {
+        let p = ProjectId::parse("p").unwrap();
+        let alice = ActorId::parse("alice").unwrap();
+        let mut rooms = BTreeMap::new();
+        rooms.insert("general".into(), Room { slug: "general".into(), grants: vec![] });
+        rooms.insert(
+            "ops".into(),
+            Room {
+                slug: "ops".into(),
+                grants: vec![Grant { subject: GrantSubject::Actor(alice.clone()), permission: Permission::PubSub, topics: None, expires_at: None }],
+            },
+        );
+        let mut topics = BTreeMap::new();
+        topics.insert("messages".into(), TopicConfig::default());
+        topics.insert("tasks".into(), TopicConfig { logged: true });
+        let app = App { id: AppId::parse("demo-app").unwrap(), slug: "demo".into(), topics, rooms };
+        let project = Project { id: p.clone(), jwt_secret: None, apps: vec![app], lobbies: BTreeMap::new(), limits: ProjectLimits::default() };
+        let actor = |id: &str, t| Actor { id: ActorId::parse(id).unwrap(), project: p.clone(), actor_type: t, active: true, rate_limit: None };
+        let r = Registry::build(
+            vec![project],
+            vec![actor("alice", ActorType::User), actor("bob", ActorType::User), actor("viewer", ActorType::Observer)],
+            vec![("tok-a".into(), alice)],
+        )
+        .unwrap();
+        let (a, b, v) = (r.actor("alice").unwrap().clone(), r.actor("bob").unwrap().clone(), r.actor("viewer").unwrap().clone());
+        (r, a, b, v)
+    }
+
+    #[test]
+    fn access_rules() {
+        let (r, alice, bob, viewer) = fixture();
+        assert!(r.resolve_topic(&bob, "demo/general/messages", Operation::Publish, 0).is_ok());
+        assert!(r.resolve_topic(&bob, "demo/general/tasks", Operation::Subscribe, 0).unwrap().logged);
+        assert_eq!(r.resolve_topic(&bob, "demo/ops/messages", Operation::Subscribe, 0).unwrap_err().hint, HINT_NO_GRANT);
+        assert!(r.resolve_topic(&alice, "demo/ops/messages", Operation::Publish, 0).is_ok());
+        assert_eq!(r.resolve_topic(&bob, "demo/nope/messages", Operation::Subscribe, 0).unwrap_err().hint, HINT_ROOM_NOT_CONFIGURED);
+        assert_eq!(r.resolve_topic(&bob, "other/general/messages", Operation::Subscribe, 0).unwrap_err().hint, HINT_ROOM_NOT_CONFIGURED);
+        assert_eq!(r.resolve_topic(&bob, "demo/general/nope", Operation::Subscribe, 0).unwrap_err().hint, HINT_TOPIC_NOT_CONFIGURED);
+        assert_eq!(r.resolve_topic(&bob, "demo/general", Operation::Subscribe, 0).unwrap_err().hint, HINT_BAD_ADDRESS);
+        assert_eq!(r.resolve_topic(&bob, "demo/general/messages/x", Operation::Subscribe, 0).unwrap_err().hint, HINT_BAD_ADDRESS);
+        assert!(r.resolve_topic(&viewer, "demo/general/messages", Operation::Subscribe, 0).is_ok());
+        assert_eq!(r.resolve_topic(&viewer, "demo/general/messages", Operation::Publish, 0).unwrap_err().hint, HINT_NO_PUBLISH);
+        assert_eq!(r.actor_by_token("tok-a").map(|a| a.id.as_str()), Some("alice"));
+        assert!(r.actor_by_token("tok-b").is_none());
+    }
+
+    #[test]
+    fn grants_expire_and_narrow() {
+        let g = Grant {
+            subject: GrantSubject::ActorType(ActorType::User),
+            permission: Permission::Subscribe,
+            topics: Some(vec!["messages".into()]),
+            expires_at: Some(100),
+        };
+        let a = Actor { id: ActorId::parse("x").unwrap(), project: ProjectId::parse("p").unwrap(), actor_type: ActorType::User, active: true, rate_limit: None };
+        assert!(g.applies(&a, Some("messages"), Operation::Subscribe, 99));
+        assert!(!g.applies(&a, Some("messages"), Operation::Subscribe, 100));
+        assert!(!g.applies(&a, Some("tasks"), Operation::Subscribe, 0));
+        assert!(!g.applies(&a, Some("messages"), Operation::Publish, 0));
+    }
+}
