@@ -29,6 +29,8 @@ pub mod error {
     pub const ALREADY_AUTHENTICATED: &str = "already_authenticated";
     /// The message bus is unreachable and the publish could not be accepted.
     pub const BROKER_UNAVAILABLE: &str = "broker_unavailable";
+    /// A subscribe beyond the per-connection subscription limit (Skua addition; see docs/protocol.md).
+    pub const TOO_MANY_SUBSCRIPTIONS: &str = "too_many_subscriptions";
 }
 
 /// Numeric error codes carried in the `code` field (N7: sent to every protocol version).

@@ -1,0 +1,61 @@
+//! The edge's settings. The server crate fills them from defaults, the config file, the
+//! environment and flags; tests build them directly.
+
+use std::time::Duration;
+
+/// Limits and behaviour of one edge node. Every limit is documented in `config/default.toml`.
+#[derive(Debug, Clone)]
+pub struct EdgeConfig {
+    /// Root of internal topics and keys (`--namespace`).
+    pub namespace: String,
+    /// Close 4000 after this long without any inbound frame (N28, N30).
+    pub idle_timeout: Duration,
+    /// Publishes per `rate_limit_window` per connection; also the burst (N18).
+    pub rate_limit: u32,
+    /// The window the rate limit refills over (1 s in production).
+    pub rate_limit_window: Duration,
+    /// Largest publish `data` in bytes (N4).
+    pub max_message_size: usize,
+    /// Largest inbound WebSocket frame; larger closes 1009 (N4).
+    pub max_frame_size: usize,
+    /// Outbound queue bound per connection, in frames.
+    pub outbound_queue_messages: usize,
+    /// Outbound queue bound per connection, in bytes.
+    pub outbound_queue_bytes: usize,
+    /// Most WebSocket connections this node holds; more are refused with HTTP 503.
+    pub max_connections: usize,
+    /// How long restore records live after the last disconnect (N23).
+    pub restore_ttl: Duration,
+    /// On shutdown, how long sessions get to close before the node stops waiting.
+    pub shutdown_grace: Duration,
+    /// How long a close frame may take to reach a client that does not read.
+    pub close_timeout: Duration,
+    /// Most retained messages (one per filter key) kept per topic on this node.
+    pub max_retained_per_topic: usize,
+    /// Capacity of the bus → hub delivery queue.
+    pub bus_queue: usize,
+    /// Most topic plus lobby subscriptions one connection may hold.
+    pub max_subscriptions_per_connection: usize,
+}
+
+impl Default for EdgeConfig {
+    fn default() -> Self {
+        Self {
+            namespace: "skua".into(),
+            idle_timeout: Duration::from_secs(60),
+            rate_limit: 50,
+            rate_limit_window: Duration::from_secs(1),
+            max_message_size: skua_protocol::DEFAULT_MAX_PAYLOAD_BYTES,
+            max_frame_size: skua_protocol::MAX_INBOUND_FRAME_BYTES,
+            outbound_queue_messages: 1024,
+            outbound_queue_bytes: 4 * 1024 * 1024,
+            max_connections: 100_000,
+            restore_ttl: Duration::from_secs(24 * 3600),
+            shutdown_grace: Duration::from_secs(10),
+            close_timeout: Duration::from_secs(2),
+            max_retained_per_topic: 1024,
+            bus_queue: 8192,
+            max_subscriptions_per_connection: 1000,
+        }
+    }
+}

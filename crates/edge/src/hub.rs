@@ -1,0 +1,444 @@
+//! The node's local fan-out: which local connections want which topics and rooms, the bus
+//! subscriptions that serve them (one per internal topic, reference counted), and the
+//! dispatcher that turns each bus delivery into frames on the connections' queues.
+//!
+//! This is the hot path and deliberately concrete code. A delivery is matched under a read
+//! lock, each distinct frame is encoded once, and the same bytes go to every recipient's
+//! bounded queue without waiting (a full queue closes that connection, never stalls others).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use bytes::Bytes;
+use skua_core::{
+    ActorId, Bus, BusDelivery, BusError, BusSubscription, ConnId, Envelope, EnvelopeId, GroupKey, PresenceChange,
+    PresenceEvent, Publication, RoomKey, Route, TopicAddress,
+};
+use skua_protocol::{MessageFrame, PresenceEventKind, ServerFrame};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::Metrics;
+use crate::outbound::ConnHandle;
+
+/// One local subscription as the hub matches it.
+#[derive(Debug)]
+pub struct LocalSub {
+    /// The subscribing connection.
+    pub conn: Arc<ConnHandle>,
+    /// Its actor: never receives its own publications (N16).
+    pub actor: ActorId,
+    /// The topic string exactly as the client sent it (N11).
+    pub echo: Arc<str>,
+    /// Filter keys; empty means wildcard (N13).
+    pub filters: Arc<[String]>,
+    /// Load-balancing group name, for group members.
+    pub group: Option<Arc<str>>,
+    /// Latest retained id seen per filter key, so a replay is never delivered twice.
+    retained_seen: Mutex<HashMap<Option<String>, EnvelopeId>>,
+}
+
+impl LocalSub {
+    /// A subscription not yet inserted.
+    pub fn new(conn: Arc<ConnHandle>, actor: ActorId, echo: Arc<str>, filters: Arc<[String]>, group: Option<Arc<str>>) -> Self {
+        Self { conn, actor, echo, filters, group, retained_seen: Mutex::new(HashMap::new()) }
+    }
+
+    fn matches(&self, p: &Publication) -> bool {
+        if p.publisher == self.actor {
+            return false;
+        }
+        match &p.filter {
+            // A filtered subscription never receives unfiltered publishes (N13).
+            None => self.filters.is_empty(),
+            Some(key) => self.filters.is_empty() || self.filters.iter().any(|f| f == key),
+        }
+    }
+
+    /// Records `id` as the retained message seen for `key`; false if it was already seen.
+    fn mark_retained(&self, key: &Option<String>, id: EnvelopeId) -> bool {
+        let mut seen = self.retained_seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if seen.get(key) == Some(&id) {
+            return false;
+        }
+        seen.insert(key.clone(), id);
+        true
+    }
+}
+
+#[derive(Debug, Default)]
+struct TopicEntry {
+    subs: Vec<LocalSub>,
+    // std Mutex: short map updates from the dispatcher, never across an await.
+    retained: Mutex<HashMap<Option<String>, Arc<Envelope>>>,
+    rr: AtomicUsize,
+}
+
+#[derive(Debug, Default)]
+struct RoomEntry {
+    /// Connections that announced presence here.
+    members: Vec<Arc<ConnHandle>>,
+    /// Lobby subscriptions covering this room: (connection, lobby slug as the client used it).
+    lobbies: Vec<(Arc<ConnHandle>, Arc<str>)>,
+}
+
+#[derive(Debug, Default)]
+struct BusRefs {
+    subs: HashMap<BusSubscription, usize>,
+    addresses: HashMap<TopicAddress, usize>,
+}
+
+/// The local fan-out of one node.
+pub struct Hub {
+    bus: Arc<dyn Bus>,
+    topics: RwLock<HashMap<TopicAddress, TopicEntry>>,
+    rooms: RwLock<HashMap<RoomKey, RoomEntry>>,
+    // tokio Mutex: held across bus.subscribe so reference counts and bus state change together.
+    bus_refs: tokio::sync::Mutex<BusRefs>,
+    metrics: Arc<Metrics>,
+    max_retained_per_topic: usize,
+}
+
+impl std::fmt::Debug for Hub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hub").finish_non_exhaustive()
+    }
+}
+
+fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn lock<T>(l: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    l.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The bus subscription that serves a local subscription.
+pub fn bus_subscription(address: &TopicAddress, group: Option<&Arc<str>>) -> BusSubscription {
+    match group {
+        None => BusSubscription::Topic(address.clone()),
+        Some(g) => BusSubscription::Group(GroupKey { topic: address.clone(), group: g.clone() }),
+    }
+}
+
+fn address_of(sub: &BusSubscription) -> Option<&TopicAddress> {
+    match sub {
+        BusSubscription::Topic(a) | BusSubscription::TopicKey(a, _) => Some(a),
+        BusSubscription::Group(g) => Some(&g.topic),
+        BusSubscription::Presence(_) => None,
+    }
+}
+
+fn message_frame(echo: &str, p: &Publication) -> Bytes {
+    ServerFrame::Message(MessageFrame {
+        topic: echo,
+        data: &p.data,
+        filter: p.filter.as_deref(),
+        from: p.publisher.as_str(),
+        timestamp: p.timestamp_ms,
+        msg_id: p.msg_id.as_deref(),
+        is_replay: false,
+    })
+    .encode()
+}
+
+/// Encodes one frame per distinct echo string (almost always exactly one).
+#[derive(Default)]
+struct FrameCache(Vec<(Arc<str>, Bytes)>);
+
+impl FrameCache {
+    fn get(&mut self, echo: &Arc<str>, p: &Publication) -> Bytes {
+        if let Some((_, b)) = self.0.iter().find(|(e, _)| e == echo) {
+            return b.clone();
+        }
+        let b = message_frame(echo, p);
+        self.0.push((echo.clone(), b.clone()));
+        b
+    }
+}
+
+impl Hub {
+    /// A hub publishing and subscribing through `bus`.
+    pub fn new(bus: Arc<dyn Bus>, metrics: Arc<Metrics>, max_retained_per_topic: usize) -> Self {
+        Self {
+            bus,
+            topics: RwLock::new(HashMap::new()),
+            rooms: RwLock::new(HashMap::new()),
+            bus_refs: tokio::sync::Mutex::new(BusRefs::default()),
+            metrics,
+            max_retained_per_topic,
+        }
+    }
+
+    /// The bus this hub uses.
+    pub fn bus(&self) -> &Arc<dyn Bus> {
+        &self.bus
+    }
+
+    /// Takes a reference on a bus subscription, subscribing on the bus for the first one.
+    ///
+    /// # Errors
+    /// [`BusError`] when the bus refused; no reference was taken.
+    pub async fn acquire(&self, sub: &BusSubscription) -> Result<(), BusError> {
+        let mut refs = self.bus_refs.lock().await;
+        if let Some(n) = refs.subs.get_mut(sub) {
+            *n += 1;
+        } else {
+            self.bus.subscribe(sub).await?;
+            refs.subs.insert(sub.clone(), 1);
+        }
+        if let Some(a) = address_of(sub) {
+            *refs.addresses.entry(a.clone()).or_insert(0) += 1;
+        }
+        Ok(())
+    }
+
+    /// Drops a reference taken by [`Self::acquire`]; the last one unsubscribes on the bus.
+    pub async fn release(&self, sub: &BusSubscription) {
+        let mut refs = self.bus_refs.lock().await;
+        let last = match refs.subs.get_mut(sub) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                false
+            }
+            Some(_) => {
+                refs.subs.remove(sub);
+                true
+            }
+            None => return,
+        };
+        if last && let Err(e) = self.bus.unsubscribe(sub).await {
+            tracing::warn!(error = %e, ?sub, "Bus unsubscribe failed; deliveries for it will be dropped.");
+        }
+        if let Some(a) = address_of(sub) {
+            let gone = match refs.addresses.get_mut(a) {
+                Some(n) if *n > 1 => {
+                    *n -= 1;
+                    false
+                }
+                Some(_) => true,
+                None => false,
+            };
+            if gone {
+                refs.addresses.remove(a);
+                // No reference left for this address: nobody can be about to insert, so the
+                // entry (and its retained cache) can go if it is empty.
+                let mut topics = write(&self.topics);
+                if topics.get(a).is_some_and(|e| e.subs.is_empty()) {
+                    topics.remove(a);
+                }
+            }
+        }
+    }
+
+    /// Inserts (or replaces, N14) the subscription of `sub.conn` on `address`. `first` is queued
+    /// on the connection before anything the subscription receives (the `subscribed` frame),
+    /// followed by the retained messages it matches (N20, N33) unless `with_retained` is false.
+    /// Returns the subscription it replaced.
+    pub fn insert(&self, address: &TopicAddress, sub: LocalSub, first: Option<Bytes>, with_retained: bool) -> Option<LocalSub> {
+        let mut topics = write(&self.topics);
+        let entry = topics.entry(address.clone()).or_default();
+        let old = entry.subs.iter().position(|s| s.conn.id == sub.conn.id).map(|i| entry.subs.swap_remove(i));
+        if let Some(f) = first {
+            sub.conn.push(f);
+        }
+        if with_retained && sub.group.is_none() {
+            let retained = lock(&entry.retained);
+            for env in retained.values() {
+                if let Envelope::Publication(p) = &**env
+                    && sub.matches(p)
+                    && sub.mark_retained(&p.filter, p.id)
+                {
+                    sub.conn.push(message_frame(&sub.echo, p));
+                }
+            }
+        }
+        entry.subs.push(sub);
+        old
+    }
+
+    /// Removes the subscription of `conn` on `address`, returning it.
+    pub fn remove(&self, address: &TopicAddress, conn: ConnId) -> Option<LocalSub> {
+        let mut topics = write(&self.topics);
+        let entry = topics.get_mut(address)?;
+        let i = entry.subs.iter().position(|s| s.conn.id == conn)?;
+        Some(entry.subs.swap_remove(i))
+    }
+
+    /// Replaces the filter keys of `conn`'s subscription on `address` (setFilters, N14).
+    pub fn set_filters(&self, address: &TopicAddress, conn: ConnId, filters: Arc<[String]>) -> bool {
+        let mut topics = write(&self.topics);
+        let Some(sub) = topics.get_mut(address).and_then(|e| e.subs.iter_mut().find(|s| s.conn.id == conn)) else {
+            return false;
+        };
+        sub.filters = filters;
+        true
+    }
+
+    /// Adds `conn` to the presence listeners of `room` (after acquiring its bus subscription).
+    ///
+    /// # Errors
+    /// [`BusError`] when the bus refused the room's subscription.
+    pub async fn join_room(&self, room: &RoomKey, conn: &Arc<ConnHandle>) -> Result<(), BusError> {
+        self.acquire(&BusSubscription::Presence(room.clone())).await?;
+        write(&self.rooms).entry(room.clone()).or_default().members.push(conn.clone());
+        Ok(())
+    }
+
+    /// Removes `conn` from the presence listeners of `room`.
+    pub async fn leave_room(&self, room: &RoomKey, conn: ConnId) {
+        let removed = {
+            let mut rooms = write(&self.rooms);
+            let Some(e) = rooms.get_mut(room) else { return };
+            let before = e.members.len();
+            e.members.retain(|c| c.id != conn);
+            let removed = e.members.len() != before;
+            if e.members.is_empty() && e.lobbies.is_empty() {
+                rooms.remove(room);
+            }
+            removed
+        };
+        if removed {
+            self.release(&BusSubscription::Presence(room.clone())).await;
+        }
+    }
+
+    /// Adds a lobby subscription of `conn` to each of `rooms`.
+    ///
+    /// # Errors
+    /// [`BusError`] when the bus refused a room's subscription; nothing stays added.
+    pub async fn lobby_subscribe(&self, rooms: &[RoomKey], conn: &Arc<ConnHandle>, lobby: &Arc<str>) -> Result<(), BusError> {
+        for (i, room) in rooms.iter().enumerate() {
+            if let Err(e) = self.acquire(&BusSubscription::Presence(room.clone())).await {
+                for r in &rooms[..i] {
+                    self.lobby_unsubscribe_room(r, conn.id, lobby).await;
+                }
+                return Err(e);
+            }
+            write(&self.rooms).entry(room.clone()).or_default().lobbies.push((conn.clone(), lobby.clone()));
+        }
+        Ok(())
+    }
+
+    /// Removes a lobby subscription of `conn` from each of `rooms`.
+    pub async fn lobby_unsubscribe(&self, rooms: &[RoomKey], conn: ConnId, lobby: &Arc<str>) {
+        for room in rooms {
+            self.lobby_unsubscribe_room(room, conn, lobby).await;
+        }
+    }
+
+    async fn lobby_unsubscribe_room(&self, room: &RoomKey, conn: ConnId, lobby: &Arc<str>) {
+        let removed = {
+            let mut rooms = write(&self.rooms);
+            let Some(e) = rooms.get_mut(room) else { return };
+            let Some(i) = e.lobbies.iter().position(|(c, l)| c.id == conn && l == lobby) else { return };
+            e.lobbies.swap_remove(i);
+            if e.members.is_empty() && e.lobbies.is_empty() {
+                rooms.remove(room);
+            }
+            true
+        };
+        if removed {
+            self.release(&BusSubscription::Presence(room.clone())).await;
+        }
+    }
+
+    /// Runs the dispatcher until `rx` closes or `cancel` fires.
+    pub async fn run_dispatcher(self: Arc<Self>, mut rx: mpsc::Receiver<BusDelivery>, cancel: CancellationToken) {
+        loop {
+            let d = tokio::select! {
+                d = rx.recv() => match d { Some(d) => d, None => break },
+                () = cancel.cancelled() => break,
+            };
+            self.dispatch(&d);
+        }
+    }
+
+    /// Delivers one bus delivery to the matching local connections.
+    pub fn dispatch(&self, d: &BusDelivery) {
+        match &*d.envelope {
+            Envelope::Publication(p) => self.dispatch_publication(&d.envelope, p, &d.route),
+            Envelope::Presence(ev) => self.dispatch_presence(ev),
+        }
+    }
+
+    fn dispatch_publication(&self, env: &Arc<Envelope>, p: &Publication, route: &Route) {
+        let topics = read(&self.topics);
+        let Some(entry) = topics.get(&p.topic) else {
+            self.metrics.undeliverable.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let mut frames = FrameCache::default();
+        let mut delivered = 0u64;
+        match route {
+            Route::Plain => {
+                if p.retain {
+                    let mut retained = lock(&entry.retained);
+                    if retained.len() < self.max_retained_per_topic || retained.contains_key(&p.filter) {
+                        retained.insert(p.filter.clone(), env.clone());
+                    } else {
+                        tracing::warn!(topic = ?p.topic, "Retained message not kept: the topic's retained key cap is reached.");
+                    }
+                }
+                for sub in entry.subs.iter().filter(|s| s.group.is_none() && s.matches(p)) {
+                    // A retained copy (live or replayed) is delivered once per subscription.
+                    if p.retain && !sub.mark_retained(&p.filter, p.id) {
+                        continue;
+                    }
+                    if sub.conn.push(frames.get(&sub.echo, p)) {
+                        delivered += 1;
+                    }
+                }
+            }
+            Route::Group(g) => {
+                let candidates = || entry.subs.iter().filter(|s| s.group.as_ref() == Some(&g.group) && s.matches(p));
+                let n = candidates().count();
+                if n == 0 {
+                    self.metrics.undeliverable.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    let pick = entry.rr.fetch_add(1, Ordering::Relaxed) % n;
+                    if let Some(sub) = candidates().nth(pick)
+                        && sub.conn.push(frames.get(&sub.echo, p))
+                    {
+                        delivered += 1;
+                    }
+                }
+            }
+        }
+        self.metrics.deliveries.fetch_add(delivered, Ordering::Relaxed);
+    }
+
+    fn dispatch_presence(&self, ev: &PresenceEvent) {
+        let rooms = read(&self.rooms);
+        let Some(entry) = rooms.get(&ev.room) else { return };
+        let event = match ev.change {
+            PresenceChange::Join => PresenceEventKind::Join,
+            PresenceChange::Update => PresenceEventKind::Update,
+            PresenceChange::Leave => PresenceEventKind::Leave,
+        };
+        let data = (ev.change != PresenceChange::Leave).then_some(&ev.data[..]);
+        if !entry.members.is_empty() {
+            let frame = ServerFrame::Presence { event, actor_token_id: ev.actor.as_str(), presence: data }.encode();
+            for c in &entry.members {
+                c.push(frame.clone());
+            }
+        }
+        let mut cache: Vec<(&Arc<str>, Bytes)> = Vec::new();
+        for (c, lobby) in &entry.lobbies {
+            let frame = if let Some((_, b)) = cache.iter().find(|(l, _)| *l == lobby) {
+                b.clone()
+            } else {
+                let b = ServerFrame::LobbyPresence { event, lobby_id: lobby, room_id: &ev.room.room, actor_id: ev.actor.as_str(), data }
+                    .encode();
+                cache.push((lobby, b.clone()));
+                b
+            };
+            c.push(frame);
+        }
+    }
+}

@@ -1,0 +1,38 @@
+//! Skua's WebSocket edge: the NoLag client protocol over axum.
+//!
+//! Depends on the slot *traits* of `skua-core` and the codec of `skua-protocol`, never on a
+//! concrete backend. Modules:
+//! - [`ws`]: HTTP routes, upgrades, each connection's reader loop and writer task;
+//! - `session`: the per-connection protocol state machine and its frame handlers;
+//! - [`hub`]: the node's local fan-out (the hot path) and its bus subscriptions;
+//! - [`outbound`]: the bounded per-connection queue and close requests;
+//! - [`auth`]: access tokens and client tokens (JWT);
+//! - [`state`], [`config`], [`metrics`], [`ratelimit`].
+
+pub mod auth;
+pub mod config;
+pub mod hub;
+pub mod metrics;
+pub mod outbound;
+pub mod ratelimit;
+mod session;
+pub mod state;
+pub mod ws;
+
+use std::sync::Arc;
+
+pub use config::EdgeConfig;
+pub use state::{Backends, EdgeState};
+
+/// Serves the edge on `listener` until the state's shutdown token is cancelled, then waits
+/// (up to the configured grace) for every connection to close.
+///
+/// # Errors
+/// When the listener fails.
+pub async fn serve(listener: tokio::net::TcpListener, state: Arc<EdgeState>) -> std::io::Result<()> {
+    let shutdown = state.shutdown.clone();
+    let app = ws::router(state.clone());
+    // axum's graceful shutdown does not wait for upgraded sockets (axum #3003); the
+    // connection tasks watch the shutdown token themselves and are tracked in `tracker`.
+    axum::serve(listener, app).with_graceful_shutdown(async move { shutdown.cancelled().await }).await
+}

@@ -1,0 +1,26 @@
+//! Counters the edge keeps. Exported by the operations issue's `/metrics`; read by tests now.
+
+use std::sync::atomic::AtomicU64;
+
+/// Node-wide counters. Labels never carry topic, actor or connection ids.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// Connections accepted (upgrades).
+    pub connections_opened: AtomicU64,
+    /// Connections closed.
+    pub connections_closed: AtomicU64,
+    /// Frames queued for clients.
+    pub frames_out: AtomicU64,
+    /// Frames received from clients.
+    pub frames_in: AtomicU64,
+    /// Publishes accepted.
+    pub publishes_accepted: AtomicU64,
+    /// Publishes refused (any error frame).
+    pub publishes_refused: AtomicU64,
+    /// Message frames delivered to local subscribers.
+    pub deliveries: AtomicU64,
+    /// Connections closed 4008 because their outbound queue overflowed.
+    pub slow_consumer_closes: AtomicU64,
+    /// Bus deliveries the hub could not route (no local subscription left).
+    pub undeliverable: AtomicU64,
+}

@@ -1,0 +1,208 @@
+//! One client connection's protocol state machine: unauthenticated → authenticated, with its
+//! subscriptions, lobby subscriptions and presence. Frame handlers live in the submodules.
+
+mod auth;
+mod presence;
+mod topics;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use skua_core::registry::{AccessError, Actor};
+use skua_core::{ActorId, RestoreRecord, RestoredTopic, RoomKey, SessionKey, TopicAddress};
+use skua_protocol::codes::{code, error};
+use skua_protocol::{ClientFrame, DecodeError, ErrorFrame, ServerFrame};
+
+use crate::hub::bus_subscription;
+use crate::outbound::ConnHandle;
+use crate::ratelimit::TokenBucket;
+use crate::state::{EdgeState, ProjectSlot, now_unix_s};
+
+/// A subscription as the session remembers it.
+#[derive(Debug, Clone)]
+pub(crate) struct SessionSub {
+    address: TopicAddress,
+    qos: u8,
+    /// Internal group name (the client's, or the actor id by default).
+    group: Option<Arc<str>>,
+    /// The group as the client gave it (`None` when defaulted or not load balanced).
+    group_as_sent: Option<String>,
+    filters: Arc<[String]>,
+    raw_filters: Option<Bytes>,
+}
+
+/// What an authenticated connection knows about itself.
+pub(crate) struct Authed {
+    actor: Arc<Actor>,
+    version: u32,
+    expires_at: Option<u64>,
+    key: SessionKey,
+    bucket: TokenBucket,
+    max_message_size: usize,
+    _slot: ProjectSlot,
+}
+
+/// The state machine of one connection.
+pub(crate) struct Session {
+    st: Arc<EdgeState>,
+    conn: Arc<ConnHandle>,
+    auth: Option<Authed>,
+    /// Keyed by the topic string as the client sent it (N11).
+    subs: BTreeMap<String, SessionSub>,
+    /// Lobby slug as sent → the rooms it covers.
+    lobbies: HashMap<String, Vec<RoomKey>>,
+    /// The room this connection announced presence in.
+    presence_room: Option<RoomKey>,
+    /// Presence data of the deprecated room-less form: stored, never broadcast.
+    connection_presence: Option<Bytes>,
+    /// Lobby slugs of a restore record, subscribed once the auth reply is out.
+    pending_lobbies: Vec<String>,
+}
+
+impl Session {
+    pub(crate) fn new(st: Arc<EdgeState>, conn: Arc<ConnHandle>) -> Self {
+        Self {
+            st,
+            conn,
+            auth: None,
+            subs: BTreeMap::new(),
+            lobbies: HashMap::new(),
+            presence_room: None,
+            connection_presence: None,
+            pending_lobbies: Vec::new(),
+        }
+    }
+
+    /// When the client token expires (unix seconds), if it does.
+    pub(crate) fn expires_at(&self) -> Option<u64> {
+        self.auth.as_ref().and_then(|a| a.expires_at)
+    }
+
+    fn push(&self, frame: &ServerFrame<'_>) {
+        self.conn.push(frame.encode());
+    }
+
+    fn v2(&self) -> bool {
+        self.auth.as_ref().is_none_or(|a| a.version >= 2)
+    }
+
+    /// Sends an error frame, stripping what v1 clients do not get (N7): `hint` and `msgRef`.
+    fn error(&self, mut e: ErrorFrame<'_>) {
+        if !self.v2() {
+            e.hint = None;
+            e.msg_ref = None;
+        }
+        self.push(&ServerFrame::Error(e));
+    }
+
+    /// The access error for `topic`: v2 `42940 unknown_topic` with hint, v1 `not_authorized`.
+    fn access_error(&self, topic: &str, msg_ref: Option<&str>, e: AccessError) {
+        if self.v2() {
+            self.error(ErrorFrame {
+                error: error::UNKNOWN_TOPIC,
+                code: Some(code::UNKNOWN_TOPIC),
+                topic: Some(topic),
+                hint: Some(e.hint),
+                msg_ref,
+                ..ErrorFrame::default()
+            });
+        } else {
+            self.error(ErrorFrame { error: error::NOT_AUTHORIZED, topic: Some(topic), ..ErrorFrame::default() });
+        }
+    }
+
+    /// Answers a frame that could not be decoded (N3).
+    pub(crate) fn invalid_frame(&self, e: &DecodeError) {
+        self.error(ErrorFrame {
+            error: error::INVALID_FRAME,
+            hint: Some(e.hint),
+            topic: e.topic.as_deref(),
+            msg_ref: e.msg_ref.as_deref(),
+            ..ErrorFrame::default()
+        });
+    }
+
+    /// Handles one decoded frame.
+    pub(crate) async fn handle(&mut self, frame: ClientFrame) {
+        if self.auth.is_none() && !matches!(frame, ClientFrame::Auth(_)) {
+            self.push(&ServerFrame::Error(ErrorFrame { error: error::NOT_AUTHENTICATED, ..ErrorFrame::default() }));
+            return;
+        }
+        match frame {
+            ClientFrame::Auth(a) => self.on_auth(a).await,
+            ClientFrame::Reauth { token } => self.on_reauth(&token),
+            ClientFrame::Subscribe(s) => self.on_subscribe(s).await,
+            ClientFrame::Unsubscribe { topic } => self.on_unsubscribe(&topic).await,
+            ClientFrame::Publish(p) => self.on_publish(p).await,
+            ClientFrame::SetFilters { topic, filters, raw_filters } => self.on_set_filters(&topic, filters, raw_filters).await,
+            ClientFrame::Presence { room_id, data } => self.on_presence(room_id, data).await,
+            ClientFrame::GetPresence { room_id } => self.on_get_presence(room_id.as_deref()).await,
+            // Stored delivery arrives with the durable-delivery work; acks are accepted and
+            // need no reply (N24).
+            ClientFrame::Ack { .. } | ClientFrame::BatchAck { .. } => {}
+            ClientFrame::LobbySubscribe { lobby_id } => self.on_lobby_subscribe(&lobby_id).await,
+            ClientFrame::LobbyUnsubscribe { lobby_id } => self.on_lobby_unsubscribe(&lobby_id).await,
+            ClientFrame::GetLobbyPresence { lobby_id } => self.on_get_lobby_presence(&lobby_id).await,
+            other => {
+                tracing::debug!(frame = other.type_str(), "Frame type not handled.");
+            }
+        }
+    }
+
+    fn actor_id(&self) -> Option<&ActorId> {
+        self.auth.as_ref().map(|a| &a.actor.id)
+    }
+
+    /// The current restore record (N23).
+    fn restore_record(&self) -> RestoreRecord {
+        RestoreRecord {
+            topics: self
+                .subs
+                .iter()
+                .map(|(pattern, s)| RestoredTopic {
+                    pattern: pattern.clone(),
+                    qos: s.qos,
+                    load_balance: s.group.is_some(),
+                    load_balance_group: s.group_as_sent.clone(),
+                    raw_filters: s.raw_filters.clone(),
+                })
+                .collect(),
+            lobbies: self.lobbies.keys().cloned().collect(),
+        }
+    }
+
+    /// Saves the restore record after a subscription change.
+    async fn save_restore(&self) {
+        let Some(a) = &self.auth else { return };
+        if let Err(e) = self.st.store.save_restore(&a.key, &self.restore_record()).await {
+            tracing::warn!(error = %e, "Saving the restore record failed; a reconnect may restore less.");
+        }
+    }
+
+    /// Releases everything the connection holds: subscriptions, lobbies, presence (sending
+    /// `leave` when it was the actor's last connection in the room), and starts the restore
+    /// record's expiry.
+    pub(crate) async fn cleanup(&mut self) {
+        for (_, sub) in std::mem::take(&mut self.subs) {
+            self.st.hub.remove(&sub.address, self.conn.id);
+            self.st.hub.release(&bus_subscription(&sub.address, sub.group.as_ref())).await;
+        }
+        for (lobby, rooms) in std::mem::take(&mut self.lobbies) {
+            self.st.hub.lobby_unsubscribe(&rooms, self.conn.id, &Arc::from(lobby)).await;
+        }
+        self.leave_presence_room().await;
+        if let Some(a) = &self.auth {
+            let ttl = self.st.config.restore_ttl.as_secs();
+            if let Err(e) = self.st.store.release_restore(&a.key, now_unix_s(), ttl).await {
+                tracing::warn!(error = %e, "Releasing the restore record failed.");
+            }
+        }
+        self.auth = None;
+    }
+
+    /// Most subscriptions plus lobby subscriptions one connection may hold.
+    fn at_subscription_limit(&self) -> bool {
+        self.subs.len() + self.lobbies.len() >= self.st.config.max_subscriptions_per_connection
+    }
+}

@@ -1,0 +1,150 @@
+//! `auth` and `reauth` (N6–N10, N23, N27, N38).
+
+use std::sync::Arc;
+
+use skua_core::{ClientId, SessionKey};
+use skua_protocol::codes::{auth as auth_err, error};
+use skua_protocol::filters::parse_subscription_filters;
+use skua_protocol::{AuthFrame, ClientIdField, ErrorFrame, MAX_PROTOCOL_VERSION, RestoredSubscription, ServerFrame};
+
+use super::{Authed, Session, SessionSub};
+use crate::auth::verify;
+use crate::hub::bus_subscription;
+use crate::ratelimit::TokenBucket;
+use crate::state::now_unix_s;
+
+impl Session {
+    pub(super) async fn on_auth(&mut self, a: AuthFrame) {
+        if self.auth.is_some() {
+            // Never a second `auth` reply: it kills the Python SDK's receive loop (N8).
+            self.push(&ServerFrame::Error(ErrorFrame { error: error::ALREADY_AUTHENTICATED, ..ErrorFrame::default() }));
+            return;
+        }
+        let version = a.protocol_version.clamp(1, MAX_PROTOCOL_VERSION);
+        let registry = self.st.registry.load();
+        let fail = |s: &Self, e: &str| s.push(&ServerFrame::AuthFailed { error: e });
+        let cred = match verify(&registry, &a.token, now_unix_s()) {
+            Ok(c) => c,
+            Err(e) => return fail(self, e),
+        };
+        let client_id = match &a.client_id {
+            ClientIdField::Absent => None,
+            ClientIdField::Given(s) => match ClientId::parse(s) {
+                Ok(c) => Some(c),
+                Err(_) => return fail(self, auth_err::INVALID_CLIENT_ID),
+            },
+            ClientIdField::NotAString => return fail(self, auth_err::INVALID_CLIENT_ID),
+        };
+        let actor = cred.actor;
+        let Some(project) = registry.project(&actor.project) else { return fail(self, auth_err::ACCESS_DENIED) };
+        let Some(slot) = self.st.claim_project_slot(&project.id, project.limits.max_connections) else {
+            return fail(self, auth_err::CONNECTION_LIMIT_REACHED);
+        };
+        // clientId only names sessions of persistent actor types (N9, N23).
+        let key = SessionKey {
+            project: project.id.clone(),
+            actor: actor.id.clone(),
+            client_id: client_id.filter(|_| actor.actor_type.has_persistent_sessions()),
+        };
+        let rate = actor.rate_limit.or(project.limits.rate_limit).unwrap_or(self.st.config.rate_limit);
+        let max_message_size = project.limits.max_message_size.unwrap_or(self.st.config.max_message_size);
+        self.auth = Some(Authed {
+            actor: actor.clone(),
+            version,
+            expires_at: cred.expires_at,
+            key,
+            bucket: TokenBucket::new(rate, self.st.config.rate_limit_window),
+            max_message_size,
+            _slot: slot,
+        });
+        let restored = if a.reconnect { self.restore_subscriptions().await } else { Vec::new() };
+        let namespace = &self.st.config.namespace;
+        let internal: Vec<String> = restored.iter().map(|(_, s)| s.address.internal_topic(namespace)).collect();
+        let entries: Vec<RestoredSubscription<'_>> = restored
+            .iter()
+            .zip(&internal)
+            .map(|((pattern, s), topic)| RestoredSubscription {
+                pattern,
+                topic,
+                load_balance: s.group.is_some(),
+                load_balance_group: s.group_as_sent.as_deref().or(s.group.as_deref()),
+                filters: s.raw_filters.as_deref(),
+            })
+            .collect();
+        self.push(&ServerFrame::AuthOk {
+            actor_token_id: actor.id.as_str(),
+            project_id: project.id.as_str(),
+            actor_type: actor.actor_type.as_str(),
+            protocol_version: version,
+            restored: &entries,
+        });
+        drop(entries);
+        // Bus subscriptions were taken before the reply; the local subscriptions start after
+        // it, so nothing arrives before `auth`. Restored subscriptions get no `subscribed`
+        // frame and no retained replay.
+        for (pattern, sub) in restored {
+            let local = self.local_sub(&actor.id, &pattern, &sub);
+            self.st.hub.insert(&sub.address, local, None, false);
+            self.subs.insert(pattern, sub);
+        }
+        self.restore_lobbies().await;
+        self.save_restore().await;
+    }
+
+    /// Loads the restore record and takes the bus subscriptions of every entry that is
+    /// still valid (address accessible, filters valid, bus reachable).
+    async fn restore_subscriptions(&mut self) -> Vec<(String, SessionSub)> {
+        let Some(a) = &self.auth else { return Vec::new() };
+        let record = match self.st.store.load_restore(&a.key).await {
+            Ok(Some(r)) => r,
+            Ok(None) => return Vec::new(),
+            Err(e) => {
+                tracing::warn!(error = %e, "Loading the restore record failed; restoring nothing.");
+                return Vec::new();
+            }
+        };
+        self.pending_lobbies = record.lobbies.clone();
+        let registry = self.st.registry.load();
+        let mut out = Vec::new();
+        for t in record.topics {
+            let Ok(resolved) = registry.resolve_topic(&a.actor, &t.pattern, skua_core::registry::Operation::Subscribe, now_unix_s())
+            else {
+                continue;
+            };
+            let filters = match t.raw_filters.as_deref().map(parse_subscription_filters) {
+                None => Vec::new(),
+                Some(Ok(f)) => f,
+                Some(Err(_)) => continue,
+            };
+            let group: Option<Arc<str>> =
+                t.load_balance.then(|| Arc::from(t.load_balance_group.as_deref().unwrap_or(a.actor.id.as_str())));
+            let sub = SessionSub {
+                address: resolved.address,
+                qos: t.qos,
+                group,
+                group_as_sent: t.load_balance_group,
+                filters: filters.iter().map(|f| f.key().to_owned()).collect(),
+                raw_filters: t.raw_filters,
+            };
+            if self.st.hub.acquire(&bus_subscription(&sub.address, sub.group.as_ref())).await.is_ok() {
+                out.push((t.pattern, sub));
+            }
+        }
+        out
+    }
+
+    pub(super) fn on_reauth(&mut self, token: &str) {
+        let registry = self.st.registry.load();
+        let Some(a) = &mut self.auth else { return };
+        let reply = match verify(&registry, token, now_unix_s()) {
+            Err(e) => ServerFrame::ReauthFailed { error: e },
+            Ok(c) if c.actor.id != a.actor.id => ServerFrame::ReauthFailed { error: auth_err::ACTOR_MISMATCH },
+            Ok(c) => {
+                a.expires_at = c.expires_at;
+                a.actor = c.actor;
+                ServerFrame::ReauthOk { auth_expires_at: c.expires_at }
+            }
+        };
+        self.conn.push(reply.encode());
+    }
+}

@@ -1,0 +1,236 @@
+//! `presence`, `getPresence` and the lobby frames (N21, N22, N35, N39).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use skua_core::{Envelope, PresenceChange, PresenceEntry, PresenceEvent, RoomKey};
+use skua_protocol::codes::{code, error};
+use skua_protocol::{ErrorFrame, LobbyRoomSnapshot, MAX_OUTBOUND_FRAME_BYTES, PresenceEntryRef, ServerFrame};
+
+use super::Session;
+use crate::state::now_unix_s;
+
+impl Session {
+    fn room_error(&self, room_id: &str, hint: &'static str) {
+        if self.v2() {
+            self.error(ErrorFrame {
+                error: error::UNKNOWN_TOPIC,
+                code: Some(code::UNKNOWN_TOPIC),
+                hint: Some(hint),
+                room_id: Some(room_id),
+                ..ErrorFrame::default()
+            });
+        } else {
+            self.error(ErrorFrame { error: error::NOT_AUTHORIZED, room_id: Some(room_id), ..ErrorFrame::default() });
+        }
+    }
+
+    fn presence_unavailable(&self, room_id: Option<&str>, lobby_id: Option<&str>) {
+        self.error(ErrorFrame {
+            error: error::BROKER_UNAVAILABLE,
+            hint: Some("presence is temporarily unavailable; retry shortly"),
+            room_id,
+            lobby_id,
+            ..ErrorFrame::default()
+        });
+    }
+
+    async fn publish_presence(&self, room: &RoomKey, change: PresenceChange, data: Bytes) {
+        let Some(actor) = self.actor_id() else { return };
+        let ev = Envelope::Presence(PresenceEvent { room: room.clone(), actor: actor.clone(), change, data, node: self.st.node.clone() });
+        if let Err(e) = self.st.hub.bus().publish(Arc::new(ev)).await {
+            tracing::warn!(error = %e, ?room, ?change, "Presence event could not be published.");
+        }
+    }
+
+    /// Leaves the room this connection announced presence in, sending `leave` when it was
+    /// the actor's last connection there (N21).
+    pub(super) async fn leave_presence_room(&mut self) {
+        let Some(room) = self.presence_room.take() else { return };
+        let Some(actor) = self.actor_id().cloned() else { return };
+        // Stop listening first: the leaver does not get its own leave.
+        self.st.hub.leave_room(&room, self.conn.id).await;
+        let conn = skua_core::ConnRef { node: self.st.node.clone(), conn: self.conn.id };
+        match self.st.presence.remove(&room, &actor, &conn).await {
+            Ok(true) => self.publish_presence(&room, PresenceChange::Leave, Bytes::new()).await,
+            Ok(false) => {}
+            Err(e) => tracing::warn!(error = %e, ?room, "Presence removal failed."),
+        }
+    }
+
+    pub(super) async fn on_presence(&mut self, room_id: Option<String>, data: Option<Bytes>) {
+        let Some(a) = &self.auth else { return };
+        let Some(room_id) = room_id else {
+            // Deprecated room-less form: kept on the connection, never broadcast.
+            self.connection_presence = data;
+            return;
+        };
+        let registry = self.st.registry.load();
+        let room = match registry.resolve_room(&a.actor, &room_id, now_unix_s()) {
+            Ok(r) => r,
+            Err(e) => return self.room_error(&room_id, e.hint),
+        };
+        let actor = a.actor.id.clone();
+        let Some(data) = data else {
+            // `data: null` leaves (the SDK's clear_presence).
+            if self.presence_room.as_ref() == Some(&room) {
+                self.leave_presence_room().await;
+            }
+            return;
+        };
+        // Moving rooms: the old room's leave comes before the new room's join (N39).
+        if self.presence_room.as_ref().is_some_and(|r| *r != room) {
+            self.leave_presence_room().await;
+        }
+        if self.presence_room.is_none() {
+            if self.st.hub.join_room(&room, &self.conn).await.is_err() {
+                return self.presence_unavailable(Some(&room_id), None);
+            }
+            self.presence_room = Some(room.clone());
+        }
+        let conn = skua_core::ConnRef { node: self.st.node.clone(), conn: self.conn.id };
+        match self.st.presence.announce(&room, &actor, &conn, data.clone(), now_unix_s()).await {
+            Ok(change) => self.publish_presence(&room, change, data).await,
+            Err(e) => {
+                tracing::warn!(error = %e, ?room, "Presence announce failed.");
+                self.presence_unavailable(Some(&room_id), None);
+            }
+        }
+    }
+
+    pub(super) async fn on_get_presence(&mut self, room_id: Option<&str>) {
+        let Some(a) = &self.auth else { return };
+        let Some(room_id) = room_id else {
+            return self.push(&ServerFrame::PresenceList { room_id: None, entries: &[] });
+        };
+        let registry = self.st.registry.load();
+        let room = match registry.resolve_room(&a.actor, room_id, now_unix_s()) {
+            Ok(r) => r,
+            Err(e) => return self.room_error(room_id, e.hint),
+        };
+        let entries = match self.st.presence.list(&room).await {
+            Ok(e) => e,
+            Err(_) => return self.presence_unavailable(Some(room_id), None),
+        };
+        let refs: Vec<PresenceEntryRef<'_>> = entries.iter().map(entry_ref).collect();
+        let frame = capped(refs.len(), |n| ServerFrame::PresenceList { room_id: Some(room_id), entries: &refs[..n] }.encode());
+        self.conn.push(frame);
+    }
+
+    fn lobby_error(&self, lobby_id: &str) {
+        // Lobby access errors carry `lobbyId` and no code (N35).
+        self.error(ErrorFrame { error: error::NOT_AUTHORIZED, lobby_id: Some(lobby_id), ..ErrorFrame::default() });
+    }
+
+    /// The presence of every room of a lobby, or `None` when presence is unreachable.
+    async fn lobby_snapshot(&self, rooms: &[RoomKey]) -> Option<Vec<(RoomKey, Vec<PresenceEntry>)>> {
+        let mut out = Vec::with_capacity(rooms.len());
+        for r in rooms {
+            out.push((r.clone(), self.st.presence.list(r).await.ok()?));
+        }
+        Some(out)
+    }
+
+    async fn send_lobby_snapshot(&self, lobby_id: &str, rooms: &[RoomKey], subscribed: bool) {
+        let Some(snap) = self.lobby_snapshot(rooms).await else {
+            return self.presence_unavailable(None, Some(lobby_id));
+        };
+        let refs: Vec<(&str, Vec<PresenceEntryRef<'_>>)> =
+            snap.iter().map(|(r, es)| (&*r.room, es.iter().map(entry_ref).collect())).collect();
+        let total: usize = refs.iter().map(|(_, e)| e.len()).sum();
+        let frame = capped(total, |n| {
+            // Keep the first `n` entries in room order; every room still appears (N22).
+            let mut left = n;
+            let rooms: Vec<LobbyRoomSnapshot<'_>> = refs
+                .iter()
+                .map(|(room_id, es)| {
+                    let k = left.min(es.len());
+                    left -= k;
+                    LobbyRoomSnapshot { room_id, entries: &es[..k] }
+                })
+                .collect();
+            if subscribed {
+                ServerFrame::LobbySubscribed { lobby_id, rooms: &rooms }.encode()
+            } else {
+                ServerFrame::LobbyPresenceList { lobby_id, rooms: &rooms }.encode()
+            }
+        });
+        self.conn.push(frame);
+    }
+
+    pub(super) async fn on_lobby_subscribe(&mut self, lobby_id: &str) {
+        let Some(a) = &self.auth else { return };
+        let registry = self.st.registry.load();
+        let Ok(lobby) = registry.resolve_lobby(&a.actor, lobby_id) else { return self.lobby_error(lobby_id) };
+        if !self.lobbies.contains_key(lobby_id) {
+            if self.at_subscription_limit() {
+                return self.error(ErrorFrame {
+                    error: error::TOO_MANY_SUBSCRIPTIONS,
+                    lobby_id: Some(lobby_id),
+                    hint: Some("this connection holds the most subscriptions allowed"),
+                    ..ErrorFrame::default()
+                });
+            }
+            if self.st.hub.lobby_subscribe(&lobby.rooms, &self.conn, &Arc::from(lobby_id)).await.is_err() {
+                return self.presence_unavailable(None, Some(lobby_id));
+            }
+            self.lobbies.insert(lobby_id.to_owned(), lobby.rooms.clone());
+            self.save_restore().await;
+        }
+        self.send_lobby_snapshot(lobby_id, &lobby.rooms, true).await;
+    }
+
+    pub(super) async fn on_lobby_unsubscribe(&mut self, lobby_id: &str) {
+        if let Some(rooms) = self.lobbies.remove(lobby_id) {
+            self.st.hub.lobby_unsubscribe(&rooms, self.conn.id, &Arc::from(lobby_id)).await;
+            self.save_restore().await;
+        }
+        self.push(&ServerFrame::LobbyUnsubscribed { lobby_id });
+    }
+
+    pub(super) async fn on_get_lobby_presence(&mut self, lobby_id: &str) {
+        let Some(a) = &self.auth else { return };
+        let registry = self.st.registry.load();
+        let Ok(lobby) = registry.resolve_lobby(&a.actor, lobby_id) else { return self.lobby_error(lobby_id) };
+        self.send_lobby_snapshot(lobby_id, &lobby.rooms, false).await;
+    }
+
+    /// Re-subscribes the lobbies of a restore record, without snapshot frames (N22).
+    pub(super) async fn restore_lobbies(&mut self) {
+        let Some(a) = &self.auth else { return };
+        let registry = self.st.registry.load();
+        for lobby_id in std::mem::take(&mut self.pending_lobbies) {
+            let Ok(lobby) = registry.resolve_lobby(&a.actor, &lobby_id) else { continue };
+            if self.lobbies.contains_key(&lobby_id) {
+                continue;
+            }
+            if self.st.hub.lobby_subscribe(&lobby.rooms, &self.conn, &Arc::from(lobby_id.as_str())).await.is_ok() {
+                self.lobbies.insert(lobby_id, lobby.rooms);
+            }
+        }
+    }
+}
+
+fn entry_ref(e: &PresenceEntry) -> PresenceEntryRef<'_> {
+    PresenceEntryRef { actor_token_id: e.actor.as_str(), presence: &e.data, joined_at: e.joined_at }
+}
+
+/// Encodes with as many of `total` entries as fit in one client frame (N4): all of them when
+/// they fit, else the largest prefix found by bisection.
+fn capped(total: usize, encode: impl Fn(usize) -> Bytes) -> Bytes {
+    let full = encode(total);
+    if full.len() <= MAX_OUTBOUND_FRAME_BYTES {
+        return full;
+    }
+    tracing::warn!(total, "Presence snapshot exceeds the frame cap; truncating.");
+    let (mut lo, mut hi) = (0, total);
+    while lo + 1 < hi {
+        let mid = usize::midpoint(lo, hi);
+        if encode(mid).len() <= MAX_OUTBOUND_FRAME_BYTES {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    encode(lo)
+}

@@ -1,0 +1,202 @@
+//! `subscribe`, `unsubscribe`, `setFilters` and `publish` (N11–N20, N29, N32–N34).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use skua_core::registry::Operation;
+use skua_core::{Envelope, Publication};
+use skua_protocol::codes::{code, error};
+use skua_protocol::filters::{FilterError, FilterSpec, is_valid_value};
+use skua_protocol::{ErrorFrame, PublishFrame, ServerFrame, SubscribeFrame};
+
+use super::{Session, SessionSub};
+use crate::hub::{LocalSub, bus_subscription};
+use crate::state::{now_unix_ms, now_unix_s};
+
+/// Longest load-balancing group name.
+const MAX_GROUP_LEN: usize = 128;
+
+impl Session {
+    pub(super) fn local_sub(&self, actor: &skua_core::ActorId, echo: &str, s: &SessionSub) -> LocalSub {
+        LocalSub::new(self.conn.clone(), actor.clone(), Arc::from(echo), s.filters.clone(), s.group.clone())
+    }
+
+    fn filter_error(&self, e: FilterError, topic: &str, msg_ref: Option<&str>) {
+        self.error(ErrorFrame { error: e.as_wire_str(), topic: Some(topic), msg_ref, ..ErrorFrame::default() });
+    }
+
+    fn unavailable(&self, topic: &str, msg_ref: Option<&str>) {
+        self.error(ErrorFrame {
+            error: error::BROKER_UNAVAILABLE,
+            topic: Some(topic),
+            hint: Some("the message bus is unreachable; retry shortly"),
+            msg_ref,
+            ..ErrorFrame::default()
+        });
+    }
+
+    pub(super) async fn on_subscribe(&mut self, s: SubscribeFrame) {
+        let Some(a) = &self.auth else { return };
+        let registry = self.st.registry.load();
+        let resolved = match registry.resolve_topic(&a.actor, &s.topic, Operation::Subscribe, now_unix_s()) {
+            Ok(r) => r,
+            Err(e) => return self.access_error(&s.topic, None, e),
+        };
+        // An invalid re-subscribe keeps the old subscription (N14).
+        let filters = match s.filters {
+            Ok(f) => f,
+            Err(e) => return self.filter_error(e, &s.topic, None),
+        };
+        let group: Option<Arc<str>> = if s.load_balance {
+            let g = s.load_balance_group.as_deref().unwrap_or(a.actor.id.as_str());
+            if g.len() > MAX_GROUP_LEN || !is_valid_value(g) {
+                return self.error(ErrorFrame {
+                    error: error::INVALID_FRAME,
+                    topic: Some(&s.topic),
+                    hint: Some("loadBalanceGroup must be 1-128 characters without / # + |"),
+                    ..ErrorFrame::default()
+                });
+            }
+            Some(Arc::from(g))
+        } else {
+            None
+        };
+        if !self.subs.contains_key(&s.topic) && self.at_subscription_limit() {
+            return self.error(ErrorFrame {
+                error: error::TOO_MANY_SUBSCRIPTIONS,
+                topic: Some(&s.topic),
+                hint: Some("this connection holds the most subscriptions allowed"),
+                ..ErrorFrame::default()
+            });
+        }
+        let sub = SessionSub {
+            address: resolved.address,
+            qos: s.qos,
+            group_as_sent: if s.load_balance { s.load_balance_group.clone() } else { None },
+            group,
+            filters: filters.iter().map(FilterSpec::key).map(str::to_owned).collect(),
+            raw_filters: s.raw_filters.filter(|_| !filters.is_empty()),
+        };
+        let new_bus = bus_subscription(&sub.address, sub.group.as_ref());
+        if self.st.hub.acquire(&new_bus).await.is_err() {
+            return self.unavailable(&s.topic, None);
+        }
+        let subscribed = ServerFrame::Subscribed { topic: &s.topic, load_balance: sub.group.is_some() }.encode();
+        let local = self.local_sub(&a.actor.id, &s.topic, &sub);
+        let old = self.subs.insert(s.topic.clone(), sub.clone());
+        if let Some(old) = &old
+            && old.address != sub.address
+        {
+            self.st.hub.remove(&old.address, self.conn.id);
+        }
+        self.st.hub.insert(&sub.address, local, Some(subscribed), true);
+        if let Some(old) = old {
+            self.st.hub.release(&bus_subscription(&old.address, old.group.as_ref())).await;
+        }
+        self.save_restore().await;
+    }
+
+    pub(super) async fn on_unsubscribe(&mut self, topic: &str) {
+        if let Some(sub) = self.subs.remove(topic) {
+            self.st.hub.remove(&sub.address, self.conn.id);
+            self.st.hub.release(&bus_subscription(&sub.address, sub.group.as_ref())).await;
+            self.save_restore().await;
+        }
+        // Unsubscribing what is not subscribed is not an error: the end state is the same.
+        self.push(&ServerFrame::Unsubscribed { topic });
+    }
+
+    pub(super) async fn on_set_filters(
+        &mut self,
+        topic: &str,
+        filters: Result<Vec<FilterSpec>, FilterError>,
+        raw: Option<Bytes>,
+    ) {
+        if !self.subs.contains_key(topic) {
+            return self.error(ErrorFrame { error: error::NOT_SUBSCRIBED, topic: Some(topic), ..ErrorFrame::default() });
+        }
+        // An invalid list keeps the previous filter set (N34).
+        let filters = match filters {
+            Ok(f) => f,
+            Err(e) => return self.filter_error(e, topic, None),
+        };
+        let keys: Arc<[String]> = filters.iter().map(FilterSpec::key).map(str::to_owned).collect();
+        let Some(sub) = self.subs.get_mut(topic) else { return };
+        sub.filters = keys.clone();
+        sub.raw_filters = raw.clone().filter(|_| !filters.is_empty());
+        self.st.hub.set_filters(&sub.address, self.conn.id, keys);
+        self.push(&ServerFrame::FiltersUpdated { topic, filters: raw.as_deref() });
+        self.save_restore().await;
+    }
+
+    pub(super) async fn on_publish(&mut self, p: PublishFrame) {
+        let v2 = self.v2();
+        let Some(a) = &mut self.auth else { return };
+        let msg_ref = if v2 { p.msg_ref.as_deref() } else { None };
+        // Check order: rate → size → quota → access → filters (N17). A publish refused for
+        // rate takes no token; one refused later has used its token.
+        if !a.bucket.try_take() {
+            self.st.metrics.publishes_refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return self.error(ErrorFrame {
+                error: error::RATE_LIMIT_EXCEEDED,
+                code: Some(code::RATE_LIMIT_EXCEEDED),
+                topic: Some(&p.topic),
+                hint: Some("too many publishes on this connection; slow down"),
+                msg_ref,
+                ..ErrorFrame::default()
+            });
+        }
+        if p.data.len() > a.max_message_size {
+            let max = a.max_message_size as u64;
+            self.st.metrics.publishes_refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return self.error(ErrorFrame {
+                error: error::MESSAGE_TOO_LARGE,
+                code: Some(code::MESSAGE_TOO_LARGE),
+                topic: Some(&p.topic),
+                hint: Some("the payload exceeds the largest message size"),
+                msg_ref,
+                max_size_bytes: Some(max),
+                ..ErrorFrame::default()
+            });
+        }
+        let actor = a.actor.clone();
+        let registry = self.st.registry.load();
+        let resolved = match registry.resolve_topic(&actor, &p.topic, Operation::Publish, now_unix_s()) {
+            Ok(r) => r,
+            Err(e) => {
+                self.st.metrics.publishes_refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return self.access_error(&p.topic, msg_ref, e);
+            }
+        };
+        let filter = match p.filter {
+            Ok(f) => f,
+            Err(e) => {
+                self.st.metrics.publishes_refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return self.filter_error(e, &p.topic, msg_ref);
+            }
+        };
+        let envelope = Envelope::Publication(Publication {
+            id: self.st.next_envelope_id(),
+            topic: resolved.address,
+            filter,
+            publisher: actor.id.clone(),
+            publisher_conn: self.conn.id,
+            node: self.st.node.clone(),
+            timestamp_ms: now_unix_ms(),
+            msg_id: None,
+            retain: p.retain,
+            qos: p.qos,
+            data: p.data,
+        });
+        if self.st.hub.bus().publish(Arc::new(envelope)).await.is_err() {
+            self.st.metrics.publishes_refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return self.unavailable(&p.topic, msg_ref);
+        }
+        self.st.metrics.publishes_accepted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // `published` only for v2 publishes that carried a msgRef (N7).
+        if let Some(r) = msg_ref {
+            self.push(&ServerFrame::Published { topic: &p.topic, msg_ref: r });
+        }
+    }
+}
+

@@ -1,0 +1,240 @@
+//! The HTTP side: `/ws` upgrades, `/healthz`, `/readyz`; and each connection's reader loop
+//! and writer task.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get};
+use bytes::Bytes;
+use futures_util::stream::{SplitSink, SplitStream};
+use futures_util::{SinkExt, StreamExt};
+use skua_protocol::{ClientFrame, DecodeError};
+use tokio::time::{Instant, sleep_until};
+
+use crate::outbound::{CloseRequest, ConnHandle, Outbox};
+use crate::session::Session;
+use crate::state::{EdgeState, now_unix_s};
+
+/// Most frames the writer sends before flushing the socket.
+const WRITE_BATCH: usize = 64;
+
+/// The edge's HTTP routes.
+pub fn router(state: Arc<EdgeState>) -> Router {
+    Router::new()
+        .route("/ws", any(ws_upgrade))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .with_state(state)
+}
+
+async fn readyz(State(st): State<Arc<EdgeState>>) -> Response {
+    if st.is_draining() {
+        (StatusCode::SERVICE_UNAVAILABLE, "draining").into_response()
+    } else {
+        "ready".into_response()
+    }
+}
+
+async fn ws_upgrade(State(st): State<Arc<EdgeState>>, ws: WebSocketUpgrade) -> Response {
+    if st.is_draining() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "node is draining").into_response();
+    }
+    let Ok(permit) = st.conn_slots.clone().try_acquire_owned() else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "node is at its connection limit").into_response();
+    };
+    let max = st.config.max_frame_size;
+    ws.max_message_size(max)
+        .max_frame_size(max)
+        .read_buffer_size(16 * 1024)
+        .write_buffer_size(16 * 1024)
+        .max_write_buffer_size(2 * max + 64 * 1024)
+        .on_upgrade(move |socket| async move {
+            let tracker = st.tracker.clone();
+            // Tracked so shutdown waits for it; the permit is held for the socket's life.
+            tracker
+                .spawn(async move {
+                    run_connection(socket, st).await;
+                    drop(permit);
+                })
+                .await
+                .ok();
+        })
+}
+
+/// Serves one WebSocket until it closes.
+async fn run_connection(socket: WebSocket, st: Arc<EdgeState>) {
+    let id = st.next_conn_id();
+    st.metrics.connections_opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let span = tracing::debug_span!("conn", conn = %id, node = %st.node);
+    let _enter = span.enter();
+    drop(_enter);
+    let (handle, outbox) =
+        ConnHandle::new(id, st.config.outbound_queue_messages, st.config.outbound_queue_bytes, st.metrics.clone());
+    let handle = Arc::new(handle);
+    let (sink, stream) = socket.split();
+    let writer = st.tracker.spawn(write_loop(sink, outbox, handle.clone(), st.config.close_timeout));
+    let mut session = Session::new(st.clone(), handle.clone());
+    read_loop(&mut session, stream, &st, &handle).await;
+    // Release subscriptions and presence (sending leaves) before the socket goes.
+    session.cleanup().await;
+    handle.request_close(CloseRequest::GONE);
+    let _ = writer.await;
+    st.metrics.connections_closed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600)
+}
+
+/// The instant (on tokio's clock) when a unix-seconds expiry is reached.
+fn deadline_of(expires_at: Option<u64>) -> Instant {
+    match expires_at {
+        None => far_future(),
+        Some(at) => {
+            let now = now_unix_s();
+            Instant::now() + Duration::from_secs(at.saturating_sub(now))
+        }
+    }
+}
+
+async fn read_loop(session: &mut Session, mut stream: SplitStream<WebSocket>, st: &Arc<EdgeState>, handle: &Arc<ConnHandle>) {
+    let idle = st.config.idle_timeout;
+    let mut idle_deadline = Instant::now() + idle;
+    let mut expiry = session.expires_at();
+    let mut expiry_deadline = deadline_of(expiry);
+    loop {
+        tokio::select! {
+            biased;
+            () = st.shutdown.cancelled() => {
+                handle.request_close(CloseRequest::SERVER_RESTART);
+                return;
+            }
+            () = handle.closed() => return,
+            () = sleep_until(idle_deadline) => {
+                handle.request_close(CloseRequest::IDLE_TIMEOUT);
+                return;
+            }
+            () = sleep_until(expiry_deadline) => {
+                token_expired(handle);
+                return;
+            }
+            msg = stream.next() => {
+                let Some(msg) = msg else { return };
+                let msg = match msg {
+                    Ok(m) => m,
+                    Err(e) => {
+                        if is_capacity_error(&e) {
+                            handle.request_close(CloseRequest::TOO_BIG);
+                        } else {
+                            tracing::debug!(error = %e, "WebSocket read failed.");
+                        }
+                        return;
+                    }
+                };
+                // Any inbound frame, pings included, counts as activity (N5).
+                idle_deadline = Instant::now() + idle;
+                st.metrics.frames_in.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                match msg {
+                    Message::Binary(b) if b.is_empty() => {
+                        // Heartbeat: echo, and enforce client-token expiry here too (N5, N27).
+                        if session.expires_at().is_some_and(|at| at <= now_unix_s()) {
+                            token_expired(handle);
+                            return;
+                        }
+                        handle.push(Bytes::new());
+                    }
+                    Message::Binary(b) => match ClientFrame::decode(&b) {
+                        Ok(frame) => session.handle(frame).await,
+                        Err(e) => session.invalid_frame(&e),
+                    },
+                    Message::Text(_) => session.invalid_frame(&DecodeError {
+                        hint: "text frames are not supported; send MessagePack in binary frames",
+                        topic: None,
+                        msg_ref: None,
+                    }),
+                    Message::Close(_) => return,
+                    Message::Ping(_) | Message::Pong(_) => {}
+                }
+                if session.expires_at() != expiry {
+                    expiry = session.expires_at();
+                    expiry_deadline = deadline_of(expiry);
+                }
+            }
+        }
+    }
+}
+
+fn token_expired(handle: &ConnHandle) {
+    handle.push(skua_protocol::ServerFrame::Disconnect { reason: skua_protocol::codes::reason::TOKEN_EXPIRED }.encode());
+    handle.request_close(CloseRequest::TOKEN_EXPIRED);
+}
+
+fn is_capacity_error(e: &axum::Error) -> bool {
+    let mut src: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = src {
+        let s = err.to_string();
+        if s.contains("Space limit exceeded") || s.contains("too long") || s.contains("Message too long") {
+            return true;
+        }
+        src = err.source();
+    }
+    false
+}
+
+async fn write_loop(mut sink: SplitSink<WebSocket, Message>, mut outbox: Outbox, handle: Arc<ConnHandle>, close_timeout: Duration) {
+    loop {
+        tokio::select! {
+            biased;
+            () = handle.closed() => break,
+            f = outbox.recv(&handle) => {
+                let Some(first) = f else { break };
+                let sent = tokio::select! {
+                    biased;
+                    () = handle.closed() => break,
+                    r = send_batch(&mut sink, &mut outbox, &handle, first) => r,
+                };
+                if sent.is_err() {
+                    handle.request_close(CloseRequest::GONE);
+                    break;
+                }
+            }
+        }
+    }
+    let req = handle.close_requested().unwrap_or(CloseRequest::GONE);
+    let _ = tokio::time::timeout(close_timeout, async {
+        if req != CloseRequest::GONE {
+            // Frames queued before the close (a `disconnect` before 4003) still go out, except
+            // to a slow consumer, whose queue is what overflowed.
+            if req != CloseRequest::SLOW_CONSUMER {
+                while let Some(f) = outbox.try_recv(&handle) {
+                    if sink.feed(Message::Binary(f)).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            let frame = CloseFrame { code: req.code, reason: req.reason.into() };
+            let _ = sink.send(Message::Close(Some(frame))).await;
+        }
+        let _ = sink.close().await;
+    })
+    .await;
+}
+
+async fn send_batch(
+    sink: &mut SplitSink<WebSocket, Message>,
+    outbox: &mut Outbox,
+    handle: &ConnHandle,
+    first: Bytes,
+) -> Result<(), axum::Error> {
+    sink.feed(Message::Binary(first)).await?;
+    for _ in 1..WRITE_BATCH {
+        let Some(f) = outbox.try_recv(handle) else { break };
+        sink.feed(Message::Binary(f)).await?;
+    }
+    sink.flush().await
+}
