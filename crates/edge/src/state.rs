@@ -42,10 +42,14 @@ pub struct EdgeState {
     pub hub: Arc<Hub>,
     /// Counters.
     pub metrics: Arc<Metrics>,
-    /// Every task of this node; waited for on shutdown.
+    /// Connection tasks; waited for on shutdown.
     pub tracker: TaskTracker,
+    /// Node-level tasks (the hub's dispatcher); stopped after connections drained.
+    pub background: TaskTracker,
     /// Cancelled when the node starts draining.
     pub shutdown: CancellationToken,
+    /// Cancelled once connections have drained: stops the hub's dispatcher.
+    pub dispatcher_stop: CancellationToken,
     draining: AtomicBool,
     next_conn: AtomicU64,
     next_envelope: AtomicU64,
@@ -74,9 +78,11 @@ impl EdgeState {
     ) -> Arc<Self> {
         let metrics = Arc::new(Metrics::default());
         let hub = Arc::new(Hub::new(backends.bus, metrics.clone(), config.max_retained_per_topic));
-        // The dispatcher outlives the drain: it stops when the bus closes or the tracker's
-        // owner cancels the child token after connections are gone.
-        tracker.spawn(hub.clone().run_dispatcher(backends.bus_deliveries, shutdown.child_token()));
+        // The dispatcher outlives the drain (closing sessions still publish their presence
+        // leaves); it stops when the bus closes or `dispatcher_stop` is cancelled.
+        let dispatcher_stop = CancellationToken::new();
+        let background = TaskTracker::new();
+        background.spawn(hub.clone().run_dispatcher(backends.bus_deliveries, dispatcher_stop.clone()));
         let mut h = std::collections::hash_map::DefaultHasher::new();
         node.hash(&mut h);
         Arc::new(Self {
@@ -90,7 +96,9 @@ impl EdgeState {
             hub,
             metrics,
             tracker,
+            background,
             shutdown,
+            dispatcher_stop,
             draining: AtomicBool::new(false),
             next_conn: AtomicU64::new(1),
             next_envelope: AtomicU64::new(1),

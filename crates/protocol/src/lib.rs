@@ -15,7 +15,9 @@ pub mod filters;
 pub mod msgpack;
 pub mod server;
 
-pub use client::{AuthFrame, ClientFrame, ClientIdField, DecodeError, PublishFrame, SubscribeFrame};
+pub use client::{
+    AuthFrame, ClientFrame, ClientIdField, DecodeError, PublishFrame, SubscribeFrame,
+};
 pub use filters::{FilterError, FilterSpec};
 pub use server::{
     ErrorFrame, LobbyRoomSnapshot, MessageFrame, PresenceEntryRef, PresenceEventKind,

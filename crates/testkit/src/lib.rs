@@ -1,6 +1,13 @@
 //! Test harness for Skua (a dev-dependency, used only from `tests/`).
 //!
+//! - [`server`]: [`TestServer`], a real node in process on port 0, plus token helpers;
+//! - [`client`]: [`WsClient`], a raw protocol client, and [`Frame`], a decoded server frame;
 //! - [`conformance`]: behavioural suites for the bus, presence and store slots: test bodies
 //!   plus macros that turn them into tests for one implementation.
 
+pub mod client;
 pub mod conformance;
+pub mod server;
+
+pub use client::{Event, Frame, WsClient, encode};
+pub use server::{TestServer, dev_jwt, jwt_with_secret, now_s};

@@ -1,0 +1,660 @@
+//! [`InProcessBus`]: the embedded bus, for nodes that live in one process.
+//!
+//! One [`InProcessBus`] is the shared "broker": a routing table behind a `std::sync::Mutex`.
+//! [`InProcessBus::connect`] gives a node its [`Bus`] handle and the receiving end of its own
+//! bounded delivery channel. How it keeps the [`Bus`] contract:
+//!
+//! - **Delivery, one plain copy, groups**: `publish` computes the targets of an envelope under
+//!   the lock (a node's `Topic` and `TopicKey` subscriptions collapse into one [`Route::Plain`]
+//!   target; each group picks one member, round robin) and sends after releasing it.
+//! - **Order and retain**: every channel (topic address, or room for presence events) has an
+//!   async *turn* lock. `publish` holds its channel's turn from routing until the last send, and
+//!   `subscribe` holds it from recording the subscription until the retained replay is queued. So
+//!   publications on one channel reach every node in one order, and a replay reaches a node before
+//!   any live publication routed after its subscription existed: a node never sees an older
+//!   retained copy after a newer live one.
+//! - **Retained messages** are replayed to new `Topic` and `TopicKey` subscriptions only, never
+//!   to `Group` subscriptions: a replay to a group member would give that group a second copy of a
+//!   publication it already consumed (contract 3), and MQTT v5 §4.8.2 likewise sends no retained
+//!   messages to shared subscriptions. At most `max_retained` (topic, filter key) pairs are kept;
+//!   see [`InProcessBus::with_max_retained`].
+//! - **Backpressure**: `publish` awaits each full receiver; nothing is dropped and nothing is
+//!   buffered without bound. A node whose receiver was dropped is removed with its subscriptions;
+//!   deliveries to it are discarded and are not an error for the publisher.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use async_trait::async_trait;
+use skua_core::{
+    Bus, BusDelivery, BusError, BusSubscription, Envelope, GroupKey, NodeId, RoomKey, Route, TopicAddress,
+};
+use tokio::sync::{Mutex as TurnLock, mpsc};
+use tracing::{debug, warn};
+
+/// Default bound on retained (topic, filter key) pairs: see [`InProcessBus::with_max_retained`].
+pub const DEFAULT_MAX_RETAINED: usize = 100_000;
+
+/// The in-process bus: a clonable handle onto one routing table shared by every node connected
+/// to it. See the [module docs](self) for how it keeps the [`Bus`] contract.
+#[derive(Clone)]
+pub struct InProcessBus {
+    shared: Arc<Shared>,
+}
+
+impl InProcessBus {
+    /// A bus that keeps up to [`DEFAULT_MAX_RETAINED`] retained publications.
+    pub fn new() -> Self {
+        Self::with_max_retained(DEFAULT_MAX_RETAINED)
+    }
+
+    /// A bus that keeps up to `max_retained` retained publications, one per (topic address,
+    /// filter key). A retained publication replacing a kept one is always stored. When the store
+    /// is full, a retained publication for a *new* (topic, filter key) is still delivered live
+    /// but not kept, so later subscribers do not get it replayed; refusals are counted and logged
+    /// at WARN on the 1st, 2nd, 4th, 8th, … occurrence. Kept publications are never evicted:
+    /// the bus cannot know which of them still matter.
+    pub fn with_max_retained(max_retained: usize) -> Self {
+        Self { shared: Arc::new(Shared { state: Mutex::new(State::default()), max_retained }) }
+    }
+
+    /// Connects a node: returns its [`Bus`] handle and its delivery receiver, which holds at most
+    /// `capacity` undelivered envelopes (at least 1). When it is full, publishers targeting this
+    /// node wait in `publish`.
+    ///
+    /// Each call makes an independent node, even for a `node` id already connected. Dropping the
+    /// handle removes the node's subscriptions; dropping the receiver makes the bus remove the
+    /// node the next time it delivers to it.
+    pub fn connect(&self, node: NodeId, capacity: usize) -> (Arc<dyn Bus>, mpsc::Receiver<BusDelivery>) {
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        let slot = {
+            let mut state = self.shared.lock();
+            let slot = state.next_slot;
+            state.next_slot += 1;
+            state.nodes.insert(slot, NodeEntry { node: node.clone(), tx, subs: HashSet::new() });
+            slot
+        };
+        debug!(%node, slot, "Node connected to the in-process bus.");
+        (Arc::new(NodeHandle { shared: self.shared.clone(), slot, node }), rx)
+    }
+
+    /// How many retained publications are kept.
+    pub fn retained_len(&self) -> usize {
+        self.shared.lock().retained_len
+    }
+
+    /// How many retained publications for a new (topic, filter key) were not kept because the
+    /// retained store was full.
+    pub fn retained_refused(&self) -> u64 {
+        self.shared.lock().retained_refused
+    }
+}
+
+impl Default for InProcessBus {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for InProcessBus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.shared.lock();
+        f.debug_struct("InProcessBus")
+            .field("nodes", &state.nodes.len())
+            .field("retained", &state.retained_len)
+            .field("max_retained", &self.shared.max_retained)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Identifies one connected node inside the routing table.
+type Slot = u64;
+
+struct Shared {
+    /// `std::sync::Mutex`, not tokio's: every critical section edits or reads the routing table
+    /// and never awaits. Senders are cloned out before any `send().await`.
+    state: Mutex<State>,
+    max_retained: usize,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // No code panics while holding the lock, and every section leaves the tables consistent
+        // before anything that could panic, so a poisoned table is still a valid one.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[derive(Default)]
+struct State {
+    next_slot: Slot,
+    nodes: HashMap<Slot, NodeEntry>,
+    topics: HashMap<TopicAddress, Channel>,
+    rooms: HashMap<RoomKey, Channel>,
+    retained_len: usize,
+    retained_refused: u64,
+}
+
+struct NodeEntry {
+    node: NodeId,
+    tx: mpsc::Sender<BusDelivery>,
+    /// The source of truth for idempotence; the channels' sets mirror it.
+    subs: HashSet<BusSubscription>,
+}
+
+/// Everything routed through one topic address (publications) or one room (presence events).
+#[derive(Default)]
+struct Channel {
+    /// Held across routing and sending; see the module docs. Replaced (never shared) when the
+    /// channel is dropped and made again, so holders check `Arc::ptr_eq` after acquiring it.
+    turn: Arc<TurnLock<()>>,
+    /// `Topic` (or `Presence`) subscribers.
+    all: HashSet<Slot>,
+    /// `TopicKey` subscribers by filter key.
+    keys: HashMap<String, HashSet<Slot>>,
+    /// `Group` subscribers by group name.
+    groups: HashMap<Arc<str>, Group>,
+    /// The last unfiltered retained publication.
+    retained_plain: Option<Arc<Envelope>>,
+    /// The last retained publication per filter key.
+    retained_keys: HashMap<String, Arc<Envelope>>,
+}
+
+impl Channel {
+    fn is_unused(&self) -> bool {
+        self.all.is_empty()
+            && self.keys.is_empty()
+            && self.groups.is_empty()
+            && self.retained_plain.is_none()
+            && self.retained_keys.is_empty()
+    }
+
+    fn add(&mut self, slot: Slot, want: Want<'_>) {
+        match want {
+            Want::All => {
+                self.all.insert(slot);
+            }
+            Want::Key(key) => {
+                self.keys.entry(key.to_owned()).or_default().insert(slot);
+            }
+            Want::Group(key) => {
+                let group = self.groups.entry(key.group.clone()).or_insert_with(|| Group {
+                    key: key.clone(),
+                    members: Vec::new(),
+                    next: 0,
+                });
+                // The node's `subs` set already refused a second subscription of this group.
+                group.members.push(slot);
+            }
+        }
+    }
+
+    fn remove(&mut self, slot: Slot, want: Want<'_>) {
+        match want {
+            Want::All => {
+                self.all.remove(&slot);
+            }
+            Want::Key(key) => {
+                if let Some(set) = self.keys.get_mut(key) {
+                    set.remove(&slot);
+                    if set.is_empty() {
+                        self.keys.remove(key);
+                    }
+                }
+            }
+            Want::Group(key) => {
+                if let Some(group) = self.groups.get_mut(&key.group) {
+                    group.members.retain(|&member| member != slot);
+                    if group.members.is_empty() {
+                        self.groups.remove(&key.group);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The retained publications a new subscription `want` gets replayed.
+    fn replay_for(&self, want: Want<'_>) -> Vec<Arc<Envelope>> {
+        match want {
+            Want::All => self.retained_plain.iter().chain(self.retained_keys.values()).cloned().collect(),
+            Want::Key(key) => self.retained_keys.get(key).cloned().into_iter().collect(),
+            Want::Group(_) => Vec::new(),
+        }
+    }
+}
+
+/// The members of one load-balanced group, in subscribe order, and whose turn is next.
+struct Group {
+    key: GroupKey,
+    members: Vec<Slot>,
+    next: usize,
+}
+
+/// Which channel a subscription or an envelope belongs to.
+#[derive(Clone, Copy)]
+enum ChannelRef<'a> {
+    Topic(&'a TopicAddress),
+    Room(&'a RoomKey),
+}
+
+/// What a subscription selects inside its channel.
+#[derive(Clone, Copy)]
+enum Want<'a> {
+    All,
+    Key(&'a str),
+    Group(&'a GroupKey),
+}
+
+fn split(sub: &BusSubscription) -> (ChannelRef<'_>, Want<'_>) {
+    match sub {
+        BusSubscription::Topic(topic) => (ChannelRef::Topic(topic), Want::All),
+        BusSubscription::TopicKey(topic, key) => (ChannelRef::Topic(topic), Want::Key(key)),
+        BusSubscription::Group(group) => (ChannelRef::Topic(&group.topic), Want::Group(group)),
+        BusSubscription::Presence(room) => (ChannelRef::Room(room), Want::All),
+    }
+}
+
+fn channel<'s>(
+    topics: &'s mut HashMap<TopicAddress, Channel>,
+    rooms: &'s mut HashMap<RoomKey, Channel>,
+    at: ChannelRef<'_>,
+) -> Option<&'s mut Channel> {
+    match at {
+        ChannelRef::Topic(topic) => topics.get_mut(topic),
+        ChannelRef::Room(room) => rooms.get_mut(room),
+    }
+}
+
+impl State {
+    fn channel_mut(&mut self, at: ChannelRef<'_>) -> Option<&mut Channel> {
+        channel(&mut self.topics, &mut self.rooms, at)
+    }
+
+    /// The channel's turn lock, making the channel if it does not exist.
+    fn turn_of(&mut self, at: ChannelRef<'_>) -> Arc<TurnLock<()>> {
+        let channel = match at {
+            ChannelRef::Topic(topic) => self.topics.entry(topic.clone()).or_default(),
+            ChannelRef::Room(room) => self.rooms.entry(room.clone()).or_default(),
+        };
+        channel.turn.clone()
+    }
+
+    fn drop_if_unused(&mut self, at: ChannelRef<'_>) {
+        let unused = self.channel_mut(at).is_some_and(|c| c.is_unused());
+        if unused {
+            match at {
+                ChannelRef::Topic(topic) => self.topics.remove(topic),
+                ChannelRef::Room(room) => self.rooms.remove(room),
+            };
+        }
+    }
+
+    fn remove_node(&mut self, slot: Slot) {
+        let Some(entry) = self.nodes.remove(&slot) else { return };
+        for sub in &entry.subs {
+            let (at, want) = split(sub);
+            if let Some(c) = self.channel_mut(at) {
+                c.remove(slot, want);
+            }
+            self.drop_if_unused(at);
+        }
+        debug!(node = %entry.node, slot, "Node left the in-process bus.");
+    }
+
+    /// Keeps `envelope` as the retained publication of its (topic, filter key), if there is room.
+    fn retain(&mut self, at: ChannelRef<'_>, filter: Option<&str>, envelope: &Arc<Envelope>, max: usize) {
+        let Some(c) = channel(&mut self.topics, &mut self.rooms, at) else { return };
+        let slot = match filter {
+            None => c.retained_plain.as_mut(),
+            Some(key) => c.retained_keys.get_mut(key),
+        };
+        if let Some(kept) = slot {
+            *kept = envelope.clone();
+            return;
+        }
+        if self.retained_len >= max {
+            self.retained_refused += 1;
+            if self.retained_refused.is_power_of_two() {
+                warn!(max_retained = max, refused = self.retained_refused, "Retained store full; publication delivered live but not kept.");
+            }
+            return;
+        }
+        match filter {
+            None => c.retained_plain = Some(envelope.clone()),
+            Some(key) => {
+                c.retained_keys.insert(key.to_owned(), envelope.clone());
+            }
+        }
+        self.retained_len += 1;
+    }
+
+    /// Every delivery of a live envelope on channel `at`, as (sender, route, receiving node).
+    fn targets(&mut self, at: ChannelRef<'_>, filter: Option<&str>) -> Vec<(mpsc::Sender<BusDelivery>, Route, Slot)> {
+        let State { nodes, topics, rooms, .. } = self;
+        let Some(c) = channel(topics, rooms, at) else { return Vec::new() };
+        let keyed = filter.and_then(|key| c.keys.get(key));
+        let mut targets = Vec::with_capacity(c.all.len() + keyed.map_or(0, HashSet::len) + c.groups.len());
+        let mut push = |slot: Slot, route: Route| {
+            if let Some(node) = nodes.get(&slot) {
+                targets.push((node.tx.clone(), route, slot));
+            }
+        };
+        for &slot in &c.all {
+            push(slot, Route::Plain);
+        }
+        // A node with both a `Topic` and a matching `TopicKey` subscription gets one copy.
+        for &slot in keyed.into_iter().flatten().filter(|slot| !c.all.contains(slot)) {
+            push(slot, Route::Plain);
+        }
+        for group in c.groups.values_mut() {
+            // Round robin, passing over members whose receiver is gone so that a live member
+            // gets the publication.
+            let len = group.members.len();
+            let pick = (0..len).map(|i| group.members[(group.next + i) % len]).enumerate().find(|(_, slot)| {
+                nodes.get(slot).is_some_and(|node| !node.tx.is_closed())
+            });
+            if let Some((skipped, slot)) = pick {
+                group.next = (group.next + skipped + 1) % len;
+                push(slot, Route::Group(group.key.clone()));
+            }
+        }
+        targets
+    }
+}
+
+/// One node's [`Bus`] handle.
+struct NodeHandle {
+    shared: Arc<Shared>,
+    slot: Slot,
+    node: NodeId,
+}
+
+impl NodeHandle {
+    fn forget_nodes(&self, gone: &[Slot]) {
+        let mut state = self.shared.lock();
+        for &slot in gone {
+            state.remove_node(slot);
+        }
+    }
+}
+
+impl Drop for NodeHandle {
+    fn drop(&mut self) {
+        self.shared.lock().remove_node(self.slot);
+    }
+}
+
+#[async_trait]
+impl Bus for NodeHandle {
+    /// Delivers `envelope` to every matching node, waiting while a receiver is full.
+    ///
+    /// # Errors
+    /// None: a node whose receiver was dropped is removed and skipped.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropped after the first send, some nodes have the envelope and others
+    /// never get it (still at most once). A retained publication is kept once routing started.
+    async fn publish(&self, envelope: Arc<Envelope>) -> Result<(), BusError> {
+        let (at, filter, retain) = match &*envelope {
+            Envelope::Publication(p) => (ChannelRef::Topic(&p.topic), p.filter.as_deref(), p.retain),
+            Envelope::Presence(e) => (ChannelRef::Room(&e.room), None, false),
+        };
+        loop {
+            let turn = {
+                let mut state = self.shared.lock();
+                match state.channel_mut(at) {
+                    Some(c) => c.turn.clone(),
+                    // No subscriber and nothing to keep.
+                    None if !retain => return Ok(()),
+                    None => state.turn_of(at),
+                }
+            };
+            let _turn = turn.lock().await;
+            let targets = {
+                let mut state = self.shared.lock();
+                let current = state.channel_mut(at).is_some_and(|c| Arc::ptr_eq(&c.turn, &turn));
+                if !current {
+                    // The channel was dropped and made again while we waited for its turn.
+                    continue;
+                }
+                if retain {
+                    state.retain(at, filter, &envelope, self.shared.max_retained);
+                }
+                state.targets(at, filter)
+            };
+            let mut gone = Vec::new();
+            for (tx, route, slot) in targets {
+                let delivery = BusDelivery { envelope: envelope.clone(), route, retained_replay: false };
+                if tx.send(delivery).await.is_err() {
+                    gone.push(slot);
+                }
+            }
+            if !gone.is_empty() {
+                self.forget_nodes(&gone);
+            }
+            return Ok(());
+        }
+    }
+
+    /// Records the subscription, then queues the retained publications it matches (none for a
+    /// group), waiting while this node's own receiver is full.
+    ///
+    /// # Errors
+    /// [`BusError::Closed`] when this node's receiver was dropped; the node is removed.
+    async fn subscribe(&self, sub: &BusSubscription) -> Result<(), BusError> {
+        let (at, want) = split(sub);
+        loop {
+            let turn = {
+                let mut state = self.shared.lock();
+                let Some(node) = state.nodes.get(&self.slot) else { return Err(BusError::Closed) };
+                if node.subs.contains(sub) {
+                    return Ok(());
+                }
+                if node.tx.is_closed() {
+                    state.remove_node(self.slot);
+                    return Err(BusError::Closed);
+                }
+                state.turn_of(at)
+            };
+            let _turn = turn.lock().await;
+            let (tx, replay) = {
+                let mut state = self.shared.lock();
+                if !state.nodes.contains_key(&self.slot) {
+                    state.drop_if_unused(at);
+                    return Err(BusError::Closed);
+                }
+                let State { nodes, topics, rooms, .. } = &mut *state;
+                let Some(node) = nodes.get_mut(&self.slot) else { return Err(BusError::Closed) };
+                let Some(c) = channel(topics, rooms, at).filter(|c| Arc::ptr_eq(&c.turn, &turn)) else {
+                    continue;
+                };
+                if !node.subs.insert(sub.clone()) {
+                    return Ok(());
+                }
+                c.add(self.slot, want);
+                (node.tx.clone(), Vec::new())
+            };
+            debug!(node = %self.node, ?sub, replayed = replay.len(), "Subscribed.");
+            for envelope in replay {
+                let delivery = BusDelivery { envelope, route: Route::Plain, retained_replay: true };
+                if tx.send(delivery).await.is_err() {
+                    self.forget_nodes(&[self.slot]);
+                    return Err(BusError::Closed);
+                }
+            }
+            return Ok(());
+        }
+    }
+
+    /// Removes the subscription; `Ok` when it did not exist.
+    ///
+    /// # Errors
+    /// None.
+    async fn unsubscribe(&self, sub: &BusSubscription) -> Result<(), BusError> {
+        let (at, want) = split(sub);
+        let mut state = self.shared.lock();
+        let removed = state.nodes.get_mut(&self.slot).is_some_and(|node| node.subs.remove(sub));
+        if removed {
+            if let Some(c) = state.channel_mut(at) {
+                c.remove(self.slot, want);
+            }
+            state.drop_if_unused(at);
+            debug!(node = %self.node, ?sub, "Unsubscribed.");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use skua_core::{ActorId, AppId, ConnId, EnvelopeId, ProjectId, Publication};
+    use tokio::time::timeout;
+
+    use super::*;
+
+    fn topic(name: &str) -> TopicAddress {
+        let room = RoomKey {
+            project: ProjectId::parse("p").unwrap(),
+            app: AppId::parse("a").unwrap(),
+            room: Arc::from("r"),
+        };
+        TopicAddress { room, topic: Arc::from(name) }
+    }
+
+    fn publication(topic: &TopicAddress, filter: Option<&str>, n: u64, retain: bool) -> Arc<Envelope> {
+        Arc::new(Envelope::Publication(Publication {
+            id: EnvelopeId(u128::from(n)),
+            topic: topic.clone(),
+            filter: filter.map(str::to_owned),
+            publisher: ActorId::parse("alice").unwrap(),
+            publisher_conn: ConnId(1),
+            node: NodeId::parse("n1").unwrap(),
+            timestamp_ms: 0,
+            msg_id: None,
+            retain,
+            qos: 0,
+            data: Bytes::from(n.to_string()),
+        }))
+    }
+
+    fn data(d: &BusDelivery) -> String {
+        match &*d.envelope {
+            Envelope::Publication(p) => String::from_utf8_lossy(&p.data).into_owned(),
+            Envelope::Presence(_) => "presence".to_owned(),
+        }
+    }
+
+    fn node(name: &str) -> NodeId {
+        NodeId::parse(name).unwrap()
+    }
+
+    #[tokio::test]
+    async fn publish_waits_for_a_full_receiver_and_drops_nothing() {
+        let bus = InProcessBus::new();
+        let (a, _a_rx) = bus.connect(node("a"), 1);
+        let (b, mut b_rx) = bus.connect(node("b"), 1);
+        let t = topic("t");
+        b.subscribe(&BusSubscription::Topic(t.clone())).await.unwrap();
+        a.publish(publication(&t, None, 1, false)).await.unwrap();
+        let second = a.publish(publication(&t, None, 2, false));
+        tokio::pin!(second);
+        assert!(timeout(Duration::from_millis(50), &mut second).await.is_err(), "publish must wait while full");
+        assert_eq!(data(&b_rx.recv().await.unwrap()), "1");
+        timeout(Duration::from_secs(5), second).await.expect("publish resumes once there is room").unwrap();
+        assert_eq!(data(&b_rx.recv().await.unwrap()), "2");
+    }
+
+    #[tokio::test]
+    async fn dropped_receiver_is_skipped_and_removed() {
+        let bus = InProcessBus::new();
+        let (a, _a_rx) = bus.connect(node("a"), 4);
+        let (b, b_rx) = bus.connect(node("b"), 1);
+        let (c, mut c_rx) = bus.connect(node("c"), 4);
+        let t = topic("t");
+        b.subscribe(&BusSubscription::Topic(t.clone())).await.unwrap();
+        c.subscribe(&BusSubscription::Topic(t.clone())).await.unwrap();
+        drop(b_rx);
+        for n in 0..3 {
+            a.publish(publication(&t, None, n, false)).await.unwrap();
+        }
+        for n in 0..3 {
+            assert_eq!(data(&c_rx.recv().await.unwrap()), n.to_string());
+        }
+        assert!(matches!(b.subscribe(&BusSubscription::Topic(topic("u"))).await, Err(BusError::Closed)));
+        assert_eq!(bus.shared.lock().nodes.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn dropping_a_handle_removes_its_subscriptions_and_closes_its_receiver() {
+        let bus = InProcessBus::new();
+        let (a, mut a_rx) = bus.connect(node("a"), 4);
+        a.subscribe(&BusSubscription::Topic(topic("t"))).await.unwrap();
+        a.subscribe(&BusSubscription::Presence(topic("t").room)).await.unwrap();
+        drop(a);
+        assert!(a_rx.recv().await.is_none());
+        let state = bus.shared.lock();
+        assert!(state.nodes.is_empty() && state.topics.is_empty() && state.rooms.is_empty());
+    }
+
+    #[tokio::test]
+    async fn group_passes_over_a_member_whose_receiver_is_gone() {
+        let bus = InProcessBus::new();
+        let (a, _a_rx) = bus.connect(node("a"), 4);
+        let (b, b_rx) = bus.connect(node("b"), 4);
+        let (c, mut c_rx) = bus.connect(node("c"), 8);
+        let t = topic("t");
+        let group = BusSubscription::Group(GroupKey { topic: t.clone(), group: Arc::from("g") });
+        b.subscribe(&group).await.unwrap();
+        c.subscribe(&group).await.unwrap();
+        drop(b_rx);
+        for n in 0..4 {
+            a.publish(publication(&t, None, n, false)).await.unwrap();
+        }
+        for n in 0..4 {
+            assert_eq!(data(&c_rx.recv().await.unwrap()), n.to_string());
+        }
+    }
+
+    #[tokio::test]
+    async fn full_retained_store_keeps_replacing_but_refuses_new_keys() {
+        let bus = InProcessBus::with_max_retained(2);
+        let (a, _a_rx) = bus.connect(node("a"), 4);
+        let (b, mut b_rx) = bus.connect(node("b"), 8);
+        let t = topic("t");
+        a.publish(publication(&t, Some("k1"), 1, true)).await.unwrap();
+        a.publish(publication(&t, Some("k2"), 2, true)).await.unwrap();
+        a.publish(publication(&t, Some("k3"), 3, true)).await.unwrap();
+        a.publish(publication(&t, Some("k1"), 4, true)).await.unwrap();
+        assert_eq!((bus.retained_len(), bus.retained_refused()), (2, 1));
+        b.subscribe(&BusSubscription::Topic(t.clone())).await.unwrap();
+        let mut replayed = vec![data(&b_rx.recv().await.unwrap()), data(&b_rx.recv().await.unwrap())];
+        replayed.sort();
+        assert_eq!(replayed, ["2", "4"]);
+        assert!(b_rx.try_recv().is_err());
+    }
+
+    #[tokio::test]
+    async fn unused_channels_are_dropped() {
+        let bus = InProcessBus::new();
+        let (a, _a_rx) = bus.connect(node("a"), 4);
+        let t = topic("t");
+        let subs = [
+            BusSubscription::Topic(t.clone()),
+            BusSubscription::TopicKey(t.clone(), "k".to_owned()),
+            BusSubscription::Group(GroupKey { topic: t.clone(), group: Arc::from("g") }),
+            BusSubscription::Presence(t.room.clone()),
+        ];
+        for sub in &subs {
+            a.subscribe(sub).await.unwrap();
+        }
+        for sub in &subs {
+            a.unsubscribe(sub).await.unwrap();
+        }
+        let state = bus.shared.lock();
+        assert!(state.topics.is_empty() && state.rooms.is_empty());
+    }
+}

@@ -1,0 +1,126 @@
+//! [`MemoryPresence`]: room presence in this process's memory.
+//!
+//! One map from room to actor to entry, behind one `std::sync::Mutex`: every operation is one
+//! short critical section with no `.await`, which makes each operation atomic (contract 6) for
+//! every handle in the process. "Across nodes" holds only for nodes sharing this process, which
+//! is the single-node deployment this backend is for.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use skua_core::{ActorId, ConnRef, NodeId, Presence, PresenceChange, PresenceEntry, PresenceError, RoomKey};
+
+/// In-memory presence. Cheap to create; share one instance (behind an `Arc`) among all users.
+#[derive(Default)]
+pub struct MemoryPresence {
+    /// `std::sync::Mutex`: every section is a few map operations and never awaits.
+    rooms: Mutex<HashMap<RoomKey, HashMap<ActorId, Entry>>>,
+}
+
+/// One actor's entry in one room.
+struct Entry {
+    data: Bytes,
+    joined_at: u64,
+    /// Never empty: the entry goes with its last connection.
+    conns: HashSet<ConnRef>,
+}
+
+impl MemoryPresence {
+    /// An empty presence store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<RoomKey, HashMap<ActorId, Entry>>> {
+        // No code panics while holding the lock, so a poisoned map is still consistent.
+        self.rooms.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl fmt::Debug for MemoryPresence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryPresence").field("rooms", &self.lock().len()).finish()
+    }
+}
+
+#[async_trait]
+impl Presence for MemoryPresence {
+    /// # Errors
+    /// None.
+    async fn announce(
+        &self,
+        room: &RoomKey,
+        actor: &ActorId,
+        conn: &ConnRef,
+        data: Bytes,
+        now_unix_s: u64,
+    ) -> Result<PresenceChange, PresenceError> {
+        let mut rooms = self.lock();
+        let actors = match rooms.get_mut(room) {
+            Some(actors) => actors,
+            None => rooms.entry(room.clone()).or_default(),
+        };
+        if let Some(entry) = actors.get_mut(actor) {
+            entry.data = data;
+            if !entry.conns.contains(conn) {
+                entry.conns.insert(conn.clone());
+            }
+            return Ok(PresenceChange::Update);
+        }
+        actors.insert(actor.clone(), Entry { data, joined_at: now_unix_s, conns: HashSet::from([conn.clone()]) });
+        Ok(PresenceChange::Join)
+    }
+
+    /// # Errors
+    /// None.
+    async fn remove(&self, room: &RoomKey, actor: &ActorId, conn: &ConnRef) -> Result<bool, PresenceError> {
+        let mut rooms = self.lock();
+        let Some(actors) = rooms.get_mut(room) else { return Ok(false) };
+        let Some(entry) = actors.get_mut(actor) else { return Ok(false) };
+        if !entry.conns.remove(conn) || !entry.conns.is_empty() {
+            return Ok(false);
+        }
+        actors.remove(actor);
+        if actors.is_empty() {
+            rooms.remove(room);
+        }
+        Ok(true)
+    }
+
+    /// # Errors
+    /// None.
+    async fn list(&self, room: &RoomKey) -> Result<Vec<PresenceEntry>, PresenceError> {
+        let rooms = self.lock();
+        let entries = rooms.get(room).into_iter().flatten().map(|(actor, entry)| PresenceEntry {
+            actor: actor.clone(),
+            data: entry.data.clone(),
+            joined_at: entry.joined_at,
+        });
+        Ok(entries.collect())
+    }
+
+    /// Scans every entry: node failure is rare, and a per-node index would cost every
+    /// announce and remove.
+    ///
+    /// # Errors
+    /// None.
+    async fn remove_node(&self, node: &NodeId) -> Result<Vec<(RoomKey, ActorId)>, PresenceError> {
+        let mut rooms = self.lock();
+        let mut gone = Vec::new();
+        rooms.retain(|room, actors| {
+            actors.retain(|actor, entry| {
+                entry.conns.retain(|conn| conn.node != *node);
+                let keep = !entry.conns.is_empty();
+                if !keep {
+                    gone.push((room.clone(), actor.clone()));
+                }
+                keep
+            });
+            !actors.is_empty()
+        });
+        Ok(gone)
+    }
+}

@@ -1,0 +1,285 @@
+//! `skua serve` settings: compiled-in defaults (`config/default.toml`), then the `--config`
+//! file, then `SKUA_*` environment variables and flags (clap reads both; flags win).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Args;
+use serde::Deserialize;
+use skua_core::NodeId;
+use skua_edge::EdgeConfig;
+
+use crate::duration;
+
+/// The compiled-in defaults, which double as the settings' documentation.
+pub const DEFAULT_TOML: &str = include_str!("../../../config/default.toml");
+
+/// Every setting, as a flag (with its `SKUA_*` variable) and as a config-file key.
+#[derive(Debug, Clone, Default, Args, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// HTTP listener: WebSocket at /ws, /healthz, /readyz [default 0.0.0.0:8080].
+    #[arg(long, env = "SKUA_LISTEN")]
+    pub listen: Option<String>,
+    /// Message bus: `memory` [default memory].
+    #[arg(long, env = "SKUA_BUS")]
+    pub bus: Option<String>,
+    /// Presence store: `memory` [default memory].
+    #[arg(long, env = "SKUA_PRESENCE")]
+    pub presence: Option<String>,
+    /// Root of internal topics and key prefixes [default skua].
+    #[arg(long, env = "SKUA_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// This node's name [default random].
+    #[arg(long, env = "SKUA_NODE_ID")]
+    pub node_id: Option<String>,
+    /// Load apps, rooms, lobbies, actors and tokens from this TOML file.
+    #[arg(long, env = "SKUA_FIXTURES")]
+    pub fixtures: Option<PathBuf>,
+    /// Close 4000 after this long without any inbound frame [default 60s].
+    #[arg(long, env = "SKUA_IDLE_TIMEOUT")]
+    pub idle_timeout: Option<String>,
+    /// Publishes per second per connection, also the burst [default 50].
+    #[arg(long, env = "SKUA_RATE_LIMIT")]
+    pub rate_limit: Option<u32>,
+    /// The window the rate limit refills over [default 1s].
+    #[arg(long, env = "SKUA_RATE_LIMIT_WINDOW")]
+    pub rate_limit_window: Option<String>,
+    /// Largest publish `data` in bytes [default 921600].
+    #[arg(long, env = "SKUA_MAX_MESSAGE_SIZE")]
+    pub max_message_size: Option<usize>,
+    /// Outbound queue bound per connection, in frames [default 1024].
+    #[arg(long, env = "SKUA_OUTBOUND_QUEUE_MESSAGES")]
+    pub outbound_queue_messages: Option<usize>,
+    /// Outbound queue bound per connection, in bytes [default 4194304].
+    #[arg(long, env = "SKUA_OUTBOUND_QUEUE_BYTES")]
+    pub outbound_queue_bytes: Option<usize>,
+    /// Most WebSocket connections on this node [default 100000].
+    #[arg(long, env = "SKUA_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
+    /// Most topic plus lobby subscriptions per connection [default 1000].
+    #[arg(long, env = "SKUA_MAX_SUBSCRIPTIONS_PER_CONNECTION")]
+    pub max_subscriptions_per_connection: Option<usize>,
+    /// Most retained messages kept per topic [default 1024].
+    #[arg(long, env = "SKUA_MAX_RETAINED_PER_TOPIC")]
+    pub max_retained_per_topic: Option<usize>,
+    /// How long subscriptions stay restorable after a disconnect [default 24h].
+    #[arg(long, env = "SKUA_RESTORE_TTL")]
+    pub restore_ttl: Option<String>,
+    /// How long connections get to close on shutdown [default 10s].
+    #[arg(long, env = "SKUA_SHUTDOWN_GRACE")]
+    pub shutdown_grace: Option<String>,
+    /// Capacity of the bus → fan-out delivery queue [default 8192].
+    #[arg(long, env = "SKUA_BUS_QUEUE")]
+    pub bus_queue: Option<usize>,
+}
+
+macro_rules! layer {
+    ($lo:expr, $hi:expr; $($f:ident),+) => { $( if $hi.$f.is_some() { $lo.$f = $hi.$f.clone(); } )+ };
+}
+
+impl Settings {
+    /// Lays `over` on top of `self`: every setting `over` has wins.
+    pub fn overlay(&mut self, over: &Settings) {
+        layer!(self, over; listen, bus, presence, namespace, node_id, fixtures, idle_timeout, rate_limit,
+            rate_limit_window, max_message_size, outbound_queue_messages, outbound_queue_bytes, max_connections,
+            max_subscriptions_per_connection, max_retained_per_topic, restore_ttl, shutdown_grace, bus_queue);
+    }
+
+    /// Parses a TOML config file's text.
+    ///
+    /// # Errors
+    /// [`ConfigError::UnknownOrInvalid`] for unknown keys or wrongly typed values.
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::UnknownOrInvalid(e.to_string()))
+    }
+}
+
+/// Why the configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// An unknown key or a value of the wrong type in a config file (exit status 2).
+    #[error("configuration file: {0}")]
+    UnknownOrInvalid(String),
+    /// A value that parses but is not acceptable (exit status 64).
+    #[error("invalid setting {key}: {reason}")]
+    Invalid {
+        /// The setting.
+        key: &'static str,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// The message bus a node uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BusConfig {
+    /// In-process (single node).
+    Memory,
+}
+
+/// The presence store a node uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PresenceConfig {
+    /// In-process (single node).
+    Memory,
+}
+
+/// The effective configuration of one node.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// HTTP listen address.
+    pub listen: SocketAddr,
+    /// Bus backend.
+    pub bus: BusConfig,
+    /// Presence backend.
+    pub presence: PresenceConfig,
+    /// This node.
+    pub node_id: NodeId,
+    /// Fixtures file, if any.
+    pub fixtures: Option<PathBuf>,
+    /// Edge limits and behaviour (namespace included).
+    pub edge: EdgeConfig,
+}
+
+fn dur(key: &'static str, v: Option<&String>) -> Result<std::time::Duration, ConfigError> {
+    let v = v.ok_or(ConfigError::Invalid { key, reason: "missing".into() })?;
+    duration::parse(v).map_err(|reason| ConfigError::Invalid { key, reason })
+}
+
+fn req<T: Clone>(key: &'static str, v: Option<&T>) -> Result<T, ConfigError> {
+    v.cloned().ok_or(ConfigError::Invalid { key, reason: "missing".into() })
+}
+
+fn positive(key: &'static str, v: usize) -> Result<usize, ConfigError> {
+    if v == 0 { Err(ConfigError::Invalid { key, reason: "must be at least 1".into() }) } else { Ok(v) }
+}
+
+impl ServerConfig {
+    /// Resolves layered settings (defaults already applied) into a checked configuration.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the first bad setting.
+    pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
+        let listen = req("listen", s.listen.as_ref())?;
+        let listen: SocketAddr =
+            listen.parse().map_err(|e| ConfigError::Invalid { key: "listen", reason: format!("{listen:?}: {e}") })?;
+        let bus = match req("bus", s.bus.as_ref())?.as_str() {
+            "memory" => BusConfig::Memory,
+            other => {
+                return Err(ConfigError::Invalid {
+                    key: "bus",
+                    reason: format!("{other:?} is not supported by this build; use \"memory\""),
+                });
+            }
+        };
+        let presence = match req("presence", s.presence.as_ref())?.as_str() {
+            "memory" => PresenceConfig::Memory,
+            other => {
+                return Err(ConfigError::Invalid {
+                    key: "presence",
+                    reason: format!("{other:?} is not supported by this build; use \"memory\""),
+                });
+            }
+        };
+        let namespace = req("namespace", s.namespace.as_ref())?;
+        if !skua_core::ids::is_slug(&namespace) {
+            return Err(ConfigError::Invalid { key: "namespace", reason: "1-64 letters, digits, '-' or '_'".into() });
+        }
+        let node_id = match s.node_id.as_deref() {
+            None | Some("") => {
+                let id = uuid::Uuid::new_v4().simple().to_string();
+                NodeId::parse(&format!("node-{}", &id[..12])).map_err(|e| ConfigError::Invalid { key: "node_id", reason: e.to_string() })?
+            }
+            Some(id) => NodeId::parse(id).map_err(|e| ConfigError::Invalid { key: "node_id", reason: e.to_string() })?,
+        };
+        let rate_limit = req("rate_limit", s.rate_limit.as_ref())?;
+        if rate_limit == 0 {
+            return Err(ConfigError::Invalid { key: "rate_limit", reason: "must be at least 1".into() });
+        }
+        let max_message_size = positive("max_message_size", req("max_message_size", s.max_message_size.as_ref())?)?;
+        if max_message_size > skua_protocol_frame_cap() {
+            return Err(ConfigError::Invalid {
+                key: "max_message_size",
+                reason: "must stay below the 1 MiB frame limit".into(),
+            });
+        }
+        let edge = EdgeConfig {
+            namespace,
+            idle_timeout: dur("idle_timeout", s.idle_timeout.as_ref())?,
+            rate_limit,
+            rate_limit_window: dur("rate_limit_window", s.rate_limit_window.as_ref())?,
+            max_message_size,
+            outbound_queue_messages: positive("outbound_queue_messages", req("outbound_queue_messages", s.outbound_queue_messages.as_ref())?)?,
+            outbound_queue_bytes: positive("outbound_queue_bytes", req("outbound_queue_bytes", s.outbound_queue_bytes.as_ref())?)?,
+            max_connections: positive("max_connections", req("max_connections", s.max_connections.as_ref())?)?,
+            max_subscriptions_per_connection: positive(
+                "max_subscriptions_per_connection",
+                req("max_subscriptions_per_connection", s.max_subscriptions_per_connection.as_ref())?,
+            )?,
+            max_retained_per_topic: positive("max_retained_per_topic", req("max_retained_per_topic", s.max_retained_per_topic.as_ref())?)?,
+            restore_ttl: dur("restore_ttl", s.restore_ttl.as_ref())?,
+            shutdown_grace: dur("shutdown_grace", s.shutdown_grace.as_ref())?,
+            bus_queue: positive("bus_queue", req("bus_queue", s.bus_queue.as_ref())?)?,
+            ..EdgeConfig::default()
+        };
+        Ok(Self { listen, bus, presence, node_id, fixtures: s.fixtures.clone(), edge })
+    }
+
+    /// The defaults with `over` laid on top, resolved.
+    ///
+    /// # Errors
+    /// As [`Self::resolve`]; also when the compiled-in defaults do not parse (a build defect).
+    pub fn from_layers(layers: &[&Settings]) -> Result<Self, ConfigError> {
+        let mut s = Settings::from_toml(DEFAULT_TOML)?;
+        for l in layers {
+            s.overlay(l);
+        }
+        Self::resolve(&s)
+    }
+}
+
+fn skua_protocol_frame_cap() -> usize {
+    // Leave room for the frame's other fields inside the 1 MiB inbound frame cap (N4).
+    1024 * 1024 - 4096
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compiled_defaults_are_the_documented_ones() {
+        let c = ServerConfig::from_layers(&[]).unwrap();
+        let d = EdgeConfig::default();
+        assert_eq!(c.listen.to_string(), "0.0.0.0:8080");
+        assert_eq!(c.edge.idle_timeout, d.idle_timeout);
+        assert_eq!(c.edge.rate_limit, d.rate_limit);
+        assert_eq!(c.edge.rate_limit_window, d.rate_limit_window);
+        assert_eq!(c.edge.max_message_size, d.max_message_size);
+        assert_eq!(c.edge.outbound_queue_messages, d.outbound_queue_messages);
+        assert_eq!(c.edge.outbound_queue_bytes, d.outbound_queue_bytes);
+        assert_eq!(c.edge.max_connections, d.max_connections);
+        assert_eq!(c.edge.max_subscriptions_per_connection, d.max_subscriptions_per_connection);
+        assert_eq!(c.edge.max_retained_per_topic, d.max_retained_per_topic);
+        assert_eq!(c.edge.restore_ttl, d.restore_ttl);
+        assert_eq!(c.edge.shutdown_grace, d.shutdown_grace);
+        assert_eq!(c.edge.bus_queue, d.bus_queue);
+        assert_eq!(c.edge.namespace, "skua");
+        assert!(c.node_id.as_str().starts_with("node-"));
+    }
+
+    #[test]
+    fn layers_override_in_order_and_unknown_keys_fail() {
+        let file = Settings::from_toml("idle_timeout = \"5s\"\nrate_limit = 7\n").unwrap();
+        let flags = Settings { rate_limit: Some(9), ..Settings::default() };
+        let c = ServerConfig::from_layers(&[&file, &flags]).unwrap();
+        assert_eq!(c.edge.idle_timeout, std::time::Duration::from_secs(5));
+        assert_eq!(c.edge.rate_limit, 9);
+        assert!(matches!(Settings::from_toml("idle_timeut = \"5s\""), Err(ConfigError::UnknownOrInvalid(_))));
+        let bad = Settings { idle_timeout: Some("5 parsecs".into()), ..Settings::default() };
+        assert!(matches!(ServerConfig::from_layers(&[&bad]), Err(ConfigError::Invalid { key: "idle_timeout", .. })));
+        let bad = Settings { bus: Some("mqtt://x:1883".into()), ..Settings::default() };
+        assert!(matches!(ServerConfig::from_layers(&[&bad]), Err(ConfigError::Invalid { key: "bus", .. })));
+    }
+}

@@ -1,0 +1,39 @@
+//! Human-readable durations: `500ms`, `5s`, `10m`, `2h`, `1d`.
+
+use std::time::Duration;
+
+/// Parses `<number><unit>` with unit `ms`, `s`, `m`, `h` or `d`.
+///
+/// # Errors
+/// A message naming the accepted forms.
+pub fn parse(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().map_err(|_| format!("invalid duration {s:?}: write e.g. 500ms, 5s, 10m, 2h"))?;
+    let ms = match unit {
+        "ms" => n,
+        "s" => n * 1000,
+        "m" => n * 60_000,
+        "h" => n * 3_600_000,
+        "d" => n * 86_400_000,
+        _ => return Err(format!("invalid duration {s:?}: the unit must be ms, s, m, h or d")),
+    };
+    Ok(Duration::from_millis(ms))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forms() {
+        assert_eq!(parse("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse("5s"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse("24h"), Ok(Duration::from_secs(86_400)));
+        for bad in ["", "5", "s", "5x", "-1s", "1.5s"] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,11 @@
+//! The `skua` binary's library: configuration layering, fixtures, backend selection and node
+//! lifecycle. `main.rs` only parses the command line, installs logging and waits for signals;
+//! tests start nodes through [`node::RunningNode`] directly.
+
+pub mod config;
+pub mod duration;
+pub mod fixtures;
+pub mod node;
+
+pub use config::{ServerConfig, Settings};
+pub use node::RunningNode;

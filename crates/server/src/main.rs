@@ -1,0 +1,191 @@
+//! `skua`: one binary for every role. See shared/CONTRACT.md for the commands and flags.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use skua_core::SharedRegistry;
+use skua_server::config::{ConfigError, ServerConfig, Settings};
+use skua_server::{fixtures, node};
+
+#[derive(Debug, Parser)]
+#[command(name = "skua", version, about = "Skua: a clustered real-time broker speaking the NoLag protocol")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a node (edge).
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct ServeArgs {
+    /// Load the demo fixtures and print the demo tokens.
+    #[arg(long, env = "SKUA_DEV")]
+    dev: bool,
+    /// TOML configuration file (same keys as the flags, in snake_case).
+    #[arg(long, env = "SKUA_CONFIG")]
+    config: Option<PathBuf>,
+    /// Print the effective configuration and exit.
+    #[arg(long)]
+    print_config: bool,
+    #[command(flatten)]
+    settings: Settings,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(args) => serve(args),
+    }
+}
+
+fn serve(args: ServeArgs) -> ExitCode {
+    let file = match &args.config {
+        None => Settings::default(),
+        Some(path) => match std::fs::read_to_string(path) {
+            Ok(text) => match Settings::from_toml(&text) {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("skua: {}: {e}", path.display());
+                    return ExitCode::from(2);
+                }
+            },
+            Err(e) => {
+                eprintln!("skua: cannot read config file {}: {e}", path.display());
+                return ExitCode::from(2);
+            }
+        },
+    };
+    let config = match ServerConfig::from_layers(&[&file, &args.settings]) {
+        Ok(c) => c,
+        Err(e @ ConfigError::UnknownOrInvalid(_)) => {
+            eprintln!("skua: {e}");
+            return ExitCode::from(2);
+        }
+        Err(e) => {
+            eprintln!("skua: {e}");
+            return ExitCode::from(64);
+        }
+    };
+    if args.print_config {
+        println!("{config:#?}");
+        return ExitCode::SUCCESS;
+    }
+    let mut sources: Vec<(String, String)> = Vec::new();
+    if args.dev {
+        sources.push(("built-in dev fixtures".into(), fixtures::DEV_FIXTURES.into()));
+    }
+    if let Some(path) = &config.fixtures {
+        match std::fs::read_to_string(path) {
+            Ok(text) => sources.push((path.display().to_string(), text)),
+            Err(e) => {
+                eprintln!("skua: cannot read fixtures file {}: {e}", path.display());
+                return ExitCode::from(64);
+            }
+        }
+    }
+    let refs: Vec<(&str, &str)> = sources.iter().map(|(n, t)| (n.as_str(), t.as_str())).collect();
+    let registry = match fixtures::load(&refs) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("skua: {e}");
+            return ExitCode::from(64);
+        }
+    };
+    init_tracing();
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("skua: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(config, registry, args.dev)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = format!("{e:#}"), "Skua stopped.");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let json = std::env::var("SKUA_LOG_FORMAT").is_ok_and(|v| v == "json");
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+async fn run(config: ServerConfig, registry: skua_core::Registry, dev: bool) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(config.listen).await.with_context(|| format!("while binding {}", config.listen))?;
+    let backends = node::backends(&config);
+    let node = node::RunningNode::start(&config, Arc::new(SharedRegistry::new(registry)), backends, listener)
+        .context("while starting the node")?;
+    // One machine-readable line on stdout, for scripts and the interop suite (`--listen :0`).
+    println!("skua listening on {}", node.addr);
+    if dev {
+        print_dev_banner(node.addr);
+    }
+    wait_for_signal().await.context("while installing signal handlers")?;
+    tracing::info!("Draining: closing connections with 1012.");
+    if !node.shutdown().await {
+        tracing::warn!("Some connections did not close within the shutdown grace.");
+    }
+    tracing::info!("Stopped.");
+    Ok(())
+}
+
+async fn wait_for_signal() -> std::io::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    Ok(())
+}
+
+fn print_dev_banner(addr: std::net::SocketAddr) {
+    let exp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()) + 3600;
+    let jwt = jsonwebtoken::EncodingKey::from_secret(fixtures::DEV_JWT_SECRET.as_bytes())
+        .ok()
+        .and_then(|k| {
+            let claims = serde_json_like(exp);
+            jsonwebtoken::encode(&jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256), &claims, &k).ok()
+        })
+        .unwrap_or_default();
+    println!("Skua dev mode: WebSocket at ws://{addr}/ws (app \"demo\", rooms general, random, ops; lobby online)");
+    println!("  token                    actor     type");
+    for (t, a, ty) in [
+        ("dev-token-alice", "alice", "user"),
+        ("dev-token-bob", "bob", "user"),
+        ("dev-token-carol", "carol", "device"),
+        ("dev-token-agent", "agent-1", "agent"),
+        ("dev-token-orchestrator", "orch-1", "orchestrator"),
+        ("dev-token-viewer", "viewer", "observer"),
+    ] {
+        println!("  {t:<24} {a:<9} {ty}");
+    }
+    println!("  client token (JWT, HS256 \"{}\", sub alice, 1 h): {jwt}", fixtures::DEV_JWT_SECRET);
+}
+
+#[derive(serde::Serialize)]
+struct DevClaims {
+    sub: &'static str,
+    exp: u64,
+}
+
+fn serde_json_like(exp: u64) -> DevClaims {
+    DevClaims { sub: "alice", exp }
+}

@@ -1,0 +1,34 @@
+//! The store conformance suite against [`MemoryStore`] on a settable clock.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use skua_core::Store;
+use skua_store::MemoryStore;
+use skua_testkit::conformance::store::{StoreHarness, T0};
+
+struct MemoryHarness {
+    now: Arc<AtomicU64>,
+    store: Arc<MemoryStore>,
+}
+
+impl MemoryHarness {
+    fn new() -> Self {
+        let now = Arc::new(AtomicU64::new(T0));
+        let clock = now.clone();
+        let store = Arc::new(MemoryStore::with_clock(Arc::new(move || clock.load(Ordering::SeqCst))));
+        Self { now, store }
+    }
+}
+
+impl StoreHarness for MemoryHarness {
+    async fn open(&self) -> Arc<dyn Store> {
+        self.store.clone()
+    }
+
+    fn set_now(&self, now_unix_s: u64) {
+        self.now.store(now_unix_s, Ordering::SeqCst);
+    }
+}
+
+skua_testkit::store_conformance!(MemoryHarness::new());

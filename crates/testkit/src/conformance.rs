@@ -1,0 +1,62 @@
+//! Behavioural suites for the backend slots (STYLE.md §2): one per slot trait, run against every
+//! implementation of it.
+//!
+//! Each suite is a module of test *bodies*, `pub async fn case<H: Harness>(h: H)`, one per
+//! sentence of the trait's contract, plus a macro that turns every body into a `#[tokio::test]`
+//! for one implementation:
+//!
+//! - [`bus`]: [`BusHarness`](bus::BusHarness) and [`bus_conformance!`](crate::bus_conformance);
+//! - [`presence`]: [`PresenceHarness`](presence::PresenceHarness) and
+//!   [`presence_conformance!`](crate::presence_conformance);
+//! - [`store`]: [`StoreHarness`](store::StoreHarness) and
+//!   [`store_conformance!`](crate::store_conformance).
+//!
+//! Each macro takes either a harness expression, evaluated once per test
+//! (`bus_conformance!(InProcessHarness::new())`), or `setup = <future>` for a harness that needs
+//! async set-up or an external service: the future yields `Option<H>`, and `None` skips the test
+//! (the set-up prints why, and fails instead under `CI=true`, STYLE.md §8). The tests run on a
+//! two-worker multi-thread runtime, so the calling crate needs `tokio` as a dev-dependency.
+//!
+//! Waiting is always on an event with a deadline ([`DEADLINE`]); "nothing else arrives" is shown
+//! by publishing a sentinel afterwards and asserting that it is the next delivery.
+
+use std::fmt::Display;
+use std::future::IntoFuture;
+use std::time::Duration;
+
+pub mod bus;
+pub mod presence;
+pub mod store;
+
+/// How long a suite waits for one expected event before failing.
+pub const DEADLINE: Duration = Duration::from_secs(5);
+
+/// Awaits `fut`, panicking with `what` if it takes longer than [`DEADLINE`].
+///
+/// # Panics
+/// When the deadline passes.
+pub async fn within<F: IntoFuture>(what: impl Display, fut: F) -> F::Output {
+    match tokio::time::timeout(DEADLINE, fut).await {
+        Ok(out) => out,
+        Err(_) => panic!("timed out after {DEADLINE:?} waiting for {what}"),
+    }
+}
+
+/// Expands to one `#[tokio::test]` per case of `$suite`; used by the suite macros.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_tests {
+    ($suite:ident, make, $make:expr; $($case:ident),+ $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $case() {
+            $crate::conformance::$suite::$case($make).await;
+        }
+    )+};
+    ($suite:ident, setup, $setup:expr; $($case:ident),+ $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $case() {
+            let Some(harness) = $setup.await else { return };
+            $crate::conformance::$suite::$case(harness).await;
+        }
+    )+};
+}

@@ -1,0 +1,154 @@
+//! `TestServer`: a real node, in process, on `127.0.0.1:0` (STYLE.md §8).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use skua_core::SharedRegistry;
+use skua_edge::EdgeState;
+use skua_server::{RunningNode, ServerConfig, Settings, fixtures, node};
+
+use crate::client::WsClient;
+
+/// Builds a [`TestServer`]: dev fixtures plus extra fixtures, with settings overridden.
+#[derive(Debug, Default)]
+pub struct TestServerBuilder {
+    settings: Settings,
+    extra_fixtures: Vec<String>,
+    edge: Vec<fn(&mut skua_edge::EdgeConfig)>,
+}
+
+impl TestServerBuilder {
+    /// Overrides settings as a config file would.
+    pub fn settings(mut self, f: impl FnOnce(&mut Settings)) -> Self {
+        f(&mut self.settings);
+        self
+    }
+
+    /// Adds a fixtures file's text (loaded after the dev fixtures).
+    pub fn fixtures(mut self, toml: &str) -> Self {
+        self.extra_fixtures.push(toml.to_owned());
+        self
+    }
+
+    /// Adjusts the resolved edge configuration directly (for values with no setting).
+    pub fn edge(mut self, f: fn(&mut skua_edge::EdgeConfig)) -> Self {
+        self.edge.push(f);
+        self
+    }
+
+    /// Starts the server.
+    ///
+    /// # Panics
+    /// When the configuration or fixtures are invalid, or the port cannot be bound.
+    pub async fn spawn(self) -> TestServer {
+        let mut settings = self.settings;
+        settings.listen = Some("127.0.0.1:0".into());
+        let mut config = ServerConfig::from_layers(&[&settings]).expect("test configuration");
+        for f in &self.edge {
+            f(&mut config.edge);
+        }
+        let mut sources = vec![("dev", fixtures::DEV_FIXTURES)];
+        for f in &self.extra_fixtures {
+            sources.push(("test", f));
+        }
+        let registry = fixtures::load(&sources).expect("test fixtures");
+        let listener = tokio::net::TcpListener::bind(config.listen).await.expect("bind 127.0.0.1:0");
+        let backends = node::backends(&config);
+        let registry = Arc::new(SharedRegistry::new(registry));
+        let node = RunningNode::start(&config, registry.clone(), backends, listener).expect("start node");
+        TestServer { addr: node.addr, state: node.state.clone(), registry, node: Some(node) }
+    }
+}
+
+/// A running in-process node. Dropping it starts its drain.
+pub struct TestServer {
+    /// HTTP address.
+    pub addr: SocketAddr,
+    /// The node's shared state (counters, config).
+    pub state: Arc<EdgeState>,
+    /// The registry the node reads.
+    pub registry: Arc<SharedRegistry>,
+    node: Option<RunningNode>,
+}
+
+impl std::fmt::Debug for TestServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestServer").field("addr", &self.addr).finish_non_exhaustive()
+    }
+}
+
+impl TestServer {
+    /// A builder with the dev fixtures and default settings.
+    pub fn builder() -> TestServerBuilder {
+        TestServerBuilder::default()
+    }
+
+    /// A server with the dev fixtures and default settings.
+    pub async fn start() -> Self {
+        Self::builder().spawn().await
+    }
+
+    /// `ws://…/ws`.
+    pub fn url(&self) -> String {
+        format!("ws://{}/ws", self.addr)
+    }
+
+    /// `http://…`.
+    pub fn http_base(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A connected, unauthenticated client.
+    pub async fn connect(&self) -> WsClient {
+        WsClient::connect(&self.url()).await
+    }
+
+    /// A client authenticated with `token` at protocol version 2.
+    pub async fn auth(&self, token: &str) -> WsClient {
+        let mut c = self.connect().await;
+        c.auth_ok(token, 2).await;
+        c
+    }
+
+    /// Drains the node (1012 to every socket) and waits for it; true if within the grace.
+    pub async fn shutdown(mut self) -> bool {
+        match self.node.take() {
+            Some(n) => n.shutdown().await,
+            None => true,
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if self.node.is_some() {
+            self.state.begin_drain();
+        }
+    }
+}
+
+/// A client token (JWT) for a demo actor, signed with the dev secret, expiring `exp`.
+pub fn dev_jwt(sub: &str, exp: u64) -> String {
+    jwt_with_secret(sub, Some(exp), fixtures::DEV_JWT_SECRET)
+}
+
+/// A JWT for `sub` signed with `secret`; `exp` omitted when `None`.
+pub fn jwt_with_secret(sub: &str, exp: Option<u64>, secret: &str) -> String {
+    #[derive(serde::Serialize)]
+    struct Claims<'a> {
+        sub: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        exp: Option<u64>,
+    }
+    let key = jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()).expect("hmac key");
+    jsonwebtoken::encode(&jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256), &Claims { sub, exp }, &key).expect("sign jwt")
+}
+
+/// Unix seconds now.
+pub fn now_s() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// How long [`WsClient`] waits for an expected frame before failing the test.
+pub const FRAME_TIMEOUT: Duration = Duration::from_secs(5);
