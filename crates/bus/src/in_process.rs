@@ -28,7 +28,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
 use skua_core::{
-    Bus, BusDelivery, BusError, BusSubscription, Envelope, GroupKey, NodeId, RoomKey, Route, TopicAddress,
+    Bus, BusDelivery, BusError, BusSubscription, Envelope, GroupKey, NodeId, RoomKey, Route,
+    TopicAddress,
 };
 use tokio::sync::{Mutex as TurnLock, mpsc};
 use tracing::{debug, warn};
@@ -56,7 +57,12 @@ impl InProcessBus {
     /// at WARN on the 1st, 2nd, 4th, 8th, … occurrence. Kept publications are never evicted:
     /// the bus cannot know which of them still matter.
     pub fn with_max_retained(max_retained: usize) -> Self {
-        Self { shared: Arc::new(Shared { state: Mutex::new(State::default()), max_retained }) }
+        Self {
+            shared: Arc::new(Shared {
+                state: Mutex::new(State::default()),
+                max_retained,
+            }),
+        }
     }
 
     /// Connects a node: returns its [`Bus`] handle and its delivery receiver, which holds at most
@@ -66,17 +72,35 @@ impl InProcessBus {
     /// Each call makes an independent node, even for a `node` id already connected. Dropping the
     /// handle removes the node's subscriptions; dropping the receiver makes the bus remove the
     /// node the next time it delivers to it.
-    pub fn connect(&self, node: NodeId, capacity: usize) -> (Arc<dyn Bus>, mpsc::Receiver<BusDelivery>) {
+    pub fn connect(
+        &self,
+        node: NodeId,
+        capacity: usize,
+    ) -> (Arc<dyn Bus>, mpsc::Receiver<BusDelivery>) {
         let (tx, rx) = mpsc::channel(capacity.max(1));
         let slot = {
             let mut state = self.shared.lock();
             let slot = state.next_slot;
             state.next_slot += 1;
-            state.nodes.insert(slot, NodeEntry { node: node.clone(), tx, subs: HashSet::new() });
+            state.nodes.insert(
+                slot,
+                NodeEntry {
+                    node: node.clone(),
+                    tx,
+                    subs: HashSet::new(),
+                },
+            );
             slot
         };
         debug!(%node, slot, "Node connected to the in-process bus.");
-        (Arc::new(NodeHandle { shared: self.shared.clone(), slot, node }), rx)
+        (
+            Arc::new(NodeHandle {
+                shared: self.shared.clone(),
+                slot,
+                node,
+            }),
+            rx,
+        )
     }
 
     /// How many retained publications are kept.
@@ -179,11 +203,14 @@ impl Channel {
                 self.keys.entry(key.to_owned()).or_default().insert(slot);
             }
             Want::Group(key) => {
-                let group = self.groups.entry(key.group.clone()).or_insert_with(|| Group {
-                    key: key.clone(),
-                    members: Vec::new(),
-                    next: 0,
-                });
+                let group = self
+                    .groups
+                    .entry(key.group.clone())
+                    .or_insert_with(|| Group {
+                        key: key.clone(),
+                        members: Vec::new(),
+                        next: 0,
+                    });
                 // The node's `subs` set already refused a second subscription of this group.
                 group.members.push(slot);
             }
@@ -217,7 +244,12 @@ impl Channel {
     /// The retained publications a new subscription `want` gets replayed.
     fn replay_for(&self, want: Want<'_>) -> Vec<Arc<Envelope>> {
         match want {
-            Want::All => self.retained_plain.iter().chain(self.retained_keys.values()).cloned().collect(),
+            Want::All => self
+                .retained_plain
+                .iter()
+                .chain(self.retained_keys.values())
+                .cloned()
+                .collect(),
             Want::Key(key) => self.retained_keys.get(key).cloned().into_iter().collect(),
             Want::Group(_) => Vec::new(),
         }
@@ -291,7 +323,9 @@ impl State {
     }
 
     fn remove_node(&mut self, slot: Slot) {
-        let Some(entry) = self.nodes.remove(&slot) else { return };
+        let Some(entry) = self.nodes.remove(&slot) else {
+            return;
+        };
         for sub in &entry.subs {
             let (at, want) = split(sub);
             if let Some(c) = self.channel_mut(at) {
@@ -303,8 +337,16 @@ impl State {
     }
 
     /// Keeps `envelope` as the retained publication of its (topic, filter key), if there is room.
-    fn retain(&mut self, at: ChannelRef<'_>, filter: Option<&str>, envelope: &Arc<Envelope>, max: usize) {
-        let Some(c) = channel(&mut self.topics, &mut self.rooms, at) else { return };
+    fn retain(
+        &mut self,
+        at: ChannelRef<'_>,
+        filter: Option<&str>,
+        envelope: &Arc<Envelope>,
+        max: usize,
+    ) {
+        let Some(c) = channel(&mut self.topics, &mut self.rooms, at) else {
+            return;
+        };
         let slot = match filter {
             None => c.retained_plain.as_mut(),
             Some(key) => c.retained_keys.get_mut(key),
@@ -316,7 +358,11 @@ impl State {
         if self.retained_len >= max {
             self.retained_refused += 1;
             if self.retained_refused.is_power_of_two() {
-                warn!(max_retained = max, refused = self.retained_refused, "Retained store full; publication delivered live but not kept.");
+                warn!(
+                    max_retained = max,
+                    refused = self.retained_refused,
+                    "Retained store full; publication delivered live but not kept."
+                );
             }
             return;
         }
@@ -330,11 +376,23 @@ impl State {
     }
 
     /// Every delivery of a live envelope on channel `at`, as (sender, route, receiving node).
-    fn targets(&mut self, at: ChannelRef<'_>, filter: Option<&str>) -> Vec<(mpsc::Sender<BusDelivery>, Route, Slot)> {
-        let State { nodes, topics, rooms, .. } = self;
-        let Some(c) = channel(topics, rooms, at) else { return Vec::new() };
+    fn targets(
+        &mut self,
+        at: ChannelRef<'_>,
+        filter: Option<&str>,
+    ) -> Vec<(mpsc::Sender<BusDelivery>, Route, Slot)> {
+        let State {
+            nodes,
+            topics,
+            rooms,
+            ..
+        } = self;
+        let Some(c) = channel(topics, rooms, at) else {
+            return Vec::new();
+        };
         let keyed = filter.and_then(|key| c.keys.get(key));
-        let mut targets = Vec::with_capacity(c.all.len() + keyed.map_or(0, HashSet::len) + c.groups.len());
+        let mut targets =
+            Vec::with_capacity(c.all.len() + keyed.map_or(0, HashSet::len) + c.groups.len());
         let mut push = |slot: Slot, route: Route| {
             if let Some(node) = nodes.get(&slot) {
                 targets.push((node.tx.clone(), route, slot));
@@ -344,16 +402,21 @@ impl State {
             push(slot, Route::Plain);
         }
         // A node with both a `Topic` and a matching `TopicKey` subscription gets one copy.
-        for &slot in keyed.into_iter().flatten().filter(|slot| !c.all.contains(slot)) {
+        for &slot in keyed
+            .into_iter()
+            .flatten()
+            .filter(|slot| !c.all.contains(slot))
+        {
             push(slot, Route::Plain);
         }
         for group in c.groups.values_mut() {
             // Round robin, passing over members whose receiver is gone so that a live member
             // gets the publication.
             let len = group.members.len();
-            let pick = (0..len).map(|i| group.members[(group.next + i) % len]).enumerate().find(|(_, slot)| {
-                nodes.get(slot).is_some_and(|node| !node.tx.is_closed())
-            });
+            let pick = (0..len)
+                .map(|i| group.members[(group.next + i) % len])
+                .enumerate()
+                .find(|(_, slot)| nodes.get(slot).is_some_and(|node| !node.tx.is_closed()));
             if let Some((skipped, slot)) = pick {
                 group.next = (group.next + skipped + 1) % len;
                 push(slot, Route::Group(group.key.clone()));
@@ -397,7 +460,9 @@ impl Bus for NodeHandle {
     /// never get it (still at most once). A retained publication is kept once routing started.
     async fn publish(&self, envelope: Arc<Envelope>) -> Result<(), BusError> {
         let (at, filter, retain) = match &*envelope {
-            Envelope::Publication(p) => (ChannelRef::Topic(&p.topic), p.filter.as_deref(), p.retain),
+            Envelope::Publication(p) => {
+                (ChannelRef::Topic(&p.topic), p.filter.as_deref(), p.retain)
+            }
             Envelope::Presence(e) => (ChannelRef::Room(&e.room), None, false),
         };
         loop {
@@ -413,7 +478,9 @@ impl Bus for NodeHandle {
             let _turn = turn.lock().await;
             let targets = {
                 let mut state = self.shared.lock();
-                let current = state.channel_mut(at).is_some_and(|c| Arc::ptr_eq(&c.turn, &turn));
+                let current = state
+                    .channel_mut(at)
+                    .is_some_and(|c| Arc::ptr_eq(&c.turn, &turn));
                 if !current {
                     // The channel was dropped and made again while we waited for its turn.
                     continue;
@@ -425,7 +492,11 @@ impl Bus for NodeHandle {
             };
             let mut gone = Vec::new();
             for (tx, route, slot) in targets {
-                let delivery = BusDelivery { envelope: envelope.clone(), route, retained_replay: false };
+                let delivery = BusDelivery {
+                    envelope: envelope.clone(),
+                    route,
+                    retained_replay: false,
+                };
                 if tx.send(delivery).await.is_err() {
                     gone.push(slot);
                 }
@@ -447,7 +518,9 @@ impl Bus for NodeHandle {
         loop {
             let turn = {
                 let mut state = self.shared.lock();
-                let Some(node) = state.nodes.get(&self.slot) else { return Err(BusError::Closed) };
+                let Some(node) = state.nodes.get(&self.slot) else {
+                    return Err(BusError::Closed);
+                };
                 if node.subs.contains(sub) {
                     return Ok(());
                 }
@@ -464,20 +537,32 @@ impl Bus for NodeHandle {
                     state.drop_if_unused(at);
                     return Err(BusError::Closed);
                 }
-                let State { nodes, topics, rooms, .. } = &mut *state;
-                let Some(node) = nodes.get_mut(&self.slot) else { return Err(BusError::Closed) };
-                let Some(c) = channel(topics, rooms, at).filter(|c| Arc::ptr_eq(&c.turn, &turn)) else {
+                let State {
+                    nodes,
+                    topics,
+                    rooms,
+                    ..
+                } = &mut *state;
+                let Some(node) = nodes.get_mut(&self.slot) else {
+                    return Err(BusError::Closed);
+                };
+                let Some(c) = channel(topics, rooms, at).filter(|c| Arc::ptr_eq(&c.turn, &turn))
+                else {
                     continue;
                 };
                 if !node.subs.insert(sub.clone()) {
                     return Ok(());
                 }
                 c.add(self.slot, want);
-                (node.tx.clone(), Vec::new())
+                (node.tx.clone(), c.replay_for(want))
             };
             debug!(node = %self.node, ?sub, replayed = replay.len(), "Subscribed.");
             for envelope in replay {
-                let delivery = BusDelivery { envelope, route: Route::Plain, retained_replay: true };
+                let delivery = BusDelivery {
+                    envelope,
+                    route: Route::Plain,
+                    retained_replay: true,
+                };
                 if tx.send(delivery).await.is_err() {
                     self.forget_nodes(&[self.slot]);
                     return Err(BusError::Closed);
@@ -494,7 +579,10 @@ impl Bus for NodeHandle {
     async fn unsubscribe(&self, sub: &BusSubscription) -> Result<(), BusError> {
         let (at, want) = split(sub);
         let mut state = self.shared.lock();
-        let removed = state.nodes.get_mut(&self.slot).is_some_and(|node| node.subs.remove(sub));
+        let removed = state
+            .nodes
+            .get_mut(&self.slot)
+            .is_some_and(|node| node.subs.remove(sub));
         if removed {
             if let Some(c) = state.channel_mut(at) {
                 c.remove(self.slot, want);
@@ -507,154 +595,4 @@ impl Bus for NodeHandle {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use bytes::Bytes;
-    use skua_core::{ActorId, AppId, ConnId, EnvelopeId, ProjectId, Publication};
-    use tokio::time::timeout;
-
-    use super::*;
-
-    fn topic(name: &str) -> TopicAddress {
-        let room = RoomKey {
-            project: ProjectId::parse("p").unwrap(),
-            app: AppId::parse("a").unwrap(),
-            room: Arc::from("r"),
-        };
-        TopicAddress { room, topic: Arc::from(name) }
-    }
-
-    fn publication(topic: &TopicAddress, filter: Option<&str>, n: u64, retain: bool) -> Arc<Envelope> {
-        Arc::new(Envelope::Publication(Publication {
-            id: EnvelopeId(u128::from(n)),
-            topic: topic.clone(),
-            filter: filter.map(str::to_owned),
-            publisher: ActorId::parse("alice").unwrap(),
-            publisher_conn: ConnId(1),
-            node: NodeId::parse("n1").unwrap(),
-            timestamp_ms: 0,
-            msg_id: None,
-            retain,
-            qos: 0,
-            data: Bytes::from(n.to_string()),
-        }))
-    }
-
-    fn data(d: &BusDelivery) -> String {
-        match &*d.envelope {
-            Envelope::Publication(p) => String::from_utf8_lossy(&p.data).into_owned(),
-            Envelope::Presence(_) => "presence".to_owned(),
-        }
-    }
-
-    fn node(name: &str) -> NodeId {
-        NodeId::parse(name).unwrap()
-    }
-
-    #[tokio::test]
-    async fn publish_waits_for_a_full_receiver_and_drops_nothing() {
-        let bus = InProcessBus::new();
-        let (a, _a_rx) = bus.connect(node("a"), 1);
-        let (b, mut b_rx) = bus.connect(node("b"), 1);
-        let t = topic("t");
-        b.subscribe(&BusSubscription::Topic(t.clone())).await.unwrap();
-        a.publish(publication(&t, None, 1, false)).await.unwrap();
-        let second = a.publish(publication(&t, None, 2, false));
-        tokio::pin!(second);
-        assert!(timeout(Duration::from_millis(50), &mut second).await.is_err(), "publish must wait while full");
-        assert_eq!(data(&b_rx.recv().await.unwrap()), "1");
-        timeout(Duration::from_secs(5), second).await.expect("publish resumes once there is room").unwrap();
-        assert_eq!(data(&b_rx.recv().await.unwrap()), "2");
-    }
-
-    #[tokio::test]
-    async fn dropped_receiver_is_skipped_and_removed() {
-        let bus = InProcessBus::new();
-        let (a, _a_rx) = bus.connect(node("a"), 4);
-        let (b, b_rx) = bus.connect(node("b"), 1);
-        let (c, mut c_rx) = bus.connect(node("c"), 4);
-        let t = topic("t");
-        b.subscribe(&BusSubscription::Topic(t.clone())).await.unwrap();
-        c.subscribe(&BusSubscription::Topic(t.clone())).await.unwrap();
-        drop(b_rx);
-        for n in 0..3 {
-            a.publish(publication(&t, None, n, false)).await.unwrap();
-        }
-        for n in 0..3 {
-            assert_eq!(data(&c_rx.recv().await.unwrap()), n.to_string());
-        }
-        assert!(matches!(b.subscribe(&BusSubscription::Topic(topic("u"))).await, Err(BusError::Closed)));
-        assert_eq!(bus.shared.lock().nodes.len(), 2);
-    }
-
-    #[tokio::test]
-    async fn dropping_a_handle_removes_its_subscriptions_and_closes_its_receiver() {
-        let bus = InProcessBus::new();
-        let (a, mut a_rx) = bus.connect(node("a"), 4);
-        a.subscribe(&BusSubscription::Topic(topic("t"))).await.unwrap();
-        a.subscribe(&BusSubscription::Presence(topic("t").room)).await.unwrap();
-        drop(a);
-        assert!(a_rx.recv().await.is_none());
-        let state = bus.shared.lock();
-        assert!(state.nodes.is_empty() && state.topics.is_empty() && state.rooms.is_empty());
-    }
-
-    #[tokio::test]
-    async fn group_passes_over_a_member_whose_receiver_is_gone() {
-        let bus = InProcessBus::new();
-        let (a, _a_rx) = bus.connect(node("a"), 4);
-        let (b, b_rx) = bus.connect(node("b"), 4);
-        let (c, mut c_rx) = bus.connect(node("c"), 8);
-        let t = topic("t");
-        let group = BusSubscription::Group(GroupKey { topic: t.clone(), group: Arc::from("g") });
-        b.subscribe(&group).await.unwrap();
-        c.subscribe(&group).await.unwrap();
-        drop(b_rx);
-        for n in 0..4 {
-            a.publish(publication(&t, None, n, false)).await.unwrap();
-        }
-        for n in 0..4 {
-            assert_eq!(data(&c_rx.recv().await.unwrap()), n.to_string());
-        }
-    }
-
-    #[tokio::test]
-    async fn full_retained_store_keeps_replacing_but_refuses_new_keys() {
-        let bus = InProcessBus::with_max_retained(2);
-        let (a, _a_rx) = bus.connect(node("a"), 4);
-        let (b, mut b_rx) = bus.connect(node("b"), 8);
-        let t = topic("t");
-        a.publish(publication(&t, Some("k1"), 1, true)).await.unwrap();
-        a.publish(publication(&t, Some("k2"), 2, true)).await.unwrap();
-        a.publish(publication(&t, Some("k3"), 3, true)).await.unwrap();
-        a.publish(publication(&t, Some("k1"), 4, true)).await.unwrap();
-        assert_eq!((bus.retained_len(), bus.retained_refused()), (2, 1));
-        b.subscribe(&BusSubscription::Topic(t.clone())).await.unwrap();
-        let mut replayed = vec![data(&b_rx.recv().await.unwrap()), data(&b_rx.recv().await.unwrap())];
-        replayed.sort();
-        assert_eq!(replayed, ["2", "4"]);
-        assert!(b_rx.try_recv().is_err());
-    }
-
-    #[tokio::test]
-    async fn unused_channels_are_dropped() {
-        let bus = InProcessBus::new();
-        let (a, _a_rx) = bus.connect(node("a"), 4);
-        let t = topic("t");
-        let subs = [
-            BusSubscription::Topic(t.clone()),
-            BusSubscription::TopicKey(t.clone(), "k".to_owned()),
-            BusSubscription::Group(GroupKey { topic: t.clone(), group: Arc::from("g") }),
-            BusSubscription::Presence(t.room.clone()),
-        ];
-        for sub in &subs {
-            a.subscribe(sub).await.unwrap();
-        }
-        for sub in &subs {
-            a.unsubscribe(sub).await.unwrap();
-        }
-        let state = bus.shared.lock();
-        assert!(state.topics.is_empty() && state.rooms.is_empty());
-    }
-}
+mod tests;

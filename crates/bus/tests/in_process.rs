@@ -16,7 +16,9 @@ struct InProcessHarness {
 
 impl InProcessHarness {
     fn new() -> Self {
-        Self { bus: InProcessBus::new() }
+        Self {
+            bus: InProcessBus::new(),
+        }
     }
 }
 

@@ -12,7 +12,9 @@ struct MemoryHarness {
 
 impl MemoryHarness {
     fn new() -> Self {
-        Self { presence: Arc::new(MemoryPresence::new()) }
+        Self {
+            presence: Arc::new(MemoryPresence::new()),
+        }
     }
 }
 

@@ -195,6 +195,32 @@ impl WsClient {
         }
     }
 
+    /// The raw bytes of the next binary frame (heartbeats skipped).
+    pub async fn next_raw(&mut self) -> Vec<u8> {
+        loop {
+            let m = tokio::time::timeout(FRAME_TIMEOUT, self.ws.next()).await.expect("no frame within 5 s");
+            match m {
+                Some(Ok(Message::Binary(b))) if !b.is_empty() => return b.to_vec(),
+                Some(Ok(Message::Binary(_) | Message::Ping(_) | Message::Pong(_))) => {}
+                other => panic!("expected a binary frame, got {other:?}"),
+            }
+        }
+    }
+
+    /// Sends a heartbeat and returns every frame that arrives before its echo: everything
+    /// queued for this client up to now.
+    pub async fn drain_frames(&mut self) -> Vec<Frame> {
+        self.heartbeat().await;
+        let mut out = Vec::new();
+        loop {
+            match self.next_event().await {
+                Event::Heartbeat => return out,
+                Event::Frame(f) => out.push(f),
+                other => panic!("draining, got {other:?}"),
+            }
+        }
+    }
+
     /// Waits for the server's close frame and returns (code, reason).
     pub async fn expect_close(&mut self) -> (u16, String) {
         let deadline = tokio::time::Instant::now() + FRAME_TIMEOUT;

@@ -123,9 +123,11 @@ impl Session {
         let keys: Arc<[String]> = filters.iter().map(FilterSpec::key).map(str::to_owned).collect();
         let Some(sub) = self.subs.get_mut(topic) else { return };
         sub.filters = keys.clone();
-        sub.raw_filters = raw.clone().filter(|_| !filters.is_empty());
+        // `nil` and `[]` both mean wildcard and are echoed as `[]`.
+        sub.raw_filters = raw.filter(|_| !filters.is_empty());
+        let echo = sub.raw_filters.clone();
         self.st.hub.set_filters(&sub.address, self.conn.id, keys);
-        self.push(&ServerFrame::FiltersUpdated { topic, filters: raw.as_deref() });
+        self.push(&ServerFrame::FiltersUpdated { topic, filters: echo.as_deref() });
         self.save_restore().await;
     }
 

@@ -570,7 +570,7 @@ impl Spec {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 1024, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn encoded_server_frames_are_str_keyed_maps_of_the_documented_shape(spec in spec()) {

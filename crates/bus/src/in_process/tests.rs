@@ -1,0 +1,195 @@
+//! Behaviour of [`InProcessBus`] beyond the conformance suite: backpressure, dropped
+//! receivers and handles, the retained bound, and cleanup of the routing table.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use skua_core::{ActorId, AppId, ConnId, EnvelopeId, ProjectId, Publication};
+use tokio::time::timeout;
+
+use super::*;
+
+fn topic(name: &str) -> TopicAddress {
+    let room = RoomKey {
+        project: ProjectId::parse("p").unwrap(),
+        app: AppId::parse("a").unwrap(),
+        room: Arc::from("r"),
+    };
+    TopicAddress {
+        room,
+        topic: Arc::from(name),
+    }
+}
+
+fn publication(topic: &TopicAddress, filter: Option<&str>, n: u64, retain: bool) -> Arc<Envelope> {
+    Arc::new(Envelope::Publication(Publication {
+        id: EnvelopeId(u128::from(n)),
+        topic: topic.clone(),
+        filter: filter.map(str::to_owned),
+        publisher: ActorId::parse("alice").unwrap(),
+        publisher_conn: ConnId(1),
+        node: NodeId::parse("n1").unwrap(),
+        timestamp_ms: 0,
+        msg_id: None,
+        retain,
+        qos: 0,
+        data: Bytes::from(n.to_string()),
+    }))
+}
+
+fn data(d: &BusDelivery) -> String {
+    match &*d.envelope {
+        Envelope::Publication(p) => String::from_utf8_lossy(&p.data).into_owned(),
+        Envelope::Presence(_) => "presence".to_owned(),
+    }
+}
+
+fn node(name: &str) -> NodeId {
+    NodeId::parse(name).unwrap()
+}
+
+#[tokio::test]
+async fn publish_waits_for_a_full_receiver_and_drops_nothing() {
+    let bus = InProcessBus::new();
+    let (a, _a_rx) = bus.connect(node("a"), 1);
+    let (b, mut b_rx) = bus.connect(node("b"), 1);
+    let t = topic("t");
+    b.subscribe(&BusSubscription::Topic(t.clone()))
+        .await
+        .unwrap();
+    a.publish(publication(&t, None, 1, false)).await.unwrap();
+    let second = a.publish(publication(&t, None, 2, false));
+    tokio::pin!(second);
+    assert!(
+        timeout(Duration::from_millis(50), &mut second)
+            .await
+            .is_err(),
+        "publish must wait while full"
+    );
+    assert_eq!(data(&b_rx.recv().await.unwrap()), "1");
+    timeout(Duration::from_secs(5), second)
+        .await
+        .expect("publish resumes once there is room")
+        .unwrap();
+    assert_eq!(data(&b_rx.recv().await.unwrap()), "2");
+}
+
+#[tokio::test]
+async fn dropped_receiver_is_skipped_and_removed() {
+    let bus = InProcessBus::new();
+    let (a, _a_rx) = bus.connect(node("a"), 4);
+    let (b, b_rx) = bus.connect(node("b"), 1);
+    let (c, mut c_rx) = bus.connect(node("c"), 4);
+    let t = topic("t");
+    b.subscribe(&BusSubscription::Topic(t.clone()))
+        .await
+        .unwrap();
+    c.subscribe(&BusSubscription::Topic(t.clone()))
+        .await
+        .unwrap();
+    drop(b_rx);
+    for n in 0..3 {
+        a.publish(publication(&t, None, n, false)).await.unwrap();
+    }
+    for n in 0..3 {
+        assert_eq!(data(&c_rx.recv().await.unwrap()), n.to_string());
+    }
+    assert!(matches!(
+        b.subscribe(&BusSubscription::Topic(topic("u"))).await,
+        Err(BusError::Closed)
+    ));
+    assert_eq!(bus.shared.lock().nodes.len(), 2);
+}
+
+#[tokio::test]
+async fn dropping_a_handle_removes_its_subscriptions_and_closes_its_receiver() {
+    let bus = InProcessBus::new();
+    let (a, mut a_rx) = bus.connect(node("a"), 4);
+    a.subscribe(&BusSubscription::Topic(topic("t")))
+        .await
+        .unwrap();
+    a.subscribe(&BusSubscription::Presence(topic("t").room))
+        .await
+        .unwrap();
+    drop(a);
+    assert!(a_rx.recv().await.is_none());
+    let state = bus.shared.lock();
+    assert!(state.nodes.is_empty() && state.topics.is_empty() && state.rooms.is_empty());
+}
+
+#[tokio::test]
+async fn group_passes_over_a_member_whose_receiver_is_gone() {
+    let bus = InProcessBus::new();
+    let (a, _a_rx) = bus.connect(node("a"), 4);
+    let (b, b_rx) = bus.connect(node("b"), 4);
+    let (c, mut c_rx) = bus.connect(node("c"), 8);
+    let t = topic("t");
+    let group = BusSubscription::Group(GroupKey {
+        topic: t.clone(),
+        group: Arc::from("g"),
+    });
+    b.subscribe(&group).await.unwrap();
+    c.subscribe(&group).await.unwrap();
+    drop(b_rx);
+    for n in 0..4 {
+        a.publish(publication(&t, None, n, false)).await.unwrap();
+    }
+    for n in 0..4 {
+        assert_eq!(data(&c_rx.recv().await.unwrap()), n.to_string());
+    }
+}
+
+#[tokio::test]
+async fn full_retained_store_keeps_replacing_but_refuses_new_keys() {
+    let bus = InProcessBus::with_max_retained(2);
+    let (a, _a_rx) = bus.connect(node("a"), 4);
+    let (b, mut b_rx) = bus.connect(node("b"), 8);
+    let t = topic("t");
+    a.publish(publication(&t, Some("k1"), 1, true))
+        .await
+        .unwrap();
+    a.publish(publication(&t, Some("k2"), 2, true))
+        .await
+        .unwrap();
+    a.publish(publication(&t, Some("k3"), 3, true))
+        .await
+        .unwrap();
+    a.publish(publication(&t, Some("k1"), 4, true))
+        .await
+        .unwrap();
+    assert_eq!((bus.retained_len(), bus.retained_refused()), (2, 1));
+    b.subscribe(&BusSubscription::Topic(t.clone()))
+        .await
+        .unwrap();
+    let mut replayed = vec![
+        data(&b_rx.recv().await.unwrap()),
+        data(&b_rx.recv().await.unwrap()),
+    ];
+    replayed.sort();
+    assert_eq!(replayed, ["2", "4"]);
+    assert!(b_rx.try_recv().is_err());
+}
+
+#[tokio::test]
+async fn unused_channels_are_dropped() {
+    let bus = InProcessBus::new();
+    let (a, _a_rx) = bus.connect(node("a"), 4);
+    let t = topic("t");
+    let subs = [
+        BusSubscription::Topic(t.clone()),
+        BusSubscription::TopicKey(t.clone(), "k".to_owned()),
+        BusSubscription::Group(GroupKey {
+            topic: t.clone(),
+            group: Arc::from("g"),
+        }),
+        BusSubscription::Presence(t.room.clone()),
+    ];
+    for sub in &subs {
+        a.subscribe(sub).await.unwrap();
+    }
+    for sub in &subs {
+        a.unsubscribe(sub).await.unwrap();
+    }
+    let state = bus.shared.lock();
+    assert!(state.topics.is_empty() && state.rooms.is_empty());
+}

@@ -1,0 +1,12 @@
+//! Integration tests: the real server in process on port 0, driven over WebSockets.
+
+mod closes;
+mod errors;
+mod filters;
+mod fuzz;
+mod limits;
+mod lobby;
+mod presence;
+mod pubsub;
+mod reconnect;
+mod tokens;
