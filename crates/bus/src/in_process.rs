@@ -28,8 +28,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
 use skua_core::{
-    Bus, BusDelivery, BusError, BusSubscription, Envelope, GroupKey, NodeId, RoomKey, Route,
-    TopicAddress,
+    Bus, BusDelivery, BusError, BusSubscription, Envelope, GroupKey, NodeId, RoomKey, Route, TopicAddress,
 };
 use tokio::sync::{Mutex as TurnLock, mpsc};
 use tracing::{debug, warn};
@@ -57,12 +56,7 @@ impl InProcessBus {
     /// at WARN on the 1st, 2nd, 4th, 8th, … occurrence. Kept publications are never evicted:
     /// the bus cannot know which of them still matter.
     pub fn with_max_retained(max_retained: usize) -> Self {
-        Self {
-            shared: Arc::new(Shared {
-                state: Mutex::new(State::default()),
-                max_retained,
-            }),
-        }
+        Self { shared: Arc::new(Shared { state: Mutex::new(State::default()), max_retained }) }
     }
 
     /// Connects a node: returns its [`Bus`] handle and its delivery receiver, which holds at most
@@ -72,35 +66,17 @@ impl InProcessBus {
     /// Each call makes an independent node, even for a `node` id already connected. Dropping the
     /// handle removes the node's subscriptions; dropping the receiver makes the bus remove the
     /// node the next time it delivers to it.
-    pub fn connect(
-        &self,
-        node: NodeId,
-        capacity: usize,
-    ) -> (Arc<dyn Bus>, mpsc::Receiver<BusDelivery>) {
+    pub fn connect(&self, node: NodeId, capacity: usize) -> (Arc<dyn Bus>, mpsc::Receiver<BusDelivery>) {
         let (tx, rx) = mpsc::channel(capacity.max(1));
         let slot = {
             let mut state = self.shared.lock();
             let slot = state.next_slot;
             state.next_slot += 1;
-            state.nodes.insert(
-                slot,
-                NodeEntry {
-                    node: node.clone(),
-                    tx,
-                    subs: HashSet::new(),
-                },
-            );
+            state.nodes.insert(slot, NodeEntry { node: node.clone(), tx, subs: HashSet::new() });
             slot
         };
         debug!(%node, slot, "Node connected to the in-process bus.");
-        (
-            Arc::new(NodeHandle {
-                shared: self.shared.clone(),
-                slot,
-                node,
-            }),
-            rx,
-        )
+        (Arc::new(NodeHandle { shared: self.shared.clone(), slot, node }), rx)
     }
 
     /// How many retained publications are kept.
@@ -203,14 +179,11 @@ impl Channel {
                 self.keys.entry(key.to_owned()).or_default().insert(slot);
             }
             Want::Group(key) => {
-                let group = self
-                    .groups
-                    .entry(key.group.clone())
-                    .or_insert_with(|| Group {
-                        key: key.clone(),
-                        members: Vec::new(),
-                        next: 0,
-                    });
+                let group = self.groups.entry(key.group.clone()).or_insert_with(|| Group {
+                    key: key.clone(),
+                    members: Vec::new(),
+                    next: 0,
+                });
                 // The node's `subs` set already refused a second subscription of this group.
                 group.members.push(slot);
             }
@@ -244,12 +217,7 @@ impl Channel {
     /// The retained publications a new subscription `want` gets replayed.
     fn replay_for(&self, want: Want<'_>) -> Vec<Arc<Envelope>> {
         match want {
-            Want::All => self
-                .retained_plain
-                .iter()
-                .chain(self.retained_keys.values())
-                .cloned()
-                .collect(),
+            Want::All => self.retained_plain.iter().chain(self.retained_keys.values()).cloned().collect(),
             Want::Key(key) => self.retained_keys.get(key).cloned().into_iter().collect(),
             Want::Group(_) => Vec::new(),
         }
@@ -337,13 +305,7 @@ impl State {
     }
 
     /// Keeps `envelope` as the retained publication of its (topic, filter key), if there is room.
-    fn retain(
-        &mut self,
-        at: ChannelRef<'_>,
-        filter: Option<&str>,
-        envelope: &Arc<Envelope>,
-        max: usize,
-    ) {
+    fn retain(&mut self, at: ChannelRef<'_>, filter: Option<&str>, envelope: &Arc<Envelope>, max: usize) {
         let Some(c) = channel(&mut self.topics, &mut self.rooms, at) else {
             return;
         };
@@ -376,23 +338,13 @@ impl State {
     }
 
     /// Every delivery of a live envelope on channel `at`, as (sender, route, receiving node).
-    fn targets(
-        &mut self,
-        at: ChannelRef<'_>,
-        filter: Option<&str>,
-    ) -> Vec<(mpsc::Sender<BusDelivery>, Route, Slot)> {
-        let State {
-            nodes,
-            topics,
-            rooms,
-            ..
-        } = self;
+    fn targets(&mut self, at: ChannelRef<'_>, filter: Option<&str>) -> Vec<(mpsc::Sender<BusDelivery>, Route, Slot)> {
+        let State { nodes, topics, rooms, .. } = self;
         let Some(c) = channel(topics, rooms, at) else {
             return Vec::new();
         };
         let keyed = filter.and_then(|key| c.keys.get(key));
-        let mut targets =
-            Vec::with_capacity(c.all.len() + keyed.map_or(0, HashSet::len) + c.groups.len());
+        let mut targets = Vec::with_capacity(c.all.len() + keyed.map_or(0, HashSet::len) + c.groups.len());
         let mut push = |slot: Slot, route: Route| {
             if let Some(node) = nodes.get(&slot) {
                 targets.push((node.tx.clone(), route, slot));
@@ -402,11 +354,7 @@ impl State {
             push(slot, Route::Plain);
         }
         // A node with both a `Topic` and a matching `TopicKey` subscription gets one copy.
-        for &slot in keyed
-            .into_iter()
-            .flatten()
-            .filter(|slot| !c.all.contains(slot))
-        {
+        for &slot in keyed.into_iter().flatten().filter(|slot| !c.all.contains(slot)) {
             push(slot, Route::Plain);
         }
         for group in c.groups.values_mut() {
@@ -460,9 +408,7 @@ impl Bus for NodeHandle {
     /// never get it (still at most once). A retained publication is kept once routing started.
     async fn publish(&self, envelope: Arc<Envelope>) -> Result<(), BusError> {
         let (at, filter, retain) = match &*envelope {
-            Envelope::Publication(p) => {
-                (ChannelRef::Topic(&p.topic), p.filter.as_deref(), p.retain)
-            }
+            Envelope::Publication(p) => (ChannelRef::Topic(&p.topic), p.filter.as_deref(), p.retain),
             Envelope::Presence(e) => (ChannelRef::Room(&e.room), None, false),
         };
         loop {
@@ -478,9 +424,7 @@ impl Bus for NodeHandle {
             let _turn = turn.lock().await;
             let targets = {
                 let mut state = self.shared.lock();
-                let current = state
-                    .channel_mut(at)
-                    .is_some_and(|c| Arc::ptr_eq(&c.turn, &turn));
+                let current = state.channel_mut(at).is_some_and(|c| Arc::ptr_eq(&c.turn, &turn));
                 if !current {
                     // The channel was dropped and made again while we waited for its turn.
                     continue;
@@ -492,11 +436,7 @@ impl Bus for NodeHandle {
             };
             let mut gone = Vec::new();
             for (tx, route, slot) in targets {
-                let delivery = BusDelivery {
-                    envelope: envelope.clone(),
-                    route,
-                    retained_replay: false,
-                };
+                let delivery = BusDelivery { envelope: envelope.clone(), route, retained_replay: false };
                 if tx.send(delivery).await.is_err() {
                     gone.push(slot);
                 }
@@ -537,17 +477,11 @@ impl Bus for NodeHandle {
                     state.drop_if_unused(at);
                     return Err(BusError::Closed);
                 }
-                let State {
-                    nodes,
-                    topics,
-                    rooms,
-                    ..
-                } = &mut *state;
+                let State { nodes, topics, rooms, .. } = &mut *state;
                 let Some(node) = nodes.get_mut(&self.slot) else {
                     return Err(BusError::Closed);
                 };
-                let Some(c) = channel(topics, rooms, at).filter(|c| Arc::ptr_eq(&c.turn, &turn))
-                else {
+                let Some(c) = channel(topics, rooms, at).filter(|c| Arc::ptr_eq(&c.turn, &turn)) else {
                     continue;
                 };
                 if !node.subs.insert(sub.clone()) {
@@ -558,11 +492,7 @@ impl Bus for NodeHandle {
             };
             debug!(node = %self.node, ?sub, replayed = replay.len(), "Subscribed.");
             for envelope in replay {
-                let delivery = BusDelivery {
-                    envelope,
-                    route: Route::Plain,
-                    retained_replay: true,
-                };
+                let delivery = BusDelivery { envelope, route: Route::Plain, retained_replay: true };
                 if tx.send(delivery).await.is_err() {
                     self.forget_nodes(&[self.slot]);
                     return Err(BusError::Closed);
@@ -579,10 +509,7 @@ impl Bus for NodeHandle {
     async fn unsubscribe(&self, sub: &BusSubscription) -> Result<(), BusError> {
         let (at, want) = split(sub);
         let mut state = self.shared.lock();
-        let removed = state
-            .nodes
-            .get_mut(&self.slot)
-            .is_some_and(|node| node.subs.remove(sub));
+        let removed = state.nodes.get_mut(&self.slot).is_some_and(|node| node.subs.remove(sub));
         if removed {
             if let Some(c) = state.channel_mut(at) {
                 c.remove(self.slot, want);

@@ -16,9 +16,7 @@ struct InProcessHarness {
 
 impl InProcessHarness {
     fn new() -> Self {
-        Self {
-            bus: InProcessBus::new(),
-        }
+        Self { bus: InProcessBus::new() }
     }
 }
 

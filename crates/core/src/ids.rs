@@ -109,7 +109,8 @@ pub enum ActorType {
 
 impl ActorType {
     /// Every actor type.
-    pub const ALL: [Self; 6] = [Self::User, Self::Device, Self::Agent, Self::Orchestrator, Self::Observer, Self::Server];
+    pub const ALL: [Self; 6] =
+        [Self::User, Self::Device, Self::Agent, Self::Orchestrator, Self::Observer, Self::Server];
 
     /// The wire string.
     pub fn as_str(self) -> &'static str {

@@ -14,7 +14,8 @@ use crate::ids::{ActorId, ActorType, AppId, ProjectId};
 pub const HINT_ROOM_NOT_CONFIGURED: &str =
     "room is not configured. Provision it via the control-plane rooms API before use.";
 /// Hint for a topic that is not in the app's topic list.
-pub const HINT_TOPIC_NOT_CONFIGURED: &str = "topic is not configured for this app. Add it to the app's topic list before use.";
+pub const HINT_TOPIC_NOT_CONFIGURED: &str =
+    "topic is not configured for this app. Add it to the app's topic list before use.";
 /// Hint for a malformed address.
 pub const HINT_BAD_ADDRESS: &str = "topics are addressed as app/room/topic";
 /// Hint for a room the actor has no grant for.
@@ -324,14 +325,22 @@ impl Registry {
     ///
     /// # Errors
     /// [`AccessError`] with the hint for v2 clients.
-    pub fn resolve_topic(&self, actor: &Actor, address: &str, op: Operation, now_s: u64) -> Result<ResolvedTopic, AccessError> {
+    pub fn resolve_topic(
+        &self,
+        actor: &Actor,
+        address: &str,
+        op: Operation,
+        now_s: u64,
+    ) -> Result<ResolvedTopic, AccessError> {
         let mut parts = address.split('/');
-        let (Some(app_slug), Some(room_slug), Some(topic), None) = (parts.next(), parts.next(), parts.next(), parts.next())
+        let (Some(app_slug), Some(room_slug), Some(topic), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
         else {
             return Err(AccessError { hint: HINT_BAD_ADDRESS });
         };
         let project = self.projects.get(&actor.project).ok_or(AccessError { hint: HINT_ROOM_NOT_CONFIGURED })?;
-        let app = project.apps.iter().find(|a| a.slug == app_slug).ok_or(AccessError { hint: HINT_ROOM_NOT_CONFIGURED })?;
+        let app =
+            project.apps.iter().find(|a| a.slug == app_slug).ok_or(AccessError { hint: HINT_ROOM_NOT_CONFIGURED })?;
         let room = app.rooms.get(room_slug).ok_or(AccessError { hint: HINT_ROOM_NOT_CONFIGURED })?;
         let config = app.topics.get(topic).ok_or(AccessError { hint: HINT_TOPIC_NOT_CONFIGURED })?;
         self.room_access(actor, app, room, Some(topic), op, now_s)?;
@@ -424,22 +433,40 @@ mod tests {
             "ops".into(),
             Room {
                 slug: "ops".into(),
-                grants: vec![Grant { subject: GrantSubject::Actor(alice.clone()), permission: Permission::PubSub, topics: None, expires_at: None }],
+                grants: vec![Grant {
+                    subject: GrantSubject::Actor(alice.clone()),
+                    permission: Permission::PubSub,
+                    topics: None,
+                    expires_at: None,
+                }],
             },
         );
         let mut topics = BTreeMap::new();
         topics.insert("messages".into(), TopicConfig::default());
         topics.insert("tasks".into(), TopicConfig { logged: true });
         let app = App { id: AppId::parse("demo-app").unwrap(), slug: "demo".into(), topics, rooms };
-        let project = Project { id: p.clone(), jwt_secret: None, apps: vec![app], lobbies: BTreeMap::new(), limits: ProjectLimits::default() };
-        let actor = |id: &str, t| Actor { id: ActorId::parse(id).unwrap(), project: p.clone(), actor_type: t, active: true, rate_limit: None };
+        let project = Project {
+            id: p.clone(),
+            jwt_secret: None,
+            apps: vec![app],
+            lobbies: BTreeMap::new(),
+            limits: ProjectLimits::default(),
+        };
+        let actor = |id: &str, t| Actor {
+            id: ActorId::parse(id).unwrap(),
+            project: p.clone(),
+            actor_type: t,
+            active: true,
+            rate_limit: None,
+        };
         let r = Registry::build(
             vec![project],
             vec![actor("alice", ActorType::User), actor("bob", ActorType::User), actor("viewer", ActorType::Observer)],
             vec![("tok-a".into(), alice)],
         )
         .unwrap();
-        let (a, b, v) = (r.actor("alice").unwrap().clone(), r.actor("bob").unwrap().clone(), r.actor("viewer").unwrap().clone());
+        let (a, b, v) =
+            (r.actor("alice").unwrap().clone(), r.actor("bob").unwrap().clone(), r.actor("viewer").unwrap().clone());
         (r, a, b, v)
     }
 
@@ -448,15 +475,33 @@ mod tests {
         let (r, alice, bob, viewer) = fixture();
         assert!(r.resolve_topic(&bob, "demo/general/messages", Operation::Publish, 0).is_ok());
         assert!(r.resolve_topic(&bob, "demo/general/tasks", Operation::Subscribe, 0).unwrap().logged);
-        assert_eq!(r.resolve_topic(&bob, "demo/ops/messages", Operation::Subscribe, 0).unwrap_err().hint, HINT_NO_GRANT);
+        assert_eq!(
+            r.resolve_topic(&bob, "demo/ops/messages", Operation::Subscribe, 0).unwrap_err().hint,
+            HINT_NO_GRANT
+        );
         assert!(r.resolve_topic(&alice, "demo/ops/messages", Operation::Publish, 0).is_ok());
-        assert_eq!(r.resolve_topic(&bob, "demo/nope/messages", Operation::Subscribe, 0).unwrap_err().hint, HINT_ROOM_NOT_CONFIGURED);
-        assert_eq!(r.resolve_topic(&bob, "other/general/messages", Operation::Subscribe, 0).unwrap_err().hint, HINT_ROOM_NOT_CONFIGURED);
-        assert_eq!(r.resolve_topic(&bob, "demo/general/nope", Operation::Subscribe, 0).unwrap_err().hint, HINT_TOPIC_NOT_CONFIGURED);
+        assert_eq!(
+            r.resolve_topic(&bob, "demo/nope/messages", Operation::Subscribe, 0).unwrap_err().hint,
+            HINT_ROOM_NOT_CONFIGURED
+        );
+        assert_eq!(
+            r.resolve_topic(&bob, "other/general/messages", Operation::Subscribe, 0).unwrap_err().hint,
+            HINT_ROOM_NOT_CONFIGURED
+        );
+        assert_eq!(
+            r.resolve_topic(&bob, "demo/general/nope", Operation::Subscribe, 0).unwrap_err().hint,
+            HINT_TOPIC_NOT_CONFIGURED
+        );
         assert_eq!(r.resolve_topic(&bob, "demo/general", Operation::Subscribe, 0).unwrap_err().hint, HINT_BAD_ADDRESS);
-        assert_eq!(r.resolve_topic(&bob, "demo/general/messages/x", Operation::Subscribe, 0).unwrap_err().hint, HINT_BAD_ADDRESS);
+        assert_eq!(
+            r.resolve_topic(&bob, "demo/general/messages/x", Operation::Subscribe, 0).unwrap_err().hint,
+            HINT_BAD_ADDRESS
+        );
         assert!(r.resolve_topic(&viewer, "demo/general/messages", Operation::Subscribe, 0).is_ok());
-        assert_eq!(r.resolve_topic(&viewer, "demo/general/messages", Operation::Publish, 0).unwrap_err().hint, HINT_NO_PUBLISH);
+        assert_eq!(
+            r.resolve_topic(&viewer, "demo/general/messages", Operation::Publish, 0).unwrap_err().hint,
+            HINT_NO_PUBLISH
+        );
         assert_eq!(r.actor_by_token("tok-a").map(|a| a.id.as_str()), Some("alice"));
         assert!(r.actor_by_token("tok-b").is_none());
     }
@@ -469,7 +514,13 @@ mod tests {
             topics: Some(vec!["messages".into()]),
             expires_at: Some(100),
         };
-        let a = Actor { id: ActorId::parse("x").unwrap(), project: ProjectId::parse("p").unwrap(), actor_type: ActorType::User, active: true, rate_limit: None };
+        let a = Actor {
+            id: ActorId::parse("x").unwrap(),
+            project: ProjectId::parse("p").unwrap(),
+            actor_type: ActorType::User,
+            active: true,
+            rate_limit: None,
+        };
         assert!(g.applies(&a, Some("messages"), Operation::Subscribe, 99));
         assert!(!g.applies(&a, Some("messages"), Operation::Subscribe, 100));
         assert!(!g.applies(&a, Some("tasks"), Operation::Subscribe, 0));

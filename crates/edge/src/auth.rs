@@ -51,7 +51,8 @@ pub fn verify(registry: &Registry, token: &str, now_unix_s: u64) -> Result<Crede
         let Ok(key) = jsonwebtoken::DecodingKey::from_secret(secret.as_bytes()) else { continue };
         let Ok(data) = jsonwebtoken::decode::<Claims>(token, &key, &validation) else { continue };
         let claims = data.claims;
-        let actor = registry.actor(&claims.sub).filter(|a| a.project == project.id && a.active).ok_or(auth::ACCESS_DENIED)?;
+        let actor =
+            registry.actor(&claims.sub).filter(|a| a.project == project.id && a.active).ok_or(auth::ACCESS_DENIED)?;
         if claims.exp <= now_unix_s {
             return Err(auth::TOKEN_EXPIRED);
         }

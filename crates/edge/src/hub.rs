@@ -41,7 +41,13 @@ pub struct LocalSub {
 
 impl LocalSub {
     /// A subscription not yet inserted.
-    pub fn new(conn: Arc<ConnHandle>, actor: ActorId, echo: Arc<str>, filters: Arc<[String]>, group: Option<Arc<str>>) -> Self {
+    pub fn new(
+        conn: Arc<ConnHandle>,
+        actor: ActorId,
+        echo: Arc<str>,
+        filters: Arc<[String]>,
+        group: Option<Arc<str>>,
+    ) -> Self {
         Self { conn, actor, echo, filters, group, retained_seen: Mutex::new(HashMap::new()) }
     }
 
@@ -240,7 +246,13 @@ impl Hub {
     /// on the connection before anything the subscription receives (the `subscribed` frame),
     /// followed by the retained messages it matches (N20, N33) unless `with_retained` is false.
     /// Returns the subscription it replaced.
-    pub fn insert(&self, address: &TopicAddress, sub: LocalSub, first: Option<Bytes>, with_retained: bool) -> Option<LocalSub> {
+    pub fn insert(
+        &self,
+        address: &TopicAddress,
+        sub: LocalSub,
+        first: Option<Bytes>,
+        with_retained: bool,
+    ) -> Option<LocalSub> {
         let mut topics = write(&self.topics);
         let entry = topics.entry(address.clone()).or_default();
         let old = entry.subs.iter().position(|s| s.conn.id == sub.conn.id).map(|i| entry.subs.swap_remove(i));
@@ -312,7 +324,12 @@ impl Hub {
     ///
     /// # Errors
     /// [`BusError`] when the bus refused a room's subscription; nothing stays added.
-    pub async fn lobby_subscribe(&self, rooms: &[RoomKey], conn: &Arc<ConnHandle>, lobby: &Arc<str>) -> Result<(), BusError> {
+    pub async fn lobby_subscribe(
+        &self,
+        rooms: &[RoomKey],
+        conn: &Arc<ConnHandle>,
+        lobby: &Arc<str>,
+    ) -> Result<(), BusError> {
         for (i, room) in rooms.iter().enumerate() {
             if let Err(e) = self.acquire(&BusSubscription::Presence(room.clone())).await {
                 for r in &rooms[..i] {
@@ -433,8 +450,14 @@ impl Hub {
             let frame = if let Some((_, b)) = cache.iter().find(|(l, _)| *l == lobby) {
                 b.clone()
             } else {
-                let b = ServerFrame::LobbyPresence { event, lobby_id: lobby, room_id: &ev.room.room, actor_id: ev.actor.as_str(), data }
-                    .encode();
+                let b = ServerFrame::LobbyPresence {
+                    event,
+                    lobby_id: lobby,
+                    room_id: &ev.room.room,
+                    actor_id: ev.actor.as_str(),
+                    data,
+                }
+                .encode();
                 cache.push((lobby, b.clone()));
                 b
             };

@@ -135,7 +135,9 @@ impl Session {
             ClientFrame::Subscribe(s) => self.on_subscribe(s).await,
             ClientFrame::Unsubscribe { topic } => self.on_unsubscribe(&topic).await,
             ClientFrame::Publish(p) => self.on_publish(p).await,
-            ClientFrame::SetFilters { topic, filters, raw_filters } => self.on_set_filters(&topic, filters, raw_filters).await,
+            ClientFrame::SetFilters { topic, filters, raw_filters } => {
+                self.on_set_filters(&topic, filters, raw_filters).await
+            }
             ClientFrame::Presence { room_id, data } => self.on_presence(room_id, data).await,
             ClientFrame::GetPresence { room_id } => self.on_get_presence(room_id.as_deref()).await,
             // Stored delivery arrives with the durable-delivery work; acks are accepted and

@@ -15,6 +15,7 @@ use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
 use skua_protocol::{ClientFrame, DecodeError};
 use tokio::time::{Instant, sleep_until};
+use tracing::Instrument;
 
 use crate::outbound::{CloseRequest, ConnHandle, Outbox};
 use crate::session::Session;
@@ -58,7 +59,9 @@ async fn ws_upgrade(State(st): State<Arc<EdgeState>>, ws: WebSocketUpgrade) -> R
             // Tracked so shutdown waits for it; the permit is held for the socket's life.
             tracker
                 .spawn(async move {
-                    run_connection(socket, st).await;
+                    let id = st.next_conn_id();
+                    let span = tracing::debug_span!("conn", conn = %id, node = %st.node);
+                    run_connection(socket, st, id).instrument(span).await;
                     drop(permit);
                 })
                 .await
@@ -67,12 +70,8 @@ async fn ws_upgrade(State(st): State<Arc<EdgeState>>, ws: WebSocketUpgrade) -> R
 }
 
 /// Serves one WebSocket until it closes.
-async fn run_connection(socket: WebSocket, st: Arc<EdgeState>) {
-    let id = st.next_conn_id();
+async fn run_connection(socket: WebSocket, st: Arc<EdgeState>, id: skua_core::ConnId) {
     st.metrics.connections_opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let span = tracing::debug_span!("conn", conn = %id, node = %st.node);
-    let _enter = span.enter();
-    drop(_enter);
     let (handle, outbox) =
         ConnHandle::new(id, st.config.outbound_queue_messages, st.config.outbound_queue_bytes, st.metrics.clone());
     let handle = Arc::new(handle);
@@ -102,7 +101,12 @@ fn deadline_of(expires_at: Option<u64>) -> Instant {
     }
 }
 
-async fn read_loop(session: &mut Session, mut stream: SplitStream<WebSocket>, st: &Arc<EdgeState>, handle: &Arc<ConnHandle>) {
+async fn read_loop(
+    session: &mut Session,
+    mut stream: SplitStream<WebSocket>,
+    st: &Arc<EdgeState>,
+    handle: &Arc<ConnHandle>,
+) {
     let idle = st.config.idle_timeout;
     let mut idle_deadline = Instant::now() + idle;
     let mut expiry = session.expires_at();
@@ -170,15 +174,16 @@ async fn read_loop(session: &mut Session, mut stream: SplitStream<WebSocket>, st
 }
 
 fn token_expired(handle: &ConnHandle) {
-    handle.push(skua_protocol::ServerFrame::Disconnect { reason: skua_protocol::codes::reason::TOKEN_EXPIRED }.encode());
+    handle
+        .push(skua_protocol::ServerFrame::Disconnect { reason: skua_protocol::codes::reason::TOKEN_EXPIRED }.encode());
     handle.request_close(CloseRequest::TOKEN_EXPIRED);
 }
 
+/// Whether a read failed because the frame exceeded `max_frame_size` / `max_message_size`.
 fn is_capacity_error(e: &axum::Error) -> bool {
     let mut src: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = src {
-        let s = err.to_string();
-        if s.contains("Space limit exceeded") || s.contains("too long") || s.contains("Message too long") {
+        if let Some(tungstenite::Error::Capacity(_)) = err.downcast_ref::<tungstenite::Error>() {
             return true;
         }
         src = err.source();
@@ -186,7 +191,12 @@ fn is_capacity_error(e: &axum::Error) -> bool {
     false
 }
 
-async fn write_loop(mut sink: SplitSink<WebSocket, Message>, mut outbox: Outbox, handle: Arc<ConnHandle>, close_timeout: Duration) {
+async fn write_loop(
+    mut sink: SplitSink<WebSocket, Message>,
+    mut outbox: Outbox,
+    handle: Arc<ConnHandle>,
+    close_timeout: Duration,
+) {
     loop {
         tokio::select! {
             biased;

@@ -11,9 +11,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use skua_core::{
-    ActorId, ConnRef, NodeId, Presence, PresenceChange, PresenceEntry, PresenceError, RoomKey,
-};
+use skua_core::{ActorId, ConnRef, NodeId, Presence, PresenceChange, PresenceEntry, PresenceError, RoomKey};
 
 /// In-memory presence. Cheap to create; share one instance (behind an `Arc`) among all users.
 #[derive(Default)]
@@ -44,9 +42,7 @@ impl MemoryPresence {
 
 impl fmt::Debug for MemoryPresence {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MemoryPresence")
-            .field("rooms", &self.lock().len())
-            .finish()
+        f.debug_struct("MemoryPresence").field("rooms", &self.lock().len()).finish()
     }
 }
 
@@ -74,25 +70,13 @@ impl Presence for MemoryPresence {
             }
             return Ok(PresenceChange::Update);
         }
-        actors.insert(
-            actor.clone(),
-            Entry {
-                data,
-                joined_at: now_unix_s,
-                conns: HashSet::from([conn.clone()]),
-            },
-        );
+        actors.insert(actor.clone(), Entry { data, joined_at: now_unix_s, conns: HashSet::from([conn.clone()]) });
         Ok(PresenceChange::Join)
     }
 
     /// # Errors
     /// None.
-    async fn remove(
-        &self,
-        room: &RoomKey,
-        actor: &ActorId,
-        conn: &ConnRef,
-    ) -> Result<bool, PresenceError> {
+    async fn remove(&self, room: &RoomKey, actor: &ActorId, conn: &ConnRef) -> Result<bool, PresenceError> {
         let mut rooms = self.lock();
         let Some(actors) = rooms.get_mut(room) else {
             return Ok(false);
@@ -114,15 +98,11 @@ impl Presence for MemoryPresence {
     /// None.
     async fn list(&self, room: &RoomKey) -> Result<Vec<PresenceEntry>, PresenceError> {
         let rooms = self.lock();
-        let entries = rooms
-            .get(room)
-            .into_iter()
-            .flatten()
-            .map(|(actor, entry)| PresenceEntry {
-                actor: actor.clone(),
-                data: entry.data.clone(),
-                joined_at: entry.joined_at,
-            });
+        let entries = rooms.get(room).into_iter().flatten().map(|(actor, entry)| PresenceEntry {
+            actor: actor.clone(),
+            data: entry.data.clone(),
+            joined_at: entry.joined_at,
+        });
         Ok(entries.collect())
     }
 

@@ -12,9 +12,7 @@ struct MemoryHarness {
 
 impl MemoryHarness {
     fn new() -> Self {
-        Self {
-            presence: Arc::new(MemoryPresence::new()),
-        }
+        Self { presence: Arc::new(MemoryPresence::new()) }
     }
 }
 

@@ -178,17 +178,15 @@ impl ClientFrame {
         let fields = Fields::parse(frame)?;
         let ty = match fields.get("type") {
             None => return Err(fields.error("frame has no type")),
-            Some(raw) => Reader::new(raw)
-                .read_str()
-                .map_err(|_| fields.error("type must be a string"))?,
+            Some(raw) => Reader::new(raw).read_str().map_err(|_| fields.error("type must be a string"))?,
         };
         let f = &fields;
         Ok(match ty {
             t::AUTH => Self::Auth(AuthFrame {
                 token: f.req_str("token", "auth requires a string token")?,
-                protocol_version: f.int("protocolVersion").map_or(1, |v| {
-                    u32::try_from(v.clamp(0, i128::from(u32::MAX))).unwrap_or(1)
-                }),
+                protocol_version: f
+                    .int("protocolVersion")
+                    .map_or(1, |v| u32::try_from(v.clamp(0, i128::from(u32::MAX))).unwrap_or(1)),
                 reconnect: f.bool("reconnect"),
                 client_id: match f.get("clientId") {
                     None => ClientIdField::Absent,
@@ -202,32 +200,24 @@ impl ClientFrame {
                     }
                 },
             }),
-            t::REAUTH => Self::Reauth {
-                token: f.req_str("token", "reauth requires a string token")?,
-            },
+            t::REAUTH => Self::Reauth { token: f.req_str("token", "reauth requires a string token")? },
             t::SUBSCRIBE => {
                 let topic = f.req_str("topic", "subscribe requires a string topic")?;
                 let raw_filters = f.bytes(frame, "filters");
                 Self::Subscribe(SubscribeFrame {
                     qos: f.qos(),
-                    filters: raw_filters
-                        .as_deref()
-                        .map_or(Ok(Vec::new()), parse_subscription_filters),
+                    filters: raw_filters.as_deref().map_or(Ok(Vec::new()), parse_subscription_filters),
                     raw_filters,
                     load_balance: f.bool("loadBalance"),
-                    load_balance_group: f.opt_str("loadBalanceGroup").map_err(|()| {
-                        DecodeError {
-                            hint: "loadBalanceGroup must be a string",
-                            topic: Some(topic.clone()),
-                            msg_ref: None,
-                        }
+                    load_balance_group: f.opt_str("loadBalanceGroup").map_err(|()| DecodeError {
+                        hint: "loadBalanceGroup must be a string",
+                        topic: Some(topic.clone()),
+                        msg_ref: None,
                     })?,
                     topic,
                 })
             }
-            t::UNSUBSCRIBE => Self::Unsubscribe {
-                topic: f.req_str("topic", "unsubscribe requires a string topic")?,
-            },
+            t::UNSUBSCRIBE => Self::Unsubscribe { topic: f.req_str("topic", "unsubscribe requires a string topic")? },
             t::PUBLISH => {
                 let topic = f.req_str("topic", "publish requires a string topic")?;
                 let msg_ref = f.opt_str("msgRef").map_err(|()| DecodeError {
@@ -236,11 +226,7 @@ impl ClientFrame {
                     msg_ref: None,
                 })?;
                 let Some(data) = f.bytes(frame, "data") else {
-                    return Err(DecodeError {
-                        hint: "publish requires data",
-                        topic: Some(topic),
-                        msg_ref,
-                    });
+                    return Err(DecodeError { hint: "publish requires data", topic: Some(topic), msg_ref });
                 };
                 Self::Publish(PublishFrame {
                     data,
@@ -255,17 +241,13 @@ impl ClientFrame {
                 let topic = f.req_str("topic", "setFilters requires a string topic")?;
                 let raw_filters = f.bytes(frame, "filters");
                 Self::SetFilters {
-                    filters: raw_filters
-                        .as_deref()
-                        .map_or(Ok(Vec::new()), parse_subscription_filters),
+                    filters: raw_filters.as_deref().map_or(Ok(Vec::new()), parse_subscription_filters),
                     raw_filters,
                     topic,
                 }
             }
             t::PRESENCE => {
-                let room_id = f
-                    .opt_str("roomId")
-                    .map_err(|()| f.error("roomId must be a string"))?;
+                let room_id = f.opt_str("roomId").map_err(|()| f.error("roomId must be a string"))?;
                 let data = match f.bytes(frame, "data") {
                     None => return Err(f.error("presence requires data (nil to leave)")),
                     Some(b) if b.as_ref() == [0xc0] => None,
@@ -278,26 +260,22 @@ impl ClientFrame {
                 };
                 Self::Presence { room_id, data }
             }
-            t::GET_PRESENCE => Self::GetPresence {
-                room_id: f
-                    .opt_str("roomId")
-                    .map_err(|()| f.error("roomId must be a string"))?,
-            },
-            t::ACK => Self::Ack {
-                msg_id: f.req_str("msgId", "ack requires a string msgId")?,
-            },
-            t::BATCH_ACK => Self::BatchAck {
-                msg_ids: f.str_list("msgIds", "batchAck requires msgIds, a list of strings")?,
-            },
-            t::LOBBY_SUBSCRIBE => Self::LobbySubscribe {
-                lobby_id: f.req_str("lobbyId", "lobbySubscribe requires a string lobbyId")?,
-            },
-            t::LOBBY_UNSUBSCRIBE => Self::LobbyUnsubscribe {
-                lobby_id: f.req_str("lobbyId", "lobbyUnsubscribe requires a string lobbyId")?,
-            },
-            t::GET_LOBBY_PRESENCE => Self::GetLobbyPresence {
-                lobby_id: f.req_str("lobbyId", "getLobbyPresence requires a string lobbyId")?,
-            },
+            t::GET_PRESENCE => {
+                Self::GetPresence { room_id: f.opt_str("roomId").map_err(|()| f.error("roomId must be a string"))? }
+            }
+            t::ACK => Self::Ack { msg_id: f.req_str("msgId", "ack requires a string msgId")? },
+            t::BATCH_ACK => {
+                Self::BatchAck { msg_ids: f.str_list("msgIds", "batchAck requires msgIds, a list of strings")? }
+            }
+            t::LOBBY_SUBSCRIBE => {
+                Self::LobbySubscribe { lobby_id: f.req_str("lobbyId", "lobbySubscribe requires a string lobbyId")? }
+            }
+            t::LOBBY_UNSUBSCRIBE => {
+                Self::LobbyUnsubscribe { lobby_id: f.req_str("lobbyId", "lobbyUnsubscribe requires a string lobbyId")? }
+            }
+            t::GET_LOBBY_PRESENCE => {
+                Self::GetLobbyPresence { lobby_id: f.req_str("lobbyId", "getLobbyPresence requires a string lobbyId")? }
+            }
             _ => return Err(f.error("unknown frame type")),
         })
     }
@@ -311,11 +289,7 @@ struct Fields<'a> {
 
 impl<'a> Fields<'a> {
     fn parse(frame: &'a [u8]) -> Result<Self, DecodeError> {
-        let bare = |hint| DecodeError {
-            hint,
-            topic: None,
-            msg_ref: None,
-        };
+        let bare = |hint| DecodeError { hint, topic: None, msg_ref: None };
         let mut r = Reader::new(frame);
         let n = match r.peek_kind() {
             Ok(Kind::Map) => r.read_map_len().map_err(|_| bare("undecodable msgpack"))?,
@@ -343,19 +317,12 @@ impl<'a> Fields<'a> {
         if !r.is_empty() {
             return Err(bare("trailing bytes after the frame's map"));
         }
-        let fields = Self {
-            base: frame,
-            entries,
-        };
+        let fields = Self { base: frame, entries };
         Ok(fields)
     }
 
     fn get(&self, key: &str) -> Option<&'a [u8]> {
-        self.entries
-            .iter()
-            .rev()
-            .find(|(k, _)| *k == key)
-            .map(|(_, v)| *v)
+        self.entries.iter().rev().find(|(k, _)| *k == key).map(|(_, v)| *v)
     }
 
     /// An `invalid_frame` error carrying whatever `topic`/`msgRef` could be read.
@@ -398,13 +365,11 @@ impl<'a> Fields<'a> {
     }
 
     fn int(&self, key: &str) -> Option<i128> {
-        self.get(key)
-            .and_then(|raw| Reader::new(raw).read_int().ok())
+        self.get(key).and_then(|raw| Reader::new(raw).read_int().ok())
     }
 
     fn bool(&self, key: &str) -> bool {
-        self.get(key)
-            .is_some_and(|raw| Reader::new(raw).read_bool().unwrap_or(false))
+        self.get(key).is_some_and(|raw| Reader::new(raw).read_bool().unwrap_or(false))
     }
 
     /// `qos`: 0, 1 or 2; anything else (absent, other numbers, other types) becomes 1.
@@ -438,17 +403,10 @@ mod tests {
     fn publish_keeps_data_bytes_exactly() {
         // data = {"n": uint16 5} — a non-shortest integer width must survive (N2)
         let f = frame(|w| {
-            w.map(3)
-                .str("type")
-                .str("publish")
-                .str("topic")
-                .str("a/b/c")
-                .str("data");
+            w.map(3).str("type").str("publish").str("topic").str("a/b/c").str("data");
             w.map(1).str("n").raw(&[0xcd, 0x00, 0x05]);
         });
-        let ClientFrame::Publish(p) = ClientFrame::decode(&f).unwrap() else {
-            panic!()
-        };
+        let ClientFrame::Publish(p) = ClientFrame::decode(&f).unwrap() else { panic!() };
         assert_eq!(p.data.as_ref(), &[0x81, 0xa1, b'n', 0xcd, 0x00, 0x05]);
         assert_eq!(p.qos, 1);
         assert_eq!(p.filter, Ok(None));
@@ -457,13 +415,7 @@ mod tests {
     #[test]
     fn missing_fields_are_invalid_frames_with_context() {
         let f = frame(|w| {
-            w.map(3)
-                .str("type")
-                .str("publish")
-                .str("topic")
-                .str("a/b/c")
-                .str("msgRef")
-                .str("r1");
+            w.map(3).str("type").str("publish").str("topic").str("a/b/c").str("msgRef").str("r1");
         });
         let e = ClientFrame::decode(&f).unwrap_err();
         assert_eq!(e.hint, "publish requires data");
@@ -493,12 +445,7 @@ mod tests {
             .hint,
             "unknown frame type"
         );
-        assert_eq!(
-            ClientFrame::decode(&Bytes::from_static(&[0xc1]))
-                .unwrap_err()
-                .hint,
-            "undecodable msgpack"
-        );
+        assert_eq!(ClientFrame::decode(&Bytes::from_static(&[0xc1])).unwrap_err().hint, "undecodable msgpack");
     }
 
     #[test]
@@ -514,9 +461,7 @@ mod tests {
                 .str("clientId")
                 .uint(5);
         });
-        let ClientFrame::Auth(a) = ClientFrame::decode(&f).unwrap() else {
-            panic!()
-        };
+        let ClientFrame::Auth(a) = ClientFrame::decode(&f).unwrap() else { panic!() };
         assert_eq!(a.protocol_version, 1);
         assert_eq!(a.client_id, ClientIdField::NotAString);
     }
@@ -524,17 +469,9 @@ mod tests {
     #[test]
     fn data_nil_is_a_valid_payload() {
         let f = frame(|w| {
-            w.map(3)
-                .str("type")
-                .str("publish")
-                .str("topic")
-                .str("a/b/c")
-                .str("data")
-                .nil();
+            w.map(3).str("type").str("publish").str("topic").str("a/b/c").str("data").nil();
         });
-        let ClientFrame::Publish(p) = ClientFrame::decode(&f).unwrap() else {
-            panic!()
-        };
+        let ClientFrame::Publish(p) = ClientFrame::decode(&f).unwrap() else { panic!() };
         assert_eq!(p.data.as_ref(), &[0xc0]);
     }
 }

@@ -123,10 +123,7 @@ fn read_valid_strs<'a>(r: &mut Reader<'a>, n: usize) -> Result<Vec<&'a str>, Fil
 ///
 /// # Errors
 /// [`FilterError`] as N12 and N32 list.
-pub fn parse_publish_filter(
-    filter: Option<&[u8]>,
-    filters: Option<&[u8]>,
-) -> Result<Option<String>, FilterError> {
+pub fn parse_publish_filter(filter: Option<&[u8]>, filters: Option<&[u8]>) -> Result<Option<String>, FilterError> {
     if let Some(raw) = filter {
         let mut r = Reader::new(raw);
         if !r.read_nil().map_err(|_| FilterError::InvalidChars)? {
@@ -170,59 +167,27 @@ mod tests {
     #[test]
     fn or_strings_are_verbatim_and_groups_normalise() {
         let mut w = Writer::default();
-        w.array(2)
-            .str("User_1")
-            .array(2)
-            .str("Tier:Gold")
-            .str("region:EU");
+        w.array(2).str("User_1").array(2).str("Tier:Gold").str("region:EU");
         let f = parse_subscription_filters(&w.into_vec()).unwrap();
-        assert_eq!(
-            f,
-            vec![
-                FilterSpec::Or("User_1".into()),
-                FilterSpec::And("region:eu|tier:gold".into())
-            ]
-        );
+        assert_eq!(f, vec![FilterSpec::Or("User_1".into()), FilterSpec::And("region:eu|tier:gold".into())]);
     }
 
     #[test]
     fn subscription_filter_errors() {
         assert_eq!(parse_subscription_filters(&[0xc0]), Ok(vec![]));
         assert_eq!(parse_subscription_filters(&[0x90]), Ok(vec![]));
-        assert_eq!(
-            parse_subscription_filters(&strs(&[""])),
-            Err(FilterError::InvalidChars)
-        );
+        assert_eq!(parse_subscription_filters(&strs(&[""])), Err(FilterError::InvalidChars));
         for bad in ["a/b", "a#", "+", "x|y"] {
-            assert_eq!(
-                parse_subscription_filters(&strs(&[bad])),
-                Err(FilterError::InvalidChars),
-                "{bad}"
-            );
+            assert_eq!(parse_subscription_filters(&strs(&[bad])), Err(FilterError::InvalidChars), "{bad}");
         }
         // one-member AND group, non-string member, non-list
-        assert_eq!(
-            parse_subscription_filters(&[0x91, 0x91, 0xa1, b'a']),
-            Err(FilterError::InvalidChars)
-        );
-        assert_eq!(
-            parse_subscription_filters(&[0x91, 0x05]),
-            Err(FilterError::InvalidChars)
-        );
-        assert_eq!(
-            parse_subscription_filters(&[0xa1, b'a']),
-            Err(FilterError::InvalidChars)
-        );
+        assert_eq!(parse_subscription_filters(&[0x91, 0x91, 0xa1, b'a']), Err(FilterError::InvalidChars));
+        assert_eq!(parse_subscription_filters(&[0x91, 0x05]), Err(FilterError::InvalidChars));
+        assert_eq!(parse_subscription_filters(&[0xa1, b'a']), Err(FilterError::InvalidChars));
         let many: Vec<String> = (0..101).map(|i| format!("f{i}")).collect();
         let many: Vec<&str> = many.iter().map(String::as_str).collect();
-        assert_eq!(
-            parse_subscription_filters(&strs(&many)),
-            Err(FilterError::TooMany)
-        );
-        assert_eq!(
-            parse_subscription_filters(&strs(&many[..100])).map(|v| v.len()),
-            Ok(100)
-        );
+        assert_eq!(parse_subscription_filters(&strs(&many)), Err(FilterError::TooMany));
+        assert_eq!(parse_subscription_filters(&strs(&many[..100])).map(|v| v.len()), Ok(100));
     }
 
     #[test]
@@ -232,31 +197,13 @@ mod tests {
             w.str("Region:US");
             w.into_vec()
         };
-        assert_eq!(
-            parse_publish_filter(Some(&one), None),
-            Ok(Some("Region:US".into()))
-        );
-        assert_eq!(
-            parse_publish_filter(None, Some(&strs(&["B", "a"]))),
-            Ok(Some("a|b".into()))
-        );
-        assert_eq!(
-            parse_publish_filter(None, Some(&strs(&["Solo"]))),
-            Ok(Some("solo".into()))
-        );
+        assert_eq!(parse_publish_filter(Some(&one), None), Ok(Some("Region:US".into())));
+        assert_eq!(parse_publish_filter(None, Some(&strs(&["B", "a"]))), Ok(Some("a|b".into())));
+        assert_eq!(parse_publish_filter(None, Some(&strs(&["Solo"]))), Ok(Some("solo".into())));
         assert_eq!(parse_publish_filter(None, Some(&[0x90])), Ok(None));
         assert_eq!(parse_publish_filter(Some(&[0xc0]), None), Ok(None));
-        assert_eq!(
-            parse_publish_filter(Some(&[0xa0]), None),
-            Err(FilterError::InvalidChars)
-        );
-        assert_eq!(
-            parse_publish_filter(None, Some(&[0x91, 0x01])),
-            Err(FilterError::InvalidChars)
-        );
-        assert_eq!(
-            parse_publish_filter(None, Some(&[0xa1, b'a'])),
-            Err(FilterError::InvalidChars)
-        );
+        assert_eq!(parse_publish_filter(Some(&[0xa0]), None), Err(FilterError::InvalidChars));
+        assert_eq!(parse_publish_filter(None, Some(&[0x91, 0x01])), Err(FilterError::InvalidChars));
+        assert_eq!(parse_publish_filter(None, Some(&[0xa1, b'a'])), Err(FilterError::InvalidChars));
     }
 }

@@ -15,13 +15,10 @@ pub mod filters;
 pub mod msgpack;
 pub mod server;
 
-pub use client::{
-    AuthFrame, ClientFrame, ClientIdField, DecodeError, PublishFrame, SubscribeFrame,
-};
+pub use client::{AuthFrame, ClientFrame, ClientIdField, DecodeError, PublishFrame, SubscribeFrame};
 pub use filters::{FilterError, FilterSpec};
 pub use server::{
-    ErrorFrame, LobbyRoomSnapshot, MessageFrame, PresenceEntryRef, PresenceEventKind,
-    RestoredSubscription, ServerFrame,
+    ErrorFrame, LobbyRoomSnapshot, MessageFrame, PresenceEntryRef, PresenceEventKind, RestoredSubscription, ServerFrame,
 };
 
 /// Largest inbound WebSocket frame we accept; larger frames close the socket with 1009 (N4).

@@ -90,10 +90,7 @@ impl<'a> Reader<'a> {
     }
 
     fn be(&mut self, n: usize) -> Result<u64, ReadError> {
-        Ok(self
-            .take(n)?
-            .iter()
-            .fold(0u64, |acc, b| (acc << 8) | u64::from(*b)))
+        Ok(self.take(n)?.iter().fold(0u64, |acc, b| (acc << 8) | u64::from(*b)))
     }
 
     fn len(&mut self, n: usize) -> Result<usize, ReadError> {
@@ -288,9 +285,7 @@ pub struct Writer {
 impl Writer {
     /// An empty writer with room for `cap` bytes.
     pub fn with_capacity(cap: usize) -> Self {
-        Self {
-            buf: Vec::with_capacity(cap),
-        }
+        Self { buf: Vec::with_capacity(cap) }
     }
 
     /// The bytes written so far.
@@ -317,8 +312,7 @@ impl Writer {
         } else {
             self.buf.push(m32);
             // Frames are capped far below 4 GiB; saturate rather than wrap.
-            self.buf
-                .extend_from_slice(&u32::try_from(n).unwrap_or(u32::MAX).to_be_bytes());
+            self.buf.extend_from_slice(&u32::try_from(n).unwrap_or(u32::MAX).to_be_bytes());
         }
     }
 
@@ -347,8 +341,7 @@ impl Writer {
             self.buf.extend_from_slice(&n.to_be_bytes());
         } else {
             self.buf.push(0xdb);
-            self.buf
-                .extend_from_slice(&u32::try_from(n).unwrap_or(u32::MAX).to_be_bytes());
+            self.buf.extend_from_slice(&u32::try_from(n).unwrap_or(u32::MAX).to_be_bytes());
         }
         self.buf.extend_from_slice(s.as_bytes());
         self
@@ -422,20 +415,10 @@ mod tests {
     #[test]
     fn writer_uses_shortest_forms() {
         let mut w = Writer::default();
-        w.uint(5)
-            .uint(200)
-            .uint(70_000)
-            .str("ab")
-            .map(16)
-            .array(3)
-            .bool(true)
-            .nil();
+        w.uint(5).uint(200).uint(70_000).str("ab").map(16).array(3).bool(true).nil();
         assert_eq!(
             w.into_vec(),
-            vec![
-                5, 0xcc, 200, 0xce, 0, 1, 0x11, 0x70, 0xa2, b'a', b'b', 0xde, 0, 16, 0x93, 0xc3,
-                0xc0
-            ]
+            vec![5, 0xcc, 200, 0xce, 0, 1, 0x11, 0x70, 0xa2, b'a', b'b', 0xde, 0, 16, 0x93, 0xc3, 0xc0]
         );
     }
 
@@ -446,10 +429,7 @@ mod tests {
             (&[0xff], -1),
             (&[0xd0, 0x80], -128),
             (&[0xcd, 0x01, 0x00], 256),
-            (
-                &[0xcf, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff],
-                u64::MAX as i128,
-            ),
+            (&[0xcf, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff], u64::MAX as i128),
             (&[0xd3, 0x80, 0, 0, 0, 0, 0, 0, 0], i64::MIN as i128),
         ];
         for (bytes, want) in cases {

@@ -231,22 +231,12 @@ pub enum ServerFrame<'a> {
 }
 
 fn entry(w: &mut Writer, e: &PresenceEntryRef<'_>) {
-    w.map(3)
-        .str("actorTokenId")
-        .str(e.actor_token_id)
-        .str("presence")
-        .raw(e.presence);
+    w.map(3).str("actorTokenId").str(e.actor_token_id).str("presence").raw(e.presence);
     w.str("joinedAt").uint(e.joined_at);
 }
 
 fn lobby(w: &mut Writer, ty: &str, lobby_id: &str, rooms: &[LobbyRoomSnapshot<'_>]) {
-    w.map(3)
-        .str("type")
-        .str(ty)
-        .str("lobbyId")
-        .str(lobby_id)
-        .str("presence")
-        .map(rooms.len());
+    w.map(3).str("type").str(ty).str("lobbyId").str(lobby_id).str("presence").map(rooms.len());
     for room in rooms {
         w.str(room.room_id).map(room.entries.len());
         for e in room.entries {
@@ -278,29 +268,13 @@ impl ServerFrame<'_> {
 
     fn write(&self, w: &mut Writer) {
         match *self {
-            Self::AuthOk {
-                actor_token_id,
-                project_id,
-                actor_type,
-                protocol_version,
-                restored,
-            } => {
+            Self::AuthOk { actor_token_id, project_id, actor_type, protocol_version, restored } => {
                 w.map(7).str("type").str("auth").str("success").bool(true);
-                w.str("actorTokenId")
-                    .str(actor_token_id)
-                    .str("projectId")
-                    .str(project_id);
-                w.str("actorType")
-                    .str(actor_type)
-                    .str("protocolVersion")
-                    .uint(u64::from(protocol_version));
+                w.str("actorTokenId").str(actor_token_id).str("projectId").str(project_id);
+                w.str("actorType").str(actor_type).str("protocolVersion").uint(u64::from(protocol_version));
                 w.str("restoredSubscriptions").array(restored.len());
                 for r in restored {
-                    w.map(5)
-                        .str("pattern")
-                        .str(r.pattern)
-                        .str("topic")
-                        .str(r.topic);
+                    w.map(5).str("pattern").str(r.pattern).str("topic").str(r.topic);
                     w.str("load_balance").bool(r.load_balance);
                     w.str("load_balance_group").opt_str(r.load_balance_group);
                     w.str("filters");
@@ -311,13 +285,7 @@ impl ServerFrame<'_> {
                 }
             }
             Self::AuthFailed { error } => {
-                w.map(3)
-                    .str("type")
-                    .str("auth")
-                    .str("success")
-                    .bool(false)
-                    .str("error")
-                    .str(error);
+                w.map(3).str("type").str("auth").str("success").bool(false).str("error").str(error);
             }
             Self::ReauthOk { auth_expires_at } => {
                 w.map(if auth_expires_at.is_some() { 3 } else { 2 });
@@ -327,49 +295,19 @@ impl ServerFrame<'_> {
                 }
             }
             Self::ReauthFailed { error } => {
-                w.map(3)
-                    .str("type")
-                    .str("reauth")
-                    .str("success")
-                    .bool(false)
-                    .str("error")
-                    .str(error);
+                w.map(3).str("type").str("reauth").str("success").bool(false).str("error").str(error);
             }
-            Self::Subscribed {
-                topic,
-                load_balance,
-            } => {
-                w.map(3)
-                    .str("type")
-                    .str("subscribed")
-                    .str("topic")
-                    .str(topic)
-                    .str("loadBalance")
-                    .bool(load_balance);
+            Self::Subscribed { topic, load_balance } => {
+                w.map(3).str("type").str("subscribed").str("topic").str(topic).str("loadBalance").bool(load_balance);
             }
             Self::Unsubscribed { topic } => {
-                w.map(2)
-                    .str("type")
-                    .str("unsubscribed")
-                    .str("topic")
-                    .str(topic);
+                w.map(2).str("type").str("unsubscribed").str("topic").str(topic);
             }
             Self::Published { topic, msg_ref } => {
-                w.map(3)
-                    .str("type")
-                    .str("published")
-                    .str("topic")
-                    .str(topic)
-                    .str("msgRef")
-                    .str(msg_ref);
+                w.map(3).str("type").str("published").str("topic").str(topic).str("msgRef").str(msg_ref);
             }
             Self::FiltersUpdated { topic, filters } => {
-                w.map(3)
-                    .str("type")
-                    .str("filtersUpdated")
-                    .str("topic")
-                    .str(topic)
-                    .str("filters");
+                w.map(3).str("type").str("filtersUpdated").str("topic").str(topic).str("filters");
                 match filters {
                     Some(f) => w.raw(f),
                     None => w.array(0),
@@ -380,13 +318,7 @@ impl ServerFrame<'_> {
                     + usize::from(m.filter.is_some())
                     + 2 * usize::from(m.msg_id.is_some())
                     + usize::from(m.is_replay);
-                w.map(n)
-                    .str("type")
-                    .str("message")
-                    .str("topic")
-                    .str(m.topic)
-                    .str("data")
-                    .raw(m.data);
+                w.map(n).str("type").str("message").str("topic").str(m.topic).str("data").raw(m.data);
                 w.str("from").str(m.from).str("timestamp").uint(m.timestamp);
                 if let Some(f) = m.filter {
                     w.str("filter").str(f);
@@ -398,24 +330,11 @@ impl ServerFrame<'_> {
                     w.str("isReplay").bool(true);
                 }
             }
-            Self::Presence {
-                event,
-                actor_token_id,
-                presence,
-            } => {
-                w.map(3)
-                    .str("type")
-                    .str("presence")
-                    .str("event")
-                    .str(event.as_str())
-                    .str("data");
+            Self::Presence { event, actor_token_id, presence } => {
+                w.map(3).str("type").str("presence").str("event").str(event.as_str()).str("data");
                 match presence {
                     Some(p) if event != PresenceEventKind::Leave => {
-                        w.map(2)
-                            .str("actor_token_id")
-                            .str(actor_token_id)
-                            .str("presence")
-                            .raw(p);
+                        w.map(2).str("actor_token_id").str(actor_token_id).str("presence").raw(p);
                     }
                     _ => {
                         w.map(1).str("actor_token_id").str(actor_token_id);
@@ -423,9 +342,7 @@ impl ServerFrame<'_> {
                 }
             }
             Self::PresenceList { room_id, entries } => {
-                w.map(if room_id.is_some() { 3 } else { 2 })
-                    .str("type")
-                    .str("presenceList");
+                w.map(if room_id.is_some() { 3 } else { 2 }).str("type").str("presenceList");
                 if let Some(r) = room_id {
                     w.str("roomId").str(r);
                 }
@@ -434,56 +351,24 @@ impl ServerFrame<'_> {
                     entry(w, e);
                 }
             }
-            Self::LobbySubscribed { lobby_id, rooms } => {
-                lobby(w, "lobbySubscribed", lobby_id, rooms)
-            }
-            Self::LobbyPresenceList { lobby_id, rooms } => {
-                lobby(w, "lobbyPresenceList", lobby_id, rooms)
-            }
+            Self::LobbySubscribed { lobby_id, rooms } => lobby(w, "lobbySubscribed", lobby_id, rooms),
+            Self::LobbyPresenceList { lobby_id, rooms } => lobby(w, "lobbyPresenceList", lobby_id, rooms),
             Self::LobbyUnsubscribed { lobby_id } => {
-                w.map(2)
-                    .str("type")
-                    .str("lobbyUnsubscribed")
-                    .str("lobbyId")
-                    .str(lobby_id);
+                w.map(2).str("type").str("lobbyUnsubscribed").str("lobbyId").str(lobby_id);
             }
-            Self::LobbyPresence {
-                event,
-                lobby_id,
-                room_id,
-                actor_id,
-                data,
-            } => {
-                w.map(6)
-                    .str("type")
-                    .str("lobbyPresence")
-                    .str("event")
-                    .str(event.as_str());
-                w.str("lobbyId")
-                    .str(lobby_id)
-                    .str("roomId")
-                    .str(room_id)
-                    .str("actorId")
-                    .str(actor_id)
-                    .str("data");
+            Self::LobbyPresence { event, lobby_id, room_id, actor_id, data } => {
+                w.map(6).str("type").str("lobbyPresence").str("event").str(event.as_str());
+                w.str("lobbyId").str(lobby_id).str("roomId").str(room_id).str("actorId").str(actor_id).str("data");
                 match data {
                     Some(d) if event != PresenceEventKind::Leave => w.raw(d),
                     _ => w.map(0),
                 };
             }
             Self::ReplayStart { count } => {
-                w.map(2)
-                    .str("type")
-                    .str("replayStart")
-                    .str("count")
-                    .uint(count);
+                w.map(2).str("type").str("replayStart").str("count").uint(count);
             }
             Self::ReplayEnd { replayed } => {
-                w.map(2)
-                    .str("type")
-                    .str("replayEnd")
-                    .str("replayed")
-                    .uint(replayed);
+                w.map(2).str("type").str("replayEnd").str("replayed").uint(replayed);
             }
             Self::Error(e) => {
                 let n = 2
@@ -518,11 +403,7 @@ impl ServerFrame<'_> {
                 }
             }
             Self::Disconnect { reason } => {
-                w.map(2)
-                    .str("type")
-                    .str("disconnect")
-                    .str("reason")
-                    .str(reason);
+                w.map(2).str("type").str("disconnect").str("reason").str(reason);
             }
         }
     }

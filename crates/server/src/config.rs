@@ -189,9 +189,12 @@ impl ServerConfig {
         let node_id = match s.node_id.as_deref() {
             None | Some("") => {
                 let id = uuid::Uuid::new_v4().simple().to_string();
-                NodeId::parse(&format!("node-{}", &id[..12])).map_err(|e| ConfigError::Invalid { key: "node_id", reason: e.to_string() })?
+                NodeId::parse(&format!("node-{}", &id[..12]))
+                    .map_err(|e| ConfigError::Invalid { key: "node_id", reason: e.to_string() })?
             }
-            Some(id) => NodeId::parse(id).map_err(|e| ConfigError::Invalid { key: "node_id", reason: e.to_string() })?,
+            Some(id) => {
+                NodeId::parse(id).map_err(|e| ConfigError::Invalid { key: "node_id", reason: e.to_string() })?
+            }
         };
         let rate_limit = req("rate_limit", s.rate_limit.as_ref())?;
         if rate_limit == 0 {
@@ -210,14 +213,23 @@ impl ServerConfig {
             rate_limit,
             rate_limit_window: dur("rate_limit_window", s.rate_limit_window.as_ref())?,
             max_message_size,
-            outbound_queue_messages: positive("outbound_queue_messages", req("outbound_queue_messages", s.outbound_queue_messages.as_ref())?)?,
-            outbound_queue_bytes: positive("outbound_queue_bytes", req("outbound_queue_bytes", s.outbound_queue_bytes.as_ref())?)?,
+            outbound_queue_messages: positive(
+                "outbound_queue_messages",
+                req("outbound_queue_messages", s.outbound_queue_messages.as_ref())?,
+            )?,
+            outbound_queue_bytes: positive(
+                "outbound_queue_bytes",
+                req("outbound_queue_bytes", s.outbound_queue_bytes.as_ref())?,
+            )?,
             max_connections: positive("max_connections", req("max_connections", s.max_connections.as_ref())?)?,
             max_subscriptions_per_connection: positive(
                 "max_subscriptions_per_connection",
                 req("max_subscriptions_per_connection", s.max_subscriptions_per_connection.as_ref())?,
             )?,
-            max_retained_per_topic: positive("max_retained_per_topic", req("max_retained_per_topic", s.max_retained_per_topic.as_ref())?)?,
+            max_retained_per_topic: positive(
+                "max_retained_per_topic",
+                req("max_retained_per_topic", s.max_retained_per_topic.as_ref())?,
+            )?,
             restore_ttl: dur("restore_ttl", s.restore_ttl.as_ref())?,
             shutdown_grace: dur("shutdown_grace", s.shutdown_grace.as_ref())?,
             bus_queue: positive("bus_queue", req("bus_queue", s.bus_queue.as_ref())?)?,

@@ -140,8 +140,10 @@ pub fn load(sources: &[(&str, &str)]) -> Result<Registry, FixturesError> {
             });
         }
     }
-    Registry::build(projects, actors, tokens)
-        .map_err(|e| FixturesError { source_name: sources.iter().map(|s| s.0).collect::<Vec<_>>().join(", "), message: e.0 })
+    Registry::build(projects, actors, tokens).map_err(|e| FixturesError {
+        source_name: sources.iter().map(|s| s.0).collect::<Vec<_>>().join(", "),
+        message: e.0,
+    })
 }
 
 fn slug(kind: &str, s: &str) -> Result<(), String> {
@@ -170,7 +172,8 @@ fn project(p: ProjectDef) -> Result<Project, String> {
             }
         }
         for t in &a.logged_topics {
-            topics.get_mut(t).ok_or_else(|| format!("app {}: logged topic {t} is not in topics", a.slug))?.logged = true;
+            topics.get_mut(t).ok_or_else(|| format!("app {}: logged topic {t} is not in topics", a.slug))?.logged =
+                true;
         }
         let mut rooms = BTreeMap::new();
         for r in a.rooms {
@@ -187,7 +190,12 @@ fn project(p: ProjectDef) -> Result<Project, String> {
                 {
                     return Err(format!("room {}: grant topic {bad} is not in the app's topics", r.slug));
                 }
-                grants.push(Grant { subject, permission: permission(&g.permission)?, topics: g.topics, expires_at: g.expires_at });
+                grants.push(Grant {
+                    subject,
+                    permission: permission(&g.permission)?,
+                    topics: g.topics,
+                    expires_at: g.expires_at,
+                });
             }
             if rooms.insert(r.slug.clone(), Room { slug: r.slug.as_str().into(), grants }).is_some() {
                 return Err(format!("app {}: room {} defined twice", a.slug, r.slug));
@@ -198,7 +206,8 @@ fn project(p: ProjectDef) -> Result<Project, String> {
     let mut lobbies = BTreeMap::new();
     for l in p.lobbies {
         slug("lobby", &l.slug)?;
-        let app = apps.iter().find(|a| a.slug == l.app).ok_or_else(|| format!("lobby {}: unknown app {}", l.slug, l.app))?;
+        let app =
+            apps.iter().find(|a| a.slug == l.app).ok_or_else(|| format!("lobby {}: unknown app {}", l.slug, l.app))?;
         let mut allowed = Vec::new();
         for a in &l.allowed_actors {
             allowed.push(GrantSubject::Actor(ActorId::parse(a).map_err(|e| e.to_string())?));
@@ -216,7 +225,11 @@ fn project(p: ProjectDef) -> Result<Project, String> {
         jwt_secret: p.jwt_secret,
         apps,
         lobbies,
-        limits: ProjectLimits { max_connections: p.max_connections, rate_limit: p.rate_limit, max_message_size: p.max_message_size },
+        limits: ProjectLimits {
+            max_connections: p.max_connections,
+            rate_limit: p.rate_limit,
+            max_message_size: p.max_message_size,
+        },
     })
 }
 

@@ -116,7 +116,8 @@ fn serve(args: ServeArgs) -> ExitCode {
 }
 
 fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let json = std::env::var("SKUA_LOG_FORMAT").is_ok_and(|v| v == "json");
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
     if json {
@@ -127,7 +128,9 @@ fn init_tracing() {
 }
 
 async fn run(config: ServerConfig, registry: skua_core::Registry, dev: bool) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(config.listen).await.with_context(|| format!("while binding {}", config.listen))?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("while binding {}", config.listen))?;
     let backends = node::backends(&config);
     let node = node::RunningNode::start(&config, Arc::new(SharedRegistry::new(registry)), backends, listener)
         .context("while starting the node")?;

@@ -49,7 +49,12 @@ impl std::fmt::Debug for RunningNode {
 
 impl RunningNode {
     /// Starts a node on `listener`.
-    pub fn start(config: &ServerConfig, registry: Arc<SharedRegistry>, backends: Backends, listener: TcpListener) -> std::io::Result<Self> {
+    pub fn start(
+        config: &ServerConfig,
+        registry: Arc<SharedRegistry>,
+        backends: Backends,
+        listener: TcpListener,
+    ) -> std::io::Result<Self> {
         let addr = listener.local_addr()?;
         let tracker = TaskTracker::new();
         let state = EdgeState::start(

@@ -57,13 +57,7 @@ impl MemoryStore {
     /// An empty store that reads the time from `clock` when it checks expiry (tests inject a
     /// settable clock instead of sleeping).
     pub fn with_clock(clock: UnixClock) -> Self {
-        Self {
-            state: Mutex::new(State {
-                records: HashMap::new(),
-                sweep_at: MIN_SWEEP_LEN,
-            }),
-            clock,
-        }
+        Self { state: Mutex::new(State { records: HashMap::new(), sweep_at: MIN_SWEEP_LEN }), clock }
     }
 
     /// How many records are held, expired ones not yet swept included.
@@ -90,9 +84,7 @@ impl Default for MemoryStore {
 
 impl fmt::Debug for MemoryStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MemoryStore")
-            .field("records", &self.len())
-            .finish_non_exhaustive()
+        f.debug_struct("MemoryStore").field("records", &self.len()).finish_non_exhaustive()
     }
 }
 
@@ -100,20 +92,10 @@ impl fmt::Debug for MemoryStore {
 impl Store for MemoryStore {
     /// # Errors
     /// None.
-    async fn save_restore(
-        &self,
-        key: &SessionKey,
-        record: &RestoreRecord,
-    ) -> Result<(), StoreError> {
+    async fn save_restore(&self, key: &SessionKey, record: &RestoreRecord) -> Result<(), StoreError> {
         let now = (self.clock)();
         let mut state = self.lock();
-        state.records.insert(
-            key.clone(),
-            Kept {
-                record: record.clone(),
-                expires_at: None,
-            },
-        );
+        state.records.insert(key.clone(), Kept { record: record.clone(), expires_at: None });
         if state.records.len() >= state.sweep_at {
             state.records.retain(|_, kept| !kept.is_expired(now));
             state.sweep_at = (state.records.len() * 2).max(MIN_SWEEP_LEN);
@@ -140,12 +122,7 @@ impl Store for MemoryStore {
     ///
     /// # Errors
     /// None.
-    async fn release_restore(
-        &self,
-        key: &SessionKey,
-        now_unix_s: u64,
-        ttl_s: u64,
-    ) -> Result<(), StoreError> {
+    async fn release_restore(&self, key: &SessionKey, now_unix_s: u64, ttl_s: u64) -> Result<(), StoreError> {
         if let Some(kept) = self.lock().records.get_mut(key) {
             kept.expires_at = Some(now_unix_s.saturating_add(ttl_s));
         }
@@ -182,20 +159,14 @@ mod tests {
         }
         assert_eq!(store.len(), MIN_SWEEP_LEN - 1);
         now.store(2_000, Ordering::Relaxed);
-        store
-            .save_restore(&key(MIN_SWEEP_LEN), &record)
-            .await
-            .unwrap();
+        store.save_restore(&key(MIN_SWEEP_LEN), &record).await.unwrap();
         assert_eq!(store.len(), 1, "only the record just saved is left");
     }
 
     #[tokio::test]
     async fn load_removes_an_expired_record() {
         let store = MemoryStore::with_clock(Arc::new(|| 5_000));
-        store
-            .save_restore(&key(1), &RestoreRecord::default())
-            .await
-            .unwrap();
+        store.save_restore(&key(1), &RestoreRecord::default()).await.unwrap();
         store.release_restore(&key(1), 1_000, 10).await.unwrap();
         assert_eq!(store.load_restore(&key(1)).await.unwrap(), None);
         assert!(store.is_empty());
@@ -204,15 +175,8 @@ mod tests {
     #[tokio::test]
     async fn system_clock_is_the_default() {
         let store = MemoryStore::new();
-        store
-            .save_restore(&key(1), &RestoreRecord::default())
-            .await
-            .unwrap();
+        store.save_restore(&key(1), &RestoreRecord::default()).await.unwrap();
         store.release_restore(&key(1), 0, 10).await.unwrap();
-        assert_eq!(
-            store.load_restore(&key(1)).await.unwrap(),
-            None,
-            "released in 1970"
-        );
+        assert_eq!(store.load_restore(&key(1)).await.unwrap(), None, "released in 1970");
     }
 }

@@ -16,9 +16,7 @@ impl MemoryHarness {
     fn new() -> Self {
         let now = Arc::new(AtomicU64::new(T0));
         let clock = now.clone();
-        let store = Arc::new(MemoryStore::with_clock(Arc::new(move || {
-            clock.load(Ordering::SeqCst)
-        })));
+        let store = Arc::new(MemoryStore::with_clock(Arc::new(move || clock.load(Ordering::SeqCst))));
         Self { now, store }
     }
 }

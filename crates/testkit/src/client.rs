@@ -133,7 +133,8 @@ impl WsClient {
             return Some(match msg {
                 Message::Binary(b) if b.is_empty() => Event::Heartbeat,
                 Message::Binary(b) => {
-                    let v = rmpv::decode::read_value(&mut &b[..]).unwrap_or_else(|e| panic!("server sent undecodable msgpack: {e}"));
+                    let v = rmpv::decode::read_value(&mut &b[..])
+                        .unwrap_or_else(|e| panic!("server sent undecodable msgpack: {e}"));
                     assert!(matches!(v, Value::Map(_)), "server frames are maps (N1): {v:?}");
                     Event::Frame(Frame(v))
                 }

@@ -142,7 +142,8 @@ pub fn jwt_with_secret(sub: &str, exp: Option<u64>, secret: &str) -> String {
         exp: Option<u64>,
     }
     let key = jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()).expect("hmac key");
-    jsonwebtoken::encode(&jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256), &Claims { sub, exp }, &key).expect("sign jwt")
+    jsonwebtoken::encode(&jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256), &Claims { sub, exp }, &key)
+        .expect("sign jwt")
 }
 
 /// Unix seconds now.

@@ -10,15 +10,9 @@ use tokio::time::timeout;
 use super::*;
 
 fn topic(name: &str) -> TopicAddress {
-    let room = RoomKey {
-        project: ProjectId::parse("p").unwrap(),
-        app: AppId::parse("a").unwrap(),
-        room: Arc::from("r"),
-    };
-    TopicAddress {
-        room,
-        topic: Arc::from(name),
-    }
+    let room =
+        RoomKey { project: ProjectId::parse("p").unwrap(), app: AppId::parse("a").unwrap(), room: Arc::from("r") };
+    TopicAddress { room, topic: Arc::from(name) }
 }
 
 fn publication(topic: &TopicAddress, filter: Option<&str>, n: u64, retain: bool) -> Arc<Envelope> {
@@ -54,23 +48,13 @@ async fn publish_waits_for_a_full_receiver_and_drops_nothing() {
     let (a, _a_rx) = bus.connect(node("a"), 1);
     let (b, mut b_rx) = bus.connect(node("b"), 1);
     let t = topic("t");
-    b.subscribe(&BusSubscription::Topic(t.clone()))
-        .await
-        .unwrap();
+    b.subscribe(&BusSubscription::Topic(t.clone())).await.unwrap();
     a.publish(publication(&t, None, 1, false)).await.unwrap();
     let second = a.publish(publication(&t, None, 2, false));
     tokio::pin!(second);
-    assert!(
-        timeout(Duration::from_millis(50), &mut second)
-            .await
-            .is_err(),
-        "publish must wait while full"
-    );
+    assert!(timeout(Duration::from_millis(50), &mut second).await.is_err(), "publish must wait while full");
     assert_eq!(data(&b_rx.recv().await.unwrap()), "1");
-    timeout(Duration::from_secs(5), second)
-        .await
-        .expect("publish resumes once there is room")
-        .unwrap();
+    timeout(Duration::from_secs(5), second).await.expect("publish resumes once there is room").unwrap();
     assert_eq!(data(&b_rx.recv().await.unwrap()), "2");
 }
 
@@ -81,12 +65,8 @@ async fn dropped_receiver_is_skipped_and_removed() {
     let (b, b_rx) = bus.connect(node("b"), 1);
     let (c, mut c_rx) = bus.connect(node("c"), 4);
     let t = topic("t");
-    b.subscribe(&BusSubscription::Topic(t.clone()))
-        .await
-        .unwrap();
-    c.subscribe(&BusSubscription::Topic(t.clone()))
-        .await
-        .unwrap();
+    b.subscribe(&BusSubscription::Topic(t.clone())).await.unwrap();
+    c.subscribe(&BusSubscription::Topic(t.clone())).await.unwrap();
     drop(b_rx);
     for n in 0..3 {
         a.publish(publication(&t, None, n, false)).await.unwrap();
@@ -94,10 +74,7 @@ async fn dropped_receiver_is_skipped_and_removed() {
     for n in 0..3 {
         assert_eq!(data(&c_rx.recv().await.unwrap()), n.to_string());
     }
-    assert!(matches!(
-        b.subscribe(&BusSubscription::Topic(topic("u"))).await,
-        Err(BusError::Closed)
-    ));
+    assert!(matches!(b.subscribe(&BusSubscription::Topic(topic("u"))).await, Err(BusError::Closed)));
     assert_eq!(bus.shared.lock().nodes.len(), 2);
 }
 
@@ -105,12 +82,8 @@ async fn dropped_receiver_is_skipped_and_removed() {
 async fn dropping_a_handle_removes_its_subscriptions_and_closes_its_receiver() {
     let bus = InProcessBus::new();
     let (a, mut a_rx) = bus.connect(node("a"), 4);
-    a.subscribe(&BusSubscription::Topic(topic("t")))
-        .await
-        .unwrap();
-    a.subscribe(&BusSubscription::Presence(topic("t").room))
-        .await
-        .unwrap();
+    a.subscribe(&BusSubscription::Topic(topic("t"))).await.unwrap();
+    a.subscribe(&BusSubscription::Presence(topic("t").room)).await.unwrap();
     drop(a);
     assert!(a_rx.recv().await.is_none());
     let state = bus.shared.lock();
@@ -124,10 +97,7 @@ async fn group_passes_over_a_member_whose_receiver_is_gone() {
     let (b, b_rx) = bus.connect(node("b"), 4);
     let (c, mut c_rx) = bus.connect(node("c"), 8);
     let t = topic("t");
-    let group = BusSubscription::Group(GroupKey {
-        topic: t.clone(),
-        group: Arc::from("g"),
-    });
+    let group = BusSubscription::Group(GroupKey { topic: t.clone(), group: Arc::from("g") });
     b.subscribe(&group).await.unwrap();
     c.subscribe(&group).await.unwrap();
     drop(b_rx);
@@ -145,26 +115,13 @@ async fn full_retained_store_keeps_replacing_but_refuses_new_keys() {
     let (a, _a_rx) = bus.connect(node("a"), 4);
     let (b, mut b_rx) = bus.connect(node("b"), 8);
     let t = topic("t");
-    a.publish(publication(&t, Some("k1"), 1, true))
-        .await
-        .unwrap();
-    a.publish(publication(&t, Some("k2"), 2, true))
-        .await
-        .unwrap();
-    a.publish(publication(&t, Some("k3"), 3, true))
-        .await
-        .unwrap();
-    a.publish(publication(&t, Some("k1"), 4, true))
-        .await
-        .unwrap();
+    a.publish(publication(&t, Some("k1"), 1, true)).await.unwrap();
+    a.publish(publication(&t, Some("k2"), 2, true)).await.unwrap();
+    a.publish(publication(&t, Some("k3"), 3, true)).await.unwrap();
+    a.publish(publication(&t, Some("k1"), 4, true)).await.unwrap();
     assert_eq!((bus.retained_len(), bus.retained_refused()), (2, 1));
-    b.subscribe(&BusSubscription::Topic(t.clone()))
-        .await
-        .unwrap();
-    let mut replayed = vec![
-        data(&b_rx.recv().await.unwrap()),
-        data(&b_rx.recv().await.unwrap()),
-    ];
+    b.subscribe(&BusSubscription::Topic(t.clone())).await.unwrap();
+    let mut replayed = vec![data(&b_rx.recv().await.unwrap()), data(&b_rx.recv().await.unwrap())];
     replayed.sort();
     assert_eq!(replayed, ["2", "4"]);
     assert!(b_rx.try_recv().is_err());
@@ -178,10 +135,7 @@ async fn unused_channels_are_dropped() {
     let subs = [
         BusSubscription::Topic(t.clone()),
         BusSubscription::TopicKey(t.clone(), "k".to_owned()),
-        BusSubscription::Group(GroupKey {
-            topic: t.clone(),
-            group: Arc::from("g"),
-        }),
+        BusSubscription::Group(GroupKey { topic: t.clone(), group: Arc::from("g") }),
         BusSubscription::Presence(t.room.clone()),
     ];
     for sub in &subs {

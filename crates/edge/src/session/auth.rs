@@ -107,7 +107,8 @@ impl Session {
         let registry = self.st.registry.load();
         let mut out = Vec::new();
         for t in record.topics {
-            let Ok(resolved) = registry.resolve_topic(&a.actor, &t.pattern, skua_core::registry::Operation::Subscribe, now_unix_s())
+            let Ok(resolved) =
+                registry.resolve_topic(&a.actor, &t.pattern, skua_core::registry::Operation::Subscribe, now_unix_s())
             else {
                 continue;
             };

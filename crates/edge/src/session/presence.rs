@@ -37,7 +37,13 @@ impl Session {
 
     async fn publish_presence(&self, room: &RoomKey, change: PresenceChange, data: Bytes) {
         let Some(actor) = self.actor_id() else { return };
-        let ev = Envelope::Presence(PresenceEvent { room: room.clone(), actor: actor.clone(), change, data, node: self.st.node.clone() });
+        let ev = Envelope::Presence(PresenceEvent {
+            room: room.clone(),
+            actor: actor.clone(),
+            change,
+            data,
+            node: self.st.node.clone(),
+        });
         if let Err(e) = self.st.hub.bus().publish(Arc::new(ev)).await {
             tracing::warn!(error = %e, ?room, ?change, "Presence event could not be published.");
         }
@@ -113,7 +119,8 @@ impl Session {
             Err(_) => return self.presence_unavailable(Some(room_id), None),
         };
         let refs: Vec<PresenceEntryRef<'_>> = entries.iter().map(entry_ref).collect();
-        let frame = capped(refs.len(), |n| ServerFrame::PresenceList { room_id: Some(room_id), entries: &refs[..n] }.encode());
+        let frame =
+            capped(refs.len(), |n| ServerFrame::PresenceList { room_id: Some(room_id), entries: &refs[..n] }.encode());
         self.conn.push(frame);
     }
 

@@ -113,7 +113,11 @@ impl Session {
         raw: Option<Bytes>,
     ) {
         if !self.subs.contains_key(topic) {
-            return self.error(ErrorFrame { error: error::NOT_SUBSCRIBED, topic: Some(topic), ..ErrorFrame::default() });
+            return self.error(ErrorFrame {
+                error: error::NOT_SUBSCRIBED,
+                topic: Some(topic),
+                ..ErrorFrame::default()
+            });
         }
         // An invalid list keeps the previous filter set (N34).
         let filters = match filters {
@@ -201,4 +205,3 @@ impl Session {
         }
     }
 }
-

@@ -7,9 +7,7 @@ use std::collections::BTreeSet;
 
 use bytes::Bytes;
 use rmpv::Value;
-use skua_protocol::{
-    AuthFrame, ClientFrame, ClientIdField, FilterSpec, PublishFrame, SubscribeFrame,
-};
+use skua_protocol::{AuthFrame, ClientFrame, ClientIdField, FilterSpec, PublishFrame, SubscribeFrame};
 
 use crate::fixtures::{self, CLIENT};
 use crate::shape::{arr, check_keys, decode_exact, field, pack, s};
@@ -28,23 +26,11 @@ fn packed(v: &Value) -> Option<Bytes> {
 }
 
 fn auth(protocol_version: u32, reconnect: bool, client_id: ClientIdField) -> ClientFrame {
-    ClientFrame::Auth(AuthFrame {
-        token: TOKEN.into(),
-        protocol_version,
-        reconnect,
-        client_id,
-    })
+    ClientFrame::Auth(AuthFrame { token: TOKEN.into(), protocol_version, reconnect, client_id })
 }
 
 fn publish(name: &str) -> PublishFrame {
-    PublishFrame {
-        topic: TOPIC.into(),
-        data: data(name),
-        qos: 1,
-        retain: false,
-        filter: Ok(None),
-        msg_ref: None,
-    }
+    PublishFrame { topic: TOPIC.into(), data: data(name), qos: 1, retain: false, filter: Ok(None), msg_ref: None }
 }
 
 fn or(v: &str) -> FilterSpec {
@@ -67,29 +53,15 @@ pub fn cases() -> Vec<(&'static str, ClientFrame)> {
         load_balance_group: None,
     };
     vec![
-        (
-            "auth_v2_reconnect",
-            auth(2, true, ClientIdField::Given("worker-1".into())),
-        ),
+        ("auth_v2_reconnect", auth(2, true, ClientIdField::Given("worker-1".into()))),
         ("auth_v2_fresh", auth(2, false, ClientIdField::Absent)),
-        (
-            "auth_v2_client_id_none",
-            auth(2, false, ClientIdField::Absent),
-        ),
+        ("auth_v2_client_id_none", auth(2, false, ClientIdField::Absent)),
         ("auth_v1", auth(1, false, ClientIdField::Absent)),
-        (
-            "reauth",
-            ClientFrame::Reauth {
-                token: "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhY3Rvcl8xMjMifQ.c2ln".into(),
-            },
-        ),
+        ("reauth", ClientFrame::Reauth { token: "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhY3Rvcl8xMjMifQ.c2ln".into() }),
         ("subscribe_plain", ClientFrame::Subscribe(plain_sub.clone())),
         (
             "subscribe_sdk_defaults",
-            ClientFrame::Subscribe(SubscribeFrame {
-                raw_filters: packed(&arr([])),
-                ..plain_sub.clone()
-            }),
+            ClientFrame::Subscribe(SubscribeFrame { raw_filters: packed(&arr([])), ..plain_sub.clone() }),
         ),
         (
             "subscribe_qos_filters",
@@ -97,11 +69,7 @@ pub fn cases() -> Vec<(&'static str, ClientFrame)> {
                 qos: 2,
                 // OR strings verbatim, the AND group lowercased and sorted (N12).
                 filters: Ok(vec![or("VIP"), and("region:eu|tier:gold"), or("lang:en")]),
-                raw_filters: packed(&arr([
-                    s("VIP"),
-                    arr([s("Region:EU"), s("tier:gold")]),
-                    s("lang:en"),
-                ])),
+                raw_filters: packed(&arr([s("VIP"), arr([s("Region:EU"), s("tier:gold")]), s("lang:en")])),
                 ..plain_sub.clone()
             }),
         ),
@@ -115,12 +83,7 @@ pub fn cases() -> Vec<(&'static str, ClientFrame)> {
                 ..plain_sub
             }),
         ),
-        (
-            "unsubscribe",
-            ClientFrame::Unsubscribe {
-                topic: TOPIC.into(),
-            },
-        ),
+        ("unsubscribe", ClientFrame::Unsubscribe { topic: TOPIC.into() }),
         (
             "set_filters",
             ClientFrame::SetFilters {
@@ -131,44 +94,16 @@ pub fn cases() -> Vec<(&'static str, ClientFrame)> {
         ),
         (
             "set_filters_empty",
-            ClientFrame::SetFilters {
-                topic: TOPIC.into(),
-                filters: Ok(vec![]),
-                raw_filters: packed(&arr([])),
-            },
+            ClientFrame::SetFilters { topic: TOPIC.into(), filters: Ok(vec![]), raw_filters: packed(&arr([])) },
         ),
-        (
-            "publish_dict",
-            ClientFrame::Publish(publish("publish_dict")),
-        ),
-        (
-            "publish_bytes",
-            ClientFrame::Publish(publish("publish_bytes")),
-        ),
-        (
-            "publish_unicode_str",
-            ClientFrame::Publish(publish("publish_unicode_str")),
-        ),
-        (
-            "publish_float",
-            ClientFrame::Publish(publish("publish_float")),
-        ),
-        (
-            "publish_nested_map",
-            ClientFrame::Publish(publish("publish_nested_map")),
-        ),
-        (
-            "publish_wide",
-            ClientFrame::Publish(publish("publish_wide")),
-        ),
-        (
-            "publish_list",
-            ClientFrame::Publish(publish("publish_list")),
-        ),
-        (
-            "publish_null",
-            ClientFrame::Publish(publish("publish_null")),
-        ),
+        ("publish_dict", ClientFrame::Publish(publish("publish_dict"))),
+        ("publish_bytes", ClientFrame::Publish(publish("publish_bytes"))),
+        ("publish_unicode_str", ClientFrame::Publish(publish("publish_unicode_str"))),
+        ("publish_float", ClientFrame::Publish(publish("publish_float"))),
+        ("publish_nested_map", ClientFrame::Publish(publish("publish_nested_map"))),
+        ("publish_wide", ClientFrame::Publish(publish("publish_wide"))),
+        ("publish_list", ClientFrame::Publish(publish("publish_list"))),
+        ("publish_null", ClientFrame::Publish(publish("publish_null"))),
         (
             "publish_with_filter",
             // A single `filter` is used verbatim (N12).
@@ -194,67 +129,16 @@ pub fn cases() -> Vec<(&'static str, ClientFrame)> {
                 ..publish("publish_retain_msgref_echo")
             }),
         ),
-        (
-            "presence_map",
-            ClientFrame::Presence {
-                room_id: Some("general".into()),
-                data: Some(data("presence_map")),
-            },
-        ),
-        (
-            "presence_null",
-            ClientFrame::Presence {
-                room_id: Some("general".into()),
-                data: None,
-            },
-        ),
-        (
-            "presence_without_room",
-            ClientFrame::Presence {
-                room_id: None,
-                data: Some(data("presence_without_room")),
-            },
-        ),
-        (
-            "get_presence",
-            ClientFrame::GetPresence {
-                room_id: Some("general".into()),
-            },
-        ),
-        (
-            "get_presence_without_room",
-            ClientFrame::GetPresence { room_id: None },
-        ),
-        (
-            "ack",
-            ClientFrame::Ack {
-                msg_id: MSG_ID.into(),
-            },
-        ),
-        (
-            "batch_ack",
-            ClientFrame::BatchAck {
-                msg_ids: vec![MSG_ID.into(), "id2".into(), "id3".into()],
-            },
-        ),
-        (
-            "lobby_subscribe",
-            ClientFrame::LobbySubscribe {
-                lobby_id: "active-trips".into(),
-            },
-        ),
-        (
-            "lobby_unsubscribe",
-            ClientFrame::LobbyUnsubscribe {
-                lobby_id: "active-trips".into(),
-            },
-        ),
-        (
-            "get_lobby_presence",
-            ClientFrame::GetLobbyPresence {
-                lobby_id: "active-trips".into(),
-            },
-        ),
+        ("presence_map", ClientFrame::Presence { room_id: Some("general".into()), data: Some(data("presence_map")) }),
+        ("presence_null", ClientFrame::Presence { room_id: Some("general".into()), data: None }),
+        ("presence_without_room", ClientFrame::Presence { room_id: None, data: Some(data("presence_without_room")) }),
+        ("get_presence", ClientFrame::GetPresence { room_id: Some("general".into()) }),
+        ("get_presence_without_room", ClientFrame::GetPresence { room_id: None }),
+        ("ack", ClientFrame::Ack { msg_id: MSG_ID.into() }),
+        ("batch_ack", ClientFrame::BatchAck { msg_ids: vec![MSG_ID.into(), "id2".into(), "id3".into()] }),
+        ("lobby_subscribe", ClientFrame::LobbySubscribe { lobby_id: "active-trips".into() }),
+        ("lobby_unsubscribe", ClientFrame::LobbyUnsubscribe { lobby_id: "active-trips".into() }),
+        ("get_lobby_presence", ClientFrame::GetLobbyPresence { lobby_id: "active-trips".into() }),
     ]
 }
 
@@ -272,12 +156,7 @@ fn python_sdk_frames_decode_to_the_expected_values() {
             got => failures.push(format!("{name}:\n  got:  {got:?}\n  want: {want:?}")),
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} mismatch(es):\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "{} mismatch(es):\n{}", failures.len(), failures.join("\n"));
 }
 
 /// N2: the decoder hands out the publisher's `data` bytes, as a slice of the frame (no copy,
@@ -291,16 +170,9 @@ fn payload_bytes_are_the_publishers_bytes_sliced_from_the_frame() {
             Ok(ClientFrame::Presence { data: Some(d), .. }) => d,
             _ => continue,
         };
-        assert_eq!(
-            payload,
-            data(name),
-            "{name}: data differs from msgpack.packb(data)"
-        );
+        assert_eq!(payload, data(name), "{name}: data differs from msgpack.packb(data)");
         let range = f.as_ptr_range();
-        assert!(
-            range.contains(&payload.as_ptr()),
-            "{name}: data was copied out of the frame"
-        );
+        assert!(range.contains(&payload.as_ptr()), "{name}: data was copied out of the frame");
     }
 }
 
@@ -310,11 +182,7 @@ fn client_fixtures_are_single_maps_with_str_keys() {
     for (name, want) in cases() {
         let v = decode_exact(&frame(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
         check_keys(&v, "$").unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(
-            field(&v, "type").and_then(Value::as_str),
-            Some(want.type_str()),
-            "{name}"
-        );
+        assert_eq!(field(&v, "type").and_then(Value::as_str), Some(want.type_str()), "{name}");
     }
 }
 
@@ -323,10 +191,7 @@ fn every_client_fixture_file_is_checked() {
     let mut expected = BTreeSet::new();
     for (name, frame) in cases() {
         expected.insert(name.to_owned());
-        if matches!(
-            frame,
-            ClientFrame::Publish(_) | ClientFrame::Presence { .. }
-        ) {
+        if matches!(frame, ClientFrame::Publish(_) | ClientFrame::Presence { .. }) {
             expected.insert(format!("{name}.data"));
         }
     }
@@ -336,10 +201,6 @@ fn every_client_fixture_file_is_checked() {
         Vec::<&String>::new(),
         "client fixtures and cases differ; rerun gen_client_fixtures.py or update cases()"
     );
-    assert_eq!(
-        data("presence_null").as_ref(),
-        [0xc0],
-        "clear_presence sends data: nil"
-    );
+    assert_eq!(data("presence_null").as_ref(), [0xc0], "clear_presence sends data: nil");
     assert_eq!(data("publish_null").as_ref(), [0xc0]);
 }

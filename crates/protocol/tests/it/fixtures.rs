@@ -16,10 +16,7 @@ const LINE: usize = 64;
 
 /// The folder of one kind of fixture.
 pub fn dir(kind: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests")
-        .join("fixtures")
-        .join(kind)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("fixtures").join(kind)
 }
 
 fn path(kind: &str, name: &str) -> PathBuf {
@@ -49,26 +46,16 @@ pub fn to_hex(bytes: &[u8]) -> String {
 /// Parses fixture text. Rejects uppercase, odd digit counts and stray characters.
 pub fn parse_hex(text: &str) -> Result<Vec<u8>, String> {
     let digits: Vec<u8> = text.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
-    if let Some(bad) = digits
-        .iter()
-        .find(|b| !matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-    {
+    if let Some(bad) = digits.iter().find(|b| !matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
         return Err(format!("not a lowercase hex digit: {:?}", char::from(*bad)));
     }
     if !digits.len().is_multiple_of(2) {
         return Err(format!("odd number of hex digits ({})", digits.len()));
     }
     let nibble = |d: u8| {
-        if d.is_ascii_digit() {
-            d - b'0'
-        } else {
-            d - b'a' + 10
-        }
+        if d.is_ascii_digit() { d - b'0' } else { d - b'a' + 10 }
     };
-    Ok(digits
-        .chunks(2)
-        .map(|p| (nibble(p[0]) << 4) | nibble(p[1]))
-        .collect())
+    Ok(digits.chunks(2).map(|p| (nibble(p[0]) << 4) | nibble(p[1])).collect())
 }
 
 /// Reads a fixture, or says why it cannot be read.
@@ -102,13 +89,7 @@ pub fn names_on_disk(kind: &str) -> BTreeSet<String> {
     let d = dir(kind);
     fs::read_dir(&d)
         .unwrap_or_else(|e| panic!("read {}: {e}", d.display()))
-        .map(|entry| {
-            entry
-                .expect("dir entry")
-                .file_name()
-                .to_string_lossy()
-                .into_owned()
-        })
+        .map(|entry| entry.expect("dir entry").file_name().to_string_lossy().into_owned())
         .filter_map(|f| f.strip_suffix(".hex").map(str::to_owned))
         .collect()
 }

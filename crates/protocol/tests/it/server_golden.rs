@@ -8,8 +8,7 @@
 use rmpv::Value;
 use skua_protocol::codes::{auth, code, error, reason};
 use skua_protocol::{
-    ErrorFrame, LobbyRoomSnapshot, MessageFrame, PresenceEntryRef, PresenceEventKind,
-    RestoredSubscription, ServerFrame,
+    ErrorFrame, LobbyRoomSnapshot, MessageFrame, PresenceEntryRef, PresenceEventKind, RestoredSubscription, ServerFrame,
 };
 
 use crate::fixtures::{self, SERVER};
@@ -20,8 +19,7 @@ const MSG_ID: &str = "0190a5f2-7c1e-7d3a-9b2f-4c8e1a2b3c4d";
 const ACTOR: &str = "actor_123";
 /// Unix milliseconds: above u32, so it pins the uint64 form.
 const TS: u64 = 1_734_567_890_123;
-const HINT_ROOM: &str =
-    "room is not configured. Provision it via the control-plane rooms API before use.";
+const HINT_ROOM: &str = "room is not configured. Provision it via the control-plane rooms API before use.";
 
 /// One golden case: a fixture name, what the encoder produced and what the documents say.
 pub struct Golden {
@@ -36,12 +34,7 @@ pub struct Golden {
 }
 
 fn golden(name: &'static str, frame: &ServerFrame<'_>, expected: Value) -> Golden {
-    Golden {
-        name,
-        variant: variant(frame),
-        encoded: frame.encode_vec(),
-        expected,
-    }
+    Golden { name, variant: variant(frame), encoded: frame.encode_vec(), expected }
 }
 
 /// The variant's name; a new variant lands in the `_` arm until this test module covers it.
@@ -103,11 +96,7 @@ fn message(name: &'static str, m: MessageFrame<'_>, expected: Value) -> Golden {
 
 /// A presence entry as snapshots show it (`presenceList.data[]`, lobby snapshots; N22).
 fn entry_value(actor: &str, presence: Value, joined_at: u64) -> Value {
-    map([
-        ("actorTokenId", s(actor)),
-        ("presence", presence),
-        ("joinedAt", u(joined_at)),
-    ])
+    map([("actorTokenId", s(actor)), ("presence", presence), ("joinedAt", u(joined_at))])
 }
 
 #[allow(clippy::too_many_lines)] // one flat table of cases reads better than many helpers
@@ -120,16 +109,10 @@ pub fn cases() -> Vec<Golden> {
     let text_bytes = pack(&text);
     // A publisher's payload with a non-shortest integer (uint16 5), a bin and a float32: it must be
     // forwarded with those types and widths (N2).
-    let odd_payload: &[u8] = &[
-        0x83, 0xa1, b'n', 0xcd, 0x00, 0x05, 0xa4, b'b', b'l', b'o', b'b', 0xc4, 0x03, 1, 2, 3,
-        0xa1, b'f',
-    ];
+    let odd_payload: &[u8] =
+        &[0x83, 0xa1, b'n', 0xcd, 0x00, 0x05, 0xa4, b'b', b'l', b'o', b'b', 0xc4, 0x03, 1, 2, 3, 0xa1, b'f'];
     let odd_payload = [odd_payload, &[0xca, 0x3f, 0xc0, 0x00, 0x00]].concat();
-    let odd_value = map([
-        ("n", u(5)),
-        ("blob", Value::Binary(vec![1, 2, 3])),
-        ("f", Value::F32(1.5)),
-    ]);
+    let odd_value = map([("n", u(5)), ("blob", Value::Binary(vec![1, 2, 3])), ("f", Value::F32(1.5))]);
     let filters_value = arr([s("vip"), arr([s("region:eu"), s("tier:gold")])]);
     let filters_bytes = pack(&filters_value);
 
@@ -149,39 +132,19 @@ pub fn cases() -> Vec<Golden> {
             filters: Some(&filters_bytes),
         },
     ];
-    let alice = PresenceEntryRef {
-        actor_token_id: ACTOR,
-        presence: &online_bytes,
-        joined_at: 1_634_567_890,
-    };
-    let bob = PresenceEntryRef {
-        actor_token_id: "actor_456",
-        presence: &driving_bytes,
-        joined_at: 1_716_000_000,
-    };
+    let alice = PresenceEntryRef { actor_token_id: ACTOR, presence: &online_bytes, joined_at: 1_634_567_890 };
+    let bob = PresenceEntryRef { actor_token_id: "actor_456", presence: &driving_bytes, joined_at: 1_716_000_000 };
     let room_1 = [alice, bob];
     let room_2 = [bob];
     let lobby_rooms = [
-        LobbyRoomSnapshot {
-            room_id: "room_1",
-            entries: &room_1,
-        },
-        LobbyRoomSnapshot {
-            room_id: "room_empty",
-            entries: &[],
-        },
+        LobbyRoomSnapshot { room_id: "room_1", entries: &room_1 },
+        LobbyRoomSnapshot { room_id: "room_empty", entries: &[] },
     ];
-    let lobby_one_room = [LobbyRoomSnapshot {
-        room_id: "room_2",
-        entries: &room_2,
-    }];
+    let lobby_one_room = [LobbyRoomSnapshot { room_id: "room_2", entries: &room_2 }];
     let room_1_value = || {
         map([
             (ACTOR, entry_value(ACTOR, online.clone(), 1_634_567_890)),
-            (
-                "actor_456",
-                entry_value("actor_456", driving.clone(), 1_716_000_000),
-            ),
+            ("actor_456", entry_value("actor_456", driving.clone(), 1_716_000_000)),
         ])
     };
 
@@ -265,68 +228,34 @@ pub fn cases() -> Vec<Golden> {
         ),
         golden(
             "auth_failed",
-            &ServerFrame::AuthFailed {
-                error: auth::ACCESS_DENIED,
-            },
-            map([
-                ("type", s("auth")),
-                ("success", b(false)),
-                ("error", s("access_denied")),
-            ]),
+            &ServerFrame::AuthFailed { error: auth::ACCESS_DENIED },
+            map([("type", s("auth")), ("success", b(false)), ("error", s("access_denied"))]),
         ),
         golden(
             "reauth_ok_with_expiry",
-            &ServerFrame::ReauthOk {
-                auth_expires_at: Some(1_734_567_890),
-            },
-            map([
-                ("type", s("reauth")),
-                ("success", b(true)),
-                ("authExpiresAt", u(1_734_567_890)),
-            ]),
+            &ServerFrame::ReauthOk { auth_expires_at: Some(1_734_567_890) },
+            map([("type", s("reauth")), ("success", b(true)), ("authExpiresAt", u(1_734_567_890))]),
         ),
         golden(
             "reauth_ok_without_expiry",
-            &ServerFrame::ReauthOk {
-                auth_expires_at: None,
-            },
+            &ServerFrame::ReauthOk { auth_expires_at: None },
             map([("type", s("reauth")), ("success", b(true))]),
         ),
         golden(
             "reauth_failed",
-            &ServerFrame::ReauthFailed {
-                error: auth::ACTOR_MISMATCH,
-            },
-            map([
-                ("type", s("reauth")),
-                ("success", b(false)),
-                ("error", s("actor_mismatch")),
-            ]),
+            &ServerFrame::ReauthFailed { error: auth::ACTOR_MISMATCH },
+            map([("type", s("reauth")), ("success", b(false)), ("error", s("actor_mismatch"))]),
         ),
         // --- subscriptions ---
         golden(
             "subscribed",
-            &ServerFrame::Subscribed {
-                topic: TOPIC,
-                load_balance: false,
-            },
-            map([
-                ("type", s("subscribed")),
-                ("topic", s(TOPIC)),
-                ("loadBalance", b(false)),
-            ]),
+            &ServerFrame::Subscribed { topic: TOPIC, load_balance: false },
+            map([("type", s("subscribed")), ("topic", s(TOPIC)), ("loadBalance", b(false))]),
         ),
         golden(
             "subscribed_load_balanced",
-            &ServerFrame::Subscribed {
-                topic: "jobs/queue/tasks",
-                load_balance: true,
-            },
-            map([
-                ("type", s("subscribed")),
-                ("topic", s("jobs/queue/tasks")),
-                ("loadBalance", b(true)),
-            ]),
+            &ServerFrame::Subscribed { topic: "jobs/queue/tasks", load_balance: true },
+            map([("type", s("subscribed")), ("topic", s("jobs/queue/tasks")), ("loadBalance", b(true))]),
         ),
         golden(
             "unsubscribed",
@@ -335,51 +264,24 @@ pub fn cases() -> Vec<Golden> {
         ),
         golden(
             "published",
-            &ServerFrame::Published {
-                topic: TOPIC,
-                msg_ref: "1-k3j9x",
-            },
-            map([
-                ("type", s("published")),
-                ("topic", s(TOPIC)),
-                ("msgRef", s("1-k3j9x")),
-            ]),
+            &ServerFrame::Published { topic: TOPIC, msg_ref: "1-k3j9x" },
+            map([("type", s("published")), ("topic", s(TOPIC)), ("msgRef", s("1-k3j9x"))]),
         ),
         // N14: the list is echoed as sent, AND groups un-normalised.
         golden(
             "filters_updated",
-            &ServerFrame::FiltersUpdated {
-                topic: TOPIC,
-                filters: Some(&filters_bytes),
-            },
-            map([
-                ("type", s("filtersUpdated")),
-                ("topic", s(TOPIC)),
-                ("filters", filters_value.clone()),
-            ]),
+            &ServerFrame::FiltersUpdated { topic: TOPIC, filters: Some(&filters_bytes) },
+            map([("type", s("filtersUpdated")), ("topic", s(TOPIC)), ("filters", filters_value.clone())]),
         ),
         golden(
             "filters_updated_empty",
-            &ServerFrame::FiltersUpdated {
-                topic: TOPIC,
-                filters: None,
-            },
-            map([
-                ("type", s("filtersUpdated")),
-                ("topic", s(TOPIC)),
-                ("filters", arr([])),
-            ]),
+            &ServerFrame::FiltersUpdated { topic: TOPIC, filters: None },
+            map([("type", s("filtersUpdated")), ("topic", s(TOPIC)), ("filters", arr([]))]),
         ),
         // --- message (wire-protocol "message"; N13, N19, N24-N26) ---
         message(
             "message_plain",
-            MessageFrame {
-                topic: TOPIC,
-                data: &text_bytes,
-                from: ACTOR,
-                timestamp: TS,
-                ..Default::default()
-            },
+            MessageFrame { topic: TOPIC, data: &text_bytes, from: ACTOR, timestamp: TS, ..Default::default() },
             map([
                 ("type", s("message")),
                 ("topic", s(TOPIC)),
@@ -452,13 +354,7 @@ pub fn cases() -> Vec<Golden> {
         ),
         message(
             "message_raw_payload",
-            MessageFrame {
-                topic: TOPIC,
-                data: &odd_payload,
-                from: ACTOR,
-                timestamp: 0,
-                ..Default::default()
-            },
+            MessageFrame { topic: TOPIC, data: &odd_payload, from: ACTOR, timestamp: 0, ..Default::default() },
             map([
                 ("type", s("message")),
                 ("topic", s(TOPIC)),
@@ -469,13 +365,7 @@ pub fn cases() -> Vec<Golden> {
         ),
         message(
             "message_null_data",
-            MessageFrame {
-                topic: TOPIC,
-                data: &[0xc0],
-                from: ACTOR,
-                timestamp: TS,
-                ..Default::default()
-            },
+            MessageFrame { topic: TOPIC, data: &[0xc0], from: ACTOR, timestamp: TS, ..Default::default() },
             map([
                 ("type", s("message")),
                 ("topic", s(TOPIC)),
@@ -495,10 +385,7 @@ pub fn cases() -> Vec<Golden> {
             map([
                 ("type", s("presence")),
                 ("event", s("join")),
-                (
-                    "data",
-                    map([("actor_token_id", s(ACTOR)), ("presence", online.clone())]),
-                ),
+                ("data", map([("actor_token_id", s(ACTOR)), ("presence", online.clone())])),
             ]),
         ),
         golden(
@@ -511,32 +398,18 @@ pub fn cases() -> Vec<Golden> {
             map([
                 ("type", s("presence")),
                 ("event", s("update")),
-                (
-                    "data",
-                    map([("actor_token_id", s(ACTOR)), ("presence", driving.clone())]),
-                ),
+                ("data", map([("actor_token_id", s(ACTOR)), ("presence", driving.clone())])),
             ]),
         ),
         // "a `leave` event carries only `actor_token_id`".
         golden(
             "presence_leave",
-            &ServerFrame::Presence {
-                event: PresenceEventKind::Leave,
-                actor_token_id: ACTOR,
-                presence: None,
-            },
-            map([
-                ("type", s("presence")),
-                ("event", s("leave")),
-                ("data", map([("actor_token_id", s(ACTOR))])),
-            ]),
+            &ServerFrame::Presence { event: PresenceEventKind::Leave, actor_token_id: ACTOR, presence: None },
+            map([("type", s("presence")), ("event", s("leave")), ("data", map([("actor_token_id", s(ACTOR))]))]),
         ),
         golden(
             "presence_list",
-            &ServerFrame::PresenceList {
-                room_id: Some("general"),
-                entries: &room_1,
-            },
+            &ServerFrame::PresenceList { room_id: Some("general"), entries: &room_1 },
             map([
                 ("type", s("presenceList")),
                 ("roomId", s("general")),
@@ -552,70 +425,40 @@ pub fn cases() -> Vec<Golden> {
         // N39: getPresence without roomId.
         golden(
             "presence_list_without_room",
-            &ServerFrame::PresenceList {
-                room_id: None,
-                entries: &[],
-            },
+            &ServerFrame::PresenceList { room_id: None, entries: &[] },
             map([("type", s("presenceList")), ("data", arr([]))]),
         ),
         // --- lobbies (room slug -> actorTokenId -> full entry, empty rooms as {}; N22, N35) ---
         golden(
             "lobby_subscribed",
-            &ServerFrame::LobbySubscribed {
-                lobby_id: "active-trips",
-                rooms: &lobby_rooms,
-            },
+            &ServerFrame::LobbySubscribed { lobby_id: "active-trips", rooms: &lobby_rooms },
             map([
                 ("type", s("lobbySubscribed")),
                 ("lobbyId", s("active-trips")),
-                (
-                    "presence",
-                    map([("room_1", room_1_value()), ("room_empty", map([]))]),
-                ),
+                ("presence", map([("room_1", room_1_value()), ("room_empty", map([]))])),
             ]),
         ),
         golden(
             "lobby_subscribed_no_rooms",
-            &ServerFrame::LobbySubscribed {
-                lobby_id: "quiet",
-                rooms: &[],
-            },
-            map([
-                ("type", s("lobbySubscribed")),
-                ("lobbyId", s("quiet")),
-                ("presence", map([])),
-            ]),
+            &ServerFrame::LobbySubscribed { lobby_id: "quiet", rooms: &[] },
+            map([("type", s("lobbySubscribed")), ("lobbyId", s("quiet")), ("presence", map([]))]),
         ),
         golden(
             "lobby_presence_list",
-            &ServerFrame::LobbyPresenceList {
-                lobby_id: "active-trips",
-                rooms: &lobby_one_room,
-            },
+            &ServerFrame::LobbyPresenceList { lobby_id: "active-trips", rooms: &lobby_one_room },
             map([
                 ("type", s("lobbyPresenceList")),
                 ("lobbyId", s("active-trips")),
                 (
                     "presence",
-                    map([(
-                        "room_2",
-                        map([(
-                            "actor_456",
-                            entry_value("actor_456", driving.clone(), 1_716_000_000),
-                        )]),
-                    )]),
+                    map([("room_2", map([("actor_456", entry_value("actor_456", driving.clone(), 1_716_000_000))]))]),
                 ),
             ]),
         ),
         golden(
             "lobby_unsubscribed",
-            &ServerFrame::LobbyUnsubscribed {
-                lobby_id: "active-trips",
-            },
-            map([
-                ("type", s("lobbyUnsubscribed")),
-                ("lobbyId", s("active-trips")),
-            ]),
+            &ServerFrame::LobbyUnsubscribed { lobby_id: "active-trips" },
+            map([("type", s("lobbyUnsubscribed")), ("lobbyId", s("active-trips"))]),
         ),
         golden(
             "lobby_presence_join",
@@ -729,12 +572,7 @@ pub fn cases() -> Vec<Golden> {
                 topic: Some(TOPIC),
                 ..Default::default()
             },
-            map([
-                ("type", s("error")),
-                ("code", u(42910)),
-                ("error", s("rate_limit_exceeded")),
-                ("topic", s(TOPIC)),
-            ]),
+            map([("type", s("error")), ("code", u(42910)), ("error", s("rate_limit_exceeded")), ("topic", s(TOPIC))]),
         ),
         error_frame(
             "error_unknown_topic_room",
@@ -755,36 +593,17 @@ pub fn cases() -> Vec<Golden> {
         ),
         error_frame(
             "error_not_authorized_room",
-            ErrorFrame {
-                error: error::NOT_AUTHORIZED,
-                room_id: Some("vip-lounge"),
-                ..Default::default()
-            },
-            map([
-                ("type", s("error")),
-                ("error", s("not_authorized")),
-                ("roomId", s("vip-lounge")),
-            ]),
+            ErrorFrame { error: error::NOT_AUTHORIZED, room_id: Some("vip-lounge"), ..Default::default() },
+            map([("type", s("error")), ("error", s("not_authorized")), ("roomId", s("vip-lounge"))]),
         ),
         error_frame(
             "error_not_authorized_lobby",
-            ErrorFrame {
-                error: error::NOT_AUTHORIZED,
-                lobby_id: Some("active-trips"),
-                ..Default::default()
-            },
-            map([
-                ("type", s("error")),
-                ("error", s("not_authorized")),
-                ("lobbyId", s("active-trips")),
-            ]),
+            ErrorFrame { error: error::NOT_AUTHORIZED, lobby_id: Some("active-trips"), ..Default::default() },
+            map([("type", s("error")), ("error", s("not_authorized")), ("lobbyId", s("active-trips"))]),
         ),
         error_frame(
             "error_not_authenticated",
-            ErrorFrame {
-                error: error::NOT_AUTHENTICATED,
-                ..Default::default()
-            },
+            ErrorFrame { error: error::NOT_AUTHENTICATED, ..Default::default() },
             map([("type", s("error")), ("error", s("not_authenticated"))]),
         ),
         error_frame(
@@ -821,31 +640,18 @@ pub fn cases() -> Vec<Golden> {
         ),
         error_frame(
             "error_too_many_filters",
-            ErrorFrame {
-                error: error::TOO_MANY_FILTERS,
-                topic: Some(TOPIC),
-                ..Default::default()
-            },
-            map([
-                ("type", s("error")),
-                ("error", s("too_many_filters (max 100)")),
-                ("topic", s(TOPIC)),
-            ]),
+            ErrorFrame { error: error::TOO_MANY_FILTERS, topic: Some(TOPIC), ..Default::default() },
+            map([("type", s("error")), ("error", s("too_many_filters (max 100)")), ("topic", s(TOPIC))]),
         ),
         error_frame(
             "error_already_authenticated",
-            ErrorFrame {
-                error: error::ALREADY_AUTHENTICATED,
-                ..Default::default()
-            },
+            ErrorFrame { error: error::ALREADY_AUTHENTICATED, ..Default::default() },
             map([("type", s("error")), ("error", s("already_authenticated"))]),
         ),
         // --- disconnect (N27) ---
         golden(
             "disconnect_token_expired",
-            &ServerFrame::Disconnect {
-                reason: reason::TOKEN_EXPIRED,
-            },
+            &ServerFrame::Disconnect { reason: reason::TOKEN_EXPIRED },
             map([("type", s("disconnect")), ("reason", s("token_expired"))]),
         ),
     ]
@@ -880,58 +686,32 @@ fn server_frames_match_golden_fixtures_and_documented_maps() {
             .and_then(|v| check_keys(&v, "$").map(|()| v))
             .and_then(|v| diff(&v, &case.expected, "$"));
         if let Err(e) = checked {
-            failures.push(format!(
-                "{}: fixture is not the documented map: {e}",
-                case.name
-            ));
+            failures.push(format!("{}: fixture is not the documented map: {e}", case.name));
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} problem(s):\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "{} problem(s):\n{}", failures.len(), failures.join("\n"));
 }
 
 #[test]
 fn golden_cases_cover_every_variant_and_every_fixture_file() {
     let cases = cases();
     let covered: std::collections::BTreeSet<&str> = cases.iter().map(|c| c.variant).collect();
-    let missing: Vec<&str> = VARIANTS
-        .iter()
-        .copied()
-        .filter(|v| !covered.contains(v))
-        .collect();
-    assert!(
-        missing.is_empty(),
-        "ServerFrame variants without a golden fixture: {missing:?}"
-    );
-    assert!(
-        !covered.contains("unknown"),
-        "a case uses a variant this module does not name"
-    );
+    let missing: Vec<&str> = VARIANTS.iter().copied().filter(|v| !covered.contains(v)).collect();
+    assert!(missing.is_empty(), "ServerFrame variants without a golden fixture: {missing:?}");
+    assert!(!covered.contains("unknown"), "a case uses a variant this module does not name");
 
-    let names: std::collections::BTreeSet<String> =
-        cases.iter().map(|c| c.name.to_owned()).collect();
+    let names: std::collections::BTreeSet<String> = cases.iter().map(|c| c.name.to_owned()).collect();
     assert_eq!(names.len(), cases.len(), "duplicate fixture names");
     if !fixtures::blessing() {
         let on_disk = fixtures::names_on_disk(SERVER);
         let stale: Vec<&String> = on_disk.difference(&names).collect();
-        assert!(
-            stale.is_empty(),
-            "fixture files no case checks (delete them): {stale:?}"
-        );
+        assert!(stale.is_empty(), "fixture files no case checks (delete them): {stale:?}");
     }
 }
 
 /// The encoder's bytes for a golden case (not the file, which bless mode may be rewriting).
 fn golden_bytes(name: &str) -> Vec<u8> {
-    cases()
-        .into_iter()
-        .find(|c| c.name == name)
-        .map(|c| c.encoded)
-        .expect("known case")
+    cases().into_iter().find(|c| c.name == name).map(|c| c.encoded).expect("known case")
 }
 
 /// Leave events drop the presence payload even when the caller passes one (wire-protocol
@@ -939,16 +719,8 @@ fn golden_bytes(name: &str) -> Vec<u8> {
 #[test]
 fn leave_events_ignore_a_passed_payload() {
     let p = pack(&map([("status", s("online"))]));
-    let with = ServerFrame::Presence {
-        event: PresenceEventKind::Leave,
-        actor_token_id: ACTOR,
-        presence: Some(&p),
-    };
-    let without = ServerFrame::Presence {
-        event: PresenceEventKind::Leave,
-        actor_token_id: ACTOR,
-        presence: None,
-    };
+    let with = ServerFrame::Presence { event: PresenceEventKind::Leave, actor_token_id: ACTOR, presence: Some(&p) };
+    let without = ServerFrame::Presence { event: PresenceEventKind::Leave, actor_token_id: ACTOR, presence: None };
     assert_eq!(with.encode_vec(), without.encode_vec());
     assert_eq!(with.encode_vec(), golden_bytes("presence_leave"));
 
@@ -959,19 +731,13 @@ fn leave_events_ignore_a_passed_payload() {
         actor_id: "actor_789",
         data,
     };
-    assert_eq!(
-        lobby(Some(p.as_slice())).encode_vec(),
-        golden_bytes("lobby_presence_leave")
-    );
+    assert_eq!(lobby(Some(p.as_slice())).encode_vec(), golden_bytes("lobby_presence_leave"));
 }
 
 /// `encode()` is `encode_vec()` in shared form.
 #[test]
 fn encode_and_encode_vec_agree() {
-    for case in [
-        ServerFrame::ReplayEnd { replayed: 3 },
-        ServerFrame::Unsubscribed { topic: TOPIC },
-    ] {
+    for case in [ServerFrame::ReplayEnd { replayed: 3 }, ServerFrame::Unsubscribed { topic: TOPIC }] {
         assert_eq!(case.encode().as_ref(), case.encode_vec().as_slice());
     }
 }

@@ -36,12 +36,7 @@ pub fn map<const N: usize>(entries: [(&str, Value); N]) -> Value {
 
 /// A map with `str` keys, from a runtime list.
 pub fn map_of(entries: impl IntoIterator<Item = (String, Value)>) -> Value {
-    Value::Map(
-        entries
-            .into_iter()
-            .map(|(k, v)| (Value::from(k), v))
-            .collect(),
-    )
+    Value::Map(entries.into_iter().map(|(k, v)| (Value::from(k), v)).collect())
 }
 
 /// Encodes a tree with rmpv (shortest forms, `str` for strings, `bin` for binaries).
@@ -63,10 +58,7 @@ pub fn decode_exact(bytes: &[u8]) -> Result<Value, String> {
 
 /// The field `key` of a map whose keys are `str`.
 pub fn field<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
-    v.as_map()?
-        .iter()
-        .find(|(k, _)| k.as_str() == Some(key))
-        .map(|(_, v)| v)
+    v.as_map()?.iter().find(|(k, _)| k.as_str() == Some(key)).map(|(_, v)| v)
 }
 
 /// Every map key in the tree is a valid UTF-8 `str`, and no map repeats a key.
@@ -84,10 +76,7 @@ pub fn check_keys(v: &Value, path: &str) -> Result<(), String> {
             }
             Ok(())
         }
-        Value::Array(items) => items
-            .iter()
-            .enumerate()
-            .try_for_each(|(i, x)| check_keys(x, &format!("{path}[{i}]"))),
+        Value::Array(items) => items.iter().enumerate().try_for_each(|(i, x)| check_keys(x, &format!("{path}[{i}]"))),
         _ => Ok(()),
     }
 }
@@ -125,79 +114,37 @@ pub fn diff(got: &Value, want: &Value, path: &str) -> Result<(), String> {
                 return Err(format!("{path}: unexpected key {extra}"));
             }
             if g.len() != w.len() {
-                return Err(format!(
-                    "{path}: {} entries, expected {} (duplicate key?)",
-                    g.len(),
-                    w.len()
-                ));
+                return Err(format!("{path}: {} entries, expected {} (duplicate key?)", g.len(), w.len()));
             }
             Ok(())
         }
         (Value::Array(g), Value::Array(w)) => {
             if g.len() != w.len() {
-                return Err(format!(
-                    "{path}: array of {}, expected {}",
-                    g.len(),
-                    w.len()
-                ));
+                return Err(format!("{path}: array of {}, expected {}", g.len(), w.len()));
             }
-            g.iter()
-                .zip(w)
-                .enumerate()
-                .try_for_each(|(i, (g, w))| diff(g, w, &format!("{path}[{i}]")))
+            g.iter().zip(w).enumerate().try_for_each(|(i, (g, w))| diff(g, w, &format!("{path}[{i}]")))
         }
         (Value::F32(g), Value::F32(w)) if g.to_bits() == w.to_bits() => Ok(()),
         (Value::F64(g), Value::F64(w)) if g.to_bits() == w.to_bits() => Ok(()),
-        (Value::F32(_) | Value::F64(_), _) => Err(format!(
-            "{path}: {} {got}, expected {} {want}",
-            kind(got),
-            kind(want)
-        )),
+        (Value::F32(_) | Value::F64(_), _) => {
+            Err(format!("{path}: {} {got}, expected {} {want}", kind(got), kind(want)))
+        }
         _ if kind(got) == kind(want) && got == want => Ok(()),
-        _ => Err(format!(
-            "{path}: {} {got}, expected {} {want}",
-            kind(got),
-            kind(want)
-        )),
+        _ => Err(format!("{path}: {} {got}, expected {} {want}", kind(got), kind(want))),
     }
 }
 
 #[test]
 fn diff_sees_type_value_and_key_differences() {
-    let want = map([
-        ("type", s("x")),
-        ("n", u(5)),
-        ("blob", Value::Binary(vec![1])),
-    ]);
-    let reordered = map([
-        ("n", u(5)),
-        ("blob", Value::Binary(vec![1])),
-        ("type", s("x")),
-    ]);
+    let want = map([("type", s("x")), ("n", u(5)), ("blob", Value::Binary(vec![1]))]);
+    let reordered = map([("n", u(5)), ("blob", Value::Binary(vec![1])), ("type", s("x"))]);
     assert_eq!(diff(&reordered, &want, "$"), Ok(()));
-    let as_bin = map([
-        ("type", Value::Binary(b"x".to_vec())),
-        ("n", u(5)),
-        ("blob", Value::Binary(vec![1])),
-    ]);
+    let as_bin = map([("type", Value::Binary(b"x".to_vec())), ("n", u(5)), ("blob", Value::Binary(vec![1]))]);
     assert!(diff(&as_bin, &want, "$").unwrap_err().contains("bin"));
-    let other_int = map([
-        ("type", s("x")),
-        ("n", u(6)),
-        ("blob", Value::Binary(vec![1])),
-    ]);
+    let other_int = map([("type", s("x")), ("n", u(6)), ("blob", Value::Binary(vec![1]))]);
     assert!(diff(&other_int, &want, "$").is_err());
-    let extra = map([
-        ("type", s("x")),
-        ("n", u(5)),
-        ("blob", Value::Binary(vec![1])),
-        ("z", nil()),
-    ]);
-    assert!(
-        diff(&extra, &want, "$")
-            .unwrap_err()
-            .contains("unexpected key")
-    );
+    let extra = map([("type", s("x")), ("n", u(5)), ("blob", Value::Binary(vec![1])), ("z", nil())]);
+    assert!(diff(&extra, &want, "$").unwrap_err().contains("unexpected key"));
     assert!(diff(&Value::F32(1.0), &Value::F64(1.0), "$").is_err());
     let dup = Value::Map(vec![(s("a"), nil()), (s("a"), nil())]);
     assert!(check_keys(&dup, "$").unwrap_err().contains("twice"));

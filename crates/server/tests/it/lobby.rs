@@ -25,7 +25,10 @@ async fn lobby_subscribe_returns_every_covered_room_and_then_events() {
     let mut carol = server.auth("dev-token-carol").await;
     carol.send(frame! {"type" => "presence", "roomId" => "random", "data" => frame!{"s" => "c"}}).await;
     let e = viewer.expect("lobbyPresence").await;
-    assert_eq!((e.str("event"), e.str("lobbyId"), e.str("roomId"), e.str("actorId")), ("join", "online", "random", "carol"));
+    assert_eq!(
+        (e.str("event"), e.str("lobbyId"), e.str("roomId"), e.str("actorId")),
+        ("join", "online", "random", "carol")
+    );
     assert_eq!(e.get("data"), &frame! {"s" => "c"});
     carol.send(frame! {"type" => "presence", "roomId" => "random", "data" => frame!{"s" => "c2"}}).await;
     let e = viewer.expect("lobbyPresence").await;

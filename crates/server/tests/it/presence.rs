@@ -25,7 +25,10 @@ async fn join_update_leave_reach_everyone_in_the_room_including_the_announcer() 
     let j = alice.expect("presence").await;
     assert_eq!(event(&j), ("join", "alice"));
     assert_eq!(j.get("data")["presence"], status("online"));
-    assert!(!j.get("data").as_map().unwrap().iter().any(|(k, _)| k.as_str() == Some("actor_type")), "N21: no actor_type");
+    assert!(
+        !j.get("data").as_map().unwrap().iter().any(|(k, _)| k.as_str() == Some("actor_type")),
+        "N21: no actor_type"
+    );
 
     announce(&mut bob, "general", status("here")).await;
     assert_eq!(event(&bob.expect("presence").await), ("join", "bob"));

@@ -46,7 +46,10 @@ async fn payload_integer_width_is_forwarded_untouched() {
     publish.extend_from_slice(&[0xa4, b'd', b'a', b't', b'a', 0xce, 0, 0, 0, 7]);
     bob.send_bytes(publish).await;
     let raw = alice.next_raw().await;
-    assert!(raw.windows(10).any(|w| w == [0xa4, b'd', b'a', b't', b'a', 0xce, 0, 0, 0, 7]), "data bytes changed: {raw:x?}");
+    assert!(
+        raw.windows(10).any(|w| w == [0xa4, b'd', b'a', b't', b'a', 0xce, 0, 0, 0, 7]),
+        "data bytes changed: {raw:x?}"
+    );
 }
 
 #[tokio::test]
@@ -58,7 +61,9 @@ async fn publisher_never_receives_its_own_message_on_any_connection() {
     for c in [&mut alice1, &mut alice2, &mut bob] {
         c.subscribe(TOPIC).await;
     }
-    alice1.send(frame! {"type" => "publish", "topic" => TOPIC, "data" => "mine", "echo" => true, "msgRef" => "1"}).await;
+    alice1
+        .send(frame! {"type" => "publish", "topic" => TOPIC, "data" => "mine", "echo" => true, "msgRef" => "1"})
+        .await;
     alice1.expect("published").await;
     assert_eq!(bob.expect("message").await.get("data").as_str(), Some("mine"));
     // bob got it, so the fan-out is done: alice's connections have nothing queued (N16).
@@ -103,7 +108,9 @@ async fn qos_values_are_accepted_and_anything_else_is_treated_as_one() {
     let mut alice = server.auth("dev-token-alice").await;
     let mut bob = server.auth("dev-token-bob").await;
     alice.subscribe(TOPIC).await;
-    for (i, q) in [Value::from(0), Value::from(1), Value::from(2), Value::from(7), Value::from("x")].into_iter().enumerate() {
+    for (i, q) in
+        [Value::from(0), Value::from(1), Value::from(2), Value::from(7), Value::from("x")].into_iter().enumerate()
+    {
         bob.send(frame! {"type" => "publish", "topic" => TOPIC, "data" => i as u64, "qos" => q, "msgRef" => "q"}).await;
         bob.expect("published").await;
         assert_eq!(alice.expect("message").await.get("data").as_u64(), Some(i as u64));
@@ -116,7 +123,8 @@ async fn retained_message_reaches_later_subscribers_right_after_subscribed() {
     let mut bob = server.auth("dev-token-bob").await;
     bob.send(frame! {"type" => "publish", "topic" => TOPIC, "data" => "old", "retain" => true, "msgRef" => "1"}).await;
     bob.expect("published").await;
-    bob.send(frame! {"type" => "publish", "topic" => TOPIC, "data" => "latest", "retain" => true, "msgRef" => "2"}).await;
+    bob.send(frame! {"type" => "publish", "topic" => TOPIC, "data" => "latest", "retain" => true, "msgRef" => "2"})
+        .await;
     bob.expect("published").await;
     bob.send(frame! {"type" => "publish", "topic" => TOPIC, "data" => "eu", "retain" => true, "filter" => "eu", "msgRef" => "3"}).await;
     bob.expect("published").await;
@@ -133,7 +141,10 @@ async fn retained_message_reaches_later_subscribers_right_after_subscribed() {
         assert_eq!(got, vec![("eu".into(), Some("eu".into())), ("latest".into(), None)], "N33: base + every key");
         c.assert_nothing_pending().await;
         // A filtered subscriber only gets its own key's retained message (N33).
-        c.send(frame! {"type" => "subscribe", "topic" => "demo/general/messages", "filters" => vec![Value::from("eu")]}).await;
+        c.send(
+            frame! {"type" => "subscribe", "topic" => "demo/general/messages", "filters" => vec![Value::from("eu")]},
+        )
+        .await;
         c.expect("subscribed").await;
         assert_eq!(c.expect("message").await.get("data").as_str(), Some("eu"));
         c.assert_nothing_pending().await;
@@ -149,7 +160,10 @@ async fn load_balanced_group_delivers_each_message_to_exactly_one_member() {
     let mut members = Vec::new();
     for token in ["dev-token-alice", "dev-token-carol", "dev-token-agent"] {
         let mut c = server.auth(token).await;
-        c.send(frame! {"type" => "subscribe", "topic" => TOPIC, "loadBalance" => true, "loadBalanceGroup" => "workers"}).await;
+        c.send(
+            frame! {"type" => "subscribe", "topic" => TOPIC, "loadBalance" => true, "loadBalanceGroup" => "workers"},
+        )
+        .await;
         assert_eq!(c.expect("subscribed").await.get("loadBalance"), &Value::Boolean(true));
         members.push(c);
     }
@@ -183,7 +197,9 @@ async fn load_balance_group_defaults_to_the_actor_id_and_groups_are_independent(
         c.send(frame! {"type" => "subscribe", "topic" => TOPIC, "loadBalance" => true}).await;
         c.expect("subscribed").await;
     }
-    other.send(frame! {"type" => "subscribe", "topic" => TOPIC, "loadBalance" => true, "loadBalanceGroup" => "g2"}).await;
+    other
+        .send(frame! {"type" => "subscribe", "topic" => TOPIC, "loadBalance" => true, "loadBalanceGroup" => "g2"})
+        .await;
     other.expect("subscribed").await;
     let mut bob = server.auth("dev-token-bob").await;
     for i in 0..10u64 {

@@ -40,7 +40,11 @@ async fn reconnect_restores_topics_and_lobbies_without_resubscribing() {
     assert_eq!(entries.len(), 3, "{entries:?}");
     for e in &entries {
         let keys: Vec<&str> = e.as_map().unwrap().iter().filter_map(|(k, _)| k.as_str()).collect();
-        assert_eq!(keys, vec!["pattern", "topic", "load_balance", "load_balance_group", "filters"], "all five keys (N23)");
+        assert_eq!(
+            keys,
+            vec!["pattern", "topic", "load_balance", "load_balance_group", "filters"],
+            "all five keys (N23)"
+        );
     }
     assert_eq!(entries[0]["pattern"].as_str(), Some("demo/general/events"));
     assert_eq!(entries[0]["filters"], filters, "filters as the client sent them");

@@ -1,7 +1,7 @@
 //! Credentials: access tokens, client tokens (JWT), expiry, reauth, clientId (N8, N9, N27, N38).
 
 use rmpv::Value;
-use skua_testkit::{TestServer, dev_jwt, jwt_with_secret, now_s, frame};
+use skua_testkit::{TestServer, dev_jwt, frame, jwt_with_secret, now_s};
 
 #[tokio::test]
 async fn auth_reply_describes_the_actor() {

@@ -20,8 +20,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use skua_core::{
-    ActorId, AppId, Bus, BusDelivery, BusSubscription, ConnId, Envelope, EnvelopeId, GroupKey,
-    NodeId, PresenceChange, PresenceEvent, ProjectId, Publication, RoomKey, Route, TopicAddress,
+    ActorId, AppId, Bus, BusDelivery, BusSubscription, ConnId, Envelope, EnvelopeId, GroupKey, NodeId, PresenceChange,
+    PresenceEvent, ProjectId, Publication, RoomKey, Route, TopicAddress,
 };
 use tokio::sync::mpsc::Receiver;
 
@@ -105,10 +105,8 @@ pub async fn subscription_matches_only_its_topic<H: BusHarness>(h: H) {
     let t = topic("room-1", "chat");
     b.subscribe(&BusSubscription::Topic(t.clone())).await;
 
-    a.publish(&a.message(&topic("room-1", "other"), None, "other-topic"))
-        .await;
-    a.publish(&a.message(&topic("room-2", "chat"), None, "other-room"))
-        .await;
+    a.publish(&a.message(&topic("room-1", "other"), None, "other-topic")).await;
+    a.publish(&a.message(&topic("room-2", "chat"), None, "other-room")).await;
     a.publish(&a.presence(&t.room, PresenceChange::Join)).await;
     let sentinel = a.message(&t, None, "sentinel");
     a.publish(&sentinel).await;
@@ -122,11 +120,7 @@ pub async fn topic_subscription_gets_every_filter_key<H: BusHarness>(h: H) {
     let t = topic("room-1", "chat");
     b.subscribe(&BusSubscription::Topic(t.clone())).await;
 
-    let sent = [
-        a.message(&t, None, "plain"),
-        a.message(&t, Some("x"), "x"),
-        a.message(&t, Some("y"), "y"),
-    ];
+    let sent = [a.message(&t, None, "plain"), a.message(&t, Some("x"), "x"), a.message(&t, Some("y"), "y")];
     for envelope in &sent {
         a.publish(envelope).await;
     }
@@ -140,13 +134,11 @@ pub async fn topic_key_subscription_gets_only_its_key<H: BusHarness>(h: H) {
     let a = node(&h, "a").await;
     let mut b = node(&h, "b").await;
     let t = topic("room-1", "chat");
-    b.subscribe(&BusSubscription::TopicKey(t.clone(), "k".to_owned()))
-        .await;
+    b.subscribe(&BusSubscription::TopicKey(t.clone(), "k".to_owned())).await;
 
     a.publish(&a.message(&t, None, "unfiltered")).await;
     a.publish(&a.message(&t, Some("j"), "other-key")).await;
-    a.publish(&a.message(&topic("room-1", "other"), Some("k"), "same-key-other-topic"))
-        .await;
+    a.publish(&a.message(&topic("room-1", "other"), Some("k"), "same-key-other-topic")).await;
     let first = a.message(&t, Some("k"), "mine-1");
     let second = a.message(&t, Some("k"), "mine-2");
     a.publish(&first).await;
@@ -161,8 +153,7 @@ pub async fn one_plain_copy_for_overlapping_subscriptions<H: BusHarness>(h: H) {
     let mut b = node(&h, "b").await;
     let t = topic("room-1", "chat");
     b.subscribe(&BusSubscription::Topic(t.clone())).await;
-    b.subscribe(&BusSubscription::TopicKey(t.clone(), "k".to_owned()))
-        .await;
+    b.subscribe(&BusSubscription::TopicKey(t.clone(), "k".to_owned())).await;
 
     let keyed = a.message(&t, Some("k"), "keyed");
     let sentinel = a.message(&t, None, "sentinel");
@@ -180,8 +171,7 @@ pub async fn unsubscribe_stops_delivery<H: BusHarness>(h: H) {
     let t = topic("room-1", "chat");
     let whole = BusSubscription::Topic(t.clone());
     b.subscribe(&whole).await;
-    b.subscribe(&BusSubscription::TopicKey(t.clone(), "sentinel".to_owned()))
-        .await;
+    b.subscribe(&BusSubscription::TopicKey(t.clone(), "sentinel".to_owned())).await;
 
     let before = a.message(&t, None, "before");
     a.publish(&before).await;
@@ -189,8 +179,7 @@ pub async fn unsubscribe_stops_delivery<H: BusHarness>(h: H) {
 
     b.unsubscribe(&whole).await;
     a.publish(&a.message(&t, None, "after")).await;
-    a.publish(&a.message(&t, Some("other"), "after-keyed"))
-        .await;
+    a.publish(&a.message(&t, Some("other"), "after-keyed")).await;
     let sentinel = a.message(&t, Some("sentinel"), "sentinel");
     a.publish(&sentinel).await;
     b.expect(&sentinel, Route::Plain, false).await;
@@ -208,26 +197,14 @@ pub async fn order_is_kept_per_publisher<H: BusHarness>(h: H) {
     b.subscribe(&BusSubscription::Topic(t.clone())).await;
     d.subscribe(&BusSubscription::Topic(t.clone())).await;
 
-    let (_, _, from_b, from_d) = tokio::join!(
-        a.publish_numbered(&t, "a", N),
-        c.publish_numbered(&t, "c", N),
-        b.labels(2 * N),
-        d.labels(2 * N)
-    );
+    let (_, _, from_b, from_d) =
+        tokio::join!(a.publish_numbered(&t, "a", N), c.publish_numbered(&t, "c", N), b.labels(2 * N), d.labels(2 * N));
 
     let expected = |prefix: &str| (0..N).map(|i| format!("{prefix}-{i}")).collect::<Vec<_>>();
     for (receiver, got) in [("b", from_b), ("d", from_d)] {
         for prefix in ["a", "c"] {
-            let seen: Vec<String> = got
-                .iter()
-                .filter(|l| l.starts_with(&format!("{prefix}-")))
-                .cloned()
-                .collect();
-            assert_eq!(
-                seen,
-                expected(prefix),
-                "node {receiver}: envelopes from node {prefix} out of order or missing"
-            );
+            let seen: Vec<String> = got.iter().filter(|l| l.starts_with(&format!("{prefix}-"))).cloned().collect();
+            assert_eq!(seen, expected(prefix), "node {receiver}: envelopes from node {prefix} out of order or missing");
         }
     }
 }
@@ -242,22 +219,17 @@ pub async fn group_delivers_each_publication_to_exactly_one_member<H: BusHarness
     let t = topic("room-1", "jobs");
     let group = group(&t, "workers");
     for member in [&b, &c] {
-        member
-            .subscribe(&BusSubscription::Group(group.clone()))
-            .await;
+        member.subscribe(&BusSubscription::Group(group.clone())).await;
         // The sentinel arrives on this plain subscription at both members; the group also
         // carries it, to one of them.
-        member
-            .subscribe(&BusSubscription::TopicKey(t.clone(), "end".to_owned()))
-            .await;
+        member.subscribe(&BusSubscription::TopicKey(t.clone(), "end".to_owned())).await;
     }
 
     let publish_all = async {
         a.publish_numbered(&t, "job", N).await;
         a.publish(&a.message(&t, Some("end"), "end")).await;
     };
-    let (_, from_b, from_c) =
-        tokio::join!(publish_all, b.group_share(&group), c.group_share(&group));
+    let (_, from_b, from_c) = tokio::join!(publish_all, b.group_share(&group), c.group_share(&group));
 
     assert!(
         from_b.is_disjoint(&from_c),
@@ -286,9 +258,7 @@ pub async fn different_groups_each_get_every_publication<H: BusHarness>(h: H) {
     b.subscribe(&BusSubscription::Group(g1.clone())).await;
     c.subscribe(&BusSubscription::Group(g2.clone())).await;
 
-    let sent: Vec<_> = (0..6)
-        .map(|i| a.message(&t, None, &format!("job-{i}")))
-        .collect();
+    let sent: Vec<_> = (0..6).map(|i| a.message(&t, None, &format!("job-{i}"))).collect();
     for envelope in &sent {
         a.publish(envelope).await;
     }
@@ -316,10 +286,7 @@ pub async fn groups_are_scoped_by_topic<H: BusHarness>(h: H) {
     let (one, two) = (a.message(&t1, None, "one"), a.message(&t2, None, "two"));
     a.publish(&one).await;
     a.publish(&two).await;
-    let (one_again, two_again) = (
-        a.message(&t1, None, "one-again"),
-        a.message(&t2, None, "two-again"),
-    );
+    let (one_again, two_again) = (a.message(&t1, None, "one-again"), a.message(&t2, None, "two-again"));
     a.publish(&one_again).await;
     a.publish(&two_again).await;
     b.expect(&one, Route::Group(g1.clone()), false).await;
@@ -344,12 +311,7 @@ pub async fn plain_and_group_subscriptions_both_deliver<H: BusHarness>(h: H) {
     let got = b.routes_until_both(&g, "end").await;
     let expected: BTreeMap<(String, String), usize> = ["x", "y", "end"]
         .into_iter()
-        .flat_map(|l| {
-            [
-                ((l.to_owned(), "plain".to_owned()), 1),
-                ((l.to_owned(), "group".to_owned()), 1),
-            ]
-        })
+        .flat_map(|l| [((l.to_owned(), "plain".to_owned()), 1), ((l.to_owned(), "group".to_owned()), 1)])
         .collect();
     assert_eq!(got, expected, "each publication once per route");
 }
@@ -383,33 +345,17 @@ pub async fn retained_is_replayed_on_subscribe<H: BusHarness>(h: H) {
     }
 
     b.subscribe(&BusSubscription::Topic(t.clone())).await;
-    c.subscribe(&BusSubscription::TopicKey(t.clone(), "ka".to_owned()))
-        .await;
+    c.subscribe(&BusSubscription::TopicKey(t.clone(), "ka".to_owned())).await;
     let mut replayed = BTreeMap::new();
     for _ in 0..3 {
         let got = b.next("a retained replay").await;
-        assert!(
-            got.retained_replay,
-            "replay not flagged retained_replay: {}",
-            describe(&got)
-        );
-        assert_eq!(
-            got.route,
-            Route::Plain,
-            "replay on the wrong route: {}",
-            describe(&got)
-        );
+        assert!(got.retained_replay, "replay not flagged retained_replay: {}", describe(&got));
+        assert_eq!(got.route, Route::Plain, "replay on the wrong route: {}", describe(&got));
         replayed.insert(label(&got), got.envelope);
     }
     let latest = [&retained[1], &retained[3], &retained[4]];
-    let expected: BTreeMap<String, Arc<Envelope>> = latest
-        .iter()
-        .map(|e| (label_of(e), Arc::clone(e)))
-        .collect();
-    assert_eq!(
-        replayed, expected,
-        "replay must hold the latest retained publication of each filter key"
-    );
+    let expected: BTreeMap<String, Arc<Envelope>> = latest.iter().map(|e| (label_of(e), Arc::clone(e))).collect();
+    assert_eq!(replayed, expected, "replay must hold the latest retained publication of each filter key");
     c.expect(&retained[3], Route::Plain, true).await;
 
     let after = a.message(&t, None, "after");
@@ -586,36 +532,21 @@ async fn node<H: BusHarness>(h: &H, name: &str) -> Node {
 
 impl Node {
     async fn subscribe(&self, sub: &BusSubscription) {
-        within(
-            format_args!("node {} to subscribe {sub:?}", self.id),
-            self.bus.subscribe(sub),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("node {} could not subscribe {sub:?}: {e}", self.id));
+        within(format_args!("node {} to subscribe {sub:?}", self.id), self.bus.subscribe(sub))
+            .await
+            .unwrap_or_else(|e| panic!("node {} could not subscribe {sub:?}: {e}", self.id));
     }
 
     async fn unsubscribe(&self, sub: &BusSubscription) {
-        within(
-            format_args!("node {} to unsubscribe {sub:?}", self.id),
-            self.bus.unsubscribe(sub),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("node {} could not unsubscribe {sub:?}: {e}", self.id));
+        within(format_args!("node {} to unsubscribe {sub:?}", self.id), self.bus.unsubscribe(sub))
+            .await
+            .unwrap_or_else(|e| panic!("node {} could not unsubscribe {sub:?}: {e}", self.id));
     }
 
     async fn publish(&self, envelope: &Arc<Envelope>) {
-        within(
-            format_args!("node {} to publish {}", self.id, label_of(envelope)),
-            self.bus.publish(envelope.clone()),
-        )
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "node {} could not publish {}: {e}",
-                self.id,
-                label_of(envelope)
-            )
-        });
+        within(format_args!("node {} to publish {}", self.id, label_of(envelope)), self.bus.publish(envelope.clone()))
+            .await
+            .unwrap_or_else(|e| panic!("node {} could not publish {}: {e}", self.id, label_of(envelope)));
     }
 
     async fn next(&mut self, what: &str) -> BusDelivery {
@@ -636,18 +567,13 @@ impl Node {
             "node {}: unexpected delivery",
             self.id
         );
-        assert_eq!(
-            *got.envelope, **envelope,
-            "node {}: {what} arrived altered",
-            self.id
-        );
+        assert_eq!(*got.envelope, **envelope, "node {}: {what} arrived altered", self.id);
     }
 
     /// Publishes `n` unfiltered messages on `topic`, labelled `<prefix>-0` to `<prefix>-<n-1>`.
     async fn publish_numbered(&self, topic: &TopicAddress, prefix: &str, n: usize) {
         for i in 0..n {
-            self.publish(&self.message(topic, None, &format!("{prefix}-{i}")))
-                .await;
+            self.publish(&self.message(topic, None, &format!("{prefix}-{i}"))).await;
         }
     }
 
@@ -655,9 +581,7 @@ impl Node {
     async fn labels(&mut self, n: usize) -> Vec<String> {
         let mut out = Vec::with_capacity(n);
         for i in 0..n {
-            out.push(label(
-                &self.next(&format!("delivery {} of {n}", i + 1)).await,
-            ));
+            out.push(label(&self.next(&format!("delivery {} of {n}", i + 1)).await));
         }
         out
     }
@@ -673,11 +597,7 @@ impl Node {
                 (Route::Plain, "end") => return share,
                 (Route::Group(_), "end") => {}
                 (Route::Group(g), _) if g == group => {
-                    assert!(
-                        share.insert(l.clone()),
-                        "node {}: {l} arrived twice",
-                        self.id
-                    );
+                    assert!(share.insert(l.clone()), "node {}: {l} arrived twice", self.id);
                 }
                 _ => panic!("node {}: unexpected delivery {}", self.id, describe(&got)),
             }
@@ -685,29 +605,16 @@ impl Node {
     }
 
     /// (label, route) counts of every delivery until `end` arrived by both routes.
-    async fn routes_until_both(
-        &mut self,
-        group: &GroupKey,
-        end: &str,
-    ) -> BTreeMap<(String, String), usize> {
+    async fn routes_until_both(&mut self, group: &GroupKey, end: &str) -> BTreeMap<(String, String), usize> {
         let mut got = BTreeMap::new();
         let (mut plain_end, mut group_end) = (false, false);
         while !(plain_end && group_end) {
             let delivery = self.next(&format!("{end} by both routes")).await;
-            assert!(
-                !delivery.retained_replay,
-                "node {}: unexpected replay {}",
-                self.id,
-                describe(&delivery)
-            );
+            assert!(!delivery.retained_replay, "node {}: unexpected replay {}", self.id, describe(&delivery));
             let route = match &delivery.route {
                 Route::Plain => "plain",
                 Route::Group(g) if g == group => "group",
-                Route::Group(_) => panic!(
-                    "node {}: delivery on a foreign group {}",
-                    self.id,
-                    describe(&delivery)
-                ),
+                Route::Group(_) => panic!("node {}: delivery on a foreign group {}", self.id, describe(&delivery)),
             };
             let l = label(&delivery);
             plain_end |= l == end && route == "plain";
@@ -717,13 +624,7 @@ impl Node {
         got
     }
 
-    fn publication(
-        &self,
-        topic: &TopicAddress,
-        filter: Option<&str>,
-        label: &str,
-        retain: bool,
-    ) -> Arc<Envelope> {
+    fn publication(&self, topic: &TopicAddress, filter: Option<&str>, label: &str, retain: bool) -> Arc<Envelope> {
         Arc::new(Envelope::Publication(Publication {
             id: next_id(),
             topic: topic.clone(),
@@ -748,11 +649,8 @@ impl Node {
     }
 
     fn presence(&self, room: &RoomKey, change: PresenceChange) -> Arc<Envelope> {
-        let data = if change == PresenceChange::Leave {
-            Bytes::new()
-        } else {
-            Bytes::from_static(b"\x81\xa4mood\xa3ok")
-        };
+        let data =
+            if change == PresenceChange::Leave { Bytes::new() } else { Bytes::from_static(b"\x81\xa4mood\xa3ok") };
         Arc::new(Envelope::Presence(PresenceEvent {
             room: room.clone(),
             actor: actor("alice"),
@@ -767,11 +665,7 @@ impl Node {
 fn next_id() -> EnvelopeId {
     static RUN: OnceLock<u64> = OnceLock::new();
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let run = *RUN.get_or_init(|| {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64)
-    });
+    let run = *RUN.get_or_init(|| SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64));
     EnvelopeId((u128::from(run) << 64) | u128::from(COUNTER.fetch_add(1, Ordering::Relaxed)))
 }
 
@@ -787,12 +681,7 @@ fn label(delivery: &BusDelivery) -> String {
 }
 
 fn describe(delivery: &BusDelivery) -> String {
-    format!(
-        "{} via {:?} (replay: {})",
-        label(delivery),
-        delivery.route,
-        delivery.retained_replay
-    )
+    format!("{} via {:?} (replay: {})", label(delivery), delivery.route, delivery.retained_replay)
 }
 
 fn actor(name: &str) -> ActorId {
@@ -808,15 +697,9 @@ fn room(name: &str) -> RoomKey {
 }
 
 fn topic(room_name: &str, name: &str) -> TopicAddress {
-    TopicAddress {
-        room: room(room_name),
-        topic: Arc::from(name),
-    }
+    TopicAddress { room: room(room_name), topic: Arc::from(name) }
 }
 
 fn group(topic: &TopicAddress, name: &str) -> GroupKey {
-    GroupKey {
-        topic: topic.clone(),
-        group: Arc::from(name),
-    }
+    GroupKey { topic: topic.clone(), group: Arc::from(name) }
 }

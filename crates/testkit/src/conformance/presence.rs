@@ -7,10 +7,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use skua_core::{
-    ActorId, AppId, ConnId, ConnRef, NodeId, Presence, PresenceChange, PresenceEntry, ProjectId,
-    RoomKey,
-};
+use skua_core::{ActorId, AppId, ConnId, ConnRef, NodeId, Presence, PresenceChange, PresenceEntry, ProjectId, RoomKey};
 use tokio::task::JoinSet;
 
 use super::within;
@@ -59,20 +56,10 @@ pub async fn first_announce_joins_and_later_ones_update<H: PresenceHarness>(h: H
     let p = h.open().await;
     let (r, alice, c1) = (room("room-1"), actor("alice"), conn("n1", 1));
 
-    assert_eq!(
-        announce(&p, &r, &alice, &c1, "v1", 100).await,
-        PresenceChange::Join
-    );
+    assert_eq!(announce(&p, &r, &alice, &c1, "v1", 100).await, PresenceChange::Join);
     assert_eq!(list(&p, &r).await, [entry(&alice, "v1", 100)]);
-    assert_eq!(
-        announce(&p, &r, &alice, &c1, "v2", 150).await,
-        PresenceChange::Update
-    );
-    assert_eq!(
-        list(&p, &r).await,
-        [entry(&alice, "v2", 100)],
-        "data is the latest announce's"
-    );
+    assert_eq!(announce(&p, &r, &alice, &c1, "v2", 150).await, PresenceChange::Update);
+    assert_eq!(list(&p, &r).await, [entry(&alice, "v2", 100)], "data is the latest announce's");
 }
 
 /// Contract 1: all connections of an actor share one entry, across nodes; a connection is
@@ -81,29 +68,14 @@ pub async fn another_connection_of_the_actor_is_an_update<H: PresenceHarness>(h:
     let (p1, p2) = (h.open().await, h.open().await);
     let (r, alice) = (room("room-1"), actor("alice"));
 
-    assert_eq!(
-        announce(&p1, &r, &alice, &conn("n1", 1), "first", 100).await,
-        PresenceChange::Join
-    );
-    assert_eq!(
-        announce(&p1, &r, &alice, &conn("n1", 2), "second", 110).await,
-        PresenceChange::Update
-    );
-    assert_eq!(
-        announce(&p2, &r, &alice, &conn("n2", 1), "third", 120).await,
-        PresenceChange::Update
-    );
+    assert_eq!(announce(&p1, &r, &alice, &conn("n1", 1), "first", 100).await, PresenceChange::Join);
+    assert_eq!(announce(&p1, &r, &alice, &conn("n1", 2), "second", 110).await, PresenceChange::Update);
+    assert_eq!(announce(&p2, &r, &alice, &conn("n2", 1), "third", 120).await, PresenceChange::Update);
     assert_eq!(list(&p1, &r).await, [entry(&alice, "third", 100)]);
     assert_eq!(list(&p2, &r).await, [entry(&alice, "third", 100)]);
 
-    assert!(
-        !remove(&p2, &r, &alice, &conn("n2", 1)).await,
-        "n1's connections are still there"
-    );
-    assert!(
-        !remove(&p1, &r, &alice, &conn("n1", 1)).await,
-        "n1/c2 is still there"
-    );
+    assert!(!remove(&p2, &r, &alice, &conn("n2", 1)).await, "n1's connections are still there");
+    assert!(!remove(&p1, &r, &alice, &conn("n1", 1)).await, "n1/c2 is still there");
     assert!(remove(&p1, &r, &alice, &conn("n1", 2)).await);
 }
 
@@ -119,10 +91,7 @@ pub async fn remove_is_true_only_for_the_last_connection<H: PresenceHarness>(h: 
     assert!(remove(&p, &r, &alice, &c2).await);
     assert_eq!(list(&p, &r).await, []);
     assert!(!remove(&p, &r, &alice, &c2).await, "nothing left to remove");
-    assert!(
-        !remove(&p, &r, &actor("nobody"), &c1).await,
-        "an actor never announced"
-    );
+    assert!(!remove(&p, &r, &actor("nobody"), &c1).await, "an actor never announced");
 }
 
 /// Contract 3: removing a connection the entry does not hold removes nothing.
@@ -133,10 +102,7 @@ pub async fn remove_of_an_unknown_connection_keeps_the_entry<H: PresenceHarness>
 
     assert!(!remove(&p, &r, &alice, &conn("n1", 9)).await);
     assert!(!remove(&p, &r, &alice, &conn("n2", 1)).await);
-    assert!(
-        !remove(&p, &room("room-2"), &alice, &c1).await,
-        "alice is not in room-2"
-    );
+    assert!(!remove(&p, &room("room-2"), &alice, &c1).await, "alice is not in room-2");
     assert_eq!(list(&p, &r).await, [entry(&alice, "a", 100)]);
     assert!(remove(&p, &r, &alice, &c1).await);
 }
@@ -153,10 +119,7 @@ pub async fn joined_at_is_kept_from_the_first_announce<H: PresenceHarness>(h: H)
 
     remove(&p, &r, &alice, &c1).await;
     remove(&p, &r, &alice, &c2).await;
-    assert_eq!(
-        announce(&p, &r, &alice, &c1, "d", 400).await,
-        PresenceChange::Join
-    );
+    assert_eq!(announce(&p, &r, &alice, &c1, "d", 400).await, PresenceChange::Join);
     assert_eq!(list(&p, &r).await, [entry(&alice, "d", 400)]);
 }
 
@@ -172,11 +135,7 @@ pub async fn list_returns_every_entry_of_the_room<H: PresenceHarness>(h: H) {
     announce(&p, &room("room-2"), &actor("dave"), &conn("n1", 3), "d", 40).await;
     assert_eq!(
         list(&p, &r).await,
-        [
-            entry(&actor("alice"), "a", 10),
-            entry(&actor("bob"), "b", 20),
-            entry(&actor("carol"), "c", 30)
-        ]
+        [entry(&actor("alice"), "a", 10), entry(&actor("bob"), "b", 20), entry(&actor("carol"), "c", 30)]
     );
 }
 
@@ -193,27 +152,16 @@ pub async fn remove_node_returns_the_entries_that_disappeared<H: PresenceHarness
     announce(&survivor, &r1, &bob, &conn("n2", 1), "b2", 25).await;
     announce(&survivor, &r1, &carol, &conn("n2", 2), "c", 30).await;
 
-    let mut gone = within("remove_node", survivor.remove_node(&node("n1")))
-        .await
-        .unwrap_or_else(|e| panic!("remove_node: {e}"));
+    let mut gone =
+        within("remove_node", survivor.remove_node(&node("n1"))).await.unwrap_or_else(|e| panic!("remove_node: {e}"));
     gone.sort();
-    assert_eq!(
-        gone,
-        [(r1.clone(), alice.clone()), (r2.clone(), alice.clone())]
-    );
-    assert_eq!(
-        list(&survivor, &r1).await,
-        [entry(&bob, "b2", 20), entry(&carol, "c", 30)]
-    );
+    assert_eq!(gone, [(r1.clone(), alice.clone()), (r2.clone(), alice.clone())]);
+    assert_eq!(list(&survivor, &r1).await, [entry(&bob, "b2", 20), entry(&carol, "c", 30)]);
     assert_eq!(list(&survivor, &r2).await, []);
 
-    assert!(
-        remove(&survivor, &r1, &bob, &conn("n2", 1)).await,
-        "n1's connection of bob went with n1"
-    );
-    let none = within("remove_node", survivor.remove_node(&node("n9")))
-        .await
-        .unwrap_or_else(|e| panic!("remove_node: {e}"));
+    assert!(remove(&survivor, &r1, &bob, &conn("n2", 1)).await, "n1's connection of bob went with n1");
+    let none =
+        within("remove_node", survivor.remove_node(&node("n9"))).await.unwrap_or_else(|e| panic!("remove_node: {e}"));
     assert_eq!(none, [], "an unknown node holds nothing");
     assert_eq!(list(&survivor, &r1).await, [entry(&carol, "c", 30)]);
 }
@@ -221,34 +169,17 @@ pub async fn remove_node_returns_the_entries_that_disappeared<H: PresenceHarness
 /// Contract 1: entries are per room; one actor in two rooms has two independent entries.
 pub async fn rooms_are_independent<H: PresenceHarness>(h: H) {
     let p = h.open().await;
-    let (r1, r2, alice, c1) = (
-        room("room-1"),
-        room("room-2"),
-        actor("alice"),
-        conn("n1", 1),
-    );
-    assert_eq!(
-        announce(&p, &r1, &alice, &c1, "one", 10).await,
-        PresenceChange::Join
-    );
-    assert_eq!(
-        announce(&p, &r2, &alice, &c1, "two", 20).await,
-        PresenceChange::Join
-    );
+    let (r1, r2, alice, c1) = (room("room-1"), room("room-2"), actor("alice"), conn("n1", 1));
+    assert_eq!(announce(&p, &r1, &alice, &c1, "one", 10).await, PresenceChange::Join);
+    assert_eq!(announce(&p, &r2, &alice, &c1, "two", 20).await, PresenceChange::Join);
 
     assert!(remove(&p, &r1, &alice, &c1).await);
     assert_eq!(list(&p, &r1).await, []);
     assert_eq!(list(&p, &r2).await, [entry(&alice, "two", 20)]);
 
     // The same room slug in another app is another room.
-    let other_app = RoomKey {
-        app: AppId::parse("app-2").unwrap_or_else(|e| panic!("{e}")),
-        ..r2.clone()
-    };
-    assert_eq!(
-        announce(&p, &other_app, &alice, &c1, "three", 30).await,
-        PresenceChange::Join
-    );
+    let other_app = RoomKey { app: AppId::parse("app-2").unwrap_or_else(|e| panic!("{e}")), ..r2.clone() };
+    assert_eq!(announce(&p, &other_app, &alice, &c1, "three", 30).await, PresenceChange::Join);
     assert_eq!(list(&p, &r2).await, [entry(&alice, "two", 20)]);
 }
 
@@ -259,28 +190,17 @@ pub async fn concurrent_announces_join_once_and_one_remove_is_last<H: PresenceHa
     const N: u64 = 16;
     let handles = [h.open().await, h.open().await];
     let (r, alice) = (room("room-1"), actor("alice"));
-    let conns: Vec<(Arc<dyn Presence>, ConnRef)> = (0..N)
-        .map(|i| {
-            (
-                handles[(i % 2) as usize].clone(),
-                conn(if i % 2 == 0 { "n1" } else { "n2" }, i),
-            )
-        })
-        .collect();
+    let conns: Vec<(Arc<dyn Presence>, ConnRef)> =
+        (0..N).map(|i| (handles[(i % 2) as usize].clone(), conn(if i % 2 == 0 { "n1" } else { "n2" }, i))).collect();
 
     let mut tasks = JoinSet::new();
     for (p, c) in conns.clone() {
         let (r, alice) = (r.clone(), alice.clone());
-        tasks.spawn(async move {
-            p.announce(&r, &alice, &c, Bytes::from_static(b"x"), 100)
-                .await
-        });
+        tasks.spawn(async move { p.announce(&r, &alice, &c, Bytes::from_static(b"x"), 100).await });
     }
     let mut joins = 0;
     while let Some(done) = within("concurrent announces", tasks.join_next()).await {
-        let change = done
-            .unwrap_or_else(|e| panic!("announce task: {e}"))
-            .unwrap_or_else(|e| panic!("announce: {e}"));
+        let change = done.unwrap_or_else(|e| panic!("announce task: {e}")).unwrap_or_else(|e| panic!("announce: {e}"));
         joins += usize::from(change == PresenceChange::Join);
     }
     assert_eq!(joins, 1, "exactly one concurrent announce is the join");
@@ -293,9 +213,7 @@ pub async fn concurrent_announces_join_once_and_one_remove_is_last<H: PresenceHa
     }
     let mut lasts = 0;
     while let Some(done) = within("concurrent removes", tasks.join_next()).await {
-        let last = done
-            .unwrap_or_else(|e| panic!("remove task: {e}"))
-            .unwrap_or_else(|e| panic!("remove: {e}"));
+        let last = done.unwrap_or_else(|e| panic!("remove task: {e}")).unwrap_or_else(|e| panic!("remove: {e}"));
         lasts += usize::from(last);
     }
     assert_eq!(lasts, 1, "exactly one concurrent remove is the last");
@@ -313,12 +231,9 @@ async fn announce(
     data: &str,
     now: u64,
 ) -> PresenceChange {
-    within(
-        format_args!("announce of {a} in {r:?}"),
-        p.announce(r, a, c, Bytes::from(data.to_owned()), now),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("announce of {a} in {r:?}: {e}"))
+    within(format_args!("announce of {a} in {r:?}"), p.announce(r, a, c, Bytes::from(data.to_owned()), now))
+        .await
+        .unwrap_or_else(|e| panic!("announce of {a} in {r:?}: {e}"))
 }
 
 async fn remove(p: &Arc<dyn Presence>, r: &RoomKey, a: &ActorId, c: &ConnRef) -> bool {
@@ -329,19 +244,14 @@ async fn remove(p: &Arc<dyn Presence>, r: &RoomKey, a: &ActorId, c: &ConnRef) ->
 
 /// The room's entries, sorted by actor.
 async fn list(p: &Arc<dyn Presence>, r: &RoomKey) -> Vec<PresenceEntry> {
-    let mut entries = within(format_args!("list of {r:?}"), p.list(r))
-        .await
-        .unwrap_or_else(|e| panic!("list of {r:?}: {e}"));
+    let mut entries =
+        within(format_args!("list of {r:?}"), p.list(r)).await.unwrap_or_else(|e| panic!("list of {r:?}: {e}"));
     entries.sort_by(|x, y| x.actor.cmp(&y.actor));
     entries
 }
 
 fn entry(a: &ActorId, data: &str, joined_at: u64) -> PresenceEntry {
-    PresenceEntry {
-        actor: a.clone(),
-        data: Bytes::from(data.to_owned()),
-        joined_at,
-    }
+    PresenceEntry { actor: a.clone(), data: Bytes::from(data.to_owned()), joined_at }
 }
 
 fn room(name: &str) -> RoomKey {
@@ -361,8 +271,5 @@ fn node(name: &str) -> NodeId {
 }
 
 fn conn(node_name: &str, n: u64) -> ConnRef {
-    ConnRef {
-        node: node(node_name),
-        conn: ConnId(n),
-    }
+    ConnRef { node: node(node_name), conn: ConnId(n) }
 }

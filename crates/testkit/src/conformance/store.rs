@@ -81,10 +81,7 @@ pub async fn save_replaces_the_record<H: StoreHarness>(h: H) {
     let s = h.open().await;
     let k = key("alice", None);
     save(&s, &k, &rich_record()).await;
-    let smaller = RestoreRecord {
-        topics: vec![topic("app/room/only", None)],
-        lobbies: Vec::new(),
-    };
+    let smaller = RestoreRecord { topics: vec![topic("app/room/only", None)], lobbies: Vec::new() };
     save(&s, &k, &smaller).await;
     assert_eq!(load(&s, &k).await, Some(smaller));
 
@@ -100,17 +97,9 @@ pub async fn released_record_is_kept_for_ttl_then_gone<H: StoreHarness>(h: H) {
     save(&s, &k, &rich_record()).await;
     release(&s, &k, T0, 60).await;
 
-    assert_eq!(
-        load(&s, &k).await,
-        Some(rich_record()),
-        "right after release"
-    );
+    assert_eq!(load(&s, &k).await, Some(rich_record()), "right after release");
     h.set_now(T0 + 59);
-    assert_eq!(
-        load(&s, &k).await,
-        Some(rich_record()),
-        "one second before the ttl ends"
-    );
+    assert_eq!(load(&s, &k).await, Some(rich_record()), "one second before the ttl ends");
     h.set_now(T0 + 61);
     assert_eq!(load(&s, &k).await, None, "one second after the ttl ended");
 }
@@ -122,10 +111,7 @@ pub async fn save_clears_a_started_expiry<H: StoreHarness>(h: H) {
     h.set_now(T0);
     save(&s, &k, &rich_record()).await;
     release(&s, &k, T0, 60).await;
-    let again = RestoreRecord {
-        topics: Vec::new(),
-        lobbies: vec!["lobby-2".to_owned()],
-    };
+    let again = RestoreRecord { topics: Vec::new(), lobbies: vec!["lobby-2".to_owned()] };
     save(&s, &k, &again).await;
 
     h.set_now(T0 + 100_000);
@@ -154,11 +140,7 @@ pub async fn later_release_restarts_the_ttl<H: StoreHarness>(h: H) {
     release(&s, &shorter, T0 + 10, 10).await;
 
     h.set_now(T0 + 100);
-    assert_eq!(
-        load(&s, &longer).await,
-        Some(rich_record()),
-        "kept until T0 + 110"
-    );
+    assert_eq!(load(&s, &longer).await, Some(rich_record()), "kept until T0 + 110");
     assert_eq!(load(&s, &shorter).await, None, "gone since T0 + 20");
     h.set_now(T0 + 111);
     assert_eq!(load(&s, &longer).await, None);
@@ -174,10 +156,7 @@ pub async fn save_after_expiry_starts_a_fresh_record<H: StoreHarness>(h: H) {
     h.set_now(T0 + 20);
     assert_eq!(load(&s, &k).await, None);
 
-    let fresh = RestoreRecord {
-        topics: vec![topic("app/room/fresh", None)],
-        lobbies: Vec::new(),
-    };
+    let fresh = RestoreRecord { topics: vec![topic("app/room/fresh", None)], lobbies: Vec::new() };
     save(&s, &k, &fresh).await;
     h.set_now(T0 + 100_000);
     assert_eq!(load(&s, &k).await, Some(fresh));
@@ -200,21 +179,10 @@ pub async fn release_of_an_unknown_key_is_ok<H: StoreHarness>(h: H) {
 /// separate records, saved, released and expired independently.
 pub async fn keys_with_and_without_client_id_are_distinct<H: StoreHarness>(h: H) {
     let s = h.open().await;
-    let other_project = SessionKey {
-        project: project("proj-2"),
-        ..key("alice", None)
-    };
-    let keys = [
-        key("alice", None),
-        key("alice", Some("w1")),
-        key("alice", Some("w2")),
-        key("bob", None),
-        other_project,
-    ];
-    let record_of = |i: usize| RestoreRecord {
-        topics: Vec::new(),
-        lobbies: vec![format!("lobby-{i}")],
-    };
+    let other_project = SessionKey { project: project("proj-2"), ..key("alice", None) };
+    let keys =
+        [key("alice", None), key("alice", Some("w1")), key("alice", Some("w2")), key("bob", None), other_project];
+    let record_of = |i: usize| RestoreRecord { topics: Vec::new(), lobbies: vec![format!("lobby-{i}")] };
     h.set_now(T0);
     for (i, k) in keys.iter().enumerate() {
         save(&s, k, &record_of(i)).await;
@@ -228,11 +196,7 @@ pub async fn keys_with_and_without_client_id_are_distinct<H: StoreHarness>(h: H)
     h.set_now(T0 + 20);
     assert_eq!(load(&s, &keys[0]).await, None);
     for (i, k) in keys.iter().enumerate().skip(1) {
-        assert_eq!(
-            load(&s, k).await,
-            Some(record_of(i)),
-            "{k:?} after another key expired"
-        );
+        assert_eq!(load(&s, k).await, Some(record_of(i)), "{k:?} after another key expired");
     }
 }
 
@@ -254,12 +218,9 @@ pub async fn records_are_shared_between_handles<H: StoreHarness>(h: H) {
 // Helpers.
 
 async fn save(s: &Arc<dyn Store>, k: &SessionKey, record: &RestoreRecord) {
-    within(
-        format_args!("save_restore of {k:?}"),
-        s.save_restore(k, record),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("save_restore of {k:?}: {e}"));
+    within(format_args!("save_restore of {k:?}"), s.save_restore(k, record))
+        .await
+        .unwrap_or_else(|e| panic!("save_restore of {k:?}: {e}"));
 }
 
 async fn load(s: &Arc<dyn Store>, k: &SessionKey) -> Option<RestoreRecord> {
@@ -269,12 +230,9 @@ async fn load(s: &Arc<dyn Store>, k: &SessionKey) -> Option<RestoreRecord> {
 }
 
 async fn release(s: &Arc<dyn Store>, k: &SessionKey, now: u64, ttl: u64) {
-    within(
-        format_args!("release_restore of {k:?}"),
-        s.release_restore(k, now, ttl),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("release_restore of {k:?}: {e}"));
+    within(format_args!("release_restore of {k:?}"), s.release_restore(k, now, ttl))
+        .await
+        .unwrap_or_else(|e| panic!("release_restore of {k:?}: {e}"));
 }
 
 fn project(name: &str) -> ProjectId {
@@ -285,8 +243,7 @@ fn key(actor: &str, client_id: Option<&str>) -> SessionKey {
     SessionKey {
         project: project("proj"),
         actor: ActorId::parse(actor).unwrap_or_else(|e| panic!("test actor: {e}")),
-        client_id: client_id
-            .map(|c| ClientId::parse(c).unwrap_or_else(|e| panic!("test clientId: {e}"))),
+        client_id: client_id.map(|c| ClientId::parse(c).unwrap_or_else(|e| panic!("test clientId: {e}"))),
     }
 }
 
@@ -310,15 +267,9 @@ fn rich_record() -> RestoreRecord {
                 raw_filters: Some(Bytes::from_static(b"\x92\xa2eu\xa2us")),
                 ..topic("app/room-1/orders", None)
             },
-            RestoredTopic {
-                qos: 2,
-                ..topic("app/room-1/jobs", Some("workers"))
-            },
+            RestoredTopic { qos: 2, ..topic("app/room-1/jobs", Some("workers")) },
             // An empty filter list, which is not the same as none (`None`, wildcard).
-            RestoredTopic {
-                raw_filters: Some(Bytes::from_static(b"\x90")),
-                ..topic("app/room-2/empty-filters", None)
-            },
+            RestoredTopic { raw_filters: Some(Bytes::from_static(b"\x90")), ..topic("app/room-2/empty-filters", None) },
         ],
         lobbies: vec!["lobby-b".to_owned(), "lobby-a".to_owned()],
     }

@@ -7,9 +7,7 @@ use proptest::prelude::*;
 use proptest::sample::select;
 use rmpv::Value;
 use skua_protocol::filters::{parse_publish_filter, parse_subscription_filters};
-use skua_protocol::{
-    AuthFrame, ClientFrame, ClientIdField, DecodeError, PublishFrame, SubscribeFrame,
-};
+use skua_protocol::{AuthFrame, ClientFrame, ClientIdField, DecodeError, PublishFrame, SubscribeFrame};
 
 use super::values::{raw_value, text, tree};
 use crate::client_golden;
@@ -56,24 +54,16 @@ const KEYS: [&str; 19] = [
 ];
 
 fn config(cases: u32) -> ProptestConfig {
-    ProptestConfig {
-        cases,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
+    ProptestConfig { cases, failure_persistence: None, ..ProptestConfig::default() }
 }
 
 /// A value of the type the documents give `key`.
 fn well_typed(key: &'static str) -> BoxedStrategy<Value> {
     match key {
-        "protocolVersion" | "qos" => prop_oneof![
-            (0u64..4).prop_map(Value::from),
-            any::<i64>().prop_map(Value::from)
-        ]
-        .boxed(),
-        "reconnect" | "loadBalance" | "retain" | "echo" => {
-            any::<bool>().prop_map(Value::from).boxed()
+        "protocolVersion" | "qos" => {
+            prop_oneof![(0u64..4).prop_map(Value::from), any::<i64>().prop_map(Value::from)].boxed()
         }
+        "reconnect" | "loadBalance" | "retain" | "echo" => any::<bool>().prop_map(Value::from).boxed(),
         "filters" => vec(
             prop_oneof![
                 "[a-zA-Z:_]{0,8}".prop_map(Value::from),
@@ -83,9 +73,7 @@ fn well_typed(key: &'static str) -> BoxedStrategy<Value> {
         )
         .prop_map(Value::Array)
         .boxed(),
-        "msgIds" => vec(text().prop_map(Value::from), 0..5)
-            .prop_map(Value::Array)
-            .boxed(),
+        "msgIds" => vec(text().prop_map(Value::from), 0..5).prop_map(Value::Array).boxed(),
         "data" => tree(),
         _ => text().prop_map(Value::from).boxed(),
     }
@@ -104,26 +92,11 @@ fn frame() -> impl Strategy<Value = Vec<(Value, Value)>> {
     );
     let known: Vec<_> = KEYS
         .iter()
-        .map(|&k| {
-            prop::option::of(
-                prop_oneof![3 => well_typed(k), 1 => tree()].prop_map(move |v| (s(k), v)),
-            )
-        })
+        .map(|&k| prop::option::of(prop_oneof![3 => well_typed(k), 1 => tree()].prop_map(move |v| (s(k), v))))
         .collect();
-    let junk = vec(
-        ("[a-z]{1,6}".prop_map(|k| s(&format!("x_{k}"))), tree()),
-        0..3,
-    );
-    let odd_keys = vec(
-        (
-            prop_oneof![
-                any::<i64>().prop_map(Value::from),
-                Just(Value::Binary(b"topic".to_vec()))
-            ],
-            tree(),
-        ),
-        0..2,
-    );
+    let junk = vec(("[a-z]{1,6}".prop_map(|k| s(&format!("x_{k}"))), tree()), 0..3);
+    let odd_keys =
+        vec((prop_oneof![any::<i64>().prop_map(Value::from), Just(Value::Binary(b"topic".to_vec()))], tree()), 0..2);
     (ty, known, junk, odd_keys).prop_flat_map(|(ty, known, junk, odd)| {
         let mut entries: Vec<(Value, Value)> = ty.map(|t| (s("type"), t)).into_iter().collect();
         entries.extend(known.into_iter().flatten());
@@ -138,11 +111,7 @@ struct Model<'a>(&'a [(Value, Value)]);
 
 impl Model<'_> {
     fn get(&self, key: &str) -> Option<&Value> {
-        self.0
-            .iter()
-            .rev()
-            .find(|(k, _)| k.as_str() == Some(key))
-            .map(|(_, v)| v)
+        self.0.iter().rev().find(|(k, _)| k.as_str() == Some(key)).map(|(_, v)| v)
     }
     fn raw(&self, key: &str) -> Option<Bytes> {
         self.get(key).map(|v| Bytes::from(pack(v)))
@@ -165,9 +134,7 @@ impl Model<'_> {
         matches!(self.get(key), Some(Value::Boolean(true)))
     }
     fn qos(&self) -> u8 {
-        self.int("qos")
-            .filter(|q| (0..=2).contains(q))
-            .map_or(1, |q| q as u8)
+        self.int("qos").filter(|q| (0..=2).contains(q)).map_or(1, |q| q as u8)
     }
     fn err(&self, hint: &'static str) -> DecodeError {
         DecodeError {
@@ -177,10 +144,7 @@ impl Model<'_> {
         }
     }
     fn req(&self, key: &str, hint: &'static str) -> Result<String, DecodeError> {
-        self.opt_str(key)
-            .ok()
-            .flatten()
-            .ok_or_else(|| self.err(hint))
+        self.opt_str(key).ok().flatten().ok_or_else(|| self.err(hint))
     }
     fn opt(&self, key: &str, hint: &'static str) -> Result<Option<String>, DecodeError> {
         self.opt_str(key).map_err(|()| self.err(hint))
@@ -192,28 +156,19 @@ impl Model<'_> {
             Some(Value::String(t)) if t.is_str() => t.as_str().unwrap_or_default(),
             Some(_) => return Err(self.err("type must be a string")),
         };
-        let sub_filters = |raw: &Option<Bytes>| {
-            raw.as_deref()
-                .map_or(Ok(vec![]), parse_subscription_filters)
-        };
+        let sub_filters = |raw: &Option<Bytes>| raw.as_deref().map_or(Ok(vec![]), parse_subscription_filters);
         Ok(match ty {
             "auth" => ClientFrame::Auth(AuthFrame {
                 token: self.req("token", "auth requires a string token")?,
-                protocol_version: self
-                    .int("protocolVersion")
-                    .map_or(1, |v| v.clamp(0, i128::from(u32::MAX)) as u32),
+                protocol_version: self.int("protocolVersion").map_or(1, |v| v.clamp(0, i128::from(u32::MAX)) as u32),
                 reconnect: self.flag("reconnect"),
                 client_id: match self.get("clientId") {
                     None | Some(Value::Nil) => ClientIdField::Absent,
-                    Some(Value::String(x)) if x.is_str() => {
-                        ClientIdField::Given(x.as_str().unwrap_or_default().into())
-                    }
+                    Some(Value::String(x)) if x.is_str() => ClientIdField::Given(x.as_str().unwrap_or_default().into()),
                     Some(_) => ClientIdField::NotAString,
                 },
             }),
-            "reauth" => ClientFrame::Reauth {
-                token: self.req("token", "reauth requires a string token")?,
-            },
+            "reauth" => ClientFrame::Reauth { token: self.req("token", "reauth requires a string token")? },
             "subscribe" => {
                 let topic = self.req("topic", "subscribe requires a string topic")?;
                 let group = self.opt_str("loadBalanceGroup").map_err(|()| DecodeError {
@@ -231,9 +186,9 @@ impl Model<'_> {
                     load_balance_group: group,
                 })
             }
-            "unsubscribe" => ClientFrame::Unsubscribe {
-                topic: self.req("topic", "unsubscribe requires a string topic")?,
-            },
+            "unsubscribe" => {
+                ClientFrame::Unsubscribe { topic: self.req("topic", "unsubscribe requires a string topic")? }
+            }
             "publish" => {
                 let topic = self.req("topic", "publish requires a string topic")?;
                 let msg_ref = self.opt_str("msgRef").map_err(|()| DecodeError {
@@ -241,29 +196,20 @@ impl Model<'_> {
                     topic: Some(topic.clone()),
                     msg_ref: None,
                 })?;
-                let data = self
-                    .raw("data")
-                    .ok_or_else(|| self.err("publish requires data"))?;
+                let data = self.raw("data").ok_or_else(|| self.err("publish requires data"))?;
                 ClientFrame::Publish(PublishFrame {
                     topic,
                     data,
                     qos: self.qos(),
                     retain: self.flag("retain"),
-                    filter: parse_publish_filter(
-                        self.raw("filter").as_deref(),
-                        self.raw("filters").as_deref(),
-                    ),
+                    filter: parse_publish_filter(self.raw("filter").as_deref(), self.raw("filters").as_deref()),
                     msg_ref,
                 })
             }
             "setFilters" => {
                 let topic = self.req("topic", "setFilters requires a string topic")?;
                 let raw_filters = self.raw("filters");
-                ClientFrame::SetFilters {
-                    topic,
-                    filters: sub_filters(&raw_filters),
-                    raw_filters,
-                }
+                ClientFrame::SetFilters { topic, filters: sub_filters(&raw_filters), raw_filters }
             }
             "presence" => {
                 let room_id = self.opt("roomId", "roomId must be a string")?;
@@ -275,24 +221,15 @@ impl Model<'_> {
                 };
                 ClientFrame::Presence { room_id, data }
             }
-            "getPresence" => ClientFrame::GetPresence {
-                room_id: self.opt("roomId", "roomId must be a string")?,
-            },
-            "ack" => ClientFrame::Ack {
-                msg_id: self.req("msgId", "ack requires a string msgId")?,
-            },
+            "getPresence" => ClientFrame::GetPresence { room_id: self.opt("roomId", "roomId must be a string")? },
+            "ack" => ClientFrame::Ack { msg_id: self.req("msgId", "ack requires a string msgId")? },
             "batchAck" => {
                 let hint = "batchAck requires msgIds, a list of strings";
                 let Some(Value::Array(items)) = self.get("msgIds") else {
                     return Err(self.err(hint));
                 };
-                let ids: Option<Vec<String>> = items
-                    .iter()
-                    .map(|v| v.as_str().map(str::to_owned))
-                    .collect();
-                ClientFrame::BatchAck {
-                    msg_ids: ids.ok_or_else(|| self.err(hint))?,
-                }
+                let ids: Option<Vec<String>> = items.iter().map(|v| v.as_str().map(str::to_owned)).collect();
+                ClientFrame::BatchAck { msg_ids: ids.ok_or_else(|| self.err(hint))? }
             }
             "lobbySubscribe" => ClientFrame::LobbySubscribe {
                 lobby_id: self.req("lobbyId", "lobbySubscribe requires a string lobbyId")?,

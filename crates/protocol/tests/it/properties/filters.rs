@@ -9,9 +9,7 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::sample::{Index, select};
 use rmpv::Value;
-use skua_protocol::filters::{
-    MAX_FILTERS, RESERVED_CHARS, and_key, parse_publish_filter, parse_subscription_filters,
-};
+use skua_protocol::filters::{MAX_FILTERS, RESERVED_CHARS, and_key, parse_publish_filter, parse_subscription_filters};
 use skua_protocol::{FilterError, FilterSpec};
 
 use crate::shape::{arr, pack, s};
@@ -30,11 +28,7 @@ fn flip_ascii_case(v: &str, mask: &[bool], offset: usize) -> String {
         .enumerate()
         .map(|(i, c)| {
             if mask.get(offset + i).copied().unwrap_or(false) {
-                if c.is_ascii_lowercase() {
-                    c.to_ascii_uppercase()
-                } else {
-                    c.to_ascii_lowercase()
-                }
+                if c.is_ascii_lowercase() { c.to_ascii_uppercase() } else { c.to_ascii_lowercase() }
             } else {
                 c
             }
@@ -43,18 +37,9 @@ fn flip_ascii_case(v: &str, mask: &[bool], offset: usize) -> String {
 }
 
 /// `members` plus a shuffled copy with some ASCII letters' case flipped.
-fn group(
-    sizes: std::ops::RangeInclusive<usize>,
-) -> impl Strategy<Value = (Vec<String>, Vec<String>)> {
-    vec(member(), sizes)
-        .prop_flat_map(|m| {
-            (
-                Just(m.clone()),
-                Just(m).prop_shuffle(),
-                vec(any::<bool>(), 200),
-            )
-        })
-        .prop_map(|(m, shuffled, mask)| {
+fn group(sizes: std::ops::RangeInclusive<usize>) -> impl Strategy<Value = (Vec<String>, Vec<String>)> {
+    vec(member(), sizes).prop_flat_map(|m| (Just(m.clone()), Just(m).prop_shuffle(), vec(any::<bool>(), 200))).prop_map(
+        |(m, shuffled, mask)| {
             let mut offset = 0;
             let other = shuffled
                 .iter()
@@ -64,7 +49,8 @@ fn group(
                 })
                 .collect();
             (m, other)
-        })
+        },
+    )
 }
 
 proptest! {
@@ -128,21 +114,9 @@ fn limits_are_one_hundred_entries() {
     let list = |n: usize| (0..n).map(|i| format!("Tag{i}")).collect::<Vec<_>>();
     let hundred = list(MAX_FILTERS);
     let key = and_key(hundred.iter().map(String::as_str));
-    assert_eq!(
-        parse_publish_filter(None, Some(&pack(&strs(&hundred)))),
-        Ok(Some(key.clone()))
-    );
-    assert_eq!(
-        parse_subscription_filters(&pack(&arr([strs(&hundred)]))),
-        Ok(vec![FilterSpec::And(key)])
-    );
+    assert_eq!(parse_publish_filter(None, Some(&pack(&strs(&hundred)))), Ok(Some(key.clone())));
+    assert_eq!(parse_subscription_filters(&pack(&arr([strs(&hundred)]))), Ok(vec![FilterSpec::And(key)]));
     let over = list(MAX_FILTERS + 1);
-    assert_eq!(
-        parse_publish_filter(None, Some(&pack(&strs(&over)))),
-        Err(FilterError::TooMany)
-    );
-    assert_eq!(
-        parse_subscription_filters(&pack(&strs(&over))),
-        Err(FilterError::TooMany)
-    );
+    assert_eq!(parse_publish_filter(None, Some(&pack(&strs(&over)))), Err(FilterError::TooMany));
+    assert_eq!(parse_subscription_filters(&pack(&strs(&over))), Err(FilterError::TooMany));
 }

@@ -8,8 +8,7 @@ use proptest::collection::{btree_map, vec};
 use proptest::prelude::*;
 use rmpv::Value;
 use skua_protocol::{
-    ErrorFrame, LobbyRoomSnapshot, MessageFrame, PresenceEntryRef, PresenceEventKind,
-    RestoredSubscription, ServerFrame,
+    ErrorFrame, LobbyRoomSnapshot, MessageFrame, PresenceEntryRef, PresenceEventKind, RestoredSubscription, ServerFrame,
 };
 
 use super::values::{str_key_map, str_key_tree, text};
@@ -98,27 +97,17 @@ struct ErrorSpec {
 }
 
 fn event() -> impl Strategy<Value = PresenceEventKind> {
-    prop_oneof![
-        Just(PresenceEventKind::Join),
-        Just(PresenceEventKind::Update),
-        Just(PresenceEventKind::Leave)
-    ]
+    prop_oneof![Just(PresenceEventKind::Join), Just(PresenceEventKind::Update), Just(PresenceEventKind::Leave)]
 }
 
 fn entry() -> impl Strategy<Value = Entry> {
-    (payload(str_key_map()), any::<u64>()).prop_map(|(presence, joined_at)| Entry {
-        presence,
-        joined_at,
-    })
+    (payload(str_key_map()), any::<u64>()).prop_map(|(presence, joined_at)| Entry { presence, joined_at })
 }
 
 fn filters() -> impl Strategy<Value = Payload> {
     payload(
         vec(
-            prop_oneof![
-                text().prop_map(Value::from),
-                vec(text().prop_map(Value::from), 2..4).prop_map(Value::Array)
-            ],
+            prop_oneof![text().prop_map(Value::from), vec(text().prop_map(Value::from), 2..4).prop_map(Value::Array)],
             0..20,
         )
         .prop_map(Value::Array)
@@ -126,34 +115,17 @@ fn filters() -> impl Strategy<Value = Payload> {
     )
 }
 
-fn opt<T: std::fmt::Debug + Clone>(
-    st: impl Strategy<Value = T>,
-) -> impl Strategy<Value = Option<T>> {
+fn opt<T: std::fmt::Debug + Clone>(st: impl Strategy<Value = T>) -> impl Strategy<Value = Option<T>> {
     prop::option::of(st)
 }
 
 fn spec() -> impl Strategy<Value = Spec> {
     let restored = (text(), text(), any::<bool>(), opt(text()), opt(filters())).prop_map(
-        |(pattern, topic, load_balance, group, filters)| Restored {
-            pattern,
-            topic,
-            load_balance,
-            group,
-            filters,
-        },
+        |(pattern, topic, load_balance, group, filters)| Restored { pattern, topic, load_balance, group, filters },
     );
-    let error = (
-        text(),
-        opt(any::<u32>()),
-        opt(text()),
-        opt(text()),
-        opt(text()),
-        opt(any::<u64>()),
-        opt(text()),
-        opt(text()),
-    )
-        .prop_map(
-            |(error, code, topic, hint, msg_ref, max_size, room, lobby)| ErrorSpec {
+    let error =
+        (text(), opt(any::<u32>()), opt(text()), opt(text()), opt(text()), opt(any::<u64>()), opt(text()), opt(text()))
+            .prop_map(|(error, code, topic, hint, msg_ref, max_size, room, lobby)| ErrorSpec {
                 error,
                 code,
                 topic,
@@ -162,18 +134,11 @@ fn spec() -> impl Strategy<Value = Spec> {
                 max_size,
                 room,
                 lobby,
-            },
-        );
+            });
     prop_oneof![
         (text(), text(), text(), any::<u32>(), vec(restored, 0..18)).prop_map(
             |(actor, project, actor_type, version, restored)| {
-                Spec::AuthOk {
-                    actor,
-                    project,
-                    actor_type,
-                    version,
-                    restored,
-                }
+                Spec::AuthOk { actor, project, actor_type, version, restored }
             }
         ),
         text().prop_map(Spec::AuthFailed),
@@ -183,45 +148,24 @@ fn spec() -> impl Strategy<Value = Spec> {
         text().prop_map(Spec::Unsubscribed),
         (text(), text()).prop_map(|(t, r)| Spec::Published(t, r)),
         (text(), opt(filters())).prop_map(|(t, f)| Spec::FiltersUpdated(t, f)),
-        (
-            text(),
-            payload(str_key_tree()),
-            opt(text()),
-            text(),
-            any::<u64>(),
-            opt(text()),
-            any::<bool>()
-        )
-            .prop_map(
-                |(topic, data, filter, from, ts, msg_id, replay)| Spec::Message {
-                    topic,
-                    data,
-                    filter,
-                    from,
-                    ts,
-                    msg_id,
-                    replay
-                }
-            ),
-        (event(), text(), opt(payload(str_key_map())))
-            .prop_map(|(e, a, p)| Spec::Presence(e, a, p)),
-        (opt(text()), vec((text(), entry()), 0..20)).prop_map(|(r, e)| Spec::PresenceList(r, e)),
-        (
-            any::<bool>(),
-            text(),
-            btree_map(text(), btree_map(text(), entry(), 0..4), 0..18)
-        )
-            .prop_map(|(list, lobby, rooms)| Spec::Lobby { list, lobby, rooms }),
-        text().prop_map(Spec::LobbyUnsubscribed),
-        (event(), text(), text(), text(), opt(payload(str_key_map()))).prop_map(
-            |(event, lobby, room, actor, data)| Spec::LobbyPresence {
-                event,
-                lobby,
-                room,
-                actor,
-                data
+        (text(), payload(str_key_tree()), opt(text()), text(), any::<u64>(), opt(text()), any::<bool>()).prop_map(
+            |(topic, data, filter, from, ts, msg_id, replay)| Spec::Message {
+                topic,
+                data,
+                filter,
+                from,
+                ts,
+                msg_id,
+                replay
             }
         ),
+        (event(), text(), opt(payload(str_key_map()))).prop_map(|(e, a, p)| Spec::Presence(e, a, p)),
+        (opt(text()), vec((text(), entry()), 0..20)).prop_map(|(r, e)| Spec::PresenceList(r, e)),
+        (any::<bool>(), text(), btree_map(text(), btree_map(text(), entry(), 0..4), 0..18))
+            .prop_map(|(list, lobby, rooms)| Spec::Lobby { list, lobby, rooms }),
+        text().prop_map(Spec::LobbyUnsubscribed),
+        (event(), text(), text(), text(), opt(payload(str_key_map())))
+            .prop_map(|(event, lobby, room, actor, data)| Spec::LobbyPresence { event, lobby, room, actor, data }),
         any::<u64>().prop_map(Spec::ReplayStart),
         any::<u64>().prop_map(Spec::ReplayEnd),
         error.prop_map(Spec::Error),
@@ -230,38 +174,22 @@ fn spec() -> impl Strategy<Value = Spec> {
 }
 
 fn entry_ref<'a>(actor: &'a str, e: &'a Entry) -> PresenceEntryRef<'a> {
-    PresenceEntryRef {
-        actor_token_id: actor,
-        presence: &e.presence.0,
-        joined_at: e.joined_at,
-    }
+    PresenceEntryRef { actor_token_id: actor, presence: &e.presence.0, joined_at: e.joined_at }
 }
 
 fn entry_value(actor: &str, e: &Entry) -> Value {
-    map([
-        ("actorTokenId", s(actor)),
-        ("presence", e.presence.1.clone()),
-        ("joinedAt", u(e.joined_at)),
-    ])
+    map([("actorTokenId", s(actor)), ("presence", e.presence.1.clone()), ("joinedAt", u(e.joined_at))])
 }
 
 fn opt_fields(fields: Vec<(&str, Option<Value>)>) -> impl Iterator<Item = (String, Value)> + '_ {
-    fields
-        .into_iter()
-        .filter_map(|(k, v)| v.map(|v| (k.to_owned(), v)))
+    fields.into_iter().filter_map(|(k, v)| v.map(|v| (k.to_owned(), v)))
 }
 
 impl Spec {
     /// Builds the borrowed frame and encodes it.
     fn encode(&self) -> Vec<u8> {
         match self {
-            Self::AuthOk {
-                actor,
-                project,
-                actor_type,
-                version,
-                restored,
-            } => {
+            Self::AuthOk { actor, project, actor_type, version, restored } => {
                 let r: Vec<RestoredSubscription<'_>> = restored
                     .iter()
                     .map(|x| RestoredSubscription {
@@ -282,36 +210,15 @@ impl Spec {
                 .encode_vec()
             }
             Self::AuthFailed(e) => ServerFrame::AuthFailed { error: e }.encode_vec(),
-            Self::ReauthOk(at) => ServerFrame::ReauthOk {
-                auth_expires_at: *at,
-            }
-            .encode_vec(),
+            Self::ReauthOk(at) => ServerFrame::ReauthOk { auth_expires_at: *at }.encode_vec(),
             Self::ReauthFailed(e) => ServerFrame::ReauthFailed { error: e }.encode_vec(),
-            Self::Subscribed(t, lb) => ServerFrame::Subscribed {
-                topic: t,
-                load_balance: *lb,
-            }
-            .encode_vec(),
+            Self::Subscribed(t, lb) => ServerFrame::Subscribed { topic: t, load_balance: *lb }.encode_vec(),
             Self::Unsubscribed(t) => ServerFrame::Unsubscribed { topic: t }.encode_vec(),
-            Self::Published(t, r) => ServerFrame::Published {
-                topic: t,
-                msg_ref: r,
+            Self::Published(t, r) => ServerFrame::Published { topic: t, msg_ref: r }.encode_vec(),
+            Self::FiltersUpdated(t, f) => {
+                ServerFrame::FiltersUpdated { topic: t, filters: f.as_ref().map(|f| f.0.as_slice()) }.encode_vec()
             }
-            .encode_vec(),
-            Self::FiltersUpdated(t, f) => ServerFrame::FiltersUpdated {
-                topic: t,
-                filters: f.as_ref().map(|f| f.0.as_slice()),
-            }
-            .encode_vec(),
-            Self::Message {
-                topic,
-                data,
-                filter,
-                from,
-                ts,
-                msg_id,
-                replay,
-            } => ServerFrame::Message(MessageFrame {
+            Self::Message { topic, data, filter, from, ts, msg_id, replay } => ServerFrame::Message(MessageFrame {
                 topic,
                 data: &data.0,
                 filter: filter.as_deref(),
@@ -328,48 +235,25 @@ impl Spec {
             }
             .encode_vec(),
             Self::PresenceList(room, entries) => {
-                let e: Vec<PresenceEntryRef<'_>> =
-                    entries.iter().map(|(a, e)| entry_ref(a, e)).collect();
-                ServerFrame::PresenceList {
-                    room_id: room.as_deref(),
-                    entries: &e,
-                }
-                .encode_vec()
+                let e: Vec<PresenceEntryRef<'_>> = entries.iter().map(|(a, e)| entry_ref(a, e)).collect();
+                ServerFrame::PresenceList { room_id: room.as_deref(), entries: &e }.encode_vec()
             }
             Self::Lobby { list, lobby, rooms } => {
-                let entries: Vec<Vec<PresenceEntryRef<'_>>> = rooms
-                    .values()
-                    .map(|r| r.iter().map(|(a, e)| entry_ref(a, e)).collect())
-                    .collect();
+                let entries: Vec<Vec<PresenceEntryRef<'_>>> =
+                    rooms.values().map(|r| r.iter().map(|(a, e)| entry_ref(a, e)).collect()).collect();
                 let snap: Vec<LobbyRoomSnapshot<'_>> = rooms
                     .keys()
                     .zip(&entries)
                     .map(|(room_id, entries)| LobbyRoomSnapshot { room_id, entries })
                     .collect();
                 if *list {
-                    ServerFrame::LobbyPresenceList {
-                        lobby_id: lobby,
-                        rooms: &snap,
-                    }
-                    .encode_vec()
+                    ServerFrame::LobbyPresenceList { lobby_id: lobby, rooms: &snap }.encode_vec()
                 } else {
-                    ServerFrame::LobbySubscribed {
-                        lobby_id: lobby,
-                        rooms: &snap,
-                    }
-                    .encode_vec()
+                    ServerFrame::LobbySubscribed { lobby_id: lobby, rooms: &snap }.encode_vec()
                 }
             }
-            Self::LobbyUnsubscribed(l) => {
-                ServerFrame::LobbyUnsubscribed { lobby_id: l }.encode_vec()
-            }
-            Self::LobbyPresence {
-                event,
-                lobby,
-                room,
-                actor,
-                data,
-            } => ServerFrame::LobbyPresence {
+            Self::LobbyUnsubscribed(l) => ServerFrame::LobbyUnsubscribed { lobby_id: l }.encode_vec(),
+            Self::LobbyPresence { event, lobby, room, actor, data } => ServerFrame::LobbyPresence {
                 event: *event,
                 lobby_id: lobby,
                 room_id: room,
@@ -398,13 +282,7 @@ impl Spec {
     fn expected(&self) -> Value {
         let opt_s = |v: &Option<String>| v.as_deref().map(s);
         match self {
-            Self::AuthOk {
-                actor,
-                project,
-                actor_type,
-                version,
-                restored,
-            } => map([
+            Self::AuthOk { actor, project, actor_type, version, restored } => map([
                 ("type", s("auth")),
                 ("success", b(true)),
                 ("actorTokenId", s(actor)),
@@ -419,53 +297,27 @@ impl Spec {
                             ("topic", s(&r.topic)),
                             ("load_balance", b(r.load_balance)),
                             ("load_balance_group", opt_s(&r.group).unwrap_or(nil())),
-                            (
-                                "filters",
-                                r.filters.as_ref().map_or(arr([]), |f| f.1.clone()),
-                            ),
+                            ("filters", r.filters.as_ref().map_or(arr([]), |f| f.1.clone())),
                         ])
                     })),
                 ),
             ]),
-            Self::AuthFailed(e) => {
-                map([("type", s("auth")), ("success", b(false)), ("error", s(e))])
-            }
+            Self::AuthFailed(e) => map([("type", s("auth")), ("success", b(false)), ("error", s(e))]),
             Self::ReauthOk(at) => map_of(
-                [
-                    ("type".to_owned(), s("reauth")),
-                    ("success".to_owned(), b(true)),
-                ]
-                .into_iter()
-                .chain(opt_fields(vec![("authExpiresAt", at.map(u))])),
+                [("type".to_owned(), s("reauth")), ("success".to_owned(), b(true))]
+                    .into_iter()
+                    .chain(opt_fields(vec![("authExpiresAt", at.map(u))])),
             ),
-            Self::ReauthFailed(e) => map([
-                ("type", s("reauth")),
-                ("success", b(false)),
-                ("error", s(e)),
-            ]),
-            Self::Subscribed(t, lb) => map([
-                ("type", s("subscribed")),
-                ("topic", s(t)),
-                ("loadBalance", b(*lb)),
-            ]),
+            Self::ReauthFailed(e) => map([("type", s("reauth")), ("success", b(false)), ("error", s(e))]),
+            Self::Subscribed(t, lb) => map([("type", s("subscribed")), ("topic", s(t)), ("loadBalance", b(*lb))]),
             Self::Unsubscribed(t) => map([("type", s("unsubscribed")), ("topic", s(t))]),
-            Self::Published(t, r) => {
-                map([("type", s("published")), ("topic", s(t)), ("msgRef", s(r))])
-            }
+            Self::Published(t, r) => map([("type", s("published")), ("topic", s(t)), ("msgRef", s(r))]),
             Self::FiltersUpdated(t, f) => map([
                 ("type", s("filtersUpdated")),
                 ("topic", s(t)),
                 ("filters", f.as_ref().map_or(arr([]), |f| f.1.clone())),
             ]),
-            Self::Message {
-                topic,
-                data,
-                filter,
-                from,
-                ts,
-                msg_id,
-                replay,
-            } => map_of(
+            Self::Message { topic, data, filter, from, ts, msg_id, replay } => map_of(
                 [
                     ("type".to_owned(), s("message")),
                     ("topic".to_owned(), s(topic)),
@@ -488,51 +340,26 @@ impl Spec {
                     }
                     _ => map([("actor_token_id", s(actor))]),
                 };
-                map([
-                    ("type", s("presence")),
-                    ("event", s(event.as_str())),
-                    ("data", data),
-                ])
+                map([("type", s("presence")), ("event", s(event.as_str())), ("data", data)])
             }
             Self::PresenceList(room, entries) => map_of(
                 [("type".to_owned(), s("presenceList"))]
                     .into_iter()
                     .chain(opt_fields(vec![("roomId", opt_s(room))]))
-                    .chain([(
-                        "data".to_owned(),
-                        arr(entries.iter().map(|(a, e)| entry_value(a, e))),
-                    )]),
+                    .chain([("data".to_owned(), arr(entries.iter().map(|(a, e)| entry_value(a, e))))]),
             ),
             Self::Lobby { list, lobby, rooms } => map([
-                (
-                    "type",
-                    s(if *list {
-                        "lobbyPresenceList"
-                    } else {
-                        "lobbySubscribed"
-                    }),
-                ),
+                ("type", s(if *list { "lobbyPresenceList" } else { "lobbySubscribed" })),
                 ("lobbyId", s(lobby)),
                 (
                     "presence",
                     map_of(rooms.iter().map(|(room, entries)| {
-                        (
-                            room.clone(),
-                            map_of(entries.iter().map(|(a, e)| (a.clone(), entry_value(a, e)))),
-                        )
+                        (room.clone(), map_of(entries.iter().map(|(a, e)| (a.clone(), entry_value(a, e)))))
                     })),
                 ),
             ]),
-            Self::LobbyUnsubscribed(l) => {
-                map([("type", s("lobbyUnsubscribed")), ("lobbyId", s(l))])
-            }
-            Self::LobbyPresence {
-                event,
-                lobby,
-                room,
-                actor,
-                data,
-            } => map([
+            Self::LobbyUnsubscribed(l) => map([("type", s("lobbyUnsubscribed")), ("lobbyId", s(l))]),
+            Self::LobbyPresence { event, lobby, room, actor, data } => map([
                 ("type", s("lobbyPresence")),
                 ("event", s(event.as_str())),
                 ("lobbyId", s(lobby)),
@@ -548,22 +375,19 @@ impl Spec {
             ]),
             Self::ReplayStart(n) => map([("type", s("replayStart")), ("count", u(*n))]),
             Self::ReplayEnd(n) => map([("type", s("replayEnd")), ("replayed", u(*n))]),
-            Self::Error(e) => map_of(
-                [
-                    ("type".to_owned(), s("error")),
-                    ("error".to_owned(), s(&e.error)),
-                ]
-                .into_iter()
-                .chain(opt_fields(vec![
-                    ("code", e.code.map(|c| u(u64::from(c)))),
-                    ("topic", opt_s(&e.topic)),
-                    ("hint", opt_s(&e.hint)),
-                    ("msgRef", opt_s(&e.msg_ref)),
-                    ("maxSizeBytes", e.max_size.map(u)),
-                    ("roomId", opt_s(&e.room)),
-                    ("lobbyId", opt_s(&e.lobby)),
-                ])),
-            ),
+            Self::Error(e) => {
+                map_of([("type".to_owned(), s("error")), ("error".to_owned(), s(&e.error))].into_iter().chain(
+                    opt_fields(vec![
+                        ("code", e.code.map(|c| u(u64::from(c)))),
+                        ("topic", opt_s(&e.topic)),
+                        ("hint", opt_s(&e.hint)),
+                        ("msgRef", opt_s(&e.msg_ref)),
+                        ("maxSizeBytes", e.max_size.map(u)),
+                        ("roomId", opt_s(&e.room)),
+                        ("lobbyId", opt_s(&e.lobby)),
+                    ]),
+                ))
+            }
             Self::Disconnect(r) => map([("type", s("disconnect")), ("reason", s(r))]),
         }
     }

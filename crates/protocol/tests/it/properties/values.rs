@@ -49,9 +49,8 @@ pub fn str_key_tree() -> BoxedStrategy<Value> {
         .prop_recursive(4, 48, 8, |inner| {
             prop_oneof![
                 vec(inner.clone(), 0..20).prop_map(Value::Array),
-                btree_map(text(), inner, 0..18).prop_map(|m| Value::Map(
-                    m.into_iter().map(|(k, v)| (Value::from(k), v)).collect()
-                )),
+                btree_map(text(), inner, 0..18)
+                    .prop_map(|m| Value::Map(m.into_iter().map(|(k, v)| (Value::from(k), v)).collect())),
             ]
         })
         .boxed()
@@ -105,14 +104,7 @@ fn int_in_width(v: i64, w: usize) -> Vec<u8> {
 }
 
 /// A length header: `fix` (when `fix_max` allows), then 8-, 16- and 32-bit forms.
-fn header(
-    n: usize,
-    fix: Option<(u8, usize)>,
-    m8: Option<u8>,
-    m16: u8,
-    m32: u8,
-    w: usize,
-) -> Vec<u8> {
+fn header(n: usize, fix: Option<(u8, usize)>, m8: Option<u8>, m16: u8, m32: u8, w: usize) -> Vec<u8> {
     let mut c = Vec::new();
     if let Some((f, max)) = fix
         && n <= max
@@ -161,36 +153,20 @@ pub fn raw_value() -> BoxedStrategy<Vec<u8>> {
         any::<f32>().prop_map(|f| [&[0xca][..], &f.to_be_bytes()].concat()),
         any::<f64>().prop_map(|f| [&[0xcb][..], &f.to_be_bytes()].concat()),
         (text(), 0..4usize).prop_map(|(s, w)| {
-            [
-                header(s.len(), Some((0xa0, 31)), Some(0xd9), 0xda, 0xdb, w),
-                s.into_bytes(),
-            ]
-            .concat()
+            [header(s.len(), Some((0xa0, 31)), Some(0xd9), 0xda, 0xdb, w), s.into_bytes()].concat()
         }),
-        (vec(any::<u8>(), 0..40), 0..3usize).prop_map(|(b, w)| [
-            header(b.len(), None, Some(0xc4), 0xc5, 0xc6, w),
-            b
-        ]
-        .concat()),
-        (any::<i8>(), vec(any::<u8>(), 0..20), 0..4usize)
-            .prop_map(|(t, d, w)| ext_in_width(t, &d, w)),
+        (vec(any::<u8>(), 0..40), 0..3usize)
+            .prop_map(|(b, w)| [header(b.len(), None, Some(0xc4), 0xc5, 0xc6, w), b].concat()),
+        (any::<i8>(), vec(any::<u8>(), 0..20), 0..4usize).prop_map(|(t, d, w)| ext_in_width(t, &d, w)),
     ];
     leaf.prop_recursive(4, 48, 8, |inner| {
         prop_oneof![
             (vec(inner.clone(), 0..20), 0..3usize).prop_map(|(items, w)| {
-                [
-                    header(items.len(), Some((0x90, 15)), None, 0xdc, 0xdd, w),
-                    items.concat(),
-                ]
-                .concat()
+                [header(items.len(), Some((0x90, 15)), None, 0xdc, 0xdd, w), items.concat()].concat()
             }),
             (vec((inner.clone(), inner), 0..8), 0..3usize).prop_map(|(kv, w)| {
                 let head = header(kv.len(), Some((0x80, 15)), None, 0xde, 0xdf, w);
-                [
-                    head,
-                    kv.into_iter().flat_map(|(k, v)| [k, v].concat()).collect(),
-                ]
-                .concat()
+                [head, kv.into_iter().flat_map(|(k, v)| [k, v].concat()).collect()].concat()
             }),
         ]
     })

@@ -1,0 +1,13 @@
+# Multi-stage build of the skua binary; the runtime image has no build tools and runs as non-root.
+FROM rust:1.95-bookworm AS build
+WORKDIR /src
+COPY . .
+RUN cargo build --release -p skua-server && strip target/release/skua
+
+FROM debian:bookworm-slim
+RUN useradd --system --uid 10001 skua
+COPY --from=build /src/target/release/skua /usr/local/bin/skua
+USER skua
+EXPOSE 8080
+ENTRYPOINT ["/usr/local/bin/skua"]
+CMD ["serve", "--dev"]

@@ -1,0 +1,168 @@
+"""Fixtures: a fresh `skua serve --dev` per test on an ephemeral port, and a runner for
+`async def` tests (asyncio.run with a time limit, then every SDK client is closed)."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+import re
+import signal
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+import helpers
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+LISTENING = re.compile(r"^skua listening on (?P<host>\S+):(?P<port>\d+)\s*$")
+START_TIMEOUT_S = 15.0
+STOP_TIMEOUT_S = 15.0
+DEFAULT_TEST_TIMEOUT_S = 30.0
+
+logging.getLogger("interop").setLevel(logging.DEBUG)
+
+
+def skua_bin() -> Path:
+    """SKUA_BIN (relative paths are taken from the repo root), default target/debug/skua."""
+    path = Path(os.environ.get("SKUA_BIN", "target/debug/skua"))
+    return path if path.is_absolute() else REPO_ROOT / path
+
+
+class SkuaServer:
+    """One `skua serve --dev --listen 127.0.0.1:0 [flags]` subprocess."""
+
+    def __init__(self, binary: Path, flags: list[str]):
+        self.cmd = [str(binary), "serve", "--dev", "--listen", "127.0.0.1:0", *flags]
+        self.stdout: list[str] = []
+        self.stderr: list[str] = []
+        self.port: int | None = None
+        self._listening = threading.Event()
+        env = {**os.environ, "NO_COLOR": "1"}
+        self.proc = subprocess.Popen(
+            self.cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+            env=env,
+            cwd=REPO_ROOT,
+        )
+        # Both pipes are drained for the server's whole life (its log shares stdout).
+        self._readers = [
+            threading.Thread(target=self._read, args=(self.proc.stdout, self.stdout, True), daemon=True),
+            threading.Thread(target=self._read, args=(self.proc.stderr, self.stderr, False), daemon=True),
+        ]
+        for t in self._readers:
+            t.start()
+        self._wait_listening()
+
+    def _read(self, pipe, sink: list[str], is_stdout: bool) -> None:
+        for line in pipe:
+            sink.append(line.rstrip("\n"))
+            if is_stdout and self.port is None:
+                m = LISTENING.match(line)
+                if m:
+                    self.host = m["host"]
+                    self.port = int(m["port"])
+                    self._listening.set()
+        if is_stdout:
+            self._listening.set()  # EOF: the process is gone, stop waiting
+
+    def _wait_listening(self) -> None:
+        self._listening.wait(START_TIMEOUT_S)
+        if self.port is None:
+            self.stop()
+            pytest.fail(
+                f"skua did not print 'skua listening on HOST:PORT' within {START_TIMEOUT_S}s "
+                f"(exit status {self.proc.returncode})\ncommand: {' '.join(self.cmd)}\n"
+                f"--- stderr ---\n{self.text(self.stderr)}\n--- stdout ---\n{self.text(self.stdout)}",
+                pytrace=False,
+            )
+
+    @staticmethod
+    def text(lines: list[str]) -> str:
+        return "\n".join(lines) or "(empty)"
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/ws"
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        for t in self._readers:
+            t.join(2)
+        return self.proc.returncode
+
+
+@pytest.fixture(scope="session")
+def skua_binary() -> Path:
+    path = skua_bin()
+    if not path.is_file() or not os.access(path, os.X_OK):
+        pytest.exit(
+            f"Skua binary not found at {path}: build it with `cargo build -p skua-server` "
+            f"or point SKUA_BIN at it.",
+            returncode=3,
+        )
+    return path
+
+
+@pytest.fixture
+def skua_factory(skua_binary):
+    """`start(*flags)` starts a dev server with extra flags (e.g. "--idle-timeout", "1s");
+    every server it started is stopped (SIGTERM) after the test. Their output is printed at
+    teardown, so pytest shows it for a failed test."""
+    servers: list[SkuaServer] = []
+
+    def start(*flags: str) -> SkuaServer:
+        server = SkuaServer(skua_binary, list(flags))
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        rc = server.stop()
+        print(f"=== {' '.join(server.cmd)} (exit {rc})\n--- stdout ---\n{server.text(server.stdout)}"
+              f"\n--- stderr ---\n{server.text(server.stderr)}")
+
+
+@pytest.fixture
+def skua(skua_factory) -> SkuaServer:
+    """A fresh dev server with the default flags."""
+    return skua_factory()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    """Runs `async def` tests in a fresh event loop with a time limit (`@pytest.mark.timeout`,
+    default 30 s), then closes every SDK client the test opened, in the same loop."""
+    if not inspect.iscoroutinefunction(pyfuncitem.obj):
+        return None
+    marker = pyfuncitem.get_closest_marker("timeout")
+    limit = marker.args[0] if marker else DEFAULT_TEST_TIMEOUT_S
+    kwargs = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + limit
+        try:
+            await asyncio.wait_for(pyfuncitem.obj(**kwargs), limit)
+        except asyncio.TimeoutError as e:
+            if loop.time() >= deadline:
+                raise AssertionError(f"the test did not finish within {limit}s") from e
+            raise
+        finally:
+            await helpers.close_all()
+
+    asyncio.run(main())
+    return True

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The project's test command (README "Test"); .ci/run calls exactly this.
+# Runs: formatting and lint checks, every Rust test (unit, golden, property, integration,
+# conformance), the benchmark smoke run when present, then the interop suite that drives a
+# real `skua serve --dev` with the official NoLag Python SDK (nolag==2.6.0).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== cargo fmt --check"
+cargo fmt --all --check
+
+echo "== cargo clippy --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+echo "== cargo test"
+cargo test --workspace
+
+echo "== build skua for the interop suite"
+cargo build --quiet -p skua-server
+export SKUA_BIN="$PWD/target/debug/skua"
+
+if [ -x scripts/bench-smoke.sh ]; then
+  echo "== benchmark smoke run"
+  bash scripts/bench-smoke.sh
+fi
+
+echo "== interop suite (real NoLag Python SDK)"
+bash interop/run.sh
