@@ -81,3 +81,32 @@ async fn reauth_renews_the_token_in_band() {
     assert_eq!(r.get("success"), &Value::Boolean(true));
     assert!(!r.has("authExpiresAt"));
 }
+
+#[tokio::test]
+async fn a_project_at_its_connection_limit_refuses_auth_until_a_slot_frees() {
+    let server = TestServer::builder()
+        .fixtures(
+            "[[projects]]\nid = \"small\"\nmax_connections = 1\n[[projects.apps]]\nid = \"s-app\"\nslug = \"s\"\ntopics = [\"t\"]\n\
+             [[actors]]\nid = \"s-user\"\nproject = \"small\"\ntype = \"user\"\ntokens = [\"small-token\"]\n",
+        )
+        .spawn()
+        .await;
+    let first = server.auth("small-token").await;
+    let mut second = server.connect().await;
+    let r = second.auth("small-token", Some(2)).await;
+    assert_eq!(r.str("error"), "connection_limit_reached");
+    // Other projects are not affected.
+    server.auth("dev-token-alice").await;
+    first.close().await;
+    // The slot frees when the first connection's session ends; retry until the server saw it.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let r = second.auth("small-token", Some(2)).await;
+        if r.get("success") == &Value::Boolean(true) {
+            break;
+        }
+        assert_eq!(r.str("error"), "connection_limit_reached");
+        assert!(tokio::time::Instant::now() < deadline, "slot never freed");
+        tokio::task::yield_now().await;
+    }
+}

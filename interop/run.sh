@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Runs the interop suite: the real NoLag Python SDK against a Skua binary built beforehand.
+#   interop/run.sh [pytest args...]      (from the repo root or anywhere else)
+# SKUA_BIN names the binary (default target/debug/skua; relative paths are from the repo root).
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(dirname "$here")"
+bin="${SKUA_BIN:-target/debug/skua}"
+case "$bin" in /*) ;; *) bin="$root/$bin" ;; esac
+if [[ ! -x "$bin" ]]; then
+    echo "interop: Skua binary not found at $bin" >&2
+    echo "interop: build it first (cargo build -p skua-server) or set SKUA_BIN" >&2
+    exit 2
+fi
+export SKUA_BIN="$bin"
+
+venv="$here/.venv"
+if [[ ! -x "$venv/bin/python" ]]; then
+    python3 -m venv "$venv"
+fi
+"$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$here/requirements.txt"
+
+cd "$root"
+export PYTHONDONTWRITEBYTECODE=1
+set +e
+"$venv/bin/python" -m pytest "$here" -q "$@"
+status=$?
+set -e
+exit "$status"

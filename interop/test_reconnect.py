@@ -1,0 +1,56 @@
+"""Reconnect (N23, N28): when the server drops the socket the SDK reconnects by itself with
+`reconnect: true`, and the server restores its subscriptions; the SDK never resubscribes."""
+
+import pytest
+from nolag import EmitOptions, SubscribeOptions
+
+from helpers import Recorder, connect, sentinel, subscribe_ok
+
+TOPIC = "demo/general/messages"
+FILTERED = "demo/random/events"
+
+
+@pytest.mark.timeout(30)
+async def test_sdk_reconnects_and_keeps_its_subscriptions(skua_factory):
+    skua = skua_factory("--idle-timeout", "1s")
+    # alice stays silent (no heartbeats), so the server closes her socket 4000 after 1 s.
+    alice = await connect(skua.url, "dev-token-alice", heartbeat_interval=0, reconnect=True, reconnect_interval=0.2)
+    # bob heartbeats well within the idle timeout and stays connected throughout.
+    bob = await connect(skua.url, "dev-token-bob", heartbeat_interval=0.3)
+    inbox, filtered = Recorder("alice messages"), Recorder("alice filtered events")
+    disconnects, reconnects = Recorder("alice disconnect"), Recorder("alice reconnect")
+    alice.on(TOPIC, inbox)
+    alice.on(FILTERED, filtered)
+    alice.on("disconnect", disconnects)
+    alice.on("reconnect", reconnects)
+    await subscribe_ok(alice, TOPIC)
+    await subscribe_ok(alice, FILTERED, SubscribeOptions(filters=["vip"]))
+    await bob.emit(TOPIC, {"n": "before"})
+    await inbox.wait_data({"n": "before"})
+
+    (reason,) = await disconnects.wait_for(lambda r: True, timeout=5, what="the idle close")
+    assert "4000" in reason, reason
+    await reconnects.wait_count(1, timeout=5)
+    assert alice.connected
+
+    # Published after the reconnect, on the subscriptions alice made before it.
+    await bob.emit(TOPIC, {"n": "after"})
+    await inbox.wait_data({"n": "after"})
+    mark = sentinel()
+    await bob.emit(FILTERED, {"plain": True})
+    await bob.emit(FILTERED, mark, EmitOptions(filter="vip"))
+    await filtered.wait_data(mark)
+    assert filtered.data == [mark]  # the restored subscription kept its filters
+
+    # The SDK subscribed once per topic and re-authenticated with reconnect: true.
+    subscribes = [m["topic"] for m in alice.sent if m["type"] == "subscribe"]
+    assert sorted(subscribes) == sorted([TOPIC, FILTERED])
+    auths = [m for m in alice.sent if m["type"] == "auth"]
+    assert len(auths) >= 2 and auths[1].get("reconnect") is True
+    # N23/N36: restoredSubscriptions lists both, each entry with all five keys.
+    restored = alice.frames("auth")[1]["restoredSubscriptions"]
+    assert {r["pattern"] for r in restored} == {TOPIC, FILTERED}, restored
+    for r in restored:
+        assert set(r) == {"pattern", "topic", "load_balance", "load_balance_group", "filters"}, r
+        assert r["load_balance"] is False and r["load_balance_group"] is None
+    assert {r["pattern"]: r["filters"] for r in restored} == {TOPIC: [], FILTERED: ["vip"]}
