@@ -92,4 +92,10 @@ pub trait Bus: Send + Sync + 'static {
     /// # Errors
     /// [`BusError`] when the bus could not be reached.
     async fn unsubscribe(&self, sub: &BusSubscription) -> Result<(), BusError>;
+
+    /// Whether the bus is connected and accepting publishes right now. While it is `false`,
+    /// edges refuse new authentications with `broker_unavailable` and readiness fails.
+    fn is_available(&self) -> bool {
+        true
+    }
 }

@@ -47,6 +47,13 @@ pub enum PresenceError {
 /// 5. `remove_node` removes every connection of a node and returns the (room, actor) entries
 ///    that disappeared, so a survivor can send their `leave` events.
 /// 6. Operations on one (room, actor) are atomic with respect to each other, across nodes.
+/// 7. Node liveness: `refresh_node` registers a node as alive for `ttl_s` seconds and returns
+///    `true` when the backend held no live registration of it (first call, after the
+///    registration lapsed, or after the backend lost its data): the caller then re-announces
+///    its local entries. `expired_nodes` lists registered nodes whose registration lapsed.
+/// 8. `remove_node` also forgets the node's registration; when several callers remove the same
+///    node concurrently, each disappeared entry is returned to exactly one of them (so each
+///    `leave` is sent once).
 #[async_trait]
 pub trait Presence: Send + Sync + 'static {
     /// Records that `conn` of `actor` is in `room` with `data`.
@@ -79,4 +86,17 @@ pub trait Presence: Send + Sync + 'static {
     /// # Errors
     /// [`PresenceError`] when the backend failed.
     async fn remove_node(&self, node: &NodeId) -> Result<Vec<(RoomKey, ActorId)>, PresenceError>;
+
+    /// Marks `node` alive until `now_unix_s + ttl_s`; `true` when it had no live registration.
+    /// Backends with their own clock (Redis key expiry) may use `ttl_s` alone.
+    ///
+    /// # Errors
+    /// [`PresenceError`] when the backend failed.
+    async fn refresh_node(&self, node: &NodeId, now_unix_s: u64, ttl_s: u64) -> Result<bool, PresenceError>;
+
+    /// Registered nodes whose liveness lapsed by `now_unix_s`.
+    ///
+    /// # Errors
+    /// [`PresenceError`] when the backend failed.
+    async fn expired_nodes(&self, now_unix_s: u64) -> Result<Vec<NodeId>, PresenceError>;
 }

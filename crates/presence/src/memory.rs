@@ -18,6 +18,8 @@ use skua_core::{ActorId, ConnRef, NodeId, Presence, PresenceChange, PresenceEntr
 pub struct MemoryPresence {
     /// `std::sync::Mutex`: every section is a few map operations and never awaits.
     rooms: Mutex<HashMap<RoomKey, HashMap<ActorId, Entry>>>,
+    /// Node → unix second its liveness lapses. Same locking rule as `rooms`.
+    nodes: Mutex<HashMap<NodeId, u64>>,
 }
 
 /// One actor's entry in one room.
@@ -112,6 +114,7 @@ impl Presence for MemoryPresence {
     /// # Errors
     /// None.
     async fn remove_node(&self, node: &NodeId) -> Result<Vec<(RoomKey, ActorId)>, PresenceError> {
+        self.nodes.lock().unwrap_or_else(PoisonError::into_inner).remove(node);
         let mut rooms = self.lock();
         let mut gone = Vec::new();
         rooms.retain(|room, actors| {
@@ -126,5 +129,21 @@ impl Presence for MemoryPresence {
             !actors.is_empty()
         });
         Ok(gone)
+    }
+
+    /// # Errors
+    /// None.
+    async fn refresh_node(&self, node: &NodeId, now_unix_s: u64, ttl_s: u64) -> Result<bool, PresenceError> {
+        let mut nodes = self.nodes.lock().unwrap_or_else(PoisonError::into_inner);
+        let was_live = nodes.get(node).is_some_and(|until| *until > now_unix_s);
+        nodes.insert(node.clone(), now_unix_s.saturating_add(ttl_s));
+        Ok(!was_live)
+    }
+
+    /// # Errors
+    /// None.
+    async fn expired_nodes(&self, now_unix_s: u64) -> Result<Vec<NodeId>, PresenceError> {
+        let nodes = self.nodes.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok(nodes.iter().filter(|(_, until)| **until <= now_unix_s).map(|(n, _)| n.clone()).collect())
     }
 }
