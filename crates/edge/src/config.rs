@@ -36,6 +36,11 @@ pub struct EdgeConfig {
     pub bus_queue: usize,
     /// Most topic plus lobby subscriptions one connection may hold.
     pub max_subscriptions_per_connection: usize,
+    /// How long this node's presence registration lives without a refresh; after it lapses a
+    /// surviving node removes this node's presence entries and sends their `leave` events.
+    pub node_ttl: Duration,
+    /// How often the node refreshes its registration and looks for lapsed nodes.
+    pub node_refresh: Duration,
 }
 
 impl Default for EdgeConfig {
@@ -56,6 +61,8 @@ impl Default for EdgeConfig {
             max_retained_per_topic: 1024,
             bus_queue: 8192,
             max_subscriptions_per_connection: 1000,
+            node_ttl: Duration::from_secs(10),
+            node_refresh: Duration::from_secs(3),
         }
     }
 }

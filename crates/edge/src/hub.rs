@@ -81,10 +81,22 @@ struct TopicEntry {
     rr: AtomicUsize,
 }
 
+/// A local connection present in a room, with what it last announced (kept so the node can
+/// re-announce its entries when the presence backend lost them).
+#[derive(Debug)]
+struct RoomMember {
+    conn: Arc<ConnHandle>,
+    actor: ActorId,
+    data: Bytes,
+}
+
+/// One local presence announcement: (room, actor, connection, packed data).
+pub type LocalPresence = (RoomKey, ActorId, ConnId, Bytes);
+
 #[derive(Debug, Default)]
 struct RoomEntry {
     /// Connections that announced presence here.
-    members: Vec<Arc<ConnHandle>>,
+    members: Vec<RoomMember>,
     /// Lobby subscriptions covering this room: (connection, lobby slug as the client used it).
     lobbies: Vec<(Arc<ConnHandle>, Arc<str>)>,
 }
@@ -296,10 +308,28 @@ impl Hub {
     ///
     /// # Errors
     /// [`BusError`] when the bus refused the room's subscription.
-    pub async fn join_room(&self, room: &RoomKey, conn: &Arc<ConnHandle>) -> Result<(), BusError> {
+    pub async fn join_room(&self, room: &RoomKey, conn: &Arc<ConnHandle>, actor: &ActorId) -> Result<(), BusError> {
         self.acquire(&BusSubscription::Presence(room.clone())).await?;
-        write(&self.rooms).entry(room.clone()).or_default().members.push(conn.clone());
+        let member = RoomMember { conn: conn.clone(), actor: actor.clone(), data: Bytes::new() };
+        write(&self.rooms).entry(room.clone()).or_default().members.push(member);
         Ok(())
+    }
+
+    /// Records what `conn` last announced in `room`.
+    pub fn set_presence_data(&self, room: &RoomKey, conn: ConnId, data: Bytes) {
+        if let Some(m) = write(&self.rooms).get_mut(room).and_then(|e| e.members.iter_mut().find(|m| m.conn.id == conn)) {
+            m.data = data;
+        }
+    }
+
+    /// Every presence announcement held by this node's connections.
+    pub fn local_presence(&self) -> Vec<LocalPresence> {
+        read(&self.rooms)
+            .iter()
+            .flat_map(|(room, e)| {
+                e.members.iter().filter(|m| !m.data.is_empty()).map(|m| (room.clone(), m.actor.clone(), m.conn.id, m.data.clone()))
+            })
+            .collect()
     }
 
     /// Removes `conn` from the presence listeners of `room`.
@@ -308,7 +338,7 @@ impl Hub {
             let mut rooms = write(&self.rooms);
             let Some(e) = rooms.get_mut(room) else { return };
             let before = e.members.len();
-            e.members.retain(|c| c.id != conn);
+            e.members.retain(|m| m.conn.id != conn);
             let removed = e.members.len() != before;
             if e.members.is_empty() && e.lobbies.is_empty() {
                 rooms.remove(room);
@@ -441,8 +471,8 @@ impl Hub {
         let data = (ev.change != PresenceChange::Leave).then_some(&ev.data[..]);
         if !entry.members.is_empty() {
             let frame = ServerFrame::Presence { event, actor_token_id: ev.actor.as_str(), presence: data }.encode();
-            for c in &entry.members {
-                c.push(frame.clone());
+            for m in &entry.members {
+                m.conn.push(frame.clone());
             }
         }
         let mut cache: Vec<(&Arc<str>, Bytes)> = Vec::new();

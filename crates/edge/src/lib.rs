@@ -7,11 +7,13 @@
 //! - [`hub`]: the node's local fan-out (the hot path) and its bus subscriptions;
 //! - [`outbound`]: the bounded per-connection queue and close requests;
 //! - [`auth`]: access tokens and client tokens (JWT);
+//! - [`liveness`]: node registration and healing the presence of lapsed nodes;
 //! - [`state`], [`config`], [`metrics`], [`ratelimit`].
 
 pub mod auth;
 pub mod config;
 pub mod hub;
+pub mod liveness;
 pub mod metrics;
 pub mod outbound;
 pub mod ratelimit;

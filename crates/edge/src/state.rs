@@ -85,7 +85,7 @@ impl EdgeState {
         background.spawn(hub.clone().run_dispatcher(backends.bus_deliveries, dispatcher_stop.clone()));
         let mut h = std::collections::hash_map::DefaultHasher::new();
         node.hash(&mut h);
-        Arc::new(Self {
+        let state = Arc::new(Self {
             conn_slots: Arc::new(Semaphore::new(config.max_connections)),
             config,
             node_hash: h.finish(),
@@ -103,7 +103,9 @@ impl EdgeState {
             next_conn: AtomicU64::new(1),
             next_envelope: AtomicU64::new(1),
             project_conns: Mutex::new(HashMap::new()),
-        })
+        });
+        state.background.spawn(crate::liveness::run(state.clone(), state.dispatcher_stop.clone()));
+        state
     }
 
     /// A fresh connection id.

@@ -36,6 +36,8 @@ pub fn router(state: Arc<EdgeState>) -> Router {
 async fn readyz(State(st): State<Arc<EdgeState>>) -> Response {
     if st.is_draining() {
         (StatusCode::SERVICE_UNAVAILABLE, "draining").into_response()
+    } else if !st.hub.bus().is_available() {
+        (StatusCode::SERVICE_UNAVAILABLE, "message bus unavailable").into_response()
     } else {
         "ready".into_response()
     }

@@ -23,6 +23,9 @@ impl Session {
         let version = a.protocol_version.clamp(1, MAX_PROTOCOL_VERSION);
         let registry = self.st.registry.load();
         let fail = |s: &Self, e: &str| s.push(&ServerFrame::AuthFailed { error: e });
+        if !self.st.hub.bus().is_available() {
+            return fail(self, auth_err::BROKER_UNAVAILABLE);
+        }
         let cred = match verify(&registry, &a.token, now_unix_s()) {
             Ok(c) => c,
             Err(e) => return fail(self, e),

@@ -89,14 +89,17 @@ impl Session {
             self.leave_presence_room().await;
         }
         if self.presence_room.is_none() {
-            if self.st.hub.join_room(&room, &self.conn).await.is_err() {
+            if self.st.hub.join_room(&room, &self.conn, &actor).await.is_err() {
                 return self.presence_unavailable(Some(&room_id), None);
             }
             self.presence_room = Some(room.clone());
         }
         let conn = skua_core::ConnRef { node: self.st.node.clone(), conn: self.conn.id };
         match self.st.presence.announce(&room, &actor, &conn, data.clone(), now_unix_s()).await {
-            Ok(change) => self.publish_presence(&room, change, data).await,
+            Ok(change) => {
+                self.st.hub.set_presence_data(&room, self.conn.id, data.clone());
+                self.publish_presence(&room, change, data).await;
+            }
             Err(e) => {
                 tracing::warn!(error = %e, ?room, "Presence announce failed.");
                 self.presence_unavailable(Some(&room_id), None);
