@@ -72,6 +72,15 @@ pub struct Settings {
     /// Capacity of the bus → fan-out delivery queue [default 8192].
     #[arg(long, env = "SKUA_BUS_QUEUE")]
     pub bus_queue: Option<usize>,
+    /// How long a node's presence registration lives without refresh [default 10s].
+    #[arg(long, env = "SKUA_NODE_TTL")]
+    pub node_ttl: Option<String>,
+    /// How often a node refreshes its registration and reaps lapsed nodes [default 3s].
+    #[arg(long, env = "SKUA_NODE_REFRESH")]
+    pub node_refresh: Option<String>,
+    /// Publishes buffered while the MQTT broker is unreachable [default 1024].
+    #[arg(long, env = "SKUA_BUS_PUBLISH_BUFFER")]
+    pub bus_publish_buffer: Option<usize>,
 }
 
 macro_rules! layer {
@@ -83,7 +92,8 @@ impl Settings {
     pub fn overlay(&mut self, over: &Settings) {
         layer!(self, over; listen, bus, presence, namespace, node_id, fixtures, idle_timeout, rate_limit,
             rate_limit_window, max_message_size, outbound_queue_messages, outbound_queue_bytes, max_connections,
-            max_subscriptions_per_connection, max_retained_per_topic, restore_ttl, shutdown_grace, bus_queue);
+            max_subscriptions_per_connection, max_retained_per_topic, restore_ttl, shutdown_grace, bus_queue, node_ttl,
+            node_refresh, bus_publish_buffer);
     }
 
     /// Parses a TOML config file's text.
@@ -116,6 +126,11 @@ pub enum ConfigError {
 pub enum BusConfig {
     /// In-process (single node).
     Memory,
+    /// MQTT v5 broker (cluster), `mqtt://host:port`.
+    Mqtt {
+        /// Broker URL.
+        url: String,
+    },
 }
 
 /// The presence store a node uses.
@@ -123,6 +138,11 @@ pub enum BusConfig {
 pub enum PresenceConfig {
     /// In-process (single node).
     Memory,
+    /// Redis (cluster), `redis://host:port/db`.
+    Redis {
+        /// Redis URL.
+        url: String,
+    },
 }
 
 /// The effective configuration of one node.
@@ -140,6 +160,8 @@ pub struct ServerConfig {
     pub fixtures: Option<PathBuf>,
     /// Edge limits and behaviour (namespace included).
     pub edge: EdgeConfig,
+    /// Publishes the MQTT bus buffers while the broker is unreachable.
+    pub bus_publish_buffer: usize,
 }
 
 fn dur(key: &'static str, v: Option<&String>) -> Result<std::time::Duration, ConfigError> {
@@ -166,19 +188,21 @@ impl ServerConfig {
             listen.parse().map_err(|e| ConfigError::Invalid { key: "listen", reason: format!("{listen:?}: {e}") })?;
         let bus = match req("bus", s.bus.as_ref())?.as_str() {
             "memory" => BusConfig::Memory,
+            url if url.starts_with("mqtt://") => BusConfig::Mqtt { url: url.to_owned() },
             other => {
                 return Err(ConfigError::Invalid {
                     key: "bus",
-                    reason: format!("{other:?} is not supported by this build; use \"memory\""),
+                    reason: format!("{other:?}: use \"memory\" or mqtt://host:port"),
                 });
             }
         };
         let presence = match req("presence", s.presence.as_ref())?.as_str() {
             "memory" => PresenceConfig::Memory,
+            url if url.starts_with("redis://") => PresenceConfig::Redis { url: url.to_owned() },
             other => {
                 return Err(ConfigError::Invalid {
                     key: "presence",
-                    reason: format!("{other:?} is not supported by this build; use \"memory\""),
+                    reason: format!("{other:?}: use \"memory\" or redis://host:port/db"),
                 });
             }
         };
@@ -233,9 +257,16 @@ impl ServerConfig {
             restore_ttl: dur("restore_ttl", s.restore_ttl.as_ref())?,
             shutdown_grace: dur("shutdown_grace", s.shutdown_grace.as_ref())?,
             bus_queue: positive("bus_queue", req("bus_queue", s.bus_queue.as_ref())?)?,
+            node_ttl: dur("node_ttl", s.node_ttl.as_ref())?,
+            node_refresh: dur("node_refresh", s.node_refresh.as_ref())?,
             ..EdgeConfig::default()
         };
-        Ok(Self { listen, bus, presence, node_id, fixtures: s.fixtures.clone(), edge })
+        if edge.node_refresh.is_zero() || edge.node_refresh >= edge.node_ttl {
+            return Err(ConfigError::Invalid { key: "node_refresh", reason: "must be above 0 and below node_ttl".into() });
+        }
+        let bus_publish_buffer =
+            positive("bus_publish_buffer", req("bus_publish_buffer", s.bus_publish_buffer.as_ref())?)?;
+        Ok(Self { listen, bus, presence, node_id, fixtures: s.fixtures.clone(), edge, bus_publish_buffer })
     }
 
     /// The defaults with `over` laid on top, resolved.
@@ -277,6 +308,8 @@ mod tests {
         assert_eq!(c.edge.restore_ttl, d.restore_ttl);
         assert_eq!(c.edge.shutdown_grace, d.shutdown_grace);
         assert_eq!(c.edge.bus_queue, d.bus_queue);
+        assert_eq!(c.edge.node_ttl, d.node_ttl);
+        assert_eq!(c.edge.node_refresh, d.node_refresh);
         assert_eq!(c.edge.namespace, "skua");
         assert!(c.node_id.as_str().starts_with("node-"));
     }
@@ -291,7 +324,7 @@ mod tests {
         assert!(matches!(Settings::from_toml("idle_timeut = \"5s\""), Err(ConfigError::UnknownOrInvalid(_))));
         let bad = Settings { idle_timeout: Some("5 parsecs".into()), ..Settings::default() };
         assert!(matches!(ServerConfig::from_layers(&[&bad]), Err(ConfigError::Invalid { key: "idle_timeout", .. })));
-        let bad = Settings { bus: Some("mqtt://x:1883".into()), ..Settings::default() };
+        let bad = Settings { bus: Some("amqp://x:5672".into()), ..Settings::default() };
         assert!(matches!(ServerConfig::from_layers(&[&bad]), Err(ConfigError::Invalid { key: "bus", .. })));
     }
 }

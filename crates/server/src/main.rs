@@ -133,7 +133,7 @@ async fn run(config: ServerConfig, registry: skua_core::Registry, dev: bool) -> 
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("while binding {}", config.listen))?;
-    let backends = node::backends(&config);
+    let backends = node::backends(&config, &node::Embedded::default()).await.context("while connecting the backends")?;
     let node = node::RunningNode::start(&config, Arc::new(SharedRegistry::new(registry)), backends, listener)
         .context("while starting the node")?;
     // One machine-readable line on stdout, for scripts and the interop suite (`--listen :0`).

@@ -11,24 +11,37 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::{BusConfig, PresenceConfig, ServerConfig};
 
-/// Builds the embedded backends for one node: a private in-process bus, in-memory presence
-/// and an in-memory session store.
-pub fn embedded_backends(config: &ServerConfig) -> Backends {
-    let broker = skua_bus::InProcessBus::new();
-    let (bus, bus_deliveries) = broker.connect(config.node_id.clone(), config.edge.bus_queue);
-    Backends {
-        bus,
-        bus_deliveries,
-        presence: Arc::new(skua_presence::MemoryPresence::new()),
-        store: Arc::new(skua_store::MemoryStore::new()),
-    }
+/// Embedded backends that several in-process nodes can share (tests, single node).
+#[derive(Debug, Clone, Default)]
+pub struct Embedded {
+    /// The in-process bus every node connects to.
+    pub bus: skua_bus::InProcessBus,
+    /// In-memory presence.
+    pub presence: Arc<skua_presence::MemoryPresence>,
+    /// In-memory session store.
+    pub store: Arc<skua_store::MemoryStore>,
 }
 
-/// Builds the backends `config` names.
-pub fn backends(config: &ServerConfig) -> Backends {
-    match (&config.bus, &config.presence) {
-        (BusConfig::Memory, PresenceConfig::Memory) => embedded_backends(config),
-    }
+/// Builds the backends `config` names; embedded slots come from `embedded`.
+///
+/// # Errors
+/// When an external backend cannot be reached or its URL is invalid.
+pub async fn backends(config: &ServerConfig, embedded: &Embedded) -> anyhow::Result<Backends> {
+    let (bus, bus_deliveries) = match &config.bus {
+        BusConfig::Memory => embedded.bus.connect(config.node_id.clone(), config.edge.bus_queue),
+        BusConfig::Mqtt { url } => {
+            let _ = url;
+            anyhow::bail!("the MQTT bus is not available yet")
+        }
+    };
+    let presence: Arc<dyn skua_core::Presence> = match &config.presence {
+        PresenceConfig::Memory => embedded.presence.clone(),
+        PresenceConfig::Redis { url } => {
+            let _ = url;
+            anyhow::bail!("Redis presence is not available yet")
+        }
+    };
+    Ok(Backends { bus, bus_deliveries, presence, store: embedded.store.clone() })
 }
 
 /// A running node.

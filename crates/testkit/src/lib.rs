@@ -1,13 +1,16 @@
 //! Test harness for Skua (a dev-dependency, used only from `tests/`).
 //!
 //! - [`server`]: [`TestServer`], a real node in process on port 0, plus token helpers;
+//! - [`cluster`]: [`TestCluster`], several nodes on shared embedded or external backends;
 //! - [`client`]: [`WsClient`], a raw protocol client, and [`Frame`], a decoded server frame;
 //! - [`conformance`]: behavioural suites for the bus, presence and store slots: test bodies
 //!   plus macros that turn them into tests for one implementation.
 
 pub mod client;
+pub mod cluster;
 pub mod conformance;
 pub mod server;
 
 pub use client::{Event, Frame, WsClient, encode};
+pub use cluster::TestCluster;
 pub use server::{TestServer, dev_jwt, jwt_with_secret, now_s};

@@ -11,7 +11,7 @@ use skua_server::{RunningNode, ServerConfig, Settings, fixtures, node};
 use crate::client::WsClient;
 
 /// Builds a [`TestServer`]: dev fixtures plus extra fixtures, with settings overridden.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct TestServerBuilder {
     settings: Settings,
     extra_fixtures: Vec<String>,
@@ -42,7 +42,16 @@ impl TestServerBuilder {
     /// # Panics
     /// When the configuration or fixtures are invalid, or the port cannot be bound.
     pub async fn spawn(self) -> TestServer {
-        let mut settings = self.settings;
+        self.spawn_with(&node::Embedded::default()).await
+    }
+
+    /// Starts the server, taking its embedded slots from `embedded` (nodes sharing one
+    /// `Embedded` form an in-process cluster).
+    ///
+    /// # Panics
+    /// As [`Self::spawn`].
+    pub async fn spawn_with(&self, embedded: &node::Embedded) -> TestServer {
+        let mut settings = self.settings.clone();
         settings.listen = Some("127.0.0.1:0".into());
         let mut config = ServerConfig::from_layers(&[&settings]).expect("test configuration");
         for f in &self.edge {
@@ -54,7 +63,7 @@ impl TestServerBuilder {
         }
         let registry = fixtures::load(&sources).expect("test fixtures");
         let listener = tokio::net::TcpListener::bind(config.listen).await.expect("bind 127.0.0.1:0");
-        let backends = node::backends(&config);
+        let backends = node::backends(&config, embedded).await.expect("test backends");
         let registry = Arc::new(SharedRegistry::new(registry));
         let node = RunningNode::start(&config, registry.clone(), backends, listener).expect("start node");
         TestServer { addr: node.addr, state: node.state.clone(), registry, node: Some(node) }

@@ -1,1 +1,308 @@
-//! Placeholder until written.
+//! Server-initiated closes (N28, N30): idle timeout, heartbeats and pings as activity (N5),
+//! slow consumers, and the shutdown drain.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use rmpv::Value;
+use skua_testkit::{Event, TestServer, encode, frame};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+const TOPIC: &str = "demo/general/messages";
+const IDLE: Duration = Duration::from_millis(300);
+
+type Raw = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+async fn idle_server() -> TestServer {
+    TestServer::builder().settings(|s| s.idle_timeout = Some("300ms".into())).spawn().await
+}
+
+fn binary(v: &Value) -> Message {
+    Message::Binary(encode(v).into())
+}
+
+fn decode(b: &[u8]) -> Value {
+    rmpv::decode::read_value(&mut &b[..]).expect("server frames are msgpack")
+}
+
+/// The next message of a raw socket, failing after 5 s.
+async fn raw_next<S>(ws: &mut WebSocketStream<S>) -> Message
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    match tokio::time::timeout(Duration::from_secs(5), ws.next()).await {
+        Ok(Some(Ok(m))) => m,
+        Ok(other) => panic!("socket ended: {other:?}"),
+        Err(_) => panic!("nothing from the server within 5 s"),
+    }
+}
+
+/// The next decoded frame of a raw socket, skipping pings, pongs and heartbeat echoes.
+async fn raw_frame<S>(ws: &mut WebSocketStream<S>) -> Value
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    loop {
+        match raw_next(ws).await {
+            Message::Binary(b) if !b.is_empty() => return decode(&b),
+            Message::Binary(_) | Message::Ping(_) | Message::Pong(_) => {}
+            other => panic!("expected a frame, got {other:?}"),
+        }
+    }
+}
+
+async fn raw_auth<S>(ws: &mut WebSocketStream<S>, token: &str)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    ws.send(binary(&frame! {"type" => "auth", "token" => token, "protocolVersion" => 2})).await.expect("send auth");
+    let reply = raw_frame(ws).await;
+    assert_eq!(reply["type"].as_str(), Some("auth"));
+    assert_eq!(reply["success"], Value::Boolean(true), "{reply:?}");
+}
+
+fn assert_close(msg: Option<CloseFrame>, code: u16, reason: &str) {
+    let f = msg.unwrap_or_else(|| panic!("close frame without code; expected {code}"));
+    assert_eq!((u16::from(f.code), f.reason.as_str()), (code, reason));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Idle timeout (N28, N30) and activity (N5)
+
+#[tokio::test]
+async fn idle_unauthenticated_socket_is_closed_4000_idle_timeout() {
+    let server = idle_server().await;
+    let start = Instant::now();
+    let mut c = server.connect().await;
+    assert_eq!(c.expect_close().await, (4000, "idle_timeout".to_owned()));
+    assert!(start.elapsed() >= IDLE - Duration::from_millis(50), "closed after {:?}, before the timeout", start.elapsed());
+}
+
+#[tokio::test]
+async fn idle_authenticated_socket_is_closed_4000_idle_timeout() {
+    let server = idle_server().await;
+    let mut c = server.auth("dev-token-alice").await;
+    c.subscribe(TOPIC).await;
+    let last_frame = Instant::now();
+    assert_eq!(c.expect_close().await, (4000, "idle_timeout".to_owned()));
+    assert!(last_frame.elapsed() >= IDLE - Duration::from_millis(50), "closed after {:?}", last_frame.elapsed());
+}
+
+#[tokio::test]
+async fn heartbeats_keep_the_socket_open_and_are_echoed_before_and_after_auth() {
+    let server = idle_server().await;
+    let mut c = server.connect().await;
+    let start = Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    for i in 0..16 {
+        tick.tick().await;
+        if i == 8 {
+            c.auth_ok("dev-token-alice", 2).await;
+        }
+        c.heartbeat().await;
+        assert_eq!(c.next_event().await, Event::Heartbeat, "heartbeat {i} is echoed with an empty binary frame");
+    }
+    // 1.5 s of heartbeats, five idle timeouts, and the socket is still there.
+    assert!(start.elapsed() >= IDLE * 5);
+    let stopped = Instant::now();
+    assert_eq!(c.expect_close().await, (4000, "idle_timeout".to_owned()));
+    assert!(stopped.elapsed() >= IDLE - Duration::from_millis(50));
+}
+
+#[tokio::test]
+async fn websocket_pings_are_answered_and_count_as_activity() {
+    let server = idle_server().await;
+    let (mut ws, _) = tokio_tungstenite::connect_async(server.url()).await.expect("connect");
+    let start = Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    for i in 0u8..16 {
+        tick.tick().await;
+        if i == 8 {
+            raw_auth(&mut ws, "dev-token-alice").await;
+        }
+        ws.send(Message::Ping(vec![i, 0xab].into())).await.expect("send ping");
+        loop {
+            match raw_next(&mut ws).await {
+                Message::Pong(p) => {
+                    assert_eq!(p.as_ref(), [i, 0xab], "pong echoes the ping's payload");
+                    break;
+                }
+                Message::Close(f) => panic!("closed while pinging (ping {i}): {f:?}"),
+                _ => {}
+            }
+        }
+    }
+    assert!(start.elapsed() >= IDLE * 5);
+    loop {
+        match raw_next(&mut ws).await {
+            Message::Close(f) => return assert_close(f, 4000, "idle_timeout"),
+            Message::Pong(_) | Message::Ping(_) => {}
+            other => panic!("expected the idle close, got {other:?}"),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Slow consumers (N28)
+
+#[tokio::test]
+async fn slow_subscriber_is_closed_with_4008_and_the_others_get_every_message_in_order() {
+    const MAX_MESSAGES: u64 = 600;
+    let server = TestServer::builder()
+        .settings(|s| {
+            s.rate_limit = Some(100_000);
+            s.outbound_queue_messages = Some(16);
+        })
+        .spawn()
+        .await;
+    // bob never reads after subscribing; a small receive buffer makes TCP fill up quickly.
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_recv_buffer_size(8 * 1024).expect("SO_RCVBUF");
+    let stream = socket.connect(server.addr).await.expect("connect");
+    let (mut bob, _) = tokio_tungstenite::client_async(server.url(), stream).await.expect("handshake");
+    raw_auth(&mut bob, "dev-token-bob").await;
+    bob.send(binary(&frame! {"type" => "subscribe", "topic" => TOPIC})).await.expect("send");
+    assert_eq!(raw_frame(&mut bob).await["type"].as_str(), Some("subscribed"));
+
+    let mut carol = server.auth("dev-token-carol").await;
+    carol.subscribe(TOPIC).await;
+    let mut alice = server.auth("dev-token-alice").await;
+    let closes = || server.state.metrics.slow_consumer_closes.load(Ordering::Relaxed);
+    assert_eq!(closes(), 0);
+
+    // Lock-step with carol, so only bob can fall behind: each message is read by carol
+    // before the next is published.
+    let pad = Value::Binary(vec![0x42; 64 * 1024]);
+    let mut sent = 0;
+    let mut after_close = None;
+    while sent < MAX_MESSAGES && after_close.is_none_or(|n| n < 5) {
+        alice.send(frame! {"type" => "publish", "topic" => TOPIC, "data" => frame! {"seq" => sent, "pad" => pad.clone()}}).await;
+        let m = carol.expect("message").await;
+        assert_eq!(m.get("data")["seq"].as_u64(), Some(sent), "carol gets every message, in order");
+        sent += 1;
+        if closes() > 0 {
+            after_close = Some(after_close.map_or(0, |n| n + 1));
+        }
+    }
+    assert!(after_close.is_some(), "bob never overflowed his queue in {sent} messages of 64 KB");
+
+    // Drain bob: what was written before the overflow, then the close frame.
+    let mut got = Vec::new();
+    let close = loop {
+        match raw_next(&mut bob).await {
+            Message::Binary(b) if !b.is_empty() => {
+                let v = decode(&b);
+                assert_eq!(v["type"].as_str(), Some("message"));
+                got.push(v["data"]["seq"].as_u64().expect("seq"));
+            }
+            Message::Close(f) => break f,
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert_close(close, 4008, "slow_consumer");
+    let expected: Vec<u64> = (0..u64::try_from(got.len()).expect("len")).collect();
+    assert_eq!(got, expected, "bob got a gap-free prefix before the close");
+    assert!(got.len() < usize::try_from(sent).expect("sent"), "bob cannot have had everything");
+    assert_eq!(closes(), 1, "only bob was a slow consumer");
+
+    // carol and alice are unaffected
+    alice.publish_acked(TOPIC, frame! {"seq" => sent}).await;
+    assert_eq!(carol.expect("message").await.get("data")["seq"].as_u64(), Some(sent));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shutdown drain (N28)
+
+/// Opens a connection and writes `request` (complete or not) on it.
+async fn http_open(addr: SocketAddr, request: &str) -> TcpStream {
+    let mut s = TcpStream::connect(addr).await.expect("connect");
+    s.write_all(request.as_bytes()).await.expect("write request");
+    s
+}
+
+/// Reads an HTTP response to the end and returns its status code and body.
+async fn http_response(mut s: TcpStream) -> (u16, String) {
+    let mut buf = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf))
+        .await
+        .expect("response within 5 s")
+        .expect("read response");
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let status = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("no status line: {text:?}"));
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    (status, body)
+}
+
+async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let s = http_open(addr, &format!("GET {path} HTTP/1.1\r\nHost: skua\r\nConnection: close\r\n\r\n")).await;
+    http_response(s).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_closes_every_socket_1012_fails_readiness_and_refuses_upgrades() {
+    let server = TestServer::builder().settings(|s| s.shutdown_grace = Some("5s".into())).spawn().await;
+    let addr = server.addr;
+    let url = server.url();
+    assert_eq!(http_get(addr, "/healthz").await.0, 200);
+    assert_eq!(http_get(addr, "/readyz").await.0, 200);
+
+    let mut alice = server.auth("dev-token-alice").await;
+    let mut bob = server.auth("dev-token-bob").await;
+    let mut carol = server.auth("dev-token-carol").await;
+    let mut stranger = server.connect().await;
+    carol.subscribe(TOPIC).await;
+    for c in [&mut alice, &mut bob] {
+        c.send(frame! {"type" => "presence", "roomId" => "general", "data" => frame! {"s" => "on"}}).await;
+        c.next_of("presence").await;
+    }
+
+    // Requests already accepted when the drain begins, held back by their last CRLF.
+    let ready = http_open(addr, "GET /readyz HTTP/1.1\r\nHost: skua\r\nConnection: close\r\n").await;
+    let upgrade = http_open(
+        addr,
+        "GET /ws HTTP/1.1\r\nHost: skua\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n",
+    )
+    .await;
+    // A full request on a later connection: once it is answered, the two above were accepted.
+    assert_eq!(http_get(addr, "/healthz").await.0, 200);
+
+    let shutdown = tokio::spawn(server.shutdown());
+    for (who, c) in [("alice", &mut alice), ("bob", &mut bob), ("carol", &mut carol), ("stranger", &mut stranger)] {
+        assert_eq!(c.expect_close().await, (1012, "server_restart".to_owned()), "{who}");
+    }
+
+    // The drain has begun: readiness fails and upgrades are refused.
+    let mut ready = ready;
+    ready.write_all(b"\r\n").await.expect("finish request");
+    let (status, body) = http_response(ready).await;
+    assert_eq!(status, 503, "readyz while draining: {body:?}");
+    let mut upgrade = upgrade;
+    upgrade.write_all(b"\r\n").await.expect("finish request");
+    assert_eq!(http_response(upgrade).await.0, 503, "no upgrade while draining");
+    assert!(tokio_tungstenite::connect_async(url).await.is_err(), "a new WebSocket is refused while draining");
+
+    assert!(shutdown.await.expect("shutdown task"), "every connection closed within the grace");
+}
+
+#[tokio::test]
+async fn idle_timeout_is_per_connection() {
+    let server = idle_server().await;
+    let mut idle = server.auth("dev-token-bob").await;
+    let mut active = server.auth("dev-token-alice").await;
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    for _ in 0..10 {
+        tick.tick().await;
+        active.heartbeat().await;
+        assert_eq!(active.next_event().await, Event::Heartbeat);
+    }
+    assert_eq!(idle.expect_close().await, (4000, "idle_timeout".to_owned()));
+    active.subscribe(TOPIC).await;
+}

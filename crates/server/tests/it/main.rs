@@ -1,6 +1,7 @@
 //! Integration tests: the real server in process on port 0, driven over WebSockets.
 
 mod closes;
+mod cluster;
 mod errors;
 mod filters;
 mod fuzz;
