@@ -66,7 +66,8 @@ def make_client(url: str, token: str, label: Optional[str] = None, **options: An
     """A client that is not connected yet. Options default to no auto-reconnect (tests that
     need it turn it on) and the SDK's debug logging on (pytest shows it for failed tests)."""
     opts = NoLagOptions(**{"url": url, "debug": True, "reconnect": False, **options})
-    client = TracedNoLag(token, opts, label or f"{token}#{next(_labels)}")
+    name = token if len(token) <= 24 else f"{token[:10]}…"
+    client = TracedNoLag(token, opts, label or f"{name}#{next(_labels)}")
     _live.append(client)
     return client
 
@@ -85,7 +86,7 @@ async def close(client: NoLag) -> None:
     if ws is not None:
         try:
             await asyncio.wait_for(ws.wait_closed(), T)
-        except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - best effort
+        except Exception:  # noqa: BLE001 - best effort: a timeout or an already-dead socket
             pass
 
 

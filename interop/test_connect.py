@@ -77,7 +77,9 @@ async def test_expired_jwt_is_token_expired(skua):
 @pytest.mark.timeout(20)
 async def test_client_token_expiry_disconnects(skua):
     """N27: at expiry the server sends `disconnect` (token_expired) and closes 4003; the SDK
-    surfaces the close as its 'disconnect' event."""
+    surfaces the close as its 'disconnect' event. (The wire doc's "SDKs with a token provider
+    reconnect with a fresh token" does not apply: nolag 2.6.0 has no token provider, so this
+    client does not reconnect.)"""
     issued = time.time()
     client = make_client(skua.url, mint_jwt("bob", expires_in=2))
     disconnected = Recorder("disconnect")

@@ -36,6 +36,9 @@ async def test_presence_join_update_leave(skua):
     # N21: event data never carries actor_type; the wire doc's event has exactly these keys.
     join_frame = [f for f in alice.frames("presence") if f["event"] == "join" and f["data"]["actor_token_id"] == "bob"][0]
     assert join_frame["data"] == {"actor_token_id": "bob", "presence": joined.presence}
+    # The SDK reads `joined_at` from events, but per the wire doc `joinedAt` appears only in
+    # snapshots, so ActorPresence.joined_at stays None; fetch_presence has it.
+    assert joined.joined_at is None
 
     members = by_actor(await a_room.fetch_presence())
     assert set(members) == {"alice", "bob"}

@@ -6,7 +6,7 @@ import msgpack
 import pytest
 from nolag import EmitOptions, NoLagServerError
 
-from helpers import Recorder, T, connect, emit_ack, sentinel, strict_equal, subscribe_ack, subscribe_ok
+from helpers import Recorder, T, barrier, connect, emit_ack, sentinel, strict_equal, subscribe_ack, subscribe_ok
 
 TOPIC = "demo/general/messages"
 
@@ -161,3 +161,46 @@ async def test_emit_error_reaches_callback(skua, token, topic):
     assert err.topic == topic
     assert err.msg_ref == sent_ref
     assert client.frames("published") == []
+
+
+async def test_retained_message_reaches_later_subscriber(skua):
+    """N20: the last retained message is delivered right after `subscribed` to a later
+    subscriber; N33: never to the publishing actor."""
+    alice = await connect(skua.url, "dev-token-alice")
+    assert await emit_ack(alice, "demo/random/status", {"v": 1}, EmitOptions(retain=True)) is None
+    assert await emit_ack(alice, "demo/random/status", {"v": 2}, EmitOptions(retain=True)) is None
+
+    bob = await connect(skua.url, "dev-token-bob")
+    inbox = Recorder("bob status")
+    bob.on("demo/random/status", inbox)
+    await subscribe_ok(bob, "demo/random/status")
+    (data, meta) = await inbox.wait_for(lambda d, m: True)
+    assert data == {"v": 2} and meta.sender == "alice"
+
+    own = Recorder("alice status")
+    alice.on("demo/random/status", own)
+    await subscribe_ok(alice, "demo/random/status")
+    mark = sentinel()
+    await bob.emit("demo/random/status", mark)
+    await own.wait_data(mark)
+    assert own.data == [mark]
+
+
+async def test_unsubscribe_stops_delivery(skua):
+    alice = await connect(skua.url, "dev-token-alice")
+    bob = await connect(skua.url, "dev-token-bob")
+    inbox = Recorder("alice messages")
+    alice.on_any(lambda topic, data, meta: inbox(topic, data))
+    await subscribe_ok(alice, TOPIC)
+    await subscribe_ok(alice, "demo/general/status")
+    await bob.emit(TOPIC, {"n": 1})
+    await inbox.wait_for(lambda t, d: d == {"n": 1})
+
+    await alice.unsubscribe(TOPIC)
+    await barrier(alice)
+    assert alice.frames("unsubscribed") == [{"type": "unsubscribed", "topic": TOPIC}]
+    mark = sentinel()
+    await bob.emit(TOPIC, {"n": 2})
+    await bob.emit("demo/general/status", mark)
+    await inbox.wait_for(lambda t, d: d == mark)
+    assert inbox.calls == [(TOPIC, {"n": 1}), ("demo/general/status", mark)]

@@ -1,8 +1,10 @@
 """Reconnect (N23, N28): when the server drops the socket the SDK reconnects by itself with
 `reconnect: true`, and the server restores its subscriptions; the SDK never resubscribes."""
 
+import asyncio
+
 import pytest
-from nolag import EmitOptions, SubscribeOptions
+from nolag import ConnectionStatus, EmitOptions, SubscribeOptions
 
 from helpers import Recorder, connect, sentinel, subscribe_ok
 
@@ -54,3 +56,39 @@ async def test_sdk_reconnects_and_keeps_its_subscriptions(skua_factory):
         assert set(r) == {"pattern", "topic", "load_balance", "load_balance_group", "filters"}, r
         assert r["load_balance"] is False and r["load_balance_group"] is None
     assert {r["pattern"]: r["filters"] for r in restored} == {TOPIC: [], FILTERED: ["vip"]}
+
+
+@pytest.mark.timeout(30)
+async def test_presence_comes_back_after_reconnect(skua_factory):
+    """The SDK re-sends its presence after reconnecting; the room sees alice leave with the
+    dropped socket (N21) and join again."""
+    skua = skua_factory("--idle-timeout", "1s")
+    alice = await connect(skua.url, "dev-token-alice", heartbeat_interval=0, reconnect=True, reconnect_interval=0.2)
+    bob = await connect(skua.url, "dev-token-bob", heartbeat_interval=0.3)
+    joins, leaves, reconnects = Recorder("bob join"), Recorder("bob leave"), Recorder("alice reconnect")
+    bob.on("presence:join", joins)
+    bob.on("presence:leave", leaves)
+    alice.on("reconnect", reconnects)
+    await bob.set_presence({"who": "bob"}, room_id="general")
+    await alice.set_presence({"who": "alice"}, room_id="general")
+    await joins.wait_for(lambda a: a.actor_token_id == "alice")
+
+    await leaves.wait_for(lambda a: a.actor_token_id == "alice", what="alice's leave on the idle close")
+    await reconnects.wait_count(1, timeout=5)
+    await joins.wait_for_all(
+        lambda calls: [a.actor_token_id for (a,) in calls].count("alice") == 2, what="alice's second join"
+    )
+    assert joins.calls[-1][0].presence == {"who": "alice"}
+
+
+async def test_server_restart_close_lets_the_sdk_reconnect(skua):
+    """N28: a draining node closes with 1012, not 1000/1001, so the SDK treats it as a drop
+    (its 'disconnect' event fires and it schedules a reconnect)."""
+    alice = await connect(skua.url, "dev-token-alice", reconnect=True, reconnect_interval=30)
+    disconnects = Recorder("alice disconnect")
+    alice.on("disconnect", disconnects)
+    stopping = asyncio.get_running_loop().run_in_executor(None, skua.stop)
+    (reason,) = await disconnects.wait_for(lambda r: True, timeout=10)
+    assert "1012" in reason, reason
+    assert alice.status == ConnectionStatus.RECONNECTING
+    assert await asyncio.wait_for(stopping, 15) == 0  # and the server exits cleanly
