@@ -1,0 +1,11 @@
+"""The README's Python example is byte for byte interop/readme_example.py, which
+test_readme_example.py runs against a real server: so the README example is tested."""
+from pathlib import Path
+
+HERE = Path(__file__).parent
+
+
+def test_readme_shows_the_tested_example():
+    readme = (HERE.parent / "README.md").read_text()
+    example = (HERE / "readme_example.py").read_text()
+    assert "```python\n" + example + "```\n" in readme
