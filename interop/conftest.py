@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import threading
+import uuid
 from pathlib import Path
 
 import pytest
@@ -105,6 +106,49 @@ class SkuaServer:
         return self.proc.returncode
 
 
+def cluster_backends() -> list[str] | None:
+    """With SKUA_INTEROP_CLUSTER=1 every test runs against a 2-node cluster over the MQTT broker
+    and Redis named by SKUA_TEST_MQTT_URL / SKUA_TEST_REDIS_URL (and the Postgres store named
+    by SKUA_TEST_POSTGRES_URL when set), in a fresh namespace per server set."""
+    if os.environ.get("SKUA_INTEROP_CLUSTER") != "1":
+        return None
+    mqtt, redis = os.environ.get("SKUA_TEST_MQTT_URL"), os.environ.get("SKUA_TEST_REDIS_URL")
+    if not mqtt or not redis:
+        pytest.exit("SKUA_INTEROP_CLUSTER=1 needs SKUA_TEST_MQTT_URL and SKUA_TEST_REDIS_URL", returncode=3)
+    flags = ["--bus", mqtt, "--presence", redis, "--namespace", "interop" + uuid.uuid4().hex[:12]]
+    return flags
+
+
+class SkuaCluster:
+    """Two nodes of one cluster. Each read of `url` names the next node, so the clients a test
+    creates are split across the nodes."""
+
+    def __init__(self, binary: Path, flags: list[str], backends: list[str], nodes: int = 2):
+        self.nodes = [SkuaServer(binary, [*flags, *backends, "--node-id", f"interop-{i}"]) for i in range(nodes)]
+        self.cmd = self.nodes[0].cmd
+        self._turn = 0
+
+    @property
+    def url(self) -> str:
+        node = self.nodes[self._turn % len(self.nodes)]
+        self._turn += 1
+        return node.url
+
+    @property
+    def stdout(self) -> list[str]:
+        return [line for n in self.nodes for line in n.stdout]
+
+    @property
+    def stderr(self) -> list[str]:
+        return [line for n in self.nodes for line in n.stderr]
+
+    text = staticmethod(SkuaServer.text)
+
+    def stop(self) -> int:
+        codes = [n.stop() for n in self.nodes]
+        return next((c for c in codes if c != 0), 0)
+
+
 @pytest.fixture(scope="session")
 def skua_binary() -> Path:
     path = skua_bin()
@@ -122,10 +166,11 @@ def skua_factory(skua_binary):
     """`start(*flags)` starts a dev server with extra flags (e.g. "--idle-timeout", "1s");
     every server it started is stopped (SIGTERM) after the test. Their output is printed at
     teardown, so pytest shows it for a failed test."""
-    servers: list[SkuaServer] = []
+    servers: list[SkuaServer | SkuaCluster] = []
 
-    def start(*flags: str) -> SkuaServer:
-        server = SkuaServer(skua_binary, list(flags))
+    def start(*flags: str) -> SkuaServer | SkuaCluster:
+        backends = cluster_backends()
+        server = SkuaServer(skua_binary, list(flags)) if backends is None else SkuaCluster(skua_binary, list(flags), backends)
         servers.append(server)
         return server
 
