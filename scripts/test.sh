@@ -6,6 +6,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+echo "== services (Mosquitto, Redis, PostgreSQL)"
+# shellcheck source=scripts/services.sh
+source scripts/services.sh
+
 echo "== cargo fmt --check"
 cargo fmt --all --check
 
@@ -24,5 +28,13 @@ if [ -x scripts/bench-smoke.sh ]; then
   bash scripts/bench-smoke.sh
 fi
 
-echo "== interop suite (real NoLag Python SDK)"
+echo "== interop suite (real NoLag Python SDK), one node"
 bash interop/run.sh
+
+if [ -n "${SKUA_TEST_MQTT_URL:-}" ] && [ -n "${SKUA_TEST_REDIS_URL:-}" ]; then
+  echo "== interop suite, 2-node cluster over MQTT + Redis"
+  SKUA_INTEROP_CLUSTER=1 bash interop/run.sh
+elif [ "${CI:-}" = "true" ]; then
+  echo "interop: the cluster run needs Mosquitto and Redis under CI=true" >&2
+  exit 1
+fi
