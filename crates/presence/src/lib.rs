@@ -1,12 +1,16 @@
 //! Presence backends: implementations of [`skua_core::Presence`], the slot that records who is
 //! in which room.
 //!
-//! This crate depends on `skua-core` only; the edge never names it (only the server picks a
-//! backend). Modules:
-//! - [`memory`]: [`MemoryPresence`], presence in this process's memory, for a single node.
+//! This crate depends on `skua-core` and the `redis` client, no other workspace crate; the edge
+//! never names it (only the server picks a backend). Modules:
+//! - [`memory`]: [`MemoryPresence`], presence in this process's memory, for a single node;
+//! - [`redis`]: [`RedisPresence`], presence in Redis 7, shared by the nodes of a cluster (its
+//!   docs give the key layout).
 //!
 //! Every implementation passes `skua_testkit::presence_conformance!`.
 
 pub mod memory;
+pub mod redis;
 
-pub use memory::MemoryPresence;
+pub use self::memory::MemoryPresence;
+pub use self::redis::RedisPresence;

@@ -20,6 +20,11 @@ impl PresenceHarness for MemoryHarness {
     async fn open(&self) -> Arc<dyn Presence> {
         self.presence.clone()
     }
+
+    /// Memory presence compares only the `now_unix_s` it is given: no need to wait.
+    async fn wait_past(&self, now_unix_s: u64, ttl_s: u64) -> u64 {
+        now_unix_s + ttl_s
+    }
 }
 
 skua_testkit::presence_conformance!(MemoryHarness::new());

@@ -36,12 +36,21 @@ pub async fn backends(config: &ServerConfig, embedded: &Embedded) -> anyhow::Res
     };
     let presence: Arc<dyn skua_core::Presence> = match &config.presence {
         PresenceConfig::Memory => embedded.presence.clone(),
-        PresenceConfig::Redis { url } => {
-            let _ = url;
-            anyhow::bail!("Redis presence is not available yet")
-        }
+        PresenceConfig::Redis { url } => Arc::new(
+            skua_presence::RedisPresence::connect(url, &config.edge.namespace)
+                .await
+                .map_err(|e| anyhow::anyhow!("while connecting to Redis presence at {}: {e}", redact(url)))?,
+        ),
     };
     Ok(Backends { bus, bus_deliveries, presence, store: embedded.store.clone() })
+}
+
+/// `scheme://host…` without credentials, for messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}://…@{}", &url[..s], &url[at + 1..]),
+        _ => url.to_owned(),
+    }
 }
 
 /// A running node.

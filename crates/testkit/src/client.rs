@@ -175,7 +175,12 @@ impl WsClient {
 
     /// Skips frames until one of `type` `ty` arrives (fails after 5 s overall).
     pub async fn next_of(&mut self, ty: &str) -> Frame {
-        let deadline = tokio::time::Instant::now() + FRAME_TIMEOUT;
+        self.next_of_within(ty, FRAME_TIMEOUT).await
+    }
+
+    /// Skips frames until one of `type` `ty` arrives (fails after `wait` overall).
+    pub async fn next_of_within(&mut self, ty: &str, wait: Duration) -> Frame {
+        let deadline = tokio::time::Instant::now() + wait;
         loop {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             match self.next_event_within(left).await {

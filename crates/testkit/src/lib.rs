@@ -3,12 +3,14 @@
 //! - [`server`]: [`TestServer`], a real node in process on port 0, plus token helpers;
 //! - [`cluster`]: [`TestCluster`], several nodes on shared embedded or external backends;
 //! - [`client`]: [`WsClient`], a raw protocol client, and [`Frame`], a decoded server frame;
+//! - [`process`]: real `skua`, Mosquitto and Redis processes for fault tests;
 //! - [`conformance`]: behavioural suites for the bus, presence and store slots: test bodies
 //!   plus macros that turn them into tests for one implementation.
 
 pub mod client;
 pub mod cluster;
 pub mod conformance;
+pub mod process;
 pub mod server;
 
 pub use client::{Event, Frame, WsClient, encode};

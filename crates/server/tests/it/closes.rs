@@ -11,14 +11,12 @@ use skua_testkit::{Event, TestServer, encode, frame};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
+use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
-use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 const TOPIC: &str = "demo/general/messages";
 const IDLE: Duration = Duration::from_millis(300);
-
-type Raw = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 async fn idle_server() -> TestServer {
     TestServer::builder().settings(|s| s.idle_timeout = Some("300ms".into())).spawn().await
@@ -82,7 +80,11 @@ async fn idle_unauthenticated_socket_is_closed_4000_idle_timeout() {
     let start = Instant::now();
     let mut c = server.connect().await;
     assert_eq!(c.expect_close().await, (4000, "idle_timeout".to_owned()));
-    assert!(start.elapsed() >= IDLE - Duration::from_millis(50), "closed after {:?}, before the timeout", start.elapsed());
+    assert!(
+        start.elapsed() >= IDLE - Duration::from_millis(50),
+        "closed after {:?}, before the timeout",
+        start.elapsed()
+    );
 }
 
 #[tokio::test]
@@ -183,7 +185,11 @@ async fn slow_subscriber_is_closed_with_4008_and_the_others_get_every_message_in
     let mut sent = 0;
     let mut after_close = None;
     while sent < MAX_MESSAGES && after_close.is_none_or(|n| n < 5) {
-        alice.send(frame! {"type" => "publish", "topic" => TOPIC, "data" => frame! {"seq" => sent, "pad" => pad.clone()}}).await;
+        alice
+            .send(
+                frame! {"type" => "publish", "topic" => TOPIC, "data" => frame! {"seq" => sent, "pad" => pad.clone()}},
+            )
+            .await;
         let m = carol.expect("message").await;
         assert_eq!(m.get("data")["seq"].as_u64(), Some(sent), "carol gets every message, in order");
         sent += 1;
@@ -235,7 +241,8 @@ async fn http_response(mut s: TcpStream) -> (u16, String) {
         .expect("response within 5 s")
         .expect("read response");
     let text = String::from_utf8_lossy(&buf).into_owned();
-    let status = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("no status line: {text:?}"));
+    let status =
+        text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("no status line: {text:?}"));
     let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
     (status, body)
 }

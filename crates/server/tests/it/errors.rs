@@ -121,12 +121,14 @@ async fn undecodable_frame_before_auth_is_invalid_frame_and_auth_still_works() {
 // ---------------------------------------------------------------------------------------------
 // Malformed frames (N3, N31)
 
+/// (what, the frame, `topic` expected in the error, `msgRef` expected in the error)
+type Case<F> = (&'static str, F, Option<&'static str>, Option<&'static str>);
+
 #[tokio::test]
 async fn malformed_frames_are_invalid_frame_with_hint_and_the_connection_stays_open() {
     let server = TestServer::start().await;
     let mut c = server.auth("dev-token-alice").await;
-    // (what, frame bytes, topic expected in the error, msgRef expected in the error)
-    let cases: Vec<(&str, Vec<u8>, Option<&str>, Option<&str>)> = vec![
+    let cases: Vec<Case<Vec<u8>>> = vec![
         ("reserved marker", vec![0xc1], None, None),
         ("truncated map", vec![0x82, 0xa4, b't', b'y', b'p', b'e'], None, None),
         ("truncated str", vec![0x81, 0xa4, b't', b'y'], None, None),
@@ -136,13 +138,28 @@ async fn malformed_frames_are_invalid_frame_with_hint_and_the_connection_stays_o
         ("string", encode(&Value::from("publish")), None, None),
         ("nil", vec![0xc0], None, None),
         ("bin", encode(&Value::Binary(vec![1, 2, 3])), None, None),
-        ("map without type", encode(&frame! {"topic" => TOPIC, "msgRef" => "r-0", "data" => 1}), Some(TOPIC), Some("r-0")),
+        (
+            "map without type",
+            encode(&frame! {"topic" => TOPIC, "msgRef" => "r-0", "data" => 1}),
+            Some(TOPIC),
+            Some("r-0"),
+        ),
         ("empty map", vec![0x80], None, None),
         ("integer type", encode(&frame! {"type" => 3, "topic" => TOPIC}), Some(TOPIC), None),
         ("nil type", encode(&frame! {"type" => Value::Nil}), None, None),
         ("bin type", encode(&frame! {"type" => Value::Binary(b"publish".to_vec())}), None, None),
-        ("unknown type", encode(&frame! {"type" => "nope", "topic" => TOPIC, "msgRef" => "r-1"}), Some(TOPIC), Some("r-1")),
-        ("type with other case", encode(&frame! {"type" => "Publish", "topic" => TOPIC, "data" => 1}), Some(TOPIC), None),
+        (
+            "unknown type",
+            encode(&frame! {"type" => "nope", "topic" => TOPIC, "msgRef" => "r-1"}),
+            Some(TOPIC),
+            Some("r-1"),
+        ),
+        (
+            "type with other case",
+            encode(&frame! {"type" => "Publish", "topic" => TOPIC, "data" => 1}),
+            Some(TOPIC),
+            None,
+        ),
     ];
     for (what, bytes, topic, msg_ref) in cases {
         c.send_bytes(bytes).await;
@@ -163,9 +180,14 @@ async fn malformed_frames_are_invalid_frame_with_hint_and_the_connection_stays_o
 async fn known_types_missing_a_required_field_are_invalid_frame_with_hint() {
     let server = TestServer::start().await;
     let mut c = server.auth("dev-token-alice").await;
-    let cases: Vec<(&str, Value, Option<&str>, Option<&str>)> = vec![
+    let cases: Vec<Case<Value>> = vec![
         ("publish without topic", frame! {"type" => "publish", "data" => 1, "msgRef" => "r-1"}, None, Some("r-1")),
-        ("publish without data", frame! {"type" => "publish", "topic" => TOPIC, "msgRef" => "r-2"}, Some(TOPIC), Some("r-2")),
+        (
+            "publish without data",
+            frame! {"type" => "publish", "topic" => TOPIC, "msgRef" => "r-2"},
+            Some(TOPIC),
+            Some("r-2"),
+        ),
         ("publish with integer topic", frame! {"type" => "publish", "topic" => 5, "data" => 1}, None, None),
         ("subscribe without topic", frame! {"type" => "subscribe", "filters" => strs(&["a"])}, None, None),
         ("subscribe with nil topic", frame! {"type" => "subscribe", "topic" => Value::Nil}, None, None),
@@ -257,7 +279,8 @@ async fn reply_carries_the_negotiated_protocol_version() {
     ];
     for (what, version, expected) in cases {
         let mut c = server.connect().await;
-        let mut f = vec![(Value::from("type"), Value::from("auth")), (Value::from("token"), Value::from("dev-token-bob"))];
+        let mut f =
+            vec![(Value::from("type"), Value::from("auth")), (Value::from("token"), Value::from("dev-token-bob"))];
         if let Some(v) = version {
             f.push((Value::from("protocolVersion"), v));
         }
@@ -430,12 +453,16 @@ async fn more_than_100_filters_are_too_many_filters_on_subscribe_set_filters_and
     c.send(frame! {"type" => "setFilters", "topic" => TOPIC, "filters" => many_filters(100)}).await;
     assert_eq!(c.expect("filtersUpdated").await.str("topic"), TOPIC);
 
-    c.send(frame! {"type" => "publish", "topic" => TOPIC, "data" => 1, "filters" => many_filters(101), "msgRef" => "tm"})
-        .await;
+    c.send(
+        frame! {"type" => "publish", "topic" => TOPIC, "data" => 1, "filters" => many_filters(101), "msgRef" => "tm"},
+    )
+    .await;
     let e = c.expect_error(TOO_MANY_FILTERS).await;
     assert_eq!((e.str("topic"), e.str("msgRef")), (TOPIC, "tm"));
-    c.send(frame! {"type" => "publish", "topic" => TOPIC, "data" => 1, "filters" => many_filters(100), "msgRef" => "ok"})
-        .await;
+    c.send(
+        frame! {"type" => "publish", "topic" => TOPIC, "data" => 1, "filters" => many_filters(100), "msgRef" => "ok"},
+    )
+    .await;
     assert_eq!(c.expect("published").await.str("msgRef"), "ok");
 }
 

@@ -124,8 +124,10 @@ async fn rate_is_checked_before_size_size_before_access_and_access_before_filter
     let e = c.expect_error("rate_limit_exceeded").await;
     assert_eq!((e.int("code"), e.str("topic"), e.str("msgRef")), (42910, TOPIC, "rs"));
     assert!(!e.has("maxSizeBytes"));
-    c.send(frame! {"type" => "publish", "topic" => unknown, "data" => bin_packed(1001), "filter" => "#", "msgRef" => "ra"})
-        .await;
+    c.send(
+        frame! {"type" => "publish", "topic" => unknown, "data" => bin_packed(1001), "filter" => "#", "msgRef" => "ra"},
+    )
+    .await;
     let e = c.expect_error("rate_limit_exceeded").await;
     assert_eq!((e.int("code"), e.str("topic"), e.str("msgRef")), (42910, unknown, "ra"));
 }
@@ -134,7 +136,8 @@ async fn rate_is_checked_before_size_size_before_access_and_access_before_filter
 async fn subscribe_checks_access_before_filters() {
     let server = TestServer::start().await;
     let mut c = server.auth("dev-token-bob").await;
-    c.send(frame! {"type" => "subscribe", "topic" => "demo/ops/messages", "filters" => Value::from("not a list")}).await;
+    c.send(frame! {"type" => "subscribe", "topic" => "demo/ops/messages", "filters" => Value::from("not a list")})
+        .await;
     let e = c.expect_error("unknown_topic").await;
     assert_eq!((e.int("code"), e.str("topic")), (42940, "demo/ops/messages"));
 }
@@ -322,7 +325,9 @@ async fn presence_snapshot_over_one_mib_is_truncated_to_a_valid_frame_under_one_
     ws.send(Message::Binary(encode(&auth).into())).await.expect("send auth");
     let reply = next_binary(&mut ws).await;
     assert_eq!(decode(&reply)["success"], Value::Boolean(true));
-    ws.send(Message::Binary(encode(&frame! {"type" => "getPresence", "roomId" => "general"}).into())).await.expect("send");
+    ws.send(Message::Binary(encode(&frame! {"type" => "getPresence", "roomId" => "general"}).into()))
+        .await
+        .expect("send");
     let raw = next_binary(&mut ws).await;
     assert!(raw.len() <= MIB, "a {}-byte frame exceeds the 1 MiB client cap (N4)", raw.len());
     let list = decode(&raw);
@@ -333,7 +338,8 @@ async fn presence_snapshot_over_one_mib_is_truncated_to_a_valid_frame_under_one_
     let mut seen = std::collections::HashSet::new();
     for e in entries {
         let id = e["actorTokenId"].as_str().expect("actorTokenId");
-        let i: usize = id.strip_prefix("big-").and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("unexpected actor {id}"));
+        let i: usize =
+            id.strip_prefix("big-").and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("unexpected actor {id}"));
         assert!(seen.insert(i), "{id} listed twice");
         let fill = u8::try_from(i).expect("few actors");
         assert_eq!(e["presence"]["blob"], Value::Binary(vec![fill; BLOB]), "{id}: presence intact");
@@ -342,7 +348,9 @@ async fn presence_snapshot_over_one_mib_is_truncated_to_a_valid_frame_under_one_
     drop(present);
 }
 
-async fn next_binary(ws: &mut tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>) -> Vec<u8> {
+async fn next_binary(
+    ws: &mut tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>,
+) -> Vec<u8> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     loop {
         let msg = tokio::time::timeout_at(deadline, ws.next()).await.expect("no frame within 5 s");

@@ -2,9 +2,15 @@
 //!
 //! A harness opens handles onto one presence backend, as separate nodes would; an external
 //! backend isolates each harness under a unique key prefix. Rooms and actors are fixed per case.
+//!
+//! Time: the node-liveness cases (contracts 7 and 8) pass `now_unix_s` themselves, starting at
+//! [`T0`], and let registrations lapse through [`PresenceHarness::wait_past`]. A backend that
+//! compares the `now_unix_s` it is given (memory) fakes that wait; one with its own clock (Redis
+//! key expiry) really waits, so those cases use a [`TTL_S`] of one second.
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use skua_core::{ActorId, AppId, ConnId, ConnRef, NodeId, Presence, PresenceChange, PresenceEntry, ProjectId, RoomKey};
@@ -17,7 +23,35 @@ pub trait PresenceHarness {
     /// A handle onto the harness's one backend, as another node would open it: entries written
     /// through one handle are visible through every other.
     fn open(&self) -> impl Future<Output = Arc<dyn Presence>>;
+
+    /// Lets node registrations made at `now_unix_s` with a ttl of `ttl_s` lapse, and returns the
+    /// time for the case to pass as `now_unix_s` from then on (at least `now_unix_s + ttl_s`).
+    ///
+    /// The default really waits `ttl_s` plus [`LAPSE_MARGIN`], for backends that expire
+    /// registrations on their own clock: the lapse is a deadline that must pass, not an event
+    /// to poll for. A backend that only compares the given `now_unix_s` returns
+    /// `now_unix_s + ttl_s` at once.
+    fn wait_past(&self, now_unix_s: u64, ttl_s: u64) -> impl Future<Output = u64> {
+        async move {
+            tokio::time::sleep(Duration::from_secs(ttl_s) + LAPSE_MARGIN).await;
+            now_unix_s + ttl_s
+        }
+    }
 }
+
+/// An instant for the liveness cases to start at: unix seconds, 2023-11-14.
+pub const T0: u64 = 1_700_000_000;
+
+/// The short node ttl of the liveness cases, in seconds: what a really waiting
+/// [`PresenceHarness::wait_past`] waits for.
+pub const TTL_S: u64 = 1;
+
+/// A node ttl no case outlives, in seconds.
+pub const LONG_TTL_S: u64 = 60;
+
+/// How much longer than the ttl the default [`PresenceHarness::wait_past`] waits: covers the
+/// time between the case's call and the backend's clock reading.
+pub const LAPSE_MARGIN: Duration = Duration::from_millis(200);
 
 /// Generates one `#[tokio::test]` per case of the [`Presence`] suite.
 ///
@@ -40,6 +74,10 @@ macro_rules! presence_conformance {
             remove_node_returns_the_entries_that_disappeared,
             rooms_are_independent,
             concurrent_announces_join_once_and_one_remove_is_last,
+            refresh_node_is_true_only_without_a_live_registration,
+            lapsed_registration_is_listed_and_refresh_is_true_again,
+            remove_node_forgets_the_registration,
+            concurrent_remove_node_returns_each_entry_to_exactly_one_caller,
         );
     };
     ($harness:expr $(,)?) => {
@@ -220,8 +258,137 @@ pub async fn concurrent_announces_join_once_and_one_remove_is_last<H: PresenceHa
     assert_eq!(list(&handles[1], &r).await, []);
 }
 
+/// Contract 7: `refresh_node` is `true` for a node with no registration and `false` while its
+/// registration is live, through any handle; live registrations are not listed as expired.
+pub async fn refresh_node_is_true_only_without_a_live_registration<H: PresenceHarness>(h: H) {
+    let (p1, p2) = (h.open().await, h.open().await);
+    let (n1, n2) = (node("n1"), node("n2"));
+    assert_eq!(expired(&p1, T0).await, [], "nothing registered yet");
+
+    assert!(refresh(&p1, &n1, T0, TTL_S).await, "the first refresh finds no registration");
+    assert!(!refresh(&p1, &n1, T0, TTL_S).await, "a second refresh within the ttl finds it live");
+    assert!(!refresh(&p2, &n1, T0, TTL_S).await, "the registration is seen through every handle");
+    assert!(refresh(&p2, &n2, T0, TTL_S).await, "each node has its own registration");
+    assert_eq!(expired(&p1, T0).await, [], "live registrations are not expired");
+    assert_eq!(expired(&p2, T0).await, []);
+}
+
+/// Contract 7: once its ttl lapses a registration is listed by `expired_nodes` and
+/// `refresh_node` is `true` again; a node refreshed in time (here for longer) is not listed.
+pub async fn lapsed_registration_is_listed_and_refresh_is_true_again<H: PresenceHarness>(h: H) {
+    let (p, observer) = (h.open().await, h.open().await);
+    let (n1, n2) = (node("n1"), node("n2"));
+    assert!(refresh(&p, &n1, T0, TTL_S).await);
+    assert!(refresh(&p, &n2, T0, TTL_S).await);
+    assert!(!refresh(&p, &n2, T0, LONG_TTL_S).await, "n2 refreshed in time, for longer");
+
+    let t1 = within("wait_past", h.wait_past(T0, TTL_S)).await;
+    assert_eq!(expired(&observer, t1).await, [node("n1")], "n1 lapsed, n2 did not");
+    assert_eq!(expired(&observer, t1).await, [node("n1")], "listing does not forget the node");
+    assert!(refresh(&p, &n1, t1, LONG_TTL_S).await, "a lapsed registration counts as none");
+    assert_eq!(expired(&observer, t1).await, [], "refreshed again: no longer expired");
+    assert!(!refresh(&p, &n2, t1, LONG_TTL_S).await, "n2's registration is still live");
+}
+
+/// Contract 8: `remove_node` forgets the node's registration, lapsed or live: the node is no
+/// longer listed, and its next `refresh_node` is a first one.
+pub async fn remove_node_forgets_the_registration<H: PresenceHarness>(h: H) {
+    let (dying, survivor) = (h.open().await, h.open().await);
+    let (n1, n2, r, alice) = (node("n1"), node("n2"), room("room-1"), actor("alice"));
+    assert!(refresh(&dying, &n1, T0, TTL_S).await);
+    assert!(refresh(&survivor, &n2, T0, LONG_TTL_S).await);
+    announce(&dying, &r, &alice, &conn("n1", 1), "a", T0).await;
+
+    let t1 = within("wait_past", h.wait_past(T0, TTL_S)).await;
+    assert_eq!(expired(&survivor, t1).await, [node("n1")]);
+    assert_eq!(remove_node(&survivor, &n1).await, [(r.clone(), alice.clone())]);
+    assert_eq!(expired(&survivor, t1).await, [], "a removed node is no longer listed");
+    assert_eq!(remove_node(&survivor, &n1).await, [], "removing it again finds nothing");
+    assert_eq!(list(&survivor, &r).await, []);
+
+    assert_eq!(remove_node(&survivor, &n2).await, [], "n2 held nothing");
+    assert!(refresh(&survivor, &n2, t1, LONG_TTL_S).await, "n2's live registration was forgotten");
+    assert!(refresh(&dying, &n1, t1, LONG_TTL_S).await, "n1 comes back: a first refresh");
+    assert_eq!(expired(&survivor, t1).await, []);
+}
+
+/// Contract 8: of concurrent `remove_node` calls for one node, from several handles, each
+/// disappeared entry is returned to exactly one caller; entries other nodes hold stay.
+pub async fn concurrent_remove_node_returns_each_entry_to_exactly_one_caller<H: PresenceHarness>(h: H) {
+    const CALLERS: usize = 8;
+    let mut handles = Vec::new();
+    for _ in 0..4 {
+        handles.push(h.open().await);
+    }
+    let (dying, n1) = (handles[0].clone(), node("n1"));
+    assert!(refresh(&dying, &n1, T0, LONG_TTL_S).await);
+
+    // Actor i holds 1 or 2 connections on n1 in each room; every third actor is on n2 too.
+    let (mut gone_expected, mut kept) = (Vec::new(), Vec::new());
+    for r in ["room-1", "room-2", "room-3"].map(room) {
+        for i in 0..6_u64 {
+            let a = actor(&format!("actor-{i}"));
+            announce(&dying, &r, &a, &conn("n1", i * 10), "x", T0).await;
+            if i % 2 == 1 {
+                announce(&dying, &r, &a, &conn("n1", i * 10 + 1), "x", T0).await;
+            }
+            if i % 3 == 0 {
+                announce(&handles[1], &r, &a, &conn("n2", i), "x", T0).await;
+                kept.push((r.clone(), a));
+            } else {
+                gone_expected.push((r.clone(), a));
+            }
+        }
+    }
+
+    let mut tasks = JoinSet::new();
+    for i in 0..CALLERS {
+        let (p, n1) = (handles[i % handles.len()].clone(), n1.clone());
+        tasks.spawn(async move { p.remove_node(&n1).await });
+    }
+    let mut gone = Vec::new();
+    while let Some(done) = within("concurrent remove_node", tasks.join_next()).await {
+        gone.extend(
+            done.unwrap_or_else(|e| panic!("remove_node task: {e}")).unwrap_or_else(|e| panic!("remove_node: {e}")),
+        );
+    }
+    gone.sort();
+    gone_expected.sort();
+    assert_eq!(gone, gone_expected, "every disappeared entry, each returned once over all callers");
+
+    for r in ["room-1", "room-2", "room-3"].map(room) {
+        let in_room: Vec<PresenceEntry> =
+            kept.iter().filter(|(kr, _)| *kr == r).map(|(_, a)| entry(a, "x", T0)).collect();
+        assert_eq!(list(&handles[3], &r).await, in_room, "n2's entries stay");
+    }
+    assert!(refresh(&handles[2], &n1, T0, LONG_TTL_S).await, "the registration went with the node");
+}
+
 // ----------------------------------------------------------------------------------------------
 // Helpers.
+
+async fn refresh(p: &Arc<dyn Presence>, n: &NodeId, now: u64, ttl_s: u64) -> bool {
+    within(format_args!("refresh_node of {n}"), p.refresh_node(n, now, ttl_s))
+        .await
+        .unwrap_or_else(|e| panic!("refresh_node of {n}: {e}"))
+}
+
+/// The expired nodes, sorted.
+async fn expired(p: &Arc<dyn Presence>, now: u64) -> Vec<NodeId> {
+    let mut nodes =
+        within("expired_nodes", p.expired_nodes(now)).await.unwrap_or_else(|e| panic!("expired_nodes: {e}"));
+    nodes.sort();
+    nodes
+}
+
+/// The entries that disappeared with `n`, sorted.
+async fn remove_node(p: &Arc<dyn Presence>, n: &NodeId) -> Vec<(RoomKey, ActorId)> {
+    let mut gone = within(format_args!("remove_node of {n}"), p.remove_node(n))
+        .await
+        .unwrap_or_else(|e| panic!("remove_node of {n}: {e}"));
+    gone.sort();
+    gone
+}
 
 async fn announce(
     p: &Arc<dyn Presence>,

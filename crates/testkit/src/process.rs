@@ -1,0 +1,157 @@
+//! Real processes for fault tests: `skua` nodes that can be SIGKILLed, and private Mosquitto
+//! and Redis instances on free loopback ports that can be killed and restarted.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A free loopback port (bound and released; the small race is acceptable in tests).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+}
+
+/// Whether `program` is on PATH; under CI=true a missing program fails the test.
+///
+/// # Panics
+/// When it is missing and `CI=true`.
+pub fn have(program: &str) -> bool {
+    let found = Command::new("sh").args(["-c", &format!("command -v {program}")]).output().is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "{program} must be installed under CI=true");
+        eprintln!("SKIPPED: {program} is not installed");
+    }
+    found
+}
+
+/// A `skua serve` child process.
+#[derive(Debug)]
+pub struct SkuaProcess {
+    child: Child,
+    /// Its HTTP address.
+    pub addr: SocketAddr,
+}
+
+impl SkuaProcess {
+    /// Spawns `bin serve --listen 127.0.0.1:0 <args>` and waits for its listening line.
+    ///
+    /// # Panics
+    /// When it does not start.
+    pub fn spawn(bin: &str, args: &[&str]) -> Self {
+        let mut child = Command::new(bin)
+            .arg("serve")
+            .args(["--listen", "127.0.0.1:0"])
+            .args(args)
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn skua");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let addr = loop {
+            match lines.next() {
+                Some(Ok(l)) => {
+                    if let Some(a) = l.strip_prefix("skua listening on ") {
+                        break a.trim().parse().expect("listening address");
+                    }
+                }
+                _ => panic!("skua exited before listening: {:?}", child.wait()),
+            }
+        };
+        // Keep draining stdout so the child never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Self { child, addr }
+    }
+
+    /// `ws://…/ws`.
+    pub fn url(&self) -> String {
+        format!("ws://{}/ws", self.addr)
+    }
+
+    /// SIGKILL: no drain, no cleanup.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for SkuaProcess {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// A private service process (Mosquitto or Redis) on one port, restartable on the same port.
+#[derive(Debug)]
+pub struct ServiceProcess {
+    program: &'static str,
+    args: Vec<String>,
+    child: Option<Child>,
+    /// The port it listens on.
+    pub port: u16,
+}
+
+impl ServiceProcess {
+    /// A private Mosquitto (MQTT v5, anonymous, no persistence) on a free port.
+    pub fn mosquitto() -> Self {
+        let port = free_port();
+        let conf = std::env::temp_dir().join(format!("skua-mosquitto-{port}.conf"));
+        std::fs::write(&conf, format!("listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n")).expect("write conf");
+        Self::start("mosquitto", vec!["-c".into(), conf.display().to_string()], port)
+    }
+
+    /// A private Redis (no persistence) on a free port.
+    pub fn redis() -> Self {
+        let port = free_port();
+        let args = ["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"];
+        Self::start("redis-server", args.iter().map(|s| (*s).to_owned()).collect(), port)
+    }
+
+    fn start(program: &'static str, args: Vec<String>, port: u16) -> Self {
+        let mut s = Self { program, args, child: None, port };
+        s.restart();
+        s
+    }
+
+    /// (Re)starts the process and waits until its port accepts connections.
+    ///
+    /// # Panics
+    /// When it does not come up within 10 s.
+    pub fn restart(&mut self) {
+        let child = Command::new(self.program)
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", self.program));
+        self.child = Some(child);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(std::time::Instant::now() < deadline, "{} did not listen on {}", self.program, self.port);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// `mqtt://127.0.0.1:PORT` or `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        let scheme = if self.program == "mosquitto" { "mqtt" } else { "redis" };
+        format!("{scheme}://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for ServiceProcess {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
