@@ -27,6 +27,7 @@ pub async fn run(st: Arc<EdgeState>, cancel: CancellationToken) {
         }
         refresh(&st, first).await;
         first = false;
+        retry_removals(&st).await;
         reap(&st).await;
     }
 }
@@ -50,6 +51,31 @@ async fn refresh(st: &EdgeState, first: bool) {
     }
 }
 
+/// Retries presence removals that failed while the backend was unreachable.
+async fn retry_removals(st: &EdgeState) {
+    let pending = st.take_deferred_removals();
+    for (i, (room, actor, conn)) in pending.iter().enumerate() {
+        match st.presence.remove(room, actor, conn).await {
+            Ok(true) => publish_leave(st, room.clone(), actor.clone()).await,
+            Ok(false) => {}
+            Err(_) => {
+                // Still down: keep this one and the rest for the next round.
+                for (room, actor, conn) in pending.into_iter().skip(i) {
+                    st.defer_presence_removal(room, actor, conn);
+                }
+                return;
+            }
+        }
+    }
+}
+
+async fn publish_leave(st: &EdgeState, room: skua_core::RoomKey, actor: skua_core::ActorId) {
+    let ev = PresenceEvent { room, actor, change: PresenceChange::Leave, data: Bytes::new(), node: st.node.clone() };
+    if let Err(e) = st.hub.bus().publish(Arc::new(Envelope::Presence(ev))).await {
+        tracing::warn!(error = %e, "A leave event could not be published.");
+    }
+}
+
 async fn reap(st: &EdgeState) {
     let dead = match st.presence.expired_nodes(now_unix_s()).await {
         Ok(d) => d,
@@ -63,10 +89,7 @@ async fn reap(st: &EdgeState) {
             Ok(gone) => {
                 tracing::info!(%node, entries = gone.len(), "Removed the presence of a lapsed node.");
                 for (room, actor) in gone {
-                    let ev = PresenceEvent { room, actor, change: PresenceChange::Leave, data: Bytes::new(), node: st.node.clone() };
-                    if let Err(e) = st.hub.bus().publish(Arc::new(Envelope::Presence(ev))).await {
-                        tracing::warn!(error = %e, "A leave event of a lapsed node could not be published.");
-                    }
+                    publish_leave(st, room, actor).await;
                 }
             }
             Err(e) => tracing::warn!(error = %e, %node, "Removing a lapsed node's presence failed."),

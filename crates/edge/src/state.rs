@@ -58,7 +58,16 @@ pub struct EdgeState {
     pub(crate) conn_slots: Arc<Semaphore>,
     // std Mutex: counter updates only, never across an await.
     project_conns: Mutex<HashMap<ProjectId, u32>>,
+    // std Mutex: pushed by closing sessions, taken whole by the liveness loop.
+    deferred_removals: Mutex<std::collections::VecDeque<DeferredRemoval>>,
 }
+
+/// A presence removal that failed (backend unreachable) and is retried by the liveness loop.
+pub type DeferredRemoval = (skua_core::RoomKey, skua_core::ActorId, skua_core::ConnRef);
+
+/// Most deferred presence removals kept; beyond it the oldest are dropped (and logged): the
+/// node's entries then heal when the backend loses them or the node restarts.
+const MAX_DEFERRED_REMOVALS: usize = 100_000;
 
 impl std::fmt::Debug for EdgeState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -103,6 +112,7 @@ impl EdgeState {
             next_conn: AtomicU64::new(1),
             next_envelope: AtomicU64::new(1),
             project_conns: Mutex::new(HashMap::new()),
+            deferred_removals: Mutex::new(std::collections::VecDeque::new()),
         });
         state.background.spawn(crate::liveness::run(state.clone(), state.dispatcher_stop.clone()));
         state
@@ -138,6 +148,21 @@ impl EdgeState {
         }
         *n += 1;
         Some(ProjectSlot { state: self.clone(), project: project.clone() })
+    }
+
+    /// Queues a presence removal that failed, for the liveness loop to retry.
+    pub fn defer_presence_removal(&self, room: skua_core::RoomKey, actor: skua_core::ActorId, conn: skua_core::ConnRef) {
+        let mut q = self.deferred_removals.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if q.len() >= MAX_DEFERRED_REMOVALS {
+            q.pop_front();
+            tracing::warn!("Deferred presence removals are full; dropping the oldest.");
+        }
+        q.push_back((room, actor, conn));
+    }
+
+    /// Takes every deferred presence removal.
+    pub fn take_deferred_removals(&self) -> Vec<DeferredRemoval> {
+        std::mem::take(&mut *self.deferred_removals.lock().unwrap_or_else(std::sync::PoisonError::into_inner)).into()
     }
 
     /// Open connections of `project` on this node.

@@ -60,7 +60,10 @@ impl Session {
         match self.st.presence.remove(&room, &actor, &conn).await {
             Ok(true) => self.publish_presence(&room, PresenceChange::Leave, Bytes::new()).await,
             Ok(false) => {}
-            Err(e) => tracing::warn!(error = %e, ?room, "Presence removal failed."),
+            Err(e) => {
+                tracing::warn!(error = %e, ?room, "Presence removal failed; the liveness loop retries it.");
+                self.st.defer_presence_removal(room, actor, conn);
+            }
         }
     }
 
