@@ -1,15 +1,39 @@
 //! Store backends: implementations of [`skua_core::Store`], the slot for durable session state
-//! (so far, the restore records of `reconnect: true`).
+//! (so far, the restore records of `reconnect: true`, PROTOCOL-NOTES N23).
 //!
 //! This crate depends on `skua-core` only; the edge never names it (only the server picks a
-//! backend). Modules:
+//! backend, with [`open`]). Modules:
 //! - [`clock`]: [`UnixClock`], the injectable wall clock every store checks expiry with;
-//! - [`memory`]: [`MemoryStore`], records in this process's memory, for a single node and tests.
+//! - [`memory`]: [`MemoryStore`], records in this process's memory, for tests and nodes that may
+//!   lose their sessions on restart;
+//! - [`sqlite`]: [`SqliteStore`], the embedded durable store of a single node, which migrates
+//!   itself;
+//! - [`postgres`]: [`PostgresStore`], the store a cluster shares, migrated by `skua migrate`
+//!   ([`migrate`]);
+//! - [`prune`]: when the durable stores delete expired records;
+//! - [`open`] and [`migrate`]: a store by its `--store` URL; errors in [`error`].
+//!
+//! Private modules: `record` (the byte form of a record in the `record` column), `migrations`
+//! (`migrations/{sqlite,postgres}/` compiled in), `sql` (what the two SQL stores share).
+//! The schema and the forward-only rule are in `migrations/README.md`.
 //!
 //! Every implementation passes `skua_testkit::store_conformance!`.
 
 pub mod clock;
+pub mod error;
 pub mod memory;
+mod migrations;
+mod open;
+pub mod postgres;
+pub mod prune;
+mod record;
+mod sql;
+pub mod sqlite;
 
 pub use clock::{UnixClock, system_clock};
+pub use error::{SchemaNotMigrated, UnsupportedStoreUrl};
 pub use memory::MemoryStore;
+pub use open::{migrate, open};
+pub use postgres::PostgresStore;
+pub use prune::PRUNE_INTERVAL_S;
+pub use sqlite::SqliteStore;

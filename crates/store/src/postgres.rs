@@ -1,0 +1,210 @@
+//! [`PostgresStore`]: restore records in Postgres, the store a cluster's nodes share.
+//!
+//! Unlike SQLite, the store never changes the schema on its own: `skua migrate` applies
+//! `migrations/postgres/` ([`PostgresStore::migrate`] or [`crate::migrate`]; sqlx takes an
+//! advisory lock, so concurrent runs are safe), and [`PostgresStore::connect`] refuses a
+//! database that lacks a migration this build needs ([`SchemaNotMigrated`]). A database
+//! migrated by a newer release is accepted: migrations only add (migrations/README.md).
+//!
+//! No TLS is compiled in (sqlx without a `tls-*` feature): `sslmode=prefer`, the default, then
+//! connects in plain text, and `sslmode=require` fails. A managed Postgres will need sqlx's
+//! `tls-rustls-ring` feature (ring only, shared/CRATES.md).
+//!
+//! The pool reconnects by itself after Postgres restarts; while it is down, each operation
+//! fails within [`ACQUIRE_TIMEOUT`]. Expired rows are deleted as described in [`crate::prune`];
+//! every node prunes, and concurrent prunes only contend for the same rows.
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use skua_core::{RestoreRecord, SessionKey, Store, StoreError};
+use sqlx::postgres::{PgPool, PgPoolOptions};
+
+use crate::clock::UnixClock;
+use crate::error::{self, SchemaNotMigrated, sql};
+use crate::migrations;
+use crate::prune::PruneSchedule;
+use crate::record;
+use crate::sql::{decode_loaded, key_columns, unix_to_sql};
+
+const BACKEND: &str = "postgres";
+
+/// Connections per store handle (per node).
+pub const POOL_SIZE: u32 = 8;
+
+/// How long an operation waits for a connection (a new one included, so also how long it
+/// takes to report that Postgres is down) before it fails.
+pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Postgres' SQLSTATE `undefined_table`.
+const UNDEFINED_TABLE: &str = "42P01";
+
+const SAVE: &str = "INSERT INTO restore_records (project, actor, client_id, record, expires_at) \
+                    VALUES ($1, $2, $3, $4, NULL) \
+                    ON CONFLICT (project, actor, client_id) \
+                    DO UPDATE SET record = excluded.record, expires_at = NULL";
+const LOAD: &str = "SELECT record FROM restore_records \
+                    WHERE project = $1 AND actor = $2 AND client_id = $3 \
+                    AND (expires_at IS NULL OR expires_at > $4)";
+const RELEASE: &str = "UPDATE restore_records SET expires_at = $4 WHERE project = $1 AND actor = $2 AND client_id = $3";
+const PRUNE: &str = "DELETE FROM restore_records WHERE expires_at IS NOT NULL AND expires_at <= $1";
+const APPLIED: &str = "SELECT version FROM _sqlx_migrations WHERE success";
+
+/// Restore records in Postgres. Holds a connection pool: create one per node and share it
+/// (behind an `Arc`); every node connected to the database sees the same records.
+pub struct PostgresStore {
+    pool: PgPool,
+    clock: UnixClock,
+    prune: PruneSchedule,
+}
+
+impl PostgresStore {
+    /// Connects to the database at `url` (`postgres://user[:password]@host[:port]/database`,
+    /// or `postgresql://…`) and checks that every migration of this build has been applied;
+    /// it applies none itself (see [`PostgresStore::migrate`]). `clock` is what `load_restore`
+    /// compares expiries with.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the URL does not parse, Postgres cannot be reached or
+    /// refuses the login within [`ACQUIRE_TIMEOUT`], or the schema is behind: then the source
+    /// is a [`SchemaNotMigrated`].
+    pub async fn connect(url: &str, clock: UnixClock) -> Result<Self, StoreError> {
+        let store = Self::connect_unchecked(url, clock, POOL_SIZE).await?;
+        store.check_schema().await?;
+        Ok(store)
+    }
+
+    /// [`connect`](Self::connect), but first applies pending migrations: for tests and
+    /// single-command setups. A cluster runs `skua migrate` once instead.
+    ///
+    /// # Errors
+    /// As [`connect`](Self::connect) and [`migrate`](Self::migrate).
+    pub async fn connect_and_migrate(url: &str, clock: UnixClock) -> Result<Self, StoreError> {
+        let store = Self::connect_unchecked(url, clock, POOL_SIZE).await?;
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// Applies the migrations of `migrations/postgres/` that the database lacks; running it
+    /// again does nothing. Safe to run from several nodes at once (sqlx holds an advisory lock).
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when Postgres failed, a migration failed (it is rolled back),
+    /// or the database has applied a migration whose file has since changed.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        migrations::migrator(migrations::POSTGRES).run(&self.pool).await.map_err(error::migrate(BACKEND))
+    }
+
+    /// Deletes every record that has expired at `now_unix_s` and returns how many. The store
+    /// already does this from `release_restore` once per
+    /// [`PRUNE_INTERVAL_S`](crate::PRUNE_INTERVAL_S); call it to prune on another schedule.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when Postgres failed.
+    pub async fn prune(&self, now_unix_s: u64) -> Result<u64, StoreError> {
+        let done = sqlx::query(PRUNE).bind(unix_to_sql(now_unix_s)).execute(&self.pool).await;
+        Ok(done.map_err(sql(BACKEND, "prune"))?.rows_affected())
+    }
+
+    /// Closes the pool, waiting for operations in flight; later operations fail. Dropping the
+    /// store also closes it, without waiting.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    /// A store on a pool of `size` connections, without looking at the schema.
+    pub(crate) async fn connect_unchecked(url: &str, clock: UnixClock, size: u32) -> Result<Self, StoreError> {
+        let pool = PgPoolOptions::new()
+            .max_connections(size)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect(url)
+            .await
+            .map_err(sql(BACKEND, "connect"))?;
+        Ok(Self { pool, clock, prune: PruneSchedule::default() })
+    }
+
+    async fn check_schema(&self) -> Result<(), StoreError> {
+        let applied: Vec<i64> = match sqlx::query_scalar(APPLIED).fetch_all(&self.pool).await {
+            Ok(applied) => applied,
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(UNDEFINED_TABLE) => Vec::new(),
+            Err(e) => return Err(sql(BACKEND, "read the applied migrations")(e)),
+        };
+        let missing: Vec<i64> =
+            migrations::versions(migrations::POSTGRES).into_iter().filter(|v| !applied.contains(v)).collect();
+        if missing.is_empty() { Ok(()) } else { Err(error::unavailable(SchemaNotMigrated { missing })) }
+    }
+}
+
+impl fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let options = self.pool.connect_options();
+        f.debug_struct("PostgresStore")
+            .field("host", &options.get_host())
+            .field("database", &options.get_database())
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    /// # Errors
+    /// [`StoreError::Unavailable`] when Postgres failed.
+    async fn save_restore(&self, key: &SessionKey, record: &RestoreRecord) -> Result<(), StoreError> {
+        let (project, actor, client_id) = key_columns(key);
+        sqlx::query(SAVE)
+            .bind(project)
+            .bind(actor)
+            .bind(client_id)
+            .bind(record::encode(record))
+            .execute(&self.pool)
+            .await
+            .map_err(sql(BACKEND, "save_restore"))?;
+        Ok(())
+    }
+
+    /// A stored record that does not decode is logged and loads as `None`.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when Postgres failed.
+    async fn load_restore(&self, key: &SessionKey) -> Result<Option<RestoreRecord>, StoreError> {
+        let (project, actor, client_id) = key_columns(key);
+        let row: Option<Vec<u8>> = sqlx::query_scalar(LOAD)
+            .bind(project)
+            .bind(actor)
+            .bind(client_id)
+            .bind(unix_to_sql((self.clock)()))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(sql(BACKEND, "load_restore"))?;
+        Ok(row.and_then(|bytes| decode_loaded(BACKEND, key, &bytes)))
+    }
+
+    /// Releasing a key without a record does nothing. May also prune expired records
+    /// ([`crate::prune`]); a failed prune is logged and does not fail the release.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when Postgres failed.
+    async fn release_restore(&self, key: &SessionKey, now_unix_s: u64, ttl_s: u64) -> Result<(), StoreError> {
+        let (project, actor, client_id) = key_columns(key);
+        sqlx::query(RELEASE)
+            .bind(project)
+            .bind(actor)
+            .bind(client_id)
+            .bind(unix_to_sql(now_unix_s.saturating_add(ttl_s)))
+            .execute(&self.pool)
+            .await
+            .map_err(sql(BACKEND, "release_restore"))?;
+        let now = (self.clock)();
+        if self.prune.claim(now)
+            && let Err(error) = self.prune(now).await
+        {
+            tracing::warn!(
+                backend = BACKEND,
+                error = &error as &dyn std::error::Error,
+                "Pruning restore records failed."
+            );
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,195 @@
+//! [`SqliteStore`]: restore records in an SQLite database, the embedded store of a single node.
+//!
+//! The store applies `migrations/sqlite/` itself whenever it opens the database. A file database
+//! runs in WAL mode (readers beside the one writer) with SQLite's default `synchronous=FULL`, so
+//! a committed write survives a crash of the process and of the machine. `sqlite::memory:` lives
+//! as long as the store: one connection that is never recycled, since the database vanishes with
+//! its last connection.
+//!
+//! Expired rows are deleted as described in [`crate::prune`].
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use skua_core::{RestoreRecord, SessionKey, Store, StoreError};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+
+use crate::clock::UnixClock;
+use crate::error::{self, sql};
+use crate::migrations;
+use crate::prune::PruneSchedule;
+use crate::record;
+use crate::sql::{decode_loaded, key_columns, unix_to_sql};
+
+const BACKEND: &str = "sqlite";
+
+/// Connections to a file database: reads run in parallel in WAL mode, writes queue on SQLite's
+/// one write lock (waiting up to the busy timeout).
+const FILE_POOL_SIZE: u32 = 4;
+
+/// How long a statement waits for SQLite's write lock before it fails.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long an operation waits for a free connection before it fails.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+const SAVE: &str = "INSERT INTO restore_records (project, actor, client_id, record, expires_at) \
+                    VALUES (?, ?, ?, ?, NULL) \
+                    ON CONFLICT (project, actor, client_id) \
+                    DO UPDATE SET record = excluded.record, expires_at = NULL";
+const LOAD: &str = "SELECT record FROM restore_records \
+                    WHERE project = ? AND actor = ? AND client_id = ? \
+                    AND (expires_at IS NULL OR expires_at > ?)";
+const RELEASE: &str = "UPDATE restore_records SET expires_at = ? WHERE project = ? AND actor = ? AND client_id = ?";
+const PRUNE: &str = "DELETE FROM restore_records WHERE expires_at IS NOT NULL AND expires_at <= ?";
+
+/// Restore records in SQLite. Holds a connection pool: create one per database and share it
+/// (behind an `Arc`); handles onto the same file see each other's records.
+pub struct SqliteStore {
+    pool: SqlitePool,
+    clock: UnixClock,
+    prune: PruneSchedule,
+}
+
+impl SqliteStore {
+    /// Opens the database at `url` and applies pending migrations. `url` is `sqlite://PATH`
+    /// (`sqlite:///abs/path` for an absolute one; the file is created if missing, its directory
+    /// is not) or `sqlite::memory:` (a private database that lives as long as this store).
+    /// `clock` is what `load_restore` compares expiries with.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the URL does not parse, the database cannot be opened
+    /// (no such directory, no permission, not an SQLite file), or a migration fails; the source
+    /// says which.
+    pub async fn connect(url: &str, clock: UnixClock) -> Result<Self, StoreError> {
+        let options = SqliteConnectOptions::from_str(url).map_err(sql(BACKEND, "parse the URL"))?;
+        let (pool, options) = if is_in_memory(url) {
+            let pool = SqlitePoolOptions::new().max_connections(1).min_connections(1);
+            (pool.idle_timeout(None).max_lifetime(None), options)
+        } else {
+            let options = options.create_if_missing(true).journal_mode(SqliteJournalMode::Wal);
+            (SqlitePoolOptions::new().max_connections(FILE_POOL_SIZE), options)
+        };
+        let pool = pool
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_with(options.busy_timeout(BUSY_TIMEOUT))
+            .await
+            .map_err(sql(BACKEND, "open"))?;
+        migrations::migrator(migrations::SQLITE).run(&pool).await.map_err(error::migrate(BACKEND))?;
+        Ok(Self { pool, clock, prune: PruneSchedule::default() })
+    }
+
+    /// Deletes every record that has expired at `now_unix_s` and returns how many. The store
+    /// already does this from `release_restore` once per
+    /// [`PRUNE_INTERVAL_S`](crate::PRUNE_INTERVAL_S); call it to prune on another schedule.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the database failed.
+    pub async fn prune(&self, now_unix_s: u64) -> Result<u64, StoreError> {
+        let done = sqlx::query(PRUNE).bind(unix_to_sql(now_unix_s)).execute(&self.pool).await;
+        Ok(done.map_err(sql(BACKEND, "prune"))?.rows_affected())
+    }
+
+    /// Closes the pool, waiting for operations in flight; later operations fail. Dropping the
+    /// store also closes it, without waiting.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+/// Whether `url` names an in-memory database (`sqlite::memory:`, `sqlite://:memory:`, or a
+/// `mode=memory` parameter), as sqlx's parser decides it.
+fn is_in_memory(url: &str) -> bool {
+    let rest = url.strip_prefix("sqlite:").unwrap_or(url);
+    let (path, params) = rest.split_once('?').unwrap_or((rest, ""));
+    path.trim_start_matches('/') == ":memory:" || params.split('&').any(|p| p == "mode=memory")
+}
+
+impl fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let options = self.pool.connect_options();
+        f.debug_struct("SqliteStore").field("file", &options.get_filename()).finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the database failed.
+    async fn save_restore(&self, key: &SessionKey, record: &RestoreRecord) -> Result<(), StoreError> {
+        let (project, actor, client_id) = key_columns(key);
+        sqlx::query(SAVE)
+            .bind(project)
+            .bind(actor)
+            .bind(client_id)
+            .bind(record::encode(record))
+            .execute(&self.pool)
+            .await
+            .map_err(sql(BACKEND, "save_restore"))?;
+        Ok(())
+    }
+
+    /// A stored record that does not decode is logged and loads as `None`.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the database failed.
+    async fn load_restore(&self, key: &SessionKey) -> Result<Option<RestoreRecord>, StoreError> {
+        let (project, actor, client_id) = key_columns(key);
+        let row: Option<Vec<u8>> = sqlx::query_scalar(LOAD)
+            .bind(project)
+            .bind(actor)
+            .bind(client_id)
+            .bind(unix_to_sql((self.clock)()))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(sql(BACKEND, "load_restore"))?;
+        Ok(row.and_then(|bytes| decode_loaded(BACKEND, key, &bytes)))
+    }
+
+    /// Releasing a key without a record does nothing. May also prune expired records
+    /// ([`crate::prune`]); a failed prune is logged and does not fail the release.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the database failed.
+    async fn release_restore(&self, key: &SessionKey, now_unix_s: u64, ttl_s: u64) -> Result<(), StoreError> {
+        let (project, actor, client_id) = key_columns(key);
+        sqlx::query(RELEASE)
+            .bind(unix_to_sql(now_unix_s.saturating_add(ttl_s)))
+            .bind(project)
+            .bind(actor)
+            .bind(client_id)
+            .execute(&self.pool)
+            .await
+            .map_err(sql(BACKEND, "release_restore"))?;
+        let now = (self.clock)();
+        if self.prune.claim(now)
+            && let Err(error) = self.prune(now).await
+        {
+            tracing::warn!(
+                backend = BACKEND,
+                error = &error as &dyn std::error::Error,
+                "Pruning restore records failed."
+            );
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn in_memory_urls_are_recognised() {
+        for url in
+            ["sqlite::memory:", "sqlite://:memory:", "sqlite://skua?mode=memory", "sqlite:x?cache=shared&mode=memory"]
+        {
+            assert!(is_in_memory(url), "{url}");
+        }
+        for url in ["sqlite://data/skua.db", "sqlite:///var/lib/skua/store.db", "sqlite://memory.db?mode=rwc"] {
+            assert!(!is_in_memory(url), "{url}");
+        }
+    }
+}

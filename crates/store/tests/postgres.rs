@@ -1,0 +1,277 @@
+//! [`PostgresStore`]: the store conformance suite against a real Postgres, then what the suite
+//! does not cover: migrations (idempotent, required by `connect`), pruning, foreign bytes.
+//!
+//! Needs `SKUA_TEST_POSTGRES_URL`, an admin URL such as `postgres://postgres@127.0.0.1:5432/test`
+//! whose role may create databases. Unset, every test prints `SKIPPED: …` and passes, except
+//! under `CI=true`, where it fails.
+//!
+//! Isolation: each test creates its own database, `skua_test_<uuid>`, through the admin URL,
+//! migrates it with `skua_store::migrate` (the path of `skua migrate`) and drops it when the
+//! test ends, pass or panic (best-effort, `DROP DATABASE … WITH (FORCE)`; a killed run can
+//! leave `skua_test_*` databases behind, harmless and safe to drop). A database rather than a
+//! schema, so that migrations, `_sqlx_migrations` and the advisory lock are exercised exactly as
+//! in production. A Postgres restart is out of scope here.
+
+use std::error::Error;
+use std::io::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+use skua_core::{ActorId, ProjectId, RestoreRecord, RestoredTopic, SessionKey, Store, StoreError};
+use skua_store::postgres::ACQUIRE_TIMEOUT;
+use skua_store::{PostgresStore, SchemaNotMigrated, UnixClock};
+use skua_testkit::conformance::store::{StoreHarness, T0};
+use sqlx::{AssertSqlSafe, Connection, PgConnection};
+
+const URL_VAR: &str = "SKUA_TEST_POSTGRES_URL";
+
+/// The admin URL, or `None` (after saying so) when the variable is unset.
+///
+/// # Panics
+/// When it is unset under `CI=true`.
+fn admin_url() -> Option<String> {
+    match std::env::var(URL_VAR) {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("{URL_VAR} not set, and CI=true: the Postgres store tests may not be skipped in CI")
+        }
+        _ => {
+            // Straight to the process's stderr: libtest captures `eprintln!` of passing tests.
+            let _ = writeln!(std::io::stderr(), "SKIPPED: {URL_VAR} not set");
+            None
+        }
+    }
+}
+
+/// A database of its own for one test, dropped with this value.
+struct TestDatabase {
+    admin_url: String,
+    name: String,
+    /// Connects to this database.
+    url: String,
+}
+
+impl TestDatabase {
+    /// A new, empty database, or `None` when Postgres tests are skipped.
+    async fn create() -> Option<Self> {
+        let admin_url = admin_url()?;
+        let name = format!("skua_test_{}", uuid::Uuid::new_v4().simple());
+        let mut admin = PgConnection::connect(&admin_url).await.unwrap_or_else(|e| panic!("{URL_VAR}: {e}"));
+        // The name is ours (hex digits), so it is safe to splice in.
+        sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&mut admin)
+            .await
+            .unwrap_or_else(|e| panic!("CREATE DATABASE {name}: {e}"));
+        let _ = admin.close().await;
+        let url = with_database(&admin_url, &name);
+        Some(Self { admin_url, name, url })
+    }
+
+    /// A new database with every migration applied.
+    async fn migrated() -> Option<Self> {
+        let db = Self::create().await?;
+        skua_store::migrate(&db.url).await.unwrap_or_else(|e| panic!("migrating {}: {e:?}", db.name));
+        Some(db)
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        // Drop runs inside the test's runtime, which must not be blocked on: use a thread with a
+        // runtime of its own, and wait for it.
+        let (admin_url, name) = (self.admin_url.clone(), self.name.clone());
+        let dropped = std::thread::spawn(move || -> Result<(), Box<dyn Error + Send + Sync>> {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            runtime.block_on(async {
+                let mut admin = PgConnection::connect(&admin_url).await?;
+                sqlx::query(AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
+                    .execute(&mut admin)
+                    .await?;
+                admin.close().await?;
+                Ok(())
+            })
+        })
+        .join();
+        match dropped {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => eprintln!("warning: test database {} not dropped: {e}", self.name),
+            Err(_) => eprintln!("warning: test database {} not dropped: the dropping thread panicked", self.name),
+        }
+    }
+}
+
+/// `admin_url` with its database replaced by `name` (host, user and parameters kept).
+fn with_database(admin_url: &str, name: &str) -> String {
+    let (base, params) = admin_url.split_once('?').map_or((admin_url, None), |(b, p)| (b, Some(p)));
+    let authority = base.find("://").map_or(0, |i| i + 3);
+    let base = base[authority..].find('/').map_or(base, |slash| &base[..authority + slash]);
+    match params {
+        Some(params) => format!("{base}/{name}?{params}"),
+        None => format!("{base}/{name}"),
+    }
+}
+
+/// A settable clock, starting at [`T0`].
+#[derive(Clone)]
+struct TestClock(Arc<AtomicU64>);
+
+impl TestClock {
+    fn new() -> Self {
+        Self(Arc::new(AtomicU64::new(T0)))
+    }
+
+    fn set(&self, now_unix_s: u64) {
+        self.0.store(now_unix_s, Ordering::SeqCst);
+    }
+
+    fn clock(&self) -> UnixClock {
+        let now = self.0.clone();
+        Arc::new(move || now.load(Ordering::SeqCst))
+    }
+}
+
+/// One migrated database; every handle is a new store (pool) on it, like another node.
+struct PostgresHarness {
+    clock: TestClock,
+    db: TestDatabase,
+}
+
+impl StoreHarness for PostgresHarness {
+    async fn open(&self) -> Arc<dyn Store> {
+        let store = PostgresStore::connect(&self.db.url, self.clock.clock()).await;
+        Arc::new(store.unwrap_or_else(|e| panic!("connecting to {}: {e:?}", self.db.name)))
+    }
+
+    fn set_now(&self, now_unix_s: u64) {
+        self.clock.set(now_unix_s);
+    }
+}
+
+async fn setup() -> Option<PostgresHarness> {
+    Some(PostgresHarness { clock: TestClock::new(), db: TestDatabase::migrated().await? })
+}
+
+mod conformance {
+    use super::setup;
+
+    skua_testkit::store_conformance!(setup = setup());
+}
+
+fn key(actor: &str) -> SessionKey {
+    SessionKey { project: ProjectId::parse("proj").unwrap(), actor: ActorId::parse(actor).unwrap(), client_id: None }
+}
+
+fn record() -> RestoreRecord {
+    RestoreRecord {
+        topics: vec![RestoredTopic {
+            pattern: "app/room/orders".to_owned(),
+            qos: 1,
+            load_balance: false,
+            load_balance_group: None,
+            raw_filters: Some(Bytes::from_static(b"\x91\xa2eu")),
+        }],
+        lobbies: Vec::new(),
+    }
+}
+
+#[test]
+fn with_database_replaces_only_the_database() {
+    assert_eq!(with_database("postgres://postgres@127.0.0.1:5432/test", "x"), "postgres://postgres@127.0.0.1:5432/x");
+    assert_eq!(with_database("postgres://u:p@h/test?sslmode=disable", "x"), "postgres://u:p@h/x?sslmode=disable");
+    assert_eq!(with_database("postgresql://h:5432", "x"), "postgresql://h:5432/x");
+}
+
+#[tokio::test]
+async fn migrations_are_idempotent() {
+    let Some(db) = TestDatabase::migrated().await else { return };
+    skua_store::migrate(&db.url).await.expect("a second run does nothing");
+    let store = PostgresStore::connect(&db.url, TestClock::new().clock()).await.unwrap();
+    store.save_restore(&key("alice"), &record()).await.unwrap();
+    store.migrate().await.expect("and a third, through a store");
+    assert_eq!(store.load_restore(&key("alice")).await.unwrap(), Some(record()), "data untouched");
+
+    let mut conn = PgConnection::connect(&db.url).await.unwrap();
+    let applied: Vec<(i64, bool)> = sqlx::query_as("SELECT version, success FROM _sqlx_migrations ORDER BY version")
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(applied, vec![(20261201000001, true)], "each migration recorded once");
+    let _ = conn.close().await;
+}
+
+#[tokio::test]
+async fn connect_refuses_an_unmigrated_database_and_connect_and_migrate_fixes_it() {
+    let Some(db) = TestDatabase::create().await else { return };
+    let Err(StoreError::Unavailable(source)) = PostgresStore::connect(&db.url, TestClock::new().clock()).await else {
+        panic!("connected to an unmigrated database");
+    };
+    let not_migrated = source.downcast_ref::<SchemaNotMigrated>().unwrap_or_else(|| panic!("{source}"));
+    assert_eq!(not_migrated.missing, vec![20261201000001]);
+    assert!(source.to_string().contains("skua migrate"), "{source}");
+    let Err(StoreError::Unavailable(source)) = skua_store::open(&db.url, TestClock::new().clock()).await else {
+        panic!("open connected to an unmigrated database");
+    };
+    assert!(source.is::<SchemaNotMigrated>(), "{source}");
+
+    let store = PostgresStore::connect_and_migrate(&db.url, TestClock::new().clock()).await.unwrap();
+    store.save_restore(&key("alice"), &record()).await.unwrap();
+    PostgresStore::connect(&db.url, TestClock::new().clock()).await.expect("migrated now");
+}
+
+#[tokio::test]
+async fn open_picks_postgres_for_both_schemes() {
+    let Some(db) = TestDatabase::migrated().await else { return };
+    let postgresql = db.url.replacen("postgres://", "postgresql://", 1);
+    for url in [&db.url, &postgresql] {
+        let store = skua_store::open(url, TestClock::new().clock()).await.unwrap_or_else(|e| panic!("{url}: {e:?}"));
+        store.save_restore(&key("alice"), &record()).await.unwrap();
+        assert_eq!(store.load_restore(&key("alice")).await.unwrap(), Some(record()));
+    }
+}
+
+#[tokio::test]
+async fn prune_deletes_expired_records_only_and_release_prunes_by_itself() {
+    let Some(db) = TestDatabase::migrated().await else { return };
+    let clock = TestClock::new();
+    let store = PostgresStore::connect(&db.url, clock.clock()).await.unwrap();
+    for actor in ["a", "b", "c"] {
+        store.save_restore(&key(actor), &record()).await.unwrap();
+    }
+    store.release_restore(&key("a"), T0, 10).await.unwrap();
+    store.release_restore(&key("b"), T0, 1_000).await.unwrap();
+    assert_eq!(store.prune(T0 + 9).await.unwrap(), 0);
+    assert_eq!(store.prune(T0 + 10).await.unwrap(), 1, "a expired at T0 + 10");
+    assert_eq!(store.load_restore(&key("b")).await.unwrap(), Some(record()));
+    assert_eq!(store.load_restore(&key("c")).await.unwrap(), Some(record()), "never released");
+
+    clock.set(T0 + 2_000);
+    store.release_restore(&key("c"), T0 + 2_000, 10).await.unwrap();
+    assert_eq!(store.prune(T0 + 2_000).await.unwrap(), 0, "release already pruned b");
+    assert_eq!(store.prune(T0 + 2_010).await.unwrap(), 1, "then c");
+}
+
+#[tokio::test]
+async fn a_record_this_store_did_not_write_loads_as_none() {
+    let Some(db) = TestDatabase::migrated().await else { return };
+    let store = PostgresStore::connect(&db.url, TestClock::new().clock()).await.unwrap();
+    store.save_restore(&key("alice"), &record()).await.unwrap();
+    let mut conn = PgConnection::connect(&db.url).await.unwrap();
+    sqlx::query("UPDATE restore_records SET record = '\\xc1ff'::bytea").execute(&mut conn).await.unwrap();
+    let _ = conn.close().await;
+    assert_eq!(store.load_restore(&key("alice")).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn an_unreachable_postgres_fails_to_connect() {
+    // Port 1 on loopback: nothing listens there. Needs no Postgres, so it never skips. The pool
+    // retries a refused connection until its acquire timeout.
+    let started = std::time::Instant::now();
+    let Err(StoreError::Unavailable(source)) =
+        PostgresStore::connect("postgres://postgres@127.0.0.1:1/test", TestClock::new().clock()).await
+    else {
+        panic!("connected to port 1");
+    };
+    assert_eq!(source.to_string(), "postgres: connect failed");
+    assert!(started.elapsed() < ACQUIRE_TIMEOUT + std::time::Duration::from_secs(2), "{:?}", started.elapsed());
+}
