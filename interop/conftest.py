@@ -37,6 +37,8 @@ class SkuaServer:
     """One `skua serve --dev --listen 127.0.0.1:0 [flags]` subprocess."""
 
     def __init__(self, binary: Path, flags: list[str]):
+        if "--store" not in flags:
+            flags = ["--store", "sqlite::memory:", *flags]
         self.cmd = [str(binary), "serve", "--dev", "--listen", "127.0.0.1:0", *flags]
         self.stdout: list[str] = []
         self.stderr: list[str] = []
@@ -116,7 +118,24 @@ def cluster_backends() -> list[str] | None:
     if not mqtt or not redis:
         pytest.exit("SKUA_INTEROP_CLUSTER=1 needs SKUA_TEST_MQTT_URL and SKUA_TEST_REDIS_URL", returncode=3)
     flags = ["--bus", mqtt, "--presence", redis, "--namespace", "interop" + uuid.uuid4().hex[:12]]
+    postgres = os.environ.get("SKUA_TEST_POSTGRES_URL")
+    if postgres:
+        migrate_once(postgres)
+        flags += ["--store", postgres]
     return flags
+
+
+_MIGRATED: set[str] = set()
+
+
+def migrate_once(url: str) -> None:
+    """`skua migrate --store URL`, once per test session."""
+    if url in _MIGRATED:
+        return
+    result = subprocess.run([str(skua_bin()), "migrate", "--store", url], capture_output=True, text=True, timeout=60)
+    if result.returncode != 0:
+        pytest.exit(f"skua migrate failed: {result.stderr}", returncode=3)
+    _MIGRATED.add(url)
 
 
 class SkuaCluster:

@@ -21,12 +21,15 @@ pub struct Settings {
     /// HTTP listener: WebSocket at /ws, /healthz, /readyz [default 0.0.0.0:8080].
     #[arg(long, env = "SKUA_LISTEN")]
     pub listen: Option<String>,
-    /// Message bus: `memory` [default memory].
+    /// Message bus: `memory` or `mqtt://host:port` [default memory].
     #[arg(long, env = "SKUA_BUS")]
     pub bus: Option<String>,
-    /// Presence store: `memory` [default memory].
+    /// Presence store: `memory` or `redis://host:port/db` [default memory].
     #[arg(long, env = "SKUA_PRESENCE")]
     pub presence: Option<String>,
+    /// Session store: `sqlite://PATH`, `sqlite::memory:`, `postgres://…` or `memory` [default sqlite://skua-data/skua.db].
+    #[arg(long, env = "SKUA_STORE")]
+    pub store: Option<String>,
     /// Root of internal topics and key prefixes [default skua].
     #[arg(long, env = "SKUA_NAMESPACE")]
     pub namespace: Option<String>,
@@ -90,7 +93,7 @@ macro_rules! layer {
 impl Settings {
     /// Lays `over` on top of `self`: every setting `over` has wins.
     pub fn overlay(&mut self, over: &Settings) {
-        layer!(self, over; listen, bus, presence, namespace, node_id, fixtures, idle_timeout, rate_limit,
+        layer!(self, over; listen, bus, presence, store, namespace, node_id, fixtures, idle_timeout, rate_limit,
             rate_limit_window, max_message_size, outbound_queue_messages, outbound_queue_bytes, max_connections,
             max_subscriptions_per_connection, max_retained_per_topic, restore_ttl, shutdown_grace, bus_queue, node_ttl,
             node_refresh, bus_publish_buffer);
@@ -145,6 +148,15 @@ pub enum PresenceConfig {
     },
 }
 
+/// The session store a node uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreConfig {
+    /// In this process's memory (tests; nothing survives a restart).
+    Memory,
+    /// A SQLite or Postgres URL.
+    Url(String),
+}
+
 /// The effective configuration of one node.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -154,6 +166,8 @@ pub struct ServerConfig {
     pub bus: BusConfig,
     /// Presence backend.
     pub presence: PresenceConfig,
+    /// Session store.
+    pub store: StoreConfig,
     /// This node.
     pub node_id: NodeId,
     /// Fixtures file, if any.
@@ -203,6 +217,18 @@ impl ServerConfig {
                 return Err(ConfigError::Invalid {
                     key: "presence",
                     reason: format!("{other:?}: use \"memory\" or redis://host:port/db"),
+                });
+            }
+        };
+        let store = match req("store", s.store.as_ref())?.as_str() {
+            "memory" => StoreConfig::Memory,
+            url if url.starts_with("sqlite:") || url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+                StoreConfig::Url(url.to_owned())
+            }
+            _ => {
+                return Err(ConfigError::Invalid {
+                    key: "store",
+                    reason: "use sqlite://PATH, sqlite::memory:, postgres://… or memory".into(),
                 });
             }
         };
@@ -266,7 +292,7 @@ impl ServerConfig {
         }
         let bus_publish_buffer =
             positive("bus_publish_buffer", req("bus_publish_buffer", s.bus_publish_buffer.as_ref())?)?;
-        Ok(Self { listen, bus, presence, node_id, fixtures: s.fixtures.clone(), edge, bus_publish_buffer })
+        Ok(Self { listen, bus, presence, store, node_id, fixtures: s.fixtures.clone(), edge, bus_publish_buffer })
     }
 
     /// The defaults with `over` laid on top, resolved.

@@ -21,6 +21,18 @@ struct Cli {
 enum Command {
     /// Run a node (edge).
     Serve(ServeArgs),
+    /// Apply the store's migrations and exit.
+    Migrate(MigrateArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct MigrateArgs {
+    /// TOML configuration file (its `store` key is used).
+    #[arg(long, env = "SKUA_CONFIG")]
+    config: Option<PathBuf>,
+    /// The store to migrate: `sqlite://PATH` or `postgres://…` [default: the configured store].
+    #[arg(long, env = "SKUA_STORE")]
+    store: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -42,36 +54,70 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => serve(args),
+        Command::Migrate(args) => migrate(args),
+    }
+}
+
+fn read_config_file(path: Option<&PathBuf>) -> Result<Settings, ExitCode> {
+    let Some(path) = path else { return Ok(Settings::default()) };
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        eprintln!("skua: cannot read config file {}: {e}", path.display());
+        ExitCode::from(2)
+    })?;
+    Settings::from_toml(&text).map_err(|e| {
+        eprintln!("skua: {}: {e}", path.display());
+        ExitCode::from(2)
+    })
+}
+
+fn resolve(layers: &[&Settings]) -> Result<ServerConfig, ExitCode> {
+    ServerConfig::from_layers(layers).map_err(|e| {
+        eprintln!("skua: {e}");
+        ExitCode::from(if matches!(e, ConfigError::UnknownOrInvalid(_)) { 2 } else { 64 })
+    })
+}
+
+fn migrate(args: MigrateArgs) -> ExitCode {
+    let file = match read_config_file(args.config.as_ref()) {
+        Ok(f) => f,
+        Err(code) => return code,
+    };
+    let flags = Settings { store: args.store, ..Settings::default() };
+    let config = match resolve(&[&file, &flags]) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let skua_server::config::StoreConfig::Url(url) = &config.store else {
+        eprintln!("skua: the memory store has nothing to migrate");
+        return ExitCode::from(64);
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("skua: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(node::migrate(url)) {
+        Ok(()) => {
+            println!("skua: migrations applied");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("skua: {e:#}");
+            ExitCode::FAILURE
+        }
     }
 }
 
 fn serve(args: ServeArgs) -> ExitCode {
-    let file = match &args.config {
-        None => Settings::default(),
-        Some(path) => match std::fs::read_to_string(path) {
-            Ok(text) => match Settings::from_toml(&text) {
-                Ok(s) => s,
-                Err(e) => {
-                    eprintln!("skua: {}: {e}", path.display());
-                    return ExitCode::from(2);
-                }
-            },
-            Err(e) => {
-                eprintln!("skua: cannot read config file {}: {e}", path.display());
-                return ExitCode::from(2);
-            }
-        },
+    let file = match read_config_file(args.config.as_ref()) {
+        Ok(f) => f,
+        Err(code) => return code,
     };
-    let config = match ServerConfig::from_layers(&[&file, &args.settings]) {
+    let config = match resolve(&[&file, &args.settings]) {
         Ok(c) => c,
-        Err(e @ ConfigError::UnknownOrInvalid(_)) => {
-            eprintln!("skua: {e}");
-            return ExitCode::from(2);
-        }
-        Err(e) => {
-            eprintln!("skua: {e}");
-            return ExitCode::from(64);
-        }
+        Err(code) => return code,
     };
     if args.print_config {
         println!("{config:#?}");

@@ -9,7 +9,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{BusConfig, PresenceConfig, ServerConfig};
+use crate::config::{BusConfig, PresenceConfig, ServerConfig, StoreConfig};
 
 /// Embedded backends that several in-process nodes can share (tests, single node).
 #[derive(Debug, Clone, Default)]
@@ -42,7 +42,47 @@ pub async fn backends(config: &ServerConfig, embedded: &Embedded) -> anyhow::Res
                 .map_err(|e| anyhow::anyhow!("while connecting to Redis presence at {}: {e}", redact(url)))?,
         ),
     };
-    Ok(Backends { bus, bus_deliveries, presence, store: embedded.store.clone() })
+    let store: Arc<dyn skua_core::Store> = match &config.store {
+        StoreConfig::Memory => embedded.store.clone(),
+        StoreConfig::Url(url) => {
+            create_sqlite_dir(url)?;
+            skua_store::open(url, skua_store::system_clock())
+                .await
+                .map_err(|e| anyhow::anyhow!("while opening the store {}: {}", redact(url), error_chain(&e)))?
+        }
+    };
+    Ok(Backends { bus, bus_deliveries, presence, store })
+}
+
+/// Applies the store's migrations (`skua migrate`).
+///
+/// # Errors
+/// When the store cannot be reached or a migration fails.
+pub async fn migrate(url: &str) -> anyhow::Result<()> {
+    create_sqlite_dir(url)?;
+    skua_store::migrate(url).await.map_err(|e| anyhow::anyhow!("while migrating {}: {}", redact(url), error_chain(&e)))
+}
+
+/// `a: b: c` for an error and its sources.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        src = c.source();
+    }
+    s
+}
+
+/// Creates the directory of a `sqlite://PATH` store file.
+fn create_sqlite_dir(url: &str) -> anyhow::Result<()> {
+    let Some(path) = url.strip_prefix("sqlite://") else { return Ok(()) };
+    let path = path.split('?').next().unwrap_or(path);
+    if let Some(dir) = std::path::Path::new(path).parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("while creating {}: {e}", dir.display()))?;
+    }
+    Ok(())
 }
 
 /// `scheme://host…` without credentials, for messages.

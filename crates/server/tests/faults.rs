@@ -24,7 +24,7 @@ async fn authed(url: &str, token: &str) -> WsClient {
 async fn a_killed_node_s_presence_is_healed_by_the_survivors() {
     let Some((mqtt, redis)) = external_urls() else { return };
     let ns = unique_namespace();
-    let common = ["--dev", "--bus", &mqtt, "--presence", &redis, "--namespace", &ns, "--node-ttl", "4s", "--node-refresh", "1s"];
+    let common = ["--dev", "--store", "memory", "--bus", &mqtt, "--presence", &redis, "--namespace", &ns, "--node-ttl", "4s", "--node-refresh", "1s"];
     let nodes: Vec<SkuaProcess> = (0..3)
         .map(|i| {
             let id = format!("kill-{i}");

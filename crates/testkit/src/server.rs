@@ -53,6 +53,9 @@ impl TestServerBuilder {
     pub async fn spawn_with(&self, embedded: &node::Embedded) -> TestServer {
         let mut settings = self.settings.clone();
         settings.listen = Some("127.0.0.1:0".into());
+        if settings.store.is_none() {
+            settings.store = Some("memory".into());
+        }
         let mut config = ServerConfig::from_layers(&[&settings]).expect("test configuration");
         for f in &self.edge {
             f(&mut config.edge);

@@ -64,6 +64,9 @@ macro_rules! bus_conformance {
             subscribe_is_idempotent,
             subscribing_twice_replays_retained_once,
             unsubscribe_of_absent_subscription_is_ok,
+            payloads_and_fields_arrive_intact,
+            names_with_special_characters_stay_apart,
+            group_member_that_unsubscribed_gets_no_more,
         );
     };
     ($harness:expr $(,)?) => {
@@ -514,6 +517,99 @@ pub async fn unsubscribe_of_absent_subscription_is_ok<H: BusHarness>(h: H) {
     b.expect(&sent, Route::Plain, false).await;
 }
 
+/// Contract 1, "reaches … unchanged": whatever an envelope carries arrives byte for byte:
+/// `data` that is empty, not MessagePack, every byte value, or as large as the edge accepts
+/// (921 600 bytes); filter keys with `|`; QoS 0, 1 and 2; a `msgId` or none; presence data.
+pub async fn payloads_and_fields_arrive_intact<H: BusHarness>(h: H) {
+    let a = node(&h, "a").await;
+    let mut b = node(&h, "b").await;
+    let t = topic("room-1", "files");
+    b.subscribe(&BusSubscription::Topic(t.clone())).await;
+    b.subscribe(&BusSubscription::Presence(t.room.clone())).await;
+
+    let every_byte: Vec<u8> = (0..=255).collect();
+    let largest: Vec<u8> = (0..921_600u32).map(|i| (i % 253) as u8).collect();
+    let sent = [
+        a.custom(&t, None, Bytes::new(), 0, None),
+        a.custom(&t, Some("red|big"), Bytes::from(every_byte), 2, Some("msg-1")),
+        a.custom(&t, Some("k"), Bytes::from(largest), 1, None),
+        a.custom(&t, None, Bytes::from_static(b"\xc1 not msgpack"), 1, Some("")),
+        Arc::new(Envelope::Presence(PresenceEvent {
+            room: t.room.clone(),
+            actor: actor("alice"),
+            change: PresenceChange::Update,
+            data: Bytes::from_static(b"\x82\xa4mood\xa3ok\xa1n\x01"),
+            node: a.id.clone(),
+        })),
+    ];
+    for envelope in &sent {
+        a.publish(envelope).await;
+    }
+    for (i, envelope) in sent.iter().enumerate() {
+        let got = b.next(&format!("envelope {i}")).await;
+        assert_eq!((&got.route, got.retained_replay), (&Route::Plain, false), "node b: envelope {i}");
+        assert!(*got.envelope == **envelope, "node b: envelope {i} arrived altered or out of order");
+    }
+}
+
+/// Contract 1: room and topic names are opaque. Characters that structure other systems'
+/// topics (`/`, `+`, `#`, `%`) neither widen a subscription nor merge two names; filter keys
+/// may hold `|`.
+pub async fn names_with_special_characters_stay_apart<H: BusHarness>(h: H) {
+    let a = node(&h, "a").await;
+    let mut b = node(&h, "b").await;
+    let plain = topic("room-1", "x");
+    let odd = topic("room/1", "a+b#");
+    b.subscribe(&BusSubscription::Topic(plain.clone())).await;
+    b.subscribe(&BusSubscription::TopicKey(odd.clone(), "k|j".to_owned())).await;
+
+    for (t, filter, label) in [
+        (topic("room-1", "x/y"), None, "slash-in-topic"),
+        (topic("room-1", "+"), None, "plus-topic"),
+        (topic("room-1", "#"), None, "hash-topic"),
+        (topic("room-1", "%78"), None, "percent-escaped-x"),
+        (topic("room", "1/x"), None, "slash-moved"),
+        (odd.clone(), Some("k"), "other-key"),
+        (odd.clone(), None, "unfiltered-odd"),
+    ] {
+        a.publish(&a.message(&t, filter, label)).await;
+    }
+    let keyed = a.message(&plain, Some("y|z"), "keyed");
+    let odd_hit = a.message(&odd, Some("k|j"), "odd-hit");
+    let sentinel = a.message(&plain, None, "sentinel");
+    for envelope in [&keyed, &odd_hit, &sentinel] {
+        a.publish(envelope).await;
+    }
+    b.expect(&keyed, Route::Plain, false).await;
+    b.expect(&odd_hit, Route::Plain, false).await;
+    b.expect(&sentinel, Route::Plain, false).await;
+}
+
+/// Contract 3 over 1: once a member's `unsubscribe` of its group returned, it gets none of the
+/// group's publications, and the remaining member gets every one of them.
+pub async fn group_member_that_unsubscribed_gets_no_more<H: BusHarness>(h: H) {
+    const N: usize = 20;
+    let a = node(&h, "a").await;
+    let mut b = node(&h, "b").await;
+    let mut c = node(&h, "c").await;
+    let t = topic("room-1", "jobs");
+    let group = group(&t, "workers");
+    for member in [&b, &c] {
+        member.subscribe(&BusSubscription::Group(group.clone())).await;
+        member.subscribe(&BusSubscription::TopicKey(t.clone(), "end".to_owned())).await;
+    }
+    c.unsubscribe(&BusSubscription::Group(group.clone())).await;
+
+    let publish_all = async {
+        a.publish_numbered(&t, "job", N).await;
+        a.publish(&a.message(&t, Some("end"), "end")).await;
+    };
+    let (_, from_b, from_c) = tokio::join!(publish_all, b.group_share(&group), c.group_share(&group));
+    let all: BTreeSet<String> = (0..N).map(|i| format!("job-{i}")).collect();
+    assert_eq!(from_b, all, "the remaining member must get every publication");
+    assert!(from_c.is_empty(), "the member that left got {from_c:?}");
+}
+
 // ----------------------------------------------------------------------------------------------
 // Helpers.
 
@@ -637,6 +733,30 @@ impl Node {
             retain,
             qos: 1,
             data: Bytes::from(label.to_owned()),
+        }))
+    }
+
+    /// A publication with the given data, QoS and msgId (not retained).
+    fn custom(
+        &self,
+        topic: &TopicAddress,
+        filter: Option<&str>,
+        data: Bytes,
+        qos: u8,
+        msg_id: Option<&str>,
+    ) -> Arc<Envelope> {
+        Arc::new(Envelope::Publication(Publication {
+            id: next_id(),
+            topic: topic.clone(),
+            filter: filter.map(str::to_owned),
+            publisher: actor("publisher"),
+            publisher_conn: ConnId(u64::MAX),
+            node: self.id.clone(),
+            timestamp_ms: u64::MAX,
+            msg_id: msg_id.map(str::to_owned),
+            retain: false,
+            qos,
+            data,
         }))
     }
 
