@@ -183,7 +183,7 @@ async fn run(config: ServerConfig, registry: skua_core::Registry, dev: bool) -> 
     let node = node::RunningNode::start(&config, Arc::new(SharedRegistry::new(registry)), backends, listener)
         .context("while starting the node")?;
     // One machine-readable line on stdout, for scripts and the interop suite (`--listen :0`).
-    println!("skua listening on {}", node.addr);
+    say(&format!("skua listening on {}", node.addr));
     if dev {
         print_dev_banner(node.addr);
     }
@@ -194,6 +194,15 @@ async fn run(config: ServerConfig, registry: skua_core::Registry, dev: bool) -> 
     }
     tracing::info!("Stopped.");
     Ok(())
+}
+
+/// Writes a line to stdout, ignoring a closed pipe: whoever started us may stop reading, and
+/// that must never take the node down.
+fn say(line: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
 }
 
 async fn wait_for_signal() -> std::io::Result<()> {
@@ -216,8 +225,8 @@ fn print_dev_banner(addr: std::net::SocketAddr) {
             jsonwebtoken::encode(&jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256), &claims, &k).ok()
         })
         .unwrap_or_default();
-    println!("Skua dev mode: WebSocket at ws://{addr}/ws (app \"demo\", rooms general, random, ops; lobby online)");
-    println!("  token                    actor     type");
+    say(&format!("Skua dev mode: WebSocket at ws://{addr}/ws (app \"demo\", rooms general, random, ops; lobby online)"));
+    say("  token                    actor     type");
     for (t, a, ty) in [
         ("dev-token-alice", "alice", "user"),
         ("dev-token-bob", "bob", "user"),
@@ -226,9 +235,9 @@ fn print_dev_banner(addr: std::net::SocketAddr) {
         ("dev-token-orchestrator", "orch-1", "orchestrator"),
         ("dev-token-viewer", "viewer", "observer"),
     ] {
-        println!("  {t:<24} {a:<9} {ty}");
+        say(&format!("  {t:<24} {a:<9} {ty}"));
     }
-    println!("  client token (JWT, HS256 \"{}\", sub alice, 1 h): {jwt}", fixtures::DEV_JWT_SECRET);
+    say(&format!("  client token (JWT, HS256 \"{}\", sub alice, 1 h): {jwt}", fixtures::DEV_JWT_SECRET));
 }
 
 #[derive(serde::Serialize)]
