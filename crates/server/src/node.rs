@@ -30,8 +30,14 @@ pub async fn backends(config: &ServerConfig, embedded: &Embedded) -> anyhow::Res
     let (bus, bus_deliveries) = match &config.bus {
         BusConfig::Memory => embedded.bus.connect(config.node_id.clone(), config.edge.bus_queue),
         BusConfig::Mqtt { url } => {
-            let _ = url;
-            anyhow::bail!("the MQTT bus is not available yet")
+            let mut mqtt = skua_bus::mqtt::MqttBusConfig::new(url.clone(), config.edge.namespace.clone());
+            mqtt.publish_buffer = config.bus_publish_buffer;
+            // Client ids must be unique per broker: the namespace keeps two clusters (or test
+            // runs) with the same node ids from taking over each other's connections.
+            mqtt.client_id_prefix = format!("skua-{}", config.edge.namespace);
+            skua_bus::mqtt::MqttBus::connect(mqtt, config.node_id.clone(), config.edge.bus_queue)
+                .await
+                .map_err(|e| anyhow::anyhow!("while connecting to the MQTT broker at {}: {}", redact(url), error_chain(&e)))?
         }
     };
     let presence: Arc<dyn skua_core::Presence> = match &config.presence {

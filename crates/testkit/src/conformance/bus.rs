@@ -54,6 +54,7 @@ macro_rules! bus_conformance {
             one_plain_copy_for_overlapping_subscriptions,
             unsubscribe_stops_delivery,
             order_is_kept_per_publisher,
+            order_is_kept_across_qos_and_retain,
             group_delivers_each_publication_to_exactly_one_member,
             different_groups_each_get_every_publication,
             groups_are_scoped_by_topic,
@@ -210,6 +211,32 @@ pub async fn order_is_kept_per_publisher<H: BusHarness>(h: H) {
             assert_eq!(seen, expected(prefix), "node {receiver}: envelopes from node {prefix} out of order or missing");
         }
     }
+}
+
+/// Contract 4: order does not depend on what the publications ask for: QoS 0, 1 and 2 and
+/// retained and live ones interleaved on one topic arrive in publish order (an MQTT broker may
+/// release QoS 2 messages later than QoS 0/1 ones sent after them).
+pub async fn order_is_kept_across_qos_and_retain<H: BusHarness>(h: H) {
+    const N: usize = 60;
+    let a = node(&h, "a").await;
+    let mut b = node(&h, "b").await;
+    let t = topic("room-1", "mixed");
+    b.subscribe(&BusSubscription::Topic(t.clone())).await;
+
+    let sent: Vec<_> = (0..N)
+        .map(|i| {
+            let data = Bytes::from(format!("m-{i}"));
+            a.custom(&t, (i % 4 == 3).then_some("k"), data, (i % 3) as u8, None, i % 5 == 0)
+        })
+        .collect();
+    let publish_all = async {
+        for envelope in &sent {
+            a.publish(envelope).await;
+        }
+    };
+    let (_, got) = tokio::join!(publish_all, b.labels(N));
+    let expected: Vec<String> = (0..N).map(|i| format!("m-{i}")).collect();
+    assert_eq!(got, expected, "node b: publications out of order");
 }
 
 /// Contract 3: with two members of one group, each of 100 publications reaches exactly one of
@@ -530,10 +557,10 @@ pub async fn payloads_and_fields_arrive_intact<H: BusHarness>(h: H) {
     let every_byte: Vec<u8> = (0..=255).collect();
     let largest: Vec<u8> = (0..921_600u32).map(|i| (i % 253) as u8).collect();
     let sent = [
-        a.custom(&t, None, Bytes::new(), 0, None),
-        a.custom(&t, Some("red|big"), Bytes::from(every_byte), 2, Some("msg-1")),
-        a.custom(&t, Some("k"), Bytes::from(largest), 1, None),
-        a.custom(&t, None, Bytes::from_static(b"\xc1 not msgpack"), 1, Some("")),
+        a.custom(&t, None, Bytes::new(), 0, None, false),
+        a.custom(&t, Some("red|big"), Bytes::from(every_byte), 2, Some("msg-1"), false),
+        a.custom(&t, Some("k"), Bytes::from(largest), 1, None, false),
+        a.custom(&t, None, Bytes::from_static(b"\xc1 not msgpack"), 1, Some(""), false),
         Arc::new(Envelope::Presence(PresenceEvent {
             room: t.room.clone(),
             actor: actor("alice"),
@@ -736,7 +763,7 @@ impl Node {
         }))
     }
 
-    /// A publication with the given data, QoS and msgId (not retained).
+    /// A publication with the given data, QoS, msgId and retain flag.
     fn custom(
         &self,
         topic: &TopicAddress,
@@ -744,6 +771,7 @@ impl Node {
         data: Bytes,
         qos: u8,
         msg_id: Option<&str>,
+        retain: bool,
     ) -> Arc<Envelope> {
         Arc::new(Envelope::Publication(Publication {
             id: next_id(),
@@ -754,7 +782,7 @@ impl Node {
             node: self.id.clone(),
             timestamp_ms: u64::MAX,
             msg_id: msg_id.map(str::to_owned),
-            retain: false,
+            retain,
             qos,
             data,
         }))

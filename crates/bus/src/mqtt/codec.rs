@@ -1,0 +1,437 @@
+//! The envelope wire format of the MQTT hop, version 1 (byte-level description in
+//! docs/cluster.md).
+//!
+//! An envelope is one MessagePack array whose first two elements are the format version (`1`)
+//! and the kind (`0` publication, `1` presence event); the kind's fields follow in a fixed
+//! order and the payload comes last as a `bin` holding the untouched `data` bytes. `data` is
+//! never parsed or re-encoded (it need not even be valid MessagePack: a `leave` carries none),
+//! and decoding hands it out as a zero-copy slice of the received packet.
+//!
+//! Decoders accept arrays longer than the kind needs and skip the extra elements, so a later
+//! writer may append fields without a version bump; anything else unexpected is a
+//! [`DecodeError`], never a panic.
+
+use bytes::Bytes;
+use skua_core::{
+    ActorId, AppId, ConnId, Envelope, EnvelopeId, IdError, NodeId, PresenceChange, PresenceEvent, ProjectId,
+    Publication, RoomKey, TopicAddress,
+};
+use skua_protocol::msgpack::{Kind, ReadError, Reader, Writer};
+
+/// The format version written by [`encode`] and the only one [`decode`] accepts.
+pub const VERSION: u64 = 1;
+/// Kind tag of [`Envelope::Publication`].
+const KIND_PUBLICATION: u64 = 0;
+/// Kind tag of [`Envelope::Presence`].
+const KIND_PRESENCE: u64 = 1;
+/// Elements of a version-1 publication: v, kind and 14 fields.
+const PUBLICATION_LEN: usize = 16;
+/// Elements of a version-1 presence event: v, kind and 7 fields.
+const PRESENCE_LEN: usize = 9;
+
+/// Why an inbound packet is not a version-1 envelope.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// Not the MessagePack the format prescribes.
+    #[error("malformed envelope: {0}")]
+    Msgpack(#[from] ReadError),
+    /// Written by a newer (or foreign) encoder.
+    #[error("unsupported envelope version {0}")]
+    Version(i128),
+    /// An unknown kind tag.
+    #[error("unknown envelope kind {0}")]
+    Kind(i128),
+    /// Fewer elements than the kind needs.
+    #[error("envelope has {got} elements, needs {need}")]
+    Short {
+        /// Elements present.
+        got: usize,
+        /// Elements the kind needs.
+        need: usize,
+    },
+    /// A field is out of range (`qos` above 2, an id of the wrong length, an empty name…).
+    #[error("envelope field {0} out of range")]
+    Field(&'static str),
+    /// An identifier that does not parse.
+    #[error("envelope identifier refused")]
+    Id(#[from] IdError),
+}
+
+/// Encodes an envelope; the result is the MQTT payload.
+pub fn encode(envelope: &Envelope) -> Vec<u8> {
+    match envelope {
+        Envelope::Publication(p) => {
+            let extra = p.topic.room.room.len() + p.topic.topic.len() + p.filter.as_ref().map_or(0, String::len);
+            let mut w = Writer::with_capacity(p.data.len() + extra + 128);
+            w.array(PUBLICATION_LEN).uint(VERSION).uint(KIND_PUBLICATION);
+            bin(&mut w, &p.id.0.to_be_bytes());
+            w.str(p.topic.room.project.as_str())
+                .str(p.topic.room.app.as_str())
+                .str(&p.topic.room.room)
+                .str(&p.topic.topic)
+                .opt_str(p.filter.as_deref())
+                .str(p.publisher.as_str())
+                .uint(p.publisher_conn.0)
+                .str(p.node.as_str())
+                .uint(p.timestamp_ms)
+                .opt_str(p.msg_id.as_deref())
+                .bool(p.retain)
+                .uint(u64::from(p.qos));
+            bin(&mut w, &p.data);
+            w.into_vec()
+        }
+        Envelope::Presence(e) => {
+            let mut w = Writer::with_capacity(e.data.len() + e.room.room.len() + 96);
+            w.array(PRESENCE_LEN)
+                .uint(VERSION)
+                .uint(KIND_PRESENCE)
+                .str(e.room.project.as_str())
+                .str(e.room.app.as_str())
+                .str(&e.room.room)
+                .str(e.actor.as_str())
+                .uint(change_tag(e.change))
+                .str(e.node.as_str());
+            bin(&mut w, &e.data);
+            w.into_vec()
+        }
+    }
+}
+
+/// Decodes a payload written by [`encode`]. `data` shares `payload`'s buffer.
+///
+/// # Errors
+/// [`DecodeError`] when `payload` is not a version-1 envelope.
+pub fn decode(payload: &Bytes) -> Result<Envelope, DecodeError> {
+    let mut r = Reader::new(payload);
+    let len = r.read_array_len()?;
+    let version = r.read_int()?;
+    if version != i128::from(VERSION) {
+        return Err(DecodeError::Version(version));
+    }
+    let kind = r.read_int()?;
+    let (envelope, need) = match kind {
+        k if k == i128::from(KIND_PUBLICATION) => {
+            need(len, PUBLICATION_LEN)?;
+            (Envelope::Publication(publication(&mut r, payload)?), PUBLICATION_LEN)
+        }
+        k if k == i128::from(KIND_PRESENCE) => {
+            need(len, PRESENCE_LEN)?;
+            (Envelope::Presence(presence(&mut r, payload)?), PRESENCE_LEN)
+        }
+        k => return Err(DecodeError::Kind(k)),
+    };
+    for _ in need..len {
+        r.skip_value()?;
+    }
+    Ok(envelope)
+}
+
+fn need(got: usize, need: usize) -> Result<(), DecodeError> {
+    if got < need { Err(DecodeError::Short { got, need }) } else { Ok(()) }
+}
+
+fn publication(r: &mut Reader<'_>, payload: &Bytes) -> Result<Publication, DecodeError> {
+    let id: [u8; 16] = read_bin(r)?.try_into().map_err(|_| DecodeError::Field("id"))?;
+    let room = room_key(r)?;
+    let topic = name(r, "topic")?;
+    let filter = opt_str(r)?.map(str::to_owned);
+    let publisher = ActorId::parse(r.read_str()?)?;
+    let publisher_conn = ConnId(uint(r, "publisher_conn")?);
+    let node = NodeId::parse(r.read_str()?)?;
+    let timestamp_ms = uint(r, "timestamp_ms")?;
+    let msg_id = opt_str(r)?.map(str::to_owned);
+    let retain = r.read_bool()?;
+    let qos = match uint(r, "qos")? {
+        q @ 0..=2 => q as u8,
+        _ => return Err(DecodeError::Field("qos")),
+    };
+    let data = payload.slice_ref(read_bin(r)?);
+    Ok(Publication {
+        id: EnvelopeId(u128::from_be_bytes(id)),
+        topic: TopicAddress { room, topic: topic.into() },
+        filter,
+        publisher,
+        publisher_conn,
+        node,
+        timestamp_ms,
+        msg_id,
+        retain,
+        qos,
+        data,
+    })
+}
+
+fn presence(r: &mut Reader<'_>, payload: &Bytes) -> Result<PresenceEvent, DecodeError> {
+    let room = room_key(r)?;
+    let actor = ActorId::parse(r.read_str()?)?;
+    let change = match uint(r, "change")? {
+        0 => PresenceChange::Join,
+        1 => PresenceChange::Update,
+        2 => PresenceChange::Leave,
+        _ => return Err(DecodeError::Field("change")),
+    };
+    let node = NodeId::parse(r.read_str()?)?;
+    let data = payload.slice_ref(read_bin(r)?);
+    Ok(PresenceEvent { room, actor, change, data, node })
+}
+
+fn room_key(r: &mut Reader<'_>) -> Result<RoomKey, DecodeError> {
+    let project = ProjectId::parse(r.read_str()?)?;
+    let app = AppId::parse(r.read_str()?)?;
+    let room = name(r, "room")?;
+    Ok(RoomKey { project, app, room: room.into() })
+}
+
+fn change_tag(change: PresenceChange) -> u64 {
+    match change {
+        PresenceChange::Join => 0,
+        PresenceChange::Update => 1,
+        PresenceChange::Leave => 2,
+    }
+}
+
+/// A non-empty `str`.
+fn name<'a>(r: &mut Reader<'a>, field: &'static str) -> Result<&'a str, DecodeError> {
+    match r.read_str()? {
+        "" => Err(DecodeError::Field(field)),
+        s => Ok(s),
+    }
+}
+
+fn opt_str<'a>(r: &mut Reader<'a>) -> Result<Option<&'a str>, DecodeError> {
+    if r.read_nil()? { Ok(None) } else { Ok(Some(r.read_str()?)) }
+}
+
+fn uint(r: &mut Reader<'_>, field: &'static str) -> Result<u64, DecodeError> {
+    u64::try_from(r.read_int()?).map_err(|_| DecodeError::Field(field))
+}
+
+/// Writes a `bin` (8, 16 or 32) holding `bytes` verbatim.
+fn bin(w: &mut Writer, bytes: &[u8]) {
+    let n = bytes.len();
+    if let Ok(n) = u8::try_from(n) {
+        w.raw(&[0xc4, n]);
+    } else if let Ok(n) = u16::try_from(n) {
+        let [hi, lo] = n.to_be_bytes();
+        w.raw(&[0xc5, hi, lo]);
+    } else {
+        // Payloads are capped by the MQTT packet size (at most 256 MiB), far below 4 GiB.
+        let [a, b, c, d] = u32::try_from(n).unwrap_or(u32::MAX).to_be_bytes();
+        w.raw(&[0xc6, a, b, c, d]);
+    }
+    w.raw(bytes);
+}
+
+/// Reads a `bin` and returns its content.
+fn read_bin<'a>(r: &mut Reader<'a>) -> Result<&'a [u8], DecodeError> {
+    if r.peek_kind()? != Kind::Bin {
+        return Err(ReadError::Type.into());
+    }
+    let whole = r.skip_value()?;
+    let header = match whole.first() {
+        Some(0xc4) => 2,
+        Some(0xc5) => 3,
+        _ => 5,
+    };
+    // `skip_value` checked that the header and its length are all there.
+    Ok(&whole[header..])
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn golden_publication() -> Envelope {
+        Envelope::Publication(Publication {
+            id: EnvelopeId(0x0102_0304_0506_0708_090a_0b0c_0d0e_0f10),
+            topic: TopicAddress {
+                room: RoomKey {
+                    project: ProjectId::parse("p").unwrap(),
+                    app: AppId::parse("a").unwrap(),
+                    room: "r".into(),
+                },
+                topic: "t".into(),
+            },
+            filter: Some("k|x".to_owned()),
+            publisher: ActorId::parse("al").unwrap(),
+            publisher_conn: ConnId(7),
+            node: NodeId::parse("n1").unwrap(),
+            timestamp_ms: 1_700_000_000_000,
+            msg_id: None,
+            retain: true,
+            qos: 1,
+            data: Bytes::from_static(b"\x81\xa1k\x01"),
+        })
+    }
+
+    #[rustfmt::skip]
+    const GOLDEN_PUBLICATION: &[u8] = &[
+        0xdc, 0x00, 0x10,                   // array16 of 16 elements
+        0x01,                               // v = 1
+        0x00,                               // kind = publication
+        0xc4, 0x10,                         // id: bin8 of 16 bytes, big-endian u128
+        0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08,
+        0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f, 0x10,
+        0xa1, b'p',                         // project
+        0xa1, b'a',                         // app
+        0xa1, b'r',                         // room
+        0xa1, b't',                         // topic
+        0xa3, b'k', b'|', b'x',             // filter key
+        0xa2, b'a', b'l',                   // publisher
+        0x07,                               // publisher_conn
+        0xa2, b'n', b'1',                   // node
+        0xcf, 0x00, 0x00, 0x01, 0x8b, 0xcf, 0xe5, 0x68, 0x00, // timestamp_ms (uint64)
+        0xc0,                               // msg_id: nil
+        0xc3,                               // retain: true
+        0x01,                               // qos
+        0xc4, 0x04, 0x81, 0xa1, b'k', 0x01, // data: bin8 holding the packed bytes untouched
+    ];
+
+    #[rustfmt::skip]
+    const GOLDEN_PRESENCE: &[u8] = &[
+        0x99,                               // fixarray of 9 elements
+        0x01, 0x01,                         // v = 1, kind = presence
+        0xa1, b'p', 0xa1, b'a', 0xa1, b'r', // project, app, room
+        0xa2, b'a', b'l',                   // actor
+        0x02,                               // change = leave
+        0xa2, b'n', b'1',                   // node
+        0xc4, 0x00,                         // data: empty bin8
+    ];
+
+    fn golden_presence() -> Envelope {
+        Envelope::Presence(PresenceEvent {
+            room: RoomKey {
+                project: ProjectId::parse("p").unwrap(),
+                app: AppId::parse("a").unwrap(),
+                room: "r".into(),
+            },
+            actor: ActorId::parse("al").unwrap(),
+            change: PresenceChange::Leave,
+            data: Bytes::new(),
+            node: NodeId::parse("n1").unwrap(),
+        })
+    }
+
+    #[test]
+    fn encoding_is_pinned() {
+        assert_eq!(encode(&golden_publication()), GOLDEN_PUBLICATION);
+        assert_eq!(encode(&golden_presence()), GOLDEN_PRESENCE);
+        assert_eq!(decode(&Bytes::from_static(GOLDEN_PUBLICATION)), Ok(golden_publication()));
+        assert_eq!(decode(&Bytes::from_static(GOLDEN_PRESENCE)), Ok(golden_presence()));
+    }
+
+    #[test]
+    fn data_is_a_slice_of_the_packet() {
+        let payload = Bytes::from_static(GOLDEN_PUBLICATION);
+        let Ok(Envelope::Publication(p)) = decode(&payload) else { panic!("decodes") };
+        let offset = p.data.as_ptr() as usize - payload.as_ptr() as usize;
+        assert_eq!(offset, GOLDEN_PUBLICATION.len() - 4);
+    }
+
+    #[test]
+    fn large_data_uses_wider_bin_headers() {
+        for n in [255, 256, 65_535, 65_536, 921_600] {
+            let Envelope::Publication(mut p) = golden_publication() else { unreachable!() };
+            p.data = Bytes::from(vec![0xc1; n]);
+            let envelope = Envelope::Publication(p);
+            assert_eq!(decode(&Bytes::from(encode(&envelope))), Ok(envelope), "{n} bytes");
+        }
+    }
+
+    #[test]
+    fn foreign_payloads_are_refused() {
+        let decode = |b: &[u8]| decode(&Bytes::copy_from_slice(b));
+        assert_eq!(decode(&[0x92, 0x02, 0x00]), Err(DecodeError::Version(2)));
+        assert_eq!(decode(&[0x92, 0x01, 0x05]), Err(DecodeError::Kind(5)));
+        assert_eq!(decode(&[0x92, 0x01, 0x00]), Err(DecodeError::Short { got: 2, need: 16 }));
+        assert_eq!(decode(&[]), Err(DecodeError::Msgpack(ReadError::Truncated)));
+        assert_eq!(decode(b"{\"json\":1}"), Err(DecodeError::Msgpack(ReadError::Type)));
+        let mut bad_qos = GOLDEN_PUBLICATION.to_vec();
+        let at = bad_qos.len() - 7;
+        bad_qos[at] = 0x03;
+        assert_eq!(decode(&bad_qos), Err(DecodeError::Field("qos")));
+        assert!(matches!(decode(&GOLDEN_PUBLICATION[..GOLDEN_PUBLICATION.len() - 1]), Err(DecodeError::Msgpack(_))));
+    }
+
+    #[test]
+    fn extra_trailing_elements_are_skipped() {
+        let mut longer = GOLDEN_PRESENCE.to_vec();
+        longer[0] = 0x9b; // 11 elements
+        longer.extend_from_slice(&[0xa1, b'x', 0x81, 0x01, 0x02]);
+        assert_eq!(decode(&Bytes::from(longer)), Ok(golden_presence()));
+    }
+
+    fn slug() -> impl Strategy<Value = String> {
+        "[a-zA-Z0-9_-]{1,64}"
+    }
+
+    fn room_key() -> impl Strategy<Value = RoomKey> {
+        (slug(), slug(), "\\PC{1,40}").prop_map(|(p, a, r)| RoomKey {
+            project: ProjectId::parse(&p).unwrap(),
+            app: AppId::parse(&a).unwrap(),
+            room: r.into(),
+        })
+    }
+
+    fn publication_strategy() -> impl Strategy<Value = Envelope> {
+        (
+            (any::<u128>(), room_key(), "\\PC{1,40}", proptest::option::of("\\PC{0,40}"), slug()),
+            (any::<u64>(), slug(), any::<u64>(), proptest::option::of("\\PC{0,40}"), any::<bool>(), 0u8..=2),
+            proptest::collection::vec(any::<u8>(), 0..70_000),
+        )
+            .prop_map(|((id, room, topic, filter, publisher), (conn, node, ts, msg_id, retain, qos), data)| {
+                Envelope::Publication(Publication {
+                    id: EnvelopeId(id),
+                    topic: TopicAddress { room, topic: topic.into() },
+                    filter,
+                    publisher: ActorId::parse(&publisher).unwrap(),
+                    publisher_conn: ConnId(conn),
+                    node: NodeId::parse(&node).unwrap(),
+                    timestamp_ms: ts,
+                    msg_id,
+                    retain,
+                    qos,
+                    data: data.into(),
+                })
+            })
+    }
+
+    fn presence_strategy() -> impl Strategy<Value = Envelope> {
+        (room_key(), slug(), 0u8..3, slug(), proptest::collection::vec(any::<u8>(), 0..300)).prop_map(
+            |(room, actor, change, node, data)| {
+                Envelope::Presence(PresenceEvent {
+                    room,
+                    actor: ActorId::parse(&actor).unwrap(),
+                    change: [PresenceChange::Join, PresenceChange::Update, PresenceChange::Leave][usize::from(change)],
+                    data: data.into(),
+                    node: NodeId::parse(&node).unwrap(),
+                })
+            },
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+
+        #[test]
+        fn envelopes_round_trip(envelope in prop_oneof![publication_strategy(), presence_strategy()]) {
+            prop_assert_eq!(decode(&Bytes::from(encode(&envelope))), Ok(envelope));
+        }
+
+        #[test]
+        fn decoding_arbitrary_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = decode(&Bytes::from(bytes));
+        }
+
+        #[test]
+        fn decoding_a_damaged_envelope_never_panics(at in 0usize..60, byte in any::<u8>()) {
+            let mut bytes = GOLDEN_PUBLICATION.to_vec();
+            let at = at % bytes.len();
+            bytes[at] = byte;
+            let _ = decode(&Bytes::from(bytes));
+        }
+    }
+}
