@@ -216,6 +216,11 @@ impl Hub {
         Ok(())
     }
 
+    /// The bus subscriptions this node holds (each serves every local subscriber of it).
+    pub async fn bus_subscriptions(&self) -> Vec<BusSubscription> {
+        self.bus_refs.lock().await.subs.keys().cloned().collect()
+    }
+
     /// Drops a reference taken by [`Self::acquire`]; the last one unsubscribes on the bus.
     pub async fn release(&self, sub: &BusSubscription) {
         let mut refs = self.bus_refs.lock().await;

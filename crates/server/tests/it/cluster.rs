@@ -33,6 +33,7 @@ cluster_cases!(
     presence_and_lobbies_span_nodes,
     reconnect_restores_on_another_node,
     order_is_kept_per_publisher_across_nodes,
+    one_bus_subscription_serves_every_local_subscriber,
 );
 
 fn builder() -> skua_testkit::server::TestServerBuilder {
@@ -186,5 +187,26 @@ async fn order_is_kept_per_publisher_across_nodes(c: TestCluster) {
         for i in 0..300u64 {
             assert_eq!(s.expect("message").await.get("data").as_u64(), Some(i));
         }
+    }
+}
+
+async fn one_bus_subscription_serves_every_local_subscriber(c: TestCluster) {
+    let node = c.node(0);
+    let mut clients = Vec::new();
+    for _ in 0..40 {
+        let mut a = node.auth("dev-token-alice").await;
+        a.subscribe(TOPIC).await;
+        clients.push(a);
+    }
+    let subs = node.state.hub.bus_subscriptions().await;
+    assert_eq!(subs.len(), 1, "40 local subscribers, one bus subscription: {subs:?}");
+    for a in clients.drain(..) {
+        a.close().await;
+    }
+    // Closes are processed asynchronously: wait (bounded) for the last release.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !node.state.hub.bus_subscriptions().await.is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "the last unsubscribe released the bus subscription");
+        tokio::task::yield_now().await;
     }
 }

@@ -1,0 +1,351 @@
+//! `skua-bench`: bounded, loopback-only load runs against Skua (NoLag), Mosquitto (MQTT over
+//! WebSocket), nats-server (NATS over WebSocket) or `skua-bare`. See `docs/benchmarks.md`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Args, Parser, Subcommand};
+use skua_bench::scenario::{Ctx, churn, idle, traffic};
+use skua_bench::target::{SpawnedSkua, Target};
+use skua_bench::wire::{self, TopicKey, nolag::Nolag};
+use skua_bench::{fixtures, report};
+
+#[derive(Parser)]
+#[command(name = "skua-bench", version, about = "Load generator for Skua and the brokers it is compared with (loopback only).")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// S subscribers on one topic; publishers at ≤ --max-rate-per-conn each, R msg/s in total.
+    Fanout {
+        #[command(flatten)]
+        t: TargetArgs,
+        #[command(flatten)]
+        run: RunArgs,
+        /// Subscribers (S).
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        subscribers: u32,
+        /// Total publish rate, msg/s (R).
+        #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+        rate: u32,
+        /// Payload bytes (P), at least 20 (the stamp).
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(20..=900_000))]
+        payload: u32,
+        /// Most msg/s per publisher connection (Skua's default rate limit is 50).
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        max_rate_per_conn: u32,
+    },
+    /// N topics, each with one publisher and one subscriber, r msg/s per topic.
+    Pairs {
+        #[command(flatten)]
+        t: TargetArgs,
+        #[command(flatten)]
+        run: RunArgs,
+        /// Topics (N); NoLag needs the bench fixtures with at least N rooms.
+        #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=50_000))]
+        topics: u32,
+        /// Publish rate per topic, msg/s (r).
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        rate: u32,
+        /// Payload bytes, at least 20.
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(20..=900_000))]
+        payload: u32,
+    },
+    /// Publish throughput on the logged topic (demo/general/tasks), with `published` receipts timed.
+    Logged {
+        #[command(flatten)]
+        t: TargetArgs,
+        #[command(flatten)]
+        run: RunArgs,
+        /// Subscribers.
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        subscribers: u32,
+        /// Total publish rate, msg/s.
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+        rate: u32,
+        /// Payload bytes, at least 20.
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(20..=900_000))]
+        payload: u32,
+        /// Most msg/s per publisher connection.
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        max_rate_per_conn: u32,
+    },
+    /// C logged-in, subscribed connections; the server's RSS growth per connection.
+    Idle {
+        #[command(flatten)]
+        t: TargetArgs,
+        /// Connections (C). Raise `ulimit -n` above this first.
+        #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        connections: u32,
+        /// Seconds to wait after the last setup before reading RSS.
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(0..=60))]
+        settle: u64,
+    },
+    /// connect → login → subscribe → close at a target rate.
+    Churn {
+        #[command(flatten)]
+        t: TargetArgs,
+        #[command(flatten)]
+        run: RunArgs,
+        /// Cycles started per second.
+        #[arg(long, default_value_t = 6000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        rate: u32,
+        /// Most cycles in flight.
+        #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        concurrency: u32,
+        /// Loopback source addresses to rotate over (127.0.0.1 …) when the target is 127.0.0.1.
+        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u8).range(1..=250))]
+        source_ips: u8,
+    },
+    /// Prints the bench fixtures TOML (for `skua serve --dev --fixtures FILE`).
+    Fixtures {
+        /// Rooms r0 … r<N-1>.
+        #[arg(long, default_value_t = fixtures::DEFAULT_ROOMS)]
+        rooms: usize,
+    },
+    /// Turns collected JSON lines into the markdown results section.
+    Report {
+        /// File holding the JSON lines (other lines are ignored).
+        #[arg(long)]
+        input: PathBuf,
+        /// Document to update between its results markers; prints to stdout when absent.
+        #[arg(long)]
+        doc: Option<PathBuf>,
+        /// A line put at the top of the section (machine, date).
+        #[arg(long, default_value = "")]
+        run_info: String,
+    },
+    /// Prints N currently free loopback TCP ports.
+    Ports {
+        /// How many.
+        #[arg(default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+        n: u16,
+    },
+}
+
+#[derive(Args, Clone)]
+struct TargetArgs {
+    /// Protocol adapter: nolag, mqtt-ws, nats-ws or bare.
+    #[arg(long, default_value = "nolag")]
+    proto: String,
+    /// Server WebSocket URL (loopback only), e.g. ws://127.0.0.1:8080/ws.
+    #[arg(long, required_unless_present = "spawn_skua")]
+    url: Option<String>,
+    /// PID of the server, for its CPU time and RSS.
+    #[arg(long)]
+    server_pid: Option<u32>,
+    /// Start this skua binary (`serve --dev --listen 127.0.0.1:0 --fixtures <bench>`) and measure it.
+    #[arg(long, conflicts_with_all = ["url", "server_pid"])]
+    spawn_skua: Option<PathBuf>,
+    /// Extra argument for the spawned skua (repeatable), e.g. --skua-arg=--rate-limit=1000.
+    #[arg(long, allow_hyphen_values = true)]
+    skua_arg: Vec<String>,
+    /// Name of the server in results [default: skua, mosquitto, nats or bare by protocol].
+    #[arg(long)]
+    label: Option<String>,
+    /// Append the JSON result line to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Exit with status 3 unless the run was clean (nothing lost, duplicated or refused; no
+    /// connection errors).
+    #[arg(long)]
+    strict: bool,
+    /// NoLag token of publishers [default: dev-token-bob; pairs: bench-token-pub].
+    #[arg(long)]
+    pub_token: Option<String>,
+    /// NoLag token of subscribers [default: dev-token-alice; pairs: bench-token-sub].
+    #[arg(long)]
+    sub_token: Option<String>,
+}
+
+#[derive(Args, Clone, Copy)]
+struct RunArgs {
+    /// Measured window, seconds.
+    #[arg(long, default_value_t = 10.0, value_parser = secs(0.5, 600.0))]
+    duration: f64,
+    /// Load before the window, seconds.
+    #[arg(long, default_value_t = 2.0, value_parser = secs(0.0, 120.0))]
+    warmup: f64,
+    /// Most seconds to wait after the window for deliveries in flight.
+    #[arg(long, default_value_t = 5.0, value_parser = secs(0.0, 60.0))]
+    drain: f64,
+}
+
+fn secs(lo: f64, hi: f64) -> impl Fn(&str) -> Result<f64, String> + Clone {
+    move |s| match s.parse::<f64>() {
+        Ok(v) if (lo..=hi).contains(&v) => Ok(v),
+        _ => Err(format!("expected seconds between {lo} and {hi}")),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("skua-bench: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(cli.cmd)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("skua-bench: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The server under test: found by URL (+ PID) or spawned.
+struct Setup {
+    ctx: Ctx,
+    _spawned: Option<SpawnedSkua>,
+    json: Option<PathBuf>,
+    strict: bool,
+}
+
+fn setup(t: &TargetArgs, run: Option<RunArgs>, pairs_tokens: bool, rooms: usize) -> anyhow::Result<Setup> {
+    let mut nolag = Nolag::default();
+    if pairs_tokens {
+        nolag.pub_token = fixtures::PUB_TOKEN.into();
+        nolag.sub_token = fixtures::SUB_TOKEN.into();
+    }
+    if let Some(tok) = &t.pub_token {
+        nolag.pub_token.clone_from(tok);
+    }
+    if let Some(tok) = &t.sub_token {
+        nolag.sub_token.clone_from(tok);
+    }
+    let wire = wire::by_name(&t.proto, nolag)?;
+    let (spawned, url, pid) = match &t.spawn_skua {
+        Some(path) => {
+            if t.proto != "nolag" {
+                bail!("--spawn-skua starts Skua, which speaks nolag; use --url for {}", t.proto);
+            }
+            let s = SpawnedSkua::start(path, rooms.max(fixtures::DEFAULT_ROOMS), &t.skua_arg)?;
+            eprintln!("skua-bench: started {} (pid {}) on {}; log {}", path.display(), s.pid(), s.addr, s.log.display());
+            let (url, pid) = (s.url(), s.pid());
+            (Some(s), url, Some(pid))
+        }
+        None => (None, t.url.clone().context("--url is required")?, t.server_pid),
+    };
+    if let Some(pid) = pid
+        && !skua_bench::procfs::alive(pid)
+    {
+        bail!("no process with pid {pid}");
+    }
+    let label = t.label.clone().unwrap_or_else(|| {
+        match t.proto.as_str() {
+            "nolag" => "skua",
+            "mqtt-ws" => "mosquitto",
+            "nats-ws" => "nats",
+            other => other,
+        }
+        .to_owned()
+    });
+    let run = run.unwrap_or(RunArgs { duration: 10.0, warmup: 0.0, drain: 0.0 });
+    let ctx = Ctx {
+        target: Target::parse(&url)?,
+        wire: Arc::clone(&wire),
+        server_pid: pid,
+        label,
+        warmup: Duration::from_secs_f64(run.warmup),
+        duration: Duration::from_secs_f64(run.duration),
+        drain: Duration::from_secs_f64(run.drain),
+    };
+    Ok(Setup { ctx, _spawned: spawned, json: t.json.clone(), strict: t.strict })
+}
+
+/// One topic, `subscribers` subscribers, `rate` msg/s spread over publishers of ≤ `per_conn` msg/s.
+fn fanout_plan(scenario: &'static str, subscribers: u32, rate: u32, payload: u32, per_conn: u32) -> traffic::Plan {
+    let pubs = rate.div_ceil(per_conn).max(1);
+    traffic::Plan {
+        scenario,
+        case: format!("{scenario} S={subscribers} R={rate} P={payload}"),
+        topics: 1,
+        subs_per_topic: subscribers as usize,
+        pubs_per_topic: pubs as usize,
+        rate_per_pub: f64::from(rate) / f64::from(pubs),
+        payload: payload as usize,
+        topic: |_| TopicKey::Fanout,
+        acks: false,
+    }
+}
+
+async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
+    let (setup, summary) = match cmd {
+        Cmd::Fixtures { rooms } => {
+            print!("{}", fixtures::toml(rooms));
+            return Ok(ExitCode::SUCCESS);
+        }
+        Cmd::Report { input, doc, run_info } => {
+            report::run(&input, doc.as_deref(), &run_info)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Cmd::Ports { n } => {
+            let ls: Vec<_> = (0..n).map(|_| std::net::TcpListener::bind("127.0.0.1:0")).collect::<Result<_, _>>()?;
+            for l in &ls {
+                println!("{}", l.local_addr()?.port());
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        Cmd::Fanout { t, run, subscribers, rate, payload, max_rate_per_conn } => {
+            let st = setup(&t, Some(run), false, 0)?;
+            let plan = fanout_plan("fanout", subscribers, rate, payload, max_rate_per_conn);
+            let s = traffic::run(&st.ctx, &plan).await?;
+            (st, s)
+        }
+        Cmd::Logged { t, run, subscribers, rate, payload, max_rate_per_conn } => {
+            let st = setup(&t, Some(run), false, 0)?;
+            let mut plan = fanout_plan("logged", subscribers, rate, payload, max_rate_per_conn);
+            plan.topic = |_| TopicKey::Logged;
+            plan.acks = st.ctx.wire.name() == "nolag";
+            let mut s = traffic::run(&st.ctx, &plan).await?;
+            let stored = s.num("stored_deliveries").unwrap_or(0.0);
+            s.notes.push(if stored == 0.0 {
+                "no delivery carried msgId/requiresAck: this build does not put the message store in the publish path, \
+                 so the logged topic measured the same path as fanout; rerun when stored delivery lands"
+                    .into()
+            } else {
+                format!("{stored:.0} deliveries came from the store (msgId + requiresAck); the bench does not ack them")
+            });
+            (st, s)
+        }
+        Cmd::Pairs { t, run, topics, rate, payload } => {
+            let st = setup(&t, Some(run), true, topics as usize)?;
+            let plan = traffic::Plan {
+                scenario: "pairs",
+                case: format!("pairs N={topics} r={rate} P={payload}"),
+                topics: topics as usize,
+                subs_per_topic: 1,
+                pubs_per_topic: 1,
+                rate_per_pub: f64::from(rate),
+                payload: payload as usize,
+                topic: TopicKey::Pair,
+                acks: false,
+            };
+            let s = traffic::run(&st.ctx, &plan).await?;
+            (st, s)
+        }
+        Cmd::Idle { t, connections, settle } => {
+            let st = setup(&t, None, false, 0)?;
+            let s = idle::run(&st.ctx, connections as usize, Duration::from_secs(settle)).await?;
+            (st, s)
+        }
+        Cmd::Churn { t, run, rate, concurrency, source_ips } => {
+            let st = setup(&t, Some(run), false, 0)?;
+            let plan = churn::Plan { rate: f64::from(rate), concurrency: concurrency as usize, source_ips };
+            let s = churn::run(&st.ctx, plan).await?;
+            (st, s)
+        }
+    };
+    summary.emit(setup.json.as_deref())?;
+    let clean = matches!(summary.get("ok"), Some(skua_bench::json::Val::Bool(true)));
+    Ok(if setup.strict && !clean { ExitCode::from(3) } else { ExitCode::SUCCESS })
+}

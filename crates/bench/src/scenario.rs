@@ -1,0 +1,125 @@
+//! The scenarios, and what they share: the run context, bounded-concurrency connection setup
+//! and CPU sampling.
+//!
+//! - [`traffic`]: `fanout`, `pairs` and `logged` — publishers at a fixed rate, subscribers that
+//!   check every sequence number and time every delivery;
+//! - [`idle`]: many logged-in, subscribed connections, then the server's RSS per connection;
+//! - [`churn`]: connect → login → subscribe → close at a target rate.
+
+pub mod churn;
+pub mod idle;
+pub mod traffic;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+
+use crate::conn::{self, Conn, ConnOptions};
+use crate::procfs;
+use crate::summary::Summary;
+use crate::target::Target;
+use crate::wire::{Role, Wire};
+
+/// Connections set up at the same time (each waits for its login and subscription acks).
+pub const SETUP_CONCURRENCY: usize = 64;
+
+/// Everything a scenario needs to know about where it runs.
+#[derive(Clone)]
+pub struct Ctx {
+    /// The server's WebSocket URL.
+    pub target: Target,
+    /// The protocol adapter.
+    pub wire: Arc<dyn Wire>,
+    /// The server process, for CPU and RSS (none: those figures are `null`).
+    pub server_pid: Option<u32>,
+    /// Name of the server in results (`skua`, `bare`, `mosquitto`, `nats`…).
+    pub label: String,
+    /// Time before the measured window.
+    pub warmup: Duration,
+    /// Length of the measured window.
+    pub duration: Duration,
+    /// Most time to wait after the window for deliveries still in flight.
+    pub drain: Duration,
+}
+
+impl Ctx {
+    /// A summary with the fields every scenario starts with.
+    pub fn summary(&self, scenario: &str, case: String) -> Summary {
+        let mut s = Summary::default();
+        s.set("bench", "skua-bench");
+        s.set("scenario", scenario);
+        s.set("case", case);
+        s.set("label", self.label.as_str());
+        s.set("proto", self.wire.name());
+        s.set("url", self.target.url.as_str());
+        s.set("server_pid", self.server_pid.map(u64::from));
+        s
+    }
+
+    /// The server's CPU microseconds now, if a server PID is known.
+    pub fn server_cpu(&self) -> Option<u64> {
+        self.server_pid.and_then(|p| procfs::cpu_us(p).ok())
+    }
+}
+
+/// This process's CPU microseconds now.
+pub fn client_cpu() -> Option<u64> {
+    procfs::cpu_us(std::process::id()).ok()
+}
+
+/// Percent of one core used over `secs`.
+pub fn cpu_pct(used_us: Option<u64>, secs: f64) -> Option<f64> {
+    used_us.map(|u| u as f64 / (secs * 1e6) * 100.0)
+}
+
+/// Difference of two optional CPU samples.
+pub fn used(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    Some(b?.saturating_sub(a?))
+}
+
+/// Opens `n` connections as `role`, at most [`SETUP_CONCURRENCY`] at a time; connection `i`
+/// subscribes to `topic_of(i)` when that is `Some`. Returns them in index order, and the
+/// failures separately.
+pub async fn connect_all(
+    ctx: &Ctx,
+    n: usize,
+    role: Role,
+    topic_of: impl Fn(usize) -> Option<String>,
+    opts: ConnOptions,
+) -> (Vec<Conn>, Vec<anyhow::Error>) {
+    let sem = Arc::new(Semaphore::new(SETUP_CONCURRENCY));
+    let mut handles = Vec::with_capacity(n);
+    for i in 0..n {
+        let Ok(permit) = sem.clone().acquire_owned().await else { break };
+        let (target, wire, topic) = (ctx.target.clone(), ctx.wire.clone(), topic_of(i));
+        handles.push(tokio::spawn(async move {
+            let _permit = permit;
+            match topic {
+                Some(t) => conn::subscriber(&target, wire.as_ref(), &t, opts).await,
+                None => conn::login(&target, wire.as_ref(), role, opts).await,
+            }
+        }));
+    }
+    let (mut ok, mut failed) = (Vec::with_capacity(n), Vec::new());
+    for h in handles {
+        match h.await {
+            Ok(Ok(c)) => ok.push(c),
+            Ok(Err(e)) => failed.push(e),
+            Err(e) => failed.push(anyhow::anyhow!("setup task failed: {e}")),
+        }
+    }
+    (ok, failed)
+}
+
+/// Fails with the first error when any of `n` connections could not be set up.
+///
+/// # Errors
+/// `failed` is not empty.
+pub fn all_or_bail(what: &str, n: usize, failed: Vec<anyhow::Error>) -> anyhow::Result<()> {
+    let count = failed.len();
+    if let Some(first) = failed.into_iter().next() {
+        anyhow::bail!("{count} of {n} {what} connections could not be set up; first failure: {first:#}");
+    }
+    Ok(())
+}

@@ -1,0 +1,126 @@
+//! Where the bench connects: a `ws://` URL that must resolve to a loopback address, and the
+//! server process whose CPU and memory are measured (given by PID, or spawned with
+//! `--spawn-skua`).
+
+use std::io::{BufRead, BufReader};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use anyhow::{Context, bail, ensure};
+
+/// A parsed, loopback-only WebSocket URL.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// The URL as used in the upgrade request.
+    pub url: String,
+    /// The socket address it names.
+    pub addr: SocketAddr,
+    /// The request path (`/ws`, `/mqtt`, `/`).
+    pub path: String,
+}
+
+impl Target {
+    /// Parses `ws://HOST:PORT/PATH`. HOST must be a loopback IP or `localhost`.
+    ///
+    /// # Errors
+    /// Not `ws://`, no port, or not loopback: the bench never sends load off this machine.
+    pub fn parse(url: &str) -> anyhow::Result<Self> {
+        let rest = url.strip_prefix("ws://").context("the target URL must start with ws:// (no TLS, loopback only)")?;
+        let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+        let addr = if let Some(port) = authority.strip_prefix("localhost:") {
+            SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port.parse().context("bad port")?)
+        } else {
+            authority.parse::<SocketAddr>().with_context(|| format!("{authority:?} is not IP:PORT or localhost:PORT"))?
+        };
+        ensure!(addr.ip().is_loopback(), "refusing non-loopback target {}: skua-bench only loads loopback servers", addr.ip());
+        let path = if path.is_empty() { "/" } else { path };
+        Ok(Self { url: format!("ws://{addr}{path}"), addr, path: path.to_owned() })
+    }
+}
+
+/// A Skua node started by the bench (`--spawn-skua`); killed when dropped.
+#[derive(Debug)]
+pub struct SpawnedSkua {
+    child: Child,
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// Its stderr log.
+    pub log: PathBuf,
+    fixtures: PathBuf,
+}
+
+impl SpawnedSkua {
+    /// Starts `path serve --dev --listen 127.0.0.1:0 --fixtures <bench fixtures> [extra…]` and
+    /// waits for its `skua listening on ADDR` line.
+    ///
+    /// # Errors
+    /// The binary does not start or never prints its address.
+    pub fn start(path: &Path, rooms: usize, extra: &[String]) -> anyhow::Result<Self> {
+        let dir = std::env::temp_dir();
+        let tag = format!("skua-bench-{}", std::process::id());
+        let fixtures = dir.join(format!("{tag}-fixtures.toml"));
+        std::fs::write(&fixtures, crate::fixtures::toml(rooms)).context("while writing the bench fixtures")?;
+        let log = dir.join(format!("{tag}-skua.log"));
+        let stderr = std::fs::File::create(&log).context("while creating the skua log")?;
+        let mut child = Command::new(path)
+            .args(["serve", "--dev", "--listen", "127.0.0.1:0", "--fixtures"])
+            .arg(&fixtures)
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .with_context(|| format!("while starting {}", path.display()))?;
+        let stdout = child.stdout.take().context("no stdout")?;
+        let mut lines = BufReader::new(stdout);
+        let mut first = String::new();
+        lines.read_line(&mut first).context("while reading skua's first line")?;
+        // Keep draining stdout (the dev banner) so the server can never block on it.
+        std::thread::spawn(move || {
+            let mut sink = String::new();
+            while lines.read_line(&mut sink).is_ok_and(|n| n > 0) {
+                sink.clear();
+            }
+        });
+        let Some(addr) = first.trim().strip_prefix("skua listening on ") else {
+            let _ = child.kill();
+            bail!("skua did not print its address (first line {first:?}); see {}", log.display());
+        };
+        let addr: SocketAddr = addr.parse().context("bad address in skua's first line")?;
+        Ok(Self { child, addr, log, fixtures })
+    }
+
+    /// The node's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Its WebSocket URL.
+    pub fn url(&self) -> String {
+        format!("ws://{}/ws", self.addr)
+    }
+}
+
+impl Drop for SpawnedSkua {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.fixtures);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_loopback_targets_are_accepted() {
+        assert_eq!(Target::parse("ws://127.0.0.1:80/ws").unwrap().addr.port(), 80);
+        assert_eq!(Target::parse("ws://localhost:9").unwrap().url, "ws://127.0.0.1:9/");
+        assert!(Target::parse("ws://[::1]:9/x").is_ok());
+        assert!(Target::parse("ws://10.0.0.1:80/ws").is_err());
+        assert!(Target::parse("ws://example.com:80/ws").is_err());
+        assert!(Target::parse("wss://127.0.0.1:80/ws").is_err());
+    }
+}
