@@ -322,7 +322,8 @@ impl Hub {
 
     /// Records what `conn` last announced in `room`.
     pub fn set_presence_data(&self, room: &RoomKey, conn: ConnId, data: Bytes) {
-        if let Some(m) = write(&self.rooms).get_mut(room).and_then(|e| e.members.iter_mut().find(|m| m.conn.id == conn)) {
+        if let Some(m) = write(&self.rooms).get_mut(room).and_then(|e| e.members.iter_mut().find(|m| m.conn.id == conn))
+        {
             m.data = data;
         }
     }
@@ -332,7 +333,10 @@ impl Hub {
         read(&self.rooms)
             .iter()
             .flat_map(|(room, e)| {
-                e.members.iter().filter(|m| !m.data.is_empty()).map(|m| (room.clone(), m.actor.clone(), m.conn.id, m.data.clone()))
+                e.members
+                    .iter()
+                    .filter(|m| !m.data.is_empty())
+                    .map(|m| (room.clone(), m.actor.clone(), m.conn.id, m.data.clone()))
             })
             .collect()
     }

@@ -151,7 +151,12 @@ impl EdgeState {
     }
 
     /// Queues a presence removal that failed, for the liveness loop to retry.
-    pub fn defer_presence_removal(&self, room: skua_core::RoomKey, actor: skua_core::ActorId, conn: skua_core::ConnRef) {
+    pub fn defer_presence_removal(
+        &self,
+        room: skua_core::RoomKey,
+        actor: skua_core::ActorId,
+        conn: skua_core::ConnRef,
+    ) {
         let mut q = self.deferred_removals.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if q.len() >= MAX_DEFERRED_REMOVALS {
             q.pop_front();

@@ -288,7 +288,10 @@ impl ServerConfig {
             ..EdgeConfig::default()
         };
         if edge.node_refresh.is_zero() || edge.node_refresh >= edge.node_ttl {
-            return Err(ConfigError::Invalid { key: "node_refresh", reason: "must be above 0 and below node_ttl".into() });
+            return Err(ConfigError::Invalid {
+                key: "node_refresh",
+                reason: "must be above 0 and below node_ttl".into(),
+            });
         }
         let bus_publish_buffer =
             positive("bus_publish_buffer", req("bus_publish_buffer", s.bus_publish_buffer.as_ref())?)?;

@@ -20,7 +20,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run a node (edge).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Apply the store's migrations and exit.
     Migrate(MigrateArgs),
 }
@@ -53,7 +53,7 @@ struct ServeArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve(args) => serve(args),
+        Command::Serve(args) => serve(*args),
         Command::Migrate(args) => migrate(args),
     }
 }
@@ -179,7 +179,8 @@ async fn run(config: ServerConfig, registry: skua_core::Registry, dev: bool) -> 
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("while binding {}", config.listen))?;
-    let backends = node::backends(&config, &node::Embedded::default()).await.context("while connecting the backends")?;
+    let backends =
+        node::backends(&config, &node::Embedded::default()).await.context("while connecting the backends")?;
     let node = node::RunningNode::start(&config, Arc::new(SharedRegistry::new(registry)), backends, listener)
         .context("while starting the node")?;
     // One machine-readable line on stdout, for scripts and the interop suite (`--listen :0`).
@@ -225,7 +226,9 @@ fn print_dev_banner(addr: std::net::SocketAddr) {
             jsonwebtoken::encode(&jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256), &claims, &k).ok()
         })
         .unwrap_or_default();
-    say(&format!("Skua dev mode: WebSocket at ws://{addr}/ws (app \"demo\", rooms general, random, ops; lobby online)"));
+    say(&format!(
+        "Skua dev mode: WebSocket at ws://{addr}/ws (app \"demo\", rooms general, random, ops; lobby online)"
+    ));
     say("  token                    actor     type");
     for (t, a, ty) in [
         ("dev-token-alice", "alice", "user"),

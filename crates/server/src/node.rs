@@ -35,9 +35,9 @@ pub async fn backends(config: &ServerConfig, embedded: &Embedded) -> anyhow::Res
             // Client ids must be unique per broker: the namespace keeps two clusters (or test
             // runs) with the same node ids from taking over each other's connections.
             mqtt.client_id_prefix = format!("skua-{}", config.edge.namespace);
-            skua_bus::mqtt::MqttBus::connect(mqtt, config.node_id.clone(), config.edge.bus_queue)
-                .await
-                .map_err(|e| anyhow::anyhow!("while connecting to the MQTT broker at {}: {}", redact(url), error_chain(&e)))?
+            skua_bus::mqtt::MqttBus::connect(mqtt, config.node_id.clone(), config.edge.bus_queue).await.map_err(
+                |e| anyhow::anyhow!("while connecting to the MQTT broker at {}: {}", redact(url), error_chain(&e)),
+            )?
         }
     };
     let presence: Arc<dyn skua_core::Presence> = match &config.presence {

@@ -26,7 +26,11 @@ fn print_config(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
         c.env(k, v);
     }
     let out = c.output().expect("run skua");
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
 }
 
 #[test]
@@ -50,7 +54,14 @@ fn every_single_node_flag_exists_and_is_applied() {
         &[],
     );
     assert_eq!(code, 0, "{err}");
-    for want in ["127.0.0.1:9999", "idle_timeout: 5s", "rate_limit: 7", "max_message_size: 1234", "\"n-1\"", "namespace: \"ns2\""] {
+    for want in [
+        "127.0.0.1:9999",
+        "idle_timeout: 5s",
+        "rate_limit: 7",
+        "max_message_size: 1234",
+        "\"n-1\"",
+        "namespace: \"ns2\"",
+    ] {
         assert!(out.contains(want), "missing {want:?} in {out}");
     }
 }
@@ -59,10 +70,18 @@ fn every_single_node_flag_exists_and_is_applied() {
 fn environment_variables_set_the_same_settings_and_flags_win() {
     let (code, out, err) = print_config(
         &["--rate-limit", "9"],
-        &[("SKUA_LISTEN", "127.0.0.1:7777"), ("SKUA_IDLE_TIMEOUT", "2m"), ("SKUA_RATE_LIMIT", "3"), ("SKUA_NAMESPACE", "envns")],
+        &[
+            ("SKUA_LISTEN", "127.0.0.1:7777"),
+            ("SKUA_IDLE_TIMEOUT", "2m"),
+            ("SKUA_RATE_LIMIT", "3"),
+            ("SKUA_NAMESPACE", "envns"),
+        ],
     );
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("127.0.0.1:7777") && out.contains("idle_timeout: 120s") && out.contains("namespace: \"envns\""), "{out}");
+    assert!(
+        out.contains("127.0.0.1:7777") && out.contains("idle_timeout: 120s") && out.contains("namespace: \"envns\""),
+        "{out}"
+    );
     assert!(out.contains("rate_limit: 9"), "flags beat the environment: {out}");
 }
 
@@ -112,7 +131,8 @@ async fn sigterm_closes_sockets_with_1012_and_exits_zero() {
     .await
     .unwrap()
     .unwrap();
-    let addr = line.trim().strip_prefix("skua listening on ").unwrap_or_else(|| panic!("first line: {line:?}")).to_owned();
+    let addr =
+        line.trim().strip_prefix("skua listening on ").unwrap_or_else(|| panic!("first line: {line:?}")).to_owned();
     let mut alice = WsClient::connect(&format!("ws://{addr}/ws")).await;
     alice.auth_ok("dev-token-alice", 2).await;
     alice.subscribe("demo/general/messages").await;

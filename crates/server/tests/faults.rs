@@ -24,7 +24,21 @@ async fn authed(url: &str, token: &str) -> WsClient {
 async fn a_killed_node_s_presence_is_healed_by_the_survivors() {
     let Some((mqtt, redis)) = external_urls() else { return };
     let ns = unique_namespace();
-    let common = ["--dev", "--store", "memory", "--bus", &mqtt, "--presence", &redis, "--namespace", &ns, "--node-ttl", "4s", "--node-refresh", "1s"];
+    let common = [
+        "--dev",
+        "--store",
+        "memory",
+        "--bus",
+        &mqtt,
+        "--presence",
+        &redis,
+        "--namespace",
+        &ns,
+        "--node-ttl",
+        "4s",
+        "--node-refresh",
+        "1s",
+    ];
     let nodes: Vec<SkuaProcess> = (0..3)
         .map(|i| {
             let id = format!("kill-{i}");
@@ -50,7 +64,8 @@ async fn a_killed_node_s_presence_is_healed_by_the_survivors() {
 
     let killed_at = tokio::time::Instant::now();
     nodes[1].kill9();
-    let leave = tokio::time::timeout(Duration::from_secs(15), alice.next_of_within("presence", Duration::from_secs(15))).await;
+    let leave =
+        tokio::time::timeout(Duration::from_secs(15), alice.next_of_within("presence", Duration::from_secs(15))).await;
     let leave = leave.expect("leave within 15 s");
     assert_eq!((leave.str("event"), leave.get("data")["actor_token_id"].as_str()), ("leave", Some("bob")));
     let e = watcher.next_of_within("lobbyPresence", Duration::from_secs(15)).await;
@@ -163,7 +178,9 @@ async fn a_redis_restart_is_healed_by_re_announcing() {
     loop {
         bob.send(frame! {"type" => "getPresence", "roomId" => "general"}).await;
         let f = bob.next().await;
-        if f.ty() == "presenceList" && f.get("data").as_array().is_some_and(|d| d.iter().any(|e| e["actorTokenId"].as_str() == Some("alice"))) {
+        if f.ty() == "presenceList"
+            && f.get("data").as_array().is_some_and(|d| d.iter().any(|e| e["actorTokenId"].as_str() == Some("alice")))
+        {
             break;
         }
         assert!(tokio::time::Instant::now() < deadline, "presence never recovered: {f:?}");

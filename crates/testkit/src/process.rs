@@ -16,7 +16,8 @@ pub fn free_port() -> u16 {
 /// # Panics
 /// When it is missing and `CI=true`.
 pub fn have(program: &str) -> bool {
-    let found = Command::new("sh").args(["-c", &format!("command -v {program}")]).output().is_ok_and(|o| o.status.success());
+    let found =
+        Command::new("sh").args(["-c", &format!("command -v {program}")]).output().is_ok_and(|o| o.status.success());
     if !found {
         assert!(std::env::var("CI").as_deref() != Ok("true"), "{program} must be installed under CI=true");
         eprintln!("SKIPPED: {program} is not installed");
@@ -98,7 +99,8 @@ impl ServiceProcess {
     pub fn mosquitto() -> Self {
         let port = free_port();
         let conf = std::env::temp_dir().join(format!("skua-mosquitto-{port}.conf"));
-        std::fs::write(&conf, format!("listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n")).expect("write conf");
+        std::fs::write(&conf, format!("listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n"))
+            .expect("write conf");
         Self::start("mosquitto", vec!["-c".into(), conf.display().to_string()], port)
     }
 

@@ -82,7 +82,8 @@ async fn filters_and_the_echo_rule_hold_across_nodes(c: TestCluster) {
 async fn retained_message_survives_its_publishing_node(mut c: TestCluster) {
     {
         let mut bob = c.node(0).auth("dev-token-bob").await;
-        bob.send(frame! {"type" => "publish", "topic" => TOPIC, "data" => "kept", "retain" => true, "msgRef" => "r"}).await;
+        bob.send(frame! {"type" => "publish", "topic" => TOPIC, "data" => "kept", "retain" => true, "msgRef" => "r"})
+            .await;
         bob.expect("published").await;
     }
     let first = c.nodes.remove(0);
@@ -99,7 +100,10 @@ async fn load_balanced_group_gets_each_message_once_across_nodes(c: TestCluster)
     let mut members = Vec::new();
     for (i, token) in ["dev-token-alice", "dev-token-carol", "dev-token-agent"].into_iter().enumerate() {
         let mut m = c.node(i).auth(token).await;
-        m.send(frame! {"type" => "subscribe", "topic" => TOPIC, "loadBalance" => true, "loadBalanceGroup" => "workers"}).await;
+        m.send(
+            frame! {"type" => "subscribe", "topic" => TOPIC, "loadBalance" => true, "loadBalanceGroup" => "workers"},
+        )
+        .await;
         m.expect("subscribed").await;
         members.push(m);
     }
@@ -144,7 +148,8 @@ async fn presence_and_lobbies_span_nodes(c: TestCluster) {
     assert_eq!((e.str("event"), e.str("actorId")), ("join", "alice"));
     alice.send(frame! {"type" => "getPresence", "roomId" => "general"}).await;
     let l = alice.next_of("presenceList").await;
-    let mut ids: Vec<&str> = l.get("data").as_array().unwrap().iter().filter_map(|e| e["actorTokenId"].as_str()).collect();
+    let mut ids: Vec<&str> =
+        l.get("data").as_array().unwrap().iter().filter_map(|e| e["actorTokenId"].as_str()).collect();
     ids.sort_unstable();
     assert_eq!(ids, vec!["alice", "bob"]);
     drop(alice);
