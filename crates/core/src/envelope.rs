@@ -31,7 +31,8 @@ pub struct Publication {
     pub msg_id: Option<String>,
     /// Keep as the last message of (topic, filter key) for later subscribers (N20).
     pub retain: bool,
-    /// 0, 1 or 2: passed to the internal MQTT hop.
+    /// 0, 1 or 2 as the client asked. The MQTT hop itself always uses QoS 1: mixing QoS 2
+    /// with lower levels reorders messages on Mosquitto (docs/cluster.md).
     pub qos: u8,
     /// The publisher's packed `data`, untouched (N2).
     pub data: Bytes,

@@ -26,7 +26,8 @@ pub struct MqttBusConfig {
     /// 1–64 letters, digits, `-` or `_`.
     pub namespace: String,
     /// The node's MQTT client id is `<client_id_prefix>-<node>`; it must be unique on the
-    /// broker, which drops the older connection of a duplicate. 1–64 letters, digits, `-`, `_`.
+    /// broker, which drops the older connection of a duplicate. 1–128 letters, digits, `-`, `_`
+    /// (room for `<something>-<namespace>`).
     pub client_id_prefix: String,
     /// MQTT keep-alive; the broker drops the connection after 1.5 × this without traffic.
     /// At least 5 s (rumqttc's lower bound), at most 65 535 s.
@@ -104,7 +105,7 @@ pub enum MqttConfigError {
         namespace: String,
     },
     /// The client id prefix is not a slug.
-    #[error("invalid MQTT client id prefix {prefix:?}: 1-64 letters, digits, '-' or '_'")]
+    #[error("invalid MQTT client id prefix {prefix:?}: 1-128 letters, digits, '-' or '_'")]
     ClientIdPrefix {
         /// The refused prefix.
         prefix: String,
@@ -183,7 +184,11 @@ impl MqttBusConfig {
         if !is_slug(&self.namespace) {
             return Err(MqttConfigError::Namespace { namespace: self.namespace.clone() });
         }
-        if !is_slug(&self.client_id_prefix) {
+        let prefix = &self.client_id_prefix;
+        let prefix_ok = !prefix.is_empty()
+            && prefix.len() <= 128
+            && prefix.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !prefix_ok {
             return Err(MqttConfigError::ClientIdPrefix { prefix: self.client_id_prefix.clone() });
         }
         let setting = |setting, rule| Err(MqttConfigError::Setting { setting, rule });
@@ -259,10 +264,13 @@ mod tests {
     #[test]
     fn settings_are_checked() {
         assert!(MqttBusConfig::default().validate().is_ok());
+        let long_prefix = MqttBusConfig { client_id_prefix: format!("skua-{}", "n".repeat(64)), ..Default::default() };
+        assert!(long_prefix.validate().is_ok(), "prefix + a 64-character namespace fits");
         let bad = [
             MqttBusConfig { namespace: "a/b".into(), ..Default::default() },
             MqttBusConfig { namespace: String::new(), ..Default::default() },
             MqttBusConfig { client_id_prefix: "a b".into(), ..Default::default() },
+            MqttBusConfig { client_id_prefix: "a".repeat(129), ..Default::default() },
             MqttBusConfig { keep_alive: Duration::from_secs(1), ..Default::default() },
             MqttBusConfig { max_packet_size: 10, ..Default::default() },
             MqttBusConfig { publish_buffer: 0, ..Default::default() },
