@@ -215,3 +215,21 @@ async fn one_bus_subscription_serves_every_local_subscriber(c: TestCluster) {
         tokio::task::yield_now().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespaces_isolate_clusters_on_one_broker_and_redis() {
+    let Some(a) = TestCluster::external(1, builder()).await else { return };
+    let Some(b) = TestCluster::external(1, builder()).await else { return };
+    assert_ne!(a.namespace, b.namespace);
+    let mut in_b = b.node(0).auth("dev-token-alice").await;
+    in_b.subscribe(TOPIC).await;
+    in_b.send(frame! {"type" => "presence", "roomId" => "general", "data" => frame!{"s" => 1}}).await;
+    in_b.expect("presence").await;
+    let mut in_a = a.node(0).auth("dev-token-bob").await;
+    in_a.publish_acked(TOPIC, "a-only".into()).await;
+    in_a.send(frame! {"type" => "getPresence", "roomId" => "general"}).await;
+    assert_eq!(in_a.expect("presenceList").await.get("data"), &Value::Array(vec![]), "b's presence is not in a");
+    let mut b_pub = b.node(0).auth("dev-token-carol").await;
+    b_pub.publish_acked(TOPIC, "b".into()).await;
+    assert_eq!(in_b.expect("message").await.str("data"), "b", "a's publish never reached b");
+}
