@@ -5,9 +5,11 @@ COPY . .
 RUN cargo build --release -p skua-server && strip target/release/skua
 
 FROM debian:bookworm-slim
-RUN useradd --system --uid 10001 skua
+RUN useradd --system --uid 10001 skua && mkdir -p /var/lib/skua && chown skua /var/lib/skua
 COPY --from=build /src/target/release/skua /usr/local/bin/skua
 USER skua
+# The default SQLite store (skua-data/skua.db) is created here.
+WORKDIR /var/lib/skua
 EXPOSE 8080
 ENTRYPOINT ["/usr/local/bin/skua"]
 CMD ["serve", "--dev"]
