@@ -25,7 +25,7 @@ export SKUA_BIN="$PWD/target/debug/skua"
 
 if [ -x scripts/bench-smoke.sh ]; then
   echo "== benchmark smoke run"
-  bash scripts/bench-smoke.sh
+  BENCH_PROFILE=dev bash scripts/bench-smoke.sh
 fi
 
 echo "== interop suite (real NoLag Python SDK), one node"

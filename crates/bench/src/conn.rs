@@ -133,7 +133,9 @@ pub async fn login(target: &Target, wire: &dyn Wire, role: Role, opts: ConnOptio
 /// # Errors
 /// The subscription is refused or never acknowledged.
 pub async fn subscribe(conn: &mut Conn, wire: &dyn Wire, topic: &str) -> anyhow::Result<()> {
-    exchange(conn, wire.subscribe(topic), Want::Subscribed).await.with_context(|| format!("while subscribing to {topic}"))
+    exchange(conn, wire.subscribe(topic), Want::Subscribed)
+        .await
+        .with_context(|| format!("while subscribing to {topic}"))
 }
 
 /// A logged-in subscriber on `topic`.

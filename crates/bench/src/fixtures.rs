@@ -26,7 +26,10 @@ pub fn toml(rooms: usize) -> String {
         let _ = write!(s, "\n[[projects.apps.rooms]]\nslug = \"r{i}\"\n");
     }
     for (id, token) in [("bench-pub", PUB_TOKEN), ("bench-sub", SUB_TOKEN)] {
-        let _ = write!(s, "\n[[actors]]\nid = \"{id}\"\nproject = \"bench-project\"\ntype = \"user\"\ntokens = [\"{token}\"]\n");
+        let _ = write!(
+            s,
+            "\n[[actors]]\nid = \"{id}\"\nproject = \"bench-project\"\ntype = \"user\"\ntokens = [\"{token}\"]\n"
+        );
     }
     s
 }

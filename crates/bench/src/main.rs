@@ -14,7 +14,11 @@ use skua_bench::wire::{self, TopicKey, nolag::Nolag};
 use skua_bench::{fixtures, report};
 
 #[derive(Parser)]
-#[command(name = "skua-bench", version, about = "Load generator for Skua and the brokers it is compared with (loopback only).")]
+#[command(
+    name = "skua-bench",
+    version,
+    about = "Load generator for Skua and the brokers it is compared with (loopback only)."
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -229,7 +233,13 @@ fn setup(t: &TargetArgs, run: Option<RunArgs>, pairs_tokens: bool, rooms: usize)
                 bail!("--spawn-skua starts Skua, which speaks nolag; use --url for {}", t.proto);
             }
             let s = SpawnedSkua::start(path, rooms.max(fixtures::DEFAULT_ROOMS), &t.skua_arg)?;
-            eprintln!("skua-bench: started {} (pid {}) on {}; log {}", path.display(), s.pid(), s.addr, s.log.display());
+            eprintln!(
+                "skua-bench: started {} (pid {}) on {}; log {}",
+                path.display(),
+                s.pid(),
+                s.addr,
+                s.log.display()
+            );
             let (url, pid) = (s.url(), s.pid());
             (Some(s), url, Some(pid))
         }

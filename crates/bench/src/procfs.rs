@@ -40,6 +40,25 @@ pub fn rss_kib(pid: u32) -> io::Result<u64> {
         .ok_or_else(|| bad("status"))
 }
 
+/// Whole-machine CPU from the first line of `/proc/stat`, in microseconds summed over all
+/// cores: (busy, of which softirq). Busy is everything but idle and iowait. Softirq time (most
+/// of the loopback TCP receive path) is charged to no process, so per-process figures leave it
+/// out; this shows how much there was.
+///
+/// # Errors
+/// The file is missing or does not parse.
+pub fn machine_cpu_us() -> io::Result<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat")?;
+    let line = stat.lines().next().ok_or_else(|| bad("../stat"))?;
+    let v: Vec<u64> = line.split_ascii_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+    // user nice system idle iowait irq softirq steal …
+    if v.len() < 8 {
+        return Err(bad("../stat"));
+    }
+    let busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7];
+    Ok((busy * TICK_US, v[6] * TICK_US))
+}
+
 /// Whether `pid` is a live process.
 pub fn alive(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()

@@ -54,6 +54,8 @@ impl Ctx {
         s.set("proto", self.wire.name());
         s.set("url", self.target.url.as_str());
         s.set("server_pid", self.server_pid.map(u64::from));
+        let load = std::fs::read_to_string("/proc/loadavg").ok().and_then(|l| l.split(' ').next()?.parse::<f64>().ok());
+        s.set("loadavg_1m_before", load);
         s
     }
 
@@ -61,6 +63,20 @@ impl Ctx {
     pub fn server_cpu(&self) -> Option<u64> {
         self.server_pid.and_then(|p| procfs::cpu_us(p).ok())
     }
+}
+
+/// Whole-machine busy and softirq CPU microseconds now.
+pub fn machine_cpu() -> Option<(u64, u64)> {
+    procfs::machine_cpu_us().ok()
+}
+
+/// Sets `machine_cpu_pct` and `softirq_pct` (percent of one core, so up to 100 × cores) from
+/// two [`machine_cpu`] samples over `secs`.
+pub fn set_machine(s: &mut Summary, a: Option<(u64, u64)>, b: Option<(u64, u64)>, secs: f64) {
+    let busy = a.zip(b).map(|(a, b)| b.0.saturating_sub(a.0));
+    let soft = a.zip(b).map(|(a, b)| b.1.saturating_sub(a.1));
+    s.set("machine_cpu_pct", cpu_pct(busy, secs));
+    s.set("softirq_pct", cpu_pct(soft, secs));
 }
 
 /// This process's CPU microseconds now.

@@ -31,9 +31,15 @@ impl Target {
         let addr = if let Some(port) = authority.strip_prefix("localhost:") {
             SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port.parse().context("bad port")?)
         } else {
-            authority.parse::<SocketAddr>().with_context(|| format!("{authority:?} is not IP:PORT or localhost:PORT"))?
+            authority
+                .parse::<SocketAddr>()
+                .with_context(|| format!("{authority:?} is not IP:PORT or localhost:PORT"))?
         };
-        ensure!(addr.ip().is_loopback(), "refusing non-loopback target {}: skua-bench only loads loopback servers", addr.ip());
+        ensure!(
+            addr.ip().is_loopback(),
+            "refusing non-loopback target {}: skua-bench only loads loopback servers",
+            addr.ip()
+        );
         let path = if path.is_empty() { "/" } else { path };
         Ok(Self { url: format!("ws://{addr}{path}"), addr, path: path.to_owned() })
     }
@@ -45,25 +51,29 @@ pub struct SpawnedSkua {
     child: Child,
     /// Where it listens.
     pub addr: SocketAddr,
-    /// Its stderr log.
+    /// Its stderr log (removed with the server).
     pub log: PathBuf,
-    fixtures: PathBuf,
+    /// Its working directory (fresh, so relative default paths such as the store start empty).
+    dir: PathBuf,
 }
 
 impl SpawnedSkua {
-    /// Starts `path serve --dev --listen 127.0.0.1:0 --fixtures <bench fixtures> [extra…]` and
-    /// waits for its `skua listening on ADDR` line.
+    /// Starts `path serve --dev --listen 127.0.0.1:0 --fixtures <bench fixtures> [extra…]` in a
+    /// fresh temporary directory (removed on drop, with the default store file in it) and waits
+    /// for its `skua listening on ADDR` line.
     ///
     /// # Errors
     /// The binary does not start or never prints its address.
     pub fn start(path: &Path, rooms: usize, extra: &[String]) -> anyhow::Result<Self> {
-        let dir = std::env::temp_dir();
-        let tag = format!("skua-bench-{}", std::process::id());
-        let fixtures = dir.join(format!("{tag}-fixtures.toml"));
+        let path = std::fs::canonicalize(path).with_context(|| format!("no skua binary at {}", path.display()))?;
+        let dir = std::env::temp_dir().join(format!("skua-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).context("while creating the server's directory")?;
+        let fixtures = dir.join("bench-fixtures.toml");
         std::fs::write(&fixtures, crate::fixtures::toml(rooms)).context("while writing the bench fixtures")?;
-        let log = dir.join(format!("{tag}-skua.log"));
+        let log = std::env::temp_dir().join(format!("skua-bench-{}-skua.log", std::process::id()));
         let stderr = std::fs::File::create(&log).context("while creating the skua log")?;
-        let mut child = Command::new(path)
+        let mut child = Command::new(&path)
+            .current_dir(&dir)
             .args(["serve", "--dev", "--listen", "127.0.0.1:0", "--fixtures"])
             .arg(&fixtures)
             .args(extra)
@@ -72,6 +82,7 @@ impl SpawnedSkua {
             .stderr(stderr)
             .spawn()
             .with_context(|| format!("while starting {}", path.display()))?;
+        let spawned_dir = dir.clone();
         let stdout = child.stdout.take().context("no stdout")?;
         let mut lines = BufReader::new(stdout);
         let mut first = String::new();
@@ -85,10 +96,12 @@ impl SpawnedSkua {
         });
         let Some(addr) = first.trim().strip_prefix("skua listening on ") else {
             let _ = child.kill();
+            let _ = child.wait();
+            let _ = std::fs::remove_dir_all(&spawned_dir);
             bail!("skua did not print its address (first line {first:?}); see {}", log.display());
         };
         let addr: SocketAddr = addr.parse().context("bad address in skua's first line")?;
-        Ok(Self { child, addr, log, fixtures })
+        Ok(Self { child, addr, log, dir: spawned_dir })
     }
 
     /// The node's process id.
@@ -106,7 +119,9 @@ impl Drop for SpawnedSkua {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.fixtures);
+        let _ = std::fs::remove_dir_all(&self.dir);
+        // The log is only needed when the server did not start (then there is no `Self`).
+        let _ = std::fs::remove_file(&self.log);
     }
 }
 

@@ -49,13 +49,16 @@ pub struct WsClient {
     in_fragment: bool,
     wbuf: Vec<u8>,
     mask: [u8; 4],
+    /// Bytes arrived with the upgrade response and have not been offered to `drain` yet.
+    unparsed: bool,
 }
 
 fn base64(bytes: &[u8]) -> String {
     const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::new();
     for c in bytes.chunks(3) {
-        let n = (u32::from(c[0]) << 16) | (u32::from(*c.get(1).unwrap_or(&0)) << 8) | u32::from(*c.get(2).unwrap_or(&0));
+        let n =
+            (u32::from(c[0]) << 16) | (u32::from(*c.get(1).unwrap_or(&0)) << 8) | u32::from(*c.get(2).unwrap_or(&0));
         for i in 0..4 {
             if i <= c.len() {
                 out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
@@ -72,8 +75,9 @@ fn base64(bytes: &[u8]) -> String {
 fn random_u64() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static STATE: AtomicU64 = AtomicU64::new(0x9e37_79b9_7f4a_7c15);
-    let t = u64::try_from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()))
-        .unwrap_or(0);
+    let t =
+        u64::try_from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()))
+            .unwrap_or(0);
     let mut x = STATE.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed) ^ t;
     x ^= x >> 30;
     x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -91,7 +95,13 @@ impl WsClient {
     ///
     /// # Errors
     /// I/O errors, or a response other than `101 Switching Protocols`.
-    pub async fn handshake(mut stream: TcpStream, host: &str, path: &str, subprotocol: Option<&str>, chunk: usize) -> anyhow::Result<Self> {
+    pub async fn handshake(
+        mut stream: TcpStream,
+        host: &str,
+        path: &str,
+        subprotocol: Option<&str>,
+        chunk: usize,
+    ) -> anyhow::Result<Self> {
         let mut key = [0u8; 16];
         key[..8].copy_from_slice(&random_u64().to_le_bytes());
         key[8..].copy_from_slice(&random_u64().to_le_bytes());
@@ -116,6 +126,7 @@ impl WsClient {
                 bail!("the server closed the connection during the upgrade");
             }
         };
+        let rbuf_len = rbuf.len();
         let status = std::str::from_utf8(&rbuf[..end]).unwrap_or("").lines().next().unwrap_or("").to_owned();
         ensure!(status.split(' ').nth(1) == Some("101"), "upgrade refused: {status}");
         Ok(Self {
@@ -127,6 +138,7 @@ impl WsClient {
             in_fragment: false,
             wbuf: Vec::with_capacity(256),
             mask: random_u64().to_le_bytes()[..4].try_into().unwrap_or([1, 2, 3, 4]),
+            unparsed: end < rbuf_len,
         })
     }
 
@@ -179,10 +191,14 @@ impl WsClient {
     }
 
     /// Waits until the socket has bytes and reads what it has; `Ok(0)` at end of stream.
+    /// Returns at once when bytes that came with the upgrade response were not drained yet.
     ///
     /// # Cancel safety
     /// Cancel safe: nothing is lost when the future is dropped before it completes.
     pub async fn fill(&mut self) -> io::Result<usize> {
+        if std::mem::take(&mut self.unparsed) {
+            return Ok(self.rbuf.len() - self.start);
+        }
         if self.start == self.rbuf.len() {
             self.rbuf.clear();
             self.start = 0;
@@ -243,7 +259,10 @@ impl WsClient {
                     self.in_fragment = true;
                 }
                 0 if self.in_fragment => {
-                    ensure!(self.frag.len() + payload.len() <= MAX_MESSAGE, "fragmented message larger than {MAX_MESSAGE}");
+                    ensure!(
+                        self.frag.len() + payload.len() <= MAX_MESSAGE,
+                        "fragmented message larger than {MAX_MESSAGE}"
+                    );
                     self.frag.extend_from_slice(payload);
                     if fin {
                         self.in_fragment = false;
@@ -318,16 +337,21 @@ mod tests {
         let stream = TcpStream::connect(addr).await.unwrap();
         let mut ws = WsClient::handshake(stream, &addr.to_string(), "/ws", Some("mqtt"), 4096).await.unwrap();
         let mut msgs: Vec<Vec<u8>> = Vec::new();
-        let closed = loop {
-            assert!(ws.fill().await.unwrap() > 0);
-            if let Some(c) = ws.drain(&mut |m| msgs.push(m.to_vec())).unwrap() {
-                break c;
+        let read_all = async {
+            loop {
+                assert!(ws.fill().await.unwrap() > 0);
+                if let Some(c) = ws.drain(&mut |m| msgs.push(m.to_vec())).unwrap() {
+                    break c;
+                }
             }
         };
+        let closed =
+            tokio::time::timeout(std::time::Duration::from_secs(5), read_all).await.expect("no close frame within 5 s");
         assert_eq!(msgs, vec![b"hey".to_vec(), vec![7u8; 300]]);
         assert_eq!(closed.code, Some(4000));
         ws.flush().await.unwrap(); // the pong
-        let pong = server.await.unwrap();
+        let pong =
+            tokio::time::timeout(std::time::Duration::from_secs(5), server).await.expect("server stuck").unwrap();
         assert_eq!(pong[0], 0x8a);
         assert_eq!(pong[1], 0x81);
         assert_eq!(pong[6] ^ pong[2], b'p');

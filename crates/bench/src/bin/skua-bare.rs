@@ -17,6 +17,7 @@ use axum::extract::State;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::response::Response;
 use axum::routing::any;
+use axum::serve::ListenerExt;
 use bytes::Bytes;
 use clap::Parser;
 use futures_util::{SinkExt, StreamExt};
@@ -34,6 +35,13 @@ struct Args {
     /// Outbound queue per connection, frames; a full queue drops the frame for that connection.
     #[arg(long, default_value_t = 1024)]
     queue: usize,
+    /// Leave Nagle's algorithm on (axum::serve's default); by default sockets get TCP_NODELAY,
+    /// as NATS (Go's default) and the private Mosquitto (`set_tcp_nodelay true`) do.
+    #[arg(long)]
+    nagle: bool,
+    /// WebSocket read buffer per connection, bytes (Skua's edge uses 16 KiB).
+    #[arg(long, default_value_t = 16 * 1024)]
+    read_buffer: usize,
 }
 
 /// Subscribers per topic: (connection id, its outbound queue).
@@ -44,6 +52,7 @@ struct Hub {
     subs: RwLock<Subs>,
     next_id: AtomicU64,
     queue: usize,
+    read_buffer: usize,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -53,8 +62,19 @@ fn main() -> anyhow::Result<()> {
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(args.listen).await?;
         println!("skua-bare listening on {}", listener.local_addr()?);
-        let hub = Arc::new(Hub { subs: RwLock::new(HashMap::new()), next_id: AtomicU64::new(0), queue: args.queue.max(1) });
+        let hub = Arc::new(Hub {
+            subs: RwLock::new(HashMap::new()),
+            next_id: AtomicU64::new(0),
+            queue: args.queue.max(1),
+            read_buffer: args.read_buffer.max(64),
+        });
         let app = Router::new().route("/ws", any(upgrade)).with_state(hub);
+        let nodelay = !args.nagle;
+        let listener = listener.tap_io(move |tcp| {
+            if nodelay {
+                let _ = tcp.set_nodelay(true);
+            }
+        });
         axum::serve(listener, app).await?;
         Ok(())
     })
@@ -64,7 +84,7 @@ async fn upgrade(State(hub): State<Arc<Hub>>, ws: WebSocketUpgrade) -> Response 
     // The same socket limits as Skua's edge, so memory per connection compares fairly.
     ws.max_message_size(1 << 20)
         .max_frame_size(1 << 20)
-        .read_buffer_size(16 * 1024)
+        .read_buffer_size(hub.read_buffer)
         .write_buffer_size(16 * 1024)
         .max_write_buffer_size(2 << 20)
         .on_upgrade(move |socket| serve(socket, hub))

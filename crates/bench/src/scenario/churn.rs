@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 use tokio::time::{Instant, MissedTickBehavior, interval_at, sleep_until};
 
-use super::{Ctx, client_cpu, cpu_pct, used};
+use super::{Ctx, client_cpu, cpu_pct, machine_cpu, set_machine, used};
 use crate::conn::{self, ConnOptions};
 use crate::summary::Summary;
 use crate::track::{MAX_LATENCY_US, Window, histogram};
@@ -51,9 +51,9 @@ pub async fn run(ctx: &Ctx, plan: Plan) -> anyhow::Result<Summary> {
         let ctx = ctx.clone();
         tokio::spawn(async move {
             sleep_until(window.start.into()).await;
-            let a = (ctx.server_cpu(), client_cpu());
+            let a = (ctx.server_cpu(), client_cpu(), machine_cpu());
             sleep_until(window.end.into()).await;
-            (a, (ctx.server_cpu(), client_cpu()))
+            (a, (ctx.server_cpu(), client_cpu(), machine_cpu()))
         })
     };
 
@@ -66,7 +66,8 @@ pub async fn run(ctx: &Ctx, plan: Plan) -> anyhow::Result<Summary> {
             break;
         }
         let Ok(permit) = sem.clone().acquire_owned().await else { break };
-        let source = spread.then(|| IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1 + (started % u64::from(plan.source_ips)) as u8)));
+        let source =
+            spread.then(|| IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1 + (started % u64::from(plan.source_ips)) as u8)));
         started += 1;
         let (ctx, topic, tally, lat) = (ctx.clone(), topic.clone(), tally.clone(), lat.clone());
         tokio::spawn(async move {
@@ -83,7 +84,10 @@ pub async fn run(ctx: &Ctx, plan: Plan) -> anyhow::Result<Summary> {
                     if window.contains(end) {
                         t.done_in_window += 1;
                         let us = u64::try_from((end - begin).as_micros()).unwrap_or(u64::MAX);
-                        let _ = lat.lock().unwrap_or_else(std::sync::PoisonError::into_inner).record(us.clamp(1, MAX_LATENCY_US));
+                        let _ = lat
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .record(us.clamp(1, MAX_LATENCY_US));
                     }
                 }
                 Err(e) => {
@@ -97,7 +101,7 @@ pub async fn run(ctx: &Ctx, plan: Plan) -> anyhow::Result<Summary> {
     // Wait (bounded) for the cycles still in flight.
     let max = u32::try_from(plan.concurrency).unwrap_or(u32::MAX);
     let _ = tokio::time::timeout(ctx.drain.max(Duration::from_secs(3)), sem.acquire_many(max)).await;
-    let ((srv0, cli0), (srv1, cli1)) = sampler.await?;
+    let ((srv0, cli0, m0), (srv1, cli1, m1)) = sampler.await?;
 
     let secs = window.secs();
     let t = tally.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -115,8 +119,12 @@ pub async fn run(ctx: &Ctx, plan: Plan) -> anyhow::Result<Summary> {
     let srv_used = used(srv0, srv1);
     s.set("server_cpu_us", srv_used);
     s.set("server_cpu_pct", cpu_pct(srv_used, secs));
-    s.set("server_cpu_us_per_cycle", srv_used.filter(|_| t.done_in_window > 0).map(|u| u as f64 / t.done_in_window as f64));
+    s.set(
+        "server_cpu_us_per_cycle",
+        srv_used.filter(|_| t.done_in_window > 0).map(|u| u as f64 / t.done_in_window as f64),
+    );
     s.set("client_cpu_pct", cpu_pct(used(cli0, cli1), secs));
+    set_machine(&mut s, m0, m1, secs);
     s.set("ok", t.errors == 0);
     if let Some(e) = &t.first_error {
         s.notes.push(format!("{} cycles failed, e.g. {e}", t.errors));

@@ -15,7 +15,7 @@ use hdrhistogram::Histogram;
 use tokio::sync::watch;
 use tokio::time::{Instant, MissedTickBehavior, interval_at, sleep, sleep_until};
 
-use super::{Ctx, all_or_bail, client_cpu, connect_all, cpu_pct, used};
+use super::{Ctx, all_or_bail, client_cpu, connect_all, cpu_pct, machine_cpu, set_machine, used};
 use crate::conn::{Conn, ConnOptions};
 use crate::payload::{self, Stamp};
 use crate::summary::Summary;
@@ -77,7 +77,8 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> anyhow::Result<Summary> {
     let sub_topic = |j: usize| j / plan.subs_per_topic;
     let pub_topic = |i: usize| i / plan.pubs_per_topic;
 
-    let (subs, failed) = connect_all(ctx, n_sub, Role::Subscriber, |j| Some(topics[sub_topic(j)].clone()), ConnOptions::default()).await;
+    let (subs, failed) =
+        connect_all(ctx, n_sub, Role::Subscriber, |j| Some(topics[sub_topic(j)].clone()), ConnOptions::default()).await;
     all_or_bail("subscriber", n_sub, failed)?;
     let pub_opts = ConnOptions { read_buffer: 4096, ..ConnOptions::default() };
     let (pubs, failed) = connect_all(ctx, n_pub, Role::Publisher, |_| None, pub_opts).await;
@@ -116,9 +117,9 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> anyhow::Result<Summary> {
         .collect();
 
     sleep_until(window.start.into()).await;
-    let (srv0, cli0) = (ctx.server_cpu(), client_cpu());
+    let (srv0, cli0, m0) = (ctx.server_cpu(), client_cpu(), machine_cpu());
     sleep_until(window.end.into()).await;
-    let (srv1, cli1) = (ctx.server_cpu(), client_cpu());
+    let (srv1, cli1, m1) = (ctx.server_cpu(), client_cpu(), machine_cpu());
 
     // Publishers stop at the window's end; wait until each has (bounded, in case one is stuck).
     let give_up = Instant::now() + Duration::from_secs(5);
@@ -196,6 +197,7 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> anyhow::Result<Summary> {
     s.set("server_cpu_pct", cpu_pct(srv_used, secs));
     s.set("server_cpu_us_per_msg", srv_used.filter(|_| recv.in_window > 0).map(|u| u as f64 / recv.in_window as f64));
     s.set("client_cpu_pct", cpu_pct(used(cli0, cli1), secs));
+    set_machine(&mut s, m0, m1, secs);
     let ok = lost == 0 && recv.duplicated == 0 && conn_errors == 0 && rejected == 0 && recv.corrupt == 0;
     s.set("ok", ok);
     if let Some(r) = first_rejection {
@@ -289,7 +291,8 @@ async fn publisher(
     done: Arc<AtomicUsize>,
     mut stop: watch::Receiver<bool>,
 ) -> PubOutcome {
-    let mut o = PubOutcome { sent: 0, sent_in_window: 0, rejected: 0, first_rejection: None, acks: histogram(), error: None };
+    let mut o =
+        PubOutcome { sent: 0, sent_in_window: 0, rejected: 0, first_rejection: None, acks: histogram(), error: None };
     let mut tick = interval_at(p.first, p.period);
     // Burst keeps the average rate when the machine stalls briefly; a stall longer than the
     // server's rate-limit burst (50 on Skua) would show up as `rejected`.

@@ -1,0 +1,208 @@
+#!/usr/bin/env bash
+# One command for the side-by-side comparison of docs/benchmarks.md (issue 6):
+#   builds the release binaries (skua, skua-bench, skua-bare), then for every case starts each
+#   server fresh on free loopback ports — Skua, skua-bare, a private Mosquitto with a WebSocket
+#   listener and a private nats-server with a WebSocket listener — runs the same scenario
+#   against it, stops it, collects the JSON lines, and writes the results tables into
+#   docs/benchmarks.md between <!-- results:begin --> and <!-- results:end -->.
+#   Everything it starts is stopped on exit (trap). It never touches the system services.
+#
+# Environment:
+#   SKUA_BIN=path      use this skua binary instead of building skua-server
+#   BENCH_DURATION=10  measured seconds per run      BENCH_WARMUP=2  warm-up seconds
+#   BENCH_CASES="fanout100 fanout1000 pairs idle churn logged"   subset to run
+#   BENCH_SERVERS="skua skua-mem bare bare-nagle bare-rb4k nats mosquitto" subset of servers
+#     skua        skua serve --dev, default settings (SQLite session store in a fresh directory)
+#     skua-mem    the same with --store memory (idle and churn: what the store costs)
+#     bare        skua-bare with TCP_NODELAY (the floor; what NATS and our Mosquitto config do)
+#     bare-nagle  skua-bare with axum::serve's default sockets (Nagle on), as Skua has today
+#     bare-rb4k   skua-bare with a 4 KiB WebSocket read buffer instead of Skua's 16 KiB (idle)
+#   BENCH_OUT=target/bench/results.jsonl   BENCH_DOC=docs/benchmarks.md (empty: don't write)
+#   CARGO_TARGET_DIR is honoured (binaries are taken from $CARGO_TARGET_DIR/release)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DURATION=${BENCH_DURATION:-10}
+WARMUP=${BENCH_WARMUP:-2}
+CASES=${BENCH_CASES:-fanout100 fanout1000 pairs idle churn logged}
+SERVERS=${BENCH_SERVERS:-skua skua-mem bare bare-nagle bare-rb4k nats mosquitto}
+TARGET=${CARGO_TARGET_DIR:-target}
+OUT=${BENCH_OUT:-target/bench/results.jsonl}
+DOC=${BENCH_DOC-docs/benchmarks.md}
+
+# 10 000-connection runs need more descriptors than the usual soft limit of 1024.
+ulimit -n "$(ulimit -Hn)"
+if [ "$(ulimit -n)" -lt 10500 ]; then
+  echo "bench-compare: ulimit -n is $(ulimit -n) (hard limit); idle C=10000 will fail" >&2
+fi
+
+echo "bench-compare: building release binaries" >&2
+if [ -n "${SKUA_BIN:-}" ]; then
+  cargo build --release -q -p skua-bench
+  SKUA=$(realpath "$SKUA_BIN")
+else
+  cargo build --release -q -p skua-server -p skua-bench
+  SKUA=$(realpath "$TARGET/release/skua")
+fi
+BENCH=$TARGET/release/skua-bench
+BARE=$TARGET/release/skua-bare
+command -v mosquitto >/dev/null || SERVERS=${SERVERS//mosquitto/}
+command -v nats-server >/dev/null || SERVERS=${SERVERS//nats/}
+
+mkdir -p "$(dirname "$OUT")"
+: >"$OUT"
+WORK=$(mktemp -d /tmp/skua-bench-compare.XXXXXX)
+LOGS=target/bench/logs
+mkdir -p "$LOGS"
+SERVER_PID=""
+
+stop_server() {
+  if [ -n "$SERVER_PID" ]; then
+    kill "$SERVER_PID" 2>/dev/null || true
+    wait "$SERVER_PID" 2>/dev/null || true
+    SERVER_PID=""
+  fi
+}
+cleanup() {
+  stop_server
+  cp "$WORK"/*.log "$LOGS"/ 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+"$BENCH" fixtures --rooms 500 >"$WORK/bench-fixtures.toml"
+
+port_up() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# First stdout line "… listening on ADDR" of a server started in the background.
+wait_addr() {
+  local out=$1 line=""
+  for _ in $(seq 1 100); do
+    line=$(head -n1 "$out" 2>/dev/null || true)
+    [ -n "$line" ] && break
+    sleep 0.1
+  done
+  [ -n "$line" ] || { echo "bench-compare: server did not start (see $out)" >&2; return 1; }
+  echo "${line##* }"
+}
+
+wait_port() {
+  for _ in $(seq 1 100); do port_up "$1" && return 0; sleep 0.1; done
+  echo "bench-compare: nothing listens on 127.0.0.1:$1" >&2
+  return 1
+}
+
+# start_server NAME: sets SERVER_PID, URL and PROTO.
+start_server() {
+  case $1 in
+    skua | skua-mem)
+      # Default settings; run from a fresh directory so the default store file
+      # (sqlite://skua-data/skua.db, relative) starts empty and never lands in the repository.
+      local extra=() dir="$WORK/$1-$RANDOM"
+      [ "$1" = skua-mem ] && extra=(--store memory)
+      mkdir -p "$dir"
+      (cd "$dir" && exec "$SKUA" serve --dev --listen 127.0.0.1:0 --fixtures "$WORK/bench-fixtures.toml" "${extra[@]}") \
+        >"$WORK/$1.out" 2>>"$WORK/skua.log" &
+      SERVER_PID=$!
+      URL="ws://$(wait_addr "$WORK/$1.out")/ws"
+      PROTO=nolag
+      ;;
+    bare | bare-nagle | bare-rb4k)
+      local extra=()
+      [ "$1" = bare-nagle ] && extra=(--nagle)
+      [ "$1" = bare-rb4k ] && extra=(--read-buffer 4096)
+      "$BARE" --listen 127.0.0.1:0 "${extra[@]}" >"$WORK/$1.out" 2>>"$WORK/bare.log" &
+      SERVER_PID=$!
+      URL="ws://$(wait_addr "$WORK/$1.out")/ws"
+      PROTO=bare
+      ;;
+    mosquitto)
+      read -r tcp ws <<<"$("$BENCH" ports 2 | tr '\n' ' ')"
+      cat >"$WORK/mosquitto.conf" <<EOF
+# Private instance for skua-bench; the system service on 1883 is left alone.
+per_listener_settings false
+allow_anonymous true
+persistence false
+user root
+log_dest stderr
+log_type error
+log_type warning
+set_tcp_nodelay true
+max_queued_messages 1000
+listener $tcp 127.0.0.1
+listener $ws 127.0.0.1
+protocol websockets
+EOF
+      mosquitto -c "$WORK/mosquitto.conf" 2>>"$WORK/mosquitto.log" &
+      SERVER_PID=$!
+      wait_port "$ws"
+      URL="ws://127.0.0.1:$ws/mqtt"
+      PROTO=mqtt-ws
+      ;;
+    nats)
+      read -r tcp ws <<<"$("$BENCH" ports 2 | tr '\n' ' ')"
+      cat >"$WORK/nats.conf" <<EOF
+# Private instance for skua-bench; the system service on 4222 is left alone.
+listen: "127.0.0.1:$tcp"
+max_payload: 1048576
+websocket {
+  host: "127.0.0.1"
+  port: $ws
+  no_tls: true
+  compression: false
+}
+EOF
+      nats-server -c "$WORK/nats.conf" 2>>"$WORK/nats.log" &
+      SERVER_PID=$!
+      wait_port "$ws"
+      URL="ws://127.0.0.1:$ws/"
+      PROTO=nats-ws
+      ;;
+  esac
+}
+
+# bench_case SERVERS -- ARGS…: runs `skua-bench ARGS…` against each server, each fresh.
+bench_case() {
+  local servers=$1
+  shift
+  for s in $servers; do
+    case " $SERVERS " in *" $s "*) ;; *) continue ;; esac
+    busy=$(awk '{print $1}' /proc/loadavg)
+    echo "bench-compare: load average before the run: $busy" >&2
+    start_server "$s"
+    echo "bench-compare: $* against $s ($URL, pid $SERVER_PID)" >&2
+    "$BENCH" "$@" --proto "$PROTO" --url "$URL" --server-pid "$SERVER_PID" --label "$s" --json "$OUT" \
+      || echo "bench-compare: run failed: $* against $s" >&2
+    stop_server
+    sleep 1
+  done
+}
+
+T=(--duration "$DURATION" --warmup "$WARMUP")
+ALL="skua bare bare-nagle nats mosquitto"
+for c in $CASES; do
+  case $c in
+    fanout100) bench_case "$ALL" fanout --subscribers 100 --rate 10000 --payload 100 "${T[@]}" ;;
+    fanout1000) bench_case "$ALL" fanout --subscribers 1000 --rate 2000 --payload 100 "${T[@]}" ;;
+    pairs) bench_case "$ALL" pairs --topics 500 --rate 20 --payload 100 "${T[@]}" ;;
+    idle) bench_case "skua skua-mem bare bare-rb4k nats mosquitto" idle --connections 10000 ;;
+    # Above the 5 000/s target, so the achieved rate shows the headroom.
+    churn) bench_case "skua skua-mem bare nats mosquitto" churn --rate 8000 "${T[@]}" ;;
+    logged) bench_case "skua" logged --subscribers 10 --rate 1000 --payload 100 "${T[@]}" ;;
+    *) echo "bench-compare: unknown case $c" >&2; exit 2 ;;
+  esac
+done
+
+model=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//' || true)
+mq=$( (mosquitto -h 2>/dev/null || true) | sed -n 's/^mosquitto version //p' | head -n1)
+nats=$(nats-server --version 2>/dev/null || echo 'nats-server n/a')
+rev=$(git describe --always --dirty 2>/dev/null || echo unknown)
+info="Run $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores ($model), Linux $(uname -r); mosquitto $mq, $nats;"
+info="$info skua $rev ($SKUA); ${DURATION} s measured after ${WARMUP} s warm-up per run."
+if [ -n "$DOC" ]; then
+  "$BENCH" report --input "$OUT" --doc "$DOC" --run-info "$info"
+  echo "bench-compare: results in $OUT, tables written to $DOC (logs in $LOGS)" >&2
+else
+  "$BENCH" report --input "$OUT" --run-info "$info"
+fi
