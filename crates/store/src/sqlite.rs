@@ -1,8 +1,10 @@
 //! [`SqliteStore`]: restore records in an SQLite database, the embedded store of a single node.
 //!
 //! The store applies `migrations/sqlite/` itself whenever it opens the database. A file database
-//! runs in WAL mode (readers beside the one writer) with SQLite's default `synchronous=FULL`, so
-//! a committed write survives a crash of the process and of the machine. `sqlite::memory:` lives
+//! runs in WAL mode (readers beside the one writer) with `synchronous=NORMAL`: a committed write
+//! survives a crash of the process; a power loss may take the last few transactions (restore
+//! records are then a little older), and in exchange no transaction waits for an fsync, which
+//! measured 500 → 4 300 connect+auth+subscribe+disconnect cycles/s. `sqlite::memory:` lives
 //! as long as the store: one connection that is never recycled, since the database vanishes with
 //! its last connection.
 //!
@@ -14,7 +16,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use skua_core::{RestoreRecord, SessionKey, Store, StoreError};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 
 use crate::clock::UnixClock;
 use crate::error::{self, sql};
@@ -69,7 +71,10 @@ impl SqliteStore {
             let pool = SqlitePoolOptions::new().max_connections(1).min_connections(1);
             (pool.idle_timeout(None).max_lifetime(None), options)
         } else {
-            let options = options.create_if_missing(true).journal_mode(SqliteJournalMode::Wal);
+            let options = options
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal)
+                .synchronous(SqliteSynchronous::Normal);
             (SqlitePoolOptions::new().max_connections(FILE_POOL_SIZE), options)
         };
         let pool = pool
