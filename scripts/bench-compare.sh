@@ -17,6 +17,7 @@
 #     bare        skua-bare with TCP_NODELAY (the floor; what NATS and our Mosquitto config do)
 #     bare-nagle  skua-bare with axum::serve's default sockets (Nagle on), as Skua has today
 #     bare-rb4k   skua-bare with a 4 KiB WebSocket read buffer instead of Skua's 16 KiB (idle)
+#   BENCH_QUIET_WAIT=180  most seconds to wait for other work on the machine to stop before a run
 #   BENCH_OUT=target/bench/results.jsonl   BENCH_DOC=docs/benchmarks.md (empty: don't write)
 #   CARGO_TARGET_DIR is honoured (binaries are taken from $CARGO_TARGET_DIR/release)
 set -euo pipefail
@@ -162,14 +163,41 @@ EOF
   esac
 }
 
+# Busy percent of all cores (100 = one core) over 2 s, from /proc/stat.
+machine_busy() {
+  local a b
+  a=$(head -n1 /proc/stat)
+  sleep 2
+  b=$(head -n1 /proc/stat)
+  awk -v a="$a" -v b="$b" 'BEGIN {
+    split(a, x); split(b, y)
+    busy = (y[2]+y[3]+y[4]+y[7]+y[8]+y[9]) - (x[2]+x[3]+x[4]+x[7]+x[8]+x[9])
+    printf "%d", busy / 2   # ticks are 1/100 s; over 2 s → percent of one core
+  }'
+}
+
+# This machine is shared: wait (up to BENCH_QUIET_WAIT s) until others use < 30 % of a core.
+wait_quiet() {
+  local waited=0 busy
+  while :; do
+    busy=$(machine_busy)
+    [ "$busy" -lt 30 ] && break
+    if [ "$waited" -ge "${BENCH_QUIET_WAIT:-180}" ]; then
+      echo "bench-compare: machine still ${busy}% busy with other work; running anyway" >&2
+      break
+    fi
+    echo "bench-compare: machine ${busy}% busy with other work; waiting" >&2
+    waited=$((waited + 2))
+  done
+}
+
 # bench_case SERVERS -- ARGS…: runs `skua-bench ARGS…` against each server, each fresh.
 bench_case() {
   local servers=$1
   shift
   for s in $servers; do
     case " $SERVERS " in *" $s "*) ;; *) continue ;; esac
-    busy=$(awk '{print $1}' /proc/loadavg)
-    echo "bench-compare: load average before the run: $busy" >&2
+    wait_quiet
     start_server "$s"
     echo "bench-compare: $* against $s ($URL, pid $SERVER_PID)" >&2
     "$BENCH" "$@" --proto "$PROTO" --url "$URL" --server-pid "$SERVER_PID" --label "$s" --json "$OUT" \

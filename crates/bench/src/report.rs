@@ -56,8 +56,8 @@ fn bare_cpu<'a>(rows: &'a [&'a Row]) -> Option<f64> {
 
 fn traffic_table(out: &mut String, rows: &[&Row]) {
     let bare = bare_cpu(rows);
-    out.push_str("| server | delivered msg/s | published msg/s | lost | dup | reord | refused | p50 ms | p99 ms | p99.9 ms | max ms | server CPU % | **server CPU µs / delivered msg** | × bare | bench CPU % | machine CPU % (softirq) |\n");
-    out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    out.push_str("| server | delivered msg/s | published msg/s | lost | dup | reord | refused | p50 ms | p99 ms | p99.9 ms | max ms | server CPU % | **server CPU µs / delivered msg** | × bare | bench CPU % | machine CPU % (softirq) | others CPU % |\n");
+    out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for r in rows {
         let cpu = num(r, "server_cpu_us_per_msg");
         let ratio = match (cpu, bare) {
@@ -66,7 +66,7 @@ fn traffic_table(out: &mut String, rows: &[&Row]) {
         };
         let _ = writeln!(
             out,
-            "| {} ({}) | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | **{}** | {} | {} | {} ({}) |",
+            "| {} ({}) | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | **{}** | {} | {} | {} ({}) | {} |",
             s(r, "label"),
             s(r, "proto"),
             fmt_count(num(r, "delivered_per_s")),
@@ -85,6 +85,7 @@ fn traffic_table(out: &mut String, rows: &[&Row]) {
             fmt_n(num(r, "client_cpu_pct"), 0),
             fmt_n(num(r, "machine_cpu_pct"), 0),
             fmt_n(num(r, "softirq_pct"), 0),
+            fmt_n(num(r, "other_cpu_pct"), 0),
         );
     }
     if rows.iter().any(|r| r.contains_key("ack_p50_us")) {
@@ -124,12 +125,12 @@ fn idle_table(out: &mut String, rows: &[&Row]) {
 }
 
 fn churn_table(out: &mut String, rows: &[&Row]) {
-    out.push_str("| server | target/s | **achieved/s** | errors | setup p50 ms | p99 ms | max ms | server CPU µs / cycle | server CPU % | bench CPU % | machine CPU % |\n");
-    out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    out.push_str("| server | target/s | **achieved/s** | errors | setup p50 ms | p99 ms | max ms | server CPU µs / cycle | server CPU % | bench CPU % | machine CPU % | others CPU % |\n");
+    out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for r in rows {
         let _ = writeln!(
             out,
-            "| {} ({}) | {} | **{}** | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} ({}) | {} | **{}** | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             s(r, "label"),
             s(r, "proto"),
             fmt_count(num(r, "rate_target")),
@@ -142,6 +143,7 @@ fn churn_table(out: &mut String, rows: &[&Row]) {
             fmt_n(num(r, "server_cpu_pct"), 0),
             fmt_n(num(r, "client_cpu_pct"), 0),
             fmt_n(num(r, "machine_cpu_pct"), 0),
+            fmt_n(num(r, "other_cpu_pct"), 0),
         );
     }
 }

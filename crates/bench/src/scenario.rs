@@ -72,11 +72,19 @@ pub fn machine_cpu() -> Option<(u64, u64)> {
 
 /// Sets `machine_cpu_pct` and `softirq_pct` (percent of one core, so up to 100 × cores) from
 /// two [`machine_cpu`] samples over `secs`.
+/// Also sets `other_cpu_pct`: busy CPU that was neither the server, the bench nor softirq —
+/// other processes competing for the cores (this machine is shared).
 pub fn set_machine(s: &mut Summary, a: Option<(u64, u64)>, b: Option<(u64, u64)>, secs: f64) {
     let busy = a.zip(b).map(|(a, b)| b.0.saturating_sub(a.0));
     let soft = a.zip(b).map(|(a, b)| b.1.saturating_sub(a.1));
     s.set("machine_cpu_pct", cpu_pct(busy, secs));
     s.set("softirq_pct", cpu_pct(soft, secs));
+    let others =
+        match (s.num("machine_cpu_pct"), s.num("softirq_pct"), s.num("server_cpu_pct"), s.num("client_cpu_pct")) {
+            (Some(m), Some(q), Some(srv), Some(cli)) => Some((m - q - srv - cli).max(0.0)),
+            _ => None,
+        };
+    s.set("other_cpu_pct", others);
 }
 
 /// This process's CPU microseconds now.

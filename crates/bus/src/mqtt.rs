@@ -407,6 +407,10 @@ impl Bus for MqttBus {
     fn is_available(&self) -> bool {
         *self.shared.available.borrow()
     }
+
+    async fn close(&self, grace: Duration) {
+        MqttBus::close(self, grace).await;
+    }
 }
 
 /// State shared by the handle and the tasks.

@@ -98,4 +98,11 @@ pub trait Bus: Send + Sync + 'static {
     fn is_available(&self) -> bool {
         true
     }
+
+    /// Sends what is still buffered (waiting at most `grace`) and disconnects; called once when
+    /// the node stops, after its connections drained, so an acknowledged publish is not lost to
+    /// a graceful shutdown.
+    async fn close(&self, grace: std::time::Duration) {
+        let _ = grace;
+    }
 }

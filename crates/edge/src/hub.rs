@@ -207,7 +207,26 @@ impl Hub {
         if let Some(n) = refs.subs.get_mut(sub) {
             *n += 1;
         } else {
-            self.bus.subscribe(sub).await?;
+            // The entry exists before the bus subscription does, so a retained replay that
+            // arrives before the local subscription is inserted is cached, not dropped.
+            let created = address_of(sub).is_some_and(|a| {
+                let mut topics = write(&self.topics);
+                let fresh = !topics.contains_key(a);
+                topics.entry(a.clone()).or_default();
+                fresh
+            });
+            if let Err(e) = self.bus.subscribe(sub).await {
+                if created
+                    && let Some(a) = address_of(sub)
+                    && !refs.addresses.contains_key(a)
+                {
+                    let mut topics = write(&self.topics);
+                    if topics.get(a).is_some_and(|e| e.subs.is_empty()) {
+                        topics.remove(a);
+                    }
+                }
+                return Err(e);
+            }
             refs.subs.insert(sub.clone(), 1);
         }
         if let Some(a) = address_of(sub) {

@@ -149,6 +149,9 @@ impl RunningNode {
         self.tracker.close();
         // Connection tasks first; the dispatcher keeps running so their leaves still go out.
         let drained = tokio::time::timeout_at(deadline, self.tracker.wait()).await.is_ok();
+        // Acknowledged publishes (and the sessions' presence leaves) still in the bus's buffer
+        // go out before the process ends.
+        self.state.hub.bus().close(std::time::Duration::from_secs(2)).await;
         self.state.dispatcher_stop.cancel();
         self.state.background.close();
         let _ = tokio::time::timeout(std::time::Duration::from_secs(1), self.state.background.wait()).await;
