@@ -191,7 +191,11 @@ impl MqttBus {
         let connect_timeout = config.connect_timeout;
         let shared = Arc::new(Shared {
             layout: Layout::new(&config.namespace),
-            link: Mutex::new(Link::new(config.dedupe_window)),
+            link: Mutex::new({
+                let mut link = Link::new(config.dedupe_window);
+                link.set_flush_hold(config.flush_hold);
+                link
+            }),
             config,
             node,
             client_id,

@@ -57,6 +57,10 @@ pub struct MqttBusConfig {
     /// How many recently delivered envelope ids are remembered to drop the second copy of a
     /// publication the broker sends once per matching subscription.
     pub dedupe_window: usize,
+    /// After a reconnect, how long publications held during the outage wait before they are
+    /// sent, so other nodes have re-made their subscriptions (default: the longest reconnect
+    /// backoff plus one second). Zero sends them at once.
+    pub flush_hold: Duration,
 }
 
 impl MqttBusConfig {
@@ -82,6 +86,7 @@ impl Default for MqttBusConfig {
             request_channel_capacity: 128,
             max_inflight: 100,
             dedupe_window: 4096,
+            flush_hold: Duration::from_secs(6),
         }
     }
 }

@@ -144,6 +144,12 @@ pub(crate) struct Link {
     pub broker_max_packet: Option<u32>,
     /// When the current resubscription started, while [`Phase::Resubscribing`].
     pub resub_started: Option<Instant>,
+    /// After a reconnect, publications held during the outage wait until this instant, so the
+    /// other nodes (reconnecting on their own backoff) have re-made their subscriptions and
+    /// receive them; see [`Link::set_flush_hold`].
+    pub flush_after: Option<Instant>,
+    /// How long [`Link::flush_after`] holds after a reconnect (zero: no hold).
+    flush_hold: std::time::Duration,
     resub_outstanding: usize,
     next_id: u32,
     subs: HashMap<BusSubscription, SubEntry>,
@@ -168,6 +174,8 @@ impl Link {
             generation: 0,
             broker_max_packet: None,
             resub_started: None,
+            flush_after: None,
+            flush_hold: std::time::Duration::ZERO,
             resub_outstanding: 0,
             next_id: 1,
             subs: HashMap::new(),
@@ -286,6 +294,11 @@ impl Link {
     /// subscription (same identifiers); with none, the link is available at once.
     pub fn on_connack(&mut self, broker_max_packet: Option<u32>, now: Instant) {
         self.generation += 1;
+        // A reconnect with publications held from the outage: give the other nodes time to
+        // come back before sending them (the hop's sessions are clean, so a node that is not
+        // subscribed yet would miss them).
+        self.flush_after = (self.generation > 1 && !self.queue.is_empty() && !self.flush_hold.is_zero())
+            .then(|| now + self.flush_hold);
         self.broker_max_packet = broker_max_packet;
         self.clear_ctl();
         let mut subs: Vec<(&BusSubscription, &SubEntry)> = self.subs.iter().collect();
@@ -368,7 +381,18 @@ impl Link {
         if self.phase != Phase::Available {
             return None;
         }
+        if let Some(t) = self.flush_after {
+            if Instant::now() < t {
+                return None;
+            }
+            self.flush_after = None;
+        }
         self.queue.pop_front().map(Work::Publish)
+    }
+
+    /// Sets how long publications held during an outage wait after the reconnect.
+    pub fn set_flush_hold(&mut self, hold: std::time::Duration) {
+        self.flush_hold = hold;
     }
 
     /// rumqttc accepted `work` from [`Link::next_work`].

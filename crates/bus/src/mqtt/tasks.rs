@@ -250,11 +250,13 @@ pub(super) async fn pump(shared: Arc<Shared>) {
     loop {
         pump_once(&shared);
         let resubscribing = check_resubscription(&shared);
+        let hold = shared.lock().flush_after;
         tokio::select! {
             biased;
             () = cancel.cancelled() => break,
             () = shared.pump.notified() => {}
             () = tokio::time::sleep(RESUB_CHECK), if resubscribing => {}
+            () = tokio::time::sleep_until(hold.unwrap_or_else(Instant::now).into()), if hold.is_some() => {}
         }
     }
 }

@@ -233,3 +233,25 @@ fn abandoning_drops_only_the_unconfirmed_subscription_it_asked_for() {
     link.on_suback(2, None);
     assert!(!link.abandon(&sub, id), "confirmed subscriptions stay");
 }
+
+#[test]
+fn publications_held_in_an_outage_wait_for_the_flush_hold_after_a_reconnect() {
+    let mut link = connected();
+    link.set_flush_hold(std::time::Duration::from_secs(3600));
+    link.on_disconnect();
+    publish(&mut link, "held", QoS::AtLeastOnce);
+    let t0 = Instant::now();
+    link.on_connack(None, t0);
+    assert_eq!(link.phase, Phase::Available);
+    assert!(link.flush_after.is_some_and(|t| t > t0));
+    assert!(link.next_work().is_none(), "held until the other nodes had time to resubscribe");
+    link.flush_after = Some(t0);
+    assert_eq!(topics_of_queue(&mut link), ["held"]);
+    assert!(link.flush_after.is_none());
+    // The first connection, or a reconnect with nothing held, never waits.
+    let mut fresh = Link::new(4);
+    fresh.set_flush_hold(std::time::Duration::from_secs(3600));
+    publish(&mut fresh, "early", QoS::AtLeastOnce);
+    fresh.on_connack(None, Instant::now());
+    assert_eq!(topics_of_queue(&mut fresh), ["early"]);
+}
