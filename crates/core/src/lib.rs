@@ -21,4 +21,7 @@ pub use envelope::{Envelope, EnvelopeId, PresenceChange, PresenceEvent, Publicat
 pub use ids::{ActorId, ActorType, AppId, ClientId, ConnId, IdError, NodeId, ProjectId};
 pub use presence::{ConnRef, Presence, PresenceEntry, PresenceError};
 pub use registry::{Registry, SharedRegistry};
-pub use store::{RestoreRecord, RestoredTopic, SessionKey, Store, StoreError};
+pub use store::{
+    Claim, Consumer, Holder, NewMessage, Release, RestoreRecord, RestoredTopic, Retention, SessionKey, Store,
+    StoreError, StoredMessage,
+};

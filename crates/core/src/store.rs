@@ -1,4 +1,5 @@
-//! The store slot: durable session state. This part of it: restore records (N23).
+//! The store slot: durable session state. Restore records (N23) and the message log of logged
+//! topics with its consumers (N24–N26); the data model is in docs/durable.md.
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -49,6 +50,107 @@ pub enum StoreError {
     Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
+/// A consumer of a logged topic: who stored messages are kept for until acked. A persistent
+/// session's subscription, or a load-balanced group with persistent members (N25, N26).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Consumer {
+    /// Stable id, derived from the session or group and the topic (never reused for another).
+    pub id: String,
+    /// The topic key: `<project>/<app>/<room>/<topic>`.
+    pub topic: String,
+    /// Filter keys it receives; empty means every message of the topic (N13).
+    pub filters: Vec<String>,
+}
+
+/// A message on a logged topic, as the publishing edge hands it to the store.
+#[derive(Debug, Clone, Copy)]
+pub struct NewMessage<'a> {
+    /// The UUIDv7 clients see as `msgId`.
+    pub msg_id: &'a str,
+    /// The topic key.
+    pub topic: &'a str,
+    /// The publish's filter key.
+    pub filter: Option<&'a str>,
+    /// The publisher's actor id (`from`).
+    pub publisher: &'a str,
+    /// Publish time, unix milliseconds (`timestamp`).
+    pub timestamp_ms: u64,
+    /// Requested QoS.
+    pub qos: u8,
+    /// The publish's `data`, byte for byte.
+    pub data: &'a [u8],
+}
+
+/// A stored message handed out by [`Store::claim_page`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredMessage {
+    /// Store order.
+    pub seq: u64,
+    /// `msgId`.
+    pub msg_id: String,
+    /// Filter key.
+    pub filter: Option<String>,
+    /// Publisher's actor id.
+    pub publisher: String,
+    /// Publish time, unix milliseconds.
+    pub timestamp_ms: u64,
+    /// The publish's `data`.
+    pub data: Bytes,
+    /// It had been handed to a connection before (and not acked): a redelivery.
+    pub redelivered: bool,
+}
+
+/// The connection a pending message is handed to.
+#[derive(Debug, Clone, Copy)]
+pub struct Holder<'a> {
+    /// The session key, as a string.
+    pub session: &'a str,
+    /// The node holding the connection.
+    pub node: &'a str,
+    /// The connection on that node.
+    pub conn: u64,
+}
+
+/// What [`Store::claim`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// The message is now held by the caller; `redelivered` if it had been handed out before.
+    Claimed {
+        /// Handed out (and not acked) before.
+        redelivered: bool,
+    },
+    /// Another connection holds it (or the caller already does): do not deliver it.
+    Held,
+    /// Nothing is pending for this consumer and message (no consumer existed when it was
+    /// published, or it was acked or pruned): deliver it untracked.
+    Absent,
+}
+
+/// Which held messages [`Store::release`] hands back.
+#[derive(Debug, Clone, Copy)]
+pub enum Release<'a> {
+    /// Those held by one connection (it closed or unsubscribed).
+    Conn {
+        /// Node.
+        node: &'a str,
+        /// Connection.
+        conn: u64,
+    },
+    /// Those held for a session by any connection but this one (the session reconnected).
+    SessionExcept(Holder<'a>),
+    /// Those held by any connection of a node (it died).
+    Node(&'a str),
+}
+
+/// How long logged messages are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// Messages older than this many seconds are deleted.
+    pub max_age_s: u64,
+    /// At most this many messages are kept per topic; the oldest go first.
+    pub max_per_topic: u64,
+}
+
 /// Durable session state. Every implementation guarantees:
 ///
 /// 1. `save_restore` replaces the key's record; a record being saved has no expiry.
@@ -74,4 +176,78 @@ pub trait Store: Send + Sync + 'static {
     /// # Errors
     /// [`StoreError`] when the backend failed.
     async fn release_restore(&self, key: &SessionKey, now_unix_s: u64, ttl_s: u64) -> Result<(), StoreError>;
+
+    /// Stores a message of a logged topic and makes it pending, unheld, for every live consumer
+    /// of its topic whose filters match (N13); returns its store order (`seq`, increasing).
+    ///
+    /// # Errors
+    /// [`StoreError`] when the backend failed; then nothing was stored.
+    async fn append(&self, message: &NewMessage<'_>, now_unix_s: u64) -> Result<u64, StoreError>;
+
+    /// Creates or updates a consumer (its filters are replaced) and keeps it for `ttl_s`
+    /// seconds from `now_unix_s`. Messages appended afterwards become pending for it.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the backend failed.
+    async fn open_consumer(&self, consumer: &Consumer, now_unix_s: u64, ttl_s: u64) -> Result<(), StoreError>;
+
+    /// Keeps the consumers `ids` for `ttl_s` more seconds; unknown ids are ignored.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the backend failed.
+    async fn touch_consumers(&self, ids: &[&str], now_unix_s: u64, ttl_s: u64) -> Result<(), StoreError>;
+
+    /// Deletes a consumer and everything pending for it.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the backend failed.
+    async fn drop_consumer(&self, id: &str) -> Result<(), StoreError>;
+
+    /// Hands one pending message of `consumer` to `holder`, if no connection holds it.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the backend failed.
+    async fn claim(&self, consumer: &str, msg_id: &str, holder: Holder<'_>) -> Result<Claim, StoreError>;
+
+    /// How many messages are pending and unheld for `consumer`, and the highest `seq` among
+    /// them (0 when none).
+    ///
+    /// # Errors
+    /// [`StoreError`] when the backend failed.
+    async fn backlog(&self, consumer: &str) -> Result<(u64, u64), StoreError>;
+
+    /// Hands up to `limit` of the oldest unheld pending messages of `consumer` with
+    /// `seq <= up_to` to `holder` and returns them in `seq` order. Each message is handed to
+    /// one caller only, however many claim at once.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the backend failed.
+    async fn claim_page(
+        &self,
+        consumer: &str,
+        holder: Holder<'_>,
+        up_to: u64,
+        limit: u32,
+    ) -> Result<Vec<StoredMessage>, StoreError>;
+
+    /// Marks a message delivered for `consumer` (it is no longer pending); returns whether it
+    /// was pending.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the backend failed.
+    async fn ack(&self, consumer: &str, msg_id: &str) -> Result<bool, StoreError>;
+
+    /// Makes the held messages `scope` names unheld again (they stay pending and count as
+    /// redeliveries from then on); returns the ids of the consumers that had any.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the backend failed.
+    async fn release(&self, scope: Release<'_>) -> Result<Vec<String>, StoreError>;
+
+    /// Deletes messages past `retention` and consumers whose time ran out; returns how many
+    /// messages were deleted.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the backend failed.
+    async fn prune_log(&self, now_unix_s: u64, retention: Retention) -> Result<u64, StoreError>;
 }

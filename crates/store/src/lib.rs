@@ -21,7 +21,9 @@
 
 pub mod clock;
 pub mod error;
+mod log;
 pub mod memory;
+mod memory_log;
 mod migrations;
 mod open;
 pub mod postgres;

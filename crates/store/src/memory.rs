@@ -13,9 +13,13 @@ use std::fmt;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
-use skua_core::{RestoreRecord, SessionKey, Store, StoreError};
+use skua_core::{
+    Claim, Consumer, Holder, NewMessage, Release, RestoreRecord, Retention, SessionKey, Store, StoreError,
+    StoredMessage,
+};
 
 use crate::clock::{UnixClock, system_clock};
+use crate::memory_log::MemoryLog;
 
 /// Below this many records `save_restore` never sweeps.
 const MIN_SWEEP_LEN: usize = 1024;
@@ -32,6 +36,8 @@ struct State {
     records: HashMap<SessionKey, Kept>,
     /// `save_restore` sweeps expired records once the map is this large.
     sweep_at: usize,
+    /// The message log of logged topics.
+    log: MemoryLog,
 }
 
 struct Kept {
@@ -57,7 +63,10 @@ impl MemoryStore {
     /// An empty store that reads the time from `clock` when it checks expiry (tests inject a
     /// settable clock instead of sleeping).
     pub fn with_clock(clock: UnixClock) -> Self {
-        Self { state: Mutex::new(State { records: HashMap::new(), sweep_at: MIN_SWEEP_LEN }), clock }
+        Self {
+            state: Mutex::new(State { records: HashMap::new(), sweep_at: MIN_SWEEP_LEN, log: MemoryLog::default() }),
+            clock,
+        }
     }
 
     /// How many records are held, expired ones not yet swept included.
@@ -127,6 +136,55 @@ impl Store for MemoryStore {
             kept.expires_at = Some(now_unix_s.saturating_add(ttl_s));
         }
         Ok(())
+    }
+
+    async fn append(&self, message: &NewMessage<'_>, now_unix_s: u64) -> Result<u64, StoreError> {
+        Ok(self.lock().log.append(message, now_unix_s))
+    }
+
+    async fn open_consumer(&self, consumer: &Consumer, now_unix_s: u64, ttl_s: u64) -> Result<(), StoreError> {
+        self.lock().log.open_consumer(consumer, now_unix_s, ttl_s);
+        Ok(())
+    }
+
+    async fn touch_consumers(&self, ids: &[&str], now_unix_s: u64, ttl_s: u64) -> Result<(), StoreError> {
+        self.lock().log.touch(ids, now_unix_s, ttl_s);
+        Ok(())
+    }
+
+    async fn drop_consumer(&self, id: &str) -> Result<(), StoreError> {
+        self.lock().log.drop_consumer(id);
+        Ok(())
+    }
+
+    async fn claim(&self, consumer: &str, msg_id: &str, holder: Holder<'_>) -> Result<Claim, StoreError> {
+        Ok(self.lock().log.claim(consumer, msg_id, holder))
+    }
+
+    async fn backlog(&self, consumer: &str) -> Result<(u64, u64), StoreError> {
+        Ok(self.lock().log.backlog(consumer))
+    }
+
+    async fn claim_page(
+        &self,
+        consumer: &str,
+        holder: Holder<'_>,
+        up_to: u64,
+        limit: u32,
+    ) -> Result<Vec<StoredMessage>, StoreError> {
+        Ok(self.lock().log.claim_page(consumer, holder, up_to, limit))
+    }
+
+    async fn ack(&self, consumer: &str, msg_id: &str) -> Result<bool, StoreError> {
+        Ok(self.lock().log.ack(consumer, msg_id))
+    }
+
+    async fn release(&self, scope: Release<'_>) -> Result<Vec<String>, StoreError> {
+        Ok(self.lock().log.release(scope))
+    }
+
+    async fn prune_log(&self, now_unix_s: u64, retention: Retention) -> Result<u64, StoreError> {
+        Ok(self.lock().log.prune(now_unix_s, retention))
     }
 }
 

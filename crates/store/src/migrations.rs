@@ -30,11 +30,13 @@ macro_rules! embedded {
 /// `migrations/sqlite/`, oldest first. Append only (migrations/README.md).
 pub(crate) const SQLITE: &[Embedded] = embedded!("sqlite":
     "20261201000001_restore_records.sql",
+    "20261201000002_message_log.sql",
 );
 
 /// `migrations/postgres/`, oldest first. Append only (migrations/README.md).
 pub(crate) const POSTGRES: &[Embedded] = embedded!("postgres":
     "20261201000001_restore_records.sql",
+    "20261201000002_message_log.sql",
 );
 
 /// A migrator over `files`.

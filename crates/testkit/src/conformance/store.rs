@@ -11,7 +11,10 @@ use std::future::Future;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use skua_core::{ActorId, ClientId, ProjectId, RestoreRecord, RestoredTopic, SessionKey, Store};
+use skua_core::{
+    ActorId, Claim, ClientId, Consumer, Holder, NewMessage, ProjectId, Release, RestoreRecord, RestoredTopic,
+    Retention, SessionKey, Store,
+};
 
 use super::within;
 
@@ -52,6 +55,17 @@ macro_rules! store_conformance {
             release_of_an_unknown_key_is_ok,
             keys_with_and_without_client_id_are_distinct,
             records_are_shared_between_handles,
+            log_messages_before_a_consumer_are_not_pending,
+            log_pending_follows_topic_and_filters,
+            log_claim_hands_a_message_to_one_holder,
+            log_claim_page_pages_in_seq_order_with_every_field,
+            log_ack_ends_pending,
+            log_release_scopes,
+            log_consumer_expires_unless_touched,
+            log_prune_by_age_and_per_topic_cap,
+            log_open_consumer_replaces_filters,
+            log_concurrent_pages_hand_each_message_once,
+            log_drop_consumer_forgets_its_pending,
         );
     };
     ($harness:expr $(,)?) => {
@@ -273,4 +287,247 @@ fn rich_record() -> RestoreRecord {
         ],
         lobbies: vec!["lobby-b".to_owned(), "lobby-a".to_owned()],
     }
+}
+
+// ----------------------------------------------------------------------------------------------
+// The message log of logged topics (N24–N26): consumers, pending messages, claims, acks.
+
+const TOPIC: &str = "p/app/room/jobs";
+const KEEP: u64 = 3600;
+
+fn consumer(id: &str, topic: &str, filters: &[&str]) -> Consumer {
+    Consumer { id: id.to_owned(), topic: topic.to_owned(), filters: filters.iter().map(|f| (*f).to_owned()).collect() }
+}
+
+fn holder<'a>(session: &'a str, node: &'a str, conn: u64) -> Holder<'a> {
+    Holder { session, node, conn }
+}
+
+async fn open_consumer(s: &Arc<dyn Store>, c: &Consumer) {
+    s.open_consumer(c, T0, KEEP).await.expect("open_consumer");
+}
+
+/// Appends a message `id` (also its data) at `T0`; returns its seq.
+async fn append(s: &Arc<dyn Store>, topic: &str, id: &str, filter: Option<&str>) -> u64 {
+    append_at(s, topic, id, filter, T0).await
+}
+
+async fn append_at(s: &Arc<dyn Store>, topic: &str, id: &str, filter: Option<&str>, now: u64) -> u64 {
+    let m = NewMessage {
+        msg_id: id,
+        topic,
+        filter,
+        publisher: "alice",
+        timestamp_ms: now * 1000 + 7,
+        qos: 1,
+        data: id.as_bytes(),
+    };
+    s.append(&m, now).await.expect("append")
+}
+
+async fn backlog(s: &Arc<dyn Store>, c: &str) -> u64 {
+    s.backlog(c).await.expect("backlog").0
+}
+
+async fn page_ids(s: &Arc<dyn Store>, c: &str, h: Holder<'_>, limit: u32) -> Vec<String> {
+    s.claim_page(c, h, u64::MAX, limit).await.expect("claim_page").into_iter().map(|m| m.msg_id).collect()
+}
+
+/// A consumer receives what is appended after it exists, nothing from before.
+pub async fn log_messages_before_a_consumer_are_not_pending<H: StoreHarness>(h: H) {
+    let s = h.open().await;
+    append(&s, TOPIC, "m-early", None).await;
+    open_consumer(&s, &consumer("c1", TOPIC, &[])).await;
+    assert_eq!(backlog(&s, "c1").await, 0);
+    append(&s, TOPIC, "m-late", None).await;
+    assert_eq!(page_ids(&s, "c1", holder("s1", "n1", 1), 10).await, ["m-late"]);
+    assert_eq!(s.claim("c1", "m-early", holder("s1", "n1", 1)).await.unwrap(), Claim::Absent);
+}
+
+/// A wildcard consumer gets every message of its topic; a filtered one unfiltered messages
+/// never, filtered ones of its keys only (N13); other topics' consumers nothing.
+pub async fn log_pending_follows_topic_and_filters<H: StoreHarness>(h: H) {
+    let s = h.open().await;
+    open_consumer(&s, &consumer("all", TOPIC, &[])).await;
+    open_consumer(&s, &consumer("eu", TOPIC, &["eu", "asia"])).await;
+    open_consumer(&s, &consumer("other", "p/app/room/other", &[])).await;
+    let seqs = [
+        append(&s, TOPIC, "m1", None).await,
+        append(&s, TOPIC, "m2", Some("eu")).await,
+        append(&s, TOPIC, "m3", Some("us")).await,
+        append(&s, TOPIC, "m4", Some("asia")).await,
+    ];
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "seq increases: {seqs:?}");
+    assert_eq!(s.backlog("all").await.unwrap(), (4, seqs[3]));
+    assert_eq!(page_ids(&s, "eu", holder("s", "n", 1), 10).await, ["m2", "m4"]);
+    assert_eq!(backlog(&s, "other").await, 0);
+    assert_eq!(backlog(&s, "unknown").await, 0);
+}
+
+/// `claim` hands a pending message to one holder; a released one is a redelivery.
+pub async fn log_claim_hands_a_message_to_one_holder<H: StoreHarness>(h: H) {
+    let s = h.open().await;
+    open_consumer(&s, &consumer("g", TOPIC, &[])).await;
+    append(&s, TOPIC, "m1", None).await;
+    let (a, b) = (holder("sa", "n1", 1), holder("sb", "n2", 2));
+    assert_eq!(s.claim("g", "m1", a).await.unwrap(), Claim::Claimed { redelivered: false });
+    assert_eq!(s.claim("g", "m1", b).await.unwrap(), Claim::Held);
+    assert_eq!(s.claim("g", "m1", a).await.unwrap(), Claim::Held, "a holder does not get it twice");
+    assert_eq!(s.claim("g", "nope", a).await.unwrap(), Claim::Absent);
+    assert_eq!(s.claim("nobody", "m1", a).await.unwrap(), Claim::Absent);
+    assert_eq!(backlog(&s, "g").await, 0, "held messages are not backlog");
+
+    assert_eq!(s.release(Release::Conn { node: "n1", conn: 1 }).await.unwrap(), ["g"]);
+    assert_eq!(backlog(&s, "g").await, 1);
+    assert_eq!(s.claim("g", "m1", b).await.unwrap(), Claim::Claimed { redelivered: true });
+}
+
+/// `claim_page` takes the oldest unheld messages up to a seq, in order, with every field.
+pub async fn log_claim_page_pages_in_seq_order_with_every_field<H: StoreHarness>(h: H) {
+    let s = h.open().await;
+    open_consumer(&s, &consumer("c", TOPIC, &[])).await;
+    let mut seqs = Vec::new();
+    for i in 1..=5 {
+        seqs.push(append(&s, TOPIC, &format!("m{i}"), (i == 2).then_some("eu")).await);
+    }
+    let me = holder("s", "n", 9);
+    assert_eq!(s.claim("c", "m3", me).await.unwrap(), Claim::Claimed { redelivered: false });
+    let first = s.claim_page("c", me, seqs[4], 2).await.unwrap();
+    assert_eq!(first.iter().map(|m| m.msg_id.as_str()).collect::<Vec<_>>(), ["m1", "m2"]);
+    let m2 = &first[1];
+    assert_eq!((m2.seq, m2.filter.as_deref(), m2.publisher.as_str()), (seqs[1], Some("eu"), "alice"));
+    assert_eq!((m2.timestamp_ms, &m2.data[..], m2.redelivered), (T0 * 1000 + 7, &b"m2"[..], false));
+    assert_eq!(page_ids(&s, "c", me, 10).await, ["m4", "m5"], "m3 is held");
+    assert!(page_ids(&s, "c", me, 10).await.is_empty());
+
+    append(&s, TOPIC, "m6", None).await;
+    let bounded = s.claim_page("c", me, seqs[4], 10).await.unwrap();
+    assert!(bounded.is_empty(), "m6 is past up_to");
+}
+
+/// `ack` ends a message's pending state for that consumer only.
+pub async fn log_ack_ends_pending<H: StoreHarness>(h: H) {
+    let s = h.open().await;
+    open_consumer(&s, &consumer("c1", TOPIC, &[])).await;
+    open_consumer(&s, &consumer("c2", TOPIC, &[])).await;
+    append(&s, TOPIC, "m1", None).await;
+    append(&s, TOPIC, "m2", None).await;
+    assert!(s.ack("c1", "m1").await.unwrap());
+    assert!(!s.ack("c1", "m1").await.unwrap(), "a second ack finds nothing");
+    assert!(!s.ack("c1", "unknown").await.unwrap());
+    assert_eq!(page_ids(&s, "c1", holder("s", "n", 1), 10).await, ["m2"]);
+    assert_eq!(backlog(&s, "c2").await, 2, "another consumer's ack changes nothing here");
+    assert!(s.ack("c1", "m2").await.unwrap(), "a held message can be acked");
+    assert_eq!(s.claim("c1", "m2", holder("s", "n", 1)).await.unwrap(), Claim::Absent);
+}
+
+/// Release by connection, by session except the current connection, and by node.
+pub async fn log_release_scopes<H: StoreHarness>(h: H) {
+    let s = h.open().await;
+    open_consumer(&s, &consumer("g", TOPIC, &[])).await;
+    for i in 1..=4 {
+        append(&s, TOPIC, &format!("m{i}"), None).await;
+    }
+    let old = holder("s1", "n1", 1);
+    let other = holder("s2", "n1", 2);
+    let new = holder("s1", "n2", 3);
+    let far = holder("s3", "n3", 1);
+    for (m, h) in [("m1", old), ("m2", other), ("m3", new), ("m4", far)] {
+        assert_eq!(s.claim("g", m, h).await.unwrap(), Claim::Claimed { redelivered: false });
+    }
+    assert_eq!(s.release(Release::SessionExcept(new)).await.unwrap(), ["g"]);
+    assert_eq!(page_ids(&s, "g", far, 10).await, ["m1"], "only the session's other connection");
+    assert_eq!(s.release(Release::Node("n1")).await.unwrap(), ["g"]);
+    assert_eq!(page_ids(&s, "g", far, 10).await, ["m2"]);
+    assert!(s.release(Release::Node("n9")).await.unwrap().is_empty());
+    assert_eq!(s.release(Release::Conn { node: "n3", conn: 1 }).await.unwrap(), ["g"]);
+    let again = s.claim_page("g", new, u64::MAX, 10).await.unwrap();
+    assert_eq!(
+        again.iter().map(|m| (m.msg_id.as_str(), m.redelivered)).collect::<Vec<_>>(),
+        [("m1", true), ("m2", true), ("m4", true)]
+    );
+}
+
+/// A consumer stops collecting once its time runs out, unless touched; pruning deletes it.
+pub async fn log_consumer_expires_unless_touched<H: StoreHarness>(h: H) {
+    let s = h.open().await;
+    s.open_consumer(&consumer("short", TOPIC, &[]), T0, 60).await.unwrap();
+    s.open_consumer(&consumer("touched", TOPIC, &[]), T0, 60).await.unwrap();
+    s.touch_consumers(&["touched", "unknown"], T0 + 50, 60).await.unwrap();
+    append_at(&s, TOPIC, "m1", None, T0 + 61).await;
+    assert_eq!(backlog(&s, "short").await, 0, "expired consumers collect nothing");
+    assert_eq!(backlog(&s, "touched").await, 1);
+    let keep = Retention { max_age_s: 1_000_000, max_per_topic: 1_000 };
+    s.prune_log(T0 + 200, keep).await.unwrap();
+    assert_eq!(backlog(&s, "touched").await, 0, "pruned with its consumer");
+    s.open_consumer(&consumer("touched", TOPIC, &[]), T0 + 200, 60).await.unwrap();
+    assert_eq!(backlog(&s, "touched").await, 0, "a reopened consumer starts empty");
+}
+
+/// Pruning deletes messages older than the age and beyond the per-topic cap, oldest first;
+/// their pending entries go with them.
+pub async fn log_prune_by_age_and_per_topic_cap<H: StoreHarness>(h: H) {
+    let s = h.open().await;
+    s.open_consumer(&consumer("c", TOPIC, &[]), T0, 1_000_000).await.unwrap();
+    s.open_consumer(&consumer("o", "p/app/room/other", &[]), T0, 1_000_000).await.unwrap();
+    for i in 1..=5 {
+        append_at(&s, TOPIC, &format!("m{i}"), None, T0 + i).await;
+    }
+    append_at(&s, "p/app/room/other", "o1", None, T0).await;
+    let cap = Retention { max_age_s: 1_000_000, max_per_topic: 3 };
+    assert_eq!(s.prune_log(T0 + 10, cap).await.unwrap(), 2);
+    assert_eq!(page_ids(&s, "c", holder("s", "n", 1), 10).await, ["m3", "m4", "m5"]);
+    assert_eq!(backlog(&s, "o").await, 1, "other topics keep theirs");
+    let age = Retention { max_age_s: 100, max_per_topic: 1_000 };
+    assert_eq!(s.prune_log(T0 + 104, age).await.unwrap(), 2, "o1 (T0) and m3 (T0+3) are older than 100 s");
+    assert_eq!(backlog(&s, "o").await, 0);
+    assert_eq!(s.claim("c", "m5", holder("s", "n", 2)).await.unwrap(), Claim::Held, "m5 is kept");
+}
+
+/// Re-opening a consumer replaces its filters.
+pub async fn log_open_consumer_replaces_filters<H: StoreHarness>(h: H) {
+    let s = h.open().await;
+    open_consumer(&s, &consumer("c", TOPIC, &["eu"])).await;
+    open_consumer(&s, &consumer("c", TOPIC, &["us"])).await;
+    append(&s, TOPIC, "m-eu", Some("eu")).await;
+    append(&s, TOPIC, "m-us", Some("us")).await;
+    open_consumer(&s, &consumer("c", TOPIC, &[])).await;
+    append(&s, TOPIC, "m-all", None).await;
+    assert_eq!(page_ids(&s, "c", holder("s", "n", 1), 10).await, ["m-us", "m-all"]);
+}
+
+/// Two handles paging one consumer at once never get the same message.
+pub async fn log_concurrent_pages_hand_each_message_once<H: StoreHarness>(h: H) {
+    let (a, b) = (h.open().await, h.open().await);
+    open_consumer(&a, &consumer("g", TOPIC, &[])).await;
+    for i in 0..60 {
+        append(&a, TOPIC, &format!("m{i:02}"), None).await;
+    }
+    let take = |s: Arc<dyn Store>, node: &'static str| async move {
+        let mut got = Vec::new();
+        loop {
+            let page = page_ids(&s, "g", holder(node, node, 1), 7).await;
+            if page.is_empty() {
+                return got;
+            }
+            got.extend(page);
+        }
+    };
+    let (x, y) = tokio::join!(take(a, "n1"), take(b, "n2"));
+    let mut all: Vec<String> = x.iter().chain(&y).cloned().collect();
+    all.sort();
+    let want: Vec<String> = (0..60).map(|i| format!("m{i:02}")).collect();
+    assert_eq!(all, want, "every message exactly once (n1 got {}, n2 got {})", x.len(), y.len());
+}
+
+/// Dropping a consumer forgets what was pending for it.
+pub async fn log_drop_consumer_forgets_its_pending<H: StoreHarness>(h: H) {
+    let s = h.open().await;
+    open_consumer(&s, &consumer("c", TOPIC, &[])).await;
+    append(&s, TOPIC, "m1", None).await;
+    s.drop_consumer("c").await.unwrap();
+    s.drop_consumer("c").await.unwrap();
+    assert_eq!(backlog(&s, "c").await, 0);
+    append(&s, TOPIC, "m2", None).await;
+    assert_eq!(backlog(&s, "c").await, 0, "a dropped consumer collects nothing");
 }

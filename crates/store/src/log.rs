@@ -1,0 +1,388 @@
+//! The message log of logged topics in SQL, shared by [`SqliteStore`](crate::SqliteStore) and
+//! [`PostgresStore`](crate::PostgresStore): the tables of `migrations/*/…_message_log.sql`
+//! (described in docs/durable.md).
+//!
+//! The statements are written once: both backends take `$N` placeholders and `RETURNING`, and
+//! the column types map to the same Rust types (`i64`, `bool`, `Vec<u8>`, `String`).
+//! [`sql_message_log!`] expands the same method bodies for each pool type, which keeps the two
+//! stores from drifting apart. A claim is one `UPDATE … WHERE holder_session IS NULL`:
+//! Postgres re-checks that condition on a row a concurrent claim just changed, and SQLite runs
+//! one writer at a time, so a pending message is handed to one connection only.
+
+use bytes::Bytes;
+use skua_core::{Retention, StoredMessage};
+
+use crate::sql::unix_to_sql;
+
+pub(crate) const INSERT_MESSAGE: &str = "INSERT INTO log_messages \
+     (msg_id, topic, filter_key, publisher, timestamp_ms, qos, data, created_at) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING seq";
+pub(crate) const INSERT_PENDING: &str = "INSERT INTO log_pending (consumer_id, seq, msg_id) \
+     SELECT c.id, $1, $2 FROM log_consumers c \
+     WHERE c.topic = $3 AND c.expires_at > $4 \
+     AND (c.wildcard OR EXISTS (SELECT 1 FROM log_consumer_filters f \
+                                WHERE f.consumer_id = c.id AND f.filter_key = $5))";
+pub(crate) const UPSERT_CONSUMER: &str = "INSERT INTO log_consumers (id, topic, wildcard, expires_at) \
+     VALUES ($1, $2, $3, $4) \
+     ON CONFLICT (id) DO UPDATE SET topic = excluded.topic, wildcard = excluded.wildcard, \
+     expires_at = excluded.expires_at";
+pub(crate) const DELETE_FILTERS: &str = "DELETE FROM log_consumer_filters WHERE consumer_id = $1";
+pub(crate) const INSERT_FILTER: &str = "INSERT INTO log_consumer_filters (consumer_id, filter_key) VALUES ($1, $2) \
+     ON CONFLICT DO NOTHING";
+pub(crate) const TOUCH_CONSUMER: &str = "UPDATE log_consumers SET expires_at = $2 WHERE id = $1";
+pub(crate) const DROP_CONSUMER: &str = "DELETE FROM log_consumers WHERE id = $1";
+pub(crate) const CLAIM: &str = "UPDATE log_pending \
+     SET holder_session = $3, holder_node = $4, holder_conn = $5, deliveries = deliveries + 1 \
+     WHERE consumer_id = $1 AND msg_id = $2 AND holder_session IS NULL RETURNING deliveries";
+pub(crate) const IS_PENDING: &str = "SELECT COUNT(*) FROM log_pending WHERE consumer_id = $1 AND msg_id = $2";
+pub(crate) const BACKLOG: &str = "SELECT COUNT(*), COALESCE(MAX(seq), 0) FROM log_pending \
+     WHERE consumer_id = $1 AND holder_session IS NULL";
+pub(crate) const CLAIM_PAGE: &str = "UPDATE log_pending \
+     SET holder_session = $2, holder_node = $3, holder_conn = $4, deliveries = deliveries + 1 \
+     WHERE consumer_id = $1 AND holder_session IS NULL AND seq IN ( \
+         SELECT seq FROM log_pending WHERE consumer_id = $1 AND holder_session IS NULL AND seq <= $5 \
+         ORDER BY seq LIMIT $6) \
+     RETURNING seq, deliveries";
+pub(crate) const ACK: &str = "DELETE FROM log_pending WHERE consumer_id = $1 AND msg_id = $2";
+pub(crate) const RELEASE_CONN: &str = "UPDATE log_pending \
+     SET holder_session = NULL, holder_node = NULL, holder_conn = NULL \
+     WHERE holder_node = $1 AND holder_conn = $2 RETURNING consumer_id";
+pub(crate) const RELEASE_SESSION_EXCEPT: &str = "UPDATE log_pending \
+     SET holder_session = NULL, holder_node = NULL, holder_conn = NULL \
+     WHERE holder_session = $1 AND NOT (holder_node = $2 AND holder_conn = $3) RETURNING consumer_id";
+pub(crate) const RELEASE_NODE: &str = "UPDATE log_pending \
+     SET holder_session = NULL, holder_node = NULL, holder_conn = NULL \
+     WHERE holder_node = $1 RETURNING consumer_id";
+pub(crate) const PRUNE_AGE: &str = "DELETE FROM log_messages WHERE created_at < $1";
+pub(crate) const OVER_CAP: &str = "SELECT topic FROM log_messages GROUP BY topic HAVING COUNT(*) > $1";
+pub(crate) const PRUNE_CAP: &str = "DELETE FROM log_messages WHERE topic = $1 AND seq <= ( \
+     SELECT seq FROM log_messages WHERE topic = $1 ORDER BY seq DESC LIMIT 1 OFFSET $2)";
+pub(crate) const PRUNE_CONSUMERS: &str = "DELETE FROM log_consumers WHERE expires_at <= $1";
+
+/// One row of `SELECT_MESSAGES`.
+pub(crate) type MessageRow = (i64, String, Option<String>, String, i64, Vec<u8>);
+
+/// The messages with these seqs. The list is built from integers only, so it cannot carry SQL.
+pub(crate) fn select_messages(seqs: &[i64]) -> String {
+    use std::fmt::Write as _;
+    let mut list = String::with_capacity(seqs.len() * 8);
+    for (i, s) in seqs.iter().enumerate() {
+        if i > 0 {
+            list.push(',');
+        }
+        let _ = write!(list, "{s}");
+    }
+    format!(
+        "SELECT seq, msg_id, filter_key, publisher, timestamp_ms, data FROM log_messages WHERE seq IN ({list}) \
+         ORDER BY seq"
+    )
+}
+
+/// Joins claimed `(seq, deliveries)` with the message rows; a message pruned in between is
+/// left out (its pending row went with it).
+pub(crate) fn stored_messages(claimed: &[(i64, i32)], rows: Vec<MessageRow>) -> Vec<StoredMessage> {
+    rows.into_iter()
+        .filter_map(|(seq, msg_id, filter, publisher, timestamp_ms, data)| {
+            let deliveries = claimed.iter().find(|(s, _)| *s == seq)?.1;
+            Some(StoredMessage {
+                seq: u64::try_from(seq).unwrap_or(0),
+                msg_id,
+                filter,
+                publisher,
+                timestamp_ms: u64::try_from(timestamp_ms).unwrap_or(0),
+                data: Bytes::from(data),
+                redelivered: deliveries > 1,
+            })
+        })
+        .collect()
+}
+
+/// Seconds before which messages are too old to keep.
+pub(crate) fn age_cutoff(now_unix_s: u64, retention: Retention) -> i64 {
+    unix_to_sql(now_unix_s.saturating_sub(retention.max_age_s))
+}
+
+/// Distinct consumer ids, in first-seen order.
+pub(crate) fn distinct(ids: Vec<String>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for id in ids {
+        if !out.contains(&id) {
+            out.push(id);
+        }
+    }
+    out
+}
+
+/// Implements the message-log methods (`log_*`) on a store type with a `pool` field, for one
+/// sqlx backend; the `Store` impl of the type forwards to them.
+macro_rules! sql_message_log {
+    ($store:ty, $backend:expr) => {
+        impl $store {
+            async fn log_append(
+                &self,
+                m: &skua_core::NewMessage<'_>,
+                now_unix_s: u64,
+            ) -> Result<u64, skua_core::StoreError> {
+                use crate::error::sql;
+                use crate::log::*;
+                use crate::sql::unix_to_sql;
+                let mut tx = self.pool.begin().await.map_err(sql($backend, "append"))?;
+                let seq: i64 = sqlx::query_scalar(INSERT_MESSAGE)
+                    .bind(m.msg_id)
+                    .bind(m.topic)
+                    .bind(m.filter)
+                    .bind(m.publisher)
+                    .bind(unix_to_sql(m.timestamp_ms))
+                    .bind(i16::from(m.qos))
+                    .bind(m.data)
+                    .bind(unix_to_sql(now_unix_s))
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(sql($backend, "append"))?;
+                sqlx::query(INSERT_PENDING)
+                    .bind(seq)
+                    .bind(m.msg_id)
+                    .bind(m.topic)
+                    .bind(unix_to_sql(now_unix_s))
+                    .bind(m.filter)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(sql($backend, "append"))?;
+                tx.commit().await.map_err(sql($backend, "append"))?;
+                Ok(u64::try_from(seq).unwrap_or(0))
+            }
+
+            async fn log_open_consumer(
+                &self,
+                c: &skua_core::Consumer,
+                now_unix_s: u64,
+                ttl_s: u64,
+            ) -> Result<(), skua_core::StoreError> {
+                use crate::error::sql;
+                use crate::log::*;
+                use crate::sql::unix_to_sql;
+                let mut tx = self.pool.begin().await.map_err(sql($backend, "open_consumer"))?;
+                sqlx::query(UPSERT_CONSUMER)
+                    .bind(&c.id)
+                    .bind(&c.topic)
+                    .bind(c.filters.is_empty())
+                    .bind(unix_to_sql(now_unix_s.saturating_add(ttl_s)))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(sql($backend, "open_consumer"))?;
+                sqlx::query(DELETE_FILTERS)
+                    .bind(&c.id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(sql($backend, "open_consumer"))?;
+                for f in &c.filters {
+                    sqlx::query(INSERT_FILTER)
+                        .bind(&c.id)
+                        .bind(f)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(sql($backend, "open_consumer"))?;
+                }
+                tx.commit().await.map_err(sql($backend, "open_consumer"))?;
+                Ok(())
+            }
+
+            async fn log_touch_consumers(
+                &self,
+                ids: &[&str],
+                now_unix_s: u64,
+                ttl_s: u64,
+            ) -> Result<(), skua_core::StoreError> {
+                use crate::error::sql;
+                use crate::log::*;
+                use crate::sql::unix_to_sql;
+                let at = unix_to_sql(now_unix_s.saturating_add(ttl_s));
+                for id in ids {
+                    sqlx::query(TOUCH_CONSUMER)
+                        .bind(*id)
+                        .bind(at)
+                        .execute(&self.pool)
+                        .await
+                        .map_err(sql($backend, "touch_consumers"))?;
+                }
+                Ok(())
+            }
+
+            async fn log_drop_consumer(&self, id: &str) -> Result<(), skua_core::StoreError> {
+                use crate::error::sql;
+                use crate::log::*;
+                sqlx::query(DROP_CONSUMER)
+                    .bind(id)
+                    .execute(&self.pool)
+                    .await
+                    .map_err(sql($backend, "drop_consumer"))?;
+                Ok(())
+            }
+
+            async fn log_claim(
+                &self,
+                consumer: &str,
+                msg_id: &str,
+                h: skua_core::Holder<'_>,
+            ) -> Result<skua_core::Claim, skua_core::StoreError> {
+                use crate::error::sql;
+                use crate::log::*;
+                let deliveries: Option<i32> = sqlx::query_scalar(CLAIM)
+                    .bind(consumer)
+                    .bind(msg_id)
+                    .bind(h.session)
+                    .bind(h.node)
+                    .bind(i64::try_from(h.conn).unwrap_or(i64::MAX))
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(sql($backend, "claim"))?;
+                if let Some(d) = deliveries {
+                    return Ok(skua_core::Claim::Claimed { redelivered: d > 1 });
+                }
+                let n: i64 = sqlx::query_scalar(IS_PENDING)
+                    .bind(consumer)
+                    .bind(msg_id)
+                    .fetch_one(&self.pool)
+                    .await
+                    .map_err(sql($backend, "claim"))?;
+                Ok(if n > 0 { skua_core::Claim::Held } else { skua_core::Claim::Absent })
+            }
+
+            async fn log_backlog(&self, consumer: &str) -> Result<(u64, u64), skua_core::StoreError> {
+                use crate::error::sql;
+                use crate::log::*;
+                let (n, max): (i64, i64) = sqlx::query_as(BACKLOG)
+                    .bind(consumer)
+                    .fetch_one(&self.pool)
+                    .await
+                    .map_err(sql($backend, "backlog"))?;
+                Ok((u64::try_from(n).unwrap_or(0), u64::try_from(max).unwrap_or(0)))
+            }
+
+            async fn log_claim_page(
+                &self,
+                consumer: &str,
+                h: skua_core::Holder<'_>,
+                up_to: u64,
+                limit: u32,
+            ) -> Result<Vec<skua_core::StoredMessage>, skua_core::StoreError> {
+                use crate::error::sql;
+                use crate::log::*;
+                use crate::sql::unix_to_sql;
+                let claimed: Vec<(i64, i32)> = sqlx::query_as(CLAIM_PAGE)
+                    .bind(consumer)
+                    .bind(h.session)
+                    .bind(h.node)
+                    .bind(i64::try_from(h.conn).unwrap_or(i64::MAX))
+                    .bind(unix_to_sql(up_to))
+                    .bind(i64::from(limit))
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(sql($backend, "claim_page"))?;
+                if claimed.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let seqs: Vec<i64> = claimed.iter().map(|(s, _)| *s).collect();
+                let rows: Vec<MessageRow> = sqlx::query_as(sqlx::AssertSqlSafe(select_messages(&seqs)))
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(sql($backend, "claim_page"))?;
+                Ok(stored_messages(&claimed, rows))
+            }
+
+            async fn log_ack(&self, consumer: &str, msg_id: &str) -> Result<bool, skua_core::StoreError> {
+                use crate::error::sql;
+                use crate::log::*;
+                let done = sqlx::query(ACK)
+                    .bind(consumer)
+                    .bind(msg_id)
+                    .execute(&self.pool)
+                    .await
+                    .map_err(sql($backend, "ack"))?;
+                Ok(done.rows_affected() > 0)
+            }
+
+            async fn log_release(&self, scope: skua_core::Release<'_>) -> Result<Vec<String>, skua_core::StoreError> {
+                use crate::error::sql;
+                use crate::log::*;
+                let conn = |c: u64| i64::try_from(c).unwrap_or(i64::MAX);
+                let ids: Vec<String> = match scope {
+                    skua_core::Release::Conn { node, conn: c } => {
+                        sqlx::query_scalar(RELEASE_CONN).bind(node).bind(conn(c)).fetch_all(&self.pool).await
+                    }
+                    skua_core::Release::SessionExcept(h) => {
+                        sqlx::query_scalar(RELEASE_SESSION_EXCEPT)
+                            .bind(h.session)
+                            .bind(h.node)
+                            .bind(conn(h.conn))
+                            .fetch_all(&self.pool)
+                            .await
+                    }
+                    skua_core::Release::Node(node) => {
+                        sqlx::query_scalar(RELEASE_NODE).bind(node).fetch_all(&self.pool).await
+                    }
+                }
+                .map_err(sql($backend, "release"))?;
+                Ok(distinct(ids))
+            }
+
+            async fn log_prune(
+                &self,
+                now_unix_s: u64,
+                retention: skua_core::Retention,
+            ) -> Result<u64, skua_core::StoreError> {
+                use crate::error::sql;
+                use crate::log::*;
+                use crate::sql::unix_to_sql;
+                let mut deleted = sqlx::query(PRUNE_AGE)
+                    .bind(age_cutoff(now_unix_s, retention))
+                    .execute(&self.pool)
+                    .await
+                    .map_err(sql($backend, "prune_log"))?
+                    .rows_affected();
+                let cap = unix_to_sql(retention.max_per_topic);
+                let over: Vec<String> = sqlx::query_scalar(OVER_CAP)
+                    .bind(cap)
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(sql($backend, "prune_log"))?;
+                for topic in over {
+                    deleted += sqlx::query(PRUNE_CAP)
+                        .bind(&topic)
+                        .bind(cap)
+                        .execute(&self.pool)
+                        .await
+                        .map_err(sql($backend, "prune_log"))?
+                        .rows_affected();
+                }
+                sqlx::query(PRUNE_CONSUMERS)
+                    .bind(unix_to_sql(now_unix_s))
+                    .execute(&self.pool)
+                    .await
+                    .map_err(sql($backend, "prune_log"))?;
+                Ok(deleted)
+            }
+        }
+    };
+}
+
+pub(crate) use sql_message_log;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_lists_are_integers_only() {
+        assert_eq!(
+            select_messages(&[3, -1, 42]),
+            "SELECT seq, msg_id, filter_key, publisher, timestamp_ms, data FROM log_messages WHERE seq IN (3,-1,42) \
+             ORDER BY seq"
+        );
+    }
+
+    #[test]
+    fn distinct_keeps_first_seen_order() {
+        assert_eq!(distinct(vec!["b".into(), "a".into(), "b".into()]), vec!["b".to_owned(), "a".to_owned()]);
+    }
+}

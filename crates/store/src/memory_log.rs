@@ -1,0 +1,205 @@
+//! The message log of [`MemoryStore`](crate::MemoryStore): the same model as the SQL tables
+//! (docs/durable.md) in maps, behind the store's one mutex. Memory is bounded by retention
+//! ([`MemoryLog::prune`], which the edge runs periodically) like the SQL stores' disk.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use skua_core::{Claim, Consumer, Holder, NewMessage, Release, Retention, StoredMessage};
+
+#[derive(Debug)]
+struct Message {
+    msg_id: String,
+    topic: Arc<str>,
+    filter: Option<String>,
+    publisher: String,
+    timestamp_ms: u64,
+    data: Bytes,
+    created_at: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct HeldBy {
+    session: String,
+    node: String,
+    conn: u64,
+}
+
+#[derive(Debug)]
+struct Pending {
+    msg_id: String,
+    deliveries: u32,
+    holder: Option<HeldBy>,
+}
+
+#[derive(Debug)]
+struct ConsumerState {
+    topic: String,
+    filters: Vec<String>,
+    expires_at: u64,
+    pending: BTreeMap<u64, Pending>,
+}
+
+/// Messages, consumers and pending entries in memory.
+#[derive(Debug, Default)]
+pub(crate) struct MemoryLog {
+    next_seq: u64,
+    messages: BTreeMap<u64, Message>,
+    consumers: HashMap<String, ConsumerState>,
+}
+
+impl MemoryLog {
+    pub(crate) fn append(&mut self, m: &NewMessage<'_>, now_unix_s: u64) -> u64 {
+        self.next_seq += 1;
+        let seq = self.next_seq;
+        for c in self.consumers.values_mut() {
+            let wants = c.topic == m.topic
+                && c.expires_at > now_unix_s
+                && (c.filters.is_empty() || m.filter.is_some_and(|f| c.filters.iter().any(|x| x == f)));
+            if wants {
+                c.pending.insert(seq, Pending { msg_id: m.msg_id.to_owned(), deliveries: 0, holder: None });
+            }
+        }
+        self.messages.insert(
+            seq,
+            Message {
+                msg_id: m.msg_id.to_owned(),
+                topic: Arc::from(m.topic),
+                filter: m.filter.map(str::to_owned),
+                publisher: m.publisher.to_owned(),
+                timestamp_ms: m.timestamp_ms,
+                data: Bytes::copy_from_slice(m.data),
+                created_at: now_unix_s,
+            },
+        );
+        seq
+    }
+
+    pub(crate) fn open_consumer(&mut self, c: &Consumer, now_unix_s: u64, ttl_s: u64) {
+        let expires_at = now_unix_s.saturating_add(ttl_s);
+        let entry = self.consumers.entry(c.id.clone()).or_insert_with(|| ConsumerState {
+            topic: c.topic.clone(),
+            filters: Vec::new(),
+            expires_at,
+            pending: BTreeMap::new(),
+        });
+        entry.topic.clone_from(&c.topic);
+        entry.filters.clone_from(&c.filters);
+        entry.expires_at = expires_at;
+    }
+
+    pub(crate) fn touch(&mut self, ids: &[&str], now_unix_s: u64, ttl_s: u64) {
+        for id in ids {
+            if let Some(c) = self.consumers.get_mut(*id) {
+                c.expires_at = now_unix_s.saturating_add(ttl_s);
+            }
+        }
+    }
+
+    pub(crate) fn drop_consumer(&mut self, id: &str) {
+        self.consumers.remove(id);
+    }
+
+    pub(crate) fn claim(&mut self, consumer: &str, msg_id: &str, h: Holder<'_>) -> Claim {
+        let Some(c) = self.consumers.get_mut(consumer) else { return Claim::Absent };
+        let Some(p) = c.pending.values_mut().find(|p| p.msg_id == msg_id) else { return Claim::Absent };
+        if p.holder.is_some() {
+            return Claim::Held;
+        }
+        p.holder = Some(held(h));
+        p.deliveries += 1;
+        Claim::Claimed { redelivered: p.deliveries > 1 }
+    }
+
+    pub(crate) fn backlog(&self, consumer: &str) -> (u64, u64) {
+        let Some(c) = self.consumers.get(consumer) else { return (0, 0) };
+        let unheld = c.pending.iter().filter(|(_, p)| p.holder.is_none());
+        unheld.fold((0, 0), |(n, max), (seq, _)| (n + 1, max.max(*seq)))
+    }
+
+    pub(crate) fn claim_page(&mut self, consumer: &str, h: Holder<'_>, up_to: u64, limit: u32) -> Vec<StoredMessage> {
+        let Some(c) = self.consumers.get_mut(consumer) else { return Vec::new() };
+        let mut out = Vec::new();
+        for (seq, p) in c.pending.range_mut(..=up_to) {
+            if out.len() >= limit as usize {
+                break;
+            }
+            if p.holder.is_some() {
+                continue;
+            }
+            let Some(m) = self.messages.get(seq) else { continue };
+            p.holder = Some(held(h));
+            p.deliveries += 1;
+            out.push(StoredMessage {
+                seq: *seq,
+                msg_id: m.msg_id.clone(),
+                filter: m.filter.clone(),
+                publisher: m.publisher.clone(),
+                timestamp_ms: m.timestamp_ms,
+                data: m.data.clone(),
+                redelivered: p.deliveries > 1,
+            });
+        }
+        out
+    }
+
+    pub(crate) fn ack(&mut self, consumer: &str, msg_id: &str) -> bool {
+        let Some(c) = self.consumers.get_mut(consumer) else { return false };
+        let Some(seq) = c.pending.iter().find(|(_, p)| p.msg_id == msg_id).map(|(s, _)| *s) else { return false };
+        c.pending.remove(&seq);
+        true
+    }
+
+    pub(crate) fn release(&mut self, scope: Release<'_>) -> Vec<String> {
+        let matches = |h: &HeldBy| match scope {
+            Release::Conn { node, conn } => h.node == node && h.conn == conn,
+            Release::SessionExcept(me) => h.session == me.session && !(h.node == me.node && h.conn == me.conn),
+            Release::Node(node) => h.node == node,
+        };
+        let mut ids = Vec::new();
+        for (id, c) in &mut self.consumers {
+            let mut any = false;
+            for p in c.pending.values_mut() {
+                if p.holder.as_ref().is_some_and(matches) {
+                    p.holder = None;
+                    any = true;
+                }
+            }
+            if any {
+                ids.push(id.clone());
+            }
+        }
+        ids
+    }
+
+    pub(crate) fn prune(&mut self, now_unix_s: u64, retention: Retention) -> u64 {
+        let cutoff = now_unix_s.saturating_sub(retention.max_age_s);
+        let mut per_topic: HashMap<Arc<str>, u64> = HashMap::new();
+        for m in self.messages.values() {
+            *per_topic.entry(m.topic.clone()).or_default() += 1;
+        }
+        let mut gone = Vec::new();
+        for (seq, m) in &self.messages {
+            let over = per_topic.get_mut(&m.topic).filter(|n| **n > retention.max_per_topic);
+            if let Some(n) = over {
+                *n -= 1;
+                gone.push(*seq);
+            } else if m.created_at < cutoff {
+                gone.push(*seq);
+            }
+        }
+        for seq in &gone {
+            self.messages.remove(seq);
+        }
+        self.consumers.retain(|_, c| c.expires_at > now_unix_s);
+        for c in self.consumers.values_mut() {
+            c.pending.retain(|seq, _| self.messages.contains_key(seq));
+        }
+        gone.len() as u64
+    }
+}
+
+fn held(h: Holder<'_>) -> HeldBy {
+    HeldBy { session: h.session.to_owned(), node: h.node.to_owned(), conn: h.conn }
+}
