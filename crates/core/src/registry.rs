@@ -242,6 +242,12 @@ impl Registry {
         for p in projects {
             let mut app_ids = std::collections::HashSet::new();
             for app in &p.apps {
+                if app.id.as_str().starts_with('_') {
+                    return Err(RegistryError(format!(
+                        "project {}: app id {} is reserved (ids starting _)",
+                        p.id, app.id
+                    )));
+                }
                 if !app_ids.insert(app.id.clone()) || p.apps.iter().filter(|a| a.slug == app.slug).count() > 1 {
                     return Err(RegistryError(format!("project {}: duplicate app {} ({})", p.id, app.slug, app.id)));
                 }

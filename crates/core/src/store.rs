@@ -140,6 +140,15 @@ pub enum Release<'a> {
     SessionExcept(Holder<'a>),
     /// Those held by any connection of a node (it died).
     Node(&'a str),
+    /// Those of one consumer held by one connection (it unsubscribed).
+    ConnConsumer {
+        /// Node.
+        node: &'a str,
+        /// Connection.
+        conn: u64,
+        /// Consumer id.
+        consumer: &'a str,
+    },
 }
 
 /// How long logged messages are kept.

@@ -26,6 +26,17 @@ pub struct EdgeConfig {
     pub max_connections: usize,
     /// How long restore records live after the last disconnect (N23).
     pub restore_ttl: Duration,
+    /// Logged messages older than this are deleted (`--log-max-age`).
+    pub log_max_age: Duration,
+    /// Most logged messages kept per topic; the oldest go first (`--log-max-per-topic`).
+    pub log_max_per_topic: u64,
+    /// How often each node deletes logged messages past retention.
+    pub log_prune_interval: Duration,
+    /// Pending messages read from the store per page of a replay.
+    pub replay_page_size: u32,
+    /// Live logged messages queued per connection for its durable delivery; beyond it they are
+    /// read back from the store.
+    pub durable_queue: usize,
     /// On shutdown, how long sessions get to close before the node stops waiting.
     pub shutdown_grace: Duration,
     /// How long a close frame may take to reach a client that does not read.
@@ -56,6 +67,11 @@ impl Default for EdgeConfig {
             outbound_queue_bytes: 4 * 1024 * 1024,
             max_connections: 100_000,
             restore_ttl: Duration::from_secs(24 * 3600),
+            log_max_age: Duration::from_secs(7 * 24 * 3600),
+            log_max_per_topic: 100_000,
+            log_prune_interval: Duration::from_secs(60),
+            replay_page_size: 256,
+            durable_queue: 1024,
             shutdown_grace: Duration::from_secs(10),
             close_timeout: Duration::from_secs(2),
             max_retained_per_topic: 1024,

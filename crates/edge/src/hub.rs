@@ -19,6 +19,7 @@ use skua_protocol::{MessageFrame, PresenceEventKind, ServerFrame};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::durable::{CONTROL_APP, DurableRoute};
 use crate::metrics::Metrics;
 use crate::outbound::ConnHandle;
 
@@ -35,6 +36,9 @@ pub struct LocalSub {
     pub filters: Arc<[String]>,
     /// Load-balancing group name, for group members.
     pub group: Option<Arc<str>>,
+    /// Set for a durable subscription: its logged messages go through the connection's
+    /// durable task, which claims them in the store first.
+    pub durable: Option<DurableRoute>,
     /// Latest retained id seen per filter key, so a replay is never delivered twice.
     retained_seen: Mutex<HashMap<Option<String>, EnvelopeId>>,
 }
@@ -48,7 +52,7 @@ impl LocalSub {
         filters: Arc<[String]>,
         group: Option<Arc<str>>,
     ) -> Self {
-        Self { conn, actor, echo, filters, group, retained_seen: Mutex::new(HashMap::new()) }
+        Self { conn, actor, echo, filters, group, durable: None, retained_seen: Mutex::new(HashMap::new()) }
     }
 
     fn matches(&self, p: &Publication) -> bool {
@@ -116,6 +120,8 @@ pub struct Hub {
     bus_refs: tokio::sync::Mutex<BusRefs>,
     metrics: Arc<Metrics>,
     max_retained_per_topic: usize,
+    /// Where publications on a control topic go (set once at start).
+    control: std::sync::OnceLock<mpsc::Sender<Arc<Envelope>>>,
 }
 
 impl std::fmt::Debug for Hub {
@@ -190,7 +196,13 @@ impl Hub {
             bus_refs: tokio::sync::Mutex::new(BusRefs::default()),
             metrics,
             max_retained_per_topic,
+            control: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Routes control-topic publications to `tx` from now on.
+    pub fn set_control(&self, tx: mpsc::Sender<Arc<Envelope>>) {
+        let _ = self.control.set(tx);
     }
 
     /// The bus this hub uses.
@@ -443,6 +455,14 @@ impl Hub {
     }
 
     fn dispatch_publication(&self, env: &Arc<Envelope>, p: &Publication, route: &Route) {
+        if p.topic.room.app.as_str() == CONTROL_APP {
+            if let Some(tx) = self.control.get()
+                && tx.try_send(env.clone()).is_err()
+            {
+                tracing::warn!("Control queue full; a control message was dropped.");
+            }
+            return;
+        }
         let topics = read(&self.topics);
         let Some(entry) = topics.get(&p.topic) else {
             self.metrics.undeliverable.fetch_add(1, Ordering::Relaxed);
@@ -465,6 +485,13 @@ impl Hub {
                     if p.retain && !sub.mark_retained(&p.filter, p.id) {
                         continue;
                     }
+                    if let Some(d) = &sub.durable
+                        && p.msg_id.is_some()
+                    {
+                        d.offer(env);
+                        delivered += 1;
+                        continue;
+                    }
                     if sub.conn.push(frames.get(&sub.echo, p)) {
                         delivered += 1;
                     }
@@ -477,10 +504,15 @@ impl Hub {
                     self.metrics.undeliverable.fetch_add(1, Ordering::Relaxed);
                 } else {
                     let pick = entry.rr.fetch_add(1, Ordering::Relaxed) % n;
-                    if let Some(sub) = candidates().nth(pick)
-                        && sub.conn.push(frames.get(&sub.echo, p))
-                    {
-                        delivered += 1;
+                    if let Some(sub) = candidates().nth(pick) {
+                        if let Some(d) = &sub.durable
+                            && p.msg_id.is_some()
+                        {
+                            d.offer(env);
+                            delivered += 1;
+                        } else if sub.conn.push(frames.get(&sub.echo, p)) {
+                            delivered += 1;
+                        }
                     }
                 }
             }

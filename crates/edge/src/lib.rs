@@ -12,6 +12,7 @@
 
 pub mod auth;
 pub mod config;
+pub mod durable;
 pub mod hub;
 pub mod liveness;
 pub mod metrics;

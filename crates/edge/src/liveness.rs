@@ -85,6 +85,8 @@ async fn reap(st: &EdgeState) {
         }
     };
     for node in dead.into_iter().filter(|n| *n != st.node) {
+        // Logged messages its connections held go back to their consumers (N26).
+        crate::durable::release_node(st, &node).await;
         match st.presence.remove_node(&node).await {
             Ok(gone) => {
                 tracing::info!(%node, entries = gone.len(), "Removed the presence of a lapsed node.");

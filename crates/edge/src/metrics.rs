@@ -23,4 +23,21 @@ pub struct Metrics {
     pub slow_consumer_closes: AtomicU64,
     /// Bus deliveries the hub could not route (no local subscription left).
     pub undeliverable: AtomicU64,
+    /// Messages of logged topics written to the store.
+    pub logged_appends: AtomicU64,
+    /// Publishes or subscribes refused because the store failed.
+    pub store_failures: AtomicU64,
+    /// Acks that ended a pending message.
+    pub acks: AtomicU64,
+    /// Logged messages delivered again after their connection left without acking.
+    pub redeliveries: AtomicU64,
+    /// Group replays run (N26).
+    pub replays: AtomicU64,
+    /// Messages delivered by group replays.
+    pub replayed_messages: AtomicU64,
+    /// Messages announced by `replayStart` but not replayed (pruned meanwhile, or taken by
+    /// another member).
+    pub replay_shortfall: AtomicU64,
+    /// Logged messages deleted by retention.
+    pub log_pruned: AtomicU64,
 }

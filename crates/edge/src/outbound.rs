@@ -34,6 +34,8 @@ impl CloseRequest {
     pub const TOKEN_EXPIRED: Self = Self { code: close::TOKEN_EXPIRED, reason: reason::TOKEN_EXPIRED };
     /// 1009 `message_too_big`.
     pub const TOO_BIG: Self = Self { code: close::MESSAGE_TOO_BIG, reason: reason::MESSAGE_TOO_BIG };
+    /// 4009 `session_taken_over`: a newer connection claimed the clientId session.
+    pub const TAKEN_OVER: Self = Self { code: close::SESSION_TAKEN_OVER, reason: reason::SESSION_TAKEN_OVER };
     /// The peer is gone or closed first: no close frame of ours is sent.
     pub const GONE: Self = Self { code: 1006, reason: "" };
 }
@@ -50,6 +52,10 @@ pub struct ConnHandle {
     // std Mutex: set once, read once by the writer; never held across an await.
     close_request: Mutex<Option<CloseRequest>>,
     close_notify: Notify,
+    /// Woken as frames leave the queue while someone waits in [`Self::room`].
+    drained: Notify,
+    room_waiters: AtomicUsize,
+    max_messages: usize,
     metrics: std::sync::Arc<Metrics>,
 }
 
@@ -71,6 +77,9 @@ impl ConnHandle {
             closing: AtomicBool::new(false),
             close_request: Mutex::new(None),
             close_notify: Notify::new(),
+            drained: Notify::new(),
+            room_waiters: AtomicUsize::new(0),
+            max_messages: max_messages.max(1),
             metrics,
         };
         (handle, Outbox { rx })
@@ -123,8 +132,8 @@ impl ConnHandle {
         *slot = Some(req);
         self.closing.store(true, Ordering::Release);
         drop(slot);
-        // notify_one stores a permit, so a writer that is not waiting yet still sees it.
-        self.close_notify.notify_one();
+        // Every waiter registered itself before checking `closing` (see `closed`).
+        self.close_notify.notify_waiters();
         true
     }
 
@@ -143,12 +152,15 @@ impl ConnHandle {
     /// # Cancel safety
     /// Cancel safe; the request stays readable through [`Self::close_requested`].
     pub async fn closed(&self) {
-        loop {
-            if self.is_closing() {
-                return;
-            }
-            self.close_notify.notified().await;
+        // Registered before the check, so a close requested in between still wakes this
+        // waiter; the reader, the writer and durable delivery all wait here at once.
+        let notified = self.close_notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if self.is_closing() {
+            return;
         }
+        notified.await;
     }
 
     /// Bytes currently queued.
@@ -158,6 +170,38 @@ impl ConnHandle {
 
     fn popped(&self, len: usize) {
         self.queued_bytes.fetch_sub(len, Ordering::AcqRel);
+        if self.room_waiters.load(Ordering::Acquire) > 0 {
+            self.drained.notify_waiters();
+        }
+    }
+
+    fn has_room(&self) -> bool {
+        self.tx.capacity() * 2 >= self.max_messages && self.queued_bytes() * 2 <= self.max_bytes
+    }
+
+    /// Waits until the queue is at most half full (by frames and by bytes), or the connection
+    /// is closing: producers that can wait (durable delivery) use it to never overflow.
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn room(&self) {
+        if self.has_room() || self.is_closing() {
+            return;
+        }
+        self.room_waiters.fetch_add(1, Ordering::AcqRel);
+        loop {
+            let drained = self.drained.notified();
+            tokio::pin!(drained);
+            drained.as_mut().enable();
+            if self.has_room() || self.is_closing() {
+                break;
+            }
+            tokio::select! {
+                () = drained => {}
+                () = self.closed() => break,
+            }
+        }
+        self.room_waiters.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

@@ -10,10 +10,11 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use skua_core::registry::{AccessError, Actor};
-use skua_core::{ActorId, RestoreRecord, RestoredTopic, RoomKey, SessionKey, TopicAddress};
+use skua_core::{ActorId, BusSubscription, RestoreRecord, RestoredTopic, RoomKey, SessionKey, TopicAddress};
 use skua_protocol::codes::{code, error};
 use skua_protocol::{ClientFrame, DecodeError, ErrorFrame, ServerFrame};
 
+use crate::durable::{Cmd, DurableHandle};
 use crate::hub::bus_subscription;
 use crate::outbound::ConnHandle;
 use crate::ratelimit::TokenBucket;
@@ -30,6 +31,8 @@ pub(crate) struct SessionSub {
     group_as_sent: Option<String>,
     filters: Arc<[String]>,
     raw_filters: Option<Bytes>,
+    /// The durable consumer, for a persistent session's subscription to a logged topic.
+    consumer: Option<Arc<str>>,
 }
 
 /// What an authenticated connection knows about itself.
@@ -58,6 +61,10 @@ pub(crate) struct Session {
     connection_presence: Option<Bytes>,
     /// Lobby slugs of a restore record, subscribed once the auth reply is out.
     pending_lobbies: Vec<String>,
+    /// Durable delivery of this connection, started with its first durable subscription.
+    durable: Option<DurableHandle>,
+    /// For a clientId session: its string and the control-topic subscription it holds.
+    persistent: Option<(String, Option<BusSubscription>)>,
 }
 
 impl Session {
@@ -71,6 +78,8 @@ impl Session {
             presence_room: None,
             connection_presence: None,
             pending_lobbies: Vec::new(),
+            durable: None,
+            persistent: None,
         }
     }
 
@@ -140,9 +149,10 @@ impl Session {
             }
             ClientFrame::Presence { room_id, data } => self.on_presence(room_id, data).await,
             ClientFrame::GetPresence { room_id } => self.on_get_presence(room_id.as_deref()).await,
-            // Stored delivery arrives with the durable-delivery work; acks are accepted and
-            // need no reply (N24).
-            ClientFrame::Ack { .. } | ClientFrame::BatchAck { .. } => {}
+            // Acks need no reply; unknown ids are ignored (N24). Only durable subscriptions
+            // track deliveries, so without a durable task there is nothing to mark.
+            ClientFrame::Ack { msg_id } => self.on_ack(vec![msg_id]).await,
+            ClientFrame::BatchAck { msg_ids } => self.on_ack(msg_ids).await,
             ClientFrame::LobbySubscribe { lobby_id } => self.on_lobby_subscribe(&lobby_id).await,
             ClientFrame::LobbyUnsubscribe { lobby_id } => self.on_lobby_unsubscribe(&lobby_id).await,
             ClientFrame::GetLobbyPresence { lobby_id } => self.on_get_lobby_presence(&lobby_id).await,
@@ -190,6 +200,15 @@ impl Session {
             self.st.hub.remove(&sub.address, self.conn.id);
             self.st.hub.release(&bus_subscription(&sub.address, sub.group.as_ref())).await;
         }
+        if let Some(d) = self.durable.take() {
+            d.shutdown(self.st.config.shutdown_grace).await;
+        }
+        if let Some((session, control)) = self.persistent.take() {
+            self.st.unregister_session(&session, self.conn.id);
+            if let Some(c) = control {
+                self.st.hub.release(&c).await;
+            }
+        }
         for (lobby, rooms) in std::mem::take(&mut self.lobbies) {
             self.st.hub.lobby_unsubscribe(&rooms, self.conn.id, &Arc::from(lobby)).await;
         }
@@ -201,6 +220,46 @@ impl Session {
             }
         }
         self.auth = None;
+    }
+
+    async fn on_ack(&mut self, ids: Vec<String>) {
+        if let Some(d) = &self.durable {
+            d.send(Cmd::Ack(ids)).await;
+        }
+    }
+
+    /// This connection's durable task, started on first use.
+    fn durable(&mut self) -> &DurableHandle {
+        let (st, conn) = (&self.st, &self.conn);
+        let key = self.auth.as_ref().map(|a| a.key.clone());
+        self.durable.get_or_insert_with(|| {
+            // Invariant: durable subscriptions exist only after auth.
+            let key = key.expect("durable delivery starts after auth");
+            DurableHandle::spawn(st, conn, &key)
+        })
+    }
+
+    /// For a persistent session (a clientId, N25) and a logged topic: the subscription's
+    /// consumer, created or refreshed in the store. `Err` when the store failed.
+    async fn open_consumer(
+        &self,
+        address: &TopicAddress,
+        logged: bool,
+        group: Option<&Arc<str>>,
+        filters: &[String],
+    ) -> Result<Option<Arc<str>>, skua_core::StoreError> {
+        let Some(a) = &self.auth else { return Ok(None) };
+        if !logged || a.key.client_id.is_none() {
+            return Ok(None);
+        }
+        let id = crate::durable::consumer_id(address, &a.key, group.map(|g| &**g));
+        let consumer = skua_core::Consumer {
+            id: id.clone(),
+            topic: crate::durable::topic_key(address),
+            filters: filters.to_vec(),
+        };
+        self.st.store.open_consumer(&consumer, now_unix_s(), self.st.config.restore_ttl.as_secs()).await?;
+        Ok(Some(Arc::from(id)))
     }
 
     /// Most subscriptions plus lobby subscriptions one connection may hold.

@@ -13,6 +13,7 @@ use tokio_util::task::TaskTracker;
 use crate::config::EdgeConfig;
 use crate::hub::Hub;
 use crate::metrics::Metrics;
+use crate::outbound::ConnHandle;
 
 /// The backends an edge runs on, chosen by the server crate.
 pub struct Backends {
@@ -60,6 +61,11 @@ pub struct EdgeState {
     project_conns: Mutex<HashMap<ProjectId, u32>>,
     // std Mutex: pushed by closing sessions, taken whole by the liveness loop.
     deferred_removals: Mutex<std::collections::VecDeque<DeferredRemoval>>,
+    // std Mutex: map updates only, never across an await.
+    /// Local connections of each clientId session (normally one), for takeovers.
+    sessions: Mutex<HashMap<String, Vec<Arc<ConnHandle>>>>,
+    /// Local durable tasks of each consumer, for kicks.
+    consumer_tasks: Mutex<HashMap<String, Vec<ConsumerTask>>>,
 }
 
 /// A presence removal that failed (backend unreachable) and is retried by the liveness loop.
@@ -68,6 +74,73 @@ pub type DeferredRemoval = (skua_core::RoomKey, skua_core::ActorId, skua_core::C
 /// Most deferred presence removals kept; beyond it the oldest are dropped (and logged): the
 /// node's entries then heal when the backend loses them or the node restarts.
 const MAX_DEFERRED_REMOVALS: usize = 100_000;
+
+/// A local durable task serving a consumer: its connection and its command queue.
+type ConsumerTask = (ConnId, mpsc::Sender<crate::durable::Cmd>);
+
+/// Control messages (takeovers, kicks) queued between the dispatcher and their handler; beyond
+/// it they are dropped with a warning (a kick is retried by the next release, a takeover by the
+/// older connection's next reconnect).
+const CONTROL_QUEUE: usize = 1024;
+
+fn guard<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl EdgeState {
+    /// Records `conn` as a local connection of `session`; returns the others (to close).
+    pub(crate) fn register_session(&self, session: &str, conn: &Arc<ConnHandle>) -> Vec<Arc<ConnHandle>> {
+        let mut map = guard(&self.sessions);
+        let list = map.entry(session.to_owned()).or_default();
+        let others = list.iter().filter(|c| c.id != conn.id).cloned().collect();
+        list.push(conn.clone());
+        others
+    }
+
+    /// Forgets `conn` as a connection of `session`.
+    pub(crate) fn unregister_session(&self, session: &str, conn: ConnId) {
+        let mut map = guard(&self.sessions);
+        if let Some(list) = map.get_mut(session) {
+            list.retain(|c| c.id != conn);
+            if list.is_empty() {
+                map.remove(session);
+            }
+        }
+    }
+
+    /// The local connections of `session`.
+    pub(crate) fn session_conns(&self, session: &str) -> Vec<Arc<ConnHandle>> {
+        guard(&self.sessions).get(session).cloned().unwrap_or_default()
+    }
+
+    /// Registers a durable task as serving `consumer`.
+    pub(crate) fn register_consumer_task(&self, consumer: &str, conn: ConnId, tx: &mpsc::Sender<crate::durable::Cmd>) {
+        let mut map = guard(&self.consumer_tasks);
+        let list = map.entry(consumer.to_owned()).or_default();
+        if !list.iter().any(|(c, _)| *c == conn) {
+            list.push((conn, tx.clone()));
+        }
+    }
+
+    /// Unregisters a durable task from `consumer`.
+    pub(crate) fn unregister_consumer_task(&self, consumer: &str, conn: ConnId) {
+        let mut map = guard(&self.consumer_tasks);
+        if let Some(list) = map.get_mut(consumer) {
+            list.retain(|(c, _)| *c != conn);
+            if list.is_empty() {
+                map.remove(consumer);
+            }
+        }
+    }
+
+    /// The local durable tasks serving `consumer`.
+    pub(crate) fn consumer_tasks(&self, consumer: &str) -> Vec<mpsc::Sender<crate::durable::Cmd>> {
+        guard(&self.consumer_tasks)
+            .get(consumer)
+            .map(|l| l.iter().map(|(_, t)| t.clone()).collect())
+            .unwrap_or_default()
+    }
+}
 
 impl std::fmt::Debug for EdgeState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -113,8 +186,14 @@ impl EdgeState {
             next_envelope: AtomicU64::new(1),
             project_conns: Mutex::new(HashMap::new()),
             deferred_removals: Mutex::new(std::collections::VecDeque::new()),
+            sessions: Mutex::new(HashMap::new()),
+            consumer_tasks: Mutex::new(HashMap::new()),
         });
         state.background.spawn(crate::liveness::run(state.clone(), state.dispatcher_stop.clone()));
+        let (control_tx, control_rx) = mpsc::channel(CONTROL_QUEUE);
+        state.hub.set_control(control_tx);
+        state.background.spawn(crate::durable::run_control(state.clone(), control_rx));
+        state.background.spawn(crate::durable::run_retention(state.clone(), state.dispatcher_stop.clone()));
         state
     }
 

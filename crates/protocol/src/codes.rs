@@ -31,6 +31,9 @@ pub mod error {
     pub const BROKER_UNAVAILABLE: &str = "broker_unavailable";
     /// A subscribe beyond the per-connection subscription limit (Skua addition; see docs/protocol.md).
     pub const TOO_MANY_SUBSCRIPTIONS: &str = "too_many_subscriptions";
+    /// Skua addition: the message store is unreachable, so a logged-topic publish (or a
+    /// persistent session's subscribe to one) was refused; nothing was stored.
+    pub const STORE_UNAVAILABLE: &str = "store_unavailable";
 }
 
 /// Numeric error codes carried in the `code` field (N7: sent to every protocol version).
@@ -81,6 +84,8 @@ pub mod close {
     pub const TOKEN_EXPIRED: u16 = 4003;
     /// Reconnect: the connection's outbound queue overflowed. Reason `slow_consumer`.
     pub const SLOW_CONSUMER: u16 = 4008;
+    /// Skua addition: a newer connection claimed this clientId session.
+    pub const SESSION_TAKEN_OVER: u16 = 4009;
 }
 
 /// Reasons sent in close frames and `disconnect` frames.
@@ -93,6 +98,8 @@ pub mod reason {
     pub const TOKEN_EXPIRED: &str = "token_expired";
     /// With close 4008.
     pub const SLOW_CONSUMER: &str = "slow_consumer";
+    /// Skua addition: a newer connection claimed this clientId session.
+    pub const SESSION_TAKEN_OVER: &str = "session_taken_over";
     /// With close 1009.
     pub const MESSAGE_TOO_BIG: &str = "message_too_big";
     /// With close 4002.

@@ -84,6 +84,21 @@ pub struct Settings {
     /// Publishes buffered while the MQTT broker is unreachable [default 1024].
     #[arg(long, env = "SKUA_BUS_PUBLISH_BUFFER")]
     pub bus_publish_buffer: Option<usize>,
+    /// Logged messages older than this are deleted [default 7d].
+    #[arg(long, env = "SKUA_LOG_MAX_AGE")]
+    pub log_max_age: Option<String>,
+    /// Most logged messages kept per topic, oldest deleted first [default 100000].
+    #[arg(long, env = "SKUA_LOG_MAX_PER_TOPIC")]
+    pub log_max_per_topic: Option<usize>,
+    /// How often each node deletes logged messages past retention [default 60s].
+    #[arg(long, env = "SKUA_LOG_PRUNE_INTERVAL")]
+    pub log_prune_interval: Option<String>,
+    /// Pending messages read per store page of a replay [default 256].
+    #[arg(long, env = "SKUA_REPLAY_PAGE_SIZE")]
+    pub replay_page_size: Option<u32>,
+    /// Live logged messages queued per connection for durable delivery [default 1024].
+    #[arg(long, env = "SKUA_DURABLE_QUEUE")]
+    pub durable_queue: Option<usize>,
 }
 
 macro_rules! layer {
@@ -96,7 +111,8 @@ impl Settings {
         layer!(self, over; listen, bus, presence, store, namespace, node_id, fixtures, idle_timeout, rate_limit,
             rate_limit_window, max_message_size, outbound_queue_messages, outbound_queue_bytes, max_connections,
             max_subscriptions_per_connection, max_retained_per_topic, restore_ttl, shutdown_grace, bus_queue, node_ttl,
-            node_refresh, bus_publish_buffer);
+            node_refresh, bus_publish_buffer, log_max_age, log_max_per_topic, log_prune_interval, replay_page_size,
+            durable_queue);
     }
 
     /// Parses a TOML config file's text.
@@ -285,6 +301,16 @@ impl ServerConfig {
             bus_queue: positive("bus_queue", req("bus_queue", s.bus_queue.as_ref())?)?,
             node_ttl: dur("node_ttl", s.node_ttl.as_ref())?,
             node_refresh: dur("node_refresh", s.node_refresh.as_ref())?,
+            log_max_age: dur("log_max_age", s.log_max_age.as_ref())?,
+            log_max_per_topic: positive("log_max_per_topic", req("log_max_per_topic", s.log_max_per_topic.as_ref())?)?
+                as u64,
+            log_prune_interval: dur("log_prune_interval", s.log_prune_interval.as_ref())?,
+            replay_page_size: u32::try_from(positive(
+                "replay_page_size",
+                req("replay_page_size", s.replay_page_size.as_ref())? as usize,
+            )?)
+            .unwrap_or(u32::MAX),
+            durable_queue: positive("durable_queue", req("durable_queue", s.durable_queue.as_ref())?)?,
             ..EdgeConfig::default()
         };
         if edge.node_refresh.is_zero() || edge.node_refresh >= edge.node_ttl {

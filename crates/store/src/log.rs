@@ -53,6 +53,9 @@ pub(crate) const RELEASE_SESSION_EXCEPT: &str = "UPDATE log_pending \
 pub(crate) const RELEASE_NODE: &str = "UPDATE log_pending \
      SET holder_session = NULL, holder_node = NULL, holder_conn = NULL \
      WHERE holder_node = $1 RETURNING consumer_id";
+pub(crate) const RELEASE_CONN_CONSUMER: &str = "UPDATE log_pending \
+     SET holder_session = NULL, holder_node = NULL, holder_conn = NULL \
+     WHERE holder_node = $1 AND holder_conn = $2 AND consumer_id = $3 RETURNING consumer_id";
 pub(crate) const PRUNE_AGE: &str = "DELETE FROM log_messages WHERE created_at < $1";
 pub(crate) const OVER_CAP: &str = "SELECT topic FROM log_messages GROUP BY topic HAVING COUNT(*) > $1";
 pub(crate) const PRUNE_CAP: &str = "DELETE FROM log_messages WHERE topic = $1 AND seq <= ( \
@@ -315,6 +318,14 @@ macro_rules! sql_message_log {
                             .bind(h.session)
                             .bind(h.node)
                             .bind(conn(h.conn))
+                            .fetch_all(&self.pool)
+                            .await
+                    }
+                    skua_core::Release::ConnConsumer { node, conn: c, consumer } => {
+                        sqlx::query_scalar(RELEASE_CONN_CONSUMER)
+                            .bind(node)
+                            .bind(conn(c))
+                            .bind(consumer)
                             .fetch_all(&self.pool)
                             .await
                     }

@@ -152,7 +152,8 @@ impl MemoryLog {
     }
 
     pub(crate) fn release(&mut self, scope: Release<'_>) -> Vec<String> {
-        let matches = |h: &HeldBy| match scope {
+        let matches = |id: &str, h: &HeldBy| match scope {
+            Release::ConnConsumer { node, conn, consumer } => id == consumer && h.node == node && h.conn == conn,
             Release::Conn { node, conn } => h.node == node && h.conn == conn,
             Release::SessionExcept(me) => h.session == me.session && !(h.node == me.node && h.conn == me.conn),
             Release::Node(node) => h.node == node,
@@ -161,7 +162,7 @@ impl MemoryLog {
         for (id, c) in &mut self.consumers {
             let mut any = false;
             for p in c.pending.values_mut() {
-                if p.holder.as_ref().is_some_and(matches) {
+                if p.holder.as_ref().is_some_and(|h| matches(id, h)) {
                     p.holder = None;
                     any = true;
                 }

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use skua_core::{ClientId, SessionKey};
+use skua_core::{BusSubscription, ClientId, SessionKey};
 use skua_protocol::codes::{auth as auth_err, error};
 use skua_protocol::filters::parse_subscription_filters;
 use skua_protocol::{AuthFrame, ClientIdField, ErrorFrame, MAX_PROTOCOL_VERSION, RestoredSubscription, ServerFrame};
@@ -60,6 +60,7 @@ impl Session {
             max_message_size,
             _slot: slot,
         });
+        self.claim_session().await;
         let restored = if a.reconnect { self.restore_subscriptions().await } else { Vec::new() };
         let namespace = &self.st.config.namespace;
         let internal: Vec<String> = restored.iter().map(|(_, s)| s.address.internal_topic(namespace)).collect();
@@ -88,10 +89,40 @@ impl Session {
         for (pattern, sub) in restored {
             let local = self.local_sub(&actor.id, &pattern, &sub);
             self.st.hub.insert(&sub.address, local, None, false);
+            self.start_durable(&pattern, &sub).await;
             self.subs.insert(pattern, sub);
         }
         self.restore_lobbies().await;
         self.save_restore().await;
+    }
+
+    /// A clientId session (N25) belongs to one connection: the newest. Older ones close with
+    /// 4009 `session_taken_over`, on this node at once and on others through the control topic.
+    async fn claim_session(&mut self) {
+        let Some(a) = &self.auth else { return };
+        if a.key.client_id.is_none() {
+            return;
+        }
+        let session = crate::durable::session_string(&a.key);
+        let project = a.key.project.clone();
+        for older in self.st.register_session(&session, &self.conn) {
+            older.request_close(crate::outbound::CloseRequest::TAKEN_OVER);
+        }
+        let control = BusSubscription::Topic(crate::durable::control_address(&project));
+        let held = match self.st.hub.acquire(&control).await {
+            Ok(()) => Some(control),
+            Err(e) => {
+                tracing::warn!(error = %e, "Control topic unavailable; older connections on other nodes stay open.");
+                None
+            }
+        };
+        let msg = crate::durable::Control::Takeover {
+            session: session.clone(),
+            node: self.st.node.as_str().to_owned(),
+            conn: self.conn.id.0,
+        };
+        crate::durable::publish_control(&self.st, &project, &msg).await;
+        self.persistent = Some((session, held));
     }
 
     /// Loads the restore record and takes the bus subscriptions of every entry that is
@@ -122,13 +153,23 @@ impl Session {
             };
             let group: Option<Arc<str>> =
                 t.load_balance.then(|| Arc::from(t.load_balance_group.as_deref().unwrap_or(a.actor.id.as_str())));
+            let keys: Vec<String> = filters.iter().map(|f| f.key().to_owned()).collect();
+            let consumer = match self.open_consumer(&resolved.address, resolved.logged, group.as_ref(), &keys).await {
+                Ok(c) => c,
+                Err(e) => {
+                    // Restored live; what was stored meanwhile waits for the next reconnect.
+                    tracing::warn!(error = %e, "Reopening a durable consumer failed; restored without durability.");
+                    None
+                }
+            };
             let sub = SessionSub {
                 address: resolved.address,
                 qos: t.qos,
                 group,
                 group_as_sent: t.load_balance_group,
-                filters: filters.iter().map(|f| f.key().to_owned()).collect(),
+                filters: keys.into(),
                 raw_filters: t.raw_filters,
+                consumer,
             };
             if self.st.hub.acquire(&bus_subscription(&sub.address, sub.group.as_ref())).await.is_ok() {
                 out.push((t.pattern, sub));

@@ -10,6 +10,7 @@ use skua_protocol::filters::{FilterError, FilterSpec, is_valid_value};
 use skua_protocol::{ErrorFrame, PublishFrame, ServerFrame, SubscribeFrame};
 
 use super::{Session, SessionSub};
+use crate::durable::Cmd;
 use crate::hub::{LocalSub, bus_subscription};
 use crate::state::{now_unix_ms, now_unix_s};
 
@@ -17,8 +18,40 @@ use crate::state::{now_unix_ms, now_unix_s};
 const MAX_GROUP_LEN: usize = 128;
 
 impl Session {
-    pub(super) fn local_sub(&self, actor: &skua_core::ActorId, echo: &str, s: &SessionSub) -> LocalSub {
-        LocalSub::new(self.conn.clone(), actor.clone(), Arc::from(echo), s.filters.clone(), s.group.clone())
+    pub(super) fn local_sub(&mut self, actor: &skua_core::ActorId, echo: &str, s: &SessionSub) -> LocalSub {
+        let mut local =
+            LocalSub::new(self.conn.clone(), actor.clone(), Arc::from(echo), s.filters.clone(), s.group.clone());
+        if let Some(c) = &s.consumer {
+            local.durable = Some(self.durable().route(c));
+        }
+        local
+    }
+
+    /// Starts delivering what is pending for a durable subscription (a replay for a group).
+    pub(super) async fn start_durable(&mut self, echo: &str, s: &SessionSub) {
+        if let Some(c) = &s.consumer {
+            let cmd = Cmd::Start { consumer: c.clone(), echo: Arc::from(echo), group: s.group.is_some() };
+            self.durable().send(cmd).await;
+        }
+    }
+
+    /// Ends a durable subscription: a session's own consumer is forgotten, a group's stays.
+    async fn stop_durable(&mut self, s: &SessionSub) {
+        if let Some(c) = &s.consumer {
+            let cmd = Cmd::Stop { consumer: c.clone(), forget: s.group.is_none() };
+            self.durable().send(cmd).await;
+        }
+    }
+
+    fn store_unavailable(&self, topic: &str, msg_ref: Option<&str>) {
+        self.st.metrics.store_failures.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.error(ErrorFrame {
+            error: error::STORE_UNAVAILABLE,
+            topic: Some(topic),
+            hint: Some("the message store is unreachable; nothing was stored, retry shortly"),
+            msg_ref,
+            ..ErrorFrame::default()
+        });
     }
 
     fn filter_error(&self, e: FilterError, topic: &str, msg_ref: Option<&str>) {
@@ -69,20 +102,30 @@ impl Session {
                 ..ErrorFrame::default()
             });
         }
+        let keys: Vec<String> = filters.iter().map(FilterSpec::key).map(str::to_owned).collect();
+        let actor = a.actor.id.clone();
+        let consumer = match self.open_consumer(&resolved.address, resolved.logged, group.as_ref(), &keys).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "Opening a durable consumer failed; subscribe refused.");
+                return self.store_unavailable(&s.topic, None);
+            }
+        };
         let sub = SessionSub {
             address: resolved.address,
             qos: s.qos,
             group_as_sent: if s.load_balance { s.load_balance_group.clone() } else { None },
             group,
-            filters: filters.iter().map(FilterSpec::key).map(str::to_owned).collect(),
+            filters: keys.into(),
             raw_filters: s.raw_filters.filter(|_| !filters.is_empty()),
+            consumer,
         };
         let new_bus = bus_subscription(&sub.address, sub.group.as_ref());
         if self.st.hub.acquire(&new_bus).await.is_err() {
             return self.unavailable(&s.topic, None);
         }
         let subscribed = ServerFrame::Subscribed { topic: &s.topic, load_balance: sub.group.is_some() }.encode();
-        let local = self.local_sub(&a.actor.id, &s.topic, &sub);
+        let local = self.local_sub(&actor, &s.topic, &sub);
         let old = self.subs.insert(s.topic.clone(), sub.clone());
         if let Some(old) = &old
             && old.address != sub.address
@@ -91,8 +134,12 @@ impl Session {
         }
         self.st.hub.insert(&sub.address, local, Some(subscribed), true);
         if let Some(old) = old {
+            if old.consumer.is_some() && old.consumer != sub.consumer {
+                self.stop_durable(&old).await;
+            }
             self.st.hub.release(&bus_subscription(&old.address, old.group.as_ref())).await;
         }
+        self.start_durable(&s.topic, &sub).await;
         self.save_restore().await;
     }
 
@@ -100,6 +147,7 @@ impl Session {
         if let Some(sub) = self.subs.remove(topic) {
             self.st.hub.remove(&sub.address, self.conn.id);
             self.st.hub.release(&bus_subscription(&sub.address, sub.group.as_ref())).await;
+            self.stop_durable(&sub).await;
             self.save_restore().await;
         }
         // Unsubscribing what is not subscribed is not an error: the end state is the same.
@@ -130,7 +178,18 @@ impl Session {
         // `nil` and `[]` both mean wildcard and are echoed as `[]`.
         sub.raw_filters = raw.filter(|_| !filters.is_empty());
         let echo = sub.raw_filters.clone();
-        self.st.hub.set_filters(&sub.address, self.conn.id, keys);
+        self.st.hub.set_filters(&sub.address, self.conn.id, keys.clone());
+        if let Some(id) = &sub.consumer {
+            let consumer = skua_core::Consumer {
+                id: id.to_string(),
+                topic: crate::durable::topic_key(&sub.address),
+                filters: keys.to_vec(),
+            };
+            let ttl = self.st.config.restore_ttl.as_secs();
+            if let Err(e) = self.st.store.open_consumer(&consumer, now_unix_s(), ttl).await {
+                tracing::warn!(error = %e, "Updating a durable consumer's filters failed; it keeps the old ones.");
+            }
+        }
         self.push(&ServerFrame::FiltersUpdated { topic, filters: echo.as_deref() });
         self.save_restore().await;
     }
@@ -181,6 +240,30 @@ impl Session {
                 return self.filter_error(e, &p.topic, msg_ref);
             }
         };
+        let timestamp_ms = now_unix_ms();
+        // A logged topic's message is stored before anything else sees it (N24).
+        let msg_id = if resolved.logged {
+            let id = uuid::Uuid::now_v7().to_string();
+            let key = crate::durable::topic_key(&resolved.address);
+            let m = skua_core::NewMessage {
+                msg_id: &id,
+                topic: &key,
+                filter: filter.as_deref(),
+                publisher: actor.id.as_str(),
+                timestamp_ms,
+                qos: p.qos,
+                data: &p.data,
+            };
+            if let Err(e) = self.st.store.append(&m, now_unix_s()).await {
+                tracing::warn!(error = %e, "Storing a logged message failed; publish refused.");
+                self.st.metrics.publishes_refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return self.store_unavailable(&p.topic, msg_ref);
+            }
+            self.st.metrics.logged_appends.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Some(id)
+        } else {
+            None
+        };
         let envelope = Envelope::Publication(Publication {
             id: self.st.next_envelope_id(),
             topic: resolved.address,
@@ -188,8 +271,8 @@ impl Session {
             publisher: actor.id.clone(),
             publisher_conn: self.conn.id,
             node: self.st.node.clone(),
-            timestamp_ms: now_unix_ms(),
-            msg_id: None,
+            timestamp_ms,
+            msg_id,
             retain: p.retain,
             qos: p.qos,
             data: p.data,

@@ -2,6 +2,7 @@
 
 mod closes;
 mod cluster;
+mod durable;
 mod errors;
 mod filters;
 mod fuzz;

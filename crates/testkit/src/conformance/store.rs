@@ -440,6 +440,10 @@ pub async fn log_release_scopes<H: StoreHarness>(h: H) {
     assert_eq!(s.release(Release::Node("n1")).await.unwrap(), ["g"]);
     assert_eq!(page_ids(&s, "g", far, 10).await, ["m2"]);
     assert!(s.release(Release::Node("n9")).await.unwrap().is_empty());
+    let c = Release::ConnConsumer { node: "n3", conn: 1, consumer: "other" };
+    assert!(s.release(c).await.unwrap().is_empty(), "another consumer's hold only");
+    assert_eq!(s.release(Release::ConnConsumer { node: "n3", conn: 1, consumer: "g" }).await.unwrap(), ["g"]);
+    assert_eq!(s.claim("g", "m4", far).await.unwrap(), Claim::Claimed { redelivered: true });
     assert_eq!(s.release(Release::Conn { node: "n3", conn: 1 }).await.unwrap(), ["g"]);
     let again = s.claim_page("g", new, u64::MAX, 10).await.unwrap();
     assert_eq!(

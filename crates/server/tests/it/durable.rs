@@ -1,0 +1,343 @@
+//! Durable delivery (N24–N26, N37): logged topics, acks, persistent sessions, group replay.
+//!
+//! The dev fixtures' `tasks` topic is logged; `agent-1` (token `dev-token-agent`) is an agent, so
+//! with a clientId it has a persistent session; alice (a user) publishes.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use rmpv::Value;
+use skua_testkit::{Frame, TestServer, WsClient, frame};
+
+const TASKS: &str = "demo/general/tasks";
+
+/// Authenticates `token` with an optional clientId; returns the client and its auth reply.
+async fn auth(server: &TestServer, token: &str, client_id: Option<&str>, reconnect: bool) -> (WsClient, Frame) {
+    let mut c = server.connect().await;
+    let mut f = frame! {"type" => "auth", "token" => token, "protocolVersion" => 2, "reconnect" => reconnect};
+    if let (Some(id), Value::Map(m)) = (client_id, &mut f) {
+        m.push(("clientId".into(), id.into()));
+    }
+    c.send(f).await;
+    let reply = c.expect("auth").await;
+    assert_eq!(reply.get("success"), &Value::Boolean(true), "{reply:?}");
+    (c, reply)
+}
+
+async fn agent(server: &TestServer, client_id: &str, reconnect: bool) -> WsClient {
+    auth(server, "dev-token-agent", Some(client_id), reconnect).await.0
+}
+
+async fn subscribe_group(c: &mut WsClient, group: &str) {
+    c.send(frame! {"type" => "subscribe", "topic" => TASKS, "loadBalance" => true, "loadBalanceGroup" => group}).await;
+    c.expect("subscribed").await;
+}
+
+async fn publish(c: &mut WsClient, n: i64) {
+    c.publish_acked(TASKS, Value::from(n)).await;
+}
+
+fn data(f: &Frame) -> i64 {
+    f.get("data").as_i64().unwrap_or_else(|| panic!("no integer data: {f:?}"))
+}
+
+fn is_replay(f: &Frame) -> bool {
+    f.get("isReplay") == &Value::Boolean(true)
+}
+
+async fn ack(c: &mut WsClient, f: &Frame) {
+    c.send(frame! {"type" => "ack", "msgId" => f.str("msgId")}).await;
+}
+
+/// Closes `c` and waits until the node has finished cleaning up after it (acks stored, held
+/// messages released), so the next step sees the session as the client left it.
+async fn close_and_settle(server: &TestServer, c: WsClient) {
+    let closed = server.state.metrics.connections_closed.load(Ordering::Acquire);
+    c.close().await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while server.state.metrics.connections_closed.load(Ordering::Acquire) <= closed {
+        assert!(tokio::time::Instant::now() < deadline, "the node did not finish closing the connection");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn logged_messages_carry_a_uuid_v7_msg_id_and_require_ack() {
+    let server = TestServer::start().await;
+    let mut bob = server.auth("dev-token-bob").await;
+    bob.subscribe(TASKS).await;
+    bob.subscribe("demo/general/messages").await;
+    let mut alice = server.auth("dev-token-alice").await;
+    publish(&mut alice, 1).await;
+    alice.publish_acked("demo/general/messages", Value::from(2)).await;
+
+    let m = bob.expect("message").await;
+    let id = uuid::Uuid::parse_str(m.str("msgId")).expect("msgId is a UUID");
+    assert_eq!(id.get_version_num(), 7, "UUIDv7 (N24)");
+    assert_eq!(m.get("requiresAck"), &Value::Boolean(true));
+    assert!(!m.has("isReplay"), "a live message is no replay: {m:?}");
+    let plain = bob.expect("message").await;
+    assert!(!plain.has("msgId") && !plain.has("requiresAck"), "unlogged topics carry neither: {plain:?}");
+
+    // Acks get no reply; unknown ids and non-persistent acks are ignored (N24).
+    ack(&mut bob, &m).await;
+    bob.send(frame! {"type" => "ack", "msgId" => "not-a-stored-id"}).await;
+    bob.send(frame! {"type" => "batchAck", "msgIds" => vec![Value::from("a"), Value::from("b")]}).await;
+    bob.assert_nothing_pending().await;
+    assert_eq!(server.state.metrics.logged_appends.load(Ordering::Relaxed), 1);
+}
+
+#[tokio::test]
+async fn a_persistent_session_gets_what_was_published_while_away_and_unacked_messages_again() {
+    let server = TestServer::start().await;
+    let mut w = agent(&server, "worker-1", false).await;
+    w.subscribe(TASKS).await;
+    let mut alice = server.auth("dev-token-alice").await;
+    publish(&mut alice, 1).await;
+    publish(&mut alice, 2).await;
+    let m1 = w.expect("message").await;
+    let m2 = w.expect("message").await;
+    assert_eq!((data(&m1), data(&m2)), (1, 2));
+    ack(&mut w, &m1).await;
+    w.assert_nothing_pending().await;
+    close_and_settle(&server, w).await;
+
+    publish(&mut alice, 3).await;
+    publish(&mut alice, 4).await;
+    let (mut w, reply) = auth(&server, "dev-token-agent", Some("worker-1"), true).await;
+    assert_eq!(reply.get("restoredSubscriptions").as_array().map(Vec::len), Some(1));
+    let again = w.expect("message").await;
+    assert_eq!(data(&again), 2, "the unacked message first");
+    assert_eq!(again.str("msgId"), m2.str("msgId"), "it keeps its msgId (N37)");
+    assert!(is_replay(&again), "a redelivery carries isReplay (N37)");
+    for n in [3, 4] {
+        let m = w.expect("message").await;
+        assert_eq!(data(&m), n);
+        assert!(!is_replay(&m), "published while away: no isReplay (N37): {m:?}");
+        ack(&mut w, &m).await;
+    }
+    ack(&mut w, &again).await;
+    w.assert_nothing_pending().await;
+    close_and_settle(&server, w).await;
+
+    // Everything was acked: the next return delivers nothing.
+    let mut w = agent(&server, "worker-1", true).await;
+    w.assert_nothing_pending().await;
+}
+
+#[tokio::test]
+async fn clients_without_a_client_id_or_of_other_types_keep_no_backlog() {
+    let server = TestServer::start().await;
+    let (mut bob, _) = auth(&server, "dev-token-bob", Some("laptop"), false).await;
+    bob.subscribe(TASKS).await;
+    let (mut plain_agent, _) = auth(&server, "dev-token-agent", None, false).await;
+    plain_agent.subscribe(TASKS).await;
+    close_and_settle(&server, bob).await;
+    let mut alice = server.auth("dev-token-alice").await;
+    publish(&mut alice, 1).await;
+    plain_agent.expect("message").await;
+    close_and_settle(&server, plain_agent).await;
+    publish(&mut alice, 2).await;
+    let (mut plain_agent, _) = auth(&server, "dev-token-agent", None, true).await;
+    plain_agent.assert_nothing_pending().await;
+    let (mut bob, _) = auth(&server, "dev-token-bob", Some("laptop"), true).await;
+    bob.assert_nothing_pending().await;
+}
+
+#[tokio::test]
+async fn two_client_ids_on_one_token_keep_separate_sessions() {
+    let server = TestServer::start().await;
+    let mut a = agent(&server, "inst-a", false).await;
+    let mut b = agent(&server, "inst-b", false).await;
+    a.subscribe(TASKS).await;
+    b.subscribe(TASKS).await;
+    close_and_settle(&server, b).await;
+    let mut alice = server.auth("dev-token-alice").await;
+    publish(&mut alice, 7).await;
+    let live = a.expect("message").await;
+    ack(&mut a, &live).await;
+    a.assert_nothing_pending().await;
+
+    let mut b = agent(&server, "inst-b", true).await;
+    let m = b.expect("message").await;
+    assert_eq!(data(&m), 7, "inst-b's session kept it although inst-a acked it");
+    assert!(!is_replay(&m));
+}
+
+#[tokio::test]
+async fn a_newer_connection_takes_a_client_id_session_over() {
+    let server = TestServer::start().await;
+    let mut older = agent(&server, "solo", false).await;
+    let mut newer = agent(&server, "solo", false).await;
+    assert_eq!(older.expect_close().await, (4009, "session_taken_over".to_owned()));
+    newer.assert_nothing_pending().await;
+    // Another clientId of the same token is untouched.
+    let mut other = agent(&server, "other", false).await;
+    newer.assert_nothing_pending().await;
+    other.assert_nothing_pending().await;
+}
+
+#[tokio::test]
+async fn a_group_replays_what_accumulated_while_every_member_was_gone() {
+    let server = TestServer::start().await;
+    let mut w1 = agent(&server, "w1", false).await;
+    let mut w2 = agent(&server, "w2", false).await;
+    subscribe_group(&mut w1, "workers").await;
+    subscribe_group(&mut w2, "workers").await;
+    close_and_settle(&server, w1).await;
+    close_and_settle(&server, w2).await;
+
+    let mut alice = server.auth("dev-token-alice").await;
+    for n in 1..=5 {
+        publish(&mut alice, n).await;
+    }
+    let mut w1 = agent(&server, "w1", true).await;
+    assert_eq!(w1.expect("replayStart").await.int("count"), 5);
+    let mut seen = Vec::new();
+    for _ in 0..5 {
+        let m = w1.expect("message").await;
+        assert!(is_replay(&m), "{m:?}");
+        assert_eq!(m.str("topic"), TASKS);
+        seen.push(data(&m));
+        ack(&mut w1, &m).await;
+    }
+    assert_eq!(seen, [1, 2, 3, 4, 5], "in publish order");
+    assert_eq!(w1.expect("replayEnd").await.int("replayed"), 5);
+    publish(&mut alice, 6).await;
+    let live = w1.expect("message").await;
+    assert_eq!(data(&live), 6);
+    assert!(!is_replay(&live), "live after replayEnd");
+    ack(&mut w1, &live).await;
+    w1.assert_nothing_pending().await;
+
+    // The second member finds nothing left: each message went to one member.
+    let mut w2 = agent(&server, "w2", true).await;
+    w2.assert_nothing_pending().await;
+}
+
+#[tokio::test]
+async fn live_group_messages_reach_one_member_and_a_leaver_s_unacked_ones_go_to_another() {
+    let server = TestServer::start().await;
+    let mut w1 = agent(&server, "w1", false).await;
+    let mut w2 = agent(&server, "w2", false).await;
+    subscribe_group(&mut w1, "pool").await;
+    subscribe_group(&mut w2, "pool").await;
+    let mut alice = server.auth("dev-token-alice").await;
+    for n in 1..=10 {
+        publish(&mut alice, n).await;
+    }
+    // Messages alternate between the members; which one gets the first is not fixed.
+    let mut got1 = Vec::new();
+    let mut got2 = Vec::new();
+    while got1.len() + got2.len() < 10 {
+        tokio::select! {
+            m = w1.expect("message") => got1.push(data(&m)),
+            m = w2.expect("message") => { ack(&mut w2, &m).await; got2.push(data(&m)) }
+        }
+    }
+    let mut all: Vec<i64> = got1.iter().chain(&got2).copied().collect();
+    all.sort_unstable();
+    assert_eq!(all, (1..=10).collect::<Vec<_>>(), "each message to exactly one member");
+    assert!(!got1.is_empty() && !got2.is_empty(), "both members got work: {got1:?} {got2:?}");
+    w2.assert_nothing_pending().await;
+
+    // w1 leaves without acking: w2 gets w1's messages again, flagged isReplay.
+    close_and_settle(&server, w1).await;
+    let mut again = Vec::new();
+    for _ in 0..got1.len() {
+        let m = w2.expect("message").await;
+        assert!(is_replay(&m), "{m:?}");
+        again.push(data(&m));
+        ack(&mut w2, &m).await;
+    }
+    assert_eq!(again, got1, "in order");
+    w2.assert_nothing_pending().await;
+}
+
+#[tokio::test]
+async fn a_backlog_larger_than_the_outbound_queue_is_paged_without_a_slow_consumer_close() {
+    let server = TestServer::builder()
+        .settings(|s| {
+            s.outbound_queue_messages = Some(16);
+            s.replay_page_size = Some(7);
+            s.rate_limit = Some(100_000);
+        })
+        .spawn()
+        .await;
+    let mut w = agent(&server, "big", false).await;
+    subscribe_group(&mut w, "batch").await;
+    close_and_settle(&server, w).await;
+    let mut alice = server.auth("dev-token-alice").await;
+    const N: i64 = 500;
+    for n in 0..N {
+        alice.send(frame! {"type" => "publish", "topic" => TASKS, "data" => n}).await;
+    }
+    alice.assert_nothing_pending().await;
+    let mut w = agent(&server, "big", true).await;
+    assert_eq!(w.expect("replayStart").await.int("count"), N);
+    for n in 0..N {
+        let m = w.expect("message").await;
+        assert_eq!(data(&m), n);
+    }
+    assert_eq!(w.expect("replayEnd").await.int("replayed"), N);
+    assert_eq!(server.state.metrics.slow_consumer_closes.load(Ordering::Relaxed), 0);
+}
+
+#[tokio::test]
+async fn unsubscribing_ends_a_session_s_backlog() {
+    let server = TestServer::start().await;
+    let mut w = agent(&server, "quitter", false).await;
+    w.subscribe(TASKS).await;
+    w.send(frame! {"type" => "unsubscribe", "topic" => TASKS}).await;
+    w.expect("unsubscribed").await;
+    w.subscribe("demo/general/messages").await;
+    close_and_settle(&server, w).await;
+    let mut alice = server.auth("dev-token-alice").await;
+    publish(&mut alice, 1).await;
+    let mut w = agent(&server, "quitter", true).await;
+    w.assert_nothing_pending().await;
+}
+
+#[tokio::test]
+async fn retention_caps_what_a_session_finds_on_return() {
+    let server = TestServer::builder()
+        .settings(|s| {
+            s.log_max_per_topic = Some(3);
+            s.log_prune_interval = Some("1s".into());
+        })
+        .spawn()
+        .await;
+    let mut w = agent(&server, "late", false).await;
+    w.subscribe(TASKS).await;
+    close_and_settle(&server, w).await;
+    let mut alice = server.auth("dev-token-alice").await;
+    for n in 1..=5 {
+        publish(&mut alice, n).await;
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while server.state.metrics.log_pruned.load(Ordering::Acquire) < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "retention did not run");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut w = agent(&server, "late", true).await;
+    for n in 3..=5 {
+        assert_eq!(data(&w.expect("message").await), n, "the newest three are kept");
+    }
+    w.assert_nothing_pending().await;
+}
+
+#[tokio::test]
+async fn sqlite_keeps_sessions_and_backlogs_too() {
+    let server = TestServer::builder().settings(|s| s.store = Some("sqlite::memory:".into())).spawn().await;
+    let mut w = agent(&server, "sq", false).await;
+    subscribe_group(&mut w, "sq-group").await;
+    close_and_settle(&server, w).await;
+    let mut alice = server.auth("dev-token-alice").await;
+    publish(&mut alice, 1).await;
+    publish(&mut alice, 2).await;
+    let mut w = agent(&server, "sq", true).await;
+    assert_eq!(w.expect("replayStart").await.int("count"), 2);
+    assert_eq!(data(&w.expect("message").await), 1);
+    assert_eq!(data(&w.expect("message").await), 2);
+    assert_eq!(w.expect("replayEnd").await.int("replayed"), 2);
+}
