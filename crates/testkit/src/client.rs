@@ -191,6 +191,19 @@ impl WsClient {
         }
     }
 
+    /// Skips frames until one whose `type` is one of `tys` arrives (fails after `wait` overall).
+    pub async fn next_of_within_any(&mut self, tys: &[&str], wait: Duration) -> Frame {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            match self.next_event_within(left).await {
+                Some(Event::Frame(f)) if tys.contains(&f.ty()) => return f,
+                Some(Event::Frame(_) | Event::Heartbeat) => {}
+                other => panic!("waiting for one of {tys:?}, got {other:?}"),
+            }
+        }
+    }
+
     /// Sends a heartbeat and asserts the echo is the next thing to arrive: proves that
     /// nothing else was queued for this client before it.
     pub async fn assert_nothing_pending(&mut self) {

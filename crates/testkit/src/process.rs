@@ -111,6 +111,52 @@ impl ServiceProcess {
         Self::start("redis-server", args.iter().map(|s| (*s).to_owned()).collect(), port)
     }
 
+    /// A private Postgres (a fresh cluster in a temporary directory, trust auth, database
+    /// `postgres`) on a free port, run as the `postgres` user through `setpriv` (the server
+    /// refuses to run as root, and `setpriv` execs, so [`Self::kill9`] hits the server itself).
+    /// `None` when Postgres' binaries or the `postgres` user are missing.
+    pub fn postgres() -> Option<Self> {
+        let bin = std::fs::read_dir("/usr/lib/postgresql")
+            .ok()?
+            .filter_map(Result::ok)
+            .map(|e| e.path().join("bin"))
+            .next()?;
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!("skua-pg-{port}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).ok()?;
+        let chown = Command::new("chown").args(["-R", "postgres:postgres"]).arg(&dir).status().ok()?;
+        let initdb = Command::new("setpriv")
+            .args(["--reuid=postgres", "--regid=postgres", "--init-groups", "--"])
+            .arg(bin.join("initdb"))
+            .args(["-A", "trust", "-U", "postgres", "-D"])
+            .arg(dir.join("data"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .ok()?;
+        if !chown.success() || !initdb.success() {
+            return None;
+        }
+        let postgres = bin.join("postgres").display().to_string();
+        let args = vec![
+            "--reuid=postgres".to_owned(),
+            "--regid=postgres".to_owned(),
+            "--init-groups".to_owned(),
+            "--".to_owned(),
+            postgres,
+            "-D".to_owned(),
+            dir.join("data").display().to_string(),
+            "-p".to_owned(),
+            port.to_string(),
+            "-h".to_owned(),
+            "127.0.0.1".to_owned(),
+            "-k".to_owned(),
+            dir.display().to_string(),
+        ];
+        Some(Self::start("setpriv", args, port))
+    }
+
     fn start(program: &'static str, args: Vec<String>, port: u16) -> Self {
         let mut s = Self { program, args, child: None, port };
         s.restart();
@@ -137,6 +183,14 @@ impl ServiceProcess {
         }
     }
 
+    /// SIGINT (Postgres' fast shutdown: sessions are ended, nothing is left behind) and wait.
+    pub fn interrupt(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = Command::new("kill").args(["-INT", &c.id().to_string()]).status();
+            let _ = c.wait();
+        }
+    }
+
     /// SIGKILL.
     pub fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {
@@ -145,10 +199,13 @@ impl ServiceProcess {
         }
     }
 
-    /// `mqtt://127.0.0.1:PORT` or `redis://127.0.0.1:PORT`.
+    /// `mqtt://127.0.0.1:PORT`, `redis://127.0.0.1:PORT` or `postgres://postgres@127.0.0.1:PORT/postgres`.
     pub fn url(&self) -> String {
-        let scheme = if self.program == "mosquitto" { "mqtt" } else { "redis" };
-        format!("{scheme}://127.0.0.1:{}", self.port)
+        match self.program {
+            "mosquitto" => format!("mqtt://127.0.0.1:{}", self.port),
+            "setpriv" => format!("postgres://postgres@127.0.0.1:{}/postgres", self.port),
+            _ => format!("redis://127.0.0.1:{}", self.port),
+        }
     }
 }
 

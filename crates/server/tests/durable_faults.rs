@@ -1,0 +1,197 @@
+//! Durable-delivery faults against real Postgres (durable-delivery issue): a node SIGKILLed
+//! while a persistent load-balanced group consumes a stream of logged messages, and Postgres
+//! restarting under publishers. They need Postgres (`SKUA_TEST_POSTGRES_URL`, or its binaries
+//! for a private restartable instance), Mosquitto and Redis; without them they skip loudly,
+//! under CI=true they fail.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use rmpv::Value;
+use skua_testkit::cluster::{external_urls, unique_namespace};
+use skua_testkit::process::{ServiceProcess, SkuaProcess};
+use skua_testkit::{TestServer, WsClient, frame};
+use sqlx::{AssertSqlSafe, Connection, PgConnection};
+
+const BIN: &str = env!("CARGO_BIN_EXE_skua");
+const TASKS: &str = "demo/general/tasks";
+
+fn ci() -> bool {
+    std::env::var("CI").as_deref() == Ok("true")
+}
+
+fn skip(why: &str) {
+    assert!(!ci(), "{why}, and CI=true: durable fault tests may not be skipped in CI");
+    eprintln!("SKIPPED: {why}");
+}
+
+/// A fresh, migrated database on the machine's Postgres.
+async fn fresh_database() -> Option<String> {
+    let Ok(admin) = std::env::var("SKUA_TEST_POSTGRES_URL") else {
+        skip("SKUA_TEST_POSTGRES_URL not set");
+        return None;
+    };
+    let name = format!("skua_fault_{}", uuid::Uuid::new_v4().simple());
+    let mut conn = PgConnection::connect(&admin).await.expect("connect to SKUA_TEST_POSTGRES_URL");
+    sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&mut conn).await.expect("create database");
+    let _ = conn.close().await;
+    let (base, _) = admin.rsplit_once('/').expect("a database URL");
+    let url = format!("{base}/{name}");
+    skua_store::migrate(&url).await.expect("migrate");
+    Some(url)
+}
+
+async fn agent(url: &str, client_id: &str, reconnect: bool) -> WsClient {
+    let mut c = WsClient::connect(url).await;
+    c.send(frame! {"type" => "auth", "token" => "dev-token-agent", "protocolVersion" => 2,
+    "clientId" => client_id, "reconnect" => reconnect})
+        .await;
+    let reply = c.expect("auth").await;
+    assert_eq!(reply.get("success"), &Value::Boolean(true), "{reply:?}");
+    c
+}
+
+/// Reads what a member is sent for `wait`, acking every message; returns their data.
+async fn consume(c: &mut WsClient, wait: Duration) -> Vec<u64> {
+    let mut got = Vec::new();
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        match c.next_event_within(left).await {
+            Some(skua_testkit::Event::Frame(f)) if f.ty() == "message" => {
+                got.push(f.get("data").as_u64().expect("integer data"));
+                c.send(frame! {"type" => "ack", "msgId" => f.str("msgId")}).await;
+            }
+            Some(skua_testkit::Event::Frame(_) | skua_testkit::Event::Heartbeat) => {}
+            _ => return got,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_node_loses_no_acknowledged_message_of_a_persistent_group() {
+    let Some((mqtt, redis)) = external_urls() else { return };
+    let Some(store) = fresh_database().await else { return };
+    let ns = unique_namespace();
+    let common = [
+        "--dev",
+        "--store",
+        &store,
+        "--bus",
+        &mqtt,
+        "--presence",
+        &redis,
+        "--namespace",
+        &ns,
+        "--node-ttl",
+        "4s",
+        "--node-refresh",
+        "1s",
+        "--rate-limit",
+        "1000",
+    ];
+    let mut nodes: Vec<SkuaProcess> = (0..3)
+        .map(|i| {
+            let id = format!("durable-kill-{i}");
+            let mut args = common.to_vec();
+            args.extend(["--node-id", id.as_str()]);
+            SkuaProcess::spawn(BIN, &args)
+        })
+        .collect();
+    // w1 on node 0 (to be killed), w2 on node 1; the publisher on node 2.
+    let mut w1 = agent(&nodes[0].url(), "w1", false).await;
+    let mut w2 = agent(&nodes[1].url(), "w2", false).await;
+    for w in [&mut w1, &mut w2] {
+        w.send(frame! {"type" => "subscribe", "topic" => TASKS, "loadBalance" => true, "loadBalanceGroup" => "fleet"})
+            .await;
+        w.expect("subscribed").await;
+    }
+    let mut publisher = WsClient::connect(&nodes[2].url()).await;
+    publisher.auth_ok("dev-token-alice", 2).await;
+
+    let mut acked = BTreeSet::new();
+    let mut got = Vec::new();
+    for i in 0..300u64 {
+        publisher.send(frame! {"type" => "publish", "topic" => TASKS, "data" => i, "msgRef" => i.to_string()}).await;
+        let f = publisher.next().await;
+        assert_eq!(f.ty(), "published", "{f:?}");
+        acked.insert(i);
+        if i == 150 {
+            // Mid-stream: w1's node dies with whatever w1 held unacked.
+            got.extend(consume(&mut w1, Duration::from_millis(50)).await);
+            nodes[0].kill9();
+        }
+    }
+    got.extend(consume(&mut w2, Duration::from_millis(200)).await);
+    // w1 comes back on another node and replays; w2 keeps consuming.
+    let mut w1 = agent(&nodes[2].url(), "w1", true).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !acked.iter().all(|i| got.contains(i)) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "missing: {:?}",
+            acked.iter().filter(|i| !got.contains(i)).collect::<Vec<_>>()
+        );
+        got.extend(consume(&mut w1, Duration::from_millis(300)).await);
+        got.extend(consume(&mut w2, Duration::from_millis(300)).await);
+    }
+    // Every message got a `published` ack and was delivered (and acked) at least once.
+    let distinct: BTreeSet<u64> = got.iter().copied().collect();
+    assert_eq!(distinct, acked);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publishes_to_logged_topics_fail_clearly_while_postgres_is_down_and_resume_by_themselves() {
+    let Some(mut pg) = ServiceProcess::postgres() else {
+        skip("no Postgres binaries (/usr/lib/postgresql/*/bin) or no postgres user");
+        return;
+    };
+    let url = pg.url();
+    // The first connection can race the server's startup.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while skua_store::migrate(&url).await.is_err() {
+        assert!(tokio::time::Instant::now() < deadline, "private Postgres did not come up");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let store = url.clone();
+    let server = TestServer::builder().settings(move |s| s.store = Some(store)).spawn().await;
+    let mut w = server.connect().await;
+    w.send(frame! {"type" => "auth", "token" => "dev-token-agent", "protocolVersion" => 2, "clientId" => "pgw"}).await;
+    w.expect("auth").await;
+    w.subscribe(TASKS).await;
+    let mut alice = server.auth("dev-token-alice").await;
+    alice.publish_acked(TASKS, Value::from(1)).await;
+    assert_eq!(w.expect("message").await.get("data").as_u64(), Some(1));
+
+    pg.interrupt();
+    for i in 0..3 {
+        alice
+            .send(frame! {"type" => "publish", "topic" => TASKS, "data" => 100 + i, "msgRef" => format!("down-{i}")})
+            .await;
+        let f = alice.next_of_within("error", Duration::from_secs(15)).await;
+        assert_eq!((f.str("error"), f.str("msgRef")), ("store_unavailable", format!("down-{i}").as_str()), "{f:?}");
+        assert!(f.str("hint").contains("store"), "{f:?}");
+    }
+    // Unlogged topics are unaffected.
+    alice.publish_acked("demo/general/messages", Value::from(5)).await;
+    w.assert_nothing_pending().await;
+
+    pg.restart();
+    // The pool reconnects by itself: publishing succeeds again, with no client action.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut n = 200u64;
+    loop {
+        alice.send(frame! {"type" => "publish", "topic" => TASKS, "data" => n, "msgRef" => n.to_string()}).await;
+        let f = alice.next_of_within_any(&["published", "error"], Duration::from_secs(15)).await;
+        if f.ty() == "published" {
+            break;
+        }
+        assert_eq!(f.str("error"), "store_unavailable", "{f:?}");
+        assert!(tokio::time::Instant::now() < deadline, "the store did not come back");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        n += 1;
+    }
+    let m = w.next_of_within("message", Duration::from_secs(10)).await;
+    assert_eq!(m.get("data").as_u64(), Some(n), "only the publish that was acknowledged arrives");
+    assert!(m.has("msgId"));
+}
