@@ -25,6 +25,9 @@ CREATE INDEX log_messages_created_at ON log_messages (created_at);
 CREATE TABLE log_consumers (
     id         TEXT    PRIMARY KEY,
     topic      TEXT    NOT NULL,
+    -- The actor whose session (or group member) opened it: its own messages are not kept for
+    -- it (N16).
+    actor      TEXT    NOT NULL,
     -- No filters: receives every message of the topic.
     wildcard   INTEGER NOT NULL,
     -- Unix seconds; refreshed while a member is connected.

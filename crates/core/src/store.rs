@@ -58,6 +58,9 @@ pub struct Consumer {
     pub id: String,
     /// The topic key: `<project>/<app>/<room>/<topic>`.
     pub topic: String,
+    /// The actor it is kept for (a group's: the member that opened it last); messages this
+    /// actor publishes are not kept for it (N16).
+    pub actor: String,
     /// Filter keys it receives; empty means every message of the topic (N13).
     pub filters: Vec<String>,
 }

@@ -36,7 +36,12 @@ pub const CONTROL_APP: &str = "_skua";
 
 /// Most msgId → consumer entries a task remembers for routing acks; an ack of an id it does not
 /// remember is tried on each of the connection's consumers.
-const MAX_INFLIGHT_INDEX: usize = 65_536;
+const MAX_INFLIGHT_INDEX: usize = 4096;
+
+/// A connection's release that failed (store unreachable) is retried this often…
+const RELEASE_RETRY_EVERY: Duration = Duration::from_secs(5);
+/// …this many times; after that the session's next connection, or the node's restart, frees them.
+const RELEASE_RETRIES: u32 = 24;
 
 /// The control topic of a project.
 pub fn control_address(project: &ProjectId) -> TopicAddress {
@@ -172,9 +177,10 @@ pub(crate) async fn kick(st: &EdgeState, consumers: &[String]) {
 pub(crate) enum Cmd {
     /// A live message of a durable subscription.
     Live { consumer: Arc<str>, env: Arc<Envelope> },
-    /// A durable subscription started (subscribe or restore): deliver what is pending, as a
-    /// replay (`replayStart`…`replayEnd`, N26) for a group.
-    Start { consumer: Arc<str>, echo: Arc<str>, group: bool },
+    /// A durable subscription started (subscribe or restore): deliver what is pending; for a
+    /// group, as a replay (`replayStart`…`replayEnd`, N26) of the backlog `(count, up_to seq)`
+    /// read before `subscribed` went out, so later messages stay live.
+    Start { consumer: Arc<str>, echo: Arc<str>, replay: Option<(u64, u64)> },
     /// A durable subscription ended; `forget` drops a session's consumer from the store.
     Stop { consumer: Arc<str>, forget: bool },
     /// Messages of the consumer were released somewhere: take what is unheld.
@@ -273,11 +279,6 @@ impl DurableTask {
     }
 
     async fn run(mut self, mut rx: mpsc::Receiver<Cmd>) {
-        // Messages an earlier connection of this session held are this one's now.
-        match self.st.store.release(Release::SessionExcept(self.holder())).await {
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "Releasing an earlier connection's messages failed."),
-        }
         let touch_every = (self.st.config.restore_ttl / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
         let mut touch = tokio::time::interval(touch_every);
         touch.tick().await;
@@ -296,7 +297,7 @@ impl DurableTask {
             if self.overflow.swap(false, Ordering::AcqRel) {
                 let ids: Vec<Arc<str>> = self.consumers.keys().cloned().collect();
                 for c in ids {
-                    self.deliver_pending(&c, false).await;
+                    self.deliver_pending(&c, None).await;
                 }
             }
         }
@@ -306,15 +307,15 @@ impl DurableTask {
     async fn handle(&mut self, cmd: Cmd) {
         match cmd {
             Cmd::Live { consumer, env } => self.live(&consumer, &env).await,
-            Cmd::Start { consumer, echo, group } => {
+            Cmd::Start { consumer, echo, replay } => {
                 self.st.register_consumer_task(&consumer, self.conn.id, &self.self_tx);
                 self.consumers.insert(consumer.clone(), ConsumerState { echo });
-                self.deliver_pending(&consumer, group).await;
+                self.deliver_pending(&consumer, replay).await;
             }
             Cmd::Stop { consumer, forget } => self.stop(&consumer, forget).await,
             Cmd::Kick { consumer } => {
                 if self.consumers.contains_key(&consumer) {
-                    self.deliver_pending(&consumer, false).await;
+                    self.deliver_pending(&consumer, None).await;
                 }
             }
             Cmd::Ack(ids) => self.ack(ids).await,
@@ -354,17 +355,11 @@ impl DurableTask {
 
     /// Delivers what is pending and unheld for `consumer`, oldest first, in pages. As a group
     /// replay (N26) it is framed by `replayStart{count}` / `replayEnd{replayed}` and bounded by
-    /// what was pending when it began; newer messages follow live.
-    async fn deliver_pending(&mut self, consumer: &Arc<str>, replay: bool) {
+    /// the backlog read at subscribe time; newer messages follow live.
+    async fn deliver_pending(&mut self, consumer: &Arc<str>, backlog: Option<(u64, u64)>) {
         let Some(echo) = self.consumers.get(consumer).map(|c| c.echo.clone()) else { return };
-        let (count, up_to) = if replay {
-            match self.st.store.backlog(consumer).await {
-                Ok(b) => b,
-                Err(e) => return tracing::warn!(error = %e, "Reading a group's backlog failed; no replay."),
-            }
-        } else {
-            (0, u64::MAX)
-        };
+        let replay = backlog.is_some();
+        let (count, up_to) = backlog.unwrap_or((0, u64::MAX));
         if replay {
             if count == 0 {
                 return;
@@ -474,7 +469,17 @@ impl DurableTask {
         match self.st.store.release(scope).await {
             Ok(released) => kick(&self.st, &released).await,
             Err(e) => {
-                tracing::warn!(error = %e, "Releasing held messages failed; the session's next connection takes them.")
+                tracing::warn!(error = %e, "Releasing held messages failed; retrying in the background.");
+                let (st, conn) = (self.st.clone(), self.conn.id.0);
+                self.st.background.spawn(async move {
+                    for _ in 0..RELEASE_RETRIES {
+                        tokio::time::sleep(RELEASE_RETRY_EVERY).await;
+                        if let Ok(released) = st.store.release(Release::Conn { node: st.node.as_str(), conn }).await {
+                            return kick(&st, &released).await;
+                        }
+                    }
+                    tracing::warn!("Gave up releasing a closed connection's messages; its next connection takes them.");
+                });
             }
         }
         self.consumers.clear();

@@ -256,6 +256,7 @@ impl Session {
         let consumer = skua_core::Consumer {
             id: id.clone(),
             topic: crate::durable::topic_key(address),
+            actor: a.actor.id.as_str().to_owned(),
             filters: filters.to_vec(),
         };
         self.st.store.open_consumer(&consumer, now_unix_s(), self.st.config.restore_ttl.as_secs()).await?;

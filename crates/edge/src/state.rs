@@ -194,6 +194,9 @@ impl EdgeState {
         state.hub.set_control(control_tx);
         state.background.spawn(crate::durable::run_control(state.clone(), control_rx));
         state.background.spawn(crate::durable::run_retention(state.clone(), state.dispatcher_stop.clone()));
+        // A node restarted under the same id frees what its previous run's connections held.
+        let st = state.clone();
+        state.background.spawn(async move { crate::durable::release_node(&st, &st.node).await });
         state
     }
 

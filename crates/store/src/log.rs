@@ -19,12 +19,12 @@ pub(crate) const INSERT_MESSAGE: &str = "INSERT INTO log_messages \
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING seq";
 pub(crate) const INSERT_PENDING: &str = "INSERT INTO log_pending (consumer_id, seq, msg_id) \
      SELECT c.id, $1, $2 FROM log_consumers c \
-     WHERE c.topic = $3 AND c.expires_at > $4 \
+     WHERE c.topic = $3 AND c.expires_at > $4 AND c.actor <> $6 \
      AND (c.wildcard OR EXISTS (SELECT 1 FROM log_consumer_filters f \
                                 WHERE f.consumer_id = c.id AND f.filter_key = $5))";
-pub(crate) const UPSERT_CONSUMER: &str = "INSERT INTO log_consumers (id, topic, wildcard, expires_at) \
-     VALUES ($1, $2, $3, $4) \
-     ON CONFLICT (id) DO UPDATE SET topic = excluded.topic, wildcard = excluded.wildcard, \
+pub(crate) const UPSERT_CONSUMER: &str = "INSERT INTO log_consumers (id, topic, actor, wildcard, expires_at) \
+     VALUES ($1, $2, $5, $3, $4) \
+     ON CONFLICT (id) DO UPDATE SET topic = excluded.topic, actor = excluded.actor, wildcard = excluded.wildcard, \
      expires_at = excluded.expires_at";
 pub(crate) const DELETE_FILTERS: &str = "DELETE FROM log_consumer_filters WHERE consumer_id = $1";
 pub(crate) const INSERT_FILTER: &str = "INSERT INTO log_consumer_filters (consumer_id, filter_key) VALUES ($1, $2) \
@@ -148,6 +148,7 @@ macro_rules! sql_message_log {
                     .bind(m.topic)
                     .bind(unix_to_sql(now_unix_s))
                     .bind(m.filter)
+                    .bind(m.publisher)
                     .execute(&mut *tx)
                     .await
                     .map_err(sql($backend, "append"))?;
@@ -170,6 +171,7 @@ macro_rules! sql_message_log {
                     .bind(&c.topic)
                     .bind(c.filters.is_empty())
                     .bind(unix_to_sql(now_unix_s.saturating_add(ttl_s)))
+                    .bind(&c.actor)
                     .execute(&mut *tx)
                     .await
                     .map_err(sql($backend, "open_consumer"))?;

@@ -36,6 +36,7 @@ struct Pending {
 #[derive(Debug)]
 struct ConsumerState {
     topic: String,
+    actor: String,
     filters: Vec<String>,
     expires_at: u64,
     pending: BTreeMap<u64, Pending>,
@@ -55,6 +56,7 @@ impl MemoryLog {
         let seq = self.next_seq;
         for c in self.consumers.values_mut() {
             let wants = c.topic == m.topic
+                && c.actor != m.publisher
                 && c.expires_at > now_unix_s
                 && (c.filters.is_empty() || m.filter.is_some_and(|f| c.filters.iter().any(|x| x == f)));
             if wants {
@@ -80,11 +82,13 @@ impl MemoryLog {
         let expires_at = now_unix_s.saturating_add(ttl_s);
         let entry = self.consumers.entry(c.id.clone()).or_insert_with(|| ConsumerState {
             topic: c.topic.clone(),
+            actor: c.actor.clone(),
             filters: Vec::new(),
             expires_at,
             pending: BTreeMap::new(),
         });
         entry.topic.clone_from(&c.topic);
+        entry.actor.clone_from(&c.actor);
         entry.filters.clone_from(&c.filters);
         entry.expires_at = expires_at;
     }

@@ -87,9 +87,10 @@ impl Session {
         // it, so nothing arrives before `auth`. Restored subscriptions get no `subscribed`
         // frame and no retained replay.
         for (pattern, sub) in restored {
+            let backlog = self.replay_backlog(&sub).await;
             let local = self.local_sub(&actor.id, &pattern, &sub);
             self.st.hub.insert(&sub.address, local, None, false);
-            self.start_durable(&pattern, &sub).await;
+            self.start_durable(&pattern, &sub, backlog).await;
             self.subs.insert(pattern, sub);
         }
         self.restore_lobbies().await;
@@ -122,6 +123,12 @@ impl Session {
             conn: self.conn.id.0,
         };
         crate::durable::publish_control(&self.st, &project, &msg).await;
+        // What an earlier connection of this session held (and did not ack) is this one's now:
+        // released before anything is restored, so replays count it (N25, N37).
+        let me = skua_core::Holder { session: &session, node: self.st.node.as_str(), conn: self.conn.id.0 };
+        if let Err(e) = self.st.store.release(skua_core::Release::SessionExcept(me)).await {
+            tracing::warn!(error = %e, "Releasing an earlier connection's messages failed; they wait for the next one.");
+        }
         self.persistent = Some((session, held));
     }
 

@@ -27,10 +27,25 @@ impl Session {
         local
     }
 
-    /// Starts delivering what is pending for a durable subscription (a replay for a group).
-    pub(super) async fn start_durable(&mut self, echo: &str, s: &SessionSub) {
+    /// The backlog a group member's replay covers, read before its subscription goes live
+    /// (N26); `None` for other subscriptions, or when the store failed (then no replay: the
+    /// messages stay pending for the next one).
+    pub(super) async fn replay_backlog(&self, s: &SessionSub) -> Option<(u64, u64)> {
+        let c = s.consumer.as_ref().filter(|_| s.group.is_some())?;
+        match self.st.store.backlog(c).await {
+            Ok(b) => Some(b),
+            Err(e) => {
+                tracing::warn!(error = %e, "Reading a group's backlog failed; no replay now.");
+                None
+            }
+        }
+    }
+
+    /// Starts delivering what is pending for a durable subscription (`replay`: a group's
+    /// backlog from [`Self::replay_backlog`]).
+    pub(super) async fn start_durable(&mut self, echo: &str, s: &SessionSub, replay: Option<(u64, u64)>) {
         if let Some(c) = &s.consumer {
-            let cmd = Cmd::Start { consumer: c.clone(), echo: Arc::from(echo), group: s.group.is_some() };
+            let cmd = Cmd::Start { consumer: c.clone(), echo: Arc::from(echo), replay };
             self.durable().send(cmd).await;
         }
     }
@@ -125,6 +140,7 @@ impl Session {
             return self.unavailable(&s.topic, None);
         }
         let subscribed = ServerFrame::Subscribed { topic: &s.topic, load_balance: sub.group.is_some() }.encode();
+        let backlog = self.replay_backlog(&sub).await;
         let local = self.local_sub(&actor, &s.topic, &sub);
         let old = self.subs.insert(s.topic.clone(), sub.clone());
         if let Some(old) = &old
@@ -139,7 +155,7 @@ impl Session {
             }
             self.st.hub.release(&bus_subscription(&old.address, old.group.as_ref())).await;
         }
-        self.start_durable(&s.topic, &sub).await;
+        self.start_durable(&s.topic, &sub, backlog).await;
         self.save_restore().await;
     }
 
@@ -183,6 +199,7 @@ impl Session {
             let consumer = skua_core::Consumer {
                 id: id.to_string(),
                 topic: crate::durable::topic_key(&sub.address),
+                actor: self.actor_id().map(|a| a.as_str().to_owned()).unwrap_or_default(),
                 filters: keys.to_vec(),
             };
             let ttl = self.st.config.restore_ttl.as_secs();

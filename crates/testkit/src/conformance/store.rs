@@ -66,6 +66,7 @@ macro_rules! store_conformance {
             log_open_consumer_replaces_filters,
             log_concurrent_pages_hand_each_message_once,
             log_drop_consumer_forgets_its_pending,
+            log_an_actor_s_own_messages_are_not_kept_for_it,
         );
     };
     ($harness:expr $(,)?) => {
@@ -296,7 +297,12 @@ const TOPIC: &str = "p/app/room/jobs";
 const KEEP: u64 = 3600;
 
 fn consumer(id: &str, topic: &str, filters: &[&str]) -> Consumer {
-    Consumer { id: id.to_owned(), topic: topic.to_owned(), filters: filters.iter().map(|f| (*f).to_owned()).collect() }
+    Consumer {
+        id: id.to_owned(),
+        topic: topic.to_owned(),
+        actor: "worker".to_owned(),
+        filters: filters.iter().map(|f| (*f).to_owned()).collect(),
+    }
 }
 
 fn holder<'a>(session: &'a str, node: &'a str, conn: u64) -> Holder<'a> {
@@ -534,4 +540,22 @@ pub async fn log_drop_consumer_forgets_its_pending<H: StoreHarness>(h: H) {
     assert_eq!(backlog(&s, "c").await, 0);
     append(&s, TOPIC, "m2", None).await;
     assert_eq!(backlog(&s, "c").await, 0, "a dropped consumer collects nothing");
+}
+
+/// A consumer does not collect what its own actor publishes (N16).
+pub async fn log_an_actor_s_own_messages_are_not_kept_for_it<H: StoreHarness>(h: H) {
+    let s = h.open().await;
+    open_consumer(&s, &consumer("c", TOPIC, &[])).await;
+    let own = NewMessage {
+        msg_id: "own",
+        topic: TOPIC,
+        filter: None,
+        publisher: "worker",
+        timestamp_ms: 1,
+        qos: 0,
+        data: b"",
+    };
+    s.append(&own, T0).await.unwrap();
+    append(&s, TOPIC, "theirs", None).await;
+    assert_eq!(page_ids(&s, "c", holder("s", "n", 1), 10).await, ["theirs"]);
 }
