@@ -22,6 +22,18 @@ pub(crate) const INSERT_PENDING: &str = "INSERT INTO log_pending (consumer_id, s
      WHERE c.topic = $3 AND c.expires_at > $4 AND c.actor <> $6 \
      AND (c.wildcard OR EXISTS (SELECT 1 FROM log_consumer_filters f \
                                 WHERE f.consumer_id = c.id AND f.filter_key = $5))";
+/// Postgres: the message and its pending rows in one statement (one round trip, its own
+/// transaction) — data-modifying CTEs run whether or not the final `SELECT` reads them.
+pub(crate) const APPEND_ONE_STATEMENT: &str = "WITH m AS ( \
+         INSERT INTO log_messages (msg_id, topic, filter_key, publisher, timestamp_ms, qos, data, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING seq), \
+     p AS ( \
+         INSERT INTO log_pending (consumer_id, seq, msg_id) \
+         SELECT c.id, m.seq, $1 FROM m, log_consumers c \
+         WHERE c.topic = $2 AND c.expires_at > $8 AND c.actor <> $4 \
+         AND (c.wildcard OR EXISTS (SELECT 1 FROM log_consumer_filters f \
+                                    WHERE f.consumer_id = c.id AND f.filter_key = $3))) \
+     SELECT seq FROM m";
 pub(crate) const UPSERT_CONSUMER: &str = "INSERT INTO log_consumers (id, topic, actor, wildcard, expires_at) \
      VALUES ($1, $2, $5, $3, $4) \
      ON CONFLICT (id) DO UPDATE SET topic = excluded.topic, actor = excluded.actor, wildcard = excluded.wildcard, \
@@ -116,8 +128,9 @@ pub(crate) fn distinct(ids: Vec<String>) -> Vec<String> {
     out
 }
 
-/// Implements the message-log methods (`log_*`) on a store type with a `pool` field, for one
-/// sqlx backend; the `Store` impl of the type forwards to them.
+/// Implements the message-log methods (`log_*`) on a store type with a `pool` field and an
+/// `APPEND_ONE` constant (a one-statement append, or `None` for a two-statement transaction),
+/// for one sqlx backend; the `Store` impl of the type forwards to them.
 macro_rules! sql_message_log {
     ($store:ty, $backend:expr) => {
         impl $store {
@@ -129,6 +142,21 @@ macro_rules! sql_message_log {
                 use crate::error::sql;
                 use crate::log::*;
                 use crate::sql::unix_to_sql;
+                if let Some(one) = Self::APPEND_ONE {
+                    let seq: i64 = sqlx::query_scalar(one)
+                        .bind(m.msg_id)
+                        .bind(m.topic)
+                        .bind(m.filter)
+                        .bind(m.publisher)
+                        .bind(unix_to_sql(m.timestamp_ms))
+                        .bind(i16::from(m.qos))
+                        .bind(m.data)
+                        .bind(unix_to_sql(now_unix_s))
+                        .fetch_one(&self.pool)
+                        .await
+                        .map_err(sql($backend, "append"))?;
+                    return Ok(u64::try_from(seq).unwrap_or(0));
+                }
                 let mut tx = self.pool.begin().await.map_err(sql($backend, "append"))?;
                 let seq: i64 = sqlx::query_scalar(INSERT_MESSAGE)
                     .bind(m.msg_id)

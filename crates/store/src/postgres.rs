@@ -139,6 +139,11 @@ impl PostgresStore {
     }
 }
 
+impl PostgresStore {
+    /// How `append` writes (see `crate::log`): one statement, one round trip.
+    const APPEND_ONE: Option<&'static str> = Some(crate::log::APPEND_ONE_STATEMENT);
+}
+
 crate::log::sql_message_log!(PostgresStore, BACKEND);
 
 impl fmt::Debug for PostgresStore {

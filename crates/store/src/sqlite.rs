@@ -115,6 +115,11 @@ fn is_in_memory(url: &str) -> bool {
     path.trim_start_matches('/') == ":memory:" || params.split('&').any(|p| p == "mode=memory")
 }
 
+impl SqliteStore {
+    /// How `append` writes (see `crate::log`): one transaction of two statements, cheap in process.
+    const APPEND_ONE: Option<&'static str> = None;
+}
+
 crate::log::sql_message_log!(SqliteStore, BACKEND);
 
 impl fmt::Debug for SqliteStore {
