@@ -34,6 +34,7 @@ cluster_cases!(
     reconnect_restores_on_another_node,
     order_is_kept_per_publisher_across_nodes,
     one_bus_subscription_serves_every_local_subscriber,
+    durable_sessions_span_nodes,
 );
 
 fn builder() -> skua_testkit::server::TestServerBuilder {
@@ -232,4 +233,63 @@ async fn namespaces_isolate_clusters_on_one_broker_and_redis() {
     let mut b_pub = b.node(0).auth("dev-token-carol").await;
     b_pub.publish_acked(TOPIC, "b".into()).await;
     assert_eq!(in_b.expect("message").await.str("data"), "b", "a's publish never reached b");
+}
+
+async fn durable_agent(n: &TestServer, client_id: &str, reconnect: bool) -> skua_testkit::WsClient {
+    let mut c = n.connect().await;
+    c.send(frame! {"type" => "auth", "token" => "dev-token-agent", "protocolVersion" => 2,
+    "clientId" => client_id, "reconnect" => reconnect})
+        .await;
+    assert_eq!(c.expect("auth").await.get("success"), &Value::Boolean(true));
+    c
+}
+
+/// Takeover, backlogs and a group's redelivery work whichever nodes the connections are on.
+async fn durable_sessions_span_nodes(c: TestCluster) {
+    const TASKS: &str = "demo/general/tasks";
+    // A clientId claimed on node 2 closes its older connection on node 0.
+    let mut older = durable_agent(c.node(0), "roamer", false).await;
+    older.subscribe(TASKS).await;
+    let newer = durable_agent(c.node(2), "roamer", false).await;
+    assert_eq!(older.expect_close().await, (4009, "session_taken_over".to_owned()));
+    newer.close().await;
+
+    // Published on node 1 while the session is away; collected on node 2 by a fresh process of
+    // the worker (no reconnect flag: it subscribes again and finds its queue, N25).
+    let mut bob = c.node(1).auth("dev-token-bob").await;
+    bob.publish_acked(TASKS, Value::from(1)).await;
+    let mut back = durable_agent(c.node(2), "roamer", false).await;
+    back.subscribe(TASKS).await;
+    assert_eq!(back.expect("message").await.get("data").as_i64(), Some(1));
+    back.close().await;
+
+    // A group member on node 0 leaves without acking; the member on node 1 gets its message.
+    let mut w0 = durable_agent(c.node(0), "g0", false).await;
+    let mut w1 = durable_agent(c.node(1), "g1", false).await;
+    for w in [&mut w0, &mut w1] {
+        w.send(frame! {"type" => "subscribe", "topic" => TASKS, "loadBalance" => true, "loadBalanceGroup" => "span"})
+            .await;
+        w.expect("subscribed").await;
+    }
+    for n in 10..14 {
+        bob.publish_acked(TASKS, Value::from(n)).await;
+    }
+    let mut on_w1 = Vec::new();
+    let mut on_w0 = Vec::new();
+    while on_w0.len() + on_w1.len() < 4 {
+        tokio::select! {
+            m = w0.expect("message") => on_w0.push(m.get("data").as_i64().unwrap()),
+            m = w1.expect("message") => {
+                w1.send(frame! {"type" => "ack", "msgId" => m.str("msgId")}).await;
+                on_w1.push(m.get("data").as_i64().unwrap());
+            }
+        }
+    }
+    w0.close().await;
+    for want in &on_w0 {
+        let m = w1.expect("message").await;
+        assert_eq!(m.get("data").as_i64().as_ref(), Some(want));
+        assert_eq!(m.get("isReplay"), &Value::Boolean(true));
+    }
+    w1.assert_nothing_pending().await;
 }
