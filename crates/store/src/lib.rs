@@ -21,6 +21,7 @@
 
 pub mod clock;
 pub mod error;
+mod group_commit;
 mod log;
 pub mod memory;
 mod memory_log;
