@@ -10,7 +10,7 @@
 # Environment:
 #   SKUA_BIN=path      use this skua binary instead of building skua-server
 #   BENCH_DURATION=10  measured seconds per run      BENCH_WARMUP=2  warm-up seconds
-#   BENCH_CASES="fanout100 fanout1000 pairs idle churn logged"   subset to run
+#   BENCH_CASES="fanout100 fanout1000 pairs idle churn logged cluster"   subset to run
 #   BENCH_SERVERS="skua skua-mem bare bare-nagle bare-rb4k nats mosquitto" subset of servers
 #     skua        skua serve --dev, default settings (SQLite session store in a fresh directory)
 #     skua-mem    the same with --store memory (idle and churn: what the store costs)
@@ -25,7 +25,7 @@ cd "$(dirname "$0")/.."
 
 DURATION=${BENCH_DURATION:-10}
 WARMUP=${BENCH_WARMUP:-2}
-CASES=${BENCH_CASES:-fanout100 fanout1000 pairs idle churn logged}
+CASES=${BENCH_CASES:-fanout100 fanout1000 pairs idle churn logged cluster}
 SERVERS=${BENCH_SERVERS:-skua skua-mem bare bare-nagle bare-rb4k nats mosquitto}
 TARGET=${CARGO_TARGET_DIR:-target}
 OUT=${BENCH_OUT:-target/bench/results.jsonl}
@@ -229,6 +229,16 @@ for c in $CASES; do
     # for, so "other" CPU is not a sign of interference here: no repeats.
     churn) OTHER_MAX=100000 bench_case "skua skua-mem bare nats mosquitto" churn --rate 8000 "${T[@]}" ;;
     logged) bench_case "skua" logged --subscribers 10 --rate 1000 --payload 100 "${T[@]}" ;;
+    # Two nodes and a private Mosquitto, all started by skua-bench itself (one run, no peers).
+    cluster)
+      case " $SERVERS " in *" skua "*)
+        wait_quiet
+        echo "bench-compare: cluster (2 nodes + mosquitto), S=1000 R=1000" >&2
+        : >"$WORK/last.json"
+        "$BENCH" cluster --spawn-skua "$SKUA" --subscribers 1000 --rate 1000 --payload 100 "${T[@]}" \
+          --json "$WORK/last.json" 2>>"$WORK/skua.log" || echo "bench-compare: cluster run failed" >&2
+        cat "$WORK/last.json" >>"$OUT" ;;
+      esac ;;
     *) echo "bench-compare: unknown case $c" >&2; exit 2 ;;
   esac
 done

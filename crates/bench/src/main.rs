@@ -125,6 +125,45 @@ enum Cmd {
         #[arg(long, default_value = "")]
         run_info: String,
     },
+    /// Cross-node fanout: N Skua nodes joined by an MQTT broker, S subscribers spread over the
+    /// nodes, publishers on node 0; CPU per delivered message per node and for the broker.
+    Cluster {
+        #[command(flatten)]
+        run: RunArgs,
+        /// The skua binary to start N times.
+        #[arg(long)]
+        spawn_skua: PathBuf,
+        /// Extra argument for every spawned node (repeatable).
+        #[arg(long, allow_hyphen_values = true)]
+        skua_arg: Vec<String>,
+        /// Nodes.
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(2..=8))]
+        nodes: u32,
+        /// MQTT broker URL (mqtt://127.0.0.1:PORT); default: start a private `mosquitto`.
+        #[arg(long)]
+        mqtt: Option<String>,
+        /// PID of the broker given with --mqtt, for its CPU.
+        #[arg(long, requires = "mqtt")]
+        broker_pid: Option<u32>,
+        /// Subscribers (S), split over the nodes.
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        subscribers: u32,
+        /// Total publish rate, msg/s (R).
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+        rate: u32,
+        /// Payload bytes (P), at least 20.
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(20..=900_000))]
+        payload: u32,
+        /// Most msg/s per publisher connection.
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        max_rate_per_conn: u32,
+        /// Append the JSON result line to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Exit with status 3 unless the run was clean.
+        #[arg(long)]
+        strict: bool,
+    },
     /// Prints N currently free loopback TCP ports.
     Ports {
         /// How many.
@@ -268,6 +307,9 @@ fn setup(t: &TargetArgs, run: Option<RunArgs>, pairs_tokens: bool, rooms: usize)
         warmup: Duration::from_secs_f64(run.warmup),
         duration: Duration::from_secs_f64(run.duration),
         drain: Duration::from_secs_f64(run.drain),
+        peers: Vec::new(),
+        peer_pids: Vec::new(),
+        broker_pid: None,
     };
     Ok(Setup { ctx, _spawned: spawned, json: t.json.clone(), strict: t.strict })
 }
@@ -310,6 +352,47 @@ async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             let plan = fanout_plan("fanout", subscribers, rate, payload, max_rate_per_conn);
             let s = traffic::run(&st.ctx, &plan).await?;
             (st, s)
+        }
+        Cmd::Cluster {
+            run,
+            spawn_skua,
+            skua_arg,
+            nodes,
+            mqtt,
+            broker_pid,
+            subscribers,
+            rate,
+            payload,
+            max_rate_per_conn,
+            json,
+            strict,
+        } => {
+            let cluster = skua_bench::target::SpawnedCluster::start(&spawn_skua, nodes as usize, mqtt, &skua_arg)?;
+            eprintln!(
+                "skua-bench: started {nodes} nodes ({}) over {} (broker pid {:?})",
+                cluster.nodes.iter().map(|n| n.addr.to_string()).collect::<Vec<_>>().join(", "),
+                cluster.mqtt,
+                cluster.broker_pid().or(broker_pid)
+            );
+            let wire = wire::by_name("nolag", Nolag::default())?;
+            let ctx = Ctx {
+                target: Target::parse(&cluster.nodes[0].url())?,
+                wire,
+                server_pid: Some(cluster.nodes[0].pid()),
+                label: "skua".into(),
+                warmup: Duration::from_secs_f64(run.warmup),
+                duration: Duration::from_secs_f64(run.duration),
+                drain: Duration::from_secs_f64(run.drain),
+                peers: cluster.nodes[1..].iter().map(|n| Target::parse(&n.url())).collect::<Result<_, _>>()?,
+                peer_pids: cluster.nodes[1..].iter().map(SpawnedSkua::pid).collect(),
+                broker_pid: cluster.broker_pid().or(broker_pid),
+            };
+            let mut plan = fanout_plan("cluster", subscribers, rate, payload, max_rate_per_conn);
+            plan.case = format!("cluster nodes={nodes} S={subscribers} R={rate} P={payload}");
+            let s = traffic::run(&ctx, &plan).await?;
+            let code = finish(&s, json.as_deref(), strict)?;
+            drop(cluster);
+            return Ok(code);
         }
         Cmd::Logged { t, run, subscribers, rate, payload, max_rate_per_conn } => {
             let st = setup(&t, Some(run), false, 0)?;
@@ -355,7 +438,16 @@ async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             (st, s)
         }
     };
-    summary.emit(setup.json.as_deref())?;
+    finish(&summary, setup.json.as_deref(), setup.strict)
+}
+
+/// Prints (and appends) the summary; exit status 3 for an unclean `--strict` run.
+fn finish(
+    summary: &skua_bench::summary::Summary,
+    json: Option<&std::path::Path>,
+    strict: bool,
+) -> anyhow::Result<ExitCode> {
+    summary.emit(json)?;
     let clean = matches!(summary.get("ok"), Some(skua_bench::json::Val::Bool(true)));
-    Ok(if setup.strict && !clean { ExitCode::from(3) } else { ExitCode::SUCCESS })
+    Ok(if strict && !clean { ExitCode::from(3) } else { ExitCode::SUCCESS })
 }

@@ -103,6 +103,30 @@ fn traffic_table(out: &mut String, rows: &[&Row]) {
     }
 }
 
+fn cluster_table(out: &mut String, rows: &[&Row]) {
+    out.push_str("| server | nodes | delivered/s | lost | dup | p50 ms | p99 ms | max ms | node 0 (publishers) CPU µs/msg | node 1 CPU µs/msg | broker CPU % | broker CPU µs/msg | **all processes µs/msg** |\n");
+    out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for r in rows {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | **{}** |",
+            s(r, "label"),
+            fmt_count(num(r, "nodes")),
+            fmt_count(num(r, "delivered_per_s")),
+            fmt_count(num(r, "lost")),
+            fmt_count(num(r, "duplicated")),
+            fmt_ms(num(r, "lat_p50_us")),
+            fmt_ms(num(r, "lat_p99_us")),
+            fmt_ms(num(r, "lat_max_us")),
+            fmt_n(num(r, "server_cpu_us_per_msg"), 3),
+            fmt_n(num(r, "node1_cpu_us_per_msg"), 3),
+            fmt_n(num(r, "broker_cpu_pct"), 0),
+            fmt_n(num(r, "broker_cpu_us_per_msg"), 3),
+            fmt_n(num(r, "cluster_cpu_us_per_msg"), 3),
+        );
+    }
+}
+
 fn idle_table(out: &mut String, rows: &[&Row]) {
     out.push_str("| server | connected | still answering | RSS before MiB | RSS after MiB | **KiB / connection** | setups/s | server CPU µs / setup |\n");
     out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|\n");
@@ -209,6 +233,7 @@ fn targets(rows: &[Row]) -> Vec<Check> {
         format!("{}/s", fmt_count(churn)),
         churn.map(|c| c >= 5000.0),
     ));
+    lost("cluster nodes=2 S=1000 R=1000 P=100", &mut out);
     out
 }
 
@@ -230,6 +255,7 @@ pub fn render(rows: &[Row], run_info: &str) -> String {
         match s(group[0], "scenario") {
             "idle" => idle_table(&mut out, &group),
             "churn" => churn_table(&mut out, &group),
+            "cluster" => cluster_table(&mut out, &group),
             _ => traffic_table(&mut out, &group),
         }
         let notes: Vec<String> = group

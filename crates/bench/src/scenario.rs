@@ -41,6 +41,13 @@ pub struct Ctx {
     pub duration: Duration,
     /// Most time to wait after the window for deliveries still in flight.
     pub drain: Duration,
+    /// Further nodes of a cluster run (empty otherwise): subscriber `j` connects to node
+    /// `j % (1 + peers.len())`, node 0 being `target`; publishers always connect to `target`.
+    pub peers: Vec<Target>,
+    /// The peers' processes, for their CPU.
+    pub peer_pids: Vec<u32>,
+    /// The MQTT broker between the nodes of a cluster run, for its CPU.
+    pub broker_pid: Option<u32>,
 }
 
 impl Ctx {
@@ -62,6 +69,12 @@ impl Ctx {
     /// The server's CPU microseconds now, if a server PID is known.
     pub fn server_cpu(&self) -> Option<u64> {
         self.server_pid.and_then(|p| procfs::cpu_us(p).ok())
+    }
+
+    /// CPU microseconds used so far by each peer node, then by the broker (cluster runs).
+    pub fn cluster_cpu(&self) -> Vec<Option<u64>> {
+        let pids = self.peer_pids.iter().copied().map(Some).chain(self.broker_pid.map(Some));
+        pids.map(|p| p.and_then(|p| procfs::cpu_us(p).ok())).collect()
     }
 }
 
@@ -116,7 +129,9 @@ pub async fn connect_all(
     let mut handles = Vec::with_capacity(n);
     for i in 0..n {
         let Ok(permit) = sem.clone().acquire_owned().await else { break };
-        let (target, wire, topic) = (ctx.target.clone(), ctx.wire.clone(), topic_of(i));
+        let node = if role == Role::Subscriber { i % (1 + ctx.peers.len()) } else { 0 };
+        let target = if node == 0 { ctx.target.clone() } else { ctx.peers[node - 1].clone() };
+        let (wire, topic) = (ctx.wire.clone(), topic_of(i));
         handles.push(tokio::spawn(async move {
             let _permit = permit;
             match topic {

@@ -66,11 +66,13 @@ impl SpawnedSkua {
     /// The binary does not start or never prints its address.
     pub fn start(path: &Path, rooms: usize, extra: &[String]) -> anyhow::Result<Self> {
         let path = std::fs::canonicalize(path).with_context(|| format!("no skua binary at {}", path.display()))?;
-        let dir = std::env::temp_dir().join(format!("skua-bench-{}", std::process::id()));
+        static SPAWNED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = SPAWNED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("skua-bench-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&dir).context("while creating the server's directory")?;
         let fixtures = dir.join("bench-fixtures.toml");
         std::fs::write(&fixtures, crate::fixtures::toml(rooms)).context("while writing the bench fixtures")?;
-        let log = std::env::temp_dir().join(format!("skua-bench-{}-skua.log", std::process::id()));
+        let log = std::env::temp_dir().join(format!("skua-bench-{}-{n}-skua.log", std::process::id()));
         let stderr = std::fs::File::create(&log).context("while creating the skua log")?;
         let mut child = Command::new(&path)
             .current_dir(&dir)
@@ -122,6 +124,82 @@ impl Drop for SpawnedSkua {
         let _ = std::fs::remove_dir_all(&self.dir);
         // The log is only needed when the server did not start (then there is no `Self`).
         let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+/// Skua nodes joined by an MQTT broker (a private `mosquitto` unless one is given), for the
+/// `cluster` scenario. Everything is stopped on drop.
+pub struct SpawnedCluster {
+    /// The nodes; node 0 gets the publishers.
+    pub nodes: Vec<SpawnedSkua>,
+    /// The broker's URL.
+    pub mqtt: String,
+    broker: Option<(Child, PathBuf)>,
+}
+
+impl SpawnedCluster {
+    /// Starts a broker (when `mqtt` is `None`) and `n` nodes on it, in a fresh namespace.
+    ///
+    /// # Errors
+    /// The broker or a node does not start.
+    pub fn start(path: &Path, n: usize, mqtt: Option<String>, extra: &[String]) -> anyhow::Result<Self> {
+        let (mqtt, broker) = match mqtt {
+            Some(url) => (url, None),
+            None => {
+                let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+                let conf = std::env::temp_dir().join(format!("skua-bench-{}-mosquitto.conf", std::process::id()));
+                std::fs::write(&conf, format!("listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n"))?;
+                let child = Command::new("mosquitto")
+                    .arg("-c")
+                    .arg(&conf)
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .context("while starting mosquitto (Debian package mosquitto)")?;
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+                while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+                    if std::time::Instant::now() > deadline {
+                        bail!("mosquitto did not listen on {port}");
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                (format!("mqtt://127.0.0.1:{port}"), Some((child, conf)))
+            }
+        };
+        let namespace = format!("bench{}", std::process::id());
+        let mut cluster = Self { nodes: Vec::with_capacity(n), mqtt, broker };
+        for i in 0..n {
+            let mut args = vec![
+                "--bus".to_owned(),
+                cluster.mqtt.clone(),
+                "--namespace".to_owned(),
+                namespace.clone(),
+                "--node-id".to_owned(),
+                format!("bench-{i}"),
+                "--store".to_owned(),
+                "memory".to_owned(),
+            ];
+            args.extend(extra.iter().cloned());
+            cluster.nodes.push(SpawnedSkua::start(path, crate::fixtures::DEFAULT_ROOMS, &args)?);
+        }
+        Ok(cluster)
+    }
+
+    /// The private broker's process id.
+    pub fn broker_pid(&self) -> Option<u32> {
+        self.broker.as_ref().map(|(c, _)| c.id())
+    }
+}
+
+impl Drop for SpawnedCluster {
+    fn drop(&mut self) {
+        self.nodes.clear();
+        if let Some((mut c, conf)) = self.broker.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+            let _ = std::fs::remove_file(conf);
+        }
     }
 }
 

@@ -117,9 +117,9 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> anyhow::Result<Summary> {
         .collect();
 
     sleep_until(window.start.into()).await;
-    let (srv0, cli0, m0) = (ctx.server_cpu(), client_cpu(), machine_cpu());
+    let (srv0, cli0, m0, cl0) = (ctx.server_cpu(), client_cpu(), machine_cpu(), ctx.cluster_cpu());
     sleep_until(window.end.into()).await;
-    let (srv1, cli1, m1) = (ctx.server_cpu(), client_cpu(), machine_cpu());
+    let (srv1, cli1, m1, cl1) = (ctx.server_cpu(), client_cpu(), machine_cpu(), ctx.cluster_cpu());
 
     // Publishers stop at the window's end; wait until each has (bounded, in case one is stuck).
     let give_up = Instant::now() + Duration::from_secs(5);
@@ -197,6 +197,20 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> anyhow::Result<Summary> {
     s.set("server_cpu_pct", cpu_pct(srv_used, secs));
     s.set("server_cpu_us_per_msg", srv_used.filter(|_| recv.in_window > 0).map(|u| u as f64 / recv.in_window as f64));
     s.set("client_cpu_pct", cpu_pct(used(cli0, cli1), secs));
+    if !ctx.peers.is_empty() {
+        // Node 0 is in server_cpu_*; each peer, then the broker, gets its own figures.
+        let per_msg = |u: Option<u64>| u.filter(|_| recv.in_window > 0).map(|u| u as f64 / recv.in_window as f64);
+        let mut total = srv_used;
+        for (k, (a, b)) in cl0.iter().zip(&cl1).enumerate() {
+            let u = used(*a, *b);
+            total = total.zip(u).map(|(t, u)| t + u);
+            let name = if k < ctx.peers.len() { format!("node{}", k + 1) } else { "broker".to_owned() };
+            s.set(&format!("{name}_cpu_pct"), cpu_pct(u, secs));
+            s.set(&format!("{name}_cpu_us_per_msg"), per_msg(u));
+        }
+        s.set("nodes", 1 + ctx.peers.len());
+        s.set("cluster_cpu_us_per_msg", per_msg(total));
+    }
     set_machine(&mut s, m0, m1, secs);
     let ok = lost == 0 && recv.duplicated == 0 && conn_errors == 0 && rejected == 0 && recv.corrupt == 0;
     s.set("ok", ok);
