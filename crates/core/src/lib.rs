@@ -22,6 +22,6 @@ pub use ids::{ActorId, ActorType, AppId, ClientId, ConnId, IdError, NodeId, Proj
 pub use presence::{ConnRef, Presence, PresenceEntry, PresenceError};
 pub use registry::{Registry, SharedRegistry};
 pub use store::{
-    Claim, Consumer, Holder, NewMessage, Release, RestoreRecord, RestoredTopic, Retention, SessionKey, Store,
-    StoreError, StoredMessage,
+    Claim, Consumer, Holder, MessageLog, NewMessage, Release, RestoreRecord, RestoredTopic, Retention, SessionKey,
+    Store, StoreError, StoredMessage,
 };

@@ -170,7 +170,7 @@ pub struct Retention {
 ///    after that call, then `load_restore` returns `None` for it.
 /// 3. `load_restore` returns the latest saved record that has not expired.
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
+pub trait Store: MessageLog + Send + Sync + 'static {
     /// Replaces the restore record of `key`.
     ///
     /// # Errors
@@ -188,7 +188,13 @@ pub trait Store: Send + Sync + 'static {
     /// # Errors
     /// [`StoreError`] when the backend failed.
     async fn release_restore(&self, key: &SessionKey, now_unix_s: u64, ttl_s: u64) -> Result<(), StoreError>;
+}
 
+/// The message log of logged topics (N24–N26), part of every [`Store`]: stored messages, the
+/// consumers they are kept for, claims, acks and retention. The model is in docs/durable.md; the
+/// store conformance suite's `log_*` cases are its contract.
+#[async_trait]
+pub trait MessageLog: Send + Sync {
     /// Stores a message of a logged topic and makes it pending, unheld, for every live consumer
     /// of its topic whose filters match (N13); returns its store order (`seq`, increasing).
     ///

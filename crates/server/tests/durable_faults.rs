@@ -43,11 +43,7 @@ async fn fresh_database() -> Option<String> {
 
 async fn agent(url: &str, client_id: &str, reconnect: bool) -> WsClient {
     let mut c = WsClient::connect(url).await;
-    c.send(frame! {"type" => "auth", "token" => "dev-token-agent", "protocolVersion" => 2,
-    "clientId" => client_id, "reconnect" => reconnect})
-        .await;
-    let reply = c.expect("auth").await;
-    assert_eq!(reply.get("success"), &Value::Boolean(true), "{reply:?}");
+    c.auth_session("dev-token-agent", Some(client_id), reconnect).await;
     c
 }
 
@@ -156,8 +152,7 @@ async fn publishes_to_logged_topics_fail_clearly_while_postgres_is_down_and_resu
     let store = url.clone();
     let server = TestServer::builder().settings(move |s| s.store = Some(store)).spawn().await;
     let mut w = server.connect().await;
-    w.send(frame! {"type" => "auth", "token" => "dev-token-agent", "protocolVersion" => 2, "clientId" => "pgw"}).await;
-    w.expect("auth").await;
+    w.auth_session("dev-token-agent", Some("pgw"), false).await;
     w.subscribe(TASKS).await;
     let mut alice = server.auth("dev-token-alice").await;
     alice.publish_acked(TASKS, Value::from(1)).await;

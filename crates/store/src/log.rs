@@ -128,45 +128,47 @@ pub(crate) fn distinct(ids: Vec<String>) -> Vec<String> {
     out
 }
 
-/// Implements the message-log methods (`log_*`) on a store type with a `pool` field and an
-/// `APPEND_ONE` constant (a one-statement append, or `None` for a two-statement transaction),
-/// for one sqlx backend; the `Store` impl of the type forwards to them.
+/// Binds `$1…$8` of [`INSERT_MESSAGE`] / [`APPEND_ONE_STATEMENT`] for message `$m` at `$now`.
+macro_rules! message_binds {
+    ($q:expr, $m:expr, $now:expr) => {
+        $q.bind($m.msg_id)
+            .bind($m.topic)
+            .bind($m.filter)
+            .bind($m.publisher)
+            .bind(crate::sql::unix_to_sql($m.timestamp_ms))
+            .bind(i16::from($m.qos))
+            .bind($m.data)
+            .bind(crate::sql::unix_to_sql($now))
+    };
+}
+
+pub(crate) use message_binds;
+
+/// Implements [`skua_core::MessageLog`] for a store type with a `pool` field and an `APPEND_ONE`
+/// constant (a one-statement append, or `None` for a two-statement transaction), for one sqlx
+/// backend.
 macro_rules! sql_message_log {
     ($store:ty, $backend:expr) => {
-        impl $store {
-            async fn log_append(
+        #[async_trait::async_trait]
+        impl skua_core::MessageLog for $store {
+            async fn append(
                 &self,
-                m: &skua_core::NewMessage<'_>,
+                message: &skua_core::NewMessage<'_>,
                 now_unix_s: u64,
             ) -> Result<u64, skua_core::StoreError> {
                 use crate::error::sql;
                 use crate::log::*;
                 use crate::sql::unix_to_sql;
+                let m = message;
                 if let Some(one) = Self::APPEND_ONE {
-                    let seq: i64 = sqlx::query_scalar(one)
-                        .bind(m.msg_id)
-                        .bind(m.topic)
-                        .bind(m.filter)
-                        .bind(m.publisher)
-                        .bind(unix_to_sql(m.timestamp_ms))
-                        .bind(i16::from(m.qos))
-                        .bind(m.data)
-                        .bind(unix_to_sql(now_unix_s))
+                    let seq: i64 = message_binds!(sqlx::query_scalar(one), m, now_unix_s)
                         .fetch_one(&self.pool)
                         .await
                         .map_err(sql($backend, "append"))?;
                     return Ok(u64::try_from(seq).unwrap_or(0));
                 }
                 let mut tx = self.pool.begin().await.map_err(sql($backend, "append"))?;
-                let seq: i64 = sqlx::query_scalar(INSERT_MESSAGE)
-                    .bind(m.msg_id)
-                    .bind(m.topic)
-                    .bind(m.filter)
-                    .bind(m.publisher)
-                    .bind(unix_to_sql(m.timestamp_ms))
-                    .bind(i16::from(m.qos))
-                    .bind(m.data)
-                    .bind(unix_to_sql(now_unix_s))
+                let seq: i64 = message_binds!(sqlx::query_scalar(INSERT_MESSAGE), m, now_unix_s)
                     .fetch_one(&mut *tx)
                     .await
                     .map_err(sql($backend, "append"))?;
@@ -184,15 +186,16 @@ macro_rules! sql_message_log {
                 Ok(u64::try_from(seq).unwrap_or(0))
             }
 
-            async fn log_open_consumer(
+            async fn open_consumer(
                 &self,
-                c: &skua_core::Consumer,
+                consumer: &skua_core::Consumer,
                 now_unix_s: u64,
                 ttl_s: u64,
             ) -> Result<(), skua_core::StoreError> {
                 use crate::error::sql;
                 use crate::log::*;
                 use crate::sql::unix_to_sql;
+                let c = consumer;
                 let mut tx = self.pool.begin().await.map_err(sql($backend, "open_consumer"))?;
                 sqlx::query(UPSERT_CONSUMER)
                     .bind(&c.id)
@@ -220,7 +223,7 @@ macro_rules! sql_message_log {
                 Ok(())
             }
 
-            async fn log_touch_consumers(
+            async fn touch_consumers(
                 &self,
                 ids: &[&str],
                 now_unix_s: u64,
@@ -241,7 +244,7 @@ macro_rules! sql_message_log {
                 Ok(())
             }
 
-            async fn log_drop_consumer(&self, id: &str) -> Result<(), skua_core::StoreError> {
+            async fn drop_consumer(&self, id: &str) -> Result<(), skua_core::StoreError> {
                 use crate::error::sql;
                 use crate::log::*;
                 sqlx::query(DROP_CONSUMER)
@@ -252,14 +255,15 @@ macro_rules! sql_message_log {
                 Ok(())
             }
 
-            async fn log_claim(
+            async fn claim(
                 &self,
                 consumer: &str,
                 msg_id: &str,
-                h: skua_core::Holder<'_>,
+                holder: skua_core::Holder<'_>,
             ) -> Result<skua_core::Claim, skua_core::StoreError> {
                 use crate::error::sql;
                 use crate::log::*;
+                let h = holder;
                 let deliveries: Option<i32> = sqlx::query_scalar(CLAIM)
                     .bind(consumer)
                     .bind(msg_id)
@@ -281,7 +285,7 @@ macro_rules! sql_message_log {
                 Ok(if n > 0 { skua_core::Claim::Held } else { skua_core::Claim::Absent })
             }
 
-            async fn log_backlog(&self, consumer: &str) -> Result<(u64, u64), skua_core::StoreError> {
+            async fn backlog(&self, consumer: &str) -> Result<(u64, u64), skua_core::StoreError> {
                 use crate::error::sql;
                 use crate::log::*;
                 let (n, max): (i64, i64) = sqlx::query_as(BACKLOG)
@@ -292,16 +296,17 @@ macro_rules! sql_message_log {
                 Ok((u64::try_from(n).unwrap_or(0), u64::try_from(max).unwrap_or(0)))
             }
 
-            async fn log_claim_page(
+            async fn claim_page(
                 &self,
                 consumer: &str,
-                h: skua_core::Holder<'_>,
+                holder: skua_core::Holder<'_>,
                 up_to: u64,
                 limit: u32,
             ) -> Result<Vec<skua_core::StoredMessage>, skua_core::StoreError> {
                 use crate::error::sql;
                 use crate::log::*;
                 use crate::sql::unix_to_sql;
+                let h = holder;
                 let claimed: Vec<(i64, i32)> = sqlx::query_as(CLAIM_PAGE)
                     .bind(consumer)
                     .bind(h.session)
@@ -323,7 +328,7 @@ macro_rules! sql_message_log {
                 Ok(stored_messages(&claimed, rows))
             }
 
-            async fn log_ack(&self, consumer: &str, msg_id: &str) -> Result<bool, skua_core::StoreError> {
+            async fn ack(&self, consumer: &str, msg_id: &str) -> Result<bool, skua_core::StoreError> {
                 use crate::error::sql;
                 use crate::log::*;
                 let done = sqlx::query(ACK)
@@ -335,7 +340,7 @@ macro_rules! sql_message_log {
                 Ok(done.rows_affected() > 0)
             }
 
-            async fn log_release(&self, scope: skua_core::Release<'_>) -> Result<Vec<String>, skua_core::StoreError> {
+            async fn release(&self, scope: skua_core::Release<'_>) -> Result<Vec<String>, skua_core::StoreError> {
                 use crate::error::sql;
                 use crate::log::*;
                 let conn = |c: u64| i64::try_from(c).unwrap_or(i64::MAX);
@@ -367,7 +372,7 @@ macro_rules! sql_message_log {
                 Ok(distinct(ids))
             }
 
-            async fn log_prune(
+            async fn prune_log(
                 &self,
                 now_unix_s: u64,
                 retention: skua_core::Retention,

@@ -14,7 +14,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
 use skua_core::{
-    Claim, Consumer, Holder, NewMessage, Release, RestoreRecord, Retention, SessionKey, Store, StoreError,
+    Claim, Consumer, Holder, MessageLog, NewMessage, Release, RestoreRecord, Retention, SessionKey, Store, StoreError,
     StoredMessage,
 };
 
@@ -137,7 +137,11 @@ impl Store for MemoryStore {
         }
         Ok(())
     }
+}
 
+/// The log in maps ([`crate::memory_log`]), behind the same lock as the records.
+#[async_trait]
+impl MessageLog for MemoryStore {
     async fn append(&self, message: &NewMessage<'_>, now_unix_s: u64) -> Result<u64, StoreError> {
         Ok(self.lock().log.append(message, now_unix_s))
     }

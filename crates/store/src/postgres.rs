@@ -18,10 +18,7 @@ use std::fmt;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use skua_core::{
-    Claim, Consumer, Holder, NewMessage, Release, RestoreRecord, Retention, SessionKey, Store, StoreError,
-    StoredMessage,
-};
+use skua_core::{RestoreRecord, SessionKey, Store, StoreError};
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
 use crate::clock::UnixClock;
@@ -216,51 +213,5 @@ impl Store for PostgresStore {
             );
         }
         Ok(())
-    }
-
-    async fn append(&self, message: &NewMessage<'_>, now_unix_s: u64) -> Result<u64, StoreError> {
-        self.log_append(message, now_unix_s).await
-    }
-
-    async fn open_consumer(&self, consumer: &Consumer, now_unix_s: u64, ttl_s: u64) -> Result<(), StoreError> {
-        self.log_open_consumer(consumer, now_unix_s, ttl_s).await
-    }
-
-    async fn touch_consumers(&self, ids: &[&str], now_unix_s: u64, ttl_s: u64) -> Result<(), StoreError> {
-        self.log_touch_consumers(ids, now_unix_s, ttl_s).await
-    }
-
-    async fn drop_consumer(&self, id: &str) -> Result<(), StoreError> {
-        self.log_drop_consumer(id).await
-    }
-
-    async fn claim(&self, consumer: &str, msg_id: &str, holder: Holder<'_>) -> Result<Claim, StoreError> {
-        self.log_claim(consumer, msg_id, holder).await
-    }
-
-    async fn backlog(&self, consumer: &str) -> Result<(u64, u64), StoreError> {
-        self.log_backlog(consumer).await
-    }
-
-    async fn claim_page(
-        &self,
-        consumer: &str,
-        holder: Holder<'_>,
-        up_to: u64,
-        limit: u32,
-    ) -> Result<Vec<StoredMessage>, StoreError> {
-        self.log_claim_page(consumer, holder, up_to, limit).await
-    }
-
-    async fn ack(&self, consumer: &str, msg_id: &str) -> Result<bool, StoreError> {
-        self.log_ack(consumer, msg_id).await
-    }
-
-    async fn release(&self, scope: Release<'_>) -> Result<Vec<String>, StoreError> {
-        self.log_release(scope).await
-    }
-
-    async fn prune_log(&self, now_unix_s: u64, retention: Retention) -> Result<u64, StoreError> {
-        self.log_prune(now_unix_s, retention).await
     }
 }

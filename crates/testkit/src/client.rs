@@ -253,6 +253,24 @@ impl WsClient {
         }
     }
 
+    /// Authenticates at protocol version 2 with an optional `clientId` and the `reconnect` flag;
+    /// asserts success and returns the reply.
+    pub async fn auth_session(&mut self, token: &str, client_id: Option<&str>, reconnect: bool) -> Frame {
+        let mut f = vec![
+            (Value::from("type"), Value::from("auth")),
+            (Value::from("token"), Value::from(token)),
+            (Value::from("protocolVersion"), Value::from(2)),
+            (Value::from("reconnect"), Value::from(reconnect)),
+        ];
+        if let Some(id) = client_id {
+            f.push((Value::from("clientId"), Value::from(id)));
+        }
+        self.send(Value::Map(f)).await;
+        let reply = self.expect("auth").await;
+        assert_eq!(reply.get("success"), &Value::Boolean(true), "{reply:?}");
+        reply
+    }
+
     /// Sends `auth` and returns the reply.
     pub async fn auth(&mut self, token: &str, version: Option<u32>) -> Frame {
         let mut f = vec![(Value::from("type"), Value::from("auth")), (Value::from("token"), Value::from(token))];

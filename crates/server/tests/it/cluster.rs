@@ -237,10 +237,7 @@ async fn namespaces_isolate_clusters_on_one_broker_and_redis() {
 
 async fn durable_agent(n: &TestServer, client_id: &str, reconnect: bool) -> skua_testkit::WsClient {
     let mut c = n.connect().await;
-    c.send(frame! {"type" => "auth", "token" => "dev-token-agent", "protocolVersion" => 2,
-    "clientId" => client_id, "reconnect" => reconnect})
-        .await;
-    assert_eq!(c.expect("auth").await.get("success"), &Value::Boolean(true));
+    c.auth_session("dev-token-agent", Some(client_id), reconnect).await;
     c
 }
 

@@ -14,13 +14,7 @@ const TASKS: &str = "demo/general/tasks";
 /// Authenticates `token` with an optional clientId; returns the client and its auth reply.
 async fn auth(server: &TestServer, token: &str, client_id: Option<&str>, reconnect: bool) -> (WsClient, Frame) {
     let mut c = server.connect().await;
-    let mut f = frame! {"type" => "auth", "token" => token, "protocolVersion" => 2, "reconnect" => reconnect};
-    if let (Some(id), Value::Map(m)) = (client_id, &mut f) {
-        m.push(("clientId".into(), id.into()));
-    }
-    c.send(f).await;
-    let reply = c.expect("auth").await;
-    assert_eq!(reply.get("success"), &Value::Boolean(true), "{reply:?}");
+    let reply = c.auth_session(token, client_id, reconnect).await;
     (c, reply)
 }
 

@@ -5,13 +5,7 @@ use skua_testkit::{Frame, TestServer, WsClient, frame};
 
 async fn auth_with(server: &TestServer, token: &str, reconnect: bool, client_id: Option<&str>) -> (WsClient, Frame) {
     let mut c = server.connect().await;
-    let mut f = frame! {"type" => "auth", "token" => token, "protocolVersion" => 2, "reconnect" => reconnect};
-    if let (Some(id), Value::Map(m)) = (client_id, &mut f) {
-        m.push(("clientId".into(), id.into()));
-    }
-    c.send(f).await;
-    let reply = c.expect("auth").await;
-    assert_eq!(reply.get("success"), &Value::Boolean(true), "{reply:?}");
+    let reply = c.auth_session(token, client_id, reconnect).await;
     (c, reply)
 }
 
