@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod outbound;
 pub mod ratelimit;
 mod session;
+pub mod small_map;
 pub mod state;
 pub mod ws;
 

@@ -5,7 +5,7 @@ mod auth;
 mod presence;
 mod topics;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -18,6 +18,7 @@ use crate::durable::{Cmd, DurableHandle};
 use crate::hub::bus_subscription;
 use crate::outbound::ConnHandle;
 use crate::ratelimit::TokenBucket;
+use crate::small_map::SmallMap;
 use crate::state::{EdgeState, ProjectSlot, now_unix_s};
 
 /// A subscription as the session remembers it.
@@ -52,7 +53,7 @@ pub(crate) struct Session {
     conn: Arc<ConnHandle>,
     auth: Option<Authed>,
     /// Keyed by the topic string as the client sent it (N11).
-    subs: BTreeMap<String, SessionSub>,
+    subs: SmallMap<String, SessionSub>,
     /// Lobby slug as sent → the rooms it covers.
     lobbies: HashMap<String, Vec<RoomKey>>,
     /// The room this connection announced presence in.
@@ -73,7 +74,7 @@ impl Session {
             st,
             conn,
             auth: None,
-            subs: BTreeMap::new(),
+            subs: SmallMap::new(),
             lobbies: HashMap::new(),
             presence_room: None,
             connection_presence: None,

@@ -57,18 +57,16 @@ async fn ws_upgrade(State(st): State<Arc<EdgeState>>, ws: WebSocketUpgrade) -> R
         .read_buffer_size(4 * 1024)
         .write_buffer_size(16 * 1024)
         .max_write_buffer_size(2 * max + 64 * 1024)
-        .on_upgrade(move |socket| async move {
+        .on_upgrade(move |socket| {
+            // Runs in axum's upgrade task itself (no second task per connection), tracked so
+            // shutdown waits for it; the permit is held for the socket's life.
             let tracker = st.tracker.clone();
-            // Tracked so shutdown waits for it; the permit is held for the socket's life.
-            tracker
-                .spawn(async move {
-                    let id = st.next_conn_id();
-                    let span = tracing::debug_span!("conn", conn = %id, node = %st.node);
-                    run_connection(socket, st, id).instrument(span).await;
-                    drop(permit);
-                })
-                .await
-                .ok();
+            tracker.track_future(async move {
+                let id = st.next_conn_id();
+                let span = tracing::debug_span!("conn", conn = %id, node = %st.node);
+                run_connection(socket, st, id).instrument(span).await;
+                drop(permit);
+            })
         })
 }
 
@@ -83,7 +81,7 @@ async fn run_connection(socket: WebSocket, st: Arc<EdgeState>, id: skua_core::Co
     let mut session = Session::new(st.clone(), handle.clone());
     read_loop(&mut session, stream, &st, &handle).await;
     // Release subscriptions and presence (sending leaves) before the socket goes.
-    session.cleanup().await;
+    Box::pin(session.cleanup()).await;
     handle.request_close(CloseRequest::GONE);
     let _ = writer.await;
     st.metrics.connections_closed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -156,7 +154,9 @@ async fn read_loop(
                         handle.push(Bytes::new());
                     }
                     Message::Binary(b) => match ClientFrame::decode(&b) {
-                        Ok(frame) => session.handle(frame).await,
+                        // Boxed: the handlers' futures are large and live only while a frame is
+                        // handled, instead of enlarging every idle connection's task.
+                        Ok(frame) => Box::pin(session.handle(frame)).await,
                         Err(e) => session.invalid_frame(&e),
                     },
                     Message::Text(_) => session.invalid_frame(&DecodeError {
