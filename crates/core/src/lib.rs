@@ -4,6 +4,7 @@
 //! - [`ids`]: identifier newtypes, each checked once by a `parse` constructor;
 //! - [`address`]: topic addresses, room keys and load-balancing group keys;
 //! - [`registry`]: projects, apps, rooms, grants, lobbies, actors and access checks;
+//! - [`registry_store`]: the registry's stored records and the slot that keeps them;
 //! - [`envelope`]: what travels between nodes;
 //! - [`bus`], [`presence`], [`store`]: the slot traits whose contracts every backend honours.
 
@@ -13,6 +14,7 @@ pub mod envelope;
 pub mod ids;
 pub mod presence;
 pub mod registry;
+pub mod registry_store;
 pub mod store;
 
 pub use address::{GroupKey, RoomKey, TopicAddress};
@@ -21,6 +23,7 @@ pub use envelope::{Envelope, EnvelopeId, PresenceChange, PresenceEvent, Publicat
 pub use ids::{ActorId, ActorType, AppId, ClientId, ConnId, IdError, NodeId, ProjectId};
 pub use presence::{ConnRef, Presence, PresenceEntry, PresenceError};
 pub use registry::{Registry, SharedRegistry};
+pub use registry_store::{RegistryData, RegistrySnapshot, RegistryStore};
 pub use store::{
     Claim, Consumer, Holder, MessageLog, NewMessage, Release, RestoreRecord, RestoredTopic, Retention, SessionKey,
     Store, StoreError, StoredMessage,

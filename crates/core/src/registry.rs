@@ -142,6 +142,8 @@ pub struct ProjectLimits {
     pub rate_limit: Option<u32>,
     /// Largest publish payload in bytes.
     pub max_message_size: Option<usize>,
+    /// Publishes per calendar month (UTC) over the whole project; beyond it 42920.
+    pub monthly_message_quota: Option<u64>,
 }
 
 /// A project.
@@ -184,6 +186,8 @@ pub struct Actor {
     pub active: bool,
     /// Publishes per second per connection, overriding project and node.
     pub rate_limit: Option<u32>,
+    /// Connections opened before this instant (unix ms) are closed: `DisconnectActor`.
+    pub disconnect_before_ms: Option<u64>,
 }
 
 /// Why an access check failed; `hint` goes to v2 clients (N7).
@@ -224,7 +228,8 @@ pub struct Registry {
     tokens: HashMap<[u8; 32], ActorId>,
 }
 
-fn digest(token: &str) -> [u8; 32] {
+/// The SHA-256 digest a token is looked up (and stored) by.
+pub fn digest(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
@@ -237,6 +242,18 @@ impl Registry {
         projects: Vec<Project>,
         actors: Vec<Actor>,
         tokens: Vec<(String, ActorId)>,
+    ) -> Result<Self, RegistryError> {
+        Self::build_hashed(projects, actors, tokens.into_iter().map(|(t, a)| (digest(&t), a)).collect())
+    }
+
+    /// [`Self::build`] with tokens given by their SHA-256 digests (the stored form).
+    ///
+    /// # Errors
+    /// As [`Self::build`].
+    pub fn build_hashed(
+        projects: Vec<Project>,
+        actors: Vec<Actor>,
+        tokens: Vec<([u8; 32], ActorId)>,
     ) -> Result<Self, RegistryError> {
         let mut r = Self::default();
         for p in projects {
@@ -276,7 +293,7 @@ impl Registry {
             if !r.actors.contains_key(&actor) {
                 return Err(RegistryError(format!("token for unknown actor {actor}")));
             }
-            if r.tokens.insert(digest(&token), actor).is_some() {
+            if r.tokens.insert(token, actor).is_some() {
                 return Err(RegistryError("the same token is given twice".into()));
             }
         }
@@ -286,6 +303,11 @@ impl Registry {
     /// The actor a static token belongs to.
     pub fn actor_by_token(&self, token: &str) -> Option<&Arc<Actor>> {
         self.tokens.get(&digest(token)).and_then(|id| self.actors.get(id))
+    }
+
+    /// Whether a token with this digest still exists (revalidation, 4001 `token_revoked`).
+    pub fn has_token_digest(&self, digest: &[u8; 32]) -> bool {
+        self.tokens.contains_key(digest)
     }
 
     /// An actor by id.
@@ -464,6 +486,7 @@ mod tests {
             actor_type: t,
             active: true,
             rate_limit: None,
+            disconnect_before_ms: None,
         };
         let r = Registry::build(
             vec![project],
@@ -526,6 +549,7 @@ mod tests {
             actor_type: ActorType::User,
             active: true,
             rate_limit: None,
+            disconnect_before_ms: None,
         };
         assert!(g.applies(&a, Some("messages"), Operation::Subscribe, 99));
         assert!(!g.applies(&a, Some("messages"), Operation::Subscribe, 100));

@@ -11,6 +11,7 @@
 //! - [`postgres`]: [`PostgresStore`], the store a cluster shares, migrated by `skua migrate`
 //!   ([`migrate`]);
 //! - [`prune`]: when the durable stores delete expired records;
+//! - [`registry`]: the control plane's registry ([`skua_core::RegistryStore`]) in the same database;
 //! - [`open`] and [`migrate`]: a store by its `--store` URL; errors in [`error`].
 //!
 //! Private modules: `record` (the byte form of a record in the `record` column), `migrations`
@@ -30,6 +31,7 @@ mod open;
 pub mod postgres;
 pub mod prune;
 mod record;
+pub mod registry;
 mod sql;
 pub mod sqlite;
 
@@ -38,5 +40,6 @@ pub use error::{SchemaNotMigrated, UnsupportedStoreUrl};
 pub use memory::MemoryStore;
 pub use open::{migrate, open};
 pub use postgres::PostgresStore;
+pub use registry::{PostgresRegistryStore, SqliteRegistryStore, open_registry};
 pub use prune::PRUNE_INTERVAL_S;
 pub use sqlite::SqliteStore;

@@ -31,12 +31,14 @@ macro_rules! embedded {
 pub(crate) const SQLITE: &[Embedded] = embedded!("sqlite":
     "20261201000001_restore_records.sql",
     "20261201000002_message_log.sql",
+    "20261201000003_registry.sql",
 );
 
 /// `migrations/postgres/`, oldest first. Append only (migrations/README.md).
 pub(crate) const POSTGRES: &[Embedded] = embedded!("postgres":
     "20261201000001_restore_records.sql",
     "20261201000002_message_log.sql",
+    "20261201000003_registry.sql",
 );
 
 /// A migrator over `files`.
