@@ -1,1 +1,28 @@
-//! placeholder
+//! Skua's control plane (issue 5): the `skua.control.v1` gRPC API over the registry store,
+//! and the propagation of every change to every edge.
+//!
+//! Depends on `skua-core` only: what it needs from the node it runs in is the [`NodeAdmin`]
+//! trait, implemented by the server crate over the edge. Modules:
+//! - [`pb`]: messages, client and server generated from `proto/skua/control/v1/control.proto`
+//!   at build time (protox, no `protoc`);
+//! - [`service`]: [`ControlService`], the RPC handlers, with [`validate`] for input checks;
+//! - [`server`]: serving it with health, reflection and the admin-key check;
+//! - [`sync`]: [`Propagator`], which keeps a node's registry in step with the store;
+//! - [`fixtures`]: loading fixtures into the store through the same change sets.
+
+pub mod fixtures;
+pub mod server;
+pub mod service;
+pub mod sync;
+pub mod validate;
+
+/// Generated from `proto/skua/control/v1/control.proto`; the proto documents every field.
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod pb {
+    tonic::include_proto!("skua.control.v1");
+    /// Encoded descriptors of `skua.control.v1`, for the reflection service.
+    pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/control_descriptor.bin"));
+}
+
+pub use service::{ControlLimits, ControlService};
+pub use sync::{ConnectionInfo, NodeAdmin, Propagator, ServerPublish};

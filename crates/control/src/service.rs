@@ -1,0 +1,168 @@
+//! [`ControlService`]: the `skua.control.v1.Control` implementation. Reads come from the
+//! node's registry snapshot (refreshed from the store first); writes are change sets computed
+//! against that snapshot and applied with the store's compare-and-set on the registry version,
+//! retried on a conflict, so concurrent control replicas never lose each other's writes and
+//! every check (uniqueness, caps, references) holds against the data actually written.
+//!
+//! The RPC handlers live in `service/rpc.rs`; conversions to protobuf in `service/convert.rs`.
+
+mod convert;
+mod rpc;
+
+use std::sync::Arc;
+
+use skua_core::registry_store::{ActorRecord, AppRecord, ApplyError, Change, ProjectRecord, RoomRecord, TokenRecord};
+use skua_core::{RegistryData, StoreError};
+use tonic::Status;
+
+use crate::sync::Propagator;
+
+/// How often a write is retried after losing a compare-and-set race.
+const MAX_ATTEMPTS: usize = 8;
+
+/// Caps the control plane enforces; each is a `skua serve` setting (config/default.toml).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ControlLimits {
+    /// Most apps per project.
+    pub max_apps_per_project: u32,
+    /// Most rooms per app, unless the app sets its own cap.
+    pub max_rooms_per_app: u32,
+    /// Most actors per project.
+    pub max_actors_per_project: u32,
+    /// Most grants per room.
+    pub max_grants_per_room: u32,
+    /// Most lobbies per project.
+    pub max_lobbies_per_project: u32,
+    /// Largest page of a List call (and the default page is min(100, this)).
+    pub max_page_size: u32,
+    /// Largest server-side publish payload, unless the project sets its own.
+    pub max_message_size: u32,
+}
+
+impl Default for ControlLimits {
+    fn default() -> Self {
+        Self {
+            max_apps_per_project: 100,
+            max_rooms_per_app: 10_000,
+            max_actors_per_project: 100_000,
+            max_grants_per_room: 1000,
+            max_lobbies_per_project: 1000,
+            max_page_size: 1000,
+            max_message_size: 921_600,
+        }
+    }
+}
+
+/// The control-plane service of one node.
+pub struct ControlService {
+    sync: Arc<Propagator>,
+    limits: ControlLimits,
+}
+
+impl std::fmt::Debug for ControlService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControlService").field("limits", &self.limits).finish_non_exhaustive()
+    }
+}
+
+/// `UNAVAILABLE` for a store failure; the cause is logged, not sent.
+pub(crate) fn unavailable(e: &StoreError) -> Status {
+    tracing::warn!(error = e as &dyn std::error::Error, "Control-plane request failed in the store.");
+    Status::unavailable("the store is unreachable; retry shortly")
+}
+
+impl ControlService {
+    /// A service writing through `sync`'s store and serving `sync`'s node.
+    pub fn new(sync: Arc<Propagator>, limits: ControlLimits) -> Self {
+        Self { sync, limits }
+    }
+
+    /// The registry as of now: the snapshot, refreshed from the store when it moved (a failing
+    /// store serves the last snapshot).
+    pub(crate) async fn read(&self) -> Arc<skua_core::RegistrySnapshot> {
+        if let Err(e) = self.sync.refresh().await {
+            tracing::debug!(error = &e as &dyn std::error::Error, "Serving a read from the last registry.");
+        }
+        self.sync.snapshot()
+    }
+
+    /// Computes a change set with `f` against the current registry and applies it; on a
+    /// concurrent write, reloads and recomputes.
+    pub(crate) async fn mutate<R>(
+        &self,
+        f: impl Fn(&RegistryData) -> Result<(Vec<Change>, R), Status>,
+    ) -> Result<R, Status> {
+        for _ in 0..MAX_ATTEMPTS {
+            let snap = self.sync.snapshot();
+            let (changes, r) = f(&snap.data)?;
+            if changes.is_empty() {
+                return Ok(r);
+            }
+            match self.sync.store().apply(snap.version, &changes).await {
+                Ok(version) => {
+                    self.sync.applied(&snap, &changes, version);
+                    return Ok(r);
+                }
+                Err(ApplyError::Conflict { .. }) => {
+                    self.sync.refresh().await.map_err(|e| unavailable(&e))?;
+                }
+                Err(ApplyError::Store(e)) => return Err(unavailable(&e)),
+                Err(e) => return Err(Status::internal(e.to_string())),
+            }
+        }
+        Err(Status::aborted("the registry kept changing concurrently; retry"))
+    }
+
+    pub(crate) fn page_size(&self, requested: u32) -> usize {
+        let max = self.limits.max_page_size.max(1);
+        (if requested == 0 { max.min(100) } else { requested.min(max) }) as usize
+    }
+}
+
+/// The project a request names; empty = the only project.
+pub(crate) fn project<'a>(d: &'a RegistryData, id: &str) -> Result<&'a ProjectRecord, Status> {
+    if id.is_empty() {
+        let mut it = d.projects.values();
+        return match (it.next(), it.next()) {
+            (Some(p), None) => Ok(p),
+            (None, _) => Err(Status::failed_precondition("no project exists yet; create one first")),
+            _ => Err(Status::invalid_argument("project_id is required: there are several projects")),
+        };
+    }
+    crate::validate::slug("project_id", id)?;
+    d.projects.get(id).ok_or_else(|| Status::not_found(format!("project {id:?} not found")))
+}
+
+/// An app of `project` by id or slug.
+pub(crate) fn app<'a>(d: &'a RegistryData, project: &str, app: &str) -> Result<&'a AppRecord, Status> {
+    crate::validate::slug("app", app)?;
+    d.apps
+        .get(app)
+        .filter(|a| a.project == project)
+        .or_else(|| d.apps.values().find(|a| a.project == project && a.slug == app))
+        .ok_or_else(|| Status::not_found(format!("app {app:?} not found in project {project:?}")))
+}
+
+/// A room of `app`.
+pub(crate) fn room<'a>(d: &'a RegistryData, app: &AppRecord, slug: &str) -> Result<&'a RoomRecord, Status> {
+    crate::validate::slug("slug", slug)?;
+    d.rooms
+        .get(&(app.id.clone(), slug.to_owned()))
+        .ok_or_else(|| Status::not_found(format!("room {slug:?} not found in app {:?}", app.slug)))
+}
+
+/// An actor by id.
+pub(crate) fn actor<'a>(d: &'a RegistryData, id: &str) -> Result<&'a ActorRecord, Status> {
+    crate::validate::slug("actor_id", id)?;
+    d.actors.get(id).ok_or_else(|| Status::not_found(format!("actor {id:?} not found")))
+}
+
+/// A fresh access token `at_live_<keyId>.<secret>` and its stored record.
+pub(crate) fn new_token(actor: &str, now_ms: u64) -> (String, TokenRecord) {
+    let key_id = uuid::Uuid::new_v4().simple().to_string()[..16].to_owned();
+    // Two v4 UUIDs: 244 random bits from the OS generator.
+    let secret = format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
+    let token = format!("at_live_{key_id}.{secret}");
+    let sha256 = skua_core::registry_store::hex(&skua_core::registry::digest(&token));
+    (token, TokenRecord { key_id, actor: actor.to_owned(), sha256, created_at_ms: now_ms })
+}

@@ -1,0 +1,268 @@
+//! Propagation: how every node learns of registry changes within a second (N15).
+//!
+//! Each node runs one [`Propagator`]. Every `poll_interval` (default 250 ms) it reads the
+//! registry's version from the store, a single-row read; when the version moved it loads the
+//! registry, builds a fresh [`skua_core::Registry`] and hands it to the node
+//! ([`NodeAdmin::install_registry`]), which swaps its `SharedRegistry` and lets every
+//! connection re-check itself. The same loop flushes the node's publish counts to the store
+//! (monthly quotas) and reads back the totals. This works the same on SQLite and Postgres and
+//! across any number of nodes; a node whose store is unreachable keeps serving with the last
+//! registry and retries each tick (docs/control-plane.md).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use skua_core::registry_store::{Change, month_of};
+use skua_core::{ActorId, ProjectId, Registry, RegistrySnapshot, RegistryStore, StoreError};
+use tokio_util::sync::CancellationToken;
+
+/// One authenticated connection, as `ListConnections` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionInfo {
+    /// Connection id on its node.
+    pub connection_id: String,
+    /// Actor.
+    pub actor: ActorId,
+    /// `clientId`, if given.
+    pub client_id: Option<String>,
+    /// When it authenticated, unix ms.
+    pub connected_at_ms: u64,
+    /// Topic subscriptions held.
+    pub subscriptions: u32,
+}
+
+/// A server-side publish, resolved and checked by the control plane.
+#[derive(Debug, Clone)]
+pub struct ServerPublish {
+    /// The resolved address.
+    pub topic: skua_core::TopicAddress,
+    /// Filter key.
+    pub filter: Option<String>,
+    /// Who subscribers see as `from`.
+    pub from: ActorId,
+    /// Packed MessagePack payload.
+    pub data: bytes::Bytes,
+    /// Retain.
+    pub retain: bool,
+    /// Unix ms.
+    pub timestamp_ms: u64,
+}
+
+/// What the control plane needs from the node it runs in (the edge implements it through the
+/// server crate). Keeps this crate free of the edge.
+#[async_trait::async_trait]
+pub trait NodeAdmin: Send + Sync + 'static {
+    /// This node's id.
+    fn node_id(&self) -> String;
+    /// The registry the node serves now.
+    fn registry(&self) -> Arc<Registry>;
+    /// Replaces the node's registry and applies its effects to open connections.
+    fn install_registry(&self, registry: Registry);
+    /// Open authenticated connections of `project` (of `actor` only, when given).
+    fn connections(&self, project: &ProjectId, actor: Option<&ActorId>) -> Vec<ConnectionInfo>;
+    /// Closes this node's connections of `actor` now; returns how many.
+    fn disconnect(&self, actor: &ActorId) -> u32;
+    /// Publishes through the node's bus.
+    ///
+    /// # Errors
+    /// A message when the bus refused it.
+    async fn publish(&self, publish: ServerPublish) -> Result<(), String>;
+    /// Takes the publishes counted per project since the last call.
+    fn take_usage(&self) -> Vec<(ProjectId, u64)>;
+    /// Gives back counts that could not be flushed.
+    fn return_usage(&self, counts: Vec<(ProjectId, u64)>);
+    /// Records the cluster-wide total of `project` for `period` (`YYYY-MM`).
+    fn set_usage(&self, project: &ProjectId, period: &str, total: u64);
+}
+
+/// Keeps a node's registry in step with the store.
+pub struct Propagator {
+    store: Arc<dyn RegistryStore>,
+    node: Arc<dyn NodeAdmin>,
+    poll_interval: Duration,
+    // std Mutex: only swaps an Arc, never held across an await.
+    current: Mutex<Arc<RegistrySnapshot>>,
+    // tokio Mutex: one reload at a time (the poll loop and writers after a conflict).
+    reload: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for Propagator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Propagator").field("version", &self.snapshot().version).finish_non_exhaustive()
+    }
+}
+
+/// Why the first registry could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The store failed.
+    #[error("loading the registry failed")]
+    Store(#[from] StoreError),
+    /// The stored registry is inconsistent.
+    #[error("the stored registry is invalid: {0}")]
+    Invalid(String),
+}
+
+impl Propagator {
+    /// Loads the registry (it must load: a node does not start without one), installs it on
+    /// `node`, and returns the propagator; [`Self::run`] then keeps it current.
+    ///
+    /// # Errors
+    /// [`StartError`] when the store fails or holds an invalid registry.
+    pub async fn start(
+        store: Arc<dyn RegistryStore>,
+        node: Arc<dyn NodeAdmin>,
+        poll_interval: Duration,
+    ) -> Result<Arc<Self>, StartError> {
+        let snapshot = store.load().await?;
+        let registry = snapshot.data.build().map_err(|e| StartError::Invalid(e.0))?;
+        node.install_registry(registry);
+        Ok(Arc::new(Self {
+            store,
+            node,
+            poll_interval,
+            current: Mutex::new(Arc::new(snapshot)),
+            reload: tokio::sync::Mutex::new(()),
+        }))
+    }
+
+    /// The store this propagator reads.
+    pub fn store(&self) -> &Arc<dyn RegistryStore> {
+        &self.store
+    }
+
+    /// The node it feeds.
+    pub fn node(&self) -> &Arc<dyn NodeAdmin> {
+        &self.node
+    }
+
+    /// The last snapshot installed.
+    pub fn snapshot(&self) -> Arc<RegistrySnapshot> {
+        self.current.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// Installs the result of a change set this node just applied at `version`, so the
+    /// writer's own node serves it at once (other nodes see it at their next poll).
+    pub fn applied(&self, base: &RegistrySnapshot, changes: &[Change], version: u64) {
+        let mut data = base.data.clone();
+        data.apply(changes);
+        let snapshot = RegistrySnapshot { version, data };
+        self.install(snapshot);
+    }
+
+    fn install(&self, snapshot: RegistrySnapshot) {
+        {
+            let current = self.current.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if current.version >= snapshot.version {
+                return;
+            }
+        }
+        match snapshot.data.build() {
+            Ok(registry) => {
+                let version = snapshot.version;
+                *self.current.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(snapshot);
+                self.node.install_registry(registry);
+                tracing::debug!(version, "Registry installed.");
+            }
+            Err(e) => {
+                // Kept serving the previous registry; the control plane validates every change,
+                // so this means a store edited by hand.
+                tracing::error!(version = snapshot.version, error = %e.0, "Stored registry is invalid; keeping the previous one.");
+            }
+        }
+    }
+
+    /// Reloads from the store if its version moved; returns whether a new registry was
+    /// installed.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the store failed (the current registry stays).
+    pub async fn refresh(&self) -> Result<bool, StoreError> {
+        let _one = self.reload.lock().await;
+        let version = self.store.version().await?;
+        if version == self.snapshot().version {
+            return Ok(false);
+        }
+        let snapshot = self.store.load().await?;
+        let moved = snapshot.version > self.snapshot().version;
+        self.install(snapshot);
+        Ok(moved)
+    }
+
+    /// Polls until `stop` is cancelled: registry changes, and publish counts for quotas.
+    /// A failing store is logged once per outage and retried every tick.
+    pub async fn run(self: Arc<Self>, stop: CancellationToken) {
+        let mut tick = tokio::time::interval(self.poll_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut failing = false;
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => break,
+                _ = tick.tick() => {}
+            }
+            let result = match self.refresh().await {
+                Ok(_) => self.flush_usage().await,
+                Err(e) => Err(e),
+            };
+            match result {
+                Ok(()) if failing => {
+                    failing = false;
+                    tracing::info!("Registry store reachable again.");
+                }
+                Ok(()) => {}
+                Err(e) if !failing => {
+                    failing = true;
+                    tracing::warn!(error = &e as &dyn std::error::Error, "Registry store unreachable; serving the last registry and retrying.");
+                }
+                Err(_) => {}
+            }
+        }
+        // Counts of the last moments still reach the store.
+        let _ = self.flush_usage().await;
+    }
+
+    /// Adds the node's publish counts to the store and reads back the totals of every project
+    /// that has a quota.
+    async fn flush_usage(&self) -> Result<(), StoreError> {
+        let period = month_of(now_ms() / 1000);
+        let counts = self.node.take_usage();
+        let mut flushed = Vec::new();
+        let mut failed = None;
+        let mut iter = counts.into_iter();
+        for (project, n) in iter.by_ref() {
+            match self.store.add_usage(project.as_str(), &period, n).await {
+                Ok(total) => {
+                    self.node.set_usage(&project, &period, total);
+                    flushed.push(project);
+                }
+                Err(e) => {
+                    failed = Some((e, (project, n)));
+                    break;
+                }
+            }
+        }
+        if let Some((e, first)) = failed {
+            let mut back = vec![first];
+            back.extend(iter);
+            self.node.return_usage(back);
+            return Err(e);
+        }
+        let registry = self.node.registry();
+        for p in self.snapshot().data.projects.values().filter(|p| p.limits.monthly_message_quota.is_some()) {
+            let Ok(id) = ProjectId::parse(&p.id) else { continue };
+            if flushed.contains(&id) || registry.project(&id).is_none() {
+                continue;
+            }
+            let total = self.store.usage(&p.id, &period).await?;
+            self.node.set_usage(&id, &period, total);
+        }
+        Ok(())
+    }
+}
+
+/// Unix milliseconds now.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
