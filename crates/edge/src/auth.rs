@@ -13,6 +13,8 @@ pub struct Credential {
     pub actor: Arc<Actor>,
     /// Unix seconds when a client token expires; `None` for access tokens.
     pub expires_at: Option<u64>,
+    /// SHA-256 of the access token, to notice its revocation; `None` for client tokens.
+    pub token_digest: Option<[u8; 32]>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -36,7 +38,8 @@ pub fn verify(registry: &Registry, token: &str, now_unix_s: u64) -> Result<Crede
         if !actor.active {
             return Err(auth::ACCESS_DENIED);
         }
-        return Ok(Credential { actor: actor.clone(), expires_at: None });
+        let token_digest = Some(skua_core::registry::digest(token));
+        return Ok(Credential { actor: actor.clone(), expires_at: None, token_digest });
     }
     if !looks_like_jwt(token) {
         return Err(auth::ACCESS_DENIED);
@@ -56,7 +59,7 @@ pub fn verify(registry: &Registry, token: &str, now_unix_s: u64) -> Result<Crede
         if claims.exp <= now_unix_s {
             return Err(auth::TOKEN_EXPIRED);
         }
-        return Ok(Credential { actor: actor.clone(), expires_at: Some(claims.exp) });
+        return Ok(Credential { actor: actor.clone(), expires_at: Some(claims.exp), token_digest: None });
     }
     Err(auth::ACCESS_DENIED)
 }

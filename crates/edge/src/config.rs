@@ -52,6 +52,8 @@ pub struct EdgeConfig {
     pub node_ttl: Duration,
     /// How often the node refreshes its registration and looks for lapsed nodes.
     pub node_refresh: Duration,
+    /// How often every connection is revalidated against the registry, besides on changes.
+    pub revalidate_interval: Duration,
 }
 
 impl Default for EdgeConfig {
@@ -79,6 +81,7 @@ impl Default for EdgeConfig {
             max_subscriptions_per_connection: 1000,
             node_ttl: Duration::from_secs(10),
             node_refresh: Duration::from_secs(3),
+            revalidate_interval: Duration::from_secs(600),
         }
     }
 }

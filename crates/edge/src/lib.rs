@@ -8,6 +8,7 @@
 //! - [`outbound`]: the bounded per-connection queue and close requests;
 //! - [`auth`]: access tokens and client tokens (JWT);
 //! - [`liveness`]: node registration and healing the presence of lapsed nodes;
+//! - [`revalidate`]: applying control-plane changes to open connections;
 //! - [`state`], [`config`], [`metrics`], [`ratelimit`].
 
 pub mod auth;
@@ -18,6 +19,7 @@ pub mod liveness;
 pub mod metrics;
 pub mod outbound;
 pub mod ratelimit;
+pub mod revalidate;
 mod session;
 pub mod small_map;
 pub mod state;

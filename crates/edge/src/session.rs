@@ -3,6 +3,7 @@
 
 mod auth;
 mod presence;
+mod revalidate;
 mod topics;
 
 use std::collections::HashMap;
@@ -45,6 +46,9 @@ pub(crate) struct Authed {
     bucket: TokenBucket,
     max_message_size: usize,
     _slot: ProjectSlot,
+    /// This connection's entry in the node's table (control-plane effects, issue 5).
+    _registration: crate::revalidate::Registration,
+    subscriptions: Arc<std::sync::atomic::AtomicU32>,
 }
 
 /// The state machine of one connection.

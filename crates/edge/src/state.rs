@@ -51,6 +51,8 @@ pub struct EdgeState {
     pub shutdown: CancellationToken,
     /// Cancelled once connections have drained: stops the hub's dispatcher.
     pub dispatcher_stop: CancellationToken,
+    /// Authenticated connections, for control-plane changes (`revalidate`).
+    pub connections: crate::revalidate::Connections,
     draining: AtomicBool,
     next_conn: AtomicU64,
     next_envelope: AtomicU64,
@@ -181,6 +183,7 @@ impl EdgeState {
             background,
             shutdown,
             dispatcher_stop,
+            connections: crate::revalidate::Connections::default(),
             draining: AtomicBool::new(false),
             next_conn: AtomicU64::new(1),
             next_envelope: AtomicU64::new(1),
@@ -197,6 +200,7 @@ impl EdgeState {
         // A node restarted under the same id frees what its previous run's connections held.
         let st = state.clone();
         state.background.spawn(async move { crate::durable::release_node(&st, &st.node).await });
+        state.background.spawn(crate::revalidate::run(state.clone(), state.dispatcher_stop.clone()));
         state
     }
 

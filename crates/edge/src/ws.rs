@@ -112,6 +112,8 @@ async fn read_loop(
     let mut idle_deadline = Instant::now() + idle;
     let mut expiry = session.expires_at();
     let mut expiry_deadline = deadline_of(expiry);
+    // Control-plane changes and revalidation ticks (issue 5); the sender lives in `st`.
+    let mut changes = st.connections.watch();
     loop {
         tokio::select! {
             biased;
@@ -128,6 +130,7 @@ async fn read_loop(
                 token_expired(handle);
                 return;
             }
+            Ok(()) = changes.changed() => session.revalidate().await,
             msg = stream.next() => {
                 let Some(msg) = msg else { return };
                 let msg = match msg {
@@ -156,7 +159,10 @@ async fn read_loop(
                     Message::Binary(b) => match ClientFrame::decode(&b) {
                         // Boxed: the handlers' futures are large and live only while a frame is
                         // handled, instead of enlarging every idle connection's task.
-                        Ok(frame) => Box::pin(session.handle(frame)).await,
+                        Ok(frame) => {
+                            Box::pin(session.handle(frame)).await;
+                            session.sync_subscription_count();
+                        }
                         Err(e) => session.invalid_frame(&e),
                     },
                     Message::Text(_) => session.invalid_frame(&DecodeError {

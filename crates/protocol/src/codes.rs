@@ -108,6 +108,8 @@ pub mod reason {
     pub const TOKEN_NOT_FOUND: &str = "token_not_found";
     /// With close 4001: the actor's token was revoked (actor deactivated).
     pub const TOKEN_REVOKED: &str = "token_revoked";
+    /// With close 4001: the actor's project no longer exists.
+    pub const PROJECT_NOT_FOUND: &str = "project_not_found";
 }
 
 /// The `type` strings of client frames.

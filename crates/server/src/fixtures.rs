@@ -1,13 +1,13 @@
 //! Fixtures files: apps, rooms, grants, lobbies, actors and tokens in TOML (docs/fixtures.md).
 //! `--dev` loads the built-in `config/dev-fixtures.toml` through the same code.
 
-use std::collections::BTreeMap;
-
 use serde::Deserialize;
-use skua_core::registry::{
-    Actor, App, Grant, GrantSubject, Lobby, Permission, Project, ProjectLimits, Registry, Room, TopicConfig,
+use skua_core::registry::{Registry, digest};
+use skua_core::registry_store::{
+    ActorRecord, AppRecord, GrantRecord, LimitsRecord, LobbyRecord, Object, ProjectRecord, RoomRecord, SubjectRecord,
+    TokenRecord, TopicRecord, hex,
 };
-use skua_core::{ActorId, ActorType, AppId, ProjectId};
+use skua_core::{ActorId, ActorType, AppId, ProjectId, RegistryData};
 
 /// The demo fixtures of `--dev`.
 pub const DEV_FIXTURES: &str = include_str!("../../../config/dev-fixtures.toml");
@@ -31,7 +31,8 @@ struct ProjectDef {
     jwt_secret: Option<String>,
     max_connections: Option<u32>,
     rate_limit: Option<u32>,
-    max_message_size: Option<usize>,
+    max_message_size: Option<u32>,
+    monthly_message_quota: Option<u64>,
     #[serde(default)]
     apps: Vec<AppDef>,
     #[serde(default)]
@@ -47,6 +48,8 @@ struct AppDef {
     topics: Vec<String>,
     #[serde(default)]
     logged_topics: Vec<String>,
+    #[serde(default)]
+    auto_provision_rooms: bool,
     #[serde(default)]
     rooms: Vec<RoomDef>,
 }
@@ -114,123 +117,197 @@ pub struct FixturesError {
 /// # Errors
 /// [`FixturesError`] naming the source and the first problem.
 pub fn load(sources: &[(&str, &str)]) -> Result<Registry, FixturesError> {
-    let mut projects = Vec::new();
-    let mut actors = Vec::new();
-    let mut tokens = Vec::new();
+    let data = load_data(sources)?;
+    data.build().map_err(|e| FixturesError {
+        source_name: sources.iter().map(|s| s.0).collect::<Vec<_>>().join(", "),
+        message: e.0,
+    })
+}
+
+/// Parses fixtures sources (name, TOML text) into registry records: what `skua serve` writes
+/// to the store (the same change sets as the control plane's), checked to form a valid
+/// registry on their own.
+///
+/// # Errors
+/// [`FixturesError`] naming the source and the first problem.
+pub fn load_data(sources: &[(&str, &str)]) -> Result<RegistryData, FixturesError> {
+    let mut data = RegistryData::default();
+    // Creation times are the definition order, so reloading unchanged fixtures changes nothing
+    // and apps keep the order `resolve_room` relies on.
+    let mut seq = 0u64;
     for (name, text) in sources {
         let err = |message: String| FixturesError { source_name: (*name).to_owned(), message };
         let file: File = toml::from_str(text).map_err(|e| err(e.to_string()))?;
         for p in file.projects {
-            projects.push(project(p).map_err(err)?);
+            if data.projects.contains_key(&p.id) {
+                return Err(err("duplicate project".into()));
+            }
+            project(p, &mut data, &mut seq).map_err(err)?;
         }
         for a in file.actors {
-            let id = ActorId::parse(&a.id).map_err(|e| err(e.to_string()))?;
+            ActorId::parse(&a.id).map_err(|e| err(e.to_string()))?;
+            ProjectId::parse(&a.project).map_err(|e| err(e.to_string()))?;
+            ActorType::parse(&a.actor_type).map_err(|e| err(e.to_string()))?;
+            if data.actors.contains_key(&a.id) {
+                return Err(err("duplicate actor id".into()));
+            }
             for t in &a.tokens {
                 if t.is_empty() {
                     return Err(err(format!("actor {}: empty token", a.id)));
                 }
-                tokens.push((t.clone(), id.clone()));
+                let sha256 = hex(&digest(t));
+                // A stable key id, so that reloading the same file replaces rather than adds.
+                let key_id = format!("fx{}", &sha256[..14]);
+                if data.tokens.values().any(|x| x.sha256 == sha256) {
+                    return Err(err("the same token is given twice".into()));
+                }
+                data.insert(Object::Token(TokenRecord { key_id, actor: a.id.clone(), sha256, created_at_ms: seq }));
             }
-            actors.push(Actor {
-                id,
-                project: ProjectId::parse(&a.project).map_err(|e| err(e.to_string()))?,
-                actor_type: ActorType::parse(&a.actor_type).map_err(|e| err(e.to_string()))?,
+            seq += 1;
+            data.insert(Object::Actor(ActorRecord {
+                project: a.project,
+                id: a.id.clone(),
+                actor_type: a.actor_type,
+                name: a.id,
                 active: a.active,
                 rate_limit: a.rate_limit,
-            });
+                disconnect_before_ms: None,
+                created_at_ms: seq,
+            }));
         }
     }
-    Registry::build(projects, actors, tokens).map_err(|e| FixturesError {
+    data.build().map_err(|e| FixturesError {
         source_name: sources.iter().map(|s| s.0).collect::<Vec<_>>().join(", "),
         message: e.0,
-    })
+    })?;
+    Ok(data)
 }
 
 fn slug(kind: &str, s: &str) -> Result<(), String> {
     if skua_core::ids::is_slug(s) { Ok(()) } else { Err(format!("{kind} {s:?}: 1-64 letters, digits, '-' or '_'")) }
 }
 
-fn permission(s: &str) -> Result<Permission, String> {
-    match s {
-        "subscribe" => Ok(Permission::Subscribe),
-        "publish" => Ok(Permission::Publish),
-        "pubSub" => Ok(Permission::PubSub),
-        other => Err(format!("permission {other:?}: one of subscribe, publish, pubSub")),
+fn subject(actor: Option<String>, actor_type: Option<String>, room: &str) -> Result<SubjectRecord, String> {
+    match (actor, actor_type) {
+        (Some(a), None) => {
+            ActorId::parse(&a).map_err(|e| e.to_string())?;
+            Ok(SubjectRecord::Actor(a))
+        }
+        (None, Some(t)) => {
+            ActorType::parse(&t).map_err(|e| e.to_string())?;
+            Ok(SubjectRecord::ActorType(t))
+        }
+        _ => Err(format!("room {room}: a grant names exactly one of actor, actor_type")),
     }
 }
 
-fn project(p: ProjectDef) -> Result<Project, String> {
-    let id = ProjectId::parse(&p.id).map_err(|e| e.to_string())?;
-    let mut apps = Vec::new();
+fn project(p: ProjectDef, data: &mut RegistryData, seq: &mut u64) -> Result<(), String> {
+    ProjectId::parse(&p.id).map_err(|e| e.to_string())?;
+    let mut apps: Vec<AppRecord> = Vec::new();
     for a in p.apps {
         slug("app slug", &a.slug)?;
-        let mut topics = BTreeMap::new();
+        AppId::parse(&a.id).map_err(|e| e.to_string())?;
+        if apps.iter().any(|x| x.id == a.id || x.slug == a.slug) || data.apps.contains_key(&a.id) {
+            return Err(format!("project {}: duplicate app {} ({})", p.id, a.slug, a.id));
+        }
+        let mut topics: Vec<TopicRecord> = Vec::new();
         for t in &a.topics {
             slug("topic", t)?;
-            if topics.insert(t.clone(), TopicConfig::default()).is_some() {
+            if topics.iter().any(|x| x.name == *t) {
                 return Err(format!("app {}: topic {t} listed twice", a.slug));
             }
+            topics.push(TopicRecord { name: t.clone(), logged: false, webhook: None });
         }
         for t in &a.logged_topics {
-            topics.get_mut(t).ok_or_else(|| format!("app {}: logged topic {t} is not in topics", a.slug))?.logged =
-                true;
+            topics
+                .iter_mut()
+                .find(|x| x.name == *t)
+                .ok_or_else(|| format!("app {}: logged topic {t} is not in topics", a.slug))?
+                .logged = true;
         }
-        let mut rooms = BTreeMap::new();
         for r in a.rooms {
             slug("room", &r.slug)?;
-            let mut grants = Vec::new();
-            for g in r.grants {
-                let subject = match (g.actor, g.actor_type) {
-                    (Some(a), None) => GrantSubject::Actor(ActorId::parse(&a).map_err(|e| e.to_string())?),
-                    (None, Some(t)) => GrantSubject::ActorType(ActorType::parse(&t).map_err(|e| e.to_string())?),
-                    _ => return Err(format!("room {}: a grant names exactly one of actor, actor_type", r.slug)),
-                };
+            if data.rooms.contains_key(&(a.id.clone(), r.slug.clone())) {
+                return Err(format!("app {}: room {} defined twice", a.slug, r.slug));
+            }
+            for (i, g) in r.grants.into_iter().enumerate() {
+                let subject = subject(g.actor, g.actor_type, &r.slug)?;
                 if let Some(ts) = &g.topics
-                    && let Some(bad) = ts.iter().find(|t| !topics.contains_key(*t))
+                    && let Some(bad) = ts.iter().find(|t| !topics.iter().any(|x| x.name == **t))
                 {
                     return Err(format!("room {}: grant topic {bad} is not in the app's topics", r.slug));
                 }
-                grants.push(Grant {
+                skua_core::registry_store::permission(&g.permission)?;
+                *seq += 1;
+                data.insert(Object::Grant(GrantRecord {
+                    id: format!("fx-{}-{}-{i}", a.id, r.slug),
+                    project: p.id.clone(),
+                    app: a.id.clone(),
+                    room: r.slug.clone(),
                     subject,
-                    permission: permission(&g.permission)?,
+                    permission: g.permission,
                     topics: g.topics,
                     expires_at: g.expires_at,
-                });
+                    created_at_ms: *seq,
+                }));
             }
-            if rooms.insert(r.slug.clone(), Room { slug: r.slug.as_str().into(), grants }).is_some() {
-                return Err(format!("app {}: room {} defined twice", a.slug, r.slug));
-            }
+            *seq += 1;
+            data.insert(Object::Room(RoomRecord {
+                project: p.id.clone(),
+                app: a.id.clone(),
+                slug: r.slug.clone(),
+                name: r.slug,
+                dynamic: false,
+                created_at_ms: *seq,
+            }));
         }
-        apps.push(App { id: AppId::parse(&a.id).map_err(|e| e.to_string())?, slug: a.slug, topics, rooms });
+        *seq += 1;
+        apps.push(AppRecord {
+            project: p.id.clone(),
+            id: a.id,
+            slug: a.slug.clone(),
+            name: a.slug,
+            topics,
+            auto_provision_rooms: a.auto_provision_rooms,
+            max_rooms: None,
+            created_at_ms: *seq,
+        });
     }
-    let mut lobbies = BTreeMap::new();
     for l in p.lobbies {
         slug("lobby", &l.slug)?;
         let app =
             apps.iter().find(|a| a.slug == l.app).ok_or_else(|| format!("lobby {}: unknown app {}", l.slug, l.app))?;
         let mut allowed = Vec::new();
-        for a in &l.allowed_actors {
-            allowed.push(GrantSubject::Actor(ActorId::parse(a).map_err(|e| e.to_string())?));
+        for a in l.allowed_actors {
+            ActorId::parse(&a).map_err(|e| e.to_string())?;
+            allowed.push(SubjectRecord::Actor(a));
         }
-        for t in &l.allowed_actor_types {
-            allowed.push(GrantSubject::ActorType(ActorType::parse(t).map_err(|e| e.to_string())?));
+        for t in l.allowed_actor_types {
+            ActorType::parse(&t).map_err(|e| e.to_string())?;
+            allowed.push(SubjectRecord::ActorType(t));
         }
-        let lobby = Lobby { slug: l.slug.clone(), app: app.id.clone(), rooms: l.rooms, allowed };
-        if lobbies.insert(l.slug.clone(), lobby).is_some() {
+        if data.lobbies.contains_key(&(p.id.clone(), l.slug.clone())) {
             return Err(format!("lobby {} defined twice", l.slug));
         }
+        data.insert(Object::Lobby(LobbyRecord { project: p.id.clone(), slug: l.slug, app: app.id.clone(), rooms: l.rooms, allowed }));
     }
-    Ok(Project {
-        id,
+    for a in apps {
+        data.insert(Object::App(a));
+    }
+    *seq += 1;
+    data.insert(Object::Project(ProjectRecord {
+        id: p.id.clone(),
+        name: p.id,
         jwt_secret: p.jwt_secret,
-        apps,
-        lobbies,
-        limits: ProjectLimits {
+        limits: LimitsRecord {
             max_connections: p.max_connections,
+            monthly_message_quota: p.monthly_message_quota,
             rate_limit: p.rate_limit,
             max_message_size: p.max_message_size,
         },
-    })
+        created_at_ms: *seq,
+    }));
+    Ok(())
 }
 
 #[cfg(test)]

@@ -51,6 +51,7 @@ impl Session {
         };
         let rate = actor.rate_limit.or(project.limits.rate_limit).unwrap_or(self.st.config.rate_limit);
         let max_message_size = project.limits.max_message_size.unwrap_or(self.st.config.max_message_size);
+        let (registration, subscriptions) = self.register(&actor, key.client_id.as_ref(), cred.token_digest);
         self.auth = Some(Authed {
             actor: actor.clone(),
             version,
@@ -59,6 +60,8 @@ impl Session {
             bucket: TokenBucket::new(rate, self.st.config.rate_limit_window),
             max_message_size,
             _slot: slot,
+            _registration: registration,
+            subscriptions,
         });
         self.claim_session().await;
         let restored = if a.reconnect { self.restore_subscriptions().await } else { Vec::new() };

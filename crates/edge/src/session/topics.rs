@@ -242,6 +242,10 @@ impl Session {
             });
         }
         let actor = a.actor.clone();
+        if self.quota_exceeded(&p.topic, msg_ref) {
+            self.st.metrics.publishes_refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return;
+        }
         let registry = self.st.registry.load();
         let resolved = match registry.resolve_topic(&actor, &p.topic, Operation::Publish, now_unix_s()) {
             Ok(r) => r,
@@ -299,6 +303,7 @@ impl Session {
             return self.unavailable(&p.topic, msg_ref);
         }
         self.st.metrics.publishes_accepted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.count_publish();
         // `published` only for v2 publishes that carried a msgRef (N7).
         if let Some(r) = msg_ref {
             self.push(&ServerFrame::Published { topic: &p.topic, msg_ref: r });

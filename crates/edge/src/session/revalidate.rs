@@ -1,0 +1,143 @@
+//! A session re-checking itself against a new registry (issue 5, N15): subscriptions and
+//! lobbies it may no longer use end with an error frame each, lobbies follow their new room
+//! lists, a presence room that became inaccessible is left. Plus the monthly quota check of
+//! `publish` (42920) and the connection's entry in the node's table.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use skua_core::RoomKey;
+use skua_core::registry::Operation;
+use skua_protocol::ErrorFrame;
+use skua_protocol::codes::{code, error};
+
+use super::Session;
+use crate::hub::bus_subscription;
+use crate::revalidate::{ConnEntry, Registration};
+use crate::state::now_unix_s;
+
+impl Session {
+    /// Enters this (just authenticated) connection in the node's table.
+    pub(super) fn register(
+        &self,
+        actor: &skua_core::registry::Actor,
+        client_id: Option<&skua_core::ClientId>,
+        token_digest: Option<[u8; 32]>,
+    ) -> (Registration, Arc<AtomicU32>) {
+        let subscriptions = Arc::new(AtomicU32::new(0));
+        let entry = ConnEntry {
+            project: actor.project.clone(),
+            actor: actor.id.clone(),
+            client_id: client_id.map(|c| c.as_str().to_owned()),
+            token_digest,
+            connected_at_ms: 0,
+            handle: self.conn.clone(),
+            subscriptions: subscriptions.clone(),
+        };
+        (self.st.register_connection(self.conn.id, entry), subscriptions)
+    }
+
+    /// Publishes the subscription count to the node's table (`ListConnections`).
+    pub(crate) fn sync_subscription_count(&self) {
+        if let Some(a) = &self.auth {
+            a.subscriptions.store(u32::try_from(self.subs.len()).unwrap_or(u32::MAX), Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the project has used up its monthly message quota (42920).
+    pub(super) fn quota_exceeded(&self, topic: &str, msg_ref: Option<&str>) -> bool {
+        let Some(a) = &self.auth else { return false };
+        let registry = self.st.registry.load();
+        let Some(quota) = registry.project(&a.actor.project).and_then(|p| p.limits.monthly_message_quota) else {
+            return false;
+        };
+        if !self.st.connections.over_quota(&a.actor.project, quota) {
+            return false;
+        }
+        self.error(ErrorFrame {
+            error: error::MONTHLY_QUOTA_EXCEEDED,
+            code: Some(code::MONTHLY_QUOTA_EXCEEDED),
+            topic: Some(topic),
+            hint: Some("the project's monthly message quota is used up"),
+            msg_ref,
+            ..ErrorFrame::default()
+        });
+        true
+    }
+
+    /// Counts an accepted publish towards the project's quota.
+    pub(super) fn count_publish(&self) {
+        if let Some(a) = &self.auth {
+            self.st.connections.count_publish(&a.actor.project);
+        }
+    }
+
+    /// Re-checks subscriptions, lobbies and the presence room against the current registry.
+    /// Actor-level failures (deleted, deactivated, revoked) are the node's sweep's: it closes
+    /// the connection.
+    pub(crate) async fn revalidate(&mut self) {
+        let registry = self.st.registry.load();
+        let Some(a) = &mut self.auth else { return };
+        let Some(actor) = registry.actor(a.actor.id.as_str()).cloned() else { return };
+        a.actor = actor.clone();
+        let now = now_unix_s();
+        let mut changed = false;
+
+        let lost: Vec<(String, skua_core::registry::AccessError)> = self
+            .subs
+            .keys()
+            .filter_map(|topic| registry.resolve_topic(&actor, topic, Operation::Subscribe, now).err().map(|e| (topic.clone(), e)))
+            .collect();
+        for (topic, e) in lost {
+            if let Some(sub) = self.subs.remove(&topic) {
+                self.st.hub.remove(&sub.address, self.conn.id);
+                self.st.hub.release(&bus_subscription(&sub.address, sub.group.as_ref())).await;
+                tracing::debug!(%topic, hint = e.hint, "Subscription revoked by revalidation.");
+                self.access_error(&topic, None, e);
+                changed = true;
+            }
+        }
+
+        let lobbies: Vec<(String, Vec<RoomKey>)> = self.lobbies.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        for (slug, rooms) in lobbies {
+            let name: Arc<str> = Arc::from(slug.as_str());
+            match registry.resolve_lobby(&actor, &slug) {
+                Err(_) => {
+                    self.lobbies.remove(&slug);
+                    self.st.hub.lobby_unsubscribe(&rooms, self.conn.id, &name).await;
+                    // Lobby access errors carry `lobbyId` and no code (N35).
+                    self.error(ErrorFrame {
+                        error: error::NOT_AUTHORIZED,
+                        lobby_id: Some(&slug),
+                        ..ErrorFrame::default()
+                    });
+                    changed = true;
+                }
+                Ok(l) if l.rooms != rooms => {
+                    let added: Vec<RoomKey> = l.rooms.iter().filter(|r| !rooms.contains(r)).cloned().collect();
+                    let removed: Vec<RoomKey> = rooms.iter().filter(|r| !l.rooms.contains(r)).cloned().collect();
+                    self.st.hub.lobby_unsubscribe(&removed, self.conn.id, &name).await;
+                    let kept = if self.st.hub.lobby_subscribe(&added, &self.conn, &name).await.is_ok() {
+                        l.rooms
+                    } else {
+                        tracing::warn!(lobby = %slug, "Lobby rooms could not be added (bus unavailable).");
+                        rooms.into_iter().filter(|r| l.rooms.contains(r)).collect()
+                    };
+                    self.lobbies.insert(slug, kept);
+                }
+                Ok(_) => {}
+            }
+        }
+
+        if let Some(room) = &self.presence_room
+            && registry.resolve_room(&actor, &room.room, now).ok().as_ref() != Some(room)
+        {
+            self.leave_presence_room().await;
+        }
+
+        if changed {
+            self.sync_subscription_count();
+            self.save_restore().await;
+        }
+    }
+}
