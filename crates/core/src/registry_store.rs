@@ -602,7 +602,7 @@ pub enum ApplyError {
 /// 4. `add_usage` adds to a project's per-period message counter and returns the new total;
 ///    `usage` reads it (0 when absent).
 #[async_trait]
-pub trait RegistryStore: Send + Sync + 'static {
+pub trait RegistryStore: Send + Sync + std::fmt::Debug + 'static {
     /// The current version (0 for an empty registry).
     ///
     /// # Errors

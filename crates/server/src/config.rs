@@ -99,6 +99,36 @@ pub struct Settings {
     /// Live logged messages queued per connection for durable delivery [default 1024].
     #[arg(long, env = "SKUA_DURABLE_QUEUE")]
     pub durable_queue: Option<usize>,
+    /// Control-plane gRPC listener, e.g. 127.0.0.1:50051; empty = none [default empty; --dev 127.0.0.1:50051].
+    #[arg(long, env = "SKUA_GRPC_LISTEN")]
+    pub grpc_listen: Option<String>,
+    /// The admin API key gRPC calls must present as `authorization: Bearer KEY` [required with grpc_listen].
+    #[arg(long, env = "SKUA_ADMIN_KEY", hide_env_values = true)]
+    pub admin_key: Option<String>,
+    /// How often every connection is revalidated, besides on registry changes [default 10m].
+    #[arg(long, env = "SKUA_REVALIDATE_INTERVAL")]
+    pub revalidate_interval: Option<String>,
+    /// How often the node checks the store for registry changes [default 250ms].
+    #[arg(long, env = "SKUA_REGISTRY_POLL_INTERVAL")]
+    pub registry_poll_interval: Option<String>,
+    /// Control plane: most apps per project [default 100].
+    #[arg(long, env = "SKUA_MAX_APPS_PER_PROJECT")]
+    pub max_apps_per_project: Option<u32>,
+    /// Control plane: most rooms per app unless the app sets its own cap [default 10000].
+    #[arg(long, env = "SKUA_MAX_ROOMS_PER_APP")]
+    pub max_rooms_per_app: Option<u32>,
+    /// Control plane: most actors per project [default 100000].
+    #[arg(long, env = "SKUA_MAX_ACTORS_PER_PROJECT")]
+    pub max_actors_per_project: Option<u32>,
+    /// Control plane: most grants per room [default 1000].
+    #[arg(long, env = "SKUA_MAX_GRANTS_PER_ROOM")]
+    pub max_grants_per_room: Option<u32>,
+    /// Control plane: most lobbies per project [default 1000].
+    #[arg(long, env = "SKUA_MAX_LOBBIES_PER_PROJECT")]
+    pub max_lobbies_per_project: Option<u32>,
+    /// Control plane: largest page of a List call [default 1000].
+    #[arg(long, env = "SKUA_MAX_PAGE_SIZE")]
+    pub max_page_size: Option<u32>,
 }
 
 macro_rules! layer {
@@ -112,7 +142,8 @@ impl Settings {
             rate_limit_window, max_message_size, outbound_queue_messages, outbound_queue_bytes, max_connections,
             max_subscriptions_per_connection, max_retained_per_topic, restore_ttl, shutdown_grace, bus_queue, node_ttl,
             node_refresh, bus_publish_buffer, log_max_age, log_max_per_topic, log_prune_interval, replay_page_size,
-            durable_queue);
+            durable_queue, grpc_listen, admin_key, revalidate_interval, registry_poll_interval, max_apps_per_project,
+            max_rooms_per_app, max_actors_per_project, max_grants_per_room, max_lobbies_per_project, max_page_size);
     }
 
     /// Parses a TOML config file's text.
@@ -173,6 +204,16 @@ pub enum StoreConfig {
     Url(String),
 }
 
+/// The admin API key: never shown by `Debug` (`--print-config` masks it).
+#[derive(Clone, PartialEq, Eq)]
+pub struct AdminKey(pub String);
+
+impl std::fmt::Debug for AdminKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AdminKey(<redacted>)")
+    }
+}
+
 /// The effective configuration of one node.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -192,6 +233,14 @@ pub struct ServerConfig {
     pub edge: EdgeConfig,
     /// Publishes the MQTT bus buffers while the broker is unreachable.
     pub bus_publish_buffer: usize,
+    /// Control-plane gRPC listener, if any.
+    pub grpc_listen: Option<SocketAddr>,
+    /// The admin API key.
+    pub admin_key: Option<AdminKey>,
+    /// How often the node polls the store's registry version.
+    pub registry_poll_interval: std::time::Duration,
+    /// Caps the control plane enforces.
+    pub control: skua_control::ControlLimits,
 }
 
 fn dur(key: &'static str, v: Option<&String>) -> Result<std::time::Duration, ConfigError> {
@@ -311,8 +360,12 @@ impl ServerConfig {
             )?)
             .unwrap_or(u32::MAX),
             durable_queue: positive("durable_queue", req("durable_queue", s.durable_queue.as_ref())?)?,
+            revalidate_interval: dur("revalidate_interval", s.revalidate_interval.as_ref())?,
             ..EdgeConfig::default()
         };
+        if edge.revalidate_interval.is_zero() {
+            return Err(ConfigError::Invalid { key: "revalidate_interval", reason: "must be above 0".into() });
+        }
         if edge.node_refresh.is_zero() || edge.node_refresh >= edge.node_ttl {
             return Err(ConfigError::Invalid {
                 key: "node_refresh",
@@ -321,7 +374,51 @@ impl ServerConfig {
         }
         let bus_publish_buffer =
             positive("bus_publish_buffer", req("bus_publish_buffer", s.bus_publish_buffer.as_ref())?)?;
-        Ok(Self { listen, bus, presence, store, node_id, fixtures: s.fixtures.clone(), edge, bus_publish_buffer })
+        let grpc_listen = match s.grpc_listen.as_deref() {
+            None | Some("") => None,
+            Some(a) => Some(a.parse().map_err(|e| ConfigError::Invalid {
+                key: "grpc_listen",
+                reason: format!("{a:?}: {e}"),
+            })?),
+        };
+        let admin_key = s.admin_key.clone().filter(|k| !k.is_empty()).map(AdminKey);
+        if admin_key.as_ref().is_some_and(|k| k.0.len() < 16) {
+            return Err(ConfigError::Invalid { key: "admin_key", reason: "must be at least 16 characters".into() });
+        }
+        let registry_poll_interval = dur("registry_poll_interval", s.registry_poll_interval.as_ref())?;
+        if registry_poll_interval.is_zero() || registry_poll_interval > std::time::Duration::from_secs(1) {
+            return Err(ConfigError::Invalid {
+                key: "registry_poll_interval",
+                reason: "must be above 0 and at most 1s (changes reach every node within a second)".into(),
+            });
+        }
+        let limit = |key: &'static str, v: Option<&u32>| -> Result<u32, ConfigError> {
+            let v = req(key, v)?;
+            if v == 0 { Err(ConfigError::Invalid { key, reason: "must be at least 1".into() }) } else { Ok(v) }
+        };
+        let control = skua_control::ControlLimits {
+            max_apps_per_project: limit("max_apps_per_project", s.max_apps_per_project.as_ref())?,
+            max_rooms_per_app: limit("max_rooms_per_app", s.max_rooms_per_app.as_ref())?,
+            max_actors_per_project: limit("max_actors_per_project", s.max_actors_per_project.as_ref())?,
+            max_grants_per_room: limit("max_grants_per_room", s.max_grants_per_room.as_ref())?,
+            max_lobbies_per_project: limit("max_lobbies_per_project", s.max_lobbies_per_project.as_ref())?,
+            max_page_size: limit("max_page_size", s.max_page_size.as_ref())?,
+            max_message_size: u32::try_from(max_message_size).unwrap_or(u32::MAX),
+        };
+        Ok(Self {
+            listen,
+            bus,
+            presence,
+            store,
+            node_id,
+            fixtures: s.fixtures.clone(),
+            edge,
+            bus_publish_buffer,
+            grpc_listen,
+            admin_key,
+            registry_poll_interval,
+            control,
+        })
     }
 
     /// The defaults with `over` laid on top, resolved.
@@ -366,6 +463,11 @@ mod tests {
         assert_eq!(c.edge.node_ttl, d.node_ttl);
         assert_eq!(c.edge.node_refresh, d.node_refresh);
         assert_eq!(c.edge.namespace, "skua");
+        assert_eq!(c.edge.revalidate_interval, d.revalidate_interval);
+        assert_eq!(c.control, skua_control::ControlLimits::default());
+        assert_eq!(c.grpc_listen, None, "no gRPC listener unless configured");
+        assert_eq!(c.admin_key, None);
+        assert_eq!(c.registry_poll_interval, std::time::Duration::from_millis(250));
         assert!(c.node_id.as_str().starts_with("node-"));
     }
 

@@ -2,6 +2,7 @@
 //! lifecycle. `main.rs` only parses the command line, installs logging and waits for signals;
 //! tests start nodes through [`node::RunningNode`] directly.
 
+pub mod admin;
 pub mod config;
 pub mod duration;
 pub mod fixtures;

@@ -2,11 +2,9 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use skua_core::SharedRegistry;
 use skua_server::config::{ConfigError, ServerConfig, Settings};
 use skua_server::{fixtures, node};
 
@@ -23,6 +21,8 @@ enum Command {
     Serve(Box<ServeArgs>),
     /// Apply the store's migrations and exit.
     Migrate(MigrateArgs),
+    /// Operate the control plane over gRPC (projects, apps, rooms, actors, grants, lobbies, …).
+    Admin(Box<skua_server::admin::AdminArgs>),
 }
 
 #[derive(Debug, clap::Args)]
@@ -55,6 +55,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve(args) => serve(*args),
         Command::Migrate(args) => migrate(args),
+        Command::Admin(args) => skua_server::admin::run(*args),
     }
 }
 
@@ -110,15 +111,33 @@ fn migrate(args: MigrateArgs) -> ExitCode {
     }
 }
 
+/// The admin API key `--dev` uses unless one is configured (printed in the dev banner).
+const DEV_ADMIN_KEY: &str = "skua-dev-admin-key";
+/// The gRPC listener `--dev` uses unless one is configured.
+const DEV_GRPC_LISTEN: &str = "127.0.0.1:50051";
+
 fn serve(args: ServeArgs) -> ExitCode {
     let file = match read_config_file(args.config.as_ref()) {
         Ok(f) => f,
         Err(code) => return code,
     };
-    let config = match resolve(&[&file, &args.settings]) {
+    // `--dev` defaults sit below the config file, environment and flags.
+    let dev_defaults = Settings {
+        grpc_listen: Some(DEV_GRPC_LISTEN.into()),
+        admin_key: Some(DEV_ADMIN_KEY.into()),
+        ..Settings::default()
+    };
+    let grpc_from_dev = args.dev && file.grpc_listen.is_none() && args.settings.grpc_listen.is_none();
+    let layers: Vec<&Settings> =
+        if args.dev { vec![&dev_defaults, &file, &args.settings] } else { vec![&file, &args.settings] };
+    let config = match resolve(&layers) {
         Ok(c) => c,
         Err(code) => return code,
     };
+    if config.grpc_listen.is_some() && config.admin_key.is_none() {
+        eprintln!("skua: invalid setting admin_key: required when grpc_listen is set (SKUA_ADMIN_KEY)");
+        return ExitCode::from(64);
+    }
     if args.print_config {
         println!("{config:#?}");
         return ExitCode::SUCCESS;
@@ -137,11 +156,15 @@ fn serve(args: ServeArgs) -> ExitCode {
         }
     }
     let refs: Vec<(&str, &str)> = sources.iter().map(|(n, t)| (n.as_str(), t.as_str())).collect();
-    let registry = match fixtures::load(&refs) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("skua: {e}");
-            return ExitCode::from(64);
+    let fixtures = if refs.is_empty() {
+        None
+    } else {
+        match fixtures::load_data(&refs) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                eprintln!("skua: {e}");
+                return ExitCode::from(64);
+            }
         }
     };
     init_tracing();
@@ -152,7 +175,7 @@ fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(run(config, registry, args.dev)) {
+    match rt.block_on(run(config, fixtures, args.dev, grpc_from_dev)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = format!("{e:#}"), "Skua stopped.");
@@ -175,18 +198,45 @@ fn init_tracing() {
     }
 }
 
-async fn run(config: ServerConfig, registry: skua_core::Registry, dev: bool) -> anyhow::Result<()> {
+async fn run(
+    config: ServerConfig,
+    fixtures: Option<skua_core::RegistryData>,
+    dev: bool,
+    grpc_from_dev: bool,
+) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("while binding {}", config.listen))?;
-    let backends =
-        node::backends(&config, &node::Embedded::default()).await.context("while connecting the backends")?;
-    let node = node::RunningNode::start(&config, Arc::new(SharedRegistry::new(registry)), backends, listener)
+    let grpc = match config.grpc_listen {
+        None => None,
+        Some(addr) => match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => Some(l),
+            // Several `--dev` servers (tests, a second terminal) may run at once: only the
+            // first gets the default port; the others run without a control plane listener.
+            Err(e) if grpc_from_dev => {
+                tracing::warn!(%addr, error = %e, "Dev gRPC listener unavailable; running without it (set --grpc-listen).");
+                None
+            }
+            Err(e) => return Err(e).with_context(|| format!("while binding the gRPC listener {addr}")),
+        },
+    };
+    let embedded = node::Embedded::default();
+    let backends = node::backends(&config, &embedded).await.context("while connecting the backends")?;
+    let registry_store = node::registry_store(&config, &embedded).await?;
+    let node = node::RunningNode::launch(&config, backends, registry_store, fixtures.as_ref(), listener, grpc)
+        .await
         .context("while starting the node")?;
     // One machine-readable line on stdout, for scripts and the interop suite (`--listen :0`).
     say(&format!("skua listening on {}", node.addr));
+    if let Some(addr) = node.grpc_addr {
+        say(&format!("skua grpc listening on {addr}"));
+    }
     if dev {
         print_dev_banner(node.addr);
+        if let Some(addr) = node.grpc_addr {
+            let key = if config.admin_key.as_ref().is_some_and(|k| k.0 == DEV_ADMIN_KEY) { DEV_ADMIN_KEY } else { "<your admin_key>" };
+            say(&format!("  control plane: skua admin --server http://{addr} --admin-key {key} …"));
+        }
     }
     wait_for_signal().await.context("while installing signal handlers")?;
     tracing::info!("Draining: closing connections with 1012.");

@@ -20,6 +20,9 @@ pub struct Embedded {
     pub presence: Arc<skua_presence::MemoryPresence>,
     /// In-memory session store.
     pub store: Arc<skua_store::MemoryStore>,
+    /// The registry of the `memory` store: one in-memory SQLite database, opened by the first
+    /// node and shared by the others.
+    pub registry: Arc<tokio::sync::OnceCell<Arc<dyn skua_core::RegistryStore>>>,
 }
 
 /// Builds the backends `config` names; embedded slots come from `embedded`.
@@ -58,6 +61,33 @@ pub async fn backends(config: &ServerConfig, embedded: &Embedded) -> anyhow::Res
         }
     };
     Ok(Backends { bus, bus_deliveries, presence, store })
+}
+
+/// Opens the registry store in the configured store (`memory`: `embedded`'s shared one).
+///
+/// # Errors
+/// When the store cannot be reached, is not migrated, or its URL is invalid.
+pub async fn registry_store(
+    config: &ServerConfig,
+    embedded: &Embedded,
+) -> anyhow::Result<Arc<dyn skua_core::RegistryStore>> {
+    match &config.store {
+        StoreConfig::Memory => embedded
+            .registry
+            .get_or_try_init(|| async {
+                skua_store::open_registry("sqlite::memory:")
+                    .await
+                    .map_err(|e| anyhow::anyhow!("while opening the in-memory registry: {}", error_chain(&e)))
+            })
+            .await
+            .cloned(),
+        StoreConfig::Url(url) => {
+            create_sqlite_dir(url)?;
+            skua_store::open_registry(url)
+                .await
+                .map_err(|e| anyhow::anyhow!("while opening the registry in {}: {}", redact(url), error_chain(&e)))
+        }
+    }
 }
 
 /// Applies the store's migrations (`skua migrate`).
@@ -105,8 +135,85 @@ pub struct RunningNode {
     pub addr: SocketAddr,
     /// The edge's shared state.
     pub state: Arc<EdgeState>,
+    /// Where the control-plane gRPC listener is bound, if any.
+    pub grpc_addr: Option<SocketAddr>,
+    /// The registry propagator, when the node runs with the control plane ([`Self::launch`]).
+    pub propagator: Option<Arc<skua_control::Propagator>>,
     tracker: TaskTracker,
     server: tokio::task::JoinHandle<std::io::Result<()>>,
+    control_stop: CancellationToken,
+    control_tasks: TaskTracker,
+}
+
+/// The edge as the control plane sees it ([`skua_control::NodeAdmin`]).
+struct EdgeAdmin(Arc<EdgeState>);
+
+#[async_trait::async_trait]
+impl skua_control::NodeAdmin for EdgeAdmin {
+    fn node_id(&self) -> String {
+        self.0.node.to_string()
+    }
+
+    fn registry(&self) -> Arc<skua_core::Registry> {
+        self.0.registry.load()
+    }
+
+    fn install_registry(&self, registry: skua_core::Registry) {
+        self.0.install_registry(registry);
+    }
+
+    fn connections(
+        &self,
+        project: &skua_core::ProjectId,
+        actor: Option<&skua_core::ActorId>,
+    ) -> Vec<skua_control::ConnectionInfo> {
+        self.0
+            .connections
+            .list(project, actor)
+            .into_iter()
+            .map(|(id, e)| skua_control::ConnectionInfo {
+                connection_id: id.to_string(),
+                actor: e.actor,
+                client_id: e.client_id,
+                connected_at_ms: e.connected_at_ms,
+                subscriptions: e.subscriptions.load(std::sync::atomic::Ordering::Relaxed),
+            })
+            .collect()
+    }
+
+    fn disconnect(&self, actor: &skua_core::ActorId) -> u32 {
+        self.0.connections.disconnect(actor)
+    }
+
+    async fn publish(&self, p: skua_control::ServerPublish) -> Result<(), String> {
+        let envelope = skua_core::Envelope::Publication(skua_core::Publication {
+            id: self.0.next_envelope_id(),
+            topic: p.topic,
+            filter: p.filter,
+            publisher: p.from,
+            // Connection ids start at 1: no client connection is this publish's.
+            publisher_conn: skua_core::ConnId(0),
+            node: self.0.node.clone(),
+            timestamp_ms: p.timestamp_ms,
+            msg_id: None,
+            retain: p.retain,
+            qos: 0,
+            data: p.data,
+        });
+        self.0.hub.bus().publish(Arc::new(envelope)).await.map_err(|e| format!("the message bus refused it: {e}"))
+    }
+
+    fn take_usage(&self) -> Vec<(skua_core::ProjectId, u64)> {
+        self.0.connections.take_usage()
+    }
+
+    fn return_usage(&self, counts: Vec<(skua_core::ProjectId, u64)>) {
+        self.0.connections.return_usage(counts);
+    }
+
+    fn set_usage(&self, project: &skua_core::ProjectId, period: &str, total: u64) {
+        self.0.connections.set_usage(project, period, total);
+    }
 }
 
 impl std::fmt::Debug for RunningNode {
@@ -135,7 +242,66 @@ impl RunningNode {
         );
         let server = tokio::spawn(skua_edge::serve(listener, state.clone()));
         tracing::info!(%addr, node = %config.node_id, "Skua node listening.");
-        Ok(Self { addr, state, tracker, server })
+        Ok(Self {
+            addr,
+            state,
+            grpc_addr: None,
+            propagator: None,
+            tracker,
+            server,
+            control_stop: CancellationToken::new(),
+            control_tasks: TaskTracker::new(),
+        })
+    }
+
+    /// Starts a node with its control plane: writes `fixtures` (if any) to the registry store
+    /// through the same change sets as the API, loads the registry from the store, starts the
+    /// edge on `listener`, keeps the registry current ([`skua_control::Propagator`]) and, with
+    /// `grpc`, serves `skua.control.v1` there.
+    ///
+    /// # Errors
+    /// When the fixtures conflict with the stored registry, the store fails, or a listener
+    /// cannot be used.
+    pub async fn launch(
+        config: &ServerConfig,
+        backends: Backends,
+        registry_store: Arc<dyn skua_core::RegistryStore>,
+        fixtures: Option<&skua_core::RegistryData>,
+        listener: TcpListener,
+        grpc: Option<TcpListener>,
+    ) -> anyhow::Result<Self> {
+        if let Some(f) = fixtures {
+            skua_control::fixtures::load(registry_store.as_ref(), f)
+                .await
+                .map_err(|e| anyhow::anyhow!("while loading the fixtures: {}", error_chain(&e)))?;
+        }
+        let first = registry_store
+            .load()
+            .await
+            .map_err(|e| anyhow::anyhow!("while loading the registry: {}", error_chain(&e)))?;
+        let registry = first.data.build().map_err(|e| anyhow::anyhow!("the stored registry is invalid: {}", e.0))?;
+        let mut node = Self::start(config, Arc::new(SharedRegistry::new(registry)), backends, listener)?;
+        let admin: Arc<dyn skua_control::NodeAdmin> = Arc::new(EdgeAdmin(node.state.clone()));
+        let propagator = skua_control::Propagator::start(registry_store, admin, config.registry_poll_interval)
+            .await
+            .map_err(|e| anyhow::anyhow!("while starting registry propagation: {}", error_chain(&e)))?;
+        node.control_tasks.spawn(propagator.clone().run(node.control_stop.clone()));
+        if let Some(grpc) = grpc {
+            let key = config
+                .admin_key
+                .clone()
+                .ok_or_else(|| anyhow::anyhow!("the gRPC listener needs an admin key (admin_key)"))?;
+            node.grpc_addr = Some(grpc.local_addr()?);
+            let service = skua_control::ControlService::new(propagator.clone(), config.control);
+            let stop = node.control_stop.clone();
+            node.control_tasks.spawn(async move {
+                if let Err(e) = skua_control::server::serve(grpc, service, &key.0, stop).await {
+                    tracing::error!(error = %e, "Control-plane gRPC server stopped.");
+                }
+            });
+        }
+        node.propagator = Some(propagator);
+        Ok(node)
     }
 
     /// Drains and stops: readiness fails, new upgrades are refused, every socket closes 1012
@@ -152,6 +318,10 @@ impl RunningNode {
         // Acknowledged publishes (and the sessions' presence leaves) still in the bus's buffer
         // go out before the process ends.
         self.state.hub.bus().close(std::time::Duration::from_secs(2)).await;
+        // The control plane last: its final flush carries the drained connections' counts.
+        self.control_stop.cancel();
+        self.control_tasks.close();
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), self.control_tasks.wait()).await;
         self.state.dispatcher_stop.cancel();
         self.state.background.close();
         let _ = tokio::time::timeout(std::time::Duration::from_secs(1), self.state.background.wait()).await;

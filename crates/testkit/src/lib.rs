@@ -4,15 +4,17 @@
 //! - [`cluster`]: [`TestCluster`], several nodes on shared embedded or external backends;
 //! - [`client`]: [`WsClient`], a raw protocol client, and [`Frame`], a decoded server frame;
 //! - [`process`]: real `skua`, Mosquitto and Redis processes for fault tests;
+//! - [`control`]: control-plane gRPC clients and a deadline poller for propagation tests;
 //! - [`conformance`]: behavioural suites for the bus, presence and store slots: test bodies
 //!   plus macros that turn them into tests for one implementation.
 
 pub mod client;
 pub mod cluster;
 pub mod conformance;
+pub mod control;
 pub mod process;
 pub mod server;
 
 pub use client::{Event, Frame, WsClient, encode};
 pub use cluster::TestCluster;
-pub use server::{TestServer, dev_jwt, jwt_with_secret, now_s};
+pub use server::{TEST_ADMIN_KEY, TestServer, dev_jwt, jwt_with_secret, now_s};

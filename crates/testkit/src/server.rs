@@ -16,7 +16,11 @@ pub struct TestServerBuilder {
     settings: Settings,
     extra_fixtures: Vec<String>,
     edge: Vec<fn(&mut skua_edge::EdgeConfig)>,
+    grpc: bool,
 }
+
+/// The admin API key of test servers started with [`TestServerBuilder::grpc`].
+pub const TEST_ADMIN_KEY: &str = "test-admin-key-0123456789";
 
 impl TestServerBuilder {
     /// Overrides settings as a config file would.
@@ -28,6 +32,13 @@ impl TestServerBuilder {
     /// Adds a fixtures file's text (loaded after the dev fixtures).
     pub fn fixtures(mut self, toml: &str) -> Self {
         self.extra_fixtures.push(toml.to_owned());
+        self
+    }
+
+    /// Also serves the control plane's gRPC API on `127.0.0.1:0` ([`TestServer::grpc_addr`]),
+    /// with the admin key [`TEST_ADMIN_KEY`].
+    pub fn grpc(mut self) -> Self {
+        self.grpc = true;
         self
     }
 
@@ -64,12 +75,26 @@ impl TestServerBuilder {
         for f in &self.extra_fixtures {
             sources.push(("test", f));
         }
-        let registry = fixtures::load(&sources).expect("test fixtures");
+        let data = fixtures::load_data(&sources).expect("test fixtures");
+        config.admin_key = Some(skua_server::config::AdminKey(TEST_ADMIN_KEY.into()));
         let listener = tokio::net::TcpListener::bind(config.listen).await.expect("bind 127.0.0.1:0");
+        let grpc = if self.grpc {
+            Some(tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0"))
+        } else {
+            None
+        };
         let backends = node::backends(&config, embedded).await.expect("test backends");
-        let registry = Arc::new(SharedRegistry::new(registry));
-        let node = RunningNode::start(&config, registry.clone(), backends, listener).expect("start node");
-        TestServer { addr: node.addr, state: node.state.clone(), registry, node: Some(node) }
+        let registry_store = node::registry_store(&config, embedded).await.expect("test registry store");
+        let node = RunningNode::launch(&config, backends, registry_store, Some(&data), listener, grpc)
+            .await
+            .expect("start node");
+        TestServer {
+            addr: node.addr,
+            grpc_addr: node.grpc_addr,
+            state: node.state.clone(),
+            registry: node.state.registry.clone(),
+            node: Some(node),
+        }
     }
 }
 
@@ -77,6 +102,8 @@ impl TestServerBuilder {
 pub struct TestServer {
     /// HTTP address.
     pub addr: SocketAddr,
+    /// The control plane's gRPC address, when started with [`TestServerBuilder::grpc`].
+    pub grpc_addr: Option<SocketAddr>,
     /// The node's shared state (counters, config).
     pub state: Arc<EdgeState>,
     /// The registry the node reads.
@@ -104,6 +131,14 @@ impl TestServer {
     /// `ws://…/ws`.
     pub fn url(&self) -> String {
         format!("ws://{}/ws", self.addr)
+    }
+
+    /// A control-plane client with the test admin key.
+    ///
+    /// # Panics
+    /// When the server was started without [`TestServerBuilder::grpc`] or does not answer.
+    pub async fn control(&self) -> crate::control::Control {
+        crate::control::connect(self.grpc_addr.expect("TestServer started without .grpc()"), Some(TEST_ADMIN_KEY)).await
     }
 
     /// `http://…`.

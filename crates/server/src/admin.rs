@@ -1,0 +1,671 @@
+//! `skua admin`: the operators' CLI over the control plane's gRPC API. Every command prints a
+//! human-readable result, or with `--json` one JSON document on stdout. Errors go to stderr as
+//! `skua admin: <gRPC code>: <message>` with exit status 1; usage errors exit 2 (clap).
+
+mod json;
+
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+use skua_control::pb;
+use skua_control::pb::control_client::ControlClient;
+use tonic::metadata::MetadataValue;
+use tonic::transport::Channel;
+
+/// `skua admin` arguments.
+#[derive(Debug, Args)]
+pub struct AdminArgs {
+    /// The control plane's gRPC address.
+    #[arg(long, env = "SKUA_ADMIN_SERVER", default_value = "http://127.0.0.1:50051", global = true)]
+    server: String,
+    /// The admin API key (the server's `admin_key`; `skua serve --dev` prints its dev key).
+    #[arg(long, env = "SKUA_ADMIN_KEY", hide_env_values = true, global = true)]
+    admin_key: Option<String>,
+    /// Print JSON instead of human-readable output.
+    #[arg(long, global = true)]
+    json: bool,
+    /// The project; may be omitted when the server has exactly one.
+    #[arg(long, short = 'p', env = "SKUA_ADMIN_PROJECT", global = true, default_value = "")]
+    project: String,
+    #[command(subcommand)]
+    command: Resource,
+}
+
+#[derive(Debug, Subcommand)]
+enum Resource {
+    /// Projects: tenants with limits.
+    #[command(subcommand)]
+    Projects(ProjectCmd),
+    /// Apps: topic lists and rooms.
+    #[command(subcommand)]
+    Apps(AppCmd),
+    /// Rooms of an app.
+    #[command(subcommand)]
+    Rooms(RoomCmd),
+    /// Actors and their access tokens.
+    #[command(subcommand)]
+    Actors(ActorCmd),
+    /// Room grants (private rooms).
+    #[command(subcommand)]
+    Grants(GrantCmd),
+    /// Lobbies.
+    #[command(subcommand)]
+    Lobbies(LobbyCmd),
+    /// Publish a message into a topic (`app/room/topic`) from the server side.
+    Publish(PublishArgs),
+    /// Open connections.
+    #[command(subcommand)]
+    Connections(ConnectionCmd),
+}
+
+#[derive(Debug, Args)]
+struct LimitArgs {
+    /// Most concurrent connections (per node).
+    #[arg(long)]
+    max_connections: Option<u32>,
+    /// Publishes per calendar month.
+    #[arg(long)]
+    monthly_quota: Option<u64>,
+    /// Publishes per second per connection.
+    #[arg(long)]
+    rate_limit: Option<u32>,
+    /// Largest publish payload in bytes.
+    #[arg(long)]
+    max_message_size: Option<u32>,
+}
+
+impl LimitArgs {
+    fn any(&self) -> bool {
+        self.max_connections.is_some()
+            || self.monthly_quota.is_some()
+            || self.rate_limit.is_some()
+            || self.max_message_size.is_some()
+    }
+
+    fn to_pb(&self) -> pb::ProjectLimits {
+        pb::ProjectLimits {
+            max_connections: self.max_connections,
+            monthly_message_quota: self.monthly_quota,
+            rate_limit: self.rate_limit,
+            max_message_size: self.max_message_size,
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+enum ProjectCmd {
+    /// Create a project.
+    Create {
+        /// Project id.
+        id: String,
+        /// Display name.
+        #[arg(long, default_value = "")]
+        name: String,
+        /// HS256 secret for client tokens (JWTs).
+        #[arg(long, default_value = "")]
+        jwt_secret: String,
+        #[command(flatten)]
+        limits: LimitArgs,
+    },
+    /// Show a project.
+    Get {
+        /// Project id.
+        id: String,
+    },
+    /// List projects.
+    List,
+    /// Change a project (limits given replace all limits).
+    Update {
+        /// Project id.
+        id: String,
+        /// New display name.
+        #[arg(long)]
+        name: Option<String>,
+        /// New JWT secret ("" removes it).
+        #[arg(long)]
+        jwt_secret: Option<String>,
+        #[command(flatten)]
+        limits: LimitArgs,
+    },
+    /// Delete a project.
+    Delete {
+        /// Project id.
+        id: String,
+        /// Also delete its apps and actors.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum AppCmd {
+    /// Create an app.
+    Create {
+        /// App slug (what clients address).
+        slug: String,
+        /// Internal id [default <project>-<slug>].
+        #[arg(long, default_value = "")]
+        id: String,
+        /// Display name.
+        #[arg(long, default_value = "")]
+        name: String,
+        /// A topic (repeat).
+        #[arg(long = "topic")]
+        topics: Vec<String>,
+        /// A logged topic (repeat; also added as a topic).
+        #[arg(long = "logged-topic")]
+        logged_topics: Vec<String>,
+        /// Let EnsureRoom create rooms.
+        #[arg(long)]
+        auto_provision: bool,
+        /// Room cap [default the server's].
+        #[arg(long, default_value_t = 0)]
+        max_rooms: u32,
+    },
+    /// Show an app.
+    Get {
+        /// App id or slug.
+        app: String,
+    },
+    /// List apps.
+    List,
+    /// Change an app.
+    Update {
+        /// App id or slug.
+        app: String,
+        /// New display name.
+        #[arg(long)]
+        name: Option<String>,
+        /// Replace the topics (repeat; with --logged-topic).
+        #[arg(long = "topic")]
+        topics: Vec<String>,
+        /// Logged topics of the replacement list (repeat).
+        #[arg(long = "logged-topic")]
+        logged_topics: Vec<String>,
+        /// Allow or refuse EnsureRoom.
+        #[arg(long)]
+        auto_provision: Option<bool>,
+        /// New room cap (0 = server default).
+        #[arg(long)]
+        max_rooms: Option<u32>,
+    },
+    /// Delete an app with its rooms, grants and lobbies.
+    Delete {
+        /// App id or slug.
+        app: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum RoomCmd {
+    /// Create a static room.
+    Create {
+        /// App id or slug.
+        app: String,
+        /// Room slug.
+        slug: String,
+        /// Display name.
+        #[arg(long, default_value = "")]
+        name: String,
+    },
+    /// Get or create (dynamic) a room; needs the app's auto-provisioning.
+    Ensure {
+        /// App id or slug.
+        app: String,
+        /// Room slug.
+        slug: String,
+    },
+    /// Show a room.
+    Get {
+        /// App id or slug.
+        app: String,
+        /// Room slug.
+        slug: String,
+    },
+    /// List an app's rooms.
+    List {
+        /// App id or slug.
+        app: String,
+        /// Page size [default the server's].
+        #[arg(long, default_value_t = 0)]
+        page_size: u32,
+        /// Page token from a previous page.
+        #[arg(long, default_value = "")]
+        page_token: String,
+    },
+    /// Rename a room.
+    Update {
+        /// App id or slug.
+        app: String,
+        /// Room slug.
+        slug: String,
+        /// New display name.
+        #[arg(long)]
+        name: String,
+    },
+    /// Delete a room and its grants.
+    Delete {
+        /// App id or slug.
+        app: String,
+        /// Room slug.
+        slug: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ActorCmd {
+    /// Create an actor; prints its access token once.
+    Create {
+        /// Actor id [default generated].
+        #[arg(default_value = "")]
+        id: String,
+        /// Actor type: user, device, agent, orchestrator, observer, server.
+        #[arg(long = "type")]
+        actor_type: String,
+        /// Display name.
+        #[arg(long, default_value = "")]
+        name: String,
+        /// Per-connection publish rate override.
+        #[arg(long, default_value_t = 0)]
+        rate_limit: u32,
+    },
+    /// Show an actor.
+    Get {
+        /// Actor id.
+        id: String,
+    },
+    /// List actors.
+    List {
+        /// Page size [default the server's].
+        #[arg(long, default_value_t = 0)]
+        page_size: u32,
+        /// Page token from a previous page.
+        #[arg(long, default_value = "")]
+        page_token: String,
+    },
+    /// Deactivate an actor (its connections close 4001).
+    Deactivate {
+        /// Actor id.
+        id: String,
+    },
+    /// Reactivate an actor.
+    Activate {
+        /// Actor id.
+        id: String,
+    },
+    /// Delete an actor with its tokens and grants.
+    Delete {
+        /// Actor id.
+        id: String,
+    },
+    /// Replace the actor's access tokens by a new one; prints it once.
+    Rotate {
+        /// Actor id.
+        id: String,
+    },
+    /// Close every connection of the actor, on every node.
+    Disconnect {
+        /// Actor id.
+        id: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum GrantCmd {
+    /// Grant access to a room (the first grant makes it private).
+    Create {
+        /// App id or slug.
+        app: String,
+        /// Room slug.
+        room: String,
+        /// The actor granted.
+        #[arg(long, default_value = "", conflicts_with = "actor_type")]
+        actor: String,
+        /// Every actor of this type.
+        #[arg(long, default_value = "")]
+        actor_type: String,
+        /// subscribe, publish or pubSub.
+        #[arg(long)]
+        permission: String,
+        /// Only this topic (repeat).
+        #[arg(long = "topic")]
+        topics: Vec<String>,
+        /// Expiry, unix seconds.
+        #[arg(long, default_value_t = 0)]
+        expires_at: u64,
+    },
+    /// List a room's grants.
+    List {
+        /// App id or slug.
+        app: String,
+        /// Room slug.
+        room: String,
+    },
+    /// Revoke a grant.
+    Delete {
+        /// Grant id.
+        id: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum LobbyCmd {
+    /// Create a lobby.
+    Create {
+        /// Lobby slug.
+        slug: String,
+        /// App id or slug.
+        #[arg(long)]
+        app: String,
+        /// A covered room (repeat).
+        #[arg(long = "room")]
+        rooms: Vec<String>,
+        /// An allowed actor (repeat).
+        #[arg(long = "allow-actor")]
+        allowed_actors: Vec<String>,
+        /// An allowed actor type (repeat).
+        #[arg(long = "allow-type")]
+        allowed_types: Vec<String>,
+    },
+    /// Show a lobby.
+    Get {
+        /// Lobby slug.
+        slug: String,
+    },
+    /// List lobbies.
+    List,
+    /// Replace a lobby's rooms.
+    SetRooms {
+        /// Lobby slug.
+        slug: String,
+        /// A covered room (repeat; none = empty).
+        #[arg(long = "room")]
+        rooms: Vec<String>,
+    },
+    /// Delete a lobby.
+    Delete {
+        /// Lobby slug.
+        slug: String,
+    },
+}
+
+#[derive(Debug, Args)]
+struct PublishArgs {
+    /// `app/room/topic`.
+    topic: String,
+    /// The payload as JSON (sent as the equivalent MessagePack).
+    #[arg(long, conflicts_with = "data_hex")]
+    data: Option<String>,
+    /// The payload as hex-encoded packed MessagePack.
+    #[arg(long)]
+    data_hex: Option<String>,
+    /// Filter key.
+    #[arg(long, default_value = "")]
+    filter: String,
+    /// Actor subscribers see as `from` [default server].
+    #[arg(long = "from", default_value = "")]
+    from_actor: String,
+    /// Retain as the topic's last message.
+    #[arg(long)]
+    retain: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum ConnectionCmd {
+    /// List open connections (of the node serving the call).
+    List {
+        /// Only this actor's.
+        #[arg(long, default_value = "")]
+        actor: String,
+    },
+}
+
+/// Runs `skua admin …`.
+pub fn run(args: AdminArgs) -> ExitCode {
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("skua admin: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(execute(args)) {
+        Ok(out) => {
+            println!("{out}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("skua admin: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A failure to report: the message is the whole line after `skua admin: `.
+#[derive(Debug)]
+struct Failure(String);
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<tonic::Status> for Failure {
+    fn from(s: tonic::Status) -> Self {
+        Self(format!("{:?}: {}", s.code(), s.message()))
+    }
+}
+
+type Client = ControlClient<tonic::service::interceptor::InterceptedService<Channel, Bearer>>;
+
+/// Adds the admin key to every call.
+#[derive(Clone)]
+struct Bearer(Option<MetadataValue<tonic::metadata::Ascii>>);
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(v) = &self.0 {
+            req.metadata_mut().insert("authorization", v.clone());
+        }
+        Ok(req)
+    }
+}
+
+async fn connect(args: &AdminArgs) -> Result<Client, Failure> {
+    let endpoint = Channel::from_shared(args.server.clone())
+        .map_err(|e| Failure(format!("invalid --server {:?}: {e}", args.server)))?
+        .connect_timeout(std::time::Duration::from_secs(5))
+        .timeout(std::time::Duration::from_secs(30));
+    let channel = endpoint.connect().await.map_err(|e| {
+        Failure(format!("cannot reach the control plane at {}: {}", args.server, crate::node::error_chain(&e)))
+    })?;
+    let key = match args.admin_key.as_deref() {
+        None | Some("") => None,
+        Some(k) => Some(
+            format!("Bearer {k}")
+                .parse()
+                .map_err(|_| Failure("the admin key must be printable ASCII".into()))?,
+        ),
+    };
+    Ok(ControlClient::with_interceptor(channel, Bearer(key)))
+}
+
+fn topics(plain: &[String], logged: &[String]) -> Vec<pb::Topic> {
+    let mut out: Vec<pb::Topic> =
+        plain.iter().map(|t| pb::Topic { name: t.clone(), logged: logged.contains(t), webhook: None }).collect();
+    for t in logged.iter().filter(|t| !plain.contains(t)) {
+        out.push(pb::Topic { name: t.clone(), logged: true, webhook: None });
+    }
+    out
+}
+
+async fn execute(args: AdminArgs) -> Result<String, Failure> {
+    let mut c = connect(&args).await?;
+    let project = args.project.clone();
+    let out = json::Out { json: args.json };
+    Ok(match args.command {
+        Resource::Projects(cmd) => match cmd {
+            ProjectCmd::Create { id, name, jwt_secret, limits } => {
+                let r = pb::CreateProjectRequest { id, name, jwt_secret, limits: Some(limits.to_pb()) };
+                out.project(&c.create_project(r).await?.into_inner())
+            }
+            ProjectCmd::Get { id } => {
+                out.project(&c.get_project(pb::GetProjectRequest { project_id: id }).await?.into_inner())
+            }
+            ProjectCmd::List => out.projects(&c.list_projects(pb::ListProjectsRequest {}).await?.into_inner().projects),
+            ProjectCmd::Update { id, name, jwt_secret, limits } => {
+                let limits = limits.any().then(|| limits.to_pb());
+                let r = pb::UpdateProjectRequest { project_id: id, name, jwt_secret, limits };
+                out.project(&c.update_project(r).await?.into_inner())
+            }
+            ProjectCmd::Delete { id, force } => {
+                out.deleted(&c.delete_project(pb::DeleteProjectRequest { project_id: id, force }).await?.into_inner())
+            }
+        },
+        Resource::Apps(cmd) => match cmd {
+            AppCmd::Create { slug, id, name, topics: t, logged_topics, auto_provision, max_rooms } => {
+                let r = pb::CreateAppRequest {
+                    project_id: project,
+                    slug,
+                    id,
+                    name,
+                    topics: topics(&t, &logged_topics),
+                    auto_provision_rooms: auto_provision,
+                    max_rooms,
+                };
+                out.app(&c.create_app(r).await?.into_inner())
+            }
+            AppCmd::Get { app } => out.app(&c.get_app(pb::GetAppRequest { project_id: project, app }).await?.into_inner()),
+            AppCmd::List => out.apps(&c.list_apps(pb::ListAppsRequest { project_id: project }).await?.into_inner().apps),
+            AppCmd::Update { app, name, topics: t, logged_topics, auto_provision, max_rooms } => {
+                let topics = (!t.is_empty() || !logged_topics.is_empty())
+                    .then(|| pb::TopicList { topics: topics(&t, &logged_topics) });
+                let r = pb::UpdateAppRequest {
+                    project_id: project,
+                    app,
+                    name,
+                    topics,
+                    auto_provision_rooms: auto_provision,
+                    max_rooms,
+                };
+                out.app(&c.update_app(r).await?.into_inner())
+            }
+            AppCmd::Delete { app } => {
+                out.deleted(&c.delete_app(pb::DeleteAppRequest { project_id: project, app }).await?.into_inner())
+            }
+        },
+        Resource::Rooms(cmd) => match cmd {
+            RoomCmd::Create { app, slug, name } => {
+                let r = pb::CreateRoomRequest { project_id: project, app, slug, name };
+                out.room(&c.create_room(r).await?.into_inner())
+            }
+            RoomCmd::Ensure { app, slug } => {
+                let r = pb::EnsureRoomRequest { project_id: project, app, slug, name: String::new() };
+                out.ensured(&c.ensure_room(r).await?.into_inner())
+            }
+            RoomCmd::Get { app, slug } => {
+                out.room(&c.get_room(pb::GetRoomRequest { project_id: project, app, slug }).await?.into_inner())
+            }
+            RoomCmd::List { app, page_size, page_token } => {
+                let r = pb::ListRoomsRequest { project_id: project, app, page_size, page_token };
+                out.rooms(&c.list_rooms(r).await?.into_inner())
+            }
+            RoomCmd::Update { app, slug, name } => {
+                let r = pb::UpdateRoomRequest { project_id: project, app, slug, name: Some(name) };
+                out.room(&c.update_room(r).await?.into_inner())
+            }
+            RoomCmd::Delete { app, slug } => {
+                out.deleted(&c.delete_room(pb::DeleteRoomRequest { project_id: project, app, slug }).await?.into_inner())
+            }
+        },
+        Resource::Actors(cmd) => match cmd {
+            ActorCmd::Create { id, actor_type, name, rate_limit } => {
+                let r = pb::CreateActorRequest { project_id: project, id, actor_type, name, rate_limit };
+                out.created_actor(&c.create_actor(r).await?.into_inner())
+            }
+            ActorCmd::Get { id } => out.actor(&c.get_actor(pb::GetActorRequest { actor_id: id }).await?.into_inner()),
+            ActorCmd::List { page_size, page_token } => {
+                let r = pb::ListActorsRequest { project_id: project, page_size, page_token };
+                out.actors(&c.list_actors(r).await?.into_inner())
+            }
+            ActorCmd::Deactivate { id } => out.actor(&c.deactivate_actor(pb::ActorRef { actor_id: id }).await?.into_inner()),
+            ActorCmd::Activate { id } => out.actor(&c.activate_actor(pb::ActorRef { actor_id: id }).await?.into_inner()),
+            ActorCmd::Delete { id } => out.deleted(&c.delete_actor(pb::ActorRef { actor_id: id }).await?.into_inner()),
+            ActorCmd::Rotate { id } => {
+                out.created_actor(&c.rotate_actor_token(pb::ActorRef { actor_id: id }).await?.into_inner())
+            }
+            ActorCmd::Disconnect { id } => {
+                out.disconnected(&c.disconnect_actor(pb::ActorRef { actor_id: id }).await?.into_inner())
+            }
+        },
+        Resource::Grants(cmd) => match cmd {
+            GrantCmd::Create { app, room, actor, actor_type, permission, topics, expires_at } => {
+                let r = pb::CreateGrantRequest {
+                    project_id: project,
+                    app,
+                    room,
+                    actor_id: actor,
+                    actor_type,
+                    permission,
+                    topics,
+                    expires_at,
+                };
+                out.grant(&c.create_grant(r).await?.into_inner())
+            }
+            GrantCmd::List { app, room } => {
+                let r = pb::ListGrantsRequest { project_id: project, app, room };
+                out.grants(&c.list_grants(r).await?.into_inner().grants)
+            }
+            GrantCmd::Delete { id } => {
+                out.deleted(&c.delete_grant(pb::DeleteGrantRequest { grant_id: id }).await?.into_inner())
+            }
+        },
+        Resource::Lobbies(cmd) => match cmd {
+            LobbyCmd::Create { slug, app, rooms, allowed_actors, allowed_types } => {
+                let r = pb::CreateLobbyRequest {
+                    project_id: project,
+                    slug,
+                    app,
+                    rooms,
+                    allowed_actors,
+                    allowed_actor_types: allowed_types,
+                };
+                out.lobby(&c.create_lobby(r).await?.into_inner())
+            }
+            LobbyCmd::Get { slug } => {
+                out.lobby(&c.get_lobby(pb::GetLobbyRequest { project_id: project, slug }).await?.into_inner())
+            }
+            LobbyCmd::List => {
+                out.lobbies(&c.list_lobbies(pb::ListLobbiesRequest { project_id: project }).await?.into_inner().lobbies)
+            }
+            LobbyCmd::SetRooms { slug, rooms } => {
+                let r = pb::SetLobbyRoomsRequest { project_id: project, slug, rooms };
+                out.lobby(&c.set_lobby_rooms(r).await?.into_inner())
+            }
+            LobbyCmd::Delete { slug } => {
+                out.deleted(&c.delete_lobby(pb::DeleteLobbyRequest { project_id: project, slug }).await?.into_inner())
+            }
+        },
+        Resource::Publish(p) => {
+            let data = match (&p.data, &p.data_hex) {
+                (Some(j), None) => json::msgpack_of_json(j).map_err(Failure)?,
+                (None, Some(h)) => json::unhex(h).ok_or_else(|| Failure("--data-hex is not hex".into()))?,
+                _ => return Err(Failure("give --data JSON or --data-hex HEX".into())),
+            };
+            let r = pb::PublishRequest {
+                project_id: project,
+                topic: p.topic,
+                data,
+                filter: p.filter,
+                from_actor: p.from_actor,
+                retain: p.retain,
+            };
+            out.published(&c.publish(r).await?.into_inner())
+        }
+        Resource::Connections(ConnectionCmd::List { actor }) => {
+            let r = pb::ListConnectionsRequest { project_id: project, actor_id: actor };
+            out.connections(&c.list_connections(r).await?.into_inner().connections)
+        }
+    })
+}

@@ -1,0 +1,369 @@
+//! What `skua admin` prints: human-readable lines, or JSON documents with `--json` (the field
+//! names of the proto messages, snake_case).
+
+use serde_json::{Value, json};
+use skua_control::pb;
+
+/// The chosen output form.
+pub(super) struct Out {
+    pub(super) json: bool,
+}
+
+fn limits(l: Option<&pb::ProjectLimits>) -> Value {
+    let l = l.cloned().unwrap_or_default();
+    json!({
+        "max_connections": l.max_connections,
+        "monthly_message_quota": l.monthly_message_quota,
+        "rate_limit": l.rate_limit,
+        "max_message_size": l.max_message_size,
+    })
+}
+
+fn project(p: &pb::Project) -> Value {
+    json!({
+        "id": p.id, "name": p.name, "has_jwt_secret": p.has_jwt_secret, "limits": limits(p.limits.as_ref()),
+        "created_at_ms": p.created_at_ms, "messages_this_month": p.messages_this_month,
+    })
+}
+
+fn app(a: &pb::App) -> Value {
+    let topics: Vec<Value> = a
+        .topics
+        .iter()
+        .map(|t| {
+            json!({
+                "name": t.name, "logged": t.logged,
+                "webhook": t.webhook.as_ref().map(|w| json!({"url": w.url, "events": w.events})),
+            })
+        })
+        .collect();
+    json!({
+        "id": a.id, "project_id": a.project_id, "slug": a.slug, "name": a.name, "topics": topics,
+        "auto_provision_rooms": a.auto_provision_rooms, "max_rooms": a.max_rooms, "room_count": a.room_count,
+        "created_at_ms": a.created_at_ms,
+    })
+}
+
+fn room(r: &pb::Room) -> Value {
+    json!({
+        "project_id": r.project_id, "app_id": r.app_id, "app_slug": r.app_slug, "slug": r.slug, "name": r.name,
+        "dynamic": r.dynamic, "private": r.private, "created_at_ms": r.created_at_ms,
+    })
+}
+
+fn actor(a: &pb::Actor) -> Value {
+    json!({
+        "id": a.id, "project_id": a.project_id, "actor_type": a.actor_type, "name": a.name, "active": a.active,
+        "rate_limit": a.rate_limit, "token_key_ids": a.token_key_ids, "created_at_ms": a.created_at_ms,
+    })
+}
+
+fn grant(g: &pb::Grant) -> Value {
+    json!({
+        "id": g.id, "project_id": g.project_id, "app_id": g.app_id, "room": g.room, "actor_id": g.actor_id,
+        "actor_type": g.actor_type, "permission": g.permission, "topics": g.topics, "expires_at": g.expires_at,
+        "created_at_ms": g.created_at_ms,
+    })
+}
+
+fn lobby(l: &pb::Lobby) -> Value {
+    json!({
+        "project_id": l.project_id, "slug": l.slug, "app_id": l.app_id, "rooms": l.rooms,
+        "allowed_actors": l.allowed_actors, "allowed_actor_types": l.allowed_actor_types,
+    })
+}
+
+fn connection(c: &pb::Connection) -> Value {
+    json!({
+        "node_id": c.node_id, "connection_id": c.connection_id, "actor_id": c.actor_id, "client_id": c.client_id,
+        "connected_at_ms": c.connected_at_ms, "subscriptions": c.subscriptions,
+    })
+}
+
+fn or_dash(s: &str) -> &str {
+    if s.is_empty() { "-" } else { s }
+}
+
+fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map_or_else(|| "default".to_owned(), |v| v.to_string())
+}
+
+/// Pads columns of `rows` (the first is the header) to a table.
+fn table(rows: &[Vec<String>]) -> String {
+    let cols = rows.first().map_or(0, Vec::len);
+    let widths: Vec<usize> =
+        (0..cols).map(|i| rows.iter().map(|r| r.get(i).map_or(0, |c| c.chars().count())).max().unwrap_or(0)).collect();
+    let mut out = String::new();
+    for r in rows {
+        let line: Vec<String> = r.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+    }
+    out.trim_end().to_owned()
+}
+
+impl Out {
+    fn emit(&self, value: Value, human: impl FnOnce() -> String) -> String {
+        if self.json { value.to_string() } else { human() }
+    }
+
+    pub(super) fn project(&self, p: &pb::Project) -> String {
+        self.emit(project(p), || {
+            let l = p.limits.clone().unwrap_or_default();
+            format!(
+                "project {} ({})\n  jwt secret: {}\n  max connections: {}\n  monthly quota: {}\n  rate limit: {}\n  max message size: {}\n  messages this month: {}",
+                p.id,
+                p.name,
+                if p.has_jwt_secret { "set" } else { "none" },
+                opt(l.max_connections),
+                opt(l.monthly_message_quota),
+                opt(l.rate_limit),
+                opt(l.max_message_size),
+                p.messages_this_month
+            )
+        })
+    }
+
+    pub(super) fn projects(&self, ps: &[pb::Project]) -> String {
+        self.emit(Value::Array(ps.iter().map(project).collect()), || {
+            let mut rows = vec![vec!["ID".into(), "NAME".into(), "MESSAGES THIS MONTH".into()]];
+            rows.extend(ps.iter().map(|p| vec![p.id.clone(), p.name.clone(), p.messages_this_month.to_string()]));
+            table(&rows)
+        })
+    }
+
+    pub(super) fn app(&self, a: &pb::App) -> String {
+        self.emit(app(a), || {
+            let topics: Vec<String> =
+                a.topics.iter().map(|t| if t.logged { format!("{} (logged)", t.name) } else { t.name.clone() }).collect();
+            format!(
+                "app {} (id {}, project {})\n  topics: {}\n  auto-provision rooms: {}\n  rooms: {}{}",
+                a.slug,
+                a.id,
+                a.project_id,
+                if topics.is_empty() { "-".into() } else { topics.join(", ") },
+                if a.auto_provision_rooms { "yes" } else { "no" },
+                a.room_count,
+                if a.max_rooms > 0 { format!(" (cap {})", a.max_rooms) } else { String::new() }
+            )
+        })
+    }
+
+    pub(super) fn apps(&self, apps: &[pb::App]) -> String {
+        self.emit(Value::Array(apps.iter().map(app).collect()), || {
+            let mut rows = vec![vec!["SLUG".into(), "ID".into(), "TOPICS".into(), "ROOMS".into()]];
+            rows.extend(apps.iter().map(|a| {
+                vec![
+                    a.slug.clone(),
+                    a.id.clone(),
+                    a.topics.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(","),
+                    a.room_count.to_string(),
+                ]
+            }));
+            table(&rows)
+        })
+    }
+
+    pub(super) fn room(&self, r: &pb::Room) -> String {
+        self.emit(room(r), || {
+            format!(
+                "room {}/{} ({}, {})",
+                r.app_slug,
+                r.slug,
+                if r.dynamic { "dynamic" } else { "static" },
+                if r.private { "private" } else { "public" }
+            )
+        })
+    }
+
+    pub(super) fn ensured(&self, e: &pb::EnsureRoomResponse) -> String {
+        let r = e.room.clone().unwrap_or_default();
+        self.emit(json!({"room": room(&r), "created": e.created}), || {
+            format!("{} room {}/{}", if e.created { "created" } else { "existing" }, r.app_slug, r.slug)
+        })
+    }
+
+    pub(super) fn rooms(&self, l: &pb::ListRoomsResponse) -> String {
+        self.emit(
+            json!({"rooms": l.rooms.iter().map(room).collect::<Vec<_>>(), "next_page_token": l.next_page_token}),
+            || {
+                let mut rows = vec![vec!["SLUG".into(), "KIND".into(), "ACCESS".into(), "NAME".into()]];
+                rows.extend(l.rooms.iter().map(|r| {
+                    vec![
+                        r.slug.clone(),
+                        (if r.dynamic { "dynamic" } else { "static" }).into(),
+                        (if r.private { "private" } else { "public" }).into(),
+                        r.name.clone(),
+                    ]
+                }));
+                let mut s = table(&rows);
+                if !l.next_page_token.is_empty() {
+                    s.push_str(&format!("\nmore: --page-token {}", l.next_page_token));
+                }
+                s
+            },
+        )
+    }
+
+    pub(super) fn actor(&self, a: &pb::Actor) -> String {
+        self.emit(actor(a), || {
+            format!(
+                "actor {} ({}, project {}){}\n  tokens: {}",
+                a.id,
+                a.actor_type,
+                a.project_id,
+                if a.active { "" } else { " DEACTIVATED" },
+                if a.token_key_ids.is_empty() { "-".into() } else { a.token_key_ids.join(", ") }
+            )
+        })
+    }
+
+    pub(super) fn created_actor(&self, r: &pb::CreateActorResponse) -> String {
+        let a = r.actor.clone().unwrap_or_default();
+        self.emit(
+            json!({"actor": actor(&a), "access_token": r.access_token, "token_key_id": r.token_key_id}),
+            || {
+                format!(
+                    "actor {} ({}, project {})\naccess token (shown once, store it now):\n{}",
+                    a.id, a.actor_type, a.project_id, r.access_token
+                )
+            },
+        )
+    }
+
+    pub(super) fn actors(&self, l: &pb::ListActorsResponse) -> String {
+        self.emit(
+            json!({"actors": l.actors.iter().map(actor).collect::<Vec<_>>(), "next_page_token": l.next_page_token}),
+            || {
+                let mut rows = vec![vec!["ID".into(), "TYPE".into(), "ACTIVE".into(), "TOKENS".into()]];
+                rows.extend(l.actors.iter().map(|a| {
+                    vec![
+                        a.id.clone(),
+                        a.actor_type.clone(),
+                        (if a.active { "yes" } else { "no" }).into(),
+                        a.token_key_ids.len().to_string(),
+                    ]
+                }));
+                let mut s = table(&rows);
+                if !l.next_page_token.is_empty() {
+                    s.push_str(&format!("\nmore: --page-token {}", l.next_page_token));
+                }
+                s
+            },
+        )
+    }
+
+    pub(super) fn grant(&self, g: &pb::Grant) -> String {
+        self.emit(grant(g), || {
+            let who = if g.actor_id.is_empty() { format!("type {}", g.actor_type) } else { format!("actor {}", g.actor_id) };
+            format!("grant {}: {who} may {} in room {}", g.id, g.permission, g.room)
+        })
+    }
+
+    pub(super) fn grants(&self, gs: &[pb::Grant]) -> String {
+        self.emit(Value::Array(gs.iter().map(grant).collect()), || {
+            let mut rows = vec![vec!["ID".into(), "ACTOR".into(), "TYPE".into(), "PERMISSION".into(), "TOPICS".into()]];
+            rows.extend(gs.iter().map(|g| {
+                vec![
+                    g.id.clone(),
+                    or_dash(&g.actor_id).into(),
+                    or_dash(&g.actor_type).into(),
+                    g.permission.clone(),
+                    if g.topics.is_empty() { "all".into() } else { g.topics.join(",") },
+                ]
+            }));
+            table(&rows)
+        })
+    }
+
+    pub(super) fn lobby(&self, l: &pb::Lobby) -> String {
+        self.emit(lobby(l), || format!("lobby {} (app {}): rooms {}", l.slug, l.app_id, l.rooms.join(", ")))
+    }
+
+    pub(super) fn lobbies(&self, ls: &[pb::Lobby]) -> String {
+        self.emit(Value::Array(ls.iter().map(lobby).collect()), || {
+            let mut rows = vec![vec!["SLUG".into(), "APP".into(), "ROOMS".into()]];
+            rows.extend(ls.iter().map(|l| vec![l.slug.clone(), l.app_id.clone(), l.rooms.join(",")]));
+            table(&rows)
+        })
+    }
+
+    pub(super) fn deleted(&self, d: &pb::DeleteResponse) -> String {
+        self.emit(json!({"deleted": d.deleted}), || format!("deleted ({} objects)", d.deleted))
+    }
+
+    pub(super) fn disconnected(&self, d: &pb::DisconnectActorResponse) -> String {
+        self.emit(json!({"closed_on_this_node": d.closed_on_this_node}), || {
+            format!("disconnected: {} connections closed on this node; other nodes follow within 1s", d.closed_on_this_node)
+        })
+    }
+
+    pub(super) fn published(&self, p: &pb::PublishResponse) -> String {
+        self.emit(json!({"timestamp_ms": p.timestamp_ms}), || format!("published at {}", p.timestamp_ms))
+    }
+
+    pub(super) fn connections(&self, cs: &[pb::Connection]) -> String {
+        self.emit(Value::Array(cs.iter().map(connection).collect()), || {
+            let mut rows = vec![vec!["NODE".into(), "CONN".into(), "ACTOR".into(), "CLIENT".into(), "SUBS".into()]];
+            rows.extend(cs.iter().map(|c| {
+                vec![
+                    c.node_id.clone(),
+                    c.connection_id.clone(),
+                    c.actor_id.clone(),
+                    or_dash(&c.client_id).into(),
+                    c.subscriptions.to_string(),
+                ]
+            }));
+            table(&rows)
+        })
+    }
+}
+
+/// Packs a JSON document as MessagePack (integers stay integers, strings `str`).
+pub(super) fn msgpack_of_json(text: &str) -> Result<Vec<u8>, String> {
+    let v: Value = serde_json::from_str(text).map_err(|e| format!("--data is not JSON: {e}"))?;
+    let mut out = Vec::new();
+    rmpv::encode::write_value(&mut out, &to_rmpv(&v)).map_err(|e| format!("packing --data: {e}"))?;
+    Ok(out)
+}
+
+fn to_rmpv(v: &Value) -> rmpv::Value {
+    match v {
+        Value::Null => rmpv::Value::Nil,
+        Value::Bool(b) => rmpv::Value::Boolean(*b),
+        Value::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                rmpv::Value::from(i)
+            } else if let Some(u) = n.as_u64() {
+                rmpv::Value::from(u)
+            } else {
+                rmpv::Value::F64(n.as_f64().unwrap_or(0.0))
+            }
+        }
+        Value::String(s) => rmpv::Value::from(s.as_str()),
+        Value::Array(a) => rmpv::Value::Array(a.iter().map(to_rmpv).collect()),
+        Value::Object(o) => rmpv::Value::Map(o.iter().map(|(k, v)| (rmpv::Value::from(k.as_str()), to_rmpv(v))).collect()),
+    }
+}
+
+/// Hex → bytes.
+pub(super) fn unhex(s: &str) -> Option<Vec<u8>> {
+    let s = s.trim();
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_payloads_pack_as_msgpack() {
+        assert_eq!(msgpack_of_json(r#"{"a":1}"#).unwrap(), vec![0x81, 0xa1, b'a', 0x01]);
+        assert!(msgpack_of_json("{").is_err());
+        assert_eq!(unhex("81a16101"), Some(vec![0x81, 0xa1, b'a', 0x01]));
+        assert_eq!(unhex("8"), None);
+    }
+}
