@@ -287,3 +287,34 @@ fn folder_versions() -> Vec<i64> {
     v.sort_unstable();
     v
 }
+
+/// The registry store suite on a fresh migrated database per test.
+struct PostgresRegistryHarness {
+    db: TestDatabase,
+}
+
+impl skua_testkit::conformance::registry::RegistryHarness for PostgresRegistryHarness {
+    async fn open(&self) -> Arc<dyn skua_core::RegistryStore> {
+        let store = skua_store::PostgresRegistryStore::connect(&self.db.url).await;
+        Arc::new(store.unwrap_or_else(|e| panic!("connecting to {}: {e:?}", self.db.name)))
+    }
+}
+
+async fn registry_setup() -> Option<PostgresRegistryHarness> {
+    Some(PostgresRegistryHarness { db: TestDatabase::migrated().await? })
+}
+
+mod registry_conformance {
+    use super::registry_setup;
+
+    skua_testkit::registry_store_conformance!(setup = registry_setup());
+}
+
+#[tokio::test]
+async fn the_registry_store_refuses_an_unmigrated_database() {
+    let Some(db) = TestDatabase::create().await else { return };
+    let Err(StoreError::Unavailable(source)) = skua_store::open_registry(&db.url).await else {
+        panic!("opened the registry of an unmigrated database");
+    };
+    assert!(source.is::<SchemaNotMigrated>(), "{source}");
+}

@@ -258,3 +258,36 @@ async fn concurrent_writes_through_two_handles_all_land() {
         assert_eq!(loaded, Some(record()), "actor-{i}");
     }
 }
+
+/// The registry store suite on a fresh file per test: every `open` is another handle (another
+/// pool) onto the same file.
+struct SqliteRegistryHarness {
+    dir: TempDir,
+}
+
+impl skua_testkit::conformance::registry::RegistryHarness for SqliteRegistryHarness {
+    async fn open(&self) -> Arc<dyn skua_core::RegistryStore> {
+        let url = self.dir.url("registry.db");
+        Arc::new(skua_store::SqliteRegistryStore::connect(&url).await.unwrap_or_else(|e| panic!("{url}: {e:?}")))
+    }
+}
+
+mod registry_conformance {
+    use super::{SqliteRegistryHarness, TempDir};
+
+    skua_testkit::registry_store_conformance!(SqliteRegistryHarness { dir: TempDir::new() });
+}
+
+#[tokio::test]
+async fn the_registry_opens_by_url_next_to_the_session_store() {
+    let dir = TempDir::new();
+    let url = dir.url("skua.db");
+    let sessions = skua_store::open(&url, TestClock::new().clock()).await.unwrap();
+    drop(sessions);
+    let registry = skua_store::open_registry(&url).await.unwrap();
+    assert_eq!(registry.version().await.unwrap(), 0, "the session store's migrations created the registry tables");
+    let Err(StoreError::Unavailable(source)) = skua_store::open_registry("redis://x").await else {
+        panic!("opened a registry on redis");
+    };
+    assert!(source.is::<UnsupportedStoreUrl>(), "{source}");
+}

@@ -9,7 +9,9 @@
 //! - [`presence`]: [`PresenceHarness`](presence::PresenceHarness) and
 //!   [`presence_conformance!`](crate::presence_conformance);
 //! - [`store`]: [`StoreHarness`](store::StoreHarness) and
-//!   [`store_conformance!`](crate::store_conformance).
+//!   [`store_conformance!`](crate::store_conformance);
+//! - [`registry`]: [`RegistryHarness`](registry::RegistryHarness) and
+//!   [`registry_store_conformance!`](crate::registry_store_conformance).
 //!
 //! Each macro takes either a harness expression, evaluated once per test
 //! (`bus_conformance!(InProcessHarness::new())`), or `setup = <future>` for a harness that needs
@@ -26,6 +28,7 @@ use std::time::Duration;
 
 pub mod bus;
 pub mod presence;
+pub mod registry;
 pub mod store;
 
 /// How long a suite waits for one expected event before failing.

@@ -1,0 +1,180 @@
+//! The [`RegistryStore`] suite: every guarantee of the registry store's contract, as test
+//! bodies. Each harness gives an empty registry (a fresh database).
+
+use std::future::Future;
+use std::sync::Arc;
+
+use skua_core::RegistryStore;
+use skua_core::registry_store::{
+    ActorRecord, ApplyError, Change, LimitsRecord, Object, ObjectKey, ObjectKind, ProjectRecord, RoomRecord,
+    TokenRecord,
+};
+
+use super::within;
+
+/// Opens handles onto one empty registry store.
+pub trait RegistryHarness {
+    /// A handle onto the harness's one store, as another node would open it.
+    fn open(&self) -> impl Future<Output = Arc<dyn RegistryStore>>;
+}
+
+/// Generates one `#[tokio::test]` per case of the [`RegistryStore`] suite; the forms are those
+/// of [`store_conformance!`](crate::store_conformance).
+#[macro_export]
+macro_rules! registry_store_conformance {
+    (setup = $setup:expr $(,)?) => {
+        $crate::registry_store_conformance!(@cases setup, $setup);
+    };
+    (@cases $how:ident, $harness:expr) => {
+        $crate::__conformance_tests!(registry, $how, $harness;
+            an_empty_registry_is_at_version_0,
+            apply_writes_atomically_and_bumps_the_version,
+            a_stale_version_conflicts_and_changes_nothing,
+            put_replaces_and_delete_removes,
+            concurrent_writers_serialise,
+            usage_adds_up_per_project_and_period,
+            changes_are_shared_between_handles,
+        );
+    };
+    ($harness:expr $(,)?) => {
+        $crate::registry_store_conformance!(@cases make, $harness);
+    };
+}
+
+fn project(id: &str) -> Object {
+    Object::Project(ProjectRecord {
+        id: id.into(),
+        name: format!("Project {id}"),
+        jwt_secret: Some("s3cret".into()),
+        limits: LimitsRecord { max_connections: Some(5), monthly_message_quota: Some(10), ..LimitsRecord::default() },
+        created_at_ms: 1,
+    })
+}
+
+fn room(slug: &str) -> Object {
+    Object::Room(RoomRecord {
+        project: "p".into(),
+        app: "p-app".into(),
+        slug: slug.into(),
+        name: slug.into(),
+        dynamic: true,
+        created_at_ms: 2,
+    })
+}
+
+fn actor(id: &str) -> Object {
+    Object::Actor(ActorRecord {
+        project: "p".into(),
+        id: id.into(),
+        actor_type: "agent".into(),
+        name: id.into(),
+        active: true,
+        rate_limit: None,
+        disconnect_before_ms: None,
+        created_at_ms: 3,
+    })
+}
+
+async fn apply(s: &Arc<dyn RegistryStore>, v: u64, changes: Vec<Change>) -> Result<u64, ApplyError> {
+    within("apply", s.apply(v, &changes)).await
+}
+
+/// Contract 2 and 3: nothing written, nothing loaded, version 0.
+pub async fn an_empty_registry_is_at_version_0<H: RegistryHarness>(h: H) {
+    let s = h.open().await;
+    assert_eq!(within("version", s.version()).await.unwrap(), 0);
+    let snap = within("load", s.load()).await.unwrap();
+    assert_eq!(snap.version, 0);
+    assert!(snap.data.objects().is_empty());
+}
+
+/// Contract 1: a change set lands whole, at the next version.
+pub async fn apply_writes_atomically_and_bumps_the_version<H: RegistryHarness>(h: H) {
+    let s = h.open().await;
+    let v = apply(&s, 0, vec![Change::Put(project("p")), Change::Put(room("r1")), Change::Put(actor("a1"))])
+        .await
+        .unwrap();
+    assert_eq!(v, 1);
+    let snap = within("load", s.load()).await.unwrap();
+    assert_eq!(snap.version, 1);
+    assert_eq!(snap.data.objects(), vec![project("p"), room("r1"), actor("a1")]);
+    assert_eq!(within("version", s.version()).await.unwrap(), 1);
+}
+
+/// Contract 1: a writer working from an old version is refused and writes nothing.
+pub async fn a_stale_version_conflicts_and_changes_nothing<H: RegistryHarness>(h: H) {
+    let s = h.open().await;
+    apply(&s, 0, vec![Change::Put(project("p"))]).await.unwrap();
+    match apply(&s, 0, vec![Change::Put(room("r1"))]).await {
+        Err(ApplyError::Conflict { current }) => assert_eq!(current, 1),
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    let snap = within("load", s.load()).await.unwrap();
+    assert_eq!((snap.version, snap.data.objects()), (1, vec![project("p")]));
+}
+
+/// Puts replace by key; deletes remove, and deleting an absent key is not an error.
+pub async fn put_replaces_and_delete_removes<H: RegistryHarness>(h: H) {
+    let s = h.open().await;
+    apply(&s, 0, vec![Change::Put(project("p")), Change::Put(room("r1"))]).await.unwrap();
+    let Object::Project(mut p) = project("p") else { unreachable!("project() builds a project") };
+    p.name = "renamed".into();
+    let token = Object::Token(TokenRecord { key_id: "k1".into(), actor: "a1".into(), sha256: "00".repeat(32), created_at_ms: 4 });
+    apply(
+        &s,
+        1,
+        vec![
+            Change::Put(Object::Project(p.clone())),
+            Change::Delete(ObjectKey { kind: ObjectKind::Room, key: "p-app/r1".into() }),
+            Change::Delete(ObjectKey { kind: ObjectKind::Room, key: "p-app/absent".into() }),
+            Change::Put(token.clone()),
+        ],
+    )
+    .await
+    .unwrap();
+    let snap = within("load", s.load()).await.unwrap();
+    assert_eq!(snap.data.objects(), vec![Object::Project(p), token]);
+}
+
+/// Contract 1: writers that retry on conflict never lose each other's writes.
+pub async fn concurrent_writers_serialise<H: RegistryHarness>(h: H) {
+    let (a, b) = (h.open().await, h.open().await);
+    let writer = |s: Arc<dyn RegistryStore>, prefix: &'static str| async move {
+        for i in 0..10 {
+            loop {
+                let v = s.version().await.unwrap();
+                match s.apply(v, &[Change::Put(room(&format!("{prefix}{i}")))]).await {
+                    Ok(_) => break,
+                    Err(ApplyError::Conflict { .. }) => {}
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        }
+    };
+    let (x, y) = within("two writers", async { tokio::join!(tokio::spawn(writer(a, "a")), tokio::spawn(writer(b, "b"))) }).await;
+    x.unwrap();
+    y.unwrap();
+    let s = h.open().await;
+    let snap = within("load", s.load()).await.unwrap();
+    assert_eq!(snap.version, 20);
+    assert_eq!(snap.data.rooms.len(), 20);
+}
+
+/// Contract 4: usage counters add up, per project and per period.
+pub async fn usage_adds_up_per_project_and_period<H: RegistryHarness>(h: H) {
+    let s = h.open().await;
+    assert_eq!(within("usage", s.usage("p", "2026-12")).await.unwrap(), 0);
+    assert_eq!(within("add", s.add_usage("p", "2026-12", 5)).await.unwrap(), 5);
+    assert_eq!(within("add", s.add_usage("p", "2026-12", 7)).await.unwrap(), 12);
+    assert_eq!(within("add", s.add_usage("p", "2027-01", 1)).await.unwrap(), 1);
+    assert_eq!(within("add", s.add_usage("q", "2026-12", 2)).await.unwrap(), 2);
+    assert_eq!(within("usage", s.usage("p", "2026-12")).await.unwrap(), 12);
+}
+
+/// What one handle writes, another handle (another node) loads.
+pub async fn changes_are_shared_between_handles<H: RegistryHarness>(h: H) {
+    let (a, b) = (h.open().await, h.open().await);
+    apply(&a, 0, vec![Change::Put(project("p"))]).await.unwrap();
+    assert_eq!(within("version", b.version()).await.unwrap(), 1);
+    assert_eq!(within("load", b.load()).await.unwrap().data.objects(), vec![project("p")]);
+}
