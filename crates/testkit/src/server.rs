@@ -133,6 +133,15 @@ impl TestServer {
         format!("ws://{}/ws", self.addr)
     }
 
+    /// The registry store this node reads and the control plane writes.
+    ///
+    /// # Panics
+    /// After [`Self::shutdown`].
+    pub fn registry_store(&self) -> std::sync::Arc<dyn skua_core::RegistryStore> {
+        let node = self.node.as_ref().expect("running node");
+        node.propagator.as_ref().expect("launched with the control plane").store().clone()
+    }
+
     /// A control-plane client with the test admin key.
     ///
     /// # Panics

@@ -3,6 +3,7 @@
 mod closes;
 mod cluster;
 mod durable;
+mod control;
 mod errors;
 mod filters;
 mod fuzz;

@@ -1,0 +1,518 @@
+//! The control plane's gRPC API (`skua.control.v1`) against an in-process node: every RPC, and
+//! every error status it documents.
+
+use rmpv::Value;
+use skua_control::pb;
+use skua_testkit::control::{self, Control};
+use skua_testkit::{TEST_ADMIN_KEY, TestServer, frame};
+use tonic::{Code, Response, Status};
+
+async fn server() -> (TestServer, Control) {
+    let s = TestServer::builder().grpc().spawn().await;
+    let c = s.control().await;
+    (s, c)
+}
+
+/// The status code of a failed call, with its message for context.
+fn fails<T: std::fmt::Debug>(r: Result<Response<T>, Status>) -> (Code, String) {
+    match r {
+        Ok(v) => panic!("expected an error, got {v:?}"),
+        Err(s) => (s.code(), s.message().to_owned()),
+    }
+}
+
+fn ok<T>(r: Result<Response<T>, Status>) -> T {
+    r.unwrap_or_else(|s| panic!("{:?}: {}", s.code(), s.message())).into_inner()
+}
+
+fn project_req(id: &str) -> pb::CreateProjectRequest {
+    pb::CreateProjectRequest { id: id.into(), ..Default::default() }
+}
+
+fn app_req(project: &str, slug: &str, topics: &[&str]) -> pb::CreateAppRequest {
+    pb::CreateAppRequest {
+        project_id: project.into(),
+        slug: slug.into(),
+        topics: topics.iter().map(|t| pb::Topic { name: (*t).into(), ..Default::default() }).collect(),
+        ..Default::default()
+    }
+}
+
+fn room_req(app: &str, slug: &str) -> pb::CreateRoomRequest {
+    pb::CreateRoomRequest { app: app.into(), slug: slug.into(), ..Default::default() }
+}
+
+fn actor_ref(id: &str) -> pb::ActorRef {
+    pb::ActorRef { actor_id: id.into() }
+}
+
+#[tokio::test]
+async fn calls_without_the_admin_key_are_unauthenticated_but_health_and_reflection_are_open() {
+    let (s, _) = server().await;
+    let addr = s.grpc_addr.unwrap();
+    let mut anonymous = control::connect(addr, None).await;
+    let (code, msg) = fails(anonymous.list_projects(pb::ListProjectsRequest {}).await);
+    assert_eq!(code, Code::Unauthenticated);
+    assert!(msg.contains("missing admin API key"), "{msg}");
+    let mut wrong = control::connect(addr, Some("not-the-key-at-all")).await;
+    assert_eq!(fails(wrong.list_projects(pb::ListProjectsRequest {}).await).0, Code::Unauthenticated);
+    let mut right = control::connect(addr, Some(TEST_ADMIN_KEY)).await;
+    assert_eq!(ok(right.list_projects(pb::ListProjectsRequest {}).await).projects.len(), 1);
+
+    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+    let r = health
+        .check(tonic_health::pb::HealthCheckRequest { service: "skua.control.v1.Control".into() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.status, tonic_health::pb::health_check_response::ServingStatus::Serving as i32);
+}
+
+#[tokio::test]
+async fn projects_create_get_list_update_delete() {
+    let (_s, mut c) = server().await;
+    let limits = pb::ProjectLimits { max_connections: Some(10), monthly_message_quota: Some(1000), ..Default::default() };
+    let p = ok(c
+        .create_project(pb::CreateProjectRequest {
+            id: "acme".into(),
+            name: "Acme".into(),
+            jwt_secret: "acme-secret".into(),
+            limits: Some(limits),
+        })
+        .await);
+    assert_eq!((p.id.as_str(), p.name.as_str(), p.has_jwt_secret), ("acme", "Acme", true));
+    assert_eq!(p.limits.unwrap().max_connections, Some(10));
+    assert_eq!(fails(c.create_project(project_req("acme")).await).0, Code::AlreadyExists);
+    let (code, msg) = fails(c.create_project(project_req("no spaces")).await);
+    assert_eq!(code, Code::InvalidArgument);
+    assert!(msg.starts_with("id \"no spaces\" is invalid"), "{msg}");
+    assert_eq!(fails(c.create_project(project_req("")).await), (Code::InvalidArgument, "id is required".into()));
+    let bad = pb::ProjectLimits { max_message_size: Some(2_000_000), ..Default::default() };
+    let r = c.create_project(pb::CreateProjectRequest { limits: Some(bad), ..project_req("big") }).await;
+    assert_eq!(fails(r).0, Code::InvalidArgument);
+
+    let got = ok(c.get_project(pb::GetProjectRequest { project_id: "acme".into() }).await);
+    assert_eq!(got.limits.unwrap().monthly_message_quota, Some(1000));
+    assert_eq!(fails(c.get_project(pb::GetProjectRequest { project_id: "nope".into() }).await).0, Code::NotFound);
+    assert_eq!(fails(c.get_project(pb::GetProjectRequest::default()).await).0, Code::InvalidArgument);
+    let ids: Vec<String> = ok(c.list_projects(pb::ListProjectsRequest {}).await).projects.into_iter().map(|p| p.id).collect();
+    assert_eq!(ids, ["acme", "demo-project"]);
+
+    let up = ok(c
+        .update_project(pb::UpdateProjectRequest {
+            project_id: "acme".into(),
+            name: Some("Acme Inc".into()),
+            jwt_secret: Some(String::new()),
+            limits: Some(pb::ProjectLimits { rate_limit: Some(5), ..Default::default() }),
+        })
+        .await);
+    assert_eq!((up.name.as_str(), up.has_jwt_secret), ("Acme Inc", false));
+    assert_eq!(up.limits.unwrap(), pb::ProjectLimits { rate_limit: Some(5), ..Default::default() });
+    let r = c.update_project(pb::UpdateProjectRequest { project_id: "nope".into(), ..Default::default() }).await;
+    assert_eq!(fails(r).0, Code::NotFound);
+
+    ok(c.create_app(app_req("acme", "chat", &["messages"])).await);
+    let r = c.delete_project(pb::DeleteProjectRequest { project_id: "acme".into(), force: false }).await;
+    let (code, msg) = fails(r);
+    assert_eq!(code, Code::FailedPrecondition);
+    assert!(msg.contains("still has 1 apps"), "{msg}");
+    let d = ok(c.delete_project(pb::DeleteProjectRequest { project_id: "acme".into(), force: true }).await);
+    assert_eq!(d.deleted, 2, "the project and its app");
+    let r = c.delete_project(pb::DeleteProjectRequest { project_id: "acme".into(), force: true }).await;
+    assert_eq!(fails(r).0, Code::NotFound);
+}
+
+#[tokio::test]
+async fn apps_create_get_list_update_delete() {
+    let (_s, mut c) = server().await;
+    let mut req = app_req("", "chat", &["messages", "typing"]);
+    req.topics[0].logged = true;
+    req.topics[1].webhook = Some(pb::Webhook { url: "https://example.com/hook".into(), events: vec!["message".into()] });
+    let a = ok(c.create_app(req).await);
+    assert_eq!((a.id.as_str(), a.project_id.as_str(), a.slug.as_str()), ("demo-project-chat", "demo-project", "chat"));
+    assert!(a.topics[0].logged);
+    assert_eq!(a.topics[1].webhook.as_ref().unwrap().url, "https://example.com/hook");
+    assert_eq!(fails(c.create_app(app_req("", "chat", &[])).await).0, Code::AlreadyExists);
+    let (code, msg) = fails(c.create_app(app_req("", "x", &["t", "t"])).await);
+    assert_eq!((code, msg.as_str()), (Code::InvalidArgument, "topics lists \"t\" twice"));
+    let mut bad_hook = app_req("", "y", &["t"]);
+    bad_hook.topics[0].webhook = Some(pb::Webhook { url: "ftp://x".into(), events: vec![] });
+    assert_eq!(fails(c.create_app(bad_hook).await).0, Code::InvalidArgument);
+    assert_eq!(fails(c.create_app(app_req("ghost", "z", &[])).await).0, Code::NotFound);
+
+    let by_slug = ok(c.get_app(pb::GetAppRequest { project_id: String::new(), app: "chat".into() }).await);
+    let by_id = ok(c.get_app(pb::GetAppRequest { project_id: String::new(), app: "demo-project-chat".into() }).await);
+    assert_eq!(by_slug, by_id);
+    assert_eq!(fails(c.get_app(pb::GetAppRequest { project_id: String::new(), app: "nope".into() }).await).0, Code::NotFound);
+    let slugs: Vec<String> =
+        ok(c.list_apps(pb::ListAppsRequest::default()).await).apps.into_iter().map(|a| a.slug).collect();
+    assert_eq!(slugs, ["demo", "chat"], "by creation");
+
+    let up = ok(c
+        .update_app(pb::UpdateAppRequest {
+            app: "chat".into(),
+            name: Some("Chat".into()),
+            topics: Some(pb::TopicList { topics: vec![pb::Topic { name: "only".into(), ..Default::default() }] }),
+            auto_provision_rooms: Some(true),
+            max_rooms: Some(3),
+            ..Default::default()
+        })
+        .await);
+    assert_eq!((up.name.as_str(), up.topics.len(), up.auto_provision_rooms, up.max_rooms), ("Chat", 1, true, 3));
+    let r = c.update_app(pb::UpdateAppRequest { app: "nope".into(), ..Default::default() }).await;
+    assert_eq!(fails(r).0, Code::NotFound);
+
+    ok(c.create_room(room_req("chat", "r1")).await);
+    let d = ok(c.delete_app(pb::DeleteAppRequest { project_id: String::new(), app: "chat".into() }).await);
+    assert_eq!(d.deleted, 2, "the app and its room");
+    assert_eq!(fails(c.delete_app(pb::DeleteAppRequest { project_id: String::new(), app: "chat".into() }).await).0, Code::NotFound);
+
+    // With two projects, the project can no longer be left out.
+    ok(c.create_project(project_req("other")).await);
+    let (code, msg) = fails(c.list_apps(pb::ListAppsRequest::default()).await);
+    assert_eq!(code, Code::InvalidArgument);
+    assert!(msg.contains("project_id is required"), "{msg}");
+}
+
+#[tokio::test]
+async fn rooms_create_get_list_pages_update_delete() {
+    let (_s, mut c) = server().await;
+    for slug in ["r1", "r2", "r3", "r4", "r5"] {
+        let r = ok(c.create_room(room_req("demo", slug)).await);
+        assert_eq!((r.app_slug.as_str(), r.dynamic, r.private), ("demo", false, false));
+    }
+    assert_eq!(fails(c.create_room(room_req("demo", "r1")).await).0, Code::AlreadyExists);
+    assert_eq!(fails(c.create_room(room_req("demo", "bad/slug")).await).0, Code::InvalidArgument);
+    assert_eq!(fails(c.create_room(room_req("nope", "r9")).await).0, Code::NotFound);
+
+    let ops = ok(c.get_room(pb::GetRoomRequest { app: "demo".into(), slug: "ops".into(), ..Default::default() }).await);
+    assert!(ops.private, "ops has a grant");
+    let r = c.get_room(pb::GetRoomRequest { app: "demo".into(), slug: "nope".into(), ..Default::default() }).await;
+    assert_eq!(fails(r).0, Code::NotFound);
+
+    let mut seen = Vec::new();
+    let mut token = String::new();
+    loop {
+        let page = ok(c
+            .list_rooms(pb::ListRoomsRequest { app: "demo".into(), page_size: 3, page_token: token, ..Default::default() })
+            .await);
+        assert!(page.rooms.len() <= 3);
+        seen.extend(page.rooms.into_iter().map(|r| r.slug));
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        token = page.next_page_token;
+    }
+    assert_eq!(seen, ["general", "ops", "r1", "r2", "r3", "r4", "r5", "random"]);
+    let r = c.list_rooms(pb::ListRoomsRequest { app: "demo".into(), page_token: "a b".into(), ..Default::default() }).await;
+    assert_eq!(fails(r).0, Code::InvalidArgument);
+
+    let up = ok(c
+        .update_room(pb::UpdateRoomRequest {
+            app: "demo".into(),
+            slug: "r1".into(),
+            name: Some("Room one".into()),
+            ..Default::default()
+        })
+        .await);
+    assert_eq!(up.name, "Room one");
+    let r = c.update_room(pb::UpdateRoomRequest { app: "demo".into(), slug: "zz".into(), ..Default::default() }).await;
+    assert_eq!(fails(r).0, Code::NotFound);
+
+    let d = ok(c.delete_room(pb::DeleteRoomRequest { app: "demo".into(), slug: "ops".into(), ..Default::default() }).await);
+    assert_eq!(d.deleted, 2, "the room and its grant");
+    let r = c.delete_room(pb::DeleteRoomRequest { app: "demo".into(), slug: "ops".into(), ..Default::default() }).await;
+    assert_eq!(fails(r).0, Code::NotFound);
+    // A lobby covering a deleted room loses it.
+    let d = ok(c.delete_room(pb::DeleteRoomRequest { app: "demo".into(), slug: "random".into(), ..Default::default() }).await);
+    assert_eq!(d.deleted, 1);
+    let l = ok(c.get_lobby(pb::GetLobbyRequest { project_id: String::new(), slug: "online".into() }).await);
+    assert_eq!(l.rooms, ["general"]);
+}
+
+#[tokio::test]
+async fn ensure_room_is_idempotent_needs_auto_provisioning_and_respects_the_cap() {
+    let (_s, mut c) = server().await;
+    let ensure = |slug: &str| pb::EnsureRoomRequest { app: "demo".into(), slug: slug.into(), ..Default::default() };
+    let (code, msg) = fails(c.ensure_room(ensure("lobby-7")).await);
+    assert_eq!(code, Code::FailedPrecondition);
+    assert!(msg.contains("auto-provisioning"), "{msg}");
+    ok(c.update_app(pb::UpdateAppRequest {
+        app: "demo".into(),
+        auto_provision_rooms: Some(true),
+        max_rooms: Some(4),
+        ..Default::default()
+    })
+    .await);
+    let first = ok(c.ensure_room(ensure("lobby-7")).await);
+    assert!(first.created);
+    assert!(first.room.as_ref().unwrap().dynamic);
+    let again = ok(c.ensure_room(ensure("lobby-7")).await);
+    assert!(!again.created);
+    assert_eq!(again.room, first.room);
+    // An existing static room is returned as is.
+    assert!(!ok(c.ensure_room(ensure("general")).await).created);
+    // general, random, ops, lobby-7: at the cap of 4.
+    let (code, msg) = fails(c.ensure_room(ensure("lobby-8")).await);
+    assert_eq!(code, Code::FailedPrecondition);
+    assert!(msg.contains("most allowed (4)"), "{msg}");
+    assert_eq!(fails(c.create_room(room_req("demo", "lobby-8")).await).0, Code::FailedPrecondition);
+    assert_eq!(fails(c.ensure_room(ensure("")).await).0, Code::InvalidArgument);
+}
+
+#[tokio::test]
+async fn actors_get_a_token_once_that_authenticates_and_only_its_hash_is_stored() {
+    let (s, mut c) = server().await;
+    let created = ok(c
+        .create_actor(pb::CreateActorRequest { id: "worker-3".into(), actor_type: "agent".into(), ..Default::default() })
+        .await);
+    let token = created.access_token.clone();
+    assert!(token.starts_with(&format!("at_live_{}.", created.token_key_id)), "{token}");
+    let actor = created.actor.unwrap();
+    assert_eq!((actor.id.as_str(), actor.actor_type.as_str(), actor.active), ("worker-3", "agent", true));
+    assert_eq!(actor.token_key_ids, [created.token_key_id.clone()]);
+    let mut ws = s.connect().await;
+    let reply = ws.auth_ok(&token, 2).await;
+    assert_eq!(reply.str("actorTokenId"), "worker-3");
+
+    // The store holds the token's SHA-256, never the token or its secret.
+    let snapshot = s.registry_store().load().await.unwrap();
+    let stored: Vec<String> = snapshot.data.objects().iter().map(|o| o.spec_json().unwrap()).collect();
+    let secret = token.split('.').nth(1).unwrap();
+    assert!(!stored.iter().any(|spec| spec.contains(secret)), "{stored:?}");
+    let digest = skua_core::registry_store::hex(&skua_core::registry::digest(&token));
+    assert!(stored.iter().any(|spec| spec.contains(&digest)));
+
+    let generated = ok(c.create_actor(pb::CreateActorRequest { actor_type: "user".into(), ..Default::default() }).await);
+    assert!(generated.actor.unwrap().id.starts_with("actor-"));
+    let dup = pb::CreateActorRequest { id: "worker-3".into(), actor_type: "agent".into(), ..Default::default() };
+    assert_eq!(fails(c.create_actor(dup).await).0, Code::AlreadyExists);
+    let bad = pb::CreateActorRequest { id: "x".into(), actor_type: "robot".into(), ..Default::default() };
+    let (code, msg) = fails(c.create_actor(bad).await);
+    assert_eq!(code, Code::InvalidArgument);
+    assert!(msg.contains("actor_type \"robot\" is invalid"), "{msg}");
+    let missing = pb::CreateActorRequest { id: "x".into(), ..Default::default() };
+    assert_eq!(fails(c.create_actor(missing).await), (Code::InvalidArgument, "actor_type is required".into()));
+    assert_eq!(fails(c.get_actor(pb::GetActorRequest { actor_id: "nope".into() }).await).0, Code::NotFound);
+
+    let page = ok(c.list_actors(pb::ListActorsRequest { page_size: 3, ..Default::default() }).await);
+    assert_eq!(page.actors.len(), 3);
+    let rest = ok(c
+        .list_actors(pb::ListActorsRequest { page_size: 100, page_token: page.next_page_token, ..Default::default() })
+        .await);
+    assert_eq!(page.actors.len() + rest.actors.len(), 8, "six demo actors, worker-3 and the generated one");
+    assert!(rest.next_page_token.is_empty());
+}
+
+#[tokio::test]
+async fn actors_deactivate_activate_rotate_delete() {
+    let (s, mut c) = server().await;
+    let created =
+        ok(c.create_actor(pb::CreateActorRequest { id: "w".into(), actor_type: "agent".into(), ..Default::default() }).await);
+    let old = created.access_token;
+    assert!(!ok(c.deactivate_actor(actor_ref("w")).await).active);
+    let mut ws = s.connect().await;
+    assert_eq!(ws.auth(&old, Some(2)).await.str("error"), "access_denied");
+    assert!(ok(c.activate_actor(actor_ref("w")).await).active);
+    ws.auth_ok(&old, 2).await;
+
+    let rotated = ok(c.rotate_actor_token(actor_ref("w")).await);
+    assert_ne!(rotated.access_token, old);
+    assert_eq!(rotated.actor.unwrap().token_key_ids, [rotated.token_key_id]);
+    let mut fresh = s.connect().await;
+    assert_eq!(fresh.auth(&old, Some(2)).await.str("error"), "access_denied", "the old token is gone");
+    fresh.auth_ok(&rotated.access_token, 2).await;
+
+    assert_eq!(fails(c.deactivate_actor(actor_ref("nope")).await).0, Code::NotFound);
+    assert_eq!(fails(c.activate_actor(actor_ref("bad id")).await).0, Code::InvalidArgument);
+    assert_eq!(fails(c.rotate_actor_token(actor_ref("nope")).await).0, Code::NotFound);
+    let d = ok(c.delete_actor(actor_ref("alice")).await);
+    assert_eq!(d.deleted, 3, "alice, her token and her grant on ops");
+    assert_eq!(fails(c.delete_actor(actor_ref("alice")).await).0, Code::NotFound);
+    let mut a = s.connect().await;
+    assert_eq!(a.auth("dev-token-alice", Some(2)).await.str("error"), "access_denied");
+}
+
+#[tokio::test]
+async fn grants_create_list_delete_and_make_rooms_private() {
+    let (s, mut c) = server().await;
+    ok(c.create_room(room_req("demo", "vip")).await);
+    let grant = |actor: &str, ty: &str, perm: &str| pb::CreateGrantRequest {
+        app: "demo".into(),
+        room: "vip".into(),
+        actor_id: actor.into(),
+        actor_type: ty.into(),
+        permission: perm.into(),
+        ..Default::default()
+    };
+    let g = ok(c.create_grant(grant("bob", "", "subscribe")).await);
+    assert_eq!((g.actor_id.as_str(), g.permission.as_str(), g.room.as_str()), ("bob", "subscribe", "vip"));
+    let mut t = grant("", "agent", "pubSub");
+    t.topics = vec!["tasks".into()];
+    t.expires_at = skua_testkit::now_s() + 3600;
+    let g2 = ok(c.create_grant(t).await);
+    assert_eq!((g2.actor_type.as_str(), g2.topics.as_slice()), ("agent", ["tasks".to_owned()].as_slice()));
+    let room = ok(c.get_room(pb::GetRoomRequest { app: "demo".into(), slug: "vip".into(), ..Default::default() }).await);
+    assert!(room.private);
+
+    let mut bob = s.auth("dev-token-bob").await;
+    bob.subscribe("demo/vip/messages").await;
+    let mut carol = s.auth("dev-token-carol").await;
+    carol.send(frame! {"type" => "subscribe", "topic" => "demo/vip/messages"}).await;
+    assert_eq!(carol.expect_error("unknown_topic").await.str("topic"), "demo/vip/messages");
+
+    assert_eq!(fails(c.create_grant(grant("bob", "user", "subscribe")).await).0, Code::InvalidArgument);
+    assert_eq!(fails(c.create_grant(grant("", "", "subscribe")).await).0, Code::InvalidArgument);
+    assert_eq!(fails(c.create_grant(grant("bob", "", "")).await).0, Code::InvalidArgument);
+    let (code, msg) = fails(c.create_grant(grant("bob", "", "write")).await);
+    assert_eq!(code, Code::InvalidArgument);
+    assert!(msg.contains("one of subscribe, publish, pubSub"), "{msg}");
+    assert_eq!(fails(c.create_grant(grant("ghost", "", "subscribe")).await).0, Code::NotFound);
+    let mut bad_topic = grant("bob", "", "subscribe");
+    bad_topic.topics = vec!["nope".into()];
+    assert_eq!(fails(c.create_grant(bad_topic).await).0, Code::InvalidArgument);
+    let mut past = grant("bob", "", "subscribe");
+    past.expires_at = 1;
+    assert_eq!(fails(c.create_grant(past).await).0, Code::InvalidArgument);
+    let mut no_room = grant("bob", "", "subscribe");
+    no_room.room = "nope".into();
+    assert_eq!(fails(c.create_grant(no_room).await).0, Code::NotFound);
+
+    let list = ok(c.list_grants(pb::ListGrantsRequest { app: "demo".into(), room: "vip".into(), ..Default::default() }).await);
+    assert_eq!(list.grants.iter().map(|g| g.id.clone()).collect::<Vec<_>>(), [g.id.clone(), g2.id.clone()]);
+    let r = c.list_grants(pb::ListGrantsRequest { app: "demo".into(), room: "nope".into(), ..Default::default() }).await;
+    assert_eq!(fails(r).0, Code::NotFound);
+    assert_eq!(ok(c.delete_grant(pb::DeleteGrantRequest { grant_id: g.id.clone() }).await).deleted, 1);
+    assert_eq!(fails(c.delete_grant(pb::DeleteGrantRequest { grant_id: g.id }).await).0, Code::NotFound);
+    assert_eq!(fails(c.delete_grant(pb::DeleteGrantRequest::default()).await).0, Code::InvalidArgument);
+}
+
+#[tokio::test]
+async fn lobbies_create_get_list_set_rooms_delete() {
+    let (_s, mut c) = server().await;
+    let l = ok(c
+        .create_lobby(pb::CreateLobbyRequest {
+            slug: "staff".into(),
+            app: "demo".into(),
+            rooms: vec!["ops".into()],
+            allowed_actors: vec!["alice".into()],
+            allowed_actor_types: vec!["observer".into()],
+            ..Default::default()
+        })
+        .await);
+    assert_eq!((l.app_id.as_str(), l.rooms.as_slice()), ("demo-app", ["ops".to_owned()].as_slice()));
+    let dup = pb::CreateLobbyRequest { slug: "staff".into(), app: "demo".into(), ..Default::default() };
+    assert_eq!(fails(c.create_lobby(dup).await).0, Code::AlreadyExists);
+    let bad_room = pb::CreateLobbyRequest { slug: "x".into(), app: "demo".into(), rooms: vec!["nope".into()], ..Default::default() };
+    assert_eq!(fails(c.create_lobby(bad_room).await).0, Code::NotFound);
+    let twice = pb::CreateLobbyRequest {
+        slug: "x".into(),
+        app: "demo".into(),
+        rooms: vec!["ops".into(), "ops".into()],
+        ..Default::default()
+    };
+    assert_eq!(fails(c.create_lobby(twice).await).0, Code::InvalidArgument);
+    let bad_actor =
+        pb::CreateLobbyRequest { slug: "x".into(), app: "demo".into(), allowed_actors: vec!["ghost".into()], ..Default::default() };
+    assert_eq!(fails(c.create_lobby(bad_actor).await).0, Code::NotFound);
+    let bad_type =
+        pb::CreateLobbyRequest { slug: "x".into(), app: "demo".into(), allowed_actor_types: vec!["robot".into()], ..Default::default() };
+    assert_eq!(fails(c.create_lobby(bad_type).await).0, Code::InvalidArgument);
+
+    assert_eq!(ok(c.get_lobby(pb::GetLobbyRequest { project_id: String::new(), slug: "staff".into() }).await), l);
+    assert_eq!(fails(c.get_lobby(pb::GetLobbyRequest { project_id: String::new(), slug: "nope".into() }).await).0, Code::NotFound);
+    let slugs: Vec<String> =
+        ok(c.list_lobbies(pb::ListLobbiesRequest::default()).await).lobbies.into_iter().map(|l| l.slug).collect();
+    assert_eq!(slugs, ["online", "staff"]);
+    let set = ok(c
+        .set_lobby_rooms(pb::SetLobbyRoomsRequest {
+            slug: "staff".into(),
+            rooms: vec!["ops".into(), "general".into()],
+            ..Default::default()
+        })
+        .await);
+    assert_eq!(set.rooms, ["ops", "general"]);
+    let r = c.set_lobby_rooms(pb::SetLobbyRoomsRequest { slug: "nope".into(), ..Default::default() }).await;
+    assert_eq!(fails(r).0, Code::NotFound);
+    assert_eq!(ok(c.delete_lobby(pb::DeleteLobbyRequest { project_id: String::new(), slug: "staff".into() }).await).deleted, 1);
+    let r = c.delete_lobby(pb::DeleteLobbyRequest { project_id: String::new(), slug: "staff".into() }).await;
+    assert_eq!(fails(r).0, Code::NotFound);
+}
+
+#[tokio::test]
+async fn server_side_publish_reaches_subscribers_and_is_validated() {
+    let (s, mut c) = server().await;
+    let mut bob = s.auth("dev-token-bob").await;
+    bob.subscribe("demo/general/messages").await;
+    let mut data = Vec::new();
+    rmpv::encode::write_value(&mut data, &frame! {"text" => "hello from the backend"}).unwrap();
+    let publish = |topic: &str, data: &[u8]| pb::PublishRequest {
+        topic: topic.into(),
+        data: data.to_vec(),
+        ..Default::default()
+    };
+    let r = ok(c.publish(publish("demo/general/messages", &data)).await);
+    let m = bob.expect("message").await;
+    assert_eq!(m.str("topic"), "demo/general/messages");
+    assert_eq!(m.str("from"), "server");
+    assert_eq!(m.get("data"), &frame! {"text" => "hello from the backend"});
+    assert_eq!(m.int("timestamp"), i64::try_from(r.timestamp_ms).unwrap());
+    let as_alice = pb::PublishRequest { from_actor: "alice".into(), filter: "vip".into(), ..publish("demo/general/messages", &data) };
+    ok(c.publish(as_alice).await);
+    let m = bob.expect("message").await;
+    assert_eq!((m.str("from"), m.str("filter")), ("alice", "vip"));
+
+    assert_eq!(fails(c.publish(publish("demo/general", &data)).await).0, Code::InvalidArgument);
+    assert_eq!(fails(c.publish(publish("demo/nope/messages", &data)).await).0, Code::NotFound);
+    assert_eq!(fails(c.publish(publish("demo/general/nope", &data)).await).0, Code::NotFound);
+    assert_eq!(fails(c.publish(publish("demo/general/messages", &[0x92, 0x01])).await).0, Code::InvalidArgument);
+    assert_eq!(fails(c.publish(publish("demo/general/messages", &[0x01, 0x02])).await).0, Code::InvalidArgument);
+    let mut huge = Vec::new();
+    rmpv::encode::write_value(&mut huge, &Value::Binary(vec![0; 1_000_000])).unwrap();
+    let (code, msg) = fails(c.publish(publish("demo/general/messages", &huge)).await);
+    assert_eq!(code, Code::InvalidArgument);
+    assert!(msg.contains("at most 921600"), "{msg}");
+    let bad_filter = pb::PublishRequest { filter: "a/b".into(), ..publish("demo/general/messages", &data) };
+    assert_eq!(fails(c.publish(bad_filter).await).0, Code::InvalidArgument);
+    let ghost = pb::PublishRequest { from_actor: "ghost".into(), ..publish("demo/general/messages", &data) };
+    assert_eq!(fails(c.publish(ghost).await).0, Code::NotFound);
+    bob.assert_nothing_pending().await;
+}
+
+#[tokio::test]
+async fn connections_are_listed_and_an_actor_can_be_disconnected() {
+    let (s, mut c) = server().await;
+    let mut a1 = s.auth("dev-token-alice").await;
+    a1.subscribe("demo/general/messages").await;
+    let mut agent = s.connect().await;
+    agent
+        .send(frame! {"type" => "auth", "token" => "dev-token-agent", "protocolVersion" => 2, "clientId" => "w-1"})
+        .await;
+    agent.expect("auth").await;
+    let _bob = s.auth("dev-token-bob").await;
+
+    let all = ok(c.list_connections(pb::ListConnectionsRequest::default()).await).connections;
+    assert_eq!(all.len(), 3);
+    let alice: Vec<_> = ok(c
+        .list_connections(pb::ListConnectionsRequest { actor_id: "alice".into(), ..Default::default() })
+        .await)
+    .connections;
+    assert_eq!(alice.len(), 1);
+    assert_eq!((alice[0].subscriptions, alice[0].node_id.as_str()), (1, s.state.node.as_str()));
+    let agents = ok(c
+        .list_connections(pb::ListConnectionsRequest { actor_id: "agent-1".into(), ..Default::default() })
+        .await)
+    .connections;
+    assert_eq!(agents[0].client_id, "w-1");
+    let r = c.list_connections(pb::ListConnectionsRequest { actor_id: "ghost".into(), ..Default::default() }).await;
+    assert_eq!(fails(r).0, Code::NotFound);
+
+    let d = ok(c.disconnect_actor(actor_ref("alice")).await);
+    assert_eq!(d.closed_on_this_node, 1);
+    assert_eq!(a1.expect_close().await, (4001, "token_revoked".into()));
+    // The actor may connect again right away.
+    let mut again = s.auth("dev-token-alice").await;
+    again.assert_nothing_pending().await;
+    assert_eq!(fails(c.disconnect_actor(actor_ref("ghost")).await).0, Code::NotFound);
+}
