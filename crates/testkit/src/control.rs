@@ -1,5 +1,5 @@
-//! Control-plane helpers: a gRPC client that sends an admin key, and [`eventually`], which
-//! polls a condition until a deadline (propagation tests measure "within 1 s" with it).
+//! Control-plane helpers: a gRPC client that sends an admin key, and [`Deadline`], for polling
+//! a condition until a deadline (propagation tests measure "within 1 s" with it).
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -35,21 +35,32 @@ pub async fn connect(addr: SocketAddr, key: Option<&str>) -> Control {
     ControlClient::with_interceptor(channel, Bearer(key))
 }
 
-/// Polls `check` every 10 ms until it returns `Some`, and returns it with the time taken.
-///
-/// # Panics
-/// When `within` passes first, naming `what`.
-pub async fn eventually<T, F, Fut>(what: &str, within: Duration, mut check: F) -> (T, Duration)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = check().await {
-            return (v, start.elapsed());
-        }
-        assert!(start.elapsed() < within, "{what}: not within {within:?}");
+/// A deadline for polling a condition ("visible within 1 s"): check, then [`Self::tick`],
+/// until the check passes.
+#[derive(Debug)]
+pub struct Deadline {
+    what: String,
+    start: Instant,
+    within: Duration,
+}
+
+impl Deadline {
+    /// Starts the clock for `what`, which must happen within `within`.
+    pub fn new(what: &str, within: Duration) -> Self {
+        Self { what: what.to_owned(), start: Instant::now(), within }
+    }
+
+    /// Fails the test if the deadline passed, else waits 10 ms before the next check.
+    ///
+    /// # Panics
+    /// When the deadline has passed.
+    pub async fn tick(&self) {
+        assert!(self.start.elapsed() < self.within, "{}: not within {:?}", self.what, self.within);
         tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    /// Time since [`Self::new`].
+    pub fn elapsed(&self) -> Duration {
+        self.start.elapsed()
     }
 }

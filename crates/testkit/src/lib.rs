@@ -4,6 +4,7 @@
 //! - [`cluster`]: [`TestCluster`], several nodes on shared embedded or external backends;
 //! - [`client`]: [`WsClient`], a raw protocol client, and [`Frame`], a decoded server frame;
 //! - [`process`]: real `skua`, Mosquitto and Redis processes for fault tests;
+//! - [`postgres`]: a fresh migrated Postgres database per test;
 //! - [`control`]: control-plane gRPC clients and a deadline poller for propagation tests;
 //! - [`conformance`]: behavioural suites for the bus, presence and store slots: test bodies
 //!   plus macros that turn them into tests for one implementation.
@@ -12,6 +13,7 @@ pub mod client;
 pub mod cluster;
 pub mod conformance;
 pub mod control;
+pub mod postgres;
 pub mod process;
 pub mod server;
 

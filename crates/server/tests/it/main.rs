@@ -10,6 +10,7 @@ mod fuzz;
 mod limits;
 mod lobby;
 mod presence;
+mod propagation;
 mod pubsub;
 mod reconnect;
 mod tokens;

@@ -1,0 +1,301 @@
+//! Control-plane changes reach every node's connections (issue 5, N15, N28): two nodes share
+//! one registry store; changes go in through node 0's gRPC API and are observed by clients of
+//! node 1, each within 1 s (measured from the RPC's return).
+
+use std::time::{Duration, Instant};
+
+use skua_control::pb;
+use skua_testkit::control::{Control, Deadline};
+use skua_testkit::postgres::TestDatabase;
+use skua_testkit::{Event, TestCluster, TestServer, WsClient, frame};
+
+/// The bound every change must meet (N15).
+const WITHIN: Duration = Duration::from_secs(1);
+
+async fn cluster() -> (TestCluster, Control) {
+    let c = TestCluster::embedded(2, TestServer::builder().grpc()).await;
+    let control = c.node(0).control().await;
+    (c, control)
+}
+
+/// Subscribes until `subscribed` comes back (an unknown room answers `unknown_topic` until the
+/// change arrives); returns how long it took.
+async fn subscribe_within(client: &mut WsClient, topic: &str, within: Duration) -> Duration {
+    let d = Deadline::new(&format!("subscribing to {topic}"), within);
+    loop {
+        client.send(frame! {"type" => "subscribe", "topic" => topic}).await;
+        let f = client.next().await;
+        match f.ty() {
+            "subscribed" => return d.elapsed(),
+            "error" => assert_eq!(f.str("error"), "unknown_topic", "{f:?}"),
+            _ => panic!("unexpected {f:?}"),
+        }
+        d.tick().await;
+    }
+}
+
+/// Authenticates `client` with `token`, retrying until the token is known.
+async fn auth_within(client: &mut WsClient, token: &str, within: Duration) {
+    let d = Deadline::new("authenticating", within);
+    while client.auth(token, Some(2)).await.get("success") != &rmpv::Value::Boolean(true) {
+        d.tick().await;
+    }
+}
+
+/// Waits for the close frame and checks it came within `WITHIN` of `since`.
+async fn closes_within(client: &mut WsClient, since: Instant) -> (u16, String) {
+    let close = client.expect_close().await;
+    assert!(since.elapsed() < WITHIN, "closed after {:?}", since.elapsed());
+    close
+}
+
+fn ok<T>(r: Result<tonic::Response<T>, tonic::Status>) -> T {
+    r.unwrap_or_else(|s| panic!("{:?}: {}", s.code(), s.message())).into_inner()
+}
+
+#[tokio::test]
+async fn a_room_created_after_connect_is_subscribable_on_every_node_within_1s() {
+    let (c, mut control) = cluster().await;
+    let mut far = c.node(1).auth("dev-token-bob").await;
+    let mut near = c.node(0).auth("dev-token-carol").await;
+    far.send(frame! {"type" => "subscribe", "topic" => "demo/lobby-7/messages"}).await;
+    assert_eq!(far.expect_error("unknown_topic").await.str("topic"), "demo/lobby-7/messages", "N15: never created on the data path");
+    ok(control
+        .create_room(pb::CreateRoomRequest { app: "demo".into(), slug: "lobby-7".into(), ..Default::default() })
+        .await);
+    let took = subscribe_within(&mut far, "demo/lobby-7/messages", WITHIN).await;
+    eprintln!("room visible on the other node after {took:?}");
+    near.subscribe("demo/lobby-7/messages").await;
+    let mut pub_ = c.node(1).auth("dev-token-alice").await;
+    pub_.publish_acked("demo/lobby-7/messages", "hi".into()).await;
+    assert_eq!(far.expect("message").await.str("topic"), "demo/lobby-7/messages");
+    assert_eq!(near.expect("message").await.str("topic"), "demo/lobby-7/messages");
+}
+
+#[tokio::test]
+async fn a_revoked_grant_ends_each_affected_subscription_with_an_error_frame() {
+    let (c, mut control) = cluster().await;
+    let mut alice = c.node(1).auth("dev-token-alice").await;
+    alice.subscribe("demo/ops/messages").await;
+    alice.subscribe("demo/ops/status").await;
+    alice.subscribe("demo/general/messages").await;
+    // Bob gets a grant of his own, so that the room stays private once alice's goes.
+    ok(control
+        .create_grant(pb::CreateGrantRequest {
+            app: "demo".into(),
+            room: "ops".into(),
+            actor_id: "bob".into(),
+            permission: "pubSub".into(),
+            ..Default::default()
+        })
+        .await);
+    let grants = ok(control
+        .list_grants(pb::ListGrantsRequest { app: "demo".into(), room: "ops".into(), ..Default::default() })
+        .await);
+    let alices = grants.grants.iter().find(|g| g.actor_id == "alice").expect("the demo grant");
+    ok(control.delete_grant(pb::DeleteGrantRequest { grant_id: alices.id.clone() }).await);
+    let since = Instant::now();
+    let mut topics = Vec::new();
+    for _ in 0..2 {
+        let f = alice.expect_error("unknown_topic").await;
+        assert_eq!(f.int("code"), 42940);
+        topics.push(f.str("topic").to_owned());
+    }
+    assert!(since.elapsed() < WITHIN, "revoked after {:?}", since.elapsed());
+    topics.sort();
+    assert_eq!(topics, ["demo/ops/messages", "demo/ops/status"]);
+    // The subscriptions are gone; the unaffected one stays.
+    let mut bob = c.node(0).auth("dev-token-bob").await;
+    bob.publish_acked("demo/ops/messages", "secret".into()).await;
+    bob.publish_acked("demo/general/messages", "public".into()).await;
+    let m = alice.expect("message").await;
+    assert_eq!(m.str("topic"), "demo/general/messages");
+    alice.assert_nothing_pending().await;
+}
+
+#[tokio::test]
+async fn deactivated_and_deleted_actors_close_4001_on_every_node() {
+    let (c, mut control) = cluster().await;
+    let mut a0 = c.node(0).auth("dev-token-alice").await;
+    let mut a1 = c.node(1).auth("dev-token-alice").await;
+    let mut b1 = c.node(1).auth("dev-token-bob").await;
+    let since = Instant::now();
+    ok(control.deactivate_actor(pb::ActorRef { actor_id: "alice".into() }).await);
+    assert_eq!(closes_within(&mut a0, since).await, (4001, "token_revoked".into()));
+    assert_eq!(closes_within(&mut a1, since).await, (4001, "token_revoked".into()));
+    let since = Instant::now();
+    ok(control.delete_actor(pb::ActorRef { actor_id: "bob".into() }).await);
+    assert_eq!(closes_within(&mut b1, since).await, (4001, "token_not_found".into()));
+}
+
+#[tokio::test]
+async fn a_rotated_token_closes_the_connections_that_used_the_old_one() {
+    let (c, mut control) = cluster().await;
+    let created = ok(control
+        .create_actor(pb::CreateActorRequest { id: "worker-3".into(), actor_type: "agent".into(), ..Default::default() })
+        .await);
+    let mut old = WsClient::connect(&c.node(1).url()).await;
+    // The new actor reaches node 1 within a second too.
+    auth_within(&mut old, &created.access_token, WITHIN).await;
+    let since = Instant::now();
+    let rotated = ok(control.rotate_actor_token(pb::ActorRef { actor_id: "worker-3".into() }).await);
+    assert_eq!(closes_within(&mut old, since).await, (4001, "token_revoked".into()));
+    let mut new = c.node(1).connect().await;
+    auth_within(&mut new, &rotated.access_token, WITHIN).await;
+}
+
+#[tokio::test]
+async fn disconnect_actor_closes_its_connections_on_every_node_and_lets_it_back() {
+    let (c, mut control) = cluster().await;
+    let mut a0 = c.node(0).auth("dev-token-agent").await;
+    let mut a1 = c.node(1).auth("dev-token-agent").await;
+    let since = Instant::now();
+    let r = ok(control.disconnect_actor(pb::ActorRef { actor_id: "agent-1".into() }).await);
+    assert_eq!(r.closed_on_this_node, 1);
+    assert_eq!(closes_within(&mut a0, since).await, (4001, "token_revoked".into()));
+    assert_eq!(closes_within(&mut a1, since).await, (4001, "token_revoked".into()));
+    let mut back = c.node(1).auth("dev-token-agent").await;
+    back.subscribe("demo/general/tasks").await;
+}
+
+#[tokio::test]
+async fn a_lowered_connection_limit_closes_the_newest_with_4002_and_refuses_new_auths() {
+    let (c, mut control) = cluster().await;
+    let mut first = c.node(1).auth("dev-token-alice").await;
+    let mut second = c.node(1).auth("dev-token-bob").await;
+    let since = Instant::now();
+    ok(control
+        .update_project(pb::UpdateProjectRequest {
+            project_id: "demo-project".into(),
+            limits: Some(pb::ProjectLimits { max_connections: Some(1), ..Default::default() }),
+            ..Default::default()
+        })
+        .await);
+    assert_eq!(closes_within(&mut second, since).await, (4002, "connection_limit_reached".into()));
+    first.assert_nothing_pending().await;
+    let mut third = c.node(1).connect().await;
+    let d = Deadline::new("auth is refused at the limit", WITHIN);
+    loop {
+        let f = third.auth("dev-token-carol", Some(2)).await;
+        if f.str("error") == "connection_limit_reached" {
+            break;
+        }
+        assert!(f.get("success") == &rmpv::Value::Boolean(true), "{f:?}");
+        third = c.node(1).connect().await;
+        d.tick().await;
+    }
+}
+
+#[tokio::test]
+async fn a_project_past_its_monthly_quota_gets_42920_on_every_node() {
+    let (c, mut control) = cluster().await;
+    let mut bob = c.node(0).auth("dev-token-bob").await;
+    let mut carol = c.node(1).auth("dev-token-carol").await;
+    ok(control
+        .update_project(pb::UpdateProjectRequest {
+            project_id: "demo-project".into(),
+            limits: Some(pb::ProjectLimits { monthly_message_quota: Some(3), ..Default::default() }),
+            ..Default::default()
+        })
+        .await);
+    // The limit reaches node 0 with the write; publishes count from there.
+    for _ in 0..3 {
+        bob.publish_acked("demo/general/messages", "x".into()).await;
+    }
+    bob.send(frame! {"type" => "publish", "topic" => "demo/general/messages", "data" => "y", "msgRef" => "r4"}).await;
+    let f = bob.expect_error("monthly_quota_exceeded").await;
+    assert_eq!((f.int("code"), f.str("topic"), f.str("msgRef")), (42920, "demo/general/messages", "r4"));
+    // Node 1 learns the cluster-wide count from the store.
+    let d = Deadline::new("node 1 refuses publishes past the quota", WITHIN);
+    loop {
+        carol.send(frame! {"type" => "publish", "topic" => "demo/general/messages", "data" => "z", "msgRef" => "q"}).await;
+        let f = carol.next().await;
+        if f.ty() == "error" && f.str("error") == "monthly_quota_exceeded" {
+            break;
+        }
+        d.tick().await;
+    }
+    let got = ok(control.get_project(pb::GetProjectRequest { project_id: "demo-project".into() }).await);
+    assert!(got.messages_this_month >= 3, "{got:?}");
+}
+
+#[tokio::test]
+async fn lobby_room_changes_reach_lobby_subscribers() {
+    let (c, mut control) = cluster().await;
+    let mut viewer = c.node(1).auth("dev-token-viewer").await;
+    viewer.send(frame! {"type" => "lobbySubscribe", "lobbyId" => "online"}).await;
+    let snap = viewer.expect("lobbySubscribed").await;
+    assert_eq!(snap.get("presence").as_map().map(Vec::len), Some(2));
+    ok(control
+        .set_lobby_rooms(pb::SetLobbyRoomsRequest { slug: "online".into(), rooms: vec!["general".into()], ..Default::default() })
+        .await);
+    let d = Deadline::new("the lobby covers one room on node 1", WITHIN);
+    loop {
+        viewer.send(frame! {"type" => "getLobbyPresence", "lobbyId" => "online"}).await;
+        let f = viewer.expect("lobbyPresenceList").await;
+        if f.get("presence").as_map().map(Vec::len) == Some(1) {
+            break;
+        }
+        d.tick().await;
+    }
+    // Presence in the dropped room no longer reaches the lobby subscriber.
+    let mut bob = c.node(1).auth("dev-token-bob").await;
+    bob.send(frame! {"type" => "presence", "roomId" => "random", "data" => frame! {"s" => 1}}).await;
+    bob.send(frame! {"type" => "presence", "roomId" => "general", "data" => frame! {"s" => 2}}).await;
+    let ev = viewer.next_of("lobbyPresence").await;
+    assert_eq!((ev.str("event"), ev.str("roomId")), ("join", "general"), "{ev:?}");
+    ok(control.delete_lobby(pb::DeleteLobbyRequest { slug: "online".into(), ..Default::default() }).await);
+    let f = viewer.next_of("error").await;
+    assert_eq!((f.str("error"), f.str("lobbyId")), ("not_authorized", "online"));
+}
+
+#[tokio::test]
+async fn periodic_revalidation_ends_subscriptions_whose_grant_expired() {
+    let builder = TestServer::builder().grpc().settings(|s| s.revalidate_interval = Some("200ms".into()));
+    let s = builder.spawn().await;
+    let mut control = s.control().await;
+    let expires_at = skua_testkit::now_s() + 2;
+    ok(control
+        .create_grant(pb::CreateGrantRequest {
+            app: "demo".into(),
+            room: "ops".into(),
+            actor_id: "bob".into(),
+            permission: "subscribe".into(),
+            expires_at,
+            ..Default::default()
+        })
+        .await);
+    let mut bob = s.auth("dev-token-bob").await;
+    bob.subscribe("demo/ops/messages").await;
+    // No registry change happens: the timer notices the expiry.
+    let f = match bob.next_event_within(Duration::from_secs(4)).await {
+        Some(Event::Frame(f)) => f,
+        other => panic!("expected the revocation error, got {other:?}"),
+    };
+    assert_eq!((f.str("error"), f.str("topic")), ("unknown_topic", "demo/ops/messages"));
+    assert!(skua_testkit::now_s() >= expires_at);
+}
+
+#[tokio::test]
+async fn two_nodes_on_postgres_see_every_change_within_1s() {
+    let Some(db) = TestDatabase::migrated().await else { return };
+    let builder = TestServer::builder().grpc().settings(|s| s.store = Some(db.url.clone()));
+    let embedded = skua_server::node::Embedded::default();
+    let n0 = builder.spawn_with(&embedded).await;
+    let n1 = builder.spawn_with(&embedded).await;
+    let mut control = n0.control().await;
+    let mut far = n1.auth("dev-token-bob").await;
+    ok(control
+        .create_room(pb::CreateRoomRequest { app: "demo".into(), slug: "pg-room".into(), ..Default::default() })
+        .await);
+    let took = subscribe_within(&mut far, "demo/pg-room/messages", WITHIN).await;
+    eprintln!("Postgres: room visible on the other node after {took:?}");
+    let since = Instant::now();
+    ok(control.deactivate_actor(pb::ActorRef { actor_id: "bob".into() }).await);
+    assert_eq!(closes_within(&mut far, since).await, (4001, "token_revoked".into()));
+    // The second node reads the same registry: it serves the room after a restart too.
+    drop(n1);
+    let n2 = builder.spawn_with(&embedded).await;
+    let mut carol = n2.auth("dev-token-carol").await;
+    carol.subscribe("demo/pg-room/messages").await;
+}

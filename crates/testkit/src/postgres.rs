@@ -1,0 +1,79 @@
+//! A fresh Postgres database per test, for tests that run nodes on Postgres (STYLE.md §8).
+//!
+//! Needs `SKUA_TEST_POSTGRES_URL`, an admin URL whose role may create databases. Unset, the
+//! test says `SKIPPED: …` and passes, except under `CI=true`, where it fails.
+
+use std::io::Write as _;
+
+use sqlx::{AssertSqlSafe, Connection, PgConnection};
+
+const URL_VAR: &str = "SKUA_TEST_POSTGRES_URL";
+
+/// A migrated database of its own, dropped (best effort) with this value.
+#[derive(Debug)]
+pub struct TestDatabase {
+    admin_url: String,
+    name: String,
+    /// Connects to this database.
+    pub url: String,
+}
+
+impl TestDatabase {
+    /// Creates and migrates (`skua migrate`'s path) a database, or `None` when skipped.
+    ///
+    /// # Panics
+    /// When the variable is unset under `CI=true`, or Postgres refuses.
+    pub async fn migrated() -> Option<Self> {
+        let admin_url = match std::env::var(URL_VAR) {
+            Ok(url) if !url.is_empty() => url,
+            _ if std::env::var("CI").as_deref() == Ok("true") => {
+                panic!("{URL_VAR} not set, and CI=true: Postgres tests may not be skipped in CI")
+            }
+            _ => {
+                let _ = writeln!(std::io::stderr(), "SKIPPED: {URL_VAR} not set");
+                return None;
+            }
+        };
+        let name = format!("skua_test_{}", uuid::Uuid::new_v4().simple());
+        let mut admin = PgConnection::connect(&admin_url).await.unwrap_or_else(|e| panic!("{URL_VAR}: {e}"));
+        // The name is ours (hex digits), so it is safe to splice in.
+        sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&mut admin)
+            .await
+            .unwrap_or_else(|e| panic!("CREATE DATABASE {name}: {e}"));
+        let _ = admin.close().await;
+        let url = with_database(&admin_url, &name);
+        skua_server::node::migrate(&url).await.unwrap_or_else(|e| panic!("migrating {name}: {e:#}"));
+        Some(Self { admin_url, name, url })
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        // Drop runs inside the test's runtime: use a thread with a runtime of its own.
+        let (admin_url, name) = (self.admin_url.clone(), self.name.clone());
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+            rt.block_on(async {
+                if let Ok(mut admin) = PgConnection::connect(&admin_url).await {
+                    let _ = sqlx::query(AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
+                        .execute(&mut admin)
+                        .await;
+                    let _ = admin.close().await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// `admin_url` with its database replaced by `name`.
+fn with_database(admin_url: &str, name: &str) -> String {
+    let (base, params) = admin_url.split_once('?').map_or((admin_url, None), |(b, p)| (b, Some(p)));
+    let authority = base.find("://").map_or(0, |i| i + 3);
+    let base = base[authority..].find('/').map_or(base, |slash| &base[..authority + slash]);
+    match params {
+        Some(params) => format!("{base}/{name}?{params}"),
+        None => format!("{base}/{name}"),
+    }
+}
