@@ -146,3 +146,149 @@ async fn sigterm_closes_sockets_with_1012_and_exits_zero() {
         .unwrap();
     assert_eq!(exit.code(), Some(0));
 }
+
+/// A `skua serve --dev` child with a gRPC listener on port 0: (child, ws address, grpc address).
+async fn dev_server_with_grpc(extra: &[&str]) -> (std::process::Child, String, String) {
+    let mut child = skua()
+        .args(["serve", "--dev", "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0", "--store", "memory"])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn skua");
+    let stdout = child.stdout.take().unwrap();
+    let (ws, grpc) = tokio::task::spawn_blocking(move || {
+        let mut r = BufReader::new(stdout);
+        let mut first = String::new();
+        let mut second = String::new();
+        r.read_line(&mut first).unwrap();
+        r.read_line(&mut second).unwrap();
+        // Keep draining so the child never blocks on a full pipe.
+        std::thread::spawn(move || std::io::copy(&mut r, &mut std::io::sink()));
+        (first, second)
+    })
+    .await
+    .unwrap();
+    let ws = ws.trim().strip_prefix("skua listening on ").unwrap_or_else(|| panic!("first line: {ws:?}")).to_owned();
+    let grpc =
+        grpc.trim().strip_prefix("skua grpc listening on ").unwrap_or_else(|| panic!("second line: {grpc:?}")).to_owned();
+    (child, ws, grpc)
+}
+
+/// Runs `skua admin --server http://grpc --admin-key skua-dev-admin-key ARGS`: (status, stdout, stderr).
+fn admin(grpc: &str, args: &[&str]) -> (i32, String, String) {
+    let out = skua()
+        .args(["admin", "--server", &format!("http://{grpc}"), "--admin-key", "skua-dev-admin-key"])
+        .args(args)
+        .output()
+        .expect("run skua admin");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+        String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+    )
+}
+
+fn stop(mut child: std::process::Child) {
+    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let _ = child.wait();
+}
+
+#[tokio::test]
+async fn admin_provisions_a_room_and_an_actor_that_a_client_then_uses() {
+    let (child, ws, grpc) = dev_server_with_grpc(&[]).await;
+    let (code, out, err) = admin(&grpc, &["rooms", "create", "demo", "lobby-7"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "room demo/lobby-7 (static, public)");
+    let (code, out, err) = admin(&grpc, &["actors", "create", "--type", "agent", "worker-3"]);
+    assert_eq!(code, 0, "{err}");
+    let token = out.lines().last().unwrap().trim().to_owned();
+    assert!(out.starts_with("actor worker-3 (agent, project demo-project)"), "{out}");
+    assert!(token.starts_with("at_live_"), "{out}");
+
+    let mut worker = WsClient::connect(&format!("ws://{ws}/ws")).await;
+    assert_eq!(worker.auth_ok(&token, 2).await.str("actorTokenId"), "worker-3");
+    worker.subscribe("demo/lobby-7/tasks").await;
+    let mut bob = WsClient::connect(&format!("ws://{ws}/ws")).await;
+    bob.auth_ok("dev-token-bob", 2).await;
+    bob.publish_acked("demo/lobby-7/tasks", "job-1".into()).await;
+    assert_eq!(worker.expect("message").await.str("topic"), "demo/lobby-7/tasks");
+
+    // --json: one document with the proto's field names.
+    let (code, out, err) = admin(&grpc, &["--json", "rooms", "list", "demo"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let slugs: Vec<&str> = v["rooms"].as_array().unwrap().iter().map(|r| r["slug"].as_str().unwrap()).collect();
+    assert_eq!(slugs, ["general", "lobby-7", "ops", "random"]);
+    assert_eq!(v["rooms"][2]["private"], serde_json::Value::Bool(true));
+    let (_, out, _) = admin(&grpc, &["--json", "actors", "get", "worker-3"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((v["actor_type"].as_str(), v["active"].as_bool()), (Some("agent"), Some(true)));
+
+    // Human output of a few more commands, and server-side publish.
+    let (code, out, _) = admin(&grpc, &["grants", "create", "demo", "lobby-7", "--actor", "worker-3", "--permission", "pubSub"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("actor worker-3 may pubSub in room lobby-7"), "{out}");
+    let (code, out, err) = admin(&grpc, &["publish", "demo/lobby-7/tasks", "--data", r#"{"job": 2}"#]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("published at "), "{out}");
+    let m = worker.expect("message").await;
+    assert_eq!(m.str("from"), "server");
+    let (code, out, _) = admin(&grpc, &["connections", "list", "--actor", "worker-3"]);
+    assert_eq!(code, 0);
+    assert!(out.lines().nth(1).is_some_and(|l| l.contains("worker-3")), "{out}");
+    let (code, out, _) = admin(&grpc, &["actors", "deactivate", "worker-3"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("DEACTIVATED"), "{out}");
+    assert_eq!(worker.expect_close().await, (4001, "token_revoked".to_owned()));
+    stop(child);
+}
+
+#[tokio::test]
+async fn admin_reports_grpc_errors_with_their_code_and_exits_1() {
+    let (child, _ws, grpc) = dev_server_with_grpc(&[]).await;
+    let (code, _, err) = admin(&grpc, &["rooms", "create", "demo", "general"]);
+    assert_eq!(code, 1);
+    assert_eq!(err, "skua admin: AlreadyExists: room \"general\" already exists in app \"demo\"");
+    let (code, _, err) = admin(&grpc, &["rooms", "ensure", "demo", "x"]);
+    assert_eq!(code, 1);
+    assert!(err.starts_with("skua admin: FailedPrecondition: "), "{err}");
+    let (code, _, err) = admin(&grpc, &["actors", "get", "nobody"]);
+    assert_eq!((code, err.as_str()), (1, "skua admin: NotFound: actor \"nobody\" not found"));
+    let (code, _, err) = admin(&grpc, &["actors", "create", "--type", "robot", "r"]);
+    assert_eq!(code, 1);
+    assert!(err.starts_with("skua admin: InvalidArgument: actor_type \"robot\" is invalid"), "{err}");
+    let out = skua()
+        .args(["admin", "--server", &format!("http://{grpc}"), "--admin-key", "wrong-key-wrong-key", "projects", "list"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Unauthenticated: invalid admin API key"));
+    let out = skua().args(["admin", "--server", "http://127.0.0.1:1", "projects", "list"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot reach the control plane"));
+    let out = skua().args(["admin", "rooms", "frobnicate"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "usage errors exit 2");
+    stop(child);
+}
+
+#[test]
+fn grpc_needs_an_admin_key_outside_dev_and_the_key_is_masked() {
+    let out = skua()
+        .args(["serve", "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0", "--store", "memory"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("admin_key: required when grpc_listen is set"));
+    let (code, out, err) =
+        print_config(&["--grpc-listen", "127.0.0.1:7000"], &[("SKUA_ADMIN_KEY", "a-very-secret-admin-key")]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("127.0.0.1:7000") && out.contains("AdminKey(<redacted>)"), "{out}");
+    assert!(!out.contains("a-very-secret-admin-key"));
+    let (code, _, err) = print_config(&["--admin-key", "short"], &[]);
+    assert_eq!(code, 64);
+    assert!(err.contains("at least 16 characters"), "{err}");
+    let (code, out, _) = print_config(&["--revalidate-interval", "30s", "--max-rooms-per-app", "7"], &[]);
+    assert_eq!(code, 0);
+    assert!(out.contains("revalidate_interval: 30s") && out.contains("max_rooms_per_app: 7"), "{out}");
+}
