@@ -212,7 +212,10 @@ impl Propagator {
                 Ok(()) => {}
                 Err(e) if !failing => {
                     failing = true;
-                    tracing::warn!(error = &e as &dyn std::error::Error, "Registry store unreachable; serving the last registry and retrying.");
+                    tracing::warn!(
+                        error = &e as &dyn std::error::Error,
+                        "Registry store unreachable; serving the last registry and retrying."
+                    );
                 }
                 Err(_) => {}
             }

@@ -476,7 +476,12 @@ impl RegistryData {
                     }
                     rooms.insert(slug.clone(), Room { slug: slug.as_str().into(), grants: Vec::new() });
                 }
-                apps.push(App { id: AppId::parse(&a.id).map_err(|e| err(e.to_string()))?, slug: a.slug.clone(), topics, rooms });
+                apps.push(App {
+                    id: AppId::parse(&a.id).map_err(|e| err(e.to_string()))?,
+                    slug: a.slug.clone(),
+                    topics,
+                    rooms,
+                });
             }
             let mut lobbies = BTreeMap::new();
             for ((project, slug), l) in &self.lobbies {

@@ -28,9 +28,11 @@ use crate::outbound::{CloseRequest, ConnHandle};
 use crate::state::{EdgeState, now_unix_ms};
 
 /// 4001 `token_not_found`: the actor was deleted.
-pub const TOKEN_NOT_FOUND: CloseRequest = CloseRequest { code: close::REVALIDATION_FAILED, reason: reason::TOKEN_NOT_FOUND };
+pub const TOKEN_NOT_FOUND: CloseRequest =
+    CloseRequest { code: close::REVALIDATION_FAILED, reason: reason::TOKEN_NOT_FOUND };
 /// 4001 `token_revoked`: the actor was deactivated or disconnected, or its token replaced.
-pub const TOKEN_REVOKED: CloseRequest = CloseRequest { code: close::REVALIDATION_FAILED, reason: reason::TOKEN_REVOKED };
+pub const TOKEN_REVOKED: CloseRequest =
+    CloseRequest { code: close::REVALIDATION_FAILED, reason: reason::TOKEN_REVOKED };
 /// 4001 `project_not_found`: the project was deleted.
 pub const PROJECT_NOT_FOUND: CloseRequest =
     CloseRequest { code: close::REVALIDATION_FAILED, reason: reason::PROJECT_NOT_FOUND };

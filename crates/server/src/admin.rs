@@ -482,11 +482,9 @@ async fn connect(args: &AdminArgs) -> Result<Client, Failure> {
     })?;
     let key = match args.admin_key.as_deref() {
         None | Some("") => None,
-        Some(k) => Some(
-            format!("Bearer {k}")
-                .parse()
-                .map_err(|_| Failure("the admin key must be printable ASCII".into()))?,
-        ),
+        Some(k) => {
+            Some(format!("Bearer {k}").parse().map_err(|_| Failure("the admin key must be printable ASCII".into()))?)
+        }
     };
     Ok(ControlClient::with_interceptor(channel, Bearer(key)))
 }
@@ -536,8 +534,12 @@ async fn execute(args: AdminArgs) -> Result<String, Failure> {
                 };
                 out.app(&c.create_app(r).await?.into_inner())
             }
-            AppCmd::Get { app } => out.app(&c.get_app(pb::GetAppRequest { project_id: project, app }).await?.into_inner()),
-            AppCmd::List => out.apps(&c.list_apps(pb::ListAppsRequest { project_id: project }).await?.into_inner().apps),
+            AppCmd::Get { app } => {
+                out.app(&c.get_app(pb::GetAppRequest { project_id: project, app }).await?.into_inner())
+            }
+            AppCmd::List => {
+                out.apps(&c.list_apps(pb::ListAppsRequest { project_id: project }).await?.into_inner().apps)
+            }
             AppCmd::Update { app, name, topics: t, logged_topics, auto_provision, max_rooms } => {
                 let topics = (!t.is_empty() || !logged_topics.is_empty())
                     .then(|| pb::TopicList { topics: topics(&t, &logged_topics) });
@@ -575,9 +577,8 @@ async fn execute(args: AdminArgs) -> Result<String, Failure> {
                 let r = pb::UpdateRoomRequest { project_id: project, app, slug, name: Some(name) };
                 out.room(&c.update_room(r).await?.into_inner())
             }
-            RoomCmd::Delete { app, slug } => {
-                out.deleted(&c.delete_room(pb::DeleteRoomRequest { project_id: project, app, slug }).await?.into_inner())
-            }
+            RoomCmd::Delete { app, slug } => out
+                .deleted(&c.delete_room(pb::DeleteRoomRequest { project_id: project, app, slug }).await?.into_inner()),
         },
         Resource::Actors(cmd) => match cmd {
             ActorCmd::Create { id, actor_type, name, rate_limit } => {
@@ -589,8 +590,12 @@ async fn execute(args: AdminArgs) -> Result<String, Failure> {
                 let r = pb::ListActorsRequest { project_id: project, page_size, page_token };
                 out.actors(&c.list_actors(r).await?.into_inner())
             }
-            ActorCmd::Deactivate { id } => out.actor(&c.deactivate_actor(pb::ActorRef { actor_id: id }).await?.into_inner()),
-            ActorCmd::Activate { id } => out.actor(&c.activate_actor(pb::ActorRef { actor_id: id }).await?.into_inner()),
+            ActorCmd::Deactivate { id } => {
+                out.actor(&c.deactivate_actor(pb::ActorRef { actor_id: id }).await?.into_inner())
+            }
+            ActorCmd::Activate { id } => {
+                out.actor(&c.activate_actor(pb::ActorRef { actor_id: id }).await?.into_inner())
+            }
             ActorCmd::Delete { id } => out.deleted(&c.delete_actor(pb::ActorRef { actor_id: id }).await?.into_inner()),
             ActorCmd::Rotate { id } => {
                 out.created_actor(&c.rotate_actor_token(pb::ActorRef { actor_id: id }).await?.into_inner())

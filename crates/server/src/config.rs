@@ -376,10 +376,9 @@ impl ServerConfig {
             positive("bus_publish_buffer", req("bus_publish_buffer", s.bus_publish_buffer.as_ref())?)?;
         let grpc_listen = match s.grpc_listen.as_deref() {
             None | Some("") => None,
-            Some(a) => Some(a.parse().map_err(|e| ConfigError::Invalid {
-                key: "grpc_listen",
-                reason: format!("{a:?}: {e}"),
-            })?),
+            Some(a) => Some(
+                a.parse().map_err(|e| ConfigError::Invalid { key: "grpc_listen", reason: format!("{a:?}: {e}") })?,
+            ),
         };
         let admin_key = s.admin_key.clone().filter(|k| !k.is_empty()).map(AdminKey);
         if admin_key.as_ref().is_some_and(|k| k.0.len() < 16) {

@@ -289,7 +289,13 @@ fn project(p: ProjectDef, data: &mut RegistryData, seq: &mut u64) -> Result<(), 
         if data.lobbies.contains_key(&(p.id.clone(), l.slug.clone())) {
             return Err(format!("lobby {} defined twice", l.slug));
         }
-        data.insert(Object::Lobby(LobbyRecord { project: p.id.clone(), slug: l.slug, app: app.id.clone(), rooms: l.rooms, allowed }));
+        data.insert(Object::Lobby(LobbyRecord {
+            project: p.id.clone(),
+            slug: l.slug,
+            app: app.id.clone(),
+            rooms: l.rooms,
+            allowed,
+        }));
     }
     for a in apps {
         data.insert(Object::App(a));

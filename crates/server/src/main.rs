@@ -234,7 +234,11 @@ async fn run(
     if dev {
         print_dev_banner(node.addr);
         if let Some(addr) = node.grpc_addr {
-            let key = if config.admin_key.as_ref().is_some_and(|k| k.0 == DEV_ADMIN_KEY) { DEV_ADMIN_KEY } else { "<your admin_key>" };
+            let key = if config.admin_key.as_ref().is_some_and(|k| k.0 == DEV_ADMIN_KEY) {
+                DEV_ADMIN_KEY
+            } else {
+                "<your admin_key>"
+            };
             say(&format!("  control plane: skua admin --server http://{addr} --admin-key {key} …"));
         }
     }

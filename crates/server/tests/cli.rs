@@ -170,8 +170,11 @@ async fn dev_server_with_grpc(extra: &[&str]) -> (std::process::Child, String, S
     .await
     .unwrap();
     let ws = ws.trim().strip_prefix("skua listening on ").unwrap_or_else(|| panic!("first line: {ws:?}")).to_owned();
-    let grpc =
-        grpc.trim().strip_prefix("skua grpc listening on ").unwrap_or_else(|| panic!("second line: {grpc:?}")).to_owned();
+    let grpc = grpc
+        .trim()
+        .strip_prefix("skua grpc listening on ")
+        .unwrap_or_else(|| panic!("second line: {grpc:?}"))
+        .to_owned();
     (child, ws, grpc)
 }
 
@@ -226,7 +229,8 @@ async fn admin_provisions_a_room_and_an_actor_that_a_client_then_uses() {
     assert_eq!((v["actor_type"].as_str(), v["active"].as_bool()), (Some("agent"), Some(true)));
 
     // Human output of a few more commands, and server-side publish.
-    let (code, out, _) = admin(&grpc, &["grants", "create", "demo", "lobby-7", "--actor", "worker-3", "--permission", "pubSub"]);
+    let (code, out, _) =
+        admin(&grpc, &["grants", "create", "demo", "lobby-7", "--actor", "worker-3", "--permission", "pubSub"]);
     assert_eq!(code, 0);
     assert!(out.contains("actor worker-3 may pubSub in room lobby-7"), "{out}");
     let (code, out, err) = admin(&grpc, &["publish", "demo/lobby-7/tasks", "--data", r#"{"job": 2}"#]);
@@ -259,7 +263,15 @@ async fn admin_reports_grpc_errors_with_their_code_and_exits_1() {
     assert_eq!(code, 1);
     assert!(err.starts_with("skua admin: InvalidArgument: actor_type \"robot\" is invalid"), "{err}");
     let out = skua()
-        .args(["admin", "--server", &format!("http://{grpc}"), "--admin-key", "wrong-key-wrong-key", "projects", "list"])
+        .args([
+            "admin",
+            "--server",
+            &format!("http://{grpc}"),
+            "--admin-key",
+            "wrong-key-wrong-key",
+            "projects",
+            "list",
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));

@@ -82,9 +82,8 @@ macro_rules! registry_store_impl {
                 tx.commit().await.map_err($crate::error::sql($backend, "commit"))?;
                 let mut data = skua_core::RegistryData::default();
                 for (kind, spec) in rows {
-                    let bad = |source| {
-                        $crate::error::unavailable($crate::registry::BadObject { kind: kind.clone(), source })
-                    };
+                    let bad =
+                        |source| $crate::error::unavailable($crate::registry::BadObject { kind: kind.clone(), source });
                     let k = skua_core::registry_store::ObjectKind::parse(&kind).ok_or_else(|| bad(None))?;
                     let object = skua_core::registry_store::Object::from_spec(k, &spec).map_err(|e| bad(Some(e)))?;
                     data.insert(object);
@@ -141,7 +140,12 @@ macro_rules! registry_store_impl {
                 Ok(expected_version + 1)
             }
 
-            async fn add_usage(&self, project: &str, period: &str, messages: u64) -> Result<u64, skua_core::StoreError> {
+            async fn add_usage(
+                &self,
+                project: &str,
+                period: &str,
+                messages: u64,
+            ) -> Result<u64, skua_core::StoreError> {
                 let total: i64 = sqlx::query_scalar($crate::registry::ADD_USAGE)
                     .bind(project)
                     .bind(period)

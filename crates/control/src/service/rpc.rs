@@ -1,8 +1,8 @@
 //! The RPC handlers of `skua.control.v1.Control`.
 
 use skua_core::registry_store::{
-    ActorRecord, AppRecord, Change, GrantRecord, LobbyRecord, Object, ObjectKey, ObjectKind, ProjectRecord,
-    RoomRecord, SubjectRecord, month_of, permission,
+    ActorRecord, AppRecord, Change, GrantRecord, LobbyRecord, Object, ObjectKey, ObjectKind, ProjectRecord, RoomRecord,
+    SubjectRecord, month_of, permission,
 };
 use skua_core::{ActorId, AppId, ProjectId, RegistryData, RoomKey, TopicAddress};
 use tonic::{Request, Response, Status};
@@ -123,7 +123,7 @@ fn lobby_rooms(d: &RegistryData, a: &AppRecord, rooms: &[String]) -> Result<(), 
 fn lobby_actors(d: &RegistryData, project: &str, allowed: &[SubjectRecord]) -> Result<(), Status> {
     for s in allowed {
         if let SubjectRecord::Actor(id) = s
-            && !d.actors.get(id).is_some_and(|a| a.project == project)
+            && d.actors.get(id).is_none_or(|a| a.project != project)
         {
             return Err(Status::not_found(format!("actor {id:?} not found in project {project:?}")));
         }
@@ -171,7 +171,10 @@ impl pb::control_server::Control for ControlService {
         validate::slug("id", &r.id)?;
         validate::name("name", &r.name)?;
         if r.jwt_secret.len() > validate::MAX_SECRET_LEN {
-            return Err(Status::invalid_argument(format!("jwt_secret is longer than {} bytes", validate::MAX_SECRET_LEN)));
+            return Err(Status::invalid_argument(format!(
+                "jwt_secret is longer than {} bytes",
+                validate::MAX_SECRET_LEN
+            )));
         }
         if let Some(l) = &r.limits {
             check_limits(l)?;
@@ -202,12 +205,7 @@ impl pb::control_server::Control for ControlService {
         }
         let snap = self.read().await;
         let p = project(&snap.data, &r.project_id)?;
-        let used = self
-            .sync
-            .store()
-            .usage(&p.id, &month_of(now_ms() / 1000))
-            .await
-            .map_err(|e| unavailable(&e))?;
+        let used = self.sync.store().usage(&p.id, &month_of(now_ms() / 1000)).await.map_err(|e| unavailable(&e))?;
         Ok(Response::new(convert::project(p, used)))
     }
 
@@ -231,7 +229,10 @@ impl pb::control_server::Control for ControlService {
             validate::name("name", n)?;
         }
         if r.jwt_secret.as_ref().is_some_and(|s| s.len() > validate::MAX_SECRET_LEN) {
-            return Err(Status::invalid_argument(format!("jwt_secret is longer than {} bytes", validate::MAX_SECRET_LEN)));
+            return Err(Status::invalid_argument(format!(
+                "jwt_secret is longer than {} bytes",
+                validate::MAX_SECRET_LEN
+            )));
         }
         if let Some(l) = &r.limits {
             check_limits(l)?;
@@ -360,7 +361,9 @@ impl pb::control_server::Control for ControlService {
         let p = project(&snap.data, &r.project_id)?;
         let mut apps: Vec<&AppRecord> = snap.data.apps.values().filter(|a| a.project == p.id).collect();
         apps.sort_by_key(|a| (a.created_at_ms, a.id.clone()));
-        Ok(Response::new(pb::ListAppsResponse { apps: apps.into_iter().map(|a| convert::app(&snap.data, a)).collect() }))
+        Ok(Response::new(pb::ListAppsResponse {
+            apps: apps.into_iter().map(|a| convert::app(&snap.data, a)).collect(),
+        }))
     }
 
     async fn update_app(&self, req: Request<pb::UpdateAppRequest>) -> Reply<pb::App> {
@@ -418,7 +421,10 @@ impl pb::control_server::Control for ControlService {
                 let p = project(d, &r.project_id)?;
                 let a = app(d, &p.id, &r.app)?;
                 if d.rooms.contains_key(&(a.id.clone(), r.slug.clone())) {
-                    return Err(Status::already_exists(format!("room {:?} already exists in app {:?}", r.slug, a.slug)));
+                    return Err(Status::already_exists(format!(
+                        "room {:?} already exists in app {:?}",
+                        r.slug, a.slug
+                    )));
                 }
                 self.check_room_cap(d, a)?;
                 let room = RoomRecord {
@@ -677,12 +683,15 @@ impl pb::control_server::Control for ControlService {
                 let a = app(d, &p.id, &r.app)?;
                 room(d, a, &r.room)?;
                 if let SubjectRecord::Actor(id) = &subject
-                    && !d.actors.get(id).is_some_and(|x| x.project == p.id)
+                    && d.actors.get(id).is_none_or(|x| x.project != p.id)
                 {
                     return Err(Status::not_found(format!("actor {id:?} not found in project {:?}", p.id)));
                 }
                 if let Some(t) = r.topics.iter().find(|t| !a.topics.iter().any(|x| x.name == **t)) {
-                    return Err(Status::invalid_argument(format!("topic {t:?} is not one of app {:?}'s topics", a.slug)));
+                    return Err(Status::invalid_argument(format!(
+                        "topic {t:?} is not one of app {:?}'s topics",
+                        a.slug
+                    )));
                 }
                 let count = d.grants.values().filter(|g| g.app == a.id && g.room == r.room).count();
                 if count >= self.limits.max_grants_per_room as usize {
@@ -742,7 +751,10 @@ impl pb::control_server::Control for ControlService {
                 let p = project(d, &r.project_id)?;
                 let a = app(d, &p.id, &r.app)?;
                 if d.lobbies.contains_key(&(p.id.clone(), r.slug.clone())) {
-                    return Err(Status::already_exists(format!("lobby {:?} already exists in project {:?}", r.slug, p.id)));
+                    return Err(Status::already_exists(format!(
+                        "lobby {:?} already exists in project {:?}",
+                        r.slug, p.id
+                    )));
                 }
                 let count = d.lobbies.values().filter(|l| l.project == p.id).count();
                 if count >= self.limits.max_lobbies_per_project as usize {
@@ -827,7 +839,8 @@ impl pb::control_server::Control for ControlService {
         let d = &snap.data;
         let p = project(d, &r.project_id)?;
         let mut parts = r.topic.split('/');
-        let (Some(app_slug), Some(room_slug), Some(topic), None) = (parts.next(), parts.next(), parts.next(), parts.next())
+        let (Some(app_slug), Some(room_slug), Some(topic), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
         else {
             return Err(Status::invalid_argument("topic must be app/room/topic"));
         };

@@ -86,7 +86,9 @@ impl Session {
         let lost: Vec<(String, skua_core::registry::AccessError)> = self
             .subs
             .keys()
-            .filter_map(|topic| registry.resolve_topic(&actor, topic, Operation::Subscribe, now).err().map(|e| (topic.clone(), e)))
+            .filter_map(|topic| {
+                registry.resolve_topic(&actor, topic, Operation::Subscribe, now).err().map(|e| (topic.clone(), e))
+            })
             .collect();
         for (topic, e) in lost {
             if let Some(sub) = self.subs.remove(&topic) {

@@ -10,7 +10,7 @@ pub(super) struct Out {
 }
 
 fn limits(l: Option<&pb::ProjectLimits>) -> Value {
-    let l = l.cloned().unwrap_or_default();
+    let l = l.copied().unwrap_or_default();
     json!({
         "max_connections": l.max_connections,
         "monthly_message_quota": l.monthly_message_quota,
@@ -109,7 +109,7 @@ impl Out {
 
     pub(super) fn project(&self, p: &pb::Project) -> String {
         self.emit(project(p), || {
-            let l = p.limits.clone().unwrap_or_default();
+            let l = p.limits.unwrap_or_default();
             format!(
                 "project {} ({})\n  jwt secret: {}\n  max connections: {}\n  monthly quota: {}\n  rate limit: {}\n  max message size: {}\n  messages this month: {}",
                 p.id,
@@ -134,8 +134,11 @@ impl Out {
 
     pub(super) fn app(&self, a: &pb::App) -> String {
         self.emit(app(a), || {
-            let topics: Vec<String> =
-                a.topics.iter().map(|t| if t.logged { format!("{} (logged)", t.name) } else { t.name.clone() }).collect();
+            let topics: Vec<String> = a
+                .topics
+                .iter()
+                .map(|t| if t.logged { format!("{} (logged)", t.name) } else { t.name.clone() })
+                .collect();
             format!(
                 "app {} (id {}, project {})\n  topics: {}\n  auto-provision rooms: {}\n  rooms: {}{}",
                 a.slug,
@@ -220,15 +223,12 @@ impl Out {
 
     pub(super) fn created_actor(&self, r: &pb::CreateActorResponse) -> String {
         let a = r.actor.clone().unwrap_or_default();
-        self.emit(
-            json!({"actor": actor(&a), "access_token": r.access_token, "token_key_id": r.token_key_id}),
-            || {
-                format!(
-                    "actor {} ({}, project {})\naccess token (shown once, store it now):\n{}",
-                    a.id, a.actor_type, a.project_id, r.access_token
-                )
-            },
-        )
+        self.emit(json!({"actor": actor(&a), "access_token": r.access_token, "token_key_id": r.token_key_id}), || {
+            format!(
+                "actor {} ({}, project {})\naccess token (shown once, store it now):\n{}",
+                a.id, a.actor_type, a.project_id, r.access_token
+            )
+        })
     }
 
     pub(super) fn actors(&self, l: &pb::ListActorsResponse) -> String {
@@ -255,7 +255,8 @@ impl Out {
 
     pub(super) fn grant(&self, g: &pb::Grant) -> String {
         self.emit(grant(g), || {
-            let who = if g.actor_id.is_empty() { format!("type {}", g.actor_type) } else { format!("actor {}", g.actor_id) };
+            let who =
+                if g.actor_id.is_empty() { format!("type {}", g.actor_type) } else { format!("actor {}", g.actor_id) };
             format!("grant {}: {who} may {} in room {}", g.id, g.permission, g.room)
         })
     }
@@ -294,7 +295,10 @@ impl Out {
 
     pub(super) fn disconnected(&self, d: &pb::DisconnectActorResponse) -> String {
         self.emit(json!({"closed_on_this_node": d.closed_on_this_node}), || {
-            format!("disconnected: {} connections closed on this node; other nodes follow within 1s", d.closed_on_this_node)
+            format!(
+                "disconnected: {} connections closed on this node; other nodes follow within 1s",
+                d.closed_on_this_node
+            )
         })
     }
 
@@ -342,14 +346,16 @@ fn to_rmpv(v: &Value) -> rmpv::Value {
         }
         Value::String(s) => rmpv::Value::from(s.as_str()),
         Value::Array(a) => rmpv::Value::Array(a.iter().map(to_rmpv).collect()),
-        Value::Object(o) => rmpv::Value::Map(o.iter().map(|(k, v)| (rmpv::Value::from(k.as_str()), to_rmpv(v))).collect()),
+        Value::Object(o) => {
+            rmpv::Value::Map(o.iter().map(|(k, v)| (rmpv::Value::from(k.as_str()), to_rmpv(v))).collect())
+        }
     }
 }
 
 /// Hex → bytes.
 pub(super) fn unhex(s: &str) -> Option<Vec<u8>> {
     let s = s.trim();
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()

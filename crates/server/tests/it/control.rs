@@ -72,7 +72,8 @@ async fn calls_without_the_admin_key_are_unauthenticated_but_health_and_reflecti
 #[tokio::test]
 async fn projects_create_get_list_update_delete() {
     let (_s, mut c) = server().await;
-    let limits = pb::ProjectLimits { max_connections: Some(10), monthly_message_quota: Some(1000), ..Default::default() };
+    let limits =
+        pb::ProjectLimits { max_connections: Some(10), monthly_message_quota: Some(1000), ..Default::default() };
     let p = ok(c
         .create_project(pb::CreateProjectRequest {
             id: "acme".into(),
@@ -96,7 +97,8 @@ async fn projects_create_get_list_update_delete() {
     assert_eq!(got.limits.unwrap().monthly_message_quota, Some(1000));
     assert_eq!(fails(c.get_project(pb::GetProjectRequest { project_id: "nope".into() }).await).0, Code::NotFound);
     assert_eq!(fails(c.get_project(pb::GetProjectRequest::default()).await).0, Code::InvalidArgument);
-    let ids: Vec<String> = ok(c.list_projects(pb::ListProjectsRequest {}).await).projects.into_iter().map(|p| p.id).collect();
+    let ids: Vec<String> =
+        ok(c.list_projects(pb::ListProjectsRequest {}).await).projects.into_iter().map(|p| p.id).collect();
     assert_eq!(ids, ["acme", "demo-project"]);
 
     let up = ok(c
@@ -128,7 +130,8 @@ async fn apps_create_get_list_update_delete() {
     let (_s, mut c) = server().await;
     let mut req = app_req("", "chat", &["messages", "typing"]);
     req.topics[0].logged = true;
-    req.topics[1].webhook = Some(pb::Webhook { url: "https://example.com/hook".into(), events: vec!["message".into()] });
+    req.topics[1].webhook =
+        Some(pb::Webhook { url: "https://example.com/hook".into(), events: vec!["message".into()] });
     let a = ok(c.create_app(req).await);
     assert_eq!((a.id.as_str(), a.project_id.as_str(), a.slug.as_str()), ("demo-project-chat", "demo-project", "chat"));
     assert!(a.topics[0].logged);
@@ -144,7 +147,10 @@ async fn apps_create_get_list_update_delete() {
     let by_slug = ok(c.get_app(pb::GetAppRequest { project_id: String::new(), app: "chat".into() }).await);
     let by_id = ok(c.get_app(pb::GetAppRequest { project_id: String::new(), app: "demo-project-chat".into() }).await);
     assert_eq!(by_slug, by_id);
-    assert_eq!(fails(c.get_app(pb::GetAppRequest { project_id: String::new(), app: "nope".into() }).await).0, Code::NotFound);
+    assert_eq!(
+        fails(c.get_app(pb::GetAppRequest { project_id: String::new(), app: "nope".into() }).await).0,
+        Code::NotFound
+    );
     let slugs: Vec<String> =
         ok(c.list_apps(pb::ListAppsRequest::default()).await).apps.into_iter().map(|a| a.slug).collect();
     assert_eq!(slugs, ["demo", "chat"], "by creation");
@@ -166,7 +172,10 @@ async fn apps_create_get_list_update_delete() {
     ok(c.create_room(room_req("chat", "r1")).await);
     let d = ok(c.delete_app(pb::DeleteAppRequest { project_id: String::new(), app: "chat".into() }).await);
     assert_eq!(d.deleted, 2, "the app and its room");
-    assert_eq!(fails(c.delete_app(pb::DeleteAppRequest { project_id: String::new(), app: "chat".into() }).await).0, Code::NotFound);
+    assert_eq!(
+        fails(c.delete_app(pb::DeleteAppRequest { project_id: String::new(), app: "chat".into() }).await).0,
+        Code::NotFound
+    );
 
     // With two projects, the project can no longer be left out.
     ok(c.create_project(project_req("other")).await);
@@ -195,7 +204,12 @@ async fn rooms_create_get_list_pages_update_delete() {
     let mut token = String::new();
     loop {
         let page = ok(c
-            .list_rooms(pb::ListRoomsRequest { app: "demo".into(), page_size: 3, page_token: token, ..Default::default() })
+            .list_rooms(pb::ListRoomsRequest {
+                app: "demo".into(),
+                page_size: 3,
+                page_token: token,
+                ..Default::default()
+            })
             .await);
         assert!(page.rooms.len() <= 3);
         seen.extend(page.rooms.into_iter().map(|r| r.slug));
@@ -205,7 +219,8 @@ async fn rooms_create_get_list_pages_update_delete() {
         token = page.next_page_token;
     }
     assert_eq!(seen, ["general", "ops", "r1", "r2", "r3", "r4", "r5", "random"]);
-    let r = c.list_rooms(pb::ListRoomsRequest { app: "demo".into(), page_token: "a b".into(), ..Default::default() }).await;
+    let r =
+        c.list_rooms(pb::ListRoomsRequest { app: "demo".into(), page_token: "a b".into(), ..Default::default() }).await;
     assert_eq!(fails(r).0, Code::InvalidArgument);
 
     let up = ok(c
@@ -220,12 +235,15 @@ async fn rooms_create_get_list_pages_update_delete() {
     let r = c.update_room(pb::UpdateRoomRequest { app: "demo".into(), slug: "zz".into(), ..Default::default() }).await;
     assert_eq!(fails(r).0, Code::NotFound);
 
-    let d = ok(c.delete_room(pb::DeleteRoomRequest { app: "demo".into(), slug: "ops".into(), ..Default::default() }).await);
+    let d =
+        ok(c.delete_room(pb::DeleteRoomRequest { app: "demo".into(), slug: "ops".into(), ..Default::default() }).await);
     assert_eq!(d.deleted, 2, "the room and its grant");
     let r = c.delete_room(pb::DeleteRoomRequest { app: "demo".into(), slug: "ops".into(), ..Default::default() }).await;
     assert_eq!(fails(r).0, Code::NotFound);
     // A lobby covering a deleted room loses it.
-    let d = ok(c.delete_room(pb::DeleteRoomRequest { app: "demo".into(), slug: "random".into(), ..Default::default() }).await);
+    let d = ok(c
+        .delete_room(pb::DeleteRoomRequest { app: "demo".into(), slug: "random".into(), ..Default::default() })
+        .await);
     assert_eq!(d.deleted, 1);
     let l = ok(c.get_lobby(pb::GetLobbyRequest { project_id: String::new(), slug: "online".into() }).await);
     assert_eq!(l.rooms, ["general"]);
@@ -265,13 +283,17 @@ async fn ensure_room_is_idempotent_needs_auto_provisioning_and_respects_the_cap(
 async fn actors_get_a_token_once_that_authenticates_and_only_its_hash_is_stored() {
     let (s, mut c) = server().await;
     let created = ok(c
-        .create_actor(pb::CreateActorRequest { id: "worker-3".into(), actor_type: "agent".into(), ..Default::default() })
+        .create_actor(pb::CreateActorRequest {
+            id: "worker-3".into(),
+            actor_type: "agent".into(),
+            ..Default::default()
+        })
         .await);
     let token = created.access_token.clone();
     assert!(token.starts_with(&format!("at_live_{}.", created.token_key_id)), "{token}");
     let actor = created.actor.unwrap();
     assert_eq!((actor.id.as_str(), actor.actor_type.as_str(), actor.active), ("worker-3", "agent", true));
-    assert_eq!(actor.token_key_ids, [created.token_key_id.clone()]);
+    assert_eq!(actor.token_key_ids, std::slice::from_ref(&created.token_key_id));
     let mut ws = s.connect().await;
     let reply = ws.auth_ok(&token, 2).await;
     assert_eq!(reply.str("actorTokenId"), "worker-3");
@@ -284,7 +306,8 @@ async fn actors_get_a_token_once_that_authenticates_and_only_its_hash_is_stored(
     let digest = skua_core::registry_store::hex(&skua_core::registry::digest(&token));
     assert!(stored.iter().any(|spec| spec.contains(&digest)));
 
-    let generated = ok(c.create_actor(pb::CreateActorRequest { actor_type: "user".into(), ..Default::default() }).await);
+    let generated =
+        ok(c.create_actor(pb::CreateActorRequest { actor_type: "user".into(), ..Default::default() }).await);
     assert!(generated.actor.unwrap().id.starts_with("actor-"));
     let dup = pb::CreateActorRequest { id: "worker-3".into(), actor_type: "agent".into(), ..Default::default() };
     assert_eq!(fails(c.create_actor(dup).await).0, Code::AlreadyExists);
@@ -308,8 +331,9 @@ async fn actors_get_a_token_once_that_authenticates_and_only_its_hash_is_stored(
 #[tokio::test]
 async fn actors_deactivate_activate_rotate_delete() {
     let (s, mut c) = server().await;
-    let created =
-        ok(c.create_actor(pb::CreateActorRequest { id: "w".into(), actor_type: "agent".into(), ..Default::default() }).await);
+    let created = ok(c
+        .create_actor(pb::CreateActorRequest { id: "w".into(), actor_type: "agent".into(), ..Default::default() })
+        .await);
     let old = created.access_token;
     assert!(!ok(c.deactivate_actor(actor_ref("w")).await).active);
     let mut ws = s.connect().await;
@@ -353,7 +377,8 @@ async fn grants_create_list_delete_and_make_rooms_private() {
     t.expires_at = skua_testkit::now_s() + 3600;
     let g2 = ok(c.create_grant(t).await);
     assert_eq!((g2.actor_type.as_str(), g2.topics.as_slice()), ("agent", ["tasks".to_owned()].as_slice()));
-    let room = ok(c.get_room(pb::GetRoomRequest { app: "demo".into(), slug: "vip".into(), ..Default::default() }).await);
+    let room =
+        ok(c.get_room(pb::GetRoomRequest { app: "demo".into(), slug: "vip".into(), ..Default::default() }).await);
     assert!(room.private);
 
     let mut bob = s.auth("dev-token-bob").await;
@@ -379,9 +404,11 @@ async fn grants_create_list_delete_and_make_rooms_private() {
     no_room.room = "nope".into();
     assert_eq!(fails(c.create_grant(no_room).await).0, Code::NotFound);
 
-    let list = ok(c.list_grants(pb::ListGrantsRequest { app: "demo".into(), room: "vip".into(), ..Default::default() }).await);
+    let list =
+        ok(c.list_grants(pb::ListGrantsRequest { app: "demo".into(), room: "vip".into(), ..Default::default() }).await);
     assert_eq!(list.grants.iter().map(|g| g.id.clone()).collect::<Vec<_>>(), [g.id.clone(), g2.id.clone()]);
-    let r = c.list_grants(pb::ListGrantsRequest { app: "demo".into(), room: "nope".into(), ..Default::default() }).await;
+    let r =
+        c.list_grants(pb::ListGrantsRequest { app: "demo".into(), room: "nope".into(), ..Default::default() }).await;
     assert_eq!(fails(r).0, Code::NotFound);
     assert_eq!(ok(c.delete_grant(pb::DeleteGrantRequest { grant_id: g.id.clone() }).await).deleted, 1);
     assert_eq!(fails(c.delete_grant(pb::DeleteGrantRequest { grant_id: g.id }).await).0, Code::NotFound);
@@ -404,7 +431,12 @@ async fn lobbies_create_get_list_set_rooms_delete() {
     assert_eq!((l.app_id.as_str(), l.rooms.as_slice()), ("demo-app", ["ops".to_owned()].as_slice()));
     let dup = pb::CreateLobbyRequest { slug: "staff".into(), app: "demo".into(), ..Default::default() };
     assert_eq!(fails(c.create_lobby(dup).await).0, Code::AlreadyExists);
-    let bad_room = pb::CreateLobbyRequest { slug: "x".into(), app: "demo".into(), rooms: vec!["nope".into()], ..Default::default() };
+    let bad_room = pb::CreateLobbyRequest {
+        slug: "x".into(),
+        app: "demo".into(),
+        rooms: vec!["nope".into()],
+        ..Default::default()
+    };
     assert_eq!(fails(c.create_lobby(bad_room).await).0, Code::NotFound);
     let twice = pb::CreateLobbyRequest {
         slug: "x".into(),
@@ -413,15 +445,26 @@ async fn lobbies_create_get_list_set_rooms_delete() {
         ..Default::default()
     };
     assert_eq!(fails(c.create_lobby(twice).await).0, Code::InvalidArgument);
-    let bad_actor =
-        pb::CreateLobbyRequest { slug: "x".into(), app: "demo".into(), allowed_actors: vec!["ghost".into()], ..Default::default() };
+    let bad_actor = pb::CreateLobbyRequest {
+        slug: "x".into(),
+        app: "demo".into(),
+        allowed_actors: vec!["ghost".into()],
+        ..Default::default()
+    };
     assert_eq!(fails(c.create_lobby(bad_actor).await).0, Code::NotFound);
-    let bad_type =
-        pb::CreateLobbyRequest { slug: "x".into(), app: "demo".into(), allowed_actor_types: vec!["robot".into()], ..Default::default() };
+    let bad_type = pb::CreateLobbyRequest {
+        slug: "x".into(),
+        app: "demo".into(),
+        allowed_actor_types: vec!["robot".into()],
+        ..Default::default()
+    };
     assert_eq!(fails(c.create_lobby(bad_type).await).0, Code::InvalidArgument);
 
     assert_eq!(ok(c.get_lobby(pb::GetLobbyRequest { project_id: String::new(), slug: "staff".into() }).await), l);
-    assert_eq!(fails(c.get_lobby(pb::GetLobbyRequest { project_id: String::new(), slug: "nope".into() }).await).0, Code::NotFound);
+    assert_eq!(
+        fails(c.get_lobby(pb::GetLobbyRequest { project_id: String::new(), slug: "nope".into() }).await).0,
+        Code::NotFound
+    );
     let slugs: Vec<String> =
         ok(c.list_lobbies(pb::ListLobbiesRequest::default()).await).lobbies.into_iter().map(|l| l.slug).collect();
     assert_eq!(slugs, ["online", "staff"]);
@@ -435,7 +478,10 @@ async fn lobbies_create_get_list_set_rooms_delete() {
     assert_eq!(set.rooms, ["ops", "general"]);
     let r = c.set_lobby_rooms(pb::SetLobbyRoomsRequest { slug: "nope".into(), ..Default::default() }).await;
     assert_eq!(fails(r).0, Code::NotFound);
-    assert_eq!(ok(c.delete_lobby(pb::DeleteLobbyRequest { project_id: String::new(), slug: "staff".into() }).await).deleted, 1);
+    assert_eq!(
+        ok(c.delete_lobby(pb::DeleteLobbyRequest { project_id: String::new(), slug: "staff".into() }).await).deleted,
+        1
+    );
     let r = c.delete_lobby(pb::DeleteLobbyRequest { project_id: String::new(), slug: "staff".into() }).await;
     assert_eq!(fails(r).0, Code::NotFound);
 }
@@ -458,7 +504,11 @@ async fn server_side_publish_reaches_subscribers_and_is_validated() {
     assert_eq!(m.str("from"), "server");
     assert_eq!(m.get("data"), &frame! {"text" => "hello from the backend"});
     assert_eq!(m.int("timestamp"), i64::try_from(r.timestamp_ms).unwrap());
-    let as_alice = pb::PublishRequest { from_actor: "alice".into(), filter: "vip".into(), ..publish("demo/general/messages", &data) };
+    let as_alice = pb::PublishRequest {
+        from_actor: "alice".into(),
+        filter: "vip".into(),
+        ..publish("demo/general/messages", &data)
+    };
     ok(c.publish(as_alice).await);
     let m = bob.expect("message").await;
     assert_eq!((m.str("from"), m.str("filter")), ("alice", "vip"));
@@ -494,16 +544,14 @@ async fn connections_are_listed_and_an_actor_can_be_disconnected() {
 
     let all = ok(c.list_connections(pb::ListConnectionsRequest::default()).await).connections;
     assert_eq!(all.len(), 3);
-    let alice: Vec<_> = ok(c
-        .list_connections(pb::ListConnectionsRequest { actor_id: "alice".into(), ..Default::default() })
-        .await)
-    .connections;
+    let alice: Vec<_> =
+        ok(c.list_connections(pb::ListConnectionsRequest { actor_id: "alice".into(), ..Default::default() }).await)
+            .connections;
     assert_eq!(alice.len(), 1);
     assert_eq!((alice[0].subscriptions, alice[0].node_id.as_str()), (1, s.state.node.as_str()));
-    let agents = ok(c
-        .list_connections(pb::ListConnectionsRequest { actor_id: "agent-1".into(), ..Default::default() })
-        .await)
-    .connections;
+    let agents =
+        ok(c.list_connections(pb::ListConnectionsRequest { actor_id: "agent-1".into(), ..Default::default() }).await)
+            .connections;
     assert_eq!(agents[0].client_id, "w-1");
     let r = c.list_connections(pb::ListConnectionsRequest { actor_id: "ghost".into(), ..Default::default() }).await;
     assert_eq!(fails(r).0, Code::NotFound);

@@ -59,7 +59,11 @@ async fn a_room_created_after_connect_is_subscribable_on_every_node_within_1s() 
     let mut far = c.node(1).auth("dev-token-bob").await;
     let mut near = c.node(0).auth("dev-token-carol").await;
     far.send(frame! {"type" => "subscribe", "topic" => "demo/lobby-7/messages"}).await;
-    assert_eq!(far.expect_error("unknown_topic").await.str("topic"), "demo/lobby-7/messages", "N15: never created on the data path");
+    assert_eq!(
+        far.expect_error("unknown_topic").await.str("topic"),
+        "demo/lobby-7/messages",
+        "N15: never created on the data path"
+    );
     ok(control
         .create_room(pb::CreateRoomRequest { app: "demo".into(), slug: "lobby-7".into(), ..Default::default() })
         .await);
@@ -132,7 +136,11 @@ async fn deactivated_and_deleted_actors_close_4001_on_every_node() {
 async fn a_rotated_token_closes_the_connections_that_used_the_old_one() {
     let (c, mut control) = cluster().await;
     let created = ok(control
-        .create_actor(pb::CreateActorRequest { id: "worker-3".into(), actor_type: "agent".into(), ..Default::default() })
+        .create_actor(pb::CreateActorRequest {
+            id: "worker-3".into(),
+            actor_type: "agent".into(),
+            ..Default::default()
+        })
         .await);
     let mut old = WsClient::connect(&c.node(1).url()).await;
     // The new actor reaches node 1 within a second too.
@@ -208,7 +216,9 @@ async fn a_project_past_its_monthly_quota_gets_42920_on_every_node() {
     // Node 1 learns the cluster-wide count from the store.
     let d = Deadline::new("node 1 refuses publishes past the quota", WITHIN);
     loop {
-        carol.send(frame! {"type" => "publish", "topic" => "demo/general/messages", "data" => "z", "msgRef" => "q"}).await;
+        carol
+            .send(frame! {"type" => "publish", "topic" => "demo/general/messages", "data" => "z", "msgRef" => "q"})
+            .await;
         let f = carol.next().await;
         if f.ty() == "error" && f.str("error") == "monthly_quota_exceeded" {
             break;
@@ -227,7 +237,11 @@ async fn lobby_room_changes_reach_lobby_subscribers() {
     let snap = viewer.expect("lobbySubscribed").await;
     assert_eq!(snap.get("presence").as_map().map(Vec::len), Some(2));
     ok(control
-        .set_lobby_rooms(pb::SetLobbyRoomsRequest { slug: "online".into(), rooms: vec!["general".into()], ..Default::default() })
+        .set_lobby_rooms(pb::SetLobbyRoomsRequest {
+            slug: "online".into(),
+            rooms: vec!["general".into()],
+            ..Default::default()
+        })
         .await);
     let d = Deadline::new("the lobby covers one room on node 1", WITHIN);
     loop {

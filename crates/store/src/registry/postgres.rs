@@ -54,13 +54,12 @@ impl PostgresRegistryStore {
 impl fmt::Debug for PostgresRegistryStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let o = self.pool.connect_options();
-        f.debug_struct("PostgresRegistryStore").field("host", &o.get_host()).field("database", &o.get_database()).finish()
+        f.debug_struct("PostgresRegistryStore")
+            .field("host", &o.get_host())
+            .field("database", &o.get_database())
+            .finish()
     }
 }
 
 // One snapshot for the version and the objects it belongs to.
-super::registry_store_impl!(
-    PostgresRegistryStore,
-    BACKEND,
-    Some("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-);
+super::registry_store_impl!(PostgresRegistryStore, BACKEND, Some("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"));

@@ -35,7 +35,10 @@ impl SqliteRegistryStore {
         let options = SqliteConnectOptions::from_str(url).map_err(sql(BACKEND, "parse the URL"))?;
         let memory = url.contains(":memory:") || url.contains("mode=memory");
         let (pool, options) = if memory {
-            (SqlitePoolOptions::new().max_connections(1).min_connections(1).idle_timeout(None).max_lifetime(None), options)
+            (
+                SqlitePoolOptions::new().max_connections(1).min_connections(1).idle_timeout(None).max_lifetime(None),
+                options,
+            )
         } else {
             let options = options
                 .create_if_missing(true)

@@ -91,9 +91,8 @@ pub async fn an_empty_registry_is_at_version_0<H: RegistryHarness>(h: H) {
 /// Contract 1: a change set lands whole, at the next version.
 pub async fn apply_writes_atomically_and_bumps_the_version<H: RegistryHarness>(h: H) {
     let s = h.open().await;
-    let v = apply(&s, 0, vec![Change::Put(project("p")), Change::Put(room("r1")), Change::Put(actor("a1"))])
-        .await
-        .unwrap();
+    let v =
+        apply(&s, 0, vec![Change::Put(project("p")), Change::Put(room("r1")), Change::Put(actor("a1"))]).await.unwrap();
     assert_eq!(v, 1);
     let snap = within("load", s.load()).await.unwrap();
     assert_eq!(snap.version, 1);
@@ -119,7 +118,12 @@ pub async fn put_replaces_and_delete_removes<H: RegistryHarness>(h: H) {
     apply(&s, 0, vec![Change::Put(project("p")), Change::Put(room("r1"))]).await.unwrap();
     let Object::Project(mut p) = project("p") else { unreachable!("project() builds a project") };
     p.name = "renamed".into();
-    let token = Object::Token(TokenRecord { key_id: "k1".into(), actor: "a1".into(), sha256: "00".repeat(32), created_at_ms: 4 });
+    let token = Object::Token(TokenRecord {
+        key_id: "k1".into(),
+        actor: "a1".into(),
+        sha256: "00".repeat(32),
+        created_at_ms: 4,
+    });
     apply(
         &s,
         1,
@@ -151,7 +155,8 @@ pub async fn concurrent_writers_serialise<H: RegistryHarness>(h: H) {
             }
         }
     };
-    let (x, y) = within("two writers", async { tokio::join!(tokio::spawn(writer(a, "a")), tokio::spawn(writer(b, "b"))) }).await;
+    let (x, y) =
+        within("two writers", async { tokio::join!(tokio::spawn(writer(a, "a")), tokio::spawn(writer(b, "b"))) }).await;
     x.unwrap();
     y.unwrap();
     let s = h.open().await;
