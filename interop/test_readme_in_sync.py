@@ -9,3 +9,9 @@ def test_readme_shows_the_tested_example():
     readme = (HERE.parent / "README.md").read_text()
     example = (HERE / "readme_example.py").read_text()
     assert "```python\n" + example + "```\n" in readme
+
+
+def test_readme_shows_the_tested_provisioning_example():
+    readme = (HERE.parent / "README.md").read_text()
+    example = (HERE / "provision_example.py").read_text()
+    assert "```python\n" + example + "```\n" in readme
