@@ -22,7 +22,7 @@ pub use bus::{Bus, BusDelivery, BusError, BusSubscription, Route};
 pub use envelope::{Envelope, EnvelopeId, PresenceChange, PresenceEvent, Publication};
 pub use ids::{ActorId, ActorType, AppId, ClientId, ConnId, IdError, NodeId, ProjectId};
 pub use presence::{ConnRef, Presence, PresenceEntry, PresenceError};
-pub use registry::{Registry, SharedRegistry};
+pub use registry::{Registry, RegistryDelta, SharedRegistry};
 pub use registry_store::{RegistryData, RegistrySnapshot, RegistryStore};
 pub use store::{
     Claim, Consumer, Holder, MessageLog, NewMessage, Release, RestoreRecord, RestoredTopic, Retention, SessionKey,

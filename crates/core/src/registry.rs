@@ -2,7 +2,7 @@
 //! over them. Built from fixtures today and from the control plane's store later; edges read
 //! it through a [`SharedRegistry`] so a new snapshot takes effect at once (N15).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 
 use sha2::{Digest, Sha256};
@@ -424,6 +424,79 @@ impl Registry {
     }
 }
 
+/// Where access may have narrowed between two registry snapshots: what open connections must
+/// re-check (issue 5). Additions (a new room, a new grant) need no re-check: they take effect at
+/// the next subscribe or publish.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RegistryDelta {
+    /// Re-check everything (a project went, or time passed: grants may have expired).
+    pub all: bool,
+    /// Rooms whose grants changed or that are gone.
+    pub rooms: HashSet<RoomKey>,
+    /// Apps whose topics changed or that are gone.
+    pub apps: HashSet<AppId>,
+    /// Projects whose lobbies changed.
+    pub lobby_projects: HashSet<ProjectId>,
+}
+
+impl RegistryDelta {
+    /// A delta that re-checks everything.
+    pub fn everything() -> Self {
+        Self { all: true, ..Self::default() }
+    }
+
+    /// Adds `other` to this delta.
+    pub fn merge(&mut self, other: &Self) {
+        self.all |= other.all;
+        self.rooms.extend(other.rooms.iter().cloned());
+        self.apps.extend(other.apps.iter().cloned());
+        self.lobby_projects.extend(other.lobby_projects.iter().cloned());
+    }
+
+    /// Whether a subscription in `room` may have lost access.
+    pub fn touches_room(&self, room: &RoomKey) -> bool {
+        self.all || self.apps.contains(&room.app) || self.rooms.contains(room)
+    }
+
+    /// Whether lobbies of `project` may have changed.
+    pub fn touches_lobbies(&self, project: &ProjectId) -> bool {
+        // Deleting a room or an app rewrites or deletes the lobbies that covered it.
+        self.all || self.lobby_projects.contains(project)
+    }
+}
+
+impl Registry {
+    /// Where access may have narrowed from `self` to `newer`.
+    pub fn delta(&self, newer: &Self) -> RegistryDelta {
+        let mut d = RegistryDelta::default();
+        for (id, old) in &self.projects {
+            let Some(new) = newer.projects.get(id) else {
+                d.all = true;
+                continue;
+            };
+            if old.lobbies != new.lobbies {
+                d.lobby_projects.insert(id.clone());
+            }
+            for app in &old.apps {
+                let Some(new_app) = new.apps.iter().find(|a| a.id == app.id) else {
+                    d.apps.insert(app.id.clone());
+                    continue;
+                };
+                if new_app.slug != app.slug || new_app.topics != app.topics {
+                    d.apps.insert(app.id.clone());
+                    continue;
+                }
+                for (slug, room) in &app.rooms {
+                    if new_app.rooms.get(slug).is_none_or(|r| r.grants != room.grants) {
+                        d.rooms.insert(RoomKey { project: id.clone(), app: app.id.clone(), room: room.slug.clone() });
+                    }
+                }
+            }
+        }
+        d
+    }
+}
+
 /// The registry snapshot an edge reads, swappable at run time (N15).
 #[derive(Debug, Default)]
 pub struct SharedRegistry {
@@ -533,6 +606,38 @@ mod tests {
         );
         assert_eq!(r.actor_by_token("tok-a").map(|a| a.id.as_str()), Some("alice"));
         assert!(r.actor_by_token("tok-b").is_none());
+    }
+
+    #[test]
+    fn delta_names_what_narrowed_and_ignores_additions() {
+        let (r, ..) = fixture();
+        assert_eq!(r.delta(&r), RegistryDelta::default());
+        let project = r.projects.values().next().unwrap().as_ref().clone();
+        let rebuild = |p: Project| {
+            let actors = r.actors.values().map(|a| a.as_ref().clone()).collect();
+            let tokens = r.tokens.iter().map(|(d, a)| (*d, a.clone())).collect();
+            Registry::build_hashed(vec![p], actors, tokens).unwrap()
+        };
+        let mut added = project.clone();
+        added.apps[0].rooms.insert("new".into(), Room { slug: "new".into(), grants: vec![] });
+        assert_eq!(r.delta(&rebuild(added)), RegistryDelta::default(), "a new room narrows nothing");
+        let mut revoked = project.clone();
+        revoked.apps[0].rooms.get_mut("ops").unwrap().grants.clear();
+        let d = r.delta(&rebuild(revoked));
+        assert_eq!(d.rooms.iter().map(|k| &*k.room).collect::<Vec<_>>(), ["ops"]);
+        assert!(!d.all && d.apps.is_empty());
+        let mut topics = project;
+        topics.apps[0].topics.remove("tasks");
+        let d = r.delta(&rebuild(topics));
+        assert!(d.apps.contains(&AppId::parse("demo-app").unwrap()));
+        let key = RoomKey {
+            project: ProjectId::parse("p").unwrap(),
+            app: AppId::parse("demo-app").unwrap(),
+            room: "general".into(),
+        };
+        assert!(d.touches_room(&key));
+        let empty = Registry::default();
+        assert!(r.delta(&empty).all, "a project that went touches everything");
     }
 
     #[test]

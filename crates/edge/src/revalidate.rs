@@ -12,6 +12,8 @@
 //! - bumps a watch that every session listens to, so each re-checks its subscriptions and
 //!   lobbies against the new registry (`session/revalidate.rs`): revoked access ends a
 //!   subscription with an error frame, a room created after connect is subscribable at once.
+//!   Sessions re-check only what the change touched ([`RegistryDelta`]: rooms whose grants
+//!   changed, apps whose topics changed, lobbies); the timer re-checks everything.
 //!
 //! It also counts accepted publishes per project for monthly quotas; the control plane's
 //! propagator flushes the counts to the store and hands back cluster-wide totals.
@@ -19,7 +21,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use skua_core::{ActorId, ConnId, ProjectId, Registry};
+use skua_core::{ActorId, ConnId, ProjectId, Registry, RegistryDelta};
 use skua_protocol::codes::{close, reason};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -72,16 +74,28 @@ struct Usage {
 pub struct Connections {
     // std Mutex: map updates and scans without an await.
     conns: Mutex<HashMap<ConnId, ConnEntry>>,
+    /// The generation of the latest change; sessions wait on it.
     changes: watch::Sender<u64>,
+    // std Mutex: pushed per change, read by sessions without an await. The last
+    // `MAX_DELTAS` changes; a session further behind re-checks everything.
+    deltas: Mutex<std::collections::VecDeque<(u64, RegistryDelta)>>,
     // std Mutex: one short update per accepted publish.
     usage: Mutex<HashMap<ProjectId, Usage>>,
 }
 
 impl Default for Connections {
     fn default() -> Self {
-        Self { conns: Mutex::new(HashMap::new()), changes: watch::channel(0).0, usage: Mutex::new(HashMap::new()) }
+        Self {
+            conns: Mutex::new(HashMap::new()),
+            changes: watch::channel(0).0,
+            deltas: Mutex::new(std::collections::VecDeque::new()),
+            usage: Mutex::new(HashMap::new()),
+        }
     }
 }
+
+/// Changes remembered for sessions that have not caught up yet.
+const MAX_DELTAS: usize = 64;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -106,9 +120,29 @@ impl Connections {
         self.changes.subscribe()
     }
 
-    /// Asks every session to re-check its subscriptions.
-    pub fn notify(&self) {
-        self.changes.send_modify(|v| *v = v.wrapping_add(1));
+    /// Asks every session to re-check what `delta` touches.
+    pub fn notify(&self, delta: RegistryDelta) {
+        let mut deltas = lock(&self.deltas);
+        let generation = deltas.back().map_or(0, |(g, _)| *g) + 1;
+        deltas.push_back((generation, delta));
+        if deltas.len() > MAX_DELTAS {
+            deltas.pop_front();
+        }
+        // Under the lock, so generations are published in order.
+        self.changes.send_replace(generation);
+    }
+
+    /// What changed after generation `seen` up to `now`, merged.
+    pub fn delta_since(&self, seen: u64, now: u64) -> RegistryDelta {
+        let deltas = lock(&self.deltas);
+        if deltas.front().is_none_or(|(g, _)| *g > seen + 1) {
+            return RegistryDelta::everything();
+        }
+        let mut out = RegistryDelta::default();
+        for (_, d) in deltas.iter().filter(|(g, _)| *g > seen && *g <= now) {
+            out.merge(d);
+        }
+        out
     }
 
     /// Authenticated connections of `project` (of `actor` only, when given).
@@ -218,9 +252,11 @@ impl EdgeState {
     /// Installs a new registry: swaps the snapshot, closes what it no longer allows, and has
     /// every session re-check its subscriptions (N15).
     pub fn install_registry(&self, registry: Registry) {
+        let old = self.registry.load();
         self.registry.store(registry);
-        self.connections.sweep(&self.registry.load());
-        self.connections.notify();
+        let new = self.registry.load();
+        self.connections.sweep(&new);
+        self.connections.notify(old.delta(&new));
     }
 
     /// Adds an authenticated connection to the table until the returned guard drops.
@@ -241,7 +277,7 @@ pub async fn run(state: Arc<EdgeState>, stop: CancellationToken) {
             () = stop.cancelled() => return,
             _ = tick.tick() => {
                 state.connections.sweep(&state.registry.load());
-                state.connections.notify();
+                state.connections.notify(RegistryDelta::everything());
             }
         }
     }

@@ -114,6 +114,7 @@ async fn read_loop(
     let mut expiry_deadline = deadline_of(expiry);
     // Control-plane changes and revalidation ticks (issue 5); the sender lives in `st`.
     let mut changes = st.connections.watch();
+    let mut seen = *changes.borrow_and_update();
     loop {
         tokio::select! {
             biased;
@@ -130,7 +131,12 @@ async fn read_loop(
                 token_expired(handle);
                 return;
             }
-            Ok(()) = changes.changed() => session.revalidate().await,
+            Ok(()) = changes.changed() => {
+                let now = *changes.borrow_and_update();
+                let delta = st.connections.delta_since(seen, now);
+                seen = now;
+                session.revalidate(&delta).await;
+            }
             msg = stream.next() => {
                 let Some(msg) = msg else { return };
                 let msg = match msg {

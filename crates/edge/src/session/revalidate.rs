@@ -72,10 +72,10 @@ impl Session {
         }
     }
 
-    /// Re-checks subscriptions, lobbies and the presence room against the current registry.
-    /// Actor-level failures (deleted, deactivated, revoked) are the node's sweep's: it closes
-    /// the connection.
-    pub(crate) async fn revalidate(&mut self) {
+    /// Re-checks the subscriptions, lobbies and presence room that `delta` touches against the
+    /// current registry. Actor-level failures (deleted, deactivated, revoked) are the node's
+    /// sweep's: it closes the connection.
+    pub(crate) async fn revalidate(&mut self, delta: &skua_core::RegistryDelta) {
         let registry = self.st.registry.load();
         let Some(a) = &mut self.auth else { return };
         let Some(actor) = registry.actor(a.actor.id.as_str()).cloned() else { return };
@@ -85,8 +85,9 @@ impl Session {
 
         let lost: Vec<(String, skua_core::registry::AccessError)> = self
             .subs
-            .keys()
-            .filter_map(|topic| {
+            .iter()
+            .filter(|(_, sub)| delta.touches_room(&sub.address.room))
+            .filter_map(|(topic, _)| {
                 registry.resolve_topic(&actor, topic, Operation::Subscribe, now).err().map(|e| (topic.clone(), e))
             })
             .collect();
@@ -100,7 +101,11 @@ impl Session {
             }
         }
 
-        let lobbies: Vec<(String, Vec<RoomKey>)> = self.lobbies.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let lobbies: Vec<(String, Vec<RoomKey>)> = if delta.touches_lobbies(&actor.project) {
+            self.lobbies.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+        } else {
+            Vec::new()
+        };
         for (slug, rooms) in lobbies {
             let name: Arc<str> = Arc::from(slug.as_str());
             match registry.resolve_lobby(&actor, &slug) {
@@ -132,6 +137,7 @@ impl Session {
         }
 
         if let Some(room) = &self.presence_room
+            && delta.touches_room(room)
             && registry.resolve_room(&actor, &room.room, now).ok().as_ref() != Some(room)
         {
             self.leave_presence_room().await;
