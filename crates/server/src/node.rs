@@ -186,6 +186,34 @@ impl skua_control::NodeAdmin for EdgeAdmin {
     }
 
     async fn publish(&self, p: skua_control::ServerPublish) -> Result<(), String> {
+        // A logged topic's message is stored first and carries its msgId (N24), as a client's.
+        let registry = self.0.registry.load();
+        let logged = registry
+            .project(&p.topic.room.project)
+            .and_then(|pr| pr.apps.iter().find(|a| a.id == p.topic.room.app))
+            .and_then(|a| a.topics.get(&*p.topic.topic))
+            .is_some_and(|t| t.logged);
+        let msg_id = if logged {
+            let id = uuid::Uuid::now_v7().to_string();
+            let key = skua_edge::durable::topic_key(&p.topic);
+            let m = skua_core::NewMessage {
+                msg_id: &id,
+                topic: &key,
+                filter: p.filter.as_deref(),
+                publisher: p.from.as_str(),
+                timestamp_ms: p.timestamp_ms,
+                qos: 0,
+                data: &p.data,
+            };
+            self.0
+                .store
+                .append(&m, p.timestamp_ms / 1000)
+                .await
+                .map_err(|e| format!("the store refused the logged message: {}", error_chain(&e)))?;
+            Some(id)
+        } else {
+            None
+        };
         let envelope = skua_core::Envelope::Publication(skua_core::Publication {
             id: self.0.next_envelope_id(),
             topic: p.topic,
@@ -195,7 +223,7 @@ impl skua_control::NodeAdmin for EdgeAdmin {
             publisher_conn: skua_core::ConnId(0),
             node: self.0.node.clone(),
             timestamp_ms: p.timestamp_ms,
-            msg_id: None,
+            msg_id,
             retain: p.retain,
             qos: 0,
             data: p.data,

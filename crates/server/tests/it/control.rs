@@ -513,6 +513,14 @@ async fn server_side_publish_reaches_subscribers_and_is_validated() {
     let m = bob.expect("message").await;
     assert_eq!((m.str("from"), m.str("filter")), ("alice", "vip"));
 
+    // A logged topic stores the message first: it arrives with msgId and requiresAck (N24).
+    bob.subscribe("demo/general/tasks").await;
+    ok(c.publish(publish("demo/general/tasks", &data)).await);
+    let m = bob.expect("message").await;
+    assert_eq!(m.str("topic"), "demo/general/tasks");
+    assert!(!m.str("msgId").is_empty(), "{m:?}");
+    assert_eq!(m.get("requiresAck"), &Value::Boolean(true));
+
     assert_eq!(fails(c.publish(publish("demo/general", &data)).await).0, Code::InvalidArgument);
     assert_eq!(fails(c.publish(publish("demo/nope/messages", &data)).await).0, Code::NotFound);
     assert_eq!(fails(c.publish(publish("demo/general/nope", &data)).await).0, Code::NotFound);

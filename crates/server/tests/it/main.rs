@@ -2,8 +2,8 @@
 
 mod closes;
 mod cluster;
-mod durable;
 mod control;
+mod durable;
 mod errors;
 mod filters;
 mod fuzz;
