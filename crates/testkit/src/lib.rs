@@ -4,6 +4,7 @@
 //! - [`cluster`]: [`TestCluster`], several nodes on shared embedded or external backends;
 //! - [`client`]: [`WsClient`], a raw protocol client, and [`Frame`], a decoded server frame;
 //! - [`process`]: real `skua`, Mosquitto and Redis processes for fault tests;
+//! - [`proxy`]: a TCP proxy a test can cut, to make a real service unreachable;
 //! - [`postgres`]: a fresh migrated Postgres database per test;
 //! - [`control`]: control-plane gRPC clients and a deadline poller for propagation tests;
 //! - [`conformance`]: behavioural suites for the bus, presence and store slots: test bodies
@@ -15,6 +16,7 @@ pub mod conformance;
 pub mod control;
 pub mod postgres;
 pub mod process;
+pub mod proxy;
 pub mod server;
 
 pub use client::{Event, Frame, WsClient, encode};

@@ -48,6 +48,29 @@ impl TestDatabase {
     }
 }
 
+impl TestDatabase {
+    /// The server's `host:port`, as named in the URL (default port 5432).
+    ///
+    /// # Panics
+    /// When the URL names no host that resolves.
+    pub fn server_addr(&self) -> std::net::SocketAddr {
+        use std::net::ToSocketAddrs;
+        let rest = self.url.split_once("://").map_or(self.url.as_str(), |(_, r)| r);
+        let authority = rest.split('/').next().unwrap_or(rest);
+        let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+        let host_port = if host_port.contains(':') { host_port.to_owned() } else { format!("{host_port}:5432") };
+        host_port.to_socket_addrs().ok().and_then(|mut a| a.next()).expect("Postgres address")
+    }
+
+    /// This database's URL with the server replaced by `addr` (to go through a proxy).
+    pub fn url_via(&self, addr: std::net::SocketAddr) -> String {
+        let (scheme, rest) = self.url.split_once("://").unwrap_or(("postgres", &self.url));
+        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let user = authority.rsplit_once('@').map(|(u, _)| format!("{u}@")).unwrap_or_default();
+        format!("{scheme}://{user}{addr}/{path}")
+    }
+}
+
 impl Drop for TestDatabase {
     fn drop(&mut self) {
         // Drop runs inside the test's runtime: use a thread with a runtime of its own.

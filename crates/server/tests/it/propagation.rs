@@ -313,3 +313,44 @@ async fn two_nodes_on_postgres_see_every_change_within_1s() {
     let mut carol = n2.auth("dev-token-carol").await;
     carol.subscribe("demo/pg-room/messages").await;
 }
+
+#[tokio::test]
+async fn a_node_whose_store_is_unreachable_keeps_serving_and_catches_up_when_it_returns() {
+    let Some(db) = TestDatabase::migrated().await else { return };
+    let proxy = skua_testkit::proxy::TcpProxy::start(db.server_addr()).await;
+    let embedded = skua_server::node::Embedded::default();
+    let via_proxy = db.url_via(proxy.addr);
+    let cut_off = TestServer::builder().grpc().settings(move |s| s.store = Some(via_proxy)).spawn_with(&embedded).await;
+    let direct = db.url.clone();
+    let healthy = TestServer::builder().grpc().settings(move |s| s.store = Some(direct)).spawn_with(&embedded).await;
+    let mut alice = cut_off.auth("dev-token-alice").await;
+    alice.subscribe("demo/general/messages").await;
+
+    proxy.cut();
+    // The cut-off node refuses writes with UNAVAILABLE, once its pool notices.
+    let mut control = cut_off.control().await;
+    let d = Deadline::new("writes through the cut-off node fail", Duration::from_secs(10));
+    for attempt in 0.. {
+        let slug = format!("never-{attempt}");
+        let r = control.create_room(pb::CreateRoomRequest { app: "demo".into(), slug, ..Default::default() }).await;
+        match r {
+            Err(s) if s.code() == tonic::Code::Unavailable => break,
+            Err(s) => panic!("{:?}: {}", s.code(), s.message()),
+            Ok(_) => {}
+        }
+        d.tick().await;
+    }
+    // It keeps serving with the registry it has: auth, subscribe, publish, deliver.
+    let mut bob = cut_off.auth("dev-token-bob").await;
+    bob.publish_acked("demo/general/messages", "still here".into()).await;
+    assert_eq!(alice.expect("message").await.str("from"), "bob");
+
+    // Meanwhile the healthy node changes the registry.
+    let mut healthy_control = healthy.control().await;
+    ok(healthy_control
+        .create_room(pb::CreateRoomRequest { app: "demo".into(), slug: "after-outage".into(), ..Default::default() })
+        .await);
+    proxy.restore();
+    let took = subscribe_within(&mut alice, "demo/after-outage/messages", Duration::from_secs(10)).await;
+    eprintln!("caught up {took:?} after the store came back");
+}
