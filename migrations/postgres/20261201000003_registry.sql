@@ -30,3 +30,23 @@ CREATE TABLE registry_usage (
     messages BIGINT NOT NULL,
     PRIMARY KEY (project, period)
 );
+
+-- Authenticated connections of every node, for the control plane's ListConnections in a
+-- cluster: each node replaces what changed on each propagator tick (docs/control-plane.md).
+CREATE TABLE registry_connections (
+    node            TEXT    NOT NULL,
+    conn            TEXT    NOT NULL,
+    project         TEXT    NOT NULL,
+    actor           TEXT    NOT NULL,
+    client_id       TEXT    NOT NULL,
+    connected_at_ms BIGINT  NOT NULL,
+    subscriptions   BIGINT  NOT NULL,
+    PRIMARY KEY (node, conn)
+);
+CREATE INDEX registry_connections_project ON registry_connections (project, actor);
+
+-- When each node last wrote its connections: rows of nodes silent for long are ignored.
+CREATE TABLE registry_nodes (
+    node       TEXT    NOT NULL PRIMARY KEY,
+    seen_at_ms BIGINT  NOT NULL
+);

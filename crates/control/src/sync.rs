@@ -12,7 +12,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use skua_core::registry_store::{Change, month_of};
+use skua_core::registry_store::{Change, ConnectionRecord, month_of};
 use skua_core::{ActorId, ProjectId, Registry, RegistrySnapshot, RegistryStore, StoreError};
 use tokio_util::sync::CancellationToken;
 
@@ -60,6 +60,8 @@ pub trait NodeAdmin: Send + Sync + 'static {
     fn install_registry(&self, registry: Registry);
     /// Open authenticated connections of `project` (of `actor` only, when given).
     fn connections(&self, project: &ProjectId, actor: Option<&ActorId>) -> Vec<ConnectionInfo>;
+    /// Every open authenticated connection, with its project.
+    fn all_connections(&self) -> Vec<(ProjectId, ConnectionInfo)>;
     /// Closes this node's connections of `actor` now; returns how many.
     fn disconnect(&self, actor: &ActorId) -> u32;
     /// Publishes through the node's bus.
@@ -84,7 +86,25 @@ pub struct Propagator {
     current: Mutex<Arc<RegistrySnapshot>>,
     // tokio Mutex: one reload at a time (the poll loop and writers after a conflict).
     reload: tokio::sync::Mutex<()>,
+    /// Whether this node writes its connections to the store for cluster-wide listing.
+    share_connections: bool,
+    // tokio Mutex: only the poll loop writes; held across the store write. `None` = the next
+    // write replaces all of this node's rows.
+    shared: tokio::sync::Mutex<SharedConnections>,
 }
+
+/// What this node last wrote of its connections.
+#[derive(Default)]
+struct SharedConnections {
+    written: Option<std::collections::HashMap<String, ConnectionRecord>>,
+    last_write: Option<std::time::Instant>,
+}
+
+/// How often a node with unchanged connections still writes, to show it is alive.
+const CONNECTIONS_HEARTBEAT: Duration = Duration::from_secs(2);
+
+/// Connections of nodes that wrote nothing for this long are not listed (the node is gone).
+pub const CONNECTIONS_STALE: Duration = Duration::from_secs(10);
 
 impl std::fmt::Debug for Propagator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -105,7 +125,9 @@ pub enum StartError {
 
 impl Propagator {
     /// Loads the registry (it must load: a node does not start without one), installs it on
-    /// `node`, and returns the propagator; [`Self::run`] then keeps it current.
+    /// `node`, and returns the propagator; [`Self::run`] then keeps it current. With
+    /// `share_connections` (a store that several nodes share) the node also writes its
+    /// connections to the store, so that `ListConnections` on any node sees every node's.
     ///
     /// # Errors
     /// [`StartError`] when the store fails or holds an invalid registry.
@@ -113,6 +135,7 @@ impl Propagator {
         store: Arc<dyn RegistryStore>,
         node: Arc<dyn NodeAdmin>,
         poll_interval: Duration,
+        share_connections: bool,
     ) -> Result<Arc<Self>, StartError> {
         let snapshot = store.load().await?;
         let registry = snapshot.data.build().map_err(|e| StartError::Invalid(e.0))?;
@@ -123,6 +146,8 @@ impl Propagator {
             poll_interval,
             current: Mutex::new(Arc::new(snapshot)),
             reload: tokio::sync::Mutex::new(()),
+            share_connections,
+            shared: tokio::sync::Mutex::new(SharedConnections::default()),
         }))
     }
 
@@ -134,6 +159,58 @@ impl Propagator {
     /// The node it feeds.
     pub fn node(&self) -> &Arc<dyn NodeAdmin> {
         &self.node
+    }
+
+    /// Whether every node's connections are in the store.
+    pub fn shares_connections(&self) -> bool {
+        self.share_connections
+    }
+
+    /// Writes what changed in this node's connections since the last write (everything after
+    /// a failure or at start), or a heartbeat when nothing did for a while.
+    async fn share_connections(&self) -> Result<(), StoreError> {
+        let node = self.node.node_id();
+        let current: std::collections::HashMap<String, ConnectionRecord> = self
+            .node
+            .all_connections()
+            .into_iter()
+            .map(|(project, c)| {
+                let record = ConnectionRecord {
+                    node: node.clone(),
+                    conn: c.connection_id.clone(),
+                    project: project.to_string(),
+                    actor: c.actor.to_string(),
+                    client_id: c.client_id.unwrap_or_default(),
+                    connected_at_ms: c.connected_at_ms,
+                    subscriptions: c.subscriptions,
+                };
+                (c.connection_id, record)
+            })
+            .collect();
+        let mut shared = self.shared.lock().await;
+        let (full, upserts, removed): (bool, Vec<ConnectionRecord>, Vec<String>) = match &shared.written {
+            None => (true, current.values().cloned().collect(), Vec::new()),
+            Some(prev) => (
+                false,
+                current.values().filter(|c| prev.get(&c.conn) != Some(*c)).cloned().collect(),
+                prev.keys().filter(|k| !current.contains_key(*k)).cloned().collect(),
+            ),
+        };
+        let heartbeat_due = shared.last_write.is_none_or(|t| t.elapsed() >= CONNECTIONS_HEARTBEAT);
+        if !full && upserts.is_empty() && removed.is_empty() && !heartbeat_due {
+            return Ok(());
+        }
+        match self.store.write_connections(&node, now_ms(), full, &upserts, &removed).await {
+            Ok(()) => {
+                shared.written = Some(current);
+                shared.last_write = Some(std::time::Instant::now());
+                Ok(())
+            }
+            Err(e) => {
+                shared.written = None;
+                Err(e)
+            }
+        }
     }
 
     /// The last snapshot installed.
@@ -200,10 +277,13 @@ impl Propagator {
                 () = stop.cancelled() => break,
                 _ = tick.tick() => {}
             }
-            let result = match self.refresh().await {
+            let mut result = match self.refresh().await {
                 Ok(_) => self.flush_usage().await,
                 Err(e) => Err(e),
             };
+            if result.is_ok() && self.share_connections {
+                result = self.share_connections().await;
+            }
             match result {
                 Ok(()) if failing => {
                     failing = false;
@@ -220,8 +300,13 @@ impl Propagator {
                 Err(_) => {}
             }
         }
-        // Counts of the last moments still reach the store.
+        // Counts of the last moments still reach the store; this node's connections leave it.
         let _ = self.flush_usage().await;
+        if self.share_connections
+            && let Err(e) = self.store.forget_node(&self.node.node_id()).await
+        {
+            tracing::debug!(error = &e as &dyn std::error::Error, "Could not remove this node's connections.");
+        }
     }
 
     /// Adds the node's publish counts to the store and reads back the totals of every project

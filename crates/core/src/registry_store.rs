@@ -582,6 +582,25 @@ fn parse_hex32(s: &str) -> Option<[u8; 32]> {
     Some(out)
 }
 
+/// One authenticated connection as a node advertises it for cluster-wide listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionRecord {
+    /// The node holding it.
+    pub node: String,
+    /// Connection id on that node.
+    pub conn: String,
+    /// Project.
+    pub project: String,
+    /// Actor.
+    pub actor: String,
+    /// `clientId` given at auth, or empty.
+    pub client_id: String,
+    /// When it authenticated, unix ms.
+    pub connected_at_ms: u64,
+    /// Topic subscriptions held when last written.
+    pub subscriptions: u32,
+}
+
 /// Why a change set was not applied.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -606,6 +625,10 @@ pub enum ApplyError {
 /// 3. `version` is cheap: edges poll it to learn of changes (docs/control-plane.md).
 /// 4. `add_usage` adds to a project's per-period message counter and returns the new total;
 ///    `usage` reads it (0 when absent).
+/// 5. `write_connections` records that `node` was alive at `now_ms` and applies its connection
+///    changes (all of its rows replaced when `full`); `list_connections` returns the rows of
+///    nodes seen since `seen_since_ms`, oldest connection first, at most `limit`;
+///    `forget_node` removes a node's rows.
 #[async_trait]
 pub trait RegistryStore: Send + Sync + std::fmt::Debug + 'static {
     /// The current version (0 for an empty registry).
@@ -637,6 +660,39 @@ pub trait RegistryStore: Send + Sync + std::fmt::Debug + 'static {
     /// # Errors
     /// [`StoreError`] when the backend failed.
     async fn usage(&self, project: &str, period: &str) -> Result<u64, StoreError>;
+
+    /// Applies `node`'s connection changes: `upserts` written, `removed` (connection ids)
+    /// deleted, every other row of the node deleted first when `full`.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the backend failed.
+    async fn write_connections(
+        &self,
+        node: &str,
+        now_ms: u64,
+        full: bool,
+        upserts: &[ConnectionRecord],
+        removed: &[String],
+    ) -> Result<(), StoreError>;
+
+    /// Connections of `project` (of `actor` only, when given) on nodes seen since
+    /// `seen_since_ms`, oldest first, at most `limit`.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the backend failed.
+    async fn list_connections(
+        &self,
+        project: &str,
+        actor: Option<&str>,
+        seen_since_ms: u64,
+        limit: u32,
+    ) -> Result<Vec<ConnectionRecord>, StoreError>;
+
+    /// Removes `node` and its connections (it shut down).
+    ///
+    /// # Errors
+    /// [`StoreError`] when the backend failed.
+    async fn forget_node(&self, node: &str) -> Result<(), StoreError>;
 }
 
 /// `YYYY-MM` (UTC) of a unix time in seconds: the quota period.

@@ -154,6 +154,11 @@ impl Connections {
             .collect()
     }
 
+    /// Every authenticated connection that is not closing.
+    pub fn all(&self) -> Vec<(ConnId, ConnEntry)> {
+        lock(&self.conns).iter().filter(|(_, e)| !e.handle.is_closing()).map(|(id, e)| (*id, e.clone())).collect()
+    }
+
     /// Closes every connection of `actor` with 4001 `token_revoked`; returns how many.
     pub fn disconnect(&self, actor: &ActorId) -> u32 {
         let conns = lock(&self.conns);

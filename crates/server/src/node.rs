@@ -181,6 +181,24 @@ impl skua_control::NodeAdmin for EdgeAdmin {
             .collect()
     }
 
+    fn all_connections(&self) -> Vec<(skua_core::ProjectId, skua_control::ConnectionInfo)> {
+        self.0
+            .connections
+            .all()
+            .into_iter()
+            .map(|(id, e)| {
+                let info = skua_control::ConnectionInfo {
+                    connection_id: id.to_string(),
+                    actor: e.actor,
+                    client_id: e.client_id,
+                    connected_at_ms: e.connected_at_ms,
+                    subscriptions: e.subscriptions.load(std::sync::atomic::Ordering::Relaxed),
+                };
+                (e.project, info)
+            })
+            .collect()
+    }
+
     fn disconnect(&self, actor: &skua_core::ActorId) -> u32 {
         self.0.connections.disconnect(actor)
     }
@@ -310,7 +328,9 @@ impl RunningNode {
         let registry = first.data.build().map_err(|e| anyhow::anyhow!("the stored registry is invalid: {}", e.0))?;
         let mut node = Self::start(config, Arc::new(SharedRegistry::new(registry)), backends, listener)?;
         let admin: Arc<dyn skua_control::NodeAdmin> = Arc::new(EdgeAdmin(node.state.clone()));
-        let propagator = skua_control::Propagator::start(registry_store, admin, config.registry_poll_interval)
+        // A store several nodes share (Postgres) also carries every node's connections.
+        let shared = matches!(&config.store, StoreConfig::Url(u) if !u.starts_with("sqlite:"));
+        let propagator = skua_control::Propagator::start(registry_store, admin, config.registry_poll_interval, shared)
             .await
             .map_err(|e| anyhow::anyhow!("while starting registry propagation: {}", error_chain(&e)))?;
         node.control_tasks.spawn(propagator.clone().run(node.control_stop.clone()));

@@ -33,6 +33,30 @@ pub(crate) const ADD_USAGE: &str = "INSERT INTO registry_usage (project, period,
                                     DO UPDATE SET messages = registry_usage.messages + excluded.messages \
                                     RETURNING messages";
 pub(crate) const USAGE: &str = "SELECT messages FROM registry_usage WHERE project = $1 AND period = $2";
+pub(crate) const NODE_SEEN: &str = "INSERT INTO registry_nodes (node, seen_at_ms) VALUES ($1, $2) \
+                                    ON CONFLICT (node) DO UPDATE SET seen_at_ms = excluded.seen_at_ms";
+pub(crate) const CONNS_CLEAR: &str = "DELETE FROM registry_connections WHERE node = $1";
+pub(crate) const CONN_PUT: &str = "INSERT INTO registry_connections \
+                                   (node, conn, project, actor, client_id, connected_at_ms, subscriptions) \
+                                   VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (node, conn) DO UPDATE SET \
+                                   project = excluded.project, actor = excluded.actor, client_id = excluded.client_id, \
+                                   connected_at_ms = excluded.connected_at_ms, subscriptions = excluded.subscriptions";
+pub(crate) const CONN_DELETE: &str = "DELETE FROM registry_connections WHERE node = $1 AND conn = $2";
+pub(crate) const CONNS_LIST: &str = "SELECT c.node, c.conn, c.project, c.actor, c.client_id, c.connected_at_ms, \
+                                     c.subscriptions FROM registry_connections c \
+                                     JOIN registry_nodes n ON n.node = c.node \
+                                     WHERE c.project = $1 AND ($2 = '' OR c.actor = $2) AND n.seen_at_ms >= $3 \
+                                     ORDER BY c.connected_at_ms, c.node, c.conn LIMIT $4";
+pub(crate) const NODE_DELETE: &str = "DELETE FROM registry_nodes WHERE node = $1";
+pub(crate) const DEAD_CONNS_DELETE: &str = "DELETE FROM registry_connections WHERE node IN \
+                                            (SELECT node FROM registry_nodes WHERE seen_at_ms < $1)";
+pub(crate) const DEAD_NODES_DELETE: &str = "DELETE FROM registry_nodes WHERE seen_at_ms < $1";
+
+/// Nodes silent for this long are deleted (with their connections) by the next node that
+/// writes its connections in full (at start).
+pub const DEAD_NODE_MS: u64 = 3_600_000;
+
+type ConnRow = (String, String, String, String, String, i64, i64);
 
 /// Stored counters and versions are `BIGINT`: non-negative by construction.
 pub(crate) fn from_sql(v: i64) -> u64 {
@@ -154,6 +178,112 @@ macro_rules! registry_store_impl {
                     .await
                     .map_err($crate::error::sql($backend, "add usage"))?;
                 Ok($crate::registry::from_sql(total))
+            }
+
+            async fn write_connections(
+                &self,
+                node: &str,
+                now_ms: u64,
+                full: bool,
+                upserts: &[skua_core::registry_store::ConnectionRecord],
+                removed: &[String],
+            ) -> Result<(), skua_core::StoreError> {
+                use $crate::registry::to_sql;
+                let op = $crate::error::sql($backend, "write connections");
+                let mut tx = self.pool.begin().await.map_err($crate::error::sql($backend, "begin"))?;
+                sqlx::query($crate::registry::NODE_SEEN)
+                    .bind(node)
+                    .bind(to_sql(now_ms))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(op)?;
+                if full {
+                    let op = $crate::error::sql($backend, "write connections");
+                    sqlx::query($crate::registry::CONNS_CLEAR).bind(node).execute(&mut *tx).await.map_err(op)?;
+                    let cutoff = to_sql(now_ms.saturating_sub($crate::registry::DEAD_NODE_MS));
+                    let op = $crate::error::sql($backend, "delete dead nodes");
+                    sqlx::query($crate::registry::DEAD_CONNS_DELETE)
+                        .bind(cutoff)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(op)?;
+                    let op = $crate::error::sql($backend, "delete dead nodes");
+                    sqlx::query($crate::registry::DEAD_NODES_DELETE)
+                        .bind(cutoff)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(op)?;
+                }
+                for c in upserts {
+                    sqlx::query($crate::registry::CONN_PUT)
+                        .bind(node)
+                        .bind(&c.conn)
+                        .bind(&c.project)
+                        .bind(&c.actor)
+                        .bind(&c.client_id)
+                        .bind(to_sql(c.connected_at_ms))
+                        .bind(i64::from(c.subscriptions))
+                        .execute(&mut *tx)
+                        .await
+                        .map_err($crate::error::sql($backend, "write a connection"))?;
+                }
+                for conn in removed {
+                    sqlx::query($crate::registry::CONN_DELETE)
+                        .bind(node)
+                        .bind(conn)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err($crate::error::sql($backend, "delete a connection"))?;
+                }
+                tx.commit().await.map_err($crate::error::sql($backend, "commit"))?;
+                Ok(())
+            }
+
+            async fn list_connections(
+                &self,
+                project: &str,
+                actor: Option<&str>,
+                seen_since_ms: u64,
+                limit: u32,
+            ) -> Result<Vec<skua_core::registry_store::ConnectionRecord>, skua_core::StoreError> {
+                let rows: Vec<$crate::registry::ConnRow> = sqlx::query_as($crate::registry::CONNS_LIST)
+                    .bind(project)
+                    .bind(actor.unwrap_or(""))
+                    .bind($crate::registry::to_sql(seen_since_ms))
+                    .bind(i64::from(limit))
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err($crate::error::sql($backend, "list connections"))?;
+                Ok(rows
+                    .into_iter()
+                    .map(|(node, conn, project, actor, client_id, at, subs)| {
+                        skua_core::registry_store::ConnectionRecord {
+                            node,
+                            conn,
+                            project,
+                            actor,
+                            client_id,
+                            connected_at_ms: $crate::registry::from_sql(at),
+                            subscriptions: u32::try_from(subs).unwrap_or(0),
+                        }
+                    })
+                    .collect())
+            }
+
+            async fn forget_node(&self, node: &str) -> Result<(), skua_core::StoreError> {
+                let mut tx = self.pool.begin().await.map_err($crate::error::sql($backend, "begin"))?;
+                sqlx::query($crate::registry::CONNS_CLEAR)
+                    .bind(node)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err($crate::error::sql($backend, "forget a node"))?;
+                sqlx::query($crate::registry::NODE_DELETE)
+                    .bind(node)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err($crate::error::sql($backend, "forget a node"))?;
+                tx.commit().await.map_err($crate::error::sql($backend, "commit"))?;
+                Ok(())
             }
 
             async fn usage(&self, project: &str, period: &str) -> Result<u64, skua_core::StoreError> {

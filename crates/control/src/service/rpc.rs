@@ -903,9 +903,10 @@ impl pb::control_server::Control for ControlService {
         let project_id = ProjectId::parse(&p.id).map_err(|e| Status::internal(e.to_string()))?;
         let node = self.sync.node();
         let node_id = node.node_id();
-        let mut list = node.connections(&project_id, actor_id.as_ref());
-        list.sort_by_key(|c| c.connected_at_ms);
-        let connections = list
+        let limit = self.limits.max_page_size as usize;
+        // This node's own connections always come live from the node.
+        let mut connections: Vec<pb::Connection> = node
+            .connections(&project_id, actor_id.as_ref())
             .into_iter()
             .map(|c| pb::Connection {
                 node_id: node_id.clone(),
@@ -916,6 +917,27 @@ impl pb::control_server::Control for ControlService {
                 subscriptions: c.subscriptions,
             })
             .collect();
+        if self.sync.shares_connections() {
+            let since = now_ms().saturating_sub(u64::try_from(crate::sync::CONNECTIONS_STALE.as_millis()).unwrap_or(0));
+            let others = self
+                .sync
+                .store()
+                .list_connections(&p.id, actor_id.as_ref().map(ActorId::as_str), since, self.limits.max_page_size)
+                .await
+                .map_err(|e| unavailable(&e))?;
+            connections.extend(others.into_iter().filter(|c| c.node != node_id).map(|c| pb::Connection {
+                node_id: c.node,
+                connection_id: c.conn,
+                actor_id: c.actor,
+                client_id: c.client_id,
+                connected_at_ms: c.connected_at_ms,
+                subscriptions: c.subscriptions,
+            }));
+        }
+        connections.sort_by(|a, b| {
+            (a.connected_at_ms, &a.node_id, &a.connection_id).cmp(&(b.connected_at_ms, &b.node_id, &b.connection_id))
+        });
+        connections.truncate(limit);
         Ok(Response::new(pb::ListConnectionsResponse { connections }))
     }
 

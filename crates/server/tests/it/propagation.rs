@@ -354,3 +354,48 @@ async fn a_node_whose_store_is_unreachable_keeps_serving_and_catches_up_when_it_
     let took = subscribe_within(&mut alice, "demo/after-outage/messages", Duration::from_secs(10)).await;
     eprintln!("caught up {took:?} after the store came back");
 }
+
+#[tokio::test]
+async fn connections_of_every_node_are_listed_on_a_shared_store() {
+    let Some(db) = TestDatabase::migrated().await else { return };
+    let url = db.url.clone();
+    let builder = TestServer::builder().grpc().settings(move |s| s.store = Some(url));
+    let embedded = skua_server::node::Embedded::default();
+    let n0 = builder.clone().settings(|s| s.node_id = Some("pg-node-0".into())).spawn_with(&embedded).await;
+    let n1 = builder.settings(|s| s.node_id = Some("pg-node-1".into())).spawn_with(&embedded).await;
+    let mut control = n0.control().await;
+    let _bob = n0.auth("dev-token-bob").await;
+    let mut alice = n1.auth("dev-token-alice").await;
+    alice.subscribe("demo/general/messages").await;
+    let list = |c: &mut Control, actor: &str| {
+        let r = pb::ListConnectionsRequest { actor_id: actor.into(), ..Default::default() };
+        let mut c = c.clone();
+        async move { ok(c.list_connections(r).await).connections }
+    };
+    let d = Deadline::new("node 1's connection is listed on node 0", WITHIN);
+    let listed = loop {
+        let all = list(&mut control, "").await;
+        if all.len() == 2 {
+            break all;
+        }
+        d.tick().await;
+    };
+    let nodes: Vec<(&str, &str)> = listed.iter().map(|c| (c.node_id.as_str(), c.actor_id.as_str())).collect();
+    assert!(nodes.contains(&("pg-node-0", "bob")) && nodes.contains(&("pg-node-1", "alice")), "{nodes:?}");
+    let d = Deadline::new("the subscription count follows", WITHIN);
+    while list(&mut control, "alice").await.first().map(|c| c.subscriptions) != Some(1) {
+        d.tick().await;
+    }
+    alice.close().await;
+    let d = Deadline::new("a closed connection leaves the list", WITHIN);
+    while !list(&mut control, "alice").await.is_empty() {
+        d.tick().await;
+    }
+    let _carol = n1.auth("dev-token-carol").await;
+    let d = Deadline::new("carol is listed", WITHIN);
+    while list(&mut control, "carol").await.is_empty() {
+        d.tick().await;
+    }
+    assert!(n1.shutdown().await);
+    assert!(list(&mut control, "carol").await.is_empty(), "a stopped node's connections are gone at once");
+}

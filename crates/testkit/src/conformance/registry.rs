@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use skua_core::RegistryStore;
 use skua_core::registry_store::{
-    ActorRecord, ApplyError, Change, LimitsRecord, Object, ObjectKey, ObjectKind, ProjectRecord, RoomRecord,
-    TokenRecord,
+    ActorRecord, ApplyError, Change, ConnectionRecord, LimitsRecord, Object, ObjectKey, ObjectKind, ProjectRecord,
+    RoomRecord, TokenRecord,
 };
 
 use super::within;
@@ -34,6 +34,7 @@ macro_rules! registry_store_conformance {
             concurrent_writers_serialise,
             usage_adds_up_per_project_and_period,
             changes_are_shared_between_handles,
+            connections_are_listed_for_live_nodes_only,
         );
     };
     ($harness:expr $(,)?) => {
@@ -182,4 +183,47 @@ pub async fn changes_are_shared_between_handles<H: RegistryHarness>(h: H) {
     apply(&a, 0, vec![Change::Put(project("p"))]).await.unwrap();
     assert_eq!(within("version", b.version()).await.unwrap(), 1);
     assert_eq!(within("load", b.load()).await.unwrap().data.objects(), vec![project("p")]);
+}
+
+fn conn(node: &str, id: &str, actor: &str, at: u64) -> ConnectionRecord {
+    ConnectionRecord {
+        node: node.into(),
+        conn: id.into(),
+        project: "p".into(),
+        actor: actor.into(),
+        client_id: String::new(),
+        connected_at_ms: at,
+        subscriptions: 0,
+    }
+}
+
+/// Contract 5: nodes' connections are listed oldest first, changes apply, silent and
+/// forgotten nodes drop out.
+pub async fn connections_are_listed_for_live_nodes_only<H: RegistryHarness>(h: H) {
+    let (a, b) = (h.open().await, h.open().await);
+    let t = 1_000_000;
+    within(
+        "write",
+        a.write_connections("n1", t, true, &[conn("n1", "c1", "alice", 10), conn("n1", "c2", "bob", 30)], &[]),
+    )
+    .await
+    .unwrap();
+    within("write", b.write_connections("n2", t, true, &[conn("n2", "c1", "alice", 20)], &[])).await.unwrap();
+    let ids = |v: Vec<ConnectionRecord>| v.into_iter().map(|c| format!("{}/{}", c.node, c.conn)).collect::<Vec<_>>();
+    let all = within("list", a.list_connections("p", None, t, 100)).await.unwrap();
+    assert_eq!(ids(all), ["n1/c1", "n2/c1", "n1/c2"]);
+    let alice = within("list", b.list_connections("p", Some("alice"), t, 100)).await.unwrap();
+    assert_eq!(ids(alice), ["n1/c1", "n2/c1"]);
+    assert_eq!(ids(within("list", a.list_connections("p", None, t, 1)).await.unwrap()), ["n1/c1"]);
+    assert!(within("list", a.list_connections("q", None, 0, 100)).await.unwrap().is_empty());
+
+    let mut busier = conn("n1", "c1", "alice", 10);
+    busier.subscriptions = 5;
+    within("write", a.write_connections("n1", t + 1, false, &[busier.clone()], &["c2".into()])).await.unwrap();
+    let live = within("list", b.list_connections("p", None, t + 1, 100)).await.unwrap();
+    assert_eq!(live, vec![busier], "n2 was last seen before t+1; c2 is gone");
+    within("forget", a.forget_node("n1")).await.unwrap();
+    assert_eq!(ids(within("list", a.list_connections("p", None, 0, 100)).await.unwrap()), ["n2/c1"]);
+    within("write", b.write_connections("n2", t + 2, true, &[], &[])).await.unwrap();
+    assert!(within("list", a.list_connections("p", None, 0, 100)).await.unwrap().is_empty(), "a full write replaces");
 }
