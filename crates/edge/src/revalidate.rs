@@ -108,6 +108,15 @@ pub(crate) struct Registration {
     conn: ConnId,
 }
 
+impl Registration {
+    /// Records the access token the connection now uses (after `reauth`).
+    pub(crate) fn set_token_digest(&self, digest: Option<[u8; 32]>) {
+        if let Some(e) = lock(&self.state.connections.conns).get_mut(&self.conn) {
+            e.token_digest = digest;
+        }
+    }
+}
+
 impl Drop for Registration {
     fn drop(&mut self) {
         lock(&self.state.connections.conns).remove(&self.conn);

@@ -47,7 +47,7 @@ pub(crate) struct Authed {
     max_message_size: usize,
     _slot: ProjectSlot,
     /// This connection's entry in the node's table (control-plane effects, issue 5).
-    _registration: crate::revalidate::Registration,
+    registration: crate::revalidate::Registration,
     subscriptions: Arc<std::sync::atomic::AtomicU32>,
 }
 

@@ -60,7 +60,7 @@ impl Session {
             bucket: TokenBucket::new(rate, self.st.config.rate_limit_window),
             max_message_size,
             _slot: slot,
-            _registration: registration,
+            registration,
             subscriptions,
         });
         self.claim_session().await;
@@ -197,6 +197,8 @@ impl Session {
             Ok(c) => {
                 a.expires_at = c.expires_at;
                 a.actor = c.actor;
+                // Revalidation now checks the credential just presented (issue 5).
+                a.registration.set_token_digest(c.token_digest);
                 ServerFrame::ReauthOk { auth_expires_at: c.expires_at }
             }
         };

@@ -399,3 +399,18 @@ async fn connections_of_every_node_are_listed_on_a_shared_store() {
     assert!(n1.shutdown().await);
     assert!(list(&mut control, "carol").await.is_empty(), "a stopped node's connections are gone at once");
 }
+
+#[tokio::test]
+async fn revalidation_checks_the_credential_of_the_last_reauth() {
+    let s = TestServer::builder().grpc().spawn().await;
+    let mut control = s.control().await;
+    let mut alice = s.auth("dev-token-alice").await;
+    let mut bob = s.auth("dev-token-bob").await;
+    let jwt = skua_testkit::dev_jwt("alice", skua_testkit::now_s() + 3600);
+    alice.send(frame! {"type" => "reauth", "token" => jwt.as_str()}).await;
+    alice.expect("reauth").await;
+    ok(control.rotate_actor_token(pb::ActorRef { actor_id: "alice".into() }).await);
+    ok(control.rotate_actor_token(pb::ActorRef { actor_id: "bob".into() }).await);
+    assert_eq!(bob.expect_close().await, (4001, "token_revoked".into()), "bob still used his old token");
+    alice.assert_nothing_pending().await;
+}
