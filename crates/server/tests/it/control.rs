@@ -67,6 +67,25 @@ async fn calls_without_the_admin_key_are_unauthenticated_but_health_and_reflecti
         .unwrap()
         .into_inner();
     assert_eq!(r.status, tonic_health::pb::health_check_response::ServingStatus::Serving as i32);
+
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();
+    let mut reflection = tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient::new(channel);
+    let ask = tonic_reflection::pb::v1::ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut replies =
+        reflection.server_reflection_info(futures_util::stream::iter(vec![ask])).await.unwrap().into_inner();
+    let Some(MessageResponse::ListServicesResponse(list)) = replies.message().await.unwrap().unwrap().message_response
+    else {
+        panic!("not a service list");
+    };
+    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    for want in ["skua.control.v1.Control", "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection"] {
+        assert!(names.iter().any(|n| n == want), "{want} not in {names:?}");
+    }
 }
 
 #[tokio::test]
