@@ -226,6 +226,14 @@ async fn run(
     let node = node::RunningNode::launch(&config, backends, registry_store, fixtures.as_ref(), listener, grpc)
         .await
         .context("while starting the node")?;
+    if !dev && node.state.registry.load().actor_by_token("dev-token-alice").is_some() {
+        // The registry persists in the store: a data directory once used with `--dev` still
+        // holds the demo project and its well-known tokens.
+        tracing::warn!(
+            "The registry holds the --dev demo fixtures (tokens dev-token-…); remove them with \
+             `skua admin projects delete demo-project --force` before serving real clients."
+        );
+    }
     // One machine-readable line on stdout, for scripts and the interop suite (`--listen :0`).
     say(&format!("skua listening on {}", node.addr));
     if let Some(addr) = node.grpc_addr {
