@@ -95,6 +95,7 @@ impl Session {
             if let Some(sub) = self.subs.remove(&topic) {
                 self.st.hub.remove(&sub.address, self.conn.id);
                 self.st.hub.release(&bus_subscription(&sub.address, sub.group.as_ref())).await;
+                self.stop_durable(&sub).await;
                 tracing::debug!(%topic, hint = e.hint, "Subscription revoked by revalidation.");
                 self.access_error(&topic, None, e);
                 changed = true;

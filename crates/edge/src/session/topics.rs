@@ -51,7 +51,7 @@ impl Session {
     }
 
     /// Ends a durable subscription: a session's own consumer is forgotten, a group's stays.
-    async fn stop_durable(&mut self, s: &SessionSub) {
+    pub(super) async fn stop_durable(&mut self, s: &SessionSub) {
         if let Some(c) = &s.consumer {
             let cmd = Cmd::Stop { consumer: c.clone(), forget: s.group.is_none() };
             self.durable().send(cmd).await;

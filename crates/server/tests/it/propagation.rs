@@ -82,6 +82,7 @@ async fn a_revoked_grant_ends_each_affected_subscription_with_an_error_frame() {
     let mut alice = c.node(1).auth("dev-token-alice").await;
     alice.subscribe("demo/ops/messages").await;
     alice.subscribe("demo/ops/status").await;
+    alice.subscribe("demo/ops/tasks").await;
     alice.subscribe("demo/general/messages").await;
     // Bob gets a grant of his own, so that the room stays private once alice's goes.
     ok(control
@@ -100,17 +101,18 @@ async fn a_revoked_grant_ends_each_affected_subscription_with_an_error_frame() {
     ok(control.delete_grant(pb::DeleteGrantRequest { grant_id: alices.id.clone() }).await);
     let since = Instant::now();
     let mut topics = Vec::new();
-    for _ in 0..2 {
+    for _ in 0..3 {
         let f = alice.expect_error("unknown_topic").await;
         assert_eq!(f.int("code"), 42940);
         topics.push(f.str("topic").to_owned());
     }
     assert!(since.elapsed() < WITHIN, "revoked after {:?}", since.elapsed());
     topics.sort();
-    assert_eq!(topics, ["demo/ops/messages", "demo/ops/status"]);
-    // The subscriptions are gone; the unaffected one stays.
+    assert_eq!(topics, ["demo/ops/messages", "demo/ops/status", "demo/ops/tasks"]);
+    // The subscriptions are gone, the logged one's durable delivery too; the unaffected one stays.
     let mut bob = c.node(0).auth("dev-token-bob").await;
     bob.publish_acked("demo/ops/messages", "secret".into()).await;
+    bob.publish_acked("demo/ops/tasks", "secret task".into()).await;
     bob.publish_acked("demo/general/messages", "public".into()).await;
     let m = alice.expect("message").await;
     assert_eq!(m.str("topic"), "demo/general/messages");
