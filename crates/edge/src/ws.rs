@@ -135,7 +135,8 @@ async fn read_loop(
                 let now = *changes.borrow_and_update();
                 let delta = st.connections.delta_since(seen, now);
                 seen = now;
-                session.revalidate(&delta).await;
+                // Boxed like the frame handlers: only alive while a change is applied.
+                Box::pin(session.revalidate(&delta)).await;
             }
             msg = stream.next() => {
                 let Some(msg) = msg else { return };
