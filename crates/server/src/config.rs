@@ -464,7 +464,7 @@ mod tests {
         assert_eq!(c.edge.namespace, "skua");
         assert_eq!(c.edge.revalidate_interval, d.revalidate_interval);
         assert_eq!(c.control, skua_control::ControlLimits::default());
-        assert_eq!(c.grpc_listen, None, "no gRPC listener unless configured");
+        assert_eq!(c.grpc_listen, Some("127.0.0.1:50051".parse().unwrap()), "CONTRACT.md's default");
         assert_eq!(c.admin_key, None);
         assert_eq!(c.registry_poll_interval, std::time::Duration::from_millis(250));
         assert!(c.node_id.as_str().starts_with("node-"));

@@ -127,13 +127,19 @@ fn serve(args: ServeArgs) -> ExitCode {
         admin_key: Some(DEV_ADMIN_KEY.into()),
         ..Settings::default()
     };
-    let grpc_from_dev = args.dev && file.grpc_listen.is_none() && args.settings.grpc_listen.is_none();
+    // The default listener is best effort; a configured one must work (CONTRACT.md: default
+    // 127.0.0.1:50051).
+    let grpc_from_default = file.grpc_listen.is_none() && args.settings.grpc_listen.is_none();
     let layers: Vec<&Settings> =
         if args.dev { vec![&dev_defaults, &file, &args.settings] } else { vec![&file, &args.settings] };
-    let config = match resolve(&layers) {
+    let mut config = match resolve(&layers) {
         Ok(c) => c,
         Err(code) => return code,
     };
+    if grpc_from_default && config.grpc_listen.is_some() && config.admin_key.is_none() {
+        // Logged once the subscriber is up (see `run`).
+        config.grpc_listen = None;
+    }
     if config.grpc_listen.is_some() && config.admin_key.is_none() {
         eprintln!("skua: invalid setting admin_key: required when grpc_listen is set (SKUA_ADMIN_KEY)");
         return ExitCode::from(64);
@@ -175,7 +181,7 @@ fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(run(config, fixtures, args.dev, grpc_from_dev)) {
+    match rt.block_on(run(config, fixtures, args.dev, grpc_from_default)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = format!("{e:#}"), "Skua stopped.");
@@ -202,19 +208,24 @@ async fn run(
     config: ServerConfig,
     fixtures: Option<skua_core::RegistryData>,
     dev: bool,
-    grpc_from_dev: bool,
+    grpc_from_default: bool,
 ) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("while binding {}", config.listen))?;
+    if config.grpc_listen.is_none() && grpc_from_default {
+        tracing::info!(
+            "gRPC control plane off: no admin_key (set --admin-key or SKUA_ADMIN_KEY to serve it on 127.0.0.1:50051)."
+        );
+    }
     let grpc = match config.grpc_listen {
         None => None,
         Some(addr) => match tokio::net::TcpListener::bind(addr).await {
             Ok(l) => Some(l),
             // Several `--dev` servers (tests, a second terminal) may run at once: only the
             // first gets the default port; the others run without a control plane listener.
-            Err(e) if grpc_from_dev => {
-                tracing::warn!(%addr, error = %e, "Dev gRPC listener unavailable; running without it (set --grpc-listen).");
+            Err(e) if grpc_from_default => {
+                tracing::warn!(%addr, error = %e, "Default gRPC listener unavailable; running without it (set --grpc-listen).");
                 None
             }
             Err(e) => return Err(e).with_context(|| format!("while binding the gRPC listener {addr}")),
