@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import atexit
 import os
+import shutil
 import re
 import signal
 import subprocess
@@ -120,9 +122,33 @@ def cluster_backends() -> list[str] | None:
     flags = ["--bus", mqtt, "--presence", redis, "--namespace", "interop" + uuid.uuid4().hex[:12]]
     postgres = os.environ.get("SKUA_TEST_POSTGRES_URL")
     if postgres:
+        postgres = fresh_database(postgres)
         migrate_once(postgres)
         flags += ["--store", postgres]
     return flags
+
+
+_FRESH: dict[str, str] = {}
+
+
+def fresh_database(admin_url: str) -> str:
+    """A new database on the server of `admin_url`, once per test session, dropped at exit: the
+    store holds the registry and the message log, so a shared database would carry one run's
+    state (and one build's migrations) into the next."""
+    if admin_url in _FRESH:
+        return _FRESH[admin_url]
+    if shutil.which("psql") is None:
+        pytest.exit("SKUA_TEST_POSTGRES_URL is set but psql (to create a fresh database) is missing", returncode=3)
+    name = "skua_interop_" + uuid.uuid4().hex[:12]
+    subprocess.run(["psql", admin_url, "-v", "ON_ERROR_STOP=1", "-qc", f"CREATE DATABASE {name}"], check=True, timeout=30)
+    atexit.register(
+        lambda: subprocess.run(["psql", admin_url, "-qc", f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"], timeout=30)
+    )
+    head, _, query = admin_url.partition("?")
+    base, _, _ = head.rpartition("/")
+    url = f"{base}/{name}" + (f"?{query}" if query else "")
+    _FRESH[admin_url] = url
+    return url
 
 
 _MIGRATED: set[str] = set()
