@@ -99,4 +99,9 @@ pub trait Presence: Send + Sync + 'static {
     /// # Errors
     /// [`PresenceError`] when the backend failed.
     async fn expired_nodes(&self, now_unix_s: u64) -> Result<Vec<NodeId>, PresenceError>;
+
+    /// Whether the backend answered its last operation; `false` fails the node's readiness.
+    fn is_available(&self) -> bool {
+        true
+    }
 }

@@ -268,4 +268,9 @@ pub trait MessageLog: Send + Sync {
     /// # Errors
     /// [`StoreError`] when the backend failed.
     async fn prune_log(&self, now_unix_s: u64, retention: Retention) -> Result<u64, StoreError>;
+
+    /// Whether the backend is reachable, as far as it can tell; `false` fails the node's readiness.
+    fn is_available(&self) -> bool {
+        true
+    }
 }

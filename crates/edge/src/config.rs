@@ -39,6 +39,9 @@ pub struct EdgeConfig {
     pub durable_queue: usize,
     /// On shutdown, how long sessions get to close before the node stops waiting.
     pub shutdown_grace: Duration,
+    /// On shutdown, how long readiness fails and new upgrades are refused (503) before the
+    /// sockets are closed 1012, so load balancers take the node out of rotation first.
+    pub drain_delay: Duration,
     /// How long a close frame may take to reach a client that does not read.
     pub close_timeout: Duration,
     /// Most retained messages (one per filter key) kept per topic on this node.
@@ -75,6 +78,7 @@ impl Default for EdgeConfig {
             replay_page_size: 256,
             durable_queue: 1024,
             shutdown_grace: Duration::from_secs(10),
+            drain_delay: Duration::ZERO,
             close_timeout: Duration::from_secs(2),
             max_retained_per_topic: 1024,
             bus_queue: 8192,

@@ -315,6 +315,7 @@ impl Hub {
                     && sub.mark_retained(&p.filter, p.id)
                 {
                     sub.conn.push(message_frame(&sub.echo, p));
+                    self.metrics.replays_by_kind.inc("retained");
                 }
             }
         }

@@ -9,7 +9,9 @@
 //! - [`auth`]: access tokens and client tokens (JWT);
 //! - [`liveness`]: node registration and healing the presence of lapsed nodes;
 //! - [`revalidate`]: applying control-plane changes to open connections;
-//! - [`state`], [`config`], [`metrics`], [`ratelimit`].
+//! - [`metrics`] and [`prom`]: counters and histograms, and their `/metrics` rendering;
+//! - [`timed`]: latency accounting around the bus, presence and store slots;
+//! - [`state`], [`config`], [`ratelimit`].
 
 pub mod auth;
 pub mod config;
@@ -18,11 +20,13 @@ pub mod hub;
 pub mod liveness;
 pub mod metrics;
 pub mod outbound;
+pub mod prom;
 pub mod ratelimit;
 pub mod revalidate;
 mod session;
 pub mod small_map;
 pub mod state;
+pub mod timed;
 pub mod ws;
 
 use std::sync::Arc;

@@ -1,6 +1,11 @@
-//! Counters the edge keeps. Exported by the operations issue's `/metrics`; read by tests now.
+//! Counters, gauges and latency histograms the edge keeps; [`crate::prom`] renders them at
+//! `/metrics`. Label values come from fixed sets (frame types, error strings, close reasons,
+//! backend operations) or are project ids; never topic, actor or connection ids.
 
-use std::sync::atomic::AtomicU64;
+use std::collections::BTreeMap;
+use std::sync::RwLock;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
 
 /// Node-wide counters. Labels never carry topic, actor or connection ids.
 #[derive(Debug, Default)]
@@ -40,4 +45,257 @@ pub struct Metrics {
     pub replay_shortfall: AtomicU64,
     /// Logged messages deleted by retention.
     pub log_pruned: AtomicU64,
+    /// Frames received, by client frame `type` (plus `heartbeat` and `invalid`).
+    pub frames_in_by_type: Family,
+    /// Frames queued for clients, by server frame `type` (plus `heartbeat`).
+    pub frames_out_by_type: Family,
+    /// `auth` replies, by result: `ok` or the auth failure string.
+    pub auths: Family,
+    /// Publishes refused, by the error string sent back.
+    pub publishes_refused_by_reason: Family,
+    /// Connections closed, by close reason (`peer_gone` when the client went first).
+    pub closes: Family,
+    /// Replays, by kind: `retained` (a retained message replayed to a new subscription) and
+    /// `restored_subscription` (a subscription restored by `reconnect:true`).
+    pub replays_by_kind: Family,
+    /// Frames queued in every connection's outbound queue right now.
+    pub outbound_queued_frames: AtomicI64,
+    /// Bytes queued in every connection's outbound queue right now.
+    pub outbound_queued_bytes: AtomicI64,
+    /// Latency of bus, store and presence operations, by (slot, operation).
+    pub backend_latency: HistogramFamily,
+    /// Failed bus, store and presence operations, by (slot, operation).
+    pub backend_errors: PairFamily,
+}
+
+impl Metrics {
+    /// Counts a refused publish, by the error string sent back.
+    pub fn publish_refused(&self, reason: &'static str) {
+        self.publishes_refused.fetch_add(1, Ordering::Relaxed);
+        self.publishes_refused_by_reason.inc(reason);
+    }
+}
+
+/// A counter per label value, for label values from a small fixed set.
+#[derive(Debug, Default)]
+pub struct Family {
+    // RwLock: a new label value takes the write lock once; every later count is a read lock
+    // and an atomic add. Never held across an await.
+    values: RwLock<BTreeMap<&'static str, AtomicU64>>,
+}
+
+impl Family {
+    /// Adds one to `label`'s counter.
+    pub fn inc(&self, label: &'static str) {
+        self.add(label, 1);
+    }
+
+    /// Adds `n` to `label`'s counter.
+    pub fn add(&self, label: &'static str, n: u64) {
+        if let Some(c) = self.values.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(label) {
+            c.fetch_add(n, Ordering::Relaxed);
+            return;
+        }
+        let mut w = self.values.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        w.entry(label).or_default().fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// The counter of `label` (0 when never counted).
+    pub fn get(&self, label: &str) -> u64 {
+        let r = self.values.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        r.get(label).map_or(0, |c| c.load(Ordering::Relaxed))
+    }
+
+    /// Every (label, count), in label order.
+    pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
+        let r = self.values.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        r.iter().map(|(k, v)| (*k, v.load(Ordering::Relaxed))).collect()
+    }
+}
+
+/// A counter per pair of label values (slot, operation).
+#[derive(Debug, Default)]
+pub struct PairFamily {
+    // As in `Family`.
+    values: RwLock<BTreeMap<(&'static str, &'static str), AtomicU64>>,
+}
+
+impl PairFamily {
+    /// Adds one to the counter of `(a, b)`.
+    pub fn inc(&self, a: &'static str, b: &'static str) {
+        if let Some(c) = self.values.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(&(a, b)) {
+            c.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let mut w = self.values.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        w.entry((a, b)).or_default().fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Every ((a, b), count), in label order.
+    pub fn snapshot(&self) -> Vec<((&'static str, &'static str), u64)> {
+        let r = self.values.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        r.iter().map(|(k, v)| (*k, v.load(Ordering::Relaxed))).collect()
+    }
+}
+
+/// Upper bounds (seconds) of the latency histograms' buckets; `+Inf` is implied.
+pub const LATENCY_BUCKETS_S: [f64; 14] =
+    [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
+
+/// A latency histogram with the [`LATENCY_BUCKETS_S`] buckets.
+#[derive(Debug, Default)]
+pub struct Histogram {
+    // Non-cumulative counts per bucket; the last one is +Inf.
+    buckets: [AtomicU64; LATENCY_BUCKETS_S.len() + 1],
+    count: AtomicU64,
+    sum_ns: AtomicU64,
+}
+
+/// A histogram's cumulative view, as Prometheus exposes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistogramSnapshot {
+    /// (upper bound in seconds, observations at or below it), ascending; `+Inf` excluded.
+    pub buckets: Vec<(f64, u64)>,
+    /// Every observation.
+    pub count: u64,
+    /// Sum of the observations, in seconds.
+    pub sum_s: f64,
+}
+
+impl Histogram {
+    /// Records one observation.
+    pub fn observe(&self, d: Duration) {
+        let s = d.as_secs_f64();
+        let i = LATENCY_BUCKETS_S.iter().position(|b| s <= *b).unwrap_or(LATENCY_BUCKETS_S.len());
+        self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum_ns.fetch_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    /// The cumulative counts.
+    pub fn snapshot(&self) -> HistogramSnapshot {
+        let mut acc = 0;
+        let buckets = LATENCY_BUCKETS_S
+            .iter()
+            .zip(&self.buckets)
+            .map(|(b, c)| {
+                acc += c.load(Ordering::Relaxed);
+                (*b, acc)
+            })
+            .collect();
+        #[allow(clippy::cast_precision_loss)] // nanosecond sums far below 2^52 s are exact enough
+        let sum_s = self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
+        HistogramSnapshot { buckets, count: self.count.load(Ordering::Relaxed), sum_s }
+    }
+}
+
+/// A latency histogram per (slot, operation).
+#[derive(Debug, Default)]
+pub struct HistogramFamily {
+    // As in `Family`.
+    values: RwLock<BTreeMap<(&'static str, &'static str), Histogram>>,
+}
+
+impl HistogramFamily {
+    /// Records one observation of operation `op` of `slot`.
+    pub fn observe(&self, slot: &'static str, op: &'static str, d: Duration) {
+        if let Some(h) = self.values.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(&(slot, op)) {
+            h.observe(d);
+            return;
+        }
+        let mut w = self.values.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        w.entry((slot, op)).or_default().observe(d);
+    }
+
+    /// Every ((slot, op), histogram), in label order.
+    pub fn snapshot(&self) -> Vec<((&'static str, &'static str), HistogramSnapshot)> {
+        let r = self.values.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        r.iter().map(|(k, h)| (*k, h.snapshot())).collect()
+    }
+}
+
+/// The `type` of an encoded server frame, read from its first bytes: every frame Skua encodes
+/// starts with its `type` key. Unknown types are `other`, so the label set stays fixed.
+pub fn server_frame_type(frame: &[u8]) -> &'static str {
+    const TYPES: [&str; 17] = [
+        "auth",
+        "reauth",
+        "subscribed",
+        "unsubscribed",
+        "published",
+        "filtersUpdated",
+        "message",
+        "presence",
+        "presenceList",
+        "lobbySubscribed",
+        "lobbyPresenceList",
+        "lobbyUnsubscribed",
+        "lobbyPresence",
+        "replayStart",
+        "replayEnd",
+        "error",
+        "disconnect",
+    ];
+    if frame.is_empty() {
+        return "heartbeat";
+    }
+    let rest = match frame[0] {
+        0x80..=0x8f => &frame[1..],
+        0xde => frame.get(3..).unwrap_or_default(),
+        _ => return "other",
+    };
+    let Some(rest) = rest.strip_prefix(b"\xa4type") else { return "other" };
+    let value = match rest.first() {
+        Some(&b @ 0xa0..=0xbf) => rest.get(1..1 + usize::from(b & 0x1f)),
+        Some(0xd9) => rest.get(1).and_then(|n| rest.get(2..2 + usize::from(*n))),
+        _ => None,
+    };
+    value.and_then(|v| TYPES.iter().find(|t| t.as_bytes() == v)).copied().unwrap_or("other")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use skua_protocol::ServerFrame;
+
+    #[test]
+    fn server_frame_types_are_read_from_encoded_frames() {
+        let frames = [
+            ServerFrame::AuthFailed { error: "access_denied" },
+            ServerFrame::Subscribed { topic: "a/b/c", load_balance: false },
+            ServerFrame::LobbyUnsubscribed { lobby_id: "online" },
+            ServerFrame::ReplayEnd { replayed: 3 },
+            ServerFrame::Disconnect { reason: "token_expired" },
+        ];
+        for f in frames {
+            assert_eq!(server_frame_type(&f.encode()), f.type_str());
+        }
+        assert_eq!(server_frame_type(&[]), "heartbeat");
+        assert_eq!(server_frame_type(b"\x81\xa4type\xa3zzz"), "other");
+        assert_eq!(server_frame_type(b"\x91\x01"), "other");
+    }
+
+    #[test]
+    fn histogram_buckets_are_cumulative() {
+        let h = Histogram::default();
+        h.observe(Duration::from_micros(50));
+        h.observe(Duration::from_millis(3));
+        h.observe(Duration::from_secs(10));
+        let s = h.snapshot();
+        assert_eq!(s.count, 3);
+        assert_eq!(s.buckets[0], (0.0001, 1));
+        assert_eq!(s.buckets.iter().find(|(b, _)| *b == 0.005).map(|b| b.1), Some(2));
+        assert_eq!(s.buckets.last().map(|b| b.1), Some(2), "10 s is only in +Inf");
+        assert!((s.sum_s - 10.00305).abs() < 1e-9);
+    }
+
+    #[test]
+    fn families_count_per_label() {
+        let f = Family::default();
+        f.inc("ok");
+        f.add("ok", 2);
+        f.inc("access_denied");
+        assert_eq!(f.get("ok"), 3);
+        assert_eq!(f.snapshot(), vec![("access_denied", 1), ("ok", 3)]);
+    }
 }

@@ -63,6 +63,7 @@ pub struct ConnHandle {
 #[derive(Debug)]
 pub struct Outbox {
     rx: mpsc::Receiver<Bytes>,
+    metrics: std::sync::Arc<Metrics>,
 }
 
 impl ConnHandle {
@@ -80,9 +81,9 @@ impl ConnHandle {
             drained: Notify::new(),
             room_waiters: AtomicUsize::new(0),
             max_messages: max_messages.max(1),
-            metrics,
+            metrics: metrics.clone(),
         };
-        (handle, Outbox { rx })
+        (handle, Outbox { rx, metrics })
     }
 
     /// Queues one encoded frame. Returns `false` when the frame was not queued: the connection
@@ -98,9 +99,13 @@ impl ConnHandle {
             self.overflow();
             return false;
         }
+        let ty = crate::metrics::server_frame_type(&frame);
         match self.tx.try_send(frame) {
             Ok(()) => {
                 self.metrics.frames_out.fetch_add(1, Ordering::Relaxed);
+                self.metrics.frames_out_by_type.inc(ty);
+                self.metrics.outbound_queued_frames.fetch_add(1, Ordering::Relaxed);
+                self.metrics.outbound_queued_bytes.fetch_add(len as i64, Ordering::Relaxed);
                 true
             }
             Err(mpsc::error::TrySendError::Full(_)) => {
@@ -163,6 +168,12 @@ impl ConnHandle {
         notified.await;
     }
 
+    /// Counts the connection's close in the `closes` metric, by reason (`peer_gone` when the
+    /// client closed or vanished first).
+    pub fn count_close(&self, req: CloseRequest) {
+        self.metrics.closes.inc(if req == CloseRequest::GONE { "peer_gone" } else { req.reason });
+    }
+
     /// Bytes currently queued.
     pub fn queued_bytes(&self) -> usize {
         self.queued_bytes.load(Ordering::Acquire)
@@ -213,6 +224,7 @@ impl Outbox {
     pub async fn recv(&mut self, handle: &ConnHandle) -> Option<Bytes> {
         let f = self.rx.recv().await?;
         handle.popped(f.len());
+        self.popped(f.len());
         Some(f)
     }
 
@@ -220,7 +232,23 @@ impl Outbox {
     pub fn try_recv(&mut self, handle: &ConnHandle) -> Option<Bytes> {
         let f = self.rx.try_recv().ok()?;
         handle.popped(f.len());
+        self.popped(f.len());
         Some(f)
+    }
+
+    fn popped(&self, len: usize) {
+        self.metrics.outbound_queued_frames.fetch_sub(1, Ordering::Relaxed);
+        self.metrics.outbound_queued_bytes.fetch_sub(len as i64, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Outbox {
+    /// Frames never written leave the node-wide queue gauges with the connection.
+    fn drop(&mut self) {
+        self.rx.close();
+        while let Ok(f) = self.rx.try_recv() {
+            self.popped(f.len());
+        }
     }
 }
 

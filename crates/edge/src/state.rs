@@ -161,6 +161,7 @@ impl EdgeState {
         shutdown: CancellationToken,
     ) -> Arc<Self> {
         let metrics = Arc::new(Metrics::default());
+        let backends = crate::timed::wrap(backends, &metrics);
         let hub = Arc::new(Hub::new(backends.bus, metrics.clone(), config.max_retained_per_topic));
         // The dispatcher outlives the drain (closing sessions still publish their presence
         // leaves); it stops when the bus closes or `dispatcher_stop` is cancelled.
@@ -219,10 +220,24 @@ impl EdgeState {
         self.draining.load(Ordering::Acquire)
     }
 
+    /// Fails readiness and refuses new upgrades (503) while open connections carry on: the
+    /// first step of a drain, held for `drain_delay` so load balancers stop routing here.
+    pub fn mark_draining(&self) {
+        self.draining.store(true, Ordering::Release);
+    }
+
     /// Starts draining: refuse new upgrades and close every connection with 1012.
     pub fn begin_drain(&self) {
-        self.draining.store(true, Ordering::Release);
+        self.mark_draining();
         self.shutdown.cancel();
+    }
+
+    /// Open authenticated connections per project.
+    pub fn connections_by_project(&self) -> Vec<(ProjectId, u32)> {
+        let m = self.project_conns.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut v: Vec<(ProjectId, u32)> = m.iter().map(|(p, n)| (p.clone(), *n)).collect();
+        v.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+        v
     }
 
     /// Claims a connection of `project` against `max`; `None` when the project is full.

@@ -1,5 +1,5 @@
-//! The HTTP side: `/ws` upgrades, `/healthz`, `/readyz`; and each connection's reader loop
-//! and writer task.
+//! The HTTP side: `/ws` upgrades, `/healthz`, `/readyz`, `/metrics`; and each connection's
+//! reader loop and writer task.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,6 +30,7 @@ pub fn router(state: Arc<EdgeState>) -> Router {
         .route("/ws", any(ws_upgrade))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
         .with_state(state)
 }
 
@@ -38,9 +39,17 @@ async fn readyz(State(st): State<Arc<EdgeState>>) -> Response {
         (StatusCode::SERVICE_UNAVAILABLE, "draining").into_response()
     } else if !st.hub.bus().is_available() {
         (StatusCode::SERVICE_UNAVAILABLE, "message bus unavailable").into_response()
+    } else if !st.presence.is_available() {
+        (StatusCode::SERVICE_UNAVAILABLE, "presence backend unavailable").into_response()
+    } else if !st.store.is_available() {
+        (StatusCode::SERVICE_UNAVAILABLE, "store unavailable").into_response()
     } else {
         "ready".into_response()
     }
+}
+
+async fn metrics(State(st): State<Arc<EdgeState>>) -> Response {
+    ([(axum::http::header::CONTENT_TYPE, crate::prom::CONTENT_TYPE)], crate::prom::render(&st)).into_response()
 }
 
 async fn ws_upgrade(State(st): State<Arc<EdgeState>>, ws: WebSocketUpgrade) -> Response {
@@ -156,6 +165,7 @@ async fn read_loop(
                 st.metrics.frames_in.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 match msg {
                     Message::Binary(b) if b.is_empty() => {
+                        st.metrics.frames_in_by_type.inc("heartbeat");
                         // Heartbeat: echo, and enforce client-token expiry here too (N5, N27).
                         if session.expires_at().is_some_and(|at| at <= now_unix_s()) {
                             token_expired(handle);
@@ -167,16 +177,23 @@ async fn read_loop(
                         // Boxed: the handlers' futures are large and live only while a frame is
                         // handled, instead of enlarging every idle connection's task.
                         Ok(frame) => {
+                            st.metrics.frames_in_by_type.inc(frame.type_str());
                             Box::pin(session.handle(frame)).await;
                             session.sync_subscription_count();
                         }
-                        Err(e) => session.invalid_frame(&e),
+                        Err(e) => {
+                            st.metrics.frames_in_by_type.inc("invalid");
+                            session.invalid_frame(&e);
+                        }
                     },
-                    Message::Text(_) => session.invalid_frame(&DecodeError {
-                        hint: "text frames are not supported; send MessagePack in binary frames",
-                        topic: None,
-                        msg_ref: None,
-                    }),
+                    Message::Text(_) => {
+                        st.metrics.frames_in_by_type.inc("invalid");
+                        session.invalid_frame(&DecodeError {
+                            hint: "text frames are not supported; send MessagePack in binary frames",
+                            topic: None,
+                            msg_ref: None,
+                        });
+                    }
                     Message::Close(_) => return,
                     Message::Ping(_) | Message::Pong(_) => {}
                 }
@@ -232,6 +249,7 @@ async fn write_loop(
         }
     }
     let req = handle.close_requested().unwrap_or(CloseRequest::GONE);
+    handle.count_close(req);
     let _ = tokio::time::timeout(close_timeout, async {
         if req != CloseRequest::GONE {
             // Frames queued before the close (a `disconnect` before 4003) still go out, except

@@ -45,6 +45,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
@@ -78,6 +79,9 @@ const JOINED_AT_LEN: usize = 8;
 pub struct RedisPresence {
     conn: ConnectionManager,
     keys: Keys,
+    // Whether the last operation got a reply; read by readiness. The liveness loop's periodic
+    // `refresh_node` keeps it current while no client is active.
+    reachable: AtomicBool,
 }
 
 impl RedisPresence {
@@ -96,7 +100,7 @@ impl RedisPresence {
             .set_number_of_retries(RECONNECT_RETRIES)
             .set_max_delay(RECONNECT_MAX_DELAY);
         let conn = ConnectionManager::new_with_config(client, config).await.map_err(|e| unavailable("connect", e))?;
-        Ok(Self { conn, keys: Keys::new(key_prefix) })
+        Ok(Self { conn, keys: Keys::new(key_prefix), reachable: AtomicBool::new(true) })
     }
 
     /// Runs `script` with `keys` and `args`, cloning the manager (one `Arc`) so `&self` suffices.
@@ -115,7 +119,9 @@ impl RedisPresence {
             invocation.arg(*arg);
         }
         let mut conn = self.conn.clone();
-        invocation.invoke_async(&mut conn).await.map_err(|e| unavailable(op, e))
+        let r = invocation.invoke_async(&mut conn).await;
+        self.reachable.store(r.is_ok(), Ordering::Relaxed);
+        r.map_err(|e| unavailable(op, e))
     }
 }
 
@@ -181,11 +187,10 @@ impl Presence for RedisPresence {
 
     async fn list(&self, room: &RoomKey) -> Result<Vec<PresenceEntry>, PresenceError> {
         let mut conn = self.conn.clone();
-        let fields: HashMap<Vec<u8>, Vec<u8>> = ::redis::cmd("HGETALL")
-            .arg(self.keys.room(&room_id(room)))
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| unavailable("list", e))?;
+        let fields: Result<HashMap<Vec<u8>, Vec<u8>>, RedisError> =
+            ::redis::cmd("HGETALL").arg(self.keys.room(&room_id(room))).query_async(&mut conn).await;
+        self.reachable.store(fields.is_ok(), Ordering::Relaxed);
+        let fields = fields.map_err(|e| unavailable("list", e))?;
         let entries = fields.into_iter().filter_map(|(actor, value)| {
             let entry = decode_entry(&actor, value);
             if entry.is_none() {
@@ -245,6 +250,10 @@ impl Presence for RedisPresence {
             node
         });
         Ok(nodes.collect())
+    }
+
+    fn is_available(&self) -> bool {
+        self.reachable.load(Ordering::Relaxed)
     }
 }
 

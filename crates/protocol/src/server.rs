@@ -247,6 +247,29 @@ fn lobby(w: &mut Writer, ty: &str, lobby_id: &str, rooms: &[LobbyRoomSnapshot<'_
 }
 
 impl ServerFrame<'_> {
+    /// The frame's `type` string (`auth` for both auth replies), for metrics and logs.
+    pub fn type_str(&self) -> &'static str {
+        match self {
+            Self::AuthOk { .. } | Self::AuthFailed { .. } => "auth",
+            Self::ReauthOk { .. } | Self::ReauthFailed { .. } => "reauth",
+            Self::Subscribed { .. } => "subscribed",
+            Self::Unsubscribed { .. } => "unsubscribed",
+            Self::Published { .. } => "published",
+            Self::FiltersUpdated { .. } => "filtersUpdated",
+            Self::Message(_) => "message",
+            Self::Presence { .. } => "presence",
+            Self::PresenceList { .. } => "presenceList",
+            Self::LobbySubscribed { .. } => "lobbySubscribed",
+            Self::LobbyPresenceList { .. } => "lobbyPresenceList",
+            Self::LobbyUnsubscribed { .. } => "lobbyUnsubscribed",
+            Self::LobbyPresence { .. } => "lobbyPresence",
+            Self::ReplayStart { .. } => "replayStart",
+            Self::ReplayEnd { .. } => "replayEnd",
+            Self::Error(_) => "error",
+            Self::Disconnect { .. } => "disconnect",
+        }
+    }
+
     /// Encodes the frame.
     pub fn encode(&self) -> Bytes {
         Bytes::from(self.encode_vec())

@@ -72,6 +72,9 @@ pub struct Settings {
     /// How long connections get to close on shutdown [default 10s].
     #[arg(long, env = "SKUA_SHUTDOWN_GRACE")]
     pub shutdown_grace: Option<String>,
+    /// On shutdown, how long readiness fails and upgrades are refused before sockets close [default 0s].
+    #[arg(long, env = "SKUA_DRAIN_DELAY")]
+    pub drain_delay: Option<String>,
     /// Capacity of the bus → fan-out delivery queue [default 8192].
     #[arg(long, env = "SKUA_BUS_QUEUE")]
     pub bus_queue: Option<usize>,
@@ -140,7 +143,7 @@ impl Settings {
     pub fn overlay(&mut self, over: &Settings) {
         layer!(self, over; listen, bus, presence, store, namespace, node_id, fixtures, idle_timeout, rate_limit,
             rate_limit_window, max_message_size, outbound_queue_messages, outbound_queue_bytes, max_connections,
-            max_subscriptions_per_connection, max_retained_per_topic, restore_ttl, shutdown_grace, bus_queue, node_ttl,
+            max_subscriptions_per_connection, max_retained_per_topic, restore_ttl, shutdown_grace, drain_delay, bus_queue, node_ttl,
             node_refresh, bus_publish_buffer, log_max_age, log_max_per_topic, log_prune_interval, replay_page_size,
             durable_queue, grpc_listen, admin_key, revalidate_interval, registry_poll_interval, max_apps_per_project,
             max_rooms_per_app, max_actors_per_project, max_grants_per_room, max_lobbies_per_project, max_page_size);
@@ -347,6 +350,7 @@ impl ServerConfig {
             )?,
             restore_ttl: dur("restore_ttl", s.restore_ttl.as_ref())?,
             shutdown_grace: dur("shutdown_grace", s.shutdown_grace.as_ref())?,
+            drain_delay: dur("drain_delay", s.drain_delay.as_ref())?,
             bus_queue: positive("bus_queue", req("bus_queue", s.bus_queue.as_ref())?)?,
             node_ttl: dur("node_ttl", s.node_ttl.as_ref())?,
             node_refresh: dur("node_refresh", s.node_refresh.as_ref())?,
@@ -458,6 +462,7 @@ mod tests {
         assert_eq!(c.edge.max_retained_per_topic, d.max_retained_per_topic);
         assert_eq!(c.edge.restore_ttl, d.restore_ttl);
         assert_eq!(c.edge.shutdown_grace, d.shutdown_grace);
+        assert_eq!(c.edge.drain_delay, d.drain_delay);
         assert_eq!(c.edge.bus_queue, d.bus_queue);
         assert_eq!(c.edge.node_ttl, d.node_ttl);
         assert_eq!(c.edge.node_refresh, d.node_refresh);

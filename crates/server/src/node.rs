@@ -352,10 +352,16 @@ impl RunningNode {
         Ok(node)
     }
 
-    /// Drains and stops: readiness fails, new upgrades are refused, every socket closes 1012
-    /// after its presence is released, and the node waits up to the shutdown grace for all
-    /// connection tasks. Returns whether everything finished within the grace.
+    /// Drains and stops: readiness fails and new upgrades are refused, for the drain delay
+    /// while open sockets carry on; then every socket closes 1012 after its presence is
+    /// released, and the node waits up to the shutdown grace for all connection tasks.
+    /// Returns whether everything finished within the grace.
     pub async fn shutdown(self) -> bool {
+        self.state.mark_draining();
+        if !self.state.config.drain_delay.is_zero() {
+            tracing::info!(delay = ?self.state.config.drain_delay, "Draining: readiness fails; sockets close after the delay.");
+            tokio::time::sleep(self.state.config.drain_delay).await;
+        }
         self.state.begin_drain();
         let grace = self.state.config.shutdown_grace;
         let deadline = tokio::time::Instant::now() + grace;

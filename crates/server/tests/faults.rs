@@ -209,3 +209,42 @@ async fn a_redis_restart_is_healed_by_re_announcing() {
     bob.publish_acked(TOPIC, "ok".into()).await;
     assert_eq!(alice.next_of("message").await.str("data"), "ok");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_fails_while_the_bus_or_redis_is_unreachable_and_recovers() {
+    use skua_testkit::http::{Scrape, wait_for_status};
+    if external_urls().is_none() || !have("mosquitto") || !have("redis-server") {
+        return;
+    }
+    let mut broker = ServiceProcess::mosquitto();
+    let mut redis = ServiceProcess::redis();
+    let (mqtt, redis_url, ns) = (broker.url(), redis.url(), unique_namespace());
+    let node = TestServer::builder()
+        .settings(move |s| {
+            s.bus = Some(mqtt);
+            s.presence = Some(redis_url);
+            s.namespace = Some(ns);
+            s.node_refresh = Some("300ms".into());
+            s.node_ttl = Some("2s".into());
+        })
+        .spawn()
+        .await;
+    let within = Duration::from_secs(15);
+    wait_for_status(node.addr, "/readyz", 200, within).await;
+
+    broker.kill9();
+    assert_eq!(wait_for_status(node.addr, "/readyz", 503, within).await, "message bus unavailable");
+    let m = Scrape::of(node.addr).await;
+    assert_eq!((m.value("skua_ready", &[]), m.value("skua_backend_available", &[("slot", "bus")])), (0.0, 0.0));
+    broker.restart();
+    wait_for_status(node.addr, "/readyz", 200, within).await;
+
+    // Presence in Redis: the node's periodic registration refresh notices the outage.
+    redis.kill9();
+    assert_eq!(wait_for_status(node.addr, "/readyz", 503, within).await, "presence backend unavailable");
+    let m = Scrape::of(node.addr).await;
+    assert_eq!(m.value("skua_backend_available", &[("slot", "presence")]), 0.0);
+    assert!(m.value("skua_backend_errors_total", &[("slot", "presence"), ("op", "refresh_node")]) >= 1.0);
+    redis.restart();
+    wait_for_status(node.addr, "/readyz", 200, within).await;
+}

@@ -3,6 +3,7 @@
 //! - [`server`]: [`TestServer`], a real node in process on port 0, plus token helpers;
 //! - [`cluster`]: [`TestCluster`], several nodes on shared embedded or external backends;
 //! - [`client`]: [`WsClient`], a raw protocol client, and [`Frame`], a decoded server frame;
+//! - [`http`]: plain HTTP requests (`/readyz`, `/metrics`) and a Prometheus text reader;
 //! - [`process`]: real `skua`, Mosquitto and Redis processes for fault tests;
 //! - [`proxy`]: a TCP proxy a test can cut, to make a real service unreachable;
 //! - [`postgres`]: a fresh migrated Postgres database per test;
@@ -15,6 +16,7 @@ pub mod cluster;
 pub mod conformance;
 pub mod control;
 pub mod postgres;
+pub mod http;
 pub mod process;
 pub mod proxy;
 pub mod server;

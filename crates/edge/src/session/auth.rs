@@ -22,7 +22,10 @@ impl Session {
         }
         let version = a.protocol_version.clamp(1, MAX_PROTOCOL_VERSION);
         let registry = self.st.registry.load();
-        let fail = |s: &Self, e: &str| s.push(&ServerFrame::AuthFailed { error: e });
+        let fail = |s: &Self, e: &'static str| {
+            s.st.metrics.auths.inc(e);
+            s.push(&ServerFrame::AuthFailed { error: e });
+        };
         if !self.st.hub.bus().is_available() {
             return fail(self, auth_err::BROKER_UNAVAILABLE);
         }
@@ -86,6 +89,10 @@ impl Session {
             restored: &entries,
         });
         drop(entries);
+        self.st.metrics.auths.inc("ok");
+        if !restored.is_empty() {
+            self.st.metrics.replays_by_kind.add("restored_subscription", restored.len() as u64);
+        }
         // Bus subscriptions were taken before the reply; the local subscriptions start after
         // it, so nothing arrives before `auth`. Restored subscriptions get no `subscribed`
         // frame and no retained replay.

@@ -218,7 +218,7 @@ impl Session {
         // Check order: rate → size → quota → access → filters (N17). A publish refused for
         // rate takes no token; one refused later has used its token.
         if !a.bucket.try_take() {
-            self.st.metrics.publishes_refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.st.metrics.publish_refused(error::RATE_LIMIT_EXCEEDED);
             return self.error(ErrorFrame {
                 error: error::RATE_LIMIT_EXCEEDED,
                 code: Some(code::RATE_LIMIT_EXCEEDED),
@@ -230,7 +230,7 @@ impl Session {
         }
         if p.data.len() > a.max_message_size {
             let max = a.max_message_size as u64;
-            self.st.metrics.publishes_refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.st.metrics.publish_refused(error::MESSAGE_TOO_LARGE);
             return self.error(ErrorFrame {
                 error: error::MESSAGE_TOO_LARGE,
                 code: Some(code::MESSAGE_TOO_LARGE),
@@ -250,14 +250,14 @@ impl Session {
         let resolved = match registry.resolve_topic(&actor, &p.topic, Operation::Publish, now_unix_s()) {
             Ok(r) => r,
             Err(e) => {
-                self.st.metrics.publishes_refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.st.metrics.publish_refused(error::UNKNOWN_TOPIC);
                 return self.access_error(&p.topic, msg_ref, e);
             }
         };
         let filter = match p.filter {
             Ok(f) => f,
             Err(e) => {
-                self.st.metrics.publishes_refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.st.metrics.publish_refused("invalid_filter");
                 return self.filter_error(e, &p.topic, msg_ref);
             }
         };
@@ -277,7 +277,7 @@ impl Session {
             };
             if let Err(e) = self.st.store.append(&m, now_unix_s()).await {
                 tracing::warn!(error = %e, "Storing a logged message failed; publish refused.");
-                self.st.metrics.publishes_refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.st.metrics.publish_refused(error::STORE_UNAVAILABLE);
                 return self.store_unavailable(&p.topic, msg_ref);
             }
             self.st.metrics.logged_appends.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -299,7 +299,7 @@ impl Session {
             data: p.data,
         });
         if self.st.hub.bus().publish(Arc::new(envelope)).await.is_err() {
-            self.st.metrics.publishes_refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.st.metrics.publish_refused(error::BROKER_UNAVAILABLE);
             return self.unavailable(&p.topic, msg_ref);
         }
         self.st.metrics.publishes_accepted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -9,6 +9,7 @@ mod filters;
 mod fuzz;
 mod limits;
 mod lobby;
+mod ops;
 mod presence;
 mod propagation;
 mod pubsub;

@@ -1,0 +1,188 @@
+//! `/metrics`: the node's [`Metrics`](crate::metrics::Metrics) in the Prometheus text exposition
+//! format (version 0.0.4). Rendered on each scrape from the counters the data path keeps; no
+//! registry, no background task. Every series is described in `docs/operations.md`.
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+
+use crate::state::EdgeState;
+
+/// The `Content-Type` of the exposition.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Accumulates one exposition.
+struct Out(String);
+
+impl Out {
+    fn header(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.0, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    }
+
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl std::fmt::Display) {
+        self.0.push_str(name);
+        if !labels.is_empty() {
+            self.0.push('{');
+            for (i, (k, v)) in labels.iter().enumerate() {
+                if i > 0 {
+                    self.0.push(',');
+                }
+                let _ = write!(self.0, "{k}=\"");
+                escape_into(&mut self.0, v);
+                self.0.push('"');
+            }
+            self.0.push('}');
+        }
+        let _ = writeln!(self.0, " {value}");
+    }
+
+    fn scalar(&mut self, name: &str, kind: &str, help: &str, value: impl std::fmt::Display) {
+        self.header(name, kind, help);
+        self.sample(name, &[], value);
+    }
+
+    fn family(&mut self, name: &str, label: &str, help: &str, values: &[(&str, u64)]) {
+        self.header(name, "counter", help);
+        for (v, n) in values {
+            self.sample(name, &[(label, v)], n);
+        }
+    }
+}
+
+/// Label values escaped as the format requires: backslash, double quote and newline.
+fn escape_into(out: &mut String, v: &str) {
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+}
+
+/// Renders every metric of the node.
+pub fn render(st: &EdgeState) -> String {
+    let m = &st.metrics;
+    let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    let mut o = Out(String::with_capacity(8 * 1024));
+
+    let ready = u8::from(
+        !st.is_draining() && st.hub.bus().is_available() && st.presence.is_available() && st.store.is_available(),
+    );
+    o.scalar("skua_ready", "gauge", "1 when /readyz answers 200 (backends reachable, not draining).", ready);
+    o.scalar("skua_draining", "gauge", "1 once the node started draining.", u8::from(st.is_draining()));
+    let slots = [
+        ("bus", st.hub.bus().is_available()),
+        ("presence", st.presence.is_available()),
+        ("store", st.store.is_available()),
+    ];
+    o.header("skua_backend_available", "gauge", "1 when the backend slot is reachable.");
+    for (slot, up) in slots {
+        o.sample("skua_backend_available", &[("slot", slot)], u8::from(up));
+    }
+
+    let opened = load(&m.connections_opened);
+    let closed = load(&m.connections_closed);
+    o.scalar("skua_connections_opened_total", "counter", "WebSocket connections accepted.", opened);
+    o.scalar("skua_connections_closed_total", "counter", "WebSocket connections closed.", closed);
+    o.scalar("skua_connections_open", "gauge", "WebSocket connections open now.", opened.saturating_sub(closed));
+    o.header("skua_connections", "gauge", "Authenticated connections open now, by project.");
+    for (project, n) in st.connections_by_project() {
+        o.sample("skua_connections", &[("project", project.as_str())], n);
+    }
+    o.family("skua_auths_total", "result", "auth replies, by result (ok or the failure string).", &m.auths.snapshot());
+    o.family("skua_frames_in_total", "type", "Frames received from clients, by type.", &m.frames_in_by_type.snapshot());
+    o.family("skua_frames_out_total", "type", "Frames queued for clients, by type.", &m.frames_out_by_type.snapshot());
+
+    o.header("skua_publishes_total", "counter", "Client publishes, by result (ok or the error string sent back).");
+    o.sample("skua_publishes_total", &[("result", "ok")], load(&m.publishes_accepted));
+    for (reason, n) in m.publishes_refused_by_reason.snapshot() {
+        o.sample("skua_publishes_total", &[("result", reason)], n);
+    }
+    o.scalar("skua_deliveries_total", "counter", "Message frames queued for local subscribers.", load(&m.deliveries));
+    o.header("skua_drops_total", "counter", "Messages dropped, by reason.");
+    o.sample("skua_drops_total", &[("reason", "undeliverable")], load(&m.undeliverable));
+    o.sample("skua_drops_total", &[("reason", "slow_consumer")], load(&m.slow_consumer_closes));
+    o.family("skua_closes_total", "reason", "Connections closed, by close reason.", &m.closes.snapshot());
+    let mut replays = m.replays_by_kind.snapshot();
+    replays.push(("group", load(&m.replays)));
+    replays.sort_unstable();
+    o.family("skua_replays_total", "kind", "Replays to subscribers, by kind.", &replays);
+    o.scalar(
+        "skua_replayed_messages_total",
+        "counter",
+        "Messages delivered by group replays.",
+        load(&m.replayed_messages),
+    );
+    o.scalar(
+        "skua_replay_shortfall_total",
+        "counter",
+        "Messages announced by replayStart but not replayed (pruned or taken by another member).",
+        load(&m.replay_shortfall),
+    );
+    o.scalar(
+        "skua_logged_appends_total",
+        "counter",
+        "Messages of logged topics written to the store.",
+        load(&m.logged_appends),
+    );
+    o.scalar(
+        "skua_store_failures_total",
+        "counter",
+        "Publishes or subscribes refused because the store failed.",
+        load(&m.store_failures),
+    );
+    o.scalar("skua_acks_total", "counter", "Acks that ended a pending logged message.", load(&m.acks));
+    o.scalar(
+        "skua_redeliveries_total",
+        "counter",
+        "Logged messages delivered again after their connection left without acking.",
+        load(&m.redeliveries),
+    );
+    o.scalar("skua_log_pruned_total", "counter", "Logged messages deleted by retention.", load(&m.log_pruned));
+    o.scalar(
+        "skua_outbound_queue_frames",
+        "gauge",
+        "Frames waiting in every connection's outbound queue.",
+        m.outbound_queued_frames.load(Ordering::Relaxed).max(0),
+    );
+    o.scalar(
+        "skua_outbound_queue_bytes",
+        "gauge",
+        "Bytes waiting in every connection's outbound queue.",
+        m.outbound_queued_bytes.load(Ordering::Relaxed).max(0),
+    );
+
+    let name = "skua_backend_operation_duration_seconds";
+    o.header(name, "histogram", "Latency of bus, store and presence operations, by slot and operation.");
+    for ((slot, op), h) in m.backend_latency.snapshot() {
+        let bucket = format!("{name}_bucket");
+        for (le, n) in &h.buckets {
+            o.sample(&bucket, &[("slot", slot), ("op", op), ("le", &le.to_string())], n);
+        }
+        o.sample(&bucket, &[("slot", slot), ("op", op), ("le", "+Inf")], h.count);
+        o.sample(&format!("{name}_sum"), &[("slot", slot), ("op", op)], h.sum_s);
+        o.sample(&format!("{name}_count"), &[("slot", slot), ("op", op)], h.count);
+    }
+    o.header(
+        "skua_backend_errors_total",
+        "counter",
+        "Failed bus, store and presence operations, by slot and operation.",
+    );
+    for ((slot, op), n) in m.backend_errors.snapshot() {
+        o.sample("skua_backend_errors_total", &[("slot", slot), ("op", op)], n);
+    }
+    o.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_are_escaped() {
+        let mut s = String::new();
+        escape_into(&mut s, "a\"b\\c\nd");
+        assert_eq!(s, "a\\\"b\\\\c\\nd");
+    }
+}

@@ -1,0 +1,209 @@
+//! Latency and error accounting around the backend slots: [`TimedBus`], [`TimedPresence`] and
+//! [`TimedStore`] wrap any implementation, record each operation's duration in
+//! [`Metrics::backend_latency`] and its failures in [`Metrics::backend_errors`], and forward
+//! everything else (availability, close) unchanged. Every trait method is forwarded explicitly,
+//! so a default method of the trait never hides the wrapped backend's own.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use skua_core::{
+    ActorId, Bus, BusError, BusSubscription, Claim, ConnRef, Consumer, Envelope, Holder, NewMessage, NodeId, Presence,
+    PresenceChange, PresenceEntry, PresenceError, Release, RestoreRecord, Retention, RoomKey, SessionKey, Store,
+    StoreError, StoredMessage,
+};
+
+use crate::metrics::Metrics;
+
+/// Times `fut` as operation `op` of `slot`, counting it as an error when it fails.
+async fn timed<T, E>(
+    metrics: &Metrics,
+    slot: &'static str,
+    op: &'static str,
+    fut: impl Future<Output = Result<T, E>>,
+) -> Result<T, E> {
+    let start = Instant::now();
+    let r = fut.await;
+    metrics.backend_latency.observe(slot, op, start.elapsed());
+    if r.is_err() {
+        metrics.backend_errors.inc(slot, op);
+    }
+    r
+}
+
+/// A bus whose operations are timed.
+pub struct TimedBus {
+    inner: Arc<dyn Bus>,
+    metrics: Arc<Metrics>,
+}
+
+impl TimedBus {
+    /// Wraps `inner`.
+    pub fn new(inner: Arc<dyn Bus>, metrics: Arc<Metrics>) -> Self {
+        Self { inner, metrics }
+    }
+}
+
+#[async_trait]
+impl Bus for TimedBus {
+    async fn publish(&self, envelope: Arc<Envelope>) -> Result<(), BusError> {
+        timed(&self.metrics, "bus", "publish", self.inner.publish(envelope)).await
+    }
+
+    async fn subscribe(&self, sub: &BusSubscription) -> Result<(), BusError> {
+        timed(&self.metrics, "bus", "subscribe", self.inner.subscribe(sub)).await
+    }
+
+    async fn unsubscribe(&self, sub: &BusSubscription) -> Result<(), BusError> {
+        timed(&self.metrics, "bus", "unsubscribe", self.inner.unsubscribe(sub)).await
+    }
+
+    fn is_available(&self) -> bool {
+        self.inner.is_available()
+    }
+
+    async fn close(&self, grace: std::time::Duration) {
+        self.inner.close(grace).await;
+    }
+}
+
+/// A presence store whose operations are timed.
+pub struct TimedPresence {
+    inner: Arc<dyn Presence>,
+    metrics: Arc<Metrics>,
+}
+
+impl TimedPresence {
+    /// Wraps `inner`.
+    pub fn new(inner: Arc<dyn Presence>, metrics: Arc<Metrics>) -> Self {
+        Self { inner, metrics }
+    }
+}
+
+#[async_trait]
+impl Presence for TimedPresence {
+    async fn announce(
+        &self,
+        room: &RoomKey,
+        actor: &ActorId,
+        conn: &ConnRef,
+        data: Bytes,
+        now_unix_s: u64,
+    ) -> Result<PresenceChange, PresenceError> {
+        timed(&self.metrics, "presence", "announce", self.inner.announce(room, actor, conn, data, now_unix_s)).await
+    }
+
+    async fn remove(&self, room: &RoomKey, actor: &ActorId, conn: &ConnRef) -> Result<bool, PresenceError> {
+        timed(&self.metrics, "presence", "remove", self.inner.remove(room, actor, conn)).await
+    }
+
+    async fn list(&self, room: &RoomKey) -> Result<Vec<PresenceEntry>, PresenceError> {
+        timed(&self.metrics, "presence", "list", self.inner.list(room)).await
+    }
+
+    async fn remove_node(&self, node: &NodeId) -> Result<Vec<(RoomKey, ActorId)>, PresenceError> {
+        timed(&self.metrics, "presence", "remove_node", self.inner.remove_node(node)).await
+    }
+
+    async fn refresh_node(&self, node: &NodeId, now_unix_s: u64, ttl_s: u64) -> Result<bool, PresenceError> {
+        timed(&self.metrics, "presence", "refresh_node", self.inner.refresh_node(node, now_unix_s, ttl_s)).await
+    }
+
+    async fn expired_nodes(&self, now_unix_s: u64) -> Result<Vec<NodeId>, PresenceError> {
+        timed(&self.metrics, "presence", "expired_nodes", self.inner.expired_nodes(now_unix_s)).await
+    }
+
+    fn is_available(&self) -> bool {
+        self.inner.is_available()
+    }
+}
+
+/// A store whose operations are timed.
+pub struct TimedStore {
+    inner: Arc<dyn Store>,
+    metrics: Arc<Metrics>,
+}
+
+impl TimedStore {
+    /// Wraps `inner`.
+    pub fn new(inner: Arc<dyn Store>, metrics: Arc<Metrics>) -> Self {
+        Self { inner, metrics }
+    }
+}
+
+#[async_trait]
+impl Store for TimedStore {
+    async fn save_restore(&self, key: &SessionKey, record: &RestoreRecord) -> Result<(), StoreError> {
+        timed(&self.metrics, "store", "save_restore", self.inner.save_restore(key, record)).await
+    }
+
+    async fn load_restore(&self, key: &SessionKey) -> Result<Option<RestoreRecord>, StoreError> {
+        timed(&self.metrics, "store", "load_restore", self.inner.load_restore(key)).await
+    }
+
+    async fn release_restore(&self, key: &SessionKey, now_unix_s: u64, ttl_s: u64) -> Result<(), StoreError> {
+        timed(&self.metrics, "store", "release_restore", self.inner.release_restore(key, now_unix_s, ttl_s)).await
+    }
+
+    async fn append(&self, message: &NewMessage<'_>, now_unix_s: u64) -> Result<u64, StoreError> {
+        timed(&self.metrics, "store", "append", self.inner.append(message, now_unix_s)).await
+    }
+
+    async fn open_consumer(&self, consumer: &Consumer, now_unix_s: u64, ttl_s: u64) -> Result<(), StoreError> {
+        timed(&self.metrics, "store", "open_consumer", self.inner.open_consumer(consumer, now_unix_s, ttl_s)).await
+    }
+
+    async fn touch_consumers(&self, ids: &[&str], now_unix_s: u64, ttl_s: u64) -> Result<(), StoreError> {
+        timed(&self.metrics, "store", "touch_consumers", self.inner.touch_consumers(ids, now_unix_s, ttl_s)).await
+    }
+
+    async fn drop_consumer(&self, id: &str) -> Result<(), StoreError> {
+        timed(&self.metrics, "store", "drop_consumer", self.inner.drop_consumer(id)).await
+    }
+
+    async fn claim(&self, consumer: &str, msg_id: &str, holder: Holder<'_>) -> Result<Claim, StoreError> {
+        timed(&self.metrics, "store", "claim", self.inner.claim(consumer, msg_id, holder)).await
+    }
+
+    async fn backlog(&self, consumer: &str) -> Result<(u64, u64), StoreError> {
+        timed(&self.metrics, "store", "backlog", self.inner.backlog(consumer)).await
+    }
+
+    async fn claim_page(
+        &self,
+        consumer: &str,
+        holder: Holder<'_>,
+        up_to: u64,
+        limit: u32,
+    ) -> Result<Vec<StoredMessage>, StoreError> {
+        timed(&self.metrics, "store", "claim_page", self.inner.claim_page(consumer, holder, up_to, limit)).await
+    }
+
+    async fn ack(&self, consumer: &str, msg_id: &str) -> Result<bool, StoreError> {
+        timed(&self.metrics, "store", "ack", self.inner.ack(consumer, msg_id)).await
+    }
+
+    async fn release(&self, scope: Release<'_>) -> Result<Vec<String>, StoreError> {
+        timed(&self.metrics, "store", "release", self.inner.release(scope)).await
+    }
+
+    async fn prune_log(&self, now_unix_s: u64, retention: Retention) -> Result<u64, StoreError> {
+        timed(&self.metrics, "store", "prune_log", self.inner.prune_log(now_unix_s, retention)).await
+    }
+
+    fn is_available(&self) -> bool {
+        self.inner.is_available()
+    }
+}
+
+/// Wraps every slot of `backends` in its timed decorator.
+pub fn wrap(backends: crate::Backends, metrics: &Arc<Metrics>) -> crate::Backends {
+    crate::Backends {
+        bus: Arc::new(TimedBus::new(backends.bus, metrics.clone())),
+        bus_deliveries: backends.bus_deliveries,
+        presence: Arc::new(TimedPresence::new(backends.presence, metrics.clone())),
+        store: Arc::new(TimedStore::new(backends.store, metrics.clone())),
+    }
+}

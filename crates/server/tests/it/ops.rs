@@ -1,0 +1,111 @@
+//! Operations (issue 7): `/metrics` during a scripted session, and the drain delay of a rolling
+//! restart (readiness fails and upgrades are refused before the sockets close 1012).
+
+use std::time::Duration;
+
+use skua_testkit::http::{Scrape, get, wait_for_status};
+use skua_testkit::{TestServer, dev_jwt, frame, now_s};
+
+const TOPIC: &str = "demo/general/messages";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_counters_move_for_a_scripted_session() {
+    let server = TestServer::start().await;
+    let before = Scrape::of(server.addr).await;
+    assert_eq!(before.value("skua_ready", &[]), 1.0);
+    assert_eq!(before.value("skua_connections_open", &[]), 0.0);
+
+    let mut bob = server.auth("dev-token-bob").await;
+    bob.subscribe(TOPIC).await;
+    let mut alice = server.auth("dev-token-alice").await;
+    alice.send(frame! {"type" => "presence", "roomId" => "general", "data" => frame! {"s" => "on"}}).await;
+    alice.expect("presence").await;
+    alice.publish_acked(TOPIC, "hello".into()).await;
+    assert_eq!(bob.expect("message").await.str("data"), "hello");
+    alice.send(frame! {"type" => "publish", "topic" => "demo/general/nope", "data" => 1, "msgRef" => "r1"}).await;
+    alice.expect_error("unknown_topic").await;
+    alice.heartbeat().await;
+    let mut stranger = server.connect().await;
+    let r = stranger.auth("not-a-token", Some(2)).await;
+    assert_eq!(r.str("error"), "access_denied");
+    let mid = Scrape::of(server.addr).await;
+    assert_eq!(mid.value("skua_connections", &[("project", "demo-project")]), 2.0, "bob and alice");
+    assert_eq!(mid.value("skua_connections_open", &[]), 3.0, "bob, alice and the stranger");
+    // A client token expiring closes 4003; the close is counted before the close frame goes out.
+    let mut expiring = server.auth(&dev_jwt("carol", now_s() + 1)).await;
+    assert_eq!(expiring.expect_close().await.0, 4003);
+
+    let m = Scrape::of(server.addr).await;
+    assert_eq!(m.value("skua_auths_total", &[("result", "ok")]), 3.0);
+    assert_eq!(m.value("skua_auths_total", &[("result", "access_denied")]), 1.0);
+    assert_eq!(m.value("skua_connections_opened_total", &[]), 4.0);
+    assert_eq!(m.value("skua_frames_in_total", &[("type", "publish")]), 2.0);
+    assert_eq!(m.value("skua_frames_in_total", &[("type", "subscribe")]), 1.0);
+    assert_eq!(m.value("skua_frames_in_total", &[("type", "auth")]), 4.0);
+    assert_eq!(m.value("skua_frames_in_total", &[("type", "heartbeat")]), 1.0);
+    assert_eq!(m.value("skua_frames_out_total", &[("type", "message")]), 1.0);
+    assert_eq!(m.value("skua_frames_out_total", &[("type", "published")]), 1.0);
+    assert_eq!(m.value("skua_frames_out_total", &[("type", "subscribed")]), 1.0);
+    assert_eq!(m.value("skua_frames_out_total", &[("type", "error")]), 1.0);
+    assert_eq!(m.value("skua_frames_out_total", &[("type", "heartbeat")]), 1.0);
+    assert_eq!(m.value("skua_publishes_total", &[("result", "ok")]), 1.0);
+    assert_eq!(m.value("skua_publishes_total", &[("result", "unknown_topic")]), 1.0);
+    assert_eq!(m.value("skua_deliveries_total", &[]), 1.0);
+    assert_eq!(m.value("skua_closes_total", &[("reason", "token_expired")]), 1.0);
+    let bus_publishes = m.value("skua_backend_operation_duration_seconds_count", &[("slot", "bus"), ("op", "publish")]);
+    assert!(bus_publishes >= 2.0, "the publish and the presence join went through the bus: {bus_publishes}");
+    let inf = m
+        .value("skua_backend_operation_duration_seconds_bucket", &[("slot", "bus"), ("op", "publish"), ("le", "+Inf")]);
+    assert_eq!(inf, bus_publishes, "+Inf bucket holds every observation");
+    assert!(
+        m.value("skua_backend_operation_duration_seconds_count", &[("slot", "store"), ("op", "save_restore")]) >= 1.0
+    );
+    assert!(
+        m.value("skua_backend_operation_duration_seconds_count", &[("slot", "presence"), ("op", "announce")]) >= 1.0
+    );
+    assert!(m.text.contains("# TYPE skua_backend_operation_duration_seconds histogram"));
+    // No topic, room, actor or connection id ever appears as a label value.
+    for v in m.label_values() {
+        for banned in ["alice", "bob", "carol", "general", "messages", "demo/"] {
+            assert!(!v.contains(banned), "label value {v:?} names {banned}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_delay_fails_readiness_and_refuses_upgrades_before_sockets_close() {
+    let delay = Duration::from_millis(1500);
+    let server = TestServer::builder()
+        .settings(|s| {
+            s.drain_delay = Some("1500ms".into());
+            s.shutdown_grace = Some("5s".into());
+        })
+        .spawn()
+        .await;
+    let addr = server.addr;
+    let url = server.url();
+    let mut alice = server.auth("dev-token-alice").await;
+    alice.subscribe(TOPIC).await;
+    let mut bob = server.auth("dev-token-bob").await;
+    assert_eq!(get(addr, "/readyz").await.0, 200);
+
+    let started = tokio::time::Instant::now();
+    let shutdown = tokio::spawn(server.shutdown());
+    let body = wait_for_status(addr, "/readyz", 503, Duration::from_secs(5)).await;
+    assert_eq!(body, "draining");
+    // During the delay: new upgrades are refused with 503, open sockets still carry traffic.
+    match tokio_tungstenite::connect_async(url.as_str()).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(r)) => assert_eq!(r.status().as_u16(), 503),
+        other => panic!("an upgrade during the drain delay must get 503: {other:?}"),
+    }
+    bob.publish_acked(TOPIC, "during the delay".into()).await;
+    assert_eq!(alice.expect("message").await.str("data"), "during the delay");
+    let m = Scrape::of(addr).await;
+    assert_eq!((m.value("skua_draining", &[]), m.value("skua_ready", &[])), (1.0, 0.0));
+
+    // Then every socket closes 1012, not before the delay is over.
+    assert_eq!(alice.expect_close().await, (1012, "server_restart".to_owned()));
+    assert_eq!(bob.expect_close().await.0, 1012);
+    assert!(started.elapsed() >= delay, "closed after {:?}, before the {delay:?} delay", started.elapsed());
+    assert!(shutdown.await.expect("shutdown task"), "drained within the grace");
+}
