@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command (README "Test"); .ci/run calls exactly this.
-# Runs: formatting and lint checks, every Rust test (unit, golden, property, integration,
+# Runs: formatting and lint checks, the offline validation of the deployment files
+# (deploy/validate.sh), every Rust test (unit, golden, property, integration,
 # conformance), the benchmark smoke run when present, then the interop suite that drives a
 # real `skua serve --dev` with the official NoLag Python SDK (nolag==2.6.0).
 set -euo pipefail
@@ -15,6 +16,9 @@ cargo fmt --all --check
 
 echo "== cargo clippy --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+echo "== deployment files (Kubernetes overlays rendered + schema-checked, compose schema, Dockerfile lint)"
+bash deploy/validate.sh
 
 echo "== cargo test"
 cargo test --workspace
