@@ -248,3 +248,76 @@ async fn readiness_fails_while_the_bus_or_redis_is_unreachable_and_recovers() {
     redis.restart();
     wait_for_status(node.addr, "/readyz", 200, within).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_of_the_publishers_node_loses_no_acknowledged_publish() {
+    use skua_testkit::Event;
+    let Some((mqtt, redis)) = external_urls() else { return };
+    let ns = unique_namespace();
+    let settings = move |s: &mut skua_server::Settings| {
+        s.bus = Some(mqtt.clone());
+        s.presence = Some(redis.clone());
+        s.namespace = Some(ns.clone());
+        s.drain_delay = Some("300ms".into());
+        s.shutdown_grace = Some("5s".into());
+        s.rate_limit = Some(1000);
+    };
+    let (s0, s1) = (settings.clone(), settings.clone());
+    let restarting = TestServer::builder().settings(move |s| s0(s)).spawn().await;
+    let survivor = TestServer::builder().settings(move |s| s1(s)).spawn().await;
+    let mut subscriber = survivor.auth("dev-token-alice").await;
+    subscriber.subscribe(TOPIC).await;
+
+    // A steady stream of acknowledged publishes (one every 5 ms) from a client of the node that
+    // restarts. On the 1012 close it reconnects, as SDKs do, to a node that is ready (here: the
+    // survivor), re-sends the publish it had no acknowledgement for, and goes on for 30 more.
+    const AFTER_RECONNECT: usize = 30;
+    const MAX_PUBLISHES: u64 = 5000;
+    let (progress_tx, mut progress) = tokio::sync::watch::channel(0u64);
+    let (first_url, second_url) = (restarting.url(), survivor.url());
+    let publisher = tokio::spawn(async move {
+        let mut acked = Vec::new();
+        let mut closes = Vec::new();
+        let mut acked_before_close = 0;
+        let mut client = authed(&first_url, "dev-token-bob").await;
+        let mut tick = tokio::time::interval(Duration::from_millis(5));
+        let mut i = 0;
+        while closes.is_empty() || acked.len() < acked_before_close + AFTER_RECONNECT {
+            assert!(i < MAX_PUBLISHES, "no restart seen after {i} publishes");
+            tick.tick().await;
+            client.send(frame! {"type" => "publish", "topic" => TOPIC, "data" => i, "msgRef" => i.to_string()}).await;
+            match client.next_event_within(Duration::from_secs(10)).await {
+                Some(Event::Frame(f)) if f.ty() == "published" => {
+                    assert_eq!(f.str("msgRef"), i.to_string());
+                    acked.push(i);
+                    i += 1;
+                    let _ = progress_tx.send(i);
+                }
+                Some(Event::Close(code, _)) => {
+                    closes.push(code);
+                    acked_before_close = acked.len();
+                    client = authed(&second_url, "dev-token-bob").await;
+                }
+                other => panic!("publish {i}: unexpected {other:?}"),
+            }
+        }
+        (acked, closes)
+    });
+
+    progress.wait_for(|n| *n >= 30).await.expect("the publisher made progress");
+    let drained = tokio::spawn(restarting.shutdown());
+    // The replacement node comes up while the old one drains (maxSurge 1).
+    let s2 = settings.clone();
+    let _replacement = TestServer::builder().settings(move |s| s2(s)).spawn().await;
+    let (acked, closes) = publisher.await.expect("publisher task");
+    assert!(drained.await.expect("shutdown task"), "the restarting node drained within its grace");
+    assert_eq!(closes, vec![1012], "the publisher saw one server_restart close");
+
+    // Every acknowledged publish reaches the subscriber on the other node.
+    let mut seen = std::collections::BTreeSet::new();
+    while seen.len() < acked.len() {
+        let f = subscriber.next_of_within("message", Duration::from_secs(15)).await;
+        seen.insert(f.get("data").as_u64().expect("integer data"));
+    }
+    assert!(acked.iter().all(|i| seen.contains(i)), "missing: {:?}", acked.iter().filter(|i| !seen.contains(i)));
+}
