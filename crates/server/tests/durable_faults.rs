@@ -190,3 +190,98 @@ async fn publishes_to_logged_topics_fail_clearly_while_postgres_is_down_and_resu
     assert_eq!(m.get("data").as_u64(), Some(n), "only the publish that was acknowledged arrives");
     assert!(m.has("msgId"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_under_a_stream_of_logged_publishes_loses_nothing() {
+    use skua_testkit::Event;
+    let Some((mqtt, redis)) = external_urls() else { return };
+    let Some(store) = fresh_database().await else { return };
+    let ns = unique_namespace();
+    let settings = move |s: &mut skua_server::Settings| {
+        s.store = Some(store.clone());
+        s.bus = Some(mqtt.clone());
+        s.presence = Some(redis.clone());
+        s.namespace = Some(ns.clone());
+        s.drain_delay = Some("300ms".into());
+        s.shutdown_grace = Some("5s".into());
+        s.rate_limit = Some(1000);
+    };
+    let (s0, s1, s2) = (settings.clone(), settings.clone(), settings);
+    let restarting = TestServer::builder().settings(move |s| s0(s)).spawn().await;
+    let survivor = TestServer::builder().settings(move |s| s1(s)).spawn().await;
+    let survivor_url = survivor.url();
+    // A persistent subscriber and the publisher, both on the node that restarts.
+    let mut sub = agent(&restarting.url(), "rolling", false).await;
+    sub.subscribe(TASKS).await;
+
+    // A steady stream (one every 5 ms) of acknowledged logged publishes; on the 1012 close the
+    // publisher reconnects to the survivor, re-sends what was not acknowledged, and goes on.
+    let (progress_tx, mut progress) = tokio::sync::watch::channel(0usize);
+    let (first_url, second_url) = (restarting.url(), survivor_url.clone());
+    let publisher = tokio::spawn(async move {
+        let mut client = WsClient::connect(&first_url).await;
+        client.auth_ok("dev-token-alice", 2).await;
+        let (mut acked, mut closes, mut after_close) = (BTreeSet::new(), 0, 0);
+        let mut tick = tokio::time::interval(Duration::from_millis(5));
+        let mut i = 0u64;
+        while closes == 0 || after_close < 30 {
+            assert!(i < 5000, "no restart seen after {i} publishes");
+            tick.tick().await;
+            client.send(frame! {"type" => "publish", "topic" => TASKS, "data" => i, "msgRef" => i.to_string()}).await;
+            match client.next_event_within(Duration::from_secs(10)).await {
+                Some(Event::Frame(f)) if f.ty() == "published" => {
+                    acked.insert(i);
+                    i += 1;
+                    after_close += usize::from(closes > 0);
+                    let _ = progress_tx.send(acked.len());
+                }
+                Some(Event::Close(1012, _)) => {
+                    closes += 1;
+                    client = WsClient::connect(&second_url).await;
+                    client.auth_ok("dev-token-alice", 2).await;
+                }
+                other => panic!("publish {i}: unexpected {other:?}"),
+            }
+        }
+        acked
+    });
+
+    progress.wait_for(|n| *n >= 30).await.expect("the publisher made progress");
+    let drained = tokio::spawn(restarting.shutdown());
+    let _replacement = TestServer::builder().settings(move |s| s2(s)).spawn().await;
+
+    // The subscriber acks what it gets; on 1012 it reconnects to the survivor with its clientId
+    // and reconnect:true, and its stored messages are delivered there.
+    let mut got = BTreeSet::new();
+    let mut acked = None;
+    let mut reconnects = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        if acked.is_none() && publisher.is_finished() {
+            acked = Some(publisher.await.expect("publisher task"));
+            break;
+        }
+        match sub.next_event_within(Duration::from_millis(200)).await {
+            Some(Event::Frame(f)) if f.ty() == "message" => {
+                got.insert(f.get("data").as_u64().expect("integer data"));
+                sub.send(frame! {"type" => "ack", "msgId" => f.str("msgId")}).await;
+            }
+            Some(Event::Close(code, _)) => {
+                assert_eq!(code, 1012);
+                reconnects += 1;
+                sub = agent(&survivor_url, "rolling", true).await;
+            }
+            _ => {}
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the publisher never finished");
+    }
+    let acked = acked.expect("publisher result");
+    while !acked.is_subset(&got) {
+        assert!(tokio::time::Instant::now() < deadline, "missing: {:?}", acked.difference(&got).collect::<Vec<_>>());
+        for i in consume(&mut sub, Duration::from_millis(300)).await {
+            got.insert(i);
+        }
+    }
+    assert_eq!(reconnects, 1, "the subscriber moved once, from the restarted node to the survivor");
+    assert!(drained.await.expect("shutdown task"), "the restarting node drained within its grace");
+}
