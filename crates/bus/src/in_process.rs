@@ -411,6 +411,7 @@ impl Bus for NodeHandle {
             Envelope::Publication(p) => (ChannelRef::Topic(&p.topic), p.filter.as_deref(), p.retain),
             Envelope::Presence(e) => (ChannelRef::Room(&e.room), None, false),
         };
+        let trace: Option<Arc<str>> = skua_core::trace::capture().map(Arc::from);
         loop {
             let turn = {
                 let mut state = self.shared.lock();
@@ -436,7 +437,12 @@ impl Bus for NodeHandle {
             };
             let mut gone = Vec::new();
             for (tx, route, slot) in targets {
-                let delivery = BusDelivery { envelope: envelope.clone(), route, retained_replay: false };
+                let delivery = BusDelivery {
+                    envelope: envelope.clone(),
+                    route,
+                    retained_replay: false,
+                    trace_parent: trace.clone(),
+                };
                 if tx.send(delivery).await.is_err() {
                     gone.push(slot);
                 }
@@ -492,7 +498,7 @@ impl Bus for NodeHandle {
             };
             debug!(node = %self.node, ?sub, replayed = replay.len(), "Subscribed.");
             for envelope in replay {
-                let delivery = BusDelivery { envelope, route: Route::Plain, retained_replay: true };
+                let delivery = BusDelivery { envelope, route: Route::Plain, retained_replay: true, trace_parent: None };
                 if tx.send(delivery).await.is_err() {
                     self.forget_nodes(&[self.slot]);
                     return Err(BusError::Closed);

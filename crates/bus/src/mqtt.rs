@@ -309,7 +309,7 @@ impl Bus for MqttBus {
         };
         let qos = HOP_QOS;
         let topic = s.layout.topic_of(&envelope);
-        let payload = Bytes::from(codec::encode(&envelope));
+        let payload = Bytes::from(codec::encode_traced(&envelope, skua_core::trace::capture().as_deref()));
         let size = publish_packet_size(topic.len(), payload.len(), qos);
         let max = s.packet_limit();
         if size > max {

@@ -40,6 +40,8 @@ pub struct BusDelivery {
     /// A retained publication replayed because this node just subscribed (N20), rather than
     /// a live one.
     pub retained_replay: bool,
+    /// The publisher's trace context (`traceparent`), when traces are exported ([`crate::trace`]).
+    pub trace_parent: Option<Arc<str>>,
 }
 
 /// Why a bus operation failed.

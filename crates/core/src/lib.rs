@@ -6,7 +6,8 @@
 //! - [`registry`]: projects, apps, rooms, grants, lobbies, actors and access checks;
 //! - [`registry_store`]: the registry's stored records and the slot that keeps them;
 //! - [`envelope`]: what travels between nodes;
-//! - [`bus`], [`presence`], [`store`]: the slot traits whose contracts every backend honours.
+//! - [`bus`], [`presence`], [`store`]: the slot traits whose contracts every backend honours;
+//! - [`trace`]: trace-context propagation across the bus.
 
 pub mod address;
 pub mod bus;
@@ -16,6 +17,7 @@ pub mod presence;
 pub mod registry;
 pub mod registry_store;
 pub mod store;
+pub mod trace;
 
 pub use address::{GroupKey, RoomKey, TopicAddress};
 pub use bus::{Bus, BusDelivery, BusError, BusSubscription, Route};

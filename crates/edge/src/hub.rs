@@ -450,24 +450,34 @@ impl Hub {
     /// Delivers one bus delivery to the matching local connections.
     pub fn dispatch(&self, d: &BusDelivery) {
         match &*d.envelope {
-            Envelope::Publication(p) => self.dispatch_publication(&d.envelope, p, &d.route),
+            Envelope::Publication(p) => match &d.trace_parent {
+                None => {
+                    self.dispatch_publication(&d.envelope, p, &d.route);
+                }
+                Some(tp) => {
+                    let span = crate::trace::delivery_span(tp);
+                    let _entered = span.enter();
+                    span.record("delivered", self.dispatch_publication(&d.envelope, p, &d.route));
+                }
+            },
             Envelope::Presence(ev) => self.dispatch_presence(ev),
         }
     }
 
-    fn dispatch_publication(&self, env: &Arc<Envelope>, p: &Publication, route: &Route) {
+    /// Returns how many local connections got it.
+    fn dispatch_publication(&self, env: &Arc<Envelope>, p: &Publication, route: &Route) -> u64 {
         if p.topic.room.app.as_str() == CONTROL_APP {
             if let Some(tx) = self.control.get()
                 && tx.try_send(env.clone()).is_err()
             {
                 tracing::warn!("Control queue full; a control message was dropped.");
             }
-            return;
+            return 0;
         }
         let topics = read(&self.topics);
         let Some(entry) = topics.get(&p.topic) else {
             self.metrics.undeliverable.fetch_add(1, Ordering::Relaxed);
-            return;
+            return 0;
         };
         let mut frames = FrameCache::default();
         let mut delivered = 0u64;
@@ -519,6 +529,7 @@ impl Hub {
             }
         }
         self.metrics.deliveries.fetch_add(delivered, Ordering::Relaxed);
+        delivered
     }
 
     fn dispatch_presence(&self, ev: &PresenceEvent) {

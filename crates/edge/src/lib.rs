@@ -11,6 +11,7 @@
 //! - [`revalidate`]: applying control-plane changes to open connections;
 //! - [`metrics`] and [`prom`]: counters and histograms, and their `/metrics` rendering;
 //! - [`timed`]: latency accounting around the bus, presence and store slots;
+//! - [`trace`]: spans for OTLP export (free when no endpoint is configured);
 //! - [`state`], [`config`], [`ratelimit`].
 
 pub mod auth;
@@ -27,6 +28,7 @@ mod session;
 pub mod small_map;
 pub mod state;
 pub mod timed;
+pub mod trace;
 pub mod ws;
 
 use std::sync::Arc;

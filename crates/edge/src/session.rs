@@ -148,7 +148,10 @@ impl Session {
             ClientFrame::Reauth { token } => self.on_reauth(&token),
             ClientFrame::Subscribe(s) => self.on_subscribe(s).await,
             ClientFrame::Unsubscribe { topic } => self.on_unsubscribe(&topic).await,
-            ClientFrame::Publish(p) => self.on_publish(p).await,
+            ClientFrame::Publish(p) => {
+                let span = crate::trace::publish_span(&self.st.node);
+                tracing::Instrument::instrument(self.on_publish(p), span).await;
+            }
             ClientFrame::SetFilters { topic, filters, raw_filters } => {
                 self.on_set_filters(&topic, filters, raw_filters).await
             }

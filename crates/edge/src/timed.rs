@@ -25,7 +25,7 @@ async fn timed<T, E>(
     fut: impl Future<Output = Result<T, E>>,
 ) -> Result<T, E> {
     let start = Instant::now();
-    let r = fut.await;
+    let r = tracing::Instrument::instrument(fut, crate::trace::backend_span(slot, op)).await;
     metrics.backend_latency.observe(slot, op, start.elapsed());
     if r.is_err() {
         metrics.backend_errors.inc(slot, op);

@@ -72,7 +72,7 @@ async fn ws_upgrade(State(st): State<Arc<EdgeState>>, ws: WebSocketUpgrade) -> R
             let tracker = st.tracker.clone();
             tracker.track_future(async move {
                 let id = st.next_conn_id();
-                let span = tracing::debug_span!("conn", conn = %id, node = %st.node);
+                let span = crate::trace::connection_span(id, &st.node);
                 run_connection(socket, st, id).instrument(span).await;
                 drop(permit);
             })

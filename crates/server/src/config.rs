@@ -132,6 +132,9 @@ pub struct Settings {
     /// Control plane: largest page of a List call [default 1000].
     #[arg(long, env = "SKUA_MAX_PAGE_SIZE")]
     pub max_page_size: Option<u32>,
+    /// OTLP/gRPC endpoint spans are exported to, `http://host:4317`; empty: OTEL_EXPORTER_OTLP_ENDPOINT, else none [default empty].
+    #[arg(long, env = "SKUA_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
 }
 
 macro_rules! layer {
@@ -146,7 +149,7 @@ impl Settings {
             max_subscriptions_per_connection, max_retained_per_topic, restore_ttl, shutdown_grace, drain_delay, bus_queue, node_ttl,
             node_refresh, bus_publish_buffer, log_max_age, log_max_per_topic, log_prune_interval, replay_page_size,
             durable_queue, grpc_listen, admin_key, revalidate_interval, registry_poll_interval, max_apps_per_project,
-            max_rooms_per_app, max_actors_per_project, max_grants_per_room, max_lobbies_per_project, max_page_size);
+            max_rooms_per_app, max_actors_per_project, max_grants_per_room, max_lobbies_per_project, max_page_size, otlp_endpoint);
     }
 
     /// Parses a TOML config file's text.
@@ -244,6 +247,8 @@ pub struct ServerConfig {
     pub registry_poll_interval: std::time::Duration,
     /// Caps the control plane enforces.
     pub control: skua_control::ControlLimits,
+    /// Where spans are exported (OTLP/gRPC); `None` exports nothing.
+    pub otlp_endpoint: Option<String>,
 }
 
 fn dur(key: &'static str, v: Option<&String>) -> Result<std::time::Duration, ConfigError> {
@@ -408,6 +413,10 @@ impl ServerConfig {
             max_page_size: limit("max_page_size", s.max_page_size.as_ref())?,
             max_message_size: u32::try_from(max_message_size).unwrap_or(u32::MAX),
         };
+        let otlp_endpoint = crate::telemetry::endpoint(s.otlp_endpoint.as_deref().filter(|e| !e.is_empty()));
+        if let Some(e) = otlp_endpoint.as_deref().filter(|e| !e.starts_with("http://")) {
+            return Err(ConfigError::Invalid { key: "otlp_endpoint", reason: format!("{e:?}: use http://host:port") });
+        }
         Ok(Self {
             listen,
             bus,
@@ -421,6 +430,7 @@ impl ServerConfig {
             admin_key,
             registry_poll_interval,
             control,
+            otlp_endpoint,
         })
     }
 

@@ -7,6 +7,7 @@ pub mod config;
 pub mod duration;
 pub mod fixtures;
 pub mod node;
+pub mod telemetry;
 
 pub use config::{ServerConfig, Settings};
 pub use node::RunningNode;

@@ -173,7 +173,6 @@ fn serve(args: ServeArgs) -> ExitCode {
             }
         }
     };
-    init_tracing();
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -181,27 +180,27 @@ fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(run(config, fixtures, args.dev, grpc_from_default)) {
+    // Inside the runtime: the OTLP exporter's gRPC channel runs on it.
+    let telemetry = {
+        let _rt = rt.enter();
+        match skua_server::telemetry::init(config.otlp_endpoint.as_deref(), config.node_id.as_str()) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("skua: {e:#}");
+                return ExitCode::from(64);
+            }
+        }
+    };
+    let code = match rt.block_on(run(config, fixtures, args.dev, grpc_from_default)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = format!("{e:#}"), "Skua stopped.");
             ExitCode::FAILURE
         }
-    }
-}
-
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let json = std::env::var("SKUA_LOG_FORMAT").is_ok_and(|v| v == "json");
-    // Logs go to stderr; stdout carries only the `skua listening on` line and the dev banner.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
-    if json {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
+    };
+    // Spans still batched go out before the process ends.
+    telemetry.shutdown();
+    code
 }
 
 async fn run(

@@ -71,6 +71,17 @@ impl SkuaProcess {
         format!("ws://{}/ws", self.addr)
     }
 
+    /// SIGTERM, then waits for the process to exit (it drains first); returns its exit status.
+    ///
+    /// # Panics
+    /// When the signal cannot be sent or the process cannot be waited for.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill").args(["-TERM", &pid]).status().expect("run kill");
+        assert!(sent.success(), "kill -TERM {pid}");
+        self.child.wait().expect("wait for skua")
+    }
+
     /// SIGKILL: no drain, no cleanup.
     pub fn kill9(&mut self) {
         let _ = self.child.kill();

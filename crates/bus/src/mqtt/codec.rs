@@ -9,7 +9,9 @@
 //!
 //! Decoders accept arrays longer than the kind needs and skip the extra elements, so a later
 //! writer may append fields without a version bump; anything else unexpected is a
-//! [`DecodeError`], never a panic.
+//! [`DecodeError`], never a panic. The one appended field so far: a publication may carry a
+//! 17th element, the publisher's W3C `traceparent` string ([`encode_traced`]), when traces are
+//! exported.
 
 use bytes::Bytes;
 use skua_core::{
@@ -60,11 +62,17 @@ pub enum DecodeError {
 
 /// Encodes an envelope; the result is the MQTT payload.
 pub fn encode(envelope: &Envelope) -> Vec<u8> {
+    encode_traced(envelope, None)
+}
+
+/// Encodes an envelope with the publisher's trace context appended (publications only).
+pub fn encode_traced(envelope: &Envelope, trace_parent: Option<&str>) -> Vec<u8> {
     match envelope {
         Envelope::Publication(p) => {
             let extra = p.topic.room.room.len() + p.topic.topic.len() + p.filter.as_ref().map_or(0, String::len);
             let mut w = Writer::with_capacity(p.data.len() + extra + 128);
-            w.array(PUBLICATION_LEN).uint(VERSION).uint(KIND_PUBLICATION);
+            let len = PUBLICATION_LEN + usize::from(trace_parent.is_some());
+            w.array(len).uint(VERSION).uint(KIND_PUBLICATION);
             bin(&mut w, &p.id.0.to_be_bytes());
             w.str(p.topic.room.project.as_str())
                 .str(p.topic.room.app.as_str())
@@ -79,6 +87,9 @@ pub fn encode(envelope: &Envelope) -> Vec<u8> {
                 .bool(p.retain)
                 .uint(u64::from(p.qos));
             bin(&mut w, &p.data);
+            if let Some(t) = trace_parent {
+                w.str(t);
+            }
             w.into_vec()
         }
         Envelope::Presence(e) => {
@@ -103,6 +114,14 @@ pub fn encode(envelope: &Envelope) -> Vec<u8> {
 /// # Errors
 /// [`DecodeError`] when `payload` is not a version-1 envelope.
 pub fn decode(payload: &Bytes) -> Result<Envelope, DecodeError> {
+    decode_traced(payload).map(|(envelope, _)| envelope)
+}
+
+/// Decodes a payload, also returning the publisher's trace context when it carries one.
+///
+/// # Errors
+/// As [`decode`].
+pub fn decode_traced(payload: &Bytes) -> Result<(Envelope, Option<String>), DecodeError> {
     let mut r = Reader::new(payload);
     let len = r.read_array_len()?;
     let version = r.read_int()?;
@@ -121,10 +140,15 @@ pub fn decode(payload: &Bytes) -> Result<Envelope, DecodeError> {
         }
         k => return Err(DecodeError::Kind(k)),
     };
-    for _ in need..len {
-        r.skip_value()?;
+    let mut trace_parent = None;
+    for i in need..len {
+        if i == PUBLICATION_LEN && matches!(envelope, Envelope::Publication(_)) {
+            trace_parent = opt_str(&mut r)?.map(str::to_owned);
+        } else {
+            r.skip_value()?;
+        }
     }
-    Ok(envelope)
+    Ok((envelope, trace_parent))
 }
 
 fn need(got: usize, need: usize) -> Result<(), DecodeError> {
@@ -321,6 +345,17 @@ mod tests {
         assert_eq!(encode(&golden_presence()), GOLDEN_PRESENCE);
         assert_eq!(decode(&Bytes::from_static(GOLDEN_PUBLICATION)), Ok(golden_publication()));
         assert_eq!(decode(&Bytes::from_static(GOLDEN_PRESENCE)), Ok(golden_presence()));
+    }
+
+    #[test]
+    fn a_trace_context_is_appended_and_read_back() {
+        let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let traced = encode_traced(&golden_publication(), Some(tp));
+        assert_eq!(traced[..3], [0xdc, 0x00, 17], "one element more than version 1's 16");
+        assert_eq!(decode_traced(&Bytes::from(traced.clone())), Ok((golden_publication(), Some(tp.to_owned()))));
+        assert_eq!(decode(&Bytes::from(traced)), Ok(golden_publication()), "plain decoders skip it");
+        assert_eq!(decode_traced(&Bytes::from_static(GOLDEN_PUBLICATION)), Ok((golden_publication(), None)));
+        assert_eq!(encode_traced(&golden_presence(), Some(tp)), GOLDEN_PRESENCE, "presence events carry none");
     }
 
     #[test]

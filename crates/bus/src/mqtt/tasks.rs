@@ -181,8 +181,8 @@ fn outgoing(s: &Shared, outgoing: Outgoing) {
 
 /// Decodes and routes one inbound PUBLISH.
 fn inbound(s: &Shared, publish: &Publish) -> Vec<BusDelivery> {
-    let envelope = match codec::decode(&publish.payload) {
-        Ok(envelope) => Arc::new(envelope),
+    let (envelope, trace) = match codec::decode_traced(&publish.payload) {
+        Ok((envelope, trace)) => (Arc::new(envelope), trace.map(Arc::<str>::from)),
         Err(err) => {
             let n = s.stats.decode_errors.fetch_add(1, Ordering::Relaxed) + 1;
             if n.is_power_of_two() {
@@ -212,10 +212,16 @@ fn inbound(s: &Shared, publish: &Publish) -> Vec<BusDelivery> {
             envelope: envelope.clone(),
             route: Route::Plain,
             retained_replay: publish.retain,
+            trace_parent: trace.clone(),
         });
     }
     for group in routed.groups {
-        deliveries.push(BusDelivery { envelope: envelope.clone(), route: Route::Group(group), retained_replay: false });
+        deliveries.push(BusDelivery {
+            envelope: envelope.clone(),
+            route: Route::Group(group),
+            retained_replay: false,
+            trace_parent: trace.clone(),
+        });
     }
     deliveries
 }
