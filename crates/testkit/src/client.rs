@@ -105,6 +105,12 @@ impl WsClient {
         self.send_bytes(encode(&v)).await;
     }
 
+    /// Sends a msgpack value as a binary frame; `false` when the connection is already gone
+    /// (the server closed it first), for clients that reconnect on that.
+    pub async fn try_send(&mut self, v: Value) -> bool {
+        self.ws.send(Message::Binary(encode(&v).into())).await.is_ok()
+    }
+
     /// Sends raw bytes as a binary frame.
     pub async fn send_bytes(&mut self, b: Vec<u8>) {
         self.ws.send(Message::Binary(b.into())).await.expect("send frame");
