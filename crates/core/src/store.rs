@@ -188,6 +188,11 @@ pub trait Store: MessageLog + Send + Sync + 'static {
     /// # Errors
     /// [`StoreError`] when the backend failed.
     async fn release_restore(&self, key: &SessionKey, now_unix_s: u64, ttl_s: u64) -> Result<(), StoreError>;
+
+    /// Whether the backend is reachable, as far as it can tell; `false` fails the node's readiness.
+    fn is_available(&self) -> bool {
+        true
+    }
 }
 
 /// The message log of logged topics (N24–N26), part of every [`Store`]: stored messages, the
@@ -268,9 +273,4 @@ pub trait MessageLog: Send + Sync {
     /// # Errors
     /// [`StoreError`] when the backend failed.
     async fn prune_log(&self, now_unix_s: u64, retention: Retention) -> Result<u64, StoreError>;
-
-    /// Whether the backend is reachable, as far as it can tell; `false` fails the node's readiness.
-    fn is_available(&self) -> bool {
-        true
-    }
 }

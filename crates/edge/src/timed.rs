@@ -10,9 +10,9 @@ use std::time::Instant;
 use async_trait::async_trait;
 use bytes::Bytes;
 use skua_core::{
-    ActorId, Bus, BusError, BusSubscription, Claim, ConnRef, Consumer, Envelope, Holder, NewMessage, NodeId, Presence,
-    PresenceChange, PresenceEntry, PresenceError, Release, RestoreRecord, Retention, RoomKey, SessionKey, Store,
-    StoreError, StoredMessage,
+    ActorId, Bus, BusError, BusSubscription, Claim, ConnRef, Consumer, Envelope, Holder, MessageLog, NewMessage,
+    NodeId, Presence, PresenceChange, PresenceEntry, PresenceError, Release, RestoreRecord, Retention, RoomKey,
+    SessionKey, Store, StoreError, StoredMessage,
 };
 
 use crate::metrics::Metrics;
@@ -147,6 +147,13 @@ impl Store for TimedStore {
         timed(&self.metrics, "store", "release_restore", self.inner.release_restore(key, now_unix_s, ttl_s)).await
     }
 
+    fn is_available(&self) -> bool {
+        self.inner.is_available()
+    }
+}
+
+#[async_trait]
+impl MessageLog for TimedStore {
     async fn append(&self, message: &NewMessage<'_>, now_unix_s: u64) -> Result<u64, StoreError> {
         timed(&self.metrics, "store", "append", self.inner.append(message, now_unix_s)).await
     }
@@ -191,10 +198,6 @@ impl Store for TimedStore {
 
     async fn prune_log(&self, now_unix_s: u64, retention: Retention) -> Result<u64, StoreError> {
         timed(&self.metrics, "store", "prune_log", self.inner.prune_log(now_unix_s, retention)).await
-    }
-
-    fn is_available(&self) -> bool {
-        self.inner.is_available()
     }
 }
 
