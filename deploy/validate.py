@@ -71,19 +71,13 @@ def known_variables():
     return names
 
 
-# Settings of the control-plane issue (#5) the files already set; accepted with a note until
-# the server reads them.
-PENDING = {"SKUA_GRPC_LISTEN", "SKUA_ADMIN_KEY"}
-
-
 def check_variables(where, names, known):
     for n in sorted(set(names)):
-        if not n.startswith("SKUA_") or n in known:
-            continue
-        if n in PENDING:
-            print(f"  note {where}: {n} is not read by this build yet (control-plane issue)")
-        else:
+        if n.startswith("SKUA_") and n not in known:
             problem(f"{where}: {n} is not a setting skua reads")
+    key = names.get("SKUA_ADMIN_KEY") if isinstance(names, dict) else None
+    if key is not None and len(key) < 16:
+        problem(f"{where}: SKUA_ADMIN_KEY must be at least 16 characters (skua refuses shorter keys)")
 
 
 def parse_duration_s(v):

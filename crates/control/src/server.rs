@@ -65,12 +65,24 @@ pub async fn serve(
     let control = InterceptedService::new(ControlServer::new(service), AdminKeyCheck::new(admin_key));
     let incoming = tonic::transport::server::TcpIncoming::from(listener);
     tonic::transport::Server::builder()
+        .trace_fn(rpc_span)
         .add_service(health)
         .add_service(reflection)
         .add_service(control)
         .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
         .await?;
     Ok(())
+}
+
+/// One `skua.rpc` span per call, named after the gRPC method, when traces are exported
+/// (`skua_core::trace`); otherwise a disabled span.
+fn rpc_span(req: &tonic::codegen::http::Request<()>) -> tracing::Span {
+    if skua_core::trace::enabled() {
+        let method = req.uri().path();
+        tracing::info_span!(parent: None, "skua.rpc", otel.name = %method, rpc.system = "grpc", rpc.method = %method)
+    } else {
+        tracing::Span::none()
+    }
 }
 
 /// Binds `addr` for [`serve`].

@@ -15,6 +15,11 @@ pub fn install_capture(f: fn() -> Option<String>) {
     let _ = CAPTURE.set(f);
 }
 
+/// Whether traces are exported (a capture function is installed).
+pub fn enabled() -> bool {
+    CAPTURE.get().is_some()
+}
+
 /// The current span's `traceparent`, when tracing is exported and a span is active.
 pub fn capture() -> Option<String> {
     CAPTURE.get().and_then(|f| f())

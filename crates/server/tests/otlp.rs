@@ -1,7 +1,8 @@
 //! Trace export (operations issue, item 4): two real `skua` nodes export to an in-process
 //! OTLP/gRPC receiver, and one publish is one trace across them: `skua.publish` on the
 //! publisher's node, its `skua.bus.publish` child, and `skua.deliver` on the subscriber's node
-//! as a child of that bus span, through the context the MQTT envelope carries. Needs Mosquitto
+//! as a child of that bus span, through the context the MQTT envelope carries; and a
+//! control-plane call is a `skua.rpc` span named after its method. Needs Mosquitto
 //! (`SKUA_TEST_MQTT_URL`); without it the test skips loudly, under CI=true it fails.
 
 use std::net::SocketAddr;
@@ -16,6 +17,7 @@ use skua_testkit::process::SkuaProcess;
 
 const BIN: &str = env!("CARGO_BIN_EXE_skua");
 const TOPIC: &str = "demo/general/messages";
+const KEY: &str = "otlp-test-admin-key";
 
 /// One received span: (node, name, trace id, span id, parent span id).
 #[derive(Debug, Clone)]
@@ -90,14 +92,18 @@ async fn one_publish_is_one_trace_across_two_nodes() {
     let (addr, receiver) = start_receiver().await;
     let endpoint = format!("http://{addr}");
     let ns = unique_namespace();
-    let node = |id: &str| {
+    let grpc: SocketAddr = format!("127.0.0.1:{}", skua_testkit::process::free_port()).parse().expect("address");
+    let grpc_arg = grpc.to_string();
+    let node = |id: &str, grpc: &str| {
         let args = ["--dev", "--store", "memory", "--bus", &mqtt, "--namespace", &ns, "--node-id", id];
         let mut args = args.to_vec();
-        args.extend(["--otlp-endpoint", &endpoint]);
+        args.extend(["--otlp-endpoint", &endpoint, "--grpc-listen", grpc, "--admin-key", KEY]);
         SkuaProcess::spawn(BIN, &args)
     };
-    let mut publisher_node = node("otlp-a");
-    let mut subscriber_node = node("otlp-b");
+    let mut publisher_node = node("otlp-a", &grpc_arg);
+    let mut subscriber_node = node("otlp-b", "");
+    let mut control = skua_testkit::control::connect(grpc, Some(KEY)).await;
+    control.list_projects(skua_control::pb::ListProjectsRequest {}).await.expect("ListProjects");
 
     let mut alice = WsClient::connect(&subscriber_node.url()).await;
     alice.auth_ok("dev-token-alice", 2).await;
@@ -123,4 +129,8 @@ async fn one_publish_is_one_trace_across_two_nodes() {
         .unwrap_or_else(|| panic!("no skua.deliver span on the other node in the publish's trace: {spans:#?}"));
     assert_eq!(deliver.parent, bus.id, "the delivery continues from the publisher's bus span");
     assert!(find("otlp-b", "skua.connection").count() >= 1, "connection spans are exported");
+    assert!(
+        spans.iter().any(|s| s.node == "otlp-a" && s.name == "/skua.control.v1.Control/ListProjects"),
+        "the control-plane call is a span: {spans:#?}"
+    );
 }
