@@ -5,7 +5,8 @@
 //! Spans: `skua.connection` (one per WebSocket, for its lifetime), `skua.publish` (a root per
 //! client publish), `skua.<slot>.<op>` (each bus, store and presence operation, children of
 //! whatever is current), and `skua.deliver` (on every node the publication reaches, a child of
-//! the publisher's `bus.publish` span through the context the bus carries).
+//! the publisher's `bus.publish` span through the context the bus carries). The control plane's
+//! `skua.rpc` spans come from `skua-control`, gated on `skua_core::trace::enabled`.
 
 use std::sync::OnceLock;
 
