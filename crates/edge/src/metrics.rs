@@ -48,7 +48,7 @@ pub struct Metrics {
     /// Frames received, by client frame `type` (plus `heartbeat` and `invalid`).
     pub frames_in_by_type: Family,
     /// Frames queued for clients, by server frame `type` (plus `heartbeat`).
-    pub frames_out_by_type: Family,
+    pub frames_out_by_type: FrameTypes,
     /// `auth` replies, by result: `ok` or the auth failure string.
     pub auths: Family,
     /// Publishes refused, by the error string sent back.
@@ -214,43 +214,91 @@ impl HistogramFamily {
     }
 }
 
-/// The `type` of an encoded server frame, read from its first bytes: every frame Skua encodes
-/// starts with its `type` key. Unknown types are `other`, so the label set stays fixed.
+/// Server frame types counted by [`FrameTypes`], in a fixed order; then `heartbeat`, `other`.
+const FRAME_TYPES: [&str; 19] = [
+    "auth",
+    "reauth",
+    "subscribed",
+    "unsubscribed",
+    "published",
+    "filtersUpdated",
+    "message",
+    "presence",
+    "presenceList",
+    "lobbySubscribed",
+    "lobbyPresenceList",
+    "lobbyUnsubscribed",
+    "lobbyPresence",
+    "replayStart",
+    "replayEnd",
+    "error",
+    "disconnect",
+    "heartbeat",
+    "other",
+];
+
+/// A counter per server frame type: a fixed array, no lock and no map on the delivery path.
+#[derive(Debug, Default)]
+pub struct FrameTypes {
+    counts: [AtomicU64; FRAME_TYPES.len()],
+}
+
+impl FrameTypes {
+    /// Counts one encoded frame.
+    pub fn inc_frame(&self, frame: &[u8]) {
+        self.inc_index(frame_type_index(frame));
+    }
+
+    /// Counts one frame of type `FRAME_TYPES[i]` (from [`frame_type_index`]).
+    pub(crate) fn inc_index(&self, i: usize) {
+        if let Some(c) = self.counts.get(i) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The counter of `label` (0 when never counted or unknown).
+    pub fn get(&self, label: &str) -> u64 {
+        FRAME_TYPES.iter().position(|t| *t == label).map_or(0, |i| self.counts[i].load(Ordering::Relaxed))
+    }
+
+    /// Every (label, count) counted at least once, in label order.
+    pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
+        let mut out: Vec<(&'static str, u64)> = FRAME_TYPES
+            .iter()
+            .zip(&self.counts)
+            .map(|(t, c)| (*t, c.load(Ordering::Relaxed)))
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        out.sort_unstable_by_key(|(t, _)| *t);
+        out
+    }
+}
+
+/// The `type` of an encoded server frame (`heartbeat` for an empty one, `other` when it is not
+/// one of ours).
 pub fn server_frame_type(frame: &[u8]) -> &'static str {
-    const TYPES: [&str; 17] = [
-        "auth",
-        "reauth",
-        "subscribed",
-        "unsubscribed",
-        "published",
-        "filtersUpdated",
-        "message",
-        "presence",
-        "presenceList",
-        "lobbySubscribed",
-        "lobbyPresenceList",
-        "lobbyUnsubscribed",
-        "lobbyPresence",
-        "replayStart",
-        "replayEnd",
-        "error",
-        "disconnect",
-    ];
+    FRAME_TYPES[frame_type_index(frame)]
+}
+
+/// The index in `FRAME_TYPES` of an encoded server frame's type.
+pub(crate) fn frame_type_index(frame: &[u8]) -> usize {
+    const HEARTBEAT: usize = FRAME_TYPES.len() - 2;
+    const OTHER: usize = FRAME_TYPES.len() - 1;
     if frame.is_empty() {
-        return "heartbeat";
+        return HEARTBEAT;
     }
     let rest = match frame[0] {
         0x80..=0x8f => &frame[1..],
         0xde => frame.get(3..).unwrap_or_default(),
-        _ => return "other",
+        _ => return OTHER,
     };
-    let Some(rest) = rest.strip_prefix(b"\xa4type") else { return "other" };
+    let Some(rest) = rest.strip_prefix(b"\xa4type") else { return OTHER };
     let value = match rest.first() {
         Some(&b @ 0xa0..=0xbf) => rest.get(1..1 + usize::from(b & 0x1f)),
         Some(0xd9) => rest.get(1).and_then(|n| rest.get(2..2 + usize::from(*n))),
         _ => None,
     };
-    value.and_then(|v| TYPES.iter().find(|t| t.as_bytes() == v)).copied().unwrap_or("other")
+    value.and_then(|v| FRAME_TYPES[..HEARTBEAT].iter().position(|t| t.as_bytes() == v)).unwrap_or(OTHER)
 }
 
 #[cfg(test)]

@@ -99,11 +99,11 @@ impl ConnHandle {
             self.overflow();
             return false;
         }
-        let ty = crate::metrics::server_frame_type(&frame);
+        let ty = crate::metrics::frame_type_index(&frame);
         match self.tx.try_send(frame) {
             Ok(()) => {
                 self.metrics.frames_out.fetch_add(1, Ordering::Relaxed);
-                self.metrics.frames_out_by_type.inc(ty);
+                self.metrics.frames_out_by_type.inc_index(ty);
                 self.metrics.outbound_queued_frames.fetch_add(1, Ordering::Relaxed);
                 self.metrics.outbound_queued_bytes.fetch_add(len as i64, Ordering::Relaxed);
                 true
