@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::RwLock;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Node-wide counters. Labels never carry topic, actor or connection ids.
@@ -58,10 +58,6 @@ pub struct Metrics {
     /// Replays, by kind: `retained` (a retained message replayed to a new subscription) and
     /// `restored_subscription` (a subscription restored by `reconnect:true`).
     pub replays_by_kind: Family,
-    /// Frames queued in every connection's outbound queue right now.
-    pub outbound_queued_frames: AtomicI64,
-    /// Bytes queued in every connection's outbound queue right now.
-    pub outbound_queued_bytes: AtomicI64,
     /// Latency of bus, store and presence operations, by (slot, operation).
     pub backend_latency: HistogramFamily,
     /// Failed bus, store and presence operations, by (slot, operation).

@@ -63,7 +63,6 @@ pub struct ConnHandle {
 #[derive(Debug)]
 pub struct Outbox {
     rx: mpsc::Receiver<Bytes>,
-    metrics: std::sync::Arc<Metrics>,
 }
 
 impl ConnHandle {
@@ -81,9 +80,9 @@ impl ConnHandle {
             drained: Notify::new(),
             room_waiters: AtomicUsize::new(0),
             max_messages: max_messages.max(1),
-            metrics: metrics.clone(),
+            metrics,
         };
-        (handle, Outbox { rx, metrics })
+        (handle, Outbox { rx })
     }
 
     /// Queues one encoded frame. Returns `false` when the frame was not queued: the connection
@@ -104,8 +103,6 @@ impl ConnHandle {
             Ok(()) => {
                 self.metrics.frames_out.fetch_add(1, Ordering::Relaxed);
                 self.metrics.frames_out_by_type.inc_index(ty);
-                self.metrics.outbound_queued_frames.fetch_add(1, Ordering::Relaxed);
-                self.metrics.outbound_queued_bytes.fetch_add(len as i64, Ordering::Relaxed);
                 true
             }
             Err(mpsc::error::TrySendError::Full(_)) => {
@@ -174,6 +171,11 @@ impl ConnHandle {
         self.metrics.closes.inc(if req == CloseRequest::GONE { "peer_gone" } else { req.reason });
     }
 
+    /// Frames currently queued.
+    pub fn queued_frames(&self) -> usize {
+        self.max_messages.saturating_sub(self.tx.capacity())
+    }
+
     /// Bytes currently queued.
     pub fn queued_bytes(&self) -> usize {
         self.queued_bytes.load(Ordering::Acquire)
@@ -224,7 +226,6 @@ impl Outbox {
     pub async fn recv(&mut self, handle: &ConnHandle) -> Option<Bytes> {
         let f = self.rx.recv().await?;
         handle.popped(f.len());
-        self.popped(f.len());
         Some(f)
     }
 
@@ -232,23 +233,7 @@ impl Outbox {
     pub fn try_recv(&mut self, handle: &ConnHandle) -> Option<Bytes> {
         let f = self.rx.try_recv().ok()?;
         handle.popped(f.len());
-        self.popped(f.len());
         Some(f)
-    }
-
-    fn popped(&self, len: usize) {
-        self.metrics.outbound_queued_frames.fetch_sub(1, Ordering::Relaxed);
-        self.metrics.outbound_queued_bytes.fetch_sub(len as i64, Ordering::Relaxed);
-    }
-}
-
-impl Drop for Outbox {
-    /// Frames never written leave the node-wide queue gauges with the connection.
-    fn drop(&mut self) {
-        self.rx.close();
-        while let Ok(f) = self.rx.try_recv() {
-            self.popped(f.len());
-        }
     }
 }
 
