@@ -15,6 +15,14 @@ pub async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
     let mut s = TcpStream::connect(addr).await.expect("connect");
     let req = format!("GET {path} HTTP/1.1\r\nHost: skua\r\nConnection: close\r\n\r\n");
     s.write_all(req.as_bytes()).await.expect("write request");
+    read_response(s).await
+}
+
+/// Reads an HTTP response to the end: its status code and body.
+///
+/// # Panics
+/// When it does not end within 5 s or has no status line.
+pub async fn read_response(mut s: TcpStream) -> (u16, String) {
     let mut buf = Vec::new();
     tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf))
         .await

@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures_util::{SinkExt, StreamExt};
 use rmpv::Value;
 use skua_testkit::{Event, TestServer, encode, frame};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_tungstenite::WebSocketStream;
@@ -234,17 +234,8 @@ async fn http_open(addr: SocketAddr, request: &str) -> TcpStream {
 }
 
 /// Reads an HTTP response to the end and returns its status code and body.
-async fn http_response(mut s: TcpStream) -> (u16, String) {
-    let mut buf = Vec::new();
-    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf))
-        .await
-        .expect("response within 5 s")
-        .expect("read response");
-    let text = String::from_utf8_lossy(&buf).into_owned();
-    let status =
-        text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or_else(|| panic!("no status line: {text:?}"));
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
-    (status, body)
+async fn http_response(s: TcpStream) -> (u16, String) {
+    skua_testkit::http::read_response(s).await
 }
 
 async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
