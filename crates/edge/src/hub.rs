@@ -177,7 +177,8 @@ struct FrameCache(Vec<(Arc<str>, Bytes)>);
 
 impl FrameCache {
     fn get(&mut self, echo: &Arc<str>, p: &Publication) -> Bytes {
-        if let Some((_, b)) = self.0.iter().find(|(e, _)| e == echo) {
+        // Pointer first: subscriptions of one topic string usually share one `Arc`.
+        if let Some((_, b)) = self.0.iter().find(|(e, _)| Arc::ptr_eq(e, echo) || e == echo) {
             return b.clone();
         }
         let b = message_frame(echo, p);
@@ -304,6 +305,14 @@ impl Hub {
         let mut topics = write(&self.topics);
         let entry = topics.entry(address.clone()).or_default();
         let old = entry.subs.iter().position(|s| s.conn.id == sub.conn.id).map(|i| entry.subs.swap_remove(i));
+        let mut sub = sub;
+        // Share the topic string with the previous subscription when it is the same (it nearly
+        // always is), so the dispatcher's per-string frame cache matches by pointer.
+        if let Some(last) = entry.subs.last()
+            && last.echo == sub.echo
+        {
+            sub.echo = last.echo.clone();
+        }
         if let Some(f) = first {
             sub.conn.push(f);
         }
@@ -481,6 +490,9 @@ impl Hub {
         };
         let mut frames = FrameCache::default();
         let mut delivered = 0u64;
+        // Frames queued here, counted once for the whole fan-out (durable offers are counted
+        // when their task queues them).
+        let mut queued = 0u64;
         match route {
             Route::Plain => {
                 if p.retain {
@@ -503,8 +515,9 @@ impl Hub {
                         delivered += 1;
                         continue;
                     }
-                    if sub.conn.push(frames.get(&sub.echo, p)) {
+                    if sub.conn.push_uncounted(frames.get(&sub.echo, p)) {
                         delivered += 1;
+                        queued += 1;
                     }
                 }
             }
@@ -521,14 +534,19 @@ impl Hub {
                         {
                             d.offer(env);
                             delivered += 1;
-                        } else if sub.conn.push(frames.get(&sub.echo, p)) {
+                        } else if sub.conn.push_uncounted(frames.get(&sub.echo, p)) {
                             delivered += 1;
+                            queued += 1;
                         }
                     }
                 }
             }
         }
         self.metrics.deliveries.fetch_add(delivered, Ordering::Relaxed);
+        if queued > 0 {
+            self.metrics.frames_out.fetch_add(queued, Ordering::Relaxed);
+            self.metrics.frames_out_by_type.add_index(crate::metrics::MESSAGE_INDEX, queued);
+        }
         delivered
     }
 

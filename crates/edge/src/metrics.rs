@@ -212,13 +212,14 @@ impl HistogramFamily {
 
 /// Server frame types counted by [`FrameTypes`], in a fixed order; then `heartbeat`, `other`.
 const FRAME_TYPES: [&str; 19] = [
+    // First: the most frequent, found first by `frame_type_index`.
+    "message",
     "auth",
     "reauth",
     "subscribed",
     "unsubscribed",
     "published",
     "filtersUpdated",
-    "message",
     "presence",
     "presenceList",
     "lobbySubscribed",
@@ -247,8 +248,13 @@ impl FrameTypes {
 
     /// Counts one frame of type `FRAME_TYPES[i]` (from [`frame_type_index`]).
     pub(crate) fn inc_index(&self, i: usize) {
+        self.add_index(i, 1);
+    }
+
+    /// Counts `n` frames of type `FRAME_TYPES[i]`.
+    pub(crate) fn add_index(&self, i: usize, n: u64) {
         if let Some(c) = self.counts.get(i) {
-            c.fetch_add(1, Ordering::Relaxed);
+            c.fetch_add(n, Ordering::Relaxed);
         }
     }
 
@@ -275,6 +281,10 @@ impl FrameTypes {
 pub fn server_frame_type(frame: &[u8]) -> &'static str {
     FRAME_TYPES[frame_type_index(frame)]
 }
+
+/// The index of `message` in `FRAME_TYPES`.
+pub(crate) const MESSAGE_INDEX: usize = 0;
+const _: () = assert!(matches!(FRAME_TYPES[MESSAGE_INDEX].as_bytes(), b"message"));
 
 /// The index in `FRAME_TYPES` of an encoded server frame's type.
 pub(crate) fn frame_type_index(frame: &[u8]) -> usize {

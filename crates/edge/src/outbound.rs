@@ -3,14 +3,21 @@
 //! Producers (the hub's dispatcher, the session) never wait: `push` either queues the frame or,
 //! when either bound would be exceeded, marks the connection a slow consumer, which closes it
 //! with 4008 (N28). The writer task drains the queue into the socket.
+//!
+//! The queue is a `VecDeque` behind a mutex with one waker, the writer's. Producers wake the
+//! writer only when it is parked on an empty queue; the writer takes everything queued in one
+//! lock (swapping buffers) and gives the counts back once per written batch. A queue that has
+//! never held a frame allocates nothing, and buffers grown by a burst are shrunk when it ends.
 
+use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::task::{Context, Poll, Waker};
 
 use bytes::Bytes;
 use skua_core::ConnId;
 use skua_protocol::codes::{close, reason};
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::Notify;
 
 use crate::metrics::Metrics;
 
@@ -40,81 +47,115 @@ impl CloseRequest {
     pub const GONE: Self = Self { code: 1006, reason: "" };
 }
 
+/// Frames a writer keeps capacity for between bursts; larger buffers are shrunk when idle.
+const IDLE_CAPACITY: usize = 16;
+
+#[derive(Debug, Default)]
+struct Queue {
+    frames: VecDeque<Bytes>,
+    /// Frames and bytes queued and not yet written: those in `frames` plus those the writer
+    /// has taken and not yet given back with [`ConnHandle::written`].
+    count: usize,
+    bytes: usize,
+    /// The writer, while it waits on an empty queue.
+    writer: Option<Waker>,
+    close_request: Option<CloseRequest>,
+}
+
 /// The sending half of a connection, shared by the session and the hub.
 #[derive(Debug)]
 pub struct ConnHandle {
     /// The connection.
     pub id: ConnId,
-    tx: mpsc::Sender<Bytes>,
-    queued_bytes: AtomicUsize,
+    // std Mutex: a few field updates per operation, never held across an await.
+    queue: Mutex<Queue>,
+    max_messages: usize,
     max_bytes: usize,
     closing: AtomicBool,
-    // std Mutex: set once, read once by the writer; never held across an await.
-    close_request: Mutex<Option<CloseRequest>>,
     close_notify: Notify,
-    /// Woken as frames leave the queue while someone waits in [`Self::room`].
+    /// The reader loop's waker for a close request: polled on every inbound frame, so it is
+    /// an atomic register rather than a `Notify` registration.
+    reader: futures_util::task::AtomicWaker,
+    /// Woken as frames are written while someone waits in [`Self::room`].
     drained: Notify,
     room_waiters: AtomicUsize,
-    max_messages: usize,
     metrics: std::sync::Arc<Metrics>,
 }
 
-/// The receiving half, owned by the writer task.
-#[derive(Debug)]
+/// The receiving half, owned by the writer task: the frames it has taken from the queue.
+#[derive(Debug, Default)]
 pub struct Outbox {
-    rx: mpsc::Receiver<Bytes>,
+    taken: VecDeque<Bytes>,
+}
+
+/// What [`Outbox::poll_take`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Take {
+    /// Frames are in the outbox.
+    Frames,
+    /// A close was requested; the frames still queued stay there.
+    Closing,
 }
 
 impl ConnHandle {
     /// A connection handle with a queue of at most `max_messages` frames and `max_bytes` bytes.
     pub fn new(id: ConnId, max_messages: usize, max_bytes: usize, metrics: std::sync::Arc<Metrics>) -> (Self, Outbox) {
-        let (tx, rx) = mpsc::channel(max_messages.max(1));
         let handle = Self {
             id,
-            tx,
-            queued_bytes: AtomicUsize::new(0),
+            queue: Mutex::new(Queue::default()),
+            max_messages: max_messages.max(1),
             max_bytes,
             closing: AtomicBool::new(false),
-            close_request: Mutex::new(None),
             close_notify: Notify::new(),
+            reader: futures_util::task::AtomicWaker::new(),
             drained: Notify::new(),
             room_waiters: AtomicUsize::new(0),
-            max_messages: max_messages.max(1),
             metrics,
         };
-        (handle, Outbox { rx })
+        (handle, Outbox::default())
     }
 
-    /// Queues one encoded frame. Returns `false` when the frame was not queued: the connection
-    /// is closing, or this push overflowed the queue (which starts the 4008 close).
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Queues one encoded frame and counts it in the `frames_out` metrics. Returns `false`
+    /// when the frame was not queued: the connection is closing, or this push overflowed the
+    /// queue (which starts the 4008 close).
     pub fn push(&self, frame: Bytes) -> bool {
+        let ty = crate::metrics::frame_type_index(&frame);
+        let queued = self.push_uncounted(frame);
+        if queued {
+            self.metrics.frames_out.fetch_add(1, Ordering::Relaxed);
+            self.metrics.frames_out_by_type.inc_index(ty);
+        }
+        queued
+    }
+
+    /// [`Self::push`] without the metrics: for the hub, which counts a whole fan-out at once.
+    pub(crate) fn push_uncounted(&self, frame: Bytes) -> bool {
         if self.closing.load(Ordering::Relaxed) {
             return false;
         }
         let len = frame.len();
-        let before = self.queued_bytes.fetch_add(len, Ordering::AcqRel);
-        if before + len > self.max_bytes && before > 0 {
-            self.queued_bytes.fetch_sub(len, Ordering::AcqRel);
+        let mut q = self.lock();
+        if q.close_request.is_some() {
+            return false;
+        }
+        if q.count >= self.max_messages || (q.bytes + len > self.max_bytes && q.bytes > 0) {
+            drop(q);
             self.overflow();
             return false;
         }
-        let ty = crate::metrics::frame_type_index(&frame);
-        match self.tx.try_send(frame) {
-            Ok(()) => {
-                self.metrics.frames_out.fetch_add(1, Ordering::Relaxed);
-                self.metrics.frames_out_by_type.inc_index(ty);
-                true
-            }
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                self.queued_bytes.fetch_sub(len, Ordering::AcqRel);
-                self.overflow();
-                false
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => {
-                self.queued_bytes.fetch_sub(len, Ordering::AcqRel);
-                false
-            }
+        q.count += 1;
+        q.bytes += len;
+        q.frames.push_back(frame);
+        let writer = q.writer.take();
+        drop(q);
+        if let Some(w) = writer {
+            w.wake();
         }
+        true
     }
 
     fn overflow(&self) {
@@ -127,21 +168,33 @@ impl ConnHandle {
     /// Asks the writer to close the socket with `req`. The first request wins; returns whether
     /// this was it.
     pub fn request_close(&self, req: CloseRequest) -> bool {
-        let mut slot = self.close_request.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if slot.is_some() {
+        let mut q = self.lock();
+        if q.close_request.is_some() {
             return false;
         }
-        *slot = Some(req);
+        q.close_request = Some(req);
         self.closing.store(true, Ordering::Release);
-        drop(slot);
+        let writer = q.writer.take();
+        drop(q);
+        if let Some(w) = writer {
+            w.wake();
+        }
         // Every waiter registered itself before checking `closing` (see `closed`).
         self.close_notify.notify_waiters();
+        self.reader.wake();
         true
+    }
+
+    /// Ready once a close was requested: [`Self::closed`] for the connection's reader loop,
+    /// which polls it on every inbound frame.
+    pub fn poll_closed_reader(&self, cx: &mut Context<'_>) -> Poll<()> {
+        self.reader.register(cx.waker());
+        if self.is_closing() { Poll::Ready(()) } else { Poll::Pending }
     }
 
     /// The close that was requested, if any.
     pub fn close_requested(&self) -> Option<CloseRequest> {
-        *self.close_request.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.lock().close_request
     }
 
     /// Whether a close was requested.
@@ -171,25 +224,31 @@ impl ConnHandle {
         self.metrics.closes.inc(if req == CloseRequest::GONE { "peer_gone" } else { req.reason });
     }
 
-    /// Frames currently queued.
+    /// Frames queued and not yet written.
     pub fn queued_frames(&self) -> usize {
-        self.max_messages.saturating_sub(self.tx.capacity())
+        self.lock().count
     }
 
-    /// Bytes currently queued.
+    /// Bytes queued and not yet written.
     pub fn queued_bytes(&self) -> usize {
-        self.queued_bytes.load(Ordering::Acquire)
+        self.lock().bytes
     }
 
-    fn popped(&self, len: usize) {
-        self.queued_bytes.fetch_sub(len, Ordering::AcqRel);
+    /// The writer wrote `frames` frames of `bytes` bytes that it had taken.
+    pub fn written(&self, frames: usize, bytes: usize) {
+        {
+            let mut q = self.lock();
+            q.count = q.count.saturating_sub(frames);
+            q.bytes = q.bytes.saturating_sub(bytes);
+        }
         if self.room_waiters.load(Ordering::Acquire) > 0 {
             self.drained.notify_waiters();
         }
     }
 
     fn has_room(&self) -> bool {
-        self.tx.capacity() * 2 >= self.max_messages && self.queued_bytes() * 2 <= self.max_bytes
+        let q = self.lock();
+        q.count * 2 <= self.max_messages && q.bytes * 2 <= self.max_bytes
     }
 
     /// Waits until the queue is at most half full (by frames and by bytes), or the connection
@@ -219,20 +278,73 @@ impl ConnHandle {
 }
 
 impl Outbox {
-    /// Waits for the next frame; `None` once every handle is gone.
-    ///
-    /// # Cancel safety
-    /// Cancel safe (as `mpsc::Receiver::recv`).
-    pub async fn recv(&mut self, handle: &ConnHandle) -> Option<Bytes> {
-        let f = self.rx.recv().await?;
-        handle.popped(f.len());
-        Some(f)
+    /// Moves every queued frame into the outbox, or waits (registering the writer's waker)
+    /// while the queue is empty. A requested close is reported first.
+    pub fn poll_take(&mut self, handle: &ConnHandle, cx: &mut Context<'_>) -> Poll<Take> {
+        let mut q = handle.lock();
+        if q.close_request.is_some() {
+            return Poll::Ready(Take::Closing);
+        }
+        if self.take_locked(&mut q) {
+            return Poll::Ready(Take::Frames);
+        }
+        if !q.writer.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            q.writer = Some(cx.waker().clone());
+        }
+        Poll::Pending
     }
 
-    /// The next frame if one is queued.
+    /// Waits for frames (true) or a close request (false).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: frames taken stay in the outbox.
+    pub async fn take(&mut self, handle: &ConnHandle) -> bool {
+        std::future::poll_fn(|cx| self.poll_take(handle, cx)).await == Take::Frames
+    }
+
+    /// Moves what is queued into the outbox without waiting; false when nothing was queued.
+    pub fn try_take(&mut self, handle: &ConnHandle) -> bool {
+        self.take_locked(&mut handle.lock())
+    }
+
+    fn take_locked(&mut self, q: &mut Queue) -> bool {
+        if q.frames.is_empty() {
+            return false;
+        }
+        if self.taken.is_empty() {
+            // One swap instead of a pop per frame; the emptied buffer goes back to producers.
+            std::mem::swap(&mut self.taken, &mut q.frames);
+        } else {
+            self.taken.extend(q.frames.drain(..));
+        }
+        true
+    }
+
+    /// The next taken frame.
+    pub fn pop(&mut self) -> Option<Bytes> {
+        self.taken.pop_front()
+    }
+
+    /// Whether frames are taken and not yet popped.
+    pub fn is_empty(&self) -> bool {
+        self.taken.is_empty()
+    }
+
+    /// Gives back the memory a burst grew this buffer to; called when the writer goes idle.
+    pub fn shrink(&mut self) {
+        if self.taken.is_empty() && self.taken.capacity() > IDLE_CAPACITY {
+            self.taken = VecDeque::new();
+        }
+    }
+
+    /// The next frame, taking from the queue when the outbox is empty; for tests and for the
+    /// final drain before a close.
     pub fn try_recv(&mut self, handle: &ConnHandle) -> Option<Bytes> {
-        let f = self.rx.try_recv().ok()?;
-        handle.popped(f.len());
+        if self.taken.is_empty() {
+            self.try_take(handle);
+        }
+        let f = self.taken.pop_front()?;
+        handle.written(1, f.len());
         Some(f)
     }
 }
@@ -264,5 +376,86 @@ mod tests {
         assert!(h.push(Bytes::from(vec![0; 50])));
         assert_eq!(rx.try_recv(&h).map(|b| b.len()), Some(50));
         assert_eq!(h.queued_bytes(), 0);
+    }
+
+    /// Counts wake-ups.
+    #[derive(Default)]
+    struct Wakes(AtomicUsize);
+
+    impl std::task::Wake for Wakes {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn counting_waker() -> (std::sync::Arc<Wakes>, Waker) {
+        let w = std::sync::Arc::new(Wakes::default());
+        (w.clone(), Waker::from(w))
+    }
+
+    #[test]
+    fn a_parked_writer_is_woken_once_and_takes_every_queued_frame() {
+        let (h, mut out) = ConnHandle::new(ConnId(1), 8, 1000, std::sync::Arc::new(Metrics::default()));
+        let (wakes, waker) = counting_waker();
+        let mut cx = Context::from_waker(&waker);
+        assert_eq!(out.poll_take(&h, &mut cx), Poll::Pending);
+        for b in [&b"a"[..], b"b", b"c"] {
+            assert!(h.push(Bytes::copy_from_slice(b)));
+        }
+        assert_eq!(wakes.0.load(Ordering::SeqCst), 1, "only the first push finds the writer parked");
+        assert_eq!(out.poll_take(&h, &mut cx), Poll::Ready(Take::Frames));
+        let taken: Vec<Bytes> = std::iter::from_fn(|| out.pop()).collect();
+        assert_eq!(taken, [&b"a"[..], b"b", b"c"]);
+        // Taken but not yet written frames still count against the bounds.
+        assert_eq!((h.queued_frames(), h.queued_bytes()), (3, 3));
+        h.written(3, 3);
+        assert_eq!((h.queued_frames(), h.queued_bytes()), (0, 0));
+    }
+
+    #[test]
+    fn frames_taken_and_not_written_count_toward_the_slow_consumer_bound() {
+        let (h, mut out) = ConnHandle::new(ConnId(1), 2, 1000, std::sync::Arc::new(Metrics::default()));
+        assert!(h.push(Bytes::from_static(b"a")));
+        assert!(h.push(Bytes::from_static(b"b")));
+        assert!(out.try_take(&h));
+        assert!(!h.push(Bytes::from_static(b"c")), "the writer has not written a or b yet");
+        assert_eq!(h.close_requested(), Some(CloseRequest::SLOW_CONSUMER));
+    }
+
+    #[test]
+    fn a_close_request_wakes_the_parked_writer_and_the_reader() {
+        let (h, mut out) = ConnHandle::new(ConnId(1), 8, 1000, std::sync::Arc::new(Metrics::default()));
+        let (writer_wakes, writer) = counting_waker();
+        let (reader_wakes, reader) = counting_waker();
+        assert_eq!(out.poll_take(&h, &mut Context::from_waker(&writer)), Poll::Pending);
+        assert_eq!(h.poll_closed_reader(&mut Context::from_waker(&reader)), Poll::Pending);
+        assert!(h.push(Bytes::from_static(b"bye")));
+        // The push woke the writer; it parks again before the close.
+        assert_eq!(out.poll_take(&h, &mut Context::from_waker(&writer)), Poll::Ready(Take::Frames));
+        assert_eq!(out.pop().as_deref(), Some(&b"bye"[..]));
+        assert_eq!(out.poll_take(&h, &mut Context::from_waker(&writer)), Poll::Pending);
+        assert!(h.push(Bytes::from_static(b"last")));
+        assert!(h.request_close(CloseRequest::TOKEN_EXPIRED));
+        assert_eq!(writer_wakes.0.load(Ordering::SeqCst), 2);
+        assert_eq!(reader_wakes.0.load(Ordering::SeqCst), 1);
+        assert_eq!(out.poll_take(&h, &mut Context::from_waker(&writer)), Poll::Ready(Take::Closing));
+        assert_eq!(h.poll_closed_reader(&mut Context::from_waker(&reader)), Poll::Ready(()));
+        // What was queued before the close is still there for the final drain.
+        assert_eq!(out.try_recv(&h).as_deref(), Some(&b"last"[..]));
+        assert!(!h.push(Bytes::from_static(b"late")));
+    }
+
+    #[test]
+    fn an_idle_writer_gives_back_what_a_burst_grew() {
+        let (h, mut out) = ConnHandle::new(ConnId(1), 4096, 1 << 20, std::sync::Arc::new(Metrics::default()));
+        for _ in 0..1000 {
+            assert!(h.push(Bytes::from_static(b"x")));
+        }
+        assert!(out.try_take(&h));
+        while out.pop().is_some() {}
+        h.written(1000, 1000);
+        out.shrink();
+        assert_eq!(out.taken.capacity(), 0);
+        assert!(h.lock().frames.capacity() <= IDLE_CAPACITY);
     }
 }
