@@ -68,23 +68,29 @@ async fn ws_upgrade(State(st): State<Arc<EdgeState>>, ws: WebSocketUpgrade) -> R
         .max_write_buffer_size(2 * max + 64 * 1024)
         .on_upgrade(move |socket| {
             // Runs in axum's upgrade task itself (no second task per connection), tracked so
-            // shutdown waits for it; the permit is held for the socket's life.
+            // shutdown waits for it; the permit is held for the socket's life. The socket is
+            // boxed until it is split: a future keeps the room of every value it captured,
+            // so passing it by value would hold two dead copies in every connection's task.
+            let socket = Box::new(socket);
             let tracker = st.tracker.clone();
-            tracker.track_future(async move {
+            let connection = async move {
                 let id = st.next_conn_id();
                 let span = crate::trace::connection_span(id, &st.node);
                 run_connection(socket, st, id).instrument(span).await;
                 drop(permit);
-            })
+            };
+            tracker.track_future(connection)
         })
 }
 
 /// Serves one WebSocket until it closes.
-async fn run_connection(socket: WebSocket, st: Arc<EdgeState>, id: skua_core::ConnId) {
+async fn run_connection(socket: Box<WebSocket>, st: Arc<EdgeState>, id: skua_core::ConnId) {
     st.metrics.connections_opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let (handle, outbox) =
         ConnHandle::new(id, st.config.outbound_queue_messages, st.config.outbound_queue_bytes, st.metrics.clone());
     let handle = Arc::new(handle);
+    // Out of the box at once: the box's memory is freed here, not when the function returns.
+    let socket = *socket;
     let (sink, stream) = socket.split();
     let writer = st.tracker.spawn(write_loop(sink, outbox, handle.clone(), st.config.close_timeout));
     let mut session = Session::new(st.clone(), handle.clone());
@@ -127,13 +133,14 @@ async fn read_loop(
 ) {
     // Every waiter lives across iterations: a frame costs polls of already registered
     // futures, not new timer and notification registrations (docs/benchmarks.md, pairs).
+    // One timer for both the idle timeout and the token expiry, whichever is due first; it
+    // is moved only when it fires or the expiry changes, not on every frame.
     let idle = st.config.idle_timeout;
     let mut last_activity = Instant::now();
-    let idle_sleep = sleep_until(last_activity + idle);
-    tokio::pin!(idle_sleep);
     let mut expiry = session.expires_at();
-    let expiry_sleep = sleep_until(deadline_of(expiry));
-    tokio::pin!(expiry_sleep);
+    let mut expiry_deadline = deadline_of(expiry);
+    let timer = sleep_until((last_activity + idle).min(expiry_deadline));
+    tokio::pin!(timer);
     let shutdown = st.shutdown.cancelled();
     tokio::pin!(shutdown);
     let closed = std::future::poll_fn(|cx| handle.poll_closed_reader(cx));
@@ -150,18 +157,18 @@ async fn read_loop(
                 return;
             }
             () = &mut closed => return,
-            () = &mut idle_sleep => {
-                // The timer is moved only when it fires, not on every frame.
-                let due = last_activity + idle;
-                if due <= Instant::now() {
+            () = &mut timer => {
+                let now = Instant::now();
+                if expiry_deadline <= now {
+                    token_expired(handle);
+                    return;
+                }
+                let idle_due = last_activity + idle;
+                if idle_due <= now {
                     handle.request_close(CloseRequest::IDLE_TIMEOUT);
                     return;
                 }
-                idle_sleep.as_mut().reset(due);
-            }
-            () = &mut expiry_sleep => {
-                token_expired(handle);
-                return;
+                timer.as_mut().reset(idle_due.min(expiry_deadline));
             }
             (r, mut rx) = change.get_pin() => {
                 if r.is_err() {
@@ -228,7 +235,8 @@ async fn read_loop(
                 }
                 if session.expires_at() != expiry {
                     expiry = session.expires_at();
-                    expiry_sleep.as_mut().reset(deadline_of(expiry));
+                    expiry_deadline = deadline_of(expiry);
+                    timer.as_mut().reset((last_activity + idle).min(expiry_deadline));
                 }
             }
         }
@@ -279,7 +287,9 @@ async fn write_loop(
     }
     let req = handle.close_requested().unwrap_or(CloseRequest::GONE);
     handle.count_close(req);
-    let _ = tokio::time::timeout(close_timeout, async {
+    // Boxed: the close path (a timer and the close frame) lives only while closing, instead of
+    // enlarging every connection's writer task.
+    let _ = Box::pin(tokio::time::timeout(close_timeout, async {
         if req != CloseRequest::GONE {
             // Frames queued before the close (a `disconnect` before 4003) still go out, except
             // to a slow consumer, whose queue is what overflowed.
@@ -294,7 +304,7 @@ async fn write_loop(
             let _ = sink.send(Message::Close(Some(frame))).await;
         }
         let _ = sink.close().await;
-    })
+    }))
     .await;
 }
 
