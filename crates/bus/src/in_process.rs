@@ -21,14 +21,17 @@
 //! - **Backpressure**: `publish` awaits each full receiver; nothing is dropped and nothing is
 //!   buffered without bound. A node whose receiver was dropped is removed with its subscriptions;
 //!   deliveries to it are discarded and are not an error for the publisher.
+//! - **Sinks**: a node that set a sink ([`Bus::set_sink`]) is offered each delivery first, on
+//!   the publisher's task and under the channel's turn, so the order above holds whether the
+//!   sink takes it or hands it back to the receiver.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use async_trait::async_trait;
 use skua_core::{
-    Bus, BusDelivery, BusError, BusSubscription, Envelope, GroupKey, NodeId, RoomKey, Route, TopicAddress,
+    Bus, BusDelivery, BusError, BusSubscription, DeliverySink, Envelope, GroupKey, NodeId, RoomKey, Route, TopicAddress,
 };
 use tokio::sync::{Mutex as TurnLock, mpsc};
 use tracing::{debug, warn};
@@ -72,7 +75,7 @@ impl InProcessBus {
             let mut state = self.shared.lock();
             let slot = state.next_slot;
             state.next_slot += 1;
-            state.nodes.insert(slot, NodeEntry { node: node.clone(), tx, subs: HashSet::new() });
+            state.nodes.insert(slot, NodeEntry { node: node.clone(), tx, sink: None, subs: HashSet::new() });
             slot
         };
         debug!(%node, slot, "Node connected to the in-process bus.");
@@ -139,6 +142,8 @@ struct State {
 struct NodeEntry {
     node: NodeId,
     tx: mpsc::Sender<BusDelivery>,
+    /// Offered each delivery before `tx` ([`Bus::set_sink`]).
+    sink: Option<Weak<dyn DeliverySink>>,
     /// The source of truth for idempotence; the channels' sets mirror it.
     subs: HashSet<BusSubscription>,
 }
@@ -338,7 +343,7 @@ impl State {
     }
 
     /// Every delivery of a live envelope on channel `at`, as (sender, route, receiving node).
-    fn targets(&mut self, at: ChannelRef<'_>, filter: Option<&str>) -> Vec<(mpsc::Sender<BusDelivery>, Route, Slot)> {
+    fn targets(&mut self, at: ChannelRef<'_>, filter: Option<&str>) -> Vec<(Target, Route, Slot)> {
         let State { nodes, topics, rooms, .. } = self;
         let Some(c) = channel(topics, rooms, at) else {
             return Vec::new();
@@ -347,7 +352,7 @@ impl State {
         let mut targets = Vec::with_capacity(c.all.len() + keyed.map_or(0, HashSet::len) + c.groups.len());
         let mut push = |slot: Slot, route: Route| {
             if let Some(node) = nodes.get(&slot) {
-                targets.push((node.tx.clone(), route, slot));
+                targets.push((Target { tx: node.tx.clone(), sink: node.sink.clone() }, route, slot));
             }
         };
         for &slot in &c.all {
@@ -371,6 +376,26 @@ impl State {
             }
         }
         targets
+    }
+}
+
+/// Where one delivery goes: the node's sink first, when it has one, then its receiver.
+struct Target {
+    tx: mpsc::Sender<BusDelivery>,
+    sink: Option<Weak<dyn DeliverySink>>,
+}
+
+impl Target {
+    /// Hands over `delivery`, waiting while the receiver is full; false when the node is gone.
+    async fn deliver(&self, delivery: BusDelivery) -> bool {
+        let delivery = match self.sink.as_ref().and_then(Weak::upgrade) {
+            Some(sink) => match sink.try_deliver(delivery) {
+                None => return true,
+                Some(d) => d,
+            },
+            None => delivery,
+        };
+        self.tx.send(delivery).await.is_ok()
     }
 }
 
@@ -436,14 +461,14 @@ impl Bus for NodeHandle {
                 state.targets(at, filter)
             };
             let mut gone = Vec::new();
-            for (tx, route, slot) in targets {
+            for (target, route, slot) in targets {
                 let delivery = BusDelivery {
                     envelope: envelope.clone(),
                     route,
                     retained_replay: false,
                     trace_parent: trace.clone(),
                 };
-                if tx.send(delivery).await.is_err() {
+                if !target.deliver(delivery).await {
                     gone.push(slot);
                 }
             }
@@ -477,7 +502,7 @@ impl Bus for NodeHandle {
                 state.turn_of(at)
             };
             let _turn = turn.lock().await;
-            let (tx, replay) = {
+            let (target, replay) = {
                 let mut state = self.shared.lock();
                 if !state.nodes.contains_key(&self.slot) {
                     state.drop_if_unused(at);
@@ -494,17 +519,28 @@ impl Bus for NodeHandle {
                     return Ok(());
                 }
                 c.add(self.slot, want);
-                (node.tx.clone(), c.replay_for(want))
+                (Target { tx: node.tx.clone(), sink: node.sink.clone() }, c.replay_for(want))
             };
             debug!(node = %self.node, ?sub, replayed = replay.len(), "Subscribed.");
             for envelope in replay {
                 let delivery = BusDelivery { envelope, route: Route::Plain, retained_replay: true, trace_parent: None };
-                if tx.send(delivery).await.is_err() {
+                if !target.deliver(delivery).await {
                     self.forget_nodes(&[self.slot]);
                     return Err(BusError::Closed);
                 }
             }
             return Ok(());
+        }
+    }
+
+    /// Offers this node's deliveries to `sink` first, in channel order (under the turn).
+    fn set_sink(&self, sink: Weak<dyn DeliverySink>) -> bool {
+        match self.shared.lock().nodes.get_mut(&self.slot) {
+            Some(node) => {
+                node.sink = Some(sink);
+                true
+            }
+            None => false,
         }
     }
 

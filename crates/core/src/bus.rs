@@ -1,6 +1,6 @@
 //! The bus slot: moves publications and presence events between nodes.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use async_trait::async_trait;
 
@@ -42,6 +42,14 @@ pub struct BusDelivery {
     pub retained_replay: bool,
     /// The publisher's trace context (`traceparent`), when traces are exported ([`crate::trace`]).
     pub trace_parent: Option<Arc<str>>,
+}
+
+/// Lets a node take some deliveries in place, on the publisher's task, instead of through its
+/// delivery receiver (see [`Bus::set_sink`]).
+pub trait DeliverySink: Send + Sync + 'static {
+    /// Handles `delivery` now, returning `None`, or hands it back to go through the receiver.
+    /// It must never block or wait: a bus calls it while it holds the channel's order.
+    fn try_deliver(&self, delivery: BusDelivery) -> Option<BusDelivery>;
 }
 
 /// Why a bus operation failed.
@@ -99,6 +107,14 @@ pub trait Bus: Send + Sync + 'static {
     /// edges refuse new authentications with `broker_unavailable` and readiness fails.
     fn is_available(&self) -> bool {
         true
+    }
+
+    /// Offers every delivery to this node to `sink` first, in the bus's delivery order, before
+    /// queueing it on the receiver; returns false when the bus cannot (the default), and then
+    /// everything goes through the receiver. The bus holds the sink weakly.
+    fn set_sink(&self, sink: Weak<dyn DeliverySink>) -> bool {
+        let _ = sink;
+        false
     }
 
     /// Sends what is still buffered (waiting at most `grace`) and disconnects; called once when

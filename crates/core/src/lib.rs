@@ -20,7 +20,7 @@ pub mod store;
 pub mod trace;
 
 pub use address::{GroupKey, RoomKey, TopicAddress};
-pub use bus::{Bus, BusDelivery, BusError, BusSubscription, Route};
+pub use bus::{Bus, BusDelivery, BusError, BusSubscription, DeliverySink, Route};
 pub use envelope::{Envelope, EnvelopeId, PresenceChange, PresenceEvent, Publication};
 pub use ids::{ActorId, ActorType, AppId, ClientId, ConnId, IdError, NodeId, ProjectId};
 pub use presence::{ConnRef, Presence, PresenceEntry, PresenceError};

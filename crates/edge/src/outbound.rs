@@ -325,6 +325,11 @@ impl Outbox {
         self.taken.pop_front()
     }
 
+    /// Frames taken and not yet popped.
+    pub fn len(&self) -> usize {
+        self.taken.len()
+    }
+
     /// Whether frames are taken and not yet popped.
     pub fn is_empty(&self) -> bool {
         self.taken.is_empty()

@@ -167,6 +167,7 @@ impl EdgeState {
         // leaves); it stops when the bus closes or `dispatcher_stop` is cancelled.
         let dispatcher_stop = CancellationToken::new();
         let background = TaskTracker::new();
+        hub.attach_sink();
         background.spawn(hub.clone().run_dispatcher(backends.bus_deliveries, dispatcher_stop.clone()));
         let mut h = std::collections::hash_map::DefaultHasher::new();
         node.hash(&mut h);

@@ -64,6 +64,10 @@ impl Bus for TimedBus {
         self.inner.is_available()
     }
 
+    fn set_sink(&self, sink: std::sync::Weak<dyn skua_core::DeliverySink>) -> bool {
+        self.inner.set_sink(sink)
+    }
+
     async fn close(&self, grace: std::time::Duration) {
         self.inner.close(grace).await;
     }

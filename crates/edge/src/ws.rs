@@ -268,12 +268,19 @@ async fn write_loop(
     close_timeout: Duration,
 ) {
     // `take` also returns when a close is requested, so an idle writer needs no second waiter.
+    // Whether the last write carried more than one frame: frames are arriving faster than
+    // single writes, so waiting a little gathers more.
+    let mut busy = false;
     while outbox.take(&handle).await {
-        // One turn of the scheduler before writing: under fan-out load the other writers and
-        // the dispatcher run meanwhile, so more frames go into each write (measured: 28 -> 36
-        // frames per flush, p99 459 -> 159 ms at S=1000 R=2000; docs/benchmarks.md).
-        tokio::task::yield_now().await;
-        outbox.try_take(&handle);
+        if busy || outbox.len() > 1 {
+            // One turn of the scheduler before writing: under fan-out load the other writers
+            // and the dispatcher run meanwhile, so more frames go into each write (measured:
+            // 28 -> 36 frames per flush, p99 459 -> 159 ms at S=1000 R=2000; docs/benchmarks.md).
+            // A connection receiving one frame at a time writes it at once.
+            tokio::task::yield_now().await;
+            outbox.try_take(&handle);
+        }
+        busy = outbox.len() > 1;
         let sent = tokio::select! {
             biased;
             () = handle.closed() => break,

@@ -147,3 +147,45 @@ async fn unused_channels_are_dropped() {
     let state = bus.shared.lock();
     assert!(state.topics.is_empty() && state.rooms.is_empty());
 }
+
+/// Takes the deliveries whose payload is an even number in place; hands back the others.
+#[derive(Default)]
+struct EvenSink(Mutex<Vec<String>>);
+
+impl DeliverySink for EvenSink {
+    fn try_deliver(&self, d: BusDelivery) -> Option<BusDelivery> {
+        let n: u64 = data(&d).parse().unwrap_or(1);
+        if n % 2 == 0 {
+            self.0.lock().unwrap().push(data(&d));
+            None
+        } else {
+            Some(d)
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_sink_is_offered_every_delivery_and_what_it_hands_back_reaches_the_receiver() {
+    let bus = InProcessBus::new();
+    let (a, mut a_rx) = bus.connect(node("a"), 4);
+    let sink = Arc::new(EvenSink::default());
+    let weak: Weak<dyn DeliverySink> = Arc::downgrade(&(sink.clone() as Arc<dyn DeliverySink>));
+    assert!(a.set_sink(weak));
+    let t = topic("t");
+    a.publish(publication(&t, None, 10, true)).await.unwrap();
+    // The retained replay of a new subscription is offered too.
+    a.subscribe(&BusSubscription::Topic(t.clone())).await.unwrap();
+    for n in 1..=6 {
+        a.publish(publication(&t, None, n, false)).await.unwrap();
+    }
+    assert_eq!(*sink.0.lock().unwrap(), ["10", "2", "4", "6"]);
+    for want in ["1", "3", "5"] {
+        let d = timeout(Duration::from_secs(5), a_rx.recv()).await.unwrap().unwrap();
+        assert_eq!(data(&d), want);
+    }
+    assert!(a_rx.try_recv().is_err());
+    // Once the sink is gone, everything goes through the receiver.
+    drop(sink);
+    a.publish(publication(&t, None, 8, false)).await.unwrap();
+    assert_eq!(data(&a_rx.recv().await.unwrap()), "8");
+}

@@ -211,3 +211,52 @@ async fn load_balance_group_defaults_to_the_actor_id_and_groups_are_independent(
     let n = a1.drain_frames().await.len() + a2.drain_frames().await.len();
     assert_eq!(n, 10, "alice's default group (her actor id) got each message once");
 }
+
+/// A topic's fan-out runs in place on the publisher's task while it has few local subscribers
+/// and through the dispatcher task past `skua_edge::hub::INLINE_FANOUT`; crossing that size
+/// both ways while publishes are in flight must not reorder or lose anything. (Without the
+/// guard that keeps in-place delivery off while the dispatcher has work, this fails.)
+#[tokio::test]
+async fn order_holds_while_a_topic_crosses_the_in_place_fan_out_size() {
+    // Fresh servers: the first crossings on a node are the likeliest to overtake.
+    for _ in 0..6 {
+        crossing_rounds().await;
+    }
+}
+
+async fn crossing_rounds() {
+    const ROUNDS: u64 = 4;
+    const PER_PHASE: u64 = 100;
+    let server = TestServer::builder().settings(|s| s.rate_limit = Some(100_000)).spawn().await;
+    let mut alice = server.auth("dev-token-alice").await;
+    let mut bob = server.auth("dev-token-bob").await;
+    alice.subscribe(TOPIC).await;
+    let reader = tokio::spawn(async move {
+        for i in 0..ROUNDS * 2 * PER_PHASE {
+            assert_eq!(alice.expect("message").await.get("data").as_u64(), Some(i), "message {i} out of order or lost");
+        }
+    });
+    let mut next = 0u64;
+    for _round in 0..ROUNDS {
+        for _ in 0..PER_PHASE {
+            bob.send(frame! {"type" => "publish", "topic" => TOPIC, "data" => next}).await;
+            next += 1;
+        }
+        // Grow past the in-place size while those are still being delivered…
+        let mut extras = Vec::new();
+        for _ in 0..skua_edge::hub::INLINE_FANOUT + 2 {
+            let mut c = server.auth("dev-token-carol").await;
+            c.send(frame! {"type" => "subscribe", "topic" => TOPIC}).await;
+            extras.push(c);
+        }
+        for _ in 0..PER_PHASE {
+            bob.send(frame! {"type" => "publish", "topic" => TOPIC, "data" => next}).await;
+            next += 1;
+        }
+        // …and shrink below it again (the connections close).
+        for mut c in extras {
+            c.send(frame! {"type" => "unsubscribe", "topic" => TOPIC}).await;
+        }
+    }
+    reader.await.expect("every message in order");
+}
