@@ -155,7 +155,7 @@ struct EvenSink(Mutex<Vec<String>>);
 impl DeliverySink for EvenSink {
     fn try_deliver(&self, d: BusDelivery) -> Option<BusDelivery> {
         let n: u64 = data(&d).parse().unwrap_or(1);
-        if n % 2 == 0 {
+        if n.is_multiple_of(2) {
             self.0.lock().unwrap().push(data(&d));
             None
         } else {
