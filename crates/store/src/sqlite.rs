@@ -40,10 +40,6 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long an operation waits for a free connection before it fails.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 
-const SAVE: &str = "INSERT INTO restore_records (project, actor, client_id, record, expires_at) \
-                    VALUES (?, ?, ?, ?, NULL) \
-                    ON CONFLICT (project, actor, client_id) \
-                    DO UPDATE SET record = excluded.record, expires_at = NULL";
 const LOAD: &str = "SELECT record FROM restore_records \
                     WHERE project = ? AND actor = ? AND client_id = ? \
                     AND (expires_at IS NULL OR expires_at > ?)";
@@ -88,7 +84,7 @@ impl SqliteStore {
             .await
             .map_err(sql(BACKEND, "open"))?;
         migrations::migrator(migrations::SQLITE).run(&pool).await.map_err(error::migrate(BACKEND))?;
-        let writer = Writer::start(pool.clone(), SAVE, RELEASE);
+        let writer = Writer::start(pool.clone(), RELEASE);
         Ok(Self { pool, writer, clock, prune: PruneSchedule::default() })
     }
 
