@@ -294,9 +294,7 @@ async fn write_loop(
     }
     let req = handle.close_requested().unwrap_or(CloseRequest::GONE);
     handle.count_close(req);
-    // Boxed: the close path (a timer and the close frame) lives only while closing, instead of
-    // enlarging every connection's writer task.
-    let _ = Box::pin(tokio::time::timeout(close_timeout, async {
+    let _ = tokio::time::timeout(close_timeout, async {
         if req != CloseRequest::GONE {
             // Frames queued before the close (a `disconnect` before 4003) still go out, except
             // to a slow consumer, whose queue is what overflowed.
@@ -311,7 +309,7 @@ async fn write_loop(
             let _ = sink.send(Message::Close(Some(frame))).await;
         }
         let _ = sink.close().await;
-    }))
+    })
     .await;
 }
 

@@ -67,23 +67,7 @@ impl SqliteStore {
     /// (no such directory, no permission, not an SQLite file), or a migration fails; the source
     /// says which.
     pub async fn connect(url: &str, clock: UnixClock) -> Result<Self, StoreError> {
-        let options = SqliteConnectOptions::from_str(url).map_err(sql(BACKEND, "parse the URL"))?;
-        let (pool, options) = if is_in_memory(url) {
-            let pool = SqlitePoolOptions::new().max_connections(1).min_connections(1);
-            (pool.idle_timeout(None).max_lifetime(None), options)
-        } else {
-            let options = options
-                .create_if_missing(true)
-                .journal_mode(SqliteJournalMode::Wal)
-                .synchronous(SqliteSynchronous::Normal);
-            (SqlitePoolOptions::new().max_connections(FILE_POOL_SIZE), options)
-        };
-        let pool = pool
-            .acquire_timeout(ACQUIRE_TIMEOUT)
-            .connect_with(options.busy_timeout(BUSY_TIMEOUT))
-            .await
-            .map_err(sql(BACKEND, "open"))?;
-        migrations::migrator(migrations::SQLITE).run(&pool).await.map_err(error::migrate(BACKEND))?;
+        let pool = open_pool(url, FILE_POOL_SIZE, BACKEND).await?;
         let writer = Writer::start(pool.clone(), RELEASE);
         Ok(Self { pool, writer, clock, prune: PruneSchedule::default() })
     }
@@ -113,6 +97,28 @@ fn writer_error(op: &'static str) -> impl Fn(String) -> StoreError {
 
 /// Whether `url` names an in-memory database (`sqlite::memory:`, `sqlite://:memory:`, or a
 /// `mode=memory` parameter), as sqlx's parser decides it.
+/// Opens the SQLite database at `url` and applies pending migrations: an in-memory database on
+/// one connection that is never recycled (it would lose the data), a file in WAL mode with
+/// `synchronous = NORMAL` on `file_pool_size` connections. `backend` names it in errors.
+pub(crate) async fn open_pool(url: &str, file_pool_size: u32, backend: &'static str) -> Result<SqlitePool, StoreError> {
+    let options = SqliteConnectOptions::from_str(url).map_err(sql(backend, "parse the URL"))?;
+    let (pool, options) = if is_in_memory(url) {
+        let pool = SqlitePoolOptions::new().max_connections(1).min_connections(1);
+        (pool.idle_timeout(None).max_lifetime(None), options)
+    } else {
+        let options =
+            options.create_if_missing(true).journal_mode(SqliteJournalMode::Wal).synchronous(SqliteSynchronous::Normal);
+        (SqlitePoolOptions::new().max_connections(file_pool_size), options)
+    };
+    let pool = pool
+        .acquire_timeout(ACQUIRE_TIMEOUT)
+        .connect_with(options.busy_timeout(BUSY_TIMEOUT))
+        .await
+        .map_err(sql(backend, "open"))?;
+    migrations::migrator(migrations::SQLITE).run(&pool).await.map_err(error::migrate(backend))?;
+    Ok(pool)
+}
+
 fn is_in_memory(url: &str) -> bool {
     let rest = url.strip_prefix("sqlite:").unwrap_or(url);
     let (path, params) = rest.split_once('?').unwrap_or((rest, ""));

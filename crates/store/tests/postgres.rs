@@ -6,14 +6,12 @@
 //! under `CI=true`, where it fails.
 //!
 //! Isolation: each test creates its own database, `skua_test_<uuid>`, through the admin URL,
-//! migrates it with `skua_store::migrate` (the path of `skua migrate`) and drops it when the
+//! migrates it through `skua migrate`'s path (`skua_testkit::postgres::TestDatabase`) and drops it when the
 //! test ends, pass or panic (best-effort, `DROP DATABASE … WITH (FORCE)`; a killed run can
 //! leave `skua_test_*` databases behind, harmless and safe to drop). A database rather than a
 //! schema, so that migrations, `_sqlx_migrations` and the advisory lock are exercised exactly as
 //! in production. A Postgres restart is out of scope here.
 
-use std::error::Error;
-use std::io::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -22,95 +20,8 @@ use skua_core::{ActorId, ProjectId, RestoreRecord, RestoredTopic, SessionKey, St
 use skua_store::postgres::ACQUIRE_TIMEOUT;
 use skua_store::{PostgresStore, SchemaNotMigrated, UnixClock};
 use skua_testkit::conformance::store::{StoreHarness, T0};
-use sqlx::{AssertSqlSafe, Connection, PgConnection};
-
-const URL_VAR: &str = "SKUA_TEST_POSTGRES_URL";
-
-/// The admin URL, or `None` (after saying so) when the variable is unset.
-///
-/// # Panics
-/// When it is unset under `CI=true`.
-fn admin_url() -> Option<String> {
-    match std::env::var(URL_VAR) {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ if std::env::var("CI").as_deref() == Ok("true") => {
-            panic!("{URL_VAR} not set, and CI=true: the Postgres store tests may not be skipped in CI")
-        }
-        _ => {
-            // Straight to the process's stderr: libtest captures `eprintln!` of passing tests.
-            let _ = writeln!(std::io::stderr(), "SKIPPED: {URL_VAR} not set");
-            None
-        }
-    }
-}
-
-/// A database of its own for one test, dropped with this value.
-struct TestDatabase {
-    admin_url: String,
-    name: String,
-    /// Connects to this database.
-    url: String,
-}
-
-impl TestDatabase {
-    /// A new, empty database, or `None` when Postgres tests are skipped.
-    async fn create() -> Option<Self> {
-        let admin_url = admin_url()?;
-        let name = format!("skua_test_{}", uuid::Uuid::new_v4().simple());
-        let mut admin = PgConnection::connect(&admin_url).await.unwrap_or_else(|e| panic!("{URL_VAR}: {e}"));
-        // The name is ours (hex digits), so it is safe to splice in.
-        sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {name}")))
-            .execute(&mut admin)
-            .await
-            .unwrap_or_else(|e| panic!("CREATE DATABASE {name}: {e}"));
-        let _ = admin.close().await;
-        let url = with_database(&admin_url, &name);
-        Some(Self { admin_url, name, url })
-    }
-
-    /// A new database with every migration applied.
-    async fn migrated() -> Option<Self> {
-        let db = Self::create().await?;
-        skua_store::migrate(&db.url).await.unwrap_or_else(|e| panic!("migrating {}: {e:?}", db.name));
-        Some(db)
-    }
-}
-
-impl Drop for TestDatabase {
-    fn drop(&mut self) {
-        // Drop runs inside the test's runtime, which must not be blocked on: use a thread with a
-        // runtime of its own, and wait for it.
-        let (admin_url, name) = (self.admin_url.clone(), self.name.clone());
-        let dropped = std::thread::spawn(move || -> Result<(), Box<dyn Error + Send + Sync>> {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-            runtime.block_on(async {
-                let mut admin = PgConnection::connect(&admin_url).await?;
-                sqlx::query(AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
-                    .execute(&mut admin)
-                    .await?;
-                admin.close().await?;
-                Ok(())
-            })
-        })
-        .join();
-        match dropped {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => eprintln!("warning: test database {} not dropped: {e}", self.name),
-            Err(_) => eprintln!("warning: test database {} not dropped: the dropping thread panicked", self.name),
-        }
-    }
-}
-
-/// `admin_url` with its database replaced by `name` (host, user and parameters kept).
-fn with_database(admin_url: &str, name: &str) -> String {
-    let (base, params) = admin_url.split_once('?').map_or((admin_url, None), |(b, p)| (b, Some(p)));
-    let authority = base.find("://").map_or(0, |i| i + 3);
-    let base = base[authority..].find('/').map_or(base, |slash| &base[..authority + slash]);
-    match params {
-        Some(params) => format!("{base}/{name}?{params}"),
-        None => format!("{base}/{name}"),
-    }
-}
+use skua_testkit::postgres::{TestDatabase, with_database};
+use sqlx::{Connection, PgConnection};
 
 /// A settable clock, starting at [`T0`].
 #[derive(Clone)]

@@ -9,31 +9,41 @@ use sqlx::{AssertSqlSafe, Connection, PgConnection};
 
 const URL_VAR: &str = "SKUA_TEST_POSTGRES_URL";
 
-/// A migrated database of its own, dropped (best effort) with this value.
+/// A database of its own, dropped (best effort) with this value.
 #[derive(Debug)]
 pub struct TestDatabase {
     admin_url: String,
-    name: String,
+    /// Its name, `skua_test_<uuid>`.
+    pub name: String,
     /// Connects to this database.
     pub url: String,
 }
 
+/// The admin URL, or `None` (after saying so) when the variable is unset.
+///
+/// # Panics
+/// When it is unset under `CI=true`.
+fn admin_url() -> Option<String> {
+    match std::env::var(URL_VAR) {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var("CI").as_deref() == Ok("true") => {
+            panic!("{URL_VAR} not set, and CI=true: Postgres tests may not be skipped in CI")
+        }
+        _ => {
+            // Straight to the process's stderr: libtest captures `eprintln!` of passing tests.
+            let _ = writeln!(std::io::stderr(), "SKIPPED: {URL_VAR} not set");
+            None
+        }
+    }
+}
+
 impl TestDatabase {
-    /// Creates and migrates (`skua migrate`'s path) a database, or `None` when skipped.
+    /// Creates an empty database, or `None` when skipped.
     ///
     /// # Panics
     /// When the variable is unset under `CI=true`, or Postgres refuses.
-    pub async fn migrated() -> Option<Self> {
-        let admin_url = match std::env::var(URL_VAR) {
-            Ok(url) if !url.is_empty() => url,
-            _ if std::env::var("CI").as_deref() == Ok("true") => {
-                panic!("{URL_VAR} not set, and CI=true: Postgres tests may not be skipped in CI")
-            }
-            _ => {
-                let _ = writeln!(std::io::stderr(), "SKIPPED: {URL_VAR} not set");
-                return None;
-            }
-        };
+    pub async fn create() -> Option<Self> {
+        let admin_url = admin_url()?;
         let name = format!("skua_test_{}", uuid::Uuid::new_v4().simple());
         let mut admin = PgConnection::connect(&admin_url).await.unwrap_or_else(|e| panic!("{URL_VAR}: {e}"));
         // The name is ours (hex digits), so it is safe to splice in.
@@ -43,8 +53,17 @@ impl TestDatabase {
             .unwrap_or_else(|e| panic!("CREATE DATABASE {name}: {e}"));
         let _ = admin.close().await;
         let url = with_database(&admin_url, &name);
-        skua_server::node::migrate(&url).await.unwrap_or_else(|e| panic!("migrating {name}: {e:#}"));
         Some(Self { admin_url, name, url })
+    }
+
+    /// Creates and migrates (`skua migrate`'s path) a database, or `None` when skipped.
+    ///
+    /// # Panics
+    /// When the variable is unset under `CI=true`, or Postgres refuses.
+    pub async fn migrated() -> Option<Self> {
+        let db = Self::create().await?;
+        skua_server::node::migrate(&db.url).await.unwrap_or_else(|e| panic!("migrating {}: {e:#}", db.name));
+        Some(db)
     }
 }
 
@@ -73,25 +92,31 @@ impl TestDatabase {
 
 impl Drop for TestDatabase {
     fn drop(&mut self) {
-        // Drop runs inside the test's runtime: use a thread with a runtime of its own.
+        // Drop runs inside the test's runtime, which must not be blocked on: use a thread with a
+        // runtime of its own, and wait for it.
         let (admin_url, name) = (self.admin_url.clone(), self.name.clone());
-        let _ = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
-            rt.block_on(async {
-                if let Ok(mut admin) = PgConnection::connect(&admin_url).await {
-                    let _ = sqlx::query(AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
-                        .execute(&mut admin)
-                        .await;
-                    let _ = admin.close().await;
-                }
-            });
+        let dropped = std::thread::spawn(move || -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            runtime.block_on(async {
+                let mut admin = PgConnection::connect(&admin_url).await?;
+                sqlx::query(AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
+                    .execute(&mut admin)
+                    .await?;
+                admin.close().await?;
+                Ok(())
+            })
         })
         .join();
+        match dropped {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => eprintln!("warning: test database {} not dropped: {e}", self.name),
+            Err(_) => eprintln!("warning: test database {} not dropped: the dropping thread panicked", self.name),
+        }
     }
 }
 
-/// `admin_url` with its database replaced by `name`.
-fn with_database(admin_url: &str, name: &str) -> String {
+/// `admin_url` with its database replaced by `name` (host, user and parameters kept).
+pub fn with_database(admin_url: &str, name: &str) -> String {
     let (base, params) = admin_url.split_once('?').map_or((admin_url, None), |(b, p)| (b, Some(p)));
     let authority = base.find("://").map_or(0, |i| i + 3);
     let base = base[authority..].find('/').map_or(base, |slash| &base[..authority + slash]);
