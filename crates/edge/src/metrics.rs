@@ -45,6 +45,9 @@ pub struct Metrics {
     pub replay_shortfall: AtomicU64,
     /// Logged messages deleted by retention.
     pub log_pruned: AtomicU64,
+    /// Connection tasks (reader, writer or cleanup) that panicked; each closed its connection
+    /// 1011. Anything but 0 is a defect to report.
+    pub connection_panics: AtomicU64,
     /// Frames received, by client frame `type` (plus `heartbeat` and `invalid`).
     pub frames_in_by_type: Family,
     /// Frames queued for clients, by server frame `type` (plus `heartbeat`).

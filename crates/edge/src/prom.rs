@@ -86,6 +86,12 @@ pub fn render(st: &EdgeState) -> String {
     o.scalar("skua_connections_opened_total", "counter", "WebSocket connections accepted.", opened);
     o.scalar("skua_connections_closed_total", "counter", "WebSocket connections closed.", closed);
     o.scalar("skua_connections_open", "gauge", "WebSocket connections open now.", opened.saturating_sub(closed));
+    o.scalar(
+        "skua_connection_panics_total",
+        "counter",
+        "Connection tasks that panicked (each closed its connection 1011; a defect).",
+        load(&m.connection_panics),
+    );
     o.header("skua_connections", "gauge", "Authenticated connections open now, by project.");
     for (project, n) in st.connections_by_project() {
         o.sample("skua_connections", &[("project", project.as_str())], n);

@@ -92,29 +92,63 @@ async fn run_connection(socket: Box<WebSocket>, st: Arc<EdgeState>, id: skua_cor
     // Out of the box at once: the box's memory is freed here, not when the function returns.
     let socket = *socket;
     let (sink, stream) = socket.split();
-    let writer = st.tracker.spawn(write_loop(sink, outbox, handle.clone(), st.config.close_timeout));
+    let writer = {
+        let handle = handle.clone();
+        let metrics = st.metrics.clone();
+        let write = write_loop(sink, outbox, handle.clone(), st.config.close_timeout);
+        st.tracker.spawn(async move {
+            // A panicking writer drops its half of the socket; the close request makes the
+            // reader return too, so the socket and everything the session holds are released.
+            if contained(write, &metrics, "writer").await.is_none() {
+                handle.request_close(CloseRequest::INTERNAL_ERROR);
+            }
+        })
+    };
     let mut session = Session::new(st.clone(), handle.clone());
-    read_loop(&mut session, stream, &st, &handle).await;
+    // A panic while handling a frame must not leave a half-dead connection whose subscriptions
+    // keep delivering (issue 12, defect 1): it closes the socket 1011 and the session is still
+    // cleaned up below.
+    if contained(read_loop(&mut session, stream, &st, &handle), &st.metrics, "reader").await.is_none() {
+        handle.request_close(CloseRequest::INTERNAL_ERROR);
+    }
     // Release subscriptions and presence (sending leaves) before the socket goes.
-    Box::pin(session.cleanup()).await;
+    let _ = contained(Box::pin(session.cleanup()), &st.metrics, "cleanup").await;
     handle.request_close(CloseRequest::GONE);
     let _ = writer.await;
     st.metrics.connections_closed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 }
 
-fn far_future() -> Instant {
-    Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600)
-}
-
-/// The instant (on tokio's clock) when a unix-seconds expiry is reached.
-fn deadline_of(expires_at: Option<u64>) -> Instant {
-    match expires_at {
-        None => far_future(),
-        Some(at) => {
-            let now = now_unix_s();
-            Instant::now() + Duration::from_secs(at.saturating_sub(now))
+/// Runs `fut`, turning a panic into `None` (logged and counted in
+/// `skua_connection_panics_total`) so the caller can close and clean up the connection.
+async fn contained<F: std::future::Future>(fut: F, metrics: &crate::metrics::Metrics, part: &str) -> Option<F::Output> {
+    use futures_util::FutureExt;
+    match std::panic::AssertUnwindSafe(fut).catch_unwind().await {
+        Ok(out) => Some(out),
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            tracing::error!(part, panic = %what, "A connection task panicked; the connection is closed 1011.");
+            metrics.connection_panics.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            None
         }
     }
+}
+
+/// A century from now: "never" for timers (well inside what `Instant` can represent).
+const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// The instant (on tokio's clock) when a unix-seconds expiry is reached. The expiry comes from
+/// a client token, so the arithmetic saturates: anything beyond a century is "never" (issue 12,
+/// defect 1: `exp` near 2^64 used to panic here).
+fn deadline_of(expires_at: Option<u64>) -> Instant {
+    let wait = match expires_at {
+        None => FAR_FUTURE,
+        Some(at) => Duration::from_secs(at.saturating_sub(now_unix_s())).min(FAR_FUTURE),
+    };
+    Instant::now() + wait
 }
 
 /// Waits for the next registry change notification, handing the receiver back.

@@ -74,6 +74,8 @@ pub mod close {
     pub const SERVER_RESTART: u16 = 1012;
     /// Terminal for this frame: an inbound frame above 1 MiB (N4).
     pub const MESSAGE_TOO_BIG: u16 = 1009;
+    /// Reconnect: the server hit an internal error handling this connection (a defect, logged).
+    pub const INTERNAL_ERROR: u16 = 1011;
     /// Reconnect: 60 s (configurable) without any inbound frame. Reason `idle_timeout`.
     pub const IDLE_TIMEOUT: u16 = 4000;
     /// Terminal: periodic revalidation of the actor failed; the reason says why.
@@ -102,6 +104,8 @@ pub mod reason {
     pub const SESSION_TAKEN_OVER: &str = "session_taken_over";
     /// With close 1009.
     pub const MESSAGE_TOO_BIG: &str = "message_too_big";
+    /// With close 1011.
+    pub const INTERNAL_ERROR: &str = "internal_error";
     /// With close 4002.
     pub const CONNECTION_LIMIT_REACHED: &str = "connection_limit_reached";
     /// With close 4001: the actor's token no longer exists.

@@ -110,3 +110,28 @@ async fn a_project_at_its_connection_limit_refuses_auth_until_a_slot_frees() {
         tokio::task::yield_now().await;
     }
 }
+
+/// Issue 12, defect 1: an `exp` near 2^64 used to overflow the expiry timer and panic the
+/// connection's task right after the success reply, leaving a zombie whose subscriptions kept
+/// delivering after the actor was deactivated.
+#[tokio::test]
+async fn an_expiry_near_u64_max_neither_kills_the_connection_nor_escapes_revocation() {
+    let server = TestServer::builder().grpc().spawn().await;
+    let mut control = server.control().await;
+    let mut c = server.connect().await;
+    c.auth_ok(&dev_jwt("alice", u64::MAX), 2).await;
+    // Still served after the reply: the heartbeat is echoed, a subscribe answered.
+    c.assert_nothing_pending().await;
+    c.subscribe("demo/general/messages").await;
+    // The same through reauth.
+    c.send(frame! {"type" => "reauth", "token" => dev_jwt("alice", u64::MAX - 1)}).await;
+    let r = c.expect("reauth").await;
+    assert_eq!(r.get("success"), &Value::Boolean(true));
+    c.assert_nothing_pending().await;
+    // Deactivating the actor still closes it.
+    let actor = skua_control::pb::ActorRef { actor_id: "alice".into() };
+    control.deactivate_actor(actor).await.expect("deactivate");
+    assert_eq!(c.expect_close().await, (4001, "token_revoked".to_owned()));
+    let m = skua_testkit::http::Scrape::of(server.addr).await;
+    assert_eq!(m.value("skua_connection_panics_total", &[]), 0.0);
+}
