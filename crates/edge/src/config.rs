@@ -57,6 +57,25 @@ pub struct EdgeConfig {
     pub node_refresh: Duration,
     /// How often every connection is revalidated against the registry, besides on changes.
     pub revalidate_interval: Duration,
+    /// Largest presence `data` (packed msgpack) in bytes; larger gets 42930 `message_too_large`.
+    pub max_presence_size: usize,
+    /// Most bytes of retained messages kept per topic on this node; a retained publish beyond
+    /// it is refused (`retained_limit_exceeded`) or, arriving from another node, not kept.
+    pub max_retained_bytes_per_topic: usize,
+    /// Most bytes of retained messages this node keeps over all topics (same behaviour).
+    pub max_retained_bytes: usize,
+    /// Failed `auth`s one connection may make; the next failure closes it 1008.
+    pub max_auth_failures: u32,
+    /// Close a connection that has not authenticated within this long (1008); `None`: no
+    /// deadline beyond the idle timeout, as the wire documents set none.
+    pub auth_timeout: Option<Duration>,
+    /// Failed `auth`s one source address may make before its further attempts are delayed.
+    pub auth_backoff_after: u32,
+    /// Longest delay an `auth` from a failing source address waits (the delay doubles per
+    /// further failure up to this).
+    pub auth_backoff_max: Duration,
+    /// Audiences a client token's `aud` may name. Empty: a token carrying `aud` is refused.
+    pub jwt_audiences: Vec<String>,
 }
 
 impl Default for EdgeConfig {
@@ -86,6 +105,14 @@ impl Default for EdgeConfig {
             node_ttl: Duration::from_secs(10),
             node_refresh: Duration::from_secs(3),
             revalidate_interval: Duration::from_secs(600),
+            max_presence_size: 64 * 1024,
+            max_retained_bytes_per_topic: 4 * 1024 * 1024,
+            max_retained_bytes: 256 * 1024 * 1024,
+            max_auth_failures: 10,
+            auth_timeout: None,
+            auth_backoff_after: 5,
+            auth_backoff_max: Duration::from_secs(10),
+            jwt_audiences: Vec::new(),
         }
     }
 }

@@ -176,6 +176,7 @@ impl ClientFrame {
     /// [`DecodeError`] for anything N3/N31 call `invalid_frame`.
     pub fn decode(frame: &Bytes) -> Result<Self, DecodeError> {
         let fields = Fields::parse(frame)?;
+        fields.check_lengths()?;
         let ty = match fields.get("type") {
             None => return Err(fields.error("frame has no type")),
             Some(raw) => Reader::new(raw).read_str().map_err(|_| fields.error("type must be a string"))?,
@@ -321,17 +322,41 @@ impl<'a> Fields<'a> {
         Ok(fields)
     }
 
+    /// Refuses string fields longer than they may be (issue 12: every echoed or forwarded
+    /// field is bounded, so no outbound frame exceeds 1 MiB). Nothing too long is echoed.
+    fn check_lengths(&self) -> Result<(), DecodeError> {
+        const NAMES: [(&str, &str); 7] = [
+            ("topic", "topic is longer than 1024 bytes"),
+            ("msgRef", "msgRef is longer than 1024 bytes"),
+            ("roomId", "roomId is longer than 1024 bytes"),
+            ("lobbyId", "lobbyId is longer than 1024 bytes"),
+            ("loadBalanceGroup", "loadBalanceGroup is longer than 1024 bytes"),
+            ("msgId", "msgId is longer than 1024 bytes"),
+            ("clientId", "clientId is longer than 1024 bytes"),
+        ];
+        let too_long = |key: &str, max: usize| {
+            self.get(key).is_some_and(|raw| Reader::new(raw).read_str().is_ok_and(|s| s.len() > max))
+        };
+        for (key, hint) in NAMES {
+            if too_long(key, crate::MAX_NAME_BYTES) {
+                return Err(self.error(hint));
+            }
+        }
+        if too_long("token", crate::MAX_TOKEN_BYTES) {
+            return Err(self.error("token is longer than 16384 bytes"));
+        }
+        Ok(())
+    }
+
     fn get(&self, key: &str) -> Option<&'a [u8]> {
         self.entries.iter().rev().find(|(k, _)| *k == key).map(|(_, v)| *v)
     }
 
-    /// An `invalid_frame` error carrying whatever `topic`/`msgRef` could be read.
+    /// An `invalid_frame` error carrying whatever `topic`/`msgRef` could be read (and is
+    /// short enough to echo).
     fn error(&self, hint: &'static str) -> DecodeError {
-        DecodeError {
-            hint,
-            topic: self.opt_str("topic").ok().flatten(),
-            msg_ref: self.opt_str("msgRef").ok().flatten(),
-        }
+        let echo = |key| self.opt_str(key).ok().flatten().filter(|s| s.len() <= crate::MAX_NAME_BYTES);
+        DecodeError { hint, topic: echo("topic"), msg_ref: echo("msgRef") }
     }
 
     fn opt_str(&self, key: &str) -> Result<Option<String>, ()> {

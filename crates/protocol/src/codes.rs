@@ -21,6 +21,9 @@ pub mod error {
     pub const NOT_SUBSCRIBED: &str = "not_subscribed";
     /// A filter value is empty, malformed or contains a reserved character (N12).
     pub const INVALID_FILTER_CHARS: &str = "invalid_filter_chars (/, #, +, | not allowed)";
+    /// A filter value above 256 bytes or a filter list above 32 KiB (Skua addition, issue 12:
+    /// filters are echoed and forwarded, so they are bounded).
+    pub const FILTER_TOO_LONG: &str = "filter_too_long (max 256 bytes per value, 32768 per list)";
     /// More than 100 filters on one subscription or publish (N12).
     pub const TOO_MANY_FILTERS: &str = "too_many_filters (max 100)";
     /// An undecodable or malformed frame (N3, N31).

@@ -10,6 +10,14 @@ use crate::msgpack::{Kind, Reader};
 /// Most filter entries one subscription or publish may carry.
 pub const MAX_FILTERS: usize = 100;
 
+/// Longest filter value in bytes; longer is `filter_too_long` (a filter key is forwarded in
+/// every `message`, so it is bounded like every other echoed field).
+pub const MAX_FILTER_BYTES: usize = 256;
+
+/// Longest filter list (`filters` of subscribe/setFilters, as packed msgpack); longer is
+/// `filter_too_long`. The list is echoed in `filtersUpdated` and `restoredSubscriptions`.
+pub const MAX_FILTER_LIST_BYTES: usize = 32 * 1024;
+
 /// Characters no filter value may contain (they structure internal topics and AND keys).
 pub const RESERVED_CHARS: [char; 4] = ['/', '#', '+', '|'];
 
@@ -22,6 +30,9 @@ pub enum FilterError {
     /// `invalid_filter_chars (/, #, +, | not allowed)`.
     #[error("invalid_filter_chars (/, #, +, | not allowed)")]
     InvalidChars,
+    /// `filter_too_long (max 256 bytes per value, 32768 per list)` (Skua addition).
+    #[error("filter_too_long (max 256 bytes per value, 32768 per list)")]
+    TooLong,
 }
 
 impl FilterError {
@@ -30,6 +41,7 @@ impl FilterError {
         match self {
             Self::TooMany => crate::codes::error::TOO_MANY_FILTERS,
             Self::InvalidChars => crate::codes::error::INVALID_FILTER_CHARS,
+            Self::TooLong => crate::codes::error::FILTER_TOO_LONG,
         }
     }
 }
@@ -57,6 +69,17 @@ pub fn is_valid_value(s: &str) -> bool {
     !s.is_empty() && !s.contains(RESERVED_CHARS)
 }
 
+/// A value's length, then its characters.
+fn check_value(s: &str) -> Result<(), FilterError> {
+    if s.len() > MAX_FILTER_BYTES {
+        Err(FilterError::TooLong)
+    } else if is_valid_value(s) {
+        Ok(())
+    } else {
+        Err(FilterError::InvalidChars)
+    }
+}
+
 /// Normalises AND members: lowercased, sorted, joined with `|`.
 pub fn and_key<'a>(members: impl IntoIterator<Item = &'a str>) -> String {
     let mut v: Vec<String> = members.into_iter().map(str::to_lowercase).collect();
@@ -70,6 +93,9 @@ pub fn and_key<'a>(members: impl IntoIterator<Item = &'a str>) -> String {
 /// # Errors
 /// [`FilterError`] as N12 lists.
 pub fn parse_subscription_filters(raw: &[u8]) -> Result<Vec<FilterSpec>, FilterError> {
+    if raw.len() > MAX_FILTER_LIST_BYTES {
+        return Err(FilterError::TooLong);
+    }
     let mut r = Reader::new(raw);
     if r.read_nil().map_err(|_| FilterError::InvalidChars)? {
         return Ok(Vec::new());
@@ -83,9 +109,7 @@ pub fn parse_subscription_filters(raw: &[u8]) -> Result<Vec<FilterSpec>, FilterE
         match r.peek_kind().map_err(|_| FilterError::InvalidChars)? {
             Kind::Str => {
                 let s = r.read_str().map_err(|_| FilterError::InvalidChars)?;
-                if !is_valid_value(s) {
-                    return Err(FilterError::InvalidChars);
-                }
+                check_value(s)?;
                 out.push(FilterSpec::Or(s.to_owned()));
             }
             Kind::Array => {
@@ -109,9 +133,7 @@ fn read_valid_strs<'a>(r: &mut Reader<'a>, n: usize) -> Result<Vec<&'a str>, Fil
     let mut v = Vec::with_capacity(n);
     for _ in 0..n {
         let s = r.read_str().map_err(|_| FilterError::InvalidChars)?;
-        if !is_valid_value(s) {
-            return Err(FilterError::InvalidChars);
-        }
+        check_value(s)?;
         v.push(s);
     }
     Ok(v)
@@ -128,9 +150,7 @@ pub fn parse_publish_filter(filter: Option<&[u8]>, filters: Option<&[u8]>) -> Re
         let mut r = Reader::new(raw);
         if !r.read_nil().map_err(|_| FilterError::InvalidChars)? {
             let s = r.read_str().map_err(|_| FilterError::InvalidChars)?;
-            if !is_valid_value(s) {
-                return Err(FilterError::InvalidChars);
-            }
+            check_value(s)?;
             return Ok(Some(s.to_owned()));
         }
     }

@@ -27,5 +27,17 @@ pub const MAX_INBOUND_FRAME_BYTES: usize = 1024 * 1024;
 pub const MAX_OUTBOUND_FRAME_BYTES: usize = 1024 * 1024;
 /// Default largest publish `data` (packed msgpack), the documented 900 KB (N4).
 pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 921_600;
+/// Longest string a client may send in a field the server echoes or forwards (`topic`,
+/// `msgRef`, `roomId`, `lobbyId`, `loadBalanceGroup`, `msgId`, `clientId`); longer gets
+/// `invalid_frame` and is never echoed (issue 12: no outbound frame above 1 MiB).
+pub const MAX_NAME_BYTES: usize = 1024;
+/// Longest `token` an `auth`/`reauth` may carry; longer gets `invalid_frame`.
+pub const MAX_TOKEN_BYTES: usize = 16 * 1024;
+/// Room every outbound frame keeps next to its payload: the echoed names, the filter key and
+/// the frame's own fields fit in it, so a payload of at most
+/// `MAX_OUTBOUND_FRAME_BYTES - FRAME_OVERHEAD_BYTES` never makes a frame above the cap.
+pub const FRAME_OVERHEAD_BYTES: usize = 64 * 1024;
+/// Largest `data` a publish (or presence) may carry whatever the configuration says.
+pub const MAX_PAYLOAD_CEILING_BYTES: usize = MAX_OUTBOUND_FRAME_BYTES - FRAME_OVERHEAD_BYTES;
 /// Highest protocol version this server speaks (N6).
 pub const MAX_PROTOCOL_VERSION: u32 = 2;

@@ -132,6 +132,30 @@ pub struct Settings {
     /// Control plane: largest page of a List call [default 1000].
     #[arg(long, env = "SKUA_MAX_PAGE_SIZE")]
     pub max_page_size: Option<u32>,
+    /// Largest presence `data` in bytes [default 65536].
+    #[arg(long, env = "SKUA_MAX_PRESENCE_SIZE")]
+    pub max_presence_size: Option<usize>,
+    /// Most bytes of retained messages kept per topic [default 4194304].
+    #[arg(long, env = "SKUA_MAX_RETAINED_BYTES_PER_TOPIC")]
+    pub max_retained_bytes_per_topic: Option<usize>,
+    /// Most bytes of retained messages kept by this node [default 268435456].
+    #[arg(long, env = "SKUA_MAX_RETAINED_BYTES")]
+    pub max_retained_bytes: Option<usize>,
+    /// Failed auths per connection; one more closes it 1008 [default 10].
+    #[arg(long, env = "SKUA_MAX_AUTH_FAILURES")]
+    pub max_auth_failures: Option<u32>,
+    /// Close connections not authenticated within this long; 0s = off [default 0s].
+    #[arg(long, env = "SKUA_AUTH_TIMEOUT")]
+    pub auth_timeout: Option<String>,
+    /// Failed auths per source address before further attempts are delayed [default 5].
+    #[arg(long, env = "SKUA_AUTH_BACKOFF_AFTER")]
+    pub auth_backoff_after: Option<u32>,
+    /// Longest delay for an auth from a failing source address [default 10s].
+    #[arg(long, env = "SKUA_AUTH_BACKOFF_MAX")]
+    pub auth_backoff_max: Option<String>,
+    /// Accepted `aud` values of client tokens, comma-separated [default none: tokens with aud are refused].
+    #[arg(long, env = "SKUA_JWT_AUDIENCES", value_delimiter = ',')]
+    pub jwt_audiences: Option<Vec<String>>,
     /// OTLP/gRPC endpoint spans are exported to, `http://host:4317`; empty: OTEL_EXPORTER_OTLP_ENDPOINT, else none [default empty].
     #[arg(long, env = "SKUA_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
@@ -149,7 +173,9 @@ impl Settings {
             max_subscriptions_per_connection, max_retained_per_topic, restore_ttl, shutdown_grace, drain_delay, bus_queue, node_ttl,
             node_refresh, bus_publish_buffer, log_max_age, log_max_per_topic, log_prune_interval, replay_page_size,
             durable_queue, grpc_listen, admin_key, revalidate_interval, registry_poll_interval, max_apps_per_project,
-            max_rooms_per_app, max_actors_per_project, max_grants_per_room, max_lobbies_per_project, max_page_size, otlp_endpoint);
+            max_rooms_per_app, max_actors_per_project, max_grants_per_room, max_lobbies_per_project, max_page_size, otlp_endpoint,
+            max_presence_size, max_retained_bytes_per_topic, max_retained_bytes, max_auth_failures, auth_timeout,
+            auth_backoff_after, auth_backoff_max, jwt_audiences);
     }
 
     /// Parses a TOML config file's text.
@@ -327,7 +353,10 @@ impl ServerConfig {
         if max_message_size > skua_protocol_frame_cap() {
             return Err(ConfigError::Invalid {
                 key: "max_message_size",
-                reason: "must stay below the 1 MiB frame limit".into(),
+                reason: format!(
+                    "at most {} bytes (the 1 MiB frame cap less room for the frame's other fields)",
+                    skua_protocol_frame_cap()
+                ),
             });
         }
         let edge = EdgeConfig {
@@ -370,8 +399,34 @@ impl ServerConfig {
             .unwrap_or(u32::MAX),
             durable_queue: positive("durable_queue", req("durable_queue", s.durable_queue.as_ref())?)?,
             revalidate_interval: dur("revalidate_interval", s.revalidate_interval.as_ref())?,
+            max_presence_size: positive("max_presence_size", req("max_presence_size", s.max_presence_size.as_ref())?)?,
+            max_retained_bytes_per_topic: positive(
+                "max_retained_bytes_per_topic",
+                req("max_retained_bytes_per_topic", s.max_retained_bytes_per_topic.as_ref())?,
+            )?,
+            max_retained_bytes: positive(
+                "max_retained_bytes",
+                req("max_retained_bytes", s.max_retained_bytes.as_ref())?,
+            )?,
+            max_auth_failures: req("max_auth_failures", s.max_auth_failures.as_ref())?,
+            auth_timeout: Some(dur("auth_timeout", s.auth_timeout.as_ref())?).filter(|d| !d.is_zero()),
+            auth_backoff_after: req("auth_backoff_after", s.auth_backoff_after.as_ref())?,
+            auth_backoff_max: dur("auth_backoff_max", s.auth_backoff_max.as_ref())?,
+            jwt_audiences: s.jwt_audiences.clone().unwrap_or_default().into_iter().filter(|a| !a.is_empty()).collect(),
             ..EdgeConfig::default()
         };
+        if edge.max_presence_size > skua_protocol_frame_cap() {
+            return Err(ConfigError::Invalid {
+                key: "max_presence_size",
+                reason: format!(
+                    "at most {} bytes (the 1 MiB frame cap less room for the frame's other fields)",
+                    skua_protocol_frame_cap()
+                ),
+            });
+        }
+        if edge.max_auth_failures == 0 {
+            return Err(ConfigError::Invalid { key: "max_auth_failures", reason: "must be at least 1".into() });
+        }
         if edge.revalidate_interval.is_zero() {
             return Err(ConfigError::Invalid { key: "revalidate_interval", reason: "must be above 0".into() });
         }
@@ -448,8 +503,8 @@ impl ServerConfig {
 }
 
 fn skua_protocol_frame_cap() -> usize {
-    // Leave room for the frame's other fields inside the 1 MiB inbound frame cap (N4).
-    1024 * 1024 - 4096
+    // Leave room for the frame's other fields inside the 1 MiB outbound frame cap (N4).
+    skua_protocol::MAX_PAYLOAD_CEILING_BYTES
 }
 
 #[cfg(test)]

@@ -2,6 +2,9 @@
 
 use std::time::Duration;
 
+/// The longest duration accepted: 36 500 days.
+const MAX_MS: u64 = 36_500 * 86_400_000;
+
 /// Parses `<number><unit>` with unit `ms`, `s`, `m`, `h` or `d`.
 ///
 /// # Errors
@@ -11,15 +14,19 @@ pub fn parse(s: &str) -> Result<Duration, String> {
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
     let n: u64 = num.parse().map_err(|_| format!("invalid duration {s:?}: write e.g. 500ms, 5s, 10m, 2h"))?;
-    let ms = match unit {
-        "ms" => n,
-        "s" => n * 1000,
-        "m" => n * 60_000,
-        "h" => n * 3_600_000,
-        "d" => n * 86_400_000,
+    let unit_ms: u64 = match unit {
+        "ms" => 1,
+        "s" => 1000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
         _ => return Err(format!("invalid duration {s:?}: the unit must be ms, s, m, h or d")),
     };
-    Ok(Duration::from_millis(ms))
+    // Timers add durations to the clock: anything past a century is refused, not overflowed.
+    match n.checked_mul(unit_ms).filter(|&ms| ms <= MAX_MS) {
+        Some(ms) => Ok(Duration::from_millis(ms)),
+        None => Err(format!("invalid duration {s:?}: at most 36500d")),
+    }
 }
 
 #[cfg(test)]
@@ -32,7 +39,7 @@ mod tests {
         assert_eq!(parse("5s"), Ok(Duration::from_secs(5)));
         assert_eq!(parse("10m"), Ok(Duration::from_secs(600)));
         assert_eq!(parse("24h"), Ok(Duration::from_secs(86_400)));
-        for bad in ["", "5", "s", "5x", "-1s", "1.5s"] {
+        for bad in ["", "5", "s", "5x", "-1s", "1.5s", "36501d", "18446744073709551615d", "99999999999999999999s"] {
             assert!(parse(bad).is_err(), "{bad}");
         }
     }

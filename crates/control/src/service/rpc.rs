@@ -79,9 +79,10 @@ fn check_limits(l: &pb::ProjectLimits) -> Result<(), Status> {
     Ok(())
 }
 
-/// The inbound frame cap minus room for the frame's other fields (as `--max-message-size`).
+/// The largest payload any frame may carry (as `--max-message-size`): the outbound frame
+/// cap minus room for the frame's other fields (issue 12).
 fn skua_core_frame_cap() -> usize {
-    1024 * 1024 - 4096
+    skua_protocol::MAX_PAYLOAD_CEILING_BYTES
 }
 
 fn check_topics(topics: &[pb::Topic]) -> Result<(), Status> {

@@ -53,7 +53,13 @@ impl Session {
             client_id: client_id.filter(|_| actor.actor_type.has_persistent_sessions()),
         };
         let rate = actor.rate_limit.or(project.limits.rate_limit).unwrap_or(self.st.config.rate_limit);
-        let max_message_size = project.limits.max_message_size.unwrap_or(self.st.config.max_message_size);
+        // Never above the ceiling, whatever a stored project limit says: a `message` frame stays
+        // within 1 MiB (N4, issue 12).
+        let max_message_size = project
+            .limits
+            .max_message_size
+            .unwrap_or(self.st.config.max_message_size)
+            .min(skua_protocol::MAX_PAYLOAD_CEILING_BYTES);
         let (registration, subscriptions) = self.register(&actor, key.client_id.as_ref(), cred.token_digest);
         self.auth = Some(Authed {
             actor: actor.clone(),
@@ -81,13 +87,19 @@ impl Session {
                 filters: s.raw_filters.as_deref(),
             })
             .collect();
-        self.push(&ServerFrame::AuthOk {
-            actor_token_id: actor.id.as_str(),
-            project_id: project.id.as_str(),
-            actor_type: actor.actor_type.as_str(),
-            protocol_version: version,
-            restored: &entries,
+        // Every restored subscription is restored; the list telling the client about them is
+        // cut to what fits in one frame (N4).
+        let reply = super::presence::capped("restoredSubscriptions", entries.len(), |n| {
+            ServerFrame::AuthOk {
+                actor_token_id: actor.id.as_str(),
+                project_id: project.id.as_str(),
+                actor_type: actor.actor_type.as_str(),
+                protocol_version: version,
+                restored: &entries[..n],
+            }
+            .encode()
         });
+        self.conn.push(reply);
         drop(entries);
         self.st.metrics.auths.inc("ok");
         if !restored.is_empty() {

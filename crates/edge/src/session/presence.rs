@@ -69,6 +69,18 @@ impl Session {
 
     pub(super) async fn on_presence(&mut self, room_id: Option<String>, data: Option<Bytes>) {
         let Some(a) = &self.auth else { return };
+        // Presence data is forwarded in every event and kept while present: bounded (issue 12).
+        let max = self.st.config.max_presence_size;
+        if data.as_ref().is_some_and(|d| d.len() > max) {
+            return self.error(ErrorFrame {
+                error: error::MESSAGE_TOO_LARGE,
+                code: Some(code::MESSAGE_TOO_LARGE),
+                hint: Some("presence data exceeds max_presence_size"),
+                room_id: room_id.as_deref(),
+                max_size_bytes: Some(max as u64),
+                ..ErrorFrame::default()
+            });
+        }
         let Some(room_id) = room_id else {
             // Deprecated room-less form: kept on the connection, never broadcast.
             self.connection_presence = data;
@@ -125,8 +137,9 @@ impl Session {
             Err(_) => return self.presence_unavailable(Some(room_id), None),
         };
         let refs: Vec<PresenceEntryRef<'_>> = entries.iter().map(entry_ref).collect();
-        let frame =
-            capped(refs.len(), |n| ServerFrame::PresenceList { room_id: Some(room_id), entries: &refs[..n] }.encode());
+        let frame = capped("presence", refs.len(), |n| {
+            ServerFrame::PresenceList { room_id: Some(room_id), entries: &refs[..n] }.encode()
+        });
         self.conn.push(frame);
     }
 
@@ -151,7 +164,7 @@ impl Session {
         let refs: Vec<(&str, Vec<PresenceEntryRef<'_>>)> =
             snap.iter().map(|(r, es)| (&*r.room, es.iter().map(entry_ref).collect())).collect();
         let total: usize = refs.iter().map(|(_, e)| e.len()).sum();
-        let frame = capped(total, |n| {
+        let frame = capped("presence", total, |n| {
             // Keep the first `n` entries in room order; every room still appears (N22).
             let mut left = n;
             let rooms: Vec<LobbyRoomSnapshot<'_>> = refs
@@ -230,12 +243,12 @@ fn entry_ref(e: &PresenceEntry) -> PresenceEntryRef<'_> {
 
 /// Encodes with as many of `total` entries as fit in one client frame (N4): all of them when
 /// they fit, else the largest prefix found by bisection.
-fn capped(total: usize, encode: impl Fn(usize) -> Bytes) -> Bytes {
+pub(super) fn capped(what: &'static str, total: usize, encode: impl Fn(usize) -> Bytes) -> Bytes {
     let full = encode(total);
     if full.len() <= MAX_OUTBOUND_FRAME_BYTES {
         return full;
     }
-    tracing::warn!(total, "Presence snapshot exceeds the frame cap; truncating.");
+    tracing::warn!(total, what, "A snapshot exceeds the 1 MiB frame cap; truncating.");
     let (mut lo, mut hi) = (0, total);
     while lo + 1 < hi {
         let mid = usize::midpoint(lo, hi);
