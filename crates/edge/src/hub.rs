@@ -39,8 +39,42 @@ pub struct LocalSub {
     /// Set for a durable subscription: its logged messages go through the connection's
     /// durable task, which claims them in the store first.
     pub durable: Option<DurableRoute>,
-    /// Latest retained id seen per filter key, so a replay is never delivered twice.
-    retained_seen: Mutex<HashMap<Option<String>, EnvelopeId>>,
+    /// Latest retained id seen per filter key, so a replay is never delivered twice. Shared
+    /// (weakly) with a paced snapshot still being sent, which skips what is no longer latest.
+    retained_seen: Arc<Mutex<RetainedSeen>>,
+}
+
+/// Latest retained publication id seen per filter key.
+type RetainedSeen = HashMap<Option<String>, EnvelopeId>;
+
+/// The part of a new subscription's retained snapshot that did not fit in its connection's
+/// queue at once: sent by [`Self::send`], waiting for room before each frame, so a large
+/// snapshot is paced like a stored replay and never closes the subscriber 4008 (issue 12).
+#[derive(Debug)]
+pub struct DeferredRetained {
+    conn: Arc<ConnHandle>,
+    seen: std::sync::Weak<Mutex<RetainedSeen>>,
+    frames: Vec<(Option<String>, EnvelopeId, Bytes)>,
+}
+
+impl DeferredRetained {
+    /// Sends the frames in order, each once there is room. A frame is skipped once a newer
+    /// retained publication of its key was delivered; sending stops when the subscription is
+    /// gone or the connection closes.
+    pub async fn send(self, metrics: Arc<Metrics>) {
+        for (key, id, frame) in self.frames {
+            self.conn.room().await;
+            if self.conn.is_closing() {
+                return;
+            }
+            let Some(seen) = self.seen.upgrade() else { return };
+            let latest = seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&key) == Some(&id);
+            if latest {
+                self.conn.push(frame);
+                metrics.replays_by_kind.inc("retained");
+            }
+        }
+    }
 }
 
 impl LocalSub {
@@ -52,7 +86,7 @@ impl LocalSub {
         filters: Arc<[String]>,
         group: Option<Arc<str>>,
     ) -> Self {
-        Self { conn, actor, echo, filters, group, durable: None, retained_seen: Mutex::new(HashMap::new()) }
+        Self { conn, actor, echo, filters, group, durable: None, retained_seen: Arc::default() }
     }
 
     fn matches(&self, p: &Publication) -> bool {
@@ -119,7 +153,8 @@ pub struct Hub {
     // tokio Mutex: held across bus.subscribe so reference counts and bus state change together.
     bus_refs: tokio::sync::Mutex<BusRefs>,
     metrics: Arc<Metrics>,
-    max_retained_per_topic: usize,
+    /// What retained messages this node keeps may cost.
+    retained: crate::retained::RetainedLedger,
     /// Where publications on a control topic go (set once at start).
     control: std::sync::OnceLock<mpsc::Sender<Arc<Envelope>>>,
     /// Whether the bus offers deliveries to [`Hub::try_deliver`] first.
@@ -214,14 +249,14 @@ impl FrameCache {
 
 impl Hub {
     /// A hub publishing and subscribing through `bus`.
-    pub fn new(bus: Arc<dyn Bus>, metrics: Arc<Metrics>, max_retained_per_topic: usize) -> Self {
+    pub fn new(bus: Arc<dyn Bus>, metrics: Arc<Metrics>, retained: crate::retained::RetainedLimits) -> Self {
         Self {
             bus,
             topics: RwLock::new(HashMap::new()),
             rooms: RwLock::new(HashMap::new()),
             bus_refs: tokio::sync::Mutex::new(BusRefs::default()),
             metrics,
-            max_retained_per_topic,
+            retained: crate::retained::RetainedLedger::new(retained),
             control: std::sync::OnceLock::new(),
             sink: std::sync::atomic::AtomicBool::new(false),
             queued: AtomicUsize::new(0),
@@ -239,6 +274,24 @@ impl Hub {
     /// Routes control-topic publications to `tx` from now on.
     pub fn set_control(&self, tx: mpsc::Sender<Arc<Envelope>>) {
         let _ = self.control.set(tx);
+    }
+
+    /// Admits a retained publication this node is about to publish (see [`crate::retained`]).
+    ///
+    /// # Errors
+    /// The cap it would break; the caller refuses the publish.
+    pub fn admit_retained(
+        &self,
+        topic: &TopicAddress,
+        filter: &Option<String>,
+        data_len: usize,
+    ) -> Result<(), crate::retained::Refusal> {
+        self.retained.admit(topic, filter, data_len).inspect_err(|r| self.metrics.retained_refused.inc(r.label()))
+    }
+
+    /// Bytes charged for the retained messages this node keeps account of.
+    pub fn retained_bytes(&self) -> usize {
+        self.retained.bytes()
     }
 
     /// The bus this hub uses.
@@ -329,14 +382,15 @@ impl Hub {
     /// Inserts (or replaces, N14) the subscription of `sub.conn` on `address`. `first` is queued
     /// on the connection before anything the subscription receives (the `subscribed` frame),
     /// followed by the retained messages it matches (N20, N33) unless `with_retained` is false.
-    /// Returns the subscription it replaced.
+    /// Returns the subscription it replaced, and the part of the retained snapshot that did not
+    /// fit in the connection's queue at once, for the caller to send paced.
     pub fn insert(
         &self,
         address: &TopicAddress,
         sub: LocalSub,
         first: Option<Bytes>,
         with_retained: bool,
-    ) -> Option<LocalSub> {
+    ) -> (Option<LocalSub>, Option<DeferredRetained>) {
         let mut topics = write(&self.topics);
         let entry = topics.entry(address.clone()).or_default();
         let old = entry.subs.iter().position(|s| s.conn.id == sub.conn.id).map(|i| entry.subs.swap_remove(i));
@@ -351,6 +405,7 @@ impl Hub {
         if let Some(f) = first {
             sub.conn.push(f);
         }
+        let mut deferred = Vec::new();
         if with_retained && sub.group.is_none() {
             let retained = lock(&entry.retained);
             for env in retained.values() {
@@ -358,13 +413,24 @@ impl Hub {
                     && sub.matches(p)
                     && sub.mark_retained(&p.filter, p.id)
                 {
-                    sub.conn.push(message_frame(&sub.echo, p));
-                    self.metrics.replays_by_kind.inc("retained");
+                    // Right after `subscribed` while the queue has room (the common case: the
+                    // snapshot comes before anything live); the rest is paced.
+                    if deferred.is_empty() && sub.conn.has_room() {
+                        sub.conn.push(message_frame(&sub.echo, p));
+                        self.metrics.replays_by_kind.inc("retained");
+                    } else {
+                        deferred.push((p.filter.clone(), p.id, message_frame(&sub.echo, p)));
+                    }
                 }
             }
         }
+        let deferred = (!deferred.is_empty()).then(|| DeferredRetained {
+            conn: sub.conn.clone(),
+            seen: Arc::downgrade(&sub.retained_seen),
+            frames: deferred,
+        });
         entry.subs.push(sub);
-        old
+        (old, deferred)
     }
 
     /// Removes the subscription of `conn` on `address`, returning it.
@@ -555,10 +621,16 @@ impl Hub {
             Route::Plain => {
                 if p.retain {
                     let mut retained = lock(&entry.retained);
-                    if retained.len() < self.max_retained_per_topic || retained.contains_key(&p.filter) {
-                        retained.insert(p.filter.clone(), env.clone());
-                    } else {
-                        tracing::warn!(topic = ?p.topic, "Retained message not kept: the topic's retained key cap is reached.");
+                    match self.retained.admit_publication(p) {
+                        Ok(()) => {
+                            retained.insert(p.filter.clone(), env.clone());
+                        }
+                        Err(r) => {
+                            // Delivered live, not kept; the older one it supersedes goes.
+                            retained.remove(&p.filter);
+                            self.metrics.retained_refused.inc(r.label());
+                            tracing::debug!(topic = ?p.topic, reason = r.label(), "Retained message not kept.");
+                        }
                     }
                 }
                 for sub in entry.subs.iter().filter(|s| s.group.is_none() && s.matches(p)) {

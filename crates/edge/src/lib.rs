@@ -23,6 +23,7 @@ pub mod metrics;
 pub mod outbound;
 pub mod prom;
 pub mod ratelimit;
+pub mod retained;
 pub mod revalidate;
 mod session;
 pub mod small_map;

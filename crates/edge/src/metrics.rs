@@ -58,6 +58,9 @@ pub struct Metrics {
     pub publishes_refused_by_reason: Family,
     /// Connections closed, by close reason (`peer_gone` when the client went first).
     pub closes: Family,
+    /// Retained publications refused (at publish) or not kept (received), by cap:
+    /// `topic_keys`, `topic_bytes`, `node_bytes`.
+    pub retained_refused: Family,
     /// Replays, by kind: `retained` (a retained message replayed to a new subscription) and
     /// `restored_subscription` (a subscription restored by `reconnect:true`).
     pub replays_by_kind: Family,

@@ -248,7 +248,8 @@ impl ConnHandle {
         }
     }
 
-    fn has_room(&self) -> bool {
+    /// Whether the queue is at most half full (by frames and by bytes).
+    pub fn has_room(&self) -> bool {
         let q = self.lock();
         q.count * 2 <= self.max_messages && q.bytes * 2 <= self.max_bytes
     }

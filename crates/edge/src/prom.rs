@@ -110,6 +110,18 @@ pub fn render(st: &EdgeState) -> String {
     o.sample("skua_drops_total", &[("reason", "undeliverable")], load(&m.undeliverable));
     o.sample("skua_drops_total", &[("reason", "slow_consumer")], load(&m.slow_consumer_closes));
     o.family("skua_closes_total", "reason", "Connections closed, by close reason.", &m.closes.snapshot());
+    o.scalar(
+        "skua_retained_bytes",
+        "gauge",
+        "Bytes charged for the retained messages this node keeps account of (data, filter key, 128 per entry).",
+        st.hub.retained_bytes() as u64,
+    );
+    o.family(
+        "skua_retained_refused_total",
+        "cap",
+        "Retained publications refused at publish or not kept when received, by the cap they hit.",
+        &m.retained_refused.snapshot(),
+    );
     let mut replays = m.replays_by_kind.snapshot();
     replays.push(("group", load(&m.replays)));
     replays.sort_unstable();

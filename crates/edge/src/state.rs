@@ -162,7 +162,12 @@ impl EdgeState {
     ) -> Arc<Self> {
         let metrics = Arc::new(Metrics::default());
         let backends = crate::timed::wrap(backends, &metrics);
-        let hub = Arc::new(Hub::new(backends.bus, metrics.clone(), config.max_retained_per_topic));
+        let limits = crate::retained::RetainedLimits {
+            keys_per_topic: config.max_retained_per_topic,
+            bytes_per_topic: config.max_retained_bytes_per_topic,
+            bytes: config.max_retained_bytes,
+        };
+        let hub = Arc::new(Hub::new(backends.bus, metrics.clone(), limits));
         // The dispatcher outlives the drain (closing sessions still publish their presence
         // leaves); it stops when the bus closes or `dispatcher_stop` is cancelled.
         let dispatcher_stop = CancellationToken::new();

@@ -34,6 +34,10 @@ pub mod error {
     pub const BROKER_UNAVAILABLE: &str = "broker_unavailable";
     /// A subscribe beyond the per-connection subscription limit (Skua addition; see docs/protocol.md).
     pub const TOO_MANY_SUBSCRIPTIONS: &str = "too_many_subscriptions";
+    /// Skua addition: a retained publish beyond the topic's or the node's retained caps
+    /// (`max_retained_per_topic`, `max_retained_bytes_per_topic`, `max_retained_bytes`);
+    /// nothing was published. The hint names the cap.
+    pub const RETAINED_LIMIT_EXCEEDED: &str = "retained_limit_exceeded";
     /// Skua addition: the message store is unreachable, so a logged-topic publish (or a
     /// persistent session's subscribe to one) was refused; nothing was stored.
     pub const STORE_UNAVAILABLE: &str = "store_unavailable";

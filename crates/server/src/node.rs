@@ -211,6 +211,12 @@ impl skua_control::NodeAdmin for EdgeAdmin {
             .and_then(|pr| pr.apps.iter().find(|a| a.id == p.topic.room.app))
             .and_then(|a| a.topics.get(&*p.topic.topic))
             .is_some_and(|t| t.logged);
+        // Retained caps before anything is stored or published (issue 12).
+        if p.retain
+            && let Err(r) = self.0.hub.admit_retained(&p.topic, &p.filter, p.data.len())
+        {
+            return Err(format!("retained_limit_exceeded: {}", r.hint()));
+        }
         let msg_id = if logged {
             let id = uuid::Uuid::now_v7().to_string();
             let key = skua_edge::durable::topic_key(&p.topic);
@@ -232,7 +238,7 @@ impl skua_control::NodeAdmin for EdgeAdmin {
         } else {
             None
         };
-        let envelope = skua_core::Envelope::Publication(skua_core::Publication {
+        let publication = skua_core::Publication {
             id: self.0.next_envelope_id(),
             topic: p.topic,
             filter: p.filter,
@@ -245,7 +251,8 @@ impl skua_control::NodeAdmin for EdgeAdmin {
             retain: p.retain,
             qos: 0,
             data: p.data,
-        });
+        };
+        let envelope = skua_core::Envelope::Publication(publication);
         self.0.hub.bus().publish(Arc::new(envelope)).await.map_err(|e| format!("the message bus refused it: {e}"))
     }
 

@@ -111,7 +111,7 @@ impl Session {
         for (pattern, sub) in restored {
             let backlog = self.replay_backlog(&sub).await;
             let local = self.local_sub(&actor.id, &pattern, &sub);
-            self.st.hub.insert(&sub.address, local, None, false);
+            let _ = self.st.hub.insert(&sub.address, local, None, false);
             self.start_durable(&pattern, &sub, backlog).await;
             self.subs.insert(pattern, sub);
         }

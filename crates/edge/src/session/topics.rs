@@ -148,7 +148,11 @@ impl Session {
         {
             self.st.hub.remove(&old.address, self.conn.id);
         }
-        self.st.hub.insert(&sub.address, local, Some(subscribed), true);
+        let (_, deferred) = self.st.hub.insert(&sub.address, local, Some(subscribed), true);
+        if let Some(d) = deferred {
+            // A retained snapshot larger than half the queue: the rest goes paced (issue 12).
+            self.st.tracker.spawn(d.send(self.st.metrics.clone()));
+        }
         if let Some(old) = old {
             if old.consumer.is_some() && old.consumer != sub.consumer {
                 self.stop_durable(&old).await;
@@ -261,6 +265,19 @@ impl Session {
                 return self.filter_error(e, &p.topic, msg_ref);
             }
         };
+        // Retained caps before anything is stored or published (issue 12).
+        if p.retain
+            && let Err(r) = self.st.hub.admit_retained(&resolved.address, &filter, p.data.len())
+        {
+            self.st.metrics.publish_refused(error::RETAINED_LIMIT_EXCEEDED);
+            return self.error(ErrorFrame {
+                error: error::RETAINED_LIMIT_EXCEEDED,
+                topic: Some(&p.topic),
+                hint: Some(r.hint()),
+                msg_ref,
+                ..ErrorFrame::default()
+            });
+        }
         let timestamp_ms = now_unix_ms();
         // A logged topic's message is stored before anything else sees it (N24).
         let msg_id = if resolved.logged {

@@ -15,4 +15,5 @@ mod presence;
 mod propagation;
 mod pubsub;
 mod reconnect;
+mod retained;
 mod tokens;

@@ -1,0 +1,98 @@
+//! Issue 12, defect 2: retained messages can neither make a topic unusable (a snapshot larger
+//! than a subscriber's queue used to close it 4008 before `subscribed`) nor grow memory
+//! without bound (per-topic and node-wide byte caps with a defined error, in /metrics).
+
+use rmpv::Value;
+use skua_testkit::{TestServer, frame};
+
+const TOPIC: &str = "demo/general/messages";
+const BIG: usize = 921_000;
+
+fn retained(filter: &str, fill: u8, msg_ref: &str) -> Value {
+    frame! {"type" => "publish", "topic" => TOPIC, "data" => Value::Binary(vec![fill; BIG]),
+    "filter" => filter, "retain" => true, "msgRef" => msg_ref}
+}
+
+#[tokio::test]
+async fn a_retained_snapshot_larger_than_the_queue_is_paced_not_closed() {
+    // Ten ~900 KB retained messages: more than twice the 4 MiB outbound queue.
+    let server =
+        TestServer::builder().settings(|s| s.max_retained_bytes_per_topic = Some(16 * 1024 * 1024)).spawn().await;
+    let mut bob = server.auth("dev-token-bob").await;
+    for i in 0..10u8 {
+        bob.send(retained(&format!("k{i}"), i, &format!("r{i}"))).await;
+        assert_eq!(bob.expect("published").await.str("msgRef"), format!("r{i}"));
+    }
+    let mut alice = server.auth("dev-token-alice").await;
+    alice.send(frame! {"type" => "subscribe", "topic" => TOPIC}).await;
+    assert_eq!(alice.expect("subscribed").await.str("topic"), TOPIC);
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..10 {
+        let m = alice.expect("message").await;
+        let filter = m.str("filter").to_owned();
+        let i: u8 = filter[1..].parse().expect("k<i>");
+        assert_eq!(m.get("data"), &Value::Binary(vec![i; BIG]), "{filter}: data intact");
+        assert!(seen.insert(i), "{filter} twice");
+    }
+    // Still open and usable: a live publish after the snapshot arrives.
+    bob.send(frame! {"type" => "publish", "topic" => TOPIC, "data" => "live", "msgRef" => "live"}).await;
+    bob.expect("published").await;
+    assert_eq!(alice.next_of("message").await.get("data"), &Value::from("live"));
+    let m = skua_testkit::http::Scrape::of(server.addr).await;
+    assert_eq!(m.value("skua_closes_total", &[("reason", "slow_consumer")]), 0.0);
+}
+
+#[tokio::test]
+async fn retained_bytes_are_capped_per_topic_and_per_node_with_a_defined_error() {
+    let server = TestServer::start().await;
+    let mut bob = server.auth("dev-token-bob").await;
+    // The default 4 MiB per topic holds four ~900 KB messages; the fifth key is refused and
+    // nothing of it is published.
+    let mut alice = server.auth("dev-token-alice").await;
+    alice.subscribe(TOPIC).await;
+    for i in 0..4u8 {
+        bob.send(retained(&format!("k{i}"), i, &format!("r{i}"))).await;
+        bob.expect("published").await;
+        alice.expect("message").await;
+    }
+    bob.send(retained("k4", 4, "r4")).await;
+    let e = bob.expect("error").await;
+    assert_eq!(e.str("error"), "retained_limit_exceeded");
+    assert_eq!(e.str("msgRef"), "r4");
+    assert!(e.str("hint").contains("max_retained_bytes_per_topic"), "{}", e.str("hint"));
+    alice.assert_nothing_pending().await;
+    // Replacing a kept key always fits; a small message on another topic too.
+    bob.send(retained("k0", 9, "again")).await;
+    bob.expect("published").await;
+    alice.expect("message").await;
+    bob.send(
+        frame! {"type" => "publish", "topic" => "demo/general/status", "data" => 1, "retain" => true, "msgRef" => "s"},
+    )
+    .await;
+    bob.expect("published").await;
+    let m = skua_testkit::http::Scrape::of(server.addr).await;
+    assert_eq!(m.value("skua_retained_refused_total", &[("cap", "topic_bytes")]), 1.0);
+    let kept = m.value("skua_retained_bytes", &[]);
+    assert!(kept > 4.0 * BIG as f64 && kept < 4.0 * 1024.0 * 1024.0 + 1024.0, "skua_retained_bytes {kept}");
+}
+
+#[tokio::test]
+async fn the_node_wide_retained_cap_refuses_new_keys_anywhere() {
+    let server = TestServer::builder().settings(|s| s.max_retained_bytes = Some(2 * 1024 * 1024)).spawn().await;
+    let mut bob = server.auth("dev-token-bob").await;
+    bob.send(retained("a", 1, "1")).await;
+    bob.expect("published").await;
+    bob.send(retained("b", 2, "2")).await;
+    bob.expect("published").await;
+    bob.send(frame! {"type" => "publish", "topic" => "demo/random/status", "data" => Value::Binary(vec![0; 300_000]),
+    "retain" => true, "msgRef" => "3"})
+        .await;
+    let e = bob.expect("error").await;
+    assert_eq!(e.str("error"), "retained_limit_exceeded");
+    assert!(e.str("hint").contains("max_retained_bytes"), "{}", e.str("hint"));
+    // Not retained, the same publish goes through.
+    bob.send(frame! {"type" => "publish", "topic" => "demo/random/status", "data" => 1, "msgRef" => "4"}).await;
+    bob.expect("published").await;
+    let m = skua_testkit::http::Scrape::of(server.addr).await;
+    assert_eq!(m.value("skua_retained_refused_total", &[("cap", "node_bytes")]), 1.0);
+}
