@@ -79,6 +79,10 @@ impl SpawnedSkua {
             .args(["serve", "--dev", "--listen", "127.0.0.1:0", "--fixtures"])
             .arg(&fixtures)
             .args(extra)
+            // Every bench connection comes from loopback: the per-address limits (on by
+            // default) would measure themselves. As variables, so `--skua-arg` flags still win.
+            .env("SKUA_MAX_CONNECTIONS_PER_IP", "0")
+            .env("SKUA_MAX_NEW_CONNECTIONS_PER_IP_PER_SECOND", "0")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(stderr)

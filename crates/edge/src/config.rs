@@ -76,6 +76,51 @@ pub struct EdgeConfig {
     pub auth_backoff_max: Duration,
     /// Audiences a client token's `aud` may name. Empty: a token carrying `aud` is refused.
     pub jwt_audiences: Vec<String>,
+    /// How long a socket may take to send a complete HTTP request head (also the limit for
+    /// its TLS handshake plus PROXY header, and for an idle keep-alive socket); then it is closed.
+    pub http_header_timeout: Duration,
+    /// Most sockets (pending or upgraded) per client address, IPv6 per /64; 0 = no limit.
+    pub max_connections_per_ip: u32,
+    /// Most new sockets per second per client address, also the burst; 0 = no limit.
+    pub max_new_connections_per_ip_per_second: u32,
+    /// Peers whose `X-Forwarded-For` (and PROXY header) name the client.
+    pub trusted_proxies: Vec<crate::front::Cidr>,
+    /// Every socket starts with a PROXY protocol (v1 or v2) header from a trusted proxy.
+    pub proxy_protocol: bool,
+    /// Origins browsers may open WebSockets from; empty = any (requests without `Origin` always pass).
+    pub allowed_origins: Vec<crate::front::OriginPattern>,
+    /// Bearer token `/metrics` requires, if any.
+    pub metrics_token: Option<MetricsToken>,
+    /// `/metrics` is served on its own listener, not next to `/ws`.
+    pub metrics_separate: bool,
+}
+
+/// The bearer token of `/metrics`: never shown by `Debug`, compared in constant time.
+#[derive(Clone)]
+pub struct MetricsToken(String);
+
+impl MetricsToken {
+    /// Wraps a token.
+    pub fn new(token: String) -> Self {
+        Self(token)
+    }
+
+    /// Whether an `Authorization` header carries the token as `Bearer TOKEN`.
+    pub fn verify(&self, authorization: Option<&axum::http::HeaderValue>) -> bool {
+        use subtle::ConstantTimeEq;
+        let Some(v) = authorization else { return false };
+        let v = v.as_bytes();
+        let Some(given) = v.get(..7).filter(|p| p.eq_ignore_ascii_case(b"bearer ")).map(|_| &v[7..]) else {
+            return false;
+        };
+        bool::from(given.ct_eq(self.0.as_bytes()))
+    }
+}
+
+impl std::fmt::Debug for MetricsToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MetricsToken(<redacted>)")
+    }
 }
 
 impl Default for EdgeConfig {
@@ -113,6 +158,14 @@ impl Default for EdgeConfig {
             auth_backoff_after: 5,
             auth_backoff_max: Duration::from_secs(10),
             jwt_audiences: Vec::new(),
+            http_header_timeout: Duration::from_secs(10),
+            max_connections_per_ip: 1000,
+            max_new_connections_per_ip_per_second: 100,
+            trusted_proxies: Vec::new(),
+            proxy_protocol: false,
+            allowed_origins: Vec::new(),
+            metrics_token: None,
+            metrics_separate: false,
         }
     }
 }

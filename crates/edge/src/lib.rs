@@ -2,6 +2,8 @@
 //!
 //! Depends on the slot *traits* of `skua-core` and the codec of `skua-protocol`, never on a
 //! concrete backend. Modules:
+//! - [`front`]: the accept loop: connection slots, header timeout, TLS, PROXY header,
+//!   per-address limits, the `Origin` allowlist;
 //! - [`ws`]: HTTP routes, upgrades, each connection's reader loop and writer task;
 //! - `session`: the per-connection protocol state machine and its frame handlers;
 //! - [`hub`]: the node's local fan-out (the hot path) and its bus subscriptions;
@@ -17,6 +19,7 @@
 pub mod auth;
 pub mod config;
 pub mod durable;
+pub mod front;
 pub mod hub;
 pub mod liveness;
 pub mod metrics;
@@ -32,27 +35,6 @@ pub mod timed;
 pub mod trace;
 pub mod ws;
 
-use std::sync::Arc;
-
 pub use config::EdgeConfig;
+pub use front::{serve, serve_metrics};
 pub use state::{Backends, EdgeState};
-
-/// Serves the edge on `listener` until the state's shutdown token is cancelled, then waits
-/// (up to the configured grace) for every connection to close.
-///
-/// # Errors
-/// When the listener fails.
-pub async fn serve(listener: tokio::net::TcpListener, state: Arc<EdgeState>) -> std::io::Result<()> {
-    let shutdown = state.shutdown.clone();
-    let app = ws::router(state.clone());
-    // axum's graceful shutdown does not wait for upgraded sockets (axum #3003); the
-    // connection tasks watch the shutdown token themselves and are tracked in `tracker`.
-    // TCP_NODELAY: the writer already batches frames; Nagle on top of it measured p99 16.9 ms
-    // instead of ~4 ms in the 1→100 fan-out (docs/benchmarks.md).
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "TCP_NODELAY could not be set.");
-        }
-    });
-    axum::serve(listener, app).with_graceful_shutdown(async move { shutdown.cancelled().await }).await
-}

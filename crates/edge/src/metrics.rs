@@ -68,6 +68,9 @@ pub struct Metrics {
     pub backend_latency: HistogramFamily,
     /// Failed bus, store and presence operations, by (slot, operation).
     pub backend_errors: PairFamily,
+    /// Sockets and requests refused or closed at the front door, by reason
+    /// (`crate::front::reason`, `ip_connections`, `ip_rate`).
+    pub front_refusals: Family,
 }
 
 impl Metrics {

@@ -96,6 +96,18 @@ pub fn render(st: &EdgeState) -> String {
     for (project, n) in st.connections_by_project() {
         o.sample("skua_connections", &[("project", project.as_str())], n);
     }
+    o.scalar(
+        "skua_connection_slots_used",
+        "gauge",
+        "Connection slots (max_connections) held by sockets, pending HTTP or upgraded.",
+        st.config.max_connections.saturating_sub(st.conn_slots.available_permits()),
+    );
+    o.family(
+        "skua_front_refusals_total",
+        "reason",
+        "Sockets and requests refused or closed before a WebSocket existed, by reason.",
+        &m.front_refusals.snapshot(),
+    );
     o.family("skua_auths_total", "result", "auth replies, by result (ok or the failure string).", &m.auths.snapshot());
     o.family("skua_frames_in_total", "type", "Frames received from clients, by type.", &m.frames_in_by_type.snapshot());
     o.family("skua_frames_out_total", "type", "Frames queued for clients, by type.", &m.frames_out_by_type.snapshot());

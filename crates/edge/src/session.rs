@@ -70,10 +70,13 @@ pub(crate) struct Session {
     durable: Option<DurableHandle>,
     /// For a clientId session: its string and the control-topic subscription it holds.
     persistent: Option<(String, Option<BusSubscription>)>,
+    /// The client's address (after the PROXY header and trusted `X-Forwarded-For`).
+    #[allow(dead_code)] // read by the per-address auth-failure backoff (issue 12, item 6)
+    pub(crate) client_ip: std::net::IpAddr,
 }
 
 impl Session {
-    pub(crate) fn new(st: Arc<EdgeState>, conn: Arc<ConnHandle>) -> Self {
+    pub(crate) fn new(st: Arc<EdgeState>, conn: Arc<ConnHandle>, client_ip: std::net::IpAddr) -> Self {
         Self {
             st,
             conn,
@@ -85,6 +88,7 @@ impl Session {
             pending_lobbies: Vec::new(),
             durable: None,
             persistent: None,
+            client_ip,
         }
     }
 

@@ -1,13 +1,14 @@
 //! The HTTP side: `/ws` upgrades, `/healthz`, `/readyz`, `/metrics`; and each connection's
 //! reader loop and writer task.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::State;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
-use axum::http::StatusCode;
+use axum::extract::{Extension, State};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use bytes::Bytes;
@@ -17,6 +18,7 @@ use skua_protocol::{ClientFrame, DecodeError};
 use tokio::time::{Instant, sleep_until};
 use tracing::Instrument;
 
+use crate::front::ConnInfo;
 use crate::outbound::{CloseRequest, ConnHandle, Outbox};
 use crate::session::Session;
 use crate::state::{EdgeState, now_unix_s};
@@ -24,14 +26,20 @@ use crate::state::{EdgeState, now_unix_s};
 /// Most frames the writer sends before flushing the socket.
 const WRITE_BATCH: usize = 64;
 
-/// The edge's HTTP routes.
+/// The edge's HTTP routes; `/metrics` only when it has no listener of its own. Served by
+/// [`crate::front::serve`], which gives every request its socket's [`ConnInfo`].
 pub fn router(state: Arc<EdgeState>) -> Router {
-    Router::new()
+    let router = Router::new()
         .route("/ws", any(ws_upgrade))
         .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .with_state(state)
+        .route("/readyz", get(readyz));
+    let router = if state.config.metrics_separate { router } else { router.route("/metrics", get(metrics)) };
+    router.with_state(state)
+}
+
+/// The routes of the separate metrics listener (`metrics_listen`): `/metrics` only.
+pub fn metrics_router(state: Arc<EdgeState>) -> Router {
+    Router::new().route("/metrics", get(metrics)).with_state(state)
 }
 
 async fn readyz(State(st): State<Arc<EdgeState>>) -> Response {
@@ -48,16 +56,35 @@ async fn readyz(State(st): State<Arc<EdgeState>>) -> Response {
     }
 }
 
-async fn metrics(State(st): State<Arc<EdgeState>>) -> Response {
-    ([(axum::http::header::CONTENT_TYPE, crate::prom::CONTENT_TYPE)], crate::prom::render(&st)).into_response()
+async fn metrics(State(st): State<Arc<EdgeState>>, headers: HeaderMap) -> Response {
+    if let Some(token) = &st.config.metrics_token
+        && !token.verify(headers.get(header::AUTHORIZATION))
+    {
+        st.metrics.front_refusals.inc(crate::front::reason::METRICS_UNAUTHORIZED);
+        return (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], "bearer token required")
+            .into_response();
+    }
+    ([(header::CONTENT_TYPE, crate::prom::CONTENT_TYPE)], crate::prom::render(&st)).into_response()
 }
 
-async fn ws_upgrade(State(st): State<Arc<EdgeState>>, ws: WebSocketUpgrade) -> Response {
+async fn ws_upgrade(
+    State(st): State<Arc<EdgeState>>,
+    Extension(conn): Extension<ConnInfo>,
+    headers: HeaderMap,
+    ws: WebSocketUpgrade,
+) -> Response {
     if st.is_draining() {
-        return (StatusCode::SERVICE_UNAVAILABLE, "node is draining").into_response();
+        return crate::front::refusal(StatusCode::SERVICE_UNAVAILABLE, "node is draining");
     }
-    let Ok(permit) = st.conn_slots.clone().try_acquire_owned() else {
-        return (StatusCode::SERVICE_UNAVAILABLE, "node is at its connection limit").into_response();
+    let origin = headers.get(header::ORIGIN).map(axum::http::HeaderValue::as_bytes);
+    if !crate::front::origin_allowed(&st.config.allowed_origins, origin) {
+        st.metrics.front_refusals.inc(crate::front::reason::ORIGIN);
+        return crate::front::refusal(StatusCode::FORBIDDEN, "origin not allowed");
+    }
+    // The connection slot (and the client address's count) taken when the socket was accepted.
+    let admitted = match conn.admit(&headers, &st.config.trusted_proxies) {
+        Ok(a) => a,
+        Err(refused) => return refused.respond(&st.metrics),
     };
     let max = st.config.max_frame_size;
     ws.max_message_size(max)
@@ -68,7 +95,7 @@ async fn ws_upgrade(State(st): State<Arc<EdgeState>>, ws: WebSocketUpgrade) -> R
         .max_write_buffer_size(2 * max + 64 * 1024)
         .on_upgrade(move |socket| {
             // Runs in axum's upgrade task itself (no second task per connection), tracked so
-            // shutdown waits for it; the permit is held for the socket's life. The socket is
+            // shutdown waits for it; the slot is held for the socket's life. The socket is
             // boxed until it is split: a future keeps the room of every value it captured,
             // so passing it by value would hold two dead copies in every connection's task.
             let socket = Box::new(socket);
@@ -76,15 +103,15 @@ async fn ws_upgrade(State(st): State<Arc<EdgeState>>, ws: WebSocketUpgrade) -> R
             let connection = async move {
                 let id = st.next_conn_id();
                 let span = crate::trace::connection_span(id, &st.node);
-                run_connection(socket, st, id).instrument(span).await;
-                drop(permit);
+                run_connection(socket, st, id, admitted.client_ip).instrument(span).await;
+                drop(admitted);
             };
             tracker.track_future(connection)
         })
 }
 
 /// Serves one WebSocket until it closes.
-async fn run_connection(socket: Box<WebSocket>, st: Arc<EdgeState>, id: skua_core::ConnId) {
+async fn run_connection(socket: Box<WebSocket>, st: Arc<EdgeState>, id: skua_core::ConnId, client_ip: IpAddr) {
     st.metrics.connections_opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let (handle, outbox) =
         ConnHandle::new(id, st.config.outbound_queue_messages, st.config.outbound_queue_bytes, st.metrics.clone());
@@ -104,7 +131,7 @@ async fn run_connection(socket: Box<WebSocket>, st: Arc<EdgeState>, id: skua_cor
             }
         })
     };
-    let mut session = Session::new(st.clone(), handle.clone());
+    let mut session = Session::new(st.clone(), handle.clone(), client_ip);
     // A panic while handling a frame must not leave a half-dead connection whose subscriptions
     // keep delivering (issue 12, defect 1): it closes the socket 1011 and the session is still
     // cleaned up below.

@@ -156,6 +156,30 @@ pub struct Settings {
     /// Accepted `aud` values of client tokens, comma-separated [default none: tokens with aud are refused].
     #[arg(long, env = "SKUA_JWT_AUDIENCES", value_delimiter = ',')]
     pub jwt_audiences: Option<Vec<String>>,
+    /// Close a socket that has not sent a complete HTTP request head (or TLS handshake, PROXY header) in this time [default 10s].
+    #[arg(long, env = "SKUA_HTTP_HEADER_TIMEOUT")]
+    pub http_header_timeout: Option<String>,
+    /// Most sockets per client address (IPv6: per /64), pending or upgraded; 0 = no limit [default 1000].
+    #[arg(long, env = "SKUA_MAX_CONNECTIONS_PER_IP")]
+    pub max_connections_per_ip: Option<u32>,
+    /// Most new sockets per second per client address, also the burst; 0 = no limit [default 100].
+    #[arg(long, env = "SKUA_MAX_NEW_CONNECTIONS_PER_IP_PER_SECOND")]
+    pub max_new_connections_per_ip_per_second: Option<u32>,
+    /// Proxies (CIDR ranges, comma-separated) whose X-Forwarded-For / PROXY header name the client [default none].
+    #[arg(long, env = "SKUA_TRUSTED_PROXIES", value_delimiter = ',')]
+    pub trusted_proxies: Option<Vec<String>>,
+    /// Every socket starts with a PROXY protocol v1/v2 header from a trusted proxy [default false].
+    #[arg(long, env = "SKUA_PROXY_PROTOCOL")]
+    pub proxy_protocol: Option<bool>,
+    /// Origins (comma-separated, `https://app.example.com`, `https://*.example.com`) browsers may connect from; empty = any [default empty].
+    #[arg(long, env = "SKUA_ALLOWED_ORIGINS", value_delimiter = ',')]
+    pub allowed_origins: Option<Vec<String>>,
+    /// Serve /metrics on this address instead of the client listener; empty = on the client listener [default empty].
+    #[arg(long, env = "SKUA_METRICS_LISTEN")]
+    pub metrics_listen: Option<String>,
+    /// Bearer token /metrics requires (`Authorization: Bearer TOKEN`); empty = none [default empty].
+    #[arg(long, env = "SKUA_METRICS_TOKEN", hide_env_values = true)]
+    pub metrics_token: Option<String>,
     /// OTLP/gRPC endpoint spans are exported to, `http://host:4317`; empty: OTEL_EXPORTER_OTLP_ENDPOINT, else none [default empty].
     #[arg(long, env = "SKUA_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
@@ -175,7 +199,9 @@ impl Settings {
             durable_queue, grpc_listen, admin_key, revalidate_interval, registry_poll_interval, max_apps_per_project,
             max_rooms_per_app, max_actors_per_project, max_grants_per_room, max_lobbies_per_project, max_page_size, otlp_endpoint,
             max_presence_size, max_retained_bytes_per_topic, max_retained_bytes, max_auth_failures, auth_timeout,
-            auth_backoff_after, auth_backoff_max, jwt_audiences);
+            auth_backoff_after, auth_backoff_max, jwt_audiences,
+            http_header_timeout, max_connections_per_ip, max_new_connections_per_ip_per_second, trusted_proxies,
+            proxy_protocol, allowed_origins, metrics_listen, metrics_token);
     }
 
     /// Parses a TOML config file's text.
@@ -275,6 +301,8 @@ pub struct ServerConfig {
     pub control: skua_control::ControlLimits,
     /// Where spans are exported (OTLP/gRPC); `None` exports nothing.
     pub otlp_endpoint: Option<String>,
+    /// The separate `/metrics` listener, if any.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 fn dur(key: &'static str, v: Option<&String>) -> Result<std::time::Duration, ConfigError> {
@@ -413,6 +441,34 @@ impl ServerConfig {
             auth_backoff_after: req("auth_backoff_after", s.auth_backoff_after.as_ref())?,
             auth_backoff_max: dur("auth_backoff_max", s.auth_backoff_max.as_ref())?,
             jwt_audiences: s.jwt_audiences.clone().unwrap_or_default().into_iter().filter(|a| !a.is_empty()).collect(),
+            http_header_timeout: dur("http_header_timeout", s.http_header_timeout.as_ref())?,
+            max_connections_per_ip: req("max_connections_per_ip", s.max_connections_per_ip.as_ref())?,
+            max_new_connections_per_ip_per_second: req(
+                "max_new_connections_per_ip_per_second",
+                s.max_new_connections_per_ip_per_second.as_ref(),
+            )?,
+            trusted_proxies: req("trusted_proxies", s.trusted_proxies.as_ref())?
+                .iter()
+                .map(|p| skua_edge::front::Cidr::parse(p))
+                .collect::<Result<_, _>>()
+                .map_err(|reason| ConfigError::Invalid { key: "trusted_proxies", reason })?,
+            proxy_protocol: req("proxy_protocol", s.proxy_protocol.as_ref())?,
+            allowed_origins: req("allowed_origins", s.allowed_origins.as_ref())?
+                .iter()
+                .map(|o| skua_edge::front::OriginPattern::parse(o))
+                .collect::<Result<_, _>>()
+                .map_err(|reason| ConfigError::Invalid { key: "allowed_origins", reason })?,
+            metrics_token: match s.metrics_token.as_deref() {
+                None | Some("") => None,
+                Some(t) if t.len() < 16 || !t.bytes().all(|b| b.is_ascii_graphic()) => {
+                    return Err(ConfigError::Invalid {
+                        key: "metrics_token",
+                        reason: "must be at least 16 printable ASCII characters, no spaces".into(),
+                    });
+                }
+                Some(t) => Some(skua_edge::config::MetricsToken::new(t.to_owned())),
+            },
+            metrics_separate: !s.metrics_listen.as_deref().unwrap_or_default().is_empty(),
             ..EdgeConfig::default()
         };
         if edge.max_presence_size > skua_protocol_frame_cap() {
@@ -427,6 +483,21 @@ impl ServerConfig {
         if edge.max_auth_failures == 0 {
             return Err(ConfigError::Invalid { key: "max_auth_failures", reason: "must be at least 1".into() });
         }
+        if edge.http_header_timeout.is_zero() {
+            return Err(ConfigError::Invalid { key: "http_header_timeout", reason: "must be above 0".into() });
+        }
+        if edge.proxy_protocol && edge.trusted_proxies.is_empty() {
+            return Err(ConfigError::Invalid {
+                key: "proxy_protocol",
+                reason: "needs trusted_proxies: the addresses of the proxies that send the header".into(),
+            });
+        }
+        let metrics_listen = match s.metrics_listen.as_deref() {
+            None | Some("") => None,
+            Some(a) => Some(
+                a.parse().map_err(|e| ConfigError::Invalid { key: "metrics_listen", reason: format!("{a:?}: {e}") })?,
+            ),
+        };
         if edge.revalidate_interval.is_zero() {
             return Err(ConfigError::Invalid { key: "revalidate_interval", reason: "must be above 0".into() });
         }
@@ -486,6 +557,7 @@ impl ServerConfig {
             registry_poll_interval,
             control,
             otlp_endpoint,
+            metrics_listen,
         })
     }
 
@@ -538,6 +610,42 @@ mod tests {
         assert_eq!(c.admin_key, None);
         assert_eq!(c.registry_poll_interval, std::time::Duration::from_millis(250));
         assert!(c.node_id.as_str().starts_with("node-"));
+        assert_eq!(c.edge.http_header_timeout, d.http_header_timeout);
+        assert_eq!(c.edge.max_connections_per_ip, d.max_connections_per_ip);
+        assert_eq!(c.edge.max_new_connections_per_ip_per_second, d.max_new_connections_per_ip_per_second);
+        assert_eq!(c.edge.trusted_proxies, d.trusted_proxies);
+        assert_eq!(c.edge.proxy_protocol, d.proxy_protocol);
+        assert_eq!(c.edge.allowed_origins, d.allowed_origins);
+        assert!(c.edge.metrics_token.is_none() && !c.edge.metrics_separate && c.metrics_listen.is_none());
+    }
+
+    #[test]
+    fn front_door_settings_are_parsed_and_checked() {
+        let file = Settings::from_toml(
+            "trusted_proxies = [\"10.0.0.0/8\", \"fd00::/8\"]\nproxy_protocol = true\n\
+             allowed_origins = [\"https://*.example.com\"]\nmetrics_listen = \"127.0.0.1:9090\"\n\
+             metrics_token = \"0123456789abcdef\"\nhttp_header_timeout = \"3s\"\nmax_connections_per_ip = 0\n",
+        )
+        .unwrap();
+        let c = ServerConfig::from_layers(&[&file]).unwrap();
+        assert_eq!(c.edge.trusted_proxies.len(), 2);
+        assert!(c.edge.proxy_protocol);
+        assert_eq!(c.edge.allowed_origins[0].to_string(), "https://*.example.com");
+        assert_eq!(c.metrics_listen, Some("127.0.0.1:9090".parse().unwrap()));
+        assert!(c.edge.metrics_separate);
+        assert!(!format!("{c:?}").contains("0123456789abcdef"), "the token is never printed");
+        assert_eq!(c.edge.http_header_timeout, std::time::Duration::from_secs(3));
+        assert_eq!(c.edge.max_connections_per_ip, 0);
+        let bad = |s: Settings, key: &str| match ServerConfig::from_layers(&[&s]) {
+            Err(ConfigError::Invalid { key: k, .. }) => assert_eq!(k, key),
+            other => panic!("{key}: {other:?}"),
+        };
+        bad(Settings { trusted_proxies: Some(vec!["10.0.0.0/40".into()]), ..Settings::default() }, "trusted_proxies");
+        bad(Settings { proxy_protocol: Some(true), ..Settings::default() }, "proxy_protocol");
+        bad(Settings { allowed_origins: Some(vec!["example.com".into()]), ..Settings::default() }, "allowed_origins");
+        bad(Settings { metrics_listen: Some("nowhere".into()), ..Settings::default() }, "metrics_listen");
+        bad(Settings { metrics_token: Some("short".into()), ..Settings::default() }, "metrics_token");
+        bad(Settings { http_header_timeout: Some("0s".into()), ..Settings::default() }, "http_header_timeout");
     }
 
     #[test]

@@ -249,6 +249,14 @@ async fn run(
     if let Some(addr) = node.grpc_addr {
         say(&format!("skua grpc listening on {addr}"));
     }
+    if let Some(addr) = node.metrics_addr {
+        say(&format!("skua metrics listening on {addr}"));
+    } else if config.edge.metrics_token.is_none() && !config.listen.ip().is_loopback() && !dev {
+        tracing::warn!(
+            "/metrics is served on the client listener without a token: anyone who reaches it sees every \
+             project id. Set metrics_listen (a private address) or metrics_token."
+        );
+    }
     if dev {
         print_dev_banner(node.addr);
         if let Some(addr) = node.grpc_addr {

@@ -133,6 +133,8 @@ fn redact(url: &str) -> String {
 pub struct RunningNode {
     /// Where the HTTP listener is bound.
     pub addr: SocketAddr,
+    /// Where the separate `/metrics` listener is bound, if any (`metrics_listen`).
+    pub metrics_addr: Option<SocketAddr>,
     /// The edge's shared state.
     pub state: Arc<EdgeState>,
     /// Where the control-plane gRPC listener is bound, if any.
@@ -276,7 +278,10 @@ impl std::fmt::Debug for RunningNode {
 }
 
 impl RunningNode {
-    /// Starts a node on `listener`.
+    /// Starts a node on `listener` (and its metrics listener, when configured).
+    ///
+    /// # Errors
+    /// When the metrics listener cannot be bound.
     pub fn start(
         config: &ServerConfig,
         registry: Arc<SharedRegistry>,
@@ -293,10 +298,28 @@ impl RunningNode {
             tracker.clone(),
             CancellationToken::new(),
         );
-        let server = tokio::spawn(skua_edge::serve(listener, state.clone()));
+        let metrics_addr = match config.metrics_listen {
+            None => None,
+            Some(at) => {
+                let l = std::net::TcpListener::bind(at)?;
+                l.set_nonblocking(true)?;
+                let l = TcpListener::from_std(l)?;
+                let bound = l.local_addr()?;
+                let st = state.clone();
+                tracker.spawn(async move {
+                    if let Err(e) = skua_edge::serve_metrics(l, st).await {
+                        tracing::error!(error = %e, "Metrics listener stopped.");
+                    }
+                });
+                tracing::info!(addr = %bound, "Metrics listening.");
+                Some(bound)
+            }
+        };
+        let server = tokio::spawn(skua_edge::serve(listener, state.clone(), None));
         tracing::info!(%addr, node = %config.node_id, "Skua node listening.");
         Ok(Self {
             addr,
+            metrics_addr,
             state,
             grpc_addr: None,
             propagator: None,

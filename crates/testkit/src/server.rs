@@ -90,6 +90,7 @@ impl TestServerBuilder {
             .expect("start node");
         TestServer {
             addr: node.addr,
+            metrics_addr: node.metrics_addr,
             grpc_addr: node.grpc_addr,
             state: node.state.clone(),
             registry: node.state.registry.clone(),
@@ -102,6 +103,8 @@ impl TestServerBuilder {
 pub struct TestServer {
     /// HTTP address.
     pub addr: SocketAddr,
+    /// The separate `/metrics` listener's address (`metrics_listen`), if any.
+    pub metrics_addr: Option<SocketAddr>,
     /// The control plane's gRPC address, when started with [`TestServerBuilder::grpc`].
     pub grpc_addr: Option<SocketAddr>,
     /// The node's shared state (counters, config).

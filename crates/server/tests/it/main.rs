@@ -7,6 +7,7 @@ mod control;
 mod durable;
 mod errors;
 mod filters;
+mod front;
 mod fuzz;
 mod limits;
 mod lobby;

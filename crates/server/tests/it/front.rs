@@ -1,0 +1,414 @@
+//! The front door (issue 12, items 4, 5, 8, 9): the header timeout and connection slots from
+//! accept, TLS, per-address limits with trusted proxies and the PROXY protocol, the `Origin`
+//! allowlist, and the `/metrics` token and listener.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use rmpv::Value;
+use skua_testkit::http::{Scrape, get};
+use skua_testkit::{TestServer, encode, frame};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::{Error as WsError, Message};
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+const HEADER_TIMEOUT: Duration = Duration::from_secs(1);
+/// Longest a test waits for an event it expects.
+const WAIT: Duration = Duration::from_secs(5);
+
+/// A complete WebSocket upgrade request head for `/ws`, with `extra` header lines.
+fn upgrade_head(extra: &str) -> String {
+    format!(
+        "GET /ws HTTP/1.1\r\nHost: skua\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n{extra}\r\n"
+    )
+}
+
+/// Opens a WebSocket to `/ws` of `addr` with extra request headers: `Ok` once upgraded, else the
+/// HTTP status of the refusal.
+async fn try_ws(
+    addr: SocketAddr,
+    headers: &[(&'static str, &str)],
+) -> Result<WebSocketStream<MaybeTlsStream<TcpStream>>, u16> {
+    let mut req = format!("ws://{addr}/ws").into_client_request().expect("request");
+    for (k, v) in headers {
+        req.headers_mut().insert(*k, v.parse().expect("header value"));
+    }
+    match tokio::time::timeout(WAIT, tokio_tungstenite::connect_async(req)).await.expect("upgrade answered within 5 s")
+    {
+        Ok((ws, _)) => Ok(ws),
+        Err(WsError::Http(resp)) => Err(resp.status().as_u16()),
+        Err(e) => panic!("upgrade failed without an HTTP answer: {e}"),
+    }
+}
+
+/// Retries [`try_ws`] until it upgrades (the server frees slots when it sees a close).
+async fn ws_eventually(
+    addr: SocketAddr,
+    headers: &[(&'static str, &str)],
+) -> WebSocketStream<MaybeTlsStream<TcpStream>> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match try_ws(addr, headers).await {
+            Ok(ws) => return ws,
+            Err(status) => assert!(Instant::now() < deadline, "still refused {status} after 5 s"),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Reads until the peer closes; what was read and when it ended. Fails after 5 s.
+async fn read_to_close<S: AsyncRead + Unpin>(s: &mut S) -> (Vec<u8>, Instant) {
+    let mut buf = Vec::new();
+    let r = tokio::time::timeout(WAIT, s.read_to_end(&mut buf)).await.expect("the server closes the socket within 5 s");
+    // A reset after unread data is a close too.
+    let _ = r;
+    (buf, Instant::now())
+}
+
+async fn auth<S: AsyncRead + AsyncWrite + Unpin>(ws: &mut WebSocketStream<S>, token: &str) {
+    let f = frame! {"type" => "auth", "token" => token, "protocolVersion" => 2};
+    ws.send(Message::Binary(encode(&f).into())).await.expect("send auth");
+    let reply = loop {
+        match tokio::time::timeout(WAIT, ws.next()).await.expect("auth reply within 5 s") {
+            Some(Ok(Message::Binary(b))) if !b.is_empty() => {
+                break rmpv::decode::read_value(&mut &b[..]).expect("msgpack");
+            }
+            Some(Ok(_)) => {}
+            other => panic!("socket ended before the auth reply: {other:?}"),
+        }
+    };
+    assert_eq!(reply["type"].as_str(), Some("auth"), "{reply:?}");
+    assert_eq!(reply["success"], Value::Boolean(true), "{reply:?}");
+}
+
+fn refusals(scrape: &Scrape, reason: &str) -> f64 {
+    scrape.value("skua_front_refusals_total", &[("reason", reason)])
+}
+
+/// A server with its metrics on a separate listener (so scraping takes no slot and counts
+/// against no address) and `f` applied to its settings.
+async fn spawn_server(f: impl FnOnce(&mut skua_server::Settings)) -> TestServer {
+    TestServer::builder()
+        .settings(|s| {
+            s.metrics_listen = Some("127.0.0.1:0".into());
+            f(s);
+        })
+        .spawn()
+        .await
+}
+
+fn metrics_addr(server: &TestServer) -> SocketAddr {
+    server.metrics_addr.expect("metrics listener")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Header timeout and connection slots (item 4)
+
+#[tokio::test]
+async fn slowloris_sockets_hold_connection_slots_and_are_closed_after_the_header_timeout() {
+    let server = spawn_server(|s| {
+        s.max_connections = Some(2);
+        s.http_header_timeout = Some("1s".into());
+    })
+    .await;
+    // Two sockets that never finish their upgrade request take both slots.
+    let started = Instant::now();
+    let mut slow = Vec::new();
+    for _ in 0..2 {
+        let mut s = TcpStream::connect(server.addr).await.expect("connect");
+        s.write_all(b"GET /ws HTTP/1.1\r\nHost: skua\r\nUpgrade: websocket\r\n").await.expect("write");
+        slow.push(s);
+    }
+    assert_eq!(try_ws(server.addr, &[]).await.err(), Some(503), "pending sockets count toward max_connections");
+    // A full node still answers its liveness probe.
+    assert_eq!(get(server.addr, "/healthz").await.0, 200);
+    for s in &mut slow {
+        let (bytes, closed_at) = read_to_close(s).await;
+        let after = closed_at - started;
+        assert!(after >= HEADER_TIMEOUT - Duration::from_millis(50), "closed after {after:?}, before the timeout");
+        assert!(!String::from_utf8_lossy(&bytes).contains("101"), "never upgraded");
+    }
+    // Their slots are free again.
+    let mut ws = ws_eventually(server.addr, &[]).await;
+    auth(&mut ws, "dev-token-alice").await;
+    let scrape = Scrape::of(metrics_addr(&server)).await;
+    assert!(refusals(&scrape, "header_timeout") >= 2.0, "{}", scrape.text);
+    assert!(refusals(&scrape, "max_connections") >= 1.0, "{}", scrape.text);
+    assert_eq!(scrape.value("skua_connection_slots_used", &[]), 1.0, "the WebSocket holds its slot");
+}
+
+#[tokio::test]
+async fn idle_keep_alive_sockets_are_closed_after_the_header_timeout() {
+    let server = spawn_server(|s| s.http_header_timeout = Some("1s".into())).await;
+    let mut s = TcpStream::connect(server.addr).await.expect("connect");
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: skua\r\n\r\n").await.expect("write");
+    let mut first = [0u8; 12];
+    s.read_exact(&mut first).await.expect("response");
+    assert_eq!(&first, b"HTTP/1.1 200");
+    let answered = Instant::now();
+    let (rest, closed_at) = read_to_close(&mut s).await;
+    assert!(String::from_utf8_lossy(&rest).ends_with("ok"), "{rest:?}");
+    let idle = closed_at - answered;
+    assert!(idle >= HEADER_TIMEOUT - Duration::from_millis(50), "closed after {idle:?} idle");
+}
+
+// ---------------------------------------------------------------------------------------------
+// TLS (item 4's interface for item 7)
+
+struct Tls {
+    acceptor: tokio_rustls::TlsAcceptor,
+    connector: tokio_rustls::TlsConnector,
+}
+
+fn tls_pair() -> Tls {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).expect("self-signed certificate");
+    let cert = ck.cert.der().clone();
+    let key = rustls::pki_types::PrivateKeyDer::try_from(ck.signing_key.serialize_der()).expect("key");
+    let server = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .expect("protocol versions")
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.clone()], key)
+        .expect("server config");
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert).expect("root");
+    let client = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("protocol versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Tls {
+        acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(server)),
+        connector: tokio_rustls::TlsConnector::from(Arc::new(client)),
+    }
+}
+
+/// A second, TLS, listener on the test server's node.
+async fn serve_tls(server: &TestServer, acceptor: tokio_rustls::TlsAcceptor) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let state = server.state.clone();
+    server.state.tracker.spawn(async move { skua_edge::serve(listener, state, Some(acceptor)).await });
+    addr
+}
+
+#[tokio::test]
+async fn websocket_auth_works_over_tls() {
+    let server = spawn_server(|_| {}).await;
+    let tls = tls_pair();
+    let addr = serve_tls(&server, tls.acceptor).await;
+    let tcp = TcpStream::connect(addr).await.expect("connect");
+    let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+    let stream = tls.connector.connect(name, tcp).await.expect("TLS handshake");
+    let (mut ws, resp) = tokio_tungstenite::client_async("wss://localhost/ws", stream).await.expect("upgrade over TLS");
+    assert_eq!(resp.status().as_u16(), 101);
+    auth(&mut ws, "dev-token-alice").await;
+
+    // Plain HTTP on the TLS listener is not served.
+    let mut plain = TcpStream::connect(addr).await.expect("connect");
+    plain.write_all(upgrade_head("").as_bytes()).await.expect("write");
+    let (bytes, _) = read_to_close(&mut plain).await;
+    assert!(!String::from_utf8_lossy(&bytes).contains("101"));
+}
+
+#[tokio::test]
+async fn a_tls_handshake_that_never_finishes_is_closed_after_the_header_timeout() {
+    let server = spawn_server(|s| {
+        s.http_header_timeout = Some("1s".into());
+        s.max_connections = Some(1);
+    })
+    .await;
+    let tls = tls_pair();
+    let addr = serve_tls(&server, tls.acceptor).await;
+    let started = Instant::now();
+    // The first bytes of a ClientHello, and then nothing.
+    let mut s = TcpStream::connect(addr).await.expect("connect");
+    s.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01]).await.expect("write");
+    // Meanwhile it holds the only slot.
+    assert_eq!(try_ws(server.addr, &[]).await.err(), Some(503));
+    let (_, closed_at) = read_to_close(&mut s).await;
+    assert!(closed_at - started >= HEADER_TIMEOUT - Duration::from_millis(50), "closed too early");
+    let _ws = ws_eventually(server.addr, &[]).await;
+    let scrape = Scrape::of(metrics_addr(&server)).await;
+    assert_eq!(refusals(&scrape, "tls_handshake"), 1.0, "{}", scrape.text);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Per-address limits (item 5)
+
+#[tokio::test]
+async fn connections_per_address_over_the_limit_get_429() {
+    let server = spawn_server(|s| s.max_connections_per_ip = Some(2)).await;
+    let mut a = try_ws(server.addr, &[]).await.expect("first");
+    let _b = try_ws(server.addr, &[]).await.expect("second");
+    assert_eq!(try_ws(server.addr, &[]).await.err(), Some(429));
+    // Plain requests from the address are refused too while it is at its limit.
+    assert_eq!(get(server.addr, "/healthz").await.0, 429);
+    a.close(None).await.expect("close");
+    drop(a);
+    let _c = ws_eventually(server.addr, &[]).await;
+    let scrape = Scrape::of(metrics_addr(&server)).await;
+    assert!(refusals(&scrape, "ip_connections") >= 2.0, "{}", scrape.text);
+}
+
+#[tokio::test]
+async fn new_connections_per_address_over_the_rate_get_429() {
+    let server = spawn_server(|s| s.max_new_connections_per_ip_per_second = Some(2)).await;
+    let started = Instant::now();
+    let mut statuses = Vec::new();
+    for _ in 0..10 {
+        statuses.push(get(server.addr, "/healthz").await.0);
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let ok = statuses.iter().filter(|s| **s == 200).count();
+    let refused = statuses.iter().filter(|s| **s == 429).count();
+    assert_eq!(ok + refused, 10, "{statuses:?}");
+    // A burst of 2, then 2 per second.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let allowed = 2 + (elapsed * 2.0).ceil() as usize;
+    assert!(ok >= 2 && ok <= allowed, "{ok} accepted in {elapsed:.2} s: {statuses:?}");
+    assert!(refused >= 1, "{elapsed:.2} s for 10 connections: too slow to tell");
+    assert_eq!(statuses[..2], [200, 200], "the burst");
+    let scrape = Scrape::of(metrics_addr(&server)).await;
+    assert_eq!(refusals(&scrape, "ip_rate"), refused as f64);
+}
+
+#[tokio::test]
+async fn forwarded_for_names_the_client_only_behind_a_trusted_proxy() {
+    let xff = |ip: &'static str| [("x-forwarded-for", ip)];
+    // Untrusted peer: the header is ignored, every socket is 127.0.0.1's.
+    let direct = spawn_server(|s| s.max_connections_per_ip = Some(1)).await;
+    let _a = try_ws(direct.addr, &xff("203.0.113.1")).await.expect("first");
+    assert_eq!(
+        try_ws(direct.addr, &xff("203.0.113.2")).await.err(),
+        Some(429),
+        "X-Forwarded-For from anyone is ignored"
+    );
+
+    // Trusted peer: the rightmost untrusted entry is the client.
+    let proxied = spawn_server(|s| {
+        s.max_connections_per_ip = Some(1);
+        s.trusted_proxies = Some(vec!["127.0.0.0/8".into()]);
+    })
+    .await;
+    let _a = try_ws(proxied.addr, &xff("203.0.113.1")).await.expect("client 1");
+    let _b = try_ws(proxied.addr, &xff("198.51.100.7, 203.0.113.2")).await.expect("client 2");
+    assert_eq!(try_ws(proxied.addr, &xff("203.0.113.1")).await.err(), Some(429), "client 1 again");
+    assert_eq!(
+        try_ws(proxied.addr, &xff("203.0.113.2, 203.0.113.1")).await.err(),
+        Some(429),
+        "a forged entry left of the proxy's does not help"
+    );
+    // The proxy's own sockets are not limited by its address.
+    let _c = try_ws(proxied.addr, &xff("203.0.113.3")).await.expect("client 3");
+}
+
+/// Connects to `addr` and sends `header` (a PROXY protocol header) first.
+async fn proxied_tcp(addr: SocketAddr, header: &[u8]) -> TcpStream {
+    let mut s = TcpStream::connect(addr).await.expect("connect");
+    s.write_all(header).await.expect("PROXY header");
+    s
+}
+
+async fn ws_over(s: TcpStream) -> Result<WebSocketStream<TcpStream>, u16> {
+    match tokio_tungstenite::client_async("ws://skua/ws", s).await {
+        Ok((ws, _)) => Ok(ws),
+        Err(WsError::Http(resp)) => Err(resp.status().as_u16()),
+        Err(e) => panic!("upgrade failed without an HTTP answer: {e}"),
+    }
+}
+
+#[tokio::test]
+async fn proxy_protocol_headers_name_the_client() {
+    let server = spawn_server(|s| {
+        s.max_connections_per_ip = Some(1);
+        s.proxy_protocol = Some(true);
+        s.trusted_proxies = Some(vec!["127.0.0.1".into()]);
+        s.http_header_timeout = Some("1s".into());
+    })
+    .await;
+    let v1 = |ip: &str| format!("PROXY TCP4 {ip} 127.0.0.1 40000 8080\r\n").into_bytes();
+    let mut a = ws_over(proxied_tcp(server.addr, &v1("203.0.113.1")).await).await.expect("client 1");
+    auth(&mut a, "dev-token-alice").await;
+    let mut v2 = b"\r\n\r\n\0\r\nQUIT\n\x21\x11\x00\x0c".to_vec();
+    v2.extend_from_slice(&[203, 0, 113, 2, 127, 0, 0, 1, 0x9c, 0x40, 0x1f, 0x90]);
+    let _b = ws_over(proxied_tcp(server.addr, &v2).await).await.expect("client 2 (v2)");
+    assert_eq!(ws_over(proxied_tcp(server.addr, &v1("203.0.113.1")).await).await.err(), Some(429));
+
+    // Without a header the socket is closed unanswered.
+    let mut bare = TcpStream::connect(server.addr).await.expect("connect");
+    bare.write_all(upgrade_head("").as_bytes()).await.expect("write");
+    let (bytes, _) = read_to_close(&mut bare).await;
+    assert!(bytes.is_empty(), "{:?}", String::from_utf8_lossy(&bytes));
+    // Nor does a socket that sends nothing stay.
+    let mut silent = TcpStream::connect(server.addr).await.expect("connect");
+    let (bytes, _) = read_to_close(&mut silent).await;
+    assert!(bytes.is_empty());
+    let scrape = Scrape::of(metrics_addr(&server)).await;
+    assert_eq!(refusals(&scrape, "proxy_header"), 2.0, "{}", scrape.text);
+    assert_eq!(refusals(&scrape, "ip_connections"), 1.0, "{}", scrape.text);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Origin allowlist (item 8)
+
+#[tokio::test]
+async fn upgrades_from_origins_not_allowed_get_403() {
+    let server = spawn_server(|s| {
+        s.allowed_origins = Some(vec!["https://app.example.com".into(), "https://*.example.org".into()]);
+    })
+    .await;
+    let mut ws = try_ws(server.addr, &[("origin", "https://app.example.com")]).await.expect("listed origin");
+    auth(&mut ws, "dev-token-alice").await;
+    try_ws(server.addr, &[("origin", "https://eu.example.org")]).await.expect("wildcard origin");
+    assert_eq!(try_ws(server.addr, &[("origin", "https://evil.example.net")]).await.err(), Some(403));
+    assert_eq!(try_ws(server.addr, &[("origin", "http://app.example.com")]).await.err(), Some(403), "scheme counts");
+    try_ws(server.addr, &[]).await.expect("no Origin: not a browser, allowed");
+    let scrape = Scrape::of(metrics_addr(&server)).await;
+    assert_eq!(refusals(&scrape, "origin"), 2.0, "{}", scrape.text);
+
+    // Without a list every origin passes.
+    let open = spawn_server(|_| {}).await;
+    try_ws(open.addr, &[("origin", "https://evil.example.net")]).await.expect("allowed by default");
+}
+
+// ---------------------------------------------------------------------------------------------
+// /metrics (item 9)
+
+#[tokio::test]
+async fn metrics_require_the_bearer_token_when_one_is_set() {
+    let token = "metrics-token-0123456789";
+    let server = TestServer::builder().settings(|s| s.metrics_token = Some(token.into())).spawn().await;
+    let addr = server.addr;
+    let scrape_with = |auth: Option<String>| async move {
+        let mut s = TcpStream::connect(addr).await.expect("connect");
+        let auth = auth.map(|a| format!("Authorization: {a}\r\n")).unwrap_or_default();
+        let req = format!("GET /metrics HTTP/1.1\r\nHost: skua\r\n{auth}Connection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.expect("write");
+        skua_testkit::http::read_response(s).await
+    };
+    assert_eq!(scrape_with(None).await.0, 401);
+    assert_eq!(scrape_with(Some("Bearer wrong-token-0123456789".into())).await.0, 401);
+    assert_eq!(scrape_with(Some(format!("Basic {token}"))).await.0, 401);
+    let (status, body) = scrape_with(Some(format!("Bearer {token}"))).await;
+    assert_eq!(status, 200);
+    let scrape = Scrape::parse(body);
+    assert_eq!(refusals(&scrape, "metrics_unauthorized"), 3.0, "{}", scrape.text);
+    assert_eq!(get(server.addr, "/healthz").await.0, 200, "only /metrics needs it");
+}
+
+#[tokio::test]
+async fn metrics_move_to_their_own_listener() {
+    let server = spawn_server(|_| {}).await;
+    assert_eq!(get(server.addr, "/metrics").await.0, 404, "not on the client listener");
+    let scrape = Scrape::of(metrics_addr(&server)).await;
+    assert!(scrape.text.contains("skua_connections_open"));
+    assert_eq!(get(metrics_addr(&server), "/ws").await.0, 404, "nothing else there");
+}
