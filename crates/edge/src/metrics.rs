@@ -45,6 +45,8 @@ pub struct Metrics {
     pub replay_shortfall: AtomicU64,
     /// Logged messages deleted by retention.
     pub log_pruned: AtomicU64,
+    /// `auth`s delayed because their source address kept failing (issue 12, item 6).
+    pub auths_throttled: AtomicU64,
     /// Connection tasks (reader, writer or cleanup) that panicked; each closed its connection
     /// 1011. Anything but 0 is a defect to report.
     pub connection_panics: AtomicU64,

@@ -43,6 +43,11 @@ impl CloseRequest {
     pub const TOO_BIG: Self = Self { code: close::MESSAGE_TOO_BIG, reason: reason::MESSAGE_TOO_BIG };
     /// 4009 `session_taken_over`: a newer connection claimed the clientId session.
     pub const TAKEN_OVER: Self = Self { code: close::SESSION_TAKEN_OVER, reason: reason::SESSION_TAKEN_OVER };
+    /// 1008 `too_many_auth_failures`.
+    pub const TOO_MANY_AUTH_FAILURES: Self =
+        Self { code: close::POLICY_VIOLATION, reason: reason::TOO_MANY_AUTH_FAILURES };
+    /// 1008 `auth_timeout`.
+    pub const AUTH_TIMEOUT: Self = Self { code: close::POLICY_VIOLATION, reason: reason::AUTH_TIMEOUT };
     /// 1011 `internal_error`: a connection task panicked (a defect); the client may reconnect.
     pub const INTERNAL_ERROR: Self = Self { code: close::INTERNAL_ERROR, reason: reason::INTERNAL_ERROR };
     /// The peer is gone or closed first: no close frame of ours is sent.

@@ -87,6 +87,12 @@ pub fn render(st: &EdgeState) -> String {
     o.scalar("skua_connections_closed_total", "counter", "WebSocket connections closed.", closed);
     o.scalar("skua_connections_open", "gauge", "WebSocket connections open now.", opened.saturating_sub(closed));
     o.scalar(
+        "skua_auths_throttled_total",
+        "counter",
+        "auths delayed because their source address kept failing (auth_backoff_after).",
+        load(&m.auths_throttled),
+    );
+    o.scalar(
         "skua_connection_panics_total",
         "counter",
         "Connection tasks that panicked (each closed its connection 1011; a defect).",

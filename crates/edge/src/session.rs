@@ -71,8 +71,9 @@ pub(crate) struct Session {
     /// For a clientId session: its string and the control-topic subscription it holds.
     persistent: Option<(String, Option<BusSubscription>)>,
     /// The client's address (after the PROXY header and trusted `X-Forwarded-For`).
-    #[allow(dead_code)] // read by the per-address auth-failure backoff (issue 12, item 6)
     pub(crate) client_ip: std::net::IpAddr,
+    /// Failed `auth`/`reauth` attempts on this connection (issue 12, item 6).
+    auth_failures: u32,
 }
 
 impl Session {
@@ -89,7 +90,13 @@ impl Session {
             durable: None,
             persistent: None,
             client_ip,
+            auth_failures: 0,
         }
+    }
+
+    /// Whether the connection has authenticated.
+    pub(crate) fn is_authed(&self) -> bool {
+        self.auth.is_some()
     }
 
     /// When the client token expires (unix seconds), if it does.

@@ -53,6 +53,8 @@ pub struct EdgeState {
     pub dispatcher_stop: CancellationToken,
     /// Authenticated connections, for control-plane changes (`revalidate`).
     pub connections: crate::revalidate::Connections,
+    /// Failed auths per source address (issue 12, item 6).
+    pub auth_throttle: crate::auth::AuthThrottle,
     draining: AtomicBool,
     next_conn: AtomicU64,
     next_envelope: AtomicU64,
@@ -168,6 +170,7 @@ impl EdgeState {
             bytes: config.max_retained_bytes,
         };
         let hub = Arc::new(Hub::new(backends.bus, metrics.clone(), limits));
+        let auth_throttle = crate::auth::AuthThrottle::new(config.auth_backoff_after, config.auth_backoff_max);
         // The dispatcher outlives the drain (closing sessions still publish their presence
         // leaves); it stops when the bus closes or `dispatcher_stop` is cancelled.
         let dispatcher_stop = CancellationToken::new();
@@ -191,6 +194,7 @@ impl EdgeState {
             shutdown,
             dispatcher_stop,
             connections: crate::revalidate::Connections::default(),
+            auth_throttle,
             draining: AtomicBool::new(false),
             next_conn: AtomicU64::new(1),
             next_envelope: AtomicU64::new(1),

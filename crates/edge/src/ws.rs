@@ -200,6 +200,12 @@ async fn read_loop(
     let mut last_activity = Instant::now();
     let mut expiry = session.expires_at();
     let mut expiry_deadline = deadline_of(expiry);
+    // `auth_timeout` (off by default): the deadline for the first successful auth; it also
+    // stands in for the token expiry until then.
+    let mut auth_deadline = st.config.auth_timeout.map(|t| last_activity + t);
+    if let Some(at) = auth_deadline {
+        expiry_deadline = expiry_deadline.min(at);
+    }
     let timer = sleep_until((last_activity + idle).min(expiry_deadline));
     tokio::pin!(timer);
     let shutdown = st.shutdown.cancelled();
@@ -220,6 +226,10 @@ async fn read_loop(
             () = &mut closed => return,
             () = &mut timer => {
                 let now = Instant::now();
+                if auth_deadline.is_some_and(|at| at <= now) {
+                    handle.request_close(CloseRequest::AUTH_TIMEOUT);
+                    return;
+                }
                 if expiry_deadline <= now {
                     token_expired(handle);
                     return;
@@ -294,7 +304,12 @@ async fn read_loop(
                     Message::Close(_) => return,
                     Message::Ping(_) | Message::Pong(_) => {}
                 }
-                if session.expires_at() != expiry {
+                if auth_deadline.is_some() && session.is_authed() {
+                    auth_deadline = None;
+                    expiry = session.expires_at();
+                    expiry_deadline = deadline_of(expiry);
+                    timer.as_mut().reset((last_activity + idle).min(expiry_deadline));
+                } else if session.expires_at() != expiry {
                     expiry = session.expires_at();
                     expiry_deadline = deadline_of(expiry);
                     timer.as_mut().reset((last_activity + idle).min(expiry_deadline));

@@ -81,6 +81,9 @@ pub mod close {
     pub const SERVER_RESTART: u16 = 1012;
     /// Terminal for this frame: an inbound frame above 1 MiB (N4).
     pub const MESSAGE_TOO_BIG: u16 = 1009;
+    /// Terminal: too many failed `auth`s on this connection, or no `auth` within
+    /// `auth_timeout` (Skua additions; the reason says which).
+    pub const POLICY_VIOLATION: u16 = 1008;
     /// Reconnect: the server hit an internal error handling this connection (a defect, logged).
     pub const INTERNAL_ERROR: u16 = 1011;
     /// Reconnect: 60 s (configurable) without any inbound frame. Reason `idle_timeout`.
@@ -111,6 +114,10 @@ pub mod reason {
     pub const SESSION_TAKEN_OVER: &str = "session_taken_over";
     /// With close 1009.
     pub const MESSAGE_TOO_BIG: &str = "message_too_big";
+    /// With close 1008: the connection made more than `max_auth_failures` failed auths.
+    pub const TOO_MANY_AUTH_FAILURES: &str = "too_many_auth_failures";
+    /// With close 1008: no successful auth within `auth_timeout`.
+    pub const AUTH_TIMEOUT: &str = "auth_timeout";
     /// With close 1011.
     pub const INTERNAL_ERROR: &str = "internal_error";
     /// With close 4002.

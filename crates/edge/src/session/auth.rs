@@ -21,7 +21,6 @@ impl Session {
             return;
         }
         let version = a.protocol_version.clamp(1, MAX_PROTOCOL_VERSION);
-        let registry = self.st.registry.load();
         let fail = |s: &Self, e: &'static str| {
             s.st.metrics.auths.inc(e);
             s.push(&ServerFrame::AuthFailed { error: e });
@@ -29,9 +28,23 @@ impl Session {
         if !self.st.hub.bus().is_available() {
             return fail(self, auth_err::BROKER_UNAVAILABLE);
         }
-        let cred = match verify(&registry, &a.token, now_unix_s()) {
+        // An address that keeps failing waits before each further check (issue 12, item 6).
+        let delay = self.st.auth_throttle.delay(self.client_ip);
+        if !delay.is_zero() {
+            self.st.metrics.auths_throttled.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                () = self.st.shutdown.cancelled() => return,
+                () = self.conn.closed() => return,
+            }
+        }
+        let registry = self.st.registry.load();
+        let cred = match verify(&registry, &a.token, now_unix_s(), &self.st.config.jwt_audiences) {
             Ok(c) => c,
-            Err(e) => return fail(self, e),
+            Err(e) => {
+                fail(self, e);
+                return self.auth_failed();
+            }
         };
         let client_id = match &a.client_id {
             ClientIdField::Absent => None,
@@ -207,11 +220,26 @@ impl Session {
         out
     }
 
+    /// Counts a failed credential on this connection and its address; the connection closes
+    /// 1008 once it made `max_auth_failures` of them.
+    fn auth_failed(&mut self) {
+        self.auth_failures = self.auth_failures.saturating_add(1);
+        self.st.auth_throttle.failed(self.client_ip);
+        if self.auth_failures >= self.st.config.max_auth_failures {
+            self.conn.request_close(crate::outbound::CloseRequest::TOO_MANY_AUTH_FAILURES);
+        }
+    }
+
     pub(super) fn on_reauth(&mut self, token: &str) {
         let registry = self.st.registry.load();
+        let audiences = &self.st.config.jwt_audiences;
         let Some(a) = &mut self.auth else { return };
-        let reply = match verify(&registry, token, now_unix_s()) {
-            Err(e) => ServerFrame::ReauthFailed { error: e },
+        let mut failed = false;
+        let reply = match verify(&registry, token, now_unix_s(), audiences) {
+            Err(e) => {
+                failed = true;
+                ServerFrame::ReauthFailed { error: e }
+            }
             Ok(c) if c.actor.id != a.actor.id => ServerFrame::ReauthFailed { error: auth_err::ACTOR_MISMATCH },
             Ok(c) => {
                 a.expires_at = c.expires_at;
@@ -222,5 +250,8 @@ impl Session {
             }
         };
         self.conn.push(reply.encode());
+        if failed {
+            self.auth_failed();
+        }
     }
 }

@@ -1,5 +1,6 @@
 //! Integration tests: the real server in process on port 0, driven over WebSockets.
 
+mod abuse;
 mod bounds;
 mod closes;
 mod cluster;
