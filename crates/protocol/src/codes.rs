@@ -74,6 +74,12 @@ pub mod close {
     pub const SERVER_RESTART: u16 = 1012;
     /// Terminal for this frame: an inbound frame above 1 MiB (N4).
     pub const MESSAGE_TOO_BIG: u16 = 1009;
+    /// Terminal: the client broke RFC 6455 framing (unmasked frame, reserved bits or opcode,
+    /// fragmented or oversized control frame, a continuation with nothing to continue).
+    /// Reason `protocol_error`.
+    pub const PROTOCOL_ERROR: u16 = 1002;
+    /// Terminal: a text frame or a close reason that is not valid UTF-8. Reason `invalid_payload`.
+    pub const INVALID_PAYLOAD: u16 = 1007;
     /// Reconnect: 60 s (configurable) without any inbound frame. Reason `idle_timeout`.
     pub const IDLE_TIMEOUT: u16 = 4000;
     /// Terminal: periodic revalidation of the actor failed; the reason says why.
@@ -102,6 +108,10 @@ pub mod reason {
     pub const SESSION_TAKEN_OVER: &str = "session_taken_over";
     /// With close 1009.
     pub const MESSAGE_TOO_BIG: &str = "message_too_big";
+    /// With close 1002.
+    pub const PROTOCOL_ERROR: &str = "protocol_error";
+    /// With close 1007.
+    pub const INVALID_PAYLOAD: &str = "invalid_payload";
     /// With close 4002.
     pub const CONNECTION_LIMIT_REACHED: &str = "connection_limit_reached";
     /// With close 4001: the actor's token no longer exists.
