@@ -311,7 +311,8 @@ mod mutate {
         fn walk(r: &mut Reader<'_>, bytes: &[u8], out: &mut Vec<(usize, usize, u8)>, depth: usize) -> Option<()> {
             let at = r.position();
             let kind = r.peek_kind().ok()?;
-            if let Some((size, wide)) = header(bytes[at]) {
+            // A header cut short by the end of the input is not rewritten.
+            if let Some((size, wide)) = header(bytes[at]).filter(|(size, _)| at + size <= bytes.len()) {
                 out.push((at, size, wide));
             }
             let n = match kind {
@@ -369,5 +370,7 @@ mod mutate {
         // [1, "ab", bin8(1)]
         let bytes = [0x93, 0x01, 0xa2, b'a', b'b', 0xc4, 0x01, 0x00];
         assert_eq!(headers(&bytes), [(0, 1, 0xdd), (2, 1, 0xdb), (5, 2, 0xc6)]);
+        // A bin16 header cut after its first length byte.
+        assert_eq!(headers(&[0x91, 0xc5, 0x00]), [(0, 1, 0xdd)]);
     }
 }
