@@ -3,7 +3,8 @@
 # Runs: formatting and lint checks, the offline validation of the deployment files
 # (deploy/validate.sh), every Rust test (unit, golden, property, integration,
 # conformance), the benchmark smoke run when present, then the interop suite that drives a
-# real `skua serve --dev` with the official NoLag Python SDK (nolag==2.6.0).
+# real `skua serve --dev` with the official NoLag Python SDK (nolag==2.6.0), and the Autobahn
+# TestSuite's framing cases that need no echo (interop/autobahn.sh, kosoku from PyPI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,6 +35,9 @@ fi
 
 echo "== interop suite (real NoLag Python SDK), one node"
 bash interop/run.sh
+
+echo "== Autobahn TestSuite, the 140 cases that need no echo (kosoku), one node"
+bash interop/autobahn.sh
 
 if [ -n "${SKUA_TEST_MQTT_URL:-}" ] && [ -n "${SKUA_TEST_REDIS_URL:-}" ]; then
   echo "== interop suite, 2-node cluster over MQTT + Redis"

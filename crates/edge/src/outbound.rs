@@ -41,6 +41,10 @@ impl CloseRequest {
     pub const TOKEN_EXPIRED: Self = Self { code: close::TOKEN_EXPIRED, reason: reason::TOKEN_EXPIRED };
     /// 1009 `message_too_big`.
     pub const TOO_BIG: Self = Self { code: close::MESSAGE_TOO_BIG, reason: reason::MESSAGE_TOO_BIG };
+    /// 1002 `protocol_error`: the client broke RFC 6455 framing.
+    pub const PROTOCOL_ERROR: Self = Self { code: close::PROTOCOL_ERROR, reason: reason::PROTOCOL_ERROR };
+    /// 1007 `invalid_payload`: a text frame or close reason that is not UTF-8.
+    pub const INVALID_PAYLOAD: Self = Self { code: close::INVALID_PAYLOAD, reason: reason::INVALID_PAYLOAD };
     /// 4009 `session_taken_over`: a newer connection claimed the clientId session.
     pub const TAKEN_OVER: Self = Self { code: close::SESSION_TAKEN_OVER, reason: reason::SESSION_TAKEN_OVER };
     /// 1008 `too_many_auth_failures`.

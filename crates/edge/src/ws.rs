@@ -259,10 +259,12 @@ async fn read_loop(
                 let msg = match msg {
                     Ok(m) => m,
                     Err(e) => {
-                        if is_capacity_error(&e) {
-                            handle.request_close(CloseRequest::TOO_BIG);
-                        } else {
-                            tracing::debug!(error = %e, "WebSocket read failed.");
+                        match read_error_close(&e) {
+                            Some(req) => {
+                                tracing::debug!(error = %e, code = req.code, "WebSocket protocol violation; closing.");
+                                handle.request_close(req);
+                            }
+                            None => tracing::debug!(error = %e, "WebSocket read failed."),
                         }
                         return;
                     }
@@ -323,18 +325,6 @@ fn token_expired(handle: &ConnHandle) {
     handle
         .push(skua_protocol::ServerFrame::Disconnect { reason: skua_protocol::codes::reason::TOKEN_EXPIRED }.encode());
     handle.request_close(CloseRequest::TOKEN_EXPIRED);
-}
-
-/// Whether a read failed because the frame exceeded `max_frame_size` / `max_message_size`.
-fn is_capacity_error(e: &axum::Error) -> bool {
-    let mut src: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = src {
-        if let Some(tungstenite::Error::Capacity(_)) = err.downcast_ref::<tungstenite::Error>() {
-            return true;
-        }
-        src = err.source();
-    }
-    false
 }
 
 async fn write_loop(
@@ -410,5 +400,67 @@ async fn write_taken(
         if outbox.is_empty() && !outbox.try_take(handle) {
             return Ok(());
         }
+    }
+}
+
+/// The close a failed read calls for, found by walking the error's sources to tungstenite's:
+/// 1009 when the frame exceeded `max_frame_size` / `max_message_size`, 1002 for a framing
+/// violation (RFC 6455 §7.4.1), 1007 for a text frame or close reason that is not UTF-8. `None`
+/// when the peer is gone or the transport failed: there is nobody to send a close frame to.
+fn read_error_close(e: &axum::Error) -> Option<CloseRequest> {
+    let mut src: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = src {
+        if let Some(ws) = err.downcast_ref::<tungstenite::Error>() {
+            return close_for(ws);
+        }
+        src = err.source();
+    }
+    None
+}
+
+fn close_for(e: &tungstenite::Error) -> Option<CloseRequest> {
+    use tungstenite::error::ProtocolError;
+    match e {
+        tungstenite::Error::Capacity(_) => Some(CloseRequest::TOO_BIG),
+        tungstenite::Error::Utf8(_) => Some(CloseRequest::INVALID_PAYLOAD),
+        // The TCP stream ended without a close frame: the peer is gone.
+        tungstenite::Error::Protocol(ProtocolError::ResetWithoutClosingHandshake) => None,
+        tungstenite::Error::Protocol(_) => Some(CloseRequest::PROTOCOL_ERROR),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod read_error_tests {
+    use tungstenite::error::{CapacityError, ProtocolError};
+
+    use super::*;
+
+    fn close_of(e: tungstenite::Error) -> Option<CloseRequest> {
+        read_error_close(&axum::Error::new(e))
+    }
+
+    #[test]
+    fn read_errors_map_to_their_close_codes() {
+        let too_long = CapacityError::MessageTooLong { size: 2, max_size: 1 };
+        assert_eq!(close_of(tungstenite::Error::Capacity(too_long)), Some(CloseRequest::TOO_BIG));
+        assert_eq!(close_of(tungstenite::Error::Utf8("bad".into())), Some(CloseRequest::INVALID_PAYLOAD));
+        for p in [
+            ProtocolError::UnmaskedFrameFromClient,
+            ProtocolError::NonZeroReservedBits,
+            ProtocolError::FragmentedControlFrame,
+            ProtocolError::ControlFrameTooBig,
+            ProtocolError::UnknownDataFrameType(3),
+            ProtocolError::UnknownControlFrameType(11),
+            ProtocolError::UnexpectedContinueFrame,
+            ProtocolError::InvalidOpcode(3),
+            ProtocolError::InvalidCloseSequence,
+        ] {
+            assert_eq!(close_of(tungstenite::Error::Protocol(p.clone())), Some(CloseRequest::PROTOCOL_ERROR), "{p:?}");
+        }
+        assert_eq!(close_of(tungstenite::Error::Protocol(ProtocolError::ResetWithoutClosingHandshake)), None);
+        assert_eq!(close_of(tungstenite::Error::ConnectionClosed), None);
+        let io = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        assert_eq!(close_of(tungstenite::Error::Io(io)), None);
     }
 }

@@ -86,6 +86,12 @@ pub mod close {
     pub const POLICY_VIOLATION: u16 = 1008;
     /// Reconnect: the server hit an internal error handling this connection (a defect, logged).
     pub const INTERNAL_ERROR: u16 = 1011;
+    /// Terminal: the client broke RFC 6455 framing (unmasked frame, reserved bits or opcode,
+    /// fragmented or oversized control frame, a continuation with nothing to continue).
+    /// Reason `protocol_error`.
+    pub const PROTOCOL_ERROR: u16 = 1002;
+    /// Terminal: a text frame or a close reason that is not valid UTF-8. Reason `invalid_payload`.
+    pub const INVALID_PAYLOAD: u16 = 1007;
     /// Reconnect: 60 s (configurable) without any inbound frame. Reason `idle_timeout`.
     pub const IDLE_TIMEOUT: u16 = 4000;
     /// Terminal: periodic revalidation of the actor failed; the reason says why.
@@ -120,6 +126,10 @@ pub mod reason {
     pub const AUTH_TIMEOUT: &str = "auth_timeout";
     /// With close 1011.
     pub const INTERNAL_ERROR: &str = "internal_error";
+    /// With close 1002.
+    pub const PROTOCOL_ERROR: &str = "protocol_error";
+    /// With close 1007.
+    pub const INVALID_PAYLOAD: &str = "invalid_payload";
     /// With close 4002.
     pub const CONNECTION_LIMIT_REACHED: &str = "connection_limit_reached";
     /// With close 4001: the actor's token no longer exists.

@@ -1,5 +1,5 @@
 //! Server-initiated closes (N28, N30): idle timeout, heartbeats and pings as activity (N5),
-//! slow consumers, and the shutdown drain.
+//! slow consumers, the shutdown drain, and RFC 6455 violations (1002, 1007).
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -303,4 +303,93 @@ async fn idle_timeout_is_per_connection() {
     }
     assert_eq!(idle.expect_close().await, (4000, "idle_timeout".to_owned()));
     active.subscribe(TOPIC).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// RFC 6455 violations (issue 12, item 10): hand-made frames written on the raw TCP stream after a
+// normal handshake. Masked frames use the all-zero key, so their payload is written as is.
+
+/// Writes `bytes` on a fresh connection's TCP stream and returns the server's close frame;
+/// asserts the close was counted under `reason` in the closes metric.
+async fn close_after_raw_frames(bytes: &[u8], reason: &'static str) -> Option<CloseFrame> {
+    let server = TestServer::start().await;
+    let stream = TcpStream::connect(server.addr).await.expect("connect");
+    let (mut ws, _) = tokio_tungstenite::client_async(server.url(), stream).await.expect("handshake");
+    ws.get_mut().write_all(bytes).await.expect("write raw frames");
+    let close = loop {
+        match raw_next(&mut ws).await {
+            Message::Close(f) => break f,
+            Message::Ping(_) | Message::Pong(_) => {}
+            other => panic!("expected a close, got {other:?}"),
+        }
+    };
+    // The writer counts the close before sending it.
+    assert_eq!(server.state.metrics.closes.get(reason), 1, "closes counted under {reason}");
+    close
+}
+
+/// A masked frame (zero key) with the given first header byte and a payload under 126 bytes.
+fn masked(first: u8, payload: &[u8]) -> Vec<u8> {
+    let len = u8::try_from(payload.len()).expect("short payload");
+    assert!(len < 126);
+    [&[first, 0x80 | len, 0, 0, 0, 0][..], payload].concat()
+}
+
+#[tokio::test]
+async fn unmasked_client_frame_is_closed_1002_protocol_error() {
+    // FIN + binary, mask bit clear.
+    let close = close_after_raw_frames(&[0x82, 0x01, 0x00], "protocol_error").await;
+    assert_close(close, 1002, "protocol_error");
+}
+
+#[tokio::test]
+async fn reserved_bits_are_closed_1002_protocol_error() {
+    for (first, what) in [(0xc2, "RSV1"), (0xa2, "RSV2"), (0x92, "RSV3")] {
+        let close = close_after_raw_frames(&masked(first, &[0x80]), "protocol_error").await;
+        let f = close.unwrap_or_else(|| panic!("{what}: close frame without code"));
+        assert_eq!((u16::from(f.code), f.reason.as_str()), (1002, "protocol_error"), "{what}");
+    }
+}
+
+#[tokio::test]
+async fn reserved_opcodes_are_closed_1002_protocol_error() {
+    for first in [0x83, 0x87, 0x8b, 0x8f] {
+        let close = close_after_raw_frames(&masked(first, b""), "protocol_error").await;
+        let f = close.unwrap_or_else(|| panic!("opcode {:#x}: close frame without code", first & 0x0f));
+        assert_eq!((u16::from(f.code), f.reason.as_str()), (1002, "protocol_error"), "opcode {:#x}", first & 0x0f);
+    }
+}
+
+#[tokio::test]
+async fn fragmented_ping_is_closed_1002_protocol_error() {
+    // Ping without FIN: control frames must not be fragmented.
+    let close = close_after_raw_frames(&masked(0x09, b"hi"), "protocol_error").await;
+    assert_close(close, 1002, "protocol_error");
+}
+
+#[tokio::test]
+async fn continuation_with_nothing_to_continue_is_closed_1002_protocol_error() {
+    let close = close_after_raw_frames(&masked(0x80, b"x"), "protocol_error").await;
+    assert_close(close, 1002, "protocol_error");
+}
+
+#[tokio::test]
+async fn text_frame_with_invalid_utf8_is_closed_1007_invalid_payload() {
+    let close = close_after_raw_frames(&masked(0x81, &[b'o', b'k', 0xff, 0xfe]), "invalid_payload").await;
+    assert_close(close, 1007, "invalid_payload");
+}
+
+#[tokio::test]
+async fn fragmented_text_with_invalid_utf8_is_closed_1007_invalid_payload() {
+    // A valid first fragment, then a continuation that breaks the UTF-8.
+    let frames = [masked(0x01, b"fine "), masked(0x80, &[0xc3, 0x28])].concat();
+    let close = close_after_raw_frames(&frames, "invalid_payload").await;
+    assert_close(close, 1007, "invalid_payload");
+}
+
+#[tokio::test]
+async fn close_reason_with_invalid_utf8_is_closed_1007_invalid_payload() {
+    // Close 1000 with a reason that is not UTF-8.
+    let close = close_after_raw_frames(&masked(0x88, &[0x03, 0xe8, 0xff, 0xfe]), "invalid_payload").await;
+    assert_close(close, 1007, "invalid_payload");
 }

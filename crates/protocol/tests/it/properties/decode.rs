@@ -9,6 +9,7 @@ use rmpv::Value;
 use skua_protocol::filters::{parse_publish_filter, parse_subscription_filters};
 use skua_protocol::{AuthFrame, ClientFrame, ClientIdField, DecodeError, PublishFrame, SubscribeFrame};
 
+use super::config;
 use super::values::{raw_value, text, tree};
 use crate::client_golden;
 use crate::shape::{decode_exact, pack, s};
@@ -53,10 +54,6 @@ const KEYS: [&str; 19] = [
     "lobbyId",
 ];
 
-fn config(cases: u32) -> ProptestConfig {
-    ProptestConfig { cases, failure_persistence: None, ..ProptestConfig::default() }
-}
-
 /// A value of the type the documents give `key`.
 fn well_typed(key: &'static str) -> BoxedStrategy<Value> {
     match key {
@@ -81,7 +78,7 @@ fn well_typed(key: &'static str) -> BoxedStrategy<Value> {
 
 /// A random frame: a `type` (real, junk or not a string; sometimes absent), each documented
 /// field with probability one half (usually well typed), junk fields and non-`str` keys.
-fn frame() -> impl Strategy<Value = Vec<(Value, Value)>> {
+pub(super) fn frame() -> impl Strategy<Value = Vec<(Value, Value)>> {
     let ty = prop::option::weighted(
         0.95,
         prop_oneof![
@@ -107,7 +104,7 @@ fn frame() -> impl Strategy<Value = Vec<(Value, Value)>> {
 }
 
 /// What the documents (N3, N6, N31, qos rules) say the decoder returns for `entries`.
-struct Model<'a>(&'a [(Value, Value)]);
+pub(super) struct Model<'a>(pub(super) &'a [(Value, Value)]);
 
 impl Model<'_> {
     fn get(&self, key: &str) -> Option<&Value> {
@@ -150,7 +147,7 @@ impl Model<'_> {
         self.opt_str(key).map_err(|()| self.err(hint))
     }
 
-    fn expect(&self) -> Result<ClientFrame, DecodeError> {
+    pub(super) fn expect(&self) -> Result<ClientFrame, DecodeError> {
         let ty = match self.get("type") {
             None => return Err(self.err("frame has no type")),
             Some(Value::String(t)) if t.is_str() => t.as_str().unwrap_or_default(),

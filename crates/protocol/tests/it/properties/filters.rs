@@ -12,10 +12,11 @@ use rmpv::Value;
 use skua_protocol::filters::{MAX_FILTERS, RESERVED_CHARS, and_key, parse_publish_filter, parse_subscription_filters};
 use skua_protocol::{FilterError, FilterSpec};
 
+use super::config;
 use crate::shape::{arr, pack, s};
 
 /// A valid filter value: mostly ASCII, sometimes any non-reserved Unicode.
-fn member() -> BoxedStrategy<String> {
+pub(super) fn member() -> BoxedStrategy<String> {
     prop_oneof![4 => "[a-zA-Z0-9:_.-]{1,12}", 1 => "[^/#+|]{1,8}"].boxed()
 }
 
@@ -54,7 +55,7 @@ fn group(sizes: std::ops::RangeInclusive<usize>) -> impl Strategy<Value = (Vec<S
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 512, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(config(512))]
 
     #[test]
     fn and_key_ignores_order_and_case((members, variant) in group(1..=12)) {

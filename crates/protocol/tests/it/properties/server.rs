@@ -394,7 +394,7 @@ impl Spec {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(super::config(256))]
 
     #[test]
     fn encoded_server_frames_are_str_keyed_maps_of_the_documented_shape(spec in spec()) {
