@@ -12,14 +12,14 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::Bytes;
 use skua_core::{
-    ActorId, Bus, BusDelivery, BusError, BusSubscription, ConnId, Envelope, EnvelopeId, GroupKey, PresenceChange,
-    PresenceEvent, Publication, RoomKey, Route, TopicAddress,
+    ActorId, Bus, BusDelivery, BusError, BusSubscription, ConnId, Control, Envelope, EnvelopeId, GroupKey,
+    PresenceChange, PresenceEvent, Publication, RoomKey, Route, TopicAddress,
 };
 use skua_protocol::{MessageFrame, PresenceEventKind, ServerFrame};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::durable::{CONTROL_APP, DurableRoute};
+use crate::durable::DurableRoute;
 use crate::metrics::Metrics;
 use crate::outbound::ConnHandle;
 
@@ -155,8 +155,8 @@ pub struct Hub {
     metrics: Arc<Metrics>,
     /// What retained messages this node keeps may cost.
     retained: crate::retained::RetainedLedger,
-    /// Where publications on a control topic go (set once at start).
-    control: std::sync::OnceLock<mpsc::Sender<Arc<Envelope>>>,
+    /// Where control messages go (set once at start).
+    control: std::sync::OnceLock<mpsc::Sender<Control>>,
     /// Whether the bus offers deliveries to [`Hub::try_deliver`] first.
     sink: std::sync::atomic::AtomicBool,
     /// Deliveries handed back to the bus's receiver and not yet dispatched. While any are
@@ -214,7 +214,7 @@ fn address_of(sub: &BusSubscription) -> Option<&TopicAddress> {
     match sub {
         BusSubscription::Topic(a) | BusSubscription::TopicKey(a, _) => Some(a),
         BusSubscription::Group(g) => Some(&g.topic),
-        BusSubscription::Presence(_) => None,
+        BusSubscription::Presence(_) | BusSubscription::Control(_) => None,
     }
 }
 
@@ -271,8 +271,8 @@ impl Hub {
         }
     }
 
-    /// Routes control-topic publications to `tx` from now on.
-    pub fn set_control(&self, tx: mpsc::Sender<Arc<Envelope>>) {
+    /// Routes control messages to `tx` from now on.
+    pub fn set_control(&self, tx: mpsc::Sender<Control>) {
         let _ = self.control.set(tx);
     }
 
@@ -567,6 +567,16 @@ impl Hub {
                 self.dispatch_traced(d, p, None);
             }
             Envelope::Presence(ev) => self.dispatch_presence(ev),
+            Envelope::Control(c) => self.dispatch_control(c),
+        }
+    }
+
+    /// Hands a control message to the node's control handler; never to a connection.
+    fn dispatch_control(&self, c: &Control) {
+        if let Some(tx) = self.control.get()
+            && tx.try_send(c.clone()).is_err()
+        {
+            tracing::warn!("Control queue full; a control message was dropped.");
         }
     }
 
@@ -596,14 +606,6 @@ impl Hub {
         route: &Route,
         limit: Option<usize>,
     ) -> Option<u64> {
-        if p.topic.room.app.as_str() == CONTROL_APP {
-            if let Some(tx) = self.control.get()
-                && tx.try_send(env.clone()).is_err()
-            {
-                tracing::warn!("Control queue full; a control message was dropped.");
-            }
-            return Some(0);
-        }
         let topics = read(&self.topics);
         let Some(entry) = topics.get(&p.topic) else {
             self.metrics.undeliverable.fetch_add(1, Ordering::Relaxed);

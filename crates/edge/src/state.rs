@@ -5,7 +5,9 @@ use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use skua_core::{Bus, BusDelivery, ConnId, EnvelopeId, NodeId, Presence, ProjectId, SharedRegistry, Store};
+use skua_core::{
+    Bus, BusDelivery, ConnId, ConsumerId, EnvelopeId, NodeId, Presence, ProjectId, SessionKey, SharedRegistry, Store,
+};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -67,9 +69,9 @@ pub struct EdgeState {
     deferred_removals: Mutex<std::collections::VecDeque<DeferredRemoval>>,
     // std Mutex: map updates only, never across an await.
     /// Local connections of each clientId session (normally one), for takeovers.
-    sessions: Mutex<HashMap<String, Vec<Arc<ConnHandle>>>>,
+    sessions: Mutex<HashMap<SessionKey, Vec<Arc<ConnHandle>>>>,
     /// Local durable tasks of each consumer, for kicks.
-    consumer_tasks: Mutex<HashMap<String, Vec<ConsumerTask>>>,
+    consumer_tasks: Mutex<HashMap<ConsumerId, Vec<ConsumerTask>>>,
 }
 
 /// A presence removal that failed (backend unreachable) and is retried by the liveness loop.
@@ -93,16 +95,16 @@ fn guard<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl EdgeState {
     /// Records `conn` as a local connection of `session`; returns the others (to close).
-    pub(crate) fn register_session(&self, session: &str, conn: &Arc<ConnHandle>) -> Vec<Arc<ConnHandle>> {
+    pub(crate) fn register_session(&self, session: &SessionKey, conn: &Arc<ConnHandle>) -> Vec<Arc<ConnHandle>> {
         let mut map = guard(&self.sessions);
-        let list = map.entry(session.to_owned()).or_default();
+        let list = map.entry(session.clone()).or_default();
         let others = list.iter().filter(|c| c.id != conn.id).cloned().collect();
         list.push(conn.clone());
         others
     }
 
     /// Forgets `conn` as a connection of `session`.
-    pub(crate) fn unregister_session(&self, session: &str, conn: ConnId) {
+    pub(crate) fn unregister_session(&self, session: &SessionKey, conn: ConnId) {
         let mut map = guard(&self.sessions);
         if let Some(list) = map.get_mut(session) {
             list.retain(|c| c.id != conn);
@@ -113,21 +115,26 @@ impl EdgeState {
     }
 
     /// The local connections of `session`.
-    pub(crate) fn session_conns(&self, session: &str) -> Vec<Arc<ConnHandle>> {
+    pub(crate) fn session_conns(&self, session: &SessionKey) -> Vec<Arc<ConnHandle>> {
         guard(&self.sessions).get(session).cloned().unwrap_or_default()
     }
 
     /// Registers a durable task as serving `consumer`.
-    pub(crate) fn register_consumer_task(&self, consumer: &str, conn: ConnId, tx: &mpsc::Sender<crate::durable::Cmd>) {
+    pub(crate) fn register_consumer_task(
+        &self,
+        consumer: &ConsumerId,
+        conn: ConnId,
+        tx: &mpsc::Sender<crate::durable::Cmd>,
+    ) {
         let mut map = guard(&self.consumer_tasks);
-        let list = map.entry(consumer.to_owned()).or_default();
+        let list = map.entry(consumer.clone()).or_default();
         if !list.iter().any(|(c, _)| *c == conn) {
             list.push((conn, tx.clone()));
         }
     }
 
     /// Unregisters a durable task from `consumer`.
-    pub(crate) fn unregister_consumer_task(&self, consumer: &str, conn: ConnId) {
+    pub(crate) fn unregister_consumer_task(&self, consumer: &ConsumerId, conn: ConnId) {
         let mut map = guard(&self.consumer_tasks);
         if let Some(list) = map.get_mut(consumer) {
             list.retain(|(c, _)| *c != conn);
@@ -138,7 +145,7 @@ impl EdgeState {
     }
 
     /// The local durable tasks serving `consumer`.
-    pub(crate) fn consumer_tasks(&self, consumer: &str) -> Vec<mpsc::Sender<crate::durable::Cmd>> {
+    pub(crate) fn consumer_tasks(&self, consumer: &ConsumerId) -> Vec<mpsc::Sender<crate::durable::Cmd>> {
         guard(&self.consumer_tasks)
             .get(consumer)
             .map(|l| l.iter().map(|(_, t)| t.clone()).collect())

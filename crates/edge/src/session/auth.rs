@@ -139,12 +139,11 @@ impl Session {
         if a.key.client_id.is_none() {
             return;
         }
-        let session = crate::durable::session_string(&a.key);
-        let project = a.key.project.clone();
+        let session = a.key.clone();
         for older in self.st.register_session(&session, &self.conn) {
             older.request_close(crate::outbound::CloseRequest::TAKEN_OVER);
         }
-        let control = BusSubscription::Topic(crate::durable::control_address(&project));
+        let control = BusSubscription::Control(session.project.clone());
         let held = match self.st.hub.acquire(&control).await {
             Ok(()) => Some(control),
             Err(e) => {
@@ -152,15 +151,12 @@ impl Session {
                 None
             }
         };
-        let msg = crate::durable::Control::Takeover {
-            session: session.clone(),
-            node: self.st.node.as_str().to_owned(),
-            conn: self.conn.id.0,
-        };
-        crate::durable::publish_control(&self.st, &project, &msg).await;
+        let msg = skua_core::ControlMessage::Takeover { session: session.clone(), conn: self.conn.id };
+        crate::durable::publish_control(&self.st, msg).await;
         // What an earlier connection of this session held (and did not ack) is this one's now:
         // released before anything is restored, so replays count it (N25, N37).
-        let me = skua_core::Holder { session: &session, node: self.st.node.as_str(), conn: self.conn.id.0 };
+        let holder = session.holder_key();
+        let me = skua_core::Holder { session: &holder, node: self.st.node.as_str(), conn: self.conn.id.0 };
         if let Err(e) = self.st.store.release(skua_core::Release::SessionExcept(me)).await {
             tracing::warn!(error = %e, "Releasing an earlier connection's messages failed; they wait for the next one.");
         }

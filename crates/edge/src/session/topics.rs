@@ -32,7 +32,7 @@ impl Session {
     /// messages stay pending for the next one).
     pub(super) async fn replay_backlog(&self, s: &SessionSub) -> Option<(u64, u64)> {
         let c = s.consumer.as_ref().filter(|_| s.group.is_some())?;
-        match self.st.store.backlog(c).await {
+        match self.st.store.backlog(c.as_str()).await {
             Ok(b) => Some(b),
             Err(e) => {
                 tracing::warn!(error = %e, "Reading a group's backlog failed; no replay now.");
