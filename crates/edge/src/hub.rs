@@ -717,3 +717,6 @@ impl Hub {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

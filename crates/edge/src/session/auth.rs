@@ -133,7 +133,8 @@ impl Session {
     }
 
     /// A clientId session (N25) belongs to one connection: the newest. Older ones close with
-    /// 4009 `session_taken_over`, on this node at once and on others through the control topic.
+    /// 4009 `session_taken_over`, on this node at once and on others through the project's
+    /// control channel.
     async fn claim_session(&mut self) {
         let Some(a) = &self.auth else { return };
         if a.key.client_id.is_none() {
