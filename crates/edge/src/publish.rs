@@ -81,7 +81,8 @@ pub struct Accepted {
     pub timestamp_ms: u64,
 }
 
-/// Why a publish was refused; nothing of it was stored or published.
+/// Why a publish was refused. Nothing of it was published; only a [`Refused::Bus`] of a logged
+/// topic's message leaves it stored (N24: stored first).
 #[derive(Debug)]
 pub enum Refused {
     /// The connection's rate limit is used up; no token was taken (N18).
@@ -213,7 +214,7 @@ impl Publisher {
     /// Runs one publish through the pipeline and counts its result.
     ///
     /// # Errors
-    /// [`Refused`] with the first check that failed; nothing was stored or published.
+    /// [`Refused`] with the first step that failed (see [`Refused`] for what it leaves behind).
     pub async fn publish(&self, req: PublishRequest<'_>) -> Result<Accepted, Refused> {
         let r = self.run(req).await;
         match &r {
