@@ -12,6 +12,7 @@
 //! - [`metrics`] and [`prom`]: counters and histograms, and their `/metrics` rendering;
 //! - [`timed`]: latency accounting around the bus, presence and store slots;
 //! - [`trace`]: spans for OTLP export (free when no endpoint is configured);
+//! - `tls`: the client listener over TLS (`wss://`);
 //! - [`state`], [`config`], [`ratelimit`].
 
 pub mod auth;
@@ -28,6 +29,7 @@ mod session;
 pub mod small_map;
 pub mod state;
 pub mod timed;
+mod tls;
 pub mod trace;
 pub mod ws;
 
@@ -36,14 +38,24 @@ use std::sync::Arc;
 pub use config::EdgeConfig;
 pub use state::{Backends, EdgeState};
 
+pub use tls::HANDSHAKE_TIMEOUT as TLS_HANDSHAKE_TIMEOUT;
+
 /// Serves the edge on `listener` until the state's shutdown token is cancelled, then waits
-/// (up to the configured grace) for every connection to close.
+/// (up to the configured grace) for every connection to close. With `tls`, every connection
+/// completes a TLS handshake first (`wss://`, `https://`).
 ///
 /// # Errors
 /// When the listener fails.
-pub async fn serve(listener: tokio::net::TcpListener, state: Arc<EdgeState>) -> std::io::Result<()> {
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: Arc<EdgeState>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) -> std::io::Result<()> {
     let shutdown = state.shutdown.clone();
     let app = ws::router(state.clone());
+    if let Some(acceptor) = tls {
+        return tls::serve(listener, app, acceptor, shutdown).await;
+    }
     // axum's graceful shutdown does not wait for upgraded sockets (axum #3003); the
     // connection tasks watch the shutdown token themselves and are tracked in `tracker`.
     // TCP_NODELAY: the writer already batches frames; Nagle on top of it measured p99 16.9 ms
