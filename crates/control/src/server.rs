@@ -69,24 +69,27 @@ fn throttled(remaining: Duration) -> Status {
 
 impl tonic::service::Interceptor for AdminKeyCheck {
     fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
-        let ip = req.remote_addr().map(|a| a.ip());
+        let verdict = self.key_matches(&req);
+        let Some(ip) = req.remote_addr().map(|a| a.ip()) else {
+            return verdict.map(|()| req);
+        };
         let now = Instant::now();
-        if let Some(ip) = ip {
-            self.throttle.check(ip, now).map_err(throttled)?;
-        }
-        match (self.key_matches(&req), ip) {
-            (Ok(()), Some(ip)) => {
+        let blocked = self.throttle.check(ip, now).err();
+        match (verdict, blocked) {
+            (Ok(()), None) => {
                 self.throttle.succeeded(ip);
                 Ok(req)
             }
-            (Ok(()), None) => Ok(req),
-            (Err(status), Some(ip)) => {
+            // A blocked address is refused whatever it presents, so the block cannot be used to
+            // test keys; wrong keys sent meanwhile lengthen it.
+            (Ok(()), Some(remaining)) => Err(throttled(remaining)),
+            (Err(_), Some(remaining)) => Err(throttled(self.throttle.failed(ip, now).unwrap_or(remaining))),
+            (Err(status), None) => {
                 if let Some(block) = self.throttle.failed(ip, now) {
                     tracing::warn!(%ip, block_s = block.as_secs(), "Repeated failed admin-key checks; address blocked.");
                 }
                 Err(status)
             }
-            (Err(status), None) => Err(status),
         }
     }
 }

@@ -4,7 +4,8 @@
 //! failed admin-key checks. A failure more than `window` after the previous one starts the
 //! count again. From the `max_failures`-th failure on, every call from the address is refused
 //! for a delay that doubles with each further failure (1 s, 2 s, 4 s, … up to `backoff_max`),
-//! whatever key it presents; a correct key outside a block clears the address. The table holds
+//! whatever key it presents; wrong keys sent while blocked count as failures too, so hammering
+//! lengthens the block. A correct key outside a block clears the address. The table holds
 //! at most [`MAX_TRACKED`] addresses: when full, idle entries go first, then the oldest.
 
 use std::collections::HashMap;
@@ -118,9 +119,8 @@ impl AdminKeyThrottle {
 
     fn make_room(&self, table: &mut HashMap<IpAddr, Entry>, now: Instant) {
         let window = self.config.window;
-        table.retain(|_, e| {
-            e.blocked_until.is_some_and(|u| u > now) || now.saturating_duration_since(e.last) <= window
-        });
+        table
+            .retain(|_, e| e.blocked_until.is_some_and(|u| u > now) || now.saturating_duration_since(e.last) <= window);
         if table.len() >= MAX_TRACKED
             && let Some(oldest) = table.iter().min_by_key(|(_, e)| e.last).map(|(k, _)| *k)
         {

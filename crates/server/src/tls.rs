@@ -309,9 +309,11 @@ impl NodeTls {
             (None, _) => None,
         };
         Ok(Self {
-            client: client.map(|c| Ok::<_, TlsError>(ListenerTls { acceptor: acceptor(c.clone(), ALPN_CLIENT)?, certs: c }))
+            client: client
+                .map(|c| Ok::<_, TlsError>(ListenerTls { acceptor: acceptor(c.clone(), ALPN_CLIENT)?, certs: c }))
                 .transpose()?,
-            grpc: grpc.map(|c| Ok::<_, TlsError>(ListenerTls { acceptor: acceptor(c.clone(), ALPN_GRPC)?, certs: c }))
+            grpc: grpc
+                .map(|c| Ok::<_, TlsError>(ListenerTls { acceptor: acceptor(c.clone(), ALPN_GRPC)?, certs: c }))
                 .transpose()?,
             reload_interval: config.reload_interval,
         })

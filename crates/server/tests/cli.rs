@@ -304,3 +304,36 @@ fn grpc_needs_an_admin_key_outside_dev_and_the_key_is_masked() {
     assert_eq!(code, 0);
     assert!(out.contains("revalidate_interval: 30s") && out.contains("max_rooms_per_app: 7"), "{out}");
 }
+
+#[test]
+fn an_unreadable_certificate_stops_startup_with_status_2_before_binding() {
+    let out = skua()
+        .args(["serve", "--listen", "127.0.0.1:0", "--store", "memory", "--grpc-listen", ""])
+        .args(["--tls-cert", "/nonexistent/skua-cert.pem", "--tls-key", "/nonexistent/skua-key.pem"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("TLS: cannot read /nonexistent/skua-cert.pem"), "{err}");
+}
+
+#[test]
+fn print_config_masks_backend_passwords() {
+    let (code, out, err) = print_config(
+        &[],
+        &[
+            ("SKUA_BUS", "mqtts://skua:hunter2@broker:8883"),
+            ("SKUA_PRESENCE", "rediss://default:hunter2@redis:6380/0"),
+            ("SKUA_STORE", "postgres://skua:hunter2@db/skua?sslmode=verify-full"),
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.contains("hunter2"), "{out}");
+    assert!(out.contains("mqtts://…@broker:8883") && out.contains("sslmode=verify-full"), "{out}");
+}
+
+#[test]
+fn tls_self_signed_needs_dev() {
+    let out = skua().args(["serve", "--tls-self-signed", "--print-config"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "clap usage error");
+}

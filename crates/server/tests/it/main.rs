@@ -14,4 +14,5 @@ mod presence;
 mod propagation;
 mod pubsub;
 mod reconnect;
+mod tls;
 mod tokens;
