@@ -1,5 +1,6 @@
 //! Integration tests: the real server in process on port 0, driven over WebSockets.
 
+mod backend_tls;
 mod closes;
 mod cluster;
 mod control;
