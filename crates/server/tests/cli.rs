@@ -337,3 +337,39 @@ fn tls_self_signed_needs_dev() {
     let out = skua().args(["serve", "--tls-self-signed", "--print-config"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2), "clap usage error");
 }
+
+#[test]
+fn dev_tls_self_signed_serves_https_with_the_pair_it_writes_to_the_data_directory() {
+    use std::io::{Read, Write};
+    use std::sync::Arc;
+    let dir = std::env::temp_dir().join(format!("skua-cli-tls-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let store = format!("sqlite://{}/skua.db", dir.display());
+    let bin = env!("CARGO_BIN_EXE_skua");
+    let mut node = skua_testkit::process::SkuaProcess::spawn(
+        bin,
+        &["--dev", "--tls-self-signed", "--store", &store, "--grpc-listen", ""],
+    );
+    let cert = dir.join("dev-cert.pem");
+    let mut roots = rustls::RootCertStore::empty();
+    for c in skua_server::tls::read_certs(&cert).expect("the pair is in the store's directory") {
+        roots.add(c).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let conn = rustls::ClientConnection::new(Arc::new(config), "localhost".try_into().unwrap()).unwrap();
+    let sock = std::net::TcpStream::connect(node.addr).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, sock);
+    tls.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").unwrap();
+    let mut reply = Vec::new();
+    // The server may close without close_notify; what was read is enough.
+    let _ = tls.read_to_end(&mut reply);
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    assert!(node.terminate().success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
