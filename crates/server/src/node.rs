@@ -30,6 +30,8 @@ pub struct Embedded {
 /// # Errors
 /// When an external backend cannot be reached or its URL is invalid.
 pub async fn backends(config: &ServerConfig, embedded: &Embedded) -> anyhow::Result<Backends> {
+    // redis-rs and sqlx build their rustls configs from the process's default provider.
+    crate::tls::install_provider();
     let (bus, bus_deliveries) = match &config.bus {
         BusConfig::Memory => embedded.bus.connect(config.node_id.clone(), config.edge.bus_queue),
         BusConfig::Mqtt { url } => {
