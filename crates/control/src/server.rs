@@ -156,8 +156,11 @@ pub async fn serve(
         }
         Some(acceptor) => {
             let handshakes = tokio_util::task::TaskTracker::new();
-            let incoming = tls_incoming(listener, acceptor, &handshakes, stop.clone());
+            // A child token: the accept loop also ends when the server returns with an error.
+            let accepting = stop.child_token();
+            let incoming = tls_incoming(listener, acceptor, &handshakes, accepting.clone());
             let served = router.serve_with_incoming_shutdown(incoming, stop.cancelled_owned()).await;
+            accepting.cancel();
             handshakes.close();
             handshakes.wait().await;
             served?;
