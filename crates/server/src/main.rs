@@ -302,7 +302,7 @@ async fn run(
             say(&format!("  control plane: skua admin --server {server} --admin-key {key} …"));
         }
     }
-    wait_for_signal().await.context("while installing signal handlers")?;
+    wait_for_signal(&node.tls.reloaders()).await.context("while installing signal handlers")?;
     tracing::info!("Draining: closing connections with 1012.");
     if !node.shutdown().await {
         tracing::warn!("Some connections did not close within the shutdown grace.");
@@ -320,15 +320,24 @@ fn say(line: &str) {
     let _ = out.flush();
 }
 
-async fn wait_for_signal() -> std::io::Result<()> {
+/// Waits for SIGTERM or SIGINT; on SIGHUP checks the TLS certificate files at once.
+async fn wait_for_signal(reloaders: &[std::sync::Arc<skua_server::tls::CertReloader>]) -> std::io::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+    let mut hup = signal(SignalKind::hangup())?;
+    loop {
+        tokio::select! {
+            _ = term.recv() => return Ok(()),
+            _ = int.recv() => return Ok(()),
+            _ = hup.recv() => {
+                tracing::info!("SIGHUP: checking the TLS certificate files.");
+                for r in reloaders {
+                    r.check();
+                }
+            }
+        }
     }
-    Ok(())
 }
 
 /// Where `--tls-self-signed` keeps its pair: the SQLite store's directory, else `skua-data`.

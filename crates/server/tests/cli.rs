@@ -373,3 +373,63 @@ fn dev_tls_self_signed_serves_https_with_the_pair_it_writes_to_the_data_director
     assert!(node.terminate().success());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn sighup_reloads_changed_certificate_files_at_once() {
+    use std::io::Write;
+    use std::sync::Arc;
+    let dir = std::env::temp_dir().join(format!("skua-cli-hup-{}", std::process::id()));
+    let next_dir = dir.join("next");
+    let _ = std::fs::remove_dir_all(&dir);
+    let (files, _) = skua_server::tls::self_signed(&dir).unwrap();
+    let (next, _) = skua_server::tls::self_signed(&next_dir).unwrap();
+    let (cert, key) = (files.cert.display().to_string(), files.key.display().to_string());
+    let args = ["--store", "memory", "--grpc-listen", "", "--tls-cert", &cert, "--tls-key", &key];
+    let mut child = skua()
+        .args(["serve", "--listen", "127.0.0.1:0", "--tls-reload-interval", "0s"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let addr: std::net::SocketAddr = loop {
+        let line = lines.next().expect("skua exited before listening").unwrap();
+        if let Some(a) = line.strip_prefix("skua listening on ") {
+            break a.trim().parse().unwrap();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    // The leaf a client that trusts `ca` is shown, or None when the handshake fails.
+    let leaf = |ca: &std::path::Path| {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(skua_server::tls::read_certs(ca).unwrap().remove(0)).unwrap();
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let conn = rustls::ClientConnection::new(Arc::new(config), "localhost".try_into().unwrap()).unwrap();
+        let mut tls = rustls::StreamOwned::new(conn, std::net::TcpStream::connect(addr).unwrap());
+        tls.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n").ok()?;
+        tls.conn.peer_certificates().map(|c| c[0].clone().into_owned())
+    };
+    let first = leaf(&files.cert).expect("the first pair");
+    std::fs::copy(&next.key, &files.key).unwrap();
+    std::fs::copy(&next.cert, &files.cert).unwrap();
+    let hup = Command::new("kill").args(["-HUP", &child.id().to_string()]).status().unwrap();
+    assert!(hup.success());
+    let want = skua_server::tls::read_certs(&next.cert).unwrap().remove(0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if leaf(&next.cert).as_ref() == Some(&want) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the new pair was not served after SIGHUP");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_ne!(first, want);
+    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    assert!(child.wait().unwrap().success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
