@@ -433,3 +433,14 @@ fn sighup_reloads_changed_certificate_files_at_once() {
     assert!(child.wait().unwrap().success());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn admin_tls_ca_needs_an_https_server() {
+    let out = skua()
+        .args(["admin", "--server", "http://127.0.0.1:1", "--tls-ca", "/nonexistent/ca.pem", "projects", "list"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("--tls-ca and --tls-domain need an https:// --server"), "{err}");
+}
