@@ -407,7 +407,7 @@ impl DurableTask {
     /// Queues a frame once the connection has room (never overflowing it).
     async fn push(&self, frame: &ServerFrame<'_>) {
         self.conn.room().await;
-        self.conn.push(frame.encode());
+        self.conn.send(frame);
     }
 }
 

@@ -15,7 +15,7 @@ use skua_core::{
     ActorId, Bus, BusDelivery, BusError, BusSubscription, ConnId, Control, Envelope, EnvelopeId, GroupKey,
     PresenceChange, PresenceEvent, Publication, RoomKey, Route, TopicAddress,
 };
-use skua_protocol::{MessageFrame, PresenceEventKind, ServerFrame};
+use skua_protocol::{MessageFrame, PresenceEventKind, ServerFrame, ServerFrameKind};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -70,7 +70,7 @@ impl DeferredRetained {
             let Some(seen) = self.seen.upgrade() else { return };
             let latest = seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&key) == Some(&id);
             if latest {
-                self.conn.push(frame);
+                self.conn.push(ServerFrameKind::Message, frame);
                 metrics.replays_by_kind.inc("retained");
             }
         }
@@ -379,8 +379,9 @@ impl Hub {
         }
     }
 
-    /// Inserts (or replaces, N14) the subscription of `sub.conn` on `address`. `first` is queued
-    /// on the connection before anything the subscription receives (the `subscribed` frame),
+    /// Inserts (or replaces, N14) the subscription of `sub.conn` on `address`. `first`, the
+    /// encoded `subscribed` frame, is queued on the connection before anything the subscription
+    /// receives,
     /// followed by the retained messages it matches (N20, N33) unless `with_retained` is false.
     /// Returns the subscription it replaced, and the part of the retained snapshot that did not
     /// fit in the connection's queue at once, for the caller to send paced.
@@ -403,7 +404,7 @@ impl Hub {
             sub.echo = last.echo.clone();
         }
         if let Some(f) = first {
-            sub.conn.push(f);
+            sub.conn.push(ServerFrameKind::Subscribed, f);
         }
         let mut deferred = Vec::new();
         if with_retained && sub.group.is_none() {
@@ -416,7 +417,7 @@ impl Hub {
                     // Right after `subscribed` while the queue has room (the common case: the
                     // snapshot comes before anything live); the rest is paced.
                     if deferred.is_empty() && sub.conn.has_room() {
-                        sub.conn.push(message_frame(&sub.echo, p));
+                        sub.conn.push(ServerFrameKind::Message, message_frame(&sub.echo, p));
                         self.metrics.replays_by_kind.inc("retained");
                     } else {
                         deferred.push((p.filter.clone(), p.id, message_frame(&sub.echo, p)));
@@ -677,7 +678,7 @@ impl Hub {
         self.metrics.deliveries.fetch_add(delivered, Ordering::Relaxed);
         if queued > 0 {
             self.metrics.frames_out.fetch_add(queued, Ordering::Relaxed);
-            self.metrics.frames_out_by_type.add_index(crate::metrics::MESSAGE_INDEX, queued);
+            self.metrics.frames_out_by_type.add(ServerFrameKind::Message, queued);
         }
         Some(delivered)
     }
@@ -694,7 +695,7 @@ impl Hub {
         if !entry.members.is_empty() {
             let frame = ServerFrame::Presence { event, actor_token_id: ev.actor.as_str(), presence: data }.encode();
             for m in &entry.members {
-                m.conn.push(frame.clone());
+                m.conn.push(ServerFrameKind::Presence, frame.clone());
             }
         }
         let mut cache: Vec<(&Arc<str>, Bytes)> = Vec::new();
@@ -713,7 +714,7 @@ impl Hub {
                 cache.push((lobby, b.clone()));
                 b
             };
-            c.push(frame);
+            c.push(ServerFrameKind::LobbyPresence, frame);
         }
     }
 }

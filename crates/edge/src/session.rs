@@ -105,7 +105,7 @@ impl Session {
     }
 
     fn push(&self, frame: &ServerFrame<'_>) {
-        self.conn.push(frame.encode());
+        self.conn.send(frame);
     }
 
     fn v2(&self) -> bool {
@@ -175,9 +175,6 @@ impl Session {
             ClientFrame::LobbySubscribe { lobby_id } => self.on_lobby_subscribe(&lobby_id).await,
             ClientFrame::LobbyUnsubscribe { lobby_id } => self.on_lobby_unsubscribe(&lobby_id).await,
             ClientFrame::GetLobbyPresence { lobby_id } => self.on_get_lobby_presence(&lobby_id).await,
-            other => {
-                tracing::debug!(frame = other.type_str(), "Frame type not handled.");
-            }
         }
     }
 

@@ -1,7 +1,6 @@
 //! Everything a node's connections share: configuration, registry, backends, hub, counters.
 
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -27,6 +26,8 @@ pub struct Backends {
     pub presence: Arc<dyn Presence>,
     /// Session store.
     pub store: Arc<dyn Store>,
+    /// Told of every accepted publish, in this order ([`crate::publish`]).
+    pub publish_observers: Vec<Arc<dyn crate::publish::PublishObserver>>,
 }
 
 /// Shared state of one edge node.
@@ -54,13 +55,13 @@ pub struct EdgeState {
     /// Cancelled once connections have drained: stops the hub's dispatcher.
     pub dispatcher_stop: CancellationToken,
     /// Authenticated connections, for control-plane changes (`revalidate`).
-    pub connections: crate::revalidate::Connections,
+    pub connections: Arc<crate::revalidate::Connections>,
+    /// The publish pipeline every entry point uses.
+    pub publisher: crate::publish::Publisher,
     /// Failed auths per source address (issue 12, item 6).
     pub auth_throttle: crate::auth::AuthThrottle,
     draining: AtomicBool,
     next_conn: AtomicU64,
-    next_envelope: AtomicU64,
-    node_hash: u64,
     /// Connection slots: a permit per open WebSocket.
     pub(crate) conn_slots: Arc<Semaphore>,
     // std Mutex: counter updates only, never across an await.
@@ -184,12 +185,19 @@ impl EdgeState {
         let background = TaskTracker::new();
         hub.attach_sink();
         background.spawn(hub.clone().run_dispatcher(backends.bus_deliveries, dispatcher_stop.clone()));
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        node.hash(&mut h);
+        let connections = Arc::new(crate::revalidate::Connections::default());
+        let publisher = crate::publish::Publisher::new(
+            node.clone(),
+            registry.clone(),
+            hub.clone(),
+            backends.store.clone(),
+            metrics.clone(),
+            connections.clone(),
+            backends.publish_observers,
+        );
         let state = Arc::new(Self {
             conn_slots: Arc::new(Semaphore::new(config.max_connections)),
             config,
-            node_hash: h.finish(),
             node,
             registry,
             presence: backends.presence,
@@ -200,11 +208,11 @@ impl EdgeState {
             background,
             shutdown,
             dispatcher_stop,
-            connections: crate::revalidate::Connections::default(),
+            connections,
+            publisher,
             auth_throttle,
             draining: AtomicBool::new(false),
             next_conn: AtomicU64::new(1),
-            next_envelope: AtomicU64::new(1),
             project_conns: Mutex::new(HashMap::new()),
             deferred_removals: Mutex::new(std::collections::VecDeque::new()),
             sessions: Mutex::new(HashMap::new()),
@@ -229,7 +237,7 @@ impl EdgeState {
 
     /// A fresh cluster-unique envelope id.
     pub fn next_envelope_id(&self) -> EnvelopeId {
-        EnvelopeId((u128::from(self.node_hash) << 64) | u128::from(self.next_envelope.fetch_add(1, Ordering::Relaxed)))
+        self.publisher.next_envelope_id()
     }
 
     /// Whether the node is draining (readiness fails, upgrades are refused).

@@ -5,7 +5,9 @@ use std::sync::Arc;
 use skua_core::{BusSubscription, ClientId, SessionKey};
 use skua_protocol::codes::{auth as auth_err, error};
 use skua_protocol::filters::parse_subscription_filters;
-use skua_protocol::{AuthFrame, ClientIdField, ErrorFrame, MAX_PROTOCOL_VERSION, RestoredSubscription, ServerFrame};
+use skua_protocol::{
+    AuthFrame, ClientIdField, ErrorFrame, MAX_PROTOCOL_VERSION, RestoredSubscription, ServerFrame, ServerFrameKind,
+};
 
 use super::{Authed, Session, SessionSub};
 use crate::auth::verify;
@@ -112,7 +114,7 @@ impl Session {
             }
             .encode()
         });
-        self.conn.push(reply);
+        self.conn.push(ServerFrameKind::Auth, reply);
         drop(entries);
         self.st.metrics.auths.inc("ok");
         if !restored.is_empty() {
@@ -246,7 +248,7 @@ impl Session {
                 ServerFrame::ReauthOk { auth_expires_at: c.expires_at }
             }
         };
-        self.conn.push(reply.encode());
+        self.conn.send(&reply);
         if failed {
             self.auth_failed();
         }
