@@ -189,6 +189,51 @@ pub struct Settings {
     /// OTLP/gRPC endpoint spans are exported to, `http://host:4317`; empty: OTEL_EXPORTER_OTLP_ENDPOINT, else none [default empty].
     #[arg(long, env = "SKUA_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
+    /// PEM certificate chain of the client listener; with tls_key, clients connect over wss:// [default empty: plain ws://].
+    #[arg(long, env = "SKUA_TLS_CERT")]
+    pub tls_cert: Option<String>,
+    /// PEM private key of tls_cert [default empty].
+    #[arg(long, env = "SKUA_TLS_KEY")]
+    pub tls_key: Option<String>,
+    /// PEM certificate chain of the gRPC listener [default empty: tls_cert's].
+    #[arg(long, env = "SKUA_GRPC_TLS_CERT")]
+    pub grpc_tls_cert: Option<String>,
+    /// PEM private key of grpc_tls_cert [default empty: tls_key's].
+    #[arg(long, env = "SKUA_GRPC_TLS_KEY")]
+    pub grpc_tls_key: Option<String>,
+    /// How often certificate files are checked for changes and reloaded; 0s: never [default 10s].
+    #[arg(long, env = "SKUA_TLS_RELOAD_INTERVAL")]
+    pub tls_reload_interval: Option<String>,
+    /// Serve gRPC reflection without the admin key [default false; --dev true].
+    #[arg(long, env = "SKUA_GRPC_REFLECTION_PUBLIC")]
+    pub grpc_reflection_public: Option<bool>,
+    /// Failed admin-key checks from one address before it is blocked; 0: never [default 5].
+    #[arg(long, env = "SKUA_ADMIN_KEY_MAX_FAILURES")]
+    pub admin_key_max_failures: Option<u32>,
+    /// A failed admin-key check this long after the previous one counts from one again [default 1m].
+    #[arg(long, env = "SKUA_ADMIN_KEY_FAILURE_WINDOW")]
+    pub admin_key_failure_window: Option<String>,
+    /// Longest block of an address failing admin-key checks [default 5m].
+    #[arg(long, env = "SKUA_ADMIN_KEY_BACKOFF_MAX")]
+    pub admin_key_backoff_max: Option<String>,
+    /// mqtts:// bus: PEM CA certificates the broker's certificate must chain to [default empty: system roots].
+    #[arg(long, env = "SKUA_BUS_TLS_CA")]
+    pub bus_tls_ca: Option<String>,
+    /// mqtts:// bus: PEM client certificate chain [default empty: none].
+    #[arg(long, env = "SKUA_BUS_TLS_CERT")]
+    pub bus_tls_cert: Option<String>,
+    /// mqtts:// bus: PEM private key of bus_tls_cert [default empty].
+    #[arg(long, env = "SKUA_BUS_TLS_KEY")]
+    pub bus_tls_key: Option<String>,
+    /// rediss:// presence: PEM CA certificates Redis's certificate must chain to [default empty: system roots].
+    #[arg(long, env = "SKUA_PRESENCE_TLS_CA")]
+    pub presence_tls_ca: Option<String>,
+    /// rediss:// presence: PEM client certificate chain [default empty: none].
+    #[arg(long, env = "SKUA_PRESENCE_TLS_CERT")]
+    pub presence_tls_cert: Option<String>,
+    /// rediss:// presence: PEM private key of presence_tls_cert [default empty].
+    #[arg(long, env = "SKUA_PRESENCE_TLS_KEY")]
+    pub presence_tls_key: Option<String>,
 }
 
 macro_rules! layer {
@@ -208,6 +253,9 @@ impl Settings {
             auth_backoff_after, auth_backoff_max, jwt_audiences,
             http_header_timeout, max_connections_per_ip, max_new_connections_per_ip_per_second, trusted_proxies,
             proxy_protocol, allowed_origins, metrics_listen, metrics_token);
+        layer!(self, over; tls_cert, tls_key, grpc_tls_cert, grpc_tls_key, tls_reload_interval, grpc_reflection_public,
+            admin_key_max_failures, admin_key_failure_window, admin_key_backoff_max, bus_tls_ca, bus_tls_cert,
+            bus_tls_key, presence_tls_ca, presence_tls_cert, presence_tls_key);
     }
 
     /// Parses a TOML config file's text.
@@ -235,8 +283,29 @@ pub enum ConfigError {
     },
 }
 
+/// `scheme://host…` for messages and `--print-config`: `user:password@` becomes `…@` and a
+/// `password=` query parameter (Postgres accepts one) is masked.
+pub fn redact_url(url: &str) -> String {
+    let mut out = match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}://…@{}", &url[..s], &url[at + 1..]),
+        _ => url.to_owned(),
+    };
+    if let Some(q) = out.find('?') {
+        let (base, query) = out.split_at(q + 1);
+        let masked: Vec<String> = query
+            .split('&')
+            .map(|kv| match kv.split_once('=') {
+                Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=…"),
+                _ => kv.to_owned(),
+            })
+            .collect();
+        out = format!("{base}{}", masked.join("&"));
+    }
+    out
+}
+
 /// The message bus a node uses.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum BusConfig {
     /// In-process (single node).
     Memory,
@@ -247,8 +316,36 @@ pub enum BusConfig {
     },
 }
 
+// Not derived: urls may carry passwords (`--print-config` prints these).
+impl std::fmt::Debug for BusConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Memory => f.write_str("Memory"),
+            Self::Mqtt { url } => f.debug_struct("Mqtt").field("url", &redact_url(url)).finish(),
+        }
+    }
+}
+
+impl std::fmt::Debug for PresenceConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Memory => f.write_str("Memory"),
+            Self::Redis { url } => f.debug_struct("Redis").field("url", &redact_url(url)).finish(),
+        }
+    }
+}
+
+impl std::fmt::Debug for StoreConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Memory => f.write_str("Memory"),
+            Self::Url(url) => f.debug_tuple("Url").field(&redact_url(url)).finish(),
+        }
+    }
+}
+
 /// The presence store a node uses.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum PresenceConfig {
     /// In-process (single node).
     Memory,
@@ -260,12 +357,28 @@ pub enum PresenceConfig {
 }
 
 /// The session store a node uses.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum StoreConfig {
     /// In this process's memory (tests; nothing survives a restart).
     Memory,
     /// A SQLite or Postgres URL.
     Url(String),
+}
+
+/// Certificate files of a TLS connection to a backend (`mqtts://`, `rediss://`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BackendTlsFiles {
+    /// PEM CA certificates; `None`: the system's roots.
+    pub ca: Option<PathBuf>,
+    /// PEM client certificate chain and private key.
+    pub client: Option<crate::tls::CertFiles>,
+}
+
+impl BackendTlsFiles {
+    /// Whether anything is configured.
+    pub fn is_set(&self) -> bool {
+        self.ca.is_some() || self.client.is_some()
+    }
 }
 
 /// The admin API key: never shown by `Debug` (`--print-config` masks it).
@@ -309,6 +422,16 @@ pub struct ServerConfig {
     pub otlp_endpoint: Option<String>,
     /// The separate `/metrics` listener, if any.
     pub metrics_listen: Option<SocketAddr>,
+    /// TLS of the client and control-plane listeners.
+    pub tls: crate::tls::ListenerTlsConfig,
+    /// Whether gRPC reflection needs no admin key.
+    pub grpc_reflection_public: bool,
+    /// Backing off addresses that fail the admin-key check.
+    pub admin_key_throttle: skua_control::throttle::ThrottleConfig,
+    /// Certificates of an `mqtts://` bus.
+    pub bus_tls: BackendTlsFiles,
+    /// Certificates of a `rediss://` presence store.
+    pub presence_tls: BackendTlsFiles,
 }
 
 impl ServerConfig {
@@ -324,7 +447,7 @@ impl ServerConfig {
     /// The node's configuration from its checked sections.
     pub fn from_sections(sections: Sections) -> Self {
         let edge = sections.edge();
-        let Sections { backends, front, control, cluster, telemetry, .. } = sections;
+        let Sections { backends, front, control, cluster, tls, telemetry, .. } = sections;
         Self {
             listen: front.listen,
             bus: backends.bus,
@@ -340,6 +463,11 @@ impl ServerConfig {
             control: control.limits,
             otlp_endpoint: telemetry.otlp_endpoint,
             metrics_listen: front.metrics_listen,
+            tls: tls.listeners,
+            grpc_reflection_public: control.grpc_reflection_public,
+            admin_key_throttle: control.admin_key_throttle,
+            bus_tls: backends.bus_tls,
+            presence_tls: backends.presence_tls,
         }
     }
 
@@ -394,6 +522,11 @@ mod tests {
         assert_eq!(c.edge.proxy_protocol, d.proxy_protocol);
         assert_eq!(c.edge.allowed_origins, d.allowed_origins);
         assert!(c.edge.metrics_token.is_none() && !c.edge.metrics_separate && c.metrics_listen.is_none());
+        assert_eq!(c.tls, crate::tls::ListenerTlsConfig::default(), "plain listeners unless certificates are set");
+        assert!(!c.grpc_reflection_public);
+        assert_eq!(c.admin_key_throttle, skua_control::throttle::ThrottleConfig::default());
+        assert_eq!(c.bus_tls, BackendTlsFiles::default());
+        assert_eq!(c.presence_tls, BackendTlsFiles::default());
     }
 
     #[test]
@@ -491,6 +624,13 @@ mod tests {
             ("registry_poll_interval = \"2s\"", "registry_poll_interval"),
             ("max_page_size = 0", "max_page_size"),
             ("otlp_endpoint = \"https://collector:4317\"", "otlp_endpoint"),
+            ("bus_tls_ca = \"ca.pem\"", "bus_tls_ca"),
+            ("presence_tls_cert = \"c.pem\"", "presence_tls_cert"),
+            ("tls_key = \"k.pem\"", "tls_cert"),
+            ("grpc_tls_key = \"k.pem\"", "grpc_tls_cert"),
+            ("tls_reload_interval = \"often\"", "tls_reload_interval"),
+            ("admin_key_backoff_max = \"500ms\"", "admin_key_backoff_max"),
+            ("admin_key_failure_window = \"\"", "admin_key_failure_window"),
         ] {
             let s = Settings::from_toml(line).unwrap();
             match ServerConfig::from_layers(&[&s]) {
@@ -498,6 +638,51 @@ mod tests {
                 other => panic!("{line}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn tls_settings_resolve_and_the_control_plane_follows_the_client_pair() {
+        let s = Settings { tls_cert: Some("c.pem".into()), tls_key: Some("k.pem".into()), ..Settings::default() };
+        let c = ServerConfig::from_layers(&[&s]).unwrap();
+        let pair = crate::tls::CertFiles { cert: "c.pem".into(), key: "k.pem".into() };
+        assert_eq!(c.tls.client, Some(pair.clone()));
+        assert_eq!(c.tls.grpc, Some(pair), "grpc_tls_* default to tls_*");
+        let own = Settings { grpc_tls_cert: Some("g.pem".into()), grpc_tls_key: Some("gk.pem".into()), ..s.clone() };
+        let c = ServerConfig::from_layers(&[&own]).unwrap();
+        assert_eq!(c.tls.grpc.unwrap().cert, PathBuf::from("g.pem"));
+        let half = Settings { tls_cert: Some("c.pem".into()), ..Settings::default() };
+        assert!(matches!(ServerConfig::from_layers(&[&half]), Err(ConfigError::Invalid { key: "tls_cert", .. })));
+    }
+
+    #[test]
+    fn backend_tls_needs_a_tls_url_and_credentials_are_not_echoed() {
+        let s = Settings { bus_tls_ca: Some("ca.pem".into()), ..Settings::default() };
+        assert!(matches!(ServerConfig::from_layers(&[&s]), Err(ConfigError::Invalid { key: "bus_tls_ca", .. })));
+        let s = Settings {
+            bus: Some("mqtts://skua:pw@broker:8883".into()),
+            bus_tls_ca: Some("ca.pem".into()),
+            presence: Some("rediss://skua:pw@redis:6380/0".into()),
+            presence_tls_ca: Some("ca.pem".into()),
+            ..Settings::default()
+        };
+        let c = ServerConfig::from_layers(&[&s]).unwrap();
+        assert_eq!(c.bus_tls.ca, Some(PathBuf::from("ca.pem")));
+        assert!(matches!(c.presence, PresenceConfig::Redis { .. }));
+        let s = Settings { presence_tls_ca: Some("ca.pem".into()), ..Settings::default() };
+        assert!(matches!(ServerConfig::from_layers(&[&s]), Err(ConfigError::Invalid { key: "presence_tls_ca", .. })));
+        let s = Settings { bus: Some("amqp://user:hunter2@broker".into()), ..Settings::default() };
+        let e = ServerConfig::from_layers(&[&s]).unwrap_err().to_string();
+        assert!(!e.contains("hunter2"), "{e}");
+        let s = Settings {
+            bus: Some("mqtts://skua:hunter2@broker:8883".into()),
+            presence: Some("rediss://default:hunter2@redis:6380/0".into()),
+            store: Some("postgres://skua:hunter2@db/skua?sslmode=verify-full&password=hunter2".into()),
+            admin_key: Some("hunter2-hunter2-hunter2".into()),
+            ..Settings::default()
+        };
+        let shown = format!("{:#?}", ServerConfig::from_layers(&[&s]).unwrap());
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("sslmode=verify-full"));
     }
 
     #[test]

@@ -14,8 +14,9 @@ use skua_edge::EdgeConfig;
 use skua_edge::config::MetricsToken;
 use skua_edge::front::{Cidr, OriginPattern};
 
-use super::{AdminKey, BusConfig, ConfigError, PresenceConfig, Settings, StoreConfig};
+use super::{AdminKey, BackendTlsFiles, BusConfig, ConfigError, PresenceConfig, Settings, StoreConfig, redact_url};
 use crate::duration;
+use crate::tls::{CertFiles, ListenerTlsConfig};
 
 /// A setting's key (its field name in [`Settings`]) with its value, as the checks take it.
 type Key<'a, T> = (&'static str, Option<&'a T>);
@@ -68,6 +69,20 @@ fn each<T>((key, v): Key<'_, Vec<String>>, parse: fn(&str) -> Result<T, String>)
     required((key, v))?.iter().map(|x| parse(x)).collect::<Result<_, _>>().map_err(|reason| invalid(key, reason))
 }
 
+/// A path; empty (or unset) is `None`.
+fn path((_, v): Key<'_, String>) -> Option<PathBuf> {
+    v.filter(|p| !p.is_empty()).map(PathBuf::from)
+}
+
+/// A certificate and its key: both or neither (an error names the certificate's key).
+fn pair(cert: Key<'_, String>, key: Key<'_, String>) -> Result<Option<CertFiles>, ConfigError> {
+    match (path(cert), path(key)) {
+        (None, None) => Ok(None),
+        (Some(c), Some(k)) => Ok(Some(CertFiles { cert: c, key: k })),
+        _ => Err(invalid(cert.0, "the certificate and its key must be set together")),
+    }
+}
+
 /// The largest payload any frame may carry: the 1 MiB outbound frame cap (N4) less room for
 /// the frame's other fields.
 fn payload_cap(key: &'static str, v: usize) -> Result<usize, ConfigError> {
@@ -81,7 +96,8 @@ fn payload_cap(key: &'static str, v: usize) -> Result<usize, ConfigError> {
     Ok(v)
 }
 
-/// Which backends the node uses and who it is: `bus`, `presence`, `store`, `namespace`,
+/// Which backends the node uses and who it is: `bus`, `presence`, `store` (with the
+/// certificates of `mqtts://` and `rediss://`: `bus_tls_*`, `presence_tls_*`), `namespace`,
 /// `node_id`, `fixtures`.
 #[derive(Debug, Clone)]
 pub struct Backends {
@@ -89,6 +105,10 @@ pub struct Backends {
     pub bus: BusConfig,
     /// Presence backend.
     pub presence: PresenceConfig,
+    /// Certificates of an `mqtts://` bus.
+    pub bus_tls: BackendTlsFiles,
+    /// Certificates of a `rediss://` presence store.
+    pub presence_tls: BackendTlsFiles,
     /// Session store.
     pub store: StoreConfig,
     /// Root of internal topics and key prefixes.
@@ -107,13 +127,25 @@ impl Backends {
     pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
         let bus = match required(key!(s, bus))?.as_str() {
             "memory" => BusConfig::Memory,
-            url if url.starts_with("mqtt://") => BusConfig::Mqtt { url: url.to_owned() },
-            other => return Err(invalid("bus", format!("{other:?}: use \"memory\" or mqtt://host:port"))),
+            url if url.starts_with("mqtt://") || url.starts_with("mqtts://") => BusConfig::Mqtt { url: url.to_owned() },
+            other => {
+                return Err(invalid(
+                    "bus",
+                    format!("{:?}: use \"memory\", mqtt://host:port or mqtts://host:port", redact_url(other)),
+                ));
+            }
         };
         let presence = match required(key!(s, presence))?.as_str() {
             "memory" => PresenceConfig::Memory,
-            url if url.starts_with("redis://") => PresenceConfig::Redis { url: url.to_owned() },
-            other => return Err(invalid("presence", format!("{other:?}: use \"memory\" or redis://host:port/db"))),
+            url if url.starts_with("redis://") || url.starts_with("rediss://") => {
+                PresenceConfig::Redis { url: url.to_owned() }
+            }
+            other => {
+                return Err(invalid(
+                    "presence",
+                    format!("{:?}: use \"memory\", redis://host:port/db or rediss://host:port/db", redact_url(other)),
+                ));
+            }
         };
         let store = match required(key!(s, store))?.as_str() {
             "memory" => StoreConfig::Memory,
@@ -133,7 +165,22 @@ impl Backends {
             }
             Some(id) => NodeId::parse(id).map_err(|e| invalid("node_id", e.to_string()))?,
         };
-        Ok(Self { bus, presence, store, namespace, node_id, fixtures: s.fixtures.clone() })
+        let bus_tls = BackendTlsFiles {
+            ca: path(key!(s, bus_tls_ca)),
+            client: pair(key!(s, bus_tls_cert), key!(s, bus_tls_key))?,
+        };
+        if bus_tls.is_set() && !matches!(&bus, BusConfig::Mqtt { url } if url.starts_with("mqtts://")) {
+            return Err(invalid("bus_tls_ca", "bus_tls_* need an mqtts:// bus"));
+        }
+        let presence_tls = BackendTlsFiles {
+            ca: path(key!(s, presence_tls_ca)),
+            client: pair(key!(s, presence_tls_cert), key!(s, presence_tls_key))?,
+        };
+        if presence_tls.is_set() && !matches!(&presence, PresenceConfig::Redis { url } if url.starts_with("rediss://"))
+        {
+            return Err(invalid("presence_tls_ca", "presence_tls_* need a rediss:// presence store"));
+        }
+        Ok(Self { bus, presence, bus_tls, presence_tls, store, namespace, node_id, fixtures: s.fixtures.clone() })
     }
 }
 
@@ -386,14 +433,40 @@ impl Shutdown {
     }
 }
 
-/// The control plane: its gRPC listener and key, registry polling and revalidation, and the
-/// caps it enforces.
+/// TLS of the node's listeners: `tls_cert`/`tls_key` (client), `grpc_tls_cert`/`grpc_tls_key`
+/// (control plane; by default the client's pair), `tls_reload_interval`.
+#[derive(Debug, Clone)]
+pub struct Tls {
+    /// The listeners' certificates and their reloading.
+    pub listeners: ListenerTlsConfig,
+}
+
+impl Tls {
+    /// This section of `s`, checked.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the first bad key.
+    pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
+        let client = pair(key!(s, tls_cert), key!(s, tls_key))?;
+        let grpc = pair(key!(s, grpc_tls_cert), key!(s, grpc_tls_key))?.or(client.clone());
+        Ok(Self {
+            listeners: ListenerTlsConfig { client, grpc, reload_interval: duration(key!(s, tls_reload_interval))? },
+        })
+    }
+}
+
+/// The control plane: its gRPC listener, key and the back-off of failing keys, reflection,
+/// registry polling and revalidation, and the caps it enforces.
 #[derive(Debug, Clone)]
 pub struct ControlPlane {
     /// gRPC listener, if any.
     pub grpc_listen: Option<SocketAddr>,
     /// The admin API key.
     pub admin_key: Option<AdminKey>,
+    /// Backing off addresses that fail the admin-key check.
+    pub admin_key_throttle: skua_control::throttle::ThrottleConfig,
+    /// Whether gRPC reflection needs no admin key.
+    pub grpc_reflection_public: bool,
     /// How often every connection is revalidated.
     pub revalidate_interval: Duration,
     /// How often the store's registry version is polled.
@@ -420,9 +493,19 @@ impl ControlPlane {
                 "must be above 0 and at most 1s (changes reach every node within a second)",
             ));
         }
+        let admin_key_throttle = skua_control::throttle::ThrottleConfig {
+            max_failures: required(key!(s, admin_key_max_failures))?,
+            window: duration(key!(s, admin_key_failure_window))?,
+            backoff_max: duration(key!(s, admin_key_backoff_max))?,
+        };
+        if admin_key_throttle.backoff_max < Duration::from_secs(1) {
+            return Err(invalid("admin_key_backoff_max", "must be at least 1s"));
+        }
         Ok(Self {
             grpc_listen: optional_address(key!(s, grpc_listen))?,
             admin_key,
+            admin_key_throttle,
+            grpc_reflection_public: required(key!(s, grpc_reflection_public))?,
             revalidate_interval: nonzero_duration(key!(s, revalidate_interval))?,
             registry_poll_interval,
             limits: skua_control::ControlLimits {
@@ -478,6 +561,8 @@ pub struct Sections {
     pub cluster: Cluster,
     /// Draining and closing.
     pub shutdown: Shutdown,
+    /// Listener TLS.
+    pub tls: Tls,
     /// The control plane.
     pub control: ControlPlane,
     /// Tracing export.
@@ -499,6 +584,7 @@ impl Sections {
             durable: Durable::resolve(s)?,
             cluster: Cluster::resolve(s)?,
             shutdown: Shutdown::resolve(s)?,
+            tls: Tls::resolve(s)?,
             control: ControlPlane::resolve(s, limits.max_message_size)?,
             telemetry: Telemetry::resolve(s)?,
             limits,
@@ -507,7 +593,8 @@ impl Sections {
 
     /// The edge's view of these settings.
     pub fn edge(&self) -> EdgeConfig {
-        let Self { backends, front, limits, auth, retained, durable, cluster, shutdown, control, telemetry: _ } = self;
+        let Self { backends, front, limits, auth, retained, durable, cluster, shutdown, control, tls: _, telemetry: _ } =
+            self;
         EdgeConfig {
             namespace: backends.namespace.clone(),
             idle_timeout: limits.idle_timeout,
