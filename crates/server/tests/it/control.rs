@@ -349,6 +349,71 @@ async fn ensure_room_is_idempotent_needs_auto_provisioning_and_respects_the_cap(
 }
 
 #[tokio::test]
+async fn every_cap_refuses_one_more_with_failed_precondition_naming_its_setting() {
+    let s = TestServer::builder()
+        .grpc()
+        .settings(|s| {
+            s.max_apps_per_project = Some(1);
+            s.max_actors_per_project = Some(1);
+            s.max_grants_per_room = Some(1);
+            s.max_lobbies_per_project = Some(1);
+        })
+        .spawn()
+        .await;
+    let mut c = s.control().await;
+    ok(c.create_project(project_req("capped")).await);
+    let refused = |(code, msg): (Code, String), want: &str| {
+        assert_eq!((code, msg.as_str()), (Code::FailedPrecondition, want));
+    };
+
+    ok(c.create_app(app_req("capped", "one", &["t"])).await);
+    refused(
+        fails(c.create_app(app_req("capped", "two", &[])).await),
+        "project \"capped\" has 1 apps, the most allowed (max_apps_per_project)",
+    );
+
+    let actor = |id: &str| pb::CreateActorRequest {
+        project_id: "capped".into(),
+        id: id.into(),
+        actor_type: "user".into(),
+        ..Default::default()
+    };
+    ok(c.create_actor(actor("a1")).await);
+    refused(
+        fails(c.create_actor(actor("a2")).await),
+        "project \"capped\" has 1 actors, the most allowed (max_actors_per_project)",
+    );
+
+    let room = pb::CreateRoomRequest { project_id: "capped".into(), ..room_req("one", "r") };
+    ok(c.create_room(room).await);
+    let grant = |ty: &str| pb::CreateGrantRequest {
+        project_id: "capped".into(),
+        app: "one".into(),
+        room: "r".into(),
+        actor_type: ty.into(),
+        permission: "subscribe".into(),
+        ..Default::default()
+    };
+    ok(c.create_grant(grant("user")).await);
+    refused(
+        fails(c.create_grant(grant("agent")).await),
+        "room \"r\" has 1 grants, the most allowed (max_grants_per_room)",
+    );
+
+    let lobby = |slug: &str| pb::CreateLobbyRequest {
+        project_id: "capped".into(),
+        app: "one".into(),
+        slug: slug.into(),
+        ..Default::default()
+    };
+    ok(c.create_lobby(lobby("l1")).await);
+    refused(
+        fails(c.create_lobby(lobby("l2")).await),
+        "project \"capped\" has 1 lobbies, the most allowed (max_lobbies_per_project)",
+    );
+}
+
+#[tokio::test]
 async fn actors_get_a_token_once_that_authenticates_and_only_its_hash_is_stored() {
     let (s, mut c) = server().await;
     let created = ok(c
