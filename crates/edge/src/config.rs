@@ -1,7 +1,14 @@
 //! The edge's settings. The server crate fills them from defaults, the config file, the
 //! environment and flags; tests build them directly.
 
+mod cidr;
+mod origin;
+
 use std::time::Duration;
+
+pub use cidr::Cidr;
+pub(crate) use cidr::canonical;
+pub use origin::OriginPattern;
 
 /// Limits and behaviour of one edge node. Every limit is documented in `config/default.toml`.
 #[derive(Debug, Clone)]
@@ -84,11 +91,11 @@ pub struct EdgeConfig {
     /// Most new sockets per second per client address, also the burst; 0 = no limit.
     pub max_new_connections_per_ip_per_second: u32,
     /// Peers whose `X-Forwarded-For` (and PROXY header) name the client.
-    pub trusted_proxies: Vec<crate::front::Cidr>,
+    pub trusted_proxies: Vec<Cidr>,
     /// Every socket starts with a PROXY protocol (v1 or v2) header from a trusted proxy.
     pub proxy_protocol: bool,
     /// Origins browsers may open WebSockets from; empty = any (requests without `Origin` always pass).
-    pub allowed_origins: Vec<crate::front::OriginPattern>,
+    pub allowed_origins: Vec<OriginPattern>,
     /// Bearer token `/metrics` requires, if any.
     pub metrics_token: Option<MetricsToken>,
     /// `/metrics` is served on its own listener, not next to `/ws`.

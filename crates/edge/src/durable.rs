@@ -17,18 +17,23 @@
 //! released; its connected members take them).
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use skua_core::{
-    Claim, ConsumerId, Control, ControlMessage, Envelope, Holder, NodeId, Release, SessionKey, TopicAddress,
+    Bus, Claim, ConnId, ConsumerId, Control, ControlMessage, Envelope, Holder, NodeId, Release, SessionKey, Store,
+    TopicAddress,
 };
 use skua_protocol::{MessageFrame, ServerFrame};
 use tokio::sync::{mpsc, oneshot};
+use tokio_util::task::TaskTracker;
 
+use crate::clock::now_unix_s;
+use crate::config::EdgeConfig;
+use crate::ids::EnvelopeIds;
+use crate::metrics::Metrics;
 use crate::outbound::ConnHandle;
-use crate::state::{EdgeState, now_unix_s};
 
 /// Most msgId → consumer entries a task remembers for routing acks; an ack of an id it does not
 /// remember is tried on each of the connection's consumers.
@@ -44,42 +49,166 @@ pub fn topic_key(a: &TopicAddress) -> String {
     a.log_key()
 }
 
-/// Publishes a control message on its project's control channel.
-pub(crate) async fn publish_control(st: &EdgeState, message: ControlMessage) {
-    let env = Envelope::Control(Control { id: st.next_envelope_id(), node: st.node.clone(), message });
-    if let Err(e) = st.hub.bus().publish(Arc::new(env)).await {
-        tracing::warn!(error = %e, "Control message not published; other nodes learn of it later or not at all.");
+/// A local durable task serving a consumer: its connection and its command queue.
+type ConsumerTask = (ConnId, mpsc::Sender<Cmd>);
+
+fn guard<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// What durable delivery and node-to-node control use: this node, the store, the bus, the
+/// local clientId sessions (for takeovers) and the local durable tasks (for kicks).
+pub struct Durable {
+    node: NodeId,
+    store: Arc<dyn Store>,
+    bus: Arc<dyn Bus>,
+    ids: Arc<EnvelopeIds>,
+    metrics: Arc<Metrics>,
+    /// Node-level tasks: release retries outlive their connection.
+    tasks: TaskTracker,
+    queue: usize,
+    restore_ttl: Duration,
+    replay_page_size: u32,
+    // std Mutex: map updates only, never across an await.
+    /// Local connections of each clientId session (normally one), for takeovers.
+    sessions: Mutex<HashMap<SessionKey, Vec<Arc<ConnHandle>>>>,
+    // std Mutex: map updates only, never across an await.
+    /// Local durable tasks of each consumer, for kicks.
+    consumer_tasks: Mutex<HashMap<ConsumerId, Vec<ConsumerTask>>>,
+}
+
+impl std::fmt::Debug for Durable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Durable").field("node", &self.node).finish_non_exhaustive()
+    }
+}
+
+impl Durable {
+    /// Durable delivery of `node` over `store` and `bus`; release retries run on `tasks`.
+    pub fn new(
+        node: NodeId,
+        store: Arc<dyn Store>,
+        bus: Arc<dyn Bus>,
+        ids: Arc<EnvelopeIds>,
+        metrics: Arc<Metrics>,
+        tasks: TaskTracker,
+        config: &EdgeConfig,
+    ) -> Self {
+        Self {
+            node,
+            store,
+            bus,
+            ids,
+            metrics,
+            tasks,
+            queue: config.durable_queue.max(1),
+            restore_ttl: config.restore_ttl,
+            replay_page_size: config.replay_page_size,
+            sessions: Mutex::new(HashMap::new()),
+            consumer_tasks: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Records `conn` as a local connection of `session`; returns the others (to close).
+    pub(crate) fn register_session(&self, session: &SessionKey, conn: &Arc<ConnHandle>) -> Vec<Arc<ConnHandle>> {
+        let mut map = guard(&self.sessions);
+        let list = map.entry(session.clone()).or_default();
+        let others = list.iter().filter(|c| c.id != conn.id).cloned().collect();
+        list.push(conn.clone());
+        others
+    }
+
+    /// Forgets `conn` as a connection of `session`.
+    pub(crate) fn unregister_session(&self, session: &SessionKey, conn: ConnId) {
+        let mut map = guard(&self.sessions);
+        if let Some(list) = map.get_mut(session) {
+            list.retain(|c| c.id != conn);
+            if list.is_empty() {
+                map.remove(session);
+            }
+        }
+    }
+
+    /// The local connections of `session`.
+    pub(crate) fn session_conns(&self, session: &SessionKey) -> Vec<Arc<ConnHandle>> {
+        guard(&self.sessions).get(session).cloned().unwrap_or_default()
+    }
+
+    /// Registers a durable task as serving `consumer`.
+    fn register_consumer_task(&self, consumer: &ConsumerId, conn: ConnId, tx: &mpsc::Sender<Cmd>) {
+        let mut map = guard(&self.consumer_tasks);
+        let list = map.entry(consumer.clone()).or_default();
+        if !list.iter().any(|(c, _)| *c == conn) {
+            list.push((conn, tx.clone()));
+        }
+    }
+
+    /// Unregisters a durable task from `consumer`.
+    fn unregister_consumer_task(&self, consumer: &ConsumerId, conn: ConnId) {
+        let mut map = guard(&self.consumer_tasks);
+        if let Some(list) = map.get_mut(consumer) {
+            list.retain(|(c, _)| *c != conn);
+            if list.is_empty() {
+                map.remove(consumer);
+            }
+        }
+    }
+
+    /// The local durable tasks serving `consumer`.
+    fn consumer_tasks(&self, consumer: &ConsumerId) -> Vec<mpsc::Sender<Cmd>> {
+        guard(&self.consumer_tasks)
+            .get(consumer)
+            .map(|l| l.iter().map(|(_, t)| t.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Publishes a control message on its project's control channel.
+    pub(crate) async fn publish_control(&self, message: ControlMessage) {
+        let env = Envelope::Control(Control { id: self.ids.next(), node: self.node.clone(), message });
+        if let Err(e) = self.bus.publish(Arc::new(env)).await {
+            tracing::warn!(error = %e, "Control message not published; other nodes learn of it later or not at all.");
+        }
+    }
+
+    /// Tells the connected members of each released consumer (ids as the store returns them)
+    /// to take its messages.
+    pub(crate) async fn kick(&self, consumers: &[String]) {
+        for c in consumers {
+            match ConsumerId::parse(c) {
+                Ok(consumer) => self.publish_control(ControlMessage::Kick { consumer }).await,
+                Err(e) => {
+                    tracing::warn!(error = %e, "The store released messages of an unknown consumer; nobody is told.");
+                }
+            }
+        }
+    }
+
+    /// Releases what a lapsed node's connections held, so other members take it.
+    pub(crate) async fn release_node(&self, node: &NodeId) {
+        match self.store.release(Release::Node(node.as_str())).await {
+            Ok(released) => self.kick(&released).await,
+            Err(e) => tracing::warn!(error = %e, %node, "Releasing a lapsed node's messages failed."),
+        }
     }
 }
 
 /// Handles control messages arriving from the bus, until `rx` closes.
-pub(crate) async fn run_control(st: Arc<EdgeState>, mut rx: mpsc::Receiver<Control>) {
+pub(crate) async fn run_control(d: Arc<Durable>, mut rx: mpsc::Receiver<Control>) {
     while let Some(c) = rx.recv().await {
         match c.message {
             ControlMessage::Takeover { session, conn } => {
-                let mine = c.node == st.node;
-                for older in st.session_conns(&session) {
+                let mine = c.node == d.node;
+                for older in d.session_conns(&session) {
                     if !(mine && older.id == conn) && older.request_close(crate::outbound::CloseRequest::TAKEN_OVER) {
                         tracing::info!(conn = %older.id, "Session taken over by a newer connection; closing the older one.");
                     }
                 }
             }
             ControlMessage::Kick { consumer } => {
-                for tx in st.consumer_tasks(&consumer) {
+                for tx in d.consumer_tasks(&consumer) {
                     let _ = tx.try_send(Cmd::Kick { consumer: consumer.clone() });
                 }
             }
-        }
-    }
-}
-
-/// Tells the connected members of each released consumer (ids as the store returns them) to
-/// take its messages.
-pub(crate) async fn kick(st: &EdgeState, consumers: &[String]) {
-    for c in consumers {
-        match ConsumerId::parse(c) {
-            Ok(consumer) => publish_control(st, ControlMessage::Kick { consumer }).await,
-            Err(e) => tracing::warn!(error = %e, "The store released messages of an unknown consumer; nobody is told."),
         }
     }
 }
@@ -132,11 +261,11 @@ pub(crate) struct DurableHandle {
 
 impl DurableHandle {
     /// Starts the task of `conn` (session `key`).
-    pub(crate) fn spawn(st: &Arc<EdgeState>, conn: &Arc<ConnHandle>, key: &SessionKey) -> Self {
-        let (tx, rx) = mpsc::channel(st.config.durable_queue.max(1));
+    pub(crate) fn spawn(d: &Arc<Durable>, conn: &Arc<ConnHandle>, key: &SessionKey) -> Self {
+        let (tx, rx) = mpsc::channel(d.queue);
         let overflow = Arc::new(AtomicBool::new(false));
         let task = DurableTask {
-            st: st.clone(),
+            d: d.clone(),
             conn: conn.clone(),
             session: key.holder_key(),
             consumers: HashMap::new(),
@@ -174,7 +303,7 @@ struct ConsumerState {
 
 /// One connection's durable deliveries.
 struct DurableTask {
-    st: Arc<EdgeState>,
+    d: Arc<Durable>,
     conn: Arc<ConnHandle>,
     session: String,
     consumers: HashMap<ConsumerId, ConsumerState>,
@@ -187,11 +316,11 @@ struct DurableTask {
 
 impl DurableTask {
     fn holder(&self) -> Holder<'_> {
-        Holder { session: &self.session, node: self.st.node.as_str(), conn: self.conn.id.0 }
+        Holder { session: &self.session, node: self.d.node.as_str(), conn: self.conn.id.0 }
     }
 
     async fn run(mut self, mut rx: mpsc::Receiver<Cmd>) {
-        let touch_every = (self.st.config.restore_ttl / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
+        let touch_every = (self.d.restore_ttl / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
         let mut touch = tokio::time::interval(touch_every);
         touch.tick().await;
         loop {
@@ -220,7 +349,7 @@ impl DurableTask {
         match cmd {
             Cmd::Live { consumer, env } => self.live(&consumer, &env).await,
             Cmd::Start { consumer, echo, replay } => {
-                self.st.register_consumer_task(&consumer, self.conn.id, &self.self_tx);
+                self.d.register_consumer_task(&consumer, self.conn.id, &self.self_tx);
                 self.consumers.insert(consumer.clone(), ConsumerState { echo });
                 self.deliver_pending(&consumer, replay).await;
             }
@@ -240,7 +369,7 @@ impl DurableTask {
         let echo = state.echo.clone();
         let Envelope::Publication(p) = &**env else { return };
         let Some(msg_id) = p.msg_id.as_deref() else { return };
-        let is_replay = match self.st.store.claim(consumer.as_str(), msg_id, self.holder()).await {
+        let is_replay = match self.d.store.claim(consumer.as_str(), msg_id, self.holder()).await {
             Ok(Claim::Claimed { redelivered }) => {
                 self.remember(msg_id, consumer);
                 redelivered
@@ -279,12 +408,12 @@ impl DurableTask {
             self.push(&ServerFrame::ReplayStart { count }).await;
         }
         let mut delivered = 0u64;
-        let page_size = self.st.config.replay_page_size.max(1);
+        let page_size = self.d.replay_page_size.max(1);
         loop {
             if self.conn.is_closing() {
                 return;
             }
-            let page = match self.st.store.claim_page(consumer.as_str(), self.holder(), up_to, page_size).await {
+            let page = match self.d.store.claim_page(consumer.as_str(), self.holder(), up_to, page_size).await {
                 Ok(p) => p,
                 Err(e) => {
                     tracing::warn!(error = %e, "Reading pending messages failed; they stay pending.");
@@ -308,16 +437,16 @@ impl DurableTask {
                 self.push(&ServerFrame::Message(frame)).await;
                 delivered += 1;
                 if m.redelivered {
-                    self.st.metrics.redeliveries.fetch_add(1, Ordering::Relaxed);
+                    self.d.metrics.redeliveries.fetch_add(1, Ordering::Relaxed);
                 }
             }
         }
         if replay {
-            self.st.metrics.replays.fetch_add(1, Ordering::Relaxed);
-            self.st.metrics.replayed_messages.fetch_add(delivered, Ordering::Relaxed);
+            self.d.metrics.replays.fetch_add(1, Ordering::Relaxed);
+            self.d.metrics.replayed_messages.fetch_add(delivered, Ordering::Relaxed);
             if delivered < count {
                 // Pruned by retention meanwhile, or taken by another member that connected too.
-                self.st.metrics.replay_shortfall.fetch_add(count - delivered, Ordering::Relaxed);
+                self.d.metrics.replay_shortfall.fetch_add(count - delivered, Ordering::Relaxed);
                 tracing::info!(consumer = %consumer, count, delivered, "Replay delivered fewer messages than announced.");
             }
             self.push(&ServerFrame::ReplayEnd { replayed: delivered }).await;
@@ -326,9 +455,9 @@ impl DurableTask {
 
     async fn stop(&mut self, consumer: &ConsumerId, forget: bool) {
         self.consumers.remove(consumer);
-        self.st.unregister_consumer_task(consumer, self.conn.id);
+        self.d.unregister_consumer_task(consumer, self.conn.id);
         self.inflight.retain(|_, c| c != consumer);
-        let store = &self.st.store;
+        let store = &self.d.store;
         if forget {
             if let Err(e) = store.drop_consumer(consumer.as_str()).await {
                 tracing::warn!(error = %e, "Dropping a consumer failed; it expires by itself.");
@@ -336,9 +465,9 @@ impl DurableTask {
             return;
         }
         let scope =
-            Release::ConnConsumer { node: self.st.node.as_str(), conn: self.conn.id.0, consumer: consumer.as_str() };
+            Release::ConnConsumer { node: self.d.node.as_str(), conn: self.conn.id.0, consumer: consumer.as_str() };
         match store.release(scope).await {
-            Ok(released) => kick(&self.st, &released).await,
+            Ok(released) => self.d.kick(&released).await,
             Err(e) => tracing::warn!(error = %e, "Releasing held messages failed; the next connection takes them."),
         }
     }
@@ -350,9 +479,9 @@ impl DurableTask {
                 None => self.consumers.keys().cloned().collect(),
             };
             for c in consumers {
-                match self.st.store.ack(c.as_str(), &id).await {
+                match self.d.store.ack(c.as_str(), &id).await {
                     Ok(true) => {
-                        self.st.metrics.acks.fetch_add(1, Ordering::Relaxed);
+                        self.d.metrics.acks.fetch_add(1, Ordering::Relaxed);
                         break;
                     }
                     Ok(false) => {}
@@ -367,28 +496,28 @@ impl DurableTask {
         if ids.is_empty() {
             return;
         }
-        let ttl = self.st.config.restore_ttl.as_secs();
-        if let Err(e) = self.st.store.touch_consumers(&ids, now_unix_s(), ttl).await {
+        let ttl = self.d.restore_ttl.as_secs();
+        if let Err(e) = self.d.store.touch_consumers(&ids, now_unix_s(), ttl).await {
             tracing::warn!(error = %e, "Refreshing consumers failed; retrying at the next tick.");
         }
     }
 
     async fn shutdown(&mut self) {
         for c in self.consumers.keys() {
-            self.st.unregister_consumer_task(c, self.conn.id);
+            self.d.unregister_consumer_task(c, self.conn.id);
         }
         self.touch().await;
-        let scope = Release::Conn { node: self.st.node.as_str(), conn: self.conn.id.0 };
-        match self.st.store.release(scope).await {
-            Ok(released) => kick(&self.st, &released).await,
+        let scope = Release::Conn { node: self.d.node.as_str(), conn: self.conn.id.0 };
+        match self.d.store.release(scope).await {
+            Ok(released) => self.d.kick(&released).await,
             Err(e) => {
                 tracing::warn!(error = %e, "Releasing held messages failed; retrying in the background.");
-                let (st, conn) = (self.st.clone(), self.conn.id.0);
-                self.st.background.spawn(async move {
+                let (d, conn) = (self.d.clone(), self.conn.id.0);
+                self.d.tasks.spawn(async move {
                     for _ in 0..RELEASE_RETRIES {
                         tokio::time::sleep(RELEASE_RETRY_EVERY).await;
-                        if let Ok(released) = st.store.release(Release::Conn { node: st.node.as_str(), conn }).await {
-                            return kick(&st, &released).await;
+                        if let Ok(released) = d.store.release(Release::Conn { node: d.node.as_str(), conn }).await {
+                            return d.kick(&released).await;
                         }
                     }
                     tracing::warn!("Gave up releasing a closed connection's messages; its next connection takes them.");
@@ -411,31 +540,27 @@ impl DurableTask {
     }
 }
 
-/// Deletes logged messages past retention, on every node, until `stop` fires.
-pub(crate) async fn run_retention(st: Arc<EdgeState>, stop: tokio_util::sync::CancellationToken) {
-    let mut tick = tokio::time::interval(st.config.log_prune_interval.max(Duration::from_secs(1)));
-    let retention =
-        skua_core::Retention { max_age_s: st.config.log_max_age.as_secs(), max_per_topic: st.config.log_max_per_topic };
+/// Deletes logged messages past `retention` every `every`, on every node, until `stop` fires.
+pub(crate) async fn run_retention(
+    store: Arc<dyn Store>,
+    metrics: Arc<Metrics>,
+    every: Duration,
+    retention: skua_core::Retention,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    let mut tick = tokio::time::interval(every.max(Duration::from_secs(1)));
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             () = stop.cancelled() => return,
         }
-        match st.store.prune_log(now_unix_s(), retention).await {
+        match store.prune_log(now_unix_s(), retention).await {
             Ok(0) => {}
             Ok(n) => {
-                st.metrics.log_pruned.fetch_add(n, Ordering::Relaxed);
+                metrics.log_pruned.fetch_add(n, Ordering::Relaxed);
                 tracing::info!(deleted = n, "Pruned logged messages past retention.");
             }
             Err(e) => tracing::warn!(error = %e, "Pruning logged messages failed; retrying at the next interval."),
         }
-    }
-}
-
-/// Releases what a lapsed node's connections held, so other members take it.
-pub(crate) async fn release_node(st: &EdgeState, node: &NodeId) {
-    match st.store.release(Release::Node(node.as_str())).await {
-        Ok(released) => kick(st, &released).await,
-        Err(e) => tracing::warn!(error = %e, %node, "Releasing a lapsed node's messages failed."),
     }
 }

@@ -39,9 +39,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, timeout_at};
 use tokio_rustls::TlsAcceptor;
 
-pub use ip::Cidr;
 pub(crate) use ip::{IpLimits, IpSlot, Refusal};
-pub use origin::OriginPattern;
 pub(crate) use origin::allowed as origin_allowed;
 
 use crate::state::EdgeState;
@@ -68,26 +66,20 @@ pub(crate) mod reason {
     pub const METRICS_UNAUTHORIZED: &str = "metrics_unauthorized";
 }
 
-/// Serves the edge on `listener` until the state's shutdown token is cancelled: WebSocket
-/// upgrades at `/ws`, `/healthz`, `/readyz` and (unless it has its own listener) `/metrics`.
-/// With `tls`, every socket completes a TLS handshake first (`wss://`). Connection tasks are
-/// tracked by the state's tracker, which the caller waits for.
-///
-/// # Errors
-/// None today; the result is kept for listener failures.
-pub async fn serve(listener: TcpListener, state: Arc<EdgeState>, tls: Option<TlsAcceptor>) -> std::io::Result<()> {
-    let front = Front::new(state.clone(), crate::ws::router(state), tls, Kind::Client);
-    accept_loop(listener, front).await
+/// Serves `router` (the client routes) on `listener` until the state's shutdown token is
+/// cancelled, over TLS when `tls` is given; see [`crate::node::serve`].
+pub(crate) async fn serve(
+    listener: TcpListener,
+    state: Arc<EdgeState>,
+    router: Router,
+    tls: Option<TlsAcceptor>,
+) -> std::io::Result<()> {
+    accept_loop(listener, Front::new(state, router, tls, Kind::Client)).await
 }
 
-/// Serves `/metrics` alone on `listener` (`metrics_listen`), until the shutdown token is
-/// cancelled.
-///
-/// # Errors
-/// None today; the result is kept for listener failures.
-pub async fn serve_metrics(listener: TcpListener, state: Arc<EdgeState>) -> std::io::Result<()> {
-    let front = Front::new(state.clone(), crate::ws::metrics_router(state), None, Kind::Metrics);
-    accept_loop(listener, front).await
+/// Serves `router` (`/metrics` alone) on `listener` until the shutdown token is cancelled.
+pub(crate) async fn serve_metrics(listener: TcpListener, state: Arc<EdgeState>, router: Router) -> std::io::Result<()> {
+    accept_loop(listener, Front::new(state, router, None, Kind::Metrics)).await
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -395,7 +387,11 @@ impl ConnInfo {
     /// Admits the socket's upgrade: resolves the client address (from `X-Forwarded-For` when
     /// the socket is a trusted proxy's, counting it against the per-address limits) and takes
     /// the socket's connection slot.
-    pub(crate) fn admit(&self, headers: &HeaderMap, trusted_proxies: &[Cidr]) -> Result<Admitted, UpgradeRefusal> {
+    pub(crate) fn admit(
+        &self,
+        headers: &HeaderMap,
+        trusted_proxies: &[crate::config::Cidr],
+    ) -> Result<Admitted, UpgradeRefusal> {
         let held = std::mem::take(&mut *self.0.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
         let (client_ip, ip) = if self.0.trusted {
             let values = headers.get_all("x-forwarded-for").into_iter().filter_map(|v| v.to_str().ok());

@@ -16,15 +16,21 @@
 //! - [`timed`]: latency accounting around the bus, presence and store slots;
 //! - [`trace`]: spans for OTLP export (free when no endpoint is configured);
 //! - `tls`: the client listener over TLS (`wss://`);
-//! - [`state`], [`config`], [`ratelimit`].
+//! - [`node`]: starting and stopping the node: every task and listener, the drain;
+//! - [`state`]: the shared data every connection sees (no tasks);
+//! - [`durable`]: durable delivery and node-to-node control (takeovers, kicks);
+//! - [`clock`], [`ids`], [`config`], [`ratelimit`].
 
 pub mod auth;
+pub mod clock;
 pub mod config;
 pub mod durable;
 pub mod front;
 pub mod hub;
+pub mod ids;
 pub mod liveness;
 pub mod metrics;
+pub mod node;
 pub mod outbound;
 pub mod prom;
 pub mod publish;
@@ -39,5 +45,5 @@ pub mod trace;
 pub mod ws;
 
 pub use config::EdgeConfig;
-pub use front::{serve, serve_metrics};
+pub use node::{EdgeNode, Listeners, serve, serve_metrics};
 pub use state::{Backends, EdgeState};

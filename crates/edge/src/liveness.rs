@@ -7,17 +7,77 @@
 //! lapsed and publishes their `leave` events; the backend hands each entry to exactly one
 //! remover, so each leave goes out once.
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
-use skua_core::{ConnRef, Envelope, PresenceChange, PresenceEvent};
+use skua_core::{ActorId, ConnRef, Envelope, NodeId, Presence, PresenceChange, PresenceEvent, RoomKey};
 use tokio_util::sync::CancellationToken;
 
-use crate::state::{EdgeState, now_unix_s};
+use crate::clock::now_unix_s;
+use crate::durable::Durable;
+use crate::hub::Hub;
+
+/// A presence removal that failed (backend unreachable) and is retried by the liveness loop.
+pub type DeferredRemoval = (RoomKey, ActorId, ConnRef);
+
+/// Most deferred presence removals kept; beyond it the oldest are dropped (and logged): the
+/// node's entries then heal when the backend loses them or the node restarts.
+const MAX_DEFERRED_REMOVALS: usize = 100_000;
+
+/// Presence removals that failed, pushed by closing sessions and retried by the liveness loop.
+#[derive(Debug, Default)]
+pub struct DeferredRemovals {
+    // std Mutex: pushed by closing sessions, taken whole by the liveness loop; no await inside.
+    queue: Mutex<VecDeque<DeferredRemoval>>,
+}
+
+impl DeferredRemovals {
+    /// Queues a removal that failed; beyond [`MAX_DEFERRED_REMOVALS`] the oldest is dropped.
+    pub fn push(&self, room: RoomKey, actor: ActorId, conn: ConnRef) {
+        let mut q = self.queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if q.len() >= MAX_DEFERRED_REMOVALS {
+            q.pop_front();
+            tracing::warn!("Deferred presence removals are full; dropping the oldest.");
+        }
+        q.push_back((room, actor, conn));
+    }
+
+    /// Takes every deferred removal.
+    pub fn take(&self) -> Vec<DeferredRemoval> {
+        std::mem::take(&mut *self.queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner)).into()
+    }
+}
+
+/// What the liveness loop uses.
+#[derive(Clone)]
+pub struct Liveness {
+    /// This node.
+    pub node: NodeId,
+    /// The presence backend.
+    pub presence: Arc<dyn Presence>,
+    /// Local presence (to re-announce) and the bus (for leaves).
+    pub hub: Arc<Hub>,
+    /// Releases what lapsed nodes held.
+    pub durable: Arc<Durable>,
+    /// Removals to retry.
+    pub deferred: Arc<DeferredRemovals>,
+    /// How often the node refreshes its registration (`node_refresh`).
+    pub refresh: Duration,
+    /// How long a registration lasts (`node_ttl`).
+    pub ttl: Duration,
+}
+
+impl std::fmt::Debug for Liveness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Liveness").field("node", &self.node).finish_non_exhaustive()
+    }
+}
 
 /// Runs until `cancel` fires.
-pub async fn run(st: Arc<EdgeState>, cancel: CancellationToken) {
-    let mut tick = tokio::time::interval(st.config.node_refresh);
+pub async fn run(st: Liveness, cancel: CancellationToken) {
+    let mut tick = tokio::time::interval(st.refresh);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut first = true;
     loop {
@@ -32,8 +92,8 @@ pub async fn run(st: Arc<EdgeState>, cancel: CancellationToken) {
     }
 }
 
-async fn refresh(st: &EdgeState, first: bool) {
-    let ttl = st.config.node_ttl.as_secs().max(1);
+async fn refresh(st: &Liveness, first: bool) {
+    let ttl = st.ttl.as_secs().max(1);
     match st.presence.refresh_node(&st.node, now_unix_s(), ttl).await {
         Ok(true) if !first => {
             let local = st.hub.local_presence();
@@ -52,8 +112,8 @@ async fn refresh(st: &EdgeState, first: bool) {
 }
 
 /// Retries presence removals that failed while the backend was unreachable.
-async fn retry_removals(st: &EdgeState) {
-    let pending = st.take_deferred_removals();
+async fn retry_removals(st: &Liveness) {
+    let pending = st.deferred.take();
     for (i, (room, actor, conn)) in pending.iter().enumerate() {
         match st.presence.remove(room, actor, conn).await {
             Ok(true) => publish_leave(st, room.clone(), actor.clone()).await,
@@ -61,7 +121,7 @@ async fn retry_removals(st: &EdgeState) {
             Err(_) => {
                 // Still down: keep this one and the rest for the next round.
                 for (room, actor, conn) in pending.into_iter().skip(i) {
-                    st.defer_presence_removal(room, actor, conn);
+                    st.deferred.push(room, actor, conn);
                 }
                 return;
             }
@@ -69,14 +129,14 @@ async fn retry_removals(st: &EdgeState) {
     }
 }
 
-async fn publish_leave(st: &EdgeState, room: skua_core::RoomKey, actor: skua_core::ActorId) {
+async fn publish_leave(st: &Liveness, room: RoomKey, actor: ActorId) {
     let ev = PresenceEvent { room, actor, change: PresenceChange::Leave, data: Bytes::new(), node: st.node.clone() };
     if let Err(e) = st.hub.bus().publish(Arc::new(Envelope::Presence(ev))).await {
         tracing::warn!(error = %e, "A leave event could not be published.");
     }
 }
 
-async fn reap(st: &EdgeState) {
+async fn reap(st: &Liveness) {
     let dead = match st.presence.expired_nodes(now_unix_s()).await {
         Ok(d) => d,
         Err(e) => {
@@ -86,7 +146,7 @@ async fn reap(st: &EdgeState) {
     };
     for node in dead.into_iter().filter(|n| *n != st.node) {
         // Logged messages its connections held go back to their consumers (N26).
-        crate::durable::release_node(st, &node).await;
+        st.durable.release_node(&node).await;
         match st.presence.remove_node(&node).await {
             Ok(gone) => {
                 tracing::info!(%node, entries = gone.len(), "Removed the presence of a lapsed node.");

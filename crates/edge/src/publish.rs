@@ -8,9 +8,8 @@
 //! reply (an `error` frame, a gRPC status); an [`Origin`] says which checks apply. After the
 //! bus accepted a publication, every [`PublishObserver`] given at start sees it once.
 
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use skua_core::registry::{AccessError, Actor, Operation};
@@ -21,11 +20,12 @@ use skua_core::{
 use skua_protocol::FilterError;
 use skua_protocol::codes::error;
 
+use crate::clock::now_unix_ms;
 use crate::hub::Hub;
+use crate::ids::EnvelopeIds;
 use crate::metrics::Metrics;
 use crate::ratelimit::TokenBucket;
 use crate::revalidate::Connections;
-use crate::state::now_unix_ms;
 
 /// Who publishes, and so which checks apply.
 #[derive(Debug)]
@@ -162,13 +162,6 @@ pub trait PublishObserver: std::fmt::Debug + Send + Sync + 'static {
     fn accepted(&self, event: &PublishEvent<'_>);
 }
 
-/// Cluster-unique envelope ids: this node's hash in the high half, a counter in the low.
-#[derive(Debug)]
-struct EnvelopeIds {
-    node_hash: u64,
-    next: AtomicU64,
-}
-
 /// The node's publish pipeline (see the module docs for the order of its steps).
 pub struct Publisher {
     registry: Arc<SharedRegistry>,
@@ -178,7 +171,7 @@ pub struct Publisher {
     /// Quota usage per project.
     usage: Arc<Connections>,
     node: NodeId,
-    ids: EnvelopeIds,
+    ids: Arc<EnvelopeIds>,
     observers: Vec<Arc<dyn PublishObserver>>,
 }
 
@@ -200,15 +193,18 @@ impl Publisher {
         usage: Arc<Connections>,
         observers: Vec<Arc<dyn PublishObserver>>,
     ) -> Self {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        node.hash(&mut h);
-        let ids = EnvelopeIds { node_hash: h.finish(), next: AtomicU64::new(1) };
+        let ids = Arc::new(EnvelopeIds::new(&node));
         Self { registry, hub, store, metrics, usage, node, ids, observers }
+    }
+
+    /// The node's envelope ids, for other senders (node-to-node control).
+    pub fn ids(&self) -> Arc<EnvelopeIds> {
+        self.ids.clone()
     }
 
     /// A fresh cluster-unique envelope id (shared by every envelope this node sends).
     pub fn next_envelope_id(&self) -> EnvelopeId {
-        EnvelopeId((u128::from(self.ids.node_hash) << 64) | u128::from(self.ids.next.fetch_add(1, Ordering::Relaxed)))
+        self.ids.next()
     }
 
     /// Runs one publish through the pipeline and counts its result.
@@ -247,7 +243,7 @@ impl Publisher {
                     return Err(Refused::QuotaExceeded);
                 }
                 let resolved = registry
-                    .resolve_topic(actor, topic, Operation::Publish, crate::state::now_unix_s())
+                    .resolve_topic(actor, topic, Operation::Publish, crate::clock::now_unix_s())
                     .map_err(Refused::Access)?;
                 (Source::Connection(conn), actor.id.clone(), resolved, None, Some(&actor.project))
             }

@@ -1,7 +1,7 @@
 //! Applying control-plane changes to open connections (issue 5, N15, N28).
 //!
 //! The node keeps a table of its authenticated connections ([`Connections`]). When a new
-//! registry is installed ([`EdgeState::install_registry`]) and on every revalidation tick
+//! registry is installed (`EdgeState::install_registry`) and on every revalidation tick
 //! (`revalidate_interval`, default 10 min, a timer rather than heartbeats so idle clients are
 //! checked too), the node:
 //! - closes connections whose actor was deleted (4001 `token_not_found`), deactivated or
@@ -21,13 +21,13 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use skua_core::{ActorId, ConnId, ProjectId, Registry, RegistryDelta};
+use skua_core::{ActorId, ConnId, ProjectId, Registry, RegistryDelta, SharedRegistry};
 use skua_protocol::codes::{close, reason};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::clock::now_unix_ms;
 use crate::outbound::{CloseRequest, ConnHandle};
-use crate::state::{EdgeState, now_unix_ms};
 
 /// 4001 `token_not_found`: the actor was deleted.
 pub const TOKEN_NOT_FOUND: CloseRequest =
@@ -104,14 +104,14 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// Removes its connection from the table when dropped (the session ends).
 #[derive(Debug)]
 pub(crate) struct Registration {
-    state: Arc<EdgeState>,
+    connections: Arc<Connections>,
     conn: ConnId,
 }
 
 impl Registration {
     /// Records the access token the connection now uses (after `reauth`).
     pub(crate) fn set_token_digest(&self, digest: Option<[u8; 32]>) {
-        if let Some(e) = lock(&self.state.connections.conns).get_mut(&self.conn) {
+        if let Some(e) = lock(&self.connections.conns).get_mut(&self.conn) {
             e.token_digest = digest;
         }
     }
@@ -119,7 +119,7 @@ impl Registration {
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        lock(&self.state.connections.conns).remove(&self.conn);
+        lock(&self.connections.conns).remove(&self.conn);
     }
 }
 
@@ -193,7 +193,7 @@ impl Connections {
 
     /// Whether `project` has used up `quota` this period (cluster total plus local count).
     pub fn over_quota(&self, project: &ProjectId, quota: u64) -> bool {
-        let period = skua_core::registry_store::month_of(crate::state::now_unix_s());
+        let period = skua_core::registry_store::month_of(crate::clock::now_unix_s());
         lock(&self.usage).get(project).is_some_and(|u| {
             let total = if u.period == period { u.total } else { 0 };
             total.saturating_add(u.pending) >= quota
@@ -262,36 +262,30 @@ impl Connections {
     }
 }
 
-impl EdgeState {
-    /// Installs a new registry: swaps the snapshot, closes what it no longer allows, and has
-    /// every session re-check its subscriptions (N15).
-    pub fn install_registry(&self, registry: Registry) {
-        let old = self.registry.load();
-        self.registry.store(registry);
-        let new = self.registry.load();
-        self.connections.sweep(&new);
-        self.connections.notify(old.delta(&new));
-    }
-
+impl Connections {
     /// Adds an authenticated connection to the table until the returned guard drops.
-    pub(crate) fn register_connection(self: &Arc<Self>, id: ConnId, mut entry: ConnEntry) -> Registration {
+    pub(crate) fn register(self: &Arc<Self>, id: ConnId, mut entry: ConnEntry) -> Registration {
         entry.connected_at_ms = now_unix_ms();
-        lock(&self.connections.conns).insert(id, entry);
-        Registration { state: self.clone(), conn: id }
+        lock(&self.conns).insert(id, entry);
+        Registration { connections: self.clone(), conn: id }
     }
 }
 
-/// Revalidates every connection each `interval` until `stop` is cancelled.
-pub async fn run(state: Arc<EdgeState>, stop: CancellationToken) {
-    let interval = state.config.revalidate_interval;
+/// Revalidates every connection against `registry` each `interval` until `stop` is cancelled.
+pub async fn run(
+    connections: Arc<Connections>,
+    registry: Arc<SharedRegistry>,
+    interval: std::time::Duration,
+    stop: CancellationToken,
+) {
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
             _ = tick.tick() => {
-                state.connections.sweep(&state.registry.load());
-                state.connections.notify(RegistryDelta::everything());
+                connections.sweep(&registry.load());
+                connections.notify(RegistryDelta::everything());
             }
         }
     }

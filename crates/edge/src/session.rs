@@ -15,12 +15,13 @@ use skua_core::{ActorId, BusSubscription, RestoreRecord, RestoredTopic, RoomKey,
 use skua_protocol::codes::{code, error};
 use skua_protocol::{ClientFrame, DecodeError, ErrorFrame, ServerFrame};
 
+use crate::clock::now_unix_s;
 use crate::durable::{Cmd, DurableHandle};
 use crate::hub::bus_subscription;
 use crate::outbound::ConnHandle;
 use crate::ratelimit::TokenBucket;
 use crate::small_map::SmallMap;
-use crate::state::{EdgeState, ProjectSlot, now_unix_s};
+use crate::state::{EdgeState, ProjectSlot};
 
 /// A subscription as the session remembers it.
 #[derive(Debug, Clone)]
@@ -251,7 +252,7 @@ impl Session {
         self.durable.get_or_insert_with(|| {
             // Invariant: durable subscriptions exist only after auth.
             let key = key.expect("durable delivery starts after auth");
-            DurableHandle::spawn(st, conn, &key)
+            DurableHandle::spawn(&st.durable, conn, &key)
         })
     }
 

@@ -17,10 +17,11 @@ use skua_protocol::{ClientFrame, DecodeError};
 use tokio::time::{Instant, sleep_until};
 use tracing::Instrument;
 
+use crate::clock::now_unix_s;
 use crate::front::ConnInfo;
 use crate::outbound::{CloseRequest, ConnHandle, Outbox};
 use crate::session::Session;
-use crate::state::{EdgeState, now_unix_s};
+use crate::state::EdgeState;
 
 /// Most frames the writer sends before flushing the socket.
 const WRITE_BATCH: usize = 64;

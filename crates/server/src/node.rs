@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use skua_core::SharedRegistry;
-use skua_edge::{Backends, EdgeState};
+use skua_edge::{Backends, EdgeNode, EdgeState, Listeners};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -168,8 +168,7 @@ pub struct RunningNode {
     pub propagator: Option<Arc<skua_control::Propagator>>,
     /// The listeners' TLS (certificates and their reloaders), when configured.
     pub tls: crate::tls::NodeTls,
-    tracker: TaskTracker,
-    server: tokio::task::JoinHandle<std::io::Result<()>>,
+    edge: EdgeNode,
     control_stop: CancellationToken,
     control_tasks: TaskTracker,
 }
@@ -288,34 +287,20 @@ impl RunningNode {
         crate::tls::install_provider();
         let tls = crate::tls::NodeTls::load(&config.tls)
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
-        let tracker = TaskTracker::new();
-        let state = EdgeState::start(
-            config.edge.clone(),
-            config.node_id.clone(),
-            registry,
-            backends,
-            tracker.clone(),
-            CancellationToken::new(),
-        );
-        let metrics_addr = match config.metrics_listen {
-            None => None,
+        let (metrics, metrics_addr) = match config.metrics_listen {
+            None => (None, None),
             Some(at) => {
                 let l = std::net::TcpListener::bind(at)?;
                 l.set_nonblocking(true)?;
                 let l = TcpListener::from_std(l)?;
                 let bound = l.local_addr()?;
-                let st = state.clone();
-                tracker.spawn(async move {
-                    if let Err(e) = skua_edge::serve_metrics(l, st).await {
-                        tracing::error!(error = %e, "Metrics listener stopped.");
-                    }
-                });
                 tracing::info!(addr = %bound, "Metrics listening.");
-                Some(bound)
+                (Some(l), Some(bound))
             }
         };
-        let client_tls = tls.client.as_ref().map(|t| t.acceptor.clone());
-        let server = tokio::spawn(skua_edge::serve(listener, state.clone(), client_tls));
+        let listeners = Listeners { client: listener, tls: tls.client.as_ref().map(|t| t.acceptor.clone()), metrics };
+        let edge = EdgeNode::start(config.edge.clone(), config.node_id.clone(), registry, backends, listeners);
+        let state = edge.state().clone();
         tracing::info!(%addr, node = %config.node_id, tls = tls.client.is_some(), "Skua node listening.");
         let control_stop = CancellationToken::new();
         let control_tasks = TaskTracker::new();
@@ -331,8 +316,7 @@ impl RunningNode {
             grpc_addr: None,
             propagator: None,
             tls,
-            tracker,
-            server,
+            edge,
             control_stop,
             control_tasks,
         })
@@ -400,29 +384,14 @@ impl RunningNode {
     /// while open sockets carry on; then every socket closes 1012 after its presence is
     /// released, and the node waits up to the shutdown grace for all connection tasks.
     /// Returns whether everything finished within the grace.
-    pub async fn shutdown(self) -> bool {
-        self.state.mark_draining();
-        if !self.state.config.drain_delay.is_zero() {
-            tracing::info!(delay = ?self.state.config.drain_delay, "Draining: readiness fails; sockets close after the delay.");
-            tokio::time::sleep(self.state.config.drain_delay).await;
-        }
-        self.state.begin_drain();
-        let grace = self.state.config.shutdown_grace;
-        let deadline = tokio::time::Instant::now() + grace;
-        let _ = tokio::time::timeout_at(deadline, self.server).await;
-        self.tracker.close();
-        // Connection tasks first; the dispatcher keeps running so their leaves still go out.
-        let drained = tokio::time::timeout_at(deadline, self.tracker.wait()).await.is_ok();
-        // Acknowledged publishes (and the sessions' presence leaves) still in the bus's buffer
-        // go out before the process ends.
-        self.state.hub.bus().close(std::time::Duration::from_secs(2)).await;
-        // The control plane last: its final flush carries the drained connections' counts.
+    pub async fn shutdown(mut self) -> bool {
+        let drained = self.edge.drain(self.state.config.shutdown_grace).await;
+        // The control plane after the drain: its final flush carries the drained connections'
+        // counts; the edge's own tasks last.
         self.control_stop.cancel();
         self.control_tasks.close();
         let _ = tokio::time::timeout(std::time::Duration::from_secs(2), self.control_tasks.wait()).await;
-        self.state.dispatcher_stop.cancel();
-        self.state.background.close();
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), self.state.background.wait()).await;
+        self.edge.stop().await;
         drained
     }
 }

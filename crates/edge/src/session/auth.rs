@@ -11,9 +11,9 @@ use skua_protocol::{
 
 use super::{Authed, Session, SessionSub};
 use crate::auth::verify;
+use crate::clock::now_unix_s;
 use crate::hub::bus_subscription;
 use crate::ratelimit::TokenBucket;
-use crate::state::now_unix_s;
 
 impl Session {
     pub(super) async fn on_auth(&mut self, a: AuthFrame) {
@@ -155,7 +155,7 @@ impl Session {
             }
         };
         let msg = skua_core::ControlMessage::Takeover { session: session.clone(), conn: self.conn.id };
-        crate::durable::publish_control(&self.st, msg).await;
+        self.st.durable.publish_control(msg).await;
         // What an earlier connection of this session held (and did not ack) is this one's now:
         // released before anything is restored, so replays count it (N25, N37).
         let holder = session.holder_key();

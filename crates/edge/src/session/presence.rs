@@ -10,7 +10,7 @@ use skua_protocol::{
 };
 
 use super::Session;
-use crate::state::now_unix_s;
+use crate::clock::now_unix_s;
 
 impl Session {
     fn room_error(&self, room_id: &str, hint: &'static str) {

@@ -12,9 +12,9 @@ use skua_protocol::ErrorFrame;
 use skua_protocol::codes::error;
 
 use super::Session;
+use crate::clock::now_unix_s;
 use crate::hub::bus_subscription;
 use crate::revalidate::{ConnEntry, Registration};
-use crate::state::now_unix_s;
 
 impl Session {
     /// Enters this (just authenticated) connection in the node's table.

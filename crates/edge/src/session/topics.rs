@@ -9,10 +9,10 @@ use skua_protocol::filters::{FilterError, FilterSpec, is_valid_value};
 use skua_protocol::{ErrorFrame, PublishFrame, ServerFrame, SubscribeFrame};
 
 use super::{Session, SessionSub};
+use crate::clock::now_unix_s;
 use crate::durable::Cmd;
 use crate::hub::{LocalSub, bus_subscription};
 use crate::publish::{Origin, PublishRequest, Refused};
-use crate::state::now_unix_s;
 
 /// Longest load-balancing group name.
 const MAX_GROUP_LEN: usize = 128;

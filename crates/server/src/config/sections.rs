@@ -12,7 +12,7 @@ use std::time::Duration;
 use skua_core::NodeId;
 use skua_edge::EdgeConfig;
 use skua_edge::config::MetricsToken;
-use skua_edge::front::{Cidr, OriginPattern};
+use skua_edge::config::{Cidr, OriginPattern};
 
 use super::{AdminKey, BackendTlsFiles, BusConfig, ConfigError, PresenceConfig, Settings, StoreConfig, redact_url};
 use crate::duration;

@@ -1,0 +1,238 @@
+//! Starting and stopping one edge node: the only place that spawns or stops the node's tasks.
+//!
+//! [`EdgeNode::start`] builds the shared [`EdgeState`], then starts, each with the narrow
+//! handles it uses: the hub's dispatcher, the node-to-node control handler, liveness,
+//! revalidation, log retention, the release of what a previous run under the same node id
+//! held, and the listeners. [`EdgeNode::drain`] and [`EdgeNode::stop`] take them down in order.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use skua_core::{NodeId, SharedRegistry};
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, mpsc};
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::EdgeConfig;
+use crate::durable::Durable;
+use crate::hub::Hub;
+use crate::liveness::{DeferredRemovals, Liveness};
+use crate::metrics::Metrics;
+use crate::state::{Backends, EdgeState};
+
+/// Control messages (takeovers, kicks) queued between the dispatcher and their handler; beyond
+/// it they are dropped with a warning (a kick is retried by the next release, a takeover by the
+/// older connection's next reconnect).
+const CONTROL_QUEUE: usize = 1024;
+
+/// How long the bus gets to send what it still buffers once connections have drained.
+const BUS_FLUSH: Duration = Duration::from_secs(2);
+
+/// How long the node-level tasks get to stop.
+const BACKGROUND_STOP: Duration = Duration::from_secs(1);
+
+/// The sockets an edge node serves.
+pub struct Listeners {
+    /// Client connections (WebSocket upgrades, `/healthz`, `/readyz`, `/metrics` unless below).
+    pub client: TcpListener,
+    /// TLS for the client listener (`wss://`), when configured.
+    pub tls: Option<TlsAcceptor>,
+    /// A separate `/metrics` listener (`metrics_listen`), when configured.
+    pub metrics: Option<TcpListener>,
+}
+
+impl std::fmt::Debug for Listeners {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Listeners")
+            .field("client", &self.client)
+            .field("tls", &self.tls.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A running edge node: its shared state and every task it started.
+pub struct EdgeNode {
+    state: Arc<EdgeState>,
+    server: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    /// Node-level tasks (dispatcher, control, liveness, revalidation, retention, releases).
+    background: TaskTracker,
+    /// Cancelled once connections have drained: stops the node-level tasks.
+    dispatcher_stop: CancellationToken,
+}
+
+impl std::fmt::Debug for EdgeNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EdgeNode").field("node", &self.state.node).finish_non_exhaustive()
+    }
+}
+
+impl EdgeNode {
+    /// Builds the node's state over `backends` and starts its tasks and listeners.
+    pub fn start(
+        config: EdgeConfig,
+        node: NodeId,
+        registry: Arc<SharedRegistry>,
+        backends: Backends,
+        listeners: Listeners,
+    ) -> Self {
+        let metrics = Arc::new(Metrics::default());
+        let backends = crate::timed::wrap(backends, &metrics);
+        let limits = crate::retained::RetainedLimits {
+            keys_per_topic: config.max_retained_per_topic,
+            bytes_per_topic: config.max_retained_bytes_per_topic,
+            bytes: config.max_retained_bytes,
+        };
+        let hub = Arc::new(Hub::new(backends.bus, metrics.clone(), limits));
+        let auth_throttle = crate::auth::AuthThrottle::new(config.auth_backoff_after, config.auth_backoff_max);
+        // The dispatcher outlives the drain (closing sessions still publish their presence
+        // leaves); it stops when the bus closes or `dispatcher_stop` is cancelled.
+        let dispatcher_stop = CancellationToken::new();
+        let background = TaskTracker::new();
+        hub.attach_sink();
+        background.spawn(hub.clone().run_dispatcher(backends.bus_deliveries, dispatcher_stop.clone()));
+        let connections = Arc::new(crate::revalidate::Connections::default());
+        let publisher = crate::publish::Publisher::new(
+            node.clone(),
+            registry.clone(),
+            hub.clone(),
+            backends.store.clone(),
+            metrics.clone(),
+            connections.clone(),
+            backends.publish_observers,
+        );
+        let durable = Arc::new(Durable::new(
+            node.clone(),
+            backends.store.clone(),
+            hub.bus().clone(),
+            publisher.ids(),
+            metrics.clone(),
+            background.clone(),
+            &config,
+        ));
+        let deferred_removals = Arc::new(DeferredRemovals::default());
+        let liveness = Liveness {
+            node: node.clone(),
+            presence: backends.presence.clone(),
+            hub: hub.clone(),
+            durable: durable.clone(),
+            deferred: deferred_removals.clone(),
+            refresh: config.node_refresh,
+            ttl: config.node_ttl,
+        };
+        let retention =
+            skua_core::Retention { max_age_s: config.log_max_age.as_secs(), max_per_topic: config.log_max_per_topic };
+        let (prune_every, revalidate_every) = (config.log_prune_interval, config.revalidate_interval);
+        let state = Arc::new(EdgeState {
+            conn_slots: Arc::new(Semaphore::new(config.max_connections)),
+            config,
+            node,
+            registry: registry.clone(),
+            presence: backends.presence,
+            store: backends.store.clone(),
+            hub: hub.clone(),
+            metrics: metrics.clone(),
+            tracker: TaskTracker::new(),
+            shutdown: CancellationToken::new(),
+            connections: connections.clone(),
+            publisher,
+            durable: durable.clone(),
+            deferred_removals,
+            auth_throttle,
+            draining: std::sync::atomic::AtomicBool::new(false),
+            next_conn: std::sync::atomic::AtomicU64::new(1),
+            project_conns: std::sync::Mutex::new(std::collections::HashMap::new()),
+        });
+        background.spawn(crate::liveness::run(liveness, dispatcher_stop.clone()));
+        let (control_tx, control_rx) = mpsc::channel(CONTROL_QUEUE);
+        hub.set_control(control_tx);
+        background.spawn(crate::durable::run_control(durable.clone(), control_rx));
+        background.spawn(crate::durable::run_retention(
+            backends.store,
+            metrics,
+            prune_every,
+            retention,
+            dispatcher_stop.clone(),
+        ));
+        // A node restarted under the same id frees what its previous run's connections held.
+        let d = durable.clone();
+        let me = state.node.clone();
+        background.spawn(async move { d.release_node(&me).await });
+        background.spawn(crate::revalidate::run(connections, registry, revalidate_every, dispatcher_stop.clone()));
+        if let Some(l) = listeners.metrics {
+            let st = state.clone();
+            state.tracker.spawn(async move {
+                if let Err(e) = serve_metrics(l, st).await {
+                    tracing::error!(error = %e, "Metrics listener stopped.");
+                }
+            });
+        }
+        let server = tokio::spawn(serve(listeners.client, state.clone(), listeners.tls));
+        Self { state, server: Some(server), background, dispatcher_stop }
+    }
+
+    /// The node's shared state.
+    pub fn state(&self) -> &Arc<EdgeState> {
+        &self.state
+    }
+
+    /// Drains: readiness fails and new upgrades are refused, for the drain delay while open
+    /// sockets carry on; then every socket closes 1012 after its presence is released, and the
+    /// node waits up to `grace` for every connection task; then the bus sends what it still
+    /// buffers (acknowledged publishes, the sessions' presence leaves). Node-level tasks keep
+    /// running until [`Self::stop`]. Returns whether the connections finished within `grace`.
+    pub async fn drain(&mut self, grace: Duration) -> bool {
+        let st = &self.state;
+        st.mark_draining();
+        if !st.config.drain_delay.is_zero() {
+            tracing::info!(delay = ?st.config.drain_delay, "Draining: readiness fails; sockets close after the delay.");
+            tokio::time::sleep(st.config.drain_delay).await;
+        }
+        st.begin_drain();
+        let deadline = tokio::time::Instant::now() + grace;
+        if let Some(server) = self.server.take() {
+            let _ = tokio::time::timeout_at(deadline, server).await;
+        }
+        st.tracker.close();
+        // Connection tasks first; the dispatcher keeps running so their leaves still go out.
+        let drained = tokio::time::timeout_at(deadline, st.tracker.wait()).await.is_ok();
+        st.hub.bus().close(BUS_FLUSH).await;
+        drained
+    }
+
+    /// Stops the node-level tasks (dispatcher, control, liveness, revalidation, retention),
+    /// waiting a moment for them.
+    pub async fn stop(self) {
+        self.dispatcher_stop.cancel();
+        self.background.close();
+        let _ = tokio::time::timeout(BACKGROUND_STOP, self.background.wait()).await;
+    }
+
+    /// [`Self::drain`] then [`Self::stop`]; returns whether the connections drained in `grace`.
+    pub async fn shutdown(mut self, grace: Duration) -> bool {
+        let drained = self.drain(grace).await;
+        self.stop().await;
+        drained
+    }
+}
+
+/// Serves the edge on `listener` until the state's shutdown token is cancelled: WebSocket
+/// upgrades at `/ws`, `/healthz`, `/readyz` and (unless it has its own listener) `/metrics`.
+/// With `tls`, every socket completes a TLS handshake first (`wss://`). Connection tasks are
+/// tracked by the state's tracker, which the caller waits for.
+///
+/// # Errors
+/// None today; the result is kept for listener failures.
+pub async fn serve(listener: TcpListener, state: Arc<EdgeState>, tls: Option<TlsAcceptor>) -> std::io::Result<()> {
+    crate::front::serve(listener, state.clone(), crate::ws::router(state), tls).await
+}
+
+/// Serves `/metrics` alone on `listener` (`metrics_listen`), until the shutdown token is
+/// cancelled.
+///
+/// # Errors
+/// None today; the result is kept for listener failures.
+pub async fn serve_metrics(listener: TcpListener, state: Arc<EdgeState>) -> std::io::Result<()> {
+    crate::front::serve_metrics(listener, state.clone(), crate::ws::metrics_router(state)).await
+}

@@ -1,0 +1,3 @@
+//! Integration tests of the edge crate.
+
+mod module_graph;
