@@ -34,7 +34,7 @@ pub struct DeferredRemovals {
 }
 
 impl DeferredRemovals {
-    /// Queues a removal that failed; beyond [`MAX_DEFERRED_REMOVALS`] the oldest is dropped.
+    /// Queues a removal that failed; beyond `MAX_DEFERRED_REMOVALS` the oldest is dropped.
     pub fn push(&self, room: RoomKey, actor: ActorId, conn: ConnRef) {
         let mut q = self.queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if q.len() >= MAX_DEFERRED_REMOVALS {
