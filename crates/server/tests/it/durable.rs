@@ -55,6 +55,20 @@ async fn close_and_settle(server: &TestServer, c: WsClient) {
     }
 }
 
+/// Asserts that `w` has nothing more coming on `TASKS`: a logged marker published now is queued
+/// on `w`'s durable task behind whatever that task still has to deliver (restore, replay,
+/// redelivery), so it must be the next frame `w` gets. A heartbeat echo alone is no such
+/// barrier: it bypasses the durable task, so a late replay would arrive after it.
+async fn assert_marker_comes_first(w: &mut WsClient, alice: &mut WsClient, marker: i64) {
+    // The session has handled every frame `w` sent, so its restore and subscribes are queued.
+    w.assert_nothing_pending().await;
+    publish(alice, marker).await;
+    let m = w.expect("message").await;
+    assert_eq!(data(&m), marker, "delivered before the marker: {m:?}");
+    ack(w, &m).await;
+    w.assert_nothing_pending().await;
+}
+
 #[tokio::test]
 async fn logged_messages_carry_a_uuid_v7_msg_id_and_require_ack() {
     let server = TestServer::start().await;
@@ -116,7 +130,7 @@ async fn a_persistent_session_gets_what_was_published_while_away_and_unacked_mes
 
     // Everything was acked: the next return delivers nothing.
     let mut w = agent(&server, "worker-1", true).await;
-    w.assert_nothing_pending().await;
+    assert_marker_comes_first(&mut w, &mut alice, 5).await;
 }
 
 #[tokio::test]
@@ -133,9 +147,11 @@ async fn clients_without_a_client_id_or_of_other_types_keep_no_backlog() {
     close_and_settle(&server, plain_agent).await;
     publish(&mut alice, 2).await;
     let (mut plain_agent, _) = auth(&server, "dev-token-agent", None, true).await;
-    plain_agent.assert_nothing_pending().await;
+    plain_agent.subscribe(TASKS).await;
+    assert_marker_comes_first(&mut plain_agent, &mut alice, 3).await;
     let (mut bob, _) = auth(&server, "dev-token-bob", Some("laptop"), true).await;
-    bob.assert_nothing_pending().await;
+    bob.subscribe(TASKS).await;
+    assert_marker_comes_first(&mut bob, &mut alice, 4).await;
 }
 
 #[tokio::test]
@@ -204,9 +220,11 @@ async fn a_group_replays_what_accumulated_while_every_member_was_gone() {
     ack(&mut w1, &live).await;
     w1.assert_nothing_pending().await;
 
-    // The second member finds nothing left: each message went to one member.
+    // The second member finds nothing left: each message went to one member. (w1 leaves, so
+    // the marker can only go to w2.)
+    close_and_settle(&server, w1).await;
     let mut w2 = agent(&server, "w2", true).await;
-    w2.assert_nothing_pending().await;
+    assert_marker_comes_first(&mut w2, &mut alice, 7).await;
 }
 
 #[tokio::test]
@@ -288,8 +306,11 @@ async fn unsubscribing_ends_a_session_s_backlog() {
     close_and_settle(&server, w).await;
     let mut alice = server.auth("dev-token-alice").await;
     publish(&mut alice, 1).await;
-    let mut w = agent(&server, "quitter", true).await;
-    w.assert_nothing_pending().await;
+    let (mut w, reply) = auth(&server, "dev-token-agent", Some("quitter"), true).await;
+    assert_eq!(reply.get("restoredSubscriptions").as_array().map(Vec::len), Some(1), "only messages: {reply:?}");
+    // Subscribing again starts afresh: the old consumer, and message 1 with it, is gone.
+    w.subscribe(TASKS).await;
+    assert_marker_comes_first(&mut w, &mut alice, 2).await;
 }
 
 #[tokio::test]
@@ -315,9 +336,11 @@ async fn retention_caps_what_a_session_finds_on_return() {
     }
     let mut w = agent(&server, "late", true).await;
     for n in 3..=5 {
-        assert_eq!(data(&w.expect("message").await), n, "the newest three are kept");
+        let m = w.expect("message").await;
+        assert_eq!(data(&m), n, "the newest three are kept");
+        ack(&mut w, &m).await;
     }
-    w.assert_nothing_pending().await;
+    assert_marker_comes_first(&mut w, &mut alice, 6).await;
 }
 
 #[tokio::test]
