@@ -170,6 +170,22 @@ impl TestServer {
         c
     }
 
+    /// Closes `c` and waits until this node has finished cleaning up after it (restore record
+    /// saved, acks stored, held messages released), so the next step sees what the client left.
+    ///
+    /// # Panics
+    /// When the node has not counted the connection closed within 5 s.
+    pub async fn close_and_settle(&self, c: WsClient) {
+        use std::sync::atomic::Ordering;
+        let closed = self.state.metrics.connections_closed.load(Ordering::Acquire);
+        c.close().await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while self.state.metrics.connections_closed.load(Ordering::Acquire) <= closed {
+            assert!(tokio::time::Instant::now() < deadline, "the node did not finish closing the connection");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     /// Drains the node (1012 to every socket) and waits for it; true if within the grace.
     pub async fn shutdown(mut self) -> bool {
         match self.node.take() {

@@ -26,7 +26,7 @@ async fn reconnect_restores_topics_and_lobbies_without_resubscribing() {
     alice.expect("subscribed").await;
     alice.send(frame! {"type" => "lobbySubscribe", "lobbyId" => "online"}).await;
     alice.expect("lobbySubscribed").await;
-    alice.close().await;
+    server.close_and_settle(alice).await;
 
     let (mut alice, reply) = auth_with(&server, "dev-token-alice", true, None).await;
     let mut entries = restored(&reply);
@@ -70,13 +70,13 @@ async fn fresh_connect_restores_nothing_and_starts_a_new_record() {
     let server = TestServer::start().await;
     let (mut a, _) = auth_with(&server, "dev-token-alice", false, None).await;
     a.subscribe("demo/general/messages").await;
-    a.close().await;
+    server.close_and_settle(a).await;
     let (mut fresh, reply) = auth_with(&server, "dev-token-alice", false, None).await;
     assert_eq!(restored(&reply), vec![]);
     let mut bob = server.auth("dev-token-bob").await;
     bob.publish_acked("demo/general/messages", "m".into()).await;
     fresh.assert_nothing_pending().await;
-    fresh.close().await;
+    server.close_and_settle(fresh).await;
     // The fresh connection's (empty) record replaced the old one.
     let (_c, reply) = auth_with(&server, "dev-token-alice", true, None).await;
     assert_eq!(restored(&reply), vec![]);
@@ -87,10 +87,10 @@ async fn persistent_actors_keep_one_record_per_client_id() {
     let server = TestServer::start().await;
     let (mut w1, _) = auth_with(&server, "dev-token-agent", false, Some("worker-1")).await;
     w1.subscribe("demo/general/tasks").await;
-    w1.close().await;
+    server.close_and_settle(w1).await;
     let (w2, reply) = auth_with(&server, "dev-token-agent", true, Some("worker-2")).await;
     assert_eq!(restored(&reply), vec![], "another clientId is another session (N23)");
-    w2.close().await;
+    server.close_and_settle(w2).await;
     let (_w1, reply) = auth_with(&server, "dev-token-agent", true, Some("worker-1")).await;
     let entries = restored(&reply);
     assert_eq!(entries.len(), 1);
@@ -98,7 +98,7 @@ async fn persistent_actors_keep_one_record_per_client_id() {
     // For other actor types clientId is accepted and ignored (N9): the key is the actor.
     let (mut u, _) = auth_with(&server, "dev-token-bob", false, Some("tab-1")).await;
     u.subscribe("demo/general/status").await;
-    u.close().await;
+    server.close_and_settle(u).await;
     let (_u, reply) = auth_with(&server, "dev-token-bob", true, Some("tab-2")).await;
     assert_eq!(restored(&reply).len(), 1);
 }
@@ -108,10 +108,7 @@ async fn records_expire_after_the_restore_ttl() {
     let server = TestServer::builder().settings(|s| s.restore_ttl = Some("0s".into())).spawn().await;
     let (mut a, _) = auth_with(&server, "dev-token-alice", false, None).await;
     a.subscribe("demo/general/messages").await;
-    a.close().await;
-    // Wait until the server has processed the disconnect (its presence cleanup runs first).
-    let mut probe = server.auth("dev-token-bob").await;
-    probe.subscribe("demo/general/messages").await;
+    server.close_and_settle(a).await;
     let (_a, reply) = auth_with(&server, "dev-token-alice", true, None).await;
     assert_eq!(restored(&reply), vec![]);
 }
