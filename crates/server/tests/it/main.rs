@@ -14,6 +14,7 @@ mod limits;
 mod lobby;
 mod ops;
 mod presence;
+mod promises;
 mod propagation;
 mod pubsub;
 mod reconnect;
