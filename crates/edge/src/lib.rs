@@ -14,6 +14,7 @@
 //! - [`metrics`] and [`prom`]: counters and histograms, and their `/metrics` rendering;
 //! - [`timed`]: latency accounting around the bus, presence and store slots;
 //! - [`trace`]: spans for OTLP export (free when no endpoint is configured);
+//! - `tls`: the client listener over TLS (`wss://`);
 //! - [`state`], [`config`], [`ratelimit`].
 
 pub mod auth;

@@ -183,6 +183,51 @@ pub struct Settings {
     /// OTLP/gRPC endpoint spans are exported to, `http://host:4317`; empty: OTEL_EXPORTER_OTLP_ENDPOINT, else none [default empty].
     #[arg(long, env = "SKUA_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
+    /// PEM certificate chain of the client listener; with tls_key, clients connect over wss:// [default empty: plain ws://].
+    #[arg(long, env = "SKUA_TLS_CERT")]
+    pub tls_cert: Option<String>,
+    /// PEM private key of tls_cert [default empty].
+    #[arg(long, env = "SKUA_TLS_KEY")]
+    pub tls_key: Option<String>,
+    /// PEM certificate chain of the gRPC listener [default empty: tls_cert's].
+    #[arg(long, env = "SKUA_GRPC_TLS_CERT")]
+    pub grpc_tls_cert: Option<String>,
+    /// PEM private key of grpc_tls_cert [default empty: tls_key's].
+    #[arg(long, env = "SKUA_GRPC_TLS_KEY")]
+    pub grpc_tls_key: Option<String>,
+    /// How often certificate files are checked for changes and reloaded; 0s: never [default 10s].
+    #[arg(long, env = "SKUA_TLS_RELOAD_INTERVAL")]
+    pub tls_reload_interval: Option<String>,
+    /// Serve gRPC reflection without the admin key [default false; --dev true].
+    #[arg(long, env = "SKUA_GRPC_REFLECTION_PUBLIC")]
+    pub grpc_reflection_public: Option<bool>,
+    /// Failed admin-key checks from one address before it is blocked; 0: never [default 5].
+    #[arg(long, env = "SKUA_ADMIN_KEY_MAX_FAILURES")]
+    pub admin_key_max_failures: Option<u32>,
+    /// A failed admin-key check this long after the previous one counts from one again [default 1m].
+    #[arg(long, env = "SKUA_ADMIN_KEY_FAILURE_WINDOW")]
+    pub admin_key_failure_window: Option<String>,
+    /// Longest block of an address failing admin-key checks [default 5m].
+    #[arg(long, env = "SKUA_ADMIN_KEY_BACKOFF_MAX")]
+    pub admin_key_backoff_max: Option<String>,
+    /// mqtts:// bus: PEM CA certificates the broker's certificate must chain to [default empty: system roots].
+    #[arg(long, env = "SKUA_BUS_TLS_CA")]
+    pub bus_tls_ca: Option<String>,
+    /// mqtts:// bus: PEM client certificate chain [default empty: none].
+    #[arg(long, env = "SKUA_BUS_TLS_CERT")]
+    pub bus_tls_cert: Option<String>,
+    /// mqtts:// bus: PEM private key of bus_tls_cert [default empty].
+    #[arg(long, env = "SKUA_BUS_TLS_KEY")]
+    pub bus_tls_key: Option<String>,
+    /// rediss:// presence: PEM CA certificates Redis's certificate must chain to [default empty: system roots].
+    #[arg(long, env = "SKUA_PRESENCE_TLS_CA")]
+    pub presence_tls_ca: Option<String>,
+    /// rediss:// presence: PEM client certificate chain [default empty: none].
+    #[arg(long, env = "SKUA_PRESENCE_TLS_CERT")]
+    pub presence_tls_cert: Option<String>,
+    /// rediss:// presence: PEM private key of presence_tls_cert [default empty].
+    #[arg(long, env = "SKUA_PRESENCE_TLS_KEY")]
+    pub presence_tls_key: Option<String>,
 }
 
 macro_rules! layer {
@@ -202,6 +247,9 @@ impl Settings {
             auth_backoff_after, auth_backoff_max, jwt_audiences,
             http_header_timeout, max_connections_per_ip, max_new_connections_per_ip_per_second, trusted_proxies,
             proxy_protocol, allowed_origins, metrics_listen, metrics_token);
+        layer!(self, over; tls_cert, tls_key, grpc_tls_cert, grpc_tls_key, tls_reload_interval, grpc_reflection_public,
+            admin_key_max_failures, admin_key_failure_window, admin_key_backoff_max, bus_tls_ca, bus_tls_cert,
+            bus_tls_key, presence_tls_ca, presence_tls_cert, presence_tls_key);
     }
 
     /// Parses a TOML config file's text.
@@ -229,8 +277,29 @@ pub enum ConfigError {
     },
 }
 
+/// `scheme://host…` for messages and `--print-config`: `user:password@` becomes `…@` and a
+/// `password=` query parameter (Postgres accepts one) is masked.
+pub fn redact_url(url: &str) -> String {
+    let mut out = match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}://…@{}", &url[..s], &url[at + 1..]),
+        _ => url.to_owned(),
+    };
+    if let Some(q) = out.find('?') {
+        let (base, query) = out.split_at(q + 1);
+        let masked: Vec<String> = query
+            .split('&')
+            .map(|kv| match kv.split_once('=') {
+                Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=…"),
+                _ => kv.to_owned(),
+            })
+            .collect();
+        out = format!("{base}{}", masked.join("&"));
+    }
+    out
+}
+
 /// The message bus a node uses.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum BusConfig {
     /// In-process (single node).
     Memory,
@@ -241,8 +310,36 @@ pub enum BusConfig {
     },
 }
 
+// Not derived: urls may carry passwords (`--print-config` prints these).
+impl std::fmt::Debug for BusConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Memory => f.write_str("Memory"),
+            Self::Mqtt { url } => f.debug_struct("Mqtt").field("url", &redact_url(url)).finish(),
+        }
+    }
+}
+
+impl std::fmt::Debug for PresenceConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Memory => f.write_str("Memory"),
+            Self::Redis { url } => f.debug_struct("Redis").field("url", &redact_url(url)).finish(),
+        }
+    }
+}
+
+impl std::fmt::Debug for StoreConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Memory => f.write_str("Memory"),
+            Self::Url(url) => f.debug_tuple("Url").field(&redact_url(url)).finish(),
+        }
+    }
+}
+
 /// The presence store a node uses.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum PresenceConfig {
     /// In-process (single node).
     Memory,
@@ -254,12 +351,28 @@ pub enum PresenceConfig {
 }
 
 /// The session store a node uses.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum StoreConfig {
     /// In this process's memory (tests; nothing survives a restart).
     Memory,
     /// A SQLite or Postgres URL.
     Url(String),
+}
+
+/// Certificate files of a TLS connection to a backend (`mqtts://`, `rediss://`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BackendTlsFiles {
+    /// PEM CA certificates; `None`: the system's roots.
+    pub ca: Option<PathBuf>,
+    /// PEM client certificate chain and private key.
+    pub client: Option<crate::tls::CertFiles>,
+}
+
+impl BackendTlsFiles {
+    /// Whether anything is configured.
+    pub fn is_set(&self) -> bool {
+        self.ca.is_some() || self.client.is_some()
+    }
 }
 
 /// The admin API key: never shown by `Debug` (`--print-config` masks it).
@@ -303,6 +416,37 @@ pub struct ServerConfig {
     pub otlp_endpoint: Option<String>,
     /// The separate `/metrics` listener, if any.
     pub metrics_listen: Option<SocketAddr>,
+    /// TLS of the client and control-plane listeners.
+    pub tls: crate::tls::ListenerTlsConfig,
+    /// Whether gRPC reflection needs no admin key.
+    pub grpc_reflection_public: bool,
+    /// Backing off addresses that fail the admin-key check.
+    pub admin_key_throttle: skua_control::throttle::ThrottleConfig,
+    /// Certificates of an `mqtts://` bus.
+    pub bus_tls: BackendTlsFiles,
+    /// Certificates of a `rediss://` presence store.
+    pub presence_tls: BackendTlsFiles,
+}
+
+/// A path setting; empty means unset.
+fn path(v: Option<&String>) -> Option<PathBuf> {
+    v.filter(|p| !p.is_empty()).map(PathBuf::from)
+}
+
+/// A certificate + key pair of settings: both or neither.
+fn pair(
+    cert_key: &'static str,
+    cert: Option<&String>,
+    key: Option<&String>,
+) -> Result<Option<crate::tls::CertFiles>, ConfigError> {
+    match (path(cert), path(key)) {
+        (None, None) => Ok(None),
+        (Some(cert), Some(key)) => Ok(Some(crate::tls::CertFiles { cert, key })),
+        _ => Err(ConfigError::Invalid {
+            key: cert_key,
+            reason: "the certificate and its key must be set together".into(),
+        }),
+    }
 }
 
 fn dur(key: &'static str, v: Option<&String>) -> Result<std::time::Duration, ConfigError> {
@@ -329,21 +473,26 @@ impl ServerConfig {
             listen.parse().map_err(|e| ConfigError::Invalid { key: "listen", reason: format!("{listen:?}: {e}") })?;
         let bus = match req("bus", s.bus.as_ref())?.as_str() {
             "memory" => BusConfig::Memory,
-            url if url.starts_with("mqtt://") => BusConfig::Mqtt { url: url.to_owned() },
+            url if url.starts_with("mqtt://") || url.starts_with("mqtts://") => BusConfig::Mqtt { url: url.to_owned() },
             other => {
                 return Err(ConfigError::Invalid {
                     key: "bus",
-                    reason: format!("{other:?}: use \"memory\" or mqtt://host:port"),
+                    reason: format!("{:?}: use \"memory\", mqtt://host:port or mqtts://host:port", redact_url(other)),
                 });
             }
         };
         let presence = match req("presence", s.presence.as_ref())?.as_str() {
             "memory" => PresenceConfig::Memory,
-            url if url.starts_with("redis://") => PresenceConfig::Redis { url: url.to_owned() },
+            url if url.starts_with("redis://") || url.starts_with("rediss://") => {
+                PresenceConfig::Redis { url: url.to_owned() }
+            }
             other => {
                 return Err(ConfigError::Invalid {
                     key: "presence",
-                    reason: format!("{other:?}: use \"memory\" or redis://host:port/db"),
+                    reason: format!(
+                        "{:?}: use \"memory\", redis://host:port/db or rediss://host:port/db",
+                        redact_url(other)
+                    ),
                 });
             }
         };
@@ -543,7 +692,45 @@ impl ServerConfig {
         if let Some(e) = otlp_endpoint.as_deref().filter(|e| !e.starts_with("http://")) {
             return Err(ConfigError::Invalid { key: "otlp_endpoint", reason: format!("{e:?}: use http://host:port") });
         }
+        let client_tls = pair("tls_cert", s.tls_cert.as_ref(), s.tls_key.as_ref())?;
+        let grpc_tls = pair("grpc_tls_cert", s.grpc_tls_cert.as_ref(), s.grpc_tls_key.as_ref())?.or(client_tls.clone());
+        let tls = crate::tls::ListenerTlsConfig {
+            client: client_tls,
+            grpc: grpc_tls,
+            reload_interval: dur("tls_reload_interval", s.tls_reload_interval.as_ref())?,
+        };
+        let admin_key_throttle = skua_control::throttle::ThrottleConfig {
+            max_failures: req("admin_key_max_failures", s.admin_key_max_failures.as_ref())?,
+            window: dur("admin_key_failure_window", s.admin_key_failure_window.as_ref())?,
+            backoff_max: dur("admin_key_backoff_max", s.admin_key_backoff_max.as_ref())?,
+        };
+        if admin_key_throttle.backoff_max < std::time::Duration::from_secs(1) {
+            return Err(ConfigError::Invalid { key: "admin_key_backoff_max", reason: "must be at least 1s".into() });
+        }
+        let bus_tls = BackendTlsFiles {
+            ca: path(s.bus_tls_ca.as_ref()),
+            client: pair("bus_tls_cert", s.bus_tls_cert.as_ref(), s.bus_tls_key.as_ref())?,
+        };
+        if bus_tls.is_set() && !matches!(&bus, BusConfig::Mqtt { url } if url.starts_with("mqtts://")) {
+            return Err(ConfigError::Invalid { key: "bus_tls_ca", reason: "bus_tls_* need an mqtts:// bus".into() });
+        }
+        let presence_tls = BackendTlsFiles {
+            ca: path(s.presence_tls_ca.as_ref()),
+            client: pair("presence_tls_cert", s.presence_tls_cert.as_ref(), s.presence_tls_key.as_ref())?,
+        };
+        if presence_tls.is_set() && !matches!(&presence, PresenceConfig::Redis { url } if url.starts_with("rediss://"))
+        {
+            return Err(ConfigError::Invalid {
+                key: "presence_tls_ca",
+                reason: "presence_tls_* need a rediss:// presence store".into(),
+            });
+        }
         Ok(Self {
+            tls,
+            grpc_reflection_public: req("grpc_reflection_public", s.grpc_reflection_public.as_ref())?,
+            admin_key_throttle,
+            bus_tls,
+            presence_tls,
             listen,
             bus,
             presence,
@@ -617,6 +804,11 @@ mod tests {
         assert_eq!(c.edge.proxy_protocol, d.proxy_protocol);
         assert_eq!(c.edge.allowed_origins, d.allowed_origins);
         assert!(c.edge.metrics_token.is_none() && !c.edge.metrics_separate && c.metrics_listen.is_none());
+        assert_eq!(c.tls, crate::tls::ListenerTlsConfig::default(), "plain listeners unless certificates are set");
+        assert!(!c.grpc_reflection_public);
+        assert_eq!(c.admin_key_throttle, skua_control::throttle::ThrottleConfig::default());
+        assert_eq!(c.bus_tls, BackendTlsFiles::default());
+        assert_eq!(c.presence_tls, BackendTlsFiles::default());
     }
 
     #[test]
@@ -646,6 +838,51 @@ mod tests {
         bad(Settings { metrics_listen: Some("nowhere".into()), ..Settings::default() }, "metrics_listen");
         bad(Settings { metrics_token: Some("short".into()), ..Settings::default() }, "metrics_token");
         bad(Settings { http_header_timeout: Some("0s".into()), ..Settings::default() }, "http_header_timeout");
+    }
+
+    #[test]
+    fn tls_settings_resolve_and_the_control_plane_follows_the_client_pair() {
+        let s = Settings { tls_cert: Some("c.pem".into()), tls_key: Some("k.pem".into()), ..Settings::default() };
+        let c = ServerConfig::from_layers(&[&s]).unwrap();
+        let pair = crate::tls::CertFiles { cert: "c.pem".into(), key: "k.pem".into() };
+        assert_eq!(c.tls.client, Some(pair.clone()));
+        assert_eq!(c.tls.grpc, Some(pair), "grpc_tls_* default to tls_*");
+        let own = Settings { grpc_tls_cert: Some("g.pem".into()), grpc_tls_key: Some("gk.pem".into()), ..s.clone() };
+        let c = ServerConfig::from_layers(&[&own]).unwrap();
+        assert_eq!(c.tls.grpc.unwrap().cert, PathBuf::from("g.pem"));
+        let half = Settings { tls_cert: Some("c.pem".into()), ..Settings::default() };
+        assert!(matches!(ServerConfig::from_layers(&[&half]), Err(ConfigError::Invalid { key: "tls_cert", .. })));
+    }
+
+    #[test]
+    fn backend_tls_needs_a_tls_url_and_credentials_are_not_echoed() {
+        let s = Settings { bus_tls_ca: Some("ca.pem".into()), ..Settings::default() };
+        assert!(matches!(ServerConfig::from_layers(&[&s]), Err(ConfigError::Invalid { key: "bus_tls_ca", .. })));
+        let s = Settings {
+            bus: Some("mqtts://skua:pw@broker:8883".into()),
+            bus_tls_ca: Some("ca.pem".into()),
+            presence: Some("rediss://skua:pw@redis:6380/0".into()),
+            presence_tls_ca: Some("ca.pem".into()),
+            ..Settings::default()
+        };
+        let c = ServerConfig::from_layers(&[&s]).unwrap();
+        assert_eq!(c.bus_tls.ca, Some(PathBuf::from("ca.pem")));
+        assert!(matches!(c.presence, PresenceConfig::Redis { .. }));
+        let s = Settings { presence_tls_ca: Some("ca.pem".into()), ..Settings::default() };
+        assert!(matches!(ServerConfig::from_layers(&[&s]), Err(ConfigError::Invalid { key: "presence_tls_ca", .. })));
+        let s = Settings { bus: Some("amqp://user:hunter2@broker".into()), ..Settings::default() };
+        let e = ServerConfig::from_layers(&[&s]).unwrap_err().to_string();
+        assert!(!e.contains("hunter2"), "{e}");
+        let s = Settings {
+            bus: Some("mqtts://skua:hunter2@broker:8883".into()),
+            presence: Some("rediss://default:hunter2@redis:6380/0".into()),
+            store: Some("postgres://skua:hunter2@db/skua?sslmode=verify-full&password=hunter2".into()),
+            admin_key: Some("hunter2-hunter2-hunter2".into()),
+            ..Settings::default()
+        };
+        let shown = format!("{:#?}", ServerConfig::from_layers(&[&s]).unwrap());
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("sslmode=verify-full"));
     }
 
     #[test]

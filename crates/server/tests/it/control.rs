@@ -46,8 +46,34 @@ fn actor_ref(id: &str) -> pb::ActorRef {
     pb::ActorRef { actor_id: id.into() }
 }
 
+/// The services reflection lists, asked with `key` (if any).
+async fn reflected_services(addr: std::net::SocketAddr, key: Option<&str>) -> Result<Vec<String>, Status> {
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();
+    let bearer: Option<tonic::metadata::MetadataValue<_>> = key.map(|k| format!("Bearer {k}").parse().unwrap());
+    let mut reflection = tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient::with_interceptor(
+        channel,
+        move |mut req: tonic::Request<()>| {
+            if let Some(v) = &bearer {
+                req.metadata_mut().insert("authorization", v.clone());
+            }
+            Ok(req)
+        },
+    );
+    let ask = tonic_reflection::pb::v1::ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut replies = reflection.server_reflection_info(futures_util::stream::iter(vec![ask])).await?.into_inner();
+    let Some(MessageResponse::ListServicesResponse(list)) = replies.message().await?.unwrap().message_response else {
+        panic!("not a service list");
+    };
+    Ok(list.service.into_iter().map(|s| s.name).collect())
+}
+
 #[tokio::test]
-async fn calls_without_the_admin_key_are_unauthenticated_but_health_and_reflection_are_open() {
+async fn calls_without_the_admin_key_are_unauthenticated_health_is_open_and_reflection_needs_the_key() {
     let (s, _) = server().await;
     let addr = s.grpc_addr.unwrap();
     let mut anonymous = control::connect(addr, None).await;
@@ -68,24 +94,48 @@ async fn calls_without_the_admin_key_are_unauthenticated_but_health_and_reflecti
         .into_inner();
     assert_eq!(r.status, tonic_health::pb::health_check_response::ServingStatus::Serving as i32);
 
-    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
-    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
-    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();
-    let mut reflection = tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient::new(channel);
-    let ask = tonic_reflection::pb::v1::ServerReflectionRequest {
-        host: String::new(),
-        message_request: Some(MessageRequest::ListServices(String::new())),
-    };
-    let mut replies =
-        reflection.server_reflection_info(futures_util::stream::iter(vec![ask])).await.unwrap().into_inner();
-    let Some(MessageResponse::ListServicesResponse(list)) = replies.message().await.unwrap().unwrap().message_response
-    else {
-        panic!("not a service list");
-    };
-    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    let refused = reflected_services(addr, None).await.unwrap_err();
+    assert_eq!(refused.code(), Code::Unauthenticated, "reflection is behind the admin key by default");
+    let names = reflected_services(addr, Some(TEST_ADMIN_KEY)).await.unwrap();
     for want in ["skua.control.v1.Control", "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection"] {
         assert!(names.iter().any(|n| n == want), "{want} not in {names:?}");
     }
+}
+
+#[tokio::test]
+async fn reflection_is_open_with_grpc_reflection_public() {
+    let s = TestServer::builder().grpc().settings(|s| s.grpc_reflection_public = Some(true)).spawn().await;
+    let names = reflected_services(s.grpc_addr.unwrap(), None).await.unwrap();
+    assert!(names.iter().any(|n| n == "skua.control.v1.Control"), "{names:?}");
+}
+
+#[tokio::test]
+async fn failed_admin_keys_back_off_the_address_even_for_the_right_key() {
+    let s = TestServer::builder()
+        .grpc()
+        .settings(|s| {
+            s.admin_key_max_failures = Some(3);
+            s.admin_key_backoff_max = Some("1m".into());
+        })
+        .spawn()
+        .await;
+    let addr = s.grpc_addr.unwrap();
+    let mut wrong = control::connect(addr, Some("not-the-key-at-all")).await;
+    for _ in 0..3 {
+        assert_eq!(fails(wrong.list_projects(pb::ListProjectsRequest {}).await).0, Code::Unauthenticated);
+    }
+    // Blocked now: further wrong keys lengthen the block (1 s, 2 s, 4 s, 8 s).
+    for _ in 0..3 {
+        assert_eq!(fails(wrong.list_projects(pb::ListProjectsRequest {}).await).0, Code::ResourceExhausted);
+    }
+    let mut right = control::connect(addr, Some(TEST_ADMIN_KEY)).await;
+    let (code, msg) = fails(right.list_projects(pb::ListProjectsRequest {}).await);
+    assert_eq!(code, Code::ResourceExhausted);
+    assert!(msg.starts_with("too many failed admin-key attempts; retry in "), "{msg}");
+    // Health needs no key and is never throttled (probes come from the same addresses).
+    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+    assert!(health.check(tonic_health::pb::HealthCheckRequest { service: String::new() }).await.is_ok());
 }
 
 #[tokio::test]

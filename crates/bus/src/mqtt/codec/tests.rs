@@ -183,7 +183,7 @@ fn presence_strategy() -> impl Strategy<Value = Envelope> {
 }
 
 /// A property's number of cases: `PROPTEST_CASES` when set (a longer fuzz pass,
-/// docs/security-fuzz.md), otherwise `default`, chosen to keep CI fast.
+/// docs/security.md), otherwise `default`, chosen to keep CI fast.
 fn config(default: u32) -> ProptestConfig {
     let cases = std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default);
     ProptestConfig { cases, failure_persistence: None, ..ProptestConfig::default() }
