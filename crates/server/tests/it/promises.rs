@@ -1,7 +1,8 @@
 //! Promises of docs/ that had no test (issue 22, item 3), each seen failing against a build that
 //! breaks it.
 
-use skua_testkit::{TestServer, frame};
+use skua_control::pb;
+use skua_testkit::{Event, TestServer, WsClient, frame};
 
 /// `max_subscriptions_per_connection`: a subscribe past the limit gets `too_many_subscriptions`
 /// naming the topic; re-subscribing a held topic does not count; an unsubscribe frees a slot.
@@ -19,4 +20,228 @@ async fn a_subscribe_past_the_per_connection_limit_is_refused_with_too_many_subs
     c.expect("unsubscribed").await;
     c.subscribe("demo/general/status").await;
     c.assert_nothing_pending().await;
+}
+
+fn ok<T>(r: Result<tonic::Response<T>, tonic::Status>) -> T {
+    r.unwrap_or_else(|s| panic!("{:?}: {}", s.code(), s.message())).into_inner()
+}
+
+/// A single node serving the control plane: a change is installed on it before the RPC returns.
+async fn with_control() -> (TestServer, skua_testkit::control::Control) {
+    let server = TestServer::builder().grpc().spawn().await;
+    let control = server.control().await;
+    (server, control)
+}
+
+/// Announces presence in `room` and waits for the connection's own `join`.
+async fn join(c: &mut WsClient, room: &str) {
+    c.send(frame! {"type" => "presence", "roomId" => room, "data" => frame! {"s" => 1}}).await;
+    let f = c.next_of("presence").await;
+    assert_eq!(f.str("event"), "join", "{f:?}");
+}
+
+/// The `actor_token_id` of a presence event.
+fn presence_actor(f: &skua_testkit::Frame) -> &str {
+    f.get("data")["actor_token_id"].as_str().unwrap_or("")
+}
+
+/// control-plane.md: project deleted → close 4001 `project_not_found`, with no frame before it.
+#[tokio::test]
+async fn deleting_the_project_closes_its_connections_4001_project_not_found() {
+    let (server, mut control) = with_control().await;
+    let mut alice = server.auth("dev-token-alice").await;
+    alice.subscribe("demo/general/messages").await;
+    ok(control.delete_project(pb::DeleteProjectRequest { project_id: "demo-project".into(), force: true }).await);
+    match alice.next_event().await {
+        Event::Close(code, reason) => assert_eq!((code, reason.as_str()), (4001, "project_not_found")),
+        other => panic!("no frame precedes the close: {other:?}"),
+    }
+}
+
+/// control-plane.md: a deleted room ends each subscription in it with `unknown_topic` 42940
+/// (topic, hint); subscriptions elsewhere stay.
+#[tokio::test]
+async fn deleting_a_room_ends_its_subscriptions_with_unknown_topic() {
+    let (server, mut control) = with_control().await;
+    let mut bob = server.auth("dev-token-bob").await;
+    bob.subscribe("demo/random/messages").await;
+    bob.subscribe("demo/random/events").await;
+    bob.subscribe("demo/general/messages").await;
+    ok(control
+        .delete_room(pb::DeleteRoomRequest { app: "demo".into(), slug: "random".into(), ..Default::default() })
+        .await);
+    let mut topics = Vec::new();
+    for _ in 0..2 {
+        let f = bob.expect_error("unknown_topic").await;
+        assert_eq!(f.int("code"), 42940, "{f:?}");
+        assert!(!f.str("hint").is_empty(), "{f:?}");
+        topics.push(f.str("topic").to_owned());
+    }
+    topics.sort();
+    assert_eq!(topics, ["demo/random/events", "demo/random/messages"]);
+    bob.assert_nothing_pending().await;
+    let mut alice = server.auth("dev-token-alice").await;
+    alice.publish_acked("demo/general/messages", "still".into()).await;
+    assert_eq!(bob.expect("message").await.str("data"), "still");
+}
+
+/// Makes `general` private: its first grant, for alice.
+async fn make_general_private(control: &mut skua_testkit::control::Control) {
+    ok(control
+        .create_grant(pb::CreateGrantRequest {
+            app: "demo".into(),
+            room: "general".into(),
+            actor_id: "alice".into(),
+            permission: "pubSub".into(),
+            ..Default::default()
+        })
+        .await);
+}
+
+/// control-plane.md: a room made private (its first grant) ends the subscriptions of actors
+/// without a grant: v2 `unknown_topic` 42940, v1 `not_authorized` with the topic.
+#[tokio::test]
+async fn a_room_made_private_ends_ungranted_subscriptions_with_the_v2_and_v1_errors() {
+    let (server, mut control) = with_control().await;
+    let mut bob = server.auth("dev-token-bob").await;
+    bob.subscribe("demo/general/messages").await;
+    let mut carol = server.connect().await;
+    carol.auth_ok("dev-token-carol", 1).await;
+    carol.subscribe("demo/general/status").await;
+    carol.subscribe("demo/random/status").await;
+    make_general_private(&mut control).await;
+    let f = bob.expect_error("unknown_topic").await;
+    assert_eq!((f.int("code"), f.str("topic")), (42940, "demo/general/messages"), "{f:?}");
+    let f = carol.expect_error("not_authorized").await;
+    assert_eq!(f.str("topic"), "demo/general/status", "v1 form: {f:?}");
+    assert!(!f.has("code"), "v1 form has no code: {f:?}");
+    bob.assert_nothing_pending().await;
+    carol.assert_nothing_pending().await;
+    // The granted actor keeps the room; carol keeps her public one.
+    let mut alice = server.auth("dev-token-alice").await;
+    alice.subscribe("demo/general/messages").await;
+    alice.publish_acked("demo/random/status", "public".into()).await;
+    assert_eq!(carol.expect("message").await.str("data"), "public");
+}
+
+/// control-plane.md: "a presence room no longer readable is left (`leave` sent)": an actor
+/// whose room became private without a grant for it leaves, and the members left see it.
+#[tokio::test]
+async fn a_room_made_private_leaves_the_presence_of_ungranted_actors() {
+    let (server, mut control) = with_control().await;
+    let mut alice = server.auth("dev-token-alice").await;
+    join(&mut alice, "general").await;
+    let mut bob = server.auth("dev-token-bob").await;
+    join(&mut bob, "general").await;
+    assert_eq!(presence_actor(&alice.next_of("presence").await), "bob");
+    make_general_private(&mut control).await;
+    let l = alice.next_of("presence").await;
+    assert_eq!((l.str("event"), presence_actor(&l)), ("leave", "bob"), "{l:?}");
+    alice.send(frame! {"type" => "getPresence", "roomId" => "general"}).await;
+    let list = alice.expect("presenceList").await;
+    let actors: Vec<&str> =
+        list.get("data").as_array().unwrap().iter().filter_map(|e| e["actorTokenId"].as_str()).collect();
+    assert_eq!(actors, ["alice"]);
+}
+
+/// control-plane.md: a topic removed from the app ends its subscriptions in every room; the
+/// app's other topics stay.
+#[tokio::test]
+async fn removing_a_topic_from_the_app_ends_its_subscriptions() {
+    let (server, mut control) = with_control().await;
+    let mut bob = server.auth("dev-token-bob").await;
+    bob.subscribe("demo/general/status").await;
+    bob.subscribe("demo/random/status").await;
+    bob.subscribe("demo/general/messages").await;
+    let kept = ["messages", "events", "results", "tasks"];
+    let topics = kept.iter().map(|t| pb::Topic { name: (*t).into(), logged: *t == "tasks", ..Default::default() });
+    ok(control
+        .update_app(pb::UpdateAppRequest {
+            app: "demo".into(),
+            topics: Some(pb::TopicList { topics: topics.collect() }),
+            ..Default::default()
+        })
+        .await);
+    let mut gone = Vec::new();
+    for _ in 0..2 {
+        let f = bob.expect_error("unknown_topic").await;
+        assert_eq!(f.int("code"), 42940, "{f:?}");
+        gone.push(f.str("topic").to_owned());
+    }
+    gone.sort();
+    assert_eq!(gone, ["demo/general/status", "demo/random/status"]);
+    bob.assert_nothing_pending().await;
+    let mut alice = server.auth("dev-token-alice").await;
+    alice.publish_acked("demo/general/messages", "kept".into()).await;
+    assert_eq!(bob.expect("message").await.str("data"), "kept");
+}
+
+/// protocol.md: restored subscriptions whose room or grant has gone are left out of
+/// `restoredSubscriptions`; the others are restored and the auth succeeds.
+#[tokio::test]
+async fn restored_subscriptions_whose_room_or_grant_is_gone_are_left_out() {
+    let (server, mut control) = with_control().await;
+    let mut alice = server.auth("dev-token-alice").await;
+    alice.subscribe("demo/ops/messages").await;
+    alice.subscribe("demo/random/messages").await;
+    alice.subscribe("demo/general/messages").await;
+    server.close_and_settle(alice).await;
+
+    // Bob's grant keeps ops private once alice's goes.
+    ok(control
+        .create_grant(pb::CreateGrantRequest {
+            app: "demo".into(),
+            room: "ops".into(),
+            actor_id: "bob".into(),
+            permission: "pubSub".into(),
+            ..Default::default()
+        })
+        .await);
+    let grants = ok(control
+        .list_grants(pb::ListGrantsRequest { app: "demo".into(), room: "ops".into(), ..Default::default() })
+        .await);
+    let alices = grants.grants.iter().find(|g| g.actor_id == "alice").expect("the demo grant");
+    ok(control.delete_grant(pb::DeleteGrantRequest { grant_id: alices.id.clone() }).await);
+    ok(control
+        .delete_room(pb::DeleteRoomRequest { app: "demo".into(), slug: "random".into(), ..Default::default() })
+        .await);
+
+    let mut alice = server.connect().await;
+    let reply = alice.auth_session("dev-token-alice", None, true).await;
+    let restored: Vec<&str> = reply
+        .get("restoredSubscriptions")
+        .as_array()
+        .expect("restoredSubscriptions is a list")
+        .iter()
+        .filter_map(|e| e["pattern"].as_str())
+        .collect();
+    assert_eq!(restored, ["demo/general/messages"], "{reply:?}");
+    alice.assert_nothing_pending().await;
+    let mut bob = server.auth("dev-token-bob").await;
+    bob.publish_acked("demo/ops/messages", "secret".into()).await;
+    bob.publish_acked("demo/general/messages", "public".into()).await;
+    assert_eq!(alice.expect("message").await.str("data"), "public");
+    alice.assert_nothing_pending().await;
+}
+
+/// architecture.md (Shutdown): a draining node's sessions leave their presence rooms, so
+/// listeners on other nodes get `leave` events before the sockets close.
+#[tokio::test]
+async fn a_draining_node_sends_presence_leave_for_its_sessions() {
+    let mut c = skua_testkit::TestCluster::embedded(2, TestServer::builder()).await;
+    let mut bob = c.node(1).auth("dev-token-bob").await;
+    join(&mut bob, "general").await;
+    let mut alice = c.node(0).auth("dev-token-alice").await;
+    join(&mut alice, "general").await;
+    assert_eq!(presence_actor(&bob.next_of("presence").await), "alice");
+    let draining = c.nodes.remove(0);
+    assert!(draining.shutdown().await, "drained within the grace");
+    assert_eq!(alice.expect_close().await, (1012, "server_restart".to_owned()));
+    let l = bob.next_of("presence").await;
+    assert_eq!((l.str("event"), presence_actor(&l)), ("leave", "alice"), "{l:?}");
+    bob.send(frame! {"type" => "getPresence", "roomId" => "general"}).await;
+    let list = bob.expect("presenceList").await;
+    let actors: Vec<&str> =
+        list.get("data").as_array().unwrap().iter().filter_map(|e| e["actorTokenId"].as_str()).collect();
+    assert_eq!(actors, ["bob"]);
 }
