@@ -1,7 +1,14 @@
 //! Promises of docs/ that had no test (issue 22, item 3), each seen failing against a build that
 //! breaks it.
 
+use std::time::Duration;
+
 use skua_control::pb;
+use skua_testkit::cluster::{external_urls, unique_namespace};
+use skua_testkit::control::Deadline;
+use skua_testkit::http::{Scrape, get};
+use skua_testkit::postgres::TestDatabase;
+use skua_testkit::proxy::TcpProxy;
 use skua_testkit::{Event, TestServer, WsClient, frame};
 
 /// `max_subscriptions_per_connection`: a subscribe past the limit gets `too_many_subscriptions`
@@ -244,4 +251,125 @@ async fn a_draining_node_sends_presence_leave_for_its_sessions() {
     let actors: Vec<&str> =
         list.get("data").as_array().unwrap().iter().filter_map(|e| e["actorTokenId"].as_str()).collect();
     assert_eq!(actors, ["bob"]);
+}
+
+/// The logged topic of the dev fixtures.
+const TASKS: &str = "demo/general/tasks";
+
+/// `host:port` of a service URL such as `redis://127.0.0.1:6379` or `mqtt://host:1883/`.
+fn service_addr(url: &str) -> std::net::SocketAddr {
+    use std::net::ToSocketAddrs;
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split('/').next().unwrap_or(rest);
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    host_port.to_socket_addrs().ok().and_then(|mut a| a.next()).unwrap_or_else(|| panic!("no address in {url}"))
+}
+
+/// A node whose store is a fresh Postgres database reached through a proxy the test can cut.
+async fn on_postgres_behind_a_proxy() -> Option<(TestDatabase, TcpProxy, TestServer)> {
+    let db = TestDatabase::migrated().await?;
+    let proxy = TcpProxy::start(db.server_addr()).await;
+    let url = db.url_via(proxy.addr);
+    let server = TestServer::builder().settings(move |s| s.store = Some(url)).spawn().await;
+    Some((db, proxy, server))
+}
+
+/// protocol.md (Durable delivery): while the store is down, a persistent session's subscribe
+/// to a logged topic gets `store_unavailable` with the topic; its other subscribes, and a
+/// non-persistent client's subscribe to the same topic, go through.
+#[tokio::test]
+async fn a_persistent_session_s_logged_subscribe_while_the_store_is_down_gets_store_unavailable() {
+    let Some((_db, proxy, server)) = on_postgres_behind_a_proxy().await else { return };
+    let mut agent = server.connect().await;
+    agent.auth_session("dev-token-agent", Some("p1"), false).await;
+    let mut alice = server.auth("dev-token-alice").await;
+    proxy.cut();
+    store_is_down(&mut alice).await;
+    agent.send(frame! {"type" => "subscribe", "topic" => TASKS}).await;
+    let f = agent.expect_error("store_unavailable").await;
+    assert_eq!(f.str("topic"), TASKS, "{f:?}");
+    agent.subscribe("demo/general/messages").await;
+    let mut bob = server.auth("dev-token-bob").await;
+    bob.subscribe(TASKS).await;
+    // It did not subscribe: nothing of the topic reaches it once the store is back.
+    proxy.restore();
+    let d = Deadline::new("a logged publish succeeds again", Duration::from_secs(30));
+    loop {
+        alice.send(frame! {"type" => "publish", "topic" => TASKS, "data" => "back", "msgRef" => "r"}).await;
+        let f = alice.next_of_within_any(&["published", "error"], Duration::from_secs(20)).await;
+        if f.ty() == "published" {
+            break;
+        }
+        assert_eq!(f.str("error"), "store_unavailable", "{f:?}");
+        d.tick().await;
+    }
+    assert_eq!(bob.next_of("message").await.str("data"), "back");
+    agent.assert_nothing_pending().await;
+    agent.subscribe(TASKS).await;
+}
+
+/// Waits (bounded) until a logged publish of `c` is refused with `store_unavailable`.
+async fn store_is_down(c: &mut WsClient) {
+    let d = Deadline::new("a logged publish gets store_unavailable", Duration::from_secs(30));
+    loop {
+        c.send(frame! {"type" => "publish", "topic" => TASKS, "data" => "down", "msgRef" => "d"}).await;
+        let f = c.next_of_within_any(&["published", "error"], Duration::from_secs(20)).await;
+        if f.ty() == "error" {
+            assert_eq!((f.str("error"), f.str("topic")), ("store_unavailable", TASKS), "{f:?}");
+            return;
+        }
+        d.tick().await;
+    }
+}
+
+/// operations.md: Postgres does not fail readiness, on purpose: during an outage `/readyz`
+/// stays 200 while logged publishes fail (and are counted).
+#[tokio::test]
+async fn readiness_stays_200_during_a_postgres_outage() {
+    let Some((_db, proxy, server)) = on_postgres_behind_a_proxy().await else { return };
+    let mut alice = server.auth("dev-token-alice").await;
+    assert_eq!(get(server.addr, "/readyz").await, (200, "ready".to_owned()));
+    proxy.cut();
+    store_is_down(&mut alice).await;
+    assert_eq!(get(server.addr, "/readyz").await, (200, "ready".to_owned()), "a database outage");
+    let m = Scrape::of(server.addr).await;
+    assert_eq!(m.value("skua_ready", &[]), 1.0);
+    assert!(m.value("skua_publishes_total", &[("result", "store_unavailable")]) >= 1.0, "{}", m.text);
+    // Everything else keeps working.
+    alice.subscribe("demo/general/messages").await;
+    alice.publish_acked("demo/general/events", "x".into()).await;
+}
+
+/// protocol.md: presence backend failures answer `broker_unavailable` with `roomId` (presence)
+/// or `lobbyId` (lobby subscribe); the connection stays usable.
+#[tokio::test]
+async fn presence_backend_failures_answer_broker_unavailable_with_the_room_or_lobby() {
+    let Some((_, redis)) = external_urls() else { return };
+    let proxy = TcpProxy::start(service_addr(&redis)).await;
+    let (url, ns) = (format!("redis://{}", proxy.addr), unique_namespace());
+    let server = TestServer::builder()
+        .settings(move |s| {
+            s.presence = Some(url);
+            s.namespace = Some(ns);
+        })
+        .spawn()
+        .await;
+    let mut alice = server.auth("dev-token-alice").await;
+    join(&mut alice, "general").await;
+    proxy.cut();
+    let d = Deadline::new("presence fails with the link cut", Duration::from_secs(30));
+    let f = loop {
+        alice.send(frame! {"type" => "presence", "roomId" => "random", "data" => frame! {"s" => 2}}).await;
+        let f = alice.next_of_within_any(&["presence", "error"], Duration::from_secs(20)).await;
+        if f.ty() == "error" {
+            break f;
+        }
+        d.tick().await;
+    };
+    assert_eq!((f.str("error"), f.str("roomId")), ("broker_unavailable", "random"), "{f:?}");
+    assert!(!f.has("lobbyId"), "{f:?}");
+    alice.send(frame! {"type" => "lobbySubscribe", "lobbyId" => "online"}).await;
+    let f = alice.next_of_within_any(&["lobbySubscribed", "error"], Duration::from_secs(20)).await;
+    assert_eq!((f.str("error"), f.str("lobbyId")), ("broker_unavailable", "online"), "{f:?}");
+    alice.subscribe("demo/general/messages").await;
 }
