@@ -373,3 +373,67 @@ async fn presence_backend_failures_answer_broker_unavailable_with_the_room_or_lo
     assert_eq!((f.str("error"), f.str("lobbyId")), ("broker_unavailable", "online"), "{f:?}");
     alice.subscribe("demo/general/messages").await;
 }
+
+/// durable.md: "If the bus publish then fails, the client gets `broker_unavailable`, but the
+/// message stays stored and reaches durable consumers". The bus is MQTT through a proxy the
+/// test cuts, with a one-message publish buffer so that a publish fails once the link is down.
+#[tokio::test]
+async fn a_logged_publish_whose_bus_publish_fails_still_reaches_durable_consumers() {
+    let Some((mqtt, _)) = external_urls() else { return };
+    let proxy = TcpProxy::start(service_addr(&mqtt)).await;
+    let (url, ns) = (format!("mqtt://{}", proxy.addr), unique_namespace());
+    let server = TestServer::builder()
+        .settings(move |s| {
+            s.bus = Some(url);
+            s.namespace = Some(ns);
+            s.bus_publish_buffer = Some(1);
+        })
+        .spawn()
+        .await;
+    let mut agent = server.connect().await;
+    agent.auth_session("dev-token-agent", Some("bus-down"), false).await;
+    agent.subscribe(TASKS).await;
+    let mut alice = server.auth("dev-token-alice").await;
+    alice.publish_acked(TASKS, "before".into()).await;
+    let m = agent.expect("message").await;
+    agent.send(frame! {"type" => "ack", "msgId" => m.str("msgId")}).await;
+
+    proxy.cut();
+    let d = Deadline::new("a logged publish gets broker_unavailable", Duration::from_secs(30));
+    let failed = loop {
+        let data = format!("m{}", d.elapsed().as_millis());
+        alice.send(frame! {"type" => "publish", "topic" => TASKS, "data" => data.as_str(), "msgRef" => "r"}).await;
+        let f = alice.next_of_within_any(&["published", "error"], Duration::from_secs(20)).await;
+        if f.ty() == "error" {
+            assert_eq!((f.str("error"), f.str("topic"), f.str("msgRef")), ("broker_unavailable", TASKS, "r"), "{f:?}");
+            break data;
+        }
+        d.tick().await;
+    };
+    server.close_and_settle(agent).await;
+    proxy.restore();
+    // New auths are refused while the bus is down; the session comes back once it is up.
+    let d = Deadline::new("the session reconnects", Duration::from_secs(30));
+    let mut agent = loop {
+        let mut c = server.connect().await;
+        c.send(frame! {"type" => "auth", "token" => "dev-token-agent", "protocolVersion" => 2, "reconnect" => true, "clientId" => "bus-down"}).await;
+        // Restoring waits for the broker's SUBACKs, which may take a reconnect's back-off.
+        let r = c.next_of_within("auth", Duration::from_secs(30)).await;
+        if r.get("success") == &rmpv::Value::Boolean(true) {
+            eprintln!("reconnected {:?} after the restore", d.elapsed());
+            break c;
+        }
+        assert_eq!(r.str("error"), "broker_unavailable", "{r:?}");
+        d.tick().await;
+    };
+    let d = Deadline::new("the refused publish arrives", Duration::from_secs(20));
+    loop {
+        let m = agent.next_of_within("message", Duration::from_secs(20)).await;
+        assert!(m.has("msgId"), "{m:?}");
+        agent.send(frame! {"type" => "ack", "msgId" => m.str("msgId")}).await;
+        if m.str("data") == failed {
+            break;
+        }
+        d.tick().await;
+    }
+}
