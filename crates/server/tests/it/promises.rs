@@ -437,3 +437,35 @@ async fn a_logged_publish_whose_bus_publish_fails_still_reaches_durable_consumer
         d.tick().await;
     }
 }
+
+/// protocol.md (Bus failures): "A subscribe the bus refuses gets the same error with topic."
+/// The broker is stalled behind a proxy (connection open, no SUBACK), so the MQTT bus gives
+/// up after its ack timeout (10 s); the connection's other subscriptions keep working.
+#[tokio::test]
+async fn a_subscribe_the_bus_refuses_gets_broker_unavailable_with_the_topic() {
+    let Some((mqtt, _)) = external_urls() else { return };
+    let proxy = TcpProxy::start(service_addr(&mqtt)).await;
+    let (url, ns) = (format!("mqtt://{}", proxy.addr), unique_namespace());
+    let server = TestServer::builder()
+        .settings(move |s| {
+            s.bus = Some(url);
+            s.namespace = Some(ns);
+        })
+        .spawn()
+        .await;
+    let mut alice = server.auth("dev-token-alice").await;
+    alice.subscribe("demo/general/messages").await;
+    proxy.stall();
+    alice.send(frame! {"type" => "subscribe", "topic" => "demo/general/events"}).await;
+    let f = alice.next_of_within_any(&["subscribed", "error"], Duration::from_secs(30)).await;
+    assert_eq!((f.str("error"), f.str("topic")), ("broker_unavailable", "demo/general/events"), "{f:?}");
+    assert!(!f.str("hint").is_empty(), "{f:?}");
+    proxy.resume();
+    // Not subscribed: a publish to it does not arrive; the earlier subscription still works.
+    let mut bob = server.auth("dev-token-bob").await;
+    bob.publish_acked("demo/general/events", "missed".into()).await;
+    bob.publish_acked("demo/general/messages", "kept".into()).await;
+    assert_eq!(alice.next_of_within("message", Duration::from_secs(20)).await.str("data"), "kept");
+    alice.assert_nothing_pending().await;
+    alice.subscribe("demo/general/events").await;
+}
