@@ -469,3 +469,66 @@ async fn a_subscribe_the_bus_refuses_gets_broker_unavailable_with_the_topic() {
     alice.assert_nothing_pending().await;
     alice.subscribe("demo/general/events").await;
 }
+
+/// protocol.md (Group replay): `replayed` can be below `count` when retention pruned messages
+/// meanwhile, and the node counts the difference (`skua_replay_shortfall_total`). The member
+/// does not read while its replay runs (the replay is paced by the socket), so retention
+/// prunes the backlog under it: 20 messages of 800 KB do not fit the loopback buffers.
+#[tokio::test]
+async fn a_group_replay_cut_short_by_retention_reports_the_shortfall() {
+    const N: usize = 20;
+    let server = TestServer::builder()
+        .settings(|s| {
+            s.log_max_per_topic = Some(N);
+            s.log_prune_interval = Some("1s".into());
+            s.replay_page_size = Some(1);
+            s.outbound_queue_messages = Some(2);
+            s.rate_limit = Some(1000);
+        })
+        .spawn()
+        .await;
+    let join_group = frame! {"type" => "subscribe", "topic" => TASKS, "loadBalance" => true, "loadBalanceGroup" => "workers"};
+    let mut member = server.connect().await;
+    member.auth_session("dev-token-agent", Some("g1"), false).await;
+    member.send(join_group.clone()).await;
+    member.expect("subscribed").await;
+    server.close_and_settle(member).await;
+
+    let mut alice = server.auth("dev-token-alice").await;
+    let big = rmpv::Value::Binary(vec![7u8; 800_000]);
+    for _ in 0..N {
+        alice.publish_acked(TASKS, big.clone()).await;
+    }
+    let mut member = server.connect().await;
+    member.auth_session("dev-token-agent", Some("g1"), false).await;
+    member.send(join_group).await;
+    // N newer messages push the whole backlog past retention while the member reads nothing.
+    for _ in 0..N {
+        alice.publish_acked(TASKS, "new".into()).await;
+    }
+    let d = Deadline::new("retention prunes the backlog", Duration::from_secs(15));
+    while Scrape::of(server.addr).await.value("skua_log_pruned_total", &[]) < N as f64 {
+        d.tick().await;
+    }
+    member.expect("subscribed").await;
+    let count = member.expect("replayStart").await.int("count");
+    assert_eq!(count, N as i64);
+    let mut got = 0;
+    let end = loop {
+        let f = member.next().await;
+        match f.ty() {
+            "message" => {
+                assert_eq!(f.get("isReplay"), &rmpv::Value::Boolean(true), "{f:?}");
+                got += 1;
+            }
+            "replayEnd" => break f,
+            _ => panic!("{f:?}"),
+        }
+    };
+    let replayed = end.int("replayed");
+    eprintln!("replayed {replayed} of {count}");
+    assert_eq!(replayed, got, "{end:?}");
+    assert!(replayed < count, "retention pruned part of the backlog, yet {replayed} of {count} were replayed");
+    let m = Scrape::of(server.addr).await;
+    assert_eq!(m.value("skua_replay_shortfall_total", &[]), (count - replayed) as f64, "{}", m.text);
+}
