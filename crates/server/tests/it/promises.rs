@@ -530,5 +530,5 @@ async fn a_group_replay_cut_short_by_retention_reports_the_shortfall() {
     assert_eq!(replayed, got, "{end:?}");
     assert!(replayed < count, "retention pruned part of the backlog, yet {replayed} of {count} were replayed");
     let m = Scrape::of(server.addr).await;
-    assert_eq!(m.value("skua_replay_shortfall_total", &[]), (count - replayed) as f64, "{}", m.text);
+    assert_eq!(m.value("skua_replay_shortfall_total", &[]), (count - replayed) as f64, "the shortfall is counted");
 }
