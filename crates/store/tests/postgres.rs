@@ -185,7 +185,9 @@ async fn an_unreachable_postgres_fails_to_connect() {
         panic!("connected to port 1");
     };
     assert_eq!(source.to_string(), "postgres: connect failed");
-    assert!(started.elapsed() < ACQUIRE_TIMEOUT + std::time::Duration::from_secs(2), "{:?}", started.elapsed());
+    // It gives up after about the acquire timeout; three times it is slack for a loaded machine,
+    // and still fails a pool that retries without end (or for sqlx's default 30 s).
+    assert!(started.elapsed() < ACQUIRE_TIMEOUT * 3, "{:?}", started.elapsed());
 }
 
 /// The versions of `migrations/postgres/`, oldest first.

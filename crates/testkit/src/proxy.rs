@@ -82,7 +82,11 @@ impl TcpProxy {
 
 /// Copies `from` to `to`, holding each chunk back while `stalled` is set; returns when either
 /// side ends.
-async fn forward(mut from: impl AsyncRead + Unpin, mut to: impl AsyncWrite + Unpin, mut stalled: watch::Receiver<bool>) {
+async fn forward(
+    mut from: impl AsyncRead + Unpin,
+    mut to: impl AsyncWrite + Unpin,
+    mut stalled: watch::Receiver<bool>,
+) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
         let n = match from.read(&mut buf).await {

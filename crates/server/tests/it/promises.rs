@@ -487,7 +487,8 @@ async fn a_group_replay_cut_short_by_retention_reports_the_shortfall() {
         })
         .spawn()
         .await;
-    let join_group = frame! {"type" => "subscribe", "topic" => TASKS, "loadBalance" => true, "loadBalanceGroup" => "workers"};
+    let join_group =
+        frame! {"type" => "subscribe", "topic" => TASKS, "loadBalance" => true, "loadBalanceGroup" => "workers"};
     let mut member = server.connect().await;
     member.auth_session("dev-token-agent", Some("g1"), false).await;
     member.send(join_group.clone()).await;
