@@ -473,10 +473,11 @@ async fn a_subscribe_the_bus_refuses_gets_broker_unavailable_with_the_topic() {
 /// protocol.md (Group replay): `replayed` can be below `count` when retention pruned messages
 /// meanwhile, and the node counts the difference (`skua_replay_shortfall_total`). The member
 /// does not read while its replay runs (the replay is paced by the socket), so retention
-/// prunes the backlog under it: 20 messages of 800 KB do not fit the loopback buffers.
+/// prunes the backlog under it: 30 messages of 800 KB (24 MB) do not fit the loopback buffers
+/// (about 5 MB here; Linux's default maxima allow 10 MB).
 #[tokio::test]
 async fn a_group_replay_cut_short_by_retention_reports_the_shortfall() {
-    const N: usize = 20;
+    const N: usize = 30;
     let server = TestServer::builder()
         .settings(|s| {
             s.log_max_per_topic = Some(N);
@@ -503,6 +504,9 @@ async fn a_group_replay_cut_short_by_retention_reports_the_shortfall() {
     let mut member = server.connect().await;
     member.auth_session("dev-token-agent", Some("g1"), false).await;
     member.send(join_group).await;
+    member.expect("subscribed").await;
+    let count = member.expect("replayStart").await.int("count");
+    assert_eq!(count, N as i64);
     // N newer messages push the whole backlog past retention while the member reads nothing.
     for _ in 0..N {
         alice.publish_acked(TASKS, "new".into()).await;
@@ -511,9 +515,6 @@ async fn a_group_replay_cut_short_by_retention_reports_the_shortfall() {
     while Scrape::of(server.addr).await.value("skua_log_pruned_total", &[]) < N as f64 {
         d.tick().await;
     }
-    member.expect("subscribed").await;
-    let count = member.expect("replayStart").await.int("count");
-    assert_eq!(count, N as i64);
     let mut got = 0;
     let end = loop {
         let f = member.next().await;
