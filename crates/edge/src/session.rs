@@ -11,7 +11,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use skua_core::registry::{AccessError, Actor};
-use skua_core::{ActorId, BusSubscription, RestoreRecord, RestoredTopic, RoomKey, SessionKey, TopicAddress};
+use skua_core::{
+    ActorId, BusSubscription, RestoreKey, RestoreRecord, RestoredTopic, RoomKey, SessionKey, TopicAddress,
+};
 use skua_protocol::codes::{code, error};
 use skua_protocol::{ClientFrame, DecodeError, ErrorFrame, ServerFrame};
 
@@ -43,6 +45,8 @@ pub(crate) struct Authed {
     version: u32,
     expires_at: Option<u64>,
     key: SessionKey,
+    /// This connection's restore record (N23): the session's with a clientId, else its own.
+    restore: RestoreKey,
     bucket: TokenBucket,
     max_message_size: usize,
     _slot: ProjectSlot,
@@ -206,7 +210,7 @@ impl Session {
     /// Saves the restore record after a subscription change.
     async fn save_restore(&self) {
         let Some(a) = &self.auth else { return };
-        if let Err(e) = self.st.store.save_restore(&a.key, &self.restore_record()).await {
+        if let Err(e) = self.st.store.save_restore(&a.restore, &self.restore_record()).await {
             tracing::warn!(error = %e, "Saving the restore record failed; a reconnect may restore less.");
         }
     }
@@ -234,7 +238,7 @@ impl Session {
         self.leave_presence_room().await;
         if let Some(a) = &self.auth {
             let ttl = self.st.config.restore_ttl.as_secs();
-            if let Err(e) = self.st.store.release_restore(&a.key, now_unix_s(), ttl).await {
+            if let Err(e) = self.st.store.release_restore(&a.restore, now_unix_s(), ttl).await {
                 tracing::warn!(error = %e, "Releasing the restore record failed.");
             }
         }

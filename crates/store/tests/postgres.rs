@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
-use skua_core::{ActorId, ProjectId, RestoreRecord, RestoredTopic, SessionKey, Store, StoreError};
+use skua_core::{ActorId, ProjectId, RestoreKey, RestoreRecord, RestoredTopic, SessionKey, Store, StoreError};
 use skua_store::postgres::ACQUIRE_TIMEOUT;
 use skua_store::{PostgresStore, SchemaNotMigrated, UnixClock};
 use skua_testkit::conformance::store::{StoreHarness, T0};
@@ -69,8 +69,12 @@ mod conformance {
     skua_testkit::store_conformance!(setup = setup());
 }
 
-fn key(actor: &str) -> SessionKey {
-    SessionKey { project: ProjectId::parse("proj").unwrap(), actor: ActorId::parse(actor).unwrap(), client_id: None }
+fn key(actor: &str) -> RestoreKey {
+    RestoreKey::Session(SessionKey {
+        project: ProjectId::parse("proj").unwrap(),
+        actor: ActorId::parse(actor).unwrap(),
+        client_id: None,
+    })
 }
 
 fn record() -> RestoreRecord {

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
-use skua_core::{ActorId, ClientId, ProjectId, RestoreRecord, RestoredTopic, SessionKey, Store, StoreError};
+use skua_core::{
+    ActorId, ClientId, ProjectId, RestoreKey, RestoreRecord, RestoredTopic, SessionKey, Store, StoreError,
+};
 use skua_store::{SqliteStore, UnixClock, UnsupportedStoreUrl};
 use skua_testkit::conformance::store::{StoreHarness, T0};
 
@@ -110,12 +112,12 @@ mod file {
     skua_testkit::store_conformance!(FileHarness::new());
 }
 
-fn key(actor: &str, client_id: Option<&str>) -> SessionKey {
-    SessionKey {
+fn key(actor: &str, client_id: Option<&str>) -> RestoreKey {
+    RestoreKey::Session(SessionKey {
         project: ProjectId::parse("proj").unwrap(),
         actor: ActorId::parse(actor).unwrap(),
         client_id: client_id.map(|c| ClientId::parse(c).unwrap()),
-    }
+    })
 }
 
 fn record() -> RestoreRecord {
