@@ -215,10 +215,18 @@ impl Session {
         }
     }
 
-    /// Releases everything the connection holds: subscriptions, lobbies, presence (sending
-    /// `leave` when it was the actor's last connection in the room), and starts the restore
-    /// record's expiry.
+    /// Releases everything the connection holds: starts the restore record's expiry (making a
+    /// connection record claimable), then subscriptions, lobbies, presence (sending `leave` when
+    /// it was the actor's last connection in the room).
     pub(crate) async fn cleanup(&mut self) {
+        // First: a connection record becomes claimable once released (N23), and a client that
+        // reconnects at once should find it.
+        if let Some(a) = &self.auth {
+            let ttl = self.st.config.restore_ttl.as_secs();
+            if let Err(e) = self.st.store.release_restore(&a.restore, now_unix_s(), ttl).await {
+                tracing::warn!(error = %e, "Releasing the restore record failed.");
+            }
+        }
         for (_, sub) in std::mem::take(&mut self.subs) {
             self.st.hub.remove(&sub.address, self.conn.id);
             self.st.hub.release(&bus_subscription(&sub.address, sub.group.as_ref())).await;
@@ -236,12 +244,6 @@ impl Session {
             self.st.hub.lobby_unsubscribe(&rooms, self.conn.id, &Arc::from(lobby)).await;
         }
         self.leave_presence_room().await;
-        if let Some(a) = &self.auth {
-            let ttl = self.st.config.restore_ttl.as_secs();
-            if let Err(e) = self.st.store.release_restore(&a.restore, now_unix_s(), ttl).await {
-                tracing::warn!(error = %e, "Releasing the restore record failed.");
-            }
-        }
         self.auth = None;
     }
 
