@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use crate::ids::{ActorId, ClientId, ProjectId, RecordId};
+use crate::ids::{ActorId, ClientId, NodeId, ProjectId, RecordId};
 
 /// Whose restore record: the actor, or (actor, clientId) when a clientId is given (N23).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -211,7 +211,7 @@ pub struct Retention {
 /// Durable session state. Every implementation guarantees:
 ///
 /// 1. `save_restore` replaces the key's record; a record being saved has no expiry and is in
-///    use (not claimable).
+///    use (not claimable), held by the saving node.
 /// 2. `release_restore` starts the key's expiry: the record is kept for `ttl_s` seconds
 ///    after that call, then `load_restore` returns `None` for it. A released connection record
 ///    is claimable until it expires or is claimed.
@@ -220,14 +220,17 @@ pub struct Retention {
 ///    that returned before another began is the earlier one) and makes it in use again, as a
 ///    save would; it never takes a record in use, a session record, or another actor's. Each
 ///    release makes a record claimable once: concurrent claims, through any handles, never
-///    return the same record.
+///    return the same record. The claiming node holds it.
+/// 5. `release_node_restores` releases every record in use that a node holds, as if each of its
+///    connections had closed then; records other nodes hold, and records already released, are
+///    left as they are.
 #[async_trait]
 pub trait Store: MessageLog + Send + Sync + 'static {
-    /// Replaces the restore record of `key`.
+    /// Replaces the restore record of `key`, held by a connection on `node`.
     ///
     /// # Errors
     /// [`StoreError`] when the backend failed.
-    async fn save_restore(&self, key: &RestoreKey, record: &RestoreRecord) -> Result<(), StoreError>;
+    async fn save_restore(&self, key: &RestoreKey, node: &NodeId, record: &RestoreRecord) -> Result<(), StoreError>;
 
     /// The restore record of `key`, if any and not expired.
     ///
@@ -242,12 +245,24 @@ pub trait Store: MessageLog + Send + Sync + 'static {
     /// [`StoreError`] when the backend failed.
     async fn release_restore(&self, key: &RestoreKey, now_unix_s: u64, ttl_s: u64) -> Result<(), StoreError>;
 
-    /// Takes over the connection record of `project`/`actor` released last and not expired or
-    /// claimed since (contract 4), or `None` when there is none.
+    /// Takes over, for a connection on `node`, the connection record of `project`/`actor`
+    /// released last and not expired or claimed since (contract 4), or `None` when there is none.
     ///
     /// # Errors
     /// [`StoreError`] when the backend failed; then nothing was claimed.
-    async fn claim_restore(&self, project: &ProjectId, actor: &ActorId) -> Result<Option<ClaimedRecord>, StoreError>;
+    async fn claim_restore(
+        &self,
+        project: &ProjectId,
+        actor: &ActorId,
+        node: &NodeId,
+    ) -> Result<Option<ClaimedRecord>, StoreError>;
+
+    /// `node` is gone (it stopped renewing its liveness): releases the records its connections
+    /// held (contract 5), keeping each for `ttl_s` seconds from `now_unix_s`; returns how many.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the backend failed.
+    async fn release_node_restores(&self, node: &NodeId, now_unix_s: u64, ttl_s: u64) -> Result<u64, StoreError>;
 
     /// Whether the backend is reachable, as far as it can tell; `false` fails the node's readiness.
     fn is_available(&self) -> bool {

@@ -210,7 +210,7 @@ impl Session {
     /// Saves the restore record after a subscription change.
     async fn save_restore(&self) {
         let Some(a) = &self.auth else { return };
-        if let Err(e) = self.st.store.save_restore(&a.restore, &self.restore_record()).await {
+        if let Err(e) = self.st.store.save_restore(&a.restore, &self.st.node, &self.restore_record()).await {
             tracing::warn!(error = %e, "Saving the restore record failed; a reconnect may restore less.");
         }
     }

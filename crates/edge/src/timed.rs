@@ -139,8 +139,8 @@ impl TimedStore {
 
 #[async_trait]
 impl Store for TimedStore {
-    async fn save_restore(&self, key: &RestoreKey, record: &RestoreRecord) -> Result<(), StoreError> {
-        timed(&self.metrics, "store", "save_restore", self.inner.save_restore(key, record)).await
+    async fn save_restore(&self, key: &RestoreKey, node: &NodeId, record: &RestoreRecord) -> Result<(), StoreError> {
+        timed(&self.metrics, "store", "save_restore", self.inner.save_restore(key, node, record)).await
     }
 
     async fn load_restore(&self, key: &RestoreKey) -> Result<Option<RestoreRecord>, StoreError> {
@@ -151,8 +151,18 @@ impl Store for TimedStore {
         timed(&self.metrics, "store", "release_restore", self.inner.release_restore(key, now_unix_s, ttl_s)).await
     }
 
-    async fn claim_restore(&self, project: &ProjectId, actor: &ActorId) -> Result<Option<ClaimedRecord>, StoreError> {
-        timed(&self.metrics, "store", "claim_restore", self.inner.claim_restore(project, actor)).await
+    async fn claim_restore(
+        &self,
+        project: &ProjectId,
+        actor: &ActorId,
+        node: &NodeId,
+    ) -> Result<Option<ClaimedRecord>, StoreError> {
+        timed(&self.metrics, "store", "claim_restore", self.inner.claim_restore(project, actor, node)).await
+    }
+
+    async fn release_node_restores(&self, node: &NodeId, now_unix_s: u64, ttl_s: u64) -> Result<u64, StoreError> {
+        let released = self.inner.release_node_restores(node, now_unix_s, ttl_s);
+        timed(&self.metrics, "store", "release_node_restores", released).await
     }
 
     fn is_available(&self) -> bool {

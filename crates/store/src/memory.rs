@@ -14,8 +14,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
 use skua_core::{
-    ActorId, Claim, ClaimedRecord, Consumer, Holder, MessageLog, NewMessage, ProjectId, RecordId, Release, RestoreKey,
-    RestoreRecord, Retention, SessionKey, Store, StoreError, StoredMessage,
+    ActorId, Claim, ClaimedRecord, Consumer, Holder, MessageLog, NewMessage, NodeId, ProjectId, RecordId, Release,
+    RestoreKey, RestoreRecord, Retention, SessionKey, Store, StoreError, StoredMessage,
 };
 
 use crate::clock::{UnixClock, system_clock};
@@ -54,6 +54,8 @@ struct Kept {
     /// For a released connection record: its place in the release order (claims take the
     /// highest); `None` while in use, and after a claim.
     released: Option<u64>,
+    /// The node whose connection saved or claimed it last.
+    node: NodeId,
 }
 
 impl Kept {
@@ -63,8 +65,15 @@ impl Kept {
         self.expires_at.is_some_and(|at| now_unix_s >= at)
     }
 
-    fn in_use(record: RestoreRecord) -> Self {
-        Self { record, expires_at: None, released: None }
+    fn in_use(record: RestoreRecord, node: NodeId) -> Self {
+        Self { record, expires_at: None, released: None, node }
+    }
+
+    /// Starts the expiry; a connection record also takes its place in the release order.
+    fn release(&mut self, connection: bool, now_unix_s: u64, ttl_s: u64, next_release: &mut u64) {
+        self.expires_at = Some(now_unix_s.saturating_add(ttl_s));
+        self.released = connection.then_some(*next_release);
+        *next_release += 1;
     }
 }
 
@@ -179,10 +188,10 @@ impl fmt::Debug for MemoryStore {
 impl Store for MemoryStore {
     /// # Errors
     /// None.
-    async fn save_restore(&self, key: &RestoreKey, record: &RestoreRecord) -> Result<(), StoreError> {
+    async fn save_restore(&self, key: &RestoreKey, node: &NodeId, record: &RestoreRecord) -> Result<(), StoreError> {
         let now = (self.clock)();
         let mut state = self.lock();
-        state.insert(key, Kept::in_use(record.clone()));
+        state.insert(key, Kept::in_use(record.clone(), node.clone()));
         if state.len() >= state.sweep_at {
             state.sweep(now);
             state.sweep_at = (state.len() * 2).max(MIN_SWEEP_LEN);
@@ -211,18 +220,22 @@ impl Store for MemoryStore {
     /// None.
     async fn release_restore(&self, key: &RestoreKey, now_unix_s: u64, ttl_s: u64) -> Result<(), StoreError> {
         let mut state = self.lock();
-        let order = state.next_release;
+        let mut next = state.next_release;
         if let Some(kept) = state.get_mut(key) {
-            kept.expires_at = Some(now_unix_s.saturating_add(ttl_s));
-            kept.released = matches!(key, RestoreKey::Connection(_)).then_some(order);
-            state.next_release += 1;
+            kept.release(matches!(key, RestoreKey::Connection(_)), now_unix_s, ttl_s, &mut next);
         }
+        state.next_release = next;
         Ok(())
     }
 
     /// # Errors
     /// None.
-    async fn claim_restore(&self, project: &ProjectId, actor: &ActorId) -> Result<Option<ClaimedRecord>, StoreError> {
+    async fn claim_restore(
+        &self,
+        project: &ProjectId,
+        actor: &ActorId,
+        node: &NodeId,
+    ) -> Result<Option<ClaimedRecord>, StoreError> {
         let now = (self.clock)();
         let mut state = self.lock();
         let Some(records) = state.connections.get_mut(&(project.clone(), actor.clone())) else { return Ok(None) };
@@ -233,8 +246,31 @@ impl Store for MemoryStore {
         Ok(last.map(|(id, kept)| {
             kept.expires_at = None;
             kept.released = None;
+            kept.node = node.clone();
             ClaimedRecord { id: id.clone(), record: kept.record.clone() }
         }))
+    }
+
+    /// A scan of every record: nodes lapse rarely.
+    ///
+    /// # Errors
+    /// None.
+    async fn release_node_restores(&self, node: &NodeId, now_unix_s: u64, ttl_s: u64) -> Result<u64, StoreError> {
+        let mut guard = self.lock();
+        let state = &mut *guard;
+        let mut next = state.next_release;
+        let mut released = 0;
+        let held = |kept: &Kept| kept.expires_at.is_none() && kept.node == *node;
+        for kept in state.sessions.values_mut().filter(|k| held(k)) {
+            kept.release(false, now_unix_s, ttl_s, &mut next);
+            released += 1;
+        }
+        for kept in state.connections.values_mut().flat_map(HashMap::values_mut).filter(|k| held(k)) {
+            kept.release(true, now_unix_s, ttl_s, &mut next);
+            released += 1;
+        }
+        state.next_release = next;
+        Ok(released)
     }
 }
 
@@ -298,6 +334,10 @@ mod tests {
 
     use super::*;
 
+    fn node() -> NodeId {
+        NodeId::parse("node-1").unwrap()
+    }
+
     fn key(i: usize) -> RestoreKey {
         RestoreKey::Session(SessionKey {
             project: ProjectId::parse("p").unwrap(),
@@ -313,19 +353,19 @@ mod tests {
         let store = MemoryStore::with_clock(Arc::new(move || clock.load(Ordering::Relaxed)));
         let record = RestoreRecord::default();
         for i in 0..MIN_SWEEP_LEN - 1 {
-            store.save_restore(&key(i), &record).await.unwrap();
+            store.save_restore(&key(i), &node(), &record).await.unwrap();
             store.release_restore(&key(i), 1_000, 10).await.unwrap();
         }
         assert_eq!(store.len(), MIN_SWEEP_LEN - 1);
         now.store(2_000, Ordering::Relaxed);
-        store.save_restore(&key(MIN_SWEEP_LEN), &record).await.unwrap();
+        store.save_restore(&key(MIN_SWEEP_LEN), &node(), &record).await.unwrap();
         assert_eq!(store.len(), 1, "only the record just saved is left");
     }
 
     #[tokio::test]
     async fn load_removes_an_expired_record() {
         let store = MemoryStore::with_clock(Arc::new(|| 5_000));
-        store.save_restore(&key(1), &RestoreRecord::default()).await.unwrap();
+        store.save_restore(&key(1), &node(), &RestoreRecord::default()).await.unwrap();
         store.release_restore(&key(1), 1_000, 10).await.unwrap();
         assert_eq!(store.load_restore(&key(1)).await.unwrap(), None);
         assert!(store.is_empty());
@@ -334,7 +374,7 @@ mod tests {
     #[tokio::test]
     async fn system_clock_is_the_default() {
         let store = MemoryStore::new();
-        store.save_restore(&key(1), &RestoreRecord::default()).await.unwrap();
+        store.save_restore(&key(1), &node(), &RestoreRecord::default()).await.unwrap();
         store.release_restore(&key(1), 0, 10).await.unwrap();
         assert_eq!(store.load_restore(&key(1)).await.unwrap(), None, "released in 1970");
     }

@@ -17,7 +17,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use skua_core::{ActorId, ClaimedRecord, ProjectId, RestoreKey, RestoreRecord, Store, StoreError};
+use skua_core::{ActorId, ClaimedRecord, NodeId, ProjectId, RestoreKey, RestoreRecord, Store, StoreError};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 
 use crate::clock::UnixClock;
@@ -47,13 +47,16 @@ const RELEASE: &str = "UPDATE restore_records SET expires_at = ?, released_seq =
                        WHERE project = ? AND actor = ? AND client_id = ?";
 /// Takes the actor's connection record released last; one statement, so SQLite's write lock
 /// makes it atomic against every other claim.
-const CLAIM: &str = "UPDATE restore_records SET expires_at = NULL, released_seq = NULL \
+const CLAIM: &str = "UPDATE restore_records SET expires_at = NULL, released_seq = NULL, node = ? \
                      WHERE project = ? AND actor = ? AND client_id = ( \
                          SELECT client_id FROM restore_records \
                          WHERE project = ? AND actor = ? AND client_id LIKE ? \
                          AND released_seq IS NOT NULL AND expires_at > ? \
                          ORDER BY released_seq DESC LIMIT 1) \
                      RETURNING client_id, record";
+/// Releases a lapsed node's rows; they share one place in the release order.
+const RELEASE_NODE: &str = "UPDATE restore_records SET expires_at = ?, released_seq = ? \
+                            WHERE node = ? AND expires_at IS NULL";
 const PRUNE: &str = "DELETE FROM restore_records WHERE expires_at IS NOT NULL AND expires_at <= ?";
 
 /// Restore records in SQLite. Holds a connection pool: create one per database and share it
@@ -153,9 +156,10 @@ impl fmt::Debug for SqliteStore {
 impl Store for SqliteStore {
     /// # Errors
     /// [`StoreError::Unavailable`] when the database failed.
-    async fn save_restore(&self, key: &RestoreKey, record: &RestoreRecord) -> Result<(), StoreError> {
+    async fn save_restore(&self, key: &RestoreKey, node: &NodeId, record: &RestoreRecord) -> Result<(), StoreError> {
         let (project, actor, client_id) = key_columns(key);
-        let w = Write::Save(project.to_owned(), actor.to_owned(), client_id.into_owned(), record::encode(record));
+        let (project, actor, node) = (project.to_owned(), actor.to_owned(), node.as_str().to_owned());
+        let w = Write::Save(project, actor, client_id.into_owned(), record::encode(record), node);
         self.writer.write(w).await.map_err(writer_error("save_restore"))
     }
 
@@ -204,8 +208,14 @@ impl Store for SqliteStore {
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] when the database failed.
-    async fn claim_restore(&self, project: &ProjectId, actor: &ActorId) -> Result<Option<ClaimedRecord>, StoreError> {
+    async fn claim_restore(
+        &self,
+        project: &ProjectId,
+        actor: &ActorId,
+        node: &NodeId,
+    ) -> Result<Option<ClaimedRecord>, StoreError> {
         let row: Option<(String, Vec<u8>)> = sqlx::query_as(CLAIM)
+            .bind(node.as_str())
             .bind(project.as_str())
             .bind(actor.as_str())
             .bind(project.as_str())
@@ -216,6 +226,19 @@ impl Store for SqliteStore {
             .await
             .map_err(sql(BACKEND, "claim_restore"))?;
         Ok(row.and_then(|(column, bytes)| crate::sql::claimed(BACKEND, project, actor, &column, &bytes)))
+    }
+
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the database failed.
+    async fn release_node_restores(&self, node: &NodeId, now_unix_s: u64, ttl_s: u64) -> Result<u64, StoreError> {
+        let done = sqlx::query(RELEASE_NODE)
+            .bind(unix_to_sql(now_unix_s.saturating_add(ttl_s)))
+            .bind(next_release_seq())
+            .bind(node.as_str())
+            .execute(&self.pool)
+            .await
+            .map_err(sql(BACKEND, "release_node_restores"))?;
+        Ok(done.rows_affected())
     }
 }
 

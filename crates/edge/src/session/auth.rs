@@ -187,7 +187,7 @@ impl Session {
         let loaded = match &mut a.restore {
             RestoreKey::Session(_) => self.st.store.load_restore(&a.restore).await,
             RestoreKey::Connection(mine) => {
-                self.st.store.claim_restore(&mine.project, &mine.actor).await.map(|claimed| {
+                self.st.store.claim_restore(&mine.project, &mine.actor, &self.st.node).await.map(|claimed| {
                     claimed.map(|c| {
                         mine.id = c.id;
                         c.record

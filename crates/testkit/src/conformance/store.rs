@@ -13,8 +13,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use skua_core::{
-    ActorId, Claim, ClaimedRecord, ClientId, ConnectionRecord, Consumer, Holder, NewMessage, ProjectId, RecordId,
-    Release, RestoreKey, RestoreRecord, RestoredTopic, Retention, SessionKey, Store,
+    ActorId, Claim, ClaimedRecord, ClientId, ConnectionRecord, Consumer, Holder, NewMessage, NodeId, ProjectId,
+    RecordId, Release, RestoreKey, RestoreRecord, RestoredTopic, Retention, SessionKey, Store,
 };
 
 use super::within;
@@ -62,6 +62,7 @@ macro_rules! store_conformance {
             claim_skips_expired_records,
             claim_takes_only_the_actor_s_connection_records,
             concurrent_claims_never_take_the_same_record,
+            releasing_a_node_ends_the_records_it_holds,
             log_messages_before_a_consumer_are_not_pending,
             log_pending_follows_topic_and_filters,
             log_claim_hands_a_message_to_one_holder,
@@ -354,14 +355,51 @@ pub async fn concurrent_claims_never_take_the_same_record<H: StoreHarness>(h: H)
     assert_eq!(got, want, "every record claimed exactly once");
 }
 
+/// Contract 5: a lapsed node's records in use are released (and claimable); records another
+/// node saved or claimed since, and records released before, keep their state.
+pub async fn releasing_a_node_ends_the_records_it_holds<H: StoreHarness>(h: H) {
+    let s = h.open().await;
+    h.set_now(T0);
+    save_on(&s, &conn("alice", "on-dead"), "dead", &lobbies("on-dead")).await;
+    save_on(&s, &conn("alice", "on-live"), "live", &lobbies("on-live")).await;
+    save_on(&s, &conn("alice", "moved"), "dead", &lobbies("moved")).await;
+    release(&s, &conn("alice", "moved"), T0, 60).await;
+    assert_eq!(claim_on(&s, "alice", "live").await, Some(claimed("moved")), "now held on live");
+    save_on(&s, &key("alice", Some("w1")), "dead", &rich_record()).await;
+    save_on(&s, &conn("alice", "ended"), "dead", &lobbies("ended")).await;
+    release(&s, &conn("alice", "ended"), T0, 10).await;
+
+    assert_eq!(release_node(&s, "dead", T0 + 5, 60).await, 2, "on-dead and w1");
+    assert_eq!(claim(&s, "alice").await, Some(claimed("on-dead")), "released by the node's release, last");
+    assert_eq!(claim(&s, "alice").await, Some(claimed("ended")));
+    assert_eq!(claim(&s, "alice").await, None, "on-live and moved are in use on live");
+    h.set_now(T0 + 66);
+    assert_eq!(load(&s, &key("alice", Some("w1"))).await, None, "the session record expires like the others");
+    assert_eq!(load(&s, &conn("alice", "on-live")).await, Some(lobbies("on-live")));
+}
+
 // ----------------------------------------------------------------------------------------------
 // Helpers.
 
 async fn claim(s: &Arc<dyn Store>, actor: &str) -> Option<ClaimedRecord> {
+    claim_on(s, actor, "node-1").await
+}
+
+async fn claim_on(s: &Arc<dyn Store>, actor: &str, node: &str) -> Option<ClaimedRecord> {
     let actor = ActorId::parse(actor).unwrap_or_else(|e| panic!("test actor: {e}"));
-    within(format_args!("claim_restore of {actor:?}"), s.claim_restore(&project("proj"), &actor))
+    within(format_args!("claim_restore of {actor:?}"), s.claim_restore(&project("proj"), &actor, &node_id(node)))
         .await
         .unwrap_or_else(|e| panic!("claim_restore of {actor:?}: {e}"))
+}
+
+fn node_id(node: &str) -> NodeId {
+    NodeId::parse(node).unwrap_or_else(|e| panic!("test node: {e}"))
+}
+
+async fn release_node(s: &Arc<dyn Store>, node: &str, now: u64, ttl: u64) -> u64 {
+    within(format_args!("release_node_restores of {node}"), s.release_node_restores(&node_id(node), now, ttl))
+        .await
+        .unwrap_or_else(|e| panic!("release_node_restores of {node}: {e}"))
 }
 
 fn record_id(id: &str) -> RecordId {
@@ -392,7 +430,11 @@ fn claimed(id: &str) -> ClaimedRecord {
 }
 
 async fn save(s: &Arc<dyn Store>, k: &RestoreKey, record: &RestoreRecord) {
-    within(format_args!("save_restore of {k:?}"), s.save_restore(k, record))
+    save_on(s, k, "node-1", record).await;
+}
+
+async fn save_on(s: &Arc<dyn Store>, k: &RestoreKey, node: &str, record: &RestoreRecord) {
+    within(format_args!("save_restore of {k:?}"), s.save_restore(k, &node_id(node), record))
         .await
         .unwrap_or_else(|e| panic!("save_restore of {k:?}: {e}"));
 }
