@@ -6,7 +6,8 @@ use bytes::Bytes;
 
 use crate::ids::{ActorId, ClientId, NodeId, ProjectId, RecordId};
 
-/// Whose restore record: the actor, or (actor, clientId) when a clientId is given (N23).
+/// A session: the actor, or (actor, clientId) when a clientId is given (N23, N25). With a
+/// clientId it also names the session's restore record ([`RestoreKey::Session`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SessionKey {
     /// The actor's project.
