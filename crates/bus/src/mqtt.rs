@@ -51,6 +51,7 @@ mod codec;
 mod config;
 mod link;
 mod tasks;
+mod tls;
 mod topics;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -69,7 +70,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, warn};
 
 pub use codec::{DecodeError, VERSION as ENVELOPE_VERSION, decode as decode_envelope, encode as encode_envelope};
-pub use config::{DEFAULT_MAX_PACKET_SIZE, MqttBusConfig, MqttConfigError};
+pub use config::{DEFAULT_MAX_PACKET_SIZE, MqttBusConfig, MqttConfigError, MqttTls, redact_url};
 
 use link::{Link, Phase, Step};
 use topics::Layout;
@@ -97,6 +98,9 @@ pub enum MqttError {
         /// The SUBACK reason code.
         reason: String,
     },
+    /// The `mqtts://` certificates could not be used.
+    #[error("MQTT TLS: {0}")]
+    Tls(String),
 }
 
 impl From<MqttError> for BusError {
@@ -173,7 +177,19 @@ impl MqttBus {
     ) -> Result<(Arc<MqttBus>, mpsc::Receiver<BusDelivery>), BusError> {
         let addr = config.validate().map_err(MqttError::Config)?;
         let client_id = format!("{}-{node}", config.client_id_prefix);
+        let transport = if addr.tls {
+            let tls = tls::client_config(config.tls.as_ref()).map_err(MqttError::Tls)?;
+            Some(rumqttc::Transport::Tls(rumqttc::TlsConfiguration::Rustls(Arc::new(tls))))
+        } else {
+            None
+        };
         let mut options = MqttOptions::new(client_id.clone(), addr.host, addr.port);
+        if let Some(transport) = transport {
+            options.set_transport(transport);
+        }
+        if let Some((user, password)) = addr.login {
+            options.set_credentials(user, password);
+        }
         // `validate` checked keep_alive >= 5 s, below which rumqttc panics.
         options
             .set_keep_alive(config.keep_alive)
@@ -216,7 +232,7 @@ impl MqttBus {
         match tokio::time::timeout(connect_timeout, availability.wait_for(|up| *up)).await {
             Ok(Ok(_)) => Ok((bus, rx)),
             _ => {
-                warn!(node = %bus.shared.node, url = %bus.shared.config.url, "No MQTT connection within the connect timeout.");
+                warn!(node = %bus.shared.node, url = %redact_url(&bus.shared.config.url), "No MQTT connection within the connect timeout.");
                 bus.shared.cancel.cancel();
                 Err(BusError::Unavailable)
             }
@@ -306,6 +322,8 @@ impl Bus for MqttBus {
             // Presence events are never retained: a later subscriber reads the room's state
             // from the presence slot.
             Envelope::Presence(_) => false,
+            // Control messages concern the sessions connected right now: never kept.
+            Envelope::Control(_) => false,
         };
         let qos = HOP_QOS;
         let topic = s.layout.topic_of(&envelope);

@@ -6,7 +6,8 @@
 //! - [`pb`]: messages, client and server generated from `proto/skua/control/v1/control.proto`
 //!   at build time (protox, no `protoc`);
 //! - [`service`]: [`ControlService`], the RPC handlers, with [`validate`] for input checks;
-//! - [`server`]: serving it with health, reflection and the admin-key check;
+//! - [`server`]: serving it with health, reflection, TLS and the admin-key check;
+//! - [`throttle`]: backing off addresses that fail the admin-key check;
 //! - [`sync`]: [`Propagator`], which keeps a node's registry in step with the store;
 //! - [`fixtures`]: loading fixtures into the store through the same change sets.
 
@@ -14,6 +15,7 @@ pub mod fixtures;
 pub mod server;
 pub mod service;
 pub mod sync;
+pub mod throttle;
 pub mod validate;
 
 /// Generated from `proto/skua/control/v1/control.proto`; the proto documents every field.

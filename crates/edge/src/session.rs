@@ -36,7 +36,7 @@ pub(crate) struct SessionSub {
     filters: Arc<[String]>,
     raw_filters: Option<Bytes>,
     /// The durable consumer, for a persistent session's subscription to a logged topic.
-    consumer: Option<Arc<str>>,
+    consumer: Option<skua_core::ConsumerId>,
 }
 
 /// What an authenticated connection knows about itself.
@@ -73,7 +73,7 @@ pub(crate) struct Session {
     /// Durable delivery of this connection, started with its first durable subscription.
     durable: Option<DurableHandle>,
     /// For a clientId session: its string and the control-topic subscription it holds.
-    persistent: Option<(String, Option<BusSubscription>)>,
+    persistent: Option<(skua_core::SessionKey, Option<BusSubscription>)>,
     /// The client's address (after the PROXY header and trusted `X-Forwarded-For`).
     pub(crate) client_ip: std::net::IpAddr,
     /// Failed `auth`/`reauth` attempts on this connection (issue 12, item 6).
@@ -109,7 +109,7 @@ impl Session {
     }
 
     fn push(&self, frame: &ServerFrame<'_>) {
-        self.conn.push(frame.encode());
+        self.conn.send(frame);
     }
 
     fn v2(&self) -> bool {
@@ -179,9 +179,6 @@ impl Session {
             ClientFrame::LobbySubscribe { lobby_id } => self.on_lobby_subscribe(&lobby_id).await,
             ClientFrame::LobbyUnsubscribe { lobby_id } => self.on_lobby_unsubscribe(&lobby_id).await,
             ClientFrame::GetLobbyPresence { lobby_id } => self.on_get_lobby_presence(&lobby_id).await,
-            other => {
-                tracing::debug!(frame = other.type_str(), "Frame type not handled.");
-            }
         }
     }
 
@@ -272,20 +269,23 @@ impl Session {
         logged: bool,
         group: Option<&Arc<str>>,
         filters: &[String],
-    ) -> Result<Option<Arc<str>>, skua_core::StoreError> {
+    ) -> Result<Option<skua_core::ConsumerId>, skua_core::StoreError> {
         let Some(a) = &self.auth else { return Ok(None) };
         if !logged || a.key.client_id.is_none() {
             return Ok(None);
         }
-        let id = crate::durable::consumer_id(address, &a.key, group.map(|g| &**g));
+        let id = match group {
+            Some(g) => skua_core::ConsumerId::group(&skua_core::GroupKey { topic: address.clone(), group: g.clone() }),
+            None => skua_core::ConsumerId::session(address, &a.key),
+        };
         let consumer = skua_core::Consumer {
-            id: id.clone(),
+            id: id.to_string(),
             topic: crate::durable::topic_key(address),
             actor: a.actor.id.as_str().to_owned(),
             filters: filters.to_vec(),
         };
         self.st.store.open_consumer(&consumer, now_unix_s(), self.st.config.restore_ttl.as_secs()).await?;
-        Ok(Some(Arc::from(id)))
+        Ok(Some(id))
     }
 
     /// Most subscriptions plus lobby subscriptions one connection may hold.

@@ -226,5 +226,6 @@ pub fn wrap(backends: crate::Backends, metrics: &Arc<Metrics>) -> crate::Backend
         bus_deliveries: backends.bus_deliveries,
         presence: Arc::new(TimedPresence::new(backends.presence, metrics.clone())),
         store: Arc::new(TimedStore::new(backends.store, metrics.clone())),
+        publish_observers: backends.publish_observers,
     }
 }

@@ -13,4 +13,4 @@ pub mod memory;
 pub mod redis;
 
 pub use self::memory::MemoryPresence;
-pub use self::redis::RedisPresence;
+pub use self::redis::{RedisPresence, RedisTls};

@@ -85,15 +85,36 @@ pub struct RedisPresence {
 }
 
 impl RedisPresence {
-    /// Connects to the Redis at `url` (`redis://[:password@]host:port[/db]`) and keeps every key
-    /// under `key_prefix` (see the [module docs](self) for the layout), so namespaces isolate
-    /// clusters and test runs sharing one Redis.
+    /// Connects to the Redis at `url` (`redis://[[user]:password@]host:port[/db]`, or
+    /// `rediss://…` for TLS with the system's roots) and keeps every key under `key_prefix`
+    /// (see the [module docs](self) for the layout), so namespaces isolate clusters and test
+    /// runs sharing one Redis.
     ///
     /// # Errors
     /// [`PresenceError::Unavailable`] when `url` does not parse or Redis cannot be reached
     /// within [`CONNECT_TIMEOUT`] and [`RECONNECT_RETRIES`] retries.
     pub async fn connect(url: &str, key_prefix: &str) -> Result<Self, PresenceError> {
-        let client = Client::open(url).map_err(|e| unavailable("connect", e))?;
+        Self::connect_with_tls(url, key_prefix, None).await
+    }
+
+    /// [`Self::connect`] to a `rediss://` url with a CA and/or client certificate of its own.
+    ///
+    /// # Errors
+    /// As [`Self::connect`]; also when the certificates are not usable.
+    pub async fn connect_with_tls(url: &str, key_prefix: &str, tls: Option<RedisTls>) -> Result<Self, PresenceError> {
+        let client = match tls {
+            None => Client::open(url),
+            Some(tls) => Client::build_with_tls(
+                url,
+                ::redis::TlsCertificates {
+                    client_tls: tls
+                        .client_pem
+                        .map(|(client_cert, client_key)| ::redis::ClientTlsConfig { client_cert, client_key }),
+                    root_cert: tls.ca_pem,
+                },
+            ),
+        }
+        .map_err(|e| unavailable("connect", e))?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(CONNECT_TIMEOUT))
             .set_response_timeout(Some(RESPONSE_TIMEOUT))
@@ -122,6 +143,24 @@ impl RedisPresence {
         let r = invocation.invoke_async(&mut conn).await;
         self.reachable.store(r.is_ok(), Ordering::Relaxed);
         r.map_err(|e| unavailable(op, e))
+    }
+}
+
+/// Certificates of a `rediss://` connection, as PEM bytes read by the caller.
+#[derive(Clone, Default)]
+pub struct RedisTls {
+    /// CA certificates Redis's certificate must chain to; `None`: the system's roots.
+    pub ca_pem: Option<Vec<u8>>,
+    /// Client certificate chain and private key, for a Redis with `tls-auth-clients yes`.
+    pub client_pem: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl fmt::Debug for RedisTls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisTls")
+            .field("ca_pem", &self.ca_pem.as_ref().map(|_| "<pem>"))
+            .field("client_pem", &self.client_pem.as_ref().map(|_| "<certificate and redacted key>"))
+            .finish()
     }
 }
 

@@ -15,9 +15,17 @@ use tonic::transport::Channel;
 /// `skua admin` arguments.
 #[derive(Debug, Args)]
 pub struct AdminArgs {
-    /// The control plane's gRPC address.
+    /// The control plane's gRPC address: http://host:port, or https://host:port for a control
+    /// plane with TLS (verified against --tls-ca, else the system's roots).
     #[arg(long, env = "SKUA_ADMIN_SERVER", default_value = "http://127.0.0.1:50051", global = true)]
     server: String,
+    /// PEM CA certificate(s) the control plane's certificate must chain to (https:// only), e.g.
+    /// the dev-cert.pem of `skua serve --dev --tls-self-signed`.
+    #[arg(long, env = "SKUA_ADMIN_TLS_CA", global = true)]
+    tls_ca: Option<std::path::PathBuf>,
+    /// The name the control plane's certificate must carry [default: the --server host].
+    #[arg(long, env = "SKUA_ADMIN_TLS_DOMAIN", global = true)]
+    tls_domain: Option<String>,
     /// The admin API key (the server's `admin_key`; `skua serve --dev` prints its dev key).
     #[arg(long, env = "SKUA_ADMIN_KEY", hide_env_values = true, global = true)]
     admin_key: Option<String>,
@@ -472,11 +480,39 @@ impl tonic::service::Interceptor for Bearer {
     }
 }
 
+/// The client TLS of an `https://` server: the given CA, else the system's roots.
+fn client_tls(args: &AdminArgs) -> Result<Option<tonic::transport::ClientTlsConfig>, Failure> {
+    let https = args.server.to_ascii_lowercase().starts_with("https://");
+    if !https {
+        if args.tls_ca.is_some() || args.tls_domain.is_some() {
+            return Err(Failure("--tls-ca and --tls-domain need an https:// --server".into()));
+        }
+        return Ok(None);
+    }
+    let mut tls = tonic::transport::ClientTlsConfig::new();
+    tls = match &args.tls_ca {
+        Some(path) => {
+            let pem =
+                std::fs::read(path).map_err(|e| Failure(format!("cannot read --tls-ca {}: {e}", path.display())))?;
+            tls.ca_certificate(tonic::transport::Certificate::from_pem(pem))
+        }
+        None => tls.with_native_roots(),
+    };
+    if let Some(domain) = &args.tls_domain {
+        tls = tls.domain_name(domain.clone());
+    }
+    Ok(Some(tls))
+}
+
 async fn connect(args: &AdminArgs) -> Result<Client, Failure> {
-    let endpoint = Channel::from_shared(args.server.clone())
+    crate::tls::install_provider();
+    let mut endpoint = Channel::from_shared(args.server.clone())
         .map_err(|e| Failure(format!("invalid --server {:?}: {e}", args.server)))?
         .connect_timeout(std::time::Duration::from_secs(5))
         .timeout(std::time::Duration::from_secs(30));
+    if let Some(tls) = client_tls(args)? {
+        endpoint = endpoint.tls_config(tls).map_err(|e| Failure(format!("TLS settings: {e}")))?;
+    }
     let channel = endpoint.connect().await.map_err(|e| {
         Failure(format!("cannot reach the control plane at {}: {}", args.server, crate::node::error_chain(&e)))
     })?;

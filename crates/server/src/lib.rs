@@ -8,6 +8,7 @@ pub mod duration;
 pub mod fixtures;
 pub mod node;
 pub mod telemetry;
+pub mod tls;
 
 pub use config::{ServerConfig, Settings};
 pub use node::RunningNode;

@@ -46,6 +46,10 @@ struct ServeArgs {
     /// Print the effective configuration and exit.
     #[arg(long)]
     print_config: bool,
+    /// With --dev: serve wss:// (and the control plane over TLS) with a self-signed certificate
+    /// for localhost, 127.0.0.1 and ::1, made once in the data directory (dev-cert.pem, dev-key.pem).
+    #[arg(long, requires = "dev")]
+    tls_self_signed: bool,
     #[command(flatten)]
     settings: Settings,
 }
@@ -125,6 +129,7 @@ fn serve(args: ServeArgs) -> ExitCode {
     let dev_defaults = Settings {
         grpc_listen: Some(DEV_GRPC_LISTEN.into()),
         admin_key: Some(DEV_ADMIN_KEY.into()),
+        grpc_reflection_public: Some(true),
         ..Settings::default()
     };
     // The default listener is best effort; a configured one must work (CONTRACT.md: default
@@ -144,9 +149,41 @@ fn serve(args: ServeArgs) -> ExitCode {
         eprintln!("skua: invalid setting admin_key: required when grpc_listen is set (SKUA_ADMIN_KEY)");
         return ExitCode::from(64);
     }
+    if args.tls_self_signed {
+        if config.tls.client.is_some() {
+            eprintln!("skua: --tls-self-signed and tls_cert/tls_key are exclusive");
+            return ExitCode::from(64);
+        }
+        let dir = data_dir(&config.store);
+        match skua_server::tls::self_signed(&dir) {
+            Ok((files, made)) => {
+                eprintln!(
+                    "skua: {} self-signed TLS certificate for {} at {} (key {}); clients must trust that file",
+                    if made { "made a" } else { "reusing the" },
+                    skua_server::tls::SELF_SIGNED_NAMES.join(", "),
+                    files.cert.display(),
+                    files.key.display()
+                );
+                if config.tls.grpc.is_none() {
+                    config.tls.grpc = Some(files.clone());
+                }
+                config.tls.client = Some(files);
+            }
+            Err(e) => {
+                eprintln!("skua: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
     if args.print_config {
         println!("{config:#?}");
         return ExitCode::SUCCESS;
+    }
+    // Certificate files are checked before any port is bound; the node loads them again.
+    skua_server::tls::install_provider();
+    if let Err(e) = skua_server::tls::NodeTls::load(&config.tls) {
+        eprintln!("skua: TLS: {e}");
+        return ExitCode::from(2);
     }
     let mut sources: Vec<(String, String)> = Vec::new();
     if args.dev {
@@ -258,17 +295,22 @@ async fn run(
         );
     }
     if dev {
-        print_dev_banner(node.addr);
+        let ws = if node.tls.client.is_some() { "wss" } else { "ws" };
+        print_dev_banner(ws, node.addr);
         if let Some(addr) = node.grpc_addr {
             let key = if config.admin_key.as_ref().is_some_and(|k| k.0 == DEV_ADMIN_KEY) {
                 DEV_ADMIN_KEY
             } else {
                 "<your admin_key>"
             };
-            say(&format!("  control plane: skua admin --server http://{addr} --admin-key {key} …"));
+            let server = match &node.tls.grpc {
+                Some(t) => format!("https://{addr} --tls-ca {}", t.certs.files().cert.display()),
+                None => format!("http://{addr}"),
+            };
+            say(&format!("  control plane: skua admin --server {server} --admin-key {key} …"));
         }
     }
-    wait_for_signal().await.context("while installing signal handlers")?;
+    wait_for_signal(&node.tls.reloaders()).await.context("while installing signal handlers")?;
     tracing::info!("Draining: closing connections with 1012.");
     if !node.shutdown().await {
         tracing::warn!("Some connections did not close within the shutdown grace.");
@@ -286,18 +328,39 @@ fn say(line: &str) {
     let _ = out.flush();
 }
 
-async fn wait_for_signal() -> std::io::Result<()> {
+/// Waits for SIGTERM or SIGINT; on SIGHUP checks the TLS certificate files at once.
+async fn wait_for_signal(reloaders: &[std::sync::Arc<skua_server::tls::CertReloader>]) -> std::io::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+    let mut hup = signal(SignalKind::hangup())?;
+    loop {
+        tokio::select! {
+            _ = term.recv() => return Ok(()),
+            _ = int.recv() => return Ok(()),
+            _ = hup.recv() => {
+                tracing::info!("SIGHUP: checking the TLS certificate files.");
+                for r in reloaders {
+                    r.check();
+                }
+            }
+        }
     }
-    Ok(())
 }
 
-fn print_dev_banner(addr: std::net::SocketAddr) {
+/// Where `--tls-self-signed` keeps its pair: the SQLite store's directory, else `skua-data`.
+fn data_dir(store: &skua_server::config::StoreConfig) -> PathBuf {
+    if let skua_server::config::StoreConfig::Url(url) = store
+        && let Some(path) = url.strip_prefix("sqlite://")
+        && let Some(dir) = std::path::Path::new(path.split('?').next().unwrap_or(path)).parent()
+        && !dir.as_os_str().is_empty()
+    {
+        return dir.to_owned();
+    }
+    PathBuf::from("skua-data")
+}
+
+fn print_dev_banner(ws: &str, addr: std::net::SocketAddr) {
     let exp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()) + 3600;
     let jwt = jsonwebtoken::EncodingKey::from_secret(fixtures::DEV_JWT_SECRET.as_bytes())
         .ok()
@@ -307,7 +370,7 @@ fn print_dev_banner(addr: std::net::SocketAddr) {
         })
         .unwrap_or_default();
     say(&format!(
-        "Skua dev mode: WebSocket at ws://{addr}/ws (app \"demo\", rooms general, random, ops; lobby online)"
+        "Skua dev mode: WebSocket at {ws}://{addr}/ws (app \"demo\", rooms general, random, ops; lobby online)"
     ));
     say("  token                    actor     type");
     for (t, a, ty) in [

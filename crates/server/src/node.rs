@@ -30,6 +30,8 @@ pub struct Embedded {
 /// # Errors
 /// When an external backend cannot be reached or its URL is invalid.
 pub async fn backends(config: &ServerConfig, embedded: &Embedded) -> anyhow::Result<Backends> {
+    // redis-rs and sqlx build their rustls configs from the process's default provider.
+    crate::tls::install_provider();
     let (bus, bus_deliveries) = match &config.bus {
         BusConfig::Memory => embedded.bus.connect(config.node_id.clone(), config.edge.bus_queue),
         BusConfig::Mqtt { url } => {
@@ -38,6 +40,10 @@ pub async fn backends(config: &ServerConfig, embedded: &Embedded) -> anyhow::Res
             // Client ids must be unique per broker: the namespace keeps two clusters (or test
             // runs) with the same node ids from taking over each other's connections.
             mqtt.client_id_prefix = format!("skua-{}", config.edge.namespace);
+            if url.starts_with("mqtts://") {
+                let (ca_pem, client_pem) = backend_tls_pem(&config.bus_tls)?;
+                mqtt.tls = Some(skua_bus::mqtt::MqttTls { ca_pem, client_pem });
+            }
             skua_bus::mqtt::MqttBus::connect(mqtt, config.node_id.clone(), config.edge.bus_queue).await.map_err(
                 |e| anyhow::anyhow!("while connecting to the MQTT broker at {}: {}", redact(url), error_chain(&e)),
             )?
@@ -45,11 +51,19 @@ pub async fn backends(config: &ServerConfig, embedded: &Embedded) -> anyhow::Res
     };
     let presence: Arc<dyn skua_core::Presence> = match &config.presence {
         PresenceConfig::Memory => embedded.presence.clone(),
-        PresenceConfig::Redis { url } => Arc::new(
-            skua_presence::RedisPresence::connect(url, &config.edge.namespace)
-                .await
-                .map_err(|e| anyhow::anyhow!("while connecting to Redis presence at {}: {e}", redact(url)))?,
-        ),
+        PresenceConfig::Redis { url } => {
+            let tls = if config.presence_tls.is_set() {
+                let (ca_pem, client_pem) = backend_tls_pem(&config.presence_tls)?;
+                Some(skua_presence::RedisTls { ca_pem, client_pem })
+            } else {
+                None
+            };
+            Arc::new(
+                skua_presence::RedisPresence::connect_with_tls(url, &config.edge.namespace, tls)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("while connecting to Redis presence at {}: {e}", redact(url)))?,
+            )
+        }
     };
     let store: Arc<dyn skua_core::Store> = match &config.store {
         StoreConfig::Memory => embedded.store.clone(),
@@ -60,7 +74,21 @@ pub async fn backends(config: &ServerConfig, embedded: &Embedded) -> anyhow::Res
                 .map_err(|e| anyhow::anyhow!("while opening the store {}: {}", redact(url), error_chain(&e)))?
         }
     };
-    Ok(Backends { bus, bus_deliveries, presence, store })
+    Ok(Backends { bus, bus_deliveries, presence, store, publish_observers: Vec::new() })
+}
+
+/// A PEM CA file and client pair, read.
+type BackendPem = (Option<Vec<u8>>, Option<(Vec<u8>, Vec<u8>)>);
+
+/// Reads a backend's certificate files.
+fn backend_tls_pem(files: &crate::config::BackendTlsFiles) -> anyhow::Result<BackendPem> {
+    let read = |p: &std::path::Path| std::fs::read(p).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", p.display()));
+    let ca = files.ca.as_deref().map(read).transpose()?;
+    let client = match &files.client {
+        None => None,
+        Some(c) => Some((read(&c.cert)?, read(&c.key)?)),
+    };
+    Ok((ca, client))
 }
 
 /// Opens the registry store in the configured store (`memory`: `embedded`'s shared one).
@@ -123,10 +151,7 @@ fn create_sqlite_dir(url: &str) -> anyhow::Result<()> {
 
 /// `scheme://host…` without credentials, for messages.
 fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => format!("{}://…@{}", &url[..s], &url[at + 1..]),
-        _ => url.to_owned(),
-    }
+    crate::config::redact_url(url)
 }
 
 /// A running node.
@@ -141,6 +166,8 @@ pub struct RunningNode {
     pub grpc_addr: Option<SocketAddr>,
     /// The registry propagator, when the node runs with the control plane ([`Self::launch`]).
     pub propagator: Option<Arc<skua_control::Propagator>>,
+    /// The listeners' TLS (certificates and their reloaders), when configured.
+    pub tls: crate::tls::NodeTls,
     tracker: TaskTracker,
     server: tokio::task::JoinHandle<std::io::Result<()>>,
     control_stop: CancellationToken,
@@ -206,56 +233,23 @@ impl skua_control::NodeAdmin for EdgeAdmin {
     }
 
     async fn publish(&self, p: skua_control::ServerPublish) -> Result<(), String> {
-        // A logged topic's message is stored first and carries its msgId (N24), as a client's.
-        let registry = self.0.registry.load();
-        let logged = registry
-            .project(&p.topic.room.project)
-            .and_then(|pr| pr.apps.iter().find(|a| a.id == p.topic.room.app))
-            .and_then(|a| a.topics.get(&*p.topic.topic))
-            .is_some_and(|t| t.logged);
-        // Retained caps before anything is stored or published (issue 12).
-        if p.retain
-            && let Err(r) = self.0.hub.admit_retained(&p.topic, &p.filter, p.data.len())
-        {
-            return Err(format!("retained_limit_exceeded: {}", r.hint()));
-        }
-        let msg_id = if logged {
-            let id = uuid::Uuid::now_v7().to_string();
-            let key = skua_edge::durable::topic_key(&p.topic);
-            let m = skua_core::NewMessage {
-                msg_id: &id,
-                topic: &key,
-                filter: p.filter.as_deref(),
-                publisher: p.from.as_str(),
-                timestamp_ms: p.timestamp_ms,
-                qos: 0,
-                data: &p.data,
-            };
-            self.0
-                .store
-                .append(&m, p.timestamp_ms / 1000)
-                .await
-                .map_err(|e| format!("the store refused the logged message: {}", error_chain(&e)))?;
-            Some(id)
-        } else {
-            None
-        };
-        let publication = skua_core::Publication {
-            id: self.0.next_envelope_id(),
-            topic: p.topic,
-            filter: p.filter,
-            publisher: p.from,
-            // Connection ids start at 1: no client connection is this publish's.
-            publisher_conn: skua_core::ConnId(0),
-            node: self.0.node.clone(),
-            timestamp_ms: p.timestamp_ms,
-            msg_id,
+        use skua_edge::publish::{Origin, PublishRequest, Refused};
+        let req = PublishRequest {
+            origin: Origin::Server { from: p.from, topic: p.topic, timestamp_ms: p.timestamp_ms },
+            filter: Ok(p.filter),
+            data: p.data,
             retain: p.retain,
             qos: 0,
-            data: p.data,
         };
-        let envelope = skua_core::Envelope::Publication(publication);
-        self.0.hub.bus().publish(Arc::new(envelope)).await.map_err(|e| format!("the message bus refused it: {e}"))
+        match self.0.publisher.publish(req).await {
+            Ok(_) => Ok(()),
+            Err(Refused::RetainedLimit(r)) => Err(format!("retained_limit_exceeded: {}", r.hint())),
+            Err(Refused::Store(e)) => Err(format!("the store refused the logged message: {}", error_chain(&e))),
+            Err(Refused::Bus(e)) => Err(format!("the message bus refused it: {e}")),
+            // The control plane checked size, access and the filter; a server publish has no
+            // rate or quota.
+            Err(other) => Err(other.to_string()),
+        }
     }
 
     fn take_usage(&self) -> Vec<(skua_core::ProjectId, u64)> {
@@ -278,10 +272,12 @@ impl std::fmt::Debug for RunningNode {
 }
 
 impl RunningNode {
-    /// Starts a node on `listener` (and its metrics listener, when configured).
+    /// Starts a node on `listener` (over TLS when `tls_cert` is configured) and its metrics
+    /// listener, when configured.
     ///
     /// # Errors
-    /// When the metrics listener cannot be bound.
+    /// When the listener's address cannot be read, the certificate files do not load or the
+    /// metrics listener cannot be bound.
     pub fn start(
         config: &ServerConfig,
         registry: Arc<SharedRegistry>,
@@ -289,6 +285,9 @@ impl RunningNode {
         listener: TcpListener,
     ) -> std::io::Result<Self> {
         let addr = listener.local_addr()?;
+        crate::tls::install_provider();
+        let tls = crate::tls::NodeTls::load(&config.tls)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
         let tracker = TaskTracker::new();
         let state = EdgeState::start(
             config.edge.clone(),
@@ -315,18 +314,27 @@ impl RunningNode {
                 Some(bound)
             }
         };
-        let server = tokio::spawn(skua_edge::serve(listener, state.clone(), None));
-        tracing::info!(%addr, node = %config.node_id, "Skua node listening.");
+        let client_tls = tls.client.as_ref().map(|t| t.acceptor.clone());
+        let server = tokio::spawn(skua_edge::serve(listener, state.clone(), client_tls));
+        tracing::info!(%addr, node = %config.node_id, tls = tls.client.is_some(), "Skua node listening.");
+        let control_stop = CancellationToken::new();
+        let control_tasks = TaskTracker::new();
+        if !tls.reload_interval.is_zero() {
+            for reloader in tls.reloaders() {
+                control_tasks.spawn(reloader.watch(tls.reload_interval, control_stop.clone()));
+            }
+        }
         Ok(Self {
             addr,
             metrics_addr,
             state,
             grpc_addr: None,
             propagator: None,
+            tls,
             tracker,
             server,
-            control_stop: CancellationToken::new(),
-            control_tasks: TaskTracker::new(),
+            control_stop,
+            control_tasks,
         })
     }
 
@@ -372,8 +380,14 @@ impl RunningNode {
             node.grpc_addr = Some(grpc.local_addr()?);
             let service = skua_control::ControlService::new(propagator.clone(), config.control);
             let stop = node.control_stop.clone();
+            let options = skua_control::server::ServeOptions {
+                admin_key: key.0,
+                tls: node.tls.grpc.as_ref().map(|t| t.acceptor.clone()),
+                reflection_public: config.grpc_reflection_public,
+                throttle: config.admin_key_throttle,
+            };
             node.control_tasks.spawn(async move {
-                if let Err(e) = skua_control::server::serve(grpc, service, &key.0, stop).await {
+                if let Err(e) = skua_control::server::serve(grpc, service, options, stop).await {
                     tracing::error!(error = %e, "Control-plane gRPC server stopped.");
                 }
             });

@@ -304,3 +304,143 @@ fn grpc_needs_an_admin_key_outside_dev_and_the_key_is_masked() {
     assert_eq!(code, 0);
     assert!(out.contains("revalidate_interval: 30s") && out.contains("max_rooms_per_app: 7"), "{out}");
 }
+
+#[test]
+fn an_unreadable_certificate_stops_startup_with_status_2_before_binding() {
+    let out = skua()
+        .args(["serve", "--listen", "127.0.0.1:0", "--store", "memory", "--grpc-listen", ""])
+        .args(["--tls-cert", "/nonexistent/skua-cert.pem", "--tls-key", "/nonexistent/skua-key.pem"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("TLS: cannot read /nonexistent/skua-cert.pem"), "{err}");
+}
+
+#[test]
+fn print_config_masks_backend_passwords() {
+    let (code, out, err) = print_config(
+        &[],
+        &[
+            ("SKUA_BUS", "mqtts://skua:hunter2@broker:8883"),
+            ("SKUA_PRESENCE", "rediss://default:hunter2@redis:6380/0"),
+            ("SKUA_STORE", "postgres://skua:hunter2@db/skua?sslmode=verify-full"),
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.contains("hunter2"), "{out}");
+    assert!(out.contains("mqtts://…@broker:8883") && out.contains("sslmode=verify-full"), "{out}");
+}
+
+#[test]
+fn tls_self_signed_needs_dev() {
+    let out = skua().args(["serve", "--tls-self-signed", "--print-config"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "clap usage error");
+}
+
+#[test]
+fn dev_tls_self_signed_serves_https_with_the_pair_it_writes_to_the_data_directory() {
+    use std::io::{Read, Write};
+    use std::sync::Arc;
+    let dir = std::env::temp_dir().join(format!("skua-cli-tls-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let store = format!("sqlite://{}/skua.db", dir.display());
+    let bin = env!("CARGO_BIN_EXE_skua");
+    let mut node = skua_testkit::process::SkuaProcess::spawn(
+        bin,
+        &["--dev", "--tls-self-signed", "--store", &store, "--grpc-listen", ""],
+    );
+    let cert = dir.join("dev-cert.pem");
+    let mut roots = rustls::RootCertStore::empty();
+    for c in skua_server::tls::read_certs(&cert).expect("the pair is in the store's directory") {
+        roots.add(c).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let conn = rustls::ClientConnection::new(Arc::new(config), "localhost".try_into().unwrap()).unwrap();
+    let sock = std::net::TcpStream::connect(node.addr).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, sock);
+    tls.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").unwrap();
+    let mut reply = Vec::new();
+    // The server may close without close_notify; what was read is enough.
+    let _ = tls.read_to_end(&mut reply);
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    assert!(node.terminate().success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn sighup_reloads_changed_certificate_files_at_once() {
+    use std::io::Write;
+    use std::sync::Arc;
+    let dir = std::env::temp_dir().join(format!("skua-cli-hup-{}", std::process::id()));
+    let next_dir = dir.join("next");
+    let _ = std::fs::remove_dir_all(&dir);
+    let (files, _) = skua_server::tls::self_signed(&dir).unwrap();
+    let (next, _) = skua_server::tls::self_signed(&next_dir).unwrap();
+    let (cert, key) = (files.cert.display().to_string(), files.key.display().to_string());
+    let args = ["--store", "memory", "--grpc-listen", "", "--tls-cert", &cert, "--tls-key", &key];
+    let mut child = skua()
+        .args(["serve", "--listen", "127.0.0.1:0", "--tls-reload-interval", "0s"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let addr: std::net::SocketAddr = loop {
+        let line = lines.next().expect("skua exited before listening").unwrap();
+        if let Some(a) = line.strip_prefix("skua listening on ") {
+            break a.trim().parse().unwrap();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    // The leaf a client that trusts `ca` is shown, or None when the handshake fails.
+    let leaf = |ca: &std::path::Path| {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(skua_server::tls::read_certs(ca).unwrap().remove(0)).unwrap();
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let conn = rustls::ClientConnection::new(Arc::new(config), "localhost".try_into().unwrap()).unwrap();
+        let mut tls = rustls::StreamOwned::new(conn, std::net::TcpStream::connect(addr).unwrap());
+        tls.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n").ok()?;
+        tls.conn.peer_certificates().map(|c| c[0].clone().into_owned())
+    };
+    let first = leaf(&files.cert).expect("the first pair");
+    std::fs::copy(&next.key, &files.key).unwrap();
+    std::fs::copy(&next.cert, &files.cert).unwrap();
+    let hup = Command::new("kill").args(["-HUP", &child.id().to_string()]).status().unwrap();
+    assert!(hup.success());
+    let want = skua_server::tls::read_certs(&next.cert).unwrap().remove(0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if leaf(&next.cert).as_ref() == Some(&want) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the new pair was not served after SIGHUP");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_ne!(first, want);
+    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    assert!(child.wait().unwrap().success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn admin_tls_ca_needs_an_https_server() {
+    let out = skua()
+        .args(["admin", "--server", "http://127.0.0.1:1", "--tls-ca", "/nonexistent/ca.pem", "projects", "list"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("--tls-ca and --tls-domain need an https:// --server"), "{err}");
+}

@@ -6,9 +6,9 @@
 //! database that lacks a migration this build needs ([`SchemaNotMigrated`]). A database
 //! migrated by a newer release is accepted: migrations only add (migrations/README.md).
 //!
-//! No TLS is compiled in (sqlx without a `tls-*` feature): `sslmode=prefer`, the default, then
-//! connects in plain text, and `sslmode=require` fails. A managed Postgres will need sqlx's
-//! `tls-rustls-ring` feature (ring only, shared/CRATES.md).
+//! TLS comes from sqlx's `tls-rustls-ring` feature (ring only, shared/CRATES.md) and the url's
+//! libpq parameters: `sslmode` (`prefer` by default, which falls back to plain text; production
+//! uses `verify-full`), `sslrootcert`, `sslcert`, `sslkey` (docs/security.md).
 //!
 //! The pool reconnects by itself after Postgres restarts; while it is down, each operation
 //! fails within [`ACQUIRE_TIMEOUT`]. Expired rows are deleted as described in [`crate::prune`];

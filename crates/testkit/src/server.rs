@@ -17,6 +17,7 @@ pub struct TestServerBuilder {
     extra_fixtures: Vec<String>,
     edge: Vec<fn(&mut skua_edge::EdgeConfig)>,
     grpc: bool,
+    publish_observers: Vec<Arc<dyn skua_edge::publish::PublishObserver>>,
 }
 
 /// The admin API key of test servers started with [`TestServerBuilder::grpc`].
@@ -45,6 +46,12 @@ impl TestServerBuilder {
     /// Adjusts the resolved edge configuration directly (for values with no setting).
     pub fn edge(mut self, f: fn(&mut skua_edge::EdgeConfig)) -> Self {
         self.edge.push(f);
+        self
+    }
+
+    /// Attaches a publish observer (told of every accepted publish).
+    pub fn publish_observer(mut self, o: Arc<dyn skua_edge::publish::PublishObserver>) -> Self {
+        self.publish_observers.push(o);
         self
     }
 
@@ -83,7 +90,8 @@ impl TestServerBuilder {
         } else {
             None
         };
-        let backends = node::backends(&config, embedded).await.expect("test backends");
+        let mut backends = node::backends(&config, embedded).await.expect("test backends");
+        backends.publish_observers.extend(self.publish_observers.iter().cloned());
         let registry_store = node::registry_store(&config, embedded).await.expect("test registry store");
         let node = RunningNode::launch(&config, backends, registry_store, Some(&data), listener, grpc)
             .await

@@ -13,14 +13,51 @@ const MQTT_MAX_PACKET_SIZE: u32 = 268_435_455;
 
 /// The default broker port when the url names none.
 const DEFAULT_PORT: u16 = 1883;
+/// The default broker port of `mqtts://`.
+const DEFAULT_TLS_PORT: u16 = 8883;
+
+/// `scheme://host…` with any `user:password@` replaced by `…@`, for logs and errors: a bus url
+/// may carry the broker password.
+pub fn redact_url(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => match rest.rfind('@') {
+            Some(at) => format!("{scheme}://…@{}", &rest[at + 1..]),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
+}
+
+/// TLS material of an `mqtts://` connection, as PEM bytes read by the caller.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct MqttTls {
+    /// CA certificates the broker's certificate must chain to; `None`: the system's roots.
+    pub ca_pem: Option<Vec<u8>>,
+    /// Client certificate chain and private key, for brokers that require client certificates.
+    pub client_pem: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for MqttTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MqttTls")
+            .field("ca_pem", &self.ca_pem.as_ref().map(|_| "<pem>"))
+            .field("client_pem", &self.client_pem.as_ref().map(|_| "<certificate and redacted key>"))
+            .finish()
+    }
+}
 
 /// Settings of one node's [`MqttBus`](super::MqttBus). Build it with [`MqttBusConfig::new`] (or
 /// [`Default`]) and adjust fields; [`MqttBus::connect`](super::MqttBus::connect) checks them.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct MqttBusConfig {
-    /// The broker, `mqtt://host:port` (port 1883 when omitted; IPv6 hosts in brackets). Plain TCP
-    /// only: TLS (`mqtts://`) and WebSocket transports are not compiled in.
+    /// The broker, `mqtt://[user[:password]@]host:port` (port 1883 when omitted; IPv6 hosts in
+    /// brackets), or `mqtts://…` for TLS (port 8883 when omitted). User and password are
+    /// percent-decoded and sent in CONNECT; they never appear in logs ([`redact_url`]). The
+    /// WebSocket transport is not compiled in.
     pub url: String,
+    /// Certificates of an `mqtts://` connection; `None` with `mqtts://`: the system's roots, no
+    /// client certificate.
+    pub tls: Option<MqttTls>,
     /// First level of every internal topic and part of every shared-subscription name: nodes
     /// see each other only within one namespace, so clusters and test runs can share a broker.
     /// 1–64 letters, digits, `-` or `_`.
@@ -63,6 +100,21 @@ pub struct MqttBusConfig {
     pub flush_hold: Duration,
 }
 
+impl std::fmt::Debug for MqttBusConfig {
+    // Not derived: the url may carry the broker password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MqttBusConfig")
+            .field("url", &redact_url(&self.url))
+            .field("tls", &self.tls)
+            .field("namespace", &self.namespace)
+            .field("client_id_prefix", &self.client_id_prefix)
+            .field("keep_alive", &self.keep_alive)
+            .field("max_packet_size", &self.max_packet_size)
+            .field("publish_buffer", &self.publish_buffer)
+            .finish_non_exhaustive()
+    }
+}
+
 impl MqttBusConfig {
     /// Defaults for everything but the broker url and the namespace.
     pub fn new(url: impl Into<String>, namespace: impl Into<String>) -> Self {
@@ -74,6 +126,7 @@ impl Default for MqttBusConfig {
     fn default() -> Self {
         Self {
             url: "mqtt://127.0.0.1:1883".to_owned(),
+            tls: None,
             namespace: "skua".to_owned(),
             client_id_prefix: "skua".to_owned(),
             keep_alive: Duration::from_secs(30),
@@ -98,7 +151,7 @@ pub enum MqttConfigError {
     /// The broker url is not `mqtt://host[:port]`.
     #[error("invalid bus url {url:?}: {reason}")]
     Url {
-        /// The refused url.
+        /// The refused url, credentials removed.
         url: String,
         /// What is wrong with it.
         reason: &'static str,
@@ -126,28 +179,71 @@ pub enum MqttConfigError {
 }
 
 /// Where the broker listens, parsed from [`MqttBusConfig::url`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub(crate) struct BrokerAddr {
     pub host: String,
     pub port: u16,
+    /// `mqtts://`.
+    pub tls: bool,
+    /// User name and password from the url, percent-decoded.
+    pub login: Option<(String, String)>,
 }
 
-/// Parses `mqtt://host[:port]`.
+impl std::fmt::Debug for BrokerAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BrokerAddr")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("tls", &self.tls)
+            .field("user", &self.login.as_ref().map(|(u, _)| u))
+            .finish_non_exhaustive()
+    }
+}
+
+/// `%XX` escapes decoded (userinfo of a url); `None` for a bad escape or invalid UTF-8.
+fn percent_decode(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = s.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Parses `mqtt[s]://[user[:password]@]host[:port]`.
 pub(crate) fn parse_url(url: &str) -> Result<BrokerAddr, MqttConfigError> {
-    let err = |reason| MqttConfigError::Url { url: url.to_owned(), reason };
+    let err = |reason| MqttConfigError::Url { url: redact_url(url), reason };
     let Some((scheme, rest)) = url.split_once("://") else {
         return Err(err("expected mqtt://host:port"));
     };
-    match scheme.to_ascii_lowercase().as_str() {
-        "mqtt" => {}
-        "mqtts" | "ssl" => return Err(err("TLS (mqtts://) is not supported; use mqtt://host:port")),
+    let tls = match scheme.to_ascii_lowercase().as_str() {
+        "mqtt" => false,
+        "mqtts" | "ssl" => true,
         "ws" | "wss" => return Err(err("the WebSocket transport is not supported; use mqtt://host:port")),
         "tcp" => return Err(err("use the mqtt:// scheme")),
         _ => return Err(err("unknown scheme; expected mqtt://host:port")),
-    }
-    if rest.contains('@') {
-        return Err(err("credentials in the url are not supported"));
-    }
+    };
+    let (login, rest) = match rest.rsplit_once('@') {
+        None => (None, rest),
+        Some((userinfo, host)) => {
+            let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
+            let (Some(user), Some(password)) = (percent_decode(user), percent_decode(password)) else {
+                return Err(err("invalid percent-encoding in the user or password"));
+            };
+            if user.is_empty() {
+                return Err(err("the user name is empty"));
+            }
+            (Some((user, password)), host)
+        }
+    };
     if rest.contains(['/', '?', '#']) {
         return Err(err("a path, query or fragment is not allowed; expected mqtt://host:port"));
     }
@@ -173,19 +269,23 @@ pub(crate) fn parse_url(url: &str) -> Result<BrokerAddr, MqttConfigError> {
         return Err(err("the host is empty"));
     }
     let port = match port {
+        None if tls => DEFAULT_TLS_PORT,
         None => DEFAULT_PORT,
         Some(p) => match p.parse::<u16>() {
             Ok(0) | Err(_) => return Err(err("the port must be a number from 1 to 65535")),
             Ok(p) => p,
         },
     };
-    Ok(BrokerAddr { host: host.to_owned(), port })
+    Ok(BrokerAddr { host: host.to_owned(), port, tls, login })
 }
 
 impl MqttBusConfig {
     /// Checks every field; returns the broker address.
     pub(crate) fn validate(&self) -> Result<BrokerAddr, MqttConfigError> {
         let addr = parse_url(&self.url)?;
+        if self.tls.is_some() && !addr.tls {
+            return Err(MqttConfigError::Setting { setting: "tls", rule: "certificates need an mqtts:// url" });
+        }
         if !is_slug(&self.namespace) {
             return Err(MqttConfigError::Namespace { namespace: self.namespace.clone() });
         }
@@ -233,7 +333,7 @@ mod tests {
     use super::*;
 
     fn addr(host: &str, port: u16) -> BrokerAddr {
-        BrokerAddr { host: host.to_owned(), port }
+        BrokerAddr { host: host.to_owned(), port, tls: false, login: None }
     }
 
     #[test]
@@ -243,6 +343,28 @@ mod tests {
         assert_eq!(parse_url("mqtt://broker"), Ok(addr("broker", 1883)));
         assert_eq!(parse_url("mqtt://[::1]:1884"), Ok(addr("::1", 1884)));
         assert_eq!(parse_url("mqtt://[::1]"), Ok(addr("::1", 1883)));
+        assert_eq!(parse_url("mqtts://broker"), Ok(BrokerAddr { tls: true, ..addr("broker", 8883) }));
+        assert_eq!(parse_url("ssl://broker:9883"), Ok(BrokerAddr { tls: true, ..addr("broker", 9883) }));
+        let login = Some(("skua".to_owned(), "p@ss:w/rd".to_owned()));
+        assert_eq!(
+            parse_url("mqtts://skua:p%40ss%3Aw%2Frd@broker:8883"),
+            Ok(BrokerAddr { tls: true, login, ..addr("broker", 8883) })
+        );
+        let user_only = Some(("node".to_owned(), String::new()));
+        assert_eq!(parse_url("mqtt://node@[::1]"), Ok(BrokerAddr { login: user_only, ..addr("::1", 1883) }));
+    }
+
+    #[test]
+    fn credentials_never_show() {
+        let url = "mqtts://skua:hunter2-secret@broker:8883";
+        assert_eq!(redact_url(url), "mqtts://…@broker:8883");
+        let config = MqttBusConfig::new(url, "skua");
+        assert!(!format!("{config:?}").contains("hunter2"));
+        assert!(!format!("{:?}", parse_url(url).unwrap()).contains("hunter2"));
+        let e = parse_url("mqtts://skua:hunter2-secret@broker:8883/path").unwrap_err();
+        assert!(!e.to_string().contains("hunter2"), "{e}");
+        let tls = MqttTls { ca_pem: None, client_pem: Some((b"cert".to_vec(), b"PRIVATE KEY hunter2".to_vec())) };
+        assert!(!format!("{tls:?}").contains("hunter2"));
     }
 
     #[test]
@@ -252,11 +374,11 @@ mod tests {
             other => panic!("{url}: {other:?}"),
         };
         assert_eq!(reason("127.0.0.1:1883"), "expected mqtt://host:port");
-        assert_eq!(reason("mqtts://h:8883"), "TLS (mqtts://) is not supported; use mqtt://host:port");
         assert_eq!(reason("ws://h/mqtt"), "the WebSocket transport is not supported; use mqtt://host:port");
         assert_eq!(reason("tcp://h:1883"), "use the mqtt:// scheme");
         assert_eq!(reason("redis://h"), "unknown scheme; expected mqtt://host:port");
-        assert_eq!(reason("mqtt://u:p@h:1883"), "credentials in the url are not supported");
+        assert_eq!(reason("mqtt://:p@h:1883"), "the user name is empty");
+        assert_eq!(reason("mqtt://u:%zz@h:1883"), "invalid percent-encoding in the user or password");
         assert_eq!(reason("mqtt://h:1883/x"), "a path, query or fragment is not allowed; expected mqtt://host:port");
         assert_eq!(reason("mqtt://h:0"), "the port must be a number from 1 to 65535");
         assert_eq!(reason("mqtt://h:99999"), "the port must be a number from 1 to 65535");
@@ -286,6 +408,7 @@ mod tests {
             MqttBusConfig { request_channel_capacity: 0, ..Default::default() },
             MqttBusConfig { max_inflight: 0, ..Default::default() },
             MqttBusConfig { dedupe_window: 0, ..Default::default() },
+            MqttBusConfig { tls: Some(MqttTls::default()), ..Default::default() },
         ];
         for config in bad {
             assert!(config.validate().is_err(), "{config:?}");

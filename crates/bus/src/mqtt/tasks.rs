@@ -106,7 +106,7 @@ fn incoming(shared: &Shared, packet: Packet, conn: &mut ConnState) {
             if conn.ever_connected {
                 info!(node = %s.node, down_for = ?conn.down_since.elapsed(), attempts = conn.failures, "Reconnected to the MQTT broker; resubscribing.");
             } else {
-                info!(node = %s.node, client_id = %s.client_id, url = %s.config.url, "Connected to the MQTT broker.");
+                info!(node = %s.node, client_id = %s.client_id, url = %super::redact_url(&s.config.url), "Connected to the MQTT broker.");
             }
             conn.ever_connected = true;
             conn.failures = 0;
@@ -195,6 +195,7 @@ fn inbound(s: &Shared, publish: &Publish) -> Vec<BusDelivery> {
     let topic = std::str::from_utf8(&publish.topic).unwrap_or("");
     let envelope_id = match &*envelope {
         Envelope::Publication(p) => Some(p.id.0),
+        Envelope::Control(c) => Some(c.id.0),
         Envelope::Presence(_) => None,
     };
     let routed = s.lock().route(ids, topic, publish.retain, envelope_id);
@@ -235,7 +236,7 @@ fn lost(s: &Shared, err: &ConnectionError, conn: &mut ConnState) {
         let held = s.lock().held();
         warn!(node = %s.node, error = %err, held, "Lost the MQTT broker connection; buffering publications and reconnecting.");
     } else if (conn.failures + 1).is_power_of_two() {
-        warn!(node = %s.node, error = %err, attempts = conn.failures + 1, url = %s.config.url, "Cannot reach the MQTT broker; retrying.");
+        warn!(node = %s.node, error = %err, attempts = conn.failures + 1, url = %super::redact_url(&s.config.url), "Cannot reach the MQTT broker; retrying.");
     } else {
         debug!(node = %s.node, error = %err, "MQTT connection attempt failed.");
     }

@@ -5,7 +5,9 @@ use std::sync::Arc;
 use skua_core::{BusSubscription, ClientId, ConnectionRecord, RecordId, RestoreKey, SessionKey};
 use skua_protocol::codes::{auth as auth_err, error};
 use skua_protocol::filters::parse_subscription_filters;
-use skua_protocol::{AuthFrame, ClientIdField, ErrorFrame, MAX_PROTOCOL_VERSION, RestoredSubscription, ServerFrame};
+use skua_protocol::{
+    AuthFrame, ClientIdField, ErrorFrame, MAX_PROTOCOL_VERSION, RestoredSubscription, ServerFrame, ServerFrameKind,
+};
 
 use super::{Authed, Session, SessionSub};
 use crate::auth::verify;
@@ -123,7 +125,7 @@ impl Session {
             }
             .encode()
         });
-        self.conn.push(reply);
+        self.conn.push(ServerFrameKind::Auth, reply);
         drop(entries);
         self.st.metrics.auths.inc("ok");
         if !restored.is_empty() {
@@ -144,18 +146,18 @@ impl Session {
     }
 
     /// A clientId session (N25) belongs to one connection: the newest. Older ones close with
-    /// 4009 `session_taken_over`, on this node at once and on others through the control topic.
+    /// 4009 `session_taken_over`, on this node at once and on others through the project's
+    /// control channel.
     async fn claim_session(&mut self) {
         let Some(a) = &self.auth else { return };
         if a.key.client_id.is_none() {
             return;
         }
-        let session = crate::durable::session_string(&a.key);
-        let project = a.key.project.clone();
+        let session = a.key.clone();
         for older in self.st.register_session(&session, &self.conn) {
             older.request_close(crate::outbound::CloseRequest::TAKEN_OVER);
         }
-        let control = BusSubscription::Topic(crate::durable::control_address(&project));
+        let control = BusSubscription::Control(session.project.clone());
         let held = match self.st.hub.acquire(&control).await {
             Ok(()) => Some(control),
             Err(e) => {
@@ -163,15 +165,12 @@ impl Session {
                 None
             }
         };
-        let msg = crate::durable::Control::Takeover {
-            session: session.clone(),
-            node: self.st.node.as_str().to_owned(),
-            conn: self.conn.id.0,
-        };
-        crate::durable::publish_control(&self.st, &project, &msg).await;
+        let msg = skua_core::ControlMessage::Takeover { session: session.clone(), conn: self.conn.id };
+        crate::durable::publish_control(&self.st, msg).await;
         // What an earlier connection of this session held (and did not ack) is this one's now:
         // released before anything is restored, so replays count it (N25, N37).
-        let me = skua_core::Holder { session: &session, node: self.st.node.as_str(), conn: self.conn.id.0 };
+        let holder = session.holder_key();
+        let me = skua_core::Holder { session: &holder, node: self.st.node.as_str(), conn: self.conn.id.0 };
         if let Err(e) = self.st.store.release(skua_core::Release::SessionExcept(me)).await {
             tracing::warn!(error = %e, "Releasing an earlier connection's messages failed; they wait for the next one.");
         }
@@ -274,7 +273,7 @@ impl Session {
                 ServerFrame::ReauthOk { auth_expires_at: c.expires_at }
             }
         };
-        self.conn.push(reply.encode());
+        self.conn.send(&reply);
         if failed {
             self.auth_failed();
         }

@@ -2,7 +2,7 @@
 //! random frames, payloads survive byte for byte (N2), filter keys normalise as N12 says, and
 //! every encoded server frame is a map with `str` keys that matches the documented shape (N1).
 //! The fuzz properties (random and structure-aware mutated input for the decoder and the filter
-//! parsers) take their case count from `PROPTEST_CASES` when it is set: docs/security-fuzz.md.
+//! parsers) take their case count from `PROPTEST_CASES` when it is set: docs/security.md.
 
 use proptest::prelude::ProptestConfig;
 

@@ -1,6 +1,7 @@
 //! Integration tests: the real server in process on port 0, driven over WebSockets.
 
 mod abuse;
+mod backend_tls;
 mod bounds;
 mod closes;
 mod cluster;
@@ -18,4 +19,5 @@ mod propagation;
 mod pubsub;
 mod reconnect;
 mod retained;
+mod tls;
 mod tokens;

@@ -1,0 +1,306 @@
+//! TLS and credentials to the backends (docs/security.md), against private servers started
+//! here with a CA made here: a Mosquitto whose only listener is TLS, requires a client
+//! certificate and checks a password file; a Redis whose only port is TLS, requires a client
+//! certificate and an ACL user. A missing binary skips loudly (fails under CI=true).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
+};
+use skua_testkit::process::{free_port, have};
+use skua_testkit::{TestServer, frame};
+
+const TOPIC: &str = "demo/general/messages";
+/// A password with characters a url must percent-encode.
+const PASSWORD: &str = "s3cret:p@ss/w0rd";
+const PASSWORD_IN_URL: &str = "s3cret%3Ap%40ss%2Fw0rd";
+
+/// A CA, a server pair for 127.0.0.1/localhost and a client pair, as PEM files in `dir`.
+struct Pki {
+    dir: PathBuf,
+}
+
+impl Pki {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("skua-it-pki-{name}-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.distinguished_name.push(DnType::CommonName, "skua test CA");
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+        let ca_key = KeyPair::generate().unwrap();
+        std::fs::write(dir.join("ca.pem"), ca.self_signed(&ca_key).unwrap().pem()).unwrap();
+        let issuer = Issuer::new(ca, ca_key);
+        for (name, sans, usage) in [
+            ("server", vec!["localhost".to_owned(), "127.0.0.1".to_owned()], ExtendedKeyUsagePurpose::ServerAuth),
+            ("client", vec!["skua-node".to_owned()], ExtendedKeyUsagePurpose::ClientAuth),
+        ] {
+            let mut params = CertificateParams::new(sans).unwrap();
+            params.distinguished_name.push(DnType::CommonName, name);
+            params.extended_key_usages = vec![usage];
+            let key = KeyPair::generate().unwrap();
+            std::fs::write(dir.join(format!("{name}.pem")), params.signed_by(&key, &issuer).unwrap().pem()).unwrap();
+            std::fs::write(dir.join(format!("{name}-key.pem")), key.serialize_pem()).unwrap();
+        }
+        Self { dir }
+    }
+
+    fn path(&self, file: &str) -> PathBuf {
+        self.dir.join(file)
+    }
+
+    fn arg(&self, file: &str) -> String {
+        self.path(file).display().to_string()
+    }
+}
+
+impl Drop for Pki {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A child process killed on drop.
+struct Service(Child);
+
+impl Service {
+    /// Spawns `program` and waits until `port` accepts TCP connections.
+    fn spawn(program: &str, args: &[String], port: u16) -> Self {
+        let child = Command::new(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {program}: {e}"));
+        let s = Self(child);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(std::time::Instant::now() < deadline, "{program} did not listen on {port}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        s
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Mosquitto with one TLS listener that requires a client certificate and the password file's
+/// user `skua-node`.
+fn mosquitto(pki: &Pki) -> (Service, u16) {
+    let port = free_port();
+    let passwords = pki.path("passwords");
+    let made =
+        Command::new("mosquitto_passwd").args(["-b", "-c"]).arg(&passwords).args(["skua-node", PASSWORD]).status();
+    assert!(made.is_ok_and(|s| s.success()), "mosquitto_passwd failed");
+    let conf = pki.path("mosquitto.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "listener {port} 127.0.0.1\ncafile {}\ncertfile {}\nkeyfile {}\nrequire_certificate true\n\
+             allow_anonymous false\npassword_file {}\npersistence false\n",
+            pki.arg("ca.pem"),
+            pki.arg("server.pem"),
+            pki.arg("server-key.pem"),
+            passwords.display()
+        ),
+    )
+    .unwrap();
+    (Service::spawn("mosquitto", &["-c".into(), conf.display().to_string()], port), port)
+}
+
+/// Redis with only a TLS port that requires a client certificate and the ACL user `skua`.
+fn redis(pki: &Pki) -> (Service, u16) {
+    let port = free_port();
+    let conf = pki.path("redis.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "port 0\ntls-port {port}\nbind 127.0.0.1\nsave \"\"\nappendonly no\ntls-cert-file {}\n\
+             tls-key-file {}\ntls-ca-cert-file {}\ntls-auth-clients yes\nuser default off\n\
+             user skua on >{PASSWORD} ~* &* +@all\n",
+            pki.arg("server.pem"),
+            pki.arg("server-key.pem"),
+            pki.arg("ca.pem"),
+        ),
+    )
+    .unwrap();
+    (Service::spawn("redis-server", &[conf.display().to_string()], port), port)
+}
+
+fn set(path: &Path) -> Option<String> {
+    Some(path.display().to_string())
+}
+
+#[tokio::test]
+async fn a_node_publishes_over_mqtts_and_keeps_presence_in_rediss_with_passwords_and_client_certificates() {
+    if !have("mosquitto") || !have("mosquitto_passwd") || !have("redis-server") {
+        return;
+    }
+    let pki = Pki::new("both");
+    let (_mosquitto, mqtt_port) = mosquitto(&pki);
+    let (_redis, redis_port) = redis(&pki);
+    let namespace = format!("tls{}", uuid::Uuid::new_v4().simple());
+    let server = TestServer::builder()
+        .settings(|s| {
+            s.namespace = Some(namespace.clone());
+            s.bus = Some(format!("mqtts://skua-node:{PASSWORD_IN_URL}@127.0.0.1:{mqtt_port}"));
+            s.bus_tls_ca = set(&pki.path("ca.pem"));
+            s.bus_tls_cert = set(&pki.path("client.pem"));
+            s.bus_tls_key = set(&pki.path("client-key.pem"));
+            s.presence = Some(format!("rediss://skua:{PASSWORD_IN_URL}@127.0.0.1:{redis_port}/0"));
+            s.presence_tls_ca = set(&pki.path("ca.pem"));
+            s.presence_tls_cert = set(&pki.path("client.pem"));
+            s.presence_tls_key = set(&pki.path("client-key.pem"));
+        })
+        .spawn()
+        .await;
+    let mut alice = server.auth("dev-token-alice").await;
+    let mut bob = server.auth("dev-token-bob").await;
+    alice.subscribe(TOPIC).await;
+    bob.publish_acked(TOPIC, "over tls".into()).await;
+    let m = alice.expect("message").await;
+    assert_eq!(m.get("data").as_str(), Some("over tls"), "{m:?}");
+    // Presence is kept in Redis over TLS.
+    alice.send(frame! {"type" => "presence", "roomId" => "general", "data" => frame! {"status" => "here"}}).await;
+    let joined = alice.expect("presence").await;
+    assert_eq!(joined.str("event"), "join", "{joined:?}");
+    let _ = server.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_mqtt_bus_is_refused_without_the_password_or_the_client_certificate() {
+    if !have("mosquitto") || !have("mosquitto_passwd") {
+        return;
+    }
+    let pki = Pki::new("mqtt-refused");
+    let (_mosquitto, port) = mosquitto(&pki);
+    let ca = std::fs::read(pki.path("ca.pem")).unwrap();
+    let client = (std::fs::read(pki.path("client.pem")).unwrap(), std::fs::read(pki.path("client-key.pem")).unwrap());
+    let attempt = |url: String, client: Option<(Vec<u8>, Vec<u8>)>| {
+        let mut config = skua_bus::mqtt::MqttBusConfig::new(url, "refused");
+        config.connect_timeout = Duration::from_secs(2);
+        config.tls = Some(skua_bus::mqtt::MqttTls { ca_pem: Some(ca.clone()), client_pem: client });
+        skua_bus::mqtt::MqttBus::connect(config, skua_core::NodeId::parse("n1").unwrap(), 16)
+    };
+    let good = format!("mqtts://skua-node:{PASSWORD_IN_URL}@127.0.0.1:{port}");
+    assert!(attempt(good.clone(), Some(client.clone())).await.is_ok(), "the right password and certificate");
+    let wrong = format!("mqtts://skua-node:wrong@127.0.0.1:{port}");
+    assert!(attempt(wrong, Some(client.clone())).await.is_err(), "a wrong password");
+    assert!(attempt(good, None).await.is_err(), "no client certificate");
+}
+
+#[tokio::test]
+async fn redis_presence_is_refused_without_the_password() {
+    if !have("redis-server") {
+        return;
+    }
+    let pki = Pki::new("redis-refused");
+    let (_redis, port) = redis(&pki);
+    let tls = || skua_presence::RedisTls {
+        ca_pem: Some(std::fs::read(pki.path("ca.pem")).unwrap()),
+        client_pem: Some((
+            std::fs::read(pki.path("client.pem")).unwrap(),
+            std::fs::read(pki.path("client-key.pem")).unwrap(),
+        )),
+    };
+    let good = format!("rediss://skua:{PASSWORD_IN_URL}@127.0.0.1:{port}/0");
+    skua_presence::RedisPresence::connect_with_tls(&good, "refused", Some(tls())).await.expect("the right password");
+    let wrong = format!("rediss://skua:wrong@127.0.0.1:{port}/0");
+    let refused = tokio::time::timeout(
+        Duration::from_secs(30),
+        skua_presence::RedisPresence::connect_with_tls(&wrong, "x", Some(tls())),
+    )
+    .await
+    .expect("refused within 30 s");
+    let e = refused.expect_err("a wrong password");
+    assert!(!format!("{e:?}").contains("wrong@"), "{e:?}");
+}
+
+/// A Postgres (a fresh cluster run as `postgres` through `setpriv`) that accepts only TLS
+/// connections (`hostssl`) with a SCRAM password; `None` when Postgres or its user are missing.
+fn postgres(pki: &Pki) -> Option<(Service, u16)> {
+    let bin =
+        std::fs::read_dir("/usr/lib/postgresql").ok()?.filter_map(Result::ok).map(|e| e.path().join("bin")).next()?;
+    let as_postgres = |program: &Path| {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=postgres", "--regid=postgres", "--init-groups", "--"]).arg(program);
+        c
+    };
+    let dir = pki.path("pg");
+    let data = dir.join("data");
+    std::fs::create_dir_all(&dir).ok()?;
+    std::fs::write(dir.join("pwfile"), PASSWORD).ok()?;
+    let chown =
+        |p: &Path| Command::new("chown").args(["-R", "postgres:postgres"]).arg(p).status().is_ok_and(|s| s.success());
+    if !chown(&dir) {
+        return None;
+    }
+    let initdb = as_postgres(&bin.join("initdb"))
+        .args(["-A", "scram-sha-256", "-U", "postgres", "--pwfile"])
+        .arg(dir.join("pwfile"))
+        .arg("-D")
+        .arg(&data)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .ok()?;
+    assert!(initdb.success(), "initdb failed");
+    std::fs::copy(pki.path("server.pem"), data.join("server.crt")).unwrap();
+    std::fs::copy(pki.path("server-key.pem"), data.join("server.key")).unwrap();
+    std::fs::write(data.join("pg_hba.conf"), "hostssl all all 127.0.0.1/32 scram-sha-256\n").unwrap();
+    assert!(chown(&data));
+    let mode = Command::new("chmod").arg("600").arg(data.join("server.key")).status();
+    assert!(mode.is_ok_and(|s| s.success()));
+    let port = free_port();
+    let args: Vec<String> = ["--reuid=postgres", "--regid=postgres", "--init-groups", "--"]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .chain([bin.join("postgres").display().to_string(), "-D".into(), data.display().to_string()])
+        .chain(["-p".into(), port.to_string(), "-h".into(), "127.0.0.1".into(), "-k".into(), dir.display().to_string()])
+        .chain(["-c".into(), "ssl=on".into()])
+        .collect();
+    Some((Service::spawn("setpriv", &args, port), port))
+}
+
+#[tokio::test]
+async fn the_store_reaches_postgres_with_verify_full_and_a_password_and_never_shows_it() {
+    let pki = Pki::new("pg");
+    let Some((_pg, port)) = postgres(&pki) else {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "Postgres must be installed under CI=true");
+        eprintln!("SKIPPED: Postgres binaries or the postgres user are missing");
+        return;
+    };
+    let ca = pki.arg("ca.pem");
+    let url = |user_pass: &str, query: &str| format!("postgres://{user_pass}@127.0.0.1:{port}/postgres?{query}");
+    let secure = url(&format!("postgres:{PASSWORD_IN_URL}"), &format!("sslmode=verify-full&sslrootcert={ca}"));
+    // Postgres may still be starting up behind its open port: retry briefly.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        match skua_server::node::migrate(&secure).await {
+            Ok(()) => break,
+            Err(e) if std::time::Instant::now() < deadline && e.to_string().contains("starting up") => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("verify-full with the test CA: {e:#}"),
+        }
+    }
+    let refused = [
+        url(&format!("postgres:{PASSWORD_IN_URL}"), "sslmode=disable"),
+        url(&format!("postgres:{PASSWORD_IN_URL}"), "sslmode=verify-full"),
+        url("postgres:wrong-password-hunter2", &format!("sslmode=verify-full&sslrootcert={ca}")),
+    ];
+    for u in refused {
+        let e = skua_server::node::migrate(&u).await.expect_err(&u);
+        let shown = format!("{e:#}");
+        assert!(!shown.contains("hunter2") && !shown.contains(PASSWORD_IN_URL), "{shown}");
+    }
+}
