@@ -368,6 +368,7 @@ fn summary(envelope: &Envelope) -> String {
             format!("{:?} ({} bytes)", String::from_utf8_lossy(&p.data[..p.data.len().min(32)]), p.data.len())
         }
         Envelope::Presence(e) => format!("presence {:?}", e.change),
+        Envelope::Control(c) => format!("control {:?}", c.message),
     }
 }
 

@@ -96,7 +96,7 @@ async fn a_persistent_session_gets_what_was_published_while_away_and_unacked_mes
     assert_eq!((data(&m1), data(&m2)), (1, 2));
     ack(&mut w, &m1).await;
     w.assert_nothing_pending().await;
-    server.close_and_settle(w).await;
+    server.close_settled(w).await;
 
     publish(&mut alice, 3).await;
     publish(&mut alice, 4).await;
@@ -114,7 +114,7 @@ async fn a_persistent_session_gets_what_was_published_while_away_and_unacked_mes
     }
     ack(&mut w, &again).await;
     w.assert_nothing_pending().await;
-    server.close_and_settle(w).await;
+    server.close_settled(w).await;
 
     // Everything was acked: the next return delivers nothing.
     let mut w = agent(&server, "worker-1", true).await;
@@ -128,11 +128,11 @@ async fn clients_without_a_client_id_or_of_other_types_keep_no_backlog() {
     bob.subscribe(TASKS).await;
     let (mut plain_agent, _) = auth(&server, "dev-token-agent", None, false).await;
     plain_agent.subscribe(TASKS).await;
-    server.close_and_settle(bob).await;
+    server.close_settled(bob).await;
     let mut alice = server.auth("dev-token-alice").await;
     publish(&mut alice, 1).await;
     plain_agent.expect("message").await;
-    server.close_and_settle(plain_agent).await;
+    server.close_settled(plain_agent).await;
     publish(&mut alice, 2).await;
     let (mut plain_agent, _) = auth(&server, "dev-token-agent", None, true).await;
     plain_agent.subscribe(TASKS).await;
@@ -149,7 +149,7 @@ async fn two_client_ids_on_one_token_keep_separate_sessions() {
     let mut b = agent(&server, "inst-b", false).await;
     a.subscribe(TASKS).await;
     b.subscribe(TASKS).await;
-    server.close_and_settle(b).await;
+    server.close_settled(b).await;
     let mut alice = server.auth("dev-token-alice").await;
     publish(&mut alice, 7).await;
     let live = a.expect("message").await;
@@ -182,8 +182,8 @@ async fn a_group_replays_what_accumulated_while_every_member_was_gone() {
     let mut w2 = agent(&server, "w2", false).await;
     subscribe_group(&mut w1, "workers").await;
     subscribe_group(&mut w2, "workers").await;
-    server.close_and_settle(w1).await;
-    server.close_and_settle(w2).await;
+    server.close_settled(w1).await;
+    server.close_settled(w2).await;
 
     let mut alice = server.auth("dev-token-alice").await;
     for n in 1..=5 {
@@ -210,7 +210,7 @@ async fn a_group_replays_what_accumulated_while_every_member_was_gone() {
 
     // The second member finds nothing left: each message went to one member. (w1 leaves, so
     // the marker can only go to w2.)
-    server.close_and_settle(w1).await;
+    server.close_settled(w1).await;
     let mut w2 = agent(&server, "w2", true).await;
     assert_marker_comes_first(&mut w2, &mut alice, 7).await;
 }
@@ -242,7 +242,7 @@ async fn live_group_messages_reach_one_member_and_a_leaver_s_unacked_ones_go_to_
     w2.assert_nothing_pending().await;
 
     // w1 leaves without acking: w2 gets w1's messages again, flagged isReplay.
-    server.close_and_settle(w1).await;
+    server.close_settled(w1).await;
     let mut again = Vec::new();
     for _ in 0..got1.len() {
         let m = w2.expect("message").await;
@@ -266,7 +266,7 @@ async fn a_backlog_larger_than_the_outbound_queue_is_paged_without_a_slow_consum
         .await;
     let mut w = agent(&server, "big", false).await;
     subscribe_group(&mut w, "batch").await;
-    server.close_and_settle(w).await;
+    server.close_settled(w).await;
     let mut alice = server.auth("dev-token-alice").await;
     const N: i64 = 500;
     for n in 0..N {
@@ -291,7 +291,7 @@ async fn unsubscribing_ends_a_session_s_backlog() {
     w.send(frame! {"type" => "unsubscribe", "topic" => TASKS}).await;
     w.expect("unsubscribed").await;
     w.subscribe("demo/general/messages").await;
-    server.close_and_settle(w).await;
+    server.close_settled(w).await;
     let mut alice = server.auth("dev-token-alice").await;
     publish(&mut alice, 1).await;
     let (mut w, reply) = auth(&server, "dev-token-agent", Some("quitter"), true).await;
@@ -312,7 +312,7 @@ async fn retention_caps_what_a_session_finds_on_return() {
         .await;
     let mut w = agent(&server, "late", false).await;
     w.subscribe(TASKS).await;
-    server.close_and_settle(w).await;
+    server.close_settled(w).await;
     let mut alice = server.auth("dev-token-alice").await;
     for n in 1..=5 {
         publish(&mut alice, n).await;
@@ -336,7 +336,7 @@ async fn sqlite_keeps_sessions_and_backlogs_too() {
     let server = TestServer::builder().settings(|s| s.store = Some("sqlite::memory:".into())).spawn().await;
     let mut w = agent(&server, "sq", false).await;
     subscribe_group(&mut w, "sq-group").await;
-    server.close_and_settle(w).await;
+    server.close_settled(w).await;
     let mut alice = server.auth("dev-token-alice").await;
     publish(&mut alice, 1).await;
     publish(&mut alice, 2).await;

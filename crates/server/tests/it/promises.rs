@@ -192,7 +192,7 @@ async fn restored_subscriptions_whose_room_or_grant_is_gone_are_left_out() {
     alice.subscribe("demo/ops/messages").await;
     alice.subscribe("demo/random/messages").await;
     alice.subscribe("demo/general/messages").await;
-    server.close_and_settle(alice).await;
+    server.close_settled(alice).await;
 
     // Bob's grant keeps ops private once alice's goes.
     ok(control
@@ -410,7 +410,7 @@ async fn a_logged_publish_whose_bus_publish_fails_still_reaches_durable_consumer
         }
         d.tick().await;
     };
-    server.close_and_settle(agent).await;
+    server.close_settled(agent).await;
     proxy.restore();
     // New auths are refused while the bus is down; the session comes back once it is up.
     let d = Deadline::new("the session reconnects", Duration::from_secs(30));
@@ -494,7 +494,7 @@ async fn a_group_replay_cut_short_by_retention_reports_the_shortfall() {
     member.auth_session("dev-token-agent", Some("g1"), false).await;
     member.send(join_group.clone()).await;
     member.expect("subscribed").await;
-    server.close_and_settle(member).await;
+    server.close_settled(member).await;
 
     let mut alice = server.auth("dev-token-alice").await;
     let big = rmpv::Value::Binary(vec![7u8; 800_000]);
