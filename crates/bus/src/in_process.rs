@@ -13,6 +13,9 @@
 //!   publications on one channel reach every node in one order, and a replay reaches a node before
 //!   any live publication routed after its subscription existed: a node never sees an older
 //!   retained copy after a newer live one.
+//! - **Control messages** go through a channel of their own per project, which only `Control`
+//!   subscriptions join: they never meet topic, presence or group subscribers, and are never
+//!   retained.
 //! - **Retained messages** are replayed to new `Topic` and `TopicKey` subscriptions only, never
 //!   to `Group` subscriptions: a replay to a group member would give that group a second copy of a
 //!   publication it already consumed (contract 3), and MQTT v5 §4.8.2 likewise sends no retained
@@ -31,7 +34,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use async_trait::async_trait;
 use skua_core::{
-    Bus, BusDelivery, BusError, BusSubscription, DeliverySink, Envelope, GroupKey, NodeId, RoomKey, Route, TopicAddress,
+    Bus, BusDelivery, BusError, BusSubscription, DeliverySink, Envelope, GroupKey, NodeId, ProjectId, RoomKey, Route,
+    TopicAddress,
 };
 use tokio::sync::{Mutex as TurnLock, mpsc};
 use tracing::{debug, warn};
@@ -135,6 +139,8 @@ struct State {
     nodes: HashMap<Slot, NodeEntry>,
     topics: HashMap<TopicAddress, Channel>,
     rooms: HashMap<RoomKey, Channel>,
+    /// Control channels, one per project; never retained.
+    controls: HashMap<ProjectId, Channel>,
     retained_len: usize,
     retained_refused: u64,
 }
@@ -148,13 +154,14 @@ struct NodeEntry {
     subs: HashSet<BusSubscription>,
 }
 
-/// Everything routed through one topic address (publications) or one room (presence events).
+/// Everything routed through one topic address (publications), one room (presence events) or
+/// one project (control messages).
 #[derive(Default)]
 struct Channel {
     /// Held across routing and sending; see the module docs. Replaced (never shared) when the
     /// channel is dropped and made again, so holders check `Arc::ptr_eq` after acquiring it.
     turn: Arc<TurnLock<()>>,
-    /// `Topic` (or `Presence`) subscribers.
+    /// `Topic` (or `Presence`, or `Control`) subscribers.
     all: HashSet<Slot>,
     /// `TopicKey` subscribers by filter key.
     keys: HashMap<String, HashSet<Slot>>,
@@ -241,6 +248,7 @@ struct Group {
 enum ChannelRef<'a> {
     Topic(&'a TopicAddress),
     Room(&'a RoomKey),
+    Control(&'a ProjectId),
 }
 
 /// What a subscription selects inside its channel.
@@ -257,23 +265,26 @@ fn split(sub: &BusSubscription) -> (ChannelRef<'_>, Want<'_>) {
         BusSubscription::TopicKey(topic, key) => (ChannelRef::Topic(topic), Want::Key(key)),
         BusSubscription::Group(group) => (ChannelRef::Topic(&group.topic), Want::Group(group)),
         BusSubscription::Presence(room) => (ChannelRef::Room(room), Want::All),
+        BusSubscription::Control(project) => (ChannelRef::Control(project), Want::All),
     }
 }
 
 fn channel<'s>(
     topics: &'s mut HashMap<TopicAddress, Channel>,
     rooms: &'s mut HashMap<RoomKey, Channel>,
+    controls: &'s mut HashMap<ProjectId, Channel>,
     at: ChannelRef<'_>,
 ) -> Option<&'s mut Channel> {
     match at {
         ChannelRef::Topic(topic) => topics.get_mut(topic),
         ChannelRef::Room(room) => rooms.get_mut(room),
+        ChannelRef::Control(project) => controls.get_mut(project),
     }
 }
 
 impl State {
     fn channel_mut(&mut self, at: ChannelRef<'_>) -> Option<&mut Channel> {
-        channel(&mut self.topics, &mut self.rooms, at)
+        channel(&mut self.topics, &mut self.rooms, &mut self.controls, at)
     }
 
     /// The channel's turn lock, making the channel if it does not exist.
@@ -281,6 +292,7 @@ impl State {
         let channel = match at {
             ChannelRef::Topic(topic) => self.topics.entry(topic.clone()).or_default(),
             ChannelRef::Room(room) => self.rooms.entry(room.clone()).or_default(),
+            ChannelRef::Control(project) => self.controls.entry(project.clone()).or_default(),
         };
         channel.turn.clone()
     }
@@ -291,6 +303,7 @@ impl State {
             match at {
                 ChannelRef::Topic(topic) => self.topics.remove(topic),
                 ChannelRef::Room(room) => self.rooms.remove(room),
+                ChannelRef::Control(project) => self.controls.remove(project),
             };
         }
     }
@@ -311,7 +324,7 @@ impl State {
 
     /// Keeps `envelope` as the retained publication of its (topic, filter key), if there is room.
     fn retain(&mut self, at: ChannelRef<'_>, filter: Option<&str>, envelope: &Arc<Envelope>, max: usize) {
-        let Some(c) = channel(&mut self.topics, &mut self.rooms, at) else {
+        let Some(c) = channel(&mut self.topics, &mut self.rooms, &mut self.controls, at) else {
             return;
         };
         let slot = match filter {
@@ -344,8 +357,8 @@ impl State {
 
     /// Every delivery of a live envelope on channel `at`, as (sender, route, receiving node).
     fn targets(&mut self, at: ChannelRef<'_>, filter: Option<&str>) -> Vec<(Target, Route, Slot)> {
-        let State { nodes, topics, rooms, .. } = self;
-        let Some(c) = channel(topics, rooms, at) else {
+        let State { nodes, topics, rooms, controls, .. } = self;
+        let Some(c) = channel(topics, rooms, controls, at) else {
             return Vec::new();
         };
         let keyed = filter.and_then(|key| c.keys.get(key));
@@ -435,6 +448,7 @@ impl Bus for NodeHandle {
         let (at, filter, retain) = match &*envelope {
             Envelope::Publication(p) => (ChannelRef::Topic(&p.topic), p.filter.as_deref(), p.retain),
             Envelope::Presence(e) => (ChannelRef::Room(&e.room), None, false),
+            Envelope::Control(c) => (ChannelRef::Control(c.message.project()), None, false),
         };
         let trace: Option<Arc<str>> = skua_core::trace::capture().map(Arc::from);
         loop {
@@ -508,11 +522,11 @@ impl Bus for NodeHandle {
                     state.drop_if_unused(at);
                     return Err(BusError::Closed);
                 }
-                let State { nodes, topics, rooms, .. } = &mut *state;
+                let State { nodes, topics, rooms, controls, .. } = &mut *state;
                 let Some(node) = nodes.get_mut(&self.slot) else {
                     return Err(BusError::Closed);
                 };
-                let Some(c) = channel(topics, rooms, at).filter(|c| Arc::ptr_eq(&c.turn, &turn)) else {
+                let Some(c) = channel(topics, rooms, controls, at).filter(|c| Arc::ptr_eq(&c.turn, &turn)) else {
                     continue;
                 };
                 if !node.subs.insert(sub.clone()) {

@@ -322,6 +322,8 @@ impl Bus for MqttBus {
             // Presence events are never retained: a later subscriber reads the room's state
             // from the presence slot.
             Envelope::Presence(_) => false,
+            // Control messages concern the sessions connected right now: never kept.
+            Envelope::Control(_) => false,
         };
         let qos = HOP_QOS;
         let topic = s.layout.topic_of(&envelope);

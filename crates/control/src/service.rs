@@ -4,14 +4,26 @@
 //! retried on a conflict, so concurrent control replicas never lose each other's writes and
 //! every check (uniqueness, caps, references) holds against the data actually written.
 //!
-//! The RPC handlers live in `service/rpc.rs`; conversions to protobuf in `service/convert.rs`.
+//! `service/rpc.rs` maps each RPC to its handler in one file per resource (`projects`, `apps`,
+//! `rooms`, `actors`, `grants`, `lobbies`, `publish`, `connections`); what they share (look-ups,
+//! checks, delete cascades, paging) is in `service/shared.rs`; conversions to protobuf in
+//! `service/convert.rs`.
 
+mod actors;
+mod apps;
+mod connections;
 mod convert;
+mod grants;
+mod lobbies;
+mod projects;
+mod publish;
+mod rooms;
 mod rpc;
+mod shared;
 
 use std::sync::Arc;
 
-use skua_core::registry_store::{ActorRecord, AppRecord, ApplyError, Change, ProjectRecord, RoomRecord, TokenRecord};
+use skua_core::registry_store::{ApplyError, Change};
 use skua_core::{RegistryData, StoreError};
 use tonic::Status;
 
@@ -117,52 +129,4 @@ impl ControlService {
         let max = self.limits.max_page_size.max(1);
         (if requested == 0 { max.min(100) } else { requested.min(max) }) as usize
     }
-}
-
-/// The project a request names; empty = the only project.
-pub(crate) fn project<'a>(d: &'a RegistryData, id: &str) -> Result<&'a ProjectRecord, Status> {
-    if id.is_empty() {
-        let mut it = d.projects.values();
-        return match (it.next(), it.next()) {
-            (Some(p), None) => Ok(p),
-            (None, _) => Err(Status::failed_precondition("no project exists yet; create one first")),
-            _ => Err(Status::invalid_argument("project_id is required: there are several projects")),
-        };
-    }
-    crate::validate::slug("project_id", id)?;
-    d.projects.get(id).ok_or_else(|| Status::not_found(format!("project {id:?} not found")))
-}
-
-/// An app of `project` by id or slug.
-pub(crate) fn app<'a>(d: &'a RegistryData, project: &str, app: &str) -> Result<&'a AppRecord, Status> {
-    crate::validate::slug("app", app)?;
-    d.apps
-        .get(app)
-        .filter(|a| a.project == project)
-        .or_else(|| d.apps.values().find(|a| a.project == project && a.slug == app))
-        .ok_or_else(|| Status::not_found(format!("app {app:?} not found in project {project:?}")))
-}
-
-/// A room of `app`.
-pub(crate) fn room<'a>(d: &'a RegistryData, app: &AppRecord, slug: &str) -> Result<&'a RoomRecord, Status> {
-    crate::validate::slug("slug", slug)?;
-    d.rooms
-        .get(&(app.id.clone(), slug.to_owned()))
-        .ok_or_else(|| Status::not_found(format!("room {slug:?} not found in app {:?}", app.slug)))
-}
-
-/// An actor by id.
-pub(crate) fn actor<'a>(d: &'a RegistryData, id: &str) -> Result<&'a ActorRecord, Status> {
-    crate::validate::slug("actor_id", id)?;
-    d.actors.get(id).ok_or_else(|| Status::not_found(format!("actor {id:?} not found")))
-}
-
-/// A fresh access token `at_live_<keyId>.<secret>` and its stored record.
-pub(crate) fn new_token(actor: &str, now_ms: u64) -> (String, TokenRecord) {
-    let key_id = uuid::Uuid::new_v4().simple().to_string()[..16].to_owned();
-    // Two v4 UUIDs: 244 random bits from the OS generator.
-    let secret = format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
-    let token = format!("at_live_{key_id}.{secret}");
-    let sha256 = skua_core::registry_store::hex(&skua_core::registry::digest(&token));
-    (token, TokenRecord { key_id, actor: actor.to_owned(), sha256, created_at_ms: now_ms })
 }

@@ -37,6 +37,12 @@ impl TopicAddress {
     pub fn internal_topic(&self, namespace: &str) -> String {
         format!("{namespace}/v1/m/{}/{}/{}/{}", self.room.project, self.room.app, self.room.room, self.topic)
     }
+
+    /// The key of this topic in the message log and in consumer ids:
+    /// `<project>/<app>/<room>/<topic>`.
+    pub fn log_key(&self) -> String {
+        format!("{}/{}/{}/{}", self.room.project, self.room.app, self.room.room, self.topic)
+    }
 }
 
 impl fmt::Debug for TopicAddress {

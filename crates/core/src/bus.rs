@@ -1,4 +1,4 @@
-//! The bus slot: moves publications and presence events between nodes.
+//! The bus slot: moves publications, presence events and control messages between nodes.
 
 use std::sync::{Arc, Weak};
 
@@ -6,6 +6,7 @@ use async_trait::async_trait;
 
 use crate::address::{GroupKey, RoomKey, TopicAddress};
 use crate::envelope::Envelope;
+use crate::ids::ProjectId;
 
 /// What a node subscribes to on the bus. Subscriptions are per node, never per client.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -19,12 +20,14 @@ pub enum BusSubscription {
     Group(GroupKey),
     /// Presence events of a room.
     Presence(RoomKey),
+    /// Control envelopes ([`Envelope::Control`]) of a project's nodes.
+    Control(ProjectId),
 }
 
 /// How a delivery reached this node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route {
-    /// Through this node's `Topic`, `TopicKey` or `Presence` subscriptions.
+    /// Through this node's `Topic`, `TopicKey`, `Presence` or `Control` subscriptions.
     Plain,
     /// Through this node's subscription of the group: hand it to one local member.
     Group(GroupKey),
@@ -83,6 +86,10 @@ pub enum BusError {
 /// 6. **Idempotence.** Subscribing twice is one subscription; unsubscribing an absent one is `Ok`.
 /// 7. **Backpressure.** A node's delivery receiver is bounded; when it is full, `publish`
 ///    waits (in-process) or the implementation documents its policy.
+/// 8. **Control.** An [`Envelope::Control`] reaches, as one [`Route::Plain`] delivery each,
+///    every node holding the `Control` subscription of its message's project (the sender
+///    included), in publish order per sender, and no other subscription: never a `Topic`,
+///    `TopicKey`, `Group` or `Presence` subscriber. It is never retained or replayed.
 #[async_trait]
 pub trait Bus: Send + Sync + 'static {
     /// Publishes an envelope.

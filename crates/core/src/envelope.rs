@@ -3,7 +3,9 @@
 use bytes::Bytes;
 
 use crate::address::{RoomKey, TopicAddress};
-use crate::ids::{ActorId, ConnId, NodeId};
+use crate::consumer::ConsumerId;
+use crate::ids::{ActorId, ConnId, NodeId, ProjectId};
+use crate::store::SessionKey;
 
 /// Identifies one publication across the cluster: the accepting node's id hash in the high
 /// 64 bits and a per-node counter in the low 64. Used to deduplicate retained copies.
@@ -64,6 +66,46 @@ pub struct PresenceEvent {
     pub node: NodeId,
 }
 
+/// What one node tells the others about sessions and durable consumers. Travels on the
+/// project's control channel ([`crate::BusSubscription::Control`]) and never reaches a client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ControlMessage {
+    /// A connection claimed a clientId session (N25): every other connection of it closes
+    /// with 4009 `session_taken_over`.
+    Takeover {
+        /// The claimed session.
+        session: SessionKey,
+        /// The claiming connection, on the sending node.
+        conn: ConnId,
+    },
+    /// Held messages of a consumer were released: its connected members take them.
+    Kick {
+        /// The consumer.
+        consumer: ConsumerId,
+    },
+}
+
+impl ControlMessage {
+    /// The project whose control channel carries it.
+    pub fn project(&self) -> &ProjectId {
+        match self {
+            Self::Takeover { session, .. } => &session.project,
+            Self::Kick { consumer } => consumer.project(),
+        }
+    }
+}
+
+/// A control message between nodes, with its sender.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Control {
+    /// Unique id, from the same sequence as publication ids; lets a bus drop copies.
+    pub id: EnvelopeId,
+    /// The sending node.
+    pub node: NodeId,
+    /// What it says.
+    pub message: ControlMessage,
+}
+
 /// Anything the bus carries.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Envelope {
@@ -71,4 +113,6 @@ pub enum Envelope {
     Publication(Publication),
     /// A presence change.
     Presence(PresenceEvent),
+    /// A node-to-node control message.
+    Control(Control),
 }

@@ -6,11 +6,13 @@
 //! - [`registry`]: projects, apps, rooms, grants, lobbies, actors and access checks;
 //! - [`registry_store`]: the registry's stored records and the slot that keeps them;
 //! - [`envelope`]: what travels between nodes;
+//! - [`consumer`]: typed keys of durable delivery (consumers, session holders);
 //! - [`bus`], [`presence`], [`store`]: the slot traits whose contracts every backend honours;
 //! - [`trace`]: trace-context propagation across the bus.
 
 pub mod address;
 pub mod bus;
+pub mod consumer;
 pub mod envelope;
 pub mod ids;
 pub mod presence;
@@ -21,12 +23,13 @@ pub mod trace;
 
 pub use address::{GroupKey, RoomKey, TopicAddress};
 pub use bus::{Bus, BusDelivery, BusError, BusSubscription, DeliverySink, Route};
-pub use envelope::{Envelope, EnvelopeId, PresenceChange, PresenceEvent, Publication};
-pub use ids::{ActorId, ActorType, AppId, ClientId, ConnId, IdError, NodeId, ProjectId};
+pub use consumer::{ConsumerId, ConsumerOf};
+pub use envelope::{Control, ControlMessage, Envelope, EnvelopeId, PresenceChange, PresenceEvent, Publication};
+pub use ids::{ActorId, ActorType, AppId, ClientId, ConnId, IdError, NodeId, ProjectId, RecordId};
 pub use presence::{ConnRef, Presence, PresenceEntry, PresenceError};
 pub use registry::{Registry, RegistryDelta, SharedRegistry};
 pub use registry_store::{RegistryData, RegistrySnapshot, RegistryStore};
 pub use store::{
-    Claim, Consumer, Holder, MessageLog, NewMessage, Release, RestoreRecord, RestoredTopic, Retention, SessionKey,
-    Store, StoreError, StoredMessage,
+    Claim, ClaimedRecord, ConnectionRecord, Consumer, Holder, MessageLog, NewMessage, Release, RestoreKey,
+    RestoreRecord, RestoredTopic, Retention, SessionKey, Store, StoreError, StoredMessage,
 };

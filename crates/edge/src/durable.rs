@@ -10,29 +10,25 @@
 //! frame, so a backlog of any size is paged from the store, never loaded at once, and never
 //! closes the connection as a slow consumer.
 //!
-//! Nodes tell each other about sessions over a per-project control topic on the bus
-//! ([`control_address`]): `takeover` (a newer connection claimed a clientId session, so the
-//! older one closes) and `kick` (held messages of a consumer were released; its connected
-//! members take them).
+//! Nodes tell each other about sessions over their project's control channel on the bus
+//! ([`BusSubscription::Control`](skua_core::BusSubscription::Control), typed
+//! [`ControlMessage`]s that never reach clients): `Takeover` (a newer connection claimed a
+//! clientId session, so the older one closes) and `Kick` (held messages of a consumer were
+//! released; its connected members take them).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use bytes::Bytes;
 use skua_core::{
-    ActorId, AppId, Claim, ConnId, Envelope, Holder, NodeId, ProjectId, Publication, Release, RoomKey, SessionKey,
-    TopicAddress,
+    Claim, ConsumerId, Control, ControlMessage, Envelope, Holder, NodeId, Release, SessionKey, TopicAddress,
 };
 use skua_protocol::{MessageFrame, ServerFrame};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::outbound::ConnHandle;
-use crate::state::{EdgeState, now_unix_ms, now_unix_s};
-
-/// The reserved app id of the control topic; registries refuse apps with ids starting `_`.
-pub const CONTROL_APP: &str = "_skua";
+use crate::state::{EdgeState, now_unix_s};
 
 /// Most msgId → consumer entries a task remembers for routing acks; an ack of an id it does not
 /// remember is tried on each of the connection's consumers.
@@ -43,131 +39,47 @@ const RELEASE_RETRY_EVERY: Duration = Duration::from_secs(5);
 /// …this many times; after that the session's next connection, or the node's restart, frees them.
 const RELEASE_RETRIES: u32 = 24;
 
-/// The control topic of a project.
-pub fn control_address(project: &ProjectId) -> TopicAddress {
-    // Invariant: both names are fixed slugs.
-    let app = AppId::parse(CONTROL_APP).expect("the control app id is a slug");
-    TopicAddress {
-        room: RoomKey { project: project.clone(), app, room: Arc::from("control") },
-        topic: Arc::from("sessions"),
-    }
-}
-
-/// The session key as stored in `log_pending.holder_session`: `<project>/<actor>/<clientId>`.
-pub fn session_string(key: &SessionKey) -> String {
-    let client = key.client_id.as_ref().map_or("", |c| c.as_str());
-    format!("{}/{}/{client}", key.project, key.actor)
-}
-
 /// The topic key of the message log: `<project>/<app>/<room>/<topic>`.
 pub fn topic_key(a: &TopicAddress) -> String {
-    format!("{}/{}/{}/{}", a.room.project, a.room.app, a.room.room, a.topic)
+    a.log_key()
 }
 
-/// The consumer of a persistent session's subscription, or of a load-balanced group.
-pub fn consumer_id(a: &TopicAddress, key: &SessionKey, group: Option<&str>) -> String {
-    match group {
-        Some(g) => format!("g/{}/{g}", topic_key(a)),
-        None => format!("s/{}/{}/{}", topic_key(a), key.actor, key.client_id.as_ref().map_or("", |c| c.as_str())),
-    }
-}
-
-/// The project a consumer id belongs to.
-fn consumer_project(id: &str) -> Option<ProjectId> {
-    id.split('/').nth(1).and_then(|p| ProjectId::parse(p).ok())
-}
-
-/// A message on the control topic.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Control {
-    /// A connection claimed a session; every other connection of it closes.
-    Takeover {
-        /// Session string.
-        session: String,
-        /// The claiming node.
-        node: String,
-        /// The claiming connection.
-        conn: u64,
-    },
-    /// Held messages of a consumer were released; its connected members take them.
-    Kick {
-        /// Consumer id.
-        consumer: String,
-    },
-}
-
-impl Control {
-    /// The message's bytes: newline-separated fields (ids never contain a newline).
-    pub fn encode(&self) -> Bytes {
-        Bytes::from(match self {
-            Self::Takeover { session, node, conn } => format!("takeover\n{session}\n{node}\n{conn}"),
-            Self::Kick { consumer } => format!("kick\n{consumer}"),
-        })
-    }
-
-    /// Parses [`Self::encode`]'s bytes.
-    pub fn decode(data: &[u8]) -> Option<Self> {
-        let text = std::str::from_utf8(data).ok()?;
-        let mut parts = text.split('\n');
-        match (parts.next()?, parts.next(), parts.next(), parts.next(), parts.next()) {
-            ("takeover", Some(session), Some(node), Some(conn), None) => {
-                Some(Self::Takeover { session: session.to_owned(), node: node.to_owned(), conn: conn.parse().ok()? })
-            }
-            ("kick", Some(consumer), None, None, None) => Some(Self::Kick { consumer: consumer.to_owned() }),
-            _ => None,
-        }
-    }
-}
-
-/// Publishes a control message on `project`'s control topic.
-pub(crate) async fn publish_control(st: &EdgeState, project: &ProjectId, msg: &Control) {
-    let env = Envelope::Publication(Publication {
-        id: st.next_envelope_id(),
-        topic: control_address(project),
-        filter: None,
-        // Invariant: a fixed slug.
-        publisher: ActorId::parse(CONTROL_APP).expect("a slug"),
-        publisher_conn: ConnId(0),
-        node: st.node.clone(),
-        timestamp_ms: now_unix_ms(),
-        msg_id: None,
-        retain: false,
-        qos: 1,
-        data: msg.encode(),
-    });
+/// Publishes a control message on its project's control channel.
+pub(crate) async fn publish_control(st: &EdgeState, message: ControlMessage) {
+    let env = Envelope::Control(Control { id: st.next_envelope_id(), node: st.node.clone(), message });
     if let Err(e) = st.hub.bus().publish(Arc::new(env)).await {
-        tracing::warn!(error = %e, ?msg, "Control message not published; other nodes learn of it later or not at all.");
+        tracing::warn!(error = %e, "Control message not published; other nodes learn of it later or not at all.");
     }
 }
 
 /// Handles control messages arriving from the bus, until `rx` closes.
-pub(crate) async fn run_control(st: Arc<EdgeState>, mut rx: mpsc::Receiver<Arc<Envelope>>) {
-    while let Some(env) = rx.recv().await {
-        let Envelope::Publication(p) = &*env else { continue };
-        match Control::decode(&p.data) {
-            Some(Control::Takeover { session, node, conn }) => {
-                let mine = node == st.node.as_str();
-                for c in st.session_conns(&session) {
-                    if !(mine && c.id.0 == conn) && c.request_close(crate::outbound::CloseRequest::TAKEN_OVER) {
-                        tracing::info!(conn = %c.id, "Session taken over by a newer connection; closing the older one.");
+pub(crate) async fn run_control(st: Arc<EdgeState>, mut rx: mpsc::Receiver<Control>) {
+    while let Some(c) = rx.recv().await {
+        match c.message {
+            ControlMessage::Takeover { session, conn } => {
+                let mine = c.node == st.node;
+                for older in st.session_conns(&session) {
+                    if !(mine && older.id == conn) && older.request_close(crate::outbound::CloseRequest::TAKEN_OVER) {
+                        tracing::info!(conn = %older.id, "Session taken over by a newer connection; closing the older one.");
                     }
                 }
             }
-            Some(Control::Kick { consumer }) => {
+            ControlMessage::Kick { consumer } => {
                 for tx in st.consumer_tasks(&consumer) {
-                    let _ = tx.try_send(Cmd::Kick { consumer: Arc::from(consumer.as_str()) });
+                    let _ = tx.try_send(Cmd::Kick { consumer: consumer.clone() });
                 }
             }
-            None => tracing::warn!("Undecodable control message ignored."),
         }
     }
 }
 
-/// Tells the connected members of each released consumer to take its messages.
+/// Tells the connected members of each released consumer (ids as the store returns them) to
+/// take its messages.
 pub(crate) async fn kick(st: &EdgeState, consumers: &[String]) {
     for c in consumers {
-        if let Some(project) = consumer_project(c) {
-            publish_control(st, &project, &Control::Kick { consumer: c.clone() }).await;
+        match ConsumerId::parse(c) {
+            Ok(consumer) => publish_control(st, ControlMessage::Kick { consumer }).await,
+            Err(e) => tracing::warn!(error = %e, "The store released messages of an unknown consumer; nobody is told."),
         }
     }
 }
@@ -176,15 +88,15 @@ pub(crate) async fn kick(st: &EdgeState, consumers: &[String]) {
 #[derive(Debug)]
 pub(crate) enum Cmd {
     /// A live message of a durable subscription.
-    Live { consumer: Arc<str>, env: Arc<Envelope> },
+    Live { consumer: ConsumerId, env: Arc<Envelope> },
     /// A durable subscription started (subscribe or restore): deliver what is pending; for a
     /// group, as a replay (`replayStart`…`replayEnd`, N26) of the backlog `(count, up_to seq)`
     /// read before `subscribed` went out, so later messages stay live.
-    Start { consumer: Arc<str>, echo: Arc<str>, replay: Option<(u64, u64)> },
+    Start { consumer: ConsumerId, echo: Arc<str>, replay: Option<(u64, u64)> },
     /// A durable subscription ended; `forget` drops a session's consumer from the store.
-    Stop { consumer: Arc<str>, forget: bool },
+    Stop { consumer: ConsumerId, forget: bool },
     /// Messages of the consumer were released somewhere: take what is unheld.
-    Kick { consumer: Arc<str> },
+    Kick { consumer: ConsumerId },
     /// The client acked these msgIds.
     Ack(Vec<String>),
     /// The connection ended: release what it holds, then stop.
@@ -195,7 +107,7 @@ pub(crate) enum Cmd {
 #[derive(Debug, Clone)]
 pub struct DurableRoute {
     /// The subscription's consumer.
-    pub consumer: Arc<str>,
+    pub consumer: ConsumerId,
     tx: mpsc::Sender<Cmd>,
     overflow: Arc<AtomicBool>,
 }
@@ -226,7 +138,7 @@ impl DurableHandle {
         let task = DurableTask {
             st: st.clone(),
             conn: conn.clone(),
-            session: session_string(key),
+            session: key.holder_key(),
             consumers: HashMap::new(),
             inflight: HashMap::new(),
             overflow: overflow.clone(),
@@ -237,7 +149,7 @@ impl DurableHandle {
     }
 
     /// The route the hub uses for `consumer`'s subscription.
-    pub(crate) fn route(&self, consumer: &Arc<str>) -> DurableRoute {
+    pub(crate) fn route(&self, consumer: &ConsumerId) -> DurableRoute {
         DurableRoute { consumer: consumer.clone(), tx: self.tx.clone(), overflow: self.overflow.clone() }
     }
 
@@ -265,9 +177,9 @@ struct DurableTask {
     st: Arc<EdgeState>,
     conn: Arc<ConnHandle>,
     session: String,
-    consumers: HashMap<Arc<str>, ConsumerState>,
+    consumers: HashMap<ConsumerId, ConsumerState>,
     /// msgId → consumer, for routing acks.
-    inflight: HashMap<String, Arc<str>>,
+    inflight: HashMap<String, ConsumerId>,
     overflow: Arc<AtomicBool>,
     /// Registered with the node so kicks reach this task.
     self_tx: mpsc::Sender<Cmd>,
@@ -295,7 +207,7 @@ impl DurableTask {
             }
             self.handle(cmd).await;
             if self.overflow.swap(false, Ordering::AcqRel) {
-                let ids: Vec<Arc<str>> = self.consumers.keys().cloned().collect();
+                let ids: Vec<ConsumerId> = self.consumers.keys().cloned().collect();
                 for c in ids {
                     self.deliver_pending(&c, None).await;
                 }
@@ -323,12 +235,12 @@ impl DurableTask {
         }
     }
 
-    async fn live(&mut self, consumer: &Arc<str>, env: &Arc<Envelope>) {
+    async fn live(&mut self, consumer: &ConsumerId, env: &Arc<Envelope>) {
         let Some(state) = self.consumers.get(consumer) else { return };
         let echo = state.echo.clone();
         let Envelope::Publication(p) = &**env else { return };
         let Some(msg_id) = p.msg_id.as_deref() else { return };
-        let is_replay = match self.st.store.claim(consumer, msg_id, self.holder()).await {
+        let is_replay = match self.st.store.claim(consumer.as_str(), msg_id, self.holder()).await {
             Ok(Claim::Claimed { redelivered }) => {
                 self.remember(msg_id, consumer);
                 redelivered
@@ -356,7 +268,7 @@ impl DurableTask {
     /// Delivers what is pending and unheld for `consumer`, oldest first, in pages. As a group
     /// replay (N26) it is framed by `replayStart{count}` / `replayEnd{replayed}` and bounded by
     /// the backlog read at subscribe time; newer messages follow live.
-    async fn deliver_pending(&mut self, consumer: &Arc<str>, backlog: Option<(u64, u64)>) {
+    async fn deliver_pending(&mut self, consumer: &ConsumerId, backlog: Option<(u64, u64)>) {
         let Some(echo) = self.consumers.get(consumer).map(|c| c.echo.clone()) else { return };
         let replay = backlog.is_some();
         let (count, up_to) = backlog.unwrap_or((0, u64::MAX));
@@ -372,7 +284,7 @@ impl DurableTask {
             if self.conn.is_closing() {
                 return;
             }
-            let page = match self.st.store.claim_page(consumer, self.holder(), up_to, page_size).await {
+            let page = match self.st.store.claim_page(consumer.as_str(), self.holder(), up_to, page_size).await {
                 Ok(p) => p,
                 Err(e) => {
                     tracing::warn!(error = %e, "Reading pending messages failed; they stay pending.");
@@ -412,18 +324,19 @@ impl DurableTask {
         }
     }
 
-    async fn stop(&mut self, consumer: &Arc<str>, forget: bool) {
+    async fn stop(&mut self, consumer: &ConsumerId, forget: bool) {
         self.consumers.remove(consumer);
         self.st.unregister_consumer_task(consumer, self.conn.id);
         self.inflight.retain(|_, c| c != consumer);
         let store = &self.st.store;
         if forget {
-            if let Err(e) = store.drop_consumer(consumer).await {
+            if let Err(e) = store.drop_consumer(consumer.as_str()).await {
                 tracing::warn!(error = %e, "Dropping a consumer failed; it expires by itself.");
             }
             return;
         }
-        let scope = Release::ConnConsumer { node: self.st.node.as_str(), conn: self.conn.id.0, consumer };
+        let scope =
+            Release::ConnConsumer { node: self.st.node.as_str(), conn: self.conn.id.0, consumer: consumer.as_str() };
         match store.release(scope).await {
             Ok(released) => kick(&self.st, &released).await,
             Err(e) => tracing::warn!(error = %e, "Releasing held messages failed; the next connection takes them."),
@@ -432,12 +345,12 @@ impl DurableTask {
 
     async fn ack(&mut self, ids: Vec<String>) {
         for id in ids {
-            let consumers: Vec<Arc<str>> = match self.inflight.remove(&id) {
+            let consumers: Vec<ConsumerId> = match self.inflight.remove(&id) {
                 Some(c) => vec![c],
                 None => self.consumers.keys().cloned().collect(),
             };
             for c in consumers {
-                match self.st.store.ack(&c, &id).await {
+                match self.st.store.ack(c.as_str(), &id).await {
                     Ok(true) => {
                         self.st.metrics.acks.fetch_add(1, Ordering::Relaxed);
                         break;
@@ -450,7 +363,7 @@ impl DurableTask {
     }
 
     async fn touch(&self) {
-        let ids: Vec<&str> = self.consumers.keys().map(|c| &**c).collect();
+        let ids: Vec<&str> = self.consumers.keys().map(ConsumerId::as_str).collect();
         if ids.is_empty() {
             return;
         }
@@ -485,7 +398,7 @@ impl DurableTask {
         self.consumers.clear();
     }
 
-    fn remember(&mut self, msg_id: &str, consumer: &Arc<str>) {
+    fn remember(&mut self, msg_id: &str, consumer: &ConsumerId) {
         if self.inflight.len() < MAX_INFLIGHT_INDEX {
             self.inflight.insert(msg_id.to_owned(), consumer.clone());
         }
@@ -494,7 +407,7 @@ impl DurableTask {
     /// Queues a frame once the connection has room (never overflowing it).
     async fn push(&self, frame: &ServerFrame<'_>) {
         self.conn.room().await;
-        self.conn.push(frame.encode());
+        self.conn.send(frame);
     }
 }
 
@@ -524,44 +437,5 @@ pub(crate) async fn release_node(st: &EdgeState, node: &NodeId) {
     match st.store.release(Release::Node(node.as_str())).await {
         Ok(released) => kick(st, &released).await,
         Err(e) => tracing::warn!(error = %e, %node, "Releasing a lapsed node's messages failed."),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn control_messages_round_trip() {
-        for m in [
-            Control::Takeover { session: "p/a/w-1".into(), node: "n1".into(), conn: 42 },
-            Control::Kick { consumer: "g/p/app/room/jobs/workers".into() },
-        ] {
-            assert_eq!(Control::decode(&m.encode()), Some(m));
-        }
-        for bad in [&b""[..], b"kick", b"takeover\na\nb", b"takeover\na\nb\nx", b"kick\na\nb", b"\xff"] {
-            assert_eq!(Control::decode(bad), None, "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn consumer_ids_name_their_project() {
-        let a = TopicAddress {
-            room: RoomKey {
-                project: ProjectId::parse("p1").unwrap(),
-                app: AppId::parse("app").unwrap(),
-                room: Arc::from("r"),
-            },
-            topic: Arc::from("jobs"),
-        };
-        let key = SessionKey {
-            project: ProjectId::parse("p1").unwrap(),
-            actor: ActorId::parse("w").unwrap(),
-            client_id: Some(skua_core::ClientId::parse("c1").unwrap()),
-        };
-        assert_eq!(consumer_id(&a, &key, None), "s/p1/app/r/jobs/w/c1");
-        assert_eq!(consumer_id(&a, &key, Some("g")), "g/p1/app/r/jobs/g");
-        assert_eq!(consumer_project("g/p1/app/r/jobs/g").unwrap().as_str(), "p1");
-        assert_eq!(session_string(&key), "p1/w/c1");
     }
 }

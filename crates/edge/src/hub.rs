@@ -12,14 +12,14 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::Bytes;
 use skua_core::{
-    ActorId, Bus, BusDelivery, BusError, BusSubscription, ConnId, Envelope, EnvelopeId, GroupKey, PresenceChange,
-    PresenceEvent, Publication, RoomKey, Route, TopicAddress,
+    ActorId, Bus, BusDelivery, BusError, BusSubscription, ConnId, Control, Envelope, EnvelopeId, GroupKey,
+    PresenceChange, PresenceEvent, Publication, RoomKey, Route, TopicAddress,
 };
-use skua_protocol::{MessageFrame, PresenceEventKind, ServerFrame};
+use skua_protocol::{MessageFrame, PresenceEventKind, ServerFrame, ServerFrameKind};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::durable::{CONTROL_APP, DurableRoute};
+use crate::durable::DurableRoute;
 use crate::metrics::Metrics;
 use crate::outbound::ConnHandle;
 
@@ -70,7 +70,7 @@ impl DeferredRetained {
             let Some(seen) = self.seen.upgrade() else { return };
             let latest = seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&key) == Some(&id);
             if latest {
-                self.conn.push(frame);
+                self.conn.push(ServerFrameKind::Message, frame);
                 metrics.replays_by_kind.inc("retained");
             }
         }
@@ -155,8 +155,8 @@ pub struct Hub {
     metrics: Arc<Metrics>,
     /// What retained messages this node keeps may cost.
     retained: crate::retained::RetainedLedger,
-    /// Where publications on a control topic go (set once at start).
-    control: std::sync::OnceLock<mpsc::Sender<Arc<Envelope>>>,
+    /// Where control messages go (set once at start).
+    control: std::sync::OnceLock<mpsc::Sender<Control>>,
     /// Whether the bus offers deliveries to [`Hub::try_deliver`] first.
     sink: std::sync::atomic::AtomicBool,
     /// Deliveries handed back to the bus's receiver and not yet dispatched. While any are
@@ -214,7 +214,7 @@ fn address_of(sub: &BusSubscription) -> Option<&TopicAddress> {
     match sub {
         BusSubscription::Topic(a) | BusSubscription::TopicKey(a, _) => Some(a),
         BusSubscription::Group(g) => Some(&g.topic),
-        BusSubscription::Presence(_) => None,
+        BusSubscription::Presence(_) | BusSubscription::Control(_) => None,
     }
 }
 
@@ -271,8 +271,8 @@ impl Hub {
         }
     }
 
-    /// Routes control-topic publications to `tx` from now on.
-    pub fn set_control(&self, tx: mpsc::Sender<Arc<Envelope>>) {
+    /// Routes control messages to `tx` from now on.
+    pub fn set_control(&self, tx: mpsc::Sender<Control>) {
         let _ = self.control.set(tx);
     }
 
@@ -379,8 +379,9 @@ impl Hub {
         }
     }
 
-    /// Inserts (or replaces, N14) the subscription of `sub.conn` on `address`. `first` is queued
-    /// on the connection before anything the subscription receives (the `subscribed` frame),
+    /// Inserts (or replaces, N14) the subscription of `sub.conn` on `address`. `first`, the
+    /// encoded `subscribed` frame, is queued on the connection before anything the subscription
+    /// receives,
     /// followed by the retained messages it matches (N20, N33) unless `with_retained` is false.
     /// Returns the subscription it replaced, and the part of the retained snapshot that did not
     /// fit in the connection's queue at once, for the caller to send paced.
@@ -403,7 +404,7 @@ impl Hub {
             sub.echo = last.echo.clone();
         }
         if let Some(f) = first {
-            sub.conn.push(f);
+            sub.conn.push(ServerFrameKind::Subscribed, f);
         }
         let mut deferred = Vec::new();
         if with_retained && sub.group.is_none() {
@@ -416,7 +417,7 @@ impl Hub {
                     // Right after `subscribed` while the queue has room (the common case: the
                     // snapshot comes before anything live); the rest is paced.
                     if deferred.is_empty() && sub.conn.has_room() {
-                        sub.conn.push(message_frame(&sub.echo, p));
+                        sub.conn.push(ServerFrameKind::Message, message_frame(&sub.echo, p));
                         self.metrics.replays_by_kind.inc("retained");
                     } else {
                         deferred.push((p.filter.clone(), p.id, message_frame(&sub.echo, p)));
@@ -567,6 +568,16 @@ impl Hub {
                 self.dispatch_traced(d, p, None);
             }
             Envelope::Presence(ev) => self.dispatch_presence(ev),
+            Envelope::Control(c) => self.dispatch_control(c),
+        }
+    }
+
+    /// Hands a control message to the node's control handler; never to a connection.
+    fn dispatch_control(&self, c: &Control) {
+        if let Some(tx) = self.control.get()
+            && tx.try_send(c.clone()).is_err()
+        {
+            tracing::warn!("Control queue full; a control message was dropped.");
         }
     }
 
@@ -596,14 +607,6 @@ impl Hub {
         route: &Route,
         limit: Option<usize>,
     ) -> Option<u64> {
-        if p.topic.room.app.as_str() == CONTROL_APP {
-            if let Some(tx) = self.control.get()
-                && tx.try_send(env.clone()).is_err()
-            {
-                tracing::warn!("Control queue full; a control message was dropped.");
-            }
-            return Some(0);
-        }
         let topics = read(&self.topics);
         let Some(entry) = topics.get(&p.topic) else {
             self.metrics.undeliverable.fetch_add(1, Ordering::Relaxed);
@@ -675,7 +678,7 @@ impl Hub {
         self.metrics.deliveries.fetch_add(delivered, Ordering::Relaxed);
         if queued > 0 {
             self.metrics.frames_out.fetch_add(queued, Ordering::Relaxed);
-            self.metrics.frames_out_by_type.add_index(crate::metrics::MESSAGE_INDEX, queued);
+            self.metrics.frames_out_by_type.add(ServerFrameKind::Message, queued);
         }
         Some(delivered)
     }
@@ -692,7 +695,7 @@ impl Hub {
         if !entry.members.is_empty() {
             let frame = ServerFrame::Presence { event, actor_token_id: ev.actor.as_str(), presence: data }.encode();
             for m in &entry.members {
-                m.conn.push(frame.clone());
+                m.conn.push(ServerFrameKind::Presence, frame.clone());
             }
         }
         let mut cache: Vec<(&Arc<str>, Bytes)> = Vec::new();
@@ -711,7 +714,10 @@ impl Hub {
                 cache.push((lobby, b.clone()));
                 b
             };
-            c.push(frame);
+            c.push(ServerFrameKind::LobbyPresence, frame);
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -7,6 +7,7 @@
 //! - [`ws`]: HTTP routes, upgrades, each connection's reader loop and writer task;
 //! - `session`: the per-connection protocol state machine and its frame handlers;
 //! - [`hub`]: the node's local fan-out (the hot path) and its bus subscriptions;
+//! - [`publish`]: the publish pipeline every entry point uses, and its observer seam;
 //! - [`outbound`]: the bounded per-connection queue and close requests;
 //! - [`auth`]: access tokens and client tokens (JWT);
 //! - [`liveness`]: node registration and healing the presence of lapsed nodes;
@@ -26,6 +27,7 @@ pub mod liveness;
 pub mod metrics;
 pub mod outbound;
 pub mod prom;
+pub mod publish;
 pub mod ratelimit;
 pub mod retained;
 pub mod revalidate;

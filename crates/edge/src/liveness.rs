@@ -87,6 +87,12 @@ async fn reap(st: &EdgeState) {
     for node in dead.into_iter().filter(|n| *n != st.node) {
         // Logged messages its connections held go back to their consumers (N26).
         crate::durable::release_node(st, &node).await;
+        // Its connections' restore records end, so their clients' reconnects can claim them (N23).
+        match st.store.release_node_restores(&node, now_unix_s(), st.config.restore_ttl.as_secs()).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(%node, records = n, "Released the restore records of a lapsed node."),
+            Err(e) => tracing::warn!(error = %e, %node, "Releasing a lapsed node's restore records failed."),
+        }
         match st.presence.remove_node(&node).await {
             Ok(gone) => {
                 tracing::info!(%node, entries = gone.len(), "Removed the presence of a lapsed node.");

@@ -7,6 +7,8 @@ use std::sync::RwLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use skua_protocol::ServerFrameKind;
+
 /// Node-wide counters. Labels never carry topic, actor or connection ids.
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -221,101 +223,55 @@ impl HistogramFamily {
     }
 }
 
-/// Server frame types counted by [`FrameTypes`], in a fixed order; then `heartbeat`, `other`.
-const FRAME_TYPES: [&str; 19] = [
-    // First: the most frequent, found first by `frame_type_index`.
-    "message",
-    "auth",
-    "reauth",
-    "subscribed",
-    "unsubscribed",
-    "published",
-    "filtersUpdated",
-    "presence",
-    "presenceList",
-    "lobbySubscribed",
-    "lobbyPresenceList",
-    "lobbyUnsubscribed",
-    "lobbyPresence",
-    "replayStart",
-    "replayEnd",
-    "error",
-    "disconnect",
-    "heartbeat",
-    "other",
-];
-
-/// A counter per server frame type: a fixed array, no lock and no map on the delivery path.
+/// A counter per server frame kind, plus heartbeats: a fixed array indexed by
+/// [`ServerFrameKind::index`], no lock, no map and no parsing on the delivery path.
 #[derive(Debug, Default)]
 pub struct FrameTypes {
-    counts: [AtomicU64; FRAME_TYPES.len()],
+    counts: [AtomicU64; ServerFrameKind::ALL.len()],
+    heartbeats: AtomicU64,
 }
 
+/// The label of heartbeats (empty frames) in [`FrameTypes`].
+const HEARTBEAT: &str = "heartbeat";
+
 impl FrameTypes {
-    /// Counts one encoded frame.
-    pub fn inc_frame(&self, frame: &[u8]) {
-        self.inc_index(frame_type_index(frame));
+    /// Counts one frame of `kind`.
+    pub fn inc(&self, kind: ServerFrameKind) {
+        self.add(kind, 1);
     }
 
-    /// Counts one frame of type `FRAME_TYPES[i]` (from [`frame_type_index`]).
-    pub(crate) fn inc_index(&self, i: usize) {
-        self.add_index(i, 1);
+    /// Counts `n` frames of `kind` (the hub counts a whole fan-out at once).
+    pub fn add(&self, kind: ServerFrameKind, n: u64) {
+        self.counts[kind.index()].fetch_add(n, Ordering::Relaxed);
     }
 
-    /// Counts `n` frames of type `FRAME_TYPES[i]`.
-    pub(crate) fn add_index(&self, i: usize, n: u64) {
-        if let Some(c) = self.counts.get(i) {
-            c.fetch_add(n, Ordering::Relaxed);
-        }
+    /// Counts one heartbeat.
+    pub fn inc_heartbeat(&self) {
+        self.heartbeats.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The counter of `label` (0 when never counted or unknown).
     pub fn get(&self, label: &str) -> u64 {
-        FRAME_TYPES.iter().position(|t| *t == label).map_or(0, |i| self.counts[i].load(Ordering::Relaxed))
+        if label == HEARTBEAT {
+            return self.heartbeats.load(Ordering::Relaxed);
+        }
+        ServerFrameKind::ALL
+            .iter()
+            .find(|k| k.as_str() == label)
+            .map_or(0, |k| self.counts[k.index()].load(Ordering::Relaxed))
     }
 
     /// Every (label, count) counted at least once, in label order.
     pub fn snapshot(&self) -> Vec<(&'static str, u64)> {
-        let mut out: Vec<(&'static str, u64)> = FRAME_TYPES
+        let mut out: Vec<(&'static str, u64)> = ServerFrameKind::ALL
             .iter()
-            .zip(&self.counts)
-            .map(|(t, c)| (*t, c.load(Ordering::Relaxed)))
+            .map(|k| (k.as_str(), self.counts[k.index()].load(Ordering::Relaxed)))
+            .chain(std::iter::once((HEARTBEAT, self.heartbeats.load(Ordering::Relaxed))))
             .filter(|(_, n)| *n > 0)
             .collect();
         out.sort_unstable_by_key(|(t, _)| *t);
         out
     }
-}
-
-/// The `type` of an encoded server frame (`heartbeat` for an empty one, `other` when it is not
-/// one of ours).
-pub fn server_frame_type(frame: &[u8]) -> &'static str {
-    FRAME_TYPES[frame_type_index(frame)]
-}
-
-/// The index of `message` in `FRAME_TYPES`.
-pub(crate) const MESSAGE_INDEX: usize = 0;
-const _: () = assert!(matches!(FRAME_TYPES[MESSAGE_INDEX].as_bytes(), b"message"));
-
-/// The index in `FRAME_TYPES` of an encoded server frame's type.
-pub(crate) fn frame_type_index(frame: &[u8]) -> usize {
-    const HEARTBEAT: usize = FRAME_TYPES.len() - 2;
-    const OTHER: usize = FRAME_TYPES.len() - 1;
-    if frame.is_empty() {
-        return HEARTBEAT;
-    }
-    let rest = match frame[0] {
-        0x80..=0x8f => &frame[1..],
-        0xde => frame.get(3..).unwrap_or_default(),
-        _ => return OTHER,
-    };
-    let Some(rest) = rest.strip_prefix(b"\xa4type") else { return OTHER };
-    let value = match rest.first() {
-        Some(&b @ 0xa0..=0xbf) => rest.get(1..1 + usize::from(b & 0x1f)),
-        Some(0xd9) => rest.get(1).and_then(|n| rest.get(2..2 + usize::from(*n))),
-        _ => None,
-    };
-    value.and_then(|v| FRAME_TYPES[..HEARTBEAT].iter().position(|t| t.as_bytes() == v)).unwrap_or(OTHER)
 }
 
 #[cfg(test)]
@@ -324,20 +280,22 @@ mod tests {
     use skua_protocol::ServerFrame;
 
     #[test]
-    fn server_frame_types_are_read_from_encoded_frames() {
-        let frames = [
+    fn frames_are_counted_by_kind_and_heartbeats_apart() {
+        let t = FrameTypes::default();
+        for f in [
             ServerFrame::AuthFailed { error: "access_denied" },
             ServerFrame::Subscribed { topic: "a/b/c", load_balance: false },
-            ServerFrame::LobbyUnsubscribed { lobby_id: "online" },
             ServerFrame::ReplayEnd { replayed: 3 },
-            ServerFrame::Disconnect { reason: "token_expired" },
-        ];
-        for f in frames {
-            assert_eq!(server_frame_type(&f.encode()), f.type_str());
+        ] {
+            t.inc(f.kind());
         }
-        assert_eq!(server_frame_type(&[]), "heartbeat");
-        assert_eq!(server_frame_type(b"\x81\xa4type\xa3zzz"), "other");
-        assert_eq!(server_frame_type(b"\x91\x01"), "other");
+        t.add(ServerFrameKind::Message, 5);
+        t.inc_heartbeat();
+        assert_eq!(
+            t.snapshot(),
+            vec![("auth", 1), ("heartbeat", 1), ("message", 5), ("replayEnd", 1), ("subscribed", 1)]
+        );
+        assert_eq!((t.get("message"), t.get("error"), t.get("nope")), (5, 0, 0));
     }
 
     #[test]

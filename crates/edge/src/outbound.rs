@@ -17,6 +17,7 @@ use std::task::{Context, Poll, Waker};
 use bytes::Bytes;
 use skua_core::ConnId;
 use skua_protocol::codes::{close, reason};
+use skua_protocol::{ServerFrame, ServerFrameKind};
 use tokio::sync::Notify;
 
 use crate::metrics::Metrics;
@@ -130,15 +131,29 @@ impl ConnHandle {
         self.queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Queues one encoded frame and counts it in the `frames_out` metrics. Returns `false`
-    /// when the frame was not queued: the connection is closing, or this push overflowed the
-    /// queue (which starts the 4008 close).
-    pub fn push(&self, frame: Bytes) -> bool {
-        let ty = crate::metrics::frame_type_index(&frame);
+    /// Encodes `frame`, queues it and counts it (see [`Self::push`]).
+    pub fn send(&self, frame: &ServerFrame<'_>) -> bool {
+        self.push(frame.kind(), frame.encode())
+    }
+
+    /// Queues one encoded frame of `kind` and counts it in the `frames_out` metrics. Returns
+    /// `false` when the frame was not queued: the connection is closing, or this push
+    /// overflowed the queue (which starts the 4008 close).
+    pub fn push(&self, kind: ServerFrameKind, frame: Bytes) -> bool {
         let queued = self.push_uncounted(frame);
         if queued {
             self.metrics.frames_out.fetch_add(1, Ordering::Relaxed);
-            self.metrics.frames_out_by_type.inc_index(ty);
+            self.metrics.frames_out_by_type.inc(kind);
+        }
+        queued
+    }
+
+    /// Queues a heartbeat (an empty frame) and counts it.
+    pub fn push_heartbeat(&self) -> bool {
+        let queued = self.push_uncounted(Bytes::new());
+        if queued {
+            self.metrics.frames_out.fetch_add(1, Ordering::Relaxed);
+            self.metrics.frames_out_by_type.inc_heartbeat();
         }
         queued
     }
@@ -370,27 +385,29 @@ impl Outbox {
 mod tests {
     use super::*;
 
+    const MSG: ServerFrameKind = ServerFrameKind::Message;
+
     #[test]
     fn overflow_by_count_and_by_bytes_requests_slow_consumer_close() {
         let m = std::sync::Arc::new(Metrics::default());
         let (h, _rx) = ConnHandle::new(ConnId(1), 2, 1000, m.clone());
-        assert!(h.push(Bytes::from_static(b"a")));
-        assert!(h.push(Bytes::from_static(b"b")));
-        assert!(!h.push(Bytes::from_static(b"c")));
+        assert!(h.push(MSG, Bytes::from_static(b"a")));
+        assert!(h.push(MSG, Bytes::from_static(b"b")));
+        assert!(!h.push(MSG, Bytes::from_static(b"c")));
         assert_eq!(h.close_requested(), Some(CloseRequest::SLOW_CONSUMER));
-        assert!(!h.push(Bytes::from_static(b"d")), "closing connections take nothing");
+        assert!(!h.push(MSG, Bytes::from_static(b"d")), "closing connections take nothing");
         assert_eq!(m.slow_consumer_closes.load(Ordering::Relaxed), 1);
 
         let (h, _rx) = ConnHandle::new(ConnId(2), 100, 10, m.clone());
-        assert!(h.push(Bytes::from(vec![0; 8])));
-        assert!(!h.push(Bytes::from(vec![0; 8])));
+        assert!(h.push(MSG, Bytes::from(vec![0; 8])));
+        assert!(!h.push(MSG, Bytes::from(vec![0; 8])));
         assert_eq!(h.close_requested(), Some(CloseRequest::SLOW_CONSUMER));
     }
 
     #[test]
     fn one_frame_larger_than_the_byte_budget_still_goes_to_an_empty_queue() {
         let (h, mut rx) = ConnHandle::new(ConnId(1), 4, 10, std::sync::Arc::new(Metrics::default()));
-        assert!(h.push(Bytes::from(vec![0; 50])));
+        assert!(h.push(MSG, Bytes::from(vec![0; 50])));
         assert_eq!(rx.try_recv(&h).map(|b| b.len()), Some(50));
         assert_eq!(h.queued_bytes(), 0);
     }
@@ -417,7 +434,7 @@ mod tests {
         let mut cx = Context::from_waker(&waker);
         assert_eq!(out.poll_take(&h, &mut cx), Poll::Pending);
         for b in [&b"a"[..], b"b", b"c"] {
-            assert!(h.push(Bytes::copy_from_slice(b)));
+            assert!(h.push(MSG, Bytes::copy_from_slice(b)));
         }
         assert_eq!(wakes.0.load(Ordering::SeqCst), 1, "only the first push finds the writer parked");
         assert_eq!(out.poll_take(&h, &mut cx), Poll::Ready(Take::Frames));
@@ -432,10 +449,10 @@ mod tests {
     #[test]
     fn frames_taken_and_not_written_count_toward_the_slow_consumer_bound() {
         let (h, mut out) = ConnHandle::new(ConnId(1), 2, 1000, std::sync::Arc::new(Metrics::default()));
-        assert!(h.push(Bytes::from_static(b"a")));
-        assert!(h.push(Bytes::from_static(b"b")));
+        assert!(h.push(MSG, Bytes::from_static(b"a")));
+        assert!(h.push(MSG, Bytes::from_static(b"b")));
         assert!(out.try_take(&h));
-        assert!(!h.push(Bytes::from_static(b"c")), "the writer has not written a or b yet");
+        assert!(!h.push(MSG, Bytes::from_static(b"c")), "the writer has not written a or b yet");
         assert_eq!(h.close_requested(), Some(CloseRequest::SLOW_CONSUMER));
     }
 
@@ -446,12 +463,12 @@ mod tests {
         let (reader_wakes, reader) = counting_waker();
         assert_eq!(out.poll_take(&h, &mut Context::from_waker(&writer)), Poll::Pending);
         assert_eq!(h.poll_closed_reader(&mut Context::from_waker(&reader)), Poll::Pending);
-        assert!(h.push(Bytes::from_static(b"bye")));
+        assert!(h.push(MSG, Bytes::from_static(b"bye")));
         // The push woke the writer; it parks again before the close.
         assert_eq!(out.poll_take(&h, &mut Context::from_waker(&writer)), Poll::Ready(Take::Frames));
         assert_eq!(out.pop().as_deref(), Some(&b"bye"[..]));
         assert_eq!(out.poll_take(&h, &mut Context::from_waker(&writer)), Poll::Pending);
-        assert!(h.push(Bytes::from_static(b"last")));
+        assert!(h.push(MSG, Bytes::from_static(b"last")));
         assert!(h.request_close(CloseRequest::TOKEN_EXPIRED));
         assert_eq!(writer_wakes.0.load(Ordering::SeqCst), 2);
         assert_eq!(reader_wakes.0.load(Ordering::SeqCst), 1);
@@ -459,14 +476,14 @@ mod tests {
         assert_eq!(h.poll_closed_reader(&mut Context::from_waker(&reader)), Poll::Ready(()));
         // What was queued before the close is still there for the final drain.
         assert_eq!(out.try_recv(&h).as_deref(), Some(&b"last"[..]));
-        assert!(!h.push(Bytes::from_static(b"late")));
+        assert!(!h.push(MSG, Bytes::from_static(b"late")));
     }
 
     #[test]
     fn an_idle_writer_gives_back_what_a_burst_grew() {
         let (h, mut out) = ConnHandle::new(ConnId(1), 4096, 1 << 20, std::sync::Arc::new(Metrics::default()));
         for _ in 0..1000 {
-            assert!(h.push(Bytes::from_static(b"x")));
+            assert!(h.push(MSG, Bytes::from_static(b"x")));
         }
         assert!(out.try_take(&h));
         while out.pop().is_some() {}

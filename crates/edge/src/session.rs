@@ -11,7 +11,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use skua_core::registry::{AccessError, Actor};
-use skua_core::{ActorId, BusSubscription, RestoreRecord, RestoredTopic, RoomKey, SessionKey, TopicAddress};
+use skua_core::{
+    ActorId, BusSubscription, RestoreKey, RestoreRecord, RestoredTopic, RoomKey, SessionKey, TopicAddress,
+};
 use skua_protocol::codes::{code, error};
 use skua_protocol::{ClientFrame, DecodeError, ErrorFrame, ServerFrame};
 
@@ -34,7 +36,7 @@ pub(crate) struct SessionSub {
     filters: Arc<[String]>,
     raw_filters: Option<Bytes>,
     /// The durable consumer, for a persistent session's subscription to a logged topic.
-    consumer: Option<Arc<str>>,
+    consumer: Option<skua_core::ConsumerId>,
 }
 
 /// What an authenticated connection knows about itself.
@@ -43,6 +45,8 @@ pub(crate) struct Authed {
     version: u32,
     expires_at: Option<u64>,
     key: SessionKey,
+    /// This connection's restore record (N23): the session's with a clientId, else its own.
+    restore: RestoreKey,
     bucket: TokenBucket,
     max_message_size: usize,
     _slot: ProjectSlot,
@@ -69,7 +73,7 @@ pub(crate) struct Session {
     /// Durable delivery of this connection, started with its first durable subscription.
     durable: Option<DurableHandle>,
     /// For a clientId session: its string and the control-topic subscription it holds.
-    persistent: Option<(String, Option<BusSubscription>)>,
+    persistent: Option<(skua_core::SessionKey, Option<BusSubscription>)>,
     /// The client's address (after the PROXY header and trusted `X-Forwarded-For`).
     pub(crate) client_ip: std::net::IpAddr,
     /// Failed `auth`/`reauth` attempts on this connection (issue 12, item 6).
@@ -105,7 +109,7 @@ impl Session {
     }
 
     fn push(&self, frame: &ServerFrame<'_>) {
-        self.conn.push(frame.encode());
+        self.conn.send(frame);
     }
 
     fn v2(&self) -> bool {
@@ -175,9 +179,6 @@ impl Session {
             ClientFrame::LobbySubscribe { lobby_id } => self.on_lobby_subscribe(&lobby_id).await,
             ClientFrame::LobbyUnsubscribe { lobby_id } => self.on_lobby_unsubscribe(&lobby_id).await,
             ClientFrame::GetLobbyPresence { lobby_id } => self.on_get_lobby_presence(&lobby_id).await,
-            other => {
-                tracing::debug!(frame = other.type_str(), "Frame type not handled.");
-            }
         }
     }
 
@@ -206,15 +207,23 @@ impl Session {
     /// Saves the restore record after a subscription change.
     async fn save_restore(&self) {
         let Some(a) = &self.auth else { return };
-        if let Err(e) = self.st.store.save_restore(&a.key, &self.restore_record()).await {
+        if let Err(e) = self.st.store.save_restore(&a.restore, &self.st.node, &self.restore_record()).await {
             tracing::warn!(error = %e, "Saving the restore record failed; a reconnect may restore less.");
         }
     }
 
-    /// Releases everything the connection holds: subscriptions, lobbies, presence (sending
-    /// `leave` when it was the actor's last connection in the room), and starts the restore
-    /// record's expiry.
+    /// Releases everything the connection holds: starts the restore record's expiry (making a
+    /// connection record claimable), then subscriptions, lobbies, presence (sending `leave` when
+    /// it was the actor's last connection in the room).
     pub(crate) async fn cleanup(&mut self) {
+        // First: a connection record becomes claimable once released (N23), and a client that
+        // reconnects at once should find it.
+        if let Some(a) = &self.auth {
+            let ttl = self.st.config.restore_ttl.as_secs();
+            if let Err(e) = self.st.store.release_restore(&a.restore, now_unix_s(), ttl).await {
+                tracing::warn!(error = %e, "Releasing the restore record failed.");
+            }
+        }
         for (_, sub) in std::mem::take(&mut self.subs) {
             self.st.hub.remove(&sub.address, self.conn.id);
             self.st.hub.release(&bus_subscription(&sub.address, sub.group.as_ref())).await;
@@ -232,12 +241,6 @@ impl Session {
             self.st.hub.lobby_unsubscribe(&rooms, self.conn.id, &Arc::from(lobby)).await;
         }
         self.leave_presence_room().await;
-        if let Some(a) = &self.auth {
-            let ttl = self.st.config.restore_ttl.as_secs();
-            if let Err(e) = self.st.store.release_restore(&a.key, now_unix_s(), ttl).await {
-                tracing::warn!(error = %e, "Releasing the restore record failed.");
-            }
-        }
         self.auth = None;
     }
 
@@ -266,20 +269,23 @@ impl Session {
         logged: bool,
         group: Option<&Arc<str>>,
         filters: &[String],
-    ) -> Result<Option<Arc<str>>, skua_core::StoreError> {
+    ) -> Result<Option<skua_core::ConsumerId>, skua_core::StoreError> {
         let Some(a) = &self.auth else { return Ok(None) };
         if !logged || a.key.client_id.is_none() {
             return Ok(None);
         }
-        let id = crate::durable::consumer_id(address, &a.key, group.map(|g| &**g));
+        let id = match group {
+            Some(g) => skua_core::ConsumerId::group(&skua_core::GroupKey { topic: address.clone(), group: g.clone() }),
+            None => skua_core::ConsumerId::session(address, &a.key),
+        };
         let consumer = skua_core::Consumer {
-            id: id.clone(),
+            id: id.to_string(),
             topic: crate::durable::topic_key(address),
             actor: a.actor.id.as_str().to_owned(),
             filters: filters.to_vec(),
         };
         self.st.store.open_consumer(&consumer, now_unix_s(), self.st.config.restore_ttl.as_secs()).await?;
-        Ok(Some(Arc::from(id)))
+        Ok(Some(id))
     }
 
     /// Most subscriptions plus lobby subscriptions one connection may hold.

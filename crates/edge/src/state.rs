@@ -1,11 +1,12 @@
 //! Everything a node's connections share: configuration, registry, backends, hub, counters.
 
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use skua_core::{Bus, BusDelivery, ConnId, EnvelopeId, NodeId, Presence, ProjectId, SharedRegistry, Store};
+use skua_core::{
+    Bus, BusDelivery, ConnId, ConsumerId, EnvelopeId, NodeId, Presence, ProjectId, SessionKey, SharedRegistry, Store,
+};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -25,6 +26,8 @@ pub struct Backends {
     pub presence: Arc<dyn Presence>,
     /// Session store.
     pub store: Arc<dyn Store>,
+    /// Told of every accepted publish, in this order ([`crate::publish`]).
+    pub publish_observers: Vec<Arc<dyn crate::publish::PublishObserver>>,
 }
 
 /// Shared state of one edge node.
@@ -52,13 +55,13 @@ pub struct EdgeState {
     /// Cancelled once connections have drained: stops the hub's dispatcher.
     pub dispatcher_stop: CancellationToken,
     /// Authenticated connections, for control-plane changes (`revalidate`).
-    pub connections: crate::revalidate::Connections,
+    pub connections: Arc<crate::revalidate::Connections>,
+    /// The publish pipeline every entry point uses.
+    pub publisher: crate::publish::Publisher,
     /// Failed auths per source address (issue 12, item 6).
     pub auth_throttle: crate::auth::AuthThrottle,
     draining: AtomicBool,
     next_conn: AtomicU64,
-    next_envelope: AtomicU64,
-    node_hash: u64,
     /// Connection slots: a permit per open WebSocket.
     pub(crate) conn_slots: Arc<Semaphore>,
     // std Mutex: counter updates only, never across an await.
@@ -67,9 +70,9 @@ pub struct EdgeState {
     deferred_removals: Mutex<std::collections::VecDeque<DeferredRemoval>>,
     // std Mutex: map updates only, never across an await.
     /// Local connections of each clientId session (normally one), for takeovers.
-    sessions: Mutex<HashMap<String, Vec<Arc<ConnHandle>>>>,
+    sessions: Mutex<HashMap<SessionKey, Vec<Arc<ConnHandle>>>>,
     /// Local durable tasks of each consumer, for kicks.
-    consumer_tasks: Mutex<HashMap<String, Vec<ConsumerTask>>>,
+    consumer_tasks: Mutex<HashMap<ConsumerId, Vec<ConsumerTask>>>,
 }
 
 /// A presence removal that failed (backend unreachable) and is retried by the liveness loop.
@@ -93,16 +96,16 @@ fn guard<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl EdgeState {
     /// Records `conn` as a local connection of `session`; returns the others (to close).
-    pub(crate) fn register_session(&self, session: &str, conn: &Arc<ConnHandle>) -> Vec<Arc<ConnHandle>> {
+    pub(crate) fn register_session(&self, session: &SessionKey, conn: &Arc<ConnHandle>) -> Vec<Arc<ConnHandle>> {
         let mut map = guard(&self.sessions);
-        let list = map.entry(session.to_owned()).or_default();
+        let list = map.entry(session.clone()).or_default();
         let others = list.iter().filter(|c| c.id != conn.id).cloned().collect();
         list.push(conn.clone());
         others
     }
 
     /// Forgets `conn` as a connection of `session`.
-    pub(crate) fn unregister_session(&self, session: &str, conn: ConnId) {
+    pub(crate) fn unregister_session(&self, session: &SessionKey, conn: ConnId) {
         let mut map = guard(&self.sessions);
         if let Some(list) = map.get_mut(session) {
             list.retain(|c| c.id != conn);
@@ -113,21 +116,26 @@ impl EdgeState {
     }
 
     /// The local connections of `session`.
-    pub(crate) fn session_conns(&self, session: &str) -> Vec<Arc<ConnHandle>> {
+    pub(crate) fn session_conns(&self, session: &SessionKey) -> Vec<Arc<ConnHandle>> {
         guard(&self.sessions).get(session).cloned().unwrap_or_default()
     }
 
     /// Registers a durable task as serving `consumer`.
-    pub(crate) fn register_consumer_task(&self, consumer: &str, conn: ConnId, tx: &mpsc::Sender<crate::durable::Cmd>) {
+    pub(crate) fn register_consumer_task(
+        &self,
+        consumer: &ConsumerId,
+        conn: ConnId,
+        tx: &mpsc::Sender<crate::durable::Cmd>,
+    ) {
         let mut map = guard(&self.consumer_tasks);
-        let list = map.entry(consumer.to_owned()).or_default();
+        let list = map.entry(consumer.clone()).or_default();
         if !list.iter().any(|(c, _)| *c == conn) {
             list.push((conn, tx.clone()));
         }
     }
 
     /// Unregisters a durable task from `consumer`.
-    pub(crate) fn unregister_consumer_task(&self, consumer: &str, conn: ConnId) {
+    pub(crate) fn unregister_consumer_task(&self, consumer: &ConsumerId, conn: ConnId) {
         let mut map = guard(&self.consumer_tasks);
         if let Some(list) = map.get_mut(consumer) {
             list.retain(|(c, _)| *c != conn);
@@ -138,7 +146,7 @@ impl EdgeState {
     }
 
     /// The local durable tasks serving `consumer`.
-    pub(crate) fn consumer_tasks(&self, consumer: &str) -> Vec<mpsc::Sender<crate::durable::Cmd>> {
+    pub(crate) fn consumer_tasks(&self, consumer: &ConsumerId) -> Vec<mpsc::Sender<crate::durable::Cmd>> {
         guard(&self.consumer_tasks)
             .get(consumer)
             .map(|l| l.iter().map(|(_, t)| t.clone()).collect())
@@ -177,12 +185,19 @@ impl EdgeState {
         let background = TaskTracker::new();
         hub.attach_sink();
         background.spawn(hub.clone().run_dispatcher(backends.bus_deliveries, dispatcher_stop.clone()));
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        node.hash(&mut h);
+        let connections = Arc::new(crate::revalidate::Connections::default());
+        let publisher = crate::publish::Publisher::new(
+            node.clone(),
+            registry.clone(),
+            hub.clone(),
+            backends.store.clone(),
+            metrics.clone(),
+            connections.clone(),
+            backends.publish_observers,
+        );
         let state = Arc::new(Self {
             conn_slots: Arc::new(Semaphore::new(config.max_connections)),
             config,
-            node_hash: h.finish(),
             node,
             registry,
             presence: backends.presence,
@@ -193,11 +208,11 @@ impl EdgeState {
             background,
             shutdown,
             dispatcher_stop,
-            connections: crate::revalidate::Connections::default(),
+            connections,
+            publisher,
             auth_throttle,
             draining: AtomicBool::new(false),
             next_conn: AtomicU64::new(1),
-            next_envelope: AtomicU64::new(1),
             project_conns: Mutex::new(HashMap::new()),
             deferred_removals: Mutex::new(std::collections::VecDeque::new()),
             sessions: Mutex::new(HashMap::new()),
@@ -222,7 +237,7 @@ impl EdgeState {
 
     /// A fresh cluster-unique envelope id.
     pub fn next_envelope_id(&self) -> EnvelopeId {
-        EnvelopeId((u128::from(self.node_hash) << 64) | u128::from(self.next_envelope.fetch_add(1, Ordering::Relaxed)))
+        self.publisher.next_envelope_id()
     }
 
     /// Whether the node is draining (readiness fails, upgrades are refused).

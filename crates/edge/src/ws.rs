@@ -11,7 +11,6 @@ use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
-use bytes::Bytes;
 use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
 use skua_protocol::{ClientFrame, DecodeError};
@@ -280,7 +279,7 @@ async fn read_loop(
                             token_expired(handle);
                             return;
                         }
-                        handle.push(Bytes::new());
+                        handle.push_heartbeat();
                     }
                     Message::Binary(b) => match ClientFrame::decode(&b) {
                         // Boxed: the handlers' futures are large and live only while a frame is
@@ -322,8 +321,7 @@ async fn read_loop(
 }
 
 fn token_expired(handle: &ConnHandle) {
-    handle
-        .push(skua_protocol::ServerFrame::Disconnect { reason: skua_protocol::codes::reason::TOKEN_EXPIRED }.encode());
+    handle.send(&skua_protocol::ServerFrame::Disconnect { reason: skua_protocol::codes::reason::TOKEN_EXPIRED });
     handle.request_close(CloseRequest::TOKEN_EXPIRED);
 }
 

@@ -84,7 +84,6 @@ pub struct PublishFrame {
 
 /// A decoded client frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum ClientFrame {
     /// `auth`.
     Auth(AuthFrame),

@@ -103,9 +103,109 @@ pub struct ErrorFrame<'a> {
     pub lobby_id: Option<&'a str>,
 }
 
+/// A server frame's `type`, without its fields: what metrics count frames by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ServerFrameKind {
+    /// `message` (first: the most frequent).
+    Message,
+    /// `auth` (both auth replies).
+    Auth,
+    /// `reauth` (both reauth replies).
+    Reauth,
+    /// `subscribed`.
+    Subscribed,
+    /// `unsubscribed`.
+    Unsubscribed,
+    /// `published`.
+    Published,
+    /// `filtersUpdated`.
+    FiltersUpdated,
+    /// `presence`.
+    Presence,
+    /// `presenceList`.
+    PresenceList,
+    /// `lobbySubscribed`.
+    LobbySubscribed,
+    /// `lobbyPresenceList`.
+    LobbyPresenceList,
+    /// `lobbyUnsubscribed`.
+    LobbyUnsubscribed,
+    /// `lobbyPresence`.
+    LobbyPresence,
+    /// `replayStart`.
+    ReplayStart,
+    /// `replayEnd`.
+    ReplayEnd,
+    /// `error`.
+    Error,
+    /// `disconnect`.
+    Disconnect,
+}
+
+impl ServerFrameKind {
+    /// Every kind, in declaration order: `ALL[k.index()] == k`.
+    pub const ALL: [Self; 17] = [
+        Self::Message,
+        Self::Auth,
+        Self::Reauth,
+        Self::Subscribed,
+        Self::Unsubscribed,
+        Self::Published,
+        Self::FiltersUpdated,
+        Self::Presence,
+        Self::PresenceList,
+        Self::LobbySubscribed,
+        Self::LobbyPresenceList,
+        Self::LobbyUnsubscribed,
+        Self::LobbyPresence,
+        Self::ReplayStart,
+        Self::ReplayEnd,
+        Self::Error,
+        Self::Disconnect,
+    ];
+
+    /// The `type` string on the wire.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Message => "message",
+            Self::Auth => "auth",
+            Self::Reauth => "reauth",
+            Self::Subscribed => "subscribed",
+            Self::Unsubscribed => "unsubscribed",
+            Self::Published => "published",
+            Self::FiltersUpdated => "filtersUpdated",
+            Self::Presence => "presence",
+            Self::PresenceList => "presenceList",
+            Self::LobbySubscribed => "lobbySubscribed",
+            Self::LobbyPresenceList => "lobbyPresenceList",
+            Self::LobbyUnsubscribed => "lobbyUnsubscribed",
+            Self::LobbyPresence => "lobbyPresence",
+            Self::ReplayStart => "replayStart",
+            Self::ReplayEnd => "replayEnd",
+            Self::Error => "error",
+            Self::Disconnect => "disconnect",
+        }
+    }
+
+    /// The kind's position in [`Self::ALL`], for arrays of counters.
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+}
+
+// Each entry of `ALL` sits at its own discriminant, so `index` can address arrays sized by
+// `ALL`; that `ALL` covers every frame's kind is checked by `tests/it/shape.rs` over every
+// `ServerFrame` variant.
+const _: () = {
+    let mut i = 0;
+    while i < ServerFrameKind::ALL.len() {
+        assert!(ServerFrameKind::ALL[i].index() == i);
+        i += 1;
+    }
+};
+
 /// A frame the server sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum ServerFrame<'a> {
     /// Successful `auth` reply.
     AuthOk {
@@ -247,27 +347,32 @@ fn lobby(w: &mut Writer, ty: &str, lobby_id: &str, rooms: &[LobbyRoomSnapshot<'_
 }
 
 impl ServerFrame<'_> {
+    /// The frame's kind (`Auth` for both auth replies).
+    pub const fn kind(&self) -> ServerFrameKind {
+        match self {
+            Self::AuthOk { .. } | Self::AuthFailed { .. } => ServerFrameKind::Auth,
+            Self::ReauthOk { .. } | Self::ReauthFailed { .. } => ServerFrameKind::Reauth,
+            Self::Subscribed { .. } => ServerFrameKind::Subscribed,
+            Self::Unsubscribed { .. } => ServerFrameKind::Unsubscribed,
+            Self::Published { .. } => ServerFrameKind::Published,
+            Self::FiltersUpdated { .. } => ServerFrameKind::FiltersUpdated,
+            Self::Message(_) => ServerFrameKind::Message,
+            Self::Presence { .. } => ServerFrameKind::Presence,
+            Self::PresenceList { .. } => ServerFrameKind::PresenceList,
+            Self::LobbySubscribed { .. } => ServerFrameKind::LobbySubscribed,
+            Self::LobbyPresenceList { .. } => ServerFrameKind::LobbyPresenceList,
+            Self::LobbyUnsubscribed { .. } => ServerFrameKind::LobbyUnsubscribed,
+            Self::LobbyPresence { .. } => ServerFrameKind::LobbyPresence,
+            Self::ReplayStart { .. } => ServerFrameKind::ReplayStart,
+            Self::ReplayEnd { .. } => ServerFrameKind::ReplayEnd,
+            Self::Error(_) => ServerFrameKind::Error,
+            Self::Disconnect { .. } => ServerFrameKind::Disconnect,
+        }
+    }
+
     /// The frame's `type` string (`auth` for both auth replies), for metrics and logs.
     pub fn type_str(&self) -> &'static str {
-        match self {
-            Self::AuthOk { .. } | Self::AuthFailed { .. } => "auth",
-            Self::ReauthOk { .. } | Self::ReauthFailed { .. } => "reauth",
-            Self::Subscribed { .. } => "subscribed",
-            Self::Unsubscribed { .. } => "unsubscribed",
-            Self::Published { .. } => "published",
-            Self::FiltersUpdated { .. } => "filtersUpdated",
-            Self::Message(_) => "message",
-            Self::Presence { .. } => "presence",
-            Self::PresenceList { .. } => "presenceList",
-            Self::LobbySubscribed { .. } => "lobbySubscribed",
-            Self::LobbyPresenceList { .. } => "lobbyPresenceList",
-            Self::LobbyUnsubscribed { .. } => "lobbyUnsubscribed",
-            Self::LobbyPresence { .. } => "lobbyPresence",
-            Self::ReplayStart { .. } => "replayStart",
-            Self::ReplayEnd { .. } => "replayEnd",
-            Self::Error(_) => "error",
-            Self::Disconnect { .. } => "disconnect",
-        }
+        self.kind().as_str()
     }
 
     /// Encodes the frame.

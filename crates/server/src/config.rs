@@ -1,5 +1,9 @@
 //! `skua serve` settings: compiled-in defaults (`config/default.toml`), then the `--config`
 //! file, then `SKUA_*` environment variables and flags (clap reads both; flags win).
+//!
+//! [`Settings`] is the flat surface (every key a flag, a variable and a TOML key, named alike);
+//! [`sections`] reads it in typed sections, each checking its own keys; [`ServerConfig`] is
+//! what the node runs with, the edge's part being [`EdgeConfig`].
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -9,7 +13,9 @@ use serde::Deserialize;
 use skua_core::NodeId;
 use skua_edge::EdgeConfig;
 
-use crate::duration;
+pub mod sections;
+
+pub use sections::Sections;
 
 /// The compiled-in defaults, which double as the settings' documentation.
 pub const DEFAULT_TOML: &str = include_str!("../../../config/default.toml");
@@ -428,324 +434,41 @@ pub struct ServerConfig {
     pub presence_tls: BackendTlsFiles,
 }
 
-/// A path setting; empty means unset.
-fn path(v: Option<&String>) -> Option<PathBuf> {
-    v.filter(|p| !p.is_empty()).map(PathBuf::from)
-}
-
-/// A certificate + key pair of settings: both or neither.
-fn pair(
-    cert_key: &'static str,
-    cert: Option<&String>,
-    key: Option<&String>,
-) -> Result<Option<crate::tls::CertFiles>, ConfigError> {
-    match (path(cert), path(key)) {
-        (None, None) => Ok(None),
-        (Some(cert), Some(key)) => Ok(Some(crate::tls::CertFiles { cert, key })),
-        _ => Err(ConfigError::Invalid {
-            key: cert_key,
-            reason: "the certificate and its key must be set together".into(),
-        }),
-    }
-}
-
-fn dur(key: &'static str, v: Option<&String>) -> Result<std::time::Duration, ConfigError> {
-    let v = v.ok_or(ConfigError::Invalid { key, reason: "missing".into() })?;
-    duration::parse(v).map_err(|reason| ConfigError::Invalid { key, reason })
-}
-
-fn req<T: Clone>(key: &'static str, v: Option<&T>) -> Result<T, ConfigError> {
-    v.cloned().ok_or(ConfigError::Invalid { key, reason: "missing".into() })
-}
-
-fn positive(key: &'static str, v: usize) -> Result<usize, ConfigError> {
-    if v == 0 { Err(ConfigError::Invalid { key, reason: "must be at least 1".into() }) } else { Ok(v) }
-}
-
 impl ServerConfig {
-    /// Resolves layered settings (defaults already applied) into a checked configuration.
+    /// Resolves layered settings (defaults already applied) into a checked configuration:
+    /// each section checks its own keys ([`sections`]), then they are assembled.
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] naming the first bad setting.
     pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
-        let listen = req("listen", s.listen.as_ref())?;
-        let listen: SocketAddr =
-            listen.parse().map_err(|e| ConfigError::Invalid { key: "listen", reason: format!("{listen:?}: {e}") })?;
-        let bus = match req("bus", s.bus.as_ref())?.as_str() {
-            "memory" => BusConfig::Memory,
-            url if url.starts_with("mqtt://") || url.starts_with("mqtts://") => BusConfig::Mqtt { url: url.to_owned() },
-            other => {
-                return Err(ConfigError::Invalid {
-                    key: "bus",
-                    reason: format!("{:?}: use \"memory\", mqtt://host:port or mqtts://host:port", redact_url(other)),
-                });
-            }
-        };
-        let presence = match req("presence", s.presence.as_ref())?.as_str() {
-            "memory" => PresenceConfig::Memory,
-            url if url.starts_with("redis://") || url.starts_with("rediss://") => {
-                PresenceConfig::Redis { url: url.to_owned() }
-            }
-            other => {
-                return Err(ConfigError::Invalid {
-                    key: "presence",
-                    reason: format!(
-                        "{:?}: use \"memory\", redis://host:port/db or rediss://host:port/db",
-                        redact_url(other)
-                    ),
-                });
-            }
-        };
-        let store = match req("store", s.store.as_ref())?.as_str() {
-            "memory" => StoreConfig::Memory,
-            url if url.starts_with("sqlite:") || url.starts_with("postgres://") || url.starts_with("postgresql://") => {
-                StoreConfig::Url(url.to_owned())
-            }
-            _ => {
-                return Err(ConfigError::Invalid {
-                    key: "store",
-                    reason: "use sqlite://PATH, sqlite::memory:, postgres://… or memory".into(),
-                });
-            }
-        };
-        let namespace = req("namespace", s.namespace.as_ref())?;
-        if !skua_core::ids::is_slug(&namespace) {
-            return Err(ConfigError::Invalid { key: "namespace", reason: "1-64 letters, digits, '-' or '_'".into() });
-        }
-        let node_id = match s.node_id.as_deref() {
-            None | Some("") => {
-                let id = uuid::Uuid::new_v4().simple().to_string();
-                NodeId::parse(&format!("node-{}", &id[..12]))
-                    .map_err(|e| ConfigError::Invalid { key: "node_id", reason: e.to_string() })?
-            }
-            Some(id) => {
-                NodeId::parse(id).map_err(|e| ConfigError::Invalid { key: "node_id", reason: e.to_string() })?
-            }
-        };
-        let rate_limit = req("rate_limit", s.rate_limit.as_ref())?;
-        if rate_limit == 0 {
-            return Err(ConfigError::Invalid { key: "rate_limit", reason: "must be at least 1".into() });
-        }
-        let max_message_size = positive("max_message_size", req("max_message_size", s.max_message_size.as_ref())?)?;
-        if max_message_size > skua_protocol_frame_cap() {
-            return Err(ConfigError::Invalid {
-                key: "max_message_size",
-                reason: format!(
-                    "at most {} bytes (the 1 MiB frame cap less room for the frame's other fields)",
-                    skua_protocol_frame_cap()
-                ),
-            });
-        }
-        let edge = EdgeConfig {
-            namespace,
-            idle_timeout: dur("idle_timeout", s.idle_timeout.as_ref())?,
-            rate_limit,
-            rate_limit_window: dur("rate_limit_window", s.rate_limit_window.as_ref())?,
-            max_message_size,
-            outbound_queue_messages: positive(
-                "outbound_queue_messages",
-                req("outbound_queue_messages", s.outbound_queue_messages.as_ref())?,
-            )?,
-            outbound_queue_bytes: positive(
-                "outbound_queue_bytes",
-                req("outbound_queue_bytes", s.outbound_queue_bytes.as_ref())?,
-            )?,
-            max_connections: positive("max_connections", req("max_connections", s.max_connections.as_ref())?)?,
-            max_subscriptions_per_connection: positive(
-                "max_subscriptions_per_connection",
-                req("max_subscriptions_per_connection", s.max_subscriptions_per_connection.as_ref())?,
-            )?,
-            max_retained_per_topic: positive(
-                "max_retained_per_topic",
-                req("max_retained_per_topic", s.max_retained_per_topic.as_ref())?,
-            )?,
-            restore_ttl: dur("restore_ttl", s.restore_ttl.as_ref())?,
-            shutdown_grace: dur("shutdown_grace", s.shutdown_grace.as_ref())?,
-            drain_delay: dur("drain_delay", s.drain_delay.as_ref())?,
-            bus_queue: positive("bus_queue", req("bus_queue", s.bus_queue.as_ref())?)?,
-            node_ttl: dur("node_ttl", s.node_ttl.as_ref())?,
-            node_refresh: dur("node_refresh", s.node_refresh.as_ref())?,
-            log_max_age: dur("log_max_age", s.log_max_age.as_ref())?,
-            log_max_per_topic: positive("log_max_per_topic", req("log_max_per_topic", s.log_max_per_topic.as_ref())?)?
-                as u64,
-            log_prune_interval: dur("log_prune_interval", s.log_prune_interval.as_ref())?,
-            replay_page_size: u32::try_from(positive(
-                "replay_page_size",
-                req("replay_page_size", s.replay_page_size.as_ref())? as usize,
-            )?)
-            .unwrap_or(u32::MAX),
-            durable_queue: positive("durable_queue", req("durable_queue", s.durable_queue.as_ref())?)?,
-            revalidate_interval: dur("revalidate_interval", s.revalidate_interval.as_ref())?,
-            max_presence_size: positive("max_presence_size", req("max_presence_size", s.max_presence_size.as_ref())?)?,
-            max_retained_bytes_per_topic: positive(
-                "max_retained_bytes_per_topic",
-                req("max_retained_bytes_per_topic", s.max_retained_bytes_per_topic.as_ref())?,
-            )?,
-            max_retained_bytes: positive(
-                "max_retained_bytes",
-                req("max_retained_bytes", s.max_retained_bytes.as_ref())?,
-            )?,
-            max_auth_failures: req("max_auth_failures", s.max_auth_failures.as_ref())?,
-            auth_timeout: Some(dur("auth_timeout", s.auth_timeout.as_ref())?).filter(|d| !d.is_zero()),
-            auth_backoff_after: req("auth_backoff_after", s.auth_backoff_after.as_ref())?,
-            auth_backoff_max: dur("auth_backoff_max", s.auth_backoff_max.as_ref())?,
-            jwt_audiences: s.jwt_audiences.clone().unwrap_or_default().into_iter().filter(|a| !a.is_empty()).collect(),
-            http_header_timeout: dur("http_header_timeout", s.http_header_timeout.as_ref())?,
-            max_connections_per_ip: req("max_connections_per_ip", s.max_connections_per_ip.as_ref())?,
-            max_new_connections_per_ip_per_second: req(
-                "max_new_connections_per_ip_per_second",
-                s.max_new_connections_per_ip_per_second.as_ref(),
-            )?,
-            trusted_proxies: req("trusted_proxies", s.trusted_proxies.as_ref())?
-                .iter()
-                .map(|p| skua_edge::front::Cidr::parse(p))
-                .collect::<Result<_, _>>()
-                .map_err(|reason| ConfigError::Invalid { key: "trusted_proxies", reason })?,
-            proxy_protocol: req("proxy_protocol", s.proxy_protocol.as_ref())?,
-            allowed_origins: req("allowed_origins", s.allowed_origins.as_ref())?
-                .iter()
-                .map(|o| skua_edge::front::OriginPattern::parse(o))
-                .collect::<Result<_, _>>()
-                .map_err(|reason| ConfigError::Invalid { key: "allowed_origins", reason })?,
-            metrics_token: match s.metrics_token.as_deref() {
-                None | Some("") => None,
-                Some(t) if t.len() < 16 || !t.bytes().all(|b| b.is_ascii_graphic()) => {
-                    return Err(ConfigError::Invalid {
-                        key: "metrics_token",
-                        reason: "must be at least 16 printable ASCII characters, no spaces".into(),
-                    });
-                }
-                Some(t) => Some(skua_edge::config::MetricsToken::new(t.to_owned())),
-            },
-            metrics_separate: !s.metrics_listen.as_deref().unwrap_or_default().is_empty(),
-            ..EdgeConfig::default()
-        };
-        if edge.max_presence_size > skua_protocol_frame_cap() {
-            return Err(ConfigError::Invalid {
-                key: "max_presence_size",
-                reason: format!(
-                    "at most {} bytes (the 1 MiB frame cap less room for the frame's other fields)",
-                    skua_protocol_frame_cap()
-                ),
-            });
-        }
-        if edge.max_auth_failures == 0 {
-            return Err(ConfigError::Invalid { key: "max_auth_failures", reason: "must be at least 1".into() });
-        }
-        if edge.http_header_timeout.is_zero() {
-            return Err(ConfigError::Invalid { key: "http_header_timeout", reason: "must be above 0".into() });
-        }
-        if edge.proxy_protocol && edge.trusted_proxies.is_empty() {
-            return Err(ConfigError::Invalid {
-                key: "proxy_protocol",
-                reason: "needs trusted_proxies: the addresses of the proxies that send the header".into(),
-            });
-        }
-        let metrics_listen = match s.metrics_listen.as_deref() {
-            None | Some("") => None,
-            Some(a) => Some(
-                a.parse().map_err(|e| ConfigError::Invalid { key: "metrics_listen", reason: format!("{a:?}: {e}") })?,
-            ),
-        };
-        if edge.revalidate_interval.is_zero() {
-            return Err(ConfigError::Invalid { key: "revalidate_interval", reason: "must be above 0".into() });
-        }
-        if edge.node_refresh.is_zero() || edge.node_refresh >= edge.node_ttl {
-            return Err(ConfigError::Invalid {
-                key: "node_refresh",
-                reason: "must be above 0 and below node_ttl".into(),
-            });
-        }
-        let bus_publish_buffer =
-            positive("bus_publish_buffer", req("bus_publish_buffer", s.bus_publish_buffer.as_ref())?)?;
-        let grpc_listen = match s.grpc_listen.as_deref() {
-            None | Some("") => None,
-            Some(a) => Some(
-                a.parse().map_err(|e| ConfigError::Invalid { key: "grpc_listen", reason: format!("{a:?}: {e}") })?,
-            ),
-        };
-        let admin_key = s.admin_key.clone().filter(|k| !k.is_empty()).map(AdminKey);
-        if admin_key.as_ref().is_some_and(|k| k.0.len() < 16) {
-            return Err(ConfigError::Invalid { key: "admin_key", reason: "must be at least 16 characters".into() });
-        }
-        let registry_poll_interval = dur("registry_poll_interval", s.registry_poll_interval.as_ref())?;
-        if registry_poll_interval.is_zero() || registry_poll_interval > std::time::Duration::from_secs(1) {
-            return Err(ConfigError::Invalid {
-                key: "registry_poll_interval",
-                reason: "must be above 0 and at most 1s (changes reach every node within a second)".into(),
-            });
-        }
-        let limit = |key: &'static str, v: Option<&u32>| -> Result<u32, ConfigError> {
-            let v = req(key, v)?;
-            if v == 0 { Err(ConfigError::Invalid { key, reason: "must be at least 1".into() }) } else { Ok(v) }
-        };
-        let control = skua_control::ControlLimits {
-            max_apps_per_project: limit("max_apps_per_project", s.max_apps_per_project.as_ref())?,
-            max_rooms_per_app: limit("max_rooms_per_app", s.max_rooms_per_app.as_ref())?,
-            max_actors_per_project: limit("max_actors_per_project", s.max_actors_per_project.as_ref())?,
-            max_grants_per_room: limit("max_grants_per_room", s.max_grants_per_room.as_ref())?,
-            max_lobbies_per_project: limit("max_lobbies_per_project", s.max_lobbies_per_project.as_ref())?,
-            max_page_size: limit("max_page_size", s.max_page_size.as_ref())?,
-            max_message_size: u32::try_from(max_message_size).unwrap_or(u32::MAX),
-        };
-        let otlp_endpoint = crate::telemetry::endpoint(s.otlp_endpoint.as_deref().filter(|e| !e.is_empty()));
-        if let Some(e) = otlp_endpoint.as_deref().filter(|e| !e.starts_with("http://")) {
-            return Err(ConfigError::Invalid { key: "otlp_endpoint", reason: format!("{e:?}: use http://host:port") });
-        }
-        let client_tls = pair("tls_cert", s.tls_cert.as_ref(), s.tls_key.as_ref())?;
-        let grpc_tls = pair("grpc_tls_cert", s.grpc_tls_cert.as_ref(), s.grpc_tls_key.as_ref())?.or(client_tls.clone());
-        let tls = crate::tls::ListenerTlsConfig {
-            client: client_tls,
-            grpc: grpc_tls,
-            reload_interval: dur("tls_reload_interval", s.tls_reload_interval.as_ref())?,
-        };
-        let admin_key_throttle = skua_control::throttle::ThrottleConfig {
-            max_failures: req("admin_key_max_failures", s.admin_key_max_failures.as_ref())?,
-            window: dur("admin_key_failure_window", s.admin_key_failure_window.as_ref())?,
-            backoff_max: dur("admin_key_backoff_max", s.admin_key_backoff_max.as_ref())?,
-        };
-        if admin_key_throttle.backoff_max < std::time::Duration::from_secs(1) {
-            return Err(ConfigError::Invalid { key: "admin_key_backoff_max", reason: "must be at least 1s".into() });
-        }
-        let bus_tls = BackendTlsFiles {
-            ca: path(s.bus_tls_ca.as_ref()),
-            client: pair("bus_tls_cert", s.bus_tls_cert.as_ref(), s.bus_tls_key.as_ref())?,
-        };
-        if bus_tls.is_set() && !matches!(&bus, BusConfig::Mqtt { url } if url.starts_with("mqtts://")) {
-            return Err(ConfigError::Invalid { key: "bus_tls_ca", reason: "bus_tls_* need an mqtts:// bus".into() });
-        }
-        let presence_tls = BackendTlsFiles {
-            ca: path(s.presence_tls_ca.as_ref()),
-            client: pair("presence_tls_cert", s.presence_tls_cert.as_ref(), s.presence_tls_key.as_ref())?,
-        };
-        if presence_tls.is_set() && !matches!(&presence, PresenceConfig::Redis { url } if url.starts_with("rediss://"))
-        {
-            return Err(ConfigError::Invalid {
-                key: "presence_tls_ca",
-                reason: "presence_tls_* need a rediss:// presence store".into(),
-            });
-        }
-        Ok(Self {
-            tls,
-            grpc_reflection_public: req("grpc_reflection_public", s.grpc_reflection_public.as_ref())?,
-            admin_key_throttle,
-            bus_tls,
-            presence_tls,
-            listen,
-            bus,
-            presence,
-            store,
-            node_id,
-            fixtures: s.fixtures.clone(),
+        Ok(Self::from_sections(Sections::resolve(s)?))
+    }
+
+    /// The node's configuration from its checked sections.
+    pub fn from_sections(sections: Sections) -> Self {
+        let edge = sections.edge();
+        let Sections { backends, front, control, cluster, tls, telemetry, .. } = sections;
+        Self {
+            listen: front.listen,
+            bus: backends.bus,
+            presence: backends.presence,
+            store: backends.store,
+            node_id: backends.node_id,
+            fixtures: backends.fixtures,
             edge,
-            bus_publish_buffer,
-            grpc_listen,
-            admin_key,
-            registry_poll_interval,
-            control,
-            otlp_endpoint,
-            metrics_listen,
-        })
+            bus_publish_buffer: cluster.bus_publish_buffer,
+            grpc_listen: control.grpc_listen,
+            admin_key: control.admin_key,
+            registry_poll_interval: control.registry_poll_interval,
+            control: control.limits,
+            otlp_endpoint: telemetry.otlp_endpoint,
+            metrics_listen: front.metrics_listen,
+            tls: tls.listeners,
+            grpc_reflection_public: control.grpc_reflection_public,
+            admin_key_throttle: control.admin_key_throttle,
+            bus_tls: backends.bus_tls,
+            presence_tls: backends.presence_tls,
+        }
     }
 
     /// The defaults with `over` laid on top, resolved.
@@ -759,11 +482,6 @@ impl ServerConfig {
         }
         Self::resolve(&s)
     }
-}
-
-fn skua_protocol_frame_cap() -> usize {
-    // Leave room for the frame's other fields inside the 1 MiB outbound frame cap (N4).
-    skua_protocol::MAX_PAYLOAD_CEILING_BYTES
 }
 
 #[cfg(test)]
@@ -838,6 +556,88 @@ mod tests {
         bad(Settings { metrics_listen: Some("nowhere".into()), ..Settings::default() }, "metrics_listen");
         bad(Settings { metrics_token: Some("short".into()), ..Settings::default() }, "metrics_token");
         bad(Settings { http_header_timeout: Some("0s".into()), ..Settings::default() }, "http_header_timeout");
+    }
+
+    /// The keys `config/default.toml` documents: those it sets and those it shows commented
+    /// out (`# key = value`), each with the value it gives.
+    fn documented_keys() -> Vec<(String, String)> {
+        DEFAULT_TOML
+            .lines()
+            .map(|l| l.strip_prefix("# ").unwrap_or(l))
+            .filter_map(|l| l.split_once(" = "))
+            .filter(|(k, _)| !k.is_empty() && k.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn every_setting_is_a_documented_key_a_flag_and_a_variable_of_one_name() {
+        use clap::Args as _;
+        let cmd = Settings::augment_args(clap::Command::new("serve"));
+        let fields: std::collections::BTreeSet<String> =
+            cmd.get_arguments().map(|a| a.get_id().as_str().to_owned()).collect();
+        let keys: std::collections::BTreeSet<String> = documented_keys().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(fields, keys, "Settings fields vs keys documented in config/default.toml");
+        for a in cmd.get_arguments() {
+            let id = a.get_id().as_str();
+            assert_eq!(a.get_long(), Some(id.replace('_', "-").as_str()), "flag of {id}");
+            let env = format!("SKUA_{}", id.to_ascii_uppercase());
+            assert_eq!(a.get_env(), Some(std::ffi::OsStr::new(&env)), "variable of {id}");
+        }
+    }
+
+    #[test]
+    fn every_documented_key_is_read_from_a_file_and_overlay_carries_it() {
+        let all: String = documented_keys().iter().map(|(k, v)| format!("{k} = {v}\n")).collect();
+        let full = Settings::from_toml(&all).unwrap();
+        let mut layered = Settings::default();
+        layered.overlay(&full);
+        assert_eq!(format!("{layered:?}"), format!("{full:?}"));
+        assert!(!format!("{full:?}").contains(": None"), "a documented key was not read: {full:?}");
+    }
+
+    #[test]
+    fn each_section_names_the_key_it_refuses() {
+        for (line, key) in [
+            ("store = \"mysql://db\"", "store"),
+            ("namespace = \"a/b\"", "namespace"),
+            ("node_id = \"a b\"", "node_id"),
+            ("listen = \"nowhere\"", "listen"),
+            ("max_connections = 0", "max_connections"),
+            ("rate_limit = 0", "rate_limit"),
+            ("rate_limit_window = \"soon\"", "rate_limit_window"),
+            ("max_message_size = 2000000", "max_message_size"),
+            ("max_presence_size = 0", "max_presence_size"),
+            ("outbound_queue_bytes = 0", "outbound_queue_bytes"),
+            ("max_auth_failures = 0", "max_auth_failures"),
+            ("auth_backoff_max = \"1 year\"", "auth_backoff_max"),
+            ("max_retained_bytes = 0", "max_retained_bytes"),
+            ("log_max_per_topic = 0", "log_max_per_topic"),
+            ("replay_page_size = 0", "replay_page_size"),
+            ("durable_queue = 0", "durable_queue"),
+            ("bus_publish_buffer = 0", "bus_publish_buffer"),
+            ("node_refresh = \"10s\"", "node_refresh"),
+            ("drain_delay = \"-1s\"", "drain_delay"),
+            ("grpc_listen = \"nowhere\"", "grpc_listen"),
+            ("admin_key = \"short\"", "admin_key"),
+            ("revalidate_interval = \"0s\"", "revalidate_interval"),
+            ("registry_poll_interval = \"2s\"", "registry_poll_interval"),
+            ("max_page_size = 0", "max_page_size"),
+            ("otlp_endpoint = \"https://collector:4317\"", "otlp_endpoint"),
+            ("bus_tls_ca = \"ca.pem\"", "bus_tls_ca"),
+            ("presence_tls_cert = \"c.pem\"", "presence_tls_cert"),
+            ("tls_key = \"k.pem\"", "tls_cert"),
+            ("grpc_tls_key = \"k.pem\"", "grpc_tls_cert"),
+            ("tls_reload_interval = \"often\"", "tls_reload_interval"),
+            ("admin_key_backoff_max = \"500ms\"", "admin_key_backoff_max"),
+            ("admin_key_failure_window = \"\"", "admin_key_failure_window"),
+        ] {
+            let s = Settings::from_toml(line).unwrap();
+            match ServerConfig::from_layers(&[&s]) {
+                Err(ConfigError::Invalid { key: k, .. }) => assert_eq!(k, key, "{line}"),
+                other => panic!("{line}: {other:?}"),
+            }
+        }
     }
 
     #[test]

@@ -74,7 +74,7 @@ pub async fn backends(config: &ServerConfig, embedded: &Embedded) -> anyhow::Res
                 .map_err(|e| anyhow::anyhow!("while opening the store {}: {}", redact(url), error_chain(&e)))?
         }
     };
-    Ok(Backends { bus, bus_deliveries, presence, store })
+    Ok(Backends { bus, bus_deliveries, presence, store, publish_observers: Vec::new() })
 }
 
 /// A PEM CA file and client pair, read.
@@ -233,56 +233,23 @@ impl skua_control::NodeAdmin for EdgeAdmin {
     }
 
     async fn publish(&self, p: skua_control::ServerPublish) -> Result<(), String> {
-        // A logged topic's message is stored first and carries its msgId (N24), as a client's.
-        let registry = self.0.registry.load();
-        let logged = registry
-            .project(&p.topic.room.project)
-            .and_then(|pr| pr.apps.iter().find(|a| a.id == p.topic.room.app))
-            .and_then(|a| a.topics.get(&*p.topic.topic))
-            .is_some_and(|t| t.logged);
-        // Retained caps before anything is stored or published (issue 12).
-        if p.retain
-            && let Err(r) = self.0.hub.admit_retained(&p.topic, &p.filter, p.data.len())
-        {
-            return Err(format!("retained_limit_exceeded: {}", r.hint()));
-        }
-        let msg_id = if logged {
-            let id = uuid::Uuid::now_v7().to_string();
-            let key = skua_edge::durable::topic_key(&p.topic);
-            let m = skua_core::NewMessage {
-                msg_id: &id,
-                topic: &key,
-                filter: p.filter.as_deref(),
-                publisher: p.from.as_str(),
-                timestamp_ms: p.timestamp_ms,
-                qos: 0,
-                data: &p.data,
-            };
-            self.0
-                .store
-                .append(&m, p.timestamp_ms / 1000)
-                .await
-                .map_err(|e| format!("the store refused the logged message: {}", error_chain(&e)))?;
-            Some(id)
-        } else {
-            None
-        };
-        let publication = skua_core::Publication {
-            id: self.0.next_envelope_id(),
-            topic: p.topic,
-            filter: p.filter,
-            publisher: p.from,
-            // Connection ids start at 1: no client connection is this publish's.
-            publisher_conn: skua_core::ConnId(0),
-            node: self.0.node.clone(),
-            timestamp_ms: p.timestamp_ms,
-            msg_id,
+        use skua_edge::publish::{Origin, PublishRequest, Refused};
+        let req = PublishRequest {
+            origin: Origin::Server { from: p.from, topic: p.topic, timestamp_ms: p.timestamp_ms },
+            filter: Ok(p.filter),
+            data: p.data,
             retain: p.retain,
             qos: 0,
-            data: p.data,
         };
-        let envelope = skua_core::Envelope::Publication(publication);
-        self.0.hub.bus().publish(Arc::new(envelope)).await.map_err(|e| format!("the message bus refused it: {e}"))
+        match self.0.publisher.publish(req).await {
+            Ok(_) => Ok(()),
+            Err(Refused::RetainedLimit(r)) => Err(format!("retained_limit_exceeded: {}", r.hint())),
+            Err(Refused::Store(e)) => Err(format!("the store refused the logged message: {}", error_chain(&e))),
+            Err(Refused::Bus(e)) => Err(format!("the message bus refused it: {e}")),
+            // The control plane checked size, access and the filter; a server publish has no
+            // rate or quota.
+            Err(other) => Err(other.to_string()),
+        }
     }
 
     fn take_usage(&self) -> Vec<(skua_core::ProjectId, u64)> {

@@ -127,7 +127,9 @@ async fn an_mqtt_broker_restart_is_survived_without_losing_acknowledged_publishe
             other => panic!("unexpected {other}: {f:?}"),
         }
     }
-    assert!(!acked.is_empty() && acked.len() <= 5, "bounded buffer of 5: {acked:?}");
+    // The buffer (5) holds publishes until the broker acknowledges them: the first ones fill it.
+    // "before" may still hold a slot, its PUBACK lost with the broker, so 4 or 5 fit.
+    assert!(matches!(acked.len(), 4 | 5), "bounded buffer of 5: {acked:?}");
     assert_eq!(acked, (0..acked.len() as u64).collect::<Vec<_>>(), "the buffer takes the first ones");
 
     broker.restart();

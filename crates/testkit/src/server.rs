@@ -17,6 +17,7 @@ pub struct TestServerBuilder {
     extra_fixtures: Vec<String>,
     edge: Vec<fn(&mut skua_edge::EdgeConfig)>,
     grpc: bool,
+    publish_observers: Vec<Arc<dyn skua_edge::publish::PublishObserver>>,
 }
 
 /// The admin API key of test servers started with [`TestServerBuilder::grpc`].
@@ -45,6 +46,12 @@ impl TestServerBuilder {
     /// Adjusts the resolved edge configuration directly (for values with no setting).
     pub fn edge(mut self, f: fn(&mut skua_edge::EdgeConfig)) -> Self {
         self.edge.push(f);
+        self
+    }
+
+    /// Attaches a publish observer (told of every accepted publish).
+    pub fn publish_observer(mut self, o: Arc<dyn skua_edge::publish::PublishObserver>) -> Self {
+        self.publish_observers.push(o);
         self
     }
 
@@ -83,7 +90,8 @@ impl TestServerBuilder {
         } else {
             None
         };
-        let backends = node::backends(&config, embedded).await.expect("test backends");
+        let mut backends = node::backends(&config, embedded).await.expect("test backends");
+        backends.publish_observers.extend(self.publish_observers.iter().cloned());
         let registry_store = node::registry_store(&config, embedded).await.expect("test registry store");
         let node = RunningNode::launch(&config, backends, registry_store, Some(&data), listener, grpc)
             .await
@@ -168,6 +176,24 @@ impl TestServer {
         let mut c = self.connect().await;
         c.auth_ok(token, 2).await;
         c
+    }
+
+    /// Closes `c`, a client of this node, and waits until the node has finished with it (its
+    /// cleanup ran: subscriptions and presence released, restore record ended). Watches the
+    /// node's closed-connections counter, so other connections must not close meanwhile.
+    ///
+    /// # Panics
+    /// When the node has not finished within 5 s.
+    pub async fn close_settled(&self, c: WsClient) {
+        use std::sync::atomic::Ordering;
+        let closed = self.state.metrics.connections_closed.load(Ordering::Acquire);
+        c.close().await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        // The counter is bumped after the connection's cleanup; nothing else signals it.
+        while self.state.metrics.connections_closed.load(Ordering::Acquire) <= closed {
+            assert!(tokio::time::Instant::now() < deadline, "the node did not finish closing the connection");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 
     /// Drains the node (1012 to every socket) and waits for it; true if within the grace.

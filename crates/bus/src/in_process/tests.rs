@@ -34,7 +34,7 @@ fn publication(topic: &TopicAddress, filter: Option<&str>, n: u64, retain: bool)
 fn data(d: &BusDelivery) -> String {
     match &*d.envelope {
         Envelope::Publication(p) => String::from_utf8_lossy(&p.data).into_owned(),
-        Envelope::Presence(_) => "presence".to_owned(),
+        Envelope::Presence(_) | Envelope::Control(_) => "presence or control".to_owned(),
     }
 }
 

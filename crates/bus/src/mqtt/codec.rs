@@ -2,8 +2,8 @@
 //! docs/cluster.md).
 //!
 //! An envelope is one MessagePack array whose first two elements are the format version (`1`)
-//! and the kind (`0` publication, `1` presence event); the kind's fields follow in a fixed
-//! order and the payload comes last as a `bin` holding the untouched `data` bytes. `data` is
+//! and the kind (`0` publication, `1` presence event, `2` takeover, `3` kick); the kind's
+//! fields follow in a fixed order. Publications and presence events end with the payload as a `bin` holding the untouched `data` bytes. `data` is
 //! never parsed or re-encoded (it need not even be valid MessagePack: a `leave` carries none),
 //! and decoding hands it out as a zero-copy slice of the received packet.
 //!
@@ -15,8 +15,8 @@
 
 use bytes::Bytes;
 use skua_core::{
-    ActorId, AppId, ConnId, Envelope, EnvelopeId, IdError, NodeId, PresenceChange, PresenceEvent, ProjectId,
-    Publication, RoomKey, TopicAddress,
+    ActorId, AppId, ClientId, ConnId, ConsumerId, ConsumerOf, Control, ControlMessage, Envelope, EnvelopeId, GroupKey,
+    IdError, NodeId, PresenceChange, PresenceEvent, ProjectId, Publication, RoomKey, SessionKey, TopicAddress,
 };
 use skua_protocol::msgpack::{Kind, ReadError, Reader, Writer};
 
@@ -26,10 +26,22 @@ pub const VERSION: u64 = 1;
 const KIND_PUBLICATION: u64 = 0;
 /// Kind tag of [`Envelope::Presence`].
 const KIND_PRESENCE: u64 = 1;
+/// Kind tag of [`Envelope::Control`] with [`ControlMessage::Takeover`].
+const KIND_TAKEOVER: u64 = 2;
+/// Kind tag of [`Envelope::Control`] with [`ControlMessage::Kick`].
+const KIND_KICK: u64 = 3;
 /// Elements of a version-1 publication: v, kind and 14 fields.
 const PUBLICATION_LEN: usize = 16;
 /// Elements of a version-1 presence event: v, kind and 7 fields.
 const PRESENCE_LEN: usize = 9;
+/// Elements of a version-1 takeover: v, kind and 6 fields.
+const TAKEOVER_LEN: usize = 8;
+/// Elements of a version-1 kick: v, kind and 9 fields.
+const KICK_LEN: usize = 11;
+/// Consumer tag of a kick: a session's own consumer.
+const CONSUMER_SESSION: u64 = 0;
+/// Consumer tag of a kick: a load-balanced group's consumer.
+const CONSUMER_GROUP: u64 = 1;
 
 /// Why an inbound packet is not a version-1 envelope.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -106,7 +118,44 @@ pub fn encode_traced(envelope: &Envelope, trace_parent: Option<&str>) -> Vec<u8>
             bin(&mut w, &e.data);
             w.into_vec()
         }
+        Envelope::Control(c) => encode_control(c),
     }
+}
+
+/// Takeover: `[1, 2, id, node, project, actor, clientId|nil, conn]`. Kick: `[1, 3, id, node,
+/// project, app, room, topic, consumer tag, actor|group, clientId|nil]`.
+fn encode_control(c: &Control) -> Vec<u8> {
+    let mut w = Writer::with_capacity(160);
+    match &c.message {
+        ControlMessage::Takeover { session, conn } => {
+            w.array(TAKEOVER_LEN).uint(VERSION).uint(KIND_TAKEOVER);
+            bin(&mut w, &c.id.0.to_be_bytes());
+            w.str(c.node.as_str())
+                .str(session.project.as_str())
+                .str(session.actor.as_str())
+                .opt_str(session.client_id.as_ref().map(ClientId::as_str))
+                .uint(conn.0);
+        }
+        ControlMessage::Kick { consumer } => {
+            w.array(KICK_LEN).uint(VERSION).uint(KIND_KICK);
+            bin(&mut w, &c.id.0.to_be_bytes());
+            let (topic, tag, name, client) = match consumer.of() {
+                ConsumerOf::Session { topic, actor, client_id } => {
+                    (topic, CONSUMER_SESSION, actor.as_str(), client_id.as_ref().map(ClientId::as_str))
+                }
+                ConsumerOf::Group(g) => (&g.topic, CONSUMER_GROUP, &*g.group, None),
+            };
+            w.str(c.node.as_str())
+                .str(topic.room.project.as_str())
+                .str(topic.room.app.as_str())
+                .str(&topic.room.room)
+                .str(&topic.topic)
+                .uint(tag)
+                .str(name)
+                .opt_str(client);
+        }
+    }
+    w.into_vec()
 }
 
 /// Decodes a payload written by [`encode`]. `data` shares `payload`'s buffer.
@@ -137,6 +186,14 @@ pub fn decode_traced(payload: &Bytes) -> Result<(Envelope, Option<String>), Deco
         k if k == i128::from(KIND_PRESENCE) => {
             need(len, PRESENCE_LEN)?;
             (Envelope::Presence(presence(&mut r, payload)?), PRESENCE_LEN)
+        }
+        k if k == i128::from(KIND_TAKEOVER) => {
+            need(len, TAKEOVER_LEN)?;
+            (Envelope::Control(takeover(&mut r)?), TAKEOVER_LEN)
+        }
+        k if k == i128::from(KIND_KICK) => {
+            need(len, KICK_LEN)?;
+            (Envelope::Control(kick(&mut r)?), KICK_LEN)
         }
         k => return Err(DecodeError::Kind(k)),
     };
@@ -198,6 +255,47 @@ fn presence(r: &mut Reader<'_>, payload: &Bytes) -> Result<PresenceEvent, Decode
     let node = NodeId::parse(r.read_str()?)?;
     let data = payload.slice_ref(read_bin(r)?);
     Ok(PresenceEvent { room, actor, change, data, node })
+}
+
+/// The id and sending node that open every control kind.
+fn control_header(r: &mut Reader<'_>) -> Result<(EnvelopeId, NodeId), DecodeError> {
+    let id: [u8; 16] = read_bin(r)?.try_into().map_err(|_| DecodeError::Field("id"))?;
+    Ok((EnvelopeId(u128::from_be_bytes(id)), NodeId::parse(r.read_str()?)?))
+}
+
+fn takeover(r: &mut Reader<'_>) -> Result<Control, DecodeError> {
+    let (id, node) = control_header(r)?;
+    let project = ProjectId::parse(r.read_str()?)?;
+    let actor = ActorId::parse(r.read_str()?)?;
+    let client_id = opt_str(r)?.map(ClientId::parse).transpose()?;
+    let conn = ConnId(uint(r, "conn")?);
+    let session = SessionKey { project, actor, client_id };
+    Ok(Control { id, node, message: ControlMessage::Takeover { session, conn } })
+}
+
+fn kick(r: &mut Reader<'_>) -> Result<Control, DecodeError> {
+    let (id, node) = control_header(r)?;
+    let room = room_key(r)?;
+    let topic = TopicAddress { room, topic: name(r, "topic")?.into() };
+    let consumer = match uint(r, "consumer")? {
+        CONSUMER_SESSION => {
+            let key = SessionKey {
+                project: topic.room.project.clone(),
+                actor: ActorId::parse(r.read_str()?)?,
+                client_id: opt_str(r)?.map(ClientId::parse).transpose()?,
+            };
+            ConsumerId::session(&topic, &key)
+        }
+        CONSUMER_GROUP => {
+            let group = name(r, "group")?.into();
+            if opt_str(r)?.is_some() {
+                return Err(DecodeError::Field("group clientId"));
+            }
+            ConsumerId::group(&GroupKey { topic, group })
+        }
+        _ => return Err(DecodeError::Field("consumer")),
+    };
+    Ok(Control { id, node, message: ControlMessage::Kick { consumer } })
 }
 
 fn room_key(r: &mut Reader<'_>) -> Result<RoomKey, DecodeError> {

@@ -195,6 +195,7 @@ fn inbound(s: &Shared, publish: &Publish) -> Vec<BusDelivery> {
     let topic = std::str::from_utf8(&publish.topic).unwrap_or("");
     let envelope_id = match &*envelope {
         Envelope::Publication(p) => Some(p.id.0),
+        Envelope::Control(c) => Some(c.id.0),
         Envelope::Presence(_) => None,
     };
     let routed = s.lock().route(ids, topic, publish.retain, envelope_id);

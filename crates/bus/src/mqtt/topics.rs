@@ -12,6 +12,7 @@
 //! | `TopicKey(a, k)` | `ns/v1/m/…/<topic>/<k>` |
 //! | `Group(g)` | `$share/<ns>_<project>_<app>_<group>/ns/v1/m/…/<topic>/#` |
 //! | `Presence(r)` | `ns/v1/p/<project>/<app>/<room>` |
+//! | control message, and `Control(p)` | `ns/v1/c/<project>` |
 //!
 //! Every level after the namespace is escaped: `%`, `/`, `+`, `#` and NUL become `%25`, `%2F`,
 //! `%2B`, `%23`, `%00`. Slugs and filter keys never contain them, so in practice topics read
@@ -19,7 +20,7 @@
 
 use std::fmt::Write as _;
 
-use skua_core::{BusSubscription, Envelope, GroupKey, RoomKey, TopicAddress};
+use skua_core::{BusSubscription, Envelope, GroupKey, ProjectId, RoomKey, TopicAddress};
 
 /// Version level of the layout, right after the namespace.
 const VERSION: &str = "v1";
@@ -48,6 +49,7 @@ impl Layout {
                 t
             }
             Envelope::Presence(e) => self.presence_topic(&e.room),
+            Envelope::Control(c) => self.control_topic(c.message.project()),
         }
     }
 
@@ -67,7 +69,14 @@ impl Layout {
             }
             BusSubscription::Group(g) => self.group_filter(g),
             BusSubscription::Presence(room) => self.presence_topic(room),
+            BusSubscription::Control(project) => self.control_topic(project),
         }
+    }
+
+    /// One topic per project for control messages: a plain subscription (never shared, never
+    /// retained), so every node with that project's sessions hears each one.
+    fn control_topic(&self, project: &ProjectId) -> String {
+        format!("{}/{VERSION}/c/{project}", self.namespace)
     }
 
     fn group_filter(&self, g: &GroupKey) -> String {
@@ -144,7 +153,8 @@ mod tests {
 
     use bytes::Bytes;
     use skua_core::{
-        ActorId, AppId, ConnId, EnvelopeId, NodeId, PresenceChange, PresenceEvent, ProjectId, Publication,
+        ActorId, AppId, ConnId, Control, ControlMessage, EnvelopeId, NodeId, PresenceChange, PresenceEvent,
+        Publication, SessionKey,
     };
 
     use super::*;
@@ -195,6 +205,15 @@ mod tests {
         let g = GroupKey { topic: a.clone(), group: Arc::from("workers") };
         assert_eq!(l.filter_of(&BusSubscription::Group(g)), "$share/ns_p1_app_workers/ns/v1/m/p1/app/lobby/chat/#");
         assert_eq!(l.filter_of(&BusSubscription::Presence(a.room.clone())), "ns/v1/p/p1/app/lobby");
+        let session =
+            SessionKey { project: a.room.project.clone(), actor: ActorId::parse("w").unwrap(), client_id: None };
+        let takeover = Envelope::Control(Control {
+            id: EnvelopeId(1),
+            node: NodeId::parse("n1").unwrap(),
+            message: ControlMessage::Takeover { session, conn: ConnId(1) },
+        });
+        assert_eq!(l.topic_of(&takeover), "ns/v1/c/p1");
+        assert_eq!(l.filter_of(&BusSubscription::Control(a.room.project.clone())), "ns/v1/c/p1");
     }
 
     #[test]

@@ -2,10 +2,12 @@
 
 use std::sync::Arc;
 
-use skua_core::{BusSubscription, ClientId, SessionKey};
+use skua_core::{BusSubscription, ClientId, ConnectionRecord, RecordId, RestoreKey, SessionKey};
 use skua_protocol::codes::{auth as auth_err, error};
 use skua_protocol::filters::parse_subscription_filters;
-use skua_protocol::{AuthFrame, ClientIdField, ErrorFrame, MAX_PROTOCOL_VERSION, RestoredSubscription, ServerFrame};
+use skua_protocol::{
+    AuthFrame, ClientIdField, ErrorFrame, MAX_PROTOCOL_VERSION, RestoredSubscription, ServerFrame, ServerFrameKind,
+};
 
 use super::{Authed, Session, SessionSub};
 use crate::auth::verify;
@@ -74,11 +76,22 @@ impl Session {
             .unwrap_or(self.st.config.max_message_size)
             .min(skua_protocol::MAX_PAYLOAD_CEILING_BYTES);
         let (registration, subscriptions) = self.register(&actor, key.client_id.as_ref(), cred.token_digest);
+        // Without a clientId each connection keeps a record of its own, so another tab's fresh
+        // `auth` never overwrites it; a reconnect below may take over an ended one instead.
+        let restore = match key.client_id {
+            Some(_) => RestoreKey::Session(key.clone()),
+            None => RestoreKey::Connection(ConnectionRecord {
+                project: key.project.clone(),
+                actor: key.actor.clone(),
+                id: new_record_id(),
+            }),
+        };
         self.auth = Some(Authed {
             actor: actor.clone(),
             version,
             expires_at: cred.expires_at,
             key,
+            restore,
             bucket: TokenBucket::new(rate, self.st.config.rate_limit_window),
             max_message_size,
             _slot: slot,
@@ -112,7 +125,7 @@ impl Session {
             }
             .encode()
         });
-        self.conn.push(reply);
+        self.conn.push(ServerFrameKind::Auth, reply);
         drop(entries);
         self.st.metrics.auths.inc("ok");
         if !restored.is_empty() {
@@ -133,18 +146,18 @@ impl Session {
     }
 
     /// A clientId session (N25) belongs to one connection: the newest. Older ones close with
-    /// 4009 `session_taken_over`, on this node at once and on others through the control topic.
+    /// 4009 `session_taken_over`, on this node at once and on others through the project's
+    /// control channel.
     async fn claim_session(&mut self) {
         let Some(a) = &self.auth else { return };
         if a.key.client_id.is_none() {
             return;
         }
-        let session = crate::durable::session_string(&a.key);
-        let project = a.key.project.clone();
+        let session = a.key.clone();
         for older in self.st.register_session(&session, &self.conn) {
             older.request_close(crate::outbound::CloseRequest::TAKEN_OVER);
         }
-        let control = BusSubscription::Topic(crate::durable::control_address(&project));
+        let control = BusSubscription::Control(session.project.clone());
         let held = match self.st.hub.acquire(&control).await {
             Ok(()) => Some(control),
             Err(e) => {
@@ -152,26 +165,36 @@ impl Session {
                 None
             }
         };
-        let msg = crate::durable::Control::Takeover {
-            session: session.clone(),
-            node: self.st.node.as_str().to_owned(),
-            conn: self.conn.id.0,
-        };
-        crate::durable::publish_control(&self.st, &project, &msg).await;
+        let msg = skua_core::ControlMessage::Takeover { session: session.clone(), conn: self.conn.id };
+        crate::durable::publish_control(&self.st, msg).await;
         // What an earlier connection of this session held (and did not ack) is this one's now:
         // released before anything is restored, so replays count it (N25, N37).
-        let me = skua_core::Holder { session: &session, node: self.st.node.as_str(), conn: self.conn.id.0 };
+        let holder = session.holder_key();
+        let me = skua_core::Holder { session: &holder, node: self.st.node.as_str(), conn: self.conn.id.0 };
         if let Err(e) = self.st.store.release(skua_core::Release::SessionExcept(me)).await {
             tracing::warn!(error = %e, "Releasing an earlier connection's messages failed; they wait for the next one.");
         }
         self.persistent = Some((session, held));
     }
 
-    /// Loads the restore record and takes the bus subscriptions of every entry that is
-    /// still valid (address accessible, filters valid, bus reachable).
+    /// Loads the restore record (a clientId session's) or claims one (the actor's connection
+    /// record that ended last, which becomes this connection's), and takes the bus
+    /// subscriptions of every entry that is still valid (address accessible, filters valid,
+    /// bus reachable).
     async fn restore_subscriptions(&mut self) -> Vec<(String, SessionSub)> {
-        let Some(a) = &self.auth else { return Vec::new() };
-        let record = match self.st.store.load_restore(&a.key).await {
+        let Some(a) = &mut self.auth else { return Vec::new() };
+        let loaded = match &mut a.restore {
+            RestoreKey::Session(_) => self.st.store.load_restore(&a.restore).await,
+            RestoreKey::Connection(mine) => {
+                self.st.store.claim_restore(&mine.project, &mine.actor, &self.st.node).await.map(|claimed| {
+                    claimed.map(|c| {
+                        mine.id = c.id;
+                        c.record
+                    })
+                })
+            }
+        };
+        let record = match loaded {
             Ok(Some(r)) => r,
             Ok(None) => return Vec::new(),
             Err(e) => {
@@ -179,6 +202,7 @@ impl Session {
                 return Vec::new();
             }
         };
+        let Some(a) = &self.auth else { return Vec::new() };
         self.pending_lobbies = record.lobbies.clone();
         let registry = self.st.registry.load();
         let mut out = Vec::new();
@@ -249,9 +273,16 @@ impl Session {
                 ServerFrame::ReauthOk { auth_expires_at: c.expires_at }
             }
         };
-        self.conn.push(reply.encode());
+        self.conn.send(&reply);
         if failed {
             self.auth_failed();
         }
     }
+}
+
+/// A fresh connection record id: a random UUID, so ids never repeat across nodes and restarts.
+fn new_record_id() -> RecordId {
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    // Invariant: 32 hex digits are a slug.
+    RecordId::parse(&id).expect("a UUID's hex digits are a slug")
 }

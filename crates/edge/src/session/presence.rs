@@ -5,7 +5,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use skua_core::{Envelope, PresenceChange, PresenceEntry, PresenceEvent, RoomKey};
 use skua_protocol::codes::{code, error};
-use skua_protocol::{ErrorFrame, LobbyRoomSnapshot, MAX_OUTBOUND_FRAME_BYTES, PresenceEntryRef, ServerFrame};
+use skua_protocol::{
+    ErrorFrame, LobbyRoomSnapshot, MAX_OUTBOUND_FRAME_BYTES, PresenceEntryRef, ServerFrame, ServerFrameKind,
+};
 
 use super::Session;
 use crate::state::now_unix_s;
@@ -140,7 +142,7 @@ impl Session {
         let frame = capped("presence", refs.len(), |n| {
             ServerFrame::PresenceList { room_id: Some(room_id), entries: &refs[..n] }.encode()
         });
-        self.conn.push(frame);
+        self.conn.push(ServerFrameKind::PresenceList, frame);
     }
 
     fn lobby_error(&self, lobby_id: &str) {
@@ -181,7 +183,8 @@ impl Session {
                 ServerFrame::LobbyPresenceList { lobby_id, rooms: &rooms }.encode()
             }
         });
-        self.conn.push(frame);
+        let kind = if subscribed { ServerFrameKind::LobbySubscribed } else { ServerFrameKind::LobbyPresenceList };
+        self.conn.push(kind, frame);
     }
 
     pub(super) async fn on_lobby_subscribe(&mut self, lobby_id: &str) {

@@ -1,7 +1,7 @@
 //! A session re-checking itself against a new registry (issue 5, N15): subscriptions and
 //! lobbies it may no longer use end with an error frame each, lobbies follow their new room
-//! lists, a presence room that became inaccessible is left. Plus the monthly quota check of
-//! `publish` (42920) and the connection's entry in the node's table.
+//! lists, a presence room that became inaccessible is left. Plus the connection's entry in the
+//! node's table.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use skua_core::RoomKey;
 use skua_core::registry::Operation;
 use skua_protocol::ErrorFrame;
-use skua_protocol::codes::{code, error};
+use skua_protocol::codes::error;
 
 use super::Session;
 use crate::hub::bus_subscription;
@@ -41,34 +41,6 @@ impl Session {
     pub(crate) fn sync_subscription_count(&self) {
         if let Some(a) = &self.auth {
             a.subscriptions.store(u32::try_from(self.subs.len()).unwrap_or(u32::MAX), Ordering::Relaxed);
-        }
-    }
-
-    /// Whether the project has used up its monthly message quota (42920).
-    pub(super) fn quota_exceeded(&self, topic: &str, msg_ref: Option<&str>) -> bool {
-        let Some(a) = &self.auth else { return false };
-        let registry = self.st.registry.load();
-        let Some(quota) = registry.project(&a.actor.project).and_then(|p| p.limits.monthly_message_quota) else {
-            return false;
-        };
-        if !self.st.connections.over_quota(&a.actor.project, quota) {
-            return false;
-        }
-        self.error(ErrorFrame {
-            error: error::MONTHLY_QUOTA_EXCEEDED,
-            code: Some(code::MONTHLY_QUOTA_EXCEEDED),
-            topic: Some(topic),
-            hint: Some("the project's monthly message quota is used up"),
-            msg_ref,
-            ..ErrorFrame::default()
-        });
-        true
-    }
-
-    /// Counts an accepted publish towards the project's quota.
-    pub(super) fn count_publish(&self) {
-        if let Some(a) = &self.auth {
-            self.st.connections.count_publish(&a.actor.project);
         }
     }
 

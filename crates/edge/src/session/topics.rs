@@ -4,7 +4,6 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use skua_core::registry::Operation;
-use skua_core::{Envelope, Publication};
 use skua_protocol::codes::{code, error};
 use skua_protocol::filters::{FilterError, FilterSpec, is_valid_value};
 use skua_protocol::{ErrorFrame, PublishFrame, ServerFrame, SubscribeFrame};
@@ -12,7 +11,8 @@ use skua_protocol::{ErrorFrame, PublishFrame, ServerFrame, SubscribeFrame};
 use super::{Session, SessionSub};
 use crate::durable::Cmd;
 use crate::hub::{LocalSub, bus_subscription};
-use crate::state::{now_unix_ms, now_unix_s};
+use crate::publish::{Origin, PublishRequest, Refused};
+use crate::state::now_unix_s;
 
 /// Longest load-balancing group name.
 const MAX_GROUP_LEN: usize = 128;
@@ -32,7 +32,7 @@ impl Session {
     /// messages stay pending for the next one).
     pub(super) async fn replay_backlog(&self, s: &SessionSub) -> Option<(u64, u64)> {
         let c = s.consumer.as_ref().filter(|_| s.group.is_some())?;
-        match self.st.store.backlog(c).await {
+        match self.st.store.backlog(c.as_str()).await {
             Ok(b) => Some(b),
             Err(e) => {
                 tracing::warn!(error = %e, "Reading a group's backlog failed; no replay now.");
@@ -219,111 +219,60 @@ impl Session {
         let v2 = self.v2();
         let Some(a) = &mut self.auth else { return };
         let msg_ref = if v2 { p.msg_ref.as_deref() } else { None };
-        // Check order: rate → size → quota → access → filters (N17). A publish refused for
-        // rate takes no token; one refused later has used its token.
-        if !a.bucket.try_take() {
-            self.st.metrics.publish_refused(error::RATE_LIMIT_EXCEEDED);
-            return self.error(ErrorFrame {
-                error: error::RATE_LIMIT_EXCEEDED,
-                code: Some(code::RATE_LIMIT_EXCEEDED),
-                topic: Some(&p.topic),
-                hint: Some("too many publishes on this connection; slow down"),
-                msg_ref,
-                ..ErrorFrame::default()
-            });
-        }
-        if p.data.len() > a.max_message_size {
-            let max = a.max_message_size as u64;
-            self.st.metrics.publish_refused(error::MESSAGE_TOO_LARGE);
-            return self.error(ErrorFrame {
-                error: error::MESSAGE_TOO_LARGE,
-                code: Some(code::MESSAGE_TOO_LARGE),
-                topic: Some(&p.topic),
-                hint: Some("the payload exceeds the largest message size"),
-                msg_ref,
-                max_size_bytes: Some(max),
-                ..ErrorFrame::default()
-            });
-        }
-        let actor = a.actor.clone();
-        if self.quota_exceeded(&p.topic, msg_ref) {
-            self.st.metrics.publishes_refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            return;
-        }
-        let registry = self.st.registry.load();
-        let resolved = match registry.resolve_topic(&actor, &p.topic, Operation::Publish, now_unix_s()) {
-            Ok(r) => r,
-            Err(e) => {
-                self.st.metrics.publish_refused(error::UNKNOWN_TOPIC);
-                return self.access_error(&p.topic, msg_ref, e);
-            }
-        };
-        let filter = match p.filter {
-            Ok(f) => f,
-            Err(e) => {
-                self.st.metrics.publish_refused("invalid_filter");
-                return self.filter_error(e, &p.topic, msg_ref);
-            }
-        };
-        // Retained caps before anything is stored or published (issue 12).
-        if p.retain
-            && let Err(r) = self.st.hub.admit_retained(&resolved.address, &filter, p.data.len())
-        {
-            self.st.metrics.publish_refused(error::RETAINED_LIMIT_EXCEEDED);
-            return self.error(ErrorFrame {
-                error: error::RETAINED_LIMIT_EXCEEDED,
-                topic: Some(&p.topic),
-                hint: Some(r.hint()),
-                msg_ref,
-                ..ErrorFrame::default()
-            });
-        }
-        let timestamp_ms = now_unix_ms();
-        // A logged topic's message is stored before anything else sees it (N24).
-        let msg_id = if resolved.logged {
-            let id = uuid::Uuid::now_v7().to_string();
-            let key = crate::durable::topic_key(&resolved.address);
-            let m = skua_core::NewMessage {
-                msg_id: &id,
-                topic: &key,
-                filter: filter.as_deref(),
-                publisher: actor.id.as_str(),
-                timestamp_ms,
-                qos: p.qos,
-                data: &p.data,
-            };
-            if let Err(e) = self.st.store.append(&m, now_unix_s()).await {
-                tracing::warn!(error = %e, "Storing a logged message failed; publish refused.");
-                self.st.metrics.publish_refused(error::STORE_UNAVAILABLE);
-                return self.store_unavailable(&p.topic, msg_ref);
-            }
-            self.st.metrics.logged_appends.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            Some(id)
-        } else {
-            None
-        };
-        let envelope = Envelope::Publication(Publication {
-            id: self.st.next_envelope_id(),
-            topic: resolved.address,
-            filter,
-            publisher: actor.id.clone(),
-            publisher_conn: self.conn.id,
-            node: self.st.node.clone(),
-            timestamp_ms,
-            msg_id,
+        let req = PublishRequest {
+            origin: Origin::Connection {
+                actor: &a.actor,
+                conn: self.conn.id,
+                topic: &p.topic,
+                bucket: &mut a.bucket,
+                max_message_size: a.max_message_size,
+            },
+            filter: p.filter,
+            data: p.data,
             retain: p.retain,
             qos: p.qos,
-            data: p.data,
-        });
-        if self.st.hub.bus().publish(Arc::new(envelope)).await.is_err() {
-            self.st.metrics.publish_refused(error::BROKER_UNAVAILABLE);
-            return self.unavailable(&p.topic, msg_ref);
+        };
+        match self.st.publisher.publish(req).await {
+            // `published` only for v2 publishes that carried a msgRef (N7).
+            Ok(_) => {
+                if let Some(r) = msg_ref {
+                    self.push(&ServerFrame::Published { topic: &p.topic, msg_ref: r });
+                }
+            }
+            Err(refused) => self.publish_refused(refused, &p.topic, msg_ref),
         }
-        self.st.metrics.publishes_accepted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.count_publish();
-        // `published` only for v2 publishes that carried a msgRef (N7).
-        if let Some(r) = msg_ref {
-            self.push(&ServerFrame::Published { topic: &p.topic, msg_ref: r });
+    }
+
+    /// The error frame of a refused publish.
+    fn publish_refused(&self, refused: Refused, topic: &str, msg_ref: Option<&str>) {
+        let e = ErrorFrame { topic: Some(topic), msg_ref, ..ErrorFrame::default() };
+        match refused {
+            Refused::RateLimited => self.error(ErrorFrame {
+                error: error::RATE_LIMIT_EXCEEDED,
+                code: Some(code::RATE_LIMIT_EXCEEDED),
+                hint: Some("too many publishes on this connection; slow down"),
+                ..e
+            }),
+            Refused::TooLarge { max_size_bytes } => self.error(ErrorFrame {
+                error: error::MESSAGE_TOO_LARGE,
+                code: Some(code::MESSAGE_TOO_LARGE),
+                hint: Some("the payload exceeds the largest message size"),
+                max_size_bytes: Some(max_size_bytes),
+                ..e
+            }),
+            Refused::QuotaExceeded => self.error(ErrorFrame {
+                error: error::MONTHLY_QUOTA_EXCEEDED,
+                code: Some(code::MONTHLY_QUOTA_EXCEEDED),
+                hint: Some("the project's monthly message quota is used up"),
+                ..e
+            }),
+            Refused::Access(a) => self.access_error(topic, msg_ref, a),
+            Refused::Filter(f) => self.filter_error(f, topic, msg_ref),
+            Refused::RetainedLimit(r) => {
+                self.error(ErrorFrame { error: error::RETAINED_LIMIT_EXCEEDED, hint: Some(r.hint()), ..e });
+            }
+            Refused::Store(_) => self.store_unavailable(topic, msg_ref),
+            Refused::Bus(_) => self.unavailable(topic, msg_ref),
         }
     }
 }

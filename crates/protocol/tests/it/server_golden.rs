@@ -8,7 +8,8 @@
 use rmpv::Value;
 use skua_protocol::codes::{auth, code, error, reason};
 use skua_protocol::{
-    ErrorFrame, LobbyRoomSnapshot, MessageFrame, PresenceEntryRef, PresenceEventKind, RestoredSubscription, ServerFrame,
+    ErrorFrame, LobbyRoomSnapshot, MessageFrame, PresenceEntryRef, PresenceEventKind, RestoredSubscription,
+    ServerFrame, ServerFrameKind,
 };
 
 use crate::fixtures::{self, SERVER};
@@ -27,6 +28,8 @@ pub struct Golden {
     pub name: &'static str,
     /// The `ServerFrame` variant it covers.
     pub variant: &'static str,
+    /// The frame's kind.
+    pub kind: ServerFrameKind,
     /// `encode_vec()` output.
     pub encoded: Vec<u8>,
     /// The documented map.
@@ -34,10 +37,10 @@ pub struct Golden {
 }
 
 fn golden(name: &'static str, frame: &ServerFrame<'_>, expected: Value) -> Golden {
-    Golden { name, variant: variant(frame), encoded: frame.encode_vec(), expected }
+    Golden { name, variant: variant(frame), kind: frame.kind(), encoded: frame.encode_vec(), expected }
 }
 
-/// The variant's name; a new variant lands in the `_` arm until this test module covers it.
+/// The variant's name; a new variant does not compile here until this module covers it.
 fn variant(frame: &ServerFrame<'_>) -> &'static str {
     match frame {
         ServerFrame::AuthOk { .. } => "AuthOk",
@@ -59,7 +62,6 @@ fn variant(frame: &ServerFrame<'_>) -> &'static str {
         ServerFrame::ReplayEnd { .. } => "ReplayEnd",
         ServerFrame::Error(_) => "Error",
         ServerFrame::Disconnect { .. } => "Disconnect",
-        _ => "unknown",
     }
 }
 
@@ -698,7 +700,6 @@ fn golden_cases_cover_every_variant_and_every_fixture_file() {
     let covered: std::collections::BTreeSet<&str> = cases.iter().map(|c| c.variant).collect();
     let missing: Vec<&str> = VARIANTS.iter().copied().filter(|v| !covered.contains(v)).collect();
     assert!(missing.is_empty(), "ServerFrame variants without a golden fixture: {missing:?}");
-    assert!(!covered.contains("unknown"), "a case uses a variant this module does not name");
 
     let names: std::collections::BTreeSet<String> = cases.iter().map(|c| c.name.to_owned()).collect();
     assert_eq!(names.len(), cases.len(), "duplicate fixture names");
@@ -739,5 +740,91 @@ fn leave_events_ignore_a_passed_payload() {
 fn encode_and_encode_vec_agree() {
     for case in [ServerFrame::ReplayEnd { replayed: 3 }, ServerFrame::Unsubscribed { topic: TOPIC }] {
         assert_eq!(case.encode().as_ref(), case.encode_vec().as_slice());
+    }
+}
+
+/// Every frame's kind is in `ServerFrameKind::ALL`, names the `type` it encodes, and every kind
+/// in `ALL` is some frame's: metrics count by kind instead of reading the encoded bytes.
+#[test]
+fn frame_kinds_name_the_encoded_type_and_all_lists_every_kind() {
+    let cases = cases();
+    for case in &cases {
+        let v = decode_exact(&case.encoded).expect("decodes");
+        let ty = crate::shape::field(&v, "type").and_then(Value::as_str);
+        assert_eq!(ty, Some(case.kind.as_str()), "{}: kind {:?}", case.name, case.kind);
+        assert!(ServerFrameKind::ALL.contains(&case.kind), "{}: {:?} missing from ALL", case.name, case.kind);
+    }
+    for (i, k) in ServerFrameKind::ALL.iter().enumerate() {
+        assert_eq!(k.index(), i, "{k:?}");
+        assert!(cases.iter().any(|c| c.kind == *k), "{k:?}: no frame has this kind");
+    }
+}
+
+/// The number of entries a top-level map header announces, and the number that follow it
+/// (each key and value decoded independently by rmpv).
+fn map_header_and_entries(bytes: &[u8]) -> (u64, u64) {
+    let mut r = skua_protocol::msgpack::Reader::new(bytes);
+    let n = r.read_map_len().expect("a map header") as u64;
+    let mut rest = &bytes[r.position()..];
+    let mut found = 0;
+    while !rest.is_empty() {
+        rmpv::decode::read_value(&mut rest).expect("a key");
+        rmpv::decode::read_value(&mut rest).expect("a value");
+        found += 1;
+    }
+    (n, found)
+}
+
+/// Every optional-field combination of the frames whose map size the encoder computes.
+fn optional_field_shapes() -> Vec<(String, Vec<u8>)> {
+    let data = pack(&map([("x", u(1))]));
+    let mut out = Vec::new();
+    for bits in 0..(1u32 << 7) {
+        let on = |i: u32| bits & (1 << i) != 0;
+        let e = ErrorFrame {
+            error: error::INVALID_FRAME,
+            code: on(0).then_some(code::UNKNOWN_TOPIC),
+            topic: on(1).then_some(TOPIC),
+            hint: on(2).then_some("h"),
+            msg_ref: on(3).then_some("r"),
+            max_size_bytes: on(4).then_some(7),
+            room_id: on(5).then_some("room"),
+            lobby_id: on(6).then_some("lobby"),
+        };
+        out.push((format!("error {bits:07b}"), ServerFrame::Error(e).encode_vec()));
+    }
+    for bits in 0..(1u32 << 3) {
+        let on = |i: u32| bits & (1 << i) != 0;
+        let m = MessageFrame {
+            topic: TOPIC,
+            data: &data,
+            filter: on(0).then_some("vip"),
+            from: ACTOR,
+            timestamp: TS,
+            msg_id: on(1).then_some(MSG_ID),
+            is_replay: on(2),
+        };
+        out.push((format!("message {bits:03b}"), ServerFrame::Message(m).encode_vec()));
+    }
+    for at in [None, Some(TS / 1000)] {
+        out.push((format!("reauth {at:?}"), ServerFrame::ReauthOk { auth_expires_at: at }.encode_vec()));
+    }
+    for room_id in [None, Some("room")] {
+        out.push((
+            format!("presenceList {room_id:?}"),
+            ServerFrame::PresenceList { room_id, entries: &[] }.encode_vec(),
+        ));
+    }
+    out
+}
+
+/// The encoders count map sizes by hand: each header must announce exactly the entries that
+/// follow, for every variant (the golden cases) and every optional-field combination.
+#[test]
+fn map_headers_announce_exactly_the_entries_that_follow() {
+    let shapes = cases().into_iter().map(|c| (c.name.to_owned(), c.encoded)).chain(optional_field_shapes());
+    for (name, bytes) in shapes {
+        let (header, entries) = map_header_and_entries(&bytes);
+        assert_eq!(header, entries, "{name}: the header says {header} entries, {entries} follow");
     }
 }

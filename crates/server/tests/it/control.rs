@@ -349,6 +349,71 @@ async fn ensure_room_is_idempotent_needs_auto_provisioning_and_respects_the_cap(
 }
 
 #[tokio::test]
+async fn every_cap_refuses_one_more_with_failed_precondition_naming_its_setting() {
+    let s = TestServer::builder()
+        .grpc()
+        .settings(|s| {
+            s.max_apps_per_project = Some(1);
+            s.max_actors_per_project = Some(1);
+            s.max_grants_per_room = Some(1);
+            s.max_lobbies_per_project = Some(1);
+        })
+        .spawn()
+        .await;
+    let mut c = s.control().await;
+    ok(c.create_project(project_req("capped")).await);
+    let refused = |(code, msg): (Code, String), want: &str| {
+        assert_eq!((code, msg.as_str()), (Code::FailedPrecondition, want));
+    };
+
+    ok(c.create_app(app_req("capped", "one", &["t"])).await);
+    refused(
+        fails(c.create_app(app_req("capped", "two", &[])).await),
+        "project \"capped\" has 1 apps, the most allowed (max_apps_per_project)",
+    );
+
+    let actor = |id: &str| pb::CreateActorRequest {
+        project_id: "capped".into(),
+        id: id.into(),
+        actor_type: "user".into(),
+        ..Default::default()
+    };
+    ok(c.create_actor(actor("a1")).await);
+    refused(
+        fails(c.create_actor(actor("a2")).await),
+        "project \"capped\" has 1 actors, the most allowed (max_actors_per_project)",
+    );
+
+    let room = pb::CreateRoomRequest { project_id: "capped".into(), ..room_req("one", "r") };
+    ok(c.create_room(room).await);
+    let grant = |ty: &str| pb::CreateGrantRequest {
+        project_id: "capped".into(),
+        app: "one".into(),
+        room: "r".into(),
+        actor_type: ty.into(),
+        permission: "subscribe".into(),
+        ..Default::default()
+    };
+    ok(c.create_grant(grant("user")).await);
+    refused(
+        fails(c.create_grant(grant("agent")).await),
+        "room \"r\" has 1 grants, the most allowed (max_grants_per_room)",
+    );
+
+    let lobby = |slug: &str| pb::CreateLobbyRequest {
+        project_id: "capped".into(),
+        app: "one".into(),
+        slug: slug.into(),
+        ..Default::default()
+    };
+    ok(c.create_lobby(lobby("l1")).await);
+    refused(
+        fails(c.create_lobby(lobby("l2")).await),
+        "project \"capped\" has 1 lobbies, the most allowed (max_lobbies_per_project)",
+    );
+}
+
+#[tokio::test]
 async fn actors_get_a_token_once_that_authenticates_and_only_its_hash_is_stored() {
     let (s, mut c) = server().await;
     let created = ok(c
@@ -640,4 +705,111 @@ async fn connections_are_listed_and_an_actor_can_be_disconnected() {
     let mut again = s.auth("dev-token-alice").await;
     again.assert_nothing_pending().await;
     assert_eq!(fails(c.disconnect_actor(actor_ref("ghost")).await).0, Code::NotFound);
+}
+
+/// What a publish observer saw of one publish.
+#[derive(Debug, PartialEq, Eq)]
+struct Seen {
+    source: &'static str,
+    topic: String,
+    from: String,
+    filter: Option<String>,
+    logged: bool,
+    retain: bool,
+}
+
+/// Records every accepted publish into a bounded channel (this test sends far fewer).
+#[derive(Debug)]
+struct Recorder(tokio::sync::mpsc::Sender<Seen>);
+
+impl skua_edge::publish::PublishObserver for Recorder {
+    fn accepted(&self, e: &skua_edge::publish::PublishEvent<'_>) {
+        let p = e.publication;
+        let seen = Seen {
+            source: match e.source {
+                skua_edge::publish::Source::Connection(_) => "connection",
+                skua_edge::publish::Source::Server => "server",
+            },
+            topic: format!("{}/{}", p.topic.room.room, p.topic.topic),
+            from: p.publisher.to_string(),
+            filter: p.filter.clone(),
+            logged: p.msg_id.is_some(),
+            retain: p.retain,
+        };
+        self.0.try_send(seen).expect("the test's observer channel has room");
+    }
+}
+
+#[tokio::test]
+async fn a_publish_observer_sees_every_accepted_publish_once_from_both_entry_points_and_no_refused_one() {
+    let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+    let s = TestServer::builder()
+        .grpc()
+        .settings(|s| s.max_retained_per_topic = Some(1))
+        .publish_observer(std::sync::Arc::new(Recorder(tx)))
+        .spawn()
+        .await;
+    let mut c = s.control().await;
+    let mut bob = s.auth("dev-token-bob").await;
+    let mut data = Vec::new();
+    rmpv::encode::write_value(&mut data, &Value::from(1)).unwrap();
+    let grpc = |topic: &str, filter: &str, retain: bool| pb::PublishRequest {
+        topic: topic.into(),
+        data: data.clone(),
+        filter: filter.into(),
+        retain,
+        ..Default::default()
+    };
+    let seen = |source, topic: &str, from: &str, filter: Option<&str>, logged, retain| Seen {
+        source,
+        topic: topic.into(),
+        from: from.into(),
+        filter: filter.map(Into::into),
+        logged,
+        retain,
+    };
+
+    // Accepted: a client's publish, a server publish, a server publish to a logged topic.
+    bob.publish_acked("demo/general/messages", Value::from(1)).await;
+    ok(c.publish(grpc("demo/general/messages", "vip", false)).await);
+    ok(c.publish(grpc("demo/general/tasks", "", false)).await);
+    // Refused by the pipeline: access, filter, size (client); retained cap (both).
+    let refused = [
+        frame! {"type" => "publish", "topic" => "demo/general/nope", "data" => 1, "msgRef" => "r"},
+        frame! {"type" => "publish", "topic" => "demo/general/messages", "data" => 1, "filter" => "a/b", "msgRef" => "r"},
+        frame! {"type" => "publish", "topic" => "demo/general/messages", "data" => Value::Binary(vec![0; 930_000]),
+        "msgRef" => "r"},
+    ];
+    for f in refused {
+        bob.send(f).await;
+        bob.expect("error").await;
+    }
+    bob.send(frame! {"type" => "publish", "topic" => "demo/general/status", "data" => 1, "filter" => "k1",
+    "retain" => true, "msgRef" => "k1"})
+        .await;
+    bob.expect("published").await;
+    let (code, msg) = fails(c.publish(grpc("demo/general/status", "k2", true)).await);
+    assert_eq!(code, Code::Unavailable);
+    assert!(msg.starts_with("retained_limit_exceeded: "), "{msg}");
+    bob.send(frame! {"type" => "publish", "topic" => "demo/general/status", "data" => 1, "filter" => "k2",
+    "retain" => true, "msgRef" => "k2"})
+        .await;
+    bob.expect_error("retained_limit_exceeded").await;
+    bob.publish_acked("demo/general/messages", Value::from(2)).await;
+
+    // Each observer call happened before its publish was answered, so the list is complete.
+    let mut got = Vec::new();
+    while let Ok(e) = rx.try_recv() {
+        got.push(e);
+    }
+    assert_eq!(
+        got,
+        [
+            seen("connection", "general/messages", "bob", None, false, false),
+            seen("server", "general/messages", "server", Some("vip"), false, false),
+            seen("server", "general/tasks", "server", None, true, false),
+            seen("connection", "general/status", "bob", Some("k1"), false, true),
+            seen("connection", "general/messages", "bob", None, false, false),
+        ]
+    );
 }

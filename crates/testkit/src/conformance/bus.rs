@@ -20,8 +20,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use skua_core::{
-    ActorId, AppId, Bus, BusDelivery, BusSubscription, ConnId, Envelope, EnvelopeId, GroupKey, NodeId, PresenceChange,
-    PresenceEvent, ProjectId, Publication, RoomKey, Route, TopicAddress,
+    ActorId, AppId, Bus, BusDelivery, BusSubscription, ClientId, ConnId, ConsumerId, Control, ControlMessage, Envelope,
+    EnvelopeId, GroupKey, NodeId, PresenceChange, PresenceEvent, ProjectId, Publication, RoomKey, Route, SessionKey,
+    TopicAddress,
 };
 use tokio::sync::mpsc::Receiver;
 
@@ -68,6 +69,9 @@ macro_rules! bus_conformance {
             payloads_and_fields_arrive_intact,
             names_with_special_characters_stay_apart,
             group_member_that_unsubscribed_gets_no_more,
+            control_reaches_the_control_subscribers_of_its_project_only,
+            control_is_never_retained,
+            control_unsubscribe_stops_delivery,
         );
     };
     ($harness:expr $(,)?) => {
@@ -637,6 +641,84 @@ pub async fn group_member_that_unsubscribed_gets_no_more<H: BusHarness>(h: H) {
     assert!(from_c.is_empty(), "the member that left got {from_c:?}");
 }
 
+/// Contract 8: a control message reaches every `Control` subscriber of its project, the
+/// sender included, in order and intact, and nobody else: not another project's control
+/// subscribers, not the project's topic, presence or group subscribers.
+pub async fn control_reaches_the_control_subscribers_of_its_project_only<H: BusHarness>(h: H) {
+    let mut a = node(&h, "a").await;
+    let mut b = node(&h, "b").await;
+    let mut c = node(&h, "c").await;
+    let mut d = node(&h, "d").await;
+    let mut e = node(&h, "e").await;
+    let t = topic("room-1", "chat");
+    a.subscribe(&BusSubscription::Control(project("proj"))).await;
+    b.subscribe(&BusSubscription::Control(project("proj"))).await;
+    c.subscribe(&BusSubscription::Control(project("other"))).await;
+    d.subscribe(&BusSubscription::Topic(t.clone())).await;
+    d.subscribe(&BusSubscription::Presence(t.room.clone())).await;
+    e.subscribe(&BusSubscription::Group(group(&t, "g"))).await;
+
+    let takeover = a.takeover("proj", 1);
+    let session_kick = a.kick(ConsumerId::session(&t, &session("proj", None)));
+    let group_kick = a.kick(ConsumerId::group(&group(&t, "g")));
+    let elsewhere = a.takeover("other", 2);
+    for envelope in [&takeover, &session_kick, &group_kick, &elsewhere] {
+        a.publish(envelope).await;
+    }
+    for n in [&mut a, &mut b] {
+        n.expect(&takeover, Route::Plain, false).await;
+        n.expect(&session_kick, Route::Plain, false).await;
+        n.expect(&group_kick, Route::Plain, false).await;
+    }
+    c.expect(&elsewhere, Route::Plain, false).await;
+
+    let sentinel = a.message(&t, None, "sentinel");
+    a.publish(&sentinel).await;
+    d.expect(&sentinel, Route::Plain, false).await;
+    e.expect(&sentinel, Route::Group(group(&t, "g")), false).await;
+}
+
+/// Contract 8: control messages are never kept for later subscribers, nor replayed when a
+/// node subscribes again.
+pub async fn control_is_never_retained<H: BusHarness>(h: H) {
+    let a = node(&h, "a").await;
+    let mut b = node(&h, "b").await;
+    let mut c = node(&h, "c").await;
+    let sub = BusSubscription::Control(project("proj"));
+    a.publish(&a.takeover("proj", 1)).await;
+    b.subscribe(&sub).await;
+    let seen = a.takeover("proj", 2);
+    a.publish(&seen).await;
+    b.expect(&seen, Route::Plain, false).await;
+
+    c.subscribe(&sub).await;
+    b.unsubscribe(&sub).await;
+    b.subscribe(&sub).await;
+    let sentinel = a.takeover("proj", 3);
+    a.publish(&sentinel).await;
+    b.expect(&sentinel, Route::Plain, false).await;
+    c.expect(&sentinel, Route::Plain, false).await;
+}
+
+/// Contract 1 for control subscriptions: once `unsubscribe` returned, the project's control
+/// messages stop; the node's other control subscriptions stay.
+pub async fn control_unsubscribe_stops_delivery<H: BusHarness>(h: H) {
+    let a = node(&h, "a").await;
+    let mut b = node(&h, "b").await;
+    let sub = BusSubscription::Control(project("proj"));
+    b.subscribe(&sub).await;
+    b.subscribe(&BusSubscription::Control(project("other"))).await;
+    let before = a.takeover("proj", 1);
+    a.publish(&before).await;
+    b.expect(&before, Route::Plain, false).await;
+
+    b.unsubscribe(&sub).await;
+    a.publish(&a.takeover("proj", 2)).await;
+    let sentinel = a.takeover("other", 3);
+    a.publish(&sentinel).await;
+    b.expect(&sentinel, Route::Plain, false).await;
+}
+
 // ----------------------------------------------------------------------------------------------
 // Helpers.
 
@@ -796,6 +878,17 @@ impl Node {
         self.publication(topic, filter, label, true)
     }
 
+    /// A takeover of a session of `project_name` by connection `conn` of this node.
+    fn takeover(&self, project_name: &str, conn: u64) -> Arc<Envelope> {
+        let message = ControlMessage::Takeover { session: session(project_name, Some("c-1")), conn: ConnId(conn) };
+        Arc::new(Envelope::Control(Control { id: next_id(), node: self.id.clone(), message }))
+    }
+
+    fn kick(&self, consumer: ConsumerId) -> Arc<Envelope> {
+        let message = ControlMessage::Kick { consumer };
+        Arc::new(Envelope::Control(Control { id: next_id(), node: self.id.clone(), message }))
+    }
+
     fn presence(&self, room: &RoomKey, change: PresenceChange) -> Arc<Envelope> {
         let data =
             if change == PresenceChange::Leave { Bytes::new() } else { Bytes::from_static(b"\x81\xa4mood\xa3ok") };
@@ -821,6 +914,10 @@ fn label_of(envelope: &Envelope) -> String {
     match envelope {
         Envelope::Publication(p) => String::from_utf8_lossy(&p.data).into_owned(),
         Envelope::Presence(_) => "presence".to_owned(),
+        Envelope::Control(c) => match &c.message {
+            ControlMessage::Takeover { session, conn } => format!("takeover {} by {conn}", session.project),
+            ControlMessage::Kick { consumer } => format!("kick {consumer}"),
+        },
     }
 }
 
@@ -836,9 +933,21 @@ fn actor(name: &str) -> ActorId {
     ActorId::parse(name).unwrap_or_else(|e| panic!("test actor: {e}"))
 }
 
+fn project(name: &str) -> ProjectId {
+    ProjectId::parse(name).unwrap_or_else(|e| panic!("test project: {e}"))
+}
+
+fn session(project_name: &str, client: Option<&str>) -> SessionKey {
+    SessionKey {
+        project: project(project_name),
+        actor: actor("worker"),
+        client_id: client.map(|c| ClientId::parse(c).unwrap_or_else(|e| panic!("test clientId: {e}"))),
+    }
+}
+
 fn room(name: &str) -> RoomKey {
     RoomKey {
-        project: ProjectId::parse("proj").unwrap_or_else(|e| panic!("test project: {e}")),
+        project: project("proj"),
         app: AppId::parse("app").unwrap_or_else(|e| panic!("test app: {e}")),
         room: Arc::from(name),
     }

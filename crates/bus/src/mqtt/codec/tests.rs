@@ -69,12 +69,79 @@ fn golden_presence() -> Envelope {
     })
 }
 
+#[rustfmt::skip]
+const GOLDEN_TAKEOVER: &[u8] = &[
+    0x98,                               // fixarray of 8 elements
+    0x01, 0x02,                         // v = 1, kind = takeover
+    0xc4, 0x10,                         // id: bin8 of 16 bytes
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x2a,
+    0xa2, b'n', b'1',                   // sending node
+    0xa1, b'p',                         // project
+    0xa1, b'w',                         // actor
+    0xa2, b'c', b'1',                   // clientId
+    0x07,                               // claiming connection
+];
+
+fn golden_takeover() -> Envelope {
+    Envelope::Control(Control {
+        id: EnvelopeId(42),
+        node: NodeId::parse("n1").unwrap(),
+        message: ControlMessage::Takeover {
+            session: SessionKey {
+                project: ProjectId::parse("p").unwrap(),
+                actor: ActorId::parse("w").unwrap(),
+                client_id: Some(ClientId::parse("c1").unwrap()),
+            },
+            conn: ConnId(7),
+        },
+    })
+}
+
+#[rustfmt::skip]
+const GOLDEN_KICK: &[u8] = &[
+    0x9b,                               // fixarray of 11 elements
+    0x01, 0x03,                         // v = 1, kind = kick
+    0xc4, 0x10,                         // id: bin8 of 16 bytes
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x2b,
+    0xa2, b'n', b'1',                   // sending node
+    0xa1, b'p', 0xa1, b'a', 0xa1, b'r', // project, app, room
+    0xa1, b't',                         // topic
+    0x01,                               // consumer = group
+    0xa1, b'g',                         // group name
+    0xc0,                               // clientId: nil
+];
+
+fn golden_kick() -> Envelope {
+    let topic = TopicAddress {
+        room: RoomKey { project: ProjectId::parse("p").unwrap(), app: AppId::parse("a").unwrap(), room: "r".into() },
+        topic: "t".into(),
+    };
+    Envelope::Control(Control {
+        id: EnvelopeId(43),
+        node: NodeId::parse("n1").unwrap(),
+        message: ControlMessage::Kick { consumer: ConsumerId::group(&GroupKey { topic, group: "g".into() }) },
+    })
+}
+
 #[test]
 fn encoding_is_pinned() {
     assert_eq!(encode(&golden_publication()), GOLDEN_PUBLICATION);
     assert_eq!(encode(&golden_presence()), GOLDEN_PRESENCE);
+    assert_eq!(encode(&golden_takeover()), GOLDEN_TAKEOVER);
+    assert_eq!(encode(&golden_kick()), GOLDEN_KICK);
     assert_eq!(decode(&Bytes::from_static(GOLDEN_PUBLICATION)), Ok(golden_publication()));
     assert_eq!(decode(&Bytes::from_static(GOLDEN_PRESENCE)), Ok(golden_presence()));
+    assert_eq!(decode(&Bytes::from_static(GOLDEN_TAKEOVER)), Ok(golden_takeover()));
+    assert_eq!(decode(&Bytes::from_static(GOLDEN_KICK)), Ok(golden_kick()));
+}
+
+#[test]
+fn a_kick_names_the_consumer_the_store_knows() {
+    let Ok(Envelope::Control(c)) = decode(&Bytes::from_static(GOLDEN_KICK)) else { panic!("decodes") };
+    let ControlMessage::Kick { consumer } = c.message else { panic!("a kick") };
+    assert_eq!(consumer.as_str(), "g/p/a/r/t/g");
 }
 
 #[test]
@@ -111,6 +178,16 @@ fn foreign_payloads_are_refused() {
     let decode = |b: &[u8]| decode(&Bytes::copy_from_slice(b));
     assert_eq!(decode(&[0x92, 0x02, 0x00]), Err(DecodeError::Version(2)));
     assert_eq!(decode(&[0x92, 0x01, 0x05]), Err(DecodeError::Kind(5)));
+    assert_eq!(decode(&[0x92, 0x01, 0x02]), Err(DecodeError::Short { got: 2, need: 8 }));
+    assert_eq!(decode(&[0x92, 0x01, 0x03]), Err(DecodeError::Short { got: 2, need: 11 }));
+    let mut bad_consumer = GOLDEN_KICK.to_vec();
+    let at = bad_consumer.len() - 4;
+    bad_consumer[at] = 0x02;
+    assert_eq!(decode(&bad_consumer), Err(DecodeError::Field("consumer")));
+    let mut group_with_client = GOLDEN_KICK.to_vec();
+    group_with_client.pop();
+    group_with_client.extend_from_slice(&[0xa1, b'c']);
+    assert_eq!(decode(&group_with_client), Err(DecodeError::Field("group clientId")));
     assert_eq!(decode(&[0x92, 0x01, 0x00]), Err(DecodeError::Short { got: 2, need: 16 }));
     assert_eq!(decode(&[]), Err(DecodeError::Msgpack(ReadError::Truncated)));
     assert_eq!(decode(b"{\"json\":1}"), Err(DecodeError::Msgpack(ReadError::Type)));
@@ -127,6 +204,10 @@ fn extra_trailing_elements_are_skipped() {
     longer[0] = 0x9b; // 11 elements
     longer.extend_from_slice(&[0xa1, b'x', 0x81, 0x01, 0x02]);
     assert_eq!(decode(&Bytes::from(longer)), Ok(golden_presence()));
+    let mut longer = GOLDEN_TAKEOVER.to_vec();
+    longer[0] = 0x99; // 9 elements
+    longer.push(0xc0);
+    assert_eq!(decode(&Bytes::from(longer)), Ok(golden_takeover()));
 }
 
 fn slug() -> impl Strategy<Value = String> {
@@ -182,6 +263,33 @@ fn presence_strategy() -> impl Strategy<Value = Envelope> {
     )
 }
 
+fn session_key() -> impl Strategy<Value = SessionKey> {
+    (slug(), slug(), proptest::option::of(slug())).prop_map(|(p, a, c)| SessionKey {
+        project: ProjectId::parse(&p).unwrap(),
+        actor: ActorId::parse(&a).unwrap(),
+        client_id: c.map(|c| ClientId::parse(&c).unwrap()),
+    })
+}
+
+fn topic_address() -> impl Strategy<Value = TopicAddress> {
+    (room_key(), "\\PC{1,40}").prop_map(|(room, t): (RoomKey, String)| TopicAddress { room, topic: t.into() })
+}
+
+fn control_strategy() -> impl Strategy<Value = Envelope> {
+    let message = prop_oneof![
+        (session_key(), any::<u64>())
+            .prop_map(|(session, conn)| ControlMessage::Takeover { session, conn: ConnId(conn) }),
+        (topic_address(), session_key())
+            .prop_map(|(t, s)| ControlMessage::Kick { consumer: ConsumerId::session(&t, &s) }),
+        (topic_address(), "\\PC{1,40}").prop_map(|(topic, g): (TopicAddress, String)| ControlMessage::Kick {
+            consumer: ConsumerId::group(&GroupKey { topic, group: g.into() })
+        }),
+    ];
+    (any::<u128>(), slug(), message).prop_map(|(id, node, message): (u128, String, ControlMessage)| {
+        Envelope::Control(Control { id: EnvelopeId(id), node: NodeId::parse(&node).unwrap(), message })
+    })
+}
+
 /// A property's number of cases: `PROPTEST_CASES` when set (a longer fuzz pass,
 /// docs/security.md), otherwise `default`, chosen to keep CI fast.
 fn config(default: u32) -> ProptestConfig {
@@ -191,14 +299,17 @@ fn config(default: u32) -> ProptestConfig {
 
 /// A small envelope to mutate, with or without a trace context.
 fn small_envelope() -> impl Strategy<Value = (Envelope, Option<String>)> {
-    (prop_oneof![publication_with_data(64), presence_strategy()], proptest::option::of("[0-9a-f-]{0,60}"))
+    (
+        prop_oneof![publication_with_data(64), presence_strategy(), control_strategy()],
+        proptest::option::of("[0-9a-f-]{0,60}"),
+    )
 }
 
 proptest! {
     #![proptest_config(config(128))]
 
     #[test]
-    fn envelopes_round_trip(envelope in prop_oneof![publication_strategy(), presence_strategy()]) {
+    fn envelopes_round_trip(envelope in prop_oneof![publication_strategy(), presence_strategy(), control_strategy()]) {
         prop_assert_eq!(decode(&Bytes::from(encode(&envelope))), Ok(envelope));
     }
 }
@@ -222,8 +333,8 @@ proptest! {
     /// Random elements after a valid envelope header get past the version and kind checks.
     #[test]
     fn random_fields_after_a_valid_header_never_panic(
-        len in prop_oneof![Just(9u16), Just(16), Just(17), any::<u16>()],
-        kind in 0u8..3,
+        len in prop_oneof![Just(8u16), Just(9), Just(11), Just(16), Just(17), any::<u16>()],
+        kind in 0u8..5,
         tail in proptest::collection::vec(any::<u8>(), 0..160),
     ) {
         let [hi, lo] = len.to_be_bytes();
@@ -252,6 +363,7 @@ proptest! {
             let data = match &got {
                 Envelope::Publication(p) => p.data.clone(),
                 Envelope::Presence(e) => e.data.clone(),
+                Envelope::Control(_) => Bytes::new(),
             };
             let start = data.as_ptr() as usize;
             let base = bytes.as_ptr() as usize;

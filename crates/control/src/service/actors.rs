@@ -1,0 +1,136 @@
+//! Actors of a project: create (with a first access token), get, list, activate and
+//! deactivate, delete (with their tokens, grants and lobby allowances), rotate the token.
+
+use skua_core::registry_store::{ActorRecord, Change, Object, ObjectKind};
+use tonic::Status;
+
+use super::shared::{
+    actor, below_cap, del, delete_actor_changes, deleted, deletes, name_or, new_token, page_after, project,
+};
+use super::{ControlService, convert};
+use crate::pb;
+use crate::sync::now_ms;
+use crate::validate;
+
+pub(super) async fn create(svc: &ControlService, r: pb::CreateActorRequest) -> Result<pb::CreateActorResponse, Status> {
+    if !r.id.is_empty() {
+        validate::slug("id", &r.id)?;
+    }
+    validate::actor_type("actor_type", &r.actor_type)?;
+    validate::name("name", &r.name)?;
+    let now = now_ms();
+    let id = if r.id.is_empty() {
+        format!("actor-{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
+    } else {
+        r.id.clone()
+    };
+    let (token, token_record) = new_token(&id, now);
+    let a = svc
+        .mutate(|d| {
+            let p = project(d, &r.project_id)?;
+            if d.actors.contains_key(&id) {
+                return Err(Status::already_exists(format!("actor {id:?} already exists")));
+            }
+            let count = d.actors.values().filter(|a| a.project == p.id).count();
+            below_cap(
+                format_args!("project {:?}", p.id),
+                count,
+                "actors",
+                svc.limits.max_actors_per_project,
+                &"max_actors_per_project",
+            )?;
+            let a = ActorRecord {
+                project: p.id.clone(),
+                id: id.clone(),
+                actor_type: r.actor_type.clone(),
+                name: name_or(&r.name, &id),
+                active: true,
+                rate_limit: Some(r.rate_limit).filter(|n| *n > 0),
+                disconnect_before_ms: None,
+                created_at_ms: now,
+            };
+            Ok((vec![Change::Put(Object::Actor(a.clone())), Change::Put(Object::Token(token_record.clone()))], a))
+        })
+        .await?;
+    Ok(issued(svc, &a, token, &token_record.key_id))
+}
+
+pub(super) async fn get(svc: &ControlService, r: pb::GetActorRequest) -> Result<pb::Actor, Status> {
+    let snap = svc.read().await;
+    Ok(convert::actor(&snap.data, actor(&snap.data, &r.actor_id)?))
+}
+
+pub(super) async fn list(svc: &ControlService, r: pb::ListActorsRequest) -> Result<pb::ListActorsResponse, Status> {
+    let snap = svc.read().await;
+    let d = &snap.data;
+    let p = project(d, &r.project_id)?;
+    let items = d.actors.iter().filter(|(_, a)| a.project == p.id).map(|(id, a)| (id.as_str(), a));
+    let (page, next) = page_after(items, &r.page_token, svc.page_size(r.page_size))?;
+    Ok(pb::ListActorsResponse {
+        actors: page.into_iter().map(|a| convert::actor(d, a)).collect(),
+        next_page_token: next,
+    })
+}
+
+pub(super) async fn deactivate(svc: &ControlService, r: pb::ActorRef) -> Result<pb::Actor, Status> {
+    set_active(svc, &r.actor_id, false).await
+}
+
+pub(super) async fn activate(svc: &ControlService, r: pb::ActorRef) -> Result<pb::Actor, Status> {
+    set_active(svc, &r.actor_id, true).await
+}
+
+async fn set_active(svc: &ControlService, id: &str, active: bool) -> Result<pb::Actor, Status> {
+    let a = svc
+        .mutate(|d| {
+            let mut a = actor(d, id)?.clone();
+            if a.active == active {
+                return Ok((Vec::new(), a));
+            }
+            a.active = active;
+            Ok((vec![Change::Put(Object::Actor(a.clone()))], a))
+        })
+        .await?;
+    Ok(convert::actor(&svc.sync.snapshot().data, &a))
+}
+
+pub(super) async fn delete(svc: &ControlService, r: pb::ActorRef) -> Result<pb::DeleteResponse, Status> {
+    let n = svc
+        .mutate(|d| {
+            let a = actor(d, &r.actor_id)?;
+            let mut out = Vec::new();
+            delete_actor_changes(d, a, &mut out);
+            let n = deletes(&out);
+            Ok((out, n))
+        })
+        .await?;
+    Ok(deleted(n))
+}
+
+pub(super) async fn rotate_token(svc: &ControlService, r: pb::ActorRef) -> Result<pb::CreateActorResponse, Status> {
+    validate::slug("actor_id", &r.actor_id)?;
+    let (token, record) = new_token(&r.actor_id, now_ms());
+    let a = svc
+        .mutate(|d| {
+            let a = actor(d, &r.actor_id)?;
+            let mut out: Vec<Change> = d
+                .tokens
+                .values()
+                .filter(|t| t.actor == a.id)
+                .map(|t| del(ObjectKind::Token, t.key_id.clone()))
+                .collect();
+            out.push(Change::Put(Object::Token(record.clone())));
+            Ok((out, a.clone()))
+        })
+        .await?;
+    Ok(issued(svc, &a, token, &record.key_id))
+}
+
+/// The reply carrying `a` and its new access `token` (shown this once).
+fn issued(svc: &ControlService, a: &ActorRecord, token: String, key_id: &str) -> pb::CreateActorResponse {
+    pb::CreateActorResponse {
+        actor: Some(convert::actor(&svc.sync.snapshot().data, a)),
+        access_token: token,
+        token_key_id: key_id.to_owned(),
+    }
+}

@@ -1,0 +1,75 @@
+//! Server-side publish: one message to `app/room/topic`, checked here and handed to the
+//! node's own publish path.
+
+use skua_core::{ActorId, AppId, ProjectId, RoomKey, TopicAddress};
+use tonic::Status;
+
+use super::ControlService;
+use super::shared::{actor, app, internal, project, room};
+use crate::pb;
+use crate::sync::{ServerPublish, now_ms};
+
+/// Whether `filter` may be a publish filter key (N12: non-empty, none of `/ # + |`).
+fn valid_filter(filter: &str) -> bool {
+    !filter.is_empty() && filter.len() <= 256 && !filter.chars().any(|c| matches!(c, '/' | '#' | '+' | '|'))
+}
+
+/// Whether `data` is exactly one MessagePack value (it is forwarded verbatim inside frames).
+fn is_one_msgpack_value(data: &[u8]) -> bool {
+    let mut rest = data;
+    rmpv::decode::read_value(&mut rest).is_ok() && rest.is_empty()
+}
+
+pub(super) async fn publish(svc: &ControlService, r: pb::PublishRequest) -> Result<pb::PublishResponse, Status> {
+    let snap = svc.read().await;
+    let d = &snap.data;
+    let p = project(d, &r.project_id)?;
+    let mut parts = r.topic.split('/');
+    let (Some(app_slug), Some(room_slug), Some(topic), None) = (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(Status::invalid_argument("topic must be app/room/topic"));
+    };
+    let a = app(d, &p.id, app_slug)?;
+    let room = room(d, a, room_slug)?;
+    if !a.topics.iter().any(|t| t.name == topic) {
+        return Err(Status::not_found(format!("topic {topic:?} is not one of app {:?}'s topics", a.slug)));
+    }
+    let max = p.limits.max_message_size.unwrap_or(svc.limits.max_message_size) as usize;
+    if r.data.len() > max {
+        return Err(Status::invalid_argument(format!("data is {} bytes; at most {max}", r.data.len())));
+    }
+    if !is_one_msgpack_value(&r.data) {
+        return Err(Status::invalid_argument("data must be exactly one MessagePack value"));
+    }
+    if !r.filter.is_empty() && !valid_filter(&r.filter) {
+        return Err(Status::invalid_argument("filter must be 1-256 characters without / # + |"));
+    }
+    let from = if r.from_actor.is_empty() {
+        ActorId::parse("server").map_err(internal)?
+    } else {
+        let a = actor(d, &r.from_actor)?;
+        if a.project != p.id {
+            return Err(Status::not_found(format!("actor {:?} not found in project {:?}", r.from_actor, p.id)));
+        }
+        ActorId::parse(&a.id).map_err(internal)?
+    };
+    let address = TopicAddress {
+        room: RoomKey {
+            project: ProjectId::parse(&p.id).map_err(internal)?,
+            app: AppId::parse(&a.id).map_err(internal)?,
+            room: room.slug.as_str().into(),
+        },
+        topic: topic.into(),
+    };
+    let timestamp_ms = now_ms();
+    let publish = ServerPublish {
+        topic: address,
+        filter: Some(r.filter.clone()).filter(|f| !f.is_empty()),
+        from,
+        data: bytes::Bytes::from(r.data),
+        retain: r.retain,
+        timestamp_ms,
+    };
+    svc.sync.node().publish(publish).await.map_err(Status::unavailable)?;
+    Ok(pb::PublishResponse { timestamp_ms })
+}

@@ -1,0 +1,640 @@
+//! The settings in typed sections. Each section reads its own keys from the flat [`Settings`]
+//! and checks them, failing with a [`ConfigError`] that names the key; [`Sections::resolve`]
+//! runs them all, and the edge's [`EdgeConfig`] is assembled from them in one place.
+//!
+//! Adding a setting: a field in `Settings` (and `overlay`), its documented default in
+//! `config/default.toml`, then one line in the section it belongs to.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use skua_core::NodeId;
+use skua_edge::EdgeConfig;
+use skua_edge::config::MetricsToken;
+use skua_edge::front::{Cidr, OriginPattern};
+
+use super::{AdminKey, BackendTlsFiles, BusConfig, ConfigError, PresenceConfig, Settings, StoreConfig, redact_url};
+use crate::duration;
+use crate::tls::{CertFiles, ListenerTlsConfig};
+
+/// A setting's key (its field name in [`Settings`]) with its value, as the checks take it.
+type Key<'a, T> = (&'static str, Option<&'a T>);
+
+/// `(key, value)` of the setting `$k` of `$s`, so that an error names exactly the field read.
+macro_rules! key {
+    ($s:expr, $k:ident) => {
+        (stringify!($k), $s.$k.as_ref())
+    };
+}
+
+/// The refusal of `key` for `reason`.
+fn invalid(key: &'static str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid { key, reason: reason.into() }
+}
+
+/// A setting the compiled-in defaults always give.
+fn required<T: Clone>((key, v): Key<'_, T>) -> Result<T, ConfigError> {
+    v.cloned().ok_or_else(|| invalid(key, "missing"))
+}
+
+/// A duration (`500ms`, `5s`, `10m`, `2h`, `1d`).
+fn duration((key, v): Key<'_, String>) -> Result<Duration, ConfigError> {
+    let v = required((key, v))?;
+    duration::parse(&v).map_err(|reason| invalid(key, reason))
+}
+
+/// A duration above zero.
+fn nonzero_duration(k: Key<'_, String>) -> Result<Duration, ConfigError> {
+    let d = duration(k)?;
+    if d.is_zero() { Err(invalid(k.0, "must be above 0")) } else { Ok(d) }
+}
+
+/// A count of at least 1.
+fn positive<T: Copy + Default + PartialEq>(k: Key<'_, T>) -> Result<T, ConfigError> {
+    let v = required(k)?;
+    if v == T::default() { Err(invalid(k.0, "must be at least 1")) } else { Ok(v) }
+}
+
+/// A socket address; empty (or unset) is `None`.
+fn optional_address((key, v): Key<'_, String>) -> Result<Option<SocketAddr>, ConfigError> {
+    match v.map(String::as_str) {
+        None | Some("") => Ok(None),
+        Some(a) => a.parse().map(Some).map_err(|e| invalid(key, format!("{a:?}: {e}"))),
+    }
+}
+
+/// Each entry of a list, parsed with `parse`.
+fn each<T>((key, v): Key<'_, Vec<String>>, parse: fn(&str) -> Result<T, String>) -> Result<Vec<T>, ConfigError> {
+    required((key, v))?.iter().map(|x| parse(x)).collect::<Result<_, _>>().map_err(|reason| invalid(key, reason))
+}
+
+/// A path; empty (or unset) is `None`.
+fn path((_, v): Key<'_, String>) -> Option<PathBuf> {
+    v.filter(|p| !p.is_empty()).map(PathBuf::from)
+}
+
+/// A certificate and its key: both or neither (an error names the certificate's key).
+fn pair(cert: Key<'_, String>, key: Key<'_, String>) -> Result<Option<CertFiles>, ConfigError> {
+    match (path(cert), path(key)) {
+        (None, None) => Ok(None),
+        (Some(c), Some(k)) => Ok(Some(CertFiles { cert: c, key: k })),
+        _ => Err(invalid(cert.0, "the certificate and its key must be set together")),
+    }
+}
+
+/// The largest payload any frame may carry: the 1 MiB outbound frame cap (N4) less room for
+/// the frame's other fields.
+fn payload_cap(key: &'static str, v: usize) -> Result<usize, ConfigError> {
+    let cap = skua_protocol::MAX_PAYLOAD_CEILING_BYTES;
+    if v > cap {
+        return Err(invalid(
+            key,
+            format!("at most {cap} bytes (the 1 MiB frame cap less room for the frame's other fields)"),
+        ));
+    }
+    Ok(v)
+}
+
+/// Which backends the node uses and who it is: `bus`, `presence`, `store` (with the
+/// certificates of `mqtts://` and `rediss://`: `bus_tls_*`, `presence_tls_*`), `namespace`,
+/// `node_id`, `fixtures`.
+#[derive(Debug, Clone)]
+pub struct Backends {
+    /// Bus backend.
+    pub bus: BusConfig,
+    /// Presence backend.
+    pub presence: PresenceConfig,
+    /// Certificates of an `mqtts://` bus.
+    pub bus_tls: BackendTlsFiles,
+    /// Certificates of a `rediss://` presence store.
+    pub presence_tls: BackendTlsFiles,
+    /// Session store.
+    pub store: StoreConfig,
+    /// Root of internal topics and key prefixes.
+    pub namespace: String,
+    /// This node (random when not set).
+    pub node_id: NodeId,
+    /// Fixtures file, if any.
+    pub fixtures: Option<PathBuf>,
+}
+
+impl Backends {
+    /// This section of `s`, checked.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the first bad key.
+    pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
+        let bus = match required(key!(s, bus))?.as_str() {
+            "memory" => BusConfig::Memory,
+            url if url.starts_with("mqtt://") || url.starts_with("mqtts://") => BusConfig::Mqtt { url: url.to_owned() },
+            other => {
+                return Err(invalid(
+                    "bus",
+                    format!("{:?}: use \"memory\", mqtt://host:port or mqtts://host:port", redact_url(other)),
+                ));
+            }
+        };
+        let presence = match required(key!(s, presence))?.as_str() {
+            "memory" => PresenceConfig::Memory,
+            url if url.starts_with("redis://") || url.starts_with("rediss://") => {
+                PresenceConfig::Redis { url: url.to_owned() }
+            }
+            other => {
+                return Err(invalid(
+                    "presence",
+                    format!("{:?}: use \"memory\", redis://host:port/db or rediss://host:port/db", redact_url(other)),
+                ));
+            }
+        };
+        let store = match required(key!(s, store))?.as_str() {
+            "memory" => StoreConfig::Memory,
+            url if url.starts_with("sqlite:") || url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+                StoreConfig::Url(url.to_owned())
+            }
+            _ => return Err(invalid("store", "use sqlite://PATH, sqlite::memory:, postgres://… or memory")),
+        };
+        let namespace = required(key!(s, namespace))?;
+        if !skua_core::ids::is_slug(&namespace) {
+            return Err(invalid("namespace", "1-64 letters, digits, '-' or '_'"));
+        }
+        let node_id = match s.node_id.as_deref() {
+            None | Some("") => {
+                let id = uuid::Uuid::new_v4().simple().to_string();
+                NodeId::parse(&format!("node-{}", &id[..12])).map_err(|e| invalid("node_id", e.to_string()))?
+            }
+            Some(id) => NodeId::parse(id).map_err(|e| invalid("node_id", e.to_string()))?,
+        };
+        let bus_tls = BackendTlsFiles {
+            ca: path(key!(s, bus_tls_ca)),
+            client: pair(key!(s, bus_tls_cert), key!(s, bus_tls_key))?,
+        };
+        if bus_tls.is_set() && !matches!(&bus, BusConfig::Mqtt { url } if url.starts_with("mqtts://")) {
+            return Err(invalid("bus_tls_ca", "bus_tls_* need an mqtts:// bus"));
+        }
+        let presence_tls = BackendTlsFiles {
+            ca: path(key!(s, presence_tls_ca)),
+            client: pair(key!(s, presence_tls_cert), key!(s, presence_tls_key))?,
+        };
+        if presence_tls.is_set() && !matches!(&presence, PresenceConfig::Redis { url } if url.starts_with("rediss://"))
+        {
+            return Err(invalid("presence_tls_ca", "presence_tls_* need a rediss:// presence store"));
+        }
+        Ok(Self { bus, presence, bus_tls, presence_tls, store, namespace, node_id, fixtures: s.fixtures.clone() })
+    }
+}
+
+/// The client listener and what guards it before a WebSocket exists: `listen`,
+/// `max_connections`, `http_header_timeout`, the per-address limits, proxies, origins and
+/// `/metrics`.
+#[derive(Debug, Clone)]
+pub struct FrontDoor {
+    /// HTTP listen address.
+    pub listen: SocketAddr,
+    /// Most sockets this node holds.
+    pub max_connections: usize,
+    /// How long a socket may take to send its request head.
+    pub http_header_timeout: Duration,
+    /// Most sockets per client address; 0 = no limit.
+    pub max_connections_per_ip: u32,
+    /// New sockets per second per client address; 0 = no limit.
+    pub max_new_connections_per_ip_per_second: u32,
+    /// Proxies whose forwarding headers are believed.
+    pub trusted_proxies: Vec<Cidr>,
+    /// Every socket starts with a PROXY protocol header.
+    pub proxy_protocol: bool,
+    /// Origins browsers may connect from; empty = any.
+    pub allowed_origins: Vec<OriginPattern>,
+    /// The separate `/metrics` listener, if any.
+    pub metrics_listen: Option<SocketAddr>,
+    /// The bearer token `/metrics` requires, if any.
+    pub metrics_token: Option<MetricsToken>,
+}
+
+impl FrontDoor {
+    /// This section of `s`, checked.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the first bad key.
+    pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
+        let listen = required(key!(s, listen))?;
+        let listen = listen.parse().map_err(|e| invalid("listen", format!("{listen:?}: {e}")))?;
+        let metrics_token = match s.metrics_token.as_deref() {
+            None | Some("") => None,
+            Some(t) if t.len() < 16 || !t.bytes().all(|b| b.is_ascii_graphic()) => {
+                return Err(invalid("metrics_token", "must be at least 16 printable ASCII characters, no spaces"));
+            }
+            Some(t) => Some(MetricsToken::new(t.to_owned())),
+        };
+        let front = Self {
+            listen,
+            max_connections: positive(key!(s, max_connections))?,
+            http_header_timeout: nonzero_duration(key!(s, http_header_timeout))?,
+            max_connections_per_ip: required(key!(s, max_connections_per_ip))?,
+            max_new_connections_per_ip_per_second: required(key!(s, max_new_connections_per_ip_per_second))?,
+            trusted_proxies: each(key!(s, trusted_proxies), Cidr::parse)?,
+            proxy_protocol: required(key!(s, proxy_protocol))?,
+            allowed_origins: each(key!(s, allowed_origins), OriginPattern::parse)?,
+            metrics_listen: optional_address(key!(s, metrics_listen))?,
+            metrics_token,
+        };
+        if front.proxy_protocol && front.trusted_proxies.is_empty() {
+            return Err(invalid(
+                "proxy_protocol",
+                "needs trusted_proxies: the addresses of the proxies that send the header",
+            ));
+        }
+        Ok(front)
+    }
+}
+
+/// What one connection may do and queue: idle timeout, rate limit, message and presence
+/// sizes, outbound queue bounds, subscriptions.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Close after this long without an inbound frame.
+    pub idle_timeout: Duration,
+    /// Publishes per window, also the burst.
+    pub rate_limit: u32,
+    /// The window the rate limit refills over.
+    pub rate_limit_window: Duration,
+    /// Largest publish payload in bytes.
+    pub max_message_size: usize,
+    /// Largest presence payload in bytes.
+    pub max_presence_size: usize,
+    /// Outbound queue bound in frames.
+    pub outbound_queue_messages: usize,
+    /// Outbound queue bound in bytes.
+    pub outbound_queue_bytes: usize,
+    /// Most topic plus lobby subscriptions.
+    pub max_subscriptions_per_connection: usize,
+}
+
+impl Limits {
+    /// This section of `s`, checked.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the first bad key.
+    pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
+        Ok(Self {
+            idle_timeout: duration(key!(s, idle_timeout))?,
+            rate_limit: positive(key!(s, rate_limit))?,
+            rate_limit_window: duration(key!(s, rate_limit_window))?,
+            max_message_size: payload_cap("max_message_size", positive(key!(s, max_message_size))?)?,
+            max_presence_size: payload_cap("max_presence_size", positive(key!(s, max_presence_size))?)?,
+            outbound_queue_messages: positive(key!(s, outbound_queue_messages))?,
+            outbound_queue_bytes: positive(key!(s, outbound_queue_bytes))?,
+            max_subscriptions_per_connection: positive(key!(s, max_subscriptions_per_connection))?,
+        })
+    }
+}
+
+/// Auth abuse: `max_auth_failures`, `auth_timeout`, `auth_backoff_after`, `auth_backoff_max`,
+/// and the token audiences accepted (`jwt_audiences`).
+#[derive(Debug, Clone)]
+pub struct Auth {
+    /// Failed auths per connection before it closes.
+    pub max_auth_failures: u32,
+    /// Deadline for the first auth; `None` = none.
+    pub auth_timeout: Option<Duration>,
+    /// Failed auths per source address before further ones are delayed.
+    pub auth_backoff_after: u32,
+    /// Longest such delay.
+    pub auth_backoff_max: Duration,
+    /// Accepted `aud` values.
+    pub jwt_audiences: Vec<String>,
+}
+
+impl Auth {
+    /// This section of `s`, checked.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the first bad key.
+    pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
+        Ok(Self {
+            max_auth_failures: positive(key!(s, max_auth_failures))?,
+            auth_timeout: Some(duration(key!(s, auth_timeout))?).filter(|d| !d.is_zero()),
+            auth_backoff_after: required(key!(s, auth_backoff_after))?,
+            auth_backoff_max: duration(key!(s, auth_backoff_max))?,
+            jwt_audiences: s.jwt_audiences.clone().unwrap_or_default().into_iter().filter(|a| !a.is_empty()).collect(),
+        })
+    }
+}
+
+/// Retained messages this node keeps: per topic (count and bytes) and in all.
+#[derive(Debug, Clone)]
+pub struct Retained {
+    /// Most retained messages per topic.
+    pub max_retained_per_topic: usize,
+    /// Most retained bytes per topic.
+    pub max_retained_bytes_per_topic: usize,
+    /// Most retained bytes on this node.
+    pub max_retained_bytes: usize,
+}
+
+impl Retained {
+    /// This section of `s`, checked.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the first bad key.
+    pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
+        Ok(Self {
+            max_retained_per_topic: positive(key!(s, max_retained_per_topic))?,
+            max_retained_bytes_per_topic: positive(key!(s, max_retained_bytes_per_topic))?,
+            max_retained_bytes: positive(key!(s, max_retained_bytes))?,
+        })
+    }
+}
+
+/// Sessions and logged topics: `restore_ttl`, the log's retention and pruning, replay paging
+/// and the durable delivery queue.
+#[derive(Debug, Clone)]
+pub struct Durable {
+    /// How long a session outlives its connection.
+    pub restore_ttl: Duration,
+    /// Logged messages older than this are deleted.
+    pub log_max_age: Duration,
+    /// Most logged messages kept per topic.
+    pub log_max_per_topic: u64,
+    /// How often retention is applied.
+    pub log_prune_interval: Duration,
+    /// Pending messages read per store page of a replay.
+    pub replay_page_size: u32,
+    /// Live logged messages queued per connection.
+    pub durable_queue: usize,
+}
+
+impl Durable {
+    /// This section of `s`, checked.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the first bad key.
+    pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
+        Ok(Self {
+            restore_ttl: duration(key!(s, restore_ttl))?,
+            log_max_age: duration(key!(s, log_max_age))?,
+            log_max_per_topic: positive(key!(s, log_max_per_topic))? as u64,
+            log_prune_interval: duration(key!(s, log_prune_interval))?,
+            replay_page_size: positive(key!(s, replay_page_size))?,
+            durable_queue: positive(key!(s, durable_queue))?,
+        })
+    }
+}
+
+/// Between nodes: the bus queues (`bus_queue`, `bus_publish_buffer`) and node liveness
+/// (`node_ttl`, `node_refresh`).
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    /// Capacity of the bus → fan-out delivery queue.
+    pub bus_queue: usize,
+    /// Publishes buffered while the broker is unreachable.
+    pub bus_publish_buffer: usize,
+    /// How long a node's registration lives without refresh.
+    pub node_ttl: Duration,
+    /// How often a node refreshes it.
+    pub node_refresh: Duration,
+}
+
+impl Cluster {
+    /// This section of `s`, checked.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the first bad key.
+    pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
+        let c = Self {
+            bus_queue: positive(key!(s, bus_queue))?,
+            bus_publish_buffer: positive(key!(s, bus_publish_buffer))?,
+            node_ttl: duration(key!(s, node_ttl))?,
+            node_refresh: duration(key!(s, node_refresh))?,
+        };
+        if c.node_refresh.is_zero() || c.node_refresh >= c.node_ttl {
+            return Err(invalid("node_refresh", "must be above 0 and below node_ttl"));
+        }
+        Ok(c)
+    }
+}
+
+/// Stopping: `drain_delay`, then `shutdown_grace`.
+#[derive(Debug, Clone)]
+pub struct Shutdown {
+    /// How long connections get to close.
+    pub shutdown_grace: Duration,
+    /// How long readiness fails before they are closed.
+    pub drain_delay: Duration,
+}
+
+impl Shutdown {
+    /// This section of `s`, checked.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the first bad key.
+    pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
+        Ok(Self { shutdown_grace: duration(key!(s, shutdown_grace))?, drain_delay: duration(key!(s, drain_delay))? })
+    }
+}
+
+/// TLS of the node's listeners: `tls_cert`/`tls_key` (client), `grpc_tls_cert`/`grpc_tls_key`
+/// (control plane; by default the client's pair), `tls_reload_interval`.
+#[derive(Debug, Clone)]
+pub struct Tls {
+    /// The listeners' certificates and their reloading.
+    pub listeners: ListenerTlsConfig,
+}
+
+impl Tls {
+    /// This section of `s`, checked.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the first bad key.
+    pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
+        let client = pair(key!(s, tls_cert), key!(s, tls_key))?;
+        let grpc = pair(key!(s, grpc_tls_cert), key!(s, grpc_tls_key))?.or(client.clone());
+        Ok(Self {
+            listeners: ListenerTlsConfig { client, grpc, reload_interval: duration(key!(s, tls_reload_interval))? },
+        })
+    }
+}
+
+/// The control plane: its gRPC listener, key and the back-off of failing keys, reflection,
+/// registry polling and revalidation, and the caps it enforces.
+#[derive(Debug, Clone)]
+pub struct ControlPlane {
+    /// gRPC listener, if any.
+    pub grpc_listen: Option<SocketAddr>,
+    /// The admin API key.
+    pub admin_key: Option<AdminKey>,
+    /// Backing off addresses that fail the admin-key check.
+    pub admin_key_throttle: skua_control::throttle::ThrottleConfig,
+    /// Whether gRPC reflection needs no admin key.
+    pub grpc_reflection_public: bool,
+    /// How often every connection is revalidated.
+    pub revalidate_interval: Duration,
+    /// How often the store's registry version is polled.
+    pub registry_poll_interval: Duration,
+    /// Caps the control plane enforces.
+    pub limits: skua_control::ControlLimits,
+}
+
+impl ControlPlane {
+    /// This section of `s`, checked; server-side publishes share the clients' largest
+    /// payload, `max_message_size`.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the first bad key.
+    pub fn resolve(s: &Settings, max_message_size: usize) -> Result<Self, ConfigError> {
+        let admin_key = s.admin_key.clone().filter(|k| !k.is_empty()).map(AdminKey);
+        if admin_key.as_ref().is_some_and(|k| k.0.len() < 16) {
+            return Err(invalid("admin_key", "must be at least 16 characters"));
+        }
+        let registry_poll_interval = duration(key!(s, registry_poll_interval))?;
+        if registry_poll_interval.is_zero() || registry_poll_interval > Duration::from_secs(1) {
+            return Err(invalid(
+                "registry_poll_interval",
+                "must be above 0 and at most 1s (changes reach every node within a second)",
+            ));
+        }
+        let admin_key_throttle = skua_control::throttle::ThrottleConfig {
+            max_failures: required(key!(s, admin_key_max_failures))?,
+            window: duration(key!(s, admin_key_failure_window))?,
+            backoff_max: duration(key!(s, admin_key_backoff_max))?,
+        };
+        if admin_key_throttle.backoff_max < Duration::from_secs(1) {
+            return Err(invalid("admin_key_backoff_max", "must be at least 1s"));
+        }
+        Ok(Self {
+            grpc_listen: optional_address(key!(s, grpc_listen))?,
+            admin_key,
+            admin_key_throttle,
+            grpc_reflection_public: required(key!(s, grpc_reflection_public))?,
+            revalidate_interval: nonzero_duration(key!(s, revalidate_interval))?,
+            registry_poll_interval,
+            limits: skua_control::ControlLimits {
+                max_apps_per_project: positive(key!(s, max_apps_per_project))?,
+                max_rooms_per_app: positive(key!(s, max_rooms_per_app))?,
+                max_actors_per_project: positive(key!(s, max_actors_per_project))?,
+                max_grants_per_room: positive(key!(s, max_grants_per_room))?,
+                max_lobbies_per_project: positive(key!(s, max_lobbies_per_project))?,
+                max_page_size: positive(key!(s, max_page_size))?,
+                max_message_size: u32::try_from(max_message_size).unwrap_or(u32::MAX),
+            },
+        })
+    }
+}
+
+/// Traces: the OTLP endpoint spans are exported to.
+#[derive(Debug, Clone)]
+pub struct Telemetry {
+    /// Where spans are exported (OTLP/gRPC); `None` exports nothing.
+    pub otlp_endpoint: Option<String>,
+}
+
+impl Telemetry {
+    /// This section of `s` (the endpoint falling back to `OTEL_EXPORTER_OTLP_ENDPOINT`), checked.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming `otlp_endpoint`.
+    pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
+        let otlp_endpoint = crate::telemetry::endpoint(s.otlp_endpoint.as_deref().filter(|e| !e.is_empty()));
+        if let Some(e) = otlp_endpoint.as_deref().filter(|e| !e.starts_with("http://")) {
+            return Err(invalid("otlp_endpoint", format!("{e:?}: use http://host:port")));
+        }
+        Ok(Self { otlp_endpoint })
+    }
+}
+
+/// Every section of one node's settings, each checked.
+#[derive(Debug, Clone)]
+pub struct Sections {
+    /// Backends and identity.
+    pub backends: Backends,
+    /// The client listener.
+    pub front: FrontDoor,
+    /// Per-connection limits.
+    pub limits: Limits,
+    /// Auth abuse and audiences.
+    pub auth: Auth,
+    /// Retained-message bounds.
+    pub retained: Retained,
+    /// Sessions and logged topics.
+    pub durable: Durable,
+    /// Bus queues and node liveness.
+    pub cluster: Cluster,
+    /// Draining and closing.
+    pub shutdown: Shutdown,
+    /// Listener TLS.
+    pub tls: Tls,
+    /// The control plane.
+    pub control: ControlPlane,
+    /// Tracing export.
+    pub telemetry: Telemetry,
+}
+
+impl Sections {
+    /// Every section of `s` (defaults already applied), checked.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the first bad key.
+    pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
+        let limits = Limits::resolve(s)?;
+        Ok(Self {
+            backends: Backends::resolve(s)?,
+            front: FrontDoor::resolve(s)?,
+            auth: Auth::resolve(s)?,
+            retained: Retained::resolve(s)?,
+            durable: Durable::resolve(s)?,
+            cluster: Cluster::resolve(s)?,
+            shutdown: Shutdown::resolve(s)?,
+            tls: Tls::resolve(s)?,
+            control: ControlPlane::resolve(s, limits.max_message_size)?,
+            telemetry: Telemetry::resolve(s)?,
+            limits,
+        })
+    }
+
+    /// The edge's view of these settings.
+    pub fn edge(&self) -> EdgeConfig {
+        let Self { backends, front, limits, auth, retained, durable, cluster, shutdown, control, tls: _, telemetry: _ } =
+            self;
+        EdgeConfig {
+            namespace: backends.namespace.clone(),
+            idle_timeout: limits.idle_timeout,
+            rate_limit: limits.rate_limit,
+            rate_limit_window: limits.rate_limit_window,
+            max_message_size: limits.max_message_size,
+            max_presence_size: limits.max_presence_size,
+            outbound_queue_messages: limits.outbound_queue_messages,
+            outbound_queue_bytes: limits.outbound_queue_bytes,
+            max_subscriptions_per_connection: limits.max_subscriptions_per_connection,
+            max_connections: front.max_connections,
+            http_header_timeout: front.http_header_timeout,
+            max_connections_per_ip: front.max_connections_per_ip,
+            max_new_connections_per_ip_per_second: front.max_new_connections_per_ip_per_second,
+            trusted_proxies: front.trusted_proxies.clone(),
+            proxy_protocol: front.proxy_protocol,
+            allowed_origins: front.allowed_origins.clone(),
+            metrics_token: front.metrics_token.clone(),
+            metrics_separate: front.metrics_listen.is_some(),
+            max_auth_failures: auth.max_auth_failures,
+            auth_timeout: auth.auth_timeout,
+            auth_backoff_after: auth.auth_backoff_after,
+            auth_backoff_max: auth.auth_backoff_max,
+            jwt_audiences: auth.jwt_audiences.clone(),
+            max_retained_per_topic: retained.max_retained_per_topic,
+            max_retained_bytes_per_topic: retained.max_retained_bytes_per_topic,
+            max_retained_bytes: retained.max_retained_bytes,
+            restore_ttl: durable.restore_ttl,
+            log_max_age: durable.log_max_age,
+            log_max_per_topic: durable.log_max_per_topic,
+            log_prune_interval: durable.log_prune_interval,
+            replay_page_size: durable.replay_page_size,
+            durable_queue: durable.durable_queue,
+            bus_queue: cluster.bus_queue,
+            node_ttl: cluster.node_ttl,
+            node_refresh: cluster.node_refresh,
+            shutdown_grace: shutdown.shutdown_grace,
+            drain_delay: shutdown.drain_delay,
+            revalidate_interval: control.revalidate_interval,
+            ..EdgeConfig::default()
+        }
+    }
+}
