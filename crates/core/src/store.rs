@@ -224,7 +224,7 @@ pub struct Retention {
 ///    return the same record. The claiming node holds it.
 /// 5. `release_node_restores` releases every record in use that a node holds, as if each of its
 ///    connections had closed then; records other nodes hold, and records already released, are
-///    left as they are.
+///    left as they are. `release_other_nodes_restores` does the same for every node but one.
 #[async_trait]
 pub trait Store: MessageLog + Send + Sync + 'static {
     /// Replaces the restore record of `key`, held by a connection on `node`.
@@ -264,6 +264,15 @@ pub trait Store: MessageLog + Send + Sync + 'static {
     /// # Errors
     /// [`StoreError`] when the backend failed.
     async fn release_node_restores(&self, node: &NodeId, now_unix_s: u64, ttl_s: u64) -> Result<u64, StoreError>;
+
+    /// Every node but `keep` is gone (a single node starting on a store that only it uses, after
+    /// a crash under another node id): releases the records they held (contract 5); returns how
+    /// many.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the backend failed.
+    async fn release_other_nodes_restores(&self, keep: &NodeId, now_unix_s: u64, ttl_s: u64)
+    -> Result<u64, StoreError>;
 
     /// Whether the backend is reachable, as far as it can tell; `false` fails the node's readiness.
     fn is_available(&self) -> bool {

@@ -165,6 +165,16 @@ impl Store for TimedStore {
         timed(&self.metrics, "store", "release_node_restores", released).await
     }
 
+    async fn release_other_nodes_restores(
+        &self,
+        keep: &NodeId,
+        now_unix_s: u64,
+        ttl_s: u64,
+    ) -> Result<u64, StoreError> {
+        let released = self.inner.release_other_nodes_restores(keep, now_unix_s, ttl_s);
+        timed(&self.metrics, "store", "release_other_nodes_restores", released).await
+    }
+
     fn is_available(&self) -> bool {
         self.inner.is_available()
     }

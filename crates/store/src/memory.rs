@@ -256,11 +256,27 @@ impl Store for MemoryStore {
     /// # Errors
     /// None.
     async fn release_node_restores(&self, node: &NodeId, now_unix_s: u64, ttl_s: u64) -> Result<u64, StoreError> {
+        Ok(self.release_held(|n| n == node, now_unix_s, ttl_s))
+    }
+
+    async fn release_other_nodes_restores(
+        &self,
+        keep: &NodeId,
+        now_unix_s: u64,
+        ttl_s: u64,
+    ) -> Result<u64, StoreError> {
+        Ok(self.release_held(|n| n != keep, now_unix_s, ttl_s))
+    }
+}
+
+impl MemoryStore {
+    /// Releases every record in use held by a node `of` selects; returns how many.
+    fn release_held(&self, of: impl Fn(&NodeId) -> bool, now_unix_s: u64, ttl_s: u64) -> u64 {
         let mut guard = self.lock();
         let state = &mut *guard;
         let mut next = state.next_release;
         let mut released = 0;
-        let held = |kept: &Kept| kept.expires_at.is_none() && kept.node == *node;
+        let held = |kept: &Kept| kept.expires_at.is_none() && of(&kept.node);
         for kept in state.sessions.values_mut().filter(|k| held(k)) {
             kept.release(false, now_unix_s, ttl_s, &mut next);
             released += 1;
@@ -270,7 +286,7 @@ impl Store for MemoryStore {
             released += 1;
         }
         state.next_release = next;
-        Ok(released)
+        released
     }
 }
 

@@ -61,6 +61,9 @@ const CLAIM: &str = "UPDATE restore_records SET expires_at = NULL, released_seq 
 const RELEASE_NODE: &str = "UPDATE restore_records \
                             SET expires_at = $2, released_seq = nextval('restore_records_release_seq') \
                             WHERE node = $1 AND expires_at IS NULL";
+const RELEASE_OTHER_NODES: &str = "UPDATE restore_records \
+                                   SET expires_at = $2, released_seq = nextval('restore_records_release_seq') \
+                                   WHERE node <> $1 AND expires_at IS NULL";
 const PRUNE: &str = "DELETE FROM restore_records WHERE expires_at IS NOT NULL AND expires_at <= $1";
 const APPLIED: &str = "SELECT version FROM _sqlx_migrations WHERE success";
 
@@ -255,7 +258,29 @@ impl Store for PostgresStore {
     /// # Errors
     /// [`StoreError::Unavailable`] when Postgres failed.
     async fn release_node_restores(&self, node: &NodeId, now_unix_s: u64, ttl_s: u64) -> Result<u64, StoreError> {
-        let done = sqlx::query(RELEASE_NODE)
+        self.release_nodes(RELEASE_NODE, node, now_unix_s, ttl_s).await
+    }
+
+    async fn release_other_nodes_restores(
+        &self,
+        keep: &NodeId,
+        now_unix_s: u64,
+        ttl_s: u64,
+    ) -> Result<u64, StoreError> {
+        self.release_nodes(RELEASE_OTHER_NODES, keep, now_unix_s, ttl_s).await
+    }
+}
+
+impl PostgresStore {
+    /// Runs `query` (one of the node releases) for `node`.
+    async fn release_nodes(
+        &self,
+        query: &'static str,
+        node: &NodeId,
+        now_unix_s: u64,
+        ttl_s: u64,
+    ) -> Result<u64, StoreError> {
+        let done = sqlx::query(query)
             .bind(node.as_str())
             .bind(unix_to_sql(now_unix_s.saturating_add(ttl_s)))
             .execute(&self.pool)

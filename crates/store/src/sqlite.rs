@@ -57,6 +57,8 @@ const CLAIM: &str = "UPDATE restore_records SET expires_at = NULL, released_seq 
 /// Releases a lapsed node's rows; they share one place in the release order.
 const RELEASE_NODE: &str = "UPDATE restore_records SET expires_at = ?, released_seq = ? \
                             WHERE node = ? AND expires_at IS NULL";
+const RELEASE_OTHER_NODES: &str = "UPDATE restore_records SET expires_at = ?, released_seq = ? \
+                                   WHERE node <> ? AND expires_at IS NULL";
 const PRUNE: &str = "DELETE FROM restore_records WHERE expires_at IS NOT NULL AND expires_at <= ?";
 
 /// Restore records in SQLite. Holds a connection pool: create one per database and share it
@@ -231,7 +233,29 @@ impl Store for SqliteStore {
     /// # Errors
     /// [`StoreError::Unavailable`] when the database failed.
     async fn release_node_restores(&self, node: &NodeId, now_unix_s: u64, ttl_s: u64) -> Result<u64, StoreError> {
-        let done = sqlx::query(RELEASE_NODE)
+        self.release_nodes(RELEASE_NODE, node, now_unix_s, ttl_s).await
+    }
+
+    async fn release_other_nodes_restores(
+        &self,
+        keep: &NodeId,
+        now_unix_s: u64,
+        ttl_s: u64,
+    ) -> Result<u64, StoreError> {
+        self.release_nodes(RELEASE_OTHER_NODES, keep, now_unix_s, ttl_s).await
+    }
+}
+
+impl SqliteStore {
+    /// Runs `query` (one of the node releases) for `node`.
+    async fn release_nodes(
+        &self,
+        query: &'static str,
+        node: &NodeId,
+        now_unix_s: u64,
+        ttl_s: u64,
+    ) -> Result<u64, StoreError> {
+        let done = sqlx::query(query)
             .bind(unix_to_sql(now_unix_s.saturating_add(ttl_s)))
             .bind(next_release_seq())
             .bind(node.as_str())

@@ -63,6 +63,7 @@ macro_rules! store_conformance {
             claim_takes_only_the_actor_s_connection_records,
             concurrent_claims_never_take_the_same_record,
             releasing_a_node_ends_the_records_it_holds,
+            releasing_other_nodes_keeps_only_the_survivor_s_records,
             log_messages_before_a_consumer_are_not_pending,
             log_pending_follows_topic_and_filters,
             log_claim_hands_a_message_to_one_holder,
@@ -394,6 +395,28 @@ async fn claim_on(s: &Arc<dyn Store>, actor: &str, node: &str) -> Option<Claimed
 
 fn node_id(node: &str) -> NodeId {
     NodeId::parse(node).unwrap_or_else(|e| panic!("test node: {e}"))
+}
+
+/// Contract 5, every node but one: a single node starting after a crash under another id
+/// frees what the dead run held, and keeps its own records in use.
+pub async fn releasing_other_nodes_keeps_only_the_survivor_s_records<H: StoreHarness>(h: H) {
+    let s = h.open().await;
+    h.set_now(T0);
+    save_on(&s, &conn("alice", "old-1"), "crashed", &lobbies("old-1")).await;
+    save_on(&s, &conn("alice", "old-2"), "older", &lobbies("old-2")).await;
+    save_on(&s, &conn("alice", "mine"), "survivor", &lobbies("mine")).await;
+    let released = within("release_other_nodes_restores", s.release_other_nodes_restores(&node_id("survivor"), T0, 60))
+        .await
+        .unwrap_or_else(|e| panic!("release_other_nodes_restores: {e}"));
+    assert_eq!(released, 2, "old-1 and old-2");
+    let first = claim(&s, "alice").await;
+    let second = claim(&s, "alice").await;
+    let mut got: Vec<_> = [first, second].into_iter().flatten().collect();
+    got.sort_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
+    let mut want = vec![claimed("old-1"), claimed("old-2")];
+    want.sort_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
+    assert_eq!(got, want, "both dead runs' records are claimable");
+    assert_eq!(claim(&s, "alice").await, None, "the survivor's own record stays in use");
 }
 
 async fn release_node(s: &Arc<dyn Store>, node: &str, now: u64, ttl: u64) -> u64 {
