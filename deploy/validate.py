@@ -11,6 +11,10 @@
    one-shot migration that runs first).
 3. Dockerfile: hadolint, and a multi-stage build whose runtime stage runs as a non-root user.
 4. Every SKUA_* variable the files set is one `skua` reads (crates/server/src).
+5. No plain-text hop to a backend: every overlay and docker-compose.yml reach Postgres with
+   sslmode=verify-full (or verify-ca), Redis with rediss:// and MQTT with mqtts://; the dev
+   overlay's copies of deploy/compose's PKI script, mosquitto.conf and pg_hba.conf are identical
+   to them.
 
 Exits non-zero with every problem listed.
 """
@@ -263,6 +267,74 @@ def check_rollout(name, docs, known):
 
 
 # --------------------------------------------------------------------------------------------
+# TLS to the backends
+
+PLAIN_SCHEMES = ("mqtt://", "tcp://", "redis://", "redis+unix://")
+STORE_SCHEMES = ("postgres://", "postgresql://")
+
+
+def plaintext_backend_url(value):
+    """Why `value` is a plain-text (or unverified) backend url, or None."""
+    v = str(value).strip()
+    if v.startswith(PLAIN_SCHEMES):
+        return f"{v.split('://')[0]}:// is plain text (use mqtts:// or rediss://)"
+    if v.startswith(STORE_SCHEMES):
+        mode = re.search(r"[?&]sslmode=([a-z-]+)", v)
+        if not mode or mode.group(1) not in ("verify-full", "verify-ca"):
+            return "Postgres without sslmode=verify-full (or verify-ca)"
+    if "sslmode=disable" in v:
+        return "sslmode=disable"
+    return None
+
+
+def backend_urls(docs):
+    """(where, value) of every ConfigMap/Secret value and container env value."""
+    for d in docs:
+        name = f"{d['kind']} {d['metadata']['name']}"
+        if d["kind"] in ("ConfigMap", "Secret"):
+            for k, v in {**d.get("data", {}), **d.get("stringData", {})}.items():
+                if isinstance(v, str) and "\n" not in v.strip():
+                    yield f"{name} {k}", v
+        pod = d.get("spec", {}).get("template", {}).get("spec", {})
+        for c in pod.get("containers", []) + pod.get("initContainers", []):
+            for e in c.get("env", []):
+                if "value" in e:
+                    yield f"{name} {c['name']} {e['name']}", e["value"]
+
+
+def check_backend_tls(rendered, compose):
+    before = len(problems)
+    for name, docs in rendered.items():
+        if not name.startswith("overlays/"):
+            continue
+        for where, value in backend_urls(docs):
+            why = plaintext_backend_url(value)
+            if why:
+                problem(f"{name}: {where}: {why}")
+    for svc, s in compose.get("services", {}).items():
+        env = s.get("environment", {})
+        items = env.items() if isinstance(env, dict) else (e.split("=", 1) for e in env if "=" in e)
+        for k, v in items:
+            why = plaintext_backend_url(v)
+            if why:
+                problem(f"docker-compose.yml: {svc} {k}: {why}")
+    # The dev overlay carries copies of deploy/compose's files in ConfigMaps.
+    dev = rendered.get("overlays/dev", [])
+    for cm, key, path in [
+        ("dev-pki-script", "make-dev-certs.sh", "compose/make-dev-certs.sh"),
+        ("mosquitto-config", "mosquitto.conf", "compose/mosquitto.conf"),
+        ("postgres-config", "pg_hba.conf", "compose/pg_hba.conf"),
+    ]:
+        obj = find(dev, "ConfigMap", cm)
+        with open(os.path.join(HERE, path), encoding="utf-8") as f:
+            want = f.read()
+        if obj is None or obj.get("data", {}).get(key) != want:
+            problem(f"overlays/dev: ConfigMap {cm} {key} must be a copy of deploy/{path}")
+    if len(problems) == before:
+        ok("overlays and docker-compose.yml: every backend url uses TLS (mqtts, rediss, sslmode=verify-full); dev copies in sync")
+
+
+# --------------------------------------------------------------------------------------------
 # Compose and Dockerfile
 
 
@@ -280,6 +352,11 @@ def check_compose(known):
     for dep in ("postgres", "redis", "mqtt"):
         if "healthcheck" not in services.get(dep, {}):
             problem(f"docker-compose.yml: {dep} needs a healthcheck the nodes can wait for")
+        pki = services.get(dep, {}).get("depends_on", {}).get("pki", {})
+        if pki.get("condition") != "service_completed_successfully":
+            problem(f"docker-compose.yml: {dep} must start after the pki service made the certificates")
+    if services.get("pki", {}).get("restart") != "no":
+        problem("docker-compose.yml: pki must be a one-shot service (restart: \"no\")")
     migrate = services.get("migrate", {})
     if migrate.get("command") != ["migrate"] or migrate.get("restart") != "no":
         problem("docker-compose.yml: migrate must be a one-shot `skua migrate`")
@@ -307,7 +384,8 @@ def check_compose(known):
     if services.get("control", {}).get("environment", {}).get("SKUA_GRPC_LISTEN") != "0.0.0.0:50051":
         problem("docker-compose.yml: control must listen for gRPC on 0.0.0.0:50051")
     if len(problems) == before:
-        ok("docker-compose.yml: cluster shape (2 edges, control, health-checked deps, migrate first)")
+        ok("docker-compose.yml: cluster shape (2 edges, control, health-checked deps, pki and migrate first)")
+    return compose
 
 
 def check_dockerfile():
@@ -363,7 +441,9 @@ def main():
         if name in rendered:
             check_rollout(name, rendered[name], known)
     print("== docker-compose.yml")
-    check_compose(known)
+    compose = check_compose(known)
+    print("== TLS to the backends")
+    check_backend_tls(rendered, compose)
     print("== Dockerfile")
     check_dockerfile()
     if problems:

@@ -32,6 +32,9 @@ if ! install; then
     echo "autobahn: ************************************************************" >&2
     echo "autobahn: SKIPPED: cannot install kosoku; the Autobahn cases did not run" >&2
     echo "autobahn: ************************************************************" >&2
+    if [[ -n "${SKUA_TEST_SKIP_LOG:-}" ]]; then
+        echo "interop/autobahn.sh: cannot install kosoku; the Autobahn cases did not run" >>"$SKUA_TEST_SKIP_LOG"
+    fi
     exit 0
 fi
 

@@ -2,15 +2,61 @@
 # The project's test command (README "Test"); .ci/run calls exactly this.
 # Runs: formatting and lint checks, the offline validation of the deployment files
 # (deploy/validate.sh), every Rust test (unit, golden, property, integration,
-# conformance), the benchmark smoke run when present, then the interop suite that drives a
+# conformance), the benchmark smoke run, then the interop suite that drives a
 # real `skua serve --dev` with the official NoLag Python SDK (nolag==2.6.0), and the Autobahn
 # TestSuite's framing cases that need no echo (interop/autobahn.sh, kosoku from PyPI).
+#
+# Every skip is listed in the last lines of the output, with its reason: Rust tests append to
+# $SKUA_TEST_SKIP_LOG (skua_testkit::skip), the scripts below append to it too. Under CI=true
+# (.ci/run sets it) a missing service fails this command before any test runs, and every skip
+# that remains is a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+export SKUA_TEST_SKIP_LOG="${CARGO_TARGET_DIR:-$PWD/target}/skipped-tests.txt"
+mkdir -p "$(dirname "$SKUA_TEST_SKIP_LOG")"
+: >"$SKUA_TEST_SKIP_LOG"
+skipped() { echo "$1" >>"$SKUA_TEST_SKIP_LOG"; echo "SKIPPED: $1" >&2; }
+summary() {
+  local status=$?
+  echo
+  if [ -s "$SKUA_TEST_SKIP_LOG" ]; then
+    echo "== skipped ($(wc -l <"$SKUA_TEST_SKIP_LOG") tests or steps did not run):"
+    sort "$SKUA_TEST_SKIP_LOG" | sed 's/^/  /'
+    if [ "${CI:-}" = "true" ] && [ "$status" -eq 0 ]; then
+      echo "scripts/test.sh: skips under CI=true" >&2
+      status=1
+    fi
+  else
+    echo "== skipped: nothing"
+  fi
+  exit "$status"
+}
+trap summary EXIT
 
 echo "== services (Mosquitto, Redis, PostgreSQL)"
 # shellcheck source=scripts/services.sh
 source scripts/services.sh
+missing=""
+[ -n "${SKUA_TEST_MQTT_URL:-}" ] || missing="$missing SKUA_TEST_MQTT_URL"
+[ -n "${SKUA_TEST_REDIS_URL:-}" ] || missing="$missing SKUA_TEST_REDIS_URL"
+[ -n "${SKUA_TEST_POSTGRES_URL:-}" ] || missing="$missing SKUA_TEST_POSTGRES_URL"
+if [ -n "$missing" ]; then
+  if [ "${CI:-}" = "true" ]; then
+    echo "scripts/test.sh: services missing under CI=true:$missing" >&2
+    exit 1
+  fi
+  skipped "scripts/test.sh: services missing ($missing ); the tests that need them skip"
+fi
+# Databases left behind by a killed earlier run (tests drop their own when they end). Only those
+# over an hour old: another run may be using the young ones on a shared server.
+if [ -n "${SKUA_TEST_POSTGRES_URL:-}" ] && command -v psql >/dev/null 2>&1; then
+  stale="SELECT datname FROM pg_database WHERE datname ~ '^skua_(test|interop)_[0-9a-f]+\$'
+         AND (pg_stat_file('base/' || oid || '/PG_VERSION')).modification < now() - interval '1 hour'"
+  for db in $(psql "$SKUA_TEST_POSTGRES_URL" -Atc "$stale" 2>/dev/null || true); do
+    psql "$SKUA_TEST_POSTGRES_URL" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
+  done
+fi
 
 echo "== cargo fmt --check"
 cargo fmt --all --check
@@ -26,12 +72,10 @@ cargo test --workspace
 
 echo "== build skua for the interop suite"
 cargo build --quiet -p skua-server
-export SKUA_BIN="$PWD/target/debug/skua"
+export SKUA_BIN="${CARGO_TARGET_DIR:-$PWD/target}/debug/skua"
 
-if [ -x scripts/bench-smoke.sh ]; then
-  echo "== benchmark smoke run"
-  BENCH_PROFILE=dev bash scripts/bench-smoke.sh
-fi
+echo "== benchmark smoke run"
+BENCH_PROFILE=dev bash scripts/bench-smoke.sh
 
 echo "== interop suite (real NoLag Python SDK), one node"
 bash interop/run.sh
@@ -45,4 +89,6 @@ if [ -n "${SKUA_TEST_MQTT_URL:-}" ] && [ -n "${SKUA_TEST_REDIS_URL:-}" ]; then
 elif [ "${CI:-}" = "true" ]; then
   echo "interop: the cluster run needs Mosquitto and Redis under CI=true" >&2
   exit 1
+else
+  skipped "interop suite, 2-node cluster: needs SKUA_TEST_MQTT_URL and SKUA_TEST_REDIS_URL"
 fi

@@ -23,6 +23,7 @@ use skua_core::{
     PresenceEvent, ProjectId, Publication, RoomKey, Route, TopicAddress,
 };
 use skua_testkit::conformance::bus::BusHarness;
+use skua_testkit::skip::skip;
 use tokio::sync::mpsc::Receiver;
 use tokio::sync::watch;
 
@@ -46,9 +47,8 @@ impl MqttHarness {
     async fn from_env() -> Option<Self> {
         match std::env::var("SKUA_TEST_MQTT_URL") {
             Ok(url) if !url.trim().is_empty() => Some(Self::on(url.trim())),
-            _ if ci() => panic!("SKUA_TEST_MQTT_URL is not set under CI=true: the MQTT bus tests need a broker"),
             _ => {
-                loud("SKIPPED: SKUA_TEST_MQTT_URL not set (e.g. mqtt://127.0.0.1:1883); MQTT bus test not run");
+                skip("SKUA_TEST_MQTT_URL not set (e.g. mqtt://127.0.0.1:1883); MQTT bus test not run");
                 None
             }
         }
@@ -77,16 +77,6 @@ impl BusHarness for MqttHarness {
 async fn open(config: MqttBusConfig, name: &str) -> (Arc<MqttBus>, Receiver<BusDelivery>) {
     let node = NodeId::parse(name).expect("test node names are valid ids");
     MqttBus::open(config, node, CAPACITY).await.unwrap_or_else(|e| panic!("node {name} could not connect: {e:?}"))
-}
-
-/// Writes to the process's stderr directly, which the test harness does not capture.
-fn loud(line: &str) {
-    use std::io::Write as _;
-    let _ = writeln!(std::io::stderr(), "{line}");
-}
-
-fn ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
 }
 
 skua_testkit::bus_conformance!(setup = MqttHarness::from_env());
@@ -190,8 +180,8 @@ async fn mqtt_overlapping_subscriptions_are_deduplicated() {
     expect(&mut b_rx, &keyed, Route::Plain).await;
     expect(&mut b_rx, &sentinel, Route::Plain).await;
     let stats = b.stats();
-    eprintln!("overlapping subscriptions: {stats:?}");
-    assert!(stats.duplicates <= 1, "{stats:?}");
+    // Exactly one: zero would mean the overlap (and so the deduplication) was never exercised.
+    assert_eq!(stats.duplicates, 1, "Mosquitto sends a copy per matching subscription: {stats:?}");
 }
 
 /// While connected, a full publish buffer makes `publish` wait for the broker's
@@ -402,8 +392,7 @@ fn mosquitto_binary() -> Option<PathBuf> {
         .unwrap_or_default();
     let found = on_path.into_iter().chain([PathBuf::from("/usr/sbin/mosquitto")]).find(|p| p.is_file());
     if found.is_none() {
-        assert!(!ci(), "mosquitto is not installed under CI=true: the broker-restart test needs it");
-        loud("SKIPPED: mosquitto not on PATH; the broker-restart test needs it (apt-get install mosquitto)");
+        skip("mosquitto not on PATH; the broker-restart test needs it (apt-get install mosquitto)");
     }
     found
 }

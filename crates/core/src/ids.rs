@@ -79,6 +79,11 @@ slug_id!(
     /// A node of the cluster.
     NodeId, "node id"
 );
+slug_id!(
+    /// One connection's restore record (N23), for an actor without clientId: picked by the edge
+    /// when the connection authenticates, or taken over from the record it claimed.
+    RecordId, "restore record id"
+);
 
 /// A connection, unique within its node for the node's lifetime.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -25,11 +25,11 @@ pub use address::{GroupKey, RoomKey, TopicAddress};
 pub use bus::{Bus, BusDelivery, BusError, BusSubscription, DeliverySink, Route};
 pub use consumer::{ConsumerId, ConsumerOf};
 pub use envelope::{Control, ControlMessage, Envelope, EnvelopeId, PresenceChange, PresenceEvent, Publication};
-pub use ids::{ActorId, ActorType, AppId, ClientId, ConnId, IdError, NodeId, ProjectId};
+pub use ids::{ActorId, ActorType, AppId, ClientId, ConnId, IdError, NodeId, ProjectId, RecordId};
 pub use presence::{ConnRef, Presence, PresenceEntry, PresenceError};
 pub use registry::{Registry, RegistryDelta, SharedRegistry};
 pub use registry_store::{RegistryData, RegistrySnapshot, RegistryStore};
 pub use store::{
-    Claim, Consumer, Holder, MessageLog, NewMessage, Release, RestoreRecord, RestoredTopic, Retention, SessionKey,
-    Store, StoreError, StoredMessage,
+    Claim, ClaimedRecord, ConnectionRecord, Consumer, Holder, MessageLog, NewMessage, Release, RestoreKey,
+    RestoreRecord, RestoredTopic, Retention, SessionKey, Store, StoreError, StoredMessage,
 };

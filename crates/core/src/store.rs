@@ -4,9 +4,10 @@
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use crate::ids::{ActorId, ClientId, ProjectId};
+use crate::ids::{ActorId, ClientId, NodeId, ProjectId, RecordId};
 
-/// Whose restore record: the actor, or (actor, clientId) when a clientId is given (N23).
+/// A session: the actor, or (actor, clientId) when a clientId is given (N23, N25). With a
+/// clientId it also names the session's restore record ([`RestoreKey::Session`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SessionKey {
     /// The actor's project.
@@ -15,6 +16,51 @@ pub struct SessionKey {
     pub actor: ActorId,
     /// The client instance, when given.
     pub client_id: Option<ClientId>,
+}
+
+/// One connection's restore record, for an actor without clientId (N23): each connection keeps
+/// its own, so two tabs of one actor never overwrite each other's.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ConnectionRecord {
+    /// The actor's project.
+    pub project: ProjectId,
+    /// The actor.
+    pub actor: ActorId,
+    /// The record.
+    pub id: RecordId,
+}
+
+/// Which restore record (N23).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum RestoreKey {
+    /// A session's record. With a clientId, the persistent session's (N25), which its
+    /// connections take over in turn; without one, the actor-wide record that releases before
+    /// per-connection records kept (still loadable, no longer written by the edge).
+    Session(SessionKey),
+    /// One connection's record.
+    Connection(ConnectionRecord),
+}
+
+impl From<SessionKey> for RestoreKey {
+    fn from(key: SessionKey) -> Self {
+        Self::Session(key)
+    }
+}
+
+impl From<ConnectionRecord> for RestoreKey {
+    fn from(key: ConnectionRecord) -> Self {
+        Self::Connection(key)
+    }
+}
+
+/// What [`Store::claim_restore`] took over: a connection record and its id, which the claiming
+/// connection keeps using.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimedRecord {
+    /// The record's id.
+    pub id: RecordId,
+    /// The record.
+    pub record: RestoreRecord,
 }
 
 /// One recorded topic subscription.
@@ -165,29 +211,68 @@ pub struct Retention {
 
 /// Durable session state. Every implementation guarantees:
 ///
-/// 1. `save_restore` replaces the key's record; a record being saved has no expiry.
+/// 1. `save_restore` replaces the key's record; a record being saved has no expiry and is in
+///    use (not claimable), held by the saving node.
 /// 2. `release_restore` starts the key's expiry: the record is kept for `ttl_s` seconds
-///    after that call, then `load_restore` returns `None` for it.
+///    after that call, then `load_restore` returns `None` for it. A released connection record
+///    is claimable until it expires or is claimed.
 /// 3. `load_restore` returns the latest saved record that has not expired.
+/// 4. `claim_restore` takes the actor's claimable connection record released last (a release
+///    that returned before another began is the earlier one) and makes it in use again, as a
+///    save would; it never takes a record in use, a session record, or another actor's. Each
+///    release makes a record claimable once: concurrent claims, through any handles, never
+///    return the same record. The claiming node holds it.
+/// 5. `release_node_restores` releases every record in use that a node holds, as if each of its
+///    connections had closed then; records other nodes hold, and records already released, are
+///    left as they are. `release_other_nodes_restores` does the same for every node but one.
 #[async_trait]
 pub trait Store: MessageLog + Send + Sync + 'static {
-    /// Replaces the restore record of `key`.
+    /// Replaces the restore record of `key`, held by a connection on `node`.
     ///
     /// # Errors
     /// [`StoreError`] when the backend failed.
-    async fn save_restore(&self, key: &SessionKey, record: &RestoreRecord) -> Result<(), StoreError>;
+    async fn save_restore(&self, key: &RestoreKey, node: &NodeId, record: &RestoreRecord) -> Result<(), StoreError>;
 
     /// The restore record of `key`, if any and not expired.
     ///
     /// # Errors
     /// [`StoreError`] when the backend failed.
-    async fn load_restore(&self, key: &SessionKey) -> Result<Option<RestoreRecord>, StoreError>;
+    async fn load_restore(&self, key: &RestoreKey) -> Result<Option<RestoreRecord>, StoreError>;
 
-    /// The last connection of `key` went away: keep its record for `ttl_s` more seconds.
+    /// The connection holding `key`'s record went away: keep the record for `ttl_s` more
+    /// seconds (and, for a connection record, let a reconnect claim it).
     ///
     /// # Errors
     /// [`StoreError`] when the backend failed.
-    async fn release_restore(&self, key: &SessionKey, now_unix_s: u64, ttl_s: u64) -> Result<(), StoreError>;
+    async fn release_restore(&self, key: &RestoreKey, now_unix_s: u64, ttl_s: u64) -> Result<(), StoreError>;
+
+    /// Takes over, for a connection on `node`, the connection record of `project`/`actor`
+    /// released last and not expired or claimed since (contract 4), or `None` when there is none.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the backend failed; then nothing was claimed.
+    async fn claim_restore(
+        &self,
+        project: &ProjectId,
+        actor: &ActorId,
+        node: &NodeId,
+    ) -> Result<Option<ClaimedRecord>, StoreError>;
+
+    /// `node` is gone (it stopped renewing its liveness): releases the records its connections
+    /// held (contract 5), keeping each for `ttl_s` seconds from `now_unix_s`; returns how many.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the backend failed.
+    async fn release_node_restores(&self, node: &NodeId, now_unix_s: u64, ttl_s: u64) -> Result<u64, StoreError>;
+
+    /// Every node but `keep` is gone (a single node starting on a store that only it uses, after
+    /// a crash under another node id): releases the records they held (contract 5); returns how
+    /// many.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the backend failed.
+    async fn release_other_nodes_restores(&self, keep: &NodeId, now_unix_s: u64, ttl_s: u64)
+    -> Result<u64, StoreError>;
 
     /// Whether the backend is reachable, as far as it can tell; `false` fails the node's readiness.
     fn is_available(&self) -> bool {

@@ -31,7 +31,7 @@ pub struct EdgeConfig {
     pub outbound_queue_bytes: usize,
     /// Most WebSocket connections this node holds; more are refused with HTTP 503.
     pub max_connections: usize,
-    /// How long restore records live after the last disconnect (N23).
+    /// How long a restore record lives after its connection ends (N23).
     pub restore_ttl: Duration,
     /// Logged messages older than this are deleted (`--log-max-age`).
     pub log_max_age: Duration,

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use skua_core::{ActorId, ConnRef, Envelope, NodeId, Presence, PresenceChange, PresenceEvent, RoomKey};
+use skua_core::{ActorId, ConnRef, Envelope, NodeId, Presence, PresenceChange, PresenceEvent, RoomKey, Store};
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::now_unix_s;
@@ -61,6 +61,10 @@ pub struct Liveness {
     pub hub: Arc<Hub>,
     /// Releases what lapsed nodes held.
     pub durable: Arc<Durable>,
+    /// Ends the restore records of lapsed nodes' connections.
+    pub store: Arc<dyn Store>,
+    /// How long a released restore record stays claimable (`restore_ttl`).
+    pub restore_ttl: Duration,
     /// Removals to retry.
     pub deferred: Arc<DeferredRemovals>,
     /// How often the node refreshes its registration (`node_refresh`).
@@ -147,6 +151,12 @@ async fn reap(st: &Liveness) {
     for node in dead.into_iter().filter(|n| *n != st.node) {
         // Logged messages its connections held go back to their consumers (N26).
         st.durable.release_node(&node).await;
+        // Its connections' restore records end, so their clients' reconnects can claim them (N23).
+        match st.store.release_node_restores(&node, now_unix_s(), st.restore_ttl.as_secs()).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(%node, records = n, "Released the restore records of a lapsed node."),
+            Err(e) => tracing::warn!(error = %e, %node, "Releasing a lapsed node's restore records failed."),
+        }
         match st.presence.remove_node(&node).await {
             Ok(gone) => {
                 tracing::info!(%node, entries = gone.len(), "Removed the presence of a lapsed node.");

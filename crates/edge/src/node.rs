@@ -117,6 +117,8 @@ impl EdgeNode {
             presence: backends.presence.clone(),
             hub: hub.clone(),
             durable: durable.clone(),
+            store: backends.store.clone(),
+            restore_ttl: config.restore_ttl,
             deferred: deferred_removals.clone(),
             refresh: config.node_refresh,
             ttl: config.node_ttl,

@@ -11,7 +11,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use skua_core::registry::{AccessError, Actor};
-use skua_core::{ActorId, BusSubscription, RestoreRecord, RestoredTopic, RoomKey, SessionKey, TopicAddress};
+use skua_core::{
+    ActorId, BusSubscription, RestoreKey, RestoreRecord, RestoredTopic, RoomKey, SessionKey, TopicAddress,
+};
 use skua_protocol::codes::{code, error};
 use skua_protocol::{ClientFrame, DecodeError, ErrorFrame, ServerFrame};
 
@@ -44,6 +46,8 @@ pub(crate) struct Authed {
     version: u32,
     expires_at: Option<u64>,
     key: SessionKey,
+    /// This connection's restore record (N23): the session's with a clientId, else its own.
+    restore: RestoreKey,
     bucket: TokenBucket,
     max_message_size: usize,
     _slot: ProjectSlot,
@@ -204,15 +208,23 @@ impl Session {
     /// Saves the restore record after a subscription change.
     async fn save_restore(&self) {
         let Some(a) = &self.auth else { return };
-        if let Err(e) = self.st.store.save_restore(&a.key, &self.restore_record()).await {
+        if let Err(e) = self.st.store.save_restore(&a.restore, &self.st.node, &self.restore_record()).await {
             tracing::warn!(error = %e, "Saving the restore record failed; a reconnect may restore less.");
         }
     }
 
-    /// Releases everything the connection holds: subscriptions, lobbies, presence (sending
-    /// `leave` when it was the actor's last connection in the room), and starts the restore
-    /// record's expiry.
+    /// Releases everything the connection holds: starts the restore record's expiry (making a
+    /// connection record claimable), then subscriptions, lobbies, presence (sending `leave` when
+    /// it was the actor's last connection in the room).
     pub(crate) async fn cleanup(&mut self) {
+        // First: a connection record becomes claimable once released (N23), and a client that
+        // reconnects at once should find it.
+        if let Some(a) = &self.auth {
+            let ttl = self.st.config.restore_ttl.as_secs();
+            if let Err(e) = self.st.store.release_restore(&a.restore, now_unix_s(), ttl).await {
+                tracing::warn!(error = %e, "Releasing the restore record failed.");
+            }
+        }
         for (_, sub) in std::mem::take(&mut self.subs) {
             self.st.hub.remove(&sub.address, self.conn.id);
             self.st.hub.release(&bus_subscription(&sub.address, sub.group.as_ref())).await;
@@ -230,12 +242,6 @@ impl Session {
             self.st.hub.lobby_unsubscribe(&rooms, self.conn.id, &Arc::from(lobby)).await;
         }
         self.leave_presence_room().await;
-        if let Some(a) = &self.auth {
-            let ttl = self.st.config.restore_ttl.as_secs();
-            if let Err(e) = self.st.store.release_restore(&a.key, now_unix_s(), ttl).await {
-                tracing::warn!(error = %e, "Releasing the restore record failed.");
-            }
-        }
         self.auth = None;
     }
 

@@ -10,9 +10,9 @@ use std::time::Instant;
 use async_trait::async_trait;
 use bytes::Bytes;
 use skua_core::{
-    ActorId, Bus, BusError, BusSubscription, Claim, ConnRef, Consumer, Envelope, Holder, MessageLog, NewMessage,
-    NodeId, Presence, PresenceChange, PresenceEntry, PresenceError, Release, RestoreRecord, Retention, RoomKey,
-    SessionKey, Store, StoreError, StoredMessage,
+    ActorId, Bus, BusError, BusSubscription, Claim, ClaimedRecord, ConnRef, Consumer, Envelope, Holder, MessageLog,
+    NewMessage, NodeId, Presence, PresenceChange, PresenceEntry, PresenceError, ProjectId, Release, RestoreKey,
+    RestoreRecord, Retention, RoomKey, Store, StoreError, StoredMessage,
 };
 
 use crate::metrics::Metrics;
@@ -139,16 +139,40 @@ impl TimedStore {
 
 #[async_trait]
 impl Store for TimedStore {
-    async fn save_restore(&self, key: &SessionKey, record: &RestoreRecord) -> Result<(), StoreError> {
-        timed(&self.metrics, "store", "save_restore", self.inner.save_restore(key, record)).await
+    async fn save_restore(&self, key: &RestoreKey, node: &NodeId, record: &RestoreRecord) -> Result<(), StoreError> {
+        timed(&self.metrics, "store", "save_restore", self.inner.save_restore(key, node, record)).await
     }
 
-    async fn load_restore(&self, key: &SessionKey) -> Result<Option<RestoreRecord>, StoreError> {
+    async fn load_restore(&self, key: &RestoreKey) -> Result<Option<RestoreRecord>, StoreError> {
         timed(&self.metrics, "store", "load_restore", self.inner.load_restore(key)).await
     }
 
-    async fn release_restore(&self, key: &SessionKey, now_unix_s: u64, ttl_s: u64) -> Result<(), StoreError> {
+    async fn release_restore(&self, key: &RestoreKey, now_unix_s: u64, ttl_s: u64) -> Result<(), StoreError> {
         timed(&self.metrics, "store", "release_restore", self.inner.release_restore(key, now_unix_s, ttl_s)).await
+    }
+
+    async fn claim_restore(
+        &self,
+        project: &ProjectId,
+        actor: &ActorId,
+        node: &NodeId,
+    ) -> Result<Option<ClaimedRecord>, StoreError> {
+        timed(&self.metrics, "store", "claim_restore", self.inner.claim_restore(project, actor, node)).await
+    }
+
+    async fn release_node_restores(&self, node: &NodeId, now_unix_s: u64, ttl_s: u64) -> Result<u64, StoreError> {
+        let released = self.inner.release_node_restores(node, now_unix_s, ttl_s);
+        timed(&self.metrics, "store", "release_node_restores", released).await
+    }
+
+    async fn release_other_nodes_restores(
+        &self,
+        keep: &NodeId,
+        now_unix_s: u64,
+        ttl_s: u64,
+    ) -> Result<u64, StoreError> {
+        let released = self.inner.release_other_nodes_restores(keep, now_unix_s, ttl_s);
+        timed(&self.metrics, "store", "release_other_nodes_restores", released).await
     }
 
     fn is_available(&self) -> bool {

@@ -16,20 +16,10 @@ use bytes::Bytes;
 use skua_core::{ActorId, AppId, ConnId, ConnRef, NodeId, Presence, PresenceChange, PresenceError, ProjectId, RoomKey};
 use skua_presence::RedisPresence;
 use skua_testkit::conformance::presence::PresenceHarness;
+use skua_testkit::skip::skip;
 use tokio::process::{Child, Command};
 
 const URL_VAR: &str = "SKUA_TEST_REDIS_URL";
-
-/// Whether this run is CI's, where a missing service fails instead of skipping.
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-/// Skips with a loud line, or fails under `CI=true`.
-fn skip(why: &str) {
-    assert!(!in_ci(), "{why}, and CI=true: a missing service fails the run");
-    eprintln!("SKIPPED: {why}");
-}
 
 // ----------------------------------------------------------------------------------------------
 // The conformance suite.

@@ -348,6 +348,21 @@ impl RunningNode {
             .await
             .map_err(|e| anyhow::anyhow!("while loading the registry: {}", error_chain(&e)))?;
         let registry = first.data.build().map_err(|e| anyhow::anyhow!("the stored registry is invalid: {}", e.0))?;
+        // A single node (in-process bus) on a durable store is the only user of its restore
+        // records: whatever earlier runs still hold (a crash under another node id; nothing
+        // else would ever end them) is released now, so reconnecting clients can claim it.
+        if config.bus == BusConfig::Memory && matches!(config.store, StoreConfig::Url(_)) {
+            let ttl = config.edge.restore_ttl.as_secs();
+            match backends
+                .store
+                .release_other_nodes_restores(&config.node_id, skua_edge::clock::now_unix_s(), ttl)
+                .await
+            {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(records = n, "Released the restore records an earlier run of this node held."),
+                Err(e) => tracing::warn!(error = %e, "Releasing an earlier run's restore records failed."),
+            }
+        }
         let mut node = Self::start(config, Arc::new(SharedRegistry::new(registry)), backends, listener)?;
         let admin: Arc<dyn skua_control::NodeAdmin> = Arc::new(EdgeAdmin(node.state.clone()));
         // A store several nodes share (Postgres) also carries every node's connections.

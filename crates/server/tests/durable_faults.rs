@@ -9,37 +9,13 @@ use std::time::Duration;
 
 use rmpv::Value;
 use skua_testkit::cluster::{external_urls, unique_namespace};
+use skua_testkit::postgres::TestDatabase;
 use skua_testkit::process::{ServiceProcess, SkuaProcess};
+use skua_testkit::skip::skip;
 use skua_testkit::{TestServer, WsClient, frame};
-use sqlx::{AssertSqlSafe, Connection, PgConnection};
 
 const BIN: &str = env!("CARGO_BIN_EXE_skua");
 const TASKS: &str = "demo/general/tasks";
-
-fn ci() -> bool {
-    std::env::var("CI").as_deref() == Ok("true")
-}
-
-fn skip(why: &str) {
-    assert!(!ci(), "{why}, and CI=true: durable fault tests may not be skipped in CI");
-    eprintln!("SKIPPED: {why}");
-}
-
-/// A fresh, migrated database on the machine's Postgres.
-async fn fresh_database() -> Option<String> {
-    let Ok(admin) = std::env::var("SKUA_TEST_POSTGRES_URL") else {
-        skip("SKUA_TEST_POSTGRES_URL not set");
-        return None;
-    };
-    let name = format!("skua_fault_{}", uuid::Uuid::new_v4().simple());
-    let mut conn = PgConnection::connect(&admin).await.expect("connect to SKUA_TEST_POSTGRES_URL");
-    sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&mut conn).await.expect("create database");
-    let _ = conn.close().await;
-    let (base, _) = admin.rsplit_once('/').expect("a database URL");
-    let url = format!("{base}/{name}");
-    skua_store::migrate(&url).await.expect("migrate");
-    Some(url)
-}
 
 async fn agent(url: &str, client_id: &str, reconnect: bool) -> WsClient {
     let mut c = WsClient::connect(url).await;
@@ -67,7 +43,9 @@ async fn consume(c: &mut WsClient, wait: Duration) -> Vec<u64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_node_loses_no_acknowledged_message_of_a_persistent_group() {
     let Some((mqtt, redis)) = external_urls() else { return };
-    let Some(store) = fresh_database().await else { return };
+    // Dropped (with the database) when the test ends, pass or panic.
+    let Some(db) = TestDatabase::migrated().await else { return };
+    let store = db.url.clone();
     let ns = unique_namespace();
     let common = [
         "--dev",
@@ -195,7 +173,9 @@ async fn publishes_to_logged_topics_fail_clearly_while_postgres_is_down_and_resu
 async fn a_rolling_restart_under_a_stream_of_logged_publishes_loses_nothing() {
     use skua_testkit::Event;
     let Some((mqtt, redis)) = external_urls() else { return };
-    let Some(store) = fresh_database().await else { return };
+    // Dropped (with the database) when the test ends, pass or panic.
+    let Some(db) = TestDatabase::migrated().await else { return };
+    let store = db.url.clone();
     let ns = unique_namespace();
     let settings = move |s: &mut skua_server::Settings| {
         s.store = Some(store.clone());

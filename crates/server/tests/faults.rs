@@ -127,7 +127,9 @@ async fn an_mqtt_broker_restart_is_survived_without_losing_acknowledged_publishe
             other => panic!("unexpected {other}: {f:?}"),
         }
     }
-    assert!(!acked.is_empty() && acked.len() <= 5, "bounded buffer of 5: {acked:?}");
+    // The buffer (5) holds publishes until the broker acknowledges them: the first ones fill it.
+    // "before" may still hold a slot, its PUBACK lost with the broker, so 4 or 5 fit.
+    assert!(matches!(acked.len(), 4 | 5), "bounded buffer of 5: {acked:?}");
     assert_eq!(acked, (0..acked.len() as u64).collect::<Vec<_>>(), "the buffer takes the first ones");
 
     broker.restart();
@@ -322,4 +324,33 @@ async fn a_rolling_restart_of_the_publishers_node_loses_no_acknowledged_publish(
         seen.insert(f.get("data").as_u64().expect("integer data"));
     }
     assert!(acked.iter().all(|i| seen.contains(i)), "missing: {:?}", acked.iter().filter(|i| !seen.contains(i)));
+}
+
+/// Issue 13 item 6 follow-up: restore records are per connection and "in use" while their
+/// connection lives. A single node killed with SIGKILL never ends them; the next run (another
+/// random node id, the same SQLite file) releases them at start, so a reconnecting client gets
+/// its subscriptions back instead of nothing, forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_crash_the_next_run_of_a_single_node_restores_what_its_clients_held() {
+    let dir = std::env::temp_dir().join(format!("skua-crash-restore-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let store = format!("sqlite://{}/skua.db", dir.display());
+    let args = ["--dev", "--store", store.as_str(), "--grpc-listen", ""];
+    let mut first = SkuaProcess::spawn(BIN, &args);
+    let mut c = WsClient::connect(&first.url()).await;
+    c.auth_ok("dev-token-alice", 2).await;
+    c.subscribe(TOPIC).await;
+    // The record is saved once the subscribe is answered and a heartbeat round trip later.
+    c.assert_nothing_pending().await;
+    first.kill9();
+    drop(c);
+
+    let second = SkuaProcess::spawn(BIN, &args);
+    let mut again = WsClient::connect(&second.url()).await;
+    let r = again.auth_session("dev-token-alice", None, true).await;
+    let restored = r.get("restoredSubscriptions").as_array().cloned().unwrap_or_default();
+    let topics: Vec<_> = restored.iter().filter_map(|s| s["pattern"].as_str()).collect();
+    assert_eq!(topics, vec![TOPIC], "restoredSubscriptions after a crash: {restored:?}");
+    drop(second);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -20,10 +20,10 @@ pub(crate) const QUEUE: usize = 4096;
 /// One restore-record write: a statement and its binds.
 #[derive(Debug)]
 pub(crate) enum Write {
-    /// `SAVE`: (project, actor, client_id, record).
-    Save(String, String, String, Vec<u8>),
-    /// `RELEASE`: (expires_at, project, actor, client_id).
-    Release(i64, String, String, String),
+    /// `SAVE`: (project, actor, client_id, record, node).
+    Save(String, String, String, Vec<u8>, String),
+    /// `RELEASE`: (expires_at, released_seq, project, actor, client_id).
+    Release(i64, i64, String, String, String),
 }
 
 type Job = (Write, oneshot::Sender<Result<(), String>>);
@@ -68,13 +68,17 @@ const ROWS_PER_UPSERT: usize = 16;
 /// What a batch leaves behind for one key, folded in arrival order.
 #[derive(Debug, PartialEq)]
 enum Final<'a> {
-    /// The record is upserted with this expiry (`None`: held by a live connection).
-    Upsert(&'a [u8], Option<i64>),
-    /// Only a release: the existing row, if any, gets this expiry.
-    Release(i64),
+    /// The record is upserted, held by this node, with this (expiry, release order) (`None`:
+    /// held by a live connection).
+    Upsert(&'a [u8], &'a str, Option<Ended>),
+    /// Only a release: the existing row, if any, gets this expiry and release order.
+    Release(i64, i64),
 }
 
 type Key<'a> = (&'a str, &'a str, &'a str);
+
+/// A release's columns: (expires_at, released_seq).
+type Ended = (i64, i64);
 
 /// Folds the batch into one final write per key, keeping the order in which keys first appear.
 /// A save followed by a release (a connection that subscribed and left within one batch)
@@ -84,8 +88,8 @@ fn fold(batch: &[Job]) -> Vec<(Key<'_>, Final<'_>)> {
     let mut at: std::collections::HashMap<Key<'_>, usize> = std::collections::HashMap::with_capacity(batch.len());
     for (w, _) in batch {
         let (key, next) = match w {
-            Write::Save(p, a, c, r) => ((p.as_str(), a.as_str(), c.as_str()), Final::Upsert(r, None)),
-            Write::Release(t, p, a, c) => ((p.as_str(), a.as_str(), c.as_str()), Final::Release(*t)),
+            Write::Save(p, a, c, r, n) => ((p.as_str(), a.as_str(), c.as_str()), Final::Upsert(r, n, None)),
+            Write::Release(t, n, p, a, c) => ((p.as_str(), a.as_str(), c.as_str()), Final::Release(*t, *n)),
         };
         match at.get(&key) {
             None => {
@@ -95,7 +99,7 @@ fn fold(batch: &[Job]) -> Vec<(Key<'_>, Final<'_>)> {
             Some(&i) => {
                 let slot = &mut out[i].1;
                 *slot = match (&*slot, next) {
-                    (Final::Upsert(r, _), Final::Release(t)) => Final::Upsert(r, Some(t)),
+                    (Final::Upsert(r, node, _), Final::Release(t, n)) => Final::Upsert(r, node, Some((t, n))),
                     (_, later) => later,
                 };
             }
@@ -110,12 +114,15 @@ static UPSERTS: std::sync::LazyLock<Vec<&'static str>> =
 
 /// `INSERT … VALUES (…), (…) … ON CONFLICT DO UPDATE` for `rows` rows.
 fn upsert_sql(rows: usize) -> String {
-    let mut sql = String::from("INSERT INTO restore_records (project, actor, client_id, record, expires_at) VALUES ");
+    let mut sql = String::from(
+        "INSERT INTO restore_records (project, actor, client_id, record, expires_at, released_seq, node) VALUES ",
+    );
     for i in 0..rows {
-        sql.push_str(if i == 0 { "(?, ?, ?, ?, ?)" } else { ", (?, ?, ?, ?, ?)" });
+        sql.push_str(if i == 0 { "(?, ?, ?, ?, ?, ?, ?)" } else { ", (?, ?, ?, ?, ?, ?, ?)" });
     }
     sql.push_str(
-        " ON CONFLICT (project, actor, client_id) DO UPDATE SET record = excluded.record, expires_at = excluded.expires_at",
+        " ON CONFLICT (project, actor, client_id) DO UPDATE SET record = excluded.record, \
+         expires_at = excluded.expires_at, released_seq = excluded.released_seq, node = excluded.node",
     );
     sql
 }
@@ -125,23 +132,24 @@ async fn apply(pool: &SqlitePool, batch: &[Job], release: &'static str) -> Resul
     // the statement itself: the batch is folded per key and upserts go many rows at a time.
     let finals = fold(batch);
     let mut tx = pool.begin().await.map_err(|e| e.to_string())?;
-    let upserts: Vec<(Key<'_>, &[u8], Option<i64>)> = finals
+    let upserts: Vec<(Key<'_>, &[u8], &str, Option<Ended>)> = finals
         .iter()
         .filter_map(|(k, f)| match f {
-            Final::Upsert(r, at) => Some((*k, *r, *at)),
-            Final::Release(_) => None,
+            Final::Upsert(r, node, at) => Some((*k, *r, *node, *at)),
+            Final::Release(..) => None,
         })
         .collect();
     for chunk in upserts.chunks(ROWS_PER_UPSERT) {
         let mut q = sqlx::query(UPSERTS[chunk.len() - 1]);
-        for ((p, a, c), r, at) in chunk {
-            q = q.bind(*p).bind(*a).bind(*c).bind(*r).bind(*at);
+        for ((p, a, c), r, node, at) in chunk {
+            q = q.bind(*p).bind(*a).bind(*c).bind(*r).bind(at.map(|(t, _)| t)).bind(at.map(|(_, n)| n)).bind(*node);
         }
         q.execute(&mut *tx).await.map_err(|e| e.to_string())?;
     }
     for ((p, a, c), f) in &finals {
-        if let Final::Release(at) = f {
-            sqlx::query(release).bind(at).bind(p).bind(a).bind(c).execute(&mut *tx).await.map_err(|e| e.to_string())?;
+        if let Final::Release(at, n) = f {
+            let q = sqlx::query(release).bind(at).bind(n).bind(p).bind(a).bind(c);
+            q.execute(&mut *tx).await.map_err(|e| e.to_string())?;
         }
     }
     tx.commit().await.map_err(|e| e.to_string())
@@ -156,11 +164,11 @@ mod tests {
     }
 
     fn save(c: &str, r: &[u8]) -> Job {
-        job(Write::Save("p".into(), "a".into(), c.into(), r.to_vec()))
+        job(Write::Save("p".into(), "a".into(), c.into(), r.to_vec(), "n".into()))
     }
 
     fn release(c: &str, at: i64) -> Job {
-        job(Write::Release(at, "p".into(), "a".into(), c.into()))
+        job(Write::Release(at, at + 1, "p".into(), "a".into(), c.into()))
     }
 
     #[test]
@@ -179,10 +187,10 @@ mod tests {
         assert_eq!(
             got,
             [
-                ("1", &Final::Upsert(b"x", Some(50))),
-                ("2", &Final::Upsert(b"y", None)),
-                ("3", &Final::Release(70)),
-                ("4", &Final::Upsert(b"w", None)),
+                ("1", &Final::Upsert(b"x", "n", Some((50, 51)))),
+                ("2", &Final::Upsert(b"y", "n", None)),
+                ("3", &Final::Release(70, 71)),
+                ("4", &Final::Upsert(b"w", "n", None)),
             ]
         );
     }
@@ -190,6 +198,6 @@ mod tests {
     #[test]
     fn the_upsert_has_one_placeholder_group_per_row() {
         let sql = upsert_sql(3);
-        assert_eq!(sql.matches("(?, ?, ?, ?, ?)").count(), 3);
+        assert_eq!(sql.matches("(?, ?, ?, ?, ?, ?, ?)").count(), 3);
     }
 }

@@ -14,8 +14,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
 use skua_core::{
-    Claim, Consumer, Holder, MessageLog, NewMessage, Release, RestoreRecord, Retention, SessionKey, Store, StoreError,
-    StoredMessage,
+    ActorId, Claim, ClaimedRecord, Consumer, Holder, MessageLog, NewMessage, NodeId, ProjectId, RecordId, Release,
+    RestoreKey, RestoreRecord, Retention, SessionKey, Store, StoreError, StoredMessage,
 };
 
 use crate::clock::{UnixClock, system_clock};
@@ -33,8 +33,15 @@ pub struct MemoryStore {
 }
 
 struct State {
-    records: HashMap<SessionKey, Kept>,
-    /// `save_restore` sweeps expired records once the map is this large.
+    /// Session records (clientId sessions, and the actor-wide records of earlier releases).
+    sessions: HashMap<SessionKey, Kept>,
+    /// Connection records by actor, so a claim looks at one actor's records only.
+    connections: HashMap<(ProjectId, ActorId), HashMap<RecordId, Kept>>,
+    /// How many records `connections` holds.
+    connection_count: usize,
+    /// The release order of connection records: the next release gets this number.
+    next_release: u64,
+    /// `save_restore` sweeps expired records once the maps hold this many.
     sweep_at: usize,
     /// The message log of logged topics.
     log: MemoryLog,
@@ -44,6 +51,11 @@ struct Kept {
     record: RestoreRecord,
     /// Unix seconds from which the record is gone; `None` while it is in use.
     expires_at: Option<u64>,
+    /// For a released connection record: its place in the release order (claims take the
+    /// highest); `None` while in use, and after a claim.
+    released: Option<u64>,
+    /// The node whose connection saved or claimed it last.
+    node: NodeId,
 }
 
 impl Kept {
@@ -51,6 +63,74 @@ impl Kept {
     /// `t` with ttl 60 loads at `t + 59` and not at `t + 60`.
     fn is_expired(&self, now_unix_s: u64) -> bool {
         self.expires_at.is_some_and(|at| now_unix_s >= at)
+    }
+
+    fn in_use(record: RestoreRecord, node: NodeId) -> Self {
+        Self { record, expires_at: None, released: None, node }
+    }
+
+    /// Starts the expiry; a connection record also takes its place in the release order.
+    fn release(&mut self, connection: bool, now_unix_s: u64, ttl_s: u64, next_release: &mut u64) {
+        self.expires_at = Some(now_unix_s.saturating_add(ttl_s));
+        self.released = connection.then_some(*next_release);
+        *next_release += 1;
+    }
+}
+
+impl State {
+    fn len(&self) -> usize {
+        self.sessions.len() + self.connection_count
+    }
+
+    fn get_mut(&mut self, key: &RestoreKey) -> Option<&mut Kept> {
+        match key {
+            RestoreKey::Session(k) => self.sessions.get_mut(k),
+            RestoreKey::Connection(c) => {
+                self.connections.get_mut(&(c.project.clone(), c.actor.clone()))?.get_mut(&c.id)
+            }
+        }
+    }
+
+    fn insert(&mut self, key: &RestoreKey, kept: Kept) {
+        match key {
+            RestoreKey::Session(k) => {
+                self.sessions.insert(k.clone(), kept);
+            }
+            RestoreKey::Connection(c) => {
+                let records = self.connections.entry((c.project.clone(), c.actor.clone())).or_default();
+                if records.insert(c.id.clone(), kept).is_none() {
+                    self.connection_count += 1;
+                }
+            }
+        }
+    }
+
+    fn remove(&mut self, key: &RestoreKey) {
+        match key {
+            RestoreKey::Session(k) => {
+                self.sessions.remove(k);
+            }
+            RestoreKey::Connection(c) => {
+                let actor = (c.project.clone(), c.actor.clone());
+                if let Some(records) = self.connections.get_mut(&actor) {
+                    if records.remove(&c.id).is_some() {
+                        self.connection_count -= 1;
+                    }
+                    if records.is_empty() {
+                        self.connections.remove(&actor);
+                    }
+                }
+            }
+        }
+    }
+
+    fn sweep(&mut self, now_unix_s: u64) {
+        self.sessions.retain(|_, kept| !kept.is_expired(now_unix_s));
+        self.connections.retain(|_, records| {
+            records.retain(|_, kept| !kept.is_expired(now_unix_s));
+            !records.is_empty()
+        });
+        self.connection_count = self.connections.values().map(HashMap::len).sum();
     }
 }
 
@@ -64,14 +144,21 @@ impl MemoryStore {
     /// settable clock instead of sleeping).
     pub fn with_clock(clock: UnixClock) -> Self {
         Self {
-            state: Mutex::new(State { records: HashMap::new(), sweep_at: MIN_SWEEP_LEN, log: MemoryLog::default() }),
+            state: Mutex::new(State {
+                sessions: HashMap::new(),
+                connections: HashMap::new(),
+                connection_count: 0,
+                next_release: 0,
+                sweep_at: MIN_SWEEP_LEN,
+                log: MemoryLog::default(),
+            }),
             clock,
         }
     }
 
     /// How many records are held, expired ones not yet swept included.
     pub fn len(&self) -> usize {
-        self.lock().records.len()
+        self.lock().len()
     }
 
     /// Whether no record is held.
@@ -101,25 +188,25 @@ impl fmt::Debug for MemoryStore {
 impl Store for MemoryStore {
     /// # Errors
     /// None.
-    async fn save_restore(&self, key: &SessionKey, record: &RestoreRecord) -> Result<(), StoreError> {
+    async fn save_restore(&self, key: &RestoreKey, node: &NodeId, record: &RestoreRecord) -> Result<(), StoreError> {
         let now = (self.clock)();
         let mut state = self.lock();
-        state.records.insert(key.clone(), Kept { record: record.clone(), expires_at: None });
-        if state.records.len() >= state.sweep_at {
-            state.records.retain(|_, kept| !kept.is_expired(now));
-            state.sweep_at = (state.records.len() * 2).max(MIN_SWEEP_LEN);
+        state.insert(key, Kept::in_use(record.clone(), node.clone()));
+        if state.len() >= state.sweep_at {
+            state.sweep(now);
+            state.sweep_at = (state.len() * 2).max(MIN_SWEEP_LEN);
         }
         Ok(())
     }
 
     /// # Errors
     /// None.
-    async fn load_restore(&self, key: &SessionKey) -> Result<Option<RestoreRecord>, StoreError> {
+    async fn load_restore(&self, key: &RestoreKey) -> Result<Option<RestoreRecord>, StoreError> {
         let now = (self.clock)();
         let mut state = self.lock();
-        match state.records.get(key) {
+        match state.get_mut(key) {
             Some(kept) if kept.is_expired(now) => {
-                state.records.remove(key);
+                state.remove(key);
                 Ok(None)
             }
             Some(kept) => Ok(Some(kept.record.clone())),
@@ -131,11 +218,75 @@ impl Store for MemoryStore {
     ///
     /// # Errors
     /// None.
-    async fn release_restore(&self, key: &SessionKey, now_unix_s: u64, ttl_s: u64) -> Result<(), StoreError> {
-        if let Some(kept) = self.lock().records.get_mut(key) {
-            kept.expires_at = Some(now_unix_s.saturating_add(ttl_s));
+    async fn release_restore(&self, key: &RestoreKey, now_unix_s: u64, ttl_s: u64) -> Result<(), StoreError> {
+        let mut state = self.lock();
+        let mut next = state.next_release;
+        if let Some(kept) = state.get_mut(key) {
+            kept.release(matches!(key, RestoreKey::Connection(_)), now_unix_s, ttl_s, &mut next);
         }
+        state.next_release = next;
         Ok(())
+    }
+
+    /// # Errors
+    /// None.
+    async fn claim_restore(
+        &self,
+        project: &ProjectId,
+        actor: &ActorId,
+        node: &NodeId,
+    ) -> Result<Option<ClaimedRecord>, StoreError> {
+        let now = (self.clock)();
+        let mut state = self.lock();
+        let Some(records) = state.connections.get_mut(&(project.clone(), actor.clone())) else { return Ok(None) };
+        let last = records
+            .iter_mut()
+            .filter(|(_, kept)| kept.released.is_some() && !kept.is_expired(now))
+            .max_by_key(|(_, kept)| kept.released);
+        Ok(last.map(|(id, kept)| {
+            kept.expires_at = None;
+            kept.released = None;
+            kept.node = node.clone();
+            ClaimedRecord { id: id.clone(), record: kept.record.clone() }
+        }))
+    }
+
+    /// A scan of every record: nodes lapse rarely.
+    ///
+    /// # Errors
+    /// None.
+    async fn release_node_restores(&self, node: &NodeId, now_unix_s: u64, ttl_s: u64) -> Result<u64, StoreError> {
+        Ok(self.release_held(|n| n == node, now_unix_s, ttl_s))
+    }
+
+    async fn release_other_nodes_restores(
+        &self,
+        keep: &NodeId,
+        now_unix_s: u64,
+        ttl_s: u64,
+    ) -> Result<u64, StoreError> {
+        Ok(self.release_held(|n| n != keep, now_unix_s, ttl_s))
+    }
+}
+
+impl MemoryStore {
+    /// Releases every record in use held by a node `of` selects; returns how many.
+    fn release_held(&self, of: impl Fn(&NodeId) -> bool, now_unix_s: u64, ttl_s: u64) -> u64 {
+        let mut guard = self.lock();
+        let state = &mut *guard;
+        let mut next = state.next_release;
+        let mut released = 0;
+        let held = |kept: &Kept| kept.expires_at.is_none() && of(&kept.node);
+        for kept in state.sessions.values_mut().filter(|k| held(k)) {
+            kept.release(false, now_unix_s, ttl_s, &mut next);
+            released += 1;
+        }
+        for kept in state.connections.values_mut().flat_map(HashMap::values_mut).filter(|k| held(k)) {
+            kept.release(true, now_unix_s, ttl_s, &mut next);
+            released += 1;
+        }
+        state.next_release = next;
+        released
     }
 }
 
@@ -197,16 +348,18 @@ mod tests {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU64, Ordering};
 
-    use skua_core::{ActorId, ProjectId};
-
     use super::*;
 
-    fn key(i: usize) -> SessionKey {
-        SessionKey {
+    fn node() -> NodeId {
+        NodeId::parse("node-1").unwrap()
+    }
+
+    fn key(i: usize) -> RestoreKey {
+        RestoreKey::Session(SessionKey {
             project: ProjectId::parse("p").unwrap(),
             actor: ActorId::parse(&format!("actor-{i}")).unwrap(),
             client_id: None,
-        }
+        })
     }
 
     #[tokio::test]
@@ -216,19 +369,19 @@ mod tests {
         let store = MemoryStore::with_clock(Arc::new(move || clock.load(Ordering::Relaxed)));
         let record = RestoreRecord::default();
         for i in 0..MIN_SWEEP_LEN - 1 {
-            store.save_restore(&key(i), &record).await.unwrap();
+            store.save_restore(&key(i), &node(), &record).await.unwrap();
             store.release_restore(&key(i), 1_000, 10).await.unwrap();
         }
         assert_eq!(store.len(), MIN_SWEEP_LEN - 1);
         now.store(2_000, Ordering::Relaxed);
-        store.save_restore(&key(MIN_SWEEP_LEN), &record).await.unwrap();
+        store.save_restore(&key(MIN_SWEEP_LEN), &node(), &record).await.unwrap();
         assert_eq!(store.len(), 1, "only the record just saved is left");
     }
 
     #[tokio::test]
     async fn load_removes_an_expired_record() {
         let store = MemoryStore::with_clock(Arc::new(|| 5_000));
-        store.save_restore(&key(1), &RestoreRecord::default()).await.unwrap();
+        store.save_restore(&key(1), &node(), &RestoreRecord::default()).await.unwrap();
         store.release_restore(&key(1), 1_000, 10).await.unwrap();
         assert_eq!(store.load_restore(&key(1)).await.unwrap(), None);
         assert!(store.is_empty());
@@ -237,7 +390,7 @@ mod tests {
     #[tokio::test]
     async fn system_clock_is_the_default() {
         let store = MemoryStore::new();
-        store.save_restore(&key(1), &RestoreRecord::default()).await.unwrap();
+        store.save_restore(&key(1), &node(), &RestoreRecord::default()).await.unwrap();
         store.release_restore(&key(1), 0, 10).await.unwrap();
         assert_eq!(store.load_restore(&key(1)).await.unwrap(), None, "released in 1970");
     }

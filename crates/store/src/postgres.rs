@@ -18,7 +18,7 @@ use std::fmt;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use skua_core::{RestoreRecord, SessionKey, Store, StoreError};
+use skua_core::{ActorId, ClaimedRecord, NodeId, ProjectId, RestoreKey, RestoreRecord, Store, StoreError};
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
 use crate::clock::UnixClock;
@@ -26,7 +26,7 @@ use crate::error::{self, SchemaNotMigrated, sql};
 use crate::migrations;
 use crate::prune::PruneSchedule;
 use crate::record;
-use crate::sql::{decode_loaded, key_columns, unix_to_sql};
+use crate::sql::{CONNECTION_PATTERN, decode_loaded, key_columns, unix_to_sql};
 
 const BACKEND: &str = "postgres";
 
@@ -40,14 +40,30 @@ pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Postgres' SQLSTATE `undefined_table`.
 const UNDEFINED_TABLE: &str = "42P01";
 
-const SAVE: &str = "INSERT INTO restore_records (project, actor, client_id, record, expires_at) \
-                    VALUES ($1, $2, $3, $4, NULL) \
+const SAVE: &str = "INSERT INTO restore_records (project, actor, client_id, record, expires_at, node) \
+                    VALUES ($1, $2, $3, $4, NULL, $5) \
                     ON CONFLICT (project, actor, client_id) \
-                    DO UPDATE SET record = excluded.record, expires_at = NULL";
+                    DO UPDATE SET record = excluded.record, expires_at = NULL, released_seq = NULL, node = excluded.node";
 const LOAD: &str = "SELECT record FROM restore_records \
                     WHERE project = $1 AND actor = $2 AND client_id = $3 \
                     AND (expires_at IS NULL OR expires_at > $4)";
-const RELEASE: &str = "UPDATE restore_records SET expires_at = $4 WHERE project = $1 AND actor = $2 AND client_id = $3";
+const RELEASE: &str = "UPDATE restore_records SET expires_at = $4, released_seq = nextval('restore_records_release_seq') \
+                       WHERE project = $1 AND actor = $2 AND client_id = $3";
+/// Takes the actor's connection record released last. `SKIP LOCKED`: a concurrent claim that
+/// locked that row first gets it, and this one takes the next, so no row is claimed twice.
+const CLAIM: &str = "UPDATE restore_records SET expires_at = NULL, released_seq = NULL, node = $5 \
+                     WHERE project = $1 AND actor = $2 AND client_id = ( \
+                         SELECT client_id FROM restore_records \
+                         WHERE project = $1 AND actor = $2 AND client_id LIKE $3 \
+                         AND released_seq IS NOT NULL AND expires_at > $4 \
+                         ORDER BY released_seq DESC LIMIT 1 FOR UPDATE SKIP LOCKED) \
+                     RETURNING client_id, record";
+const RELEASE_NODE: &str = "UPDATE restore_records \
+                            SET expires_at = $2, released_seq = nextval('restore_records_release_seq') \
+                            WHERE node = $1 AND expires_at IS NULL";
+const RELEASE_OTHER_NODES: &str = "UPDATE restore_records \
+                                   SET expires_at = $2, released_seq = nextval('restore_records_release_seq') \
+                                   WHERE node <> $1 AND expires_at IS NULL";
 const PRUNE: &str = "DELETE FROM restore_records WHERE expires_at IS NOT NULL AND expires_at <= $1";
 const APPLIED: &str = "SELECT version FROM _sqlx_migrations WHERE success";
 
@@ -157,13 +173,14 @@ impl fmt::Debug for PostgresStore {
 impl Store for PostgresStore {
     /// # Errors
     /// [`StoreError::Unavailable`] when Postgres failed.
-    async fn save_restore(&self, key: &SessionKey, record: &RestoreRecord) -> Result<(), StoreError> {
+    async fn save_restore(&self, key: &RestoreKey, node: &NodeId, record: &RestoreRecord) -> Result<(), StoreError> {
         let (project, actor, client_id) = key_columns(key);
         sqlx::query(SAVE)
             .bind(project)
             .bind(actor)
-            .bind(client_id)
+            .bind(&*client_id)
             .bind(record::encode(record))
+            .bind(node.as_str())
             .execute(&self.pool)
             .await
             .map_err(sql(BACKEND, "save_restore"))?;
@@ -174,12 +191,12 @@ impl Store for PostgresStore {
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] when Postgres failed.
-    async fn load_restore(&self, key: &SessionKey) -> Result<Option<RestoreRecord>, StoreError> {
+    async fn load_restore(&self, key: &RestoreKey) -> Result<Option<RestoreRecord>, StoreError> {
         let (project, actor, client_id) = key_columns(key);
         let row: Option<Vec<u8>> = sqlx::query_scalar(LOAD)
             .bind(project)
             .bind(actor)
-            .bind(client_id)
+            .bind(&*client_id)
             .bind(unix_to_sql((self.clock)()))
             .fetch_optional(&self.pool)
             .await
@@ -192,12 +209,12 @@ impl Store for PostgresStore {
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] when Postgres failed.
-    async fn release_restore(&self, key: &SessionKey, now_unix_s: u64, ttl_s: u64) -> Result<(), StoreError> {
+    async fn release_restore(&self, key: &RestoreKey, now_unix_s: u64, ttl_s: u64) -> Result<(), StoreError> {
         let (project, actor, client_id) = key_columns(key);
         sqlx::query(RELEASE)
             .bind(project)
             .bind(actor)
-            .bind(client_id)
+            .bind(&*client_id)
             .bind(unix_to_sql(now_unix_s.saturating_add(ttl_s)))
             .execute(&self.pool)
             .await
@@ -213,5 +230,62 @@ impl Store for PostgresStore {
             );
         }
         Ok(())
+    }
+
+    /// A claimed row whose record does not decode is logged and restores nothing; the claimer
+    /// keeps its id and overwrites it.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when Postgres failed.
+    async fn claim_restore(
+        &self,
+        project: &ProjectId,
+        actor: &ActorId,
+        node: &NodeId,
+    ) -> Result<Option<ClaimedRecord>, StoreError> {
+        let row: Option<(String, Vec<u8>)> = sqlx::query_as(CLAIM)
+            .bind(project.as_str())
+            .bind(actor.as_str())
+            .bind(CONNECTION_PATTERN)
+            .bind(unix_to_sql((self.clock)()))
+            .bind(node.as_str())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(sql(BACKEND, "claim_restore"))?;
+        Ok(row.and_then(|(column, bytes)| crate::sql::claimed(BACKEND, project, actor, &column, &bytes)))
+    }
+
+    /// # Errors
+    /// [`StoreError::Unavailable`] when Postgres failed.
+    async fn release_node_restores(&self, node: &NodeId, now_unix_s: u64, ttl_s: u64) -> Result<u64, StoreError> {
+        self.release_nodes(RELEASE_NODE, node, now_unix_s, ttl_s).await
+    }
+
+    async fn release_other_nodes_restores(
+        &self,
+        keep: &NodeId,
+        now_unix_s: u64,
+        ttl_s: u64,
+    ) -> Result<u64, StoreError> {
+        self.release_nodes(RELEASE_OTHER_NODES, keep, now_unix_s, ttl_s).await
+    }
+}
+
+impl PostgresStore {
+    /// Runs `query` (one of the node releases) for `node`.
+    async fn release_nodes(
+        &self,
+        query: &'static str,
+        node: &NodeId,
+        now_unix_s: u64,
+        ttl_s: u64,
+    ) -> Result<u64, StoreError> {
+        let done = sqlx::query(query)
+            .bind(node.as_str())
+            .bind(unix_to_sql(now_unix_s.saturating_add(ttl_s)))
+            .execute(&self.pool)
+            .await
+            .map_err(sql(BACKEND, "release_node_restores"))?;
+        Ok(done.rows_affected())
     }
 }

@@ -4,14 +4,51 @@
 //! The two stores keep their SQL apart, since placeholders and types differ (`?` and
 //! `INTEGER`/`BLOB` against `$1` and `BIGINT`/`BYTEA`); the statements are the same otherwise.
 
-use skua_core::{ClientId, RestoreRecord, SessionKey};
+use std::borrow::Cow;
+
+use skua_core::{ActorId, ClaimedRecord, ClientId, ConnectionRecord, ProjectId, RecordId, RestoreKey, RestoreRecord};
 
 use crate::record;
 
-/// The primary key columns of `key`: (project, actor, client_id), with `''` for no clientId (a
-/// clientId is a non-empty slug, so `''` never collides with one).
-pub(crate) fn key_columns(key: &SessionKey) -> (&str, &str, &str) {
-    (key.project.as_str(), key.actor.as_str(), key.client_id.as_ref().map_or("", ClientId::as_str))
+/// What starts the `client_id` column of a connection record, before the record's id; a clientId
+/// is a slug, so it never starts with it.
+pub(crate) const CONNECTION_PREFIX: &str = "#";
+
+/// `LIKE` pattern of the `client_id` column of connection records.
+pub(crate) const CONNECTION_PATTERN: &str = "#%";
+
+/// The primary key columns of `key`: (project, actor, client_id). A session key without
+/// clientId stores `''`, a connection record `'#'` + its id; a clientId is a non-empty slug, so
+/// neither collides with one.
+pub(crate) fn key_columns(key: &RestoreKey) -> (&str, &str, Cow<'_, str>) {
+    match key {
+        RestoreKey::Session(k) => {
+            (k.project.as_str(), k.actor.as_str(), Cow::Borrowed(k.client_id.as_ref().map_or("", ClientId::as_str)))
+        }
+        RestoreKey::Connection(c) => {
+            (c.project.as_str(), c.actor.as_str(), Cow::Owned(format!("{CONNECTION_PREFIX}{}", c.id)))
+        }
+    }
+}
+
+/// A claimed row as a [`ClaimedRecord`]. A `client_id` this store did not write is logged and
+/// claims nothing; a `record` that does not decode is logged and restores nothing (the claimer
+/// keeps the id and overwrites the record).
+pub(crate) fn claimed(
+    backend: &'static str,
+    project: &ProjectId,
+    actor: &ActorId,
+    column: &str,
+    bytes: &[u8],
+) -> Option<ClaimedRecord> {
+    let Some(id) = column.strip_prefix(CONNECTION_PREFIX).and_then(|id| RecordId::parse(id).ok()) else {
+        tracing::warn!(backend, %project, %actor, client_id = column, "Claimed restore row with a foreign id ignored.");
+        return None;
+    };
+    let key =
+        RestoreKey::Connection(ConnectionRecord { project: project.clone(), actor: actor.clone(), id: id.clone() });
+    let record = decode_loaded(backend, &key, bytes).unwrap_or_default();
+    Some(ClaimedRecord { id, record })
 }
 
 /// Unix seconds as a SQL `BIGINT`; past `i64::MAX` (year 292 billion) it saturates.
@@ -22,15 +59,16 @@ pub(crate) fn unix_to_sql(unix_s: u64) -> i64 {
 /// The record in a loaded `record` column. A column that does not decode was not written by this
 /// store (or is damaged): it is logged and treated as no record, so the client reconnects with no
 /// restored subscriptions rather than failing to authenticate.
-pub(crate) fn decode_loaded(backend: &'static str, key: &SessionKey, bytes: &[u8]) -> Option<RestoreRecord> {
+pub(crate) fn decode_loaded(backend: &'static str, key: &RestoreKey, bytes: &[u8]) -> Option<RestoreRecord> {
     match record::decode(bytes) {
         Ok(record) => Some(record),
         Err(error) => {
+            let (project, actor, client_id) = key_columns(key);
             tracing::warn!(
                 backend,
-                project = %key.project,
-                actor = %key.actor,
-                client_id = key.client_id.as_ref().map(ClientId::as_str),
+                project,
+                actor,
+                client_id = &*client_id,
                 error = &error as &dyn std::error::Error,
                 "Undecodable restore record ignored."
             );

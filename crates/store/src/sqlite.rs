@@ -17,7 +17,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use skua_core::{RestoreRecord, SessionKey, Store, StoreError};
+use skua_core::{ActorId, ClaimedRecord, NodeId, ProjectId, RestoreKey, RestoreRecord, Store, StoreError};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 
 use crate::clock::UnixClock;
@@ -26,7 +26,7 @@ use crate::group_commit::{Write, Writer};
 use crate::migrations;
 use crate::prune::PruneSchedule;
 use crate::record;
-use crate::sql::{decode_loaded, key_columns, unix_to_sql};
+use crate::sql::{CONNECTION_PATTERN, decode_loaded, key_columns, unix_to_sql};
 
 const BACKEND: &str = "sqlite";
 
@@ -43,7 +43,22 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 const LOAD: &str = "SELECT record FROM restore_records \
                     WHERE project = ? AND actor = ? AND client_id = ? \
                     AND (expires_at IS NULL OR expires_at > ?)";
-const RELEASE: &str = "UPDATE restore_records SET expires_at = ? WHERE project = ? AND actor = ? AND client_id = ?";
+const RELEASE: &str = "UPDATE restore_records SET expires_at = ?, released_seq = ? \
+                       WHERE project = ? AND actor = ? AND client_id = ?";
+/// Takes the actor's connection record released last; one statement, so SQLite's write lock
+/// makes it atomic against every other claim.
+const CLAIM: &str = "UPDATE restore_records SET expires_at = NULL, released_seq = NULL, node = ? \
+                     WHERE project = ? AND actor = ? AND client_id = ( \
+                         SELECT client_id FROM restore_records \
+                         WHERE project = ? AND actor = ? AND client_id LIKE ? \
+                         AND released_seq IS NOT NULL AND expires_at > ? \
+                         ORDER BY released_seq DESC LIMIT 1) \
+                     RETURNING client_id, record";
+/// Releases a lapsed node's rows; they share one place in the release order.
+const RELEASE_NODE: &str = "UPDATE restore_records SET expires_at = ?, released_seq = ? \
+                            WHERE node = ? AND expires_at IS NULL";
+const RELEASE_OTHER_NODES: &str = "UPDATE restore_records SET expires_at = ?, released_seq = ? \
+                                   WHERE node <> ? AND expires_at IS NULL";
 const PRUNE: &str = "DELETE FROM restore_records WHERE expires_at IS NOT NULL AND expires_at <= ?";
 
 /// Restore records in SQLite. Holds a connection pool: create one per database and share it
@@ -143,9 +158,10 @@ impl fmt::Debug for SqliteStore {
 impl Store for SqliteStore {
     /// # Errors
     /// [`StoreError::Unavailable`] when the database failed.
-    async fn save_restore(&self, key: &SessionKey, record: &RestoreRecord) -> Result<(), StoreError> {
+    async fn save_restore(&self, key: &RestoreKey, node: &NodeId, record: &RestoreRecord) -> Result<(), StoreError> {
         let (project, actor, client_id) = key_columns(key);
-        let w = Write::Save(project.to_owned(), actor.to_owned(), client_id.to_owned(), record::encode(record));
+        let (project, actor, node) = (project.to_owned(), actor.to_owned(), node.as_str().to_owned());
+        let w = Write::Save(project, actor, client_id.into_owned(), record::encode(record), node);
         self.writer.write(w).await.map_err(writer_error("save_restore"))
     }
 
@@ -153,12 +169,12 @@ impl Store for SqliteStore {
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] when the database failed.
-    async fn load_restore(&self, key: &SessionKey) -> Result<Option<RestoreRecord>, StoreError> {
+    async fn load_restore(&self, key: &RestoreKey) -> Result<Option<RestoreRecord>, StoreError> {
         let (project, actor, client_id) = key_columns(key);
         let row: Option<Vec<u8>> = sqlx::query_scalar(LOAD)
             .bind(project)
             .bind(actor)
-            .bind(client_id)
+            .bind(&*client_id)
             .bind(unix_to_sql((self.clock)()))
             .fetch_optional(&self.pool)
             .await
@@ -171,10 +187,10 @@ impl Store for SqliteStore {
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] when the database failed.
-    async fn release_restore(&self, key: &SessionKey, now_unix_s: u64, ttl_s: u64) -> Result<(), StoreError> {
+    async fn release_restore(&self, key: &RestoreKey, now_unix_s: u64, ttl_s: u64) -> Result<(), StoreError> {
         let (project, actor, client_id) = key_columns(key);
         let at = unix_to_sql(now_unix_s.saturating_add(ttl_s));
-        let w = Write::Release(at, project.to_owned(), actor.to_owned(), client_id.to_owned());
+        let w = Write::Release(at, next_release_seq(), project.to_owned(), actor.to_owned(), client_id.into_owned());
         self.writer.write(w).await.map_err(writer_error("release_restore"))?;
         let now = (self.clock)();
         if self.prune.claim(now)
@@ -187,6 +203,86 @@ impl Store for SqliteStore {
             );
         }
         Ok(())
+    }
+
+    /// A claimed row whose record does not decode is logged and restores nothing; the claimer
+    /// keeps its id and overwrites it.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the database failed.
+    async fn claim_restore(
+        &self,
+        project: &ProjectId,
+        actor: &ActorId,
+        node: &NodeId,
+    ) -> Result<Option<ClaimedRecord>, StoreError> {
+        let row: Option<(String, Vec<u8>)> = sqlx::query_as(CLAIM)
+            .bind(node.as_str())
+            .bind(project.as_str())
+            .bind(actor.as_str())
+            .bind(project.as_str())
+            .bind(actor.as_str())
+            .bind(CONNECTION_PATTERN)
+            .bind(unix_to_sql((self.clock)()))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(sql(BACKEND, "claim_restore"))?;
+        Ok(row.and_then(|(column, bytes)| crate::sql::claimed(BACKEND, project, actor, &column, &bytes)))
+    }
+
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the database failed.
+    async fn release_node_restores(&self, node: &NodeId, now_unix_s: u64, ttl_s: u64) -> Result<u64, StoreError> {
+        self.release_nodes(RELEASE_NODE, node, now_unix_s, ttl_s).await
+    }
+
+    async fn release_other_nodes_restores(
+        &self,
+        keep: &NodeId,
+        now_unix_s: u64,
+        ttl_s: u64,
+    ) -> Result<u64, StoreError> {
+        self.release_nodes(RELEASE_OTHER_NODES, keep, now_unix_s, ttl_s).await
+    }
+}
+
+impl SqliteStore {
+    /// Runs `query` (one of the node releases) for `node`.
+    async fn release_nodes(
+        &self,
+        query: &'static str,
+        node: &NodeId,
+        now_unix_s: u64,
+        ttl_s: u64,
+    ) -> Result<u64, StoreError> {
+        let done = sqlx::query(query)
+            .bind(unix_to_sql(now_unix_s.saturating_add(ttl_s)))
+            .bind(next_release_seq())
+            .bind(node.as_str())
+            .execute(&self.pool)
+            .await
+            .map_err(sql(BACKEND, "release_node_restores"))?;
+        Ok(done.rows_affected())
+    }
+}
+
+/// The next release order (`released_seq`): microseconds since the epoch, made strictly
+/// increasing within the process, so a release that returned before another began is lower,
+/// through every handle onto the file and across restarts (unless the clock steps back). One
+/// process owns an SQLite database (it is the embedded store of a single node).
+fn next_release_seq() -> i64 {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    static LAST: AtomicI64 = AtomicI64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
+    let mut last = LAST.load(Ordering::Relaxed);
+    loop {
+        let next = now.max(last.saturating_add(1));
+        match LAST.compare_exchange_weak(last, next, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return next,
+            Err(seen) => last = seen,
+        }
     }
 }
 

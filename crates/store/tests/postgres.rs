@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
-use skua_core::{ActorId, ProjectId, RestoreRecord, RestoredTopic, SessionKey, Store, StoreError};
+use skua_core::{ActorId, NodeId, ProjectId, RestoreKey, RestoreRecord, RestoredTopic, SessionKey, Store, StoreError};
 use skua_store::postgres::ACQUIRE_TIMEOUT;
 use skua_store::{PostgresStore, SchemaNotMigrated, UnixClock};
 use skua_testkit::conformance::store::{StoreHarness, T0};
@@ -69,8 +69,16 @@ mod conformance {
     skua_testkit::store_conformance!(setup = setup());
 }
 
-fn key(actor: &str) -> SessionKey {
-    SessionKey { project: ProjectId::parse("proj").unwrap(), actor: ActorId::parse(actor).unwrap(), client_id: None }
+fn node() -> NodeId {
+    NodeId::parse("node-1").unwrap()
+}
+
+fn key(actor: &str) -> RestoreKey {
+    RestoreKey::Session(SessionKey {
+        project: ProjectId::parse("proj").unwrap(),
+        actor: ActorId::parse(actor).unwrap(),
+        client_id: None,
+    })
 }
 
 fn record() -> RestoreRecord {
@@ -98,7 +106,7 @@ async fn migrations_are_idempotent() {
     let Some(db) = TestDatabase::migrated().await else { return };
     skua_store::migrate(&db.url).await.expect("a second run does nothing");
     let store = PostgresStore::connect(&db.url, TestClock::new().clock()).await.unwrap();
-    store.save_restore(&key("alice"), &record()).await.unwrap();
+    store.save_restore(&key("alice"), &node(), &record()).await.unwrap();
     store.migrate().await.expect("and a third, through a store");
     assert_eq!(store.load_restore(&key("alice")).await.unwrap(), Some(record()), "data untouched");
 
@@ -127,7 +135,7 @@ async fn connect_refuses_an_unmigrated_database_and_connect_and_migrate_fixes_it
     assert!(source.is::<SchemaNotMigrated>(), "{source}");
 
     let store = PostgresStore::connect_and_migrate(&db.url, TestClock::new().clock()).await.unwrap();
-    store.save_restore(&key("alice"), &record()).await.unwrap();
+    store.save_restore(&key("alice"), &node(), &record()).await.unwrap();
     PostgresStore::connect(&db.url, TestClock::new().clock()).await.expect("migrated now");
 }
 
@@ -137,7 +145,7 @@ async fn open_picks_postgres_for_both_schemes() {
     let postgresql = db.url.replacen("postgres://", "postgresql://", 1);
     for url in [&db.url, &postgresql] {
         let store = skua_store::open(url, TestClock::new().clock()).await.unwrap_or_else(|e| panic!("{url}: {e:?}"));
-        store.save_restore(&key("alice"), &record()).await.unwrap();
+        store.save_restore(&key("alice"), &node(), &record()).await.unwrap();
         assert_eq!(store.load_restore(&key("alice")).await.unwrap(), Some(record()));
     }
 }
@@ -148,7 +156,7 @@ async fn prune_deletes_expired_records_only_and_release_prunes_by_itself() {
     let clock = TestClock::new();
     let store = PostgresStore::connect(&db.url, clock.clock()).await.unwrap();
     for actor in ["a", "b", "c"] {
-        store.save_restore(&key(actor), &record()).await.unwrap();
+        store.save_restore(&key(actor), &node(), &record()).await.unwrap();
     }
     store.release_restore(&key("a"), T0, 10).await.unwrap();
     store.release_restore(&key("b"), T0, 1_000).await.unwrap();
@@ -167,7 +175,7 @@ async fn prune_deletes_expired_records_only_and_release_prunes_by_itself() {
 async fn a_record_this_store_did_not_write_loads_as_none() {
     let Some(db) = TestDatabase::migrated().await else { return };
     let store = PostgresStore::connect(&db.url, TestClock::new().clock()).await.unwrap();
-    store.save_restore(&key("alice"), &record()).await.unwrap();
+    store.save_restore(&key("alice"), &node(), &record()).await.unwrap();
     let mut conn = PgConnection::connect(&db.url).await.unwrap();
     sqlx::query("UPDATE restore_records SET record = '\\xc1ff'::bytea").execute(&mut conn).await.unwrap();
     let _ = conn.close().await;
@@ -185,7 +193,9 @@ async fn an_unreachable_postgres_fails_to_connect() {
         panic!("connected to port 1");
     };
     assert_eq!(source.to_string(), "postgres: connect failed");
-    assert!(started.elapsed() < ACQUIRE_TIMEOUT + std::time::Duration::from_secs(2), "{:?}", started.elapsed());
+    // It gives up after about the acquire timeout; three times it is slack for a loaded machine,
+    // and still fails a pool that retries without end (or for sqlx's default 30 s).
+    assert!(started.elapsed() < ACQUIRE_TIMEOUT * 3, "{:?}", started.elapsed());
 }
 
 /// The versions of `migrations/postgres/`, oldest first.

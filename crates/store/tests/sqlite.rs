@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
-use skua_core::{ActorId, ClientId, ProjectId, RestoreRecord, RestoredTopic, SessionKey, Store, StoreError};
+use skua_core::{
+    ActorId, ClientId, NodeId, ProjectId, RestoreKey, RestoreRecord, RestoredTopic, SessionKey, Store, StoreError,
+};
 use skua_store::{SqliteStore, UnixClock, UnsupportedStoreUrl};
 use skua_testkit::conformance::store::{StoreHarness, T0};
 
@@ -110,12 +112,16 @@ mod file {
     skua_testkit::store_conformance!(FileHarness::new());
 }
 
-fn key(actor: &str, client_id: Option<&str>) -> SessionKey {
-    SessionKey {
+fn node() -> NodeId {
+    NodeId::parse("node-1").unwrap()
+}
+
+fn key(actor: &str, client_id: Option<&str>) -> RestoreKey {
+    RestoreKey::Session(SessionKey {
         project: ProjectId::parse("proj").unwrap(),
         actor: ActorId::parse(actor).unwrap(),
         client_id: client_id.map(|c| ClientId::parse(c).unwrap()),
-    }
+    })
 }
 
 fn record() -> RestoreRecord {
@@ -137,8 +143,8 @@ async fn records_survive_closing_and_reopening_the_file() {
     let url = dir.url("store.db");
     let clock = TestClock::new();
     let store = SqliteStore::connect(&url, clock.clock()).await.unwrap();
-    store.save_restore(&key("alice", None), &record()).await.unwrap();
-    store.save_restore(&key("bob", Some("w1")), &record()).await.unwrap();
+    store.save_restore(&key("alice", None), &node(), &record()).await.unwrap();
+    store.save_restore(&key("bob", Some("w1")), &node(), &record()).await.unwrap();
     store.release_restore(&key("bob", Some("w1")), T0, 60).await.unwrap();
     store.close().await;
     drop(store);
@@ -155,7 +161,7 @@ async fn prune_deletes_expired_records_only_and_release_prunes_by_itself() {
     let clock = TestClock::new();
     let store = SqliteStore::connect("sqlite::memory:", clock.clock()).await.unwrap();
     for actor in ["a", "b", "c"] {
-        store.save_restore(&key(actor, None), &record()).await.unwrap();
+        store.save_restore(&key(actor, None), &node(), &record()).await.unwrap();
     }
     // The first release of a handle prunes (nothing has expired yet).
     store.release_restore(&key("a", None), T0, 10).await.unwrap();
@@ -176,7 +182,7 @@ async fn prune_deletes_expired_records_only_and_release_prunes_by_itself() {
 async fn open_picks_the_backend_by_url_scheme() {
     let dir = TempDir::new();
     let store = skua_store::open(&dir.url("picked.db"), TestClock::new().clock()).await.unwrap();
-    store.save_restore(&key("alice", None), &record()).await.unwrap();
+    store.save_restore(&key("alice", None), &node(), &record()).await.unwrap();
     assert!(dir.0.join("picked.db").is_file());
     let memory = skua_store::open("sqlite::memory:", TestClock::new().clock()).await.unwrap();
     assert_eq!(memory.load_restore(&key("alice", None)).await.unwrap(), None);
@@ -199,7 +205,7 @@ async fn migrate_is_idempotent_and_what_connect_does() {
     skua_store::migrate(&url).await.unwrap();
     skua_store::migrate(&url).await.unwrap();
     let store = SqliteStore::connect(&url, TestClock::new().clock()).await.unwrap();
-    store.save_restore(&key("alice", None), &record()).await.unwrap();
+    store.save_restore(&key("alice", None), &node(), &record()).await.unwrap();
     skua_store::migrate(&url).await.unwrap();
     assert_eq!(store.load_restore(&key("alice", None)).await.unwrap(), Some(record()));
 }
@@ -220,14 +226,14 @@ async fn a_record_this_store_did_not_write_loads_as_none() {
     let dir = TempDir::new();
     let url = dir.url("foreign.db");
     let store = SqliteStore::connect(&url, TestClock::new().clock()).await.unwrap();
-    store.save_restore(&key("alice", None), &record()).await.unwrap();
+    store.save_restore(&key("alice", None), &node(), &record()).await.unwrap();
 
     let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
     sqlx::query("UPDATE restore_records SET record = X'C1FF'").execute(&pool).await.unwrap();
     pool.close().await;
     assert_eq!(store.load_restore(&key("alice", None)).await.unwrap(), None);
 
-    store.save_restore(&key("alice", None), &record()).await.unwrap();
+    store.save_restore(&key("alice", None), &node(), &record()).await.unwrap();
     assert_eq!(store.load_restore(&key("alice", None)).await.unwrap(), Some(record()), "a save repairs it");
 }
 
@@ -245,9 +251,9 @@ async fn concurrent_writes_through_two_handles_all_land() {
         let store = handles[i % 2].clone();
         writers.spawn(async move {
             let k = key(&format!("actor-{i}"), None);
-            store.save_restore(&k, &record()).await?;
+            store.save_restore(&k, &node(), &record()).await?;
             store.release_restore(&k, T0, 600).await?;
-            store.save_restore(&k, &record()).await
+            store.save_restore(&k, &node(), &record()).await
         });
     }
     while let Some(written) = writers.join_next().await {

@@ -7,6 +7,7 @@
 //! - [`process`]: real `skua`, Mosquitto and Redis processes for fault tests;
 //! - [`proxy`]: a TCP proxy a test can cut, to make a real service unreachable;
 //! - [`postgres`]: a fresh migrated Postgres database per test;
+//! - [`skip`]: skipping a test whose service is missing, visibly (and failing under `CI=true`);
 //! - [`control`]: control-plane gRPC clients and a deadline poller for propagation tests;
 //! - [`conformance`]: behavioural suites for the bus, presence and store slots: test bodies
 //!   plus macros that turn them into tests for one implementation.
@@ -20,6 +21,7 @@ pub mod postgres;
 pub mod process;
 pub mod proxy;
 pub mod server;
+pub mod skip;
 
 pub use client::{Event, Frame, WsClient, encode};
 pub use cluster::TestCluster;

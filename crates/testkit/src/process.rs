@@ -19,8 +19,7 @@ pub fn have(program: &str) -> bool {
     let found =
         Command::new("sh").args(["-c", &format!("command -v {program}")]).output().is_ok_and(|o| o.status.success());
     if !found {
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "{program} must be installed under CI=true");
-        eprintln!("SKIPPED: {program} is not installed");
+        crate::skip::skip(&format!("{program} is not installed"));
     }
     found
 }

@@ -1,10 +1,12 @@
 //! A TCP proxy a test can cut and restore, to make a real service unreachable for a while
-//! (no mocks: the service keeps running, only this node's path to it breaks).
+//! (no mocks: the service keeps running, only this node's path to it breaks), or stall, to make
+//! it unresponsive while the connections stay open.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
@@ -15,6 +17,7 @@ pub struct TcpProxy {
     pub addr: SocketAddr,
     cut: Arc<AtomicBool>,
     generation: watch::Sender<u64>,
+    stalled: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -28,7 +31,8 @@ impl TcpProxy {
         let addr = listener.local_addr().expect("proxy address");
         let cut = Arc::new(AtomicBool::new(false));
         let (generation, _) = watch::channel(0u64);
-        let (flag, gen_tx) = (cut.clone(), generation.clone());
+        let (stalled, _) = watch::channel(false);
+        let (flag, gen_tx, stall_tx) = (cut.clone(), generation.clone(), stalled.clone());
         let task = tokio::spawn(async move {
             loop {
                 let Ok((inbound, _)) = listener.accept().await else { return };
@@ -37,17 +41,31 @@ impl TcpProxy {
                     continue;
                 }
                 let mut cut_signal = gen_tx.subscribe();
+                let (up, down) = (stall_tx.subscribe(), stall_tx.subscribe());
                 tokio::spawn(async move {
-                    let Ok(mut outbound) = TcpStream::connect(target).await else { return };
-                    let mut inbound = inbound;
+                    let Ok(outbound) = TcpStream::connect(target).await else { return };
+                    let (in_read, in_write) = inbound.into_split();
+                    let (out_read, out_write) = outbound.into_split();
                     tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        () = forward(in_read, out_write, up) => {}
+                        () = forward(out_read, in_write, down) => {}
                         _ = cut_signal.changed() => {}
                     }
                 });
             }
         });
-        Self { addr, cut, generation, task }
+        Self { addr, cut, generation, stalled, task }
+    }
+
+    /// Stops passing bytes either way while keeping every connection open (the service looks
+    /// alive but never answers), until [`Self::resume`].
+    pub fn stall(&self) {
+        self.stalled.send_replace(true);
+    }
+
+    /// Passes bytes again after [`Self::stall`] (what was held back is delivered).
+    pub fn resume(&self) {
+        self.stalled.send_replace(false);
     }
 
     /// Drops every forwarded connection and refuses new ones until [`Self::restore`].
@@ -59,6 +77,25 @@ impl TcpProxy {
     /// Forwards again.
     pub fn restore(&self) {
         self.cut.store(false, Ordering::SeqCst);
+    }
+}
+
+/// Copies `from` to `to`, holding each chunk back while `stalled` is set; returns when either
+/// side ends.
+async fn forward(
+    mut from: impl AsyncRead + Unpin,
+    mut to: impl AsyncWrite + Unpin,
+    mut stalled: watch::Receiver<bool>,
+) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if stalled.wait_for(|s| !*s).await.is_err() || to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
     }
 }
 

@@ -178,6 +178,24 @@ impl TestServer {
         c
     }
 
+    /// Closes `c`, a client of this node, and waits until the node has finished with it (its
+    /// cleanup ran: subscriptions and presence released, restore record ended). Watches the
+    /// node's closed-connections counter, so other connections must not close meanwhile.
+    ///
+    /// # Panics
+    /// When the node has not finished within 5 s.
+    pub async fn close_settled(&self, c: WsClient) {
+        use std::sync::atomic::Ordering;
+        let closed = self.state.metrics.connections_closed.load(Ordering::Acquire);
+        c.close().await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        // The counter is bumped after the connection's cleanup; nothing else signals it.
+        while self.state.metrics.connections_closed.load(Ordering::Acquire) <= closed {
+            assert!(tokio::time::Instant::now() < deadline, "the node did not finish closing the connection");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     /// Drains the node (1012 to every socket) and waits for it; true if within the grace.
     pub async fn shutdown(mut self) -> bool {
         match self.node.take() {

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use skua_core::{BusSubscription, ClientId, SessionKey};
+use skua_core::{BusSubscription, ClientId, ConnectionRecord, RecordId, RestoreKey, SessionKey};
 use skua_protocol::codes::{auth as auth_err, error};
 use skua_protocol::filters::parse_subscription_filters;
 use skua_protocol::{
@@ -76,11 +76,22 @@ impl Session {
             .unwrap_or(self.st.config.max_message_size)
             .min(skua_protocol::MAX_PAYLOAD_CEILING_BYTES);
         let (registration, subscriptions) = self.register(&actor, key.client_id.as_ref(), cred.token_digest);
+        // Without a clientId each connection keeps a record of its own, so another tab's fresh
+        // `auth` never overwrites it; a reconnect below may take over an ended one instead.
+        let restore = match key.client_id {
+            Some(_) => RestoreKey::Session(key.clone()),
+            None => RestoreKey::Connection(ConnectionRecord {
+                project: key.project.clone(),
+                actor: key.actor.clone(),
+                id: new_record_id(),
+            }),
+        };
         self.auth = Some(Authed {
             actor: actor.clone(),
             version,
             expires_at: cred.expires_at,
             key,
+            restore,
             bucket: TokenBucket::new(rate, self.st.config.rate_limit_window),
             max_message_size,
             _slot: slot,
@@ -166,11 +177,24 @@ impl Session {
         self.persistent = Some((session, held));
     }
 
-    /// Loads the restore record and takes the bus subscriptions of every entry that is
-    /// still valid (address accessible, filters valid, bus reachable).
+    /// Loads the restore record (a clientId session's) or claims one (the actor's connection
+    /// record that ended last, which becomes this connection's), and takes the bus
+    /// subscriptions of every entry that is still valid (address accessible, filters valid,
+    /// bus reachable).
     async fn restore_subscriptions(&mut self) -> Vec<(String, SessionSub)> {
-        let Some(a) = &self.auth else { return Vec::new() };
-        let record = match self.st.store.load_restore(&a.key).await {
+        let Some(a) = &mut self.auth else { return Vec::new() };
+        let loaded = match &mut a.restore {
+            RestoreKey::Session(_) => self.st.store.load_restore(&a.restore).await,
+            RestoreKey::Connection(mine) => {
+                self.st.store.claim_restore(&mine.project, &mine.actor, &self.st.node).await.map(|claimed| {
+                    claimed.map(|c| {
+                        mine.id = c.id;
+                        c.record
+                    })
+                })
+            }
+        };
+        let record = match loaded {
             Ok(Some(r)) => r,
             Ok(None) => return Vec::new(),
             Err(e) => {
@@ -178,6 +202,7 @@ impl Session {
                 return Vec::new();
             }
         };
+        let Some(a) = &self.auth else { return Vec::new() };
         self.pending_lobbies = record.lobbies.clone();
         let registry = self.st.registry.load();
         let mut out = Vec::new();
@@ -253,4 +278,11 @@ impl Session {
             self.auth_failed();
         }
     }
+}
+
+/// A fresh connection record id: a random UUID, so ids never repeat across nodes and restarts.
+fn new_record_id() -> RecordId {
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    // Invariant: 32 hex digits are a slug.
+    RecordId::parse(&id).expect("a UUID's hex digits are a slug")
 }

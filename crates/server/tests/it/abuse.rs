@@ -74,7 +74,10 @@ async fn auth_timeout_closes_sockets_that_only_send_heartbeats() {
     // Authenticated in time: the deadline no longer applies.
     let mut c = server.connect().await;
     c.auth_ok("dev-token-alice", 2).await;
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await; // let the deadline pass
+    // A witness connected after `c` authenticated: its deadline is later than `c`'s, so once it
+    // is closed `c`'s deadline has passed too (an event to await, not a sleep).
+    let mut witness = server.connect().await;
+    assert_eq!(witness.expect_close().await, (1008, "auth_timeout".to_owned()));
     c.assert_nothing_pending().await;
 }
 

@@ -275,8 +275,7 @@ fn postgres(pki: &Pki) -> Option<(Service, u16)> {
 async fn the_store_reaches_postgres_with_verify_full_and_a_password_and_never_shows_it() {
     let pki = Pki::new("pg");
     let Some((_pg, port)) = postgres(&pki) else {
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "Postgres must be installed under CI=true");
-        eprintln!("SKIPPED: Postgres binaries or the postgres user are missing");
+        skua_testkit::skip::skip("Postgres binaries or the postgres user are missing");
         return;
     };
     let ca = pki.arg("ca.pem");

@@ -32,6 +32,7 @@ cluster_cases!(
     load_balanced_group_gets_each_message_once_across_nodes,
     presence_and_lobbies_span_nodes,
     reconnect_restores_on_another_node,
+    two_tabs_restore_their_own_subscriptions_on_other_nodes,
     order_is_kept_per_publisher_across_nodes,
     one_bus_subscription_serves_every_local_subscriber,
     durable_sessions_span_nodes,
@@ -176,6 +177,12 @@ async fn reconnect_restores_on_another_node(c: TestCluster) {
     let mut bob = c.node(1).auth("dev-token-bob").await;
     bob.publish_acked(TOPIC, "after".into()).await;
     assert_eq!(b.expect("message").await.str("data"), "after");
+}
+
+async fn two_tabs_restore_their_own_subscriptions_on_other_nodes(c: TestCluster) {
+    let open_on = [c.node(0), c.node(1)];
+    let reconnect_on = [c.node(2), c.node(0)];
+    crate::reconnect::two_tabs_each_get_their_own_subscriptions_back(open_on, reconnect_on).await;
 }
 
 async fn order_is_kept_per_publisher_across_nodes(c: TestCluster) {

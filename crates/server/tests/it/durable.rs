@@ -43,16 +43,18 @@ async fn ack(c: &mut WsClient, f: &Frame) {
     c.send(frame! {"type" => "ack", "msgId" => f.str("msgId")}).await;
 }
 
-/// Closes `c` and waits until the node has finished cleaning up after it (acks stored, held
-/// messages released), so the next step sees the session as the client left it.
-async fn close_and_settle(server: &TestServer, c: WsClient) {
-    let closed = server.state.metrics.connections_closed.load(Ordering::Acquire);
-    c.close().await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while server.state.metrics.connections_closed.load(Ordering::Acquire) <= closed {
-        assert!(tokio::time::Instant::now() < deadline, "the node did not finish closing the connection");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+/// Asserts that `w` has nothing more coming on `TASKS`: a logged marker published now is queued
+/// on `w`'s durable task behind whatever that task still has to deliver (restore, replay,
+/// redelivery), so it must be the next frame `w` gets. A heartbeat echo alone is no such
+/// barrier: it bypasses the durable task, so a late replay would arrive after it.
+async fn assert_marker_comes_first(w: &mut WsClient, alice: &mut WsClient, marker: i64) {
+    // The session has handled every frame `w` sent, so its restore and subscribes are queued.
+    w.assert_nothing_pending().await;
+    publish(alice, marker).await;
+    let m = w.expect("message").await;
+    assert_eq!(data(&m), marker, "delivered before the marker: {m:?}");
+    ack(w, &m).await;
+    w.assert_nothing_pending().await;
 }
 
 #[tokio::test]
@@ -94,7 +96,7 @@ async fn a_persistent_session_gets_what_was_published_while_away_and_unacked_mes
     assert_eq!((data(&m1), data(&m2)), (1, 2));
     ack(&mut w, &m1).await;
     w.assert_nothing_pending().await;
-    close_and_settle(&server, w).await;
+    server.close_settled(w).await;
 
     publish(&mut alice, 3).await;
     publish(&mut alice, 4).await;
@@ -112,11 +114,11 @@ async fn a_persistent_session_gets_what_was_published_while_away_and_unacked_mes
     }
     ack(&mut w, &again).await;
     w.assert_nothing_pending().await;
-    close_and_settle(&server, w).await;
+    server.close_settled(w).await;
 
     // Everything was acked: the next return delivers nothing.
     let mut w = agent(&server, "worker-1", true).await;
-    w.assert_nothing_pending().await;
+    assert_marker_comes_first(&mut w, &mut alice, 5).await;
 }
 
 #[tokio::test]
@@ -126,16 +128,18 @@ async fn clients_without_a_client_id_or_of_other_types_keep_no_backlog() {
     bob.subscribe(TASKS).await;
     let (mut plain_agent, _) = auth(&server, "dev-token-agent", None, false).await;
     plain_agent.subscribe(TASKS).await;
-    close_and_settle(&server, bob).await;
+    server.close_settled(bob).await;
     let mut alice = server.auth("dev-token-alice").await;
     publish(&mut alice, 1).await;
     plain_agent.expect("message").await;
-    close_and_settle(&server, plain_agent).await;
+    server.close_settled(plain_agent).await;
     publish(&mut alice, 2).await;
     let (mut plain_agent, _) = auth(&server, "dev-token-agent", None, true).await;
-    plain_agent.assert_nothing_pending().await;
+    plain_agent.subscribe(TASKS).await;
+    assert_marker_comes_first(&mut plain_agent, &mut alice, 3).await;
     let (mut bob, _) = auth(&server, "dev-token-bob", Some("laptop"), true).await;
-    bob.assert_nothing_pending().await;
+    bob.subscribe(TASKS).await;
+    assert_marker_comes_first(&mut bob, &mut alice, 4).await;
 }
 
 #[tokio::test]
@@ -145,7 +149,7 @@ async fn two_client_ids_on_one_token_keep_separate_sessions() {
     let mut b = agent(&server, "inst-b", false).await;
     a.subscribe(TASKS).await;
     b.subscribe(TASKS).await;
-    close_and_settle(&server, b).await;
+    server.close_settled(b).await;
     let mut alice = server.auth("dev-token-alice").await;
     publish(&mut alice, 7).await;
     let live = a.expect("message").await;
@@ -178,8 +182,8 @@ async fn a_group_replays_what_accumulated_while_every_member_was_gone() {
     let mut w2 = agent(&server, "w2", false).await;
     subscribe_group(&mut w1, "workers").await;
     subscribe_group(&mut w2, "workers").await;
-    close_and_settle(&server, w1).await;
-    close_and_settle(&server, w2).await;
+    server.close_settled(w1).await;
+    server.close_settled(w2).await;
 
     let mut alice = server.auth("dev-token-alice").await;
     for n in 1..=5 {
@@ -204,9 +208,11 @@ async fn a_group_replays_what_accumulated_while_every_member_was_gone() {
     ack(&mut w1, &live).await;
     w1.assert_nothing_pending().await;
 
-    // The second member finds nothing left: each message went to one member.
+    // The second member finds nothing left: each message went to one member. (w1 leaves, so
+    // the marker can only go to w2.)
+    server.close_settled(w1).await;
     let mut w2 = agent(&server, "w2", true).await;
-    w2.assert_nothing_pending().await;
+    assert_marker_comes_first(&mut w2, &mut alice, 7).await;
 }
 
 #[tokio::test]
@@ -236,7 +242,7 @@ async fn live_group_messages_reach_one_member_and_a_leaver_s_unacked_ones_go_to_
     w2.assert_nothing_pending().await;
 
     // w1 leaves without acking: w2 gets w1's messages again, flagged isReplay.
-    close_and_settle(&server, w1).await;
+    server.close_settled(w1).await;
     let mut again = Vec::new();
     for _ in 0..got1.len() {
         let m = w2.expect("message").await;
@@ -260,7 +266,7 @@ async fn a_backlog_larger_than_the_outbound_queue_is_paged_without_a_slow_consum
         .await;
     let mut w = agent(&server, "big", false).await;
     subscribe_group(&mut w, "batch").await;
-    close_and_settle(&server, w).await;
+    server.close_settled(w).await;
     let mut alice = server.auth("dev-token-alice").await;
     const N: i64 = 500;
     for n in 0..N {
@@ -285,11 +291,14 @@ async fn unsubscribing_ends_a_session_s_backlog() {
     w.send(frame! {"type" => "unsubscribe", "topic" => TASKS}).await;
     w.expect("unsubscribed").await;
     w.subscribe("demo/general/messages").await;
-    close_and_settle(&server, w).await;
+    server.close_settled(w).await;
     let mut alice = server.auth("dev-token-alice").await;
     publish(&mut alice, 1).await;
-    let mut w = agent(&server, "quitter", true).await;
-    w.assert_nothing_pending().await;
+    let (mut w, reply) = auth(&server, "dev-token-agent", Some("quitter"), true).await;
+    assert_eq!(reply.get("restoredSubscriptions").as_array().map(Vec::len), Some(1), "only messages: {reply:?}");
+    // Subscribing again starts afresh: the old consumer, and message 1 with it, is gone.
+    w.subscribe(TASKS).await;
+    assert_marker_comes_first(&mut w, &mut alice, 2).await;
 }
 
 #[tokio::test]
@@ -303,7 +312,7 @@ async fn retention_caps_what_a_session_finds_on_return() {
         .await;
     let mut w = agent(&server, "late", false).await;
     w.subscribe(TASKS).await;
-    close_and_settle(&server, w).await;
+    server.close_settled(w).await;
     let mut alice = server.auth("dev-token-alice").await;
     for n in 1..=5 {
         publish(&mut alice, n).await;
@@ -315,9 +324,11 @@ async fn retention_caps_what_a_session_finds_on_return() {
     }
     let mut w = agent(&server, "late", true).await;
     for n in 3..=5 {
-        assert_eq!(data(&w.expect("message").await), n, "the newest three are kept");
+        let m = w.expect("message").await;
+        assert_eq!(data(&m), n, "the newest three are kept");
+        ack(&mut w, &m).await;
     }
-    w.assert_nothing_pending().await;
+    assert_marker_comes_first(&mut w, &mut alice, 6).await;
 }
 
 #[tokio::test]
@@ -325,7 +336,7 @@ async fn sqlite_keeps_sessions_and_backlogs_too() {
     let server = TestServer::builder().settings(|s| s.store = Some("sqlite::memory:".into())).spawn().await;
     let mut w = agent(&server, "sq", false).await;
     subscribe_group(&mut w, "sq-group").await;
-    close_and_settle(&server, w).await;
+    server.close_settled(w).await;
     let mut alice = server.auth("dev-token-alice").await;
     publish(&mut alice, 1).await;
     publish(&mut alice, 2).await;

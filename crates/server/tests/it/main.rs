@@ -15,6 +15,7 @@ mod limits;
 mod lobby;
 mod ops;
 mod presence;
+mod promises;
 mod propagation;
 mod pubsub;
 mod reconnect;

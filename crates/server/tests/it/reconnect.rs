@@ -1,6 +1,7 @@
 //! Restoring subscriptions with `reconnect:true` (N22, N23, N36).
 
 use rmpv::Value;
+use skua_testkit::postgres::TestDatabase;
 use skua_testkit::{Frame, TestServer, WsClient, frame};
 
 async fn auth_with(server: &TestServer, token: &str, reconnect: bool, client_id: Option<&str>) -> (WsClient, Frame) {
@@ -11,6 +12,94 @@ async fn auth_with(server: &TestServer, token: &str, reconnect: bool, client_id:
 
 fn restored(reply: &Frame) -> Vec<Value> {
     reply.get("restoredSubscriptions").as_array().expect("restoredSubscriptions is a list").clone()
+}
+
+/// The restored patterns, sorted.
+fn patterns(reply: &Frame) -> Vec<String> {
+    let mut p: Vec<String> = restored(reply).iter().filter_map(|e| e["pattern"].as_str().map(str::to_owned)).collect();
+    p.sort();
+    p
+}
+
+/// The topics of alice's two tabs: one each.
+const TAB_TOPICS: [&str; 2] = ["demo/general/messages", "demo/random/tasks"];
+
+/// Alice's tab `i` on `node`: a fresh auth, subscribed to `TAB_TOPICS[i]`.
+async fn open_tab(node: &TestServer, i: usize) -> WsClient {
+    let (mut c, reply) = auth_with(node, "dev-token-alice", false, None).await;
+    assert_eq!(restored(&reply), vec![]);
+    c.subscribe(TAB_TOPICS[i]).await;
+    c
+}
+
+/// Reconnects alice with `reconnect:true` on `node`; the client and the restored patterns.
+async fn reconnect(node: &TestServer) -> (WsClient, Vec<String>) {
+    let (c, reply) = auth_with(node, "dev-token-alice", true, None).await;
+    let p = patterns(&reply);
+    (c, p)
+}
+
+/// Two tabs of one actor (issue 13, item 6): tab `i` opens on `open_on[i]` and reconnects on
+/// `reconnect_on[i]`. Whichever drops first, one at a time or both before either reconnects
+/// (reconnecting in reverse order: the record released last is claimed first), each gets its
+/// own subscriptions back. Reconnected tabs stay open, so their records are never claimed again.
+pub(crate) async fn two_tabs_each_get_their_own_subscriptions_back(
+    open_on: [&TestServer; 2],
+    reconnect_on: [&TestServer; 2],
+) {
+    let mut kept = Vec::new();
+    for first in [0, 1] {
+        let second = 1 - first;
+        // One at a time: the other tab's record is in use, so never claimed.
+        let mut tabs = [Some(open_tab(open_on[0], 0).await), Some(open_tab(open_on[1], 1).await)];
+        for i in [first, second] {
+            open_on[i].close_settled(tabs[i].take().expect("open")).await;
+            let (c, got) = reconnect(reconnect_on[i]).await;
+            assert_eq!(got, [TAB_TOPICS[i]], "tab {i} reconnected alone ({first} first)");
+            kept.push(c);
+        }
+        // Both dropped, then both reconnect, the one that dropped last first.
+        let mut tabs = [Some(open_tab(open_on[0], 0).await), Some(open_tab(open_on[1], 1).await)];
+        for i in [first, second] {
+            open_on[i].close_settled(tabs[i].take().expect("open")).await;
+        }
+        for i in [second, first] {
+            let (c, got) = reconnect(reconnect_on[i]).await;
+            assert_eq!(got, [TAB_TOPICS[i]], "tab {i} after both dropped ({first} first)");
+            kept.push(c);
+        }
+    }
+    let (_c, got) = reconnect(reconnect_on[0]).await;
+    assert_eq!(got, Vec::<String>::new(), "every record was claimed once");
+}
+
+#[tokio::test]
+async fn two_connections_of_one_actor_each_get_their_own_subscriptions_back() {
+    let server = TestServer::start().await;
+    two_tabs_each_get_their_own_subscriptions_back([&server, &server], [&server, &server]).await;
+}
+
+#[tokio::test]
+async fn a_fresh_auth_leaves_another_connection_s_record_alone() {
+    let server = TestServer::start().await;
+    let first = open_tab(&server, 0).await;
+    // A second tab opens while the first is still there, and subscribes elsewhere.
+    let _second = open_tab(&server, 1).await;
+    server.close_settled(first).await;
+    let (mut back, got) = reconnect(&server).await;
+    assert_eq!(got, [TAB_TOPICS[0]], "the second tab's auth and subscribe did not touch the first's record");
+    let mut bob = server.auth("dev-token-bob").await;
+    bob.publish_acked(TAB_TOPICS[0], "m".into()).await;
+    assert_eq!(back.expect("message").await.str("topic"), TAB_TOPICS[0]);
+}
+
+#[tokio::test]
+async fn two_nodes_on_postgres_restore_each_connection_s_own_record() {
+    let Some(db) = TestDatabase::migrated().await else { return };
+    let builder = TestServer::builder().settings(|s| s.store = Some(db.url.clone()));
+    let embedded = skua_server::node::Embedded::default();
+    let (n0, n1) = (builder.spawn_with(&embedded).await, builder.spawn_with(&embedded).await);
+    two_tabs_each_get_their_own_subscriptions_back([&n0, &n0], [&n1, &n1]).await;
 }
 
 #[tokio::test]
@@ -26,7 +115,7 @@ async fn reconnect_restores_topics_and_lobbies_without_resubscribing() {
     alice.expect("subscribed").await;
     alice.send(frame! {"type" => "lobbySubscribe", "lobbyId" => "online"}).await;
     alice.expect("lobbySubscribed").await;
-    alice.close().await;
+    server.close_settled(alice).await;
 
     let (mut alice, reply) = auth_with(&server, "dev-token-alice", true, None).await;
     let mut entries = restored(&reply);
@@ -70,16 +159,18 @@ async fn fresh_connect_restores_nothing_and_starts_a_new_record() {
     let server = TestServer::start().await;
     let (mut a, _) = auth_with(&server, "dev-token-alice", false, None).await;
     a.subscribe("demo/general/messages").await;
-    a.close().await;
+    server.close_settled(a).await;
     let (mut fresh, reply) = auth_with(&server, "dev-token-alice", false, None).await;
     assert_eq!(restored(&reply), vec![]);
     let mut bob = server.auth("dev-token-bob").await;
     bob.publish_acked("demo/general/messages", "m".into()).await;
     fresh.assert_nothing_pending().await;
-    fresh.close().await;
-    // The fresh connection's (empty) record replaced the old one.
+    server.close_settled(fresh).await;
+    // The fresh connection's (empty) record ended last; the first one's is still there.
     let (_c, reply) = auth_with(&server, "dev-token-alice", true, None).await;
     assert_eq!(restored(&reply), vec![]);
+    let (_c, reply) = auth_with(&server, "dev-token-alice", true, None).await;
+    assert_eq!(patterns(&reply), ["demo/general/messages"]);
 }
 
 #[tokio::test]
@@ -87,10 +178,10 @@ async fn persistent_actors_keep_one_record_per_client_id() {
     let server = TestServer::start().await;
     let (mut w1, _) = auth_with(&server, "dev-token-agent", false, Some("worker-1")).await;
     w1.subscribe("demo/general/tasks").await;
-    w1.close().await;
+    server.close_settled(w1).await;
     let (w2, reply) = auth_with(&server, "dev-token-agent", true, Some("worker-2")).await;
     assert_eq!(restored(&reply), vec![], "another clientId is another session (N23)");
-    w2.close().await;
+    server.close_settled(w2).await;
     let (_w1, reply) = auth_with(&server, "dev-token-agent", true, Some("worker-1")).await;
     let entries = restored(&reply);
     assert_eq!(entries.len(), 1);
@@ -98,7 +189,7 @@ async fn persistent_actors_keep_one_record_per_client_id() {
     // For other actor types clientId is accepted and ignored (N9): the key is the actor.
     let (mut u, _) = auth_with(&server, "dev-token-bob", false, Some("tab-1")).await;
     u.subscribe("demo/general/status").await;
-    u.close().await;
+    server.close_settled(u).await;
     let (_u, reply) = auth_with(&server, "dev-token-bob", true, Some("tab-2")).await;
     assert_eq!(restored(&reply).len(), 1);
 }
@@ -108,10 +199,7 @@ async fn records_expire_after_the_restore_ttl() {
     let server = TestServer::builder().settings(|s| s.restore_ttl = Some("0s".into())).spawn().await;
     let (mut a, _) = auth_with(&server, "dev-token-alice", false, None).await;
     a.subscribe("demo/general/messages").await;
-    a.close().await;
-    // Wait until the server has processed the disconnect (its presence cleanup runs first).
-    let mut probe = server.auth("dev-token-bob").await;
-    probe.subscribe("demo/general/messages").await;
+    server.close_settled(a).await;
     let (_a, reply) = auth_with(&server, "dev-token-alice", true, None).await;
     assert_eq!(restored(&reply), vec![]);
 }

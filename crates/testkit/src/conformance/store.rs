@@ -1,4 +1,5 @@
-//! The [`Store`] suite: every guarantee of the restore-record contract, as test bodies.
+//! The [`Store`] suite: every guarantee of the restore-record contract (per-connection records
+//! and their claims included), as test bodies.
 //!
 //! Time is explicit: the suite passes `now_unix_s` to `release_restore` itself and sets, through
 //! the harness, the clock that `load_restore` compares expiries with, so no case sleeps. An
@@ -12,8 +13,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use skua_core::{
-    ActorId, Claim, ClientId, Consumer, Holder, NewMessage, ProjectId, Release, RestoreRecord, RestoredTopic,
-    Retention, SessionKey, Store,
+    ActorId, Claim, ClaimedRecord, ClientId, ConnectionRecord, Consumer, Holder, NewMessage, NodeId, ProjectId,
+    RecordId, Release, RestoreKey, RestoreRecord, RestoredTopic, Retention, SessionKey, Store,
 };
 
 use super::within;
@@ -55,6 +56,14 @@ macro_rules! store_conformance {
             release_of_an_unknown_key_is_ok,
             keys_with_and_without_client_id_are_distinct,
             records_are_shared_between_handles,
+            connection_records_of_one_actor_are_separate,
+            claim_takes_the_record_released_last,
+            claim_never_takes_a_record_in_use,
+            claim_skips_expired_records,
+            claim_takes_only_the_actor_s_connection_records,
+            concurrent_claims_never_take_the_same_record,
+            releasing_a_node_ends_the_records_it_holds,
+            releasing_other_nodes_keeps_only_the_survivor_s_records,
             log_messages_before_a_consumer_are_not_pending,
             log_pending_follows_topic_and_filters,
             log_claim_hands_a_message_to_one_holder,
@@ -194,9 +203,19 @@ pub async fn release_of_an_unknown_key_is_ok<H: StoreHarness>(h: H) {
 /// separate records, saved, released and expired independently.
 pub async fn keys_with_and_without_client_id_are_distinct<H: StoreHarness>(h: H) {
     let s = h.open().await;
-    let other_project = SessionKey { project: project("proj-2"), ..key("alice", None) };
-    let keys =
-        [key("alice", None), key("alice", Some("w1")), key("alice", Some("w2")), key("bob", None), other_project];
+    let other_project = RestoreKey::Session(SessionKey {
+        project: project("proj-2"),
+        actor: ActorId::parse("alice").unwrap_or_else(|e| panic!("test actor: {e}")),
+        client_id: None,
+    });
+    let keys = [
+        key("alice", None),
+        key("alice", Some("w1")),
+        key("alice", Some("w2")),
+        key("bob", None),
+        other_project,
+        conn("alice", "r1"),
+    ];
     let record_of = |i: usize| RestoreRecord { topics: Vec::new(), lobbies: vec![format!("lobby-{i}")] };
     h.set_now(T0);
     for (i, k) in keys.iter().enumerate() {
@@ -229,22 +248,227 @@ pub async fn records_are_shared_between_handles<H: StoreHarness>(h: H) {
     assert_eq!(load(&one, &k).await, None);
 }
 
+/// Each connection of an actor keeps its own record: saving or releasing one never changes
+/// another, the actor's session records included.
+pub async fn connection_records_of_one_actor_are_separate<H: StoreHarness>(h: H) {
+    let s = h.open().await;
+    let (tab1, tab2, session) = (conn("alice", "tab-1"), conn("alice", "tab-2"), key("alice", None));
+    h.set_now(T0);
+    save(&s, &tab1, &rich_record()).await;
+    save(&s, &session, &lobbies("session")).await;
+    save(&s, &tab2, &RestoreRecord::default()).await;
+    assert_eq!(load(&s, &tab1).await, Some(rich_record()), "a second connection's save left the first alone");
+    release(&s, &tab2, T0, 10).await;
+    h.set_now(T0 + 20);
+    assert_eq!(load(&s, &tab2).await, None);
+    assert_eq!(load(&s, &tab1).await, Some(rich_record()));
+    assert_eq!(load(&s, &session).await, Some(lobbies("session")));
+}
+
+/// Contract 4: claims take released connection records, the one released last first; a
+/// claimed record loads as before and is in use again until its next release.
+pub async fn claim_takes_the_record_released_last<H: StoreHarness>(h: H) {
+    let s = h.open().await;
+    h.set_now(T0);
+    for first in ["tab-1", "tab-2"] {
+        let second = if first == "tab-1" { "tab-2" } else { "tab-1" };
+        save(&s, &conn("alice", first), &lobbies(first)).await;
+        save(&s, &conn("alice", second), &lobbies(second)).await;
+        release(&s, &conn("alice", first), T0, 60).await;
+        release(&s, &conn("alice", second), T0, 60).await;
+        assert_eq!(claim(&s, "alice").await, Some(claimed(second)), "released {first} then {second}");
+        assert_eq!(claim(&s, "alice").await, Some(claimed(first)));
+        assert_eq!(claim(&s, "alice").await, None, "both claimed");
+        assert_eq!(load(&s, &conn("alice", first)).await, Some(lobbies(first)));
+        release(&s, &conn("alice", first), T0, 60).await;
+        assert_eq!(claim(&s, "alice").await, Some(claimed(first)), "claimable again after its next release");
+        release(&s, &conn("alice", first), T0, 60).await;
+        release(&s, &conn("alice", second), T0, 60).await;
+        assert_eq!(claim(&s, "alice").await, Some(claimed(second)));
+        assert_eq!(claim(&s, "alice").await, Some(claimed(first)));
+    }
+}
+
+/// Contract 4: a record saved and not released since (its connection is open) is never
+/// claimed; a save after a release makes it in use again.
+pub async fn claim_never_takes_a_record_in_use<H: StoreHarness>(h: H) {
+    let s = h.open().await;
+    h.set_now(T0);
+    save(&s, &conn("alice", "open"), &lobbies("open")).await;
+    assert_eq!(claim(&s, "alice").await, None);
+    save(&s, &conn("alice", "ended"), &lobbies("ended")).await;
+    release(&s, &conn("alice", "ended"), T0, 60).await;
+    save(&s, &conn("alice", "reopened"), &lobbies("reopened")).await;
+    release(&s, &conn("alice", "reopened"), T0, 60).await;
+    save(&s, &conn("alice", "reopened"), &lobbies("reopened")).await;
+    assert_eq!(claim(&s, "alice").await, Some(claimed("ended")));
+    assert_eq!(claim(&s, "alice").await, None);
+    h.set_now(T0 + 100_000);
+    assert_eq!(load(&s, &conn("alice", "ended")).await, Some(lobbies("ended")), "a claimed record has no expiry");
+}
+
+/// Contracts 2 and 4: an expired record is not claimed, even when it was released last.
+pub async fn claim_skips_expired_records<H: StoreHarness>(h: H) {
+    let s = h.open().await;
+    h.set_now(T0);
+    save(&s, &conn("alice", "long"), &lobbies("long")).await;
+    save(&s, &conn("alice", "short"), &lobbies("short")).await;
+    release(&s, &conn("alice", "long"), T0, 600).await;
+    release(&s, &conn("alice", "short"), T0, 10).await;
+    h.set_now(T0 + 11);
+    assert_eq!(claim(&s, "alice").await, Some(claimed("long")));
+    assert_eq!(claim(&s, "alice").await, None);
+}
+
+/// Contract 4: session records (with or without clientId) and other actors' or projects'
+/// records are never claimed.
+pub async fn claim_takes_only_the_actor_s_connection_records<H: StoreHarness>(h: H) {
+    let s = h.open().await;
+    h.set_now(T0);
+    let other_project =
+        RestoreKey::Connection(ConnectionRecord { project: project("proj-2"), ..conn_of("alice", "x") });
+    for k in [key("alice", None), key("alice", Some("w1")), conn("bob", "b"), other_project] {
+        save(&s, &k, &rich_record()).await;
+        release(&s, &k, T0, 60).await;
+    }
+    assert_eq!(claim(&s, "alice").await, None);
+    assert_eq!(claim(&s, "bob").await, Some(ClaimedRecord { id: record_id("b"), record: rich_record() }));
+}
+
+/// Contract 4: many claims at once, through two handles, take each released record once.
+pub async fn concurrent_claims_never_take_the_same_record<H: StoreHarness>(h: H) {
+    let (one, two) = (h.open().await, h.open().await);
+    h.set_now(T0);
+    let ids: Vec<String> = (0..8).map(|i| format!("tab-{i}")).collect();
+    for id in &ids {
+        save(&one, &conn("alice", id), &lobbies(id)).await;
+        release(&two, &conn("alice", id), T0, 60).await;
+    }
+    let claims = (0..12).map(|i| {
+        let s = if i % 2 == 0 { one.clone() } else { two.clone() };
+        async move { claim(&s, "alice").await }
+    });
+    let mut got: Vec<String> =
+        futures_util::future::join_all(claims).await.into_iter().flatten().map(|c| c.id.as_str().to_owned()).collect();
+    got.sort();
+    let mut want = ids.clone();
+    want.sort();
+    assert_eq!(got, want, "every record claimed exactly once");
+}
+
+/// Contract 5: a lapsed node's records in use are released (and claimable); records another
+/// node saved or claimed since, and records released before, keep their state.
+pub async fn releasing_a_node_ends_the_records_it_holds<H: StoreHarness>(h: H) {
+    let s = h.open().await;
+    h.set_now(T0);
+    save_on(&s, &conn("alice", "on-dead"), "dead", &lobbies("on-dead")).await;
+    save_on(&s, &conn("alice", "on-live"), "live", &lobbies("on-live")).await;
+    save_on(&s, &conn("alice", "moved"), "dead", &lobbies("moved")).await;
+    release(&s, &conn("alice", "moved"), T0, 60).await;
+    assert_eq!(claim_on(&s, "alice", "live").await, Some(claimed("moved")), "now held on live");
+    save_on(&s, &key("alice", Some("w1")), "dead", &rich_record()).await;
+    save_on(&s, &conn("alice", "ended"), "dead", &lobbies("ended")).await;
+    release(&s, &conn("alice", "ended"), T0, 10).await;
+
+    assert_eq!(release_node(&s, "dead", T0 + 5, 60).await, 2, "on-dead and w1");
+    assert_eq!(claim(&s, "alice").await, Some(claimed("on-dead")), "released by the node's release, last");
+    assert_eq!(claim(&s, "alice").await, Some(claimed("ended")));
+    assert_eq!(claim(&s, "alice").await, None, "on-live and moved are in use on live");
+    h.set_now(T0 + 66);
+    assert_eq!(load(&s, &key("alice", Some("w1"))).await, None, "the session record expires like the others");
+    assert_eq!(load(&s, &conn("alice", "on-live")).await, Some(lobbies("on-live")));
+}
+
 // ----------------------------------------------------------------------------------------------
 // Helpers.
 
-async fn save(s: &Arc<dyn Store>, k: &SessionKey, record: &RestoreRecord) {
-    within(format_args!("save_restore of {k:?}"), s.save_restore(k, record))
+async fn claim(s: &Arc<dyn Store>, actor: &str) -> Option<ClaimedRecord> {
+    claim_on(s, actor, "node-1").await
+}
+
+async fn claim_on(s: &Arc<dyn Store>, actor: &str, node: &str) -> Option<ClaimedRecord> {
+    let actor = ActorId::parse(actor).unwrap_or_else(|e| panic!("test actor: {e}"));
+    within(format_args!("claim_restore of {actor:?}"), s.claim_restore(&project("proj"), &actor, &node_id(node)))
+        .await
+        .unwrap_or_else(|e| panic!("claim_restore of {actor:?}: {e}"))
+}
+
+fn node_id(node: &str) -> NodeId {
+    NodeId::parse(node).unwrap_or_else(|e| panic!("test node: {e}"))
+}
+
+/// Contract 5, every node but one: a single node starting after a crash under another id
+/// frees what the dead run held, and keeps its own records in use.
+pub async fn releasing_other_nodes_keeps_only_the_survivor_s_records<H: StoreHarness>(h: H) {
+    let s = h.open().await;
+    h.set_now(T0);
+    save_on(&s, &conn("alice", "old-1"), "crashed", &lobbies("old-1")).await;
+    save_on(&s, &conn("alice", "old-2"), "older", &lobbies("old-2")).await;
+    save_on(&s, &conn("alice", "mine"), "survivor", &lobbies("mine")).await;
+    let released = within("release_other_nodes_restores", s.release_other_nodes_restores(&node_id("survivor"), T0, 60))
+        .await
+        .unwrap_or_else(|e| panic!("release_other_nodes_restores: {e}"));
+    assert_eq!(released, 2, "old-1 and old-2");
+    let first = claim(&s, "alice").await;
+    let second = claim(&s, "alice").await;
+    let mut got: Vec<_> = [first, second].into_iter().flatten().collect();
+    got.sort_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
+    let mut want = vec![claimed("old-1"), claimed("old-2")];
+    want.sort_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
+    assert_eq!(got, want, "both dead runs' records are claimable");
+    assert_eq!(claim(&s, "alice").await, None, "the survivor's own record stays in use");
+}
+
+async fn release_node(s: &Arc<dyn Store>, node: &str, now: u64, ttl: u64) -> u64 {
+    within(format_args!("release_node_restores of {node}"), s.release_node_restores(&node_id(node), now, ttl))
+        .await
+        .unwrap_or_else(|e| panic!("release_node_restores of {node}: {e}"))
+}
+
+fn record_id(id: &str) -> RecordId {
+    RecordId::parse(id).unwrap_or_else(|e| panic!("test record id: {e}"))
+}
+
+fn conn_of(actor: &str, id: &str) -> ConnectionRecord {
+    ConnectionRecord {
+        project: project("proj"),
+        actor: ActorId::parse(actor).unwrap_or_else(|e| panic!("test actor: {e}")),
+        id: record_id(id),
+    }
+}
+
+/// The connection record `id` of `actor` in project `proj`.
+fn conn(actor: &str, id: &str) -> RestoreKey {
+    RestoreKey::Connection(conn_of(actor, id))
+}
+
+/// A record told apart by one lobby named `name`.
+fn lobbies(name: &str) -> RestoreRecord {
+    RestoreRecord { topics: Vec::new(), lobbies: vec![name.to_owned()] }
+}
+
+/// What claiming record `id` (saved as `lobbies(id)`) returns.
+fn claimed(id: &str) -> ClaimedRecord {
+    ClaimedRecord { id: record_id(id), record: lobbies(id) }
+}
+
+async fn save(s: &Arc<dyn Store>, k: &RestoreKey, record: &RestoreRecord) {
+    save_on(s, k, "node-1", record).await;
+}
+
+async fn save_on(s: &Arc<dyn Store>, k: &RestoreKey, node: &str, record: &RestoreRecord) {
+    within(format_args!("save_restore of {k:?}"), s.save_restore(k, &node_id(node), record))
         .await
         .unwrap_or_else(|e| panic!("save_restore of {k:?}: {e}"));
 }
 
-async fn load(s: &Arc<dyn Store>, k: &SessionKey) -> Option<RestoreRecord> {
+async fn load(s: &Arc<dyn Store>, k: &RestoreKey) -> Option<RestoreRecord> {
     within(format_args!("load_restore of {k:?}"), s.load_restore(k))
         .await
         .unwrap_or_else(|e| panic!("load_restore of {k:?}: {e}"))
 }
 
-async fn release(s: &Arc<dyn Store>, k: &SessionKey, now: u64, ttl: u64) {
+async fn release(s: &Arc<dyn Store>, k: &RestoreKey, now: u64, ttl: u64) {
     within(format_args!("release_restore of {k:?}"), s.release_restore(k, now, ttl))
         .await
         .unwrap_or_else(|e| panic!("release_restore of {k:?}: {e}"));
@@ -254,12 +478,12 @@ fn project(name: &str) -> ProjectId {
     ProjectId::parse(name).unwrap_or_else(|e| panic!("test project: {e}"))
 }
 
-fn key(actor: &str, client_id: Option<&str>) -> SessionKey {
-    SessionKey {
+fn key(actor: &str, client_id: Option<&str>) -> RestoreKey {
+    RestoreKey::Session(SessionKey {
         project: project("proj"),
         actor: ActorId::parse(actor).unwrap_or_else(|e| panic!("test actor: {e}")),
         client_id: client_id.map(|c| ClientId::parse(c).unwrap_or_else(|e| panic!("test clientId: {e}"))),
-    }
+    })
 }
 
 fn topic(pattern: &str, group: Option<&str>) -> RestoredTopic {
