@@ -281,6 +281,9 @@ async fn run(
              `skua admin projects delete demo-project --force` before serving real clients."
         );
     }
+    // Handlers first: a SIGHUP (or SIGTERM) sent as soon as the listening line is read must
+    // reach them, not the default action.
+    let mut signals = Signals::install().context("while installing signal handlers")?;
     // One machine-readable line on stdout, for scripts and the interop suite (`--listen :0`).
     say(&format!("skua listening on {}", node.addr));
     if let Some(addr) = node.grpc_addr {
@@ -310,7 +313,7 @@ async fn run(
             say(&format!("  control plane: skua admin --server {server} --admin-key {key} …"));
         }
     }
-    wait_for_signal(&node.tls.reloaders()).await.context("while installing signal handlers")?;
+    signals.wait(&node.tls.reloaders()).await;
     tracing::info!("Draining: closing connections with 1012.");
     if !node.shutdown().await {
         tracing::warn!("Some connections did not close within the shutdown grace.");
@@ -328,20 +331,34 @@ fn say(line: &str) {
     let _ = out.flush();
 }
 
-/// Waits for SIGTERM or SIGINT; on SIGHUP checks the TLS certificate files at once.
-async fn wait_for_signal(reloaders: &[std::sync::Arc<skua_server::tls::CertReloader>]) -> std::io::Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    let mut hup = signal(SignalKind::hangup())?;
-    loop {
-        tokio::select! {
-            _ = term.recv() => return Ok(()),
-            _ = int.recv() => return Ok(()),
-            _ = hup.recv() => {
-                tracing::info!("SIGHUP: checking the TLS certificate files.");
-                for r in reloaders {
-                    r.check();
+/// SIGTERM, SIGINT and SIGHUP, caught from [`Signals::install`] on.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Self {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
+        })
+    }
+
+    /// Waits for SIGTERM or SIGINT; on SIGHUP checks the TLS certificate files at once.
+    async fn wait(&mut self, reloaders: &[std::sync::Arc<skua_server::tls::CertReloader>]) {
+        loop {
+            tokio::select! {
+                _ = self.term.recv() => return,
+                _ = self.int.recv() => return,
+                _ = self.hup.recv() => {
+                    tracing::info!("SIGHUP: checking the TLS certificate files.");
+                    for r in reloaders {
+                        r.check();
+                    }
                 }
             }
         }
