@@ -208,6 +208,10 @@ pub struct Retention {
     /// At most this many messages are kept per topic; the oldest go first.
     pub max_per_topic: u64,
 }
+/// Most ended (claimable) connection records kept per actor (contract 6). Connection records
+/// are one per connection, so without it a high connection churn would keep every ended
+/// connection's record for `restore_ttl`; an actor reconnecting needs only its latest few.
+pub const MAX_ENDED_RECORDS_PER_ACTOR: usize = 64;
 
 /// Durable session state. Every implementation guarantees:
 ///
@@ -225,6 +229,9 @@ pub struct Retention {
 /// 5. `release_node_restores` releases every record in use that a node holds, as if each of its
 ///    connections had closed then; records other nodes hold, and records already released, are
 ///    left as they are. `release_other_nodes_restores` does the same for every node but one.
+/// 6. An actor keeps at most [`MAX_ENDED_RECORDS_PER_ACTOR`] ended connection records: the older
+///    ones are deleted (by the durable stores when they prune, about once a minute; by the
+///    memory store at once).
 #[async_trait]
 pub trait Store: MessageLog + Send + Sync + 'static {
     /// Replaces the restore record of `key`, held by a connection on `node`.

@@ -40,6 +40,6 @@ pub use error::{SchemaNotMigrated, UnsupportedStoreUrl};
 pub use memory::MemoryStore;
 pub use open::{migrate, open};
 pub use postgres::PostgresStore;
-pub use prune::PRUNE_INTERVAL_S;
+pub use prune::{MAX_ENDED_RECORDS_PER_ACTOR, PRUNE_INTERVAL_S};
 pub use registry::{PostgresRegistryStore, SqliteRegistryStore, open_registry};
 pub use sqlite::SqliteStore;

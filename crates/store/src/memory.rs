@@ -78,6 +78,24 @@ impl Kept {
 }
 
 impl State {
+    /// Drops the actor's ended connection records beyond the newest
+    /// [`crate::MAX_ENDED_RECORDS_PER_ACTOR`].
+    fn cap_ended(&mut self, project: &ProjectId, actor: &ActorId) {
+        let Some(records) = self.connections.get_mut(&(project.clone(), actor.clone())) else { return };
+        let ended = records.values().filter(|k| k.released.is_some()).count();
+        if ended <= crate::MAX_ENDED_RECORDS_PER_ACTOR {
+            return;
+        }
+        let mut order: Vec<(u64, RecordId)> =
+            records.iter().filter_map(|(id, k)| k.released.map(|r| (r, id.clone()))).collect();
+        order.sort_unstable();
+        let excess = ended - crate::MAX_ENDED_RECORDS_PER_ACTOR;
+        for (_, id) in order.into_iter().take(excess) {
+            records.remove(&id);
+        }
+        self.connection_count = self.connection_count.saturating_sub(excess);
+    }
+
     fn len(&self) -> usize {
         self.sessions.len() + self.connection_count
     }
@@ -225,6 +243,9 @@ impl Store for MemoryStore {
             kept.release(matches!(key, RestoreKey::Connection(_)), now_unix_s, ttl_s, &mut next);
         }
         state.next_release = next;
+        if let RestoreKey::Connection(c) = key {
+            state.cap_ended(&c.project, &c.actor);
+        }
         Ok(())
     }
 

@@ -65,6 +65,13 @@ const RELEASE_OTHER_NODES: &str = "UPDATE restore_records \
                                    SET expires_at = $2, released_seq = nextval('restore_records_release_seq') \
                                    WHERE node <> $1 AND expires_at IS NULL";
 const PRUNE: &str = "DELETE FROM restore_records WHERE expires_at IS NOT NULL AND expires_at <= $1";
+/// Ended connection records beyond the newest `$1` of their actor ([`crate::MAX_ENDED_RECORDS_PER_ACTOR`]).
+const PRUNE_EXCESS: &str = "DELETE FROM restore_records WHERE ctid IN ( \
+                                SELECT ctid FROM ( \
+                                    SELECT ctid, ROW_NUMBER() OVER ( \
+                                        PARTITION BY project, actor ORDER BY released_seq DESC) AS n \
+                                    FROM restore_records WHERE released_seq IS NOT NULL) AS ranked \
+                                WHERE n > $1)";
 const APPLIED: &str = "SELECT version FROM _sqlx_migrations WHERE success";
 
 /// Restore records in Postgres. Holds a connection pool: create one per node and share it
@@ -120,7 +127,10 @@ impl PostgresStore {
     /// [`StoreError::Unavailable`] when Postgres failed.
     pub async fn prune(&self, now_unix_s: u64) -> Result<u64, StoreError> {
         let done = sqlx::query(PRUNE).bind(unix_to_sql(now_unix_s)).execute(&self.pool).await;
-        Ok(done.map_err(sql(BACKEND, "prune"))?.rows_affected())
+        let expired = done.map_err(sql(BACKEND, "prune"))?.rows_affected();
+        let cap = i64::try_from(crate::MAX_ENDED_RECORDS_PER_ACTOR).unwrap_or(i64::MAX);
+        let done = sqlx::query(PRUNE_EXCESS).bind(cap).execute(&self.pool).await;
+        Ok(expired + done.map_err(sql(BACKEND, "prune"))?.rows_affected())
     }
 
     /// Closes the pool, waiting for operations in flight; later operations fail. Dropping the

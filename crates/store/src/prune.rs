@@ -11,6 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// At most one prune per store handle per this many seconds of its clock.
 pub const PRUNE_INTERVAL_S: u64 = 60;
 
+pub use skua_core::store::MAX_ENDED_RECORDS_PER_ACTOR;
+
 /// Hands out prune turns, one per interval, to one caller each.
 #[derive(Debug, Default)]
 pub(crate) struct PruneSchedule {

@@ -60,6 +60,13 @@ const RELEASE_NODE: &str = "UPDATE restore_records SET expires_at = ?, released_
 const RELEASE_OTHER_NODES: &str = "UPDATE restore_records SET expires_at = ?, released_seq = ? \
                                    WHERE node <> ? AND expires_at IS NULL";
 const PRUNE: &str = "DELETE FROM restore_records WHERE expires_at IS NOT NULL AND expires_at <= ?";
+/// Ended connection records beyond the newest `?` of their actor ([`crate::MAX_ENDED_RECORDS_PER_ACTOR`]).
+const PRUNE_EXCESS: &str = "DELETE FROM restore_records WHERE rowid IN ( \
+                                SELECT rowid FROM ( \
+                                    SELECT rowid, ROW_NUMBER() OVER ( \
+                                        PARTITION BY project, actor ORDER BY released_seq DESC) AS n \
+                                    FROM restore_records WHERE released_seq IS NOT NULL) \
+                                WHERE n > ?)";
 
 /// Restore records in SQLite. Holds a connection pool: create one per database and share it
 /// (behind an `Arc`); handles onto the same file see each other's records.
@@ -95,7 +102,10 @@ impl SqliteStore {
     /// [`StoreError::Unavailable`] when the database failed.
     pub async fn prune(&self, now_unix_s: u64) -> Result<u64, StoreError> {
         let done = sqlx::query(PRUNE).bind(unix_to_sql(now_unix_s)).execute(&self.pool).await;
-        Ok(done.map_err(sql(BACKEND, "prune"))?.rows_affected())
+        let expired = done.map_err(sql(BACKEND, "prune"))?.rows_affected();
+        let cap = i64::try_from(crate::MAX_ENDED_RECORDS_PER_ACTOR).unwrap_or(i64::MAX);
+        let done = sqlx::query(PRUNE_EXCESS).bind(cap).execute(&self.pool).await;
+        Ok(expired + done.map_err(sql(BACKEND, "prune"))?.rows_affected())
     }
 
     /// Closes the pool, waiting for operations in flight; later operations fail. Dropping the

@@ -29,6 +29,11 @@ impl StoreHarness for MemoryHarness {
     fn set_now(&self, now_unix_s: u64) {
         self.now.store(now_unix_s, Ordering::SeqCst);
     }
+
+    /// The in-memory store is one instance per process; embedded nodes share it by holding it.
+    fn distinct_handles(&self) -> bool {
+        false
+    }
 }
 
 skua_testkit::store_conformance!(MemoryHarness::new());

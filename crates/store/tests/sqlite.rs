@@ -78,6 +78,10 @@ mod memory {
         fn set_now(&self, now_unix_s: u64) {
             self.clock.set(now_unix_s);
         }
+
+        fn distinct_handles(&self) -> bool {
+            false
+        }
     }
 
     skua_testkit::store_conformance!(setup = setup());

@@ -31,6 +31,13 @@ pub trait StoreHarness {
     /// Sets the time (unix seconds) that `load_restore` of every handle of this harness treats as
     /// now when it checks expiry. Before the first call it is [`T0`].
     fn set_now(&self, now_unix_s: u64);
+
+    /// Whether [`Self::open`] opens a separate handle (its own pool onto a shared database) each
+    /// time. `false` for an in-process store, where every node of an embedded cluster holds the
+    /// one instance: then sharing is by construction, and the cases check that instead.
+    fn distinct_handles(&self) -> bool {
+        true
+    }
 }
 
 /// Generates one `#[tokio::test]` per case of the [`Store`] suite.
@@ -64,6 +71,7 @@ macro_rules! store_conformance {
             concurrent_claims_never_take_the_same_record,
             releasing_a_node_ends_the_records_it_holds,
             releasing_other_nodes_keeps_only_the_survivor_s_records,
+            an_actor_keeps_only_its_latest_ended_records,
             log_messages_before_a_consumer_are_not_pending,
             log_pending_follows_topic_and_filters,
             log_claim_hands_a_message_to_one_holder,
@@ -238,6 +246,12 @@ pub async fn keys_with_and_without_client_id_are_distinct<H: StoreHarness>(h: H)
 /// through another.
 pub async fn records_are_shared_between_handles<H: StoreHarness>(h: H) {
     let (one, two) = (h.open().await, h.open().await);
+    // Otherwise the case below would pass for any store, shared or not (issue 22).
+    assert_eq!(
+        !Arc::ptr_eq(&one, &two),
+        h.distinct_handles(),
+        "the harness must open what it says: separate handles onto one database, or the one instance"
+    );
     let k = key("alice", Some("worker-1"));
     h.set_now(T0);
     save(&one, &k, &rich_record()).await;
@@ -417,6 +431,36 @@ pub async fn releasing_other_nodes_keeps_only_the_survivor_s_records<H: StoreHar
     want.sort_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
     assert_eq!(got, want, "both dead runs' records are claimable");
     assert_eq!(claim(&s, "alice").await, None, "the survivor's own record stays in use");
+}
+
+/// Contract 6: an actor's ended connection records beyond the latest
+/// `MAX_ENDED_RECORDS_PER_ACTOR` go (the durable stores prune on release, once a minute of
+/// their clock); the latest are kept, newest claimed first; other actors' are untouched.
+pub async fn an_actor_keeps_only_its_latest_ended_records<H: StoreHarness>(h: H) {
+    let max = skua_core::store::MAX_ENDED_RECORDS_PER_ACTOR;
+    let s = h.open().await;
+    h.set_now(T0);
+    save(&s, &conn("bob", "bob-1"), &lobbies("bob-1")).await;
+    release(&s, &conn("bob", "bob-1"), T0, 3600).await;
+    for i in 0..max + 10 {
+        let id = format!("c-{i:03}");
+        save(&s, &conn("alice", &id), &lobbies(&id)).await;
+        release(&s, &conn("alice", &id), T0, 3600).await;
+    }
+    // A minute later one more release: every store has pruned by now.
+    h.set_now(T0 + 61);
+    let last = format!("c-{:03}", max + 10);
+    save(&s, &conn("alice", &last), &lobbies(&last)).await;
+    release(&s, &conn("alice", &last), T0 + 61, 3600).await;
+    let mut claimed_ids = Vec::new();
+    while let Some(c) = claim(&s, "alice").await {
+        claimed_ids.push(c.id.as_str().to_owned());
+        assert!(claimed_ids.len() <= max + 1, "more than {max} ended records kept: {claimed_ids:?}");
+    }
+    assert!(claimed_ids.len() >= max, "the latest {max} are kept: {} claimed", claimed_ids.len());
+    assert_eq!(claimed_ids[0], last, "newest first");
+    assert!(!claimed_ids.iter().any(|id| id == "c-000"), "the oldest went first: {claimed_ids:?}");
+    assert_eq!(claim(&s, "bob").await, Some(claimed("bob-1")), "another actor's record is untouched");
 }
 
 async fn release_node(s: &Arc<dyn Store>, node: &str, now: u64, ttl: u64) -> u64 {
