@@ -8,16 +8,8 @@
 # skipped with a loud line, except under CI=true, where it fails.
 set -euo pipefail
 
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-root="$(dirname "$here")"
-bin="${SKUA_BIN:-target/debug/skua}"
-case "$bin" in /*) ;; *) bin="$root/$bin" ;; esac
-if [[ ! -x "$bin" ]]; then
-    echo "autobahn: Skua binary not found at $bin" >&2
-    echo "autobahn: build it first (cargo build -p skua-server) or set SKUA_BIN" >&2
-    exit 2
-fi
-export SKUA_BIN="$bin"
+# shellcheck source=interop/skua-bin.sh
+source "$(dirname "${BASH_SOURCE[0]}")/skua-bin.sh" autobahn
 
 venv="$here/.venv"
 install() {

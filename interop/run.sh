@@ -4,16 +4,8 @@
 # SKUA_BIN names the binary (default target/debug/skua; relative paths are from the repo root).
 set -euo pipefail
 
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-root="$(dirname "$here")"
-bin="${SKUA_BIN:-target/debug/skua}"
-case "$bin" in /*) ;; *) bin="$root/$bin" ;; esac
-if [[ ! -x "$bin" ]]; then
-    echo "interop: Skua binary not found at $bin" >&2
-    echo "interop: build it first (cargo build -p skua-server) or set SKUA_BIN" >&2
-    exit 2
-fi
-export SKUA_BIN="$bin"
+# shellcheck source=interop/skua-bin.sh
+source "$(dirname "${BASH_SOURCE[0]}")/skua-bin.sh" interop
 
 venv="$here/.venv"
 if [[ ! -x "$venv/bin/python" ]]; then
