@@ -64,3 +64,29 @@ impl Deadline {
         self.start.elapsed()
     }
 }
+
+/// Demo fixtures: gives `bob` a grant on the private room `ops` (so the room stays private)
+/// and deletes `alice`'s, revoking her access.
+///
+/// # Panics
+/// When a call fails or the demo grant of alice is missing.
+pub async fn revoke_alices_ops_grant(control: &mut Control) {
+    use skua_control::pb;
+    control
+        .create_grant(pb::CreateGrantRequest {
+            app: "demo".into(),
+            room: "ops".into(),
+            actor_id: "bob".into(),
+            permission: "pubSub".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("grant bob ops");
+    let grants = control
+        .list_grants(pb::ListGrantsRequest { app: "demo".into(), room: "ops".into(), ..Default::default() })
+        .await
+        .expect("list ops grants")
+        .into_inner();
+    let alices = grants.grants.iter().find(|g| g.actor_id == "alice").expect("the demo grant");
+    control.delete_grant(pb::DeleteGrantRequest { grant_id: alices.id.clone() }).await.expect("delete alice's grant");
+}

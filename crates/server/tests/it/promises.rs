@@ -195,20 +195,7 @@ async fn restored_subscriptions_whose_room_or_grant_is_gone_are_left_out() {
     server.close_settled(alice).await;
 
     // Bob's grant keeps ops private once alice's goes.
-    ok(control
-        .create_grant(pb::CreateGrantRequest {
-            app: "demo".into(),
-            room: "ops".into(),
-            actor_id: "bob".into(),
-            permission: "pubSub".into(),
-            ..Default::default()
-        })
-        .await);
-    let grants = ok(control
-        .list_grants(pb::ListGrantsRequest { app: "demo".into(), room: "ops".into(), ..Default::default() })
-        .await);
-    let alices = grants.grants.iter().find(|g| g.actor_id == "alice").expect("the demo grant");
-    ok(control.delete_grant(pb::DeleteGrantRequest { grant_id: alices.id.clone() }).await);
+    skua_testkit::control::revoke_alices_ops_grant(&mut control).await;
     ok(control
         .delete_room(pb::DeleteRoomRequest { app: "demo".into(), slug: "random".into(), ..Default::default() })
         .await);

@@ -87,20 +87,7 @@ async fn a_revoked_grant_ends_each_affected_subscription_with_an_error_frame() {
     alice.subscribe("demo/ops/tasks").await;
     alice.subscribe("demo/general/messages").await;
     // Bob gets a grant of his own, so that the room stays private once alice's goes.
-    ok(control
-        .create_grant(pb::CreateGrantRequest {
-            app: "demo".into(),
-            room: "ops".into(),
-            actor_id: "bob".into(),
-            permission: "pubSub".into(),
-            ..Default::default()
-        })
-        .await);
-    let grants = ok(control
-        .list_grants(pb::ListGrantsRequest { app: "demo".into(), room: "ops".into(), ..Default::default() })
-        .await);
-    let alices = grants.grants.iter().find(|g| g.actor_id == "alice").expect("the demo grant");
-    ok(control.delete_grant(pb::DeleteGrantRequest { grant_id: alices.id.clone() }).await);
+    skua_testkit::control::revoke_alices_ops_grant(&mut control).await;
     let since = Instant::now();
     let mut topics = Vec::new();
     for _ in 0..3 {
