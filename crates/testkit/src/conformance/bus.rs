@@ -682,10 +682,16 @@ pub async fn control_reaches_the_control_subscribers_of_its_project_only<H: BusH
 /// node subscribes again.
 pub async fn control_is_never_retained<H: BusHarness>(h: H) {
     let a = node(&h, "a").await;
+    let mut witness = node(&h, "w").await;
     let mut b = node(&h, "b").await;
     let mut c = node(&h, "c").await;
     let sub = BusSubscription::Control(project("proj"));
-    a.publish(&a.takeover("proj", 1)).await;
+    // `publish` returns once the bus has taken the message, not once the broker routed it: the
+    // witness getting it proves it passed the broker before `b` subscribes.
+    witness.subscribe(&sub).await;
+    let unseen = a.takeover("proj", 1);
+    a.publish(&unseen).await;
+    witness.expect(&unseen, Route::Plain, false).await;
     b.subscribe(&sub).await;
     let seen = a.takeover("proj", 2);
     a.publish(&seen).await;
