@@ -8,7 +8,8 @@
 //! - [`envelope`]: what travels between nodes;
 //! - [`consumer`]: typed keys of durable delivery (consumers, session holders);
 //! - [`bus`], [`presence`], [`store`]: the slot traits whose contracts every backend honours;
-//! - [`trace`]: trace-context propagation across the bus.
+//! - [`trace`]: trace-context propagation across the bus;
+//! - [`webhook`]: webhook endpoints, kinds, bounds and the address rule (N41).
 
 pub mod address;
 pub mod bus;
@@ -20,6 +21,7 @@ pub mod registry;
 pub mod registry_store;
 pub mod store;
 pub mod trace;
+pub mod webhook;
 
 pub use address::{GroupKey, RoomKey, TopicAddress};
 pub use bus::{Bus, BusDelivery, BusError, BusSubscription, DeliverySink, Route};

@@ -31,6 +31,8 @@ pub struct Backends {
     pub store: Arc<dyn Store>,
     /// Told of every accepted publish, in this order ([`crate::publish`]).
     pub publish_observers: Vec<Arc<dyn crate::publish::PublishObserver>>,
+    /// Further series for `/metrics` (e.g. the webhook engine's), appended in this order.
+    pub metrics_sources: Vec<Arc<dyn crate::prom::MetricsSource>>,
 }
 
 /// Shared state of one edge node: plain data, no tasks ([`crate::node`] starts and stops them).
@@ -63,6 +65,8 @@ pub struct EdgeState {
     pub deferred_removals: Arc<DeferredRemovals>,
     /// Failed auths per source address (issue 12, item 6).
     pub auth_throttle: crate::auth::AuthThrottle,
+    /// Further series for `/metrics`.
+    pub metrics_sources: Vec<Arc<dyn crate::prom::MetricsSource>>,
     pub(crate) draining: AtomicBool,
     pub(crate) next_conn: AtomicU64,
     /// Connection slots: a permit per open WebSocket.
