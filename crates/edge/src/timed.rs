@@ -238,5 +238,6 @@ pub fn wrap(backends: crate::Backends, metrics: &Arc<Metrics>) -> crate::Backend
         store: Arc::new(TimedStore::new(backends.store, metrics.clone())),
         publish_observers: backends.publish_observers,
         metrics_sources: backends.metrics_sources,
+        hydrator: backends.hydrator,
     }
 }

@@ -74,7 +74,15 @@ pub async fn backends(config: &ServerConfig, embedded: &Embedded) -> anyhow::Res
                 .map_err(|e| anyhow::anyhow!("while opening the store {}: {}", redact(url), error_chain(&e)))?
         }
     };
-    Ok(Backends { bus, bus_deliveries, presence, store, publish_observers: Vec::new(), metrics_sources: Vec::new() })
+    Ok(Backends {
+        bus,
+        bus_deliveries,
+        presence,
+        store,
+        publish_observers: Vec::new(),
+        metrics_sources: Vec::new(),
+        hydrator: None,
+    })
 }
 
 /// A PEM CA file and client pair, read.
@@ -301,6 +309,9 @@ impl RunningNode {
         let webhooks = skua_webhooks::WebhookSender::new(config.webhooks.clone(), &control_tasks, control_stop.clone())
             .map_err(|e| std::io::Error::other(error_chain(&e)))?;
         backends.metrics_sources.push(Arc::new(WebhookMetricsSource(webhooks.metrics().clone())));
+        if backends.hydrator.is_none() {
+            backends.hydrator = Some(Arc::new(crate::hydration::WebhookHydrator(webhooks.clone())));
+        }
         let tls = crate::tls::NodeTls::load(&config.tls)
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
         let (metrics, metrics_addr) = match config.metrics_listen {
