@@ -336,3 +336,24 @@ async fn a_restored_subscription_is_hydrated() {
     assert_eq!(h.str("topic"), "messages");
     assert_eq!(rx.wait_for(2).await.len(), 2);
 }
+
+#[tokio::test]
+async fn a_webhook_set_through_one_node_hydrates_subscribers_of_another() {
+    let rx = WebhookReceiver::start(ReceiverMode::Ok(json!({"node": 1}))).await;
+    let cluster = TestCluster::embedded(2, TestServer::builder().grpc()).await;
+    let mut c = cluster.node(0).control().await;
+    ok(c.update_app(pb::UpdateAppRequest {
+        app: "demo".into(),
+        hydration_webhook: Some(target(&rx.url("/h"))),
+        ..Default::default()
+    })
+    .await);
+    let d = Deadline::new("the webhook reaching node 1", Duration::from_secs(3));
+    while cluster.node(1).registry.load().webhook(&address("messages"), WebhookKind::Hydration).is_none() {
+        d.tick().await;
+    }
+    let mut alice = cluster.node(1).auth("dev-token-alice").await;
+    alice.subscribe(MESSAGES).await;
+    let h = alice.expect("hydration").await;
+    assert_eq!(h.get("data")["node"].as_u64(), Some(1));
+}
