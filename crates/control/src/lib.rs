@@ -27,4 +27,4 @@ pub mod pb {
 }
 
 pub use service::{ControlLimits, ControlService};
-pub use sync::{ConnectionInfo, NodeAdmin, Propagator, ServerPublish};
+pub use sync::{ConnectionInfo, NodeAdmin, Propagator, PublishRefused, ServerPublish, ServerPublished};

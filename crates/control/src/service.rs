@@ -10,6 +10,7 @@
 //! `service/convert.rs`.
 
 mod actors;
+pub(crate) mod api_keys;
 mod apps;
 mod connections;
 mod convert;

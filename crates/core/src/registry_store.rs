@@ -194,6 +194,36 @@ pub struct TokenRecord {
     pub created_at_ms: u64,
 }
 
+/// A project API key (the REST API's bearer key): only the SHA-256 of the whole key is kept.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiKeyRecord {
+    /// Key id (the `<keyId>` of `nlg_live_<keyId>.<secret>`, or derived from the digest of a
+    /// key of another shape: [`api_key_id`]), unique over the registry.
+    pub key_id: String,
+    /// Owning project.
+    pub project: String,
+    /// What the key is for (display only).
+    pub name: String,
+    /// Hex SHA-256 of the key.
+    pub sha256: String,
+    /// Unix ms of creation.
+    pub created_at_ms: u64,
+}
+
+/// The key id of an API key: `<keyId>` of `nlg_live_<keyId>.<secret>`, else the first 16 hex
+/// digits of the key's SHA-256 (keys of another shape, such as the `--dev` key).
+pub fn api_key_id(key: &str) -> String {
+    if let Some((id, secret)) = key.strip_prefix("nlg_live_").and_then(|r| r.split_once('.'))
+        && !id.is_empty()
+        && id.len() <= 64
+        && !secret.is_empty()
+        && id.bytes().all(|b| b.is_ascii_alphanumeric())
+    {
+        return id.to_owned();
+    }
+    hex(&crate::registry::digest(key))[..16].to_owned()
+}
+
 /// One stored object of the registry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Object {
@@ -211,6 +241,8 @@ pub enum Object {
     Actor(ActorRecord),
     /// A token.
     Token(TokenRecord),
+    /// A project API key.
+    ApiKey(ApiKeyRecord),
 }
 
 /// The kind of a stored object, as kept in the store's `kind` column.
@@ -230,12 +262,14 @@ pub enum ObjectKind {
     Actor,
     /// Tokens.
     Token,
+    /// Project API keys.
+    ApiKey,
 }
 
 impl ObjectKind {
     /// Every kind.
-    pub const ALL: [Self; 7] =
-        [Self::Project, Self::App, Self::Room, Self::Grant, Self::Lobby, Self::Actor, Self::Token];
+    pub const ALL: [Self; 8] =
+        [Self::Project, Self::App, Self::Room, Self::Grant, Self::Lobby, Self::Actor, Self::Token, Self::ApiKey];
 
     /// The stored name.
     pub fn as_str(self) -> &'static str {
@@ -247,6 +281,7 @@ impl ObjectKind {
             Self::Lobby => "lobby",
             Self::Actor => "actor",
             Self::Token => "token",
+            Self::ApiKey => "api_key",
         }
     }
 
@@ -277,6 +312,7 @@ impl Object {
             Self::Lobby(l) => (ObjectKind::Lobby, format!("{}/{}", l.project, l.slug)),
             Self::Actor(a) => (ObjectKind::Actor, a.id.clone()),
             Self::Token(t) => (ObjectKind::Token, t.key_id.clone()),
+            Self::ApiKey(k) => (ObjectKind::ApiKey, k.key_id.clone()),
         };
         ObjectKey { kind, key }
     }
@@ -292,6 +328,7 @@ impl Object {
             Self::Actor(a) => &a.project,
             // Tokens are owned through their actor; the store keeps the actor id here.
             Self::Token(t) => &t.actor,
+            Self::ApiKey(k) => &k.project,
         }
     }
 
@@ -308,6 +345,7 @@ impl Object {
             Self::Lobby(v) => serde_json::to_string(v),
             Self::Actor(v) => serde_json::to_string(v),
             Self::Token(v) => serde_json::to_string(v),
+            Self::ApiKey(v) => serde_json::to_string(v),
         }
     }
 
@@ -324,6 +362,7 @@ impl Object {
             ObjectKind::Lobby => Self::Lobby(serde_json::from_str(spec)?),
             ObjectKind::Actor => Self::Actor(serde_json::from_str(spec)?),
             ObjectKind::Token => Self::Token(serde_json::from_str(spec)?),
+            ObjectKind::ApiKey => Self::ApiKey(serde_json::from_str(spec)?),
         })
     }
 }
@@ -354,6 +393,8 @@ pub struct RegistryData {
     pub actors: BTreeMap<String, ActorRecord>,
     /// Tokens by key id.
     pub tokens: BTreeMap<String, TokenRecord>,
+    /// Project API keys by key id.
+    pub api_keys: BTreeMap<String, ApiKeyRecord>,
 }
 
 /// A consistent read of the registry.
@@ -390,6 +431,9 @@ impl RegistryData {
             Object::Token(t) => {
                 self.tokens.insert(t.key_id.clone(), t);
             }
+            Object::ApiKey(k) => {
+                self.api_keys.insert(k.key_id.clone(), k);
+            }
         }
     }
 
@@ -422,6 +466,9 @@ impl RegistryData {
             ObjectKind::Token => {
                 self.tokens.remove(&k.key);
             }
+            ObjectKind::ApiKey => {
+                self.api_keys.remove(&k.key);
+            }
         }
     }
 
@@ -444,6 +491,7 @@ impl RegistryData {
         out.extend(self.lobbies.values().cloned().map(Object::Lobby));
         out.extend(self.actors.values().cloned().map(Object::Actor));
         out.extend(self.tokens.values().cloned().map(Object::Token));
+        out.extend(self.api_keys.values().cloned().map(Object::ApiKey));
         out
     }
 

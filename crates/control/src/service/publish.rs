@@ -7,7 +7,7 @@ use tonic::Status;
 use super::ControlService;
 use super::shared::{actor, app, internal, project, room};
 use crate::pb;
-use crate::sync::{ServerPublish, now_ms};
+use crate::sync::{PublishRefused, ServerPublish, now_ms};
 
 /// Whether `filter` may be a publish filter key (N12: non-empty, none of `/ # + |`).
 fn valid_filter(filter: &str) -> bool {
@@ -70,6 +70,10 @@ pub(super) async fn publish(svc: &ControlService, r: pb::PublishRequest) -> Resu
         retain: r.retain,
         timestamp_ms,
     };
-    svc.sync.node().publish(publish).await.map_err(Status::unavailable)?;
-    Ok(pb::PublishResponse { timestamp_ms })
+    let published = svc.sync.node().publish(publish).await.map_err(|e| match e {
+        PublishRefused::TooLarge(m) | PublishRefused::Invalid(m) => Status::invalid_argument(m),
+        PublishRefused::Limit(m) => Status::resource_exhausted(m),
+        PublishRefused::Unavailable(m) => Status::unavailable(m),
+    })?;
+    Ok(pb::PublishResponse { timestamp_ms, msg_id: published.msg_id.unwrap_or_default() })
 }

@@ -89,7 +89,7 @@ fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
 }
 
 /// Pads columns of `rows` (the first is the header) to a table.
-fn table(rows: &[Vec<String>]) -> String {
+pub(super) fn table(rows: &[Vec<String>]) -> String {
     let cols = rows.first().map_or(0, Vec::len);
     let widths: Vec<usize> =
         (0..cols).map(|i| rows.iter().map(|r| r.get(i).map_or(0, |c| c.chars().count())).max().unwrap_or(0)).collect();
@@ -103,7 +103,7 @@ fn table(rows: &[Vec<String>]) -> String {
 }
 
 impl Out {
-    fn emit(&self, value: Value, human: impl FnOnce() -> String) -> String {
+    pub(super) fn emit(&self, value: Value, human: impl FnOnce() -> String) -> String {
         if self.json { value.to_string() } else { human() }
     }
 
