@@ -16,6 +16,7 @@ pub mod server;
 pub mod service;
 pub mod sync;
 pub mod throttle;
+pub mod rest;
 pub mod validate;
 
 /// Generated from `proto/skua/control/v1/control.proto`; the proto documents every field.

@@ -142,6 +142,7 @@ impl EdgeNode {
             durable: durable.clone(),
             deferred_removals,
             auth_throttle,
+            api: std::sync::OnceLock::new(),
             draining: std::sync::atomic::AtomicBool::new(false),
             next_conn: std::sync::atomic::AtomicU64::new(1),
             project_conns: std::sync::Mutex::new(std::collections::HashMap::new()),

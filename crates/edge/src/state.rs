@@ -63,6 +63,9 @@ pub struct EdgeState {
     pub deferred_removals: Arc<DeferredRemovals>,
     /// Failed auths per source address (issue 12, item 6).
     pub auth_throttle: crate::auth::AuthThrottle,
+    /// The routes served under `/v1` (the REST API), installed once the control plane runs;
+    /// unset, `/v1` answers 404.
+    pub api: std::sync::OnceLock<axum::Router>,
     pub(crate) draining: AtomicBool,
     pub(crate) next_conn: AtomicU64,
     /// Connection slots: a permit per open WebSocket.

@@ -234,6 +234,18 @@ pub struct Settings {
     /// rediss:// presence: PEM private key of presence_tls_cert [default empty].
     #[arg(long, env = "SKUA_PRESENCE_TLS_KEY")]
     pub presence_tls_key: Option<String>,
+    /// Serve the REST API under /v1 on the client listener [default true].
+    #[arg(long, env = "SKUA_REST_API")]
+    pub rest_api: Option<bool>,
+    /// Largest REST request body in bytes; larger ones get 413 [default 1048576].
+    #[arg(long, env = "SKUA_REST_MAX_BODY_BYTES")]
+    pub rest_max_body_bytes: Option<usize>,
+    /// REST requests per second per API key, also the burst; beyond it 429 [default 50].
+    #[arg(long, env = "SKUA_REST_RATE_LIMIT")]
+    pub rest_rate_limit: Option<u32>,
+    /// Largest `limit` of a paginated REST list [default 100].
+    #[arg(long, env = "SKUA_REST_MAX_PAGE_LIMIT")]
+    pub rest_max_page_limit: Option<u32>,
 }
 
 macro_rules! layer {
@@ -256,6 +268,7 @@ impl Settings {
         layer!(self, over; tls_cert, tls_key, grpc_tls_cert, grpc_tls_key, tls_reload_interval, grpc_reflection_public,
             admin_key_max_failures, admin_key_failure_window, admin_key_backoff_max, bus_tls_ca, bus_tls_cert,
             bus_tls_key, presence_tls_ca, presence_tls_cert, presence_tls_key);
+        layer!(self, over; rest_api, rest_max_body_bytes, rest_rate_limit, rest_max_page_limit);
     }
 
     /// Parses a TOML config file's text.
@@ -432,6 +445,8 @@ pub struct ServerConfig {
     pub bus_tls: BackendTlsFiles,
     /// Certificates of a `rediss://` presence store.
     pub presence_tls: BackendTlsFiles,
+    /// The REST API under `/v1` (docs/rest-api.md).
+    pub rest: skua_control::rest::RestConfig,
 }
 
 impl ServerConfig {
@@ -468,6 +483,7 @@ impl ServerConfig {
             admin_key_throttle: control.admin_key_throttle,
             bus_tls: backends.bus_tls,
             presence_tls: backends.presence_tls,
+            rest: control.rest,
         }
     }
 

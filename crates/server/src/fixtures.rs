@@ -12,6 +12,9 @@ use skua_core::{ActorId, ActorType, AppId, ProjectId, RegistryData};
 /// The demo fixtures of `--dev`.
 pub const DEV_FIXTURES: &str = include_str!("../../../config/dev-fixtures.toml");
 
+/// The demo project's REST API key (in `config/dev-fixtures.toml`).
+pub const DEV_API_KEY: &str = "skua-dev-api-key";
+
 /// The HS256 secret of the demo project's client tokens.
 pub const DEV_JWT_SECRET: &str = "skua-dev-secret";
 

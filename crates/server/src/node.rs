@@ -398,6 +398,11 @@ impl RunningNode {
                 }
             });
         }
+        if config.rest.enabled {
+            let service = skua_control::ControlService::new(propagator.clone(), config.control);
+            // Set once per node: `launch` is the only writer.
+            let _ = node.state.api.set(skua_control::rest::router(service, config.rest));
+        }
         node.propagator = Some(propagator);
         Ok(node)
     }
