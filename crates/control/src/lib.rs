@@ -12,11 +12,11 @@
 //! - [`fixtures`]: loading fixtures into the store through the same change sets.
 
 pub mod fixtures;
+pub mod rest;
 pub mod server;
 pub mod service;
 pub mod sync;
 pub mod throttle;
-pub mod rest;
 pub mod validate;
 
 /// Generated from `proto/skua/control/v1/control.proto`; the proto documents every field.

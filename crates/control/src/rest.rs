@@ -120,7 +120,8 @@ async fn openapi_json() -> axum::response::Response {
 /// The REST router over `svc`: every route under `/v1`, bounded bodies, JSON errors for
 /// unknown routes and methods.
 pub fn router(svc: ControlService, config: RestConfig) -> Router {
-    let state = Arc::new(Rest { svc, config, limiter: auth::KeyLimiter::new(config.rate_limit, Duration::from_secs(1)) });
+    let state =
+        Arc::new(Rest { svc, config, limiter: auth::KeyLimiter::new(config.rate_limit, Duration::from_secs(1)) });
     wire(Router::new())
         .route("/v1/openapi.json", axum::routing::get(openapi_json))
         .fallback(|| async { error::ApiError::new(StatusCode::NOT_FOUND, "no such route") })

@@ -47,8 +47,11 @@ async fn owned(rest: &Rest, caller: &Caller, id: &str) -> Result<pb::Actor, ApiE
 pub(crate) async fn list(State(rest): State<Arc<Rest>>, caller: Caller) -> Result<Response, ApiError> {
     // One page of the largest size: the SDKs read a bare array (max_page_size caps it).
     let page_size = rest.svc.limits().max_page_size;
-    let l = actors::list(&rest.svc, pb::ListActorsRequest { project_id: caller.project, page_size, page_token: String::new() })
-        .await?;
+    let l = actors::list(
+        &rest.svc,
+        pb::ListActorsRequest { project_id: caller.project, page_size, page_token: String::new() },
+    )
+    .await?;
     Ok(json_response(StatusCode::OK, Value::Array(l.actors.iter().map(body::actor).collect())))
 }
 

@@ -151,8 +151,8 @@ pub(crate) async fn update(
 ) -> Result<Response, ApiError> {
     let u: AppUpdate = body::parse(b)?;
     if let Some(slug) = &u.slug {
-        let current = apps::get(&rest.svc, pb::GetAppRequest { project_id: caller.project.clone(), app: app.clone() })
-            .await?;
+        let current =
+            apps::get(&rest.svc, pb::GetAppRequest { project_id: caller.project.clone(), app: app.clone() }).await?;
         if *slug != current.slug {
             return Err(ApiError::bad_request("slug cannot change: it is part of every topic address"));
         }
@@ -176,8 +176,8 @@ pub(crate) async fn delete(
     caller: Caller,
     Path(app): Path<String>,
 ) -> Result<Response, ApiError> {
-    let d = apps::delete(&rest.svc, pb::DeleteAppRequest { project_id: caller.project.clone(), app: app.clone() })
-        .await?;
+    let d =
+        apps::delete(&rest.svc, pb::DeleteAppRequest { project_id: caller.project.clone(), app: app.clone() }).await?;
     caller.audit("apps.delete", &app);
     Ok(json_response(StatusCode::OK, json!({ "success": true, "deleted": d.deleted })))
 }

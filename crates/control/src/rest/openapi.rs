@@ -55,59 +55,184 @@ fn schemas() -> Map<String, Value> {
     let app_config = json!({"type": "object", "properties": {
         "autoProvisionRooms": {"type": "boolean"}, "maxRooms": nullable("integer")}});
     let list = [
-        ("Error", object(&["statusCode", "message", "error"], &[
-            ("statusCode", json!({"type": "integer"})), ("message", string()), ("error", string())])),
-        ("App", object(&["appId", "projectId", "name", "slug"], &[
-            ("appId", string()), ("projectId", string()), ("name", string()), ("slug", string()),
-            ("description", nullable("string")), ("blueprintId", nullable("string")), ("config", app_config.clone()),
-            ("topics", strings()), ("roomCount", json!({"type": "integer"})), ("createdAt", ts()),
-            ("updatedAt", ts()), ("deletedAt", ts())])),
-        ("AppPage", object(&["data", "pagination"], &[
-            ("data", array_of("App")),
-            ("pagination", object(&["total", "page", "pageCount"], &[
-                ("total", json!({"type": "integer"})), ("page", json!({"type": "integer"})),
-                ("pageCount", json!({"type": "integer"}))])),
-            ("total", json!({"type": "integer"})), ("page", json!({"type": "integer"})),
-            ("limit", json!({"type": "integer"})), ("totalPages", json!({"type": "integer"}))])),
-        ("AppCreate", object(&["name"], &[
-            ("name", string()), ("slug", string()), ("config", app_config.clone()), ("topics", strings())])),
-        ("AppUpdate", object(&[], &[
-            ("name", string()), ("slug", json!({"type": "string", "description": "must equal the current slug"})),
-            ("config", app_config), ("topics", strings())])),
-        ("Deleted", object(&["success"], &[("success", json!({"type": "boolean"})), ("deleted", json!({"type": "integer"}))])),
-        ("Room", object(&["roomId", "appId", "name", "slug", "roomType"], &[
-            ("roomId", string()), ("appId", string()), ("name", string()), ("slug", string()),
-            ("description", nullable("string")), ("roomType", json!({"enum": ["static", "dynamic"]})),
-            ("isEnabled", json!({"type": "boolean"})), ("topics", strings()),
-            ("config", object(&[], &[("isPrivate", json!({"type": "boolean"}))])), ("createdAt", ts()), ("updatedAt", ts())])),
+        (
+            "Error",
+            object(
+                &["statusCode", "message", "error"],
+                &[("statusCode", json!({"type": "integer"})), ("message", string()), ("error", string())],
+            ),
+        ),
+        (
+            "App",
+            object(
+                &["appId", "projectId", "name", "slug"],
+                &[
+                    ("appId", string()),
+                    ("projectId", string()),
+                    ("name", string()),
+                    ("slug", string()),
+                    ("description", nullable("string")),
+                    ("blueprintId", nullable("string")),
+                    ("config", app_config.clone()),
+                    ("topics", strings()),
+                    ("roomCount", json!({"type": "integer"})),
+                    ("createdAt", ts()),
+                    ("updatedAt", ts()),
+                    ("deletedAt", ts()),
+                ],
+            ),
+        ),
+        (
+            "AppPage",
+            object(
+                &["data", "pagination"],
+                &[
+                    ("data", array_of("App")),
+                    (
+                        "pagination",
+                        object(
+                            &["total", "page", "pageCount"],
+                            &[
+                                ("total", json!({"type": "integer"})),
+                                ("page", json!({"type": "integer"})),
+                                ("pageCount", json!({"type": "integer"})),
+                            ],
+                        ),
+                    ),
+                    ("total", json!({"type": "integer"})),
+                    ("page", json!({"type": "integer"})),
+                    ("limit", json!({"type": "integer"})),
+                    ("totalPages", json!({"type": "integer"})),
+                ],
+            ),
+        ),
+        (
+            "AppCreate",
+            object(
+                &["name"],
+                &[("name", string()), ("slug", string()), ("config", app_config.clone()), ("topics", strings())],
+            ),
+        ),
+        (
+            "AppUpdate",
+            object(
+                &[],
+                &[
+                    ("name", string()),
+                    ("slug", json!({"type": "string", "description": "must equal the current slug"})),
+                    ("config", app_config),
+                    ("topics", strings()),
+                ],
+            ),
+        ),
+        (
+            "Deleted",
+            object(&["success"], &[("success", json!({"type": "boolean"})), ("deleted", json!({"type": "integer"}))]),
+        ),
+        (
+            "Room",
+            object(
+                &["roomId", "appId", "name", "slug", "roomType"],
+                &[
+                    ("roomId", string()),
+                    ("appId", string()),
+                    ("name", string()),
+                    ("slug", string()),
+                    ("description", nullable("string")),
+                    ("roomType", json!({"enum": ["static", "dynamic"]})),
+                    ("isEnabled", json!({"type": "boolean"})),
+                    ("topics", strings()),
+                    ("config", object(&[], &[("isPrivate", json!({"type": "boolean"}))])),
+                    ("createdAt", ts()),
+                    ("updatedAt", ts()),
+                ],
+            ),
+        ),
         ("RoomList", array_of("Room")),
         ("RoomCreate", object(&["name"], &[("name", string()), ("slug", string())])),
         ("RoomUpdate", object(&[], &[("name", string()), ("isEnabled", json!({"const": true}))])),
-        ("RoomActorAccess", object(&["roomActorAccessId", "roomId", "permission"], &[
-            ("roomActorAccessId", string()), ("roomId", string()), ("appId", string()),
-            ("actorTokenId", nullable("string")), ("actorType", nullable("string")),
-            ("permission", json!({"enum": ["subscribe", "publish", "pubSub"]})), ("topics", json!({"type": ["array", "null"], "items": {"type": "string"}})),
-            ("isActive", json!({"type": "boolean"})), ("expiresAt", ts()), ("role", nullable("string")),
-            ("metadata", nullable("object")), ("createdAt", ts()), ("updatedAt", ts())])),
+        (
+            "RoomActorAccess",
+            object(
+                &["roomActorAccessId", "roomId", "permission"],
+                &[
+                    ("roomActorAccessId", string()),
+                    ("roomId", string()),
+                    ("appId", string()),
+                    ("actorTokenId", nullable("string")),
+                    ("actorType", nullable("string")),
+                    ("permission", json!({"enum": ["subscribe", "publish", "pubSub"]})),
+                    ("topics", json!({"type": ["array", "null"], "items": {"type": "string"}})),
+                    ("isActive", json!({"type": "boolean"})),
+                    ("expiresAt", ts()),
+                    ("role", nullable("string")),
+                    ("metadata", nullable("object")),
+                    ("createdAt", ts()),
+                    ("updatedAt", ts()),
+                ],
+            ),
+        ),
         ("RoomActorAccessList", array_of("RoomActorAccess")),
-        ("RoomActorAccessCreate", object(&["permission"], &[
-            ("permission", json!({"enum": ["subscribe", "publish", "pubSub"]})), ("actorTokenId", string()),
-            ("actorType", string()), ("topics", strings()), ("isActive", json!({"const": true})),
-            ("expiresAt", json!({"type": "string", "format": "date-time"}))])),
+        (
+            "RoomActorAccessCreate",
+            object(
+                &["permission"],
+                &[
+                    ("permission", json!({"enum": ["subscribe", "publish", "pubSub"]})),
+                    ("actorTokenId", string()),
+                    ("actorType", string()),
+                    ("topics", strings()),
+                    ("isActive", json!({"const": true})),
+                    ("expiresAt", json!({"type": "string", "format": "date-time"})),
+                ],
+            ),
+        ),
         ("Actor", object(&["actorTokenId", "projectId", "actorType"], &actor_props())),
         ("ActorList", array_of("Actor")),
         ("ActorWithToken", object(&["actorTokenId", "projectId", "actorType", "accessToken"], &with_token)),
-        ("ActorCreate", object(&["actorType"], &[
-            ("name", string()),
-            ("actorType", json!({"enum": ["user", "device", "agent", "orchestrator", "observer", "server"]}))])),
-        ("ActorUpdate", object(&[], &[
-            ("name", string()), ("isActive", json!({"type": "boolean"})), ("accessScopeId", json!({"type": "null"}))])),
-        ("Publish", object(&["topic", "data"], &[
-            ("topic", json!({"type": "string", "description": "app/room/topic"})), ("data", json!({})),
-            ("filter", string()), ("retain", json!({"type": "boolean"}))])),
-        ("Published", object(&["timestamp"], &[
-            ("timestamp", json!({"type": "integer", "description": "unix ms"})),
-            ("msgId", json!({"type": "string", "description": "logged topics only"}))])),
+        (
+            "ActorCreate",
+            object(
+                &["actorType"],
+                &[
+                    ("name", string()),
+                    ("actorType", json!({"enum": ["user", "device", "agent", "orchestrator", "observer", "server"]})),
+                ],
+            ),
+        ),
+        (
+            "ActorUpdate",
+            object(
+                &[],
+                &[
+                    ("name", string()),
+                    ("isActive", json!({"type": "boolean"})),
+                    ("accessScopeId", json!({"type": "null"})),
+                ],
+            ),
+        ),
+        (
+            "Publish",
+            object(
+                &["topic", "data"],
+                &[
+                    ("topic", json!({"type": "string", "description": "app/room/topic"})),
+                    ("data", json!({})),
+                    ("filter", string()),
+                    ("retain", json!({"type": "boolean"})),
+                ],
+            ),
+        ),
+        (
+            "Published",
+            object(
+                &["timestamp"],
+                &[
+                    ("timestamp", json!({"type": "integer", "description": "unix ms"})),
+                    ("msgId", json!({"type": "string", "description": "logged topics only"})),
+                ],
+            ),
+        ),
     ];
     list.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
 }
@@ -129,7 +254,10 @@ fn errors() -> Map<String, Value> {
         ("429", "Rate limited (Retry-After)"),
         ("503", "Store unavailable; retry"),
     ] {
-        m.insert(code.to_owned(), json!({"description": what, "content": {"application/json": {"schema": reference("Error")}}}));
+        m.insert(
+            code.to_owned(),
+            json!({"description": what, "content": {"application/json": {"schema": reference("Error")}}}),
+        );
     }
     m
 }
@@ -152,7 +280,13 @@ pub fn document() -> Value {
         });
         if r.path == "/v1/apps" && r.method == "get" {
             let q = |n: &str, t: &str| json!({"name": n, "in": "query", "required": false, "schema": {"type": t}});
-            op["parameters"] = json!([q("page", "integer"), q("limit", "integer"), q("sortBy", "string"), q("sortOrder", "string"), q("search", "string")]);
+            op["parameters"] = json!([
+                q("page", "integer"),
+                q("limit", "integer"),
+                q("sortBy", "string"),
+                q("sortOrder", "string"),
+                q("search", "string")
+            ]);
         }
         if let Some(s) = r.request {
             let mut content = json!({"application/json": {"schema": reference(s)}});

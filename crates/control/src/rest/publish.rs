@@ -108,11 +108,9 @@ fn from_msgpack(b: &[u8]) -> Result<Request, ApiError> {
 
 /// Whether the request says its body is MessagePack.
 fn is_msgpack(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|t| matches!(t.trim(), "application/msgpack" | "application/x-msgpack" | "application/vnd.msgpack"))
+    headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).and_then(|v| v.split(';').next()).is_some_and(|t| {
+        matches!(t.trim(), "application/msgpack" | "application/x-msgpack" | "application/vnd.msgpack")
+    })
 }
 
 pub(crate) async fn publish(

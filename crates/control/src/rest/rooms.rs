@@ -123,7 +123,9 @@ pub(crate) async fn update(
 ) -> Result<Response, ApiError> {
     let u: RoomUpdate = body::parse(b)?;
     if u.is_enabled == Some(false) {
-        return Err(ApiError::bad_request("isEnabled: Skua rooms cannot be disabled; delete the room or make it private"));
+        return Err(ApiError::bad_request(
+            "isEnabled: Skua rooms cannot be disabled; delete the room or make it private",
+        ));
     }
     if u.topics.is_some() {
         return Err(ApiError::bad_request("topics: Skua rooms serve their app's topics; update the app's topics"));
@@ -142,7 +144,9 @@ pub(crate) async fn delete(
     let get = pb::GetRoomRequest { project_id: caller.project.clone(), app: app.clone(), slug: slug.clone() };
     let r = rooms::get(&rest.svc, get).await?;
     if !r.dynamic {
-        return Err(ApiError::forbidden(format!("room {slug:?} is static (provisioned by the operator): it cannot be deleted here")));
+        return Err(ApiError::forbidden(format!(
+            "room {slug:?} is static (provisioned by the operator): it cannot be deleted here"
+        )));
     }
     rooms::delete(&rest.svc, pb::DeleteRoomRequest { project_id: caller.project.clone(), app, slug }).await?;
     caller.audit("rooms.delete", &format!("{}/{}", r.app_id, r.slug));
@@ -166,9 +170,12 @@ pub(crate) async fn grant(
 ) -> Result<Response, ApiError> {
     let c: GrantCreate = body::parse(b)?;
     if c.is_active == Some(false) {
-        return Err(ApiError::bad_request("isActive: Skua grants are active while they exist; omit it or revoke the grant"));
+        return Err(ApiError::bad_request(
+            "isActive: Skua grants are active while they exist; omit it or revoke the grant",
+        ));
     }
-    let expires_at = c.expires_at.as_ref().filter(|v| !v.is_null()).map(|v| body::unix_s("expiresAt", v)).transpose()?;
+    let expires_at =
+        c.expires_at.as_ref().filter(|v| !v.is_null()).map(|v| body::unix_s("expiresAt", v)).transpose()?;
     let req = pb::CreateGrantRequest {
         project_id: caller.project.clone(),
         app,

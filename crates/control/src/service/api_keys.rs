@@ -4,8 +4,8 @@
 use skua_core::registry_store::{ApiKeyRecord, Change, Object, ObjectKind, hex};
 use tonic::Status;
 
-use super::shared::{del, deleted, name_or, project};
 use super::ControlService;
+use super::shared::{del, deleted, name_or, project};
 use crate::pb;
 use crate::sync::now_ms;
 use crate::validate;
@@ -39,7 +39,10 @@ fn convert(k: &ApiKeyRecord) -> pb::ApiKey {
     }
 }
 
-pub(super) async fn create(svc: &ControlService, r: pb::CreateApiKeyRequest) -> Result<pb::CreateApiKeyResponse, Status> {
+pub(super) async fn create(
+    svc: &ControlService,
+    r: pb::CreateApiKeyRequest,
+) -> Result<pb::CreateApiKeyResponse, Status> {
     if !r.name.is_empty() {
         validate::name("name", &r.name)?;
     }

@@ -47,7 +47,10 @@ pub(crate) async fn publish(svc: &ControlService, r: pb::PublishRequest) -> Resu
 
 /// Checks `r` against the registry (topic, size, MessagePack data, filter, publisher) and
 /// hands it to the node's publish pipeline: the one server-side publish of gRPC and REST.
-pub(crate) async fn publish_checked(svc: &ControlService, r: pb::PublishRequest) -> Result<pb::PublishResponse, PublishError> {
+pub(crate) async fn publish_checked(
+    svc: &ControlService,
+    r: pb::PublishRequest,
+) -> Result<pb::PublishResponse, PublishError> {
     let snap = svc.read().await;
     let d = &snap.data;
     let p = project(d, &r.project_id)?;

@@ -40,7 +40,11 @@ pub(crate) async fn create(svc: &ControlService, r: pb::CreateRoomRequest) -> Re
 }
 
 /// Creates a room, `dynamic` (the REST API's rooms, which may be deleted there) or static.
-pub(crate) async fn create_as(svc: &ControlService, r: pb::CreateRoomRequest, dynamic: bool) -> Result<pb::Room, Status> {
+pub(crate) async fn create_as(
+    svc: &ControlService,
+    r: pb::CreateRoomRequest,
+    dynamic: bool,
+) -> Result<pb::Room, Status> {
     validate::slug("slug", &r.slug)?;
     validate::name("name", &r.name)?;
     let now = now_ms();
