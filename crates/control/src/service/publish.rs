@@ -39,9 +39,12 @@ impl From<Status> for PublishError {
 pub(crate) async fn publish(svc: &ControlService, r: pb::PublishRequest) -> Result<pb::PublishResponse, Status> {
     publish_checked(svc, r).await.map_err(|e| match e {
         PublishError::Rejected(s) => s,
-        PublishError::Refused(PublishRefused::TooLarge(m) | PublishRefused::Invalid(m)) => Status::invalid_argument(m),
-        PublishError::Refused(PublishRefused::Limit(m)) => Status::resource_exhausted(m),
-        PublishError::Refused(PublishRefused::Unavailable(m)) => Status::unavailable(m),
+        PublishError::Refused(PublishRefused::TooLarge(m)) => Status::invalid_argument(m),
+        // As before the typed refusal: the pipeline's other refusals are UNAVAILABLE over gRPC,
+        // naming the cause (`retained_limit_exceeded: …`).
+        PublishError::Refused(
+            PublishRefused::Invalid(m) | PublishRefused::Limit(m) | PublishRefused::Unavailable(m),
+        ) => Status::unavailable(m),
     })
 }
 
