@@ -10,28 +10,35 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde::Deserialize;
 use serde_json::Value;
+use utoipa::ToSchema;
 
 use super::Rest;
 use super::auth::Caller;
-use super::body::{self, json_response, no_content};
-use super::error::ApiError;
+use super::body::{self, Actor, ActorWithToken, json_response, no_content};
+use super::error::{ApiError, ErrorBody};
 use crate::pb;
 use crate::service::actors;
 
-#[derive(Debug, Deserialize)]
+/// The body of `POST /v1/actors` (other keys of the SDKs' ActorCreate are accepted and ignored).
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-struct ActorCreate {
+pub(crate) struct ActorCreate {
+    /// Display name [default: the id].
     name: Option<String>,
+    /// `user`, `device`, `agent`, `orchestrator`, `observer` or `server` (required).
     actor_type: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+/// The body of `PATCH /v1/actors/{actorTokenId}`.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-struct ActorUpdate {
+pub(crate) struct ActorUpdate {
     name: Option<String>,
+    /// `false` closes its connections 4001 `token_revoked`.
     is_active: Option<bool>,
-    /// Absent: unchanged; `null`: unscoped; a string: that scope.
+    /// Only `null` (access scopes are not supported yet).
     #[serde(default)]
+    #[schema(value_type = Option<String>)]
     access_scope_id: Option<Value>,
 }
 
@@ -44,6 +51,9 @@ async fn owned(rest: &Rest, caller: &Caller, id: &str) -> Result<pb::Actor, ApiE
     Ok(a)
 }
 
+/// List the project's actors (a bare array, at most max_page_size).
+#[utoipa::path(get, path = "/v1/actors", tag = "actors",
+    responses((status = 200, body = Vec<Actor>), (status = 401, body = ErrorBody)))]
 pub(crate) async fn list(State(rest): State<Arc<Rest>>, caller: Caller) -> Result<Response, ApiError> {
     // One page of the largest size: the SDKs read a bare array (max_page_size caps it).
     let page_size = rest.svc.limits().max_page_size;
@@ -52,17 +62,23 @@ pub(crate) async fn list(State(rest): State<Arc<Rest>>, caller: Caller) -> Resul
         pb::ListActorsRequest { project_id: caller.project, page_size, page_token: String::new() },
     )
     .await?;
-    Ok(json_response(StatusCode::OK, Value::Array(l.actors.iter().map(body::actor).collect())))
+    Ok(json_response(StatusCode::OK, &l.actors.iter().map(body::actor).collect::<Vec<_>>()))
 }
 
+/// Get an actor (never its token).
+#[utoipa::path(get, path = "/v1/actors/{actorTokenId}", tag = "actors", params(("actorTokenId" = String, Path, description = "Actor id")),
+    responses((status = 200, body = Actor), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn get(
     State(rest): State<Arc<Rest>>,
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    Ok(json_response(StatusCode::OK, body::actor(&owned(&rest, &caller, &id).await?)))
+    Ok(json_response(StatusCode::OK, &body::actor(&owned(&rest, &caller, &id).await?)))
 }
 
+/// Create an actor and its access token, returned only here.
+#[utoipa::path(post, path = "/v1/actors", tag = "actors", request_body = ActorCreate,
+    responses((status = 201, body = ActorWithToken), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub(crate) async fn create(
     State(rest): State<Arc<Rest>>,
     caller: Caller,
@@ -79,11 +95,12 @@ pub(crate) async fn create(
     let r = actors::create(&rest.svc, req).await?;
     let a = r.actor.unwrap_or_default();
     caller.audit("actors.create", &a.id);
-    let mut v = body::actor(&a);
-    v["accessToken"] = Value::String(r.access_token);
-    Ok(json_response(StatusCode::CREATED, v))
+    Ok(json_response(StatusCode::CREATED, &ActorWithToken { actor: body::actor(&a), access_token: r.access_token }))
 }
 
+/// Rename, deactivate or reactivate an actor.
+#[utoipa::path(patch, path = "/v1/actors/{actorTokenId}", tag = "actors", params(("actorTokenId" = String, Path, description = "Actor id")), request_body = ActorUpdate,
+    responses((status = 200, body = Actor), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn update(
     State(rest): State<Arc<Rest>>,
     caller: Caller,
@@ -104,9 +121,12 @@ pub(crate) async fn update(
         None => {}
     }
     caller.audit("actors.update", &id);
-    Ok(json_response(StatusCode::OK, body::actor(&a)))
+    Ok(json_response(StatusCode::OK, &body::actor(&a)))
 }
 
+/// Delete an actor with its tokens and grants.
+#[utoipa::path(delete, path = "/v1/actors/{actorTokenId}", tag = "actors", params(("actorTokenId" = String, Path, description = "Actor id")),
+    responses((status = 204, description = "Deleted; its connections close 4001 token_not_found"), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn delete(
     State(rest): State<Arc<Rest>>,
     caller: Caller,

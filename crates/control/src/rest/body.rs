@@ -1,22 +1,25 @@
 //! Request bodies in, resource shapes out: JSON parsing with the API's errors, ISO 8601
-//! timestamps, and the App / Room / RoomActorAccess / Actor shapes of the notes (keys the
-//! SDKs read; what Skua does not keep is `null`).
+//! timestamps, and the App / Room / RoomActorAccess / Actor types of the notes (keys the
+//! SDKs read; what Skua does not keep is `null`), whose schemas the OpenAPI document carries.
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
+use serde_json::Value;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
+use utoipa::ToSchema;
 
 use super::error::ApiError;
 use crate::pb;
 
 /// A reply with `value` as `application/json`.
-pub(crate) fn json_response(status: StatusCode, value: Value) -> Response {
-    let mut r = (status, value.to_string()).into_response();
+pub(crate) fn json_response(status: StatusCode, value: &impl Serialize) -> Response {
+    let text = serde_json::to_string(value).unwrap_or_else(|_| "null".to_owned());
+    let mut r = (status, text).into_response();
     r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     r
 }
@@ -75,88 +78,215 @@ pub(crate) fn slugify(name: &str) -> String {
     s.trim_end_matches('-').to_owned()
 }
 
-/// The App shape.
-pub(crate) fn app(a: &pb::App) -> Value {
-    let created = iso_ms(a.created_at_ms);
-    json!({
-        "appId": a.id,
-        "projectId": a.project_id,
-        "name": a.name,
-        "slug": a.slug,
-        "description": null,
-        "blueprintId": null,
-        "config": {
-            "autoProvisionRooms": a.auto_provision_rooms,
-            "maxRooms": if a.max_rooms == 0 { Value::Null } else { a.max_rooms.into() },
-        },
-        "topics": a.topics.iter().map(|t| t.name.clone()).collect::<Vec<_>>(),
-        "roomCount": a.room_count,
-        "createdAt": created,
-        "updatedAt": created,
-        "deletedAt": null,
-    })
+/// An ISO 8601 string of unix ms (`None` when out of range).
+fn iso(ms: u64) -> Option<String> {
+    iso_ms(ms).as_str().map(str::to_owned)
 }
 
-/// The Room shape: `roomId` is the room's slug (unique in its app); `topics` the app's.
-pub(crate) fn room(r: &pb::Room, topics: &[String]) -> Value {
-    let created = iso_ms(r.created_at_ms);
-    json!({
-        "roomId": r.slug,
-        "appId": r.app_id,
-        "name": r.name,
-        "slug": r.slug,
-        "description": null,
-        "roomType": if r.dynamic { "dynamic" } else { "static" },
-        "isEnabled": true,
-        "topics": topics,
-        "config": { "isPrivate": r.private },
-        "createdAt": created,
-        "updatedAt": created,
-    })
+/// An app's `config`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct AppConfigOut {
+    /// Whether `rooms/ensure` may create rooms.
+    auto_provision_rooms: bool,
+    /// The app's own room cap (`null`: the server's `max_rooms_per_app`).
+    max_rooms: Option<u32>,
+}
+
+/// An app.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct App {
+    /// Id (also accepted: the slug).
+    pub(crate) app_id: String,
+    project_id: String,
+    pub(crate) name: String,
+    /// Unique in the project; the first segment of every topic address.
+    pub(crate) slug: String,
+    description: Option<String>,
+    blueprint_id: Option<String>,
+    config: AppConfigOut,
+    /// The topics actors may address in the app's rooms.
+    topics: Vec<String>,
+    room_count: u32,
+    pub(crate) created_at: Option<String>,
+    updated_at: Option<String>,
+    deleted_at: Option<String>,
+}
+
+/// The App shape.
+pub(crate) fn app(a: &pb::App) -> App {
+    App {
+        app_id: a.id.clone(),
+        project_id: a.project_id.clone(),
+        name: a.name.clone(),
+        slug: a.slug.clone(),
+        description: None,
+        blueprint_id: None,
+        config: AppConfigOut {
+            auto_provision_rooms: a.auto_provision_rooms,
+            max_rooms: Some(a.max_rooms).filter(|n| *n > 0),
+        },
+        topics: a.topics.iter().map(|t| t.name.clone()).collect(),
+        room_count: a.room_count,
+        created_at: iso(a.created_at_ms),
+        updated_at: iso(a.created_at_ms),
+        deleted_at: None,
+    }
+}
+
+/// A room's `config`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RoomConfig {
+    /// Whether any grant names the room (then only granted actors may use it).
+    is_private: bool,
+}
+
+/// A room: `roomId` is its slug (unique in its app).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Room {
+    room_id: String,
+    app_id: String,
+    name: String,
+    slug: String,
+    description: Option<String>,
+    /// `static` (provisioned by the operator) or `dynamic` (created over REST or by `ensure`).
+    #[schema(pattern = "^(static|dynamic)$")]
+    room_type: &'static str,
+    is_enabled: bool,
+    /// The app's topics.
+    topics: Vec<String>,
+    config: RoomConfig,
+    created_at: Option<String>,
+    updated_at: Option<String>,
+}
+
+/// The Room shape, with its app's `topics`.
+pub(crate) fn room(r: &pb::Room, topics: &[String]) -> Room {
+    Room {
+        room_id: r.slug.clone(),
+        app_id: r.app_id.clone(),
+        name: r.name.clone(),
+        slug: r.slug.clone(),
+        description: None,
+        room_type: if r.dynamic { "dynamic" } else { "static" },
+        is_enabled: true,
+        topics: topics.to_vec(),
+        config: RoomConfig { is_private: r.private },
+        created_at: iso(r.created_at_ms),
+        updated_at: iso(r.created_at_ms),
+    }
+}
+
+/// A room grant.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RoomActorAccess {
+    room_actor_access_id: String,
+    room_id: String,
+    app_id: String,
+    /// The actor granted, or `null` for a grant to an actor type.
+    actor_token_id: Option<String>,
+    /// The actor type granted, or `null` for a grant to one actor.
+    actor_type: Option<String>,
+    /// `subscribe`, `publish` or `pubSub`.
+    permission: String,
+    /// The topics it covers (`null`: all of the app's).
+    topics: Option<Vec<String>>,
+    is_active: bool,
+    expires_at: Option<String>,
+    role: Option<String>,
+    #[schema(value_type = Option<Object>)]
+    metadata: Option<Value>,
+    created_at: Option<String>,
+    updated_at: Option<String>,
 }
 
 /// The RoomActorAccess shape of a grant.
-pub(crate) fn grant(g: &pb::Grant) -> Value {
-    let created = iso_ms(g.created_at_ms);
-    let opt = |s: &str| if s.is_empty() { Value::Null } else { Value::String(s.to_owned()) };
-    json!({
-        "roomActorAccessId": g.id,
-        "roomId": g.room,
-        "appId": g.app_id,
-        "actorTokenId": opt(&g.actor_id),
-        "actorType": opt(&g.actor_type),
-        "permission": g.permission,
-        "topics": if g.topics.is_empty() { Value::Null } else { json!(g.topics) },
-        "isActive": true,
-        "expiresAt": if g.expires_at == 0 { Value::Null } else { iso_ms(g.expires_at.saturating_mul(1000)) },
-        "role": null,
-        "metadata": null,
-        "createdAt": created,
-        "updatedAt": created,
-    })
+pub(crate) fn grant(g: &pb::Grant) -> RoomActorAccess {
+    let opt = |s: &str| Some(s.to_owned()).filter(|s| !s.is_empty());
+    RoomActorAccess {
+        room_actor_access_id: g.id.clone(),
+        room_id: g.room.clone(),
+        app_id: g.app_id.clone(),
+        actor_token_id: opt(&g.actor_id),
+        actor_type: opt(&g.actor_type),
+        permission: g.permission.clone(),
+        topics: Some(g.topics.clone()).filter(|t| !t.is_empty()),
+        is_active: true,
+        expires_at: if g.expires_at == 0 { None } else { iso(g.expires_at.saturating_mul(1000)) },
+        role: None,
+        metadata: None,
+        created_at: iso(g.created_at_ms),
+        updated_at: iso(g.created_at_ms),
+    }
 }
 
-/// The Actor shape (never a token).
-pub(crate) fn actor(a: &pb::Actor) -> Value {
-    let created = iso_ms(a.created_at_ms);
-    json!({
-        "actorTokenId": a.id,
-        "projectId": a.project_id,
-        "name": a.name,
-        "actorType": a.actor_type,
-        "description": null,
-        "externalId": null,
-        "metadata": null,
-        "isActive": a.active,
-        "lastConnectedAt": null,
-        "accessScopeId": null,
-        "createdAt": created,
-        "updatedAt": created,
-    })
+/// An actor (never its token).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Actor {
+    /// Id.
+    pub(crate) actor_token_id: String,
+    project_id: String,
+    name: String,
+    /// `user`, `device`, `agent`, `orchestrator`, `observer` or `server`.
+    actor_type: String,
+    description: Option<String>,
+    external_id: Option<String>,
+    #[schema(value_type = Option<Object>)]
+    metadata: Option<Value>,
+    /// Deactivated actors cannot connect.
+    is_active: bool,
+    last_connected_at: Option<String>,
+    access_scope_id: Option<String>,
+    created_at: Option<String>,
+    updated_at: Option<String>,
+}
+
+/// The Actor shape.
+pub(crate) fn actor(a: &pb::Actor) -> Actor {
+    Actor {
+        actor_token_id: a.id.clone(),
+        project_id: a.project_id.clone(),
+        name: a.name.clone(),
+        actor_type: a.actor_type.clone(),
+        description: None,
+        external_id: None,
+        metadata: None,
+        is_active: a.active,
+        last_connected_at: None,
+        access_scope_id: None,
+        created_at: iso(a.created_at_ms),
+        updated_at: iso(a.created_at_ms),
+    }
+}
+
+/// An actor with its new access token (only in the reply that created it).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ActorWithToken {
+    #[serde(flatten)]
+    pub(crate) actor: Actor,
+    /// `at_live_<keyId>.<secret>`: store it now, it is shown only here.
+    pub(crate) access_token: String,
+}
+
+/// The reply of a delete that answers with a body.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub(crate) struct Deleted {
+    /// Always true.
+    pub(crate) success: bool,
+    /// Objects deleted (the object and what went with it).
+    pub(crate) deleted: u32,
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]

@@ -3,8 +3,21 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use serde::Serialize;
 use tonic::{Code, Status};
+use utoipa::ToSchema;
+
+/// The body of every error reply.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ErrorBody {
+    /// The HTTP status.
+    pub status_code: u16,
+    /// What went wrong.
+    pub message: String,
+    /// The status's reason phrase (`Not Found`, …).
+    pub error: String,
+}
 
 /// An error reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,12 +76,12 @@ impl From<Status> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({
-            "statusCode": self.status.as_u16(),
-            "message": self.message,
-            "error": self.status.canonical_reason().unwrap_or("Error"),
-        });
-        let mut r = super::body::json_response(self.status, body);
+        let body = ErrorBody {
+            status_code: self.status.as_u16(),
+            message: self.message,
+            error: self.status.canonical_reason().unwrap_or("Error").to_owned(),
+        };
+        let mut r = super::body::json_response(self.status, &body);
         if let Some(secs) = self.retry_after
             && let Ok(v) = HeaderValue::from_str(&secs.to_string())
         {

@@ -9,15 +9,44 @@ use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::Response;
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
 
 use super::Rest;
 use super::auth::Caller;
 use super::body::{self, json_response};
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
 use crate::pb;
 use crate::service::publish::{PublishError, publish_checked};
 use crate::sync::PublishRefused;
+
+/// The body of `POST /v1/publish`, as JSON or as a MessagePack map (the schema of both).
+#[derive(Debug, ToSchema)]
+#[allow(dead_code)]
+pub(crate) struct PublishBody {
+    /// `app/room/topic`.
+    topic: String,
+    /// The payload: any JSON value (sent to subscribers as the equivalent MessagePack), or any
+    /// MessagePack value in a MessagePack body (forwarded as is).
+    #[schema(value_type = Object)]
+    data: Value,
+    /// Filter key: only subscribers whose filters include it receive the message.
+    filter: Option<String>,
+    /// Keep it as the topic's retained message (per filter key).
+    retain: Option<bool>,
+}
+
+/// The reply of `POST /v1/publish`.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Published {
+    /// Unix ms the message carries.
+    timestamp: u64,
+    /// The stored message's id (logged topics only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    msg_id: Option<String>,
+}
 
 /// A request's fields, whichever encoding carried them.
 struct Request {
@@ -113,6 +142,12 @@ fn is_msgpack(headers: &HeaderMap) -> bool {
     })
 }
 
+/// Publish a message to `app/room/topic` from the backend (subscribers see `from: "server"`).
+#[utoipa::path(post, path = "/v1/publish", tag = "publish",
+    request_body(content((PublishBody = "application/json"), (PublishBody = "application/msgpack"))),
+    responses((status = 200, body = Published), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+    (status = 404, body = ErrorBody), (status = 413, body = ErrorBody), (status = 429, body = ErrorBody),
+    (status = 503, body = ErrorBody)))]
 pub(crate) async fn publish(
     State(rest): State<Arc<Rest>>,
     caller: Caller,
@@ -138,9 +173,6 @@ pub(crate) async fn publish(
         PublishError::Refused(PublishRefused::Unavailable(m)) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, m),
     })?;
     caller.audit("publish", &topic);
-    let mut reply = json!({ "timestamp": p.timestamp_ms });
-    if !p.msg_id.is_empty() {
-        reply["msgId"] = Value::String(p.msg_id);
-    }
-    Ok(json_response(StatusCode::OK, reply))
+    let reply = Published { timestamp: p.timestamp_ms, msg_id: Some(p.msg_id).filter(|m| !m.is_empty()) };
+    Ok(json_response(StatusCode::OK, &reply))
 }

@@ -10,42 +10,55 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde::Deserialize;
 use serde_json::Value;
+use utoipa::ToSchema;
 
 use super::Rest;
 use super::auth::Caller;
-use super::body::{self, json_response, no_content};
-use super::error::ApiError;
+use super::body::{self, Room, RoomActorAccess, json_response, no_content};
+use super::error::{ApiError, ErrorBody};
 use crate::pb;
 use crate::service::{apps, grants, rooms};
 
-#[derive(Debug, Deserialize)]
+/// The body of `POST …/rooms` and `…/rooms/ensure`.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-struct RoomCreate {
+pub(crate) struct RoomCreate {
+    /// Display name (required unless `slug` is given).
     name: Option<String>,
+    /// Slug [default: the name lower-cased, other characters as `-`].
     slug: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+/// The body of `PATCH …/rooms/{roomId}`.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-struct RoomUpdate {
+pub(crate) struct RoomUpdate {
     name: Option<String>,
+    /// Only `true` (Skua rooms cannot be disabled).
     is_enabled: Option<bool>,
+    /// Not accepted: rooms serve their app's topics.
     topics: Option<Vec<String>>,
 }
 
-#[derive(Debug, Deserialize)]
+/// The body of `POST …/rooms/{roomId}/actors`: exactly one of `actorTokenId` / `actorType`.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-struct GrantCreate {
+pub(crate) struct RoomActorAccessCreate {
+    /// `subscribe`, `publish` or `pubSub` (required).
     permission: Option<String>,
     actor_token_id: Option<String>,
     actor_type: Option<String>,
+    /// A subset of the app's topics [default all].
     topics: Option<Vec<String>>,
+    /// Only `true`.
     is_active: Option<bool>,
+    /// ISO 8601 timestamp (or unix seconds) after which the grant no longer applies.
+    #[schema(value_type = Option<String>)]
     expires_at: Option<Value>,
 }
 
 /// The Room shape of `r`, with its app's topics.
-fn room_json(rest: &Rest, r: &pb::Room) -> Value {
+fn room_json(rest: &Rest, r: &pb::Room) -> Room {
     let snap = rest.svc.snapshot();
     let topics: Vec<String> =
         snap.data.apps.get(&r.app_id).map(|a| a.topics.iter().map(|t| t.name.clone()).collect()).unwrap_or_default();
@@ -64,6 +77,9 @@ fn slug_and_name(b: Result<Bytes, BytesRejection>) -> Result<(String, String), A
     Ok((slug, name.unwrap_or_default()))
 }
 
+/// List an app's rooms (a bare array, at most max_page_size).
+#[utoipa::path(get, path = "/v1/apps/{appId}/rooms", tag = "rooms", params(("appId" = String, Path, description = "App id or slug")),
+    responses((status = 200, body = Vec<Room>), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn list(
     State(rest): State<Arc<Rest>>,
     caller: Caller,
@@ -73,19 +89,25 @@ pub(crate) async fn list(
     let r = pb::ListRoomsRequest { project_id: caller.project, app, page_size: 0, page_token: String::new() };
     let page_size = rest.svc.limits().max_page_size;
     let l = rooms::list(&rest.svc, pb::ListRoomsRequest { page_size, ..r }).await?;
-    let items: Vec<Value> = l.rooms.iter().map(|r| room_json(&rest, r)).collect();
-    Ok(json_response(StatusCode::OK, Value::Array(items)))
+    let items: Vec<Room> = l.rooms.iter().map(|r| room_json(&rest, r)).collect();
+    Ok(json_response(StatusCode::OK, &items))
 }
 
+/// Get a room.
+#[utoipa::path(get, path = "/v1/apps/{appId}/rooms/{roomId}", tag = "rooms", params(("appId" = String, Path, description = "App id or slug"), ("roomId" = String, Path, description = "Room slug")),
+    responses((status = 200, body = Room), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn get(
     State(rest): State<Arc<Rest>>,
     caller: Caller,
     Path((app, slug)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
     let r = rooms::get(&rest.svc, pb::GetRoomRequest { project_id: caller.project, app, slug }).await?;
-    Ok(json_response(StatusCode::OK, room_json(&rest, &r)))
+    Ok(json_response(StatusCode::OK, &room_json(&rest, &r)))
 }
 
+/// Create a dynamic room.
+#[utoipa::path(post, path = "/v1/apps/{appId}/rooms", tag = "rooms", params(("appId" = String, Path, description = "App id or slug")), request_body = RoomCreate,
+    responses((status = 201, body = Room), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub(crate) async fn create(
     State(rest): State<Arc<Rest>>,
     caller: Caller,
@@ -96,9 +118,12 @@ pub(crate) async fn create(
     let req = pb::CreateRoomRequest { project_id: caller.project.clone(), app, slug, name };
     let r = rooms::create_as(&rest.svc, req, true).await?;
     caller.audit("rooms.create", &format!("{}/{}", r.app_id, r.slug));
-    Ok(json_response(StatusCode::CREATED, room_json(&rest, &r)))
+    Ok(json_response(StatusCode::CREATED, &room_json(&rest, &r)))
 }
 
+/// Get the room with this slug, creating it (dynamic) when the app has config.autoProvisionRooms (403 otherwise).
+#[utoipa::path(post, path = "/v1/apps/{appId}/rooms/ensure", tag = "rooms", params(("appId" = String, Path, description = "App id or slug")), request_body = RoomCreate,
+    responses((status = 200, body = Room), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn ensure(
     State(rest): State<Arc<Rest>>,
     caller: Caller,
@@ -112,9 +137,12 @@ pub(crate) async fn ensure(
     if e.created {
         caller.audit("rooms.ensure", &format!("{}/{}", r.app_id, r.slug));
     }
-    Ok(json_response(StatusCode::OK, room_json(&rest, &r)))
+    Ok(json_response(StatusCode::OK, &room_json(&rest, &r)))
 }
 
+/// Rename a room.
+#[utoipa::path(patch, path = "/v1/apps/{appId}/rooms/{roomId}", tag = "rooms", params(("appId" = String, Path, description = "App id or slug"), ("roomId" = String, Path, description = "Room slug")),
+    request_body = RoomUpdate, responses((status = 200, body = Room), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn update(
     State(rest): State<Arc<Rest>>,
     caller: Caller,
@@ -133,9 +161,12 @@ pub(crate) async fn update(
     let req = pb::UpdateRoomRequest { project_id: caller.project.clone(), app, slug, name: u.name };
     let r = rooms::update(&rest.svc, req).await?;
     caller.audit("rooms.update", &format!("{}/{}", r.app_id, r.slug));
-    Ok(json_response(StatusCode::OK, room_json(&rest, &r)))
+    Ok(json_response(StatusCode::OK, &room_json(&rest, &r)))
 }
 
+/// Delete a dynamic room (403 for static rooms).
+#[utoipa::path(delete, path = "/v1/apps/{appId}/rooms/{roomId}", tag = "rooms", params(("appId" = String, Path, description = "App id or slug"), ("roomId" = String, Path, description = "Room slug")),
+    responses((status = 204, description = "Deleted"), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn delete(
     State(rest): State<Arc<Rest>>,
     caller: Caller,
@@ -153,22 +184,29 @@ pub(crate) async fn delete(
     Ok(no_content())
 }
 
+/// List a room's grants.
+#[utoipa::path(get, path = "/v1/apps/{appId}/rooms/{roomId}/actors", tag = "rooms", params(("appId" = String, Path, description = "App id or slug"), ("roomId" = String, Path, description = "Room slug")),
+    responses((status = 200, body = Vec<RoomActorAccess>), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn list_grants(
     State(rest): State<Arc<Rest>>,
     caller: Caller,
     Path((app, room)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
     let l = grants::list(&rest.svc, pb::ListGrantsRequest { project_id: caller.project, app, room }).await?;
-    Ok(json_response(StatusCode::OK, Value::Array(l.grants.iter().map(body::grant).collect())))
+    Ok(json_response(StatusCode::OK, &l.grants.iter().map(body::grant).collect::<Vec<_>>()))
 }
 
+/// Grant an actor or an actor type access: the first grant makes the room private.
+#[utoipa::path(post, path = "/v1/apps/{appId}/rooms/{roomId}/actors", tag = "rooms", params(("appId" = String, Path, description = "App id or slug"), ("roomId" = String, Path, description = "Room slug")),
+    request_body = RoomActorAccessCreate,
+    responses((status = 201, body = RoomActorAccess), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn grant(
     State(rest): State<Arc<Rest>>,
     caller: Caller,
     Path((app, room)): Path<(String, String)>,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let c: GrantCreate = body::parse(b)?;
+    let c: RoomActorAccessCreate = body::parse(b)?;
     if c.is_active == Some(false) {
         return Err(ApiError::bad_request(
             "isActive: Skua grants are active while they exist; omit it or revoke the grant",
@@ -188,9 +226,13 @@ pub(crate) async fn grant(
     };
     let g = grants::create(&rest.svc, req).await?;
     caller.audit("grants.create", &g.id);
-    Ok(json_response(StatusCode::CREATED, body::grant(&g)))
+    Ok(json_response(StatusCode::CREATED, &body::grant(&g)))
 }
 
+/// Revoke a grant: the last one makes the room public again.
+#[utoipa::path(delete, path = "/v1/apps/{appId}/rooms/{roomId}/actors/{roomActorAccessId}", tag = "rooms",
+    params(("appId" = String, Path, description = "App id or slug"), ("roomId" = String, Path, description = "Room slug"), ("roomActorAccessId" = String, Path, description = "Grant id")),
+    responses((status = 204, description = "Revoked"), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn revoke(
     State(rest): State<Arc<Rest>>,
     caller: Caller,
