@@ -18,6 +18,7 @@ pub mod error;
 pub mod openapi;
 mod publish;
 mod rooms;
+mod scopes;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -81,6 +82,9 @@ pub(crate) fn routes() -> (Router<Arc<Rest>>, utoipa::openapi::OpenApi) {
         .routes(routes!(rooms::revoke))
         .routes(routes!(actors::list, actors::create))
         .routes(routes!(actors::get, actors::update, actors::delete))
+        .routes(routes!(scopes::list, scopes::create))
+        .routes(routes!(scopes::get, scopes::update, scopes::delete))
+        .routes(routes!(scopes::list_actors))
         .routes(routes!(publish::publish))
         .split_for_parts()
 }

@@ -20,6 +20,7 @@ mod projects;
 pub(crate) mod publish;
 pub(crate) mod rooms;
 mod rpc;
+pub(crate) mod scopes;
 pub(crate) mod shared;
 
 use std::sync::Arc;

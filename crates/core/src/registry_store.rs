@@ -4,14 +4,15 @@
 //! as [`RegistryData`], so both go through [`RegistryData::build`] (issue 5).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{ActorId, ActorType, AppId, ProjectId};
 use crate::registry::{
-    Actor, App, Grant, GrantSubject, Lobby, Permission, Project, ProjectLimits, Registry, RegistryError, Room,
-    TopicConfig,
+    Actor, ActorScope, App, Grant, GrantSubject, Lobby, Permission, Project, ProjectLimits, Registry, RegistryError,
+    Room, TopicConfig,
 };
 use crate::store::StoreError;
 
@@ -179,6 +180,27 @@ pub struct ActorRecord {
     pub disconnect_before_ms: Option<u64>,
     /// Unix ms of creation.
     pub created_at_ms: u64,
+    /// The access scope (its id) the actor belongs to, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+}
+
+/// An access scope: tenant isolation inside a project. A scoped actor's addresses get the
+/// scope's slug injected, so the same room slug in two scopes is two rooms.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScopeRecord {
+    /// Owning project.
+    pub project: String,
+    /// Id (`accessScopeId`), unique over the registry.
+    pub id: String,
+    /// Slug, unique in the project.
+    pub slug: String,
+    /// Display name.
+    pub name: String,
+    /// Deactivated scopes close their actors' connections (4001 `scope_inactive`).
+    pub active: bool,
+    /// Unix ms of creation.
+    pub created_at_ms: u64,
 }
 
 /// An access token: only the SHA-256 of the whole token string is kept.
@@ -243,6 +265,8 @@ pub enum Object {
     Token(TokenRecord),
     /// A project API key.
     ApiKey(ApiKeyRecord),
+    /// An access scope.
+    Scope(ScopeRecord),
 }
 
 /// The kind of a stored object, as kept in the store's `kind` column.
@@ -264,12 +288,23 @@ pub enum ObjectKind {
     Token,
     /// Project API keys.
     ApiKey,
+    /// Access scopes.
+    Scope,
 }
 
 impl ObjectKind {
     /// Every kind.
-    pub const ALL: [Self; 8] =
-        [Self::Project, Self::App, Self::Room, Self::Grant, Self::Lobby, Self::Actor, Self::Token, Self::ApiKey];
+    pub const ALL: [Self; 9] = [
+        Self::Project,
+        Self::App,
+        Self::Room,
+        Self::Grant,
+        Self::Lobby,
+        Self::Actor,
+        Self::Token,
+        Self::ApiKey,
+        Self::Scope,
+    ];
 
     /// The stored name.
     pub fn as_str(self) -> &'static str {
@@ -282,6 +317,7 @@ impl ObjectKind {
             Self::Actor => "actor",
             Self::Token => "token",
             Self::ApiKey => "api_key",
+            Self::Scope => "scope",
         }
     }
 
@@ -313,6 +349,7 @@ impl Object {
             Self::Actor(a) => (ObjectKind::Actor, a.id.clone()),
             Self::Token(t) => (ObjectKind::Token, t.key_id.clone()),
             Self::ApiKey(k) => (ObjectKind::ApiKey, k.key_id.clone()),
+            Self::Scope(s) => (ObjectKind::Scope, s.id.clone()),
         };
         ObjectKey { kind, key }
     }
@@ -329,6 +366,7 @@ impl Object {
             // Tokens are owned through their actor; the store keeps the actor id here.
             Self::Token(t) => &t.actor,
             Self::ApiKey(k) => &k.project,
+            Self::Scope(s) => &s.project,
         }
     }
 
@@ -346,6 +384,7 @@ impl Object {
             Self::Actor(v) => serde_json::to_string(v),
             Self::Token(v) => serde_json::to_string(v),
             Self::ApiKey(v) => serde_json::to_string(v),
+            Self::Scope(v) => serde_json::to_string(v),
         }
     }
 
@@ -363,6 +402,7 @@ impl Object {
             ObjectKind::Actor => Self::Actor(serde_json::from_str(spec)?),
             ObjectKind::Token => Self::Token(serde_json::from_str(spec)?),
             ObjectKind::ApiKey => Self::ApiKey(serde_json::from_str(spec)?),
+            ObjectKind::Scope => Self::Scope(serde_json::from_str(spec)?),
         })
     }
 }
@@ -395,6 +435,8 @@ pub struct RegistryData {
     pub tokens: BTreeMap<String, TokenRecord>,
     /// Project API keys by key id.
     pub api_keys: BTreeMap<String, ApiKeyRecord>,
+    /// Access scopes by id.
+    pub scopes: BTreeMap<String, ScopeRecord>,
 }
 
 /// A consistent read of the registry.
@@ -434,6 +476,9 @@ impl RegistryData {
             Object::ApiKey(k) => {
                 self.api_keys.insert(k.key_id.clone(), k);
             }
+            Object::Scope(s) => {
+                self.scopes.insert(s.id.clone(), s);
+            }
         }
     }
 
@@ -469,6 +514,9 @@ impl RegistryData {
             ObjectKind::ApiKey => {
                 self.api_keys.remove(&k.key);
             }
+            ObjectKind::Scope => {
+                self.scopes.remove(&k.key);
+            }
         }
     }
 
@@ -485,6 +533,8 @@ impl RegistryData {
     /// Every object, projects first (the order fixtures are written in).
     pub fn objects(&self) -> Vec<Object> {
         let mut out: Vec<Object> = self.projects.values().cloned().map(Object::Project).collect();
+        // Scopes before the actors that name them.
+        out.extend(self.scopes.values().cloned().map(Object::Scope));
         out.extend(self.apps.values().cloned().map(Object::App));
         out.extend(self.rooms.values().cloned().map(Object::Room));
         out.extend(self.grants.values().cloned().map(Object::Grant));
@@ -571,7 +621,19 @@ impl RegistryData {
         }
         let mut actors = Vec::with_capacity(self.actors.len());
         for a in self.actors.values() {
+            let scope = match &a.scope {
+                None => None,
+                Some(id) => {
+                    let s = self
+                        .scopes
+                        .get(id)
+                        .filter(|s| s.project == a.project)
+                        .ok_or_else(|| err(format!("actor {}: unknown scope {id}", a.id)))?;
+                    Some(ActorScope { slug: Arc::from(s.slug.as_str()), active: s.active })
+                }
+            };
             actors.push(Actor {
+                scope,
                 id: ActorId::parse(&a.id).map_err(|e| err(e.to_string()))?,
                 project: ProjectId::parse(&a.project).map_err(|e| err(e.to_string()))?,
                 actor_type: ActorType::parse(&a.actor_type).map_err(|e| err(e.to_string()))?,

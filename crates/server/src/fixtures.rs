@@ -179,6 +179,7 @@ pub fn load_data(sources: &[(&str, &str)]) -> Result<RegistryData, FixturesError
                 rate_limit: a.rate_limit,
                 disconnect_before_ms: None,
                 created_at_ms: seq,
+                scope: None,
             }));
         }
     }

@@ -17,7 +17,7 @@ use super::auth::Caller;
 use super::body::{self, Actor, ActorWithToken, json_response, no_content};
 use super::error::{ApiError, ErrorBody};
 use crate::pb;
-use crate::service::actors;
+use crate::service::{actors, scopes};
 
 /// The body of `POST /v1/actors` (other keys of the SDKs' ActorCreate are accepted and ignored).
 #[derive(Debug, Deserialize, ToSchema)]
@@ -36,10 +36,16 @@ pub(crate) struct ActorUpdate {
     name: Option<String>,
     /// `false` closes its connections 4001 `token_revoked`.
     is_active: Option<bool>,
-    /// Only `null` (access scopes are not supported yet).
-    #[serde(default)]
+    /// A scope id (or slug) to move the actor into, `null` to take it out of any; its
+    /// connections close 4001 `token_revoked` and reconnect under the new addresses.
+    #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<String>)]
     access_scope_id: Option<Value>,
+}
+
+/// A key that is present, even as `null`, is `Some` (absent keys take the default, `None`).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
 }
 
 /// The actor `id` when it belongs to the caller's project; 404 otherwise (as missing).
@@ -98,7 +104,7 @@ pub(crate) async fn create(
     Ok(json_response(StatusCode::CREATED, &ActorWithToken { actor: body::actor(&a), access_token: r.access_token }))
 }
 
-/// Rename, deactivate or reactivate an actor.
+/// Rename, deactivate or reactivate an actor, or move it into or out of an access scope.
 #[utoipa::path(patch, path = "/v1/actors/{actorTokenId}", tag = "actors", params(("actorTokenId" = String, Path, description = "Actor id")), request_body = ActorUpdate,
     responses((status = 200, body = Actor), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(crate) async fn update(
@@ -108,10 +114,16 @@ pub(crate) async fn update(
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let u: ActorUpdate = body::parse(b)?;
-    if u.access_scope_id.as_ref().is_some_and(|v| !v.is_null()) {
-        return Err(ApiError::bad_request("accessScopeId: access scopes are not supported by this Skua version"));
-    }
+    let scope = match &u.access_scope_id {
+        None => None,
+        Some(Value::Null) => Some(String::new()),
+        Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+        Some(_) => return Err(ApiError::bad_request("accessScopeId must be a scope id or null")),
+    };
     let mut a = owned(&rest, &caller, &id).await?;
+    if let Some(scope) = scope {
+        a = scopes::set_actor_scope(&rest.svc, pb::SetActorScopeRequest { actor_id: id.clone(), scope }).await?;
+    }
     if let Some(n) = &u.name {
         a = actors::rename(&rest.svc, &id, n).await?;
     }

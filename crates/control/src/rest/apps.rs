@@ -75,9 +75,9 @@ pub(crate) struct AppUpdate {
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct Pagination {
-    total: usize,
-    page: usize,
-    page_count: usize,
+    pub(crate) total: usize,
+    pub(crate) page: usize,
+    pub(crate) page_count: usize,
 }
 
 /// One page of apps, in both forms the SDKs read: `pagination` and the flat fields.
@@ -96,26 +96,44 @@ fn topics(names: &[String]) -> Vec<pb::Topic> {
     names.iter().map(|n| pb::Topic { name: n.clone(), logged: false, webhook: None }).collect()
 }
 
-/// The page `q` asks for of `items`, `limit` capped at `max_limit`.
-fn paginated(items: Vec<App>, q: &ListQuery, max_limit: u32) -> AppPage {
+/// The page `q` asks for of `items`, `limit` capped at `max_limit`: the items, the
+/// `pagination` object, and the limit applied.
+pub(crate) fn paginated<T>(items: Vec<T>, q: &ListQuery, max_limit: u32) -> (Vec<T>, Pagination, usize) {
     let limit = q.limit.unwrap_or(20).clamp(1, max_limit.max(1)) as usize;
     let page = q.page.unwrap_or(1).max(1) as usize;
     let total = items.len();
     let pages = total.div_ceil(limit).max(1);
-    let data: Vec<App> = items.into_iter().skip((page - 1).saturating_mul(limit)).take(limit).collect();
-    AppPage { data, pagination: Pagination { total, page, page_count: pages }, total, page, limit, total_pages: pages }
+    let data: Vec<T> = items.into_iter().skip((page - 1).saturating_mul(limit)).take(limit).collect();
+    (data, Pagination { total, page, page_count: pages }, limit)
 }
 
-/// Keeps the apps whose name or slug contains `search` (case-insensitive), sorted by `sortBy`
-/// in `sortOrder` (creation order by default).
-fn filter_sort(mut items: Vec<App>, q: &ListQuery) -> Result<Vec<App>, ApiError> {
+/// What a paginated list can search and sort by.
+pub(crate) trait Listed {
+    /// Display name.
+    fn name(&self) -> &str;
+    /// Slug.
+    fn slug(&self) -> &str;
+}
+
+impl Listed for App {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn slug(&self) -> &str {
+        &self.slug
+    }
+}
+
+/// Keeps the items whose name or slug contains `search` (case-insensitive), sorted by
+/// `sortBy` in `sortOrder` (creation order by default).
+pub(crate) fn filter_sort<T: Listed>(mut items: Vec<T>, q: &ListQuery) -> Result<Vec<T>, ApiError> {
     if let Some(s) = q.search.as_deref().map(str::to_lowercase).filter(|s| !s.is_empty()) {
-        items.retain(|a| a.name.to_lowercase().contains(&s) || a.slug.to_lowercase().contains(&s));
+        items.retain(|a| a.name().to_lowercase().contains(&s) || a.slug().to_lowercase().contains(&s));
     }
     match q.sort_by.as_deref() {
         None | Some("createdAt") => {}
-        Some("name") => items.sort_by(|a, b| a.name.cmp(&b.name)),
-        Some("slug") => items.sort_by(|a, b| a.slug.cmp(&b.slug)),
+        Some("name") => items.sort_by(|a, b| a.name().cmp(b.name())),
+        Some("slug") => items.sort_by(|a, b| a.slug().cmp(b.slug())),
         Some(other) => return Err(ApiError::bad_request(format!("sortBy {other:?}: use name, slug or createdAt"))),
     }
     match q.sort_order.as_deref() {
@@ -138,7 +156,9 @@ pub(crate) async fn list(
     let Query(q) = q.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let r = apps::list(&rest.svc, pb::ListAppsRequest { project_id: caller.project }).await?;
     let items = filter_sort(r.apps.iter().map(body::app).collect(), &q)?;
-    Ok(json_response(StatusCode::OK, &paginated(items, &q, rest.config.max_page_limit)))
+    let (data, pagination, limit) = paginated(items, &q, rest.config.max_page_limit);
+    let (total, page, total_pages) = (pagination.total, pagination.page, pagination.page_count);
+    Ok(json_response(StatusCode::OK, &AppPage { data, pagination, total, page, limit, total_pages }))
 }
 
 /// Get an app.

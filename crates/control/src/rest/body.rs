@@ -241,6 +241,7 @@ pub(crate) struct Actor {
     /// Deactivated actors cannot connect.
     is_active: bool,
     last_connected_at: Option<String>,
+    /// The access scope it belongs to (`null`: none).
     access_scope_id: Option<String>,
     created_at: Option<String>,
     updated_at: Option<String>,
@@ -258,7 +259,7 @@ pub(crate) fn actor(a: &pb::Actor) -> Actor {
         metadata: None,
         is_active: a.active,
         last_connected_at: None,
-        access_scope_id: None,
+        access_scope_id: Some(a.scope_id.clone()).filter(|s| !s.is_empty()),
         created_at: iso(a.created_at_ms),
         updated_at: iso(a.created_at_ms),
     }

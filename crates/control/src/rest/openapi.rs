@@ -22,6 +22,7 @@ use utoipa::{Modify, OpenApi};
         (name = "apps", description = "Apps of the key's project"),
         (name = "rooms", description = "Rooms of an app and their grants"),
         (name = "actors", description = "Actors and their access tokens"),
+        (name = "scopes", description = "Access scopes: tenant isolation inside the project"),
         (name = "publish", description = "Server-side publish"),
     )
 )]
@@ -55,8 +56,8 @@ pub fn document() -> Value {
 mod tests {
     use super::*;
 
-    /// Every route of shared/REST-API-NOTES.md Skua serves (the scopes routes are not served
-    /// yet), plus the server-side publish: the document must list each.
+    /// Every route of shared/REST-API-NOTES.md, plus the server-side publish: the document must
+    /// list each.
     const SDK_ROUTES: &[(&str, &str)] = &[
         ("get", "/v1/apps"),
         ("get", "/v1/apps/{appId}"),
@@ -78,6 +79,12 @@ mod tests {
         ("post", "/v1/actors"),
         ("patch", "/v1/actors/{actorTokenId}"),
         ("delete", "/v1/actors/{actorTokenId}"),
+        ("get", "/v1/scopes"),
+        ("get", "/v1/scopes/{accessScopeId}"),
+        ("post", "/v1/scopes"),
+        ("patch", "/v1/scopes/{accessScopeId}"),
+        ("delete", "/v1/scopes/{accessScopeId}"),
+        ("get", "/v1/scopes/{accessScopeId}/actors"),
         ("post", "/v1/publish"),
     ];
 

@@ -48,6 +48,7 @@ pub(crate) async fn create(svc: &ControlService, r: pb::CreateActorRequest) -> R
                 rate_limit: Some(r.rate_limit).filter(|n| *n > 0),
                 disconnect_before_ms: None,
                 created_at_ms: now,
+                scope: None,
             };
             Ok((vec![Change::Put(Object::Actor(a.clone())), Change::Put(Object::Token(token_record.clone()))], a))
         })

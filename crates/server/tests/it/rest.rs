@@ -393,3 +393,86 @@ async fn the_openapi_document_lists_every_route_the_router_serves() {
     // And a route the router does not serve is not documented.
     assert!(paths.keys().all(|p| p.starts_with("/v1/")), "{paths:?}");
 }
+
+/// A new actor of `type_` over REST, moved into `scope` (if any): its id and access token.
+async fn actor_in(addr: SocketAddr, scope: Option<&str>) -> (String, String) {
+    let made = call(addr, "POST", "/v1/actors", Some(json!({"name": "m", "actorType": "user"}))).await.ok(201);
+    let id = made["actorTokenId"].as_str().unwrap().to_owned();
+    if let Some(s) = scope {
+        let a = call(addr, "PATCH", &format!("/v1/actors/{id}"), Some(json!({"accessScopeId": s}))).await.ok(200);
+        assert_eq!(a["accessScopeId"].as_str(), Some(s), "{a}");
+    }
+    (id, made["accessToken"].as_str().unwrap().to_owned())
+}
+
+#[tokio::test]
+async fn scopes_isolate_the_same_room_slug_and_deactivation_closes_4001_scope_inactive() {
+    let s = builder().spawn().await;
+    let a = s.addr;
+    let red = call(a, "POST", "/v1/scopes", Some(json!({"name": "Red Team"}))).await.ok(201);
+    assert_eq!((red["slug"].as_str(), red["isActive"].as_bool()), (Some("red-team"), Some(true)));
+    let red = red["accessScopeId"].as_str().unwrap().to_owned();
+    let blue = call(a, "POST", "/v1/scopes", Some(json!({"name": "Blue", "slug": "blue"}))).await.ok(201);
+    let blue = blue["accessScopeId"].as_str().unwrap().to_owned();
+    call(a, "POST", "/v1/scopes", Some(json!({"name": "Blue", "slug": "blue"}))).await.error(409, "already exists");
+    let page = call(a, "GET", "/v1/scopes?limit=1&page=2", None).await.ok(200);
+    assert_eq!(page["pagination"], json!({"total": 2, "page": 2, "pageCount": 2}), "{page}");
+    assert_eq!((page["limit"].clone(), page["totalPages"].clone()), (json!(1), json!(2)));
+
+    let (_, red1) = actor_in(a, Some(&red)).await;
+    let (_, red2) = actor_in(a, Some(&red)).await;
+    let (blue1_id, blue1) = actor_in(a, Some(&blue)).await;
+    let members = call(a, "GET", &format!("/v1/scopes/{red}/actors"), None).await.ok(200);
+    assert_eq!(members.as_array().unwrap().len(), 2, "{members}");
+
+    // The same address in two scopes (and outside any) is three rooms; frames carry the address
+    // as the client sent it.
+    let topic = "demo/general/messages";
+    let mut r1 = s.auth(&red1).await;
+    let mut r2 = s.auth(&red2).await;
+    let mut b1 = s.auth(&blue1).await;
+    let mut bob = s.auth("dev-token-bob").await;
+    for c in [&mut r2, &mut b1, &mut bob] {
+        c.subscribe(topic).await;
+    }
+    r1.publish_acked(topic, "for red".into()).await;
+    let m = r2.expect("message").await;
+    assert_eq!((m.str("topic"), m.get("data")), (topic, &Mp::from("for red")));
+    b1.assert_nothing_pending().await;
+    bob.assert_nothing_pending().await;
+    // A logged topic stores per scope too.
+    r2.subscribe("demo/general/tasks").await;
+    r1.publish_acked("demo/general/tasks", "job".into()).await;
+    let m = r2.expect("message").await;
+    assert_eq!(m.str("topic"), "demo/general/tasks");
+    assert!(!m.str("msgId").is_empty(), "{m:?}");
+
+    // Deactivating red closes its actors 4001 scope_inactive; blue keeps working.
+    let off = call(a, "PATCH", &format!("/v1/scopes/{red}"), Some(json!({"isActive": false}))).await.ok(200);
+    assert_eq!(off["isActive"], json!(false));
+    assert_eq!(r1.expect_close().await, (4001, "scope_inactive".into()));
+    assert_eq!(r2.expect_close().await, (4001, "scope_inactive".into()));
+    let mut again = s.connect().await;
+    assert_eq!(again.auth(&red1, Some(2)).await.get("success"), &Mp::Boolean(false), "no auth while inactive");
+    call(a, "PATCH", &format!("/v1/scopes/{red}"), Some(json!({"isActive": true}))).await.ok(200);
+    s.auth(&red1).await;
+    b1.assert_nothing_pending().await;
+
+    // Moving an actor out of its scope closes it so that it reconnects under the new addresses.
+    let out = call(a, "PATCH", &format!("/v1/actors/{blue1_id}"), Some(json!({"accessScopeId": null}))).await.ok(200);
+    assert_eq!(out["accessScopeId"], Value::Null);
+    assert_eq!(b1.expect_close().await, (4001, "token_revoked".into()));
+    let mut b1 = s.auth(&blue1).await;
+    b1.subscribe(topic).await;
+    bob.publish_acked(topic, "everyone".into()).await;
+    assert_eq!(b1.expect("message").await.get("data"), &Mp::from("everyone"));
+
+    // Another project's scope ids are 404; a deleted scope is gone and its actors unscoped.
+    let mut c = s.control().await;
+    let (other_key, _, _) = other_project(&mut c).await;
+    raw(a, "GET", &format!("/v1/scopes/{red}"), Some(&other_key), None).await.error(404, "not found");
+    call(a, "DELETE", &format!("/v1/scopes/{red}"), None).await.ok(204);
+    call(a, "GET", &format!("/v1/scopes/{red}"), None).await.error(404, "not found");
+    let grpc = ok(c.list_scopes(pb::ListScopesRequest { project_id: "demo-project".into() }).await).scopes;
+    assert_eq!(grpc.iter().map(|s| s.slug.as_str()).collect::<Vec<_>>(), ["blue"]);
+}
