@@ -4,6 +4,7 @@
 
 mod api_keys;
 mod json;
+mod scopes;
 
 use std::process::ExitCode;
 
@@ -68,6 +69,9 @@ enum Resource {
     /// Project API keys (the REST API's `Authorization: Bearer` keys).
     #[command(subcommand)]
     ApiKeys(api_keys::ApiKeyCmd),
+    /// Access scopes: tenant isolation inside a project.
+    #[command(subcommand)]
+    Scopes(scopes::ScopeCmd),
 }
 
 #[derive(Debug, Args)]
@@ -713,5 +717,6 @@ async fn execute(args: AdminArgs) -> Result<String, Failure> {
             out.connections(&c.list_connections(r).await?.into_inner().connections)
         }
         Resource::ApiKeys(cmd) => api_keys::execute(&mut c, project, &out, cmd).await?,
+        Resource::Scopes(cmd) => scopes::execute(&mut c, project, &out, cmd).await?,
     })
 }

@@ -482,3 +482,30 @@ async fn admin_api_keys_create_list_revoke_and_the_dev_key_works() {
     assert_eq!((code, err.starts_with("skua admin: NotFound")), (1, true), "{err}");
     stop(child);
 }
+
+#[tokio::test]
+async fn admin_scopes_create_update_move_an_actor_and_delete() {
+    let (child, ws, grpc) = dev_server_with_grpc(&[]).await;
+    let (code, out, err) = admin(&grpc, &["scopes", "create", "tenant-a", "--name", "Tenant A"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("scope tenant-a (scope-") && out.ends_with("active, 0 actors)"), "{out}");
+    let (code, out, err) = admin(&grpc, &["scopes", "set-actor", "alice", "tenant-a"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(", scope scope-"), "{out}");
+    let (_, out, _) = admin(&grpc, &["--json", "scopes", "list"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((v[0]["slug"].as_str(), v[0]["actor_count"].as_u64()), (Some("tenant-a"), Some(1)), "{out}");
+
+    let mut alice = WsClient::connect(&format!("ws://{ws}/ws")).await;
+    alice.auth_ok("dev-token-alice", 2).await;
+    let (code, out, err) = admin(&grpc, &["scopes", "update", "tenant-a", "--active", "false"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("INACTIVE"), "{out}");
+    assert_eq!(alice.expect_close().await, (4001, "scope_inactive".to_owned()));
+    let (code, out, _) = admin(&grpc, &["scopes", "delete", "tenant-a"]);
+    assert_eq!((code, out.as_str()), (0, "deleted (1 objects)"));
+    let (_, out, _) = admin(&grpc, &["--json", "actors", "get", "alice"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["scope_id"], "", "alice is unscoped again: {out}");
+    stop(child);
+}

@@ -55,6 +55,7 @@ fn actor(a: &pb::Actor) -> Value {
     json!({
         "id": a.id, "project_id": a.project_id, "actor_type": a.actor_type, "name": a.name, "active": a.active,
         "rate_limit": a.rate_limit, "token_key_ids": a.token_key_ids, "created_at_ms": a.created_at_ms,
+        "scope_id": a.scope_id,
     })
 }
 
@@ -211,10 +212,11 @@ impl Out {
     pub(super) fn actor(&self, a: &pb::Actor) -> String {
         self.emit(actor(a), || {
             format!(
-                "actor {} ({}, project {}){}\n  tokens: {}",
+                "actor {} ({}, project {}){}{}\n  tokens: {}",
                 a.id,
                 a.actor_type,
                 a.project_id,
+                if a.scope_id.is_empty() { String::new() } else { format!(", scope {}", a.scope_id) },
                 if a.active { "" } else { " DEACTIVATED" },
                 if a.token_key_ids.is_empty() { "-".into() } else { a.token_key_ids.join(", ") }
             )
