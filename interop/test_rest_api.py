@@ -1,7 +1,8 @@
 """The REST API under /v1 driven by the real SDK's NoLagApi (nolag 2.6.0), unchanged but for its
 base URL and key: apps (both pagination forms), rooms with `ensure`, grants with their effect on
-WebSocket clients, actors whose token connects and whose deletion closes 4001, errors (bad key,
-another project's ids, validation), and the README's REST example."""
+WebSocket clients, actors whose token connects and whose deletion closes 4001, access scopes
+(two scopes on the same room slug isolated, deactivation closing 4001 scope_inactive), errors
+(bad key, another project's ids, validation), and the README's REST example."""
 
 import asyncio
 import json
@@ -23,6 +24,8 @@ from nolag.api_types import (
     RoomActorAccessCreate,
     RoomCreate,
     RoomUpdate,
+    ScopeCreate,
+    ScopeUpdate,
 )
 
 import helpers
@@ -191,3 +194,48 @@ def test_readme_rest_example_runs(skua):
     )
     assert result.returncode == 0, f"exit {result.returncode}\n--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}"
     assert "Thermometer (actor-" in result.stdout and "subscribed to sensors/hall/readings" in result.stdout, result.stdout
+
+
+async def test_scopes_isolate_the_same_room_and_deactivation_closes_4001(skua):
+    async with api_for(skua) as api:
+        red = await api.scopes.create(ScopeCreate(name="Red", slug=unique("red")))
+        blue = await api.scopes.create(ScopeCreate(name="Blue", slug=unique("blue")))
+        assert (red.is_active, red.project_id) == (True, "demo-project")
+        page = await api.scopes.list(ListOptions(search=red.slug))
+        assert [s.access_scope_id for s in page.data] == [red.access_scope_id]
+        assert page.pagination.total == 1
+
+        async def member(scope) -> str:
+            made = await api.actors.create(ActorCreate(name="m", actor_type="user"))
+            moved = await api.scopes.add_actor(scope.access_scope_id, made.actor_token_id)
+            assert moved.actor_token_id == made.actor_token_id
+            return made.access_token
+
+        red1, red2, blue1 = await member(red), await member(red), await member(blue)
+        assert len(await api.scopes.list_actors(red.access_scope_id)) == 2
+
+        topic = "demo/general/messages"
+        r1 = await helpers.connect(ws_url(skua), red1)
+        r2 = await helpers.connect(ws_url(skua), red2)
+        b1 = await helpers.connect(ws_url(skua), blue1)
+        r2_inbox, b1_inbox = helpers.Recorder("red2"), helpers.Recorder("blue1")
+        r2.set_app("demo").set_room("general").on("messages", r2_inbox)
+        b1.set_app("demo").set_room("general").on("messages", b1_inbox)
+        await helpers.subscribe_ok(r2, topic)
+        await helpers.subscribe_ok(b1, topic)
+        assert await helpers.emit_ack(r1, topic, {"team": "red"}) is None
+        await r2_inbox.wait_data({"team": "red"})
+        # blue1 gets blue's message only: red's never reached it (same publisher order not needed:
+        # a blue member's own message proves the subscription works and nothing else arrived).
+        blue2 = await helpers.connect(ws_url(skua), await member(blue))
+        assert await helpers.emit_ack(blue2, topic, {"team": "blue"}) is None
+        await b1_inbox.wait_data({"team": "blue"})
+        assert b1_inbox.data == [{"team": "blue"}], b1_inbox.data
+
+        r1_ws, r2_ws = r1._ws, r2._ws
+        updated = await api.scopes.update(red.access_scope_id, ScopeUpdate(is_active=False))
+        assert updated.is_active is False
+        assert await closed_with(r1_ws) == (4001, "scope_inactive")
+        assert await closed_with(r2_ws) == (4001, "scope_inactive")
+        await api.scopes.delete(blue.access_scope_id)
+        await fails(api.scopes.get(blue.access_scope_id), 404)
