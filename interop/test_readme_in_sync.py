@@ -17,6 +17,12 @@ def test_readme_shows_the_tested_provisioning_example():
     assert "```python\n" + example + "```\n" in readme
 
 
+def test_readme_shows_the_tested_rest_example():
+    readme = (HERE.parent / "README.md").read_text()
+    example = (HERE / "rest_example.py").read_text()
+    assert "```python\n" + example + "```\n" in readme
+
+
 def test_ci_runs_the_readme_test_command_under_ci_true():
     readme = (HERE.parent / "README.md").read_text()
     command = readme.split("## Test\n", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0].strip()

@@ -13,6 +13,7 @@
 //! - [`webhooks`]: the checks of webhook configuration and the secret's generation (N41).
 
 pub mod fixtures;
+pub mod rest;
 pub mod server;
 pub mod service;
 pub mod sync;
@@ -29,5 +30,5 @@ pub mod pb {
 }
 
 pub use service::{ControlLimits, ControlService};
-pub use sync::{ConnectionInfo, NodeAdmin, Propagator, ServerPublish};
+pub use sync::{ConnectionInfo, NodeAdmin, Propagator, PublishRefused, ServerPublish, ServerPublished};
 pub use webhooks::{WebhookConfigError, WebhookPolicy};

@@ -9,17 +9,19 @@
 //! checks, delete cascades, paging) is in `service/shared.rs`; conversions to protobuf in
 //! `service/convert.rs`.
 
-mod actors;
-mod apps;
+pub(crate) mod actors;
+pub(crate) mod api_keys;
+pub(crate) mod apps;
 mod connections;
-mod convert;
-mod grants;
+pub(crate) mod convert;
+pub(crate) mod grants;
 mod lobbies;
 mod projects;
-mod publish;
-mod rooms;
+pub(crate) mod publish;
+pub(crate) mod rooms;
 mod rpc;
-mod shared;
+pub(crate) mod scopes;
+pub(crate) mod shared;
 
 use std::sync::Arc;
 
@@ -134,6 +136,16 @@ impl ControlService {
             }
         }
         Err(Status::aborted("the registry kept changing concurrently; retry"))
+    }
+
+    /// The registry as last loaded (no store round trip), for the REST API's key checks.
+    pub(crate) fn snapshot(&self) -> Arc<skua_core::RegistrySnapshot> {
+        self.sync.snapshot()
+    }
+
+    /// The caps this service enforces.
+    pub(crate) fn limits(&self) -> &ControlLimits {
+        &self.limits
     }
 
     pub(crate) fn page_size(&self, requested: u32) -> usize {

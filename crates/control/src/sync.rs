@@ -48,6 +48,31 @@ pub struct ServerPublish {
     pub timestamp_ms: u64,
 }
 
+/// A server-side publish the node accepted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServerPublished {
+    /// The stored message's `msgId` (logged topics only).
+    pub msg_id: Option<String>,
+}
+
+/// Why the node refused a server-side publish (the publish pipeline's typed refusal, reduced
+/// to what the control plane's façades answer differently).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PublishRefused {
+    /// The payload is larger than allowed.
+    #[error("{0}")]
+    TooLarge(String),
+    /// A limit (retained caps, monthly quota, rate) refused it.
+    #[error("{0}")]
+    Limit(String),
+    /// The request is invalid (topic, filter).
+    #[error("{0}")]
+    Invalid(String),
+    /// The store or the bus did not take it; retry later.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
 /// What the control plane needs from the node it runs in (the edge implements it through the
 /// server crate). Keeps this crate free of the edge.
 #[async_trait::async_trait]
@@ -64,11 +89,12 @@ pub trait NodeAdmin: Send + Sync + 'static {
     fn all_connections(&self) -> Vec<(ProjectId, ConnectionInfo)>;
     /// Closes this node's connections of `actor` now; returns how many.
     fn disconnect(&self, actor: &ActorId) -> u32;
-    /// Publishes through the node's bus.
+    /// Publishes through the node's publish pipeline (the WebSocket's: limits, logged topics,
+    /// observers).
     ///
     /// # Errors
-    /// A message when the bus refused it.
-    async fn publish(&self, publish: ServerPublish) -> Result<(), String>;
+    /// [`PublishRefused`] naming why the pipeline refused it.
+    async fn publish(&self, publish: ServerPublish) -> Result<ServerPublished, PublishRefused>;
     /// Takes the publishes counted per project since the last call.
     fn take_usage(&self) -> Vec<(ProjectId, u64)>;
     /// Gives back counts that could not be flushed.

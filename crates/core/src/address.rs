@@ -16,6 +16,22 @@ pub struct RoomKey {
     pub room: Arc<str>,
 }
 
+/// Separates an access scope's slug from the room slug in a scoped [`RoomKey::room`]
+/// (`<scope>~<room>`); never part of a slug.
+pub const SCOPE_SEPARATOR: char = '~';
+
+impl RoomKey {
+    /// The room's slug as clients name it (without an access scope).
+    pub fn slug(&self) -> &str {
+        self.room.split_once(SCOPE_SEPARATOR).map_or(&self.room, |(_, r)| r)
+    }
+
+    /// The same room outside any access scope (the registry's room).
+    pub fn unscoped(&self) -> Self {
+        Self { project: self.project.clone(), app: self.app.clone(), room: Arc::from(self.slug()) }
+    }
+}
+
 impl fmt::Debug for RoomKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "RoomKey({}/{}/{})", self.project, self.app, self.room)

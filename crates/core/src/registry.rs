@@ -195,6 +195,33 @@ pub struct Actor {
     pub rate_limit: Option<u32>,
     /// Connections opened before this instant (unix ms) are closed: `DisconnectActor`.
     pub disconnect_before_ms: Option<u64>,
+    /// The access scope the actor belongs to, if any.
+    pub scope: Option<ActorScope>,
+}
+
+/// An actor's access scope: its slug is injected into the actor's room addresses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActorScope {
+    /// The scope's slug.
+    pub slug: Arc<str>,
+    /// Deactivated scopes refuse their actors (4001 `scope_inactive`).
+    pub active: bool,
+}
+
+impl Actor {
+    /// The internal room of `slug` for this actor: the slug itself, or `<scope>~<slug>` for a
+    /// scoped actor (the same room slug in two scopes is two rooms).
+    pub fn room_in_scope(&self, slug: &Arc<str>) -> Arc<str> {
+        match &self.scope {
+            None => slug.clone(),
+            Some(s) => Arc::from(format!("{}{}{slug}", s.slug, crate::address::SCOPE_SEPARATOR)),
+        }
+    }
+
+    /// Whether the actor's scope (if any) is active.
+    pub fn scope_active(&self) -> bool {
+        self.scope.as_ref().is_none_or(|s| s.active)
+    }
 }
 
 /// Why an access check failed; `hint` goes to v2 clients (N7).
@@ -381,7 +408,11 @@ impl Registry {
         self.room_access(actor, app, room, Some(topic), op, now_s)?;
         Ok(ResolvedTopic {
             address: TopicAddress {
-                room: RoomKey { project: project.id.clone(), app: app.id.clone(), room: room.slug.clone() },
+                room: RoomKey {
+                    project: project.id.clone(),
+                    app: app.id.clone(),
+                    room: actor.room_in_scope(&room.slug),
+                },
                 topic: Arc::from(topic),
             },
             logged: config.logged,
@@ -417,7 +448,7 @@ impl Registry {
             .find_map(|a| a.rooms.get(slug).map(|r| (a, r)))
             .ok_or(AccessError { hint: HINT_ROOM_NOT_CONFIGURED })?;
         self.room_access(actor, app, room, None, Operation::Subscribe, now_s)?;
-        Ok(RoomKey { project: project.id.clone(), app: app.id.clone(), room: room.slug.clone() })
+        Ok(RoomKey { project: project.id.clone(), app: app.id.clone(), room: actor.room_in_scope(&room.slug) })
     }
 
     /// Resolves a lobby slug for `actor`.
@@ -441,7 +472,7 @@ impl Registry {
             .rooms
             .iter()
             .filter_map(|r| app.rooms.get(r))
-            .map(|r| RoomKey { project: project.id.clone(), app: app.id.clone(), room: r.slug.clone() })
+            .map(|r| RoomKey { project: project.id.clone(), app: app.id.clone(), room: actor.room_in_scope(&r.slug) })
             .collect();
         Ok(ResolvedLobby { rooms })
     }
@@ -478,7 +509,7 @@ impl RegistryDelta {
 
     /// Whether a subscription in `room` may have lost access.
     pub fn touches_room(&self, room: &RoomKey) -> bool {
-        self.all || self.apps.contains(&room.app) || self.rooms.contains(room)
+        self.all || self.apps.contains(&room.app) || self.rooms.contains(&room.unscoped())
     }
 
     /// Whether lobbies of `project` may have changed.
@@ -591,6 +622,7 @@ mod tests {
             active: true,
             rate_limit: None,
             disconnect_before_ms: None,
+            scope: None,
         };
         let r = Registry::build(
             vec![project],
@@ -686,6 +718,7 @@ mod tests {
             active: true,
             rate_limit: None,
             disconnect_before_ms: None,
+            scope: None,
         };
         assert!(g.applies(&a, Some("messages"), Operation::Subscribe, 99));
         assert!(!g.applies(&a, Some("messages"), Operation::Subscribe, 100));

@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::ids::{ActorId, ActorType, AppId, ProjectId};
 use crate::registry::{
-    Actor, App, Grant, GrantSubject, Lobby, Permission, Project, ProjectLimits, Registry, RegistryError, Room,
-    TopicConfig,
+    Actor, ActorScope, App, Grant, GrantSubject, Lobby, Permission, Project, ProjectLimits, Registry, RegistryError,
+    Room, TopicConfig,
 };
 use crate::store::StoreError;
 use crate::webhook::{TopicWebhooks, WebhookSecret, WebhookTarget};
@@ -258,6 +258,27 @@ pub struct ActorRecord {
     pub disconnect_before_ms: Option<u64>,
     /// Unix ms of creation.
     pub created_at_ms: u64,
+    /// The access scope (its id) the actor belongs to, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+}
+
+/// An access scope: tenant isolation inside a project. A scoped actor's addresses get the
+/// scope's slug injected, so the same room slug in two scopes is two rooms.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScopeRecord {
+    /// Owning project.
+    pub project: String,
+    /// Id (`accessScopeId`), unique over the registry.
+    pub id: String,
+    /// Slug, unique in the project.
+    pub slug: String,
+    /// Display name.
+    pub name: String,
+    /// Deactivated scopes close their actors' connections (4001 `scope_inactive`).
+    pub active: bool,
+    /// Unix ms of creation.
+    pub created_at_ms: u64,
 }
 
 /// An access token: only the SHA-256 of the whole token string is kept.
@@ -271,6 +292,36 @@ pub struct TokenRecord {
     pub sha256: String,
     /// Unix ms of creation.
     pub created_at_ms: u64,
+}
+
+/// A project API key (the REST API's bearer key): only the SHA-256 of the whole key is kept.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiKeyRecord {
+    /// Key id (the `<keyId>` of `nlg_live_<keyId>.<secret>`, or derived from the digest of a
+    /// key of another shape: [`api_key_id`]), unique over the registry.
+    pub key_id: String,
+    /// Owning project.
+    pub project: String,
+    /// What the key is for (display only).
+    pub name: String,
+    /// Hex SHA-256 of the key.
+    pub sha256: String,
+    /// Unix ms of creation.
+    pub created_at_ms: u64,
+}
+
+/// The key id of an API key: `<keyId>` of `nlg_live_<keyId>.<secret>`, else the first 16 hex
+/// digits of the key's SHA-256 (keys of another shape, such as the `--dev` key).
+pub fn api_key_id(key: &str) -> String {
+    if let Some((id, secret)) = key.strip_prefix("nlg_live_").and_then(|r| r.split_once('.'))
+        && !id.is_empty()
+        && id.len() <= 64
+        && !secret.is_empty()
+        && id.bytes().all(|b| b.is_ascii_alphanumeric())
+    {
+        return id.to_owned();
+    }
+    hex(&crate::registry::digest(key))[..16].to_owned()
 }
 
 /// One stored object of the registry.
@@ -290,6 +341,10 @@ pub enum Object {
     Actor(ActorRecord),
     /// A token.
     Token(TokenRecord),
+    /// A project API key.
+    ApiKey(ApiKeyRecord),
+    /// An access scope.
+    Scope(ScopeRecord),
 }
 
 /// The kind of a stored object, as kept in the store's `kind` column.
@@ -309,12 +364,25 @@ pub enum ObjectKind {
     Actor,
     /// Tokens.
     Token,
+    /// Project API keys.
+    ApiKey,
+    /// Access scopes.
+    Scope,
 }
 
 impl ObjectKind {
     /// Every kind.
-    pub const ALL: [Self; 7] =
-        [Self::Project, Self::App, Self::Room, Self::Grant, Self::Lobby, Self::Actor, Self::Token];
+    pub const ALL: [Self; 9] = [
+        Self::Project,
+        Self::App,
+        Self::Room,
+        Self::Grant,
+        Self::Lobby,
+        Self::Actor,
+        Self::Token,
+        Self::ApiKey,
+        Self::Scope,
+    ];
 
     /// The stored name.
     pub fn as_str(self) -> &'static str {
@@ -326,6 +394,8 @@ impl ObjectKind {
             Self::Lobby => "lobby",
             Self::Actor => "actor",
             Self::Token => "token",
+            Self::ApiKey => "api_key",
+            Self::Scope => "scope",
         }
     }
 
@@ -356,6 +426,8 @@ impl Object {
             Self::Lobby(l) => (ObjectKind::Lobby, format!("{}/{}", l.project, l.slug)),
             Self::Actor(a) => (ObjectKind::Actor, a.id.clone()),
             Self::Token(t) => (ObjectKind::Token, t.key_id.clone()),
+            Self::ApiKey(k) => (ObjectKind::ApiKey, k.key_id.clone()),
+            Self::Scope(s) => (ObjectKind::Scope, s.id.clone()),
         };
         ObjectKey { kind, key }
     }
@@ -371,6 +443,8 @@ impl Object {
             Self::Actor(a) => &a.project,
             // Tokens are owned through their actor; the store keeps the actor id here.
             Self::Token(t) => &t.actor,
+            Self::ApiKey(k) => &k.project,
+            Self::Scope(s) => &s.project,
         }
     }
 
@@ -387,6 +461,8 @@ impl Object {
             Self::Lobby(v) => serde_json::to_string(v),
             Self::Actor(v) => serde_json::to_string(v),
             Self::Token(v) => serde_json::to_string(v),
+            Self::ApiKey(v) => serde_json::to_string(v),
+            Self::Scope(v) => serde_json::to_string(v),
         }
     }
 
@@ -403,6 +479,8 @@ impl Object {
             ObjectKind::Lobby => Self::Lobby(serde_json::from_str(spec)?),
             ObjectKind::Actor => Self::Actor(serde_json::from_str(spec)?),
             ObjectKind::Token => Self::Token(serde_json::from_str(spec)?),
+            ObjectKind::ApiKey => Self::ApiKey(serde_json::from_str(spec)?),
+            ObjectKind::Scope => Self::Scope(serde_json::from_str(spec)?),
         })
     }
 }
@@ -436,6 +514,10 @@ pub struct RegistryData {
     pub actors: BTreeMap<String, ActorRecord>,
     /// Tokens by key id.
     pub tokens: BTreeMap<String, TokenRecord>,
+    /// Project API keys by key id.
+    pub api_keys: BTreeMap<String, ApiKeyRecord>,
+    /// Access scopes by id.
+    pub scopes: BTreeMap<String, ScopeRecord>,
 }
 
 /// A consistent read of the registry.
@@ -472,6 +554,12 @@ impl RegistryData {
             Object::Token(t) => {
                 self.tokens.insert(t.key_id.clone(), t);
             }
+            Object::ApiKey(k) => {
+                self.api_keys.insert(k.key_id.clone(), k);
+            }
+            Object::Scope(s) => {
+                self.scopes.insert(s.id.clone(), s);
+            }
         }
     }
 
@@ -504,6 +592,12 @@ impl RegistryData {
             ObjectKind::Token => {
                 self.tokens.remove(&k.key);
             }
+            ObjectKind::ApiKey => {
+                self.api_keys.remove(&k.key);
+            }
+            ObjectKind::Scope => {
+                self.scopes.remove(&k.key);
+            }
         }
     }
 
@@ -520,12 +614,15 @@ impl RegistryData {
     /// Every object, projects first (the order fixtures are written in).
     pub fn objects(&self) -> Vec<Object> {
         let mut out: Vec<Object> = self.projects.values().cloned().map(Object::Project).collect();
+        // Scopes before the actors that name them.
+        out.extend(self.scopes.values().cloned().map(Object::Scope));
         out.extend(self.apps.values().cloned().map(Object::App));
         out.extend(self.rooms.values().cloned().map(Object::Room));
         out.extend(self.grants.values().cloned().map(Object::Grant));
         out.extend(self.lobbies.values().cloned().map(Object::Lobby));
         out.extend(self.actors.values().cloned().map(Object::Actor));
         out.extend(self.tokens.values().cloned().map(Object::Token));
+        out.extend(self.api_keys.values().cloned().map(Object::ApiKey));
         out
     }
 
@@ -625,7 +722,19 @@ impl RegistryData {
         }
         let mut actors = Vec::with_capacity(self.actors.len());
         for a in self.actors.values() {
+            let scope = match &a.scope {
+                None => None,
+                Some(id) => {
+                    let s = self
+                        .scopes
+                        .get(id)
+                        .filter(|s| s.project == a.project)
+                        .ok_or_else(|| err(format!("actor {}: unknown scope {id}", a.id)))?;
+                    Some(ActorScope { slug: Arc::from(s.slug.as_str()), active: s.active })
+                }
+            };
             actors.push(Actor {
+                scope,
                 id: ActorId::parse(&a.id).map_err(|e| err(e.to_string()))?,
                 project: ProjectId::parse(&a.project).map_err(|e| err(e.to_string()))?,
                 actor_type: ActorType::parse(&a.actor_type).map_err(|e| err(e.to_string()))?,

@@ -46,7 +46,7 @@ pub fn verify(
     audiences: &[String],
 ) -> Result<Credential, &'static str> {
     if let Some(actor) = registry.actor_by_token(token) {
-        if !actor.active {
+        if !actor.active || !actor.scope_active() {
             return Err(auth::ACCESS_DENIED);
         }
         let token_digest = Some(skua_core::registry::digest(token));
@@ -68,8 +68,10 @@ pub fn verify(
         let Ok(key) = jsonwebtoken::DecodingKey::from_secret(secret.as_bytes()) else { continue };
         let Ok(data) = jsonwebtoken::decode::<Claims>(token, &key, &validation) else { continue };
         let claims = data.claims;
-        let actor =
-            registry.actor(&claims.sub).filter(|a| a.project == project.id && a.active).ok_or(auth::ACCESS_DENIED)?;
+        let actor = registry
+            .actor(&claims.sub)
+            .filter(|a| a.project == project.id && a.active && a.scope_active())
+            .ok_or(auth::ACCESS_DENIED)?;
         if claims.exp <= now_unix_s {
             return Err(auth::TOKEN_EXPIRED);
         }

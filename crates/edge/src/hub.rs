@@ -716,7 +716,7 @@ impl Hub {
                 let b = ServerFrame::LobbyPresence {
                     event,
                     lobby_id: lobby,
-                    room_id: &ev.room.room,
+                    room_id: ev.room.slug(),
                     actor_id: ev.actor.as_str(),
                     data,
                 }

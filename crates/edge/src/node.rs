@@ -144,6 +144,7 @@ impl EdgeNode {
             auth_throttle,
             metrics_sources: backends.metrics_sources,
             hydrator: backends.hydrator,
+            api: std::sync::OnceLock::new(),
             draining: std::sync::atomic::AtomicBool::new(false),
             next_conn: std::sync::atomic::AtomicU64::new(1),
             project_conns: std::sync::Mutex::new(std::collections::HashMap::new()),

@@ -73,12 +73,14 @@ pub struct PublishRequest<'a> {
 }
 
 /// A publish the bus took.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Accepted {
     /// The publication's envelope id.
     pub id: EnvelopeId,
     /// Unix ms the publication carries.
     pub timestamp_ms: u64,
+    /// The stored message's `msgId` (logged topics only).
+    pub msg_id: Option<String>,
 }
 
 /// Why a publish was refused. Nothing of it was published; only a [`Refused::Bus`] of a logged
@@ -298,7 +300,7 @@ impl Publisher {
             },
             node: self.node.clone(),
             timestamp_ms,
-            msg_id,
+            msg_id: msg_id.clone(),
             retain,
             qos,
             data,
@@ -319,6 +321,6 @@ impl Publisher {
                 o.accepted(&event);
             }
         }
-        Ok(Accepted { id, timestamp_ms })
+        Ok(Accepted { id, timestamp_ms, msg_id })
     }
 }

@@ -32,6 +32,9 @@ use crate::outbound::{CloseRequest, ConnHandle};
 /// 4001 `token_not_found`: the actor was deleted.
 pub const TOKEN_NOT_FOUND: CloseRequest =
     CloseRequest { code: close::REVALIDATION_FAILED, reason: reason::TOKEN_NOT_FOUND };
+/// 4001 `scope_inactive`: the actor's access scope was deactivated.
+pub const SCOPE_INACTIVE: CloseRequest =
+    CloseRequest { code: close::REVALIDATION_FAILED, reason: reason::SCOPE_INACTIVE };
 /// 4001 `token_revoked`: the actor was deactivated or disconnected, or its token replaced.
 pub const TOKEN_REVOKED: CloseRequest =
     CloseRequest { code: close::REVALIDATION_FAILED, reason: reason::TOKEN_REVOKED };
@@ -233,6 +236,7 @@ impl Connections {
                 match registry.actor(e.actor.as_str()) {
                     None => Some(TOKEN_NOT_FOUND),
                     Some(a) if !a.active => Some(TOKEN_REVOKED),
+                    Some(a) if !a.scope_active() => Some(SCOPE_INACTIVE),
                     Some(a) if a.disconnect_before_ms.is_some_and(|t| e.connected_at_ms < t) => Some(TOKEN_REVOKED),
                     Some(_) if e.token_digest.is_some_and(|d| !registry.has_token_digest(&d)) => Some(TOKEN_REVOKED),
                     Some(_) => None,

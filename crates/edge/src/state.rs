@@ -71,6 +71,9 @@ pub struct EdgeState {
     pub metrics_sources: Vec<Arc<dyn crate::metrics::MetricsSource>>,
     /// Calls hydration webhooks (N43).
     pub hydrator: Option<Arc<dyn crate::hydrate::Hydrator>>,
+    /// The routes served under `/v1` (the REST API), installed once the control plane runs;
+    /// unset, `/v1` answers 404.
+    pub api: std::sync::OnceLock<axum::Router>,
     pub(crate) draining: AtomicBool,
     pub(crate) next_conn: AtomicU64,
     /// Connection slots: a permit per open WebSocket.

@@ -32,7 +32,10 @@ pub fn router(state: Arc<EdgeState>) -> Router {
     let router = Router::new()
         .route("/ws", any(ws_upgrade))
         .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz));
+        .route("/readyz", get(readyz))
+        // A fallback rather than a `/v1/{*rest}` route: the API router's path parameters must
+        // be the only ones its handlers see.
+        .fallback(api);
     let router = if state.config.metrics_separate { router } else { router.route("/metrics", get(metrics)) };
     router.with_state(state)
 }
@@ -40,6 +43,22 @@ pub fn router(state: Arc<EdgeState>) -> Router {
 /// The routes of the separate metrics listener (`metrics_listen`): `/metrics` only.
 pub fn metrics_router(state: Arc<EdgeState>) -> Router {
     Router::new().route("/metrics", get(metrics)).with_state(state)
+}
+
+/// `/v1…`: handed to the installed API router ([`EdgeState::api`]); anything else 404.
+async fn api(State(st): State<Arc<EdgeState>>, req: axum::extract::Request) -> Response {
+    let path = req.uri().path();
+    let under_v1 = path == "/v1" || path.starts_with("/v1/");
+    match st.api.get().filter(|_| under_v1) {
+        Some(router) => {
+            let mut router = router.clone();
+            match tower_service::Service::call(&mut router, req).await {
+                Ok(r) => r,
+                Err(never) => match never {},
+            }
+        }
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
 }
 
 async fn readyz(State(st): State<Arc<EdgeState>>) -> Response {

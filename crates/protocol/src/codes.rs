@@ -138,6 +138,8 @@ pub mod reason {
     pub const TOKEN_REVOKED: &str = "token_revoked";
     /// With close 4001: the actor's project no longer exists.
     pub const PROJECT_NOT_FOUND: &str = "project_not_found";
+    /// With close 4001: the actor's access scope was deactivated.
+    pub const SCOPE_INACTIVE: &str = "scope_inactive";
 }
 
 /// The `type` strings of client frames.

@@ -2,7 +2,9 @@
 //! human-readable result, or with `--json` one JSON document on stdout. Errors go to stderr as
 //! `skua admin: <gRPC code>: <message>` with exit status 1; usage errors exit 2 (clap).
 
+mod api_keys;
 mod json;
+mod scopes;
 
 use std::process::ExitCode;
 
@@ -64,6 +66,12 @@ enum Resource {
     /// Open connections.
     #[command(subcommand)]
     Connections(ConnectionCmd),
+    /// Project API keys (the REST API's `Authorization: Bearer` keys).
+    #[command(subcommand)]
+    ApiKeys(api_keys::ApiKeyCmd),
+    /// Access scopes: tenant isolation inside a project.
+    #[command(subcommand)]
+    Scopes(scopes::ScopeCmd),
 }
 
 #[derive(Debug, Args)]
@@ -845,5 +853,7 @@ async fn execute(args: AdminArgs) -> Result<String, Failure> {
             let r = pb::ListConnectionsRequest { project_id: project, actor_id: actor };
             out.connections(&c.list_connections(r).await?.into_inner().connections)
         }
+        Resource::ApiKeys(cmd) => api_keys::execute(&mut c, project, &out, cmd).await?,
+        Resource::Scopes(cmd) => scopes::execute(&mut c, project, &out, cmd).await?,
     })
 }

@@ -261,6 +261,18 @@ pub struct Settings {
     /// Wait before a trigger's second attempt; each further wait doubles [default 4s: 4s, 8s, 16s, 32s].
     #[arg(long, env = "SKUA_WEBHOOK_TRIGGER_FIRST_RETRY")]
     pub webhook_trigger_first_retry: Option<String>,
+    /// Serve the REST API under /v1 on the client listener [default true].
+    #[arg(long, env = "SKUA_REST_API")]
+    pub rest_api: Option<bool>,
+    /// Largest REST request body in bytes; larger ones get 413 [default 1048576].
+    #[arg(long, env = "SKUA_REST_MAX_BODY_BYTES")]
+    pub rest_max_body_bytes: Option<usize>,
+    /// REST requests per second per API key, also the burst; beyond it 429 [default 50].
+    #[arg(long, env = "SKUA_REST_RATE_LIMIT")]
+    pub rest_rate_limit: Option<u32>,
+    /// Largest `limit` of a paginated REST list [default 100].
+    #[arg(long, env = "SKUA_REST_MAX_PAGE_LIMIT")]
+    pub rest_max_page_limit: Option<u32>,
 }
 
 macro_rules! layer {
@@ -286,6 +298,7 @@ impl Settings {
         layer!(self, over; webhook_allow_link_local, webhook_allowed_hosts, webhook_queue, webhook_max_pending,
             webhook_concurrency_per_target, webhook_max_response_bytes, webhook_connect_timeout,
             webhook_trigger_attempts, webhook_trigger_first_retry);
+        layer!(self, over; rest_api, rest_max_body_bytes, rest_rate_limit, rest_max_page_limit);
     }
 
     /// Parses a TOML config file's text.
@@ -464,6 +477,8 @@ pub struct ServerConfig {
     pub presence_tls: BackendTlsFiles,
     /// The webhook engine's settings (its address rules are also the control plane's checks).
     pub webhooks: skua_webhooks::WebhookConfig,
+    /// The REST API under `/v1` (docs/rest-api.md).
+    pub rest: skua_control::rest::RestConfig,
 }
 
 impl ServerConfig {
@@ -501,6 +516,7 @@ impl ServerConfig {
             bus_tls: backends.bus_tls,
             presence_tls: backends.presence_tls,
             webhooks: webhooks.engine,
+            rest: control.rest,
         }
     }
 

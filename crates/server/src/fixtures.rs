@@ -13,6 +13,9 @@ use skua_core::{ActorId, ActorType, AppId, ProjectId, RegistryData};
 /// The demo fixtures of `--dev`.
 pub const DEV_FIXTURES: &str = include_str!("../../../config/dev-fixtures.toml");
 
+/// The demo project's REST API key (in `config/dev-fixtures.toml`).
+pub const DEV_API_KEY: &str = "skua-dev-api-key";
+
 /// The HS256 secret of the demo project's client tokens.
 pub const DEV_JWT_SECRET: &str = "skua-dev-secret";
 
@@ -38,6 +41,9 @@ struct ProjectDef {
     apps: Vec<AppDef>,
     #[serde(default)]
     lobbies: Vec<LobbyDef>,
+    /// Project API keys (the REST API's bearer keys), stored as digests.
+    #[serde(default)]
+    api_keys: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -217,6 +223,7 @@ pub fn load_data(sources: &[(&str, &str)]) -> Result<RegistryData, FixturesError
                 rate_limit: a.rate_limit,
                 disconnect_before_ms: None,
                 created_at_ms: seq,
+                scope: None,
             }));
         }
     }
@@ -247,6 +254,24 @@ fn subject(actor: Option<String>, actor_type: Option<String>, room: &str) -> Res
 
 fn project(p: ProjectDef, data: &mut RegistryData, seq: &mut u64) -> Result<(), String> {
     ProjectId::parse(&p.id).map_err(|e| e.to_string())?;
+    for k in &p.api_keys {
+        if k.len() < 8 {
+            return Err(format!("project {}: an API key has fewer than 8 characters", p.id));
+        }
+        // The key id is derived from the key, so reloading the same file replaces it.
+        let key_id = skua_core::registry_store::api_key_id(k);
+        if data.api_keys.contains_key(&key_id) {
+            return Err(format!("project {}: the same API key is given twice", p.id));
+        }
+        *seq += 1;
+        data.insert(Object::ApiKey(skua_core::registry_store::ApiKeyRecord {
+            key_id: key_id.clone(),
+            project: p.id.clone(),
+            name: format!("fixtures key {key_id}"),
+            sha256: hex(&digest(k)),
+            created_at_ms: *seq,
+        }));
+    }
     let mut apps: Vec<AppRecord> = Vec::new();
     for a in p.apps {
         slug("app slug", &a.slug)?;

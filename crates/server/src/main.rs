@@ -300,6 +300,14 @@ async fn run(
     if dev {
         let ws = if node.tls.client.is_some() { "wss" } else { "ws" };
         print_dev_banner(ws, node.addr);
+        if config.rest.enabled {
+            let http = if node.tls.client.is_some() { "https" } else { "http" };
+            say(&format!(
+                "  REST API: {http}://{}/v1 (project demo-project, API key {})",
+                node.addr,
+                fixtures::DEV_API_KEY
+            ));
+        }
         if let Some(addr) = node.grpc_addr {
             let key = if config.admin_key.as_ref().is_some_and(|k| k.0 == DEV_ADMIN_KEY) {
                 DEV_ADMIN_KEY

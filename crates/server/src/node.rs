@@ -250,7 +250,11 @@ impl skua_control::NodeAdmin for EdgeAdmin {
         self.0.connections.disconnect(actor)
     }
 
-    async fn publish(&self, p: skua_control::ServerPublish) -> Result<(), String> {
+    async fn publish(
+        &self,
+        p: skua_control::ServerPublish,
+    ) -> Result<skua_control::ServerPublished, skua_control::PublishRefused> {
+        use skua_control::PublishRefused as Why;
         use skua_edge::publish::{Origin, PublishRequest, Refused};
         let req = PublishRequest {
             origin: Origin::Server { from: p.from, topic: p.topic, timestamp_ms: p.timestamp_ms },
@@ -260,13 +264,16 @@ impl skua_control::NodeAdmin for EdgeAdmin {
             qos: 0,
         };
         match self.0.publisher.publish(req).await {
-            Ok(_) => Ok(()),
-            Err(Refused::RetainedLimit(r)) => Err(format!("retained_limit_exceeded: {}", r.hint())),
-            Err(Refused::Store(e)) => Err(format!("the store refused the logged message: {}", error_chain(&e))),
-            Err(Refused::Bus(e)) => Err(format!("the message bus refused it: {e}")),
-            // The control plane checked size, access and the filter; a server publish has no
-            // rate or quota.
-            Err(other) => Err(other.to_string()),
+            Ok(a) => Ok(skua_control::ServerPublished { msg_id: a.msg_id }),
+            Err(Refused::RetainedLimit(r)) => Err(Why::Limit(format!("retained_limit_exceeded: {}", r.hint()))),
+            Err(Refused::Store(e)) => {
+                Err(Why::Unavailable(format!("the store refused the logged message: {}", error_chain(&e))))
+            }
+            Err(Refused::Bus(e)) => Err(Why::Unavailable(format!("the message bus refused it: {e}"))),
+            Err(e @ Refused::TooLarge { .. }) => Err(Why::TooLarge(e.to_string())),
+            Err(e @ (Refused::QuotaExceeded | Refused::RateLimited)) => Err(Why::Limit(e.to_string())),
+            // The control plane checked access and the filter already.
+            Err(e @ (Refused::Access(_) | Refused::Filter(_))) => Err(Why::Invalid(e.to_string())),
         }
     }
 
@@ -417,6 +424,11 @@ impl RunningNode {
                     tracing::error!(error = %e, "Control-plane gRPC server stopped.");
                 }
             });
+        }
+        if config.rest.enabled {
+            let service = skua_control::ControlService::new(propagator.clone(), config.control);
+            // Set once per node: `launch` is the only writer.
+            let _ = node.state.api.set(skua_control::rest::router(service, config.rest));
         }
         node.propagator = Some(propagator);
         Ok(node)

@@ -444,3 +444,68 @@ fn admin_tls_ca_needs_an_https_server() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("--tls-ca and --tls-domain need an https:// --server"), "{err}");
 }
+
+/// `GET path` on `addr` with `Authorization: Bearer key`: the status code.
+async fn rest_status(addr: &str, path: &str, key: &str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let req = format!("GET {path} HTTP/1.1\r\nHost: skua\r\nAuthorization: Bearer {key}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    tokio::time::timeout(std::time::Duration::from_secs(5), s.read_to_end(&mut buf)).await.unwrap().unwrap();
+    String::from_utf8_lossy(&buf).split(' ').nth(1).and_then(|c| c.parse().ok()).expect("status line")
+}
+
+#[tokio::test]
+async fn admin_api_keys_create_list_revoke_and_the_dev_key_works() {
+    let (child, addr, grpc) = dev_server_with_grpc(&[]).await;
+    assert_eq!(rest_status(&addr, "/v1/apps", "skua-dev-api-key").await, 200, "--dev provisions skua-dev-api-key");
+    let (code, out, err) = admin(&grpc, &["api-keys", "create", "--name", "ci"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("API key ") && out.contains("(ci, project demo-project)"), "{out}");
+    let key = out.lines().last().unwrap().trim().to_owned();
+    assert!(key.starts_with("nlg_live_"), "{out}");
+    let key_id = key.strip_prefix("nlg_live_").unwrap().split('.').next().unwrap().to_owned();
+    assert_eq!(rest_status(&addr, "/v1/actors", &key).await, 200);
+    let (code, out, _) = admin(&grpc, &["api-keys", "list"]);
+    assert_eq!(code, 0);
+    assert!(out.contains(&key_id) && out.contains("ci") && !out.contains(&key), "{out}");
+    let (code, out, _) = admin(&grpc, &["--json", "api-keys", "list"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v.as_array().unwrap().iter().any(|k| k["key_id"] == key_id.as_str()), "{out}");
+    let (code, out, err) = admin(&grpc, &["api-keys", "revoke", &key_id]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "deleted (1 objects)");
+    assert_eq!(rest_status(&addr, "/v1/actors", &key).await, 401);
+    let (code, _, err) = admin(&grpc, &["api-keys", "revoke", &key_id]);
+    assert_eq!((code, err.starts_with("skua admin: NotFound")), (1, true), "{err}");
+    stop(child);
+}
+
+#[tokio::test]
+async fn admin_scopes_create_update_move_an_actor_and_delete() {
+    let (child, ws, grpc) = dev_server_with_grpc(&[]).await;
+    let (code, out, err) = admin(&grpc, &["scopes", "create", "tenant-a", "--name", "Tenant A"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("scope tenant-a (scope-") && out.ends_with("active, 0 actors)"), "{out}");
+    let (code, out, err) = admin(&grpc, &["scopes", "set-actor", "alice", "tenant-a"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(", scope scope-"), "{out}");
+    let (_, out, _) = admin(&grpc, &["--json", "scopes", "list"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((v[0]["slug"].as_str(), v[0]["actor_count"].as_u64()), (Some("tenant-a"), Some(1)), "{out}");
+
+    let mut alice = WsClient::connect(&format!("ws://{ws}/ws")).await;
+    alice.auth_ok("dev-token-alice", 2).await;
+    let (code, out, err) = admin(&grpc, &["scopes", "update", "tenant-a", "--active", "false"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("INACTIVE"), "{out}");
+    assert_eq!(alice.expect_close().await, (4001, "scope_inactive".to_owned()));
+    let (code, out, _) = admin(&grpc, &["scopes", "delete", "tenant-a"]);
+    assert_eq!((code, out.as_str()), (0, "deleted (1 objects)"));
+    let (_, out, _) = admin(&grpc, &["--json", "actors", "get", "alice"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["scope_id"], "", "alice is unscoped again: {out}");
+    stop(child);
+}

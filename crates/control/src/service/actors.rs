@@ -12,7 +12,7 @@ use crate::pb;
 use crate::sync::now_ms;
 use crate::validate;
 
-pub(super) async fn create(svc: &ControlService, r: pb::CreateActorRequest) -> Result<pb::CreateActorResponse, Status> {
+pub(crate) async fn create(svc: &ControlService, r: pb::CreateActorRequest) -> Result<pb::CreateActorResponse, Status> {
     if !r.id.is_empty() {
         validate::slug("id", &r.id)?;
     }
@@ -48,6 +48,7 @@ pub(super) async fn create(svc: &ControlService, r: pb::CreateActorRequest) -> R
                 rate_limit: Some(r.rate_limit).filter(|n| *n > 0),
                 disconnect_before_ms: None,
                 created_at_ms: now,
+                scope: None,
             };
             Ok((vec![Change::Put(Object::Actor(a.clone())), Change::Put(Object::Token(token_record.clone()))], a))
         })
@@ -55,12 +56,12 @@ pub(super) async fn create(svc: &ControlService, r: pb::CreateActorRequest) -> R
     Ok(issued(svc, &a, token, &token_record.key_id))
 }
 
-pub(super) async fn get(svc: &ControlService, r: pb::GetActorRequest) -> Result<pb::Actor, Status> {
+pub(crate) async fn get(svc: &ControlService, r: pb::GetActorRequest) -> Result<pb::Actor, Status> {
     let snap = svc.read().await;
     Ok(convert::actor(&snap.data, actor(&snap.data, &r.actor_id)?))
 }
 
-pub(super) async fn list(svc: &ControlService, r: pb::ListActorsRequest) -> Result<pb::ListActorsResponse, Status> {
+pub(crate) async fn list(svc: &ControlService, r: pb::ListActorsRequest) -> Result<pb::ListActorsResponse, Status> {
     let snap = svc.read().await;
     let d = &snap.data;
     let p = project(d, &r.project_id)?;
@@ -72,12 +73,29 @@ pub(super) async fn list(svc: &ControlService, r: pb::ListActorsRequest) -> Resu
     })
 }
 
-pub(super) async fn deactivate(svc: &ControlService, r: pb::ActorRef) -> Result<pb::Actor, Status> {
+pub(crate) async fn deactivate(svc: &ControlService, r: pb::ActorRef) -> Result<pb::Actor, Status> {
     set_active(svc, &r.actor_id, false).await
 }
 
-pub(super) async fn activate(svc: &ControlService, r: pb::ActorRef) -> Result<pb::Actor, Status> {
+pub(crate) async fn activate(svc: &ControlService, r: pb::ActorRef) -> Result<pb::Actor, Status> {
     set_active(svc, &r.actor_id, true).await
+}
+
+/// Renames an actor (the REST API's `PATCH /actors/{id}`).
+pub(crate) async fn rename(svc: &ControlService, id: &str, name: &str) -> Result<pb::Actor, Status> {
+    validate::name("name", name)?;
+    let a = svc
+        .mutate(|d| {
+            let mut a = actor(d, id)?.clone();
+            let name = name_or(name, &a.id);
+            if a.name == name {
+                return Ok((Vec::new(), a));
+            }
+            a.name = name;
+            Ok((vec![Change::Put(Object::Actor(a.clone()))], a))
+        })
+        .await?;
+    Ok(convert::actor(&svc.sync.snapshot().data, &a))
 }
 
 async fn set_active(svc: &ControlService, id: &str, active: bool) -> Result<pb::Actor, Status> {
@@ -94,7 +112,7 @@ async fn set_active(svc: &ControlService, id: &str, active: bool) -> Result<pb::
     Ok(convert::actor(&svc.sync.snapshot().data, &a))
 }
 
-pub(super) async fn delete(svc: &ControlService, r: pb::ActorRef) -> Result<pb::DeleteResponse, Status> {
+pub(crate) async fn delete(svc: &ControlService, r: pb::ActorRef) -> Result<pb::DeleteResponse, Status> {
     let n = svc
         .mutate(|d| {
             let a = actor(d, &r.actor_id)?;
@@ -107,7 +125,7 @@ pub(super) async fn delete(svc: &ControlService, r: pb::ActorRef) -> Result<pb::
     Ok(deleted(n))
 }
 
-pub(super) async fn rotate_token(svc: &ControlService, r: pb::ActorRef) -> Result<pb::CreateActorResponse, Status> {
+pub(crate) async fn rotate_token(svc: &ControlService, r: pb::ActorRef) -> Result<pb::CreateActorResponse, Status> {
     validate::slug("actor_id", &r.actor_id)?;
     let (token, record) = new_token(&r.actor_id, now_ms());
     let a = svc

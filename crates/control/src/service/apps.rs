@@ -49,7 +49,7 @@ fn check_topics(svc: &ControlService, topics: &[pb::Topic]) -> Result<(), Status
     Ok(())
 }
 
-pub(super) async fn create(svc: &ControlService, r: pb::CreateAppRequest) -> Result<pb::App, Status> {
+pub(crate) async fn create(svc: &ControlService, r: pb::CreateAppRequest) -> Result<pb::App, Status> {
     validate::slug("slug", &r.slug)?;
     if !r.id.is_empty() {
         validate::slug("id", &r.id)?;
@@ -100,14 +100,14 @@ pub(super) async fn create(svc: &ControlService, r: pb::CreateAppRequest) -> Res
     Ok(pb::App { webhook_secret: secret, ..convert::app(&svc.sync.snapshot().data, &a) })
 }
 
-pub(super) async fn get(svc: &ControlService, r: pb::GetAppRequest) -> Result<pb::App, Status> {
+pub(crate) async fn get(svc: &ControlService, r: pb::GetAppRequest) -> Result<pb::App, Status> {
     let snap = svc.read().await;
     let p = project(&snap.data, &r.project_id)?;
     let a = app(&snap.data, &p.id, &r.app)?;
     Ok(convert::app(&snap.data, a))
 }
 
-pub(super) async fn list(svc: &ControlService, r: pb::ListAppsRequest) -> Result<pb::ListAppsResponse, Status> {
+pub(crate) async fn list(svc: &ControlService, r: pb::ListAppsRequest) -> Result<pb::ListAppsResponse, Status> {
     let snap = svc.read().await;
     let p = project(&snap.data, &r.project_id)?;
     let mut apps: Vec<&AppRecord> = snap.data.apps.values().filter(|a| a.project == p.id).collect();
@@ -115,7 +115,7 @@ pub(super) async fn list(svc: &ControlService, r: pb::ListAppsRequest) -> Result
     Ok(pb::ListAppsResponse { apps: apps.into_iter().map(|a| convert::app(&snap.data, a)).collect() })
 }
 
-pub(super) async fn update(svc: &ControlService, r: pb::UpdateAppRequest) -> Result<pb::App, Status> {
+pub(crate) async fn update(svc: &ControlService, r: pb::UpdateAppRequest) -> Result<pb::App, Status> {
     if let Some(n) = &r.name {
         validate::name("name", n)?;
     }
@@ -152,7 +152,7 @@ pub(super) async fn update(svc: &ControlService, r: pb::UpdateAppRequest) -> Res
     Ok(convert::app(&svc.sync.snapshot().data, &a))
 }
 
-pub(super) async fn delete(svc: &ControlService, r: pb::DeleteAppRequest) -> Result<pb::DeleteResponse, Status> {
+pub(crate) async fn delete(svc: &ControlService, r: pb::DeleteAppRequest) -> Result<pb::DeleteResponse, Status> {
     let n = svc
         .mutate(|d| {
             let p = project(d, &r.project_id)?;

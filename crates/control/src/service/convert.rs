@@ -128,6 +128,7 @@ pub(crate) fn actor(d: &RegistryData, a: &ActorRecord) -> pb::Actor {
         rate_limit: a.rate_limit.unwrap_or(0),
         token_key_ids: d.tokens.values().filter(|t| t.actor == a.id).map(|t| t.key_id.clone()).collect(),
         created_at_ms: a.created_at_ms,
+        scope_id: a.scope.clone().unwrap_or_default(),
     }
 }
 

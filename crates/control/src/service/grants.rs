@@ -10,7 +10,7 @@ use crate::pb;
 use crate::sync::now_ms;
 use crate::validate;
 
-pub(super) async fn create(svc: &ControlService, r: pb::CreateGrantRequest) -> Result<pb::Grant, Status> {
+pub(crate) async fn create(svc: &ControlService, r: pb::CreateGrantRequest) -> Result<pb::Grant, Status> {
     validate::slug("room", &r.room)?;
     let subject = match (r.actor_id.is_empty(), r.actor_type.is_empty()) {
         (false, true) => {
@@ -67,7 +67,7 @@ pub(super) async fn create(svc: &ControlService, r: pb::CreateGrantRequest) -> R
     Ok(convert::grant(&g))
 }
 
-pub(super) async fn list(svc: &ControlService, r: pb::ListGrantsRequest) -> Result<pb::ListGrantsResponse, Status> {
+pub(crate) async fn list(svc: &ControlService, r: pb::ListGrantsRequest) -> Result<pb::ListGrantsResponse, Status> {
     let snap = svc.read().await;
     let d = &snap.data;
     let p = project(d, &r.project_id)?;
@@ -78,7 +78,7 @@ pub(super) async fn list(svc: &ControlService, r: pb::ListGrantsRequest) -> Resu
     Ok(pb::ListGrantsResponse { grants: grants.into_iter().map(convert::grant).collect() })
 }
 
-pub(super) async fn delete(svc: &ControlService, r: pb::DeleteGrantRequest) -> Result<pb::DeleteResponse, Status> {
+pub(crate) async fn delete(svc: &ControlService, r: pb::DeleteGrantRequest) -> Result<pb::DeleteResponse, Status> {
     validate::slug("grant_id", &r.grant_id)?;
     svc.mutate(|d| {
         if !d.grants.contains_key(&r.grant_id) {

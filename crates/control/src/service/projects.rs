@@ -144,6 +144,13 @@ pub(super) async fn delete(svc: &ControlService, r: pb::DeleteProjectRequest) ->
             for l in d.lobbies.values().filter(|l| l.project == p.id) {
                 out.push(del(ObjectKind::Lobby, room_key(&l.project, &l.slug)));
             }
+            for k in d.api_keys.values().filter(|k| k.project == p.id) {
+                out.push(del(ObjectKind::ApiKey, k.key_id.clone()));
+            }
+            // After the actors that named them.
+            for s in d.scopes.values().filter(|s| s.project == p.id) {
+                out.push(del(ObjectKind::Scope, s.id.clone()));
+            }
             // Applied in order: lobbies re-written when an actor goes are deleted last.
             let n = out
                 .iter()

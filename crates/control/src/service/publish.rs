@@ -7,7 +7,7 @@ use tonic::Status;
 use super::ControlService;
 use super::shared::{actor, app, internal, project, room};
 use crate::pb;
-use crate::sync::{ServerPublish, now_ms};
+use crate::sync::{PublishRefused, ServerPublish, now_ms};
 
 /// Whether `filter` may be a publish filter key (N12: non-empty, none of `/ # + |`).
 fn valid_filter(filter: &str) -> bool {
@@ -20,36 +20,72 @@ fn is_one_msgpack_value(data: &[u8]) -> bool {
     rmpv::decode::read_value(&mut rest).is_ok() && rest.is_empty()
 }
 
-pub(super) async fn publish(svc: &ControlService, r: pb::PublishRequest) -> Result<pb::PublishResponse, Status> {
+/// Why a server-side publish failed: a check of the request (a gRPC status, mapped by each
+/// façade) or the publish pipeline's refusal.
+#[derive(Debug)]
+pub(crate) enum PublishError {
+    /// The request failed a check before the pipeline.
+    Rejected(Status),
+    /// The node's publish pipeline refused it.
+    Refused(PublishRefused),
+}
+
+impl From<Status> for PublishError {
+    fn from(s: Status) -> Self {
+        Self::Rejected(s)
+    }
+}
+
+pub(crate) async fn publish(svc: &ControlService, r: pb::PublishRequest) -> Result<pb::PublishResponse, Status> {
+    publish_checked(svc, r).await.map_err(|e| match e {
+        PublishError::Rejected(s) => s,
+        PublishError::Refused(PublishRefused::TooLarge(m)) => Status::invalid_argument(m),
+        // As before the typed refusal: the pipeline's other refusals are UNAVAILABLE over gRPC,
+        // naming the cause (`retained_limit_exceeded: …`).
+        PublishError::Refused(
+            PublishRefused::Invalid(m) | PublishRefused::Limit(m) | PublishRefused::Unavailable(m),
+        ) => Status::unavailable(m),
+    })
+}
+
+/// Checks `r` against the registry (topic, size, MessagePack data, filter, publisher) and
+/// hands it to the node's publish pipeline: the one server-side publish of gRPC and REST.
+pub(crate) async fn publish_checked(
+    svc: &ControlService,
+    r: pb::PublishRequest,
+) -> Result<pb::PublishResponse, PublishError> {
     let snap = svc.read().await;
     let d = &snap.data;
     let p = project(d, &r.project_id)?;
     let mut parts = r.topic.split('/');
     let (Some(app_slug), Some(room_slug), Some(topic), None) = (parts.next(), parts.next(), parts.next(), parts.next())
     else {
-        return Err(Status::invalid_argument("topic must be app/room/topic"));
+        return Err(Status::invalid_argument("topic must be app/room/topic").into());
     };
     let a = app(d, &p.id, app_slug)?;
     let room = room(d, a, room_slug)?;
     if !a.topics.iter().any(|t| t.name == topic) {
-        return Err(Status::not_found(format!("topic {topic:?} is not one of app {:?}'s topics", a.slug)));
+        return Err(Status::not_found(format!("topic {topic:?} is not one of app {:?}'s topics", a.slug)).into());
     }
     let max = p.limits.max_message_size.unwrap_or(svc.limits.max_message_size) as usize;
     if r.data.len() > max {
-        return Err(Status::invalid_argument(format!("data is {} bytes; at most {max}", r.data.len())));
+        return Err(PublishError::Refused(PublishRefused::TooLarge(format!(
+            "data is {} bytes; at most {max}",
+            r.data.len()
+        ))));
     }
     if !is_one_msgpack_value(&r.data) {
-        return Err(Status::invalid_argument("data must be exactly one MessagePack value"));
+        return Err(Status::invalid_argument("data must be exactly one MessagePack value").into());
     }
     if !r.filter.is_empty() && !valid_filter(&r.filter) {
-        return Err(Status::invalid_argument("filter must be 1-256 characters without / # + |"));
+        return Err(Status::invalid_argument("filter must be 1-256 characters without / # + |").into());
     }
     let from = if r.from_actor.is_empty() {
         ActorId::parse("server").map_err(internal)?
     } else {
         let a = actor(d, &r.from_actor)?;
         if a.project != p.id {
-            return Err(Status::not_found(format!("actor {:?} not found in project {:?}", r.from_actor, p.id)));
+            return Err(Status::not_found(format!("actor {:?} not found in project {:?}", r.from_actor, p.id)).into());
         }
         ActorId::parse(&a.id).map_err(internal)?
     };
@@ -70,6 +106,6 @@ pub(super) async fn publish(svc: &ControlService, r: pb::PublishRequest) -> Resu
         retain: r.retain,
         timestamp_ms,
     };
-    svc.sync.node().publish(publish).await.map_err(Status::unavailable)?;
-    Ok(pb::PublishResponse { timestamp_ms })
+    let published = svc.sync.node().publish(publish).await.map_err(PublishError::Refused)?;
+    Ok(pb::PublishResponse { timestamp_ms, msg_id: published.msg_id.unwrap_or_default() })
 }

@@ -35,7 +35,16 @@ fn reply(d: &RegistryData, room: &RoomRecord) -> pb::Room {
     convert::room(d, room, convert::is_private(d, room))
 }
 
-pub(super) async fn create(svc: &ControlService, r: pb::CreateRoomRequest) -> Result<pb::Room, Status> {
+pub(crate) async fn create(svc: &ControlService, r: pb::CreateRoomRequest) -> Result<pb::Room, Status> {
+    create_as(svc, r, false).await
+}
+
+/// Creates a room, `dynamic` (the REST API's rooms, which may be deleted there) or static.
+pub(crate) async fn create_as(
+    svc: &ControlService,
+    r: pb::CreateRoomRequest,
+    dynamic: bool,
+) -> Result<pb::Room, Status> {
     validate::slug("slug", &r.slug)?;
     validate::name("name", &r.name)?;
     let now = now_ms();
@@ -47,14 +56,14 @@ pub(super) async fn create(svc: &ControlService, r: pb::CreateRoomRequest) -> Re
                 return Err(Status::already_exists(format!("room {:?} already exists in app {:?}", r.slug, a.slug)));
             }
             check_room_cap(svc, d, a)?;
-            let room = new_room(p, a, &r.slug, &r.name, false, now);
+            let room = new_room(p, a, &r.slug, &r.name, dynamic, now);
             Ok((vec![Change::Put(Object::Room(room.clone()))], room))
         })
         .await?;
     Ok(convert::room(&svc.sync.snapshot().data, &room, false))
 }
 
-pub(super) async fn ensure(svc: &ControlService, r: pb::EnsureRoomRequest) -> Result<pb::EnsureRoomResponse, Status> {
+pub(crate) async fn ensure(svc: &ControlService, r: pb::EnsureRoomRequest) -> Result<pb::EnsureRoomResponse, Status> {
     validate::slug("slug", &r.slug)?;
     validate::name("name", &r.name)?;
     let now = now_ms();
@@ -79,14 +88,14 @@ pub(super) async fn ensure(svc: &ControlService, r: pb::EnsureRoomRequest) -> Re
     Ok(pb::EnsureRoomResponse { room: Some(reply(&svc.sync.snapshot().data, &room)), created })
 }
 
-pub(super) async fn get(svc: &ControlService, r: pb::GetRoomRequest) -> Result<pb::Room, Status> {
+pub(crate) async fn get(svc: &ControlService, r: pb::GetRoomRequest) -> Result<pb::Room, Status> {
     let snap = svc.read().await;
     let p = project(&snap.data, &r.project_id)?;
     let a = app(&snap.data, &p.id, &r.app)?;
     Ok(reply(&snap.data, room(&snap.data, a, &r.slug)?))
 }
 
-pub(super) async fn list(svc: &ControlService, r: pb::ListRoomsRequest) -> Result<pb::ListRoomsResponse, Status> {
+pub(crate) async fn list(svc: &ControlService, r: pb::ListRoomsRequest) -> Result<pb::ListRoomsResponse, Status> {
     let snap = svc.read().await;
     let d = &snap.data;
     let p = project(d, &r.project_id)?;
@@ -103,7 +112,7 @@ pub(super) async fn list(svc: &ControlService, r: pb::ListRoomsRequest) -> Resul
     Ok(pb::ListRoomsResponse { rooms, next_page_token: next })
 }
 
-pub(super) async fn update(svc: &ControlService, r: pb::UpdateRoomRequest) -> Result<pb::Room, Status> {
+pub(crate) async fn update(svc: &ControlService, r: pb::UpdateRoomRequest) -> Result<pb::Room, Status> {
     if let Some(n) = &r.name {
         validate::name("name", n)?;
     }
@@ -121,7 +130,7 @@ pub(super) async fn update(svc: &ControlService, r: pb::UpdateRoomRequest) -> Re
     Ok(reply(&svc.sync.snapshot().data, &room))
 }
 
-pub(super) async fn delete(svc: &ControlService, r: pb::DeleteRoomRequest) -> Result<pb::DeleteResponse, Status> {
+pub(crate) async fn delete(svc: &ControlService, r: pb::DeleteRoomRequest) -> Result<pb::DeleteResponse, Status> {
     let n = svc
         .mutate(|d| {
             let p = project(d, &r.project_id)?;

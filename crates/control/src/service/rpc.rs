@@ -3,7 +3,7 @@
 
 use tonic::{Request, Response, Status};
 
-use super::{ControlService, actors, apps, connections, grants, lobbies, projects, publish, rooms};
+use super::{ControlService, actors, api_keys, apps, connections, grants, lobbies, projects, publish, rooms, scopes};
 use crate::pb;
 
 /// Implements the trait by handing each request's message to `module::handler` and wrapping
@@ -64,4 +64,15 @@ rpcs! {
 
     list_connections(pb::ListConnectionsRequest) -> pb::ListConnectionsResponse => connections::list;
     disconnect_actor(pb::ActorRef) -> pb::DisconnectActorResponse => connections::disconnect_actor;
+
+    create_api_key(pb::CreateApiKeyRequest) -> pb::CreateApiKeyResponse => api_keys::create;
+    list_api_keys(pb::ListApiKeysRequest) -> pb::ListApiKeysResponse => api_keys::list;
+    revoke_api_key(pb::RevokeApiKeyRequest) -> pb::DeleteResponse => api_keys::revoke;
+
+    create_scope(pb::CreateScopeRequest) -> pb::Scope => scopes::create;
+    get_scope(pb::ScopeRef) -> pb::Scope => scopes::get;
+    list_scopes(pb::ListScopesRequest) -> pb::ListScopesResponse => scopes::list;
+    update_scope(pb::UpdateScopeRequest) -> pb::Scope => scopes::update;
+    delete_scope(pb::ScopeRef) -> pb::DeleteResponse => scopes::delete;
+    set_actor_scope(pb::SetActorScopeRequest) -> pb::Actor => scopes::set_actor_scope;
 }

@@ -164,7 +164,7 @@ impl Session {
             return self.presence_unavailable(None, Some(lobby_id));
         };
         let refs: Vec<(&str, Vec<PresenceEntryRef<'_>>)> =
-            snap.iter().map(|(r, es)| (&*r.room, es.iter().map(entry_ref).collect())).collect();
+            snap.iter().map(|(r, es)| (r.slug(), es.iter().map(entry_ref).collect())).collect();
         let total: usize = refs.iter().map(|(_, e)| e.len()).sum();
         let frame = capped("presence", total, |n| {
             // Keep the first `n` entries in room order; every room still appears (N22).

@@ -111,7 +111,7 @@ impl Session {
 
         if let Some(room) = &self.presence_room
             && delta.touches_room(room)
-            && registry.resolve_room(&actor, &room.room, now).ok().as_ref() != Some(room)
+            && registry.resolve_room(&actor, room.slug(), now).ok().as_ref() != Some(room)
         {
             self.leave_presence_room().await;
         }

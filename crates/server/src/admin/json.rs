@@ -71,6 +71,7 @@ fn actor(a: &pb::Actor) -> Value {
     json!({
         "id": a.id, "project_id": a.project_id, "actor_type": a.actor_type, "name": a.name, "active": a.active,
         "rate_limit": a.rate_limit, "token_key_ids": a.token_key_ids, "created_at_ms": a.created_at_ms,
+        "scope_id": a.scope_id,
     })
 }
 
@@ -105,7 +106,7 @@ fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
 }
 
 /// Pads columns of `rows` (the first is the header) to a table.
-fn table(rows: &[Vec<String>]) -> String {
+pub(super) fn table(rows: &[Vec<String>]) -> String {
     let cols = rows.first().map_or(0, Vec::len);
     let widths: Vec<usize> =
         (0..cols).map(|i| rows.iter().map(|r| r.get(i).map_or(0, |c| c.chars().count())).max().unwrap_or(0)).collect();
@@ -119,7 +120,7 @@ fn table(rows: &[Vec<String>]) -> String {
 }
 
 impl Out {
-    fn emit(&self, value: Value, human: impl FnOnce() -> String) -> String {
+    pub(super) fn emit(&self, value: Value, human: impl FnOnce() -> String) -> String {
         if self.json { value.to_string() } else { human() }
     }
 
@@ -245,10 +246,11 @@ impl Out {
     pub(super) fn actor(&self, a: &pb::Actor) -> String {
         self.emit(actor(a), || {
             format!(
-                "actor {} ({}, project {}){}\n  tokens: {}",
+                "actor {} ({}, project {}){}{}\n  tokens: {}",
                 a.id,
                 a.actor_type,
                 a.project_id,
+                if a.scope_id.is_empty() { String::new() } else { format!(", scope {}", a.scope_id) },
                 if a.active { "" } else { " DEACTIVATED" },
                 if a.token_key_ids.is_empty() { "-".into() } else { a.token_key_ids.join(", ") }
             )

@@ -473,6 +473,8 @@ pub struct ControlPlane {
     pub registry_poll_interval: Duration,
     /// Caps the control plane enforces.
     pub limits: skua_control::ControlLimits,
+    /// The REST API.
+    pub rest: skua_control::rest::RestConfig,
 }
 
 impl ControlPlane {
@@ -516,6 +518,12 @@ impl ControlPlane {
                 max_lobbies_per_project: positive(key!(s, max_lobbies_per_project))?,
                 max_page_size: positive(key!(s, max_page_size))?,
                 max_message_size: u32::try_from(max_message_size).unwrap_or(u32::MAX),
+            },
+            rest: skua_control::rest::RestConfig {
+                enabled: required(key!(s, rest_api))?,
+                max_body_bytes: positive(key!(s, rest_max_body_bytes))?,
+                rate_limit: positive(key!(s, rest_rate_limit))?,
+                max_page_limit: positive(key!(s, rest_max_page_limit))?,
             },
         })
     }

@@ -19,6 +19,7 @@ mod promises;
 mod propagation;
 mod pubsub;
 mod reconnect;
+mod rest;
 mod retained;
 mod tls;
 mod tokens;

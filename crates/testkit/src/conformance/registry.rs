@@ -73,6 +73,7 @@ fn actor(id: &str) -> Object {
         rate_limit: None,
         disconnect_before_ms: None,
         created_at_ms: 3,
+        scope: None,
     })
 }
 
