@@ -24,6 +24,8 @@ T=(--duration 2 --warmup 0.5 --drain 3 --strict)
 "$BENCH" fanout --spawn-skua "$SKUA" --subscribers 5 --rate 200 --payload 100 "${T[@]}"
 "$BENCH" pairs --spawn-skua "$SKUA" --topics 10 --rate 20 "${T[@]}"
 "$BENCH" churn --spawn-skua "$SKUA" --rate 100 --concurrency 16 "${T[@]}"
+# Many actors: the churn actors of the bench fixtures must log in (a failed cycle fails --strict).
+"$BENCH" churn --spawn-skua "$SKUA" --rate 100 --concurrency 16 --actors 8 "${T[@]}"
 "$BENCH" logged --spawn-skua "$SKUA" --skua-arg=--store=sqlite::memory: --subscribers 2 --rate 50 "${T[@]}"
 "$BENCH" cluster --spawn-skua "$SKUA" --subscribers 10 --rate 100 "${T[@]}"
 

@@ -106,12 +106,20 @@ enum Cmd {
         /// Loopback source addresses to rotate over (127.0.0.1 …) when the target is 127.0.0.1.
         #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u8).range(1..=250))]
         source_ips: u8,
+        /// Actors the cycles log in as, in turn. 1: the subscriber token (--sub-token, default
+        /// dev-token-alice); N > 1 (nolag only): the bench fixtures' churn actors
+        /// bench-token-churn-0 … N-1, which the server's fixtures must hold (`fixtures --churn-actors`).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        actors: u32,
     },
     /// Prints the bench fixtures TOML (for `skua serve --dev --fixtures FILE`).
     Fixtures {
         /// Rooms r0 … r<N-1>.
         #[arg(long, default_value_t = fixtures::DEFAULT_ROOMS)]
         rooms: usize,
+        /// Churn actors bench-churn-0 … N-1 (tokens bench-token-churn-<i>) for `churn --actors`.
+        #[arg(long, default_value_t = fixtures::DEFAULT_CHURN_ACTORS as u32, value_parser = clap::value_parser!(u32).range(0..=10_000))]
+        churn_actors: u32,
     },
     /// Turns collected JSON lines into the markdown results section.
     Report {
@@ -205,6 +213,10 @@ struct TargetArgs {
     /// NoLag token of subscribers [default: dev-token-alice; pairs: bench-token-sub].
     #[arg(long)]
     sub_token: Option<String>,
+    /// Run `CMD start` when the measured window opens and `CMD end` when it closes, waiting for
+    /// each (e.g. a script calling `callgrind_control -z` / `-d` on the server).
+    #[arg(long)]
+    window_cmd: Option<PathBuf>,
 }
 
 #[derive(Args, Clone, Copy)]
@@ -253,7 +265,13 @@ struct Setup {
     strict: bool,
 }
 
-fn setup(t: &TargetArgs, run: Option<RunArgs>, pairs_tokens: bool, rooms: usize) -> anyhow::Result<Setup> {
+fn setup(
+    t: &TargetArgs,
+    run: Option<RunArgs>,
+    pairs_tokens: bool,
+    rooms: usize,
+    churn_actors: usize,
+) -> anyhow::Result<Setup> {
     let mut nolag = Nolag::default();
     if pairs_tokens {
         nolag.pub_token = fixtures::PUB_TOKEN.into();
@@ -271,7 +289,12 @@ fn setup(t: &TargetArgs, run: Option<RunArgs>, pairs_tokens: bool, rooms: usize)
             if t.proto != "nolag" {
                 bail!("--spawn-skua starts Skua, which speaks nolag; use --url for {}", t.proto);
             }
-            let s = SpawnedSkua::start(path, rooms.max(fixtures::DEFAULT_ROOMS), &t.skua_arg)?;
+            let s = SpawnedSkua::start(
+                path,
+                rooms.max(fixtures::DEFAULT_ROOMS),
+                churn_actors.max(fixtures::DEFAULT_CHURN_ACTORS),
+                &t.skua_arg,
+            )?;
             eprintln!(
                 "skua-bench: started {} (pid {}) on {}; log {}",
                 path.display(),
@@ -310,8 +333,26 @@ fn setup(t: &TargetArgs, run: Option<RunArgs>, pairs_tokens: bool, rooms: usize)
         peers: Vec::new(),
         peer_pids: Vec::new(),
         broker_pid: None,
+        window_cmd: t.window_cmd.clone(),
     };
     Ok(Setup { ctx, _spawned: spawned, json: t.json.clone(), strict: t.strict })
+}
+
+/// The login adapters of `churn --actors N`: none for one actor (the run's own adapter), else
+/// one NoLag adapter per bench churn actor.
+fn churn_logins(t: &TargetArgs, actors: usize) -> anyhow::Result<Vec<Arc<dyn wire::Wire>>> {
+    if actors <= 1 {
+        return Ok(Vec::new());
+    }
+    if t.proto != "nolag" {
+        bail!("--actors {actors} needs --proto nolag (the other protocols have no actors)");
+    }
+    if t.sub_token.is_some() {
+        bail!("--sub-token names one actor; with --actors {actors} the cycles use the bench churn tokens");
+    }
+    (0..actors)
+        .map(|i| wire::by_name("nolag", Nolag { sub_token: fixtures::churn_token(i), ..Nolag::default() }))
+        .collect()
 }
 
 /// One topic, `subscribers` subscribers, `rate` msg/s spread over publishers of ≤ `per_conn` msg/s.
@@ -332,8 +373,8 @@ fn fanout_plan(scenario: &'static str, subscribers: u32, rate: u32, payload: u32
 
 async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
     let (setup, summary) = match cmd {
-        Cmd::Fixtures { rooms } => {
-            print!("{}", fixtures::toml(rooms));
+        Cmd::Fixtures { rooms, churn_actors } => {
+            print!("{}", fixtures::toml(rooms, churn_actors as usize));
             return Ok(ExitCode::SUCCESS);
         }
         Cmd::Report { input, doc, run_info } => {
@@ -348,7 +389,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::SUCCESS);
         }
         Cmd::Fanout { t, run, subscribers, rate, payload, max_rate_per_conn } => {
-            let st = setup(&t, Some(run), false, 0)?;
+            let st = setup(&t, Some(run), false, 0, 0)?;
             let plan = fanout_plan("fanout", subscribers, rate, payload, max_rate_per_conn);
             let s = traffic::run(&st.ctx, &plan).await?;
             (st, s)
@@ -386,6 +427,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 peers: cluster.nodes[1..].iter().map(|n| Target::parse(&n.url())).collect::<Result<_, _>>()?,
                 peer_pids: cluster.nodes[1..].iter().map(SpawnedSkua::pid).collect(),
                 broker_pid: cluster.broker_pid().or(broker_pid),
+                window_cmd: None,
             };
             let mut plan = fanout_plan("cluster", subscribers, rate, payload, max_rate_per_conn);
             plan.case = format!("cluster nodes={nodes} S={subscribers} R={rate} P={payload}");
@@ -395,7 +437,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             return Ok(code);
         }
         Cmd::Logged { t, run, subscribers, rate, payload, max_rate_per_conn } => {
-            let st = setup(&t, Some(run), false, 0)?;
+            let st = setup(&t, Some(run), false, 0, 0)?;
             let mut plan = fanout_plan("logged", subscribers, rate, payload, max_rate_per_conn);
             plan.topic = |_| TopicKey::Logged;
             plan.acks = st.ctx.wire.name() == "nolag";
@@ -411,7 +453,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             (st, s)
         }
         Cmd::Pairs { t, run, topics, rate, payload } => {
-            let st = setup(&t, Some(run), true, topics as usize)?;
+            let st = setup(&t, Some(run), true, topics as usize, 0)?;
             let plan = traffic::Plan {
                 scenario: "pairs",
                 case: format!("pairs N={topics} r={rate} P={payload}"),
@@ -427,14 +469,15 @@ async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             (st, s)
         }
         Cmd::Idle { t, connections, settle } => {
-            let st = setup(&t, None, false, 0)?;
+            let st = setup(&t, None, false, 0, 0)?;
             let s = idle::run(&st.ctx, connections as usize, Duration::from_secs(settle)).await?;
             (st, s)
         }
-        Cmd::Churn { t, run, rate, concurrency, source_ips } => {
-            let st = setup(&t, Some(run), false, 0)?;
+        Cmd::Churn { t, run, rate, concurrency, source_ips, actors } => {
+            let st = setup(&t, Some(run), false, 0, actors as usize)?;
+            let logins = churn_logins(&t, actors as usize)?;
             let plan = churn::Plan { rate: f64::from(rate), concurrency: concurrency as usize, source_ips };
-            let s = churn::run(&st.ctx, plan).await?;
+            let s = churn::run(&st.ctx, plan, &logins).await?;
             (st, s)
         }
     };

@@ -48,6 +48,10 @@ pub struct Ctx {
     pub peer_pids: Vec<u32>,
     /// The MQTT broker between the nodes of a cluster run, for its CPU.
     pub broker_pid: Option<u32>,
+    /// Run `CMD start` when the measured window opens and `CMD end` when it closes (for
+    /// example `callgrind_control -z`/`-d` on the server, to count its instructions over the
+    /// window); none: nothing runs.
+    pub window_cmd: Option<std::path::PathBuf>,
 }
 
 impl Ctx {
@@ -64,6 +68,21 @@ impl Ctx {
         let load = std::fs::read_to_string("/proc/loadavg").ok().and_then(|l| l.split(' ').next()?.parse::<f64>().ok());
         s.set("loadavg_1m_before", load);
         s
+    }
+
+    /// Runs the window command, if any, with `edge` (`start` or `end`) and waits for it to
+    /// exit; a failure is reported on stderr and does not stop the run.
+    pub async fn mark_window(&self, edge: &'static str) {
+        let Some(cmd) = self.window_cmd.clone() else { return };
+        let status =
+            tokio::task::spawn_blocking(move || std::process::Command::new(&cmd).arg(edge).status().map(|s| (cmd, s)))
+                .await;
+        match status {
+            Ok(Ok((_, s))) if s.success() => {}
+            Ok(Ok((cmd, s))) => eprintln!("skua-bench: window command {} {edge}: {s}", cmd.display()),
+            Ok(Err(e)) => eprintln!("skua-bench: window command {edge} did not run: {e}"),
+            Err(e) => eprintln!("skua-bench: window command {edge}: {e}"),
+        }
     }
 
     /// The server's CPU microseconds now, if a server PID is known.

@@ -64,14 +64,15 @@ impl SpawnedSkua {
     ///
     /// # Errors
     /// The binary does not start or never prints its address.
-    pub fn start(path: &Path, rooms: usize, extra: &[String]) -> anyhow::Result<Self> {
+    pub fn start(path: &Path, rooms: usize, churn_actors: usize, extra: &[String]) -> anyhow::Result<Self> {
         let path = std::fs::canonicalize(path).with_context(|| format!("no skua binary at {}", path.display()))?;
         static SPAWNED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = SPAWNED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("skua-bench-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&dir).context("while creating the server's directory")?;
         let fixtures = dir.join("bench-fixtures.toml");
-        std::fs::write(&fixtures, crate::fixtures::toml(rooms)).context("while writing the bench fixtures")?;
+        std::fs::write(&fixtures, crate::fixtures::toml(rooms, churn_actors))
+            .context("while writing the bench fixtures")?;
         let log = std::env::temp_dir().join(format!("skua-bench-{}-{n}-skua.log", std::process::id()));
         let stderr = std::fs::File::create(&log).context("while creating the skua log")?;
         let mut child = Command::new(&path)
@@ -185,7 +186,12 @@ impl SpawnedCluster {
                 "memory".to_owned(),
             ];
             args.extend(extra.iter().cloned());
-            cluster.nodes.push(SpawnedSkua::start(path, crate::fixtures::DEFAULT_ROOMS, &args)?);
+            cluster.nodes.push(SpawnedSkua::start(
+                path,
+                crate::fixtures::DEFAULT_ROOMS,
+                crate::fixtures::DEFAULT_CHURN_ACTORS,
+                &args,
+            )?);
         }
         Ok(cluster)
     }

@@ -13,7 +13,7 @@ use super::{Ctx, client_cpu, cpu_pct, machine_cpu, set_machine, used};
 use crate::conn::{self, ConnOptions};
 use crate::summary::Summary;
 use crate::track::{MAX_LATENCY_US, Window, histogram};
-use crate::wire::TopicKey;
+use crate::wire::{TopicKey, Wire};
 
 /// How a churn run goes.
 #[derive(Debug, Clone, Copy)]
@@ -34,11 +34,12 @@ struct Tally {
     first_error: Option<String>,
 }
 
-/// Runs `churn`.
+/// Runs `churn`. Cycle `k` logs in with `logins[k % logins.len()]` (one adapter per actor),
+/// or with `ctx.wire` when `logins` is empty.
 ///
 /// # Errors
 /// None today; failed cycles are counted.
-pub async fn run(ctx: &Ctx, plan: Plan) -> anyhow::Result<Summary> {
+pub async fn run(ctx: &Ctx, plan: Plan, logins: &[Arc<dyn Wire>]) -> anyhow::Result<Summary> {
     let topic = Arc::new(ctx.wire.topic(TopicKey::Fanout));
     let t0 = Instant::now() + Duration::from_millis(100);
     let window = Window { start: (t0 + ctx.warmup).into_std(), end: (t0 + ctx.warmup + ctx.duration).into_std() };
@@ -52,7 +53,9 @@ pub async fn run(ctx: &Ctx, plan: Plan) -> anyhow::Result<Summary> {
         tokio::spawn(async move {
             sleep_until(window.start.into()).await;
             let a = (ctx.server_cpu(), client_cpu(), machine_cpu());
+            ctx.mark_window("start").await;
             sleep_until(window.end.into()).await;
+            ctx.mark_window("end").await;
             (a, (ctx.server_cpu(), client_cpu(), machine_cpu()))
         })
     };
@@ -68,13 +71,17 @@ pub async fn run(ctx: &Ctx, plan: Plan) -> anyhow::Result<Summary> {
         let Ok(permit) = sem.clone().acquire_owned().await else { break };
         let source =
             spread.then(|| IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1 + (started % u64::from(plan.source_ips)) as u8)));
+        let wire = match logins.len() {
+            0 => ctx.wire.clone(),
+            n => logins[(started % n as u64) as usize].clone(),
+        };
         started += 1;
         let (ctx, topic, tally, lat) = (ctx.clone(), topic.clone(), tally.clone(), lat.clone());
         tokio::spawn(async move {
             let _permit = permit;
             let begin = std::time::Instant::now();
             let opts = ConnOptions { read_buffer: 4096, source };
-            let r = conn::subscriber(&ctx.target, ctx.wire.as_ref(), &topic, opts).await;
+            let r = conn::subscriber(&ctx.target, wire.as_ref(), &topic, opts).await;
             let end = std::time::Instant::now();
             match r {
                 Ok(c) => {
@@ -106,8 +113,15 @@ pub async fn run(ctx: &Ctx, plan: Plan) -> anyhow::Result<Summary> {
     let secs = window.secs();
     let t = tally.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let lat = lat.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let mut s = ctx.summary("churn", format!("churn target={}/s", plan.rate));
+    let actors = logins.len().max(1);
+    let case = if actors > 1 {
+        format!("churn target={}/s actors={actors}", plan.rate)
+    } else {
+        format!("churn target={}/s", plan.rate)
+    };
+    let mut s = ctx.summary("churn", case);
     s.set("rate_target", plan.rate);
+    s.set("actors", actors);
     s.set("concurrency", plan.concurrency);
     s.set("warmup_s", ctx.warmup.as_secs_f64());
     s.set("duration_s", secs);

@@ -118,7 +118,9 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> anyhow::Result<Summary> {
 
     sleep_until(window.start.into()).await;
     let (srv0, cli0, m0, cl0) = (ctx.server_cpu(), client_cpu(), machine_cpu(), ctx.cluster_cpu());
+    ctx.mark_window("start").await;
     sleep_until(window.end.into()).await;
+    ctx.mark_window("end").await;
     let (srv1, cli1, m1, cl1) = (ctx.server_cpu(), client_cpu(), machine_cpu(), ctx.cluster_cpu());
 
     // Publishers stop at the window's end; wait until each has (bounded, in case one is stuck).
