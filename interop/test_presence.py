@@ -80,6 +80,10 @@ async def test_second_connection_of_an_actor_is_an_update(skua):
     bob2 = await connect(skua.url, "dev-token-bob", "bob-2")
     events = presence_recorders(alice)
     await alice.set_presence({"me": "alice"}, room_id=ROOM)
+    # `set_presence` returns once the frame is sent. Alice's own join comes after her node
+    # holds the room's presence subscription; in a cluster bob's node may be another one, so
+    # before that his join could pass the broker before alice's node listens.
+    await events["join"].wait_for(lambda a: a.actor_token_id == "alice")
     await bob1.set_presence({"conn": 1}, room_id=ROOM)
     await events["join"].wait_for(lambda a: a.actor_token_id == "bob")
     await bob2.set_presence({"conn": 2}, room_id=ROOM)

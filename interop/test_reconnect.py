@@ -70,6 +70,9 @@ async def test_presence_comes_back_after_reconnect(skua_factory):
     bob.on("presence:leave", leaves)
     alice.on("reconnect", reconnects)
     await bob.set_presence({"who": "bob"}, room_id="general")
+    # Bob's own join proves his node listens to the room before alice (maybe on another node
+    # of a cluster) announces herself.
+    await joins.wait_for(lambda a: a.actor_token_id == "bob")
     await alice.set_presence({"who": "alice"}, room_id="general")
     await joins.wait_for(lambda a: a.actor_token_id == "alice")
 
