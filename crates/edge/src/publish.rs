@@ -275,6 +275,7 @@ impl Publisher {
                 timestamp_ms,
                 qos,
                 data: &data,
+                trigger: None,
             };
             if let Err(e) = self.store.append(&m, timestamp_ms / 1000).await {
                 tracing::warn!(error = %e, "Storing a logged message failed; publish refused.");

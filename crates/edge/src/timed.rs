@@ -12,7 +12,7 @@ use bytes::Bytes;
 use skua_core::{
     ActorId, Bus, BusError, BusSubscription, Claim, ClaimedRecord, ConnRef, Consumer, Envelope, Holder, MessageLog,
     NewMessage, NodeId, Presence, PresenceChange, PresenceEntry, PresenceError, ProjectId, Release, RestoreKey,
-    RestoreRecord, Retention, RoomKey, Store, StoreError, StoredMessage,
+    RestoreRecord, Retention, RoomKey, Store, StoreError, StoredMessage, TriggerStore,
 };
 
 use crate::metrics::Metrics;
@@ -177,6 +177,49 @@ impl Store for TimedStore {
 
     fn is_available(&self) -> bool {
         self.inner.is_available()
+    }
+}
+
+#[async_trait]
+impl TriggerStore for TimedStore {
+    async fn claim_outbox(
+        &self,
+        owner: &str,
+        now_ms: u64,
+        lease_until_ms: u64,
+        limit: u32,
+    ) -> Result<Vec<skua_core::OutboxTrigger>, StoreError> {
+        let claimed = self.inner.claim_outbox(owner, now_ms, lease_until_ms, limit);
+        timed(&self.metrics, "store", "claim_outbox", claimed).await
+    }
+
+    async fn renew_outbox(&self, msg_id: &str, owner: &str, lease_until_ms: u64) -> Result<Option<u32>, StoreError> {
+        timed(&self.metrics, "store", "renew_outbox", self.inner.renew_outbox(msg_id, owner, lease_until_ms)).await
+    }
+
+    async fn finish_outbox(&self, msg_id: &str) -> Result<bool, StoreError> {
+        timed(&self.metrics, "store", "finish_outbox", self.inner.finish_outbox(msg_id)).await
+    }
+
+    async fn expire_outbox_leases(&self, keep: &str) -> Result<u64, StoreError> {
+        timed(&self.metrics, "store", "expire_outbox_leases", self.inner.expire_outbox_leases(keep)).await
+    }
+
+    async fn dead_letter(&self, letter: &skua_core::NewDeadLetter<'_>, cap: u64) -> Result<u64, StoreError> {
+        timed(&self.metrics, "store", "dead_letter", self.inner.dead_letter(letter, cap)).await
+    }
+
+    async fn list_dead_letters(
+        &self,
+        filter: skua_core::DeadLetterFilter<'_>,
+        after: u64,
+        limit: u32,
+    ) -> Result<Vec<skua_core::DeadLetter>, StoreError> {
+        timed(&self.metrics, "store", "list_dead_letters", self.inner.list_dead_letters(filter, after, limit)).await
+    }
+
+    async fn delete_dead_letters(&self, filter: skua_core::DeadLetterFilter<'_>) -> Result<u64, StoreError> {
+        timed(&self.metrics, "store", "delete_dead_letters", self.inner.delete_dead_letters(filter)).await
     }
 }
 
