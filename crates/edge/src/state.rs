@@ -31,6 +31,8 @@ pub struct Backends {
     pub store: Arc<dyn Store>,
     /// Told of every accepted publish, in this order ([`crate::publish`]).
     pub publish_observers: Vec<Arc<dyn crate::publish::PublishObserver>>,
+    /// Trigger webhooks' configuration and delivery engine; `None`: this node posts no triggers.
+    pub trigger_hooks: Option<Arc<dyn crate::triggers::TriggerHooks>>,
 }
 
 /// Shared state of one edge node: plain data, no tasks ([`crate::node`] starts and stops them).
@@ -61,6 +63,8 @@ pub struct EdgeState {
     pub durable: Arc<Durable>,
     /// Presence removals that failed, for the liveness loop to retry.
     pub deferred_removals: Arc<DeferredRemovals>,
+    /// Trigger webhooks (N44, N45), when the server gave their hooks.
+    pub triggers: Option<Arc<crate::triggers::Triggers>>,
     /// Failed auths per source address (issue 12, item 6).
     pub auth_throttle: crate::auth::AuthThrottle,
     pub(crate) draining: AtomicBool,

@@ -280,5 +280,6 @@ pub fn wrap(backends: crate::Backends, metrics: &Arc<Metrics>) -> crate::Backend
         presence: Arc::new(TimedPresence::new(backends.presence, metrics.clone())),
         store: Arc::new(TimedStore::new(backends.store, metrics.clone())),
         publish_observers: backends.publish_observers,
+        trigger_hooks: backends.trigger_hooks,
     }
 }

@@ -74,7 +74,7 @@ pub async fn backends(config: &ServerConfig, embedded: &Embedded) -> anyhow::Res
                 .map_err(|e| anyhow::anyhow!("while opening the store {}: {}", redact(url), error_chain(&e)))?
         }
     };
-    Ok(Backends { bus, bus_deliveries, presence, store, publish_observers: Vec::new() })
+    Ok(Backends { bus, bus_deliveries, presence, store, publish_observers: Vec::new(), trigger_hooks: None })
 }
 
 /// A PEM CA file and client pair, read.
