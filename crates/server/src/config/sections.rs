@@ -381,6 +381,41 @@ impl Durable {
     }
 }
 
+/// Trigger webhooks (docs/webhooks.md): the delivery queue, retries, the outbox lease and scan,
+/// and the dead letters' cap.
+#[derive(Debug, Clone)]
+pub struct Triggers {
+    /// The edge's trigger settings (`take_over_at_start` is decided by the node).
+    pub config: skua_edge::config::TriggerConfig,
+}
+
+impl Triggers {
+    /// This section of `s`, checked.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the first bad key.
+    pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
+        let retry_delays = each(key!(s, trigger_retry_delays), duration::parse)?;
+        if retry_delays.len() > MAX_TRIGGER_RETRIES {
+            return Err(invalid("trigger_retry_delays", format!("at most {MAX_TRIGGER_RETRIES} entries")));
+        }
+        Ok(Self {
+            config: skua_edge::config::TriggerConfig {
+                queue: positive(key!(s, trigger_queue))?,
+                in_flight: positive(key!(s, trigger_in_flight))?,
+                retry_delays,
+                lease: nonzero_duration(key!(s, trigger_lease))?,
+                scan_interval: nonzero_duration(key!(s, trigger_scan_interval))?,
+                dead_letters_per_project: positive(key!(s, webhook_dead_letters_per_project))?,
+                ..skua_edge::config::TriggerConfig::default()
+            },
+        })
+    }
+}
+
+/// Most entries of `trigger_retry_delays` (so at most this many + 1 attempts).
+const MAX_TRIGGER_RETRIES: usize = 20;
+
 /// Between nodes: the bus queues (`bus_queue`, `bus_publish_buffer`) and node liveness
 /// (`node_ttl`, `node_refresh`).
 #[derive(Debug, Clone)]
@@ -567,6 +602,8 @@ pub struct Sections {
     pub control: ControlPlane,
     /// Tracing export.
     pub telemetry: Telemetry,
+    /// Trigger webhooks.
+    pub triggers: Triggers,
 }
 
 impl Sections {
@@ -587,14 +624,27 @@ impl Sections {
             tls: Tls::resolve(s)?,
             control: ControlPlane::resolve(s, limits.max_message_size)?,
             telemetry: Telemetry::resolve(s)?,
+            triggers: Triggers::resolve(s)?,
             limits,
         })
     }
 
     /// The edge's view of these settings.
     pub fn edge(&self) -> EdgeConfig {
-        let Self { backends, front, limits, auth, retained, durable, cluster, shutdown, control, tls: _, telemetry: _ } =
-            self;
+        let Self {
+            backends,
+            front,
+            limits,
+            auth,
+            retained,
+            durable,
+            cluster,
+            shutdown,
+            control,
+            tls: _,
+            telemetry: _,
+            triggers,
+        } = self;
         EdgeConfig {
             namespace: backends.namespace.clone(),
             idle_timeout: limits.idle_timeout,
@@ -634,6 +684,11 @@ impl Sections {
             shutdown_grace: shutdown.shutdown_grace,
             drain_delay: shutdown.drain_delay,
             revalidate_interval: control.revalidate_interval,
+            triggers: skua_edge::config::TriggerConfig {
+                // A single node on a durable store sends what an earlier run left, at once.
+                take_over_at_start: backends.bus == BusConfig::Memory && matches!(backends.store, StoreConfig::Url(_)),
+                ..triggers.config.clone()
+            },
             ..EdgeConfig::default()
         }
     }
