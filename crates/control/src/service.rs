@@ -20,6 +20,7 @@ mod publish;
 mod rooms;
 mod rpc;
 mod shared;
+mod webhooks;
 
 use std::sync::Arc;
 

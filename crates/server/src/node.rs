@@ -255,6 +255,31 @@ impl skua_control::NodeAdmin for EdgeAdmin {
         self.0.connections.take_usage()
     }
 
+    async fn webhook_failures(
+        &self,
+        filter: skua_core::DeadLetterFilter<'_>,
+        after: u64,
+        limit: u32,
+    ) -> Result<Vec<skua_core::DeadLetter>, String> {
+        self.0.store.list_dead_letters(filter, after, limit).await.map_err(|e| error_chain(&e))
+    }
+
+    async fn retry_webhook_failures(
+        &self,
+        filter: skua_core::DeadLetterFilter<'_>,
+        limit: u32,
+    ) -> Result<Vec<(String, Option<String>)>, String> {
+        let Some(t) = &self.0.triggers else {
+            return Err("this node posts no webhooks (no webhook engine configured)".into());
+        };
+        let done = t.retry_dead_letters(filter, limit).await.map_err(|e| error_chain(&e))?;
+        Ok(done.into_iter().map(|o| (o.delivery_id, o.error)).collect())
+    }
+
+    async fn purge_webhook_failures(&self, filter: skua_core::DeadLetterFilter<'_>) -> Result<u64, String> {
+        self.0.store.delete_dead_letters(filter).await.map_err(|e| error_chain(&e))
+    }
+
     fn return_usage(&self, counts: Vec<(skua_core::ProjectId, u64)>) {
         self.0.connections.return_usage(counts);
     }

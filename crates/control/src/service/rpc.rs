@@ -3,7 +3,7 @@
 
 use tonic::{Request, Response, Status};
 
-use super::{ControlService, actors, apps, connections, grants, lobbies, projects, publish, rooms};
+use super::{ControlService, actors, apps, connections, grants, lobbies, projects, publish, rooms, webhooks};
 use crate::pb;
 
 /// Implements the trait by handing each request's message to `module::handler` and wrapping
@@ -63,4 +63,8 @@ rpcs! {
 
     list_connections(pb::ListConnectionsRequest) -> pb::ListConnectionsResponse => connections::list;
     disconnect_actor(pb::ActorRef) -> pb::DisconnectActorResponse => connections::disconnect_actor;
+
+    list_webhook_failures(pb::ListWebhookFailuresRequest) -> pb::ListWebhookFailuresResponse => webhooks::list_failures;
+    retry_webhook_failures(pb::RetryWebhookFailuresRequest) -> pb::RetryWebhookFailuresResponse => webhooks::retry_failures;
+    purge_webhook_failures(pb::PurgeWebhookFailuresRequest) -> pb::PurgeWebhookFailuresResponse => webhooks::purge_failures;
 }
