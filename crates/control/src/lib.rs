@@ -9,7 +9,8 @@
 //! - [`server`]: serving it with health, reflection, TLS and the admin-key check;
 //! - [`throttle`]: backing off addresses that fail the admin-key check;
 //! - [`sync`]: [`Propagator`], which keeps a node's registry in step with the store;
-//! - [`fixtures`]: loading fixtures into the store through the same change sets.
+//! - [`fixtures`]: loading fixtures into the store through the same change sets;
+//! - [`webhooks`]: the checks of webhook configuration and the secret's generation (N41).
 
 pub mod fixtures;
 pub mod server;
@@ -17,6 +18,7 @@ pub mod service;
 pub mod sync;
 pub mod throttle;
 pub mod validate;
+pub mod webhooks;
 
 /// Generated from `proto/skua/control/v1/control.proto`; the proto documents every field.
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
@@ -28,3 +30,4 @@ pub mod pb {
 
 pub use service::{ControlLimits, ControlService};
 pub use sync::{ConnectionInfo, NodeAdmin, Propagator, ServerPublish};
+pub use webhooks::{WebhookConfigError, WebhookPolicy};

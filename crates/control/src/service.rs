@@ -70,11 +70,15 @@ impl Default for ControlLimits {
 pub struct ControlService {
     sync: Arc<Propagator>,
     limits: ControlLimits,
+    webhooks: crate::WebhookPolicy,
 }
 
 impl std::fmt::Debug for ControlService {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ControlService").field("limits", &self.limits).finish_non_exhaustive()
+        f.debug_struct("ControlService")
+            .field("limits", &self.limits)
+            .field("webhooks", &self.webhooks)
+            .finish_non_exhaustive()
     }
 }
 
@@ -87,7 +91,14 @@ pub(crate) fn unavailable(e: &StoreError) -> Status {
 impl ControlService {
     /// A service writing through `sync`'s store and serving `sync`'s node.
     pub fn new(sync: Arc<Propagator>, limits: ControlLimits) -> Self {
-        Self { sync, limits }
+        Self { sync, limits, webhooks: crate::WebhookPolicy::default() }
+    }
+
+    /// Checks webhook URLs with `policy` instead of the default (no link-local, any host).
+    #[must_use]
+    pub fn with_webhook_policy(mut self, policy: crate::WebhookPolicy) -> Self {
+        self.webhooks = policy;
+        self
     }
 
     /// The registry as of now: the snapshot, refreshed from the store when it moved (a failing

@@ -9,7 +9,8 @@
 //! - [`consumer`]: typed keys of durable delivery (consumers, session holders);
 //! - [`bus`], [`presence`], [`store`]: the slot traits whose contracts every backend honours;
 //! - [`trigger_store`]: the store's trigger outbox and webhook dead letters (N44, N45);
-//! - [`trace`]: trace-context propagation across the bus.
+//! - [`trace`]: trace-context propagation across the bus;
+//! - [`webhook`]: webhook endpoints, kinds, bounds and the address rule (N41).
 
 pub mod address;
 pub mod bus;
@@ -22,6 +23,7 @@ pub mod registry_store;
 pub mod store;
 pub mod trace;
 pub mod trigger_store;
+pub mod webhook;
 
 pub use address::{GroupKey, RoomKey, TopicAddress};
 pub use bus::{Bus, BusDelivery, BusError, BusSubscription, DeliverySink, Route};

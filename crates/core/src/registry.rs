@@ -9,6 +9,7 @@ use sha2::{Digest, Sha256};
 
 use crate::address::{RoomKey, TopicAddress};
 use crate::ids::{ActorId, ActorType, AppId, ProjectId};
+use crate::webhook::{TopicWebhooks, WebhookCall, WebhookKind, WebhookSecret};
 
 /// Hint for an address whose app or room is not provisioned (reference wording).
 pub const HINT_ROOM_NOT_CONFIGURED: &str =
@@ -103,6 +104,8 @@ pub struct TopicConfig {
 pub struct Room {
     /// Slug, unique within the app.
     pub slug: Arc<str>,
+    /// Display name (`roomName` of webhook payloads).
+    pub name: Arc<str>,
     /// Grants; the first grant makes the room private.
     pub grants: Vec<Grant>,
 }
@@ -118,6 +121,10 @@ pub struct App {
     pub topics: BTreeMap<String, TopicConfig>,
     /// Rooms by slug.
     pub rooms: BTreeMap<String, Room>,
+    /// Webhooks of the topics that have any, per-topic entries over the app's (N41).
+    pub webhooks: BTreeMap<String, TopicWebhooks>,
+    /// The secret webhook requests are signed with (N42).
+    pub webhook_secret: Option<WebhookSecret>,
 }
 
 /// A lobby: presence aggregated over rooms of one app (N22).
@@ -381,6 +388,22 @@ impl Registry {
         })
     }
 
+    /// The webhook of `kind` for a topic, with the app's secret and the names its payload
+    /// carries; `None` when the topic (or its app, room) has none or is gone (N41).
+    pub fn webhook(&self, address: &TopicAddress, kind: WebhookKind) -> Option<WebhookCall> {
+        let project = self.projects.get(&address.room.project)?;
+        let app = project.apps.iter().find(|a| a.id == address.room.app)?;
+        let target = app.webhooks.get(&*address.topic)?.get(kind)?.clone();
+        let room = app.rooms.get(&*address.room.room)?;
+        Some(WebhookCall {
+            kind,
+            target,
+            secret: app.webhook_secret.clone(),
+            app_slug: app.slug.as_str().into(),
+            room_name: room.name.clone(),
+        })
+    }
+
     /// Resolves a room slug (presence frames carry no app) for `actor`: the first app of the
     /// project, in definition order, that has a room with that slug.
     ///
@@ -529,11 +552,12 @@ mod tests {
         let p = ProjectId::parse("p").unwrap();
         let alice = ActorId::parse("alice").unwrap();
         let mut rooms = BTreeMap::new();
-        rooms.insert("general".into(), Room { slug: "general".into(), grants: vec![] });
+        rooms.insert("general".into(), Room { slug: "general".into(), name: "General".into(), grants: vec![] });
         rooms.insert(
             "ops".into(),
             Room {
                 slug: "ops".into(),
+                name: "ops".into(),
                 grants: vec![Grant {
                     subject: GrantSubject::Actor(alice.clone()),
                     permission: Permission::PubSub,
@@ -545,7 +569,14 @@ mod tests {
         let mut topics = BTreeMap::new();
         topics.insert("messages".into(), TopicConfig::default());
         topics.insert("tasks".into(), TopicConfig { logged: true });
-        let app = App { id: AppId::parse("demo-app").unwrap(), slug: "demo".into(), topics, rooms };
+        let app = App {
+            id: AppId::parse("demo-app").unwrap(),
+            slug: "demo".into(),
+            topics,
+            rooms,
+            webhooks: BTreeMap::new(),
+            webhook_secret: None,
+        };
         let project = Project {
             id: p.clone(),
             jwt_secret: None,
@@ -619,7 +650,7 @@ mod tests {
             Registry::build_hashed(vec![p], actors, tokens).unwrap()
         };
         let mut added = project.clone();
-        added.apps[0].rooms.insert("new".into(), Room { slug: "new".into(), grants: vec![] });
+        added.apps[0].rooms.insert("new".into(), Room { slug: "new".into(), name: "new".into(), grants: vec![] });
         assert_eq!(r.delta(&rebuild(added)), RegistryDelta::default(), "a new room narrows nothing");
         let mut revoked = project.clone();
         revoked.apps[0].rooms.get_mut("ops").unwrap().grants.clear();

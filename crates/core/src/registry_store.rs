@@ -4,6 +4,7 @@
 //! as [`RegistryData`], so both go through [`RegistryData::build`] (issue 5).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -14,6 +15,7 @@ use crate::registry::{
     TopicConfig,
 };
 use crate::store::StoreError;
+use crate::webhook::{TopicWebhooks, WebhookSecret, WebhookTarget};
 
 /// Per-project limits as stored; `None` falls back to the node's configuration.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,13 +56,59 @@ impl std::fmt::Debug for ProjectRecord {
     }
 }
 
-/// Webhook settings of a topic, stored for the webhooks issue (not delivered yet).
+/// The legacy per-topic webhook record (`url` + event names): stored and listed, never called;
+/// the delivered webhooks are [`TopicWebhooksRecord`] and the app's (N41).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WebhookRecord {
     /// Where events would be POSTed.
     pub url: String,
     /// Which events (free-form names, e.g. `message`).
     pub events: Vec<String>,
+}
+
+/// One webhook endpoint as stored: `{url, headers?, timeoutMs?}` (N41).
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WebhookTargetRecord {
+    /// http(s) URL.
+    pub url: String,
+    /// Extra request headers, by name.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Timeout of one call; `None` = the kind's default.
+    #[serde(default)]
+    pub timeout_ms: Option<u32>,
+}
+
+// Not derived: header values often carry credentials.
+impl std::fmt::Debug for WebhookTargetRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookTargetRecord")
+            .field("url", &self.url)
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("timeout_ms", &self.timeout_ms)
+            .finish()
+    }
+}
+
+impl WebhookTargetRecord {
+    fn target(&self) -> Arc<WebhookTarget> {
+        Arc::new(WebhookTarget {
+            url: self.url.clone(),
+            headers: self.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            timeout_ms: self.timeout_ms,
+        })
+    }
+}
+
+/// A topic's own webhooks (`topicConfigs.<topic>.webhooks`), each winning over the app's.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicWebhooksRecord {
+    /// `onSubscribe`: the topic's hydration webhook.
+    #[serde(default)]
+    pub on_subscribe: Option<WebhookTargetRecord>,
+    /// `onPublish`: the topic's trigger webhook.
+    #[serde(default)]
+    pub on_publish: Option<WebhookTargetRecord>,
 }
 
 /// One topic of an app.
@@ -70,12 +118,15 @@ pub struct TopicRecord {
     pub name: String,
     /// Messages are stored (N24).
     pub logged: bool,
-    /// Webhook settings, if any.
+    /// Legacy webhook settings, if any (stored, never called).
     pub webhook: Option<WebhookRecord>,
+    /// The topic's own webhooks (N41).
+    #[serde(default)]
+    pub webhooks: TopicWebhooksRecord,
 }
 
 /// An app.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AppRecord {
     /// Owning project.
     pub project: String,
@@ -93,6 +144,34 @@ pub struct AppRecord {
     pub max_rooms: Option<u32>,
     /// Unix ms of creation.
     pub created_at_ms: u64,
+    /// `hydrationWebhook`: topics without their own `onSubscribe` use it (N41).
+    #[serde(default)]
+    pub hydration_webhook: Option<WebhookTargetRecord>,
+    /// `triggerWebhook`: topics without their own `onPublish` use it (N41).
+    #[serde(default)]
+    pub trigger_webhook: Option<WebhookTargetRecord>,
+    /// The secret webhook requests are signed with (N42); shown once when generated.
+    #[serde(default)]
+    pub webhook_secret: Option<String>,
+}
+
+// Not derived: the webhook secret never goes to logs.
+impl std::fmt::Debug for AppRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppRecord")
+            .field("project", &self.project)
+            .field("id", &self.id)
+            .field("slug", &self.slug)
+            .field("name", &self.name)
+            .field("topics", &self.topics)
+            .field("auto_provision_rooms", &self.auto_provision_rooms)
+            .field("max_rooms", &self.max_rooms)
+            .field("created_at_ms", &self.created_at_ms)
+            .field("hydration_webhook", &self.hydration_webhook)
+            .field("trigger_webhook", &self.trigger_webhook)
+            .field("webhook_secret", &self.webhook_secret.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
 }
 
 /// A room.
@@ -329,6 +408,9 @@ impl Object {
 }
 
 /// One write of a change set.
+// Change sets are a handful of objects per control-plane write, never a hot path: boxing the
+// large variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
     /// Insert or replace.
@@ -466,21 +548,41 @@ impl RegistryData {
             own.sort_by_key(|a| (a.created_at_ms, a.id.clone()));
             for a in own {
                 let mut topics = BTreeMap::new();
+                let mut webhooks = BTreeMap::new();
+                let (app_hydration, app_trigger) =
+                    (a.hydration_webhook.as_ref().map(|w| w.target()), a.trigger_webhook.as_ref().map(|w| w.target()));
                 for t in &a.topics {
                     topics.insert(t.name.clone(), TopicConfig { logged: t.logged });
+                    let hooks = TopicWebhooks {
+                        hydration: t
+                            .webhooks
+                            .on_subscribe
+                            .as_ref()
+                            .map(|w| w.target())
+                            .or_else(|| app_hydration.clone()),
+                        trigger: t.webhooks.on_publish.as_ref().map(|w| w.target()).or_else(|| app_trigger.clone()),
+                    };
+                    if hooks != TopicWebhooks::default() {
+                        webhooks.insert(t.name.clone(), hooks);
+                    }
                 }
                 let mut rooms = BTreeMap::new();
-                for ((app, slug), _) in self.rooms.range((a.id.clone(), String::new())..) {
+                for ((app, slug), r) in self.rooms.range((a.id.clone(), String::new())..) {
                     if *app != a.id {
                         break;
                     }
-                    rooms.insert(slug.clone(), Room { slug: slug.as_str().into(), grants: Vec::new() });
+                    rooms.insert(
+                        slug.clone(),
+                        Room { slug: slug.as_str().into(), name: r.name.as_str().into(), grants: Vec::new() },
+                    );
                 }
                 apps.push(App {
                     id: AppId::parse(&a.id).map_err(|e| err(e.to_string()))?,
                     slug: a.slug.clone(),
                     topics,
                     rooms,
+                    webhooks,
+                    webhook_secret: a.webhook_secret.as_deref().map(|s| WebhookSecret(s.into())),
                 });
             }
             let mut lobbies = BTreeMap::new();

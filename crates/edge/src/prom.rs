@@ -10,6 +10,12 @@ use crate::state::EdgeState;
 /// The `Content-Type` of the exposition.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
+/// A source of further series, rendered after the edge's own on every scrape.
+pub trait MetricsSource: Send + Sync + 'static {
+    /// Appends complete `# HELP` / `# TYPE` / sample lines to `out`.
+    fn render(&self, out: &mut String);
+}
+
 /// Accumulates one exposition.
 struct Out(String);
 
@@ -246,6 +252,9 @@ pub fn render(st: &EdgeState) -> String {
     );
     for ((slot, op), n) in m.backend_errors.snapshot() {
         o.sample("skua_backend_errors_total", &[("slot", slot), ("op", op)], n);
+    }
+    for source in &st.metrics_sources {
+        source.render(&mut o.0);
     }
     o.0
 }

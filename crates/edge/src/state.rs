@@ -33,6 +33,8 @@ pub struct Backends {
     pub publish_observers: Vec<Arc<dyn crate::publish::PublishObserver>>,
     /// Trigger webhooks' configuration and delivery engine; `None`: this node posts no triggers.
     pub trigger_hooks: Option<Arc<dyn crate::triggers::TriggerHooks>>,
+    /// Further series for `/metrics` (e.g. the webhook engine's), appended in this order.
+    pub metrics_sources: Vec<Arc<dyn crate::prom::MetricsSource>>,
 }
 
 /// Shared state of one edge node: plain data, no tasks ([`crate::node`] starts and stops them).
@@ -67,6 +69,8 @@ pub struct EdgeState {
     pub triggers: Option<Arc<crate::triggers::Triggers>>,
     /// Failed auths per source address (issue 12, item 6).
     pub auth_throttle: crate::auth::AuthThrottle,
+    /// Further series for `/metrics`.
+    pub metrics_sources: Vec<Arc<dyn crate::prom::MetricsSource>>,
     pub(crate) draining: AtomicBool,
     pub(crate) next_conn: AtomicU64,
     /// Connection slots: a permit per open WebSocket.

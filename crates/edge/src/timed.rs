@@ -281,5 +281,6 @@ pub fn wrap(backends: crate::Backends, metrics: &Arc<Metrics>) -> crate::Backend
         store: Arc::new(TimedStore::new(backends.store, metrics.clone())),
         publish_observers: backends.publish_observers,
         trigger_hooks: backends.trigger_hooks,
+        metrics_sources: backends.metrics_sources,
     }
 }

@@ -172,6 +172,8 @@ enum AppCmd {
         /// Room cap [default the server's].
         #[arg(long, default_value_t = 0)]
         max_rooms: u32,
+        #[command(flatten)]
+        webhooks: WebhookFlags,
     },
     /// Show an app.
     Get {
@@ -199,12 +201,96 @@ enum AppCmd {
         /// New room cap (0 = server default).
         #[arg(long)]
         max_rooms: Option<u32>,
+        #[command(flatten)]
+        webhooks: WebhookFlags,
+    },
+    /// Set or remove a topic's own webhooks (`topicConfigs.<topic>.webhooks`), which win over
+    /// the app's.
+    SetTopicWebhooks {
+        /// App id or slug.
+        app: String,
+        /// Topic name.
+        topic: String,
+        /// Hydration webhook URL of this topic (`onSubscribe`); "" removes it.
+        #[arg(long)]
+        on_subscribe: Option<String>,
+        /// Trigger webhook URL of this topic (`onPublish`); "" removes it.
+        #[arg(long)]
+        on_publish: Option<String>,
+        /// A header sent with the webhooks set by this command, `Name: value` (repeat).
+        #[arg(long = "webhook-header")]
+        headers: Vec<String>,
+        /// Timeout of the webhooks set by this command in ms [default hydration 5000, trigger 10000; at most 30000].
+        #[arg(long)]
+        webhook_timeout_ms: Option<u32>,
+    },
+    /// Replace the app's webhook secret; the new one is shown once.
+    RotateWebhookSecret {
+        /// App id or slug.
+        app: String,
     },
     /// Delete an app with its rooms, grants and lobbies.
     Delete {
         /// App id or slug.
         app: String,
     },
+}
+
+/// The app-level webhooks of `apps create` and `apps update` (N41, docs/webhooks.md).
+#[derive(Debug, Args)]
+struct WebhookFlags {
+    /// App-level hydration webhook URL (`hydrationWebhook`); with `update`, "" removes it.
+    #[arg(long)]
+    hydration_webhook: Option<String>,
+    /// App-level trigger webhook URL (`triggerWebhook`); with `update`, "" removes it.
+    #[arg(long)]
+    trigger_webhook: Option<String>,
+    /// A header sent with the webhooks set by this command, `Name: value` (repeat).
+    #[arg(long = "webhook-header")]
+    headers: Vec<String>,
+    /// Timeout of the webhooks set by this command in ms [default hydration 5000, trigger 10000; at most 30000].
+    #[arg(long)]
+    webhook_timeout_ms: Option<u32>,
+}
+
+/// `Name: value` pairs of `--webhook-header`.
+fn webhook_headers(headers: &[String]) -> Result<std::collections::HashMap<String, String>, Failure> {
+    headers
+        .iter()
+        .map(|h| {
+            h.split_once(':')
+                .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+                .ok_or_else(|| Failure(format!("--webhook-header {h:?}: write it as 'Name: value'")))
+        })
+        .collect()
+}
+
+/// A webhook target from a URL flag ("" = remove) and the shared header and timeout flags.
+fn webhook_target(
+    url: Option<String>,
+    headers: &[String],
+    timeout_ms: Option<u32>,
+) -> Result<Option<pb::WebhookTarget>, Failure> {
+    let Some(url) = url else { return Ok(None) };
+    Ok(Some(pb::WebhookTarget { url, headers: webhook_headers(headers)?, timeout_ms: timeout_ms.unwrap_or(0) }))
+}
+
+impl WebhookFlags {
+    fn targets(self) -> Result<(Option<pb::WebhookTarget>, Option<pb::WebhookTarget>), Failure> {
+        if self.hydration_webhook.is_none()
+            && self.trigger_webhook.is_none()
+            && (!self.headers.is_empty() || self.webhook_timeout_ms.is_some())
+        {
+            return Err(Failure(
+                "--webhook-header and --webhook-timeout-ms apply to --hydration-webhook or --trigger-webhook; give one"
+                    .into(),
+            ));
+        }
+        Ok((
+            webhook_target(self.hydration_webhook, &self.headers, self.webhook_timeout_ms)?,
+            webhook_target(self.trigger_webhook, &self.headers, self.webhook_timeout_ms)?,
+        ))
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -566,9 +652,9 @@ async fn connect(args: &AdminArgs) -> Result<Client, Failure> {
 
 fn topics(plain: &[String], logged: &[String]) -> Vec<pb::Topic> {
     let mut out: Vec<pb::Topic> =
-        plain.iter().map(|t| pb::Topic { name: t.clone(), logged: logged.contains(t), webhook: None }).collect();
+        plain.iter().map(|t| pb::Topic { name: t.clone(), logged: logged.contains(t), ..Default::default() }).collect();
     for t in logged.iter().filter(|t| !plain.contains(t)) {
-        out.push(pb::Topic { name: t.clone(), logged: true, webhook: None });
+        out.push(pb::Topic { name: t.clone(), logged: true, ..Default::default() });
     }
     out
 }
@@ -597,7 +683,8 @@ async fn execute(args: AdminArgs) -> Result<String, Failure> {
             }
         },
         Resource::Apps(cmd) => match cmd {
-            AppCmd::Create { slug, id, name, topics: t, logged_topics, auto_provision, max_rooms } => {
+            AppCmd::Create { slug, id, name, topics: t, logged_topics, auto_provision, max_rooms, webhooks } => {
+                let (hydration_webhook, trigger_webhook) = webhooks.targets()?;
                 let r = pb::CreateAppRequest {
                     project_id: project,
                     slug,
@@ -606,6 +693,8 @@ async fn execute(args: AdminArgs) -> Result<String, Failure> {
                     topics: topics(&t, &logged_topics),
                     auto_provision_rooms: auto_provision,
                     max_rooms,
+                    hydration_webhook,
+                    trigger_webhook,
                 };
                 out.app(&c.create_app(r).await?.into_inner())
             }
@@ -615,9 +704,23 @@ async fn execute(args: AdminArgs) -> Result<String, Failure> {
             AppCmd::List => {
                 out.apps(&c.list_apps(pb::ListAppsRequest { project_id: project }).await?.into_inner().apps)
             }
-            AppCmd::Update { app, name, topics: t, logged_topics, auto_provision, max_rooms } => {
-                let topics = (!t.is_empty() || !logged_topics.is_empty())
-                    .then(|| pb::TopicList { topics: topics(&t, &logged_topics) });
+            AppCmd::Update { app, name, topics: t, logged_topics, auto_provision, max_rooms, webhooks } => {
+                let (hydration_webhook, trigger_webhook) = webhooks.targets()?;
+                let topics = if t.is_empty() && logged_topics.is_empty() {
+                    None
+                } else {
+                    // A replaced topic list keeps the webhooks of the topics that stay.
+                    let current =
+                        c.get_app(pb::GetAppRequest { project_id: project.clone(), app: app.clone() }).await?;
+                    let mut list = topics(&t, &logged_topics);
+                    for topic in &mut list {
+                        if let Some(old) = current.get_ref().topics.iter().find(|o| o.name == topic.name) {
+                            topic.webhooks.clone_from(&old.webhooks);
+                            topic.webhook.clone_from(&old.webhook);
+                        }
+                    }
+                    Some(pb::TopicList { topics: list })
+                };
                 let r = pb::UpdateAppRequest {
                     project_id: project,
                     app,
@@ -625,8 +728,42 @@ async fn execute(args: AdminArgs) -> Result<String, Failure> {
                     topics,
                     auto_provision_rooms: auto_provision,
                     max_rooms,
+                    hydration_webhook,
+                    trigger_webhook,
                 };
                 out.app(&c.update_app(r).await?.into_inner())
+            }
+            AppCmd::SetTopicWebhooks { app, topic, on_subscribe, on_publish, headers, webhook_timeout_ms } => {
+                if on_subscribe.is_none() && on_publish.is_none() {
+                    return Err(Failure("give --on-subscribe or --on-publish (\"\" removes one)".into()));
+                }
+                let on_subscribe = webhook_target(on_subscribe, &headers, webhook_timeout_ms)?;
+                let on_publish = webhook_target(on_publish, &headers, webhook_timeout_ms)?;
+                let current =
+                    c.get_app(pb::GetAppRequest { project_id: project.clone(), app: app.clone() }).await?.into_inner();
+                let mut list = current.topics;
+                let entry = list
+                    .iter_mut()
+                    .find(|t| t.name == topic)
+                    .ok_or_else(|| Failure(format!("app {} has no topic {topic:?}", current.slug)))?;
+                let hooks = entry.webhooks.get_or_insert_with(Default::default);
+                if let Some(w) = on_subscribe {
+                    hooks.on_subscribe = Some(w).filter(|w| !w.url.is_empty());
+                }
+                if let Some(w) = on_publish {
+                    hooks.on_publish = Some(w).filter(|w| !w.url.is_empty());
+                }
+                let r = pb::UpdateAppRequest {
+                    project_id: project,
+                    app,
+                    topics: Some(pb::TopicList { topics: list }),
+                    ..Default::default()
+                };
+                out.app(&c.update_app(r).await?.into_inner())
+            }
+            AppCmd::RotateWebhookSecret { app } => {
+                let r = pb::RotateWebhookSecretRequest { project_id: project, app };
+                out.app(&c.rotate_webhook_secret(r).await?.into_inner())
             }
             AppCmd::Delete { app } => {
                 out.deleted(&c.delete_app(pb::DeleteAppRequest { project_id: project, app }).await?.into_inner())

@@ -252,6 +252,33 @@ pub struct Settings {
     /// rediss:// presence: PEM private key of presence_tls_cert [default empty].
     #[arg(long, env = "SKUA_PRESENCE_TLS_KEY")]
     pub presence_tls_key: Option<String>,
+    /// Webhooks may call link-local and cloud metadata addresses (169.254.0.0/16, fe80::/10) [default false].
+    #[arg(long, env = "SKUA_WEBHOOK_ALLOW_LINK_LOCAL")]
+    pub webhook_allow_link_local: Option<bool>,
+    /// Hosts webhooks may call (comma-separated; `name`, `*.parent` or an address); empty = any [default empty].
+    #[arg(long, env = "SKUA_WEBHOOK_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub webhook_allowed_hosts: Option<Vec<String>>,
+    /// Fire-and-forget webhook requests (triggers) waiting on this node; beyond it they are refused [default 10000].
+    #[arg(long, env = "SKUA_WEBHOOK_QUEUE")]
+    pub webhook_queue: Option<usize>,
+    /// Queued webhook requests being delivered at once, retry waits included [default 1024].
+    #[arg(long, env = "SKUA_WEBHOOK_MAX_PENDING")]
+    pub webhook_max_pending: Option<usize>,
+    /// Webhook requests in flight at once to one target (scheme, host, port) [default 16].
+    #[arg(long, env = "SKUA_WEBHOOK_CONCURRENCY_PER_TARGET")]
+    pub webhook_concurrency_per_target: Option<usize>,
+    /// Most bytes of a webhook answer read; longer answers fail [default 1048576].
+    #[arg(long, env = "SKUA_WEBHOOK_MAX_RESPONSE_BYTES")]
+    pub webhook_max_response_bytes: Option<usize>,
+    /// Connection timeout of webhook requests [default 5s].
+    #[arg(long, env = "SKUA_WEBHOOK_CONNECT_TIMEOUT")]
+    pub webhook_connect_timeout: Option<String>,
+    /// Attempts of a trigger webhook request before it fails [default 5].
+    #[arg(long, env = "SKUA_WEBHOOK_TRIGGER_ATTEMPTS")]
+    pub webhook_trigger_attempts: Option<u32>,
+    /// Wait before a trigger's second attempt; each further wait doubles [default 4s: 4s, 8s, 16s, 32s].
+    #[arg(long, env = "SKUA_WEBHOOK_TRIGGER_FIRST_RETRY")]
+    pub webhook_trigger_first_retry: Option<String>,
 }
 
 macro_rules! layer {
@@ -276,6 +303,9 @@ impl Settings {
             bus_tls_key, presence_tls_ca, presence_tls_cert, presence_tls_key);
         layer!(self, over; trigger_queue, trigger_in_flight, trigger_retry_delays, trigger_lease, trigger_scan_interval,
             webhook_dead_letters_per_project);
+        layer!(self, over; webhook_allow_link_local, webhook_allowed_hosts, webhook_queue, webhook_max_pending,
+            webhook_concurrency_per_target, webhook_max_response_bytes, webhook_connect_timeout,
+            webhook_trigger_attempts, webhook_trigger_first_retry);
     }
 
     /// Parses a TOML config file's text.
@@ -452,6 +482,8 @@ pub struct ServerConfig {
     pub bus_tls: BackendTlsFiles,
     /// Certificates of a `rediss://` presence store.
     pub presence_tls: BackendTlsFiles,
+    /// The webhook engine's settings (its address rules are also the control plane's checks).
+    pub webhooks: skua_webhooks::WebhookConfig,
 }
 
 impl ServerConfig {
@@ -467,7 +499,7 @@ impl ServerConfig {
     /// The node's configuration from its checked sections.
     pub fn from_sections(sections: Sections) -> Self {
         let edge = sections.edge();
-        let Sections { backends, front, control, cluster, tls, telemetry, .. } = sections;
+        let Sections { backends, front, control, cluster, tls, telemetry, webhooks, .. } = sections;
         Self {
             listen: front.listen,
             bus: backends.bus,
@@ -488,6 +520,15 @@ impl ServerConfig {
             admin_key_throttle: control.admin_key_throttle,
             bus_tls: backends.bus_tls,
             presence_tls: backends.presence_tls,
+            webhooks: webhooks.engine,
+        }
+    }
+
+    /// The control plane's webhook URL rules: the engine's address rules.
+    pub fn webhook_policy(&self) -> skua_control::WebhookPolicy {
+        skua_control::WebhookPolicy {
+            allow_link_local: self.webhooks.allow_link_local,
+            allowed_hosts: self.webhooks.allowed_hosts.clone(),
         }
     }
 
@@ -531,6 +572,7 @@ mod tests {
         assert_eq!(c.edge.namespace, "skua");
         assert_eq!(c.edge.revalidate_interval, d.revalidate_interval);
         assert_eq!(c.control, skua_control::ControlLimits::default());
+        assert_eq!(c.webhooks, skua_webhooks::WebhookConfig::default());
         assert_eq!(c.grpc_listen, Some("127.0.0.1:50051".parse().unwrap()), "CONTRACT.md's default");
         assert_eq!(c.admin_key, None);
         assert_eq!(c.registry_poll_interval, std::time::Duration::from_millis(250));

@@ -5,8 +5,9 @@ use serde::Deserialize;
 use skua_core::registry::{Registry, digest};
 use skua_core::registry_store::{
     ActorRecord, AppRecord, GrantRecord, LimitsRecord, LobbyRecord, Object, ProjectRecord, RoomRecord, SubjectRecord,
-    TokenRecord, TopicRecord, hex,
+    TokenRecord, TopicRecord, WebhookTargetRecord, hex,
 };
+use skua_core::webhook::WebhookKind;
 use skua_core::{ActorId, ActorType, AppId, ProjectId, RegistryData};
 
 /// The demo fixtures of `--dev`.
@@ -52,6 +53,49 @@ struct AppDef {
     auto_provision_rooms: bool,
     #[serde(default)]
     rooms: Vec<RoomDef>,
+    /// App-level hydration webhook (N41).
+    hydration_webhook: Option<WebhookDef>,
+    /// App-level trigger webhook (N41).
+    trigger_webhook: Option<WebhookDef>,
+    /// The secret webhook requests are signed with (N42).
+    webhook_secret: Option<String>,
+    /// Per-topic settings: `topic_configs.<topic>.webhooks.on_subscribe` / `.on_publish`.
+    #[serde(default)]
+    topic_configs: std::collections::BTreeMap<String, TopicConfigDef>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WebhookDef {
+    url: String,
+    #[serde(default)]
+    headers: std::collections::BTreeMap<String, String>,
+    timeout_ms: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TopicConfigDef {
+    #[serde(default)]
+    webhooks: TopicWebhooksDef,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TopicWebhooksDef {
+    on_subscribe: Option<WebhookDef>,
+    on_publish: Option<WebhookDef>,
+}
+
+/// A fixtures webhook, checked for form (URL, headers, timeout). Fixtures come from the operator,
+/// so the address rules (`webhook_allow_link_local`, `webhook_allowed_hosts`) apply when a call is
+/// made rather than here.
+fn webhook(field: &str, kind: WebhookKind, w: Option<WebhookDef>) -> Result<Option<WebhookTargetRecord>, String> {
+    let Some(w) = w else { return Ok(None) };
+    let r = WebhookTargetRecord { url: w.url, headers: w.headers, timeout_ms: w.timeout_ms };
+    let form_only = skua_control::WebhookPolicy { allow_link_local: true, allowed_hosts: Vec::new() };
+    form_only.check(field, kind, &r).map_err(|e| e.to_string())?;
+    Ok(Some(r))
 }
 
 #[derive(Debug, Deserialize)]
@@ -216,7 +260,7 @@ fn project(p: ProjectDef, data: &mut RegistryData, seq: &mut u64) -> Result<(), 
             if topics.iter().any(|x| x.name == *t) {
                 return Err(format!("app {}: topic {t} listed twice", a.slug));
             }
-            topics.push(TopicRecord { name: t.clone(), logged: false, webhook: None });
+            topics.push(TopicRecord { name: t.clone(), logged: false, webhook: None, webhooks: Default::default() });
         }
         for t in &a.logged_topics {
             topics
@@ -224,6 +268,24 @@ fn project(p: ProjectDef, data: &mut RegistryData, seq: &mut u64) -> Result<(), 
                 .find(|x| x.name == *t)
                 .ok_or_else(|| format!("app {}: logged topic {t} is not in topics", a.slug))?
                 .logged = true;
+        }
+        for (name, config) in a.topic_configs {
+            let topic = topics
+                .iter_mut()
+                .find(|x| x.name == name)
+                .ok_or_else(|| format!("app {}: topic_configs names {name}, which is not in topics", a.slug))?;
+            let field = |which: &str| format!("app {} topic_configs.{name}.webhooks.{which}", a.slug);
+            topic.webhooks.on_subscribe =
+                webhook(&field("on_subscribe"), WebhookKind::Hydration, config.webhooks.on_subscribe)?;
+            topic.webhooks.on_publish =
+                webhook(&field("on_publish"), WebhookKind::Trigger, config.webhooks.on_publish)?;
+        }
+        let hydration_webhook =
+            webhook(&format!("app {} hydration_webhook", a.slug), WebhookKind::Hydration, a.hydration_webhook)?;
+        let trigger_webhook =
+            webhook(&format!("app {} trigger_webhook", a.slug), WebhookKind::Trigger, a.trigger_webhook)?;
+        if a.webhook_secret.as_deref().is_some_and(|s| s.is_empty() || s.len() > 512) {
+            return Err(format!("app {}: webhook_secret must be 1-512 bytes", a.slug));
         }
         for r in a.rooms {
             slug("room", &r.slug)?;
@@ -271,6 +333,9 @@ fn project(p: ProjectDef, data: &mut RegistryData, seq: &mut u64) -> Result<(), 
             auto_provision_rooms: a.auto_provision_rooms,
             max_rooms: None,
             created_at_ms: *seq,
+            hydration_webhook,
+            trigger_webhook,
+            webhook_secret: a.webhook_secret,
         });
     }
     for l in p.lobbies {

@@ -74,7 +74,15 @@ pub async fn backends(config: &ServerConfig, embedded: &Embedded) -> anyhow::Res
                 .map_err(|e| anyhow::anyhow!("while opening the store {}: {}", redact(url), error_chain(&e)))?
         }
     };
-    Ok(Backends { bus, bus_deliveries, presence, store, publish_observers: Vec::new(), trigger_hooks: None })
+    Ok(Backends {
+        bus,
+        bus_deliveries,
+        presence,
+        store,
+        publish_observers: Vec::new(),
+        trigger_hooks: None,
+        metrics_sources: Vec::new(),
+    })
 }
 
 /// A PEM CA file and client pair, read.
@@ -168,9 +176,20 @@ pub struct RunningNode {
     pub propagator: Option<Arc<skua_control::Propagator>>,
     /// The listeners' TLS (certificates and their reloaders), when configured.
     pub tls: crate::tls::NodeTls,
+    /// The node's webhook sender (hydration, triggers); stopped after the edge drains.
+    pub webhooks: skua_webhooks::WebhookSender,
     edge: EdgeNode,
     control_stop: CancellationToken,
     control_tasks: TaskTracker,
+}
+
+/// The webhook engine's counters on `/metrics`.
+struct WebhookMetricsSource(Arc<skua_webhooks::WebhookMetrics>);
+
+impl skua_edge::prom::MetricsSource for WebhookMetricsSource {
+    fn render(&self, out: &mut String) {
+        self.0.render_prometheus(out);
+    }
 }
 
 /// The edge as the control plane sees it ([`skua_control::NodeAdmin`]).
@@ -305,11 +324,16 @@ impl RunningNode {
     pub fn start(
         config: &ServerConfig,
         registry: Arc<SharedRegistry>,
-        backends: Backends,
+        mut backends: Backends,
         listener: TcpListener,
     ) -> std::io::Result<Self> {
         let addr = listener.local_addr()?;
         crate::tls::install_provider();
+        let control_stop = CancellationToken::new();
+        let control_tasks = TaskTracker::new();
+        let webhooks = skua_webhooks::WebhookSender::new(config.webhooks.clone(), &control_tasks, control_stop.clone())
+            .map_err(|e| std::io::Error::other(error_chain(&e)))?;
+        backends.metrics_sources.push(Arc::new(WebhookMetricsSource(webhooks.metrics().clone())));
         let tls = crate::tls::NodeTls::load(&config.tls)
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
         let (metrics, metrics_addr) = match config.metrics_listen {
@@ -327,8 +351,6 @@ impl RunningNode {
         let edge = EdgeNode::start(config.edge.clone(), config.node_id.clone(), registry, backends, listeners);
         let state = edge.state().clone();
         tracing::info!(%addr, node = %config.node_id, tls = tls.client.is_some(), "Skua node listening.");
-        let control_stop = CancellationToken::new();
-        let control_tasks = TaskTracker::new();
         if !tls.reload_interval.is_zero() {
             for reloader in tls.reloaders() {
                 control_tasks.spawn(reloader.watch(tls.reload_interval, control_stop.clone()));
@@ -341,6 +363,7 @@ impl RunningNode {
             grpc_addr: None,
             propagator: None,
             tls,
+            webhooks,
             edge,
             control_stop,
             control_tasks,
@@ -402,7 +425,8 @@ impl RunningNode {
                 .clone()
                 .ok_or_else(|| anyhow::anyhow!("the gRPC listener needs an admin key (admin_key)"))?;
             node.grpc_addr = Some(grpc.local_addr()?);
-            let service = skua_control::ControlService::new(propagator.clone(), config.control);
+            let service = skua_control::ControlService::new(propagator.clone(), config.control)
+                .with_webhook_policy(config.webhook_policy());
             let stop = node.control_stop.clone();
             let options = skua_control::server::ServeOptions {
                 admin_key: key.0,

@@ -9,6 +9,8 @@
 //! - [`postgres`]: a fresh migrated Postgres database per test;
 //! - [`skip`]: skipping a test whose service is missing, visibly (and failing under `CI=true`);
 //! - [`control`]: control-plane gRPC clients and a deadline poller for propagation tests;
+//! - [`webhook`]: a recording HTTP receiver for webhook tests (ok, slow, error, non-JSON, huge,
+//!   hanging) and a URL that refuses connections;
 //! - [`conformance`]: behavioural suites for the bus, presence and store slots: test bodies
 //!   plus macros that turn them into tests for one implementation.
 
@@ -22,7 +24,9 @@ pub mod process;
 pub mod proxy;
 pub mod server;
 pub mod skip;
+pub mod webhook;
 
 pub use client::{Event, Frame, WsClient, encode};
 pub use cluster::TestCluster;
 pub use server::{TEST_ADMIN_KEY, TestServer, dev_jwt, jwt_with_secret, now_s};
+pub use webhook::{Mode as ReceiverMode, RecordedRequest, WebhookReceiver, refusing_url};

@@ -1,7 +1,8 @@
-//! Apps of a project: create, get, list, update (name, topics, room provisioning and cap),
-//! delete (with their rooms, grants and lobbies).
+//! Apps of a project: create, get, list, update (name, topics, webhooks, room provisioning and
+//! cap), delete (with their rooms, grants and lobbies), and the webhook secret's rotation.
 
 use skua_core::registry_store::{AppRecord, Change, Object};
+use skua_core::webhook::WebhookKind;
 use tonic::Status;
 
 use super::shared::{app, below_cap, delete_app_changes, deleted, name_or, project};
@@ -9,9 +10,24 @@ use super::{ControlService, convert};
 use crate::pb;
 use crate::sync::now_ms;
 use crate::validate;
+use crate::webhooks::new_secret;
+
+/// One webhook endpoint from the API, checked by the node's policy; `INVALID_ARGUMENT` naming
+/// the field otherwise. An empty url (removal) passes.
+fn check_target(
+    svc: &ControlService,
+    field: &str,
+    kind: WebhookKind,
+    t: Option<&pb::WebhookTarget>,
+) -> Result<(), Status> {
+    match convert::target_record(t) {
+        Some(r) => svc.webhooks.check(field, kind, &r).map_err(|e| Status::invalid_argument(e.to_string())),
+        None => Ok(()),
+    }
+}
 
 /// An app's topic list: bounded, unique names, valid webhooks.
-fn check_topics(topics: &[pb::Topic]) -> Result<(), Status> {
+fn check_topics(svc: &ControlService, topics: &[pb::Topic]) -> Result<(), Status> {
     if topics.len() > validate::MAX_TOPICS_PER_APP {
         return Err(Status::invalid_argument(format!("topics: at most {}", validate::MAX_TOPICS_PER_APP)));
     }
@@ -24,6 +40,11 @@ fn check_topics(topics: &[pb::Topic]) -> Result<(), Status> {
             validate::url("topics.webhook.url", &w.url)?;
             validate::slug_list("topics.webhook.events", &w.events, validate::MAX_WEBHOOK_EVENTS)?;
         }
+        if let Some(w) = &t.webhooks {
+            let field = |which: &str| format!("topics.{}.webhooks.{which}", t.name);
+            check_target(svc, &field("on_subscribe"), WebhookKind::Hydration, w.on_subscribe.as_ref())?;
+            check_target(svc, &field("on_publish"), WebhookKind::Trigger, w.on_publish.as_ref())?;
+        }
     }
     Ok(())
 }
@@ -34,7 +55,10 @@ pub(super) async fn create(svc: &ControlService, r: pb::CreateAppRequest) -> Res
         validate::slug("id", &r.id)?;
     }
     validate::name("name", &r.name)?;
-    check_topics(&r.topics)?;
+    check_topics(svc, &r.topics)?;
+    check_target(svc, "hydration_webhook", WebhookKind::Hydration, r.hydration_webhook.as_ref())?;
+    check_target(svc, "trigger_webhook", WebhookKind::Trigger, r.trigger_webhook.as_ref())?;
+    let secret = new_secret();
     let now = now_ms();
     let a = svc
         .mutate(|d| {
@@ -66,11 +90,14 @@ pub(super) async fn create(svc: &ControlService, r: pb::CreateAppRequest) -> Res
                 auto_provision_rooms: r.auto_provision_rooms,
                 max_rooms: Some(r.max_rooms).filter(|n| *n > 0),
                 created_at_ms: now,
+                hydration_webhook: convert::target_record(r.hydration_webhook.as_ref()),
+                trigger_webhook: convert::target_record(r.trigger_webhook.as_ref()),
+                webhook_secret: Some(secret.clone()),
             };
             Ok((vec![Change::Put(Object::App(a.clone()))], a))
         })
         .await?;
-    Ok(convert::app(&svc.sync.snapshot().data, &a))
+    Ok(pb::App { webhook_secret: secret, ..convert::app(&svc.sync.snapshot().data, &a) })
 }
 
 pub(super) async fn get(svc: &ControlService, r: pb::GetAppRequest) -> Result<pb::App, Status> {
@@ -93,8 +120,10 @@ pub(super) async fn update(svc: &ControlService, r: pb::UpdateAppRequest) -> Res
         validate::name("name", n)?;
     }
     if let Some(t) = &r.topics {
-        check_topics(&t.topics)?;
+        check_topics(svc, &t.topics)?;
     }
+    check_target(svc, "hydration_webhook", WebhookKind::Hydration, r.hydration_webhook.as_ref())?;
+    check_target(svc, "trigger_webhook", WebhookKind::Trigger, r.trigger_webhook.as_ref())?;
     let a = svc
         .mutate(|d| {
             let p = project(d, &r.project_id)?;
@@ -110,6 +139,12 @@ pub(super) async fn update(svc: &ControlService, r: pb::UpdateAppRequest) -> Res
             }
             if let Some(n) = r.max_rooms {
                 a.max_rooms = Some(n).filter(|n| *n > 0);
+            }
+            if let Some(w) = &r.hydration_webhook {
+                a.hydration_webhook = convert::target_record(Some(w));
+            }
+            if let Some(w) = &r.trigger_webhook {
+                a.trigger_webhook = convert::target_record(Some(w));
             }
             Ok((vec![Change::Put(Object::App(a.clone()))], a))
         })
@@ -129,4 +164,21 @@ pub(super) async fn delete(svc: &ControlService, r: pb::DeleteAppRequest) -> Res
         })
         .await?;
     Ok(deleted(n))
+}
+
+pub(super) async fn rotate_webhook_secret(
+    svc: &ControlService,
+    r: pb::RotateWebhookSecretRequest,
+) -> Result<pb::App, Status> {
+    let secret = new_secret();
+    let a = svc
+        .mutate(|d| {
+            let p = project(d, &r.project_id)?;
+            let mut a = app(d, &p.id, &r.app)?.clone();
+            a.webhook_secret = Some(secret.clone());
+            Ok((vec![Change::Put(Object::App(a.clone()))], a))
+        })
+        .await?;
+    tracing::info!(app = %a.id, "Webhook secret rotated.");
+    Ok(pb::App { webhook_secret: secret, ..convert::app(&svc.sync.snapshot().data, &a) })
 }

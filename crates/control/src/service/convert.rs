@@ -3,7 +3,7 @@
 use skua_core::RegistryData;
 use skua_core::registry_store::{
     ActorRecord, AppRecord, GrantRecord, LimitsRecord, LobbyRecord, ProjectRecord, RoomRecord, SubjectRecord,
-    TopicRecord, WebhookRecord,
+    TopicRecord, TopicWebhooksRecord, WebhookRecord, WebhookTargetRecord,
 };
 
 use crate::pb;
@@ -37,19 +37,46 @@ pub(crate) fn project(p: &ProjectRecord, messages_this_month: u64) -> pb::Projec
     }
 }
 
+pub(crate) fn target(w: &WebhookTargetRecord) -> pb::WebhookTarget {
+    pb::WebhookTarget {
+        url: w.url.clone(),
+        headers: w.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        timeout_ms: w.timeout_ms.unwrap_or(0),
+    }
+}
+
+/// A target from the API; `None` for an absent one or one with an empty url (removal).
+pub(crate) fn target_record(w: Option<&pb::WebhookTarget>) -> Option<WebhookTargetRecord> {
+    w.filter(|w| !w.url.is_empty()).map(|w| WebhookTargetRecord {
+        url: w.url.clone(),
+        headers: w.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        timeout_ms: Some(w.timeout_ms).filter(|ms| *ms > 0),
+    })
+}
+
 pub(crate) fn topic(t: &TopicRecord) -> pb::Topic {
+    let hooks = &t.webhooks;
     pb::Topic {
         name: t.name.clone(),
         logged: t.logged,
         webhook: t.webhook.as_ref().map(|w| pb::Webhook { url: w.url.clone(), events: w.events.clone() }),
+        webhooks: (hooks.on_subscribe.is_some() || hooks.on_publish.is_some()).then(|| pb::TopicWebhooks {
+            on_subscribe: hooks.on_subscribe.as_ref().map(target),
+            on_publish: hooks.on_publish.as_ref().map(target),
+        }),
     }
 }
 
 pub(crate) fn topic_record(t: &pb::Topic) -> TopicRecord {
+    let hooks = t.webhooks.as_ref();
     TopicRecord {
         name: t.name.clone(),
         logged: t.logged,
         webhook: t.webhook.as_ref().map(|w| WebhookRecord { url: w.url.clone(), events: w.events.clone() }),
+        webhooks: TopicWebhooksRecord {
+            on_subscribe: target_record(hooks.and_then(|h| h.on_subscribe.as_ref())),
+            on_publish: target_record(hooks.and_then(|h| h.on_publish.as_ref())),
+        },
     }
 }
 
@@ -65,6 +92,11 @@ pub(crate) fn app(d: &RegistryData, a: &AppRecord) -> pb::App {
         max_rooms: a.max_rooms.unwrap_or(0),
         room_count: u32::try_from(room_count).unwrap_or(u32::MAX),
         created_at_ms: a.created_at_ms,
+        hydration_webhook: a.hydration_webhook.as_ref().map(target),
+        trigger_webhook: a.trigger_webhook.as_ref().map(target),
+        has_webhook_secret: a.webhook_secret.is_some(),
+        // Shown once: only the replies of CreateApp and RotateWebhookSecret set it.
+        webhook_secret: String::new(),
     }
 }
 

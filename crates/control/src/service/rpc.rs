@@ -33,6 +33,7 @@ rpcs! {
     list_apps(pb::ListAppsRequest) -> pb::ListAppsResponse => apps::list;
     update_app(pb::UpdateAppRequest) -> pb::App => apps::update;
     delete_app(pb::DeleteAppRequest) -> pb::DeleteResponse => apps::delete;
+    rotate_webhook_secret(pb::RotateWebhookSecretRequest) -> pb::App => apps::rotate_webhook_secret;
 
     create_room(pb::CreateRoomRequest) -> pb::Room => rooms::create;
     ensure_room(pb::EnsureRoomRequest) -> pb::EnsureRoomResponse => rooms::ensure;

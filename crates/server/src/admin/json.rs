@@ -26,22 +26,38 @@ fn project(p: &pb::Project) -> Value {
     })
 }
 
+fn target(w: Option<&pb::WebhookTarget>) -> Value {
+    w.map_or(Value::Null, |w| {
+        let headers: std::collections::BTreeMap<&String, &String> = w.headers.iter().collect();
+        json!({"url": w.url, "headers": headers, "timeout_ms": w.timeout_ms})
+    })
+}
+
 fn app(a: &pb::App) -> Value {
     let topics: Vec<Value> = a
         .topics
         .iter()
         .map(|t| {
+            let hooks = t.webhooks.as_ref();
             json!({
                 "name": t.name, "logged": t.logged,
                 "webhook": t.webhook.as_ref().map(|w| json!({"url": w.url, "events": w.events})),
+                "webhooks": hooks.map(|h| json!({
+                    "on_subscribe": target(h.on_subscribe.as_ref()), "on_publish": target(h.on_publish.as_ref()),
+                })),
             })
         })
         .collect();
-    json!({
+    let mut v = json!({
         "id": a.id, "project_id": a.project_id, "slug": a.slug, "name": a.name, "topics": topics,
         "auto_provision_rooms": a.auto_provision_rooms, "max_rooms": a.max_rooms, "room_count": a.room_count,
-        "created_at_ms": a.created_at_ms,
-    })
+        "created_at_ms": a.created_at_ms, "hydration_webhook": target(a.hydration_webhook.as_ref()),
+        "trigger_webhook": target(a.trigger_webhook.as_ref()), "has_webhook_secret": a.has_webhook_secret,
+    });
+    if !a.webhook_secret.is_empty() {
+        v["webhook_secret"] = json!(a.webhook_secret);
+    }
+    v
 }
 
 fn room(r: &pb::Room) -> Value {
@@ -154,16 +170,34 @@ impl Out {
                 .iter()
                 .map(|t| if t.logged { format!("{} (logged)", t.name) } else { t.name.clone() })
                 .collect();
-            format!(
-                "app {} (id {}, project {})\n  topics: {}\n  auto-provision rooms: {}\n  rooms: {}{}",
+            let url = |w: Option<&pb::WebhookTarget>| w.map_or_else(|| "-".to_owned(), |w| w.url.clone());
+            let mut s = format!(
+                "app {} (id {}, project {})\n  topics: {}\n  auto-provision rooms: {}\n  rooms: {}{}\n  hydration webhook: {}\n  trigger webhook: {}\n  webhook secret: {}",
                 a.slug,
                 a.id,
                 a.project_id,
                 if topics.is_empty() { "-".into() } else { topics.join(", ") },
                 if a.auto_provision_rooms { "yes" } else { "no" },
                 a.room_count,
-                if a.max_rooms > 0 { format!(" (cap {})", a.max_rooms) } else { String::new() }
-            )
+                if a.max_rooms > 0 { format!(" (cap {})", a.max_rooms) } else { String::new() },
+                url(a.hydration_webhook.as_ref()),
+                url(a.trigger_webhook.as_ref()),
+                if a.has_webhook_secret { "set" } else { "none" },
+            );
+            for t in &a.topics {
+                if let Some(h) = &t.webhooks {
+                    s.push_str(&format!(
+                        "\n  topic {}: on subscribe {}, on publish {}",
+                        t.name,
+                        url(h.on_subscribe.as_ref()),
+                        url(h.on_publish.as_ref())
+                    ));
+                }
+            }
+            if !a.webhook_secret.is_empty() {
+                s.push_str(&format!("\nwebhook secret (shown once, store it now):\n{}", a.webhook_secret));
+            }
+            s
         })
     }
 

@@ -577,6 +577,51 @@ impl Telemetry {
     }
 }
 
+/// Webhooks: the address rules, the queue and its delivery bounds, the trigger retry schedule.
+#[derive(Debug, Clone)]
+pub struct Webhooks {
+    /// The engine's settings.
+    pub engine: skua_webhooks::WebhookConfig,
+}
+
+impl Webhooks {
+    /// This section of `s`, checked.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the first bad key.
+    pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
+        let allowed_hosts: Vec<String> = required(key!(s, webhook_allowed_hosts))?
+            .into_iter()
+            .map(|h| h.trim().to_ascii_lowercase())
+            .filter(|h| !h.is_empty())
+            .collect();
+        if let Some(bad) =
+            allowed_hosts.iter().find(|h| h.contains(['/', ':', ' ']) && h.parse::<std::net::IpAddr>().is_err())
+        {
+            return Err(invalid("webhook_allowed_hosts", format!("{bad:?}: give host names (or *.parent), not URLs")));
+        }
+        let attempts: u32 = positive(key!(s, webhook_trigger_attempts))?;
+        if attempts > 20 {
+            return Err(invalid("webhook_trigger_attempts", "at most 20"));
+        }
+        Ok(Self {
+            engine: skua_webhooks::WebhookConfig {
+                queue: positive(key!(s, webhook_queue))?,
+                max_pending: positive(key!(s, webhook_max_pending))?,
+                concurrency_per_target: positive(key!(s, webhook_concurrency_per_target))?,
+                max_response_bytes: positive(key!(s, webhook_max_response_bytes))?,
+                connect_timeout: nonzero_duration(key!(s, webhook_connect_timeout))?,
+                allow_link_local: required(key!(s, webhook_allow_link_local))?,
+                allowed_hosts,
+                trigger_retry: skua_webhooks::RetrySchedule::exponential(
+                    attempts,
+                    nonzero_duration(key!(s, webhook_trigger_first_retry))?,
+                ),
+            },
+        })
+    }
+}
+
 /// Every section of one node's settings, each checked.
 #[derive(Debug, Clone)]
 pub struct Sections {
@@ -604,6 +649,8 @@ pub struct Sections {
     pub telemetry: Telemetry,
     /// Trigger webhooks.
     pub triggers: Triggers,
+    /// Webhook delivery.
+    pub webhooks: Webhooks,
 }
 
 impl Sections {
@@ -625,6 +672,7 @@ impl Sections {
             control: ControlPlane::resolve(s, limits.max_message_size)?,
             telemetry: Telemetry::resolve(s)?,
             triggers: Triggers::resolve(s)?,
+            webhooks: Webhooks::resolve(s)?,
             limits,
         })
     }
@@ -644,6 +692,7 @@ impl Sections {
             tls: _,
             telemetry: _,
             triggers,
+            webhooks: _,
         } = self;
         EdgeConfig {
             namespace: backends.namespace.clone(),

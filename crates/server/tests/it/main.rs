@@ -22,3 +22,4 @@ mod reconnect;
 mod retained;
 mod tls;
 mod tokens;
+mod webhooks;

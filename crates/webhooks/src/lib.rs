@@ -1,0 +1,27 @@
+//! Skua's webhook delivery engine (N41–N45): one pooled HTTP client (reqwest over rustls with
+//! the process's ring provider) that POSTs signed JSON bodies with timeouts, retries with
+//! backoff, a concurrency limit per target, a bounded response read, a bounded queue for
+//! fire-and-forget calls, metrics per kind and outcome, and a tracing span per delivery.
+//!
+//! Depends on `skua-core` only (for [`WebhookCall`] and the address rule); it knows nothing of
+//! the edge, the store or the wire. Modules:
+//! - [`request`]: [`WebhookRequest`], the body with `deliveryId` and `timestamp`, and signing;
+//! - [`sender`]: [`WebhookSender`], calls ([`WebhookSender::call`]) and the queue
+//!   ([`WebhookSender::enqueue`]);
+//! - [`resolve`]: the DNS resolver that refuses link-local and metadata addresses at send time;
+//! - [`metrics`]: [`WebhookMetrics`], rendered in the Prometheus text format.
+//!
+//! The process must have a rustls crypto provider installed (the server installs ring at
+//! start); [`WebhookSender::new`] fails otherwise rather than panic.
+
+pub mod metrics;
+pub mod request;
+pub mod resolve;
+pub mod sender;
+
+pub use metrics::WebhookMetrics;
+pub use request::{SIGNATURE_HEADER, WebhookRequest, sign};
+pub use sender::{
+    DeliveryError, DeliveryReport, OnDone, QueueFull, RetrySchedule, WebhookConfig, WebhookResponse, WebhookSender,
+};
+pub use skua_core::webhook::{WebhookCall, WebhookKind, WebhookTarget};

@@ -1,0 +1,101 @@
+//! One webhook request: the call (target, secret), its JSON body with `deliveryId` (stable
+//! across retries) and `timestamp` (unix ms at creation), and the N42 signature.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use serde_json::{Map, Value};
+use skua_core::webhook::{WebhookCall, WebhookSecret};
+use uuid::Uuid;
+
+/// The header carrying `sha256=<hex HMAC-SHA256(raw body, secret)>` (N42).
+pub const SIGNATURE_HEADER: &str = "X-NoLag-Signature";
+
+/// `sha256=<hex>` of the HMAC-SHA256 of `body` keyed with `secret` (N42).
+pub fn sign(secret: &[u8], body: &[u8]) -> String {
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret);
+    let tag = ring::hmac::sign(&key, body);
+    format!("sha256={}", skua_core::registry_store::hex(tag.as_ref()))
+}
+
+/// A webhook request ready to send (and to resend: the body and its signature are fixed).
+#[derive(Debug, Clone)]
+pub struct WebhookRequest {
+    /// Where and how (target, secret, kind).
+    pub call: WebhookCall,
+    /// `deliveryId`: the same on every attempt, and on a dead letter's retry.
+    pub delivery_id: Uuid,
+    /// The serialized body (with `deliveryId` and `timestamp`).
+    pub body: Bytes,
+    /// The `X-NoLag-Signature` value, when the app has a secret.
+    pub signature: Option<String>,
+}
+
+impl WebhookRequest {
+    /// A request with a fresh `deliveryId` and `timestamp` added to `payload`.
+    pub fn new(call: WebhookCall, payload: Map<String, Value>) -> Self {
+        Self::with_delivery_id(call, payload, Uuid::new_v4(), now_ms())
+    }
+
+    /// A request with a given `deliveryId` and `timestamp` (a dead letter's retry keeps both).
+    pub fn with_delivery_id(
+        call: WebhookCall,
+        mut payload: Map<String, Value>,
+        delivery_id: Uuid,
+        timestamp_ms: u64,
+    ) -> Self {
+        payload.insert("deliveryId".into(), Value::String(delivery_id.to_string()));
+        payload.insert("timestamp".into(), Value::from(timestamp_ms));
+        // A Map of JSON values always serializes.
+        let body = Bytes::from(serde_json::to_vec(&payload).unwrap_or_default());
+        Self::from_body(call, delivery_id, body)
+    }
+
+    /// A request from an already serialized body (e.g. read back from an outbox); the body must
+    /// already carry `deliveryId` and `timestamp`.
+    pub fn from_body(call: WebhookCall, delivery_id: Uuid, body: Bytes) -> Self {
+        let signature = call.secret.as_ref().map(|s: &WebhookSecret| sign(s.expose(), &body));
+        Self { call, delivery_id, body, signature }
+    }
+}
+
+/// Unix ms now.
+pub fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use skua_core::webhook::{WebhookKind, WebhookTarget};
+
+    use super::*;
+
+    #[test]
+    fn signature_is_hmac_sha256_hex() {
+        // RFC 4231 test case 2.
+        assert_eq!(
+            sign(b"Jefe", b"what do ya want for nothing?"),
+            "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+    }
+
+    #[test]
+    fn body_carries_delivery_id_and_timestamp_and_is_signed() {
+        let call = WebhookCall {
+            kind: WebhookKind::Trigger,
+            target: Arc::new(WebhookTarget { url: "http://x".into(), headers: vec![], timeout_ms: None }),
+            secret: Some(WebhookSecret("s".into())),
+            app_slug: "a".into(),
+            room_name: "r".into(),
+        };
+        let mut m = Map::new();
+        m.insert("topicName".into(), "t".into());
+        let r = WebhookRequest::new(call, m);
+        let v: Value = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!(v["deliveryId"], r.delivery_id.to_string());
+        assert!(v["timestamp"].as_u64().unwrap() > 1_700_000_000_000);
+        assert_eq!(r.signature.unwrap(), sign(b"s", &r.body));
+    }
+}

@@ -1,0 +1,40 @@
+//! Name resolution that applies the address rule at send time: a host name resolving to a
+//! link-local or cloud-metadata address (169.254.0.0/16, fe80::/10, …) is never connected to
+//! unless the operator allows it, whatever the configuration-time check saw (DNS can change).
+
+use std::net::SocketAddr;
+
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+use skua_core::webhook::is_link_local_or_metadata;
+
+/// The system resolver (tokio's `lookup_host`), keeping only allowed addresses.
+#[derive(Debug, Clone, Copy)]
+pub struct GuardedResolver {
+    /// Allow link-local and metadata addresses (`webhook_allow_link_local`).
+    pub allow_link_local: bool,
+}
+
+/// Why a name was refused.
+#[derive(Debug, thiserror::Error)]
+#[error("{name} resolves only to link-local or cloud metadata addresses; refused (webhook_allow_link_local)")]
+pub struct RefusedAddress {
+    /// The name.
+    pub name: String,
+}
+
+impl Resolve for GuardedResolver {
+    fn resolve(&self, name: Name) -> Resolving {
+        let allow = self.allow_link_local;
+        Box::pin(async move {
+            let host = name.as_str().to_owned();
+            let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
+                .await?
+                .filter(|a| allow || !is_link_local_or_metadata(a.ip()))
+                .collect();
+            if addrs.is_empty() {
+                return Err(Box::new(RefusedAddress { name: host }) as Box<dyn std::error::Error + Send + Sync>);
+            }
+            Ok(Box::new(addrs.into_iter()) as Addrs)
+        })
+    }
+}

@@ -1,0 +1,509 @@
+//! [`WebhookSender`]: the node's one pooled HTTP client for webhooks, the per-target
+//! concurrency limit, retries, and the bounded fire-and-forget queue.
+//!
+//! Two ways to send:
+//! - [`WebhookSender::call`]: the caller waits for the outcome (hydration): attempts on the
+//!   request's retry schedule, all within one overall budget (the target's timeout).
+//! - [`WebhookSender::enqueue`]: the request goes on the node's bounded queue (triggers): a
+//!   dispatcher delivers it on its schedule, each attempt with the target's timeout, and hands
+//!   the final [`DeliveryReport`] to the request's [`OnDone`]. A full queue refuses at once
+//!   ([`QueueFull`] gives the request back) and nothing blocks the caller.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use skua_core::webhook::{host_allowed, is_link_local_or_metadata};
+use tokio::sync::{Semaphore, mpsc};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument as _;
+
+use crate::metrics::{Outcome, WebhookMetrics};
+use crate::request::{SIGNATURE_HEADER, WebhookRequest};
+use crate::resolve::{GuardedResolver, RefusedAddress};
+
+/// Entries of the per-target semaphore map above which idle ones are dropped.
+const TARGETS_PRUNE_AT: usize = 1024;
+
+/// The engine's settings (`webhook_*` in config/default.toml).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookConfig {
+    /// Fire-and-forget requests waiting for delivery on this node; when full, `enqueue`
+    /// refuses (the caller dead-letters or counts it).
+    pub queue: usize,
+    /// Queued requests being delivered at once, including those waiting for a retry.
+    pub max_pending: usize,
+    /// Requests in flight at once to one target (scheme, host and port).
+    pub concurrency_per_target: usize,
+    /// Most bytes of an answer read; a longer answer fails `TooLarge` and is not read further.
+    pub max_response_bytes: usize,
+    /// Connection establishment timeout (within the call's own timeout).
+    pub connect_timeout: Duration,
+    /// Allow link-local and cloud-metadata addresses (169.254.0.0/16, fe80::/10, …).
+    pub allow_link_local: bool,
+    /// When not empty, only these hosts (`name`, `*.parent`, an address) are called.
+    pub allowed_hosts: Vec<String>,
+    /// The retry schedule of queued trigger requests.
+    pub trigger_retry: RetrySchedule,
+}
+
+impl Default for WebhookConfig {
+    fn default() -> Self {
+        Self {
+            queue: 10_000,
+            max_pending: 1024,
+            concurrency_per_target: 16,
+            max_response_bytes: 1 << 20,
+            connect_timeout: Duration::from_secs(5),
+            allow_link_local: false,
+            allowed_hosts: Vec::new(),
+            trigger_retry: RetrySchedule::trigger(),
+        }
+    }
+}
+
+/// Delays between attempts; attempts = delays + 1. Only 5xx answers, timeouts and transport
+/// errors are retried.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetrySchedule {
+    /// The wait before attempt 2, 3, …
+    pub delays: Vec<Duration>,
+}
+
+impl RetrySchedule {
+    /// Hydration (N43): 3 attempts, 1 s then 2 s apart (within the call's timeout).
+    pub fn hydration() -> Self {
+        Self { delays: vec![Duration::from_secs(1), Duration::from_secs(2)] }
+    }
+
+    /// Triggers (N44): 5 attempts over about a minute: 4 s, 8 s, 16 s, 32 s apart.
+    pub fn trigger() -> Self {
+        Self::exponential(5, Duration::from_secs(4))
+    }
+
+    /// `attempts` attempts, the first delay `first`, each next one doubled.
+    pub fn exponential(attempts: u32, first: Duration) -> Self {
+        let delays = (0..attempts.saturating_sub(1)).map(|i| first.saturating_mul(2u32.saturating_pow(i))).collect();
+        Self { delays }
+    }
+
+    /// How many attempts at most.
+    pub fn attempts(&self) -> usize {
+        self.delays.len() + 1
+    }
+}
+
+/// A 2xx answer.
+#[derive(Debug, Clone)]
+pub struct WebhookResponse {
+    /// Status code.
+    pub status: u16,
+    /// The body, at most `max_response_bytes`.
+    pub body: Bytes,
+    /// Whether `Content-Type` says JSON (`application/json` or `+json`).
+    pub json_content_type: bool,
+}
+
+/// Why a delivery failed (after its last attempt).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DeliveryError {
+    /// The URL's address is refused (link-local or metadata, not allow-listed, unparsable).
+    #[error("refused: {reason}")]
+    Refused {
+        /// Why.
+        reason: String,
+    },
+    /// No complete answer within the timeout.
+    #[error("timed out after {after:?}")]
+    Timeout {
+        /// The timeout.
+        after: Duration,
+    },
+    /// A non-2xx answer.
+    #[error("answered HTTP {status}")]
+    Status {
+        /// The status code.
+        status: u16,
+    },
+    /// Connection or protocol failure.
+    #[error("transport error")]
+    Transport(#[source] reqwest::Error),
+    /// The answer was longer than `max_response_bytes`.
+    #[error("answer longer than {limit} bytes")]
+    TooLarge {
+        /// The limit.
+        limit: usize,
+    },
+    /// The node is stopping.
+    #[error("the node is shutting down")]
+    Shutdown,
+}
+
+impl DeliveryError {
+    /// Whether another attempt may succeed: 5xx, timeouts and transport errors.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Status { status } => *status >= 500,
+            Self::Timeout { .. } | Self::Transport(_) => true,
+            Self::Refused { .. } | Self::TooLarge { .. } | Self::Shutdown => false,
+        }
+    }
+
+    /// The metric outcome.
+    pub fn outcome(&self) -> Outcome {
+        match self {
+            Self::Refused { .. } => Outcome::Refused,
+            Self::Timeout { .. } => Outcome::Timeout,
+            Self::Status { .. } => Outcome::Status,
+            Self::Transport(_) => Outcome::Transport,
+            Self::TooLarge { .. } => Outcome::TooLarge,
+            Self::Shutdown => Outcome::Shutdown,
+        }
+    }
+}
+
+/// The end of a queued delivery.
+#[derive(Debug)]
+pub struct DeliveryReport {
+    /// The request (its `deliveryId` and body unchanged, ready for a dead letter).
+    pub request: WebhookRequest,
+    /// How it ended.
+    pub result: Result<WebhookResponse, DeliveryError>,
+    /// Attempts made.
+    pub attempts: u32,
+}
+
+/// What a queued request's owner runs with its final report (on the delivery task: keep it
+/// short, e.g. send on a channel).
+pub type OnDone = Box<dyn FnOnce(DeliveryReport) + Send + 'static>;
+
+/// The queue was full; the request is given back.
+#[derive(Debug, thiserror::Error)]
+#[error("the webhook queue is full")]
+pub struct QueueFull(pub Box<WebhookRequest>);
+
+struct Job {
+    request: WebhookRequest,
+    schedule: RetrySchedule,
+    on_done: Option<OnDone>,
+}
+
+struct Inner {
+    client: reqwest::Client,
+    config: WebhookConfig,
+    metrics: Arc<WebhookMetrics>,
+    // std Mutex: held only to look up or insert an Arc, never across an await.
+    targets: Mutex<HashMap<String, Arc<Semaphore>>>,
+    queue: mpsc::Sender<Job>,
+}
+
+/// The node's webhook sender; cheap to clone.
+#[derive(Clone)]
+pub struct WebhookSender {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for WebhookSender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookSender").field("config", &self.inner.config).finish_non_exhaustive()
+    }
+}
+
+/// Why the sender could not be built.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot build the webhook HTTP client")]
+pub struct BuildError(#[source] reqwest::Error);
+
+impl WebhookSender {
+    /// A sender whose queue dispatcher and deliveries run on `tracker` and stop with `shutdown`
+    /// (queued requests then end [`DeliveryError::Shutdown`]). Installs ring as the process's
+    /// rustls provider if none is (idempotent).
+    ///
+    /// # Errors
+    /// [`BuildError`] when the HTTP client cannot be built.
+    pub fn new(config: WebhookConfig, tracker: &TaskTracker, shutdown: CancellationToken) -> Result<Self, BuildError> {
+        // Err means a provider is installed already, which is what we want.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::builder()
+            .user_agent(concat!("skua-webhooks/", env!("CARGO_PKG_VERSION")))
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .connect_timeout(config.connect_timeout)
+            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_max_idle_per_host(config.concurrency_per_target.max(1))
+            .dns_resolver(GuardedResolver { allow_link_local: config.allow_link_local })
+            .build()
+            .map_err(BuildError)?;
+        let (tx, rx) = mpsc::channel(config.queue.max(1));
+        let inner = Arc::new(Inner {
+            client,
+            config,
+            metrics: Arc::new(WebhookMetrics::default()),
+            targets: Mutex::new(HashMap::new()),
+            queue: tx,
+        });
+        let sender = Self { inner };
+        tracker.spawn(sender.clone().dispatch(rx, tracker.clone(), shutdown));
+        Ok(sender)
+    }
+
+    /// The engine's counters.
+    pub fn metrics(&self) -> &Arc<WebhookMetrics> {
+        &self.inner.metrics
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &WebhookConfig {
+        &self.inner.config
+    }
+
+    /// Sends `request` now and waits for the answer: attempts on `schedule` (normally
+    /// [`RetrySchedule::hydration`]) within `budget` overall, each attempt bounded by what is
+    /// left of it. Counted under the request's kind.
+    ///
+    /// # Errors
+    /// The last attempt's [`DeliveryError`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future abandons the request.
+    pub async fn call(
+        &self,
+        request: &WebhookRequest,
+        schedule: &RetrySchedule,
+        budget: Duration,
+    ) -> Result<WebhookResponse, DeliveryError> {
+        let span = delivery_span(request);
+        async {
+            let deadline = Instant::now() + budget;
+            let (result, _) = self.deliver(request, schedule, Some(deadline)).await;
+            self.finish(request, &result);
+            result
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Puts `request` on the node's queue, delivered on `schedule` (normally
+    /// `config().trigger_retry`), each attempt with the target's timeout; `on_done` gets the
+    /// final report.
+    ///
+    /// # Errors
+    /// [`QueueFull`] (with the request) when the queue is full or the node is stopping; the
+    /// caller decides (N45: dead letter).
+    pub fn enqueue(
+        &self,
+        request: WebhookRequest,
+        schedule: RetrySchedule,
+        on_done: Option<OnDone>,
+    ) -> Result<(), QueueFull> {
+        let kind = request.call.kind;
+        match self.inner.queue.try_send(Job { request, schedule, on_done }) {
+            Ok(()) => {
+                self.inner.metrics.queue_pushed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Ok(())
+            }
+            Err(mpsc::error::TrySendError::Full(job) | mpsc::error::TrySendError::Closed(job)) => {
+                self.inner.metrics.delivered(kind, Outcome::QueueFull);
+                Err(QueueFull(Box::new(job.request)))
+            }
+        }
+    }
+
+    /// Takes jobs off the queue while fewer than `max_pending` are being delivered.
+    async fn dispatch(self, mut rx: mpsc::Receiver<Job>, tracker: TaskTracker, shutdown: CancellationToken) {
+        let pending = Arc::new(Semaphore::new(self.inner.config.max_pending.max(1)));
+        loop {
+            let permit = tokio::select! {
+                () = shutdown.cancelled() => break,
+                p = pending.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+            };
+            let job = tokio::select! {
+                () = shutdown.cancelled() => break,
+                j = rx.recv() => match j { Some(j) => j, None => break },
+            };
+            self.inner.metrics.queue_popped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let this = self.clone();
+            let stop = shutdown.clone();
+            let span = delivery_span(&job.request);
+            tracker.spawn(
+                async move {
+                    let _permit = permit;
+                    let (result, attempts) = tokio::select! {
+                        r = this.deliver(&job.request, &job.schedule, None) => r,
+                        () = stop.cancelled() => (Err(DeliveryError::Shutdown), 0),
+                    };
+                    this.finish(&job.request, &result);
+                    if let Some(done) = job.on_done {
+                        done(DeliveryReport { request: job.request, result, attempts });
+                    }
+                }
+                .instrument(span),
+            );
+        }
+        // Whatever is still queued ends `Shutdown`, so its owner can keep or dead-letter it.
+        rx.close();
+        while let Ok(job) = rx.try_recv() {
+            self.inner.metrics.queue_popped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let result = Err(DeliveryError::Shutdown);
+            self.finish(&job.request, &result);
+            if let Some(done) = job.on_done {
+                done(DeliveryReport { request: job.request, result, attempts: 0 });
+            }
+        }
+    }
+
+    fn finish(&self, request: &WebhookRequest, result: &Result<WebhookResponse, DeliveryError>) {
+        let outcome = match result {
+            Ok(_) => Outcome::Ok,
+            Err(e) => e.outcome(),
+        };
+        self.inner.metrics.delivered(request.call.kind, outcome);
+        match result {
+            Ok(r) => tracing::debug!(status = r.status, bytes = r.body.len(), "Webhook delivered."),
+            Err(e) => tracing::debug!(error = e as &dyn std::error::Error, "Webhook failed."),
+        }
+    }
+
+    /// Attempts on `schedule`; with a `deadline`, every attempt and wait fits before it.
+    async fn deliver(
+        &self,
+        request: &WebhookRequest,
+        schedule: &RetrySchedule,
+        deadline: Option<Instant>,
+    ) -> (Result<WebhookResponse, DeliveryError>, u32) {
+        let per_attempt = request.call.target.timeout(request.call.kind);
+        let mut attempt = 0u32;
+        loop {
+            let timeout =
+                deadline.map_or(per_attempt, |d| d.saturating_duration_since(Instant::now()).min(per_attempt));
+            self.inner.metrics.attempt(request.call.kind, attempt > 0);
+            let result = match tokio::time::timeout(timeout, self.attempt(request, timeout)).await {
+                Ok(r) => r,
+                Err(_) => Err(DeliveryError::Timeout { after: timeout }),
+            };
+            attempt += 1;
+            let err = match result {
+                Ok(r) => return (Ok(r), attempt),
+                Err(e) => e,
+            };
+            let Some(delay) = schedule.delays.get(attempt as usize - 1).copied().filter(|_| err.is_retryable()) else {
+                return (Err(err), attempt);
+            };
+            if deadline.is_some_and(|d| Instant::now() + delay >= d) {
+                return (Err(err), attempt);
+            }
+            tracing::debug!(
+                attempt,
+                error = &err as &dyn std::error::Error,
+                ?delay,
+                "Webhook attempt failed; retrying."
+            );
+            tokio::time::sleep(delay).await;
+        }
+    }
+
+    /// One HTTP request.
+    async fn attempt(&self, request: &WebhookRequest, timeout: Duration) -> Result<WebhookResponse, DeliveryError> {
+        let target = &request.call.target;
+        let url = reqwest::Url::parse(&target.url)
+            .map_err(|e| DeliveryError::Refused { reason: format!("the URL does not parse: {e}") })?;
+        let origin = self.check_address(&url)?;
+        let semaphore = self.target_semaphore(origin);
+        let _permit = semaphore.acquire().await.map_err(|_| DeliveryError::Shutdown)?;
+        let mut rb = self
+            .inner
+            .client
+            .post(url)
+            .timeout(timeout)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(request.body.clone());
+        for (name, value) in &target.headers {
+            rb = rb.header(name.as_str(), value.as_str());
+        }
+        if let Some(sig) = &request.signature {
+            rb = rb.header(SIGNATURE_HEADER, sig.as_str());
+        }
+        let mut resp = rb.send().await.map_err(classify)?;
+        let status = resp.status();
+        if !status.is_success() {
+            return Err(DeliveryError::Status { status: status.as_u16() });
+        }
+        let json_content_type = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .is_some_and(|v| {
+                let v = v.trim().to_ascii_lowercase();
+                v == "application/json" || v.ends_with("+json")
+            });
+        let limit = self.inner.config.max_response_bytes;
+        if resp.content_length().is_some_and(|n| n > limit as u64) {
+            return Err(DeliveryError::TooLarge { limit });
+        }
+        let mut body = BytesMut::new();
+        while let Some(chunk) = resp.chunk().await.map_err(classify)? {
+            if body.len() + chunk.len() > limit {
+                return Err(DeliveryError::TooLarge { limit });
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(WebhookResponse { status: status.as_u16(), body: body.freeze(), json_content_type })
+    }
+
+    /// The address rules on the URL itself (a literal address never reaches the resolver);
+    /// returns the target key `scheme://host:port`.
+    fn check_address(&self, url: &reqwest::Url) -> Result<String, DeliveryError> {
+        let config = &self.inner.config;
+        let host = url.host_str().ok_or_else(|| DeliveryError::Refused { reason: "the URL has no host".into() })?;
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(DeliveryError::Refused { reason: format!("scheme {} is not http(s)", url.scheme()) });
+        }
+        if !config.allow_link_local && bare.parse::<IpAddr>().is_ok_and(is_link_local_or_metadata) {
+            return Err(DeliveryError::Refused { reason: format!("{bare} is a link-local or cloud metadata address") });
+        }
+        if !config.allowed_hosts.is_empty() && !host_allowed(&config.allowed_hosts, bare) {
+            return Err(DeliveryError::Refused { reason: format!("host {bare} is not in webhook_allowed_hosts") });
+        }
+        Ok(format!("{}://{}:{}", url.scheme(), host, url.port_or_known_default().unwrap_or(0)))
+    }
+
+    fn target_semaphore(&self, key: String) -> Arc<Semaphore> {
+        let mut map = self.inner.targets.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if map.len() >= TARGETS_PRUNE_AT && !map.contains_key(&key) {
+            // Idle targets (no request holds their semaphore) are forgotten.
+            map.retain(|_, s| Arc::strong_count(s) > 1);
+        }
+        map.entry(key)
+            .or_insert_with(|| Arc::new(Semaphore::new(self.inner.config.concurrency_per_target.max(1))))
+            .clone()
+    }
+}
+
+fn classify(e: reqwest::Error) -> DeliveryError {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    while let Some(s) = source {
+        if let Some(r) = s.downcast_ref::<RefusedAddress>() {
+            return DeliveryError::Refused { reason: r.to_string() };
+        }
+        source = s.source();
+    }
+    if e.is_timeout() {
+        return DeliveryError::Timeout { after: Duration::ZERO };
+    }
+    DeliveryError::Transport(e)
+}
+
+fn delivery_span(request: &WebhookRequest) -> tracing::Span {
+    tracing::info_span!(
+        "webhook",
+        kind = request.call.kind.as_str(),
+        delivery_id = %request.delivery_id,
+    )
+}

@@ -1,0 +1,162 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use skua_core::webhook::{WebhookCall, WebhookKind, WebhookSecret, WebhookTarget};
+use skua_testkit::{ReceiverMode, WebhookReceiver, refusing_url};
+use skua_webhooks::{DeliveryError, RetrySchedule, WebhookConfig, WebhookRequest, WebhookSender};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+fn call(kind: WebhookKind, url: &str, timeout_ms: Option<u32>) -> WebhookCall {
+    WebhookCall {
+        kind,
+        target: Arc::new(WebhookTarget {
+            url: url.into(),
+            headers: vec![("X-Tenant".into(), "acme".into())],
+            timeout_ms,
+        }),
+        secret: Some(WebhookSecret("whsec_test".into())),
+        app_slug: "demo".into(),
+        room_name: "General".into(),
+    }
+}
+
+fn sender(config: WebhookConfig) -> (WebhookSender, CancellationToken) {
+    let stop = CancellationToken::new();
+    let s = WebhookSender::new(config, &TaskTracker::new(), stop.clone()).expect("client builds");
+    (s, stop)
+}
+
+fn fast_retries() -> RetrySchedule {
+    RetrySchedule { delays: vec![Duration::from_millis(20), Duration::from_millis(20)] }
+}
+
+fn payload() -> serde_json::Map<String, serde_json::Value> {
+    json!({"topicName": "messages"}).as_object().cloned().unwrap()
+}
+
+#[tokio::test]
+async fn request_is_signed_posted_with_headers_and_answer_returned() {
+    let rx = WebhookReceiver::start(ReceiverMode::Ok(json!({"items": [1, 2]}))).await;
+    let (s, _stop) = sender(WebhookConfig::default());
+    let req = WebhookRequest::new(call(WebhookKind::Hydration, &rx.url("/h"), None), payload());
+    let r = s.call(&req, &RetrySchedule::hydration(), Duration::from_secs(5)).await.expect("delivered");
+    assert_eq!(r.status, 200);
+    assert!(r.json_content_type);
+    assert_eq!(serde_json::from_slice::<serde_json::Value>(&r.body).unwrap(), json!({"items": [1, 2]}));
+    let got = rx.wait_for(1).await;
+    let g = &got[0];
+    assert_eq!(g.method, "POST");
+    assert_eq!(g.path, "/h");
+    assert_eq!(g.header("content-type"), Some("application/json"));
+    assert_eq!(g.header("x-tenant"), Some("acme"));
+    assert!(g.signature_valid("whsec_test"), "{:?}", g.header("x-nolag-signature"));
+    assert!(!g.signature_valid("other"));
+    let body = g.json();
+    assert_eq!(body["deliveryId"], req.delivery_id.to_string());
+    assert!(body["timestamp"].is_u64());
+    assert_eq!(body["topicName"], "messages");
+    assert_eq!(s.metrics().deliveries(WebhookKind::Hydration, skua_webhooks::metrics::Outcome::Ok), 1);
+}
+
+#[tokio::test]
+async fn server_errors_are_retried_with_the_same_delivery_id_then_fail() {
+    let rx = WebhookReceiver::start(ReceiverMode::Status(503)).await;
+    let (s, _stop) = sender(WebhookConfig::default());
+    let req = WebhookRequest::new(call(WebhookKind::Hydration, &rx.url("/h"), None), payload());
+    let e = s.call(&req, &fast_retries(), Duration::from_secs(5)).await.unwrap_err();
+    assert!(matches!(e, DeliveryError::Status { status: 503 }), "{e:?}");
+    let got = rx.wait_for(3).await;
+    assert_eq!(got.len(), 3, "three attempts");
+    assert!(got.iter().all(|g| g.body == got[0].body), "the same body (and deliveryId) on every attempt");
+    assert_eq!(s.metrics().attempts(WebhookKind::Hydration), 3);
+}
+
+#[tokio::test]
+async fn client_errors_are_not_retried() {
+    let rx = WebhookReceiver::start(ReceiverMode::Status(404)).await;
+    let (s, _stop) = sender(WebhookConfig::default());
+    let req = WebhookRequest::new(call(WebhookKind::Hydration, &rx.url("/h"), None), payload());
+    let e = s.call(&req, &fast_retries(), Duration::from_secs(5)).await.unwrap_err();
+    assert!(matches!(e, DeliveryError::Status { status: 404 }), "{e:?}");
+    assert_eq!(rx.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn refused_connections_are_transport_errors() {
+    let url = refusing_url("/h").await;
+    let (s, _stop) = sender(WebhookConfig::default());
+    let req = WebhookRequest::new(call(WebhookKind::Hydration, &url, None), payload());
+    let e = s.call(&req, &fast_retries(), Duration::from_secs(5)).await.unwrap_err();
+    assert!(matches!(e, DeliveryError::Transport(_)), "{e:?}");
+    assert_eq!(s.metrics().attempts(WebhookKind::Hydration), 3);
+}
+
+#[tokio::test]
+async fn a_huge_answer_is_cut_at_the_cap() {
+    let rx = WebhookReceiver::start(ReceiverMode::Huge(10 << 20)).await;
+    let (s, _stop) = sender(WebhookConfig { max_response_bytes: 64 * 1024, ..WebhookConfig::default() });
+    let req = WebhookRequest::new(call(WebhookKind::Hydration, &rx.url("/h"), None), payload());
+    let e = s.call(&req, &fast_retries(), Duration::from_secs(5)).await.unwrap_err();
+    assert!(matches!(e, DeliveryError::TooLarge { limit: 65536 }), "{e:?}");
+    assert_eq!(rx.requests().len(), 1, "too large is not retried");
+}
+
+#[tokio::test]
+async fn a_hanging_receiver_times_out_within_the_budget() {
+    let rx = WebhookReceiver::start(ReceiverMode::Hang).await;
+    let (s, _stop) = sender(WebhookConfig::default());
+    let req = WebhookRequest::new(call(WebhookKind::Hydration, &rx.url("/h"), Some(300)), payload());
+    let e = s.call(&req, &RetrySchedule::hydration(), Duration::from_millis(300)).await.unwrap_err();
+    assert!(matches!(e, DeliveryError::Timeout { .. }), "{e:?}");
+}
+
+#[tokio::test]
+async fn link_local_addresses_are_refused_at_send_time() {
+    let (s, _stop) = sender(WebhookConfig::default());
+    for url in ["http://169.254.169.254/latest", "http://[fe80::1]/x", "http://[::ffff:169.254.169.254]/"] {
+        let req = WebhookRequest::new(call(WebhookKind::Trigger, url, Some(500)), payload());
+        let e = s.call(&req, &fast_retries(), Duration::from_secs(1)).await.unwrap_err();
+        assert!(matches!(e, DeliveryError::Refused { .. }), "{url}: {e:?}");
+    }
+    let (s, _stop) =
+        sender(WebhookConfig { allowed_hosts: vec!["hooks.example.com".into()], ..WebhookConfig::default() });
+    let rx = WebhookReceiver::start(ReceiverMode::Status(200)).await;
+    let req = WebhookRequest::new(call(WebhookKind::Trigger, &rx.url("/t"), None), payload());
+    let e = s.call(&req, &fast_retries(), Duration::from_secs(1)).await.unwrap_err();
+    assert!(matches!(e, DeliveryError::Refused { .. }), "{e:?}");
+    assert!(rx.requests().is_empty());
+}
+
+#[tokio::test]
+async fn queued_requests_are_delivered_and_reported_and_a_full_queue_refuses() {
+    let rx = WebhookReceiver::start(ReceiverMode::Status(204)).await;
+    let (s, _stop) = sender(WebhookConfig::default());
+    let (tx, mut done) = tokio::sync::mpsc::channel(4);
+    let req = WebhookRequest::new(call(WebhookKind::Trigger, &rx.url("/t"), None), payload());
+    let id = req.delivery_id;
+    s.enqueue(
+        req,
+        fast_retries(),
+        Some(Box::new(move |r| {
+            let _ = tx.try_send(r);
+        })),
+    )
+    .expect("queued");
+    let report = tokio::time::timeout(Duration::from_secs(10), done.recv()).await.unwrap().unwrap();
+    assert_eq!(report.request.delivery_id, id);
+    assert_eq!(report.result.unwrap().status, 204);
+    assert_eq!(report.attempts, 1);
+
+    // A queue of one, its one delivery slot held by a hanging receiver: the third is refused.
+    let hang = WebhookReceiver::start(ReceiverMode::Hang).await;
+    let (s, stop) = sender(WebhookConfig { queue: 1, max_pending: 1, ..WebhookConfig::default() });
+    let mk = || WebhookRequest::new(call(WebhookKind::Trigger, &hang.url("/t"), Some(30_000)), payload());
+    s.enqueue(mk(), fast_retries(), None).expect("first taken");
+    hang.wait_for(1).await;
+    s.enqueue(mk(), fast_retries(), None).expect("second queued");
+    let full = s.enqueue(mk(), fast_retries(), None).unwrap_err();
+    assert!(full.0.body.len() > 10, "the request comes back");
+    stop.cancel();
+}
