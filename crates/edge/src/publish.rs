@@ -344,7 +344,7 @@ impl Publisher {
                 o.accepted(&event);
             }
             if let Some(t) = &self.triggers {
-                t.accepted(publication);
+                t.accepted(&registry, publication);
             }
         }
         Ok(Accepted { id, timestamp_ms })

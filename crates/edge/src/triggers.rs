@@ -56,9 +56,28 @@ pub trait TriggerHooks: Send + Sync + 'static {
     /// `triggerWebhook`), or `None`. Called on the publish path: must be cheap.
     fn target(&self, registry: &Registry, topic: &TopicAddress) -> Option<Arc<str>>;
 
-    /// One attempt: posts `body` to `url` for `topic`, signed and with the headers and timeout
-    /// its configuration gives. `Ok` on a 2xx answer; otherwise why not.
-    async fn post(&self, topic: &TopicAddress, url: &str, body: Bytes) -> Result<(), String>;
+    /// One attempt: posts `body` (whose `deliveryId` is `delivery_id`) to `url` for `topic`,
+    /// signed with its app's secret and with the headers and timeout of its configuration in
+    /// `registry` (none when the configured URL is no longer `url`). `Ok` on a 2xx answer;
+    /// otherwise why not.
+    async fn post(
+        &self,
+        registry: &Registry,
+        topic: &TopicAddress,
+        url: &str,
+        delivery_id: &str,
+        body: Bytes,
+    ) -> Result<(), PostFailure>;
+}
+
+/// Why an attempt failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PostFailure {
+    /// What happened, for logs and dead letters.
+    pub error: String,
+    /// Whether another attempt may succeed (5xx, timeouts, transport errors); a refused
+    /// address or a 4xx answer becomes a dead letter at once.
+    pub retryable: bool,
 }
 
 /// Trigger counters (`skua_webhook_triggers_total{outcome}` and friends on `/metrics`).
@@ -228,7 +247,8 @@ impl Triggers {
             } else {
                 attempts += 1;
             }
-            match self.hooks.post(&job.topic, &job.url, job.body.clone()).await {
+            let registry = self.registry.load();
+            match self.hooks.post(&registry, &job.topic, &job.url, &job.delivery_id, job.body.clone()).await {
                 Ok(()) => {
                     self.metrics.delivered.fetch_add(1, Ordering::Relaxed);
                     if job.logged
@@ -241,8 +261,11 @@ impl Triggers {
                 }
                 Err(e) => {
                     self.metrics.attempts_failed.fetch_add(1, Ordering::Relaxed);
-                    tracing::debug!(delivery_id = %job.delivery_id, attempt = attempts, error = %e, "Trigger attempt failed.");
-                    last_error = e;
+                    tracing::debug!(delivery_id = %job.delivery_id, attempt = attempts, error = %e.error, "Trigger attempt failed.");
+                    last_error = e.error;
+                    if !e.retryable {
+                        break;
+                    }
                 }
             }
             if attempts < max_attempts {
@@ -394,7 +417,14 @@ impl Triggers {
         for d in letters {
             let error = match parse_topic_key(&d.topic) {
                 None => Some(format!("the topic key {:?} is not <project>/<app>/<room>/<topic>", d.topic)),
-                Some(topic) => self.hooks.post(&topic, &d.target, d.body.clone()).await.err(),
+                Some(topic) => {
+                    let registry = self.registry.load();
+                    self.hooks
+                        .post(&registry, &topic, &d.target, &d.delivery_id, d.body.clone())
+                        .await
+                        .err()
+                        .map(|f| f.error)
+                }
             };
             match &error {
                 None => {
@@ -434,9 +464,8 @@ impl Triggers {
 impl Triggers {
     /// The publish pipeline accepted `p` on this node: queues its trigger, if its topic has a
     /// trigger webhook. Never waits (like a [`PublishObserver`](crate::publish::PublishObserver)).
-    pub fn accepted(&self, p: &Publication) {
-        let registry = self.registry.load();
-        let Some(url) = self.hooks.target(&registry, &p.topic) else { return };
+    pub fn accepted(&self, registry: &Registry, p: &Publication) {
+        let Some(url) = self.hooks.target(registry, &p.topic) else { return };
         let delivery_id = p.msg_id.clone().unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
         let facts = payload::TriggerFacts {
             delivery_id: &delivery_id,
@@ -447,7 +476,7 @@ impl Triggers {
             msg_id: p.msg_id.as_deref(),
             data: &p.data,
         };
-        let body = Bytes::from(payload::body(&registry, &facts));
+        let body = Bytes::from(payload::body(registry, &facts));
         let logged = p.msg_id.is_some();
         self.enqueue(Job { delivery_id, topic: p.topic.clone(), url, body, logged, attempts: 0 });
     }

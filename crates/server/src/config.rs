@@ -162,15 +162,6 @@ pub struct Settings {
     /// Accepted `aud` values of client tokens, comma-separated [default none: tokens with aud are refused].
     #[arg(long, env = "SKUA_JWT_AUDIENCES", value_delimiter = ',')]
     pub jwt_audiences: Option<Vec<String>>,
-    /// Trigger webhooks queued per node before delivery [default 10000].
-    #[arg(long, env = "SKUA_TRIGGER_QUEUE")]
-    pub trigger_queue: Option<usize>,
-    /// Trigger webhooks delivered (or waiting between attempts) at once per node [default 1024].
-    #[arg(long, env = "SKUA_TRIGGER_IN_FLIGHT")]
-    pub trigger_in_flight: Option<usize>,
-    /// Waits between trigger attempts, comma-separated; attempts = entries + 1 [default 2s,6s,15s,37s].
-    #[arg(long, env = "SKUA_TRIGGER_RETRY_DELAYS", value_delimiter = ',')]
-    pub trigger_retry_delays: Option<Vec<String>>,
     /// How long a node holds a logged topic's trigger beyond its current attempt [default 30s].
     #[arg(long, env = "SKUA_TRIGGER_LEASE")]
     pub trigger_lease: Option<String>,
@@ -301,8 +292,7 @@ impl Settings {
         layer!(self, over; tls_cert, tls_key, grpc_tls_cert, grpc_tls_key, tls_reload_interval, grpc_reflection_public,
             admin_key_max_failures, admin_key_failure_window, admin_key_backoff_max, bus_tls_ca, bus_tls_cert,
             bus_tls_key, presence_tls_ca, presence_tls_cert, presence_tls_key);
-        layer!(self, over; trigger_queue, trigger_in_flight, trigger_retry_delays, trigger_lease, trigger_scan_interval,
-            webhook_dead_letters_per_project);
+        layer!(self, over; trigger_lease, trigger_scan_interval, webhook_dead_letters_per_project);
         layer!(self, over; webhook_allow_link_local, webhook_allowed_hosts, webhook_queue, webhook_max_pending,
             webhook_concurrency_per_target, webhook_max_response_bytes, webhook_connect_timeout,
             webhook_trigger_attempts, webhook_trigger_first_retry);

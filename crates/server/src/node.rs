@@ -192,6 +192,55 @@ impl skua_edge::prom::MetricsSource for WebhookMetricsSource {
     }
 }
 
+/// Trigger webhooks through the webhook engine: the topic's trigger entry (N41) from the
+/// registry, each attempt one engine call with the target's headers, timeout and the app's
+/// secret (N42).
+struct EngineHooks(skua_webhooks::WebhookSender);
+
+#[async_trait::async_trait]
+impl skua_edge::triggers::TriggerHooks for EngineHooks {
+    fn target(&self, registry: &skua_core::Registry, topic: &skua_core::TopicAddress) -> Option<Arc<str>> {
+        let call = registry.webhook(topic, skua_core::webhook::WebhookKind::Trigger)?;
+        Some(Arc::from(call.target.url.as_str()))
+    }
+
+    async fn post(
+        &self,
+        registry: &skua_core::Registry,
+        topic: &skua_core::TopicAddress,
+        url: &str,
+        delivery_id: &str,
+        body: bytes::Bytes,
+    ) -> Result<(), skua_edge::triggers::PostFailure> {
+        use skua_core::webhook::{WebhookCall, WebhookKind, WebhookTarget};
+        let kind = WebhookKind::Trigger;
+        let call = match registry.webhook(topic, kind) {
+            Some(c) if c.target.url == url => c,
+            // The configuration changed since (a dead letter's retry): the stored URL, signed
+            // with the app's current secret, without the new entry's headers.
+            other => {
+                let app =
+                    registry.project(&topic.room.project).and_then(|p| p.apps.iter().find(|a| a.id == topic.room.app));
+                WebhookCall {
+                    kind,
+                    target: Arc::new(WebhookTarget { url: url.to_owned(), headers: Vec::new(), timeout_ms: None }),
+                    secret: app.and_then(|a| a.webhook_secret.clone()),
+                    app_slug: other.as_ref().map_or_else(|| topic.room.app.as_str().into(), |c| c.app_slug.clone()),
+                    room_name: other.map_or_else(|| topic.room.room.clone(), |c| c.room_name),
+                }
+            }
+        };
+        let id = uuid::Uuid::parse_str(delivery_id).unwrap_or_default();
+        let timeout = call.target.timeout(kind);
+        let request = skua_webhooks::WebhookRequest::from_body(call, id, body);
+        let once = skua_webhooks::RetrySchedule { delays: Vec::new() };
+        match self.0.call(&request, &once, timeout).await {
+            Ok(_) => Ok(()),
+            Err(e) => Err(skua_edge::triggers::PostFailure { retryable: e.is_retryable(), error: error_chain(&e) }),
+        }
+    }
+}
+
 /// The edge as the control plane sees it ([`skua_control::NodeAdmin`]).
 struct EdgeAdmin(Arc<EdgeState>);
 
@@ -334,6 +383,7 @@ impl RunningNode {
         let webhooks = skua_webhooks::WebhookSender::new(config.webhooks.clone(), &control_tasks, control_stop.clone())
             .map_err(|e| std::io::Error::other(error_chain(&e)))?;
         backends.metrics_sources.push(Arc::new(WebhookMetricsSource(webhooks.metrics().clone())));
+        backends.trigger_hooks = Some(Arc::new(EngineHooks(webhooks.clone())));
         let tls = crate::tls::NodeTls::load(&config.tls)
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
         let (metrics, metrics_addr) = match config.metrics_listen {

@@ -31,14 +31,15 @@ pub struct TriggerFacts<'a> {
 }
 
 /// The JSON body of a trigger. Names come from `registry`: `app` is the app's slug (its id when
-/// the app is gone), `roomName` the room's slug, `actorType` the publisher's type (`server`
-/// for a publisher that is not a registered actor: the control plane's).
+/// the app is gone), `roomName` the room's display name (its slug when gone), `actorType` the
+/// publisher's type (`server` for a publisher that is not a registered actor: the control
+/// plane's).
 pub fn body(registry: &Registry, f: &TriggerFacts<'_>) -> Vec<u8> {
     let room = &f.topic.room;
-    let app = registry
-        .project(&room.project)
-        .and_then(|p| p.apps.iter().find(|a| a.id == room.app))
-        .map_or_else(|| room.app.as_str().to_owned(), |a| a.slug.clone());
+    let app_rec = registry.project(&room.project).and_then(|p| p.apps.iter().find(|a| a.id == room.app));
+    let app = app_rec.map_or_else(|| room.app.as_str().to_owned(), |a| a.slug.clone());
+    let room_name =
+        app_rec.and_then(|a| a.rooms.get(&*room.room)).map_or_else(|| room.room.clone(), |r| r.name.clone());
     let actor_type = registry.actor(f.publisher).map_or("server", |a| a.actor_type.as_str());
     let mut v = json!({
         "deliveryId": f.delivery_id,
@@ -46,7 +47,7 @@ pub fn body(registry: &Registry, f: &TriggerFacts<'_>) -> Vec<u8> {
         "projectId": room.project.as_str(),
         "app": app,
         "room": &*room.room,
-        "roomName": &*room.room,
+        "roomName": &*room_name,
         "topicName": &*f.topic.topic,
         "topic": format!("{app}/{}/{}", room.room, f.topic.topic),
         "actorId": f.publisher,

@@ -381,12 +381,17 @@ impl Durable {
     }
 }
 
-/// Trigger webhooks (docs/webhooks.md): the delivery queue, retries, the outbox lease and scan,
-/// and the dead letters' cap.
+/// Trigger webhooks (docs/webhooks.md): the outbox lease and scan, and the dead letters' cap.
+/// The queue, the deliveries at once and the retry schedule are the engine's (`webhook_queue`,
+/// `webhook_max_pending`, `webhook_trigger_attempts`, `webhook_trigger_first_retry`).
 #[derive(Debug, Clone)]
 pub struct Triggers {
-    /// The edge's trigger settings (`take_over_at_start` is decided by the node).
-    pub config: skua_edge::config::TriggerConfig,
+    /// How long a node holds a logged topic's trigger beyond its current attempt and wait.
+    pub lease: Duration,
+    /// How often each node claims outbox triggers whose lease ran out.
+    pub scan_interval: Duration,
+    /// Dead letters kept per project.
+    pub dead_letters_per_project: u64,
 }
 
 impl Triggers {
@@ -395,26 +400,13 @@ impl Triggers {
     /// # Errors
     /// [`ConfigError::Invalid`] naming the first bad key.
     pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
-        let retry_delays = each(key!(s, trigger_retry_delays), duration::parse)?;
-        if retry_delays.len() > MAX_TRIGGER_RETRIES {
-            return Err(invalid("trigger_retry_delays", format!("at most {MAX_TRIGGER_RETRIES} entries")));
-        }
         Ok(Self {
-            config: skua_edge::config::TriggerConfig {
-                queue: positive(key!(s, trigger_queue))?,
-                in_flight: positive(key!(s, trigger_in_flight))?,
-                retry_delays,
-                lease: nonzero_duration(key!(s, trigger_lease))?,
-                scan_interval: nonzero_duration(key!(s, trigger_scan_interval))?,
-                dead_letters_per_project: positive(key!(s, webhook_dead_letters_per_project))?,
-                ..skua_edge::config::TriggerConfig::default()
-            },
+            lease: nonzero_duration(key!(s, trigger_lease))?,
+            scan_interval: nonzero_duration(key!(s, trigger_scan_interval))?,
+            dead_letters_per_project: positive(key!(s, webhook_dead_letters_per_project))?,
         })
     }
 }
-
-/// Most entries of `trigger_retry_delays` (so at most this many + 1 attempts).
-const MAX_TRIGGER_RETRIES: usize = 20;
 
 /// Between nodes: the bus queues (`bus_queue`, `bus_publish_buffer`) and node liveness
 /// (`node_ttl`, `node_refresh`).
@@ -692,7 +684,7 @@ impl Sections {
             tls: _,
             telemetry: _,
             triggers,
-            webhooks: _,
+            webhooks,
         } = self;
         EdgeConfig {
             namespace: backends.namespace.clone(),
@@ -734,9 +726,15 @@ impl Sections {
             drain_delay: shutdown.drain_delay,
             revalidate_interval: control.revalidate_interval,
             triggers: skua_edge::config::TriggerConfig {
+                queue: webhooks.engine.queue,
+                in_flight: webhooks.engine.max_pending,
+                retry_delays: webhooks.engine.trigger_retry.delays.clone(),
+                lease: triggers.lease,
+                attempt_timeout: skua_core::webhook::WebhookKind::Trigger.max_timeout(),
+                scan_interval: triggers.scan_interval,
+                dead_letters_per_project: triggers.dead_letters_per_project,
                 // A single node on a durable store sends what an earlier run left, at once.
                 take_over_at_start: backends.bus == BusConfig::Memory && matches!(backends.store, StoreConfig::Url(_)),
-                ..triggers.config.clone()
             },
             ..EdgeConfig::default()
         }
