@@ -22,4 +22,5 @@ mod reconnect;
 mod retained;
 mod tls;
 mod tokens;
+mod triggers;
 mod webhooks;
