@@ -54,7 +54,7 @@ const MAX_CLAIM: u32 = 256;
 pub trait TriggerHooks: Send + Sync + 'static {
     /// The trigger webhook URL of `topic` (its `onPublish` entry, else its app's
     /// `triggerWebhook`), or `None`. Called on the publish path: must be cheap.
-    fn target(&self, registry: &Registry, topic: &TopicAddress) -> Option<Arc<str>>;
+    fn target(&self, registry: &Registry, topic: &TopicAddress) -> Option<TriggerTarget>;
 
     /// One attempt: posts `body` (whose `deliveryId` is `delivery_id`) to `url` for `topic`,
     /// signed with its app's secret and with the headers and timeout of its configuration in
@@ -68,6 +68,15 @@ pub trait TriggerHooks: Send + Sync + 'static {
         delivery_id: &str,
         body: Bytes,
     ) -> Result<(), PostFailure>;
+}
+
+/// Where a topic's triggers go.
+#[derive(Debug, Clone)]
+pub struct TriggerTarget {
+    /// The URL.
+    pub url: Arc<str>,
+    /// How long one attempt may take (the entry's `timeoutMs`, or the default).
+    pub timeout: Duration,
 }
 
 /// Why an attempt failed.
@@ -112,6 +121,8 @@ struct Job {
     delivery_id: String,
     topic: TopicAddress,
     url: Arc<str>,
+    /// How long one attempt may take.
+    timeout: Duration,
     body: Bytes,
     /// In the outbox (a logged topic's).
     logged: bool,
@@ -231,7 +242,7 @@ impl Triggers {
         while attempts < max_attempts {
             let wait = self.config.retry_delays.get(attempts as usize).copied().unwrap_or_default();
             if job.logged {
-                let hold = self.config.attempt_timeout + wait + self.config.lease;
+                let hold = job.timeout.min(self.config.attempt_timeout) + wait + self.config.lease;
                 match self.store.renew_outbox(&job.delivery_id, &self.owner, now_unix_ms() + millis(hold)).await {
                     Ok(Some(n)) => attempts = n,
                     Ok(None) => {
@@ -387,7 +398,7 @@ impl Triggers {
 
     fn outbox_job(&self, registry: &Registry, t: &OutboxTrigger) -> Option<Job> {
         let topic = parse_topic_key(&t.topic)?;
-        let url = self.hooks.target(registry, &topic)?;
+        let target = self.hooks.target(registry, &topic)?;
         let facts = payload::TriggerFacts {
             delivery_id: &t.msg_id,
             topic: &topic,
@@ -398,7 +409,15 @@ impl Triggers {
             data: &t.data,
         };
         let body = Bytes::from(payload::body(registry, &facts));
-        Some(Job { delivery_id: t.msg_id.clone(), topic, url, body, logged: true, attempts: t.attempts })
+        Some(Job {
+            delivery_id: t.msg_id.clone(),
+            topic,
+            url: target.url,
+            timeout: target.timeout,
+            body,
+            logged: true,
+            attempts: t.attempts,
+        })
     }
 
     /// Retries the dead letters `filter` selects (at most `limit`), one attempt each, in store
@@ -465,7 +484,7 @@ impl Triggers {
     /// The publish pipeline accepted `p` on this node: queues its trigger, if its topic has a
     /// trigger webhook. Never waits (like a [`PublishObserver`](crate::publish::PublishObserver)).
     pub fn accepted(&self, registry: &Registry, p: &Publication) {
-        let Some(url) = self.hooks.target(registry, &p.topic) else { return };
+        let Some(target) = self.hooks.target(registry, &p.topic) else { return };
         let delivery_id = p.msg_id.clone().unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
         let facts = payload::TriggerFacts {
             delivery_id: &delivery_id,
@@ -478,7 +497,8 @@ impl Triggers {
         };
         let body = Bytes::from(payload::body(registry, &facts));
         let logged = p.msg_id.is_some();
-        self.enqueue(Job { delivery_id, topic: p.topic.clone(), url, body, logged, attempts: 0 });
+        let (url, timeout) = (target.url, target.timeout);
+        self.enqueue(Job { delivery_id, topic: p.topic.clone(), url, timeout, body, logged, attempts: 0 });
     }
 }
 

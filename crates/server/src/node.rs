@@ -199,9 +199,17 @@ struct EngineHooks(skua_webhooks::WebhookSender);
 
 #[async_trait::async_trait]
 impl skua_edge::triggers::TriggerHooks for EngineHooks {
-    fn target(&self, registry: &skua_core::Registry, topic: &skua_core::TopicAddress) -> Option<Arc<str>> {
-        let call = registry.webhook(topic, skua_core::webhook::WebhookKind::Trigger)?;
-        Some(Arc::from(call.target.url.as_str()))
+    fn target(
+        &self,
+        registry: &skua_core::Registry,
+        topic: &skua_core::TopicAddress,
+    ) -> Option<skua_edge::triggers::TriggerTarget> {
+        let kind = skua_core::webhook::WebhookKind::Trigger;
+        let call = registry.webhook(topic, kind)?;
+        Some(skua_edge::triggers::TriggerTarget {
+            url: Arc::from(call.target.url.as_str()),
+            timeout: call.target.timeout(kind),
+        })
     }
 
     async fn post(
