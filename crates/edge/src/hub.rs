@@ -39,6 +39,8 @@ pub struct LocalSub {
     /// Set for a durable subscription: its logged messages go through the connection's
     /// durable task, which claims them in the store first.
     pub durable: Option<DurableRoute>,
+    /// Set while a hydration is under way (N43): live frames wait in it.
+    pub hold: Option<Arc<crate::hydrate::Hold>>,
     /// Latest retained id seen per filter key, so a replay is never delivered twice. Shared
     /// (weakly) with a paced snapshot still being sent, which skips what is no longer latest.
     retained_seen: Arc<Mutex<RetainedSeen>>,
@@ -86,7 +88,15 @@ impl LocalSub {
         filters: Arc<[String]>,
         group: Option<Arc<str>>,
     ) -> Self {
-        Self { conn, actor, echo, filters, group, durable: None, retained_seen: Arc::default() }
+        Self { conn, actor, echo, filters, group, durable: None, hold: None, retained_seen: Arc::default() }
+    }
+
+    /// Queues a live frame, or keeps it in the hydration hold.
+    fn push_live(&self, frame: Bytes) -> bool {
+        match &self.hold {
+            Some(h) => h.push(&self.conn, frame),
+            None => self.conn.push_uncounted(frame),
+        }
     }
 
     fn matches(&self, p: &Publication) -> bool {
@@ -648,7 +658,7 @@ impl Hub {
                         delivered += 1;
                         continue;
                     }
-                    if sub.conn.push_uncounted(frames.get(&sub.echo, p)) {
+                    if sub.push_live(frames.get(&sub.echo, p)) {
                         delivered += 1;
                         queued += 1;
                     }
@@ -667,7 +677,7 @@ impl Hub {
                         {
                             d.offer(env);
                             delivered += 1;
-                        } else if sub.conn.push_uncounted(frames.get(&sub.echo, p)) {
+                        } else if sub.push_live(frames.get(&sub.echo, p)) {
                             delivered += 1;
                             queued += 1;
                         }

@@ -7,6 +7,8 @@
 //! - [`ws`]: HTTP routes, upgrades, each connection's reader loop and writer task;
 //! - `session`: the per-connection protocol state machine and its frame handlers;
 //! - [`hub`]: the node's local fan-out (the hot path) and its bus subscriptions;
+//! - [`hydrate`]: hydration on subscribe (N43): the [`hydrate::Hydrator`] seam and holding a
+//!   subscription's live frames until its `hydration` frame;
 //! - [`publish`]: the publish pipeline every entry point uses, and its observer seam;
 //! - [`outbound`]: the bounded per-connection queue and close requests;
 //! - [`auth`]: access tokens and client tokens (JWT);
@@ -28,6 +30,7 @@ pub mod config;
 pub mod durable;
 pub mod front;
 pub mod hub;
+pub mod hydrate;
 pub mod ids;
 pub mod liveness;
 pub mod metrics;

@@ -72,6 +72,10 @@ pub struct Metrics {
     pub backend_latency: HistogramFamily,
     /// Failed bus, store and presence operations, by (slot, operation).
     pub backend_errors: PairFamily,
+    /// Hydrations of new subscriptions (N43), by result: `ok`, `gone` (the subscription or
+    /// connection ended first), or why no frame was sent (`timeout`, `status`, `transport`,
+    /// `refused`, `too_large`, `not_json`, `shutdown`).
+    pub hydrations: Family,
     /// Sockets and requests refused or closed at the front door, by reason
     /// (`crate::front::reason`, `ip_connections`, `ip_rate`).
     pub front_refusals: Family,
@@ -83,6 +87,13 @@ impl Metrics {
         self.publishes_refused.fetch_add(1, Ordering::Relaxed);
         self.publishes_refused_by_reason.inc(reason);
     }
+}
+
+/// A source of further series (e.g. the webhook engine's), rendered by [`crate::prom`] after
+/// the edge's own on every scrape.
+pub trait MetricsSource: Send + Sync + 'static {
+    /// Appends complete `# HELP` / `# TYPE` / sample lines to `out`.
+    fn render(&self, out: &mut String);
 }
 
 /// A counter per label value, for label values from a small fixed set.

@@ -154,6 +154,7 @@ impl EdgeNode {
             triggers: triggers.clone(),
             auth_throttle,
             metrics_sources: backends.metrics_sources,
+            hydrator: backends.hydrator,
             draining: std::sync::atomic::AtomicBool::new(false),
             next_conn: std::sync::atomic::AtomicU64::new(1),
             project_conns: std::sync::Mutex::new(std::collections::HashMap::new()),

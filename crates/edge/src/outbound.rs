@@ -184,7 +184,8 @@ impl ConnHandle {
         true
     }
 
-    fn overflow(&self) {
+    /// Starts the 4008 slow-consumer close (what a full queue does).
+    pub(crate) fn overflow(&self) {
         if self.request_close(CloseRequest::SLOW_CONSUMER) {
             self.metrics.slow_consumer_closes.fetch_add(1, Ordering::Relaxed);
             tracing::info!(conn = %self.id, "Outbound queue overflowed; closing as slow consumer.");

@@ -10,11 +10,7 @@ use crate::state::EdgeState;
 /// The `Content-Type` of the exposition.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// A source of further series, rendered after the edge's own on every scrape.
-pub trait MetricsSource: Send + Sync + 'static {
-    /// Appends complete `# HELP` / `# TYPE` / sample lines to `out`.
-    fn render(&self, out: &mut String);
-}
+pub use crate::metrics::MetricsSource;
 
 /// Accumulates one exposition.
 struct Out(String);
@@ -145,6 +141,12 @@ pub fn render(st: &EdgeState) -> String {
         "cap",
         "Retained publications refused at publish or not kept when received, by the cap they hit.",
         &m.retained_refused.snapshot(),
+    );
+    o.family(
+        "skua_hydrations_total",
+        "result",
+        "Hydrations of new subscriptions (N43), by result: ok, gone, or why no frame was sent.",
+        &m.hydrations.snapshot(),
     );
     let mut replays = m.replays_by_kind.snapshot();
     replays.push(("group", load(&m.replays)));

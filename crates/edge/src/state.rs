@@ -34,7 +34,9 @@ pub struct Backends {
     /// Trigger webhooks' configuration and delivery engine; `None`: this node posts no triggers.
     pub trigger_hooks: Option<Arc<dyn crate::triggers::TriggerHooks>>,
     /// Further series for `/metrics` (e.g. the webhook engine's), appended in this order.
-    pub metrics_sources: Vec<Arc<dyn crate::prom::MetricsSource>>,
+    pub metrics_sources: Vec<Arc<dyn crate::metrics::MetricsSource>>,
+    /// Calls hydration webhooks (N43); `None`: no hydration frames.
+    pub hydrator: Option<Arc<dyn crate::hydrate::Hydrator>>,
 }
 
 /// Shared state of one edge node: plain data, no tasks ([`crate::node`] starts and stops them).
@@ -70,7 +72,9 @@ pub struct EdgeState {
     /// Failed auths per source address (issue 12, item 6).
     pub auth_throttle: crate::auth::AuthThrottle,
     /// Further series for `/metrics`.
-    pub metrics_sources: Vec<Arc<dyn crate::prom::MetricsSource>>,
+    pub metrics_sources: Vec<Arc<dyn crate::metrics::MetricsSource>>,
+    /// Calls hydration webhooks (N43).
+    pub hydrator: Option<Arc<dyn crate::hydrate::Hydrator>>,
     pub(crate) draining: AtomicBool,
     pub(crate) next_conn: AtomicU64,
     /// Connection slots: a permit per open WebSocket.

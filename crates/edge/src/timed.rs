@@ -282,5 +282,6 @@ pub fn wrap(backends: crate::Backends, metrics: &Arc<Metrics>) -> crate::Backend
         publish_observers: backends.publish_observers,
         trigger_hooks: backends.trigger_hooks,
         metrics_sources: backends.metrics_sources,
+        hydrator: backends.hydrator,
     }
 }

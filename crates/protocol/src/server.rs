@@ -140,11 +140,13 @@ pub enum ServerFrameKind {
     Error,
     /// `disconnect`.
     Disconnect,
+    /// `hydration` (N43).
+    Hydration,
 }
 
 impl ServerFrameKind {
     /// Every kind, in declaration order: `ALL[k.index()] == k`.
-    pub const ALL: [Self; 17] = [
+    pub const ALL: [Self; 18] = [
         Self::Message,
         Self::Auth,
         Self::Reauth,
@@ -162,6 +164,7 @@ impl ServerFrameKind {
         Self::ReplayEnd,
         Self::Error,
         Self::Disconnect,
+        Self::Hydration,
     ];
 
     /// The `type` string on the wire.
@@ -184,6 +187,7 @@ impl ServerFrameKind {
             Self::ReplayEnd => "replayEnd",
             Self::Error => "error",
             Self::Disconnect => "disconnect",
+            Self::Hydration => "hydration",
         }
     }
 
@@ -328,6 +332,13 @@ pub enum ServerFrame<'a> {
         /// The reason (`token_expired`).
         reason: &'a str,
     },
+    /// `hydration`: a new subscription's state from the app's hydration webhook (N43).
+    Hydration {
+        /// The bare topic name (not `app/room/topic`).
+        topic: &'a str,
+        /// The webhook's JSON answer, already encoded as one MessagePack value.
+        data: &'a [u8],
+    },
 }
 
 fn entry(w: &mut Writer, e: &PresenceEntryRef<'_>) {
@@ -367,6 +378,7 @@ impl ServerFrame<'_> {
             Self::ReplayEnd { .. } => ServerFrameKind::ReplayEnd,
             Self::Error(_) => ServerFrameKind::Error,
             Self::Disconnect { .. } => ServerFrameKind::Disconnect,
+            Self::Hydration { .. } => ServerFrameKind::Hydration,
         }
     }
 
@@ -390,6 +402,7 @@ impl ServerFrame<'_> {
     fn size_hint(&self) -> usize {
         match self {
             Self::Message(m) => 96 + m.topic.len() + m.data.len() + m.from.len(),
+            Self::Hydration { topic, data } => 48 + topic.len() + data.len(),
             _ => 128,
         }
     }
@@ -532,6 +545,9 @@ impl ServerFrame<'_> {
             }
             Self::Disconnect { reason } => {
                 w.map(2).str("type").str("disconnect").str("reason").str(reason);
+            }
+            Self::Hydration { topic, data } => {
+                w.map(3).str("type").str("hydration").str("topic").str(topic).str("data").raw(data);
             }
         }
     }

@@ -387,6 +387,47 @@ mod tests {
     use skua_core::registry::Operation;
 
     #[test]
+    fn webhooks_load_with_the_topic_s_own_entry_winning() {
+        let toml = r#"
+[[projects]]
+id = "p"
+[[projects.apps]]
+id = "p-chat"
+slug = "chat"
+topics = ["messages", "typing"]
+hydration_webhook = { url = "https://backend.example.com/hydrate", timeout_ms = 3000 }
+trigger_webhook = { url = "https://backend.example.com/events", headers = { "X-Env" = "prod" } }
+webhook_secret = "whsec_x"
+topic_configs.typing.webhooks.on_subscribe = { url = "https://backend.example.com/typing" }
+[[projects.apps.rooms]]
+slug = "lobby"
+"#;
+        let r = load(&[("t", toml)]).unwrap();
+        let at = |topic: &str| skua_core::TopicAddress {
+            room: skua_core::RoomKey {
+                project: ProjectId::parse("p").unwrap(),
+                app: AppId::parse("p-chat").unwrap(),
+                room: "lobby".into(),
+            },
+            topic: topic.into(),
+        };
+        let h = WebhookKind::Hydration;
+        assert_eq!(r.webhook(&at("typing"), h).unwrap().target.url, "https://backend.example.com/typing");
+        let app = r.webhook(&at("messages"), h).unwrap();
+        assert_eq!(
+            (app.target.url.as_str(), app.target.timeout_ms),
+            ("https://backend.example.com/hydrate", Some(3000))
+        );
+        assert!(app.secret.is_some());
+        let t = r.webhook(&at("typing"), WebhookKind::Trigger).unwrap();
+        assert_eq!(t.target.headers, [("X-Env".to_owned(), "prod".to_owned())]);
+        let bad = toml.replace("https://backend.example.com/events", "ftp://x");
+        assert!(load(&[("t", &bad)]).unwrap_err().message.contains("trigger_webhook.url"));
+        let unknown = toml.replace("topic_configs.typing", "topic_configs.nope");
+        assert!(load(&[("t", &unknown)]).unwrap_err().message.contains("not in topics"));
+    }
+
+    #[test]
     fn dev_fixtures_match_the_contract() {
         let r = load(&[("dev", DEV_FIXTURES)]).unwrap();
         for (token, id, ty) in [

@@ -6,6 +6,7 @@ pub mod admin;
 pub mod config;
 pub mod duration;
 pub mod fixtures;
+pub mod hydration;
 pub mod node;
 pub mod telemetry;
 pub mod tls;

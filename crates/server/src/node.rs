@@ -82,6 +82,7 @@ pub async fn backends(config: &ServerConfig, embedded: &Embedded) -> anyhow::Res
         publish_observers: Vec::new(),
         trigger_hooks: None,
         metrics_sources: Vec::new(),
+        hydrator: None,
     })
 }
 
@@ -392,6 +393,9 @@ impl RunningNode {
             .map_err(|e| std::io::Error::other(error_chain(&e)))?;
         backends.metrics_sources.push(Arc::new(WebhookMetricsSource(webhooks.metrics().clone())));
         backends.trigger_hooks = Some(Arc::new(EngineHooks(webhooks.clone())));
+        if backends.hydrator.is_none() {
+            backends.hydrator = Some(Arc::new(crate::hydration::WebhookHydrator(webhooks.clone())));
+        }
         let tls = crate::tls::NodeTls::load(&config.tls)
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
         let (metrics, metrics_addr) = match config.metrics_listen {

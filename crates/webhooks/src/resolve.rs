@@ -38,3 +38,27 @@ impl Resolve for GuardedResolver {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn resolve(allow_link_local: bool, name: &str) -> Result<Vec<SocketAddr>, String> {
+        let r = GuardedResolver { allow_link_local };
+        match r.resolve(name.parse().expect("a name")).await {
+            Ok(addrs) => Ok(addrs.collect()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    // The system resolver answers an address written as a name with that address, so this
+    // exercises the filter on what resolution returns without a DNS server.
+    #[tokio::test]
+    async fn names_resolving_to_link_local_or_metadata_addresses_are_refused() {
+        let e = resolve(false, "169.254.169.254").await.unwrap_err();
+        assert!(e.contains("link-local"), "{e}");
+        assert!(resolve(false, "fe80::1").await.is_err());
+        assert_eq!(resolve(true, "169.254.169.254").await.unwrap()[0].ip().to_string(), "169.254.169.254");
+        assert!(resolve(false, "localhost").await.unwrap().iter().all(|a| a.ip().is_loopback()));
+    }
+}

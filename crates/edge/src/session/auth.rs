@@ -136,8 +136,13 @@ impl Session {
         // frame and no retained replay.
         for (pattern, sub) in restored {
             let backlog = self.replay_backlog(&sub).await;
-            let local = self.local_sub(&actor.id, &pattern, &sub);
+            let mut local = self.local_sub(&actor.id, &pattern, &sub);
+            let hydration = self.prepare_hydration(&sub);
+            local.hold = hydration.as_ref().map(|(h, _)| h.clone());
             let _ = self.st.hub.insert(&sub.address, local, None, false);
+            if let Some((hold, request)) = hydration {
+                self.start_hydration(&hold, request);
+            }
             self.start_durable(&pattern, &sub, backlog).await;
             self.subs.insert(pattern, sub);
         }

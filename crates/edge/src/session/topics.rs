@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use skua_core::registry::Operation;
+use skua_core::webhook::WebhookKind;
 use skua_protocol::codes::{code, error};
 use skua_protocol::filters::{FilterError, FilterSpec, is_valid_value};
 use skua_protocol::{ErrorFrame, PublishFrame, ServerFrame, SubscribeFrame};
@@ -12,6 +13,7 @@ use super::{Session, SessionSub};
 use crate::clock::now_unix_s;
 use crate::durable::Cmd;
 use crate::hub::{LocalSub, bus_subscription};
+use crate::hydrate::{Hold, HydrationRequest};
 use crate::publish::{Origin, PublishRequest, Refused};
 
 /// Longest load-balancing group name.
@@ -25,6 +27,40 @@ impl Session {
             local.durable = Some(self.durable().route(c));
         }
         local
+    }
+
+    /// When the topic has a hydration webhook (and the node a hydrator): the hold to put on the
+    /// new local subscription and the request to make once it is inserted (N43).
+    pub(super) fn prepare_hydration(&self, s: &SessionSub) -> Option<(Arc<Hold>, HydrationRequest)> {
+        self.st.hydrator.as_ref()?;
+        let a = self.auth.as_ref()?;
+        let call = self.st.registry.load().webhook(&s.address, WebhookKind::Hydration)?;
+        let request = HydrationRequest {
+            call,
+            project_id: s.address.room.project.clone(),
+            room: s.address.room.room.clone(),
+            topic_name: s.address.topic.clone(),
+            actor_id: a.actor.id.clone(),
+            actor_type: a.actor.actor_type,
+            client_id: a.key.client_id.as_ref().map(|c| c.as_str().to_owned()),
+        };
+        let hold = Hold::new(self.st.config.outbound_queue_messages, self.st.config.outbound_queue_bytes);
+        Some((hold, request))
+    }
+
+    /// Starts the hydration prepared by [`Self::prepare_hydration`], after the subscription is
+    /// in the hub (its `subscribed` frame queued).
+    pub(super) fn start_hydration(&self, hold: &Arc<Hold>, request: HydrationRequest) {
+        let Some(hydrator) = self.st.hydrator.clone() else { return };
+        let max_data = self.st.config.max_message_size.min(skua_protocol::MAX_PAYLOAD_CEILING_BYTES);
+        self.st.tracker.spawn(crate::hydrate::run(
+            hydrator,
+            request,
+            self.conn.clone(),
+            Arc::downgrade(hold),
+            self.st.metrics.clone(),
+            max_data,
+        ));
     }
 
     /// The backlog a group member's replay covers, read before its subscription goes live
@@ -141,7 +177,9 @@ impl Session {
         }
         let subscribed = ServerFrame::Subscribed { topic: &s.topic, load_balance: sub.group.is_some() }.encode();
         let backlog = self.replay_backlog(&sub).await;
-        let local = self.local_sub(&actor, &s.topic, &sub);
+        let mut local = self.local_sub(&actor, &s.topic, &sub);
+        let hydration = self.prepare_hydration(&sub);
+        local.hold = hydration.as_ref().map(|(h, _)| h.clone());
         let old = self.subs.insert(s.topic.clone(), sub.clone());
         if let Some(old) = &old
             && old.address != sub.address
@@ -149,6 +187,9 @@ impl Session {
             self.st.hub.remove(&old.address, self.conn.id);
         }
         let (_, deferred) = self.st.hub.insert(&sub.address, local, Some(subscribed), true);
+        if let Some((hold, request)) = hydration {
+            self.start_hydration(&hold, request);
+        }
         if let Some(d) = deferred {
             // A retained snapshot larger than half the queue: the rest goes paced (issue 12).
             self.st.tracker.spawn(d.send(self.st.metrics.clone()));

@@ -62,11 +62,12 @@ fn variant(frame: &ServerFrame<'_>) -> &'static str {
         ServerFrame::ReplayEnd { .. } => "ReplayEnd",
         ServerFrame::Error(_) => "Error",
         ServerFrame::Disconnect { .. } => "Disconnect",
+        ServerFrame::Hydration { .. } => "Hydration",
     }
 }
 
 /// Every variant of `ServerFrame` as of this writing.
-const VARIANTS: [&str; 19] = [
+const VARIANTS: [&str; 20] = [
     "AuthOk",
     "AuthFailed",
     "ReauthOk",
@@ -86,6 +87,7 @@ const VARIANTS: [&str; 19] = [
     "ReplayEnd",
     "Error",
     "Disconnect",
+    "Hydration",
 ];
 
 fn error_frame(name: &'static str, e: ErrorFrame<'_>, expected: Value) -> Golden {
@@ -655,6 +657,12 @@ pub fn cases() -> Vec<Golden> {
             "disconnect_token_expired",
             &ServerFrame::Disconnect { reason: reason::TOKEN_EXPIRED },
             map([("type", s("disconnect")), ("reason", s("token_expired"))]),
+        ),
+        // --- hydration (N43): the webhook's JSON as MessagePack, the bare topic name ---
+        golden(
+            "hydration",
+            &ServerFrame::Hydration { topic: "messages", data: &pack(&map([("recentMessages", arr([]))])) },
+            map([("type", s("hydration")), ("topic", s("messages")), ("data", map([("recentMessages", arr([]))]))]),
         ),
     ]
 }

@@ -3,12 +3,13 @@
 
 use std::time::Duration;
 
+use serde_json::json;
 use skua_control::pb;
 use skua_core::address::{RoomKey, TopicAddress};
 use skua_core::webhook::WebhookKind;
 use skua_core::{AppId, ProjectId};
 use skua_testkit::control::Deadline;
-use skua_testkit::{TestCluster, TestServer};
+use skua_testkit::{ReceiverMode, TestCluster, TestServer, WebhookReceiver, frame, refusing_url};
 use tonic::Code;
 
 fn ok<T>(r: Result<tonic::Response<T>, tonic::Status>) -> T {
@@ -169,4 +170,169 @@ async fn the_secret_is_shown_once_and_rotates_and_webhooks_reach_every_node() {
     let app = ok(c.get_app(pb::GetAppRequest { app: "demo".into(), ..Default::default() }).await);
     assert!(app.hydration_webhook.is_none());
     assert!(app.topics.iter().any(|t| t.webhooks.as_ref().is_some_and(|w| w.on_subscribe.is_some())));
+}
+
+// ---- hydration (N43) ----
+
+const MESSAGES: &str = "demo/general/messages";
+const STATUS: &str = "demo/general/status";
+
+/// A node with the control plane; the demo app's webhooks set as given; its new secret.
+async fn hydrating_server(
+    app_level: Option<pb::WebhookTarget>,
+    status_topic: Option<pb::WebhookTarget>,
+) -> (TestServer, String) {
+    let s = TestServer::builder().grpc().spawn().await;
+    let mut c = s.control().await;
+    let topics = ["messages", "status", "events", "results", "tasks"]
+        .iter()
+        .map(|t| pb::Topic {
+            name: (*t).into(),
+            logged: *t == "tasks",
+            webhooks: (*t == "status" && status_topic.is_some())
+                .then(|| pb::TopicWebhooks { on_subscribe: status_topic.clone(), on_publish: None }),
+            ..Default::default()
+        })
+        .collect();
+    ok(c.update_app(pb::UpdateAppRequest {
+        app: "demo".into(),
+        hydration_webhook: app_level,
+        topics: Some(pb::TopicList { topics }),
+        ..Default::default()
+    })
+    .await);
+    let secret =
+        ok(c.rotate_webhook_secret(pb::RotateWebhookSecretRequest { app: "demo".into(), ..Default::default() }).await)
+            .webhook_secret;
+    (s, secret)
+}
+
+fn with_timeout(url: &str, timeout_ms: u32) -> pb::WebhookTarget {
+    pb::WebhookTarget { url: url.into(), timeout_ms, ..Default::default() }
+}
+
+#[tokio::test]
+async fn hydration_comes_after_subscribed_and_before_anything_published_after_it_signed() {
+    let rx = WebhookReceiver::start(ReceiverMode::Slow(Duration::from_millis(400), json!({"recent": [1, 2]}))).await;
+    let (s, secret) = hydrating_server(Some(target(&rx.url("/hydrate"))), None).await;
+    let mut alice = s.auth("dev-token-alice").await;
+    let mut bob = s.auth("dev-token-bob").await;
+    alice.send(frame! {"type" => "subscribe", "topic" => MESSAGES}).await;
+    assert_eq!(alice.next().await.ty(), "subscribed");
+    // Published while the webhook is still answering: held until the hydration frame is out.
+    bob.publish_acked(MESSAGES, "live".into()).await;
+    let h = alice.next().await;
+    assert_eq!(h.ty(), "hydration", "{h:?}");
+    assert_eq!(h.str("topic"), "messages", "the bare topic name");
+    assert_eq!(h.get("data")["recent"][1].as_u64(), Some(2));
+    let m = alice.next().await;
+    assert_eq!((m.ty(), m.get("data").as_str()), ("message", Some("live")));
+
+    let got = rx.wait_for(1).await;
+    let r = &got[0];
+    assert_eq!((r.method.as_str(), r.path.as_str()), ("POST", "/hydrate"));
+    assert!(r.signature_valid(&secret), "X-NoLag-Signature is the HMAC-SHA256 of the body");
+    let body = r.json();
+    for (k, v) in [
+        ("projectId", "demo-project"),
+        ("app", "demo"),
+        ("room", "general"),
+        ("roomName", "general"),
+        ("topicName", "messages"),
+        ("actorId", "alice"),
+        ("actorType", "user"),
+    ] {
+        assert_eq!(body[k], v, "{k} in {body}");
+    }
+    assert!(body["scope"].is_null() && body["timestamp"].is_u64());
+    assert!(uuid::Uuid::parse_str(body["deliveryId"].as_str().unwrap()).is_ok());
+    assert_eq!(s.state.metrics.hydrations.get("ok"), 1);
+    let m = skua_testkit::http::Scrape::of(s.addr).await;
+    assert_eq!(m.value("skua_hydrations_total", &[("result", "ok")]), 1.0);
+    assert_eq!(m.value("skua_webhook_deliveries_total", &[("kind", "hydration"), ("outcome", "ok")]), 1.0);
+    assert_eq!(m.value("skua_webhook_attempts_total", &[("kind", "hydration")]), 1.0);
+}
+
+#[tokio::test]
+async fn the_topic_s_own_webhook_wins_over_the_app_s() {
+    let rx = WebhookReceiver::start(ReceiverMode::Ok(json!({"from": "app"}))).await;
+    rx.set_path_mode("/topic", ReceiverMode::Ok(json!({"from": "topic"})));
+    let (s, _) = hydrating_server(Some(target(&rx.url("/app"))), Some(target(&rx.url("/topic")))).await;
+    let mut alice = s.auth("dev-token-alice").await;
+    alice.subscribe(STATUS).await;
+    let h = alice.expect("hydration").await;
+    assert_eq!((h.str("topic"), h.get("data")["from"].as_str()), ("status", Some("topic")));
+    alice.subscribe(MESSAGES).await;
+    let h = alice.expect("hydration").await;
+    assert_eq!((h.str("topic"), h.get("data")["from"].as_str()), ("messages", Some("app")));
+    let paths: Vec<String> = rx.wait_for(2).await.into_iter().map(|r| r.path).collect();
+    assert_eq!(paths, ["/topic", "/app"]);
+}
+
+#[tokio::test]
+async fn a_failing_webhook_sends_no_frame_and_the_subscription_keeps_working() {
+    let rx = WebhookReceiver::start(ReceiverMode::Status(500)).await;
+    rx.set_path_mode("/text", ReceiverMode::NonJson);
+    rx.set_path_mode("/huge", ReceiverMode::Huge(10 << 20));
+    for (path, reason, attempts) in [("/500", "status", 2), ("/text", "not_json", 1), ("/huge", "too_large", 1)] {
+        // 1.5 s: the 1 s retry fits, the 2 s one does not.
+        let (s, _) = hydrating_server(Some(with_timeout(&rx.url(path), 1500)), None).await;
+        let before = rx.requests().len();
+        let mut alice = s.auth("dev-token-alice").await;
+        let mut bob = s.auth("dev-token-bob").await;
+        alice.subscribe(MESSAGES).await;
+        bob.publish_acked(MESSAGES, "after".into()).await;
+        let m = alice.next().await;
+        assert_eq!((m.ty(), m.get("data").as_str()), ("message", Some("after")), "{path}: no hydration frame");
+        assert_eq!(s.state.metrics.hydrations.get(reason), 1, "{path}");
+        assert_eq!(rx.requests().len() - before, attempts, "{path}: attempts");
+        bob.publish_acked(MESSAGES, "again".into()).await;
+        assert_eq!(alice.expect("message").await.get("data").as_str(), Some("again"));
+    }
+    let refused = refusing_url("/h").await;
+    let (s, _) = hydrating_server(Some(with_timeout(&refused, 1500)), None).await;
+    let mut alice = s.auth("dev-token-alice").await;
+    let mut bob = s.auth("dev-token-bob").await;
+    alice.subscribe(MESSAGES).await;
+    bob.publish_acked(MESSAGES, "after".into()).await;
+    assert_eq!(alice.next().await.get("data").as_str(), Some("after"));
+    assert_eq!(s.state.metrics.hydrations.get("transport"), 1);
+}
+
+#[tokio::test]
+async fn a_hanging_webhook_blocks_neither_publishing_nor_other_subscriptions() {
+    let rx = WebhookReceiver::start(ReceiverMode::Hang).await;
+    rx.set_path_mode("/ok", ReceiverMode::Ok(json!({"ok": true})));
+    let (s, _) = hydrating_server(Some(with_timeout(&rx.url("/hang"), 2000)), Some(target(&rx.url("/ok")))).await;
+    let mut alice = s.auth("dev-token-alice").await;
+    let mut bob = s.auth("dev-token-bob").await;
+    alice.subscribe(MESSAGES).await;
+    alice.subscribe(STATUS).await;
+    // Status is hydrated and live while messages still waits for its webhook.
+    assert_eq!(alice.expect("hydration").await.str("topic"), "status");
+    bob.publish_acked(MESSAGES, "held".into()).await;
+    bob.publish_acked(STATUS, "live".into()).await;
+    let m = alice.next().await;
+    assert_eq!((m.str("topic"), m.get("data").as_str()), (STATUS, Some("live")));
+    // After the timeout: no hydration frame for messages, and its held message follows.
+    let m = alice.next_of_within("message", Duration::from_secs(5)).await;
+    assert_eq!((m.str("topic"), m.get("data").as_str()), (MESSAGES, Some("held")));
+    assert_eq!(s.state.metrics.hydrations.get("timeout"), 1);
+}
+
+#[tokio::test]
+async fn a_restored_subscription_is_hydrated() {
+    let rx = WebhookReceiver::start(ReceiverMode::Ok(json!({"n": 1}))).await;
+    let (s, _) = hydrating_server(Some(target(&rx.url("/h"))), None).await;
+    let mut alice = s.connect().await;
+    alice.auth_session("dev-token-alice", None, false).await;
+    alice.subscribe(MESSAGES).await;
+    alice.expect("hydration").await;
+    s.close_settled(alice).await;
+    let mut back = s.connect().await;
+    let reply = back.auth_session("dev-token-alice", None, true).await;
+    assert_eq!(reply.get("restoredSubscriptions").as_array().map(Vec::len), Some(1));
+    let h = back.expect("hydration").await;
+    assert_eq!(h.str("topic"), "messages");
+    assert_eq!(rx.wait_for(2).await.len(), 2);
 }

@@ -1,0 +1,194 @@
+//! Hydration on subscribe (N43): the [`Hydrator`] seam through which the node calls the app's
+//! hydration webhook (the server plugs in the webhook engine; the edge knows no HTTP), and the
+//! [`Hold`] that keeps a subscription's live frames back until its `hydration` frame is queued
+//! or has failed, so the client sees the state before the changes after it.
+//!
+//! The held frames are bounded by the connection's outbound bounds (`outbound_queue_messages`,
+//! `outbound_queue_bytes`): one more closes the connection 4008 like an overflowing queue.
+//! Logged messages of a durable subscription go through its durable task and are not held.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use bytes::Bytes;
+use skua_core::webhook::WebhookCall;
+use skua_core::{ActorId, ActorType, ProjectId};
+use skua_protocol::{ServerFrame, ServerFrameKind};
+
+use crate::metrics::Metrics;
+use crate::outbound::ConnHandle;
+
+/// What a hydration webhook is told (N43); the sender adds `deliveryId` and `timestamp`.
+#[derive(Debug, Clone)]
+pub struct HydrationRequest {
+    /// The webhook (target, secret) and the app's and room's names.
+    pub call: WebhookCall,
+    /// `projectId`.
+    pub project_id: ProjectId,
+    /// `room`: the room slug.
+    pub room: Arc<str>,
+    /// `topicName`: the bare topic name.
+    pub topic_name: Arc<str>,
+    /// `actorId`.
+    pub actor_id: ActorId,
+    /// `actorType`.
+    pub actor_type: ActorType,
+    /// `clientId`, for a session that has one.
+    pub client_id: Option<String>,
+}
+
+/// Why a subscription got no hydration frame.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}: {detail}")]
+pub struct HydrationError {
+    /// A label from a fixed set (`timeout`, `status`, `transport`, `refused`, `too_large`,
+    /// `not_json`, `shutdown`): the `skua_hydrations_total` result.
+    pub reason: &'static str,
+    /// What happened, for the log.
+    pub detail: String,
+}
+
+/// Calls hydration webhooks. Implementations bound their own time (the webhook's timeout).
+#[async_trait::async_trait]
+pub trait Hydrator: Send + Sync + 'static {
+    /// The webhook's answer as one encoded MessagePack value (the `hydration` frame's `data`).
+    ///
+    /// # Errors
+    /// [`HydrationError`] for a timeout, a non-2xx answer, a body that is not JSON, …
+    async fn hydrate(&self, request: HydrationRequest) -> Result<Bytes, HydrationError>;
+}
+
+#[derive(Debug, Default)]
+struct Held {
+    released: bool,
+    frames: VecDeque<Bytes>,
+    bytes: usize,
+}
+
+/// A subscription's live frames, kept back while its hydration is under way.
+#[derive(Debug)]
+pub struct Hold {
+    released: AtomicBool,
+    // std Mutex: a push or the one release, never across an await.
+    held: Mutex<Held>,
+    max_frames: usize,
+    max_bytes: usize,
+}
+
+impl Hold {
+    /// A hold bounded like an outbound queue of `max_frames` frames and `max_bytes` bytes.
+    pub fn new(max_frames: usize, max_bytes: usize) -> Arc<Self> {
+        Arc::new(Self { released: AtomicBool::new(false), held: Mutex::default(), max_frames, max_bytes })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Held> {
+        self.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Queues `frame` on `conn`, or keeps it while the hold lasts. `false` when it was neither
+    /// (the connection is closing, or this frame overflowed: the connection closes 4008).
+    pub fn push(&self, conn: &ConnHandle, frame: Bytes) -> bool {
+        if self.released.load(Ordering::Acquire) {
+            return conn.push_uncounted(frame);
+        }
+        let mut h = self.lock();
+        if h.released {
+            drop(h);
+            return conn.push_uncounted(frame);
+        }
+        if h.frames.len() >= self.max_frames || (h.bytes + frame.len() > self.max_bytes && h.bytes > 0) {
+            drop(h);
+            conn.overflow();
+            return false;
+        }
+        h.bytes += frame.len();
+        h.frames.push_back(frame);
+        true
+    }
+
+    /// Queues `first` (the hydration frame, when there is one), then every held frame in order,
+    /// and stops holding.
+    pub fn release(&self, conn: &ConnHandle, first: Option<Bytes>) {
+        let mut h = self.lock();
+        if let Some(f) = first {
+            conn.push(ServerFrameKind::Hydration, f);
+        }
+        for f in h.frames.drain(..) {
+            conn.push_uncounted(f);
+        }
+        h.bytes = 0;
+        h.released = true;
+        self.released.store(true, Ordering::Release);
+    }
+}
+
+/// Calls `hydrator` for one subscription and releases its `hold`: with the `hydration` frame
+/// when the answer came and fits `max_data` bytes, without one otherwise (logged, counted).
+/// Nothing is sent when the subscription went meanwhile (its hold is gone) or the connection
+/// closed.
+pub async fn run(
+    hydrator: Arc<dyn Hydrator>,
+    request: HydrationRequest,
+    conn: Arc<ConnHandle>,
+    hold: Weak<Hold>,
+    metrics: Arc<Metrics>,
+    max_data: usize,
+) {
+    let topic = request.topic_name.clone();
+    let result = tokio::select! {
+        r = hydrator.hydrate(request) => r,
+        () = conn.closed() => return,
+    };
+    let Some(hold) = hold.upgrade() else {
+        metrics.hydrations.inc("gone");
+        return;
+    };
+    match result {
+        Ok(data) if data.len() <= max_data => {
+            hold.release(&conn, Some(ServerFrame::Hydration { topic: &topic, data: &data }.encode()));
+            metrics.hydrations.inc("ok");
+        }
+        Ok(data) => {
+            tracing::warn!(%topic, bytes = data.len(), max = max_data, "Hydration data is larger than a frame allows; no hydration frame.");
+            hold.release(&conn, None);
+            metrics.hydrations.inc("too_large");
+        }
+        Err(e) => {
+            tracing::warn!(%topic, reason = e.reason, detail = %e.detail, "Hydration webhook failed; no hydration frame.");
+            hold.release(&conn, None);
+            metrics.hydrations.inc(e.reason);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use skua_core::ConnId;
+
+    use super::*;
+    use crate::outbound::CloseRequest;
+
+    #[test]
+    fn held_frames_follow_the_hydration_frame_in_order() {
+        let (conn, mut out) = ConnHandle::new(ConnId(1), 16, 1 << 20, Arc::new(Metrics::default()));
+        let hold = Hold::new(16, 1 << 20);
+        assert!(hold.push(&conn, Bytes::from_static(b"m1")));
+        assert!(hold.push(&conn, Bytes::from_static(b"m2")));
+        assert!(out.try_recv(&conn).is_none(), "held, not queued");
+        hold.release(&conn, Some(Bytes::from_static(b"h")));
+        assert!(hold.push(&conn, Bytes::from_static(b"m3")));
+        let got: Vec<Bytes> = std::iter::from_fn(|| out.try_recv(&conn)).collect();
+        assert_eq!(got, [&b"h"[..], b"m1", b"m2", b"m3"]);
+    }
+
+    #[test]
+    fn a_hold_past_the_outbound_bounds_closes_the_connection_as_slow() {
+        let (conn, _out) = ConnHandle::new(ConnId(1), 16, 1 << 20, Arc::new(Metrics::default()));
+        let hold = Hold::new(2, 1 << 20);
+        assert!(hold.push(&conn, Bytes::from_static(b"a")));
+        assert!(hold.push(&conn, Bytes::from_static(b"b")));
+        assert!(!hold.push(&conn, Bytes::from_static(b"c")));
+        assert_eq!(conn.close_requested(), Some(CloseRequest::SLOW_CONSUMER));
+    }
+}
