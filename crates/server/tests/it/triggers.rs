@@ -246,3 +246,57 @@ async fn a_two_node_cluster_on_mqtt_and_postgres_fires_exactly_once_per_publish(
         assert_eq!(t.metrics.queued.load(Ordering::Relaxed), 5, "the accepting node sends its own ({from})");
     }
 }
+
+#[tokio::test]
+async fn a_hanging_receiver_blocks_no_publish_and_a_full_queue_dead_letters_only_non_logged_triggers() {
+    let receiver = WebhookReceiver::start(Mode::Hang).await;
+    let server = builder(&receiver)
+        .settings(|s| {
+            s.webhook_queue = Some(1);
+            s.webhook_max_pending = Some(1);
+        })
+        .spawn()
+        .await;
+    let mut c = server.auth("hooks-token-pub").await;
+    // At most three fit: one in flight (hanging), one the dispatcher holds, one queued.
+    for i in 0..10u64 {
+        c.publish_acked("h/r/events", Value::from(i)).await;
+    }
+    c.publish_acked("h/r/jobs", "logged".into()).await;
+    let t = server.state.triggers.as_ref().unwrap();
+    let overflowed = t.metrics.overflowed.load(Ordering::Relaxed);
+    assert!(overflowed >= 7, "overflowed {overflowed}");
+    assert_eq!(t.metrics.deferred.load(Ordering::Relaxed), 1, "the logged one waits in the outbox");
+    let d = Deadline::new("the overflows' dead letters", Duration::from_secs(10));
+    let letters = loop {
+        let all = skua_core::DeadLetterFilter::default();
+        let l = server.state.store.list_dead_letters(all, 0, 100).await.unwrap();
+        if l.len() as u64 >= overflowed {
+            break l;
+        }
+        d.tick().await;
+    };
+    assert_eq!(letters.len() as u64, overflowed);
+    for l in &letters {
+        assert_eq!((l.topic.as_str(), l.attempts), ("hooks/hooks-app/r/events", 0));
+        assert!(l.last_error.contains("queue was full"), "{}", l.last_error);
+        let body: serde_json::Value = serde_json::from_slice(&l.body).unwrap();
+        assert_eq!(body["deliveryId"], l.delivery_id.as_str());
+    }
+    assert_eq!(t.metrics.dead_lettered.load(Ordering::Relaxed), overflowed);
+}
+
+#[tokio::test]
+async fn a_control_plane_publish_triggers_too() {
+    let receiver = WebhookReceiver::start(Mode::Ok(serde_json::json!({}))).await;
+    let server = builder(&receiver).grpc().spawn().await;
+    let mut control = server.control().await;
+    let data = skua_testkit::encode(&Value::from("from the backend"));
+    let r = pb::PublishRequest { project_id: "hooks".into(), topic: "h/r/jobs".into(), data, ..Default::default() };
+    control.publish(r).await.unwrap();
+    let got = receiver.wait_for(1).await;
+    let body = json(&got[0]);
+    assert_eq!((body["actorId"].as_str(), body["actorType"].as_str()), (Some("server"), Some("server")));
+    assert_eq!(body["data"], "from the backend");
+    assert_eq!(body["msgId"], body["deliveryId"]);
+}
