@@ -57,6 +57,11 @@ async def test_sdk_hydration_event_carries_the_webhook_answer_before_later_messa
     addrs = grpc_addresses(server)
     rx = Receiver()
     try:
+        refused = admin(addrs[0], "apps", "update", "demo", "--hydration-webhook", "http://169.254.169.254/latest")
+        assert refused.returncode == 1, refused
+        assert refused.stderr.startswith(
+            "skua admin: InvalidArgument: hydration_webhook.url: 169.254.169.254 is a link-local or cloud metadata address"
+        ), refused.stderr
         set_hook = admin(addrs[0], "apps", "update", "demo", "--hydration-webhook", rx.url("/hydrate"))
         assert set_hook.returncode == 0, set_hook.stderr
         assert f"hydration webhook: {rx.url('/hydrate')}" in set_hook.stdout, set_hook.stdout

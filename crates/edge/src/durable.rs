@@ -220,8 +220,12 @@ pub(crate) enum Cmd {
     Live { consumer: ConsumerId, env: Arc<Envelope> },
     /// A durable subscription started (subscribe or restore): deliver what is pending; for a
     /// group, as a replay (`replayStart`…`replayEnd`, N26) of the backlog `(count, up_to seq)`
-    /// read before `subscribed` went out, so later messages stay live.
-    Start { consumer: ConsumerId, echo: Arc<str>, replay: Option<(u64, u64)> },
+    /// read before `subscribed` went out, so later messages stay live. `held`: deliver nothing
+    /// (live messages stay pending in the store) until [`Cmd::Resume`], while the
+    /// subscription's hydration is under way (N43).
+    Start { consumer: ConsumerId, echo: Arc<str>, replay: Option<(u64, u64)>, held: bool },
+    /// The held subscription's hydration is over: deliver what is pending, then live.
+    Resume { consumer: ConsumerId },
     /// A durable subscription ended; `forget` drops a session's consumer from the store.
     Stop { consumer: ConsumerId, forget: bool },
     /// Messages of the consumer were released somewhere: take what is unheld.
@@ -249,6 +253,11 @@ impl DurableRoute {
         if self.tx.try_send(cmd).is_err() {
             self.overflow.store(true, Ordering::Release);
         }
+    }
+
+    /// Ends the hold of a subscription started `held` ([`Cmd::Resume`]).
+    pub(crate) async fn resume(&self) {
+        let _ = self.tx.send(Cmd::Resume { consumer: self.consumer.clone() }).await;
     }
 }
 
@@ -299,6 +308,8 @@ impl DurableHandle {
 #[derive(Debug)]
 struct ConsumerState {
     echo: Arc<str>,
+    /// Held until its hydration is over; the group replay to run then.
+    held: Option<Option<(u64, u64)>>,
 }
 
 /// One connection's durable deliveries.
@@ -336,7 +347,8 @@ impl DurableTask {
             }
             self.handle(cmd).await;
             if self.overflow.swap(false, Ordering::AcqRel) {
-                let ids: Vec<ConsumerId> = self.consumers.keys().cloned().collect();
+                let ids: Vec<ConsumerId> =
+                    self.consumers.iter().filter(|(_, s)| s.held.is_none()).map(|(c, _)| c.clone()).collect();
                 for c in ids {
                     self.deliver_pending(&c, None).await;
                 }
@@ -348,14 +360,21 @@ impl DurableTask {
     async fn handle(&mut self, cmd: Cmd) {
         match cmd {
             Cmd::Live { consumer, env } => self.live(&consumer, &env).await,
-            Cmd::Start { consumer, echo, replay } => {
+            Cmd::Start { consumer, echo, replay, held } => {
                 self.d.register_consumer_task(&consumer, self.conn.id, &self.self_tx);
-                self.consumers.insert(consumer.clone(), ConsumerState { echo });
-                self.deliver_pending(&consumer, replay).await;
+                self.consumers.insert(consumer.clone(), ConsumerState { echo, held: held.then_some(replay) });
+                if !held {
+                    self.deliver_pending(&consumer, replay).await;
+                }
+            }
+            Cmd::Resume { consumer } => {
+                if let Some(replay) = self.consumers.get_mut(&consumer).and_then(|s| s.held.take()) {
+                    self.deliver_pending(&consumer, replay).await;
+                }
             }
             Cmd::Stop { consumer, forget } => self.stop(&consumer, forget).await,
             Cmd::Kick { consumer } => {
-                if self.consumers.contains_key(&consumer) {
+                if self.consumers.get(&consumer).is_some_and(|s| s.held.is_none()) {
                     self.deliver_pending(&consumer, None).await;
                 }
             }
@@ -365,7 +384,8 @@ impl DurableTask {
     }
 
     async fn live(&mut self, consumer: &ConsumerId, env: &Arc<Envelope>) {
-        let Some(state) = self.consumers.get(consumer) else { return };
+        // A held subscription's messages stay pending; its resume delivers them.
+        let Some(state) = self.consumers.get(consumer).filter(|s| s.held.is_none()) else { return };
         let echo = state.echo.clone();
         let Envelope::Publication(p) = &**env else { return };
         let Some(msg_id) = p.msg_id.as_deref() else { return };

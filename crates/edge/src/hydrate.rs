@@ -5,7 +5,9 @@
 //!
 //! The held frames are bounded by the connection's outbound bounds (`outbound_queue_messages`,
 //! `outbound_queue_bytes`): one more closes the connection 4008 like an overflowing queue.
-//! Logged messages of a durable subscription go through its durable task and are not held.
+//! Logged messages of a durable subscription are held too, where they already wait: its
+//! durable task starts `held` and delivers nothing (they stay pending in the store) until the
+//! hydration's `after` step resumes it.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -123,10 +125,13 @@ impl Hold {
     }
 }
 
+/// What runs once a hold is released (a durable subscription's resume).
+pub type AfterRelease = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
 /// Calls `hydrator` for one subscription and releases its `hold`: with the `hydration` frame
-/// when the answer came and fits `max_data` bytes, without one otherwise (logged, counted).
-/// Nothing is sent when the subscription went meanwhile (its hold is gone) or the connection
-/// closed.
+/// when the answer came and fits `max_data` bytes, without one otherwise (logged, counted);
+/// then runs `after`. Nothing is sent (and `after` does not run) when the subscription went
+/// meanwhile (its hold is gone) or the connection closed.
 pub async fn run(
     hydrator: Arc<dyn Hydrator>,
     request: HydrationRequest,
@@ -134,6 +139,7 @@ pub async fn run(
     hold: Weak<Hold>,
     metrics: Arc<Metrics>,
     max_data: usize,
+    after: Option<AfterRelease>,
 ) {
     let topic = request.topic_name.clone();
     let result = tokio::select! {
@@ -159,6 +165,10 @@ pub async fn run(
             hold.release(&conn, None);
             metrics.hydrations.inc(e.reason);
         }
+    }
+    drop(hold);
+    if let Some(after) = after {
+        after.await;
     }
 }
 

@@ -140,10 +140,10 @@ impl Session {
             let hydration = self.prepare_hydration(&sub);
             local.hold = hydration.as_ref().map(|(h, _)| h.clone());
             let _ = self.st.hub.insert(&sub.address, local, None, false);
+            self.start_durable(&pattern, &sub, backlog, hydration.is_some()).await;
             if let Some((hold, request)) = hydration {
-                self.start_hydration(&hold, request);
+                self.start_hydration(&hold, request, &sub);
             }
-            self.start_durable(&pattern, &sub, backlog).await;
             self.subs.insert(pattern, sub);
         }
         self.restore_lobbies().await;

@@ -49,9 +49,14 @@ impl Session {
     }
 
     /// Starts the hydration prepared by [`Self::prepare_hydration`], after the subscription is
-    /// in the hub (its `subscribed` frame queued).
-    pub(super) fn start_hydration(&self, hold: &Arc<Hold>, request: HydrationRequest) {
+    /// in the hub (its `subscribed` frame queued) and its durable delivery started held (so the
+    /// resume cannot overtake the start on the durable task's queue).
+    pub(super) fn start_hydration(&mut self, hold: &Arc<Hold>, request: HydrationRequest, s: &SessionSub) {
         let Some(hydrator) = self.st.hydrator.clone() else { return };
+        let after = s.consumer.as_ref().map(|c| {
+            let route = self.durable().route(c);
+            Box::pin(async move { route.resume().await }) as crate::hydrate::AfterRelease
+        });
         let max_data = self.st.config.max_message_size.min(skua_protocol::MAX_PAYLOAD_CEILING_BYTES);
         self.st.tracker.spawn(crate::hydrate::run(
             hydrator,
@@ -60,6 +65,7 @@ impl Session {
             Arc::downgrade(hold),
             self.st.metrics.clone(),
             max_data,
+            after,
         ));
     }
 
@@ -78,10 +84,10 @@ impl Session {
     }
 
     /// Starts delivering what is pending for a durable subscription (`replay`: a group's
-    /// backlog from [`Self::replay_backlog`]).
-    pub(super) async fn start_durable(&mut self, echo: &str, s: &SessionSub, replay: Option<(u64, u64)>) {
+    /// backlog from [`Self::replay_backlog`]); `held` while its hydration is under way.
+    pub(super) async fn start_durable(&mut self, echo: &str, s: &SessionSub, replay: Option<(u64, u64)>, held: bool) {
         if let Some(c) = &s.consumer {
-            let cmd = Cmd::Start { consumer: c.clone(), echo: Arc::from(echo), replay };
+            let cmd = Cmd::Start { consumer: c.clone(), echo: Arc::from(echo), replay, held };
             self.durable().send(cmd).await;
         }
     }
@@ -187,9 +193,6 @@ impl Session {
             self.st.hub.remove(&old.address, self.conn.id);
         }
         let (_, deferred) = self.st.hub.insert(&sub.address, local, Some(subscribed), true);
-        if let Some((hold, request)) = hydration {
-            self.start_hydration(&hold, request);
-        }
         if let Some(d) = deferred {
             // A retained snapshot larger than half the queue: the rest goes paced (issue 12).
             self.st.tracker.spawn(d.send(self.st.metrics.clone()));
@@ -200,7 +203,10 @@ impl Session {
             }
             self.st.hub.release(&bus_subscription(&old.address, old.group.as_ref())).await;
         }
-        self.start_durable(&s.topic, &sub, backlog).await;
+        self.start_durable(&s.topic, &sub, backlog, hydration.is_some()).await;
+        if let Some((hold, request)) = hydration {
+            self.start_hydration(&hold, request, &sub);
+        }
         self.save_restore().await;
     }
 

@@ -336,3 +336,42 @@ async fn a_restored_subscription_is_hydrated() {
     assert_eq!(h.str("topic"), "messages");
     assert_eq!(rx.wait_for(2).await.len(), 2);
 }
+
+#[tokio::test]
+async fn a_webhook_set_through_one_node_hydrates_subscribers_of_another() {
+    let rx = WebhookReceiver::start(ReceiverMode::Ok(json!({"node": 1}))).await;
+    let cluster = TestCluster::embedded(2, TestServer::builder().grpc()).await;
+    let mut c = cluster.node(0).control().await;
+    ok(c.update_app(pb::UpdateAppRequest {
+        app: "demo".into(),
+        hydration_webhook: Some(target(&rx.url("/h"))),
+        ..Default::default()
+    })
+    .await);
+    let d = Deadline::new("the webhook reaching node 1", Duration::from_secs(3));
+    while cluster.node(1).registry.load().webhook(&address("messages"), WebhookKind::Hydration).is_none() {
+        d.tick().await;
+    }
+    let mut alice = cluster.node(1).auth("dev-token-alice").await;
+    alice.subscribe(MESSAGES).await;
+    let h = alice.expect("hydration").await;
+    assert_eq!(h.get("data")["node"].as_u64(), Some(1));
+}
+
+#[tokio::test]
+async fn a_durable_subscription_s_logged_messages_wait_for_its_hydration_too() {
+    let rx = WebhookReceiver::start(ReceiverMode::Slow(Duration::from_millis(400), json!({"jobs": 0}))).await;
+    let (s, _) = hydrating_server(Some(target(&rx.url("/h"))), None).await;
+    // An agent with a clientId: a persistent session, so `tasks` (logged) is delivered durably.
+    let mut agent = s.connect().await;
+    agent.auth_session("dev-token-agent", Some("worker-1"), false).await;
+    agent.send(frame! {"type" => "subscribe", "topic" => "demo/general/tasks"}).await;
+    assert_eq!(agent.next().await.ty(), "subscribed");
+    let mut bob = s.auth("dev-token-bob").await;
+    bob.publish_acked("demo/general/tasks", "job-1".into()).await;
+    let h = agent.next().await;
+    assert_eq!((h.ty(), h.str("topic")), ("hydration", "tasks"), "{h:?}");
+    let m = agent.next().await;
+    assert_eq!((m.ty(), m.get("data").as_str()), ("message", Some("job-1")));
+    assert!(m.has("msgId"), "delivered durably: {m:?}");
+}
