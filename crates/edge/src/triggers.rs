@@ -45,6 +45,9 @@ pub const KIND: &str = "trigger";
 /// Dead letters written per overflow batch of non-logged triggers.
 const OVERFLOW_QUEUE: usize = 1024;
 
+/// Dead letters an operator's retry posts at once.
+const RETRIES_AT_ONCE: usize = 16;
+
 /// Outbox triggers claimed per scan at most.
 const MAX_CLAIM: u32 = 256;
 
@@ -420,9 +423,10 @@ impl Triggers {
         })
     }
 
-    /// Retries the dead letters `filter` selects (at most `limit`), one attempt each, in store
-    /// order, with their stored body (same `deliveryId`) to their stored URL. A delivered one
-    /// is deleted; one that fails again stays, with the new error and one more attempt.
+    /// Retries the dead letters `filter` selects (at most `limit`), one attempt each (16 at
+    /// once), answered in store order, with their stored body (same `deliveryId`) to their
+    /// stored URL. A delivered one is deleted; one that fails again stays, with the new error
+    /// and one more attempt.
     ///
     /// # Errors
     /// [`skua_core::StoreError`] when listing them failed.
@@ -431,47 +435,51 @@ impl Triggers {
         filter: DeadLetterFilter<'_>,
         limit: u32,
     ) -> Result<Vec<RetryOutcome>, skua_core::StoreError> {
+        use futures_util::StreamExt as _;
         let letters = self.store.list_dead_letters(filter, 0, limit).await?;
-        let mut out = Vec::with_capacity(letters.len());
-        for d in letters {
-            let error = match parse_topic_key(&d.topic) {
-                None => Some(format!("the topic key {:?} is not <project>/<app>/<room>/<topic>", d.topic)),
-                Some(topic) => {
-                    let registry = self.registry.load();
-                    self.hooks
-                        .post(&registry, &topic, &d.target, &d.delivery_id, d.body.clone())
-                        .await
-                        .err()
-                        .map(|f| f.error)
-                }
-            };
-            match &error {
-                None => {
-                    self.metrics.delivered.fetch_add(1, Ordering::Relaxed);
-                    let ids = [d.delivery_id.clone()];
-                    let only = DeadLetterFilter { project: Some(&d.project), delivery_ids: &ids };
-                    self.store.delete_dead_letters(only).await?;
-                }
-                Some(e) => {
-                    self.metrics.attempts_failed.fetch_add(1, Ordering::Relaxed);
-                    let again = NewDeadLetter {
-                        delivery_id: &d.delivery_id,
-                        project: &d.project,
-                        kind: &d.kind,
-                        topic: &d.topic,
-                        target: &d.target,
-                        body: &d.body,
-                        last_error: e,
-                        attempts: d.attempts.saturating_add(1),
-                        failed_at_ms: now_unix_ms(),
-                    };
-                    let dropped = self.store.dead_letter(&again, self.config.dead_letters_per_project).await?;
-                    self.metrics.dead_letters_dropped.fetch_add(dropped, Ordering::Relaxed);
-                }
+        // A few at once (each may take its whole timeout), answered in store order.
+        let outcomes: Vec<Result<RetryOutcome, skua_core::StoreError>> =
+            futures_util::stream::iter(letters).map(|d| self.retry_one(d)).buffered(RETRIES_AT_ONCE).collect().await;
+        outcomes.into_iter().collect()
+    }
+
+    async fn retry_one(&self, d: skua_core::DeadLetter) -> Result<RetryOutcome, skua_core::StoreError> {
+        let error = match parse_topic_key(&d.topic) {
+            None => Some(format!("the topic key {:?} is not <project>/<app>/<room>/<topic>", d.topic)),
+            Some(topic) => {
+                let registry = self.registry.load();
+                self.hooks
+                    .post(&registry, &topic, &d.target, &d.delivery_id, d.body.clone())
+                    .await
+                    .err()
+                    .map(|f| f.error)
             }
-            out.push(RetryOutcome { delivery_id: d.delivery_id, error });
+        };
+        match &error {
+            None => {
+                self.metrics.delivered.fetch_add(1, Ordering::Relaxed);
+                let ids = [d.delivery_id.clone()];
+                let only = DeadLetterFilter { project: Some(&d.project), delivery_ids: &ids };
+                self.store.delete_dead_letters(only).await?;
+            }
+            Some(e) => {
+                self.metrics.attempts_failed.fetch_add(1, Ordering::Relaxed);
+                let again = NewDeadLetter {
+                    delivery_id: &d.delivery_id,
+                    project: &d.project,
+                    kind: &d.kind,
+                    topic: &d.topic,
+                    target: &d.target,
+                    body: &d.body,
+                    last_error: e,
+                    attempts: d.attempts.saturating_add(1),
+                    failed_at_ms: now_unix_ms(),
+                };
+                let dropped = self.store.dead_letter(&again, self.config.dead_letters_per_project).await?;
+                self.metrics.dead_letters_dropped.fetch_add(dropped, Ordering::Relaxed);
+            }
         }
-        Ok(out)
+        Ok(RetryOutcome { delivery_id: d.delivery_id, error })
     }
 
     /// The store (for listing and purging dead letters).
