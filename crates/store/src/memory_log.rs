@@ -53,6 +53,8 @@ pub(crate) struct MemoryLog {
     consumers: HashMap<String, ConsumerState>,
     /// The trigger outbox by message seq.
     outbox: BTreeMap<u64, OutboxEntry>,
+    /// The outbox's seqs by msgId.
+    outbox_ids: HashMap<String, u64>,
     /// Dead letters by id.
     dead: BTreeMap<u64, DeadLetter>,
     next_dead: u64,
@@ -93,6 +95,7 @@ impl MemoryLog {
         if let Some(t) = m.trigger {
             self.outbox
                 .insert(seq, OutboxEntry { owner: t.owner.to_owned(), lease_until_ms: t.lease_until_ms, attempts: 0 });
+            self.outbox_ids.insert(m.msg_id.to_owned(), seq);
         }
         seq
     }
@@ -129,7 +132,7 @@ impl MemoryLog {
     }
 
     fn outbox_seq(&self, msg_id: &str) -> Option<u64> {
-        self.outbox.keys().copied().find(|seq| self.messages.get(seq).is_some_and(|m| m.msg_id == msg_id))
+        self.outbox_ids.get(msg_id).copied().filter(|seq| self.outbox.contains_key(seq))
     }
 
     pub(crate) fn renew_outbox(&mut self, msg_id: &str, owner: &str, lease_until_ms: u64) -> Option<u32> {
@@ -141,7 +144,8 @@ impl MemoryLog {
     }
 
     pub(crate) fn finish_outbox(&mut self, msg_id: &str) -> bool {
-        self.outbox_seq(msg_id).is_some_and(|seq| self.outbox.remove(&seq).is_some())
+        let seq = self.outbox_ids.remove(msg_id);
+        seq.is_some_and(|seq| self.outbox.remove(&seq).is_some())
     }
 
     pub(crate) fn expire_outbox_leases(&mut self, keep: &str) -> u64 {
@@ -323,6 +327,7 @@ impl MemoryLog {
             c.pending.retain(|seq, _| self.messages.contains_key(seq));
         }
         self.outbox.retain(|seq, _| self.messages.contains_key(seq));
+        self.outbox_ids.retain(|_, seq| self.outbox.contains_key(seq));
         gone.len() as u64
     }
 }
