@@ -22,6 +22,7 @@ pub(crate) mod rooms;
 mod rpc;
 pub(crate) mod scopes;
 pub(crate) mod shared;
+mod webhooks;
 
 use std::sync::Arc;
 

@@ -101,6 +101,33 @@ pub trait NodeAdmin: Send + Sync + 'static {
     fn return_usage(&self, counts: Vec<(ProjectId, u64)>);
     /// Records the cluster-wide total of `project` for `period` (`YYYY-MM`).
     fn set_usage(&self, project: &ProjectId, period: &str, total: u64);
+    /// Webhook dead letters `filter` selects with `id > after`, at most `limit`, oldest first
+    /// (the store's: every node sees the same).
+    ///
+    /// # Errors
+    /// A message when the store failed.
+    async fn webhook_failures(
+        &self,
+        filter: skua_core::DeadLetterFilter<'_>,
+        after: u64,
+        limit: u32,
+    ) -> Result<Vec<skua_core::DeadLetter>, String>;
+    /// Posts the dead letters `filter` selects (at most `limit`) again from this node, one
+    /// attempt each: `(deliveryId, None)` when delivered (and deleted), `(deliveryId, Some(why))`
+    /// when it failed again.
+    ///
+    /// # Errors
+    /// A message when the store failed or this node posts no webhooks.
+    async fn retry_webhook_failures(
+        &self,
+        filter: skua_core::DeadLetterFilter<'_>,
+        limit: u32,
+    ) -> Result<Vec<(String, Option<String>)>, String>;
+    /// Deletes the dead letters `filter` selects; returns how many.
+    ///
+    /// # Errors
+    /// A message when the store failed.
+    async fn purge_webhook_failures(&self, filter: skua_core::DeadLetterFilter<'_>) -> Result<u64, String>;
 }
 
 /// Keeps a node's registry in step with the store.

@@ -8,6 +8,7 @@
 //! - [`envelope`]: what travels between nodes;
 //! - [`consumer`]: typed keys of durable delivery (consumers, session holders);
 //! - [`bus`], [`presence`], [`store`]: the slot traits whose contracts every backend honours;
+//! - [`trigger_store`]: the store's trigger outbox and webhook dead letters (N44, N45);
 //! - [`trace`]: trace-context propagation across the bus;
 //! - [`webhook`]: webhook endpoints, kinds, bounds and the address rule (N41).
 
@@ -21,6 +22,7 @@ pub mod registry;
 pub mod registry_store;
 pub mod store;
 pub mod trace;
+pub mod trigger_store;
 pub mod webhook;
 
 pub use address::{GroupKey, RoomKey, TopicAddress};
@@ -35,3 +37,4 @@ pub use store::{
     Claim, ClaimedRecord, ConnectionRecord, Consumer, Holder, MessageLog, NewMessage, Release, RestoreKey,
     RestoreRecord, RestoredTopic, Retention, SessionKey, Store, StoreError, StoredMessage,
 };
+pub use trigger_store::{DeadLetter, DeadLetterFilter, NewDeadLetter, OutboxLease, OutboxTrigger, TriggerStore};

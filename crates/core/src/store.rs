@@ -128,6 +128,9 @@ pub struct NewMessage<'a> {
     pub qos: u8,
     /// The publish's `data`, byte for byte.
     pub data: &'a [u8],
+    /// Its topic has a trigger webhook: the trigger goes to the outbox in the same transaction
+    /// (N45, [`TriggerStore`](crate::TriggerStore)), held by this lease.
+    pub trigger: Option<crate::trigger_store::OutboxLease<'a>>,
 }
 
 /// A stored message handed out by [`Store::claim_page`].
@@ -233,7 +236,7 @@ pub const MAX_ENDED_RECORDS_PER_ACTOR: usize = 64;
 ///    ones are deleted (by the durable stores when they prune, about once a minute; by the
 ///    memory store at once).
 #[async_trait]
-pub trait Store: MessageLog + Send + Sync + 'static {
+pub trait Store: MessageLog + crate::trigger_store::TriggerStore + Send + Sync + 'static {
     /// Replaces the restore record of `key`, held by a connection on `node`.
     ///
     /// # Errors

@@ -3,12 +3,14 @@
 
 mod cidr;
 mod origin;
+mod triggers;
 
 use std::time::Duration;
 
 pub use cidr::Cidr;
 pub(crate) use cidr::canonical;
 pub use origin::OriginPattern;
+pub use triggers::TriggerConfig;
 
 /// Limits and behaviour of one edge node. Every limit is documented in `config/default.toml`.
 #[derive(Debug, Clone)]
@@ -100,6 +102,8 @@ pub struct EdgeConfig {
     pub metrics_token: Option<MetricsToken>,
     /// `/metrics` is served on its own listener, not next to `/ws`.
     pub metrics_separate: bool,
+    /// Trigger webhook delivery (N44, N45).
+    pub triggers: TriggerConfig,
 }
 
 /// The bearer token of `/metrics`: never shown by `Debug`, compared in constant time.
@@ -173,6 +177,7 @@ impl Default for EdgeConfig {
             allowed_origins: Vec::new(),
             metrics_token: None,
             metrics_separate: false,
+            triggers: TriggerConfig::default(),
         }
     }
 }

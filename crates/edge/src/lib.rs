@@ -21,6 +21,7 @@
 //! - [`node`]: starting and stopping the node: every task and listener, the drain;
 //! - [`state`]: the shared data every connection sees (no tasks);
 //! - [`durable`]: durable delivery and node-to-node control (takeovers, kicks);
+//! - [`triggers`]: trigger webhooks after accepted publishes: outbox, retries, dead letters;
 //! - [`clock`], [`ids`], [`config`], [`ratelimit`].
 
 pub mod auth;
@@ -45,6 +46,7 @@ pub mod small_map;
 pub mod state;
 pub mod timed;
 pub mod trace;
+pub mod triggers;
 pub mod ws;
 
 pub use config::EdgeConfig;

@@ -93,6 +93,15 @@ impl EdgeNode {
         hub.attach_sink();
         background.spawn(hub.clone().run_dispatcher(backends.bus_deliveries, dispatcher_stop.clone()));
         let connections = Arc::new(crate::revalidate::Connections::default());
+        let triggers = backends.trigger_hooks.map(|hooks| {
+            crate::triggers::Triggers::new(
+                &node,
+                registry.clone(),
+                backends.store.clone(),
+                hooks,
+                config.triggers.clone(),
+            )
+        });
         let publisher = crate::publish::Publisher::new(
             node.clone(),
             registry.clone(),
@@ -101,7 +110,8 @@ impl EdgeNode {
             metrics.clone(),
             connections.clone(),
             backends.publish_observers,
-        );
+        )
+        .with_triggers(triggers.clone());
         let durable = Arc::new(Durable::new(
             node.clone(),
             backends.store.clone(),
@@ -141,6 +151,7 @@ impl EdgeNode {
             publisher,
             durable: durable.clone(),
             deferred_removals,
+            triggers: triggers.clone(),
             auth_throttle,
             metrics_sources: backends.metrics_sources,
             hydrator: backends.hydrator,
@@ -150,6 +161,9 @@ impl EdgeNode {
             project_conns: std::sync::Mutex::new(std::collections::HashMap::new()),
         });
         background.spawn(crate::liveness::run(liveness, dispatcher_stop.clone()));
+        if let Some(t) = &triggers {
+            t.run(&background, dispatcher_stop.clone(), state.config.triggers.take_over_at_start);
+        }
         let (control_tx, control_rx) = mpsc::channel(CONTROL_QUEUE);
         hub.set_control(control_tx);
         background.spawn(crate::durable::run_control(durable.clone(), control_rx));

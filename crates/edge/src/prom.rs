@@ -170,6 +170,38 @@ pub fn render(st: &EdgeState) -> String {
         "Messages of logged topics written to the store.",
         load(&m.logged_appends),
     );
+    if let Some(t) = &st.triggers {
+        let t = &t.metrics;
+        o.family(
+            "skua_triggers_total",
+            "outcome",
+            "Trigger webhooks by outcome: queued, delivered, dead_lettered (failed for good), overflowed (queue full, \
+             dead-lettered), deferred (queue full, left in the outbox), lost, taken_over (claimed from the outbox), \
+             no_target (outbox trigger whose webhook was removed).",
+            &[
+                ("queued", load(&t.queued)),
+                ("delivered", load(&t.delivered)),
+                ("dead_lettered", load(&t.dead_lettered)),
+                ("overflowed", load(&t.overflowed)),
+                ("deferred", load(&t.deferred)),
+                ("lost", load(&t.lost)),
+                ("taken_over", load(&t.taken_over)),
+                ("no_target", load(&t.no_target)),
+            ],
+        );
+        o.scalar(
+            "skua_trigger_attempts_failed_total",
+            "counter",
+            "Trigger delivery attempts that failed (each retry counts).",
+            load(&t.attempts_failed),
+        );
+        o.scalar(
+            "skua_webhook_dead_letters_dropped_total",
+            "counter",
+            "Dead letters dropped because their project had webhook_dead_letters_per_project already.",
+            load(&t.dead_letters_dropped),
+        );
+    }
     o.scalar(
         "skua_store_failures_total",
         "counter",

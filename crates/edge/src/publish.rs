@@ -26,6 +26,7 @@ use crate::ids::EnvelopeIds;
 use crate::metrics::Metrics;
 use crate::ratelimit::TokenBucket;
 use crate::revalidate::Connections;
+use crate::triggers::Triggers;
 
 /// Who publishes, and so which checks apply.
 #[derive(Debug)]
@@ -175,6 +176,9 @@ pub struct Publisher {
     node: NodeId,
     ids: Arc<EnvelopeIds>,
     observers: Vec<Arc<dyn PublishObserver>>,
+    /// Trigger webhooks (N44, N45): the outbox lease of logged messages, then told of every
+    /// accepted publish after the observers.
+    triggers: Option<Arc<Triggers>>,
 }
 
 impl std::fmt::Debug for Publisher {
@@ -196,7 +200,14 @@ impl Publisher {
         observers: Vec<Arc<dyn PublishObserver>>,
     ) -> Self {
         let ids = Arc::new(EnvelopeIds::new(&node));
-        Self { registry, hub, store, metrics, usage, node, ids, observers }
+        Self { registry, hub, store, metrics, usage, node, ids, observers, triggers: None }
+    }
+
+    /// Posts trigger webhooks through `triggers` (N44, N45).
+    #[must_use]
+    pub fn with_triggers(mut self, triggers: Option<Arc<Triggers>>) -> Self {
+        self.triggers = triggers;
+        self
     }
 
     /// The node's envelope ids, for other senders (node-to-node control).
@@ -266,6 +277,7 @@ impl Publisher {
         }
         let timestamp_ms = timestamp_ms.unwrap_or_else(now_unix_ms);
         // A logged topic's message is stored before anything else sees it (N24).
+        let mut outboxed: Option<String> = None;
         let msg_id = if resolved.logged {
             let id = uuid::Uuid::now_v7().to_string();
             let key = crate::durable::topic_key(&resolved.address);
@@ -277,12 +289,17 @@ impl Publisher {
                 timestamp_ms,
                 qos,
                 data: &data,
+                // The trigger goes to the outbox with the message (N45).
+                trigger: self.triggers.as_ref().and_then(|t| t.lease_for(&registry, &resolved.address)),
             };
             if let Err(e) = self.store.append(&m, timestamp_ms / 1000).await {
                 tracing::warn!(error = %e, "Storing a logged message failed; publish refused.");
                 return Err(Refused::Store(e));
             }
             self.metrics.logged_appends.fetch_add(1, Ordering::Relaxed);
+            if m.trigger.is_some() {
+                outboxed = Some(id.clone());
+            }
             Some(id)
         } else {
             None
@@ -307,8 +324,16 @@ impl Publisher {
         }));
         // Observers borrow the publication after the bus took it; without observers the
         // envelope is handed over whole (no extra reference).
-        let observed = (!self.observers.is_empty()).then(|| envelope.clone());
-        self.hub.bus().publish(envelope).await.map_err(Refused::Bus)?;
+        let observed = (!self.observers.is_empty() || self.triggers.is_some()).then(|| envelope.clone());
+        if let Err(e) = self.hub.bus().publish(envelope).await {
+            // Refused: its trigger leaves the outbox (the message stays stored, N24).
+            if let Some(id) = outboxed
+                && let Err(e) = self.store.finish_outbox(&id).await
+            {
+                tracing::warn!(error = %e, "Removing a refused publish's trigger from the outbox failed.");
+            }
+            return Err(Refused::Bus(e));
+        }
         self.metrics.publishes_accepted.fetch_add(1, Ordering::Relaxed);
         if let Some(project) = project {
             self.usage.count_publish(project);
@@ -319,6 +344,9 @@ impl Publisher {
             let event = PublishEvent { source, publication };
             for o in &self.observers {
                 o.accepted(&event);
+            }
+            if let Some(t) = &self.triggers {
+                t.accepted(&registry, publication);
             }
         }
         Ok(Accepted { id, timestamp_ms, msg_id })

@@ -31,6 +31,8 @@ pub struct Backends {
     pub store: Arc<dyn Store>,
     /// Told of every accepted publish, in this order ([`crate::publish`]).
     pub publish_observers: Vec<Arc<dyn crate::publish::PublishObserver>>,
+    /// Trigger webhooks' configuration and delivery engine; `None`: this node posts no triggers.
+    pub trigger_hooks: Option<Arc<dyn crate::triggers::TriggerHooks>>,
     /// Further series for `/metrics` (e.g. the webhook engine's), appended in this order.
     pub metrics_sources: Vec<Arc<dyn crate::metrics::MetricsSource>>,
     /// Calls hydration webhooks (N43); `None`: no hydration frames.
@@ -65,6 +67,8 @@ pub struct EdgeState {
     pub durable: Arc<Durable>,
     /// Presence removals that failed, for the liveness loop to retry.
     pub deferred_removals: Arc<DeferredRemovals>,
+    /// Trigger webhooks (N44, N45), when the server gave their hooks.
+    pub triggers: Option<Arc<crate::triggers::Triggers>>,
     /// Failed auths per source address (issue 12, item 6).
     pub auth_throttle: crate::auth::AuthThrottle,
     /// Further series for `/metrics`.

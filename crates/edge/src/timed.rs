@@ -12,7 +12,7 @@ use bytes::Bytes;
 use skua_core::{
     ActorId, Bus, BusError, BusSubscription, Claim, ClaimedRecord, ConnRef, Consumer, Envelope, Holder, MessageLog,
     NewMessage, NodeId, Presence, PresenceChange, PresenceEntry, PresenceError, ProjectId, Release, RestoreKey,
-    RestoreRecord, Retention, RoomKey, Store, StoreError, StoredMessage,
+    RestoreRecord, Retention, RoomKey, Store, StoreError, StoredMessage, TriggerStore,
 };
 
 use crate::metrics::Metrics;
@@ -181,6 +181,49 @@ impl Store for TimedStore {
 }
 
 #[async_trait]
+impl TriggerStore for TimedStore {
+    async fn claim_outbox(
+        &self,
+        owner: &str,
+        now_ms: u64,
+        lease_until_ms: u64,
+        limit: u32,
+    ) -> Result<Vec<skua_core::OutboxTrigger>, StoreError> {
+        let claimed = self.inner.claim_outbox(owner, now_ms, lease_until_ms, limit);
+        timed(&self.metrics, "store", "claim_outbox", claimed).await
+    }
+
+    async fn renew_outbox(&self, msg_id: &str, owner: &str, lease_until_ms: u64) -> Result<Option<u32>, StoreError> {
+        timed(&self.metrics, "store", "renew_outbox", self.inner.renew_outbox(msg_id, owner, lease_until_ms)).await
+    }
+
+    async fn finish_outbox(&self, msg_id: &str) -> Result<bool, StoreError> {
+        timed(&self.metrics, "store", "finish_outbox", self.inner.finish_outbox(msg_id)).await
+    }
+
+    async fn expire_outbox_leases(&self, keep: &str) -> Result<u64, StoreError> {
+        timed(&self.metrics, "store", "expire_outbox_leases", self.inner.expire_outbox_leases(keep)).await
+    }
+
+    async fn dead_letter(&self, letter: &skua_core::NewDeadLetter<'_>, cap: u64) -> Result<u64, StoreError> {
+        timed(&self.metrics, "store", "dead_letter", self.inner.dead_letter(letter, cap)).await
+    }
+
+    async fn list_dead_letters(
+        &self,
+        filter: skua_core::DeadLetterFilter<'_>,
+        after: u64,
+        limit: u32,
+    ) -> Result<Vec<skua_core::DeadLetter>, StoreError> {
+        timed(&self.metrics, "store", "list_dead_letters", self.inner.list_dead_letters(filter, after, limit)).await
+    }
+
+    async fn delete_dead_letters(&self, filter: skua_core::DeadLetterFilter<'_>) -> Result<u64, StoreError> {
+        timed(&self.metrics, "store", "delete_dead_letters", self.inner.delete_dead_letters(filter)).await
+    }
+}
+
+#[async_trait]
 impl MessageLog for TimedStore {
     async fn append(&self, message: &NewMessage<'_>, now_unix_s: u64) -> Result<u64, StoreError> {
         timed(&self.metrics, "store", "append", self.inner.append(message, now_unix_s)).await
@@ -237,6 +280,7 @@ pub fn wrap(backends: crate::Backends, metrics: &Arc<Metrics>) -> crate::Backend
         presence: Arc::new(TimedPresence::new(backends.presence, metrics.clone())),
         store: Arc::new(TimedStore::new(backends.store, metrics.clone())),
         publish_observers: backends.publish_observers,
+        trigger_hooks: backends.trigger_hooks,
         metrics_sources: backends.metrics_sources,
         hydrator: backends.hydrator,
     }

@@ -72,6 +72,9 @@ enum Resource {
     /// Access scopes: tenant isolation inside a project.
     #[command(subcommand)]
     Scopes(scopes::ScopeCmd),
+    /// Webhooks: deliveries that failed for good (dead letters).
+    #[command(subcommand)]
+    Webhooks(WebhookCmd),
 }
 
 #[derive(Debug, Args)]
@@ -522,6 +525,42 @@ enum ConnectionCmd {
     },
 }
 
+#[derive(Debug, Subcommand)]
+enum WebhookCmd {
+    /// Deliveries that failed after their last retry (dead letters).
+    #[command(subcommand)]
+    Failures(FailureCmd),
+}
+
+#[derive(Debug, Subcommand)]
+enum FailureCmd {
+    /// List the project's failures, oldest first.
+    List {
+        /// Only those after this id (paging).
+        #[arg(long, default_value_t = 0)]
+        after: u64,
+        /// At most this many [default: the server's max_page_size].
+        #[arg(long, default_value_t = 0)]
+        limit: u32,
+    },
+    /// Post failures again (one attempt each, same deliveryId); delivered ones are deleted.
+    Retry {
+        /// Delivery ids.
+        delivery_ids: Vec<String>,
+        /// Every failure of the project (at most max_page_size per call) instead.
+        #[arg(long, conflicts_with = "delivery_ids")]
+        all: bool,
+    },
+    /// Delete failures.
+    Purge {
+        /// Delivery ids.
+        delivery_ids: Vec<String>,
+        /// Every failure of the project instead.
+        #[arg(long, conflicts_with = "delivery_ids")]
+        all: bool,
+    },
+}
+
 /// Runs `skua admin …`.
 pub fn run(args: AdminArgs) -> ExitCode {
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
@@ -855,5 +894,19 @@ async fn execute(args: AdminArgs) -> Result<String, Failure> {
         }
         Resource::ApiKeys(cmd) => api_keys::execute(&mut c, project, &out, cmd).await?,
         Resource::Scopes(cmd) => scopes::execute(&mut c, project, &out, cmd).await?,
+        Resource::Webhooks(WebhookCmd::Failures(cmd)) => match cmd {
+            FailureCmd::List { after, limit } => {
+                let r = pb::ListWebhookFailuresRequest { project_id: project, after_id: after, limit };
+                out.webhook_failures(&c.list_webhook_failures(r).await?.into_inner().failures)
+            }
+            FailureCmd::Retry { delivery_ids, all } => {
+                let r = pb::RetryWebhookFailuresRequest { project_id: project, delivery_ids, all };
+                out.webhook_retries(&c.retry_webhook_failures(r).await?.into_inner().results)
+            }
+            FailureCmd::Purge { delivery_ids, all } => {
+                let r = pb::PurgeWebhookFailuresRequest { project_id: project, delivery_ids, all };
+                out.webhook_purged(&c.purge_webhook_failures(r).await?.into_inner())
+            }
+        },
     })
 }

@@ -162,6 +162,15 @@ pub struct Settings {
     /// Accepted `aud` values of client tokens, comma-separated [default none: tokens with aud are refused].
     #[arg(long, env = "SKUA_JWT_AUDIENCES", value_delimiter = ',')]
     pub jwt_audiences: Option<Vec<String>>,
+    /// How long a node holds a logged topic's trigger beyond its current attempt [default 30s].
+    #[arg(long, env = "SKUA_TRIGGER_LEASE")]
+    pub trigger_lease: Option<String>,
+    /// How often each node claims outbox triggers whose lease ran out [default 5s].
+    #[arg(long, env = "SKUA_TRIGGER_SCAN_INTERVAL")]
+    pub trigger_scan_interval: Option<String>,
+    /// Webhook dead letters kept per project; the oldest are dropped beyond it [default 10000].
+    #[arg(long, env = "SKUA_WEBHOOK_DEAD_LETTERS_PER_PROJECT")]
+    pub webhook_dead_letters_per_project: Option<u64>,
     /// Close a socket that has not sent a complete HTTP request head (or TLS handshake, PROXY header) in this time [default 10s].
     #[arg(long, env = "SKUA_HTTP_HEADER_TIMEOUT")]
     pub http_header_timeout: Option<String>,
@@ -295,6 +304,7 @@ impl Settings {
         layer!(self, over; tls_cert, tls_key, grpc_tls_cert, grpc_tls_key, tls_reload_interval, grpc_reflection_public,
             admin_key_max_failures, admin_key_failure_window, admin_key_backoff_max, bus_tls_ca, bus_tls_cert,
             bus_tls_key, presence_tls_ca, presence_tls_cert, presence_tls_key);
+        layer!(self, over; trigger_lease, trigger_scan_interval, webhook_dead_letters_per_project);
         layer!(self, over; webhook_allow_link_local, webhook_allowed_hosts, webhook_queue, webhook_max_pending,
             webhook_concurrency_per_target, webhook_max_response_bytes, webhook_connect_timeout,
             webhook_trigger_attempts, webhook_trigger_first_retry);

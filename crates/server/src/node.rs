@@ -80,6 +80,7 @@ pub async fn backends(config: &ServerConfig, embedded: &Embedded) -> anyhow::Res
         presence,
         store,
         publish_observers: Vec::new(),
+        trigger_hooks: None,
         metrics_sources: Vec::new(),
         hydrator: None,
     })
@@ -192,6 +193,63 @@ impl skua_edge::prom::MetricsSource for WebhookMetricsSource {
     }
 }
 
+/// Trigger webhooks through the webhook engine: the topic's trigger entry (N41) from the
+/// registry, each attempt one engine call with the target's headers, timeout and the app's
+/// secret (N42).
+struct EngineHooks(skua_webhooks::WebhookSender);
+
+#[async_trait::async_trait]
+impl skua_edge::triggers::TriggerHooks for EngineHooks {
+    fn target(
+        &self,
+        registry: &skua_core::Registry,
+        topic: &skua_core::TopicAddress,
+    ) -> Option<skua_edge::triggers::TriggerTarget> {
+        let kind = skua_core::webhook::WebhookKind::Trigger;
+        let call = registry.webhook(topic, kind)?;
+        Some(skua_edge::triggers::TriggerTarget {
+            url: Arc::from(call.target.url.as_str()),
+            timeout: call.target.timeout(kind),
+        })
+    }
+
+    async fn post(
+        &self,
+        registry: &skua_core::Registry,
+        topic: &skua_core::TopicAddress,
+        url: &str,
+        delivery_id: &str,
+        body: bytes::Bytes,
+    ) -> Result<(), skua_edge::triggers::PostFailure> {
+        use skua_core::webhook::{WebhookCall, WebhookKind, WebhookTarget};
+        let kind = WebhookKind::Trigger;
+        let call = match registry.webhook(topic, kind) {
+            Some(c) if c.target.url == url => c,
+            // The configuration changed since (a dead letter's retry): the stored URL, signed
+            // with the app's current secret, without the new entry's headers.
+            other => {
+                let app =
+                    registry.project(&topic.room.project).and_then(|p| p.apps.iter().find(|a| a.id == topic.room.app));
+                WebhookCall {
+                    kind,
+                    target: Arc::new(WebhookTarget { url: url.to_owned(), headers: Vec::new(), timeout_ms: None }),
+                    secret: app.and_then(|a| a.webhook_secret.clone()),
+                    app_slug: other.as_ref().map_or_else(|| topic.room.app.as_str().into(), |c| c.app_slug.clone()),
+                    room_name: other.map_or_else(|| topic.room.room.clone(), |c| c.room_name),
+                }
+            }
+        };
+        let id = uuid::Uuid::parse_str(delivery_id).unwrap_or_default();
+        let timeout = call.target.timeout(kind);
+        let request = skua_webhooks::WebhookRequest::from_body(call, id, body);
+        let once = skua_webhooks::RetrySchedule { delays: Vec::new() };
+        match self.0.call(&request, &once, timeout).await {
+            Ok(_) => Ok(()),
+            Err(e) => Err(skua_edge::triggers::PostFailure { retryable: e.is_retryable(), error: error_chain(&e) }),
+        }
+    }
+}
+
 /// The edge as the control plane sees it ([`skua_control::NodeAdmin`]).
 struct EdgeAdmin(Arc<EdgeState>);
 
@@ -281,6 +339,31 @@ impl skua_control::NodeAdmin for EdgeAdmin {
         self.0.connections.take_usage()
     }
 
+    async fn webhook_failures(
+        &self,
+        filter: skua_core::DeadLetterFilter<'_>,
+        after: u64,
+        limit: u32,
+    ) -> Result<Vec<skua_core::DeadLetter>, String> {
+        self.0.store.list_dead_letters(filter, after, limit).await.map_err(|e| error_chain(&e))
+    }
+
+    async fn retry_webhook_failures(
+        &self,
+        filter: skua_core::DeadLetterFilter<'_>,
+        limit: u32,
+    ) -> Result<Vec<(String, Option<String>)>, String> {
+        let Some(t) = &self.0.triggers else {
+            return Err("this node posts no webhooks (no webhook engine configured)".into());
+        };
+        let done = t.retry_dead_letters(filter, limit).await.map_err(|e| error_chain(&e))?;
+        Ok(done.into_iter().map(|o| (o.delivery_id, o.error)).collect())
+    }
+
+    async fn purge_webhook_failures(&self, filter: skua_core::DeadLetterFilter<'_>) -> Result<u64, String> {
+        self.0.store.delete_dead_letters(filter).await.map_err(|e| error_chain(&e))
+    }
+
     fn return_usage(&self, counts: Vec<(skua_core::ProjectId, u64)>) {
         self.0.connections.return_usage(counts);
     }
@@ -316,6 +399,7 @@ impl RunningNode {
         let webhooks = skua_webhooks::WebhookSender::new(config.webhooks.clone(), &control_tasks, control_stop.clone())
             .map_err(|e| std::io::Error::other(error_chain(&e)))?;
         backends.metrics_sources.push(Arc::new(WebhookMetricsSource(webhooks.metrics().clone())));
+        backends.trigger_hooks = Some(Arc::new(EngineHooks(webhooks.clone())));
         if backends.hydrator.is_none() {
             backends.hydrator = Some(Arc::new(crate::hydration::WebhookHydrator(webhooks.clone())));
         }

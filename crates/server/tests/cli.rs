@@ -509,3 +509,63 @@ async fn admin_scopes_create_update_move_an_actor_and_delete() {
     assert_eq!(v["scope_id"], "", "alice is unscoped again: {out}");
     stop(child);
 }
+
+/// Issue 14: a trigger that failed for good is listed by `skua admin webhooks failures list`,
+/// delivered by `… retry --all` with its deliveryId, and `purge` needs ids or `--all`. (Multi
+/// thread: the receiver answers while the test thread waits for the admin process.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_lists_and_retries_webhook_failures() {
+    use skua_testkit::webhook::{Mode, WebhookReceiver};
+    let receiver = WebhookReceiver::start(Mode::Status(500)).await;
+    let dir = std::env::temp_dir().join(format!("skua-cli-hooks-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fixtures = dir.join("hooks.toml");
+    let url = receiver.url("/t");
+    std::fs::write(
+        &fixtures,
+        format!(
+            "[[projects]]\nid = \"hooks\"\n[[projects.apps]]\nid = \"hooks-app\"\nslug = \"h\"\ntopics = [\"events\"]\n\
+             trigger_webhook = {{ url = \"{url}\" }}\n[[projects.apps.rooms]]\nslug = \"r\"\n"
+        ),
+    )
+    .unwrap();
+    let fixtures = fixtures.display().to_string();
+    let (child, _ws, grpc) = dev_server_with_grpc(&["--fixtures", &fixtures, "--webhook-trigger-attempts", "1"]).await;
+    let (code, _, err) = admin(&grpc, &["-p", "hooks", "publish", "h/r/events", "--data", r#"{"n": 1}"#]);
+    assert_eq!(code, 0, "{err}");
+    let first = receiver.wait_for(1).await;
+    let id = first[0].json()["deliveryId"].as_str().unwrap().to_owned();
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let listed = loop {
+        let (code, out, err) = admin(&grpc, &["-p", "hooks", "--json", "webhooks", "failures", "list"]);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        if v.as_array().is_some_and(|a| !a.is_empty()) {
+            break v;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no dead letter within 10 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(listed[0]["delivery_id"], id.as_str());
+    assert_eq!(listed[0]["topic"], "h/r/events");
+    assert!(listed[0]["last_error"].as_str().unwrap().contains("500"), "{listed}");
+    let (code, out, _) = admin(&grpc, &["-p", "hooks", "webhooks", "failures", "list"]);
+    assert_eq!(code, 0);
+    assert!(out.starts_with("ID") && out.contains(&id), "{out}");
+
+    let (code, _, err) = admin(&grpc, &["-p", "hooks", "webhooks", "failures", "purge"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("InvalidArgument"), "{err}");
+
+    receiver.set_mode(Mode::Ok(serde_json::json!({})));
+    let (code, out, err) = admin(&grpc, &["-p", "hooks", "webhooks", "failures", "retry", "--all"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(&id) && out.contains("delivered"), "{out}");
+    let got = receiver.wait_for(2).await;
+    assert_eq!(got[1].json()["deliveryId"], id.as_str(), "the retry keeps the deliveryId");
+    let (_, out, _) = admin(&grpc, &["-p", "hooks", "--json", "webhooks", "failures", "list"]);
+    assert_eq!(out, "[]");
+    stop(child);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -269,3 +269,126 @@ async fn a_rolling_restart_under_a_stream_of_logged_publishes_loses_nothing() {
     assert_eq!(reconnects, 1, "the subscriber moved once, from the restarted node to the survivor");
     assert!(drained.await.expect("shutdown task"), "the restarting node drained within its grace");
 }
+
+// ---- trigger webhooks of logged topics (issue 14, N45) ----
+
+/// A project whose app posts every publish's trigger to `url` with a 500 ms timeout; `jobs`
+/// is logged. Written to `dir/hooks.toml`; returns its path.
+fn trigger_fixtures(dir: &std::path::Path, url: &str) -> String {
+    std::fs::create_dir_all(dir).expect("fixtures dir");
+    let path = dir.join("hooks.toml");
+    let text = format!(
+        r#"
+[[projects]]
+id = "hooks"
+
+[[projects.apps]]
+id = "hooks-app"
+slug = "h"
+topics = ["jobs"]
+logged_topics = ["jobs"]
+webhook_secret = "s"
+trigger_webhook = {{ url = "{url}", timeout_ms = 500 }}
+
+[[projects.apps.rooms]]
+slug = "r"
+
+[[actors]]
+id = "pub"
+project = "hooks"
+type = "device"
+tokens = ["hooks-token-pub"]
+"#
+    );
+    std::fs::write(&path, text).expect("write fixtures");
+    path.display().to_string()
+}
+
+/// Publishes one logged message on `node`; returns once `published` arrived.
+async fn publish_logged(node: &SkuaProcess) {
+    let mut c = WsClient::connect(&node.url()).await;
+    c.auth_ok("hooks-token-pub", 2).await;
+    c.publish_acked("h/r/jobs", "kept".into()).await;
+}
+
+fn delivery_id(r: &skua_testkit::RecordedRequest) -> String {
+    r.json()["deliveryId"].as_str().expect("deliveryId").to_owned()
+}
+
+/// N45: the node SIGKILLed right after `published`, its first attempt hanging at the receiver;
+/// the next run of the single node (same SQLite file) takes the outbox over and delivers it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_logged_trigger_survives_kill_9_of_a_single_node() {
+    use skua_testkit::webhook::{Mode, WebhookReceiver};
+    let receiver = WebhookReceiver::start(Mode::Hang).await;
+    let dir = std::env::temp_dir().join(format!("skua-trigger-crash-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let fixtures = trigger_fixtures(&dir, &receiver.url("/t"));
+    let store = format!("sqlite://{}/skua.db", dir.display());
+    let args = ["--dev", "--store", store.as_str(), "--grpc-listen", "", "--fixtures", fixtures.as_str()];
+    let mut first = SkuaProcess::spawn(BIN, &args);
+    publish_logged(&first).await;
+    let hanging = receiver.wait_for(1).await;
+    let msg_id = delivery_id(&hanging[0]);
+    assert_eq!(hanging[0].json()["msgId"], msg_id.as_str(), "the first run's attempt (never answered)");
+    first.kill9();
+
+    receiver.set_mode(Mode::Ok(serde_json::json!({})));
+    let _second = SkuaProcess::spawn(BIN, &args);
+    let got = receiver.wait_for(2).await;
+    assert_eq!(delivery_id(&got[1]), msg_id, "delivered by the next run, same deliveryId");
+    assert!(got[1].signature_valid("s"));
+    assert_eq!(got[1].json()["msgId"], msg_id.as_str());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// N45 in a cluster: node A SIGKILLed while its attempt hangs; node B's outbox scan takes the
+/// trigger over once A's lease lapses and delivers it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_logged_trigger_of_a_killed_node_is_delivered_by_the_other_node() {
+    use skua_testkit::webhook::{Mode, WebhookReceiver};
+    let Some((mqtt, redis)) = external_urls() else { return };
+    let Some(db) = TestDatabase::migrated().await else { return };
+    let receiver = WebhookReceiver::start(Mode::Hang).await;
+    let dir = std::env::temp_dir().join(format!("skua-trigger-cluster-{}", std::process::id()));
+    let fixtures = trigger_fixtures(&dir, &receiver.url("/t"));
+    let ns = unique_namespace();
+    let store = db.url.clone();
+    let node = |id: &str| {
+        let args = [
+            "--dev",
+            "--store",
+            store.as_str(),
+            "--bus",
+            mqtt.as_str(),
+            "--presence",
+            redis.as_str(),
+            "--namespace",
+            ns.as_str(),
+            "--grpc-listen",
+            "",
+            "--fixtures",
+            fixtures.as_str(),
+            "--node-id",
+            id,
+            "--trigger-lease",
+            "1s",
+            "--trigger-scan-interval",
+            "200ms",
+            "--webhook-trigger-first-retry",
+            "1s",
+        ];
+        SkuaProcess::spawn(BIN, &args)
+    };
+    let mut a = node("trigger-a");
+    let _b = node("trigger-b");
+    publish_logged(&a).await;
+    let hanging = receiver.wait_for(1).await;
+    let msg_id = delivery_id(&hanging[0]);
+    a.kill9();
+
+    receiver.set_mode(Mode::Ok(serde_json::json!({})));
+    let got = receiver.wait_for(2).await;
+    assert_eq!(delivery_id(&got[1]), msg_id, "delivered by the surviving node, same deliveryId");
+    let _ = std::fs::remove_dir_all(&dir);
+}

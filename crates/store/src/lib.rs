@@ -15,7 +15,8 @@
 //! - [`open`] and [`migrate`]: a store by its `--store` URL; errors in [`error`].
 //!
 //! Private modules: `record` (the byte form of a record in the `record` column), `migrations`
-//! (`migrations/{sqlite,postgres}/` compiled in), `sql` (what the two SQL stores share).
+//! (`migrations/{sqlite,postgres}/` compiled in), `sql` (what the two SQL stores share),
+//! `log` and `triggers` (the message log and the trigger outbox/dead letters in SQL).
 //! The schema and the forward-only rule are in `migrations/README.md`.
 //!
 //! Every implementation passes `skua_testkit::store_conformance!`.
@@ -34,6 +35,7 @@ mod record;
 pub mod registry;
 mod sql;
 pub mod sqlite;
+mod triggers;
 
 pub use clock::{UnixClock, system_clock};
 pub use error::{SchemaNotMigrated, UnsupportedStoreUrl};

@@ -22,7 +22,8 @@ pub(crate) const INSERT_PENDING: &str = "INSERT INTO log_pending (consumer_id, s
      WHERE c.topic = $3 AND c.expires_at > $4 AND c.actor <> $6 \
      AND (c.wildcard OR EXISTS (SELECT 1 FROM log_consumer_filters f \
                                 WHERE f.consumer_id = c.id AND f.filter_key = $5))";
-/// Postgres: the message and its pending rows in one statement (one round trip, its own
+/// Postgres: the message, its pending rows and its outbox trigger (`$9`, `$10`: owner and
+/// lease, both NULL without trigger) in one statement (one round trip, its own
 /// transaction) — data-modifying CTEs run whether or not the final `SELECT` reads them.
 pub(crate) const APPEND_ONE_STATEMENT: &str = "WITH m AS ( \
          INSERT INTO log_messages (msg_id, topic, filter_key, publisher, timestamp_ms, qos, data, created_at) \
@@ -32,8 +33,14 @@ pub(crate) const APPEND_ONE_STATEMENT: &str = "WITH m AS ( \
          SELECT c.id, m.seq, $1 FROM m, log_consumers c \
          WHERE c.topic = $2 AND c.expires_at > $8 AND c.actor <> $4 \
          AND (c.wildcard OR EXISTS (SELECT 1 FROM log_consumer_filters f \
-                                    WHERE f.consumer_id = c.id AND f.filter_key = $3))) \
+                                    WHERE f.consumer_id = c.id AND f.filter_key = $3))), \
+     o AS ( \
+         INSERT INTO trigger_outbox (seq, msg_id, owner, lease_until) \
+         SELECT m.seq, $1, $9, $10 FROM m WHERE $9 IS NOT NULL) \
      SELECT seq FROM m";
+/// The message's trigger into the outbox (N45), in the append's transaction.
+pub(crate) const INSERT_OUTBOX: &str = "INSERT INTO trigger_outbox (seq, msg_id, owner, lease_until) \
+     VALUES ($1, $2, $3, $4)";
 pub(crate) const UPSERT_CONSUMER: &str = "INSERT INTO log_consumers (id, topic, actor, wildcard, expires_at) \
      VALUES ($1, $2, $5, $3, $4) \
      ON CONFLICT (id) DO UPDATE SET topic = excluded.topic, actor = excluded.actor, wildcard = excluded.wildcard, \
@@ -162,6 +169,8 @@ macro_rules! sql_message_log {
                 let m = message;
                 if let Some(one) = Self::APPEND_ONE {
                     let seq: i64 = message_binds!(sqlx::query_scalar(one), m, now_unix_s)
+                        .bind(m.trigger.map(|t| t.owner))
+                        .bind(m.trigger.map(|t| unix_to_sql(t.lease_until_ms)))
                         .fetch_one(&self.pool)
                         .await
                         .map_err(sql($backend, "append"))?;
@@ -182,6 +191,16 @@ macro_rules! sql_message_log {
                     .execute(&mut *tx)
                     .await
                     .map_err(sql($backend, "append"))?;
+                if let Some(t) = m.trigger {
+                    sqlx::query(INSERT_OUTBOX)
+                        .bind(seq)
+                        .bind(m.msg_id)
+                        .bind(t.owner)
+                        .bind(unix_to_sql(t.lease_until_ms))
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(sql($backend, "append"))?;
+                }
                 tx.commit().await.map_err(sql($backend, "append"))?;
                 Ok(u64::try_from(seq).unwrap_or(0))
             }

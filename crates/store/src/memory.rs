@@ -14,8 +14,9 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
 use skua_core::{
-    ActorId, Claim, ClaimedRecord, Consumer, Holder, MessageLog, NewMessage, NodeId, ProjectId, RecordId, Release,
-    RestoreKey, RestoreRecord, Retention, SessionKey, Store, StoreError, StoredMessage,
+    ActorId, Claim, ClaimedRecord, Consumer, DeadLetter, DeadLetterFilter, Holder, MessageLog, NewDeadLetter,
+    NewMessage, NodeId, OutboxTrigger, ProjectId, RecordId, Release, RestoreKey, RestoreRecord, Retention, SessionKey,
+    Store, StoreError, StoredMessage, TriggerStore,
 };
 
 use crate::clock::{UnixClock, system_clock};
@@ -361,6 +362,48 @@ impl MessageLog for MemoryStore {
 
     async fn prune_log(&self, now_unix_s: u64, retention: Retention) -> Result<u64, StoreError> {
         Ok(self.lock().log.prune(now_unix_s, retention))
+    }
+}
+
+#[async_trait]
+impl TriggerStore for MemoryStore {
+    async fn claim_outbox(
+        &self,
+        owner: &str,
+        now_ms: u64,
+        lease_until_ms: u64,
+        limit: u32,
+    ) -> Result<Vec<OutboxTrigger>, StoreError> {
+        Ok(self.lock().log.claim_outbox(owner, now_ms, lease_until_ms, limit))
+    }
+
+    async fn renew_outbox(&self, msg_id: &str, owner: &str, lease_until_ms: u64) -> Result<Option<u32>, StoreError> {
+        Ok(self.lock().log.renew_outbox(msg_id, owner, lease_until_ms))
+    }
+
+    async fn finish_outbox(&self, msg_id: &str) -> Result<bool, StoreError> {
+        Ok(self.lock().log.finish_outbox(msg_id))
+    }
+
+    async fn expire_outbox_leases(&self, keep: &str) -> Result<u64, StoreError> {
+        Ok(self.lock().log.expire_outbox_leases(keep))
+    }
+
+    async fn dead_letter(&self, letter: &NewDeadLetter<'_>, cap: u64) -> Result<u64, StoreError> {
+        Ok(self.lock().log.dead_letter(letter, cap))
+    }
+
+    async fn list_dead_letters(
+        &self,
+        filter: DeadLetterFilter<'_>,
+        after: u64,
+        limit: u32,
+    ) -> Result<Vec<DeadLetter>, StoreError> {
+        Ok(self.lock().log.list_dead_letters(filter, after, limit))
+    }
+
+    async fn delete_dead_letters(&self, filter: DeadLetterFilter<'_>) -> Result<u64, StoreError> {
+        Ok(self.lock().log.delete_dead_letters(filter))
     }
 }
 

@@ -6,7 +6,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use skua_core::{Claim, Consumer, Holder, NewMessage, Release, Retention, StoredMessage};
+use skua_core::{
+    Claim, Consumer, DeadLetter, DeadLetterFilter, Holder, NewDeadLetter, NewMessage, OutboxTrigger, Release,
+    Retention, StoredMessage,
+};
 
 #[derive(Debug)]
 struct Message {
@@ -48,6 +51,20 @@ pub(crate) struct MemoryLog {
     next_seq: u64,
     messages: BTreeMap<u64, Message>,
     consumers: HashMap<String, ConsumerState>,
+    /// The trigger outbox by message seq.
+    outbox: BTreeMap<u64, OutboxEntry>,
+    /// The outbox's seqs by msgId.
+    outbox_ids: HashMap<String, u64>,
+    /// Dead letters by id.
+    dead: BTreeMap<u64, DeadLetter>,
+    next_dead: u64,
+}
+
+#[derive(Debug)]
+struct OutboxEntry {
+    owner: String,
+    lease_until_ms: u64,
+    attempts: u32,
 }
 
 impl MemoryLog {
@@ -75,7 +92,115 @@ impl MemoryLog {
                 created_at: now_unix_s,
             },
         );
+        if let Some(t) = m.trigger {
+            self.outbox
+                .insert(seq, OutboxEntry { owner: t.owner.to_owned(), lease_until_ms: t.lease_until_ms, attempts: 0 });
+            self.outbox_ids.insert(m.msg_id.to_owned(), seq);
+        }
         seq
+    }
+
+    pub(crate) fn claim_outbox(
+        &mut self,
+        owner: &str,
+        now_ms: u64,
+        lease_until_ms: u64,
+        limit: u32,
+    ) -> Vec<OutboxTrigger> {
+        let mut out = Vec::new();
+        for (seq, o) in &mut self.outbox {
+            if out.len() >= limit as usize {
+                break;
+            }
+            if o.lease_until_ms > now_ms {
+                continue;
+            }
+            let Some(m) = self.messages.get(seq) else { continue };
+            o.owner = owner.to_owned();
+            o.lease_until_ms = lease_until_ms;
+            out.push(OutboxTrigger {
+                msg_id: m.msg_id.clone(),
+                topic: m.topic.to_string(),
+                filter: m.filter.clone(),
+                publisher: m.publisher.clone(),
+                timestamp_ms: m.timestamp_ms,
+                data: m.data.clone(),
+                attempts: o.attempts,
+            });
+        }
+        out
+    }
+
+    fn outbox_seq(&self, msg_id: &str) -> Option<u64> {
+        self.outbox_ids.get(msg_id).copied().filter(|seq| self.outbox.contains_key(seq))
+    }
+
+    pub(crate) fn renew_outbox(&mut self, msg_id: &str, owner: &str, lease_until_ms: u64) -> Option<u32> {
+        let seq = self.outbox_seq(msg_id)?;
+        let o = self.outbox.get_mut(&seq).filter(|o| o.owner == owner)?;
+        o.lease_until_ms = lease_until_ms;
+        o.attempts = o.attempts.saturating_add(1);
+        Some(o.attempts)
+    }
+
+    pub(crate) fn finish_outbox(&mut self, msg_id: &str) -> bool {
+        let seq = self.outbox_ids.remove(msg_id);
+        seq.is_some_and(|seq| self.outbox.remove(&seq).is_some())
+    }
+
+    pub(crate) fn expire_outbox_leases(&mut self, keep: &str) -> u64 {
+        let mut n = 0;
+        for o in self.outbox.values_mut().filter(|o| o.owner != keep) {
+            o.lease_until_ms = 0;
+            n += 1;
+        }
+        n
+    }
+
+    pub(crate) fn dead_letter(&mut self, l: &NewDeadLetter<'_>, cap: u64) -> u64 {
+        let existing = self.dead.iter().find(|(_, d)| d.delivery_id == l.delivery_id).map(|(id, _)| *id);
+        let id = existing.unwrap_or_else(|| {
+            self.next_dead += 1;
+            self.next_dead
+        });
+        self.dead.insert(
+            id,
+            DeadLetter {
+                id,
+                delivery_id: l.delivery_id.to_owned(),
+                project: l.project.to_owned(),
+                kind: l.kind.to_owned(),
+                topic: l.topic.to_owned(),
+                target: l.target.to_owned(),
+                body: Bytes::copy_from_slice(l.body),
+                last_error: l.last_error.to_owned(),
+                attempts: l.attempts,
+                failed_at_ms: l.failed_at_ms,
+            },
+        );
+        self.finish_outbox(l.delivery_id);
+        let ids: Vec<u64> = self.dead.iter().filter(|(_, d)| d.project == l.project).map(|(id, _)| *id).collect();
+        let over = ids.len().saturating_sub(usize::try_from(cap).unwrap_or(usize::MAX));
+        for id in &ids[..over] {
+            self.dead.remove(id);
+        }
+        over as u64
+    }
+
+    pub(crate) fn list_dead_letters(&self, f: DeadLetterFilter<'_>, after: u64, limit: u32) -> Vec<DeadLetter> {
+        self.dead
+            .range(after.saturating_add(1)..)
+            .map(|(_, d)| d)
+            .filter(|d| selects(f, d))
+            .take(limit as usize)
+            .cloned()
+            .collect()
+    }
+
+    pub(crate) fn delete_dead_letters(&mut self, f: DeadLetterFilter<'_>) -> u64 {
+        let before = self.dead.len();
+        self.dead.retain(|_, d| !selects(f, d));
+        (before - self.dead.len()) as u64
     }
 
     pub(crate) fn open_consumer(&mut self, c: &Consumer, now_unix_s: u64, ttl_s: u64) {
@@ -201,8 +326,14 @@ impl MemoryLog {
         for c in self.consumers.values_mut() {
             c.pending.retain(|seq, _| self.messages.contains_key(seq));
         }
+        self.outbox.retain(|seq, _| self.messages.contains_key(seq));
+        self.outbox_ids.retain(|_, seq| self.outbox.contains_key(seq));
         gone.len() as u64
     }
+}
+
+fn selects(f: DeadLetterFilter<'_>, d: &DeadLetter) -> bool {
+    f.project.is_none_or(|p| p == d.project) && (f.delivery_ids.is_empty() || f.delivery_ids.contains(&d.delivery_id))
 }
 
 fn held(h: Holder<'_>) -> HeldBy {

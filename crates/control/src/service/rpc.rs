@@ -3,7 +3,9 @@
 
 use tonic::{Request, Response, Status};
 
-use super::{ControlService, actors, api_keys, apps, connections, grants, lobbies, projects, publish, rooms, scopes};
+use super::{
+    ControlService, actors, api_keys, apps, connections, grants, lobbies, projects, publish, rooms, scopes, webhooks,
+};
 use crate::pb;
 
 /// Implements the trait by handing each request's message to `module::handler` and wrapping
@@ -75,4 +77,7 @@ rpcs! {
     update_scope(pb::UpdateScopeRequest) -> pb::Scope => scopes::update;
     delete_scope(pb::ScopeRef) -> pb::DeleteResponse => scopes::delete;
     set_actor_scope(pb::SetActorScopeRequest) -> pb::Actor => scopes::set_actor_scope;
+    list_webhook_failures(pb::ListWebhookFailuresRequest) -> pb::ListWebhookFailuresResponse => webhooks::list_failures;
+    retry_webhook_failures(pb::RetryWebhookFailuresRequest) -> pb::RetryWebhookFailuresResponse => webhooks::retry_failures;
+    purge_webhook_failures(pb::PurgeWebhookFailuresRequest) -> pb::PurgeWebhookFailuresResponse => webhooks::purge_failures;
 }

@@ -97,6 +97,21 @@ fn connection(c: &pb::Connection) -> Value {
     })
 }
 
+fn webhook_failure(f: &pb::WebhookFailure) -> Value {
+    json!({
+        "id": f.id,
+        "delivery_id": f.delivery_id,
+        "project_id": f.project_id,
+        "kind": f.kind,
+        "topic": f.topic,
+        "target": f.target,
+        "last_error": f.last_error,
+        "attempts": f.attempts,
+        "failed_at_ms": f.failed_at_ms,
+        "body": String::from_utf8_lossy(&f.body),
+    })
+}
+
 fn or_dash(s: &str) -> &str {
     if s.is_empty() { "-" } else { s }
 }
@@ -340,6 +355,52 @@ impl Out {
 
     pub(super) fn published(&self, p: &pb::PublishResponse) -> String {
         self.emit(json!({"timestamp_ms": p.timestamp_ms}), || format!("published at {}", p.timestamp_ms))
+    }
+
+    pub(super) fn webhook_failures(&self, fs: &[pb::WebhookFailure]) -> String {
+        self.emit(Value::Array(fs.iter().map(webhook_failure).collect()), || {
+            let mut rows = vec![vec![
+                "ID".into(),
+                "DELIVERY".into(),
+                "KIND".into(),
+                "TOPIC".into(),
+                "ATTEMPTS".into(),
+                "FAILED_AT_MS".into(),
+                "LAST_ERROR".into(),
+            ]];
+            rows.extend(fs.iter().map(|f| {
+                vec![
+                    f.id.to_string(),
+                    f.delivery_id.clone(),
+                    f.kind.clone(),
+                    f.topic.clone(),
+                    f.attempts.to_string(),
+                    f.failed_at_ms.to_string(),
+                    f.last_error.clone(),
+                ]
+            }));
+            table(&rows)
+        })
+    }
+
+    pub(super) fn webhook_retries(&self, rs: &[pb::WebhookRetry]) -> String {
+        let value = Value::Array(
+            rs.iter()
+                .map(|r| json!({"delivery_id": r.delivery_id, "delivered": r.delivered, "error": r.error}))
+                .collect(),
+        );
+        self.emit(value, || {
+            let mut rows = vec![vec!["DELIVERY".into(), "RESULT".into()]];
+            rows.extend(rs.iter().map(|r| {
+                let result = if r.delivered { "delivered".to_owned() } else { format!("failed: {}", r.error) };
+                vec![r.delivery_id.clone(), result]
+            }));
+            table(&rows)
+        })
+    }
+
+    pub(super) fn webhook_purged(&self, p: &pb::PurgeWebhookFailuresResponse) -> String {
+        self.emit(json!({"purged": p.purged}), || format!("purged {} webhook failures", p.purged))
     }
 
     pub(super) fn connections(&self, cs: &[pb::Connection]) -> String {

@@ -381,6 +381,33 @@ impl Durable {
     }
 }
 
+/// Trigger webhooks (docs/webhooks.md): the outbox lease and scan, and the dead letters' cap.
+/// The queue, the deliveries at once and the retry schedule are the engine's (`webhook_queue`,
+/// `webhook_max_pending`, `webhook_trigger_attempts`, `webhook_trigger_first_retry`).
+#[derive(Debug, Clone)]
+pub struct Triggers {
+    /// How long a node holds a logged topic's trigger beyond its current attempt and wait.
+    pub lease: Duration,
+    /// How often each node claims outbox triggers whose lease ran out.
+    pub scan_interval: Duration,
+    /// Dead letters kept per project.
+    pub dead_letters_per_project: u64,
+}
+
+impl Triggers {
+    /// This section of `s`, checked.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the first bad key.
+    pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
+        Ok(Self {
+            lease: nonzero_duration(key!(s, trigger_lease))?,
+            scan_interval: nonzero_duration(key!(s, trigger_scan_interval))?,
+            dead_letters_per_project: positive(key!(s, webhook_dead_letters_per_project))?,
+        })
+    }
+}
+
 /// Between nodes: the bus queues (`bus_queue`, `bus_publish_buffer`) and node liveness
 /// (`node_ttl`, `node_refresh`).
 #[derive(Debug, Clone)]
@@ -620,6 +647,8 @@ pub struct Sections {
     pub control: ControlPlane,
     /// Tracing export.
     pub telemetry: Telemetry,
+    /// Trigger webhooks.
+    pub triggers: Triggers,
     /// Webhook delivery.
     pub webhooks: Webhooks,
 }
@@ -642,6 +671,7 @@ impl Sections {
             tls: Tls::resolve(s)?,
             control: ControlPlane::resolve(s, limits.max_message_size)?,
             telemetry: Telemetry::resolve(s)?,
+            triggers: Triggers::resolve(s)?,
             webhooks: Webhooks::resolve(s)?,
             limits,
         })
@@ -661,7 +691,8 @@ impl Sections {
             control,
             tls: _,
             telemetry: _,
-            webhooks: _,
+            triggers,
+            webhooks,
         } = self;
         EdgeConfig {
             namespace: backends.namespace.clone(),
@@ -702,6 +733,17 @@ impl Sections {
             shutdown_grace: shutdown.shutdown_grace,
             drain_delay: shutdown.drain_delay,
             revalidate_interval: control.revalidate_interval,
+            triggers: skua_edge::config::TriggerConfig {
+                queue: webhooks.engine.queue,
+                in_flight: webhooks.engine.max_pending,
+                retry_delays: webhooks.engine.trigger_retry.delays.clone(),
+                lease: triggers.lease,
+                attempt_timeout: skua_core::webhook::WebhookKind::Trigger.max_timeout(),
+                scan_interval: triggers.scan_interval,
+                dead_letters_per_project: triggers.dead_letters_per_project,
+                // A single node on a durable store sends what an earlier run left, at once.
+                take_over_at_start: backends.bus == BusConfig::Memory && matches!(backends.store, StoreConfig::Url(_)),
+            },
             ..EdgeConfig::default()
         }
     }

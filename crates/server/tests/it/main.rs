@@ -23,4 +23,5 @@ mod rest;
 mod retained;
 mod tls;
 mod tokens;
+mod triggers;
 mod webhooks;

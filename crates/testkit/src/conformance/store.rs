@@ -19,6 +19,9 @@ use skua_core::{
 
 use super::within;
 
+mod triggers;
+pub use triggers::*;
+
 /// An instant for cases to start at: unix seconds, 2023-11-14.
 pub const T0: u64 = 1_700_000_000;
 
@@ -84,6 +87,13 @@ macro_rules! store_conformance {
             log_concurrent_pages_hand_each_message_once,
             log_drop_consumer_forgets_its_pending,
             log_an_actor_s_own_messages_are_not_kept_for_it,
+            trigger_outbox_is_written_with_its_message,
+            trigger_claims_hand_each_trigger_once,
+            trigger_renew_only_while_owned,
+            trigger_finish_and_dead_letter_leave_the_outbox,
+            trigger_outbox_goes_with_its_message,
+            trigger_expire_leases_of_other_owners,
+            trigger_dead_letters_list_replace_cap_and_delete,
         );
     };
     ($harness:expr $(,)?) => {
@@ -595,6 +605,7 @@ async fn append_at(s: &Arc<dyn Store>, topic: &str, id: &str, filter: Option<&st
         timestamp_ms: now * 1000 + 7,
         qos: 1,
         data: id.as_bytes(),
+        trigger: None,
     };
     s.append(&m, now).await.expect("append")
 }
@@ -822,6 +833,7 @@ pub async fn log_an_actor_s_own_messages_are_not_kept_for_it<H: StoreHarness>(h:
         timestamp_ms: 1,
         qos: 0,
         data: b"",
+        trigger: None,
     };
     s.append(&own, T0).await.unwrap();
     append(&s, TOPIC, "theirs", None).await;

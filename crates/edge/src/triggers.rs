@@ -1,0 +1,525 @@
+//! Trigger webhooks (PROTOCOL-NOTES N44, N45; docs/webhooks.md): after every accepted publish,
+//! the node that accepted it posts the topic's trigger.
+//!
+//! - A **logged** topic's trigger is written to the store's outbox in the message's transaction
+//!   ([`Triggers::lease_for`] gives the publish pipeline the lease to write), held by this node
+//!   run ([`Triggers::owner`]) for `lease`. The run sends it from memory and removes it once
+//!   delivered; before each attempt it renews the lease. A trigger whose lease ran out (its node
+//!   died, or its queue was full) is taken over by whichever node's outbox scan claims it first,
+//!   so an acknowledged logged publish's trigger is delivered at least once across crashes.
+//! - Any other topic's trigger is best effort: it lives in this node's bounded queue only; one
+//!   that does not fit becomes a dead letter at once (counted).
+//!
+//! Delivery: a dispatcher takes queued triggers and runs each as its own task, at most
+//! `in_flight` at once (including those waiting between attempts); each tries up to
+//! `retry_delays.len() + 1` times, waiting `retry_delays[i]` after failed attempt `i + 1`. A
+//! final failure is a dead letter in the store ([`skua_core::TriggerStore::dead_letter`]),
+//! which operators list, retry (same `deliveryId`) and purge. Nothing on the publish path waits:
+//! [`Triggers::accepted`], which the publish pipeline calls after its observers, only tries to queue.
+//!
+//! How a trigger is posted (the webhook configuration, signing, the HTTP client) is the
+//! [`TriggerHooks`] the server gives: this module decides what, when and how often.
+
+pub mod payload;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use skua_core::{
+    AppId, DeadLetterFilter, NewDeadLetter, OutboxLease, OutboxTrigger, ProjectId, Publication, Registry, RoomKey,
+    SharedRegistry, Store, TopicAddress,
+};
+use tokio::sync::{Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::clock::now_unix_ms;
+pub use crate::config::TriggerConfig;
+
+/// The `kind` of trigger dead letters.
+pub const KIND: &str = "trigger";
+
+/// Dead letters written per overflow batch of non-logged triggers.
+const OVERFLOW_QUEUE: usize = 1024;
+
+/// Dead letters an operator's retry posts at once.
+const RETRIES_AT_ONCE: usize = 16;
+
+/// Outbox triggers claimed per scan at most.
+const MAX_CLAIM: u32 = 256;
+
+/// Where a topic's triggers go and how one is posted: the webhook configuration (N41) and the
+/// delivery engine (N42 signing, headers, timeouts), given by the server.
+#[async_trait]
+pub trait TriggerHooks: Send + Sync + 'static {
+    /// The trigger webhook URL of `topic` (its `onPublish` entry, else its app's
+    /// `triggerWebhook`), or `None`. Called on the publish path: must be cheap.
+    fn target(&self, registry: &Registry, topic: &TopicAddress) -> Option<TriggerTarget>;
+
+    /// One attempt: posts `body` (whose `deliveryId` is `delivery_id`) to `url` for `topic`,
+    /// signed with its app's secret and with the headers and timeout of its configuration in
+    /// `registry` (none when the configured URL is no longer `url`). `Ok` on a 2xx answer;
+    /// otherwise why not.
+    async fn post(
+        &self,
+        registry: &Registry,
+        topic: &TopicAddress,
+        url: &str,
+        delivery_id: &str,
+        body: Bytes,
+    ) -> Result<(), PostFailure>;
+}
+
+/// Where a topic's triggers go.
+#[derive(Debug, Clone)]
+pub struct TriggerTarget {
+    /// The URL.
+    pub url: Arc<str>,
+    /// How long one attempt may take (the entry's `timeoutMs`, or the default).
+    pub timeout: Duration,
+}
+
+/// Why an attempt failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PostFailure {
+    /// What happened, for logs and dead letters.
+    pub error: String,
+    /// Whether another attempt may succeed (5xx, timeouts, transport errors); a refused
+    /// address or a 4xx answer becomes a dead letter at once.
+    pub retryable: bool,
+}
+
+/// Trigger counters (`skua_webhook_triggers_total{outcome}` and friends on `/metrics`).
+#[derive(Debug, Default)]
+pub struct TriggerMetrics {
+    /// Triggers queued for delivery (from publishes and from outbox scans).
+    pub queued: AtomicU64,
+    /// Triggers delivered (a 2xx answer).
+    pub delivered: AtomicU64,
+    /// Attempts that failed (each retry counts).
+    pub attempts_failed: AtomicU64,
+    /// Triggers that failed for good and became dead letters.
+    pub dead_lettered: AtomicU64,
+    /// Non-logged triggers that did not fit the queue (they became dead letters).
+    pub overflowed: AtomicU64,
+    /// Logged triggers that did not fit the queue (left in the outbox for a later scan).
+    pub deferred: AtomicU64,
+    /// Triggers lost: a dead letter that could not be written, or an overflow beyond the
+    /// dead-letter queue too.
+    pub lost: AtomicU64,
+    /// Dead letters dropped by the per-project cap.
+    pub dead_letters_dropped: AtomicU64,
+    /// Outbox triggers taken over from a node run whose lease ran out.
+    pub taken_over: AtomicU64,
+    /// Outbox triggers whose topic no longer has a trigger webhook (removed, not sent).
+    pub no_target: AtomicU64,
+}
+
+/// One trigger to deliver.
+#[derive(Debug)]
+struct Job {
+    delivery_id: String,
+    topic: TopicAddress,
+    url: Arc<str>,
+    /// How long one attempt may take.
+    timeout: Duration,
+    body: Bytes,
+    /// In the outbox (a logged topic's).
+    logged: bool,
+    /// Attempts made before (by an earlier owner).
+    attempts: u32,
+}
+
+/// A node's trigger sender: the publish observer, the delivery tasks and the outbox scan.
+pub struct Triggers {
+    owner: String,
+    registry: Arc<SharedRegistry>,
+    store: Arc<dyn Store>,
+    hooks: Arc<dyn TriggerHooks>,
+    config: TriggerConfig,
+    queue: mpsc::Sender<Job>,
+    overflow: mpsc::Sender<Job>,
+    receivers: Mutex<Option<(mpsc::Receiver<Job>, mpsc::Receiver<Job>)>>,
+    /// Counters.
+    pub metrics: TriggerMetrics,
+}
+
+impl std::fmt::Debug for Triggers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Triggers").field("owner", &self.owner).finish_non_exhaustive()
+    }
+}
+
+/// The outcome of retrying one dead letter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryOutcome {
+    /// The delivery.
+    pub delivery_id: String,
+    /// `None`: delivered (and the record deleted); otherwise why it failed again (the record
+    /// stays, with this error and one more attempt).
+    pub error: Option<String>,
+}
+
+impl Triggers {
+    /// A sender for node `node`, this run (a fresh owner id: a restarted node does not renew
+    /// what its previous run held). Start its tasks with [`Self::run`].
+    pub fn new(
+        node: &skua_core::NodeId,
+        registry: Arc<SharedRegistry>,
+        store: Arc<dyn Store>,
+        hooks: Arc<dyn TriggerHooks>,
+        config: TriggerConfig,
+    ) -> Arc<Self> {
+        let (queue, rx) = mpsc::channel(config.queue.max(1));
+        let (overflow, orx) = mpsc::channel(OVERFLOW_QUEUE);
+        Arc::new(Self {
+            owner: format!("{node}#{}", uuid::Uuid::new_v4().simple()),
+            registry,
+            store,
+            hooks,
+            config,
+            queue,
+            overflow,
+            receivers: Mutex::new(Some((rx, orx))),
+            metrics: TriggerMetrics::default(),
+        })
+    }
+
+    /// This node run's owner id in the outbox.
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// The outbox lease a logged message of `topic` is appended with, or `None` when the topic
+    /// has no trigger webhook.
+    pub fn lease_for(&self, registry: &Registry, topic: &TopicAddress) -> Option<OutboxLease<'_>> {
+        self.hooks.target(registry, topic)?;
+        let lease_until_ms = now_unix_ms().saturating_add(millis(self.config.lease));
+        Some(OutboxLease { owner: &self.owner, lease_until_ms })
+    }
+
+    /// Starts the dispatcher, the dead-letter writer of overflows and the outbox scan on
+    /// `tasks`, until `stop`. With `expire_others` (a single node on a durable store: nobody
+    /// else will send them), first ends every other owner's leases, so what an earlier run of
+    /// this node left in the outbox is sent at once.
+    pub fn run(self: &Arc<Self>, tasks: &TaskTracker, stop: CancellationToken, expire_others: bool) {
+        let Some((rx, orx)) = self.receivers.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take() else {
+            return;
+        };
+        tasks.spawn(self.clone().dispatch(rx, tasks.clone(), stop.clone()));
+        tasks.spawn(self.clone().write_overflows(orx, stop.clone()));
+        tasks.spawn(self.clone().scan(stop, expire_others));
+    }
+
+    async fn dispatch(self: Arc<Self>, mut rx: mpsc::Receiver<Job>, tasks: TaskTracker, stop: CancellationToken) {
+        let slots = Arc::new(Semaphore::new(self.config.in_flight.max(1)));
+        loop {
+            let job = tokio::select! {
+                () = stop.cancelled() => return,
+                job = rx.recv() => match job { Some(j) => j, None => return },
+            };
+            let permit = tokio::select! {
+                () = stop.cancelled() => return,
+                p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
+            };
+            let me = self.clone();
+            let stop = stop.clone();
+            tasks.spawn(async move {
+                tokio::select! {
+                    () = stop.cancelled() => {}
+                    () = me.deliver(job) => {}
+                }
+                drop(permit);
+            });
+        }
+    }
+
+    /// Delivers one trigger: attempts with waits between them, then a dead letter.
+    async fn deliver(&self, job: Job) {
+        let max_attempts = u32::try_from(self.config.retry_delays.len() + 1).unwrap_or(u32::MAX);
+        let mut attempts = job.attempts;
+        let mut last_error = String::from("no attempt made");
+        while attempts < max_attempts {
+            let wait = self.config.retry_delays.get(attempts as usize).copied().unwrap_or_default();
+            if job.logged {
+                let hold = job.timeout.min(self.config.attempt_timeout) + wait + self.config.lease;
+                match self.store.renew_outbox(&job.delivery_id, &self.owner, now_unix_ms() + millis(hold)).await {
+                    Ok(Some(n)) => attempts = n,
+                    Ok(None) => {
+                        // Another node run took it over, or it left the outbox: not ours to send.
+                        tracing::debug!(delivery_id = %job.delivery_id, "Trigger no longer held by this node.");
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "Renewing a trigger's outbox lease failed; sending anyway.");
+                        attempts += 1;
+                    }
+                }
+            } else {
+                attempts += 1;
+            }
+            let registry = self.registry.load();
+            match self.hooks.post(&registry, &job.topic, &job.url, &job.delivery_id, job.body.clone()).await {
+                Ok(()) => {
+                    self.metrics.delivered.fetch_add(1, Ordering::Relaxed);
+                    if job.logged
+                        && let Err(e) = self.store.finish_outbox(&job.delivery_id).await
+                    {
+                        // It stays in the outbox and is sent again once its lease runs out.
+                        tracing::warn!(error = %e, "Removing a delivered trigger from the outbox failed.");
+                    }
+                    return;
+                }
+                Err(e) => {
+                    self.metrics.attempts_failed.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(delivery_id = %job.delivery_id, attempt = attempts, error = %e.error, "Trigger attempt failed.");
+                    last_error = e.error;
+                    if !e.retryable {
+                        break;
+                    }
+                }
+            }
+            if attempts < max_attempts {
+                tokio::time::sleep(wait).await;
+            }
+        }
+        self.dead_letter(&job, attempts, &last_error).await;
+    }
+
+    async fn dead_letter(&self, job: &Job, attempts: u32, error: &str) {
+        let letter = NewDeadLetter {
+            delivery_id: &job.delivery_id,
+            project: job.topic.room.project.as_str(),
+            kind: KIND,
+            topic: &job.topic.log_key(),
+            target: &job.url,
+            body: &job.body,
+            last_error: error,
+            attempts,
+            failed_at_ms: now_unix_ms(),
+        };
+        match self.store.dead_letter(&letter, self.config.dead_letters_per_project).await {
+            Ok(dropped) => {
+                self.metrics.dead_lettered.fetch_add(1, Ordering::Relaxed);
+                self.metrics.dead_letters_dropped.fetch_add(dropped, Ordering::Relaxed);
+                tracing::warn!(delivery_id = %job.delivery_id, attempts, error, "Trigger failed for good; kept as a dead letter.");
+            }
+            Err(e) => {
+                // A logged trigger stays in the outbox and is tried again after its lease.
+                self.metrics.lost.fetch_add(u64::from(!job.logged), Ordering::Relaxed);
+                tracing::error!(error = %e, delivery_id = %job.delivery_id, "Writing a trigger's dead letter failed.");
+            }
+        }
+    }
+
+    async fn write_overflows(self: Arc<Self>, mut rx: mpsc::Receiver<Job>, stop: CancellationToken) {
+        loop {
+            let job = tokio::select! {
+                () = stop.cancelled() => return,
+                job = rx.recv() => match job { Some(j) => j, None => return },
+            };
+            self.dead_letter(&job, 0, "the node's trigger queue was full").await;
+        }
+    }
+
+    /// Queues `job`; a full queue defers a logged trigger to the outbox scan and turns any
+    /// other into a dead letter.
+    fn enqueue(&self, job: Job) {
+        match self.queue.try_send(job) {
+            Ok(()) => {
+                self.metrics.queued.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(mpsc::error::TrySendError::Full(job)) if job.logged => {
+                self.metrics.deferred.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(mpsc::error::TrySendError::Full(job)) => {
+                self.metrics.overflowed.fetch_add(1, Ordering::Relaxed);
+                if self.overflow.try_send(job).is_err() {
+                    self.metrics.lost.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!("Trigger queue and overflow queue full; a trigger was dropped.");
+                }
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {}
+        }
+    }
+
+    /// Every `scan_interval`: claims outbox triggers whose lease ran out, as many as the queue
+    /// has room for, and queues them.
+    async fn scan(self: Arc<Self>, stop: CancellationToken, expire_others: bool) {
+        if expire_others {
+            match self.store.expire_outbox_leases(&self.owner).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(triggers = n, "Taking over the triggers an earlier run of this node left."),
+                Err(e) => tracing::warn!(error = %e, "Ending an earlier run's trigger leases failed."),
+            }
+        }
+        let mut tick = tokio::time::interval(self.config.scan_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            self.scan_once().await;
+        }
+    }
+
+    /// One outbox scan; returns how many triggers it queued.
+    pub async fn scan_once(&self) -> usize {
+        let room = u32::try_from(self.queue.capacity()).unwrap_or(u32::MAX).min(MAX_CLAIM);
+        if room == 0 {
+            return 0;
+        }
+        let now = now_unix_ms();
+        let until = now.saturating_add(millis(self.config.lease));
+        let claimed = match self.store.claim_outbox(&self.owner, now, until, room).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "Claiming outbox triggers failed.");
+                return 0;
+            }
+        };
+        let registry = self.registry.load();
+        let mut queued = 0;
+        for t in claimed {
+            self.metrics.taken_over.fetch_add(1, Ordering::Relaxed);
+            let Some(job) = self.outbox_job(&registry, &t) else {
+                self.metrics.no_target.fetch_add(1, Ordering::Relaxed);
+                if let Err(e) = self.store.finish_outbox(&t.msg_id).await {
+                    tracing::warn!(error = %e, "Removing a trigger without webhook from the outbox failed.");
+                }
+                continue;
+            };
+            self.enqueue(job);
+            queued += 1;
+        }
+        queued
+    }
+
+    fn outbox_job(&self, registry: &Registry, t: &OutboxTrigger) -> Option<Job> {
+        let topic = parse_topic_key(&t.topic)?;
+        let target = self.hooks.target(registry, &topic)?;
+        let facts = payload::TriggerFacts {
+            delivery_id: &t.msg_id,
+            topic: &topic,
+            publisher: &t.publisher,
+            timestamp_ms: t.timestamp_ms,
+            filter: t.filter.as_deref(),
+            msg_id: Some(&t.msg_id),
+            data: &t.data,
+        };
+        let body = Bytes::from(payload::body(registry, &facts));
+        Some(Job {
+            delivery_id: t.msg_id.clone(),
+            topic,
+            url: target.url,
+            timeout: target.timeout,
+            body,
+            logged: true,
+            attempts: t.attempts,
+        })
+    }
+
+    /// Retries the dead letters `filter` selects (at most `limit`), one attempt each (16 at
+    /// once), answered in store order, with their stored body (same `deliveryId`) to their
+    /// stored URL. A delivered one is deleted; one that fails again stays, with the new error
+    /// and one more attempt.
+    ///
+    /// # Errors
+    /// [`skua_core::StoreError`] when listing them failed.
+    pub async fn retry_dead_letters(
+        &self,
+        filter: DeadLetterFilter<'_>,
+        limit: u32,
+    ) -> Result<Vec<RetryOutcome>, skua_core::StoreError> {
+        use futures_util::StreamExt as _;
+        let letters = self.store.list_dead_letters(filter, 0, limit).await?;
+        // A few at once (each may take its whole timeout), answered in store order.
+        let outcomes: Vec<Result<RetryOutcome, skua_core::StoreError>> =
+            futures_util::stream::iter(letters).map(|d| self.retry_one(d)).buffered(RETRIES_AT_ONCE).collect().await;
+        outcomes.into_iter().collect()
+    }
+
+    async fn retry_one(&self, d: skua_core::DeadLetter) -> Result<RetryOutcome, skua_core::StoreError> {
+        let error = match parse_topic_key(&d.topic) {
+            None => Some(format!("the topic key {:?} is not <project>/<app>/<room>/<topic>", d.topic)),
+            Some(topic) => {
+                let registry = self.registry.load();
+                self.hooks
+                    .post(&registry, &topic, &d.target, &d.delivery_id, d.body.clone())
+                    .await
+                    .err()
+                    .map(|f| f.error)
+            }
+        };
+        match &error {
+            None => {
+                self.metrics.delivered.fetch_add(1, Ordering::Relaxed);
+                let ids = [d.delivery_id.clone()];
+                let only = DeadLetterFilter { project: Some(&d.project), delivery_ids: &ids };
+                self.store.delete_dead_letters(only).await?;
+            }
+            Some(e) => {
+                self.metrics.attempts_failed.fetch_add(1, Ordering::Relaxed);
+                let again = NewDeadLetter {
+                    delivery_id: &d.delivery_id,
+                    project: &d.project,
+                    kind: &d.kind,
+                    topic: &d.topic,
+                    target: &d.target,
+                    body: &d.body,
+                    last_error: e,
+                    attempts: d.attempts.saturating_add(1),
+                    failed_at_ms: now_unix_ms(),
+                };
+                let dropped = self.store.dead_letter(&again, self.config.dead_letters_per_project).await?;
+                self.metrics.dead_letters_dropped.fetch_add(dropped, Ordering::Relaxed);
+            }
+        }
+        Ok(RetryOutcome { delivery_id: d.delivery_id, error })
+    }
+
+    /// The store (for listing and purging dead letters).
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+}
+
+impl Triggers {
+    /// The publish pipeline accepted `p` on this node: queues its trigger, if its topic has a
+    /// trigger webhook. Never waits (like a [`PublishObserver`](crate::publish::PublishObserver)).
+    pub fn accepted(&self, registry: &Registry, p: &Publication) {
+        let Some(target) = self.hooks.target(registry, &p.topic) else { return };
+        let delivery_id = p.msg_id.clone().unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+        let facts = payload::TriggerFacts {
+            delivery_id: &delivery_id,
+            topic: &p.topic,
+            publisher: p.publisher.as_str(),
+            timestamp_ms: p.timestamp_ms,
+            filter: p.filter.as_deref(),
+            msg_id: p.msg_id.as_deref(),
+            data: &p.data,
+        };
+        let body = Bytes::from(payload::body(registry, &facts));
+        let logged = p.msg_id.is_some();
+        let (url, timeout) = (target.url, target.timeout);
+        self.enqueue(Job { delivery_id, topic: p.topic.clone(), url, timeout, body, logged, attempts: 0 });
+    }
+}
+
+/// `<project>/<app>/<room>/<topic>` (a log key) as an address.
+pub fn parse_topic_key(key: &str) -> Option<TopicAddress> {
+    let mut parts = key.splitn(4, '/');
+    let project = ProjectId::parse(parts.next()?).ok()?;
+    let app = AppId::parse(parts.next()?).ok()?;
+    let room = parts.next()?;
+    let topic = parts.next()?;
+    Some(TopicAddress { room: RoomKey { project, app, room: Arc::from(room) }, topic: Arc::from(topic) })
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,152 @@
+//! The trigger request body (N44): `{deliveryId, timestamp, projectId, app, room, roomName,
+//! topicName, topic, actorId, actorType, data, filter?, msgId?, scope}`, with the publish's
+//! MessagePack `data` as JSON.
+
+use base64::Engine as _;
+use serde_json::{Map, Value, json};
+use skua_core::{Registry, TopicAddress};
+
+/// Nesting [`data_json`] decodes before it gives up and sends the bytes as `{"$base64": …}`
+/// (the protocol reader's own cap).
+const MAX_DEPTH: usize = skua_protocol::msgpack::MAX_DEPTH;
+
+/// What a trigger body is built from: an accepted publication, or a stored message of the outbox.
+#[derive(Debug, Clone, Copy)]
+pub struct TriggerFacts<'a> {
+    /// `deliveryId`.
+    pub delivery_id: &'a str,
+    /// The topic.
+    pub topic: &'a TopicAddress,
+    /// The publisher's actor id.
+    pub publisher: &'a str,
+    /// Publish time, unix ms (`timestamp`: the same in every attempt, so a retried body is
+    /// byte for byte the first one).
+    pub timestamp_ms: u64,
+    /// The filter key.
+    pub filter: Option<&'a str>,
+    /// The logged message's id.
+    pub msg_id: Option<&'a str>,
+    /// The publish's `data` (packed MessagePack).
+    pub data: &'a [u8],
+}
+
+/// The JSON body of a trigger. Names come from `registry`: `app` is the app's slug (its id when
+/// the app is gone), `roomName` the room's display name (its slug when gone), `actorType` the
+/// publisher's type (`server` for a publisher that is not a registered actor: the control
+/// plane's).
+pub fn body(registry: &Registry, f: &TriggerFacts<'_>) -> Vec<u8> {
+    let room = &f.topic.room;
+    let app_rec = registry.project(&room.project).and_then(|p| p.apps.iter().find(|a| a.id == room.app));
+    let app = app_rec.map_or_else(|| room.app.as_str().to_owned(), |a| a.slug.clone());
+    let room_name =
+        app_rec.and_then(|a| a.rooms.get(&*room.room)).map_or_else(|| room.room.clone(), |r| r.name.clone());
+    let actor_type = registry.actor(f.publisher).map_or("server", |a| a.actor_type.as_str());
+    let mut v = json!({
+        "deliveryId": f.delivery_id,
+        "timestamp": f.timestamp_ms,
+        "projectId": room.project.as_str(),
+        "app": app,
+        "room": &*room.room,
+        "roomName": &*room_name,
+        "topicName": &*f.topic.topic,
+        "topic": format!("{app}/{}/{}", room.room, f.topic.topic),
+        "actorId": f.publisher,
+        "actorType": actor_type,
+        "data": data_json(f.data),
+        "scope": Value::Null,
+    });
+    if let Some(m) = v.as_object_mut() {
+        if let Some(filter) = f.filter {
+            m.insert("filter".into(), filter.into());
+        }
+        if let Some(id) = f.msg_id {
+            m.insert("msgId".into(), id.into());
+        }
+    }
+    // Serialising a `Value` cannot fail.
+    serde_json::to_vec(&v).unwrap_or_default()
+}
+
+/// The publish's `data` as JSON: MessagePack decoded, `bin` (and extension values) as
+/// `{"$base64": "…"}`, map keys that are not strings as their JSON text. Bytes that are not
+/// one whole MessagePack value are sent as `{"$base64": …}` of the whole.
+pub fn data_json(data: &[u8]) -> Value {
+    // The protocol's reader checks markers, lengths and depth without allocating first.
+    let mut check = skua_protocol::msgpack::Reader::new(data);
+    if check.skip_value().is_err() || !check.is_empty() {
+        return base64_of(data);
+    }
+    let mut rd = data;
+    match rmpv::decode::read_value_with_max_depth(&mut rd, MAX_DEPTH) {
+        Ok(v) if rd.is_empty() => to_json(v),
+        _ => base64_of(data),
+    }
+}
+
+fn base64_of(bytes: &[u8]) -> Value {
+    json!({ "$base64": base64::engine::general_purpose::STANDARD.encode(bytes) })
+}
+
+fn to_json(v: rmpv::Value) -> Value {
+    use rmpv::Value as M;
+    match v {
+        M::Nil => Value::Null,
+        M::Boolean(b) => b.into(),
+        M::Integer(i) => i.as_i64().map(Value::from).or_else(|| i.as_u64().map(Value::from)).unwrap_or(Value::Null),
+        M::F32(x) => serde_json::Number::from_f64(f64::from(x)).map_or(Value::Null, Value::Number),
+        M::F64(x) => serde_json::Number::from_f64(x).map_or(Value::Null, Value::Number),
+        M::String(s) => match s.into_str() {
+            Some(s) => Value::String(s),
+            None => Value::Null,
+        },
+        M::Binary(b) => base64_of(&b),
+        M::Ext(_, b) => base64_of(&b),
+        M::Array(a) => Value::Array(a.into_iter().map(to_json).collect()),
+        M::Map(m) => {
+            let mut out = Map::with_capacity(m.len());
+            for (k, v) in m {
+                let key = match k {
+                    M::String(s) => s.into_str().unwrap_or_default(),
+                    other => to_json(other).to_string(),
+                };
+                out.insert(key, to_json(v));
+            }
+            Value::Object(out)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pack(v: &rmpv::Value) -> Vec<u8> {
+        let mut out = Vec::new();
+        rmpv::encode::write_value(&mut out, v).unwrap();
+        out
+    }
+
+    #[test]
+    fn data_decodes_to_json_with_binary_as_base64() {
+        use rmpv::Value as M;
+        let v = M::Map(vec![
+            (M::from("n"), M::from(-3)),
+            (M::from("big"), M::from(u64::MAX)),
+            (M::from("f"), M::F64(1.5)),
+            (M::from("s"), M::from("hé")),
+            (M::from("b"), M::Binary(vec![0, 1, 2])),
+            (M::from(7), M::Array(vec![M::Nil, M::Boolean(true)])),
+        ]);
+        assert_eq!(
+            data_json(&pack(&v)),
+            json!({"n": -3, "big": u64::MAX, "f": 1.5, "s": "hé", "b": {"$base64": "AAEC"}, "7": [null, true]})
+        );
+    }
+
+    #[test]
+    fn bytes_that_are_not_one_msgpack_value_go_as_base64() {
+        assert_eq!(data_json(&[0xc1]), json!({"$base64": "wQ=="}));
+        assert_eq!(data_json(&[0x01, 0x02]), json!({"$base64": "AQI="}), "trailing bytes");
+        assert!(data_json(&[0x91; 200]).get("$base64").is_some(), "nested deeper than the cap");
+    }
+}

@@ -1,0 +1,302 @@
+//! Trigger webhooks (issue 14, N44, N45) against a real recording HTTP receiver: one signed
+//! trigger per accepted publish, none for refused ones, exactly one per publish in a cluster,
+//! and retries → dead letter → operator retry with the same `deliveryId`. (The `kill -9` cases
+//! run real processes: `tests/faults.rs`.)
+
+use std::collections::BTreeSet;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use rmpv::Value;
+use skua_control::pb;
+use skua_testkit::control::Deadline;
+use skua_testkit::postgres::TestDatabase;
+use skua_testkit::server::TestServerBuilder;
+use skua_testkit::webhook::{Mode, RecordedRequest, WebhookReceiver};
+use skua_testkit::{TestCluster, TestServer, frame};
+
+const SECRET: &str = "hooks-secret-1";
+
+/// A project `hooks` whose app `h` posts every publish's trigger to `url` (app level), except
+/// topic `other`, whose own `onPublish` goes to `other_url`. `jobs` is logged.
+pub fn fixtures(url: &str, other_url: &str) -> String {
+    format!(
+        r#"
+[[projects]]
+id = "hooks"
+max_message_size = 1024
+
+[[projects.apps]]
+id = "hooks-app"
+slug = "h"
+topics = ["events", "jobs", "other"]
+logged_topics = ["jobs"]
+webhook_secret = "{SECRET}"
+trigger_webhook = {{ url = "{url}", headers = {{ "X-Test" = "yes" }} }}
+
+[projects.apps.topic_configs.other.webhooks]
+on_publish = {{ url = "{other_url}" }}
+
+[[projects.apps.rooms]]
+slug = "r"
+
+[[actors]]
+id = "pub"
+project = "hooks"
+type = "device"
+tokens = ["hooks-token-pub"]
+"#
+    )
+}
+
+fn builder(receiver: &WebhookReceiver) -> TestServerBuilder {
+    TestServer::builder().fixtures(&fixtures(&receiver.url("/t"), &receiver.url("/other")))
+}
+
+fn json(r: &RecordedRequest) -> serde_json::Value {
+    assert!(r.signature_valid(SECRET), "signature of {:?}", String::from_utf8_lossy(&r.body));
+    r.json()
+}
+
+async fn delivered_reaches(server: &TestServer, n: u64) {
+    let t = server.state.triggers.as_ref().expect("the node posts triggers");
+    let d = Deadline::new("the delivered counter", Duration::from_secs(10));
+    while t.metrics.delivered.load(Ordering::Relaxed) < n {
+        d.tick().await;
+    }
+}
+
+#[tokio::test]
+async fn every_accepted_publish_triggers_once_signed_and_refused_publishes_trigger_nothing() {
+    let receiver = WebhookReceiver::start(Mode::Ok(serde_json::json!({}))).await;
+    let server = builder(&receiver).spawn().await;
+    let mut c = server.auth("hooks-token-pub").await;
+
+    // Refused: an unknown topic, then data beyond the project's max_message_size.
+    c.send(frame! {"type" => "publish", "topic" => "h/r/nope", "data" => "x", "msgRef" => "r1"}).await;
+    c.expect("error").await;
+    c.send(frame! {"type" => "publish", "topic" => "h/r/events", "data" => "x".repeat(2000), "msgRef" => "r2"}).await;
+    c.expect("error").await;
+
+    let data = Value::Map(vec![
+        (Value::from("n"), Value::from(7)),
+        (Value::from("bin"), Value::Binary(vec![1, 2, 3])),
+        (Value::from("s"), Value::from("hé")),
+    ]);
+    c.publish_acked("h/r/events", data).await;
+    c.send(frame! {"type" => "publish", "topic" => "h/r/events", "data" => 2, "filter" => "eu", "msgRef" => "f"}).await;
+    c.expect("published").await;
+    c.publish_acked("h/r/jobs", "logged".into()).await;
+    c.publish_acked("h/r/other", "own".into()).await;
+    let got = receiver.wait_for(4).await;
+    delivered_reaches(&server, 4).await;
+    let got_after = receiver.requests();
+    assert_eq!(got_after.len(), 4, "one request per accepted publish, none for refused ones: {got_after:?}");
+
+    let by_path = |p: &str| got.iter().filter(|r| r.path == p).collect::<Vec<_>>();
+    let main = by_path("/t");
+    assert_eq!(main.len(), 3);
+    assert_eq!(by_path("/other").len(), 1, "the topic's own onPublish wins over the app's");
+    for r in &got {
+        assert_eq!(r.method, "POST");
+        assert_eq!(r.header("content-type"), Some("application/json"));
+    }
+    assert_eq!(main[0].header("x-test"), Some("yes"), "the configured headers");
+
+    let first = json(main[0]);
+    assert_eq!(first["projectId"], "hooks");
+    assert_eq!(first["app"], "h");
+    assert_eq!(first["room"], "r");
+    assert_eq!(first["roomName"], "r");
+    assert_eq!(first["topicName"], "events");
+    assert_eq!(first["topic"], "h/r/events");
+    assert_eq!(first["actorId"], "pub");
+    assert_eq!(first["actorType"], "device");
+    assert_eq!(first["data"], serde_json::json!({"n": 7, "bin": {"$base64": "AQID"}, "s": "hé"}));
+    assert_eq!(first["scope"], serde_json::Value::Null);
+    assert!(first.get("msgId").is_none() && first.get("filter").is_none(), "{first}");
+    assert!(first["timestamp"].as_u64().is_some_and(|t| t > 1_700_000_000_000));
+    assert!(uuid::Uuid::parse_str(first["deliveryId"].as_str().unwrap()).is_ok());
+
+    let filtered = json(main[1]);
+    assert_eq!((filtered["data"].as_u64(), filtered["filter"].as_str()), (Some(2), Some("eu")));
+    let logged = json(main[2]);
+    assert_eq!(logged["data"], "logged");
+    assert_eq!(logged["msgId"], logged["deliveryId"], "a logged trigger's deliveryId is its msgId");
+    let ids: BTreeSet<String> = got.iter().map(|r| json(r)["deliveryId"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(ids.len(), 4, "distinct deliveryIds");
+}
+
+#[tokio::test]
+async fn a_failing_receiver_gets_retries_then_a_dead_letter_that_an_operator_retry_delivers_with_the_same_id() {
+    let receiver = WebhookReceiver::start(Mode::Status(500)).await;
+    let server = builder(&receiver)
+        .grpc()
+        .settings(|s| {
+            s.webhook_trigger_attempts = Some(3);
+            s.webhook_trigger_first_retry = Some("50ms".into());
+        })
+        .spawn()
+        .await;
+    let mut c = server.auth("hooks-token-pub").await;
+    c.publish_acked("h/r/jobs", "will fail".into()).await;
+    c.publish_acked("h/r/events", "will fail too".into()).await;
+    let tries = receiver.wait_for(6).await;
+    let ids: BTreeSet<String> = tries.iter().map(|r| json(r)["deliveryId"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(ids.len(), 2, "every attempt of one trigger carries the same deliveryId");
+
+    let mut control = server.control().await;
+    let list = || pb::ListWebhookFailuresRequest { project_id: "hooks".into(), ..Default::default() };
+    let d = Deadline::new("two dead letters", Duration::from_secs(10));
+    let failures = loop {
+        let f = control.list_webhook_failures(list()).await.unwrap().into_inner().failures;
+        if f.len() == 2 {
+            break f;
+        }
+        d.tick().await;
+    };
+    for f in &failures {
+        assert_eq!((f.kind.as_str(), f.attempts, f.project_id.as_str()), ("trigger", 3, "hooks"));
+        assert!(f.last_error.contains("500"), "{}", f.last_error);
+        assert_eq!(f.target, receiver.url("/t"));
+        assert!(ids.contains(&f.delivery_id));
+        assert!(f.topic == "h/r/jobs" || f.topic == "h/r/events", "{}", f.topic);
+    }
+    assert_eq!(receiver.requests().len(), 6, "no attempt after the last one");
+
+    // Still failing: the record stays, with one more attempt.
+    let retry = |ids: Vec<String>| pb::RetryWebhookFailuresRequest {
+        project_id: "hooks".into(),
+        delivery_ids: ids,
+        all: false,
+    };
+    let one = failures[0].delivery_id.clone();
+    let r = control.retry_webhook_failures(retry(vec![one.clone()])).await.unwrap().into_inner().results;
+    assert_eq!(r.len(), 1);
+    assert!(!r[0].delivered && r[0].error.contains("500"), "{r:?}");
+    let f = control.list_webhook_failures(list()).await.unwrap().into_inner().failures;
+    assert_eq!(f.iter().find(|x| x.delivery_id == one).map(|x| x.attempts), Some(4));
+
+    // The receiver is back: a retry of all delivers both, with their original bodies.
+    receiver.set_mode(Mode::Ok(serde_json::json!({})));
+    let all = pb::RetryWebhookFailuresRequest { project_id: "hooks".into(), delivery_ids: Vec::new(), all: true };
+    let r = control.retry_webhook_failures(all).await.unwrap().into_inner().results;
+    assert_eq!(r.iter().filter(|x| x.delivered).count(), 2, "{r:?}");
+    let got = receiver.requests();
+    let replayed = &got[got.len() - 2..];
+    for r in replayed {
+        let original = tries.iter().find(|t| json(t)["deliveryId"] == json(r)["deliveryId"]).expect("same deliveryId");
+        assert_eq!(r.body, original.body, "the retry posts the stored body byte for byte");
+    }
+    assert!(control.list_webhook_failures(list()).await.unwrap().into_inner().failures.is_empty());
+
+    // Purge: a new failure, purged by id; asking for nothing is an error.
+    receiver.set_mode(Mode::Status(404));
+    c.publish_acked("h/r/events", "not found".into()).await;
+    let d = Deadline::new("a dead letter after a 404 (not retried)", Duration::from_secs(10));
+    let f = loop {
+        let f = control.list_webhook_failures(list()).await.unwrap().into_inner().failures;
+        if let Some(x) = f.into_iter().next() {
+            break x;
+        }
+        d.tick().await;
+    };
+    assert_eq!(f.attempts, 1, "a 4xx answer is not retried");
+    let none = pb::PurgeWebhookFailuresRequest { project_id: "hooks".into(), ..Default::default() };
+    assert_eq!(control.purge_webhook_failures(none).await.unwrap_err().code(), tonic::Code::InvalidArgument);
+    let purge = pb::PurgeWebhookFailuresRequest {
+        project_id: "hooks".into(),
+        delivery_ids: vec![f.delivery_id.clone()],
+        all: false,
+    };
+    assert_eq!(control.purge_webhook_failures(purge).await.unwrap().into_inner().purged, 1);
+    assert!(control.list_webhook_failures(list()).await.unwrap().into_inner().failures.is_empty());
+}
+
+#[tokio::test]
+async fn a_two_node_cluster_on_mqtt_and_postgres_fires_exactly_once_per_publish() {
+    let Some(db) = TestDatabase::migrated().await else { return };
+    let receiver = WebhookReceiver::start(Mode::Ok(serde_json::json!({}))).await;
+    let url = db.url.clone();
+    let b = builder(&receiver).settings(move |s| s.store = Some(url));
+    let Some(cluster) = TestCluster::external(2, b).await else { return };
+    let (n0, n1) = (cluster.node(0), cluster.node(1));
+    // A subscriber on each node, so each node's hub sees every publication.
+    let mut s0 = n0.auth("hooks-token-pub").await;
+    let mut s1 = n1.auth("hooks-token-pub").await;
+    let mut p0 = n0.auth("hooks-token-pub").await;
+    let mut p1 = n1.auth("hooks-token-pub").await;
+    for s in [&mut s0, &mut s1] {
+        s.subscribe("h/r/events").await;
+        s.subscribe("h/r/jobs").await;
+    }
+    for i in 0..5u64 {
+        p0.publish_acked("h/r/events", Value::from(i)).await;
+        p1.publish_acked("h/r/jobs", Value::from(100 + i)).await;
+    }
+    let got = receiver.wait_for(10).await;
+    delivered_reaches(n0, 5).await;
+    delivered_reaches(n1, 5).await;
+    let data: Vec<u64> = got.iter().map(|r| json(r)["data"].as_u64().unwrap()).collect();
+    let unique: BTreeSet<u64> = data.iter().copied().collect();
+    assert_eq!(unique, (0..5).chain(100..105).collect(), "every publish once: {data:?}");
+    assert_eq!(receiver.requests().len(), 10, "and no duplicate");
+    for (node, from) in [(n0, "events"), (n1, "jobs")] {
+        let t = node.state.triggers.as_ref().unwrap();
+        assert_eq!(t.metrics.queued.load(Ordering::Relaxed), 5, "the accepting node sends its own ({from})");
+    }
+}
+
+#[tokio::test]
+async fn a_hanging_receiver_blocks_no_publish_and_a_full_queue_dead_letters_only_non_logged_triggers() {
+    let receiver = WebhookReceiver::start(Mode::Hang).await;
+    let server = builder(&receiver)
+        .settings(|s| {
+            s.webhook_queue = Some(1);
+            s.webhook_max_pending = Some(1);
+        })
+        .spawn()
+        .await;
+    let mut c = server.auth("hooks-token-pub").await;
+    // At most three fit: one in flight (hanging), one the dispatcher holds, one queued.
+    for i in 0..10u64 {
+        c.publish_acked("h/r/events", Value::from(i)).await;
+    }
+    c.publish_acked("h/r/jobs", "logged".into()).await;
+    let t = server.state.triggers.as_ref().unwrap();
+    let overflowed = t.metrics.overflowed.load(Ordering::Relaxed);
+    assert!(overflowed >= 7, "overflowed {overflowed}");
+    assert_eq!(t.metrics.deferred.load(Ordering::Relaxed), 1, "the logged one waits in the outbox");
+    let d = Deadline::new("the overflows' dead letters", Duration::from_secs(10));
+    let letters = loop {
+        let all = skua_core::DeadLetterFilter::default();
+        let l = server.state.store.list_dead_letters(all, 0, 100).await.unwrap();
+        if l.len() as u64 >= overflowed {
+            break l;
+        }
+        d.tick().await;
+    };
+    assert_eq!(letters.len() as u64, overflowed);
+    for l in &letters {
+        assert_eq!((l.topic.as_str(), l.attempts), ("hooks/hooks-app/r/events", 0));
+        assert!(l.last_error.contains("queue was full"), "{}", l.last_error);
+        let body: serde_json::Value = serde_json::from_slice(&l.body).unwrap();
+        assert_eq!(body["deliveryId"], l.delivery_id.as_str());
+    }
+    assert_eq!(t.metrics.dead_lettered.load(Ordering::Relaxed), overflowed);
+}
+
+#[tokio::test]
+async fn a_control_plane_publish_triggers_too() {
+    let receiver = WebhookReceiver::start(Mode::Ok(serde_json::json!({}))).await;
+    let server = builder(&receiver).grpc().spawn().await;
+    let mut control = server.control().await;
+    let data = skua_testkit::encode(&Value::from("from the backend"));
+    let r = pb::PublishRequest { project_id: "hooks".into(), topic: "h/r/jobs".into(), data, ..Default::default() };
+    control.publish(r).await.unwrap();
+    let got = receiver.wait_for(1).await;
+    let body = json(&got[0]);
+    assert_eq!((body["actorId"].as_str(), body["actorType"].as_str()), (Some("server"), Some("server")));
+    assert_eq!(body["data"], "from the backend");
+    assert_eq!(body["msgId"], body["deliveryId"]);
+}
