@@ -33,7 +33,7 @@ pub(crate) const SQLITE: &[Embedded] = embedded!("sqlite":
     "20261201000002_message_log.sql",
     "20261201000003_registry.sql",
     "20261201000004_connection_restore_records.sql",
-    "20261201000006_webhook_triggers.sql",
+    "20261201000005_webhook_triggers.sql",
 );
 
 /// `migrations/postgres/`, oldest first. Append only (migrations/README.md).
@@ -42,7 +42,7 @@ pub(crate) const POSTGRES: &[Embedded] = embedded!("postgres":
     "20261201000002_message_log.sql",
     "20261201000003_registry.sql",
     "20261201000004_connection_restore_records.sql",
-    "20261201000006_webhook_triggers.sql",
+    "20261201000005_webhook_triggers.sql",
 );
 
 /// A migrator over `files`.
