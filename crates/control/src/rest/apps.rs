@@ -153,7 +153,9 @@ pub(crate) struct AppPage {
 /// The topic list of `names` with the webhooks of `configs` (whose keys must all be topics).
 fn topics(names: &[String], configs: &BTreeMap<String, TopicConfigIn>) -> Result<Vec<pb::Topic>, ApiError> {
     if let Some(unknown) = configs.keys().find(|k| !names.contains(k)) {
-        return Err(ApiError::bad_request(format!("topicConfigs names {unknown:?}, which is not one of the app's topics")));
+        return Err(ApiError::bad_request(format!(
+            "topicConfigs names {unknown:?}, which is not one of the app's topics"
+        )));
     }
     Ok(names
         .iter()
