@@ -9,7 +9,8 @@
 //! written [`ROWS_PER_UPSERT`] rows per statement, because each statement is a round trip to
 //! sqlx's SQLite worker thread.
 
-use sqlx::SqlitePool;
+use sqlx::pool::CloseEvent;
+use sqlx::{Connection, SqliteConnection, SqlitePool};
 use tokio::sync::{mpsc, oneshot};
 
 /// Most writes in one transaction.
@@ -34,12 +35,27 @@ pub(crate) struct Writer {
     tx: mpsc::Sender<Job>,
 }
 
+/// Where the writer's transactions run.
+#[derive(Debug)]
+pub(crate) enum Target {
+    /// A connection of the store's pool per batch: for an in-memory database, whose one
+    /// connection the pool must keep sharing.
+    Pool(SqlitePool),
+    /// A connection of the writer's own (a file database). SQLite drops a connection's page
+    /// cache whenever another connection wrote since its last transaction: batches handed to
+    /// the pool's connections in turn re-read every page they touch (measured ~20 page reads
+    /// and a cache reset per connect+auth+subscribe+close cycle); one connection that does all
+    /// these writes keeps its cache.
+    Own(Box<SqliteConnection>),
+}
+
 impl Writer {
-    /// Starts the writer task on `pool`; `release` is the statement for a lone release (saves
-    /// go through the multi-row upsert, which has the same effect as the store's save).
-    pub(crate) fn start(pool: SqlitePool, release: &'static str) -> Self {
+    /// Starts the writer task on `target`; it stops (and later writes fail) once `closed`, the
+    /// store pool's close event, fires. `release` is the statement for a lone release (saves go
+    /// through the multi-row upsert, which has the same effect as the store's save).
+    pub(crate) fn start(target: Target, closed: CloseEvent, release: &'static str) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE);
-        tokio::spawn(run(pool, rx, release));
+        tokio::spawn(run(target, closed, rx, release));
         Self { tx }
     }
 
@@ -51,13 +67,30 @@ impl Writer {
     }
 }
 
-async fn run(pool: SqlitePool, mut rx: mpsc::Receiver<Job>, release: &'static str) {
+async fn run(mut target: Target, closed: CloseEvent, mut rx: mpsc::Receiver<Job>, release: &'static str) {
     let mut batch: Vec<Job> = Vec::with_capacity(MAX_BATCH);
-    while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        let result = apply(&pool, &batch, release).await;
+    tokio::pin!(closed);
+    loop {
+        tokio::select! {
+            biased;
+            () = &mut closed => break,
+            n = rx.recv_many(&mut batch, MAX_BATCH) => if n == 0 { break },
+        }
+        let result = match &mut target {
+            Target::Own(conn) => apply(conn, &batch, release).await,
+            Target::Pool(pool) => match pool.acquire().await {
+                Ok(mut conn) => apply(&mut conn, &batch, release).await,
+                Err(e) => Err(e.to_string()),
+            },
+        };
         for (_, done) in batch.drain(..) {
             let _ = done.send(result.clone());
         }
+    }
+    if let Target::Own(conn) = target
+        && let Err(error) = conn.close().await
+    {
+        tracing::warn!(error = &error as &dyn std::error::Error, "Closing the store writer's connection failed.");
     }
 }
 
@@ -127,11 +160,11 @@ fn upsert_sql(rows: usize) -> String {
     sql
 }
 
-async fn apply(pool: &SqlitePool, batch: &[Job], release: &'static str) -> Result<(), String> {
+async fn apply(conn: &mut SqliteConnection, batch: &[Job], release: &'static str) -> Result<(), String> {
     // Every statement is a round trip to sqlx's SQLite worker thread, which costs as much as
     // the statement itself: the batch is folded per key and upserts go many rows at a time.
     let finals = fold(batch);
-    let mut tx = pool.begin().await.map_err(|e| e.to_string())?;
+    let mut tx = conn.begin().await.map_err(|e| e.to_string())?;
     let upserts: Vec<(Key<'_>, &[u8], &str, Option<Ended>)> = finals
         .iter()
         .filter_map(|(k, f)| match f {

@@ -6,7 +6,9 @@
 //! records are then a little older), and in exchange no transaction waits for an fsync, which
 //! measured 500 → 4 300 connect+auth+subscribe+disconnect cycles/s. Restore-record writes are
 //! also group-committed (`crate::group_commit`): concurrent writes share one transaction, and
-//! each caller returns once its write is committed. `sqlite::memory:` lives
+//! each caller returns once its write is committed; for a file database they run on a connection
+//! of the writer's own, whose page cache stays valid between batches (`group_commit::Target`).
+//! `sqlite::memory:` lives
 //! as long as the store: one connection that is never recycled, since the database vanishes with
 //! its last connection.
 //!
@@ -18,11 +20,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use skua_core::{ActorId, ClaimedRecord, NodeId, ProjectId, RestoreKey, RestoreRecord, Store, StoreError};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::Connection;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
 
 use crate::clock::UnixClock;
 use crate::error::{self, sql};
-use crate::group_commit::{Write, Writer};
+use crate::group_commit::{Target, Write, Writer};
 use crate::migrations;
 use crate::prune::PruneSchedule;
 use crate::record;
@@ -90,7 +95,14 @@ impl SqliteStore {
     /// says which.
     pub async fn connect(url: &str, clock: UnixClock) -> Result<Self, StoreError> {
         let pool = open_pool(url, FILE_POOL_SIZE, BACKEND).await?;
-        let writer = Writer::start(pool.clone(), RELEASE);
+        let target = if is_in_memory(url) {
+            Target::Pool(pool.clone())
+        } else {
+            let options = (*pool.connect_options()).clone();
+            let conn = SqliteConnection::connect_with(&options).await.map_err(sql(BACKEND, "open"))?;
+            Target::Own(Box::new(conn))
+        };
+        let writer = Writer::start(target, pool.close_event(), RELEASE);
         Ok(Self { pool, writer, clock, prune: PruneSchedule::default() })
     }
 

@@ -79,6 +79,20 @@ async fn two_connections_of_one_actor_each_get_their_own_subscriptions_back() {
     two_tabs_each_get_their_own_subscriptions_back([&server, &server], [&server, &server]).await;
 }
 
+/// The same on an SQLite file, the default store: restore writes go through the store's own
+/// writer connection, claims through its pool, so each must see the other's commits.
+#[tokio::test]
+async fn two_connections_on_an_sqlite_file_each_get_their_own_subscriptions_back() {
+    let dir = std::env::temp_dir().join(format!("skua-two-tabs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch directory");
+    let store = format!("sqlite://{}/skua.db", dir.display());
+    let server = TestServer::builder().settings(|s| s.store = Some(store.clone())).spawn().await;
+    two_tabs_each_get_their_own_subscriptions_back([&server, &server], [&server, &server]).await;
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test]
 async fn a_fresh_auth_leaves_another_connection_s_record_alone() {
     let server = TestServer::start().await;
