@@ -773,6 +773,40 @@ mod tests {
     }
 
     #[test]
+    fn scoped_rooms_name_their_scope_and_share_the_room_s_webhooks() {
+        use crate::webhook::{TopicWebhooks, WebhookTarget};
+        let (r, ..) = fixture();
+        let mut project = r.projects.values().next().unwrap().as_ref().clone();
+        let hook = Arc::new(WebhookTarget { url: "http://hooks.example/t".into(), headers: vec![], timeout_ms: None });
+        project.apps[0]
+            .webhooks
+            .insert("messages".into(), TopicWebhooks { hydration: None, trigger: Some(hook.clone()) });
+        let actors = r.actors.values().map(|a| a.as_ref().clone()).collect();
+        let p = ProjectId::parse("p").unwrap();
+        let red = ScopeInfo { project: p.clone(), id: "scope-1".into(), slug: "red".into(), name: "Red".into() };
+        let r = Registry::build_hashed(vec![project], actors, vec![]).unwrap().with_scopes([red.clone()]).unwrap();
+        let at = |room: &str| TopicAddress {
+            room: RoomKey { project: p.clone(), app: AppId::parse("demo-app").unwrap(), room: room.into() },
+            topic: "messages".into(),
+        };
+        let scoped = at("red~general");
+        assert_eq!(r.webhook(&scoped, WebhookKind::Trigger).map(|c| c.target), Some(hook), "per app and topic");
+        assert_eq!(r.webhook(&scoped, WebhookKind::Trigger).unwrap().room_name.as_ref(), "General");
+        assert_eq!(r.room_scope(&scoped.room), Some(RoomScope::Known(&red)));
+        assert_eq!(r.room_scope(&at("general").room), None);
+        assert_eq!(r.room_scope(&at("blue~general").room), Some(RoomScope::Gone("blue")));
+        assert_eq!(
+            ScopeInfo::payload(r.room_scope(&scoped.room)),
+            serde_json::json!({"accessScopeId": "scope-1", "slug": "red", "name": "Red"})
+        );
+        assert_eq!(ScopeInfo::payload(None), serde_json::Value::Null);
+        let twice = r.clone().with_scopes([ScopeInfo { id: "scope-2".into(), ..red.clone() }]);
+        assert!(twice.unwrap_err().0.contains("scope-2"));
+        let elsewhere = ScopeInfo { project: ProjectId::parse("q").unwrap(), ..red };
+        assert!(r.with_scopes([elsewhere]).unwrap_err().0.contains("unknown project"));
+    }
+
+    #[test]
     fn grants_expire_and_narrow() {
         let g = Grant {
             subject: GrantSubject::ActorType(ActorType::User),
