@@ -662,3 +662,50 @@ async fn apps_take_and_show_webhooks_over_rest_and_their_triggers_are_signed() {
     assert_eq!(patched["topicConfigs"]["t"]["webhooks"]["onPublish"]["url"].as_str(), Some(rx.url("/own-t").as_str()));
     assert_eq!(patched["triggerWebhook"], Value::Null, "{patched}");
 }
+
+#[tokio::test]
+async fn a_scoped_logged_trigger_taken_over_from_the_outbox_carries_the_scope_and_the_client_s_room() {
+    let rx = WebhookReceiver::start(Mode::Hang).await;
+    let s = builder()
+        .settings(|s| {
+            s.webhook_queue = Some(1);
+            s.webhook_max_pending = Some(1);
+            s.webhook_trigger_attempts = Some(1);
+            s.trigger_lease = Some("300ms".into());
+            s.trigger_scan_interval = Some("100ms".into());
+        })
+        .spawn()
+        .await;
+    let a = s.addr;
+    let hook = json!({"triggerWebhook": {"url": rx.url("/trigger"), "timeoutMs": 2000}});
+    call(a, "PATCH", "/v1/apps/demo", Some(hook)).await.ok(200);
+    let red = call(a, "POST", "/v1/scopes", Some(json!({"name": "Red Team"}))).await.ok(201);
+    let red_id = red["accessScopeId"].as_str().unwrap().to_owned();
+    let (pub_id, pub_token) = actor_in(a, Some(&red_id)).await;
+    let mut publisher = s.auth(&pub_token).await;
+    // The receiver hangs (each attempt for 2 s): the queue fills, and the logged trigger waits in
+    // the outbox.
+    for i in 0..10u64 {
+        publisher.publish_acked("demo/general/messages", Mp::from(i)).await;
+    }
+    publisher.publish_acked("demo/general/tasks", "from the outbox".into()).await;
+    let t = s.state.triggers.as_ref().expect("the node posts triggers");
+    assert_eq!(t.metrics.deferred.load(std::sync::atomic::Ordering::Relaxed), 1, "left in the outbox");
+    rx.set_mode(Mode::Ok(json!({})));
+    let d = Deadline::new("the outbox trigger taken over and delivered", Duration::from_secs(10));
+    let body = loop {
+        if let Some(b) = posted(&rx, "/trigger").into_iter().find(|b| b["data"] == "from the outbox") {
+            break b;
+        }
+        d.tick().await;
+    };
+    assert!(t.metrics.taken_over.load(std::sync::atomic::Ordering::Relaxed) >= 1, "sent by the outbox scan");
+    assert_eq!(
+        (body["room"].as_str(), body["topic"].as_str()),
+        (Some("general"), Some("demo/general/tasks")),
+        "{body}"
+    );
+    assert_eq!((body["actorId"].as_str(), body["roomName"].as_str()), (Some(pub_id.as_str()), Some("general")));
+    assert_eq!(body["scope"], json!({"accessScopeId": red_id, "slug": "red-team", "name": "Red Team"}));
+    assert_eq!(body["msgId"], body["deliveryId"]);
+}
