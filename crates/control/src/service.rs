@@ -72,7 +72,7 @@ impl Default for ControlLimits {
 pub struct ControlService {
     sync: Arc<Propagator>,
     limits: ControlLimits,
-    webhooks: crate::WebhookPolicy,
+    pub(crate) webhooks: crate::WebhookPolicy,
 }
 
 impl std::fmt::Debug for ControlService {

@@ -31,7 +31,7 @@ pub use consumer::{ConsumerId, ConsumerOf};
 pub use envelope::{Control, ControlMessage, Envelope, EnvelopeId, PresenceChange, PresenceEvent, Publication};
 pub use ids::{ActorId, ActorType, AppId, ClientId, ConnId, IdError, NodeId, ProjectId, RecordId};
 pub use presence::{ConnRef, Presence, PresenceEntry, PresenceError};
-pub use registry::{Registry, RegistryDelta, SharedRegistry};
+pub use registry::{Registry, RegistryDelta, RoomScope, ScopeInfo, SharedRegistry};
 pub use registry_store::{RegistryData, RegistrySnapshot, RegistryStore};
 pub use store::{
     Claim, ClaimedRecord, ConnectionRecord, Consumer, Holder, MessageLog, NewMessage, Release, RestoreKey,

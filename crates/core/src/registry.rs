@@ -260,6 +260,45 @@ pub struct Registry {
     /// SHA-256 of each static token → actor. Lookup by digest keeps token comparison
     /// independent of how much of a guess matches.
     tokens: HashMap<[u8; 32], ActorId>,
+    /// Access scopes per project, by slug (webhook payloads name them).
+    scopes: HashMap<ProjectId, HashMap<Arc<str>, Arc<ScopeInfo>>>,
+}
+
+/// An access scope as webhook payloads name it: `{accessScopeId, slug, name}` (N43, N44).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScopeInfo {
+    /// Owning project.
+    pub project: ProjectId,
+    /// `accessScopeId`.
+    pub id: Arc<str>,
+    /// The slug injected into its actors' rooms.
+    pub slug: Arc<str>,
+    /// Display name.
+    pub name: Arc<str>,
+}
+
+impl ScopeInfo {
+    /// The `scope` value of a webhook payload for a room in `scope` (`null` outside any). A
+    /// scope deleted since (an outbox trigger sent later) is named by its slug alone:
+    /// `{accessScopeId: null, slug, name: slug}`.
+    pub fn payload(scope: Option<RoomScope<'_>>) -> serde_json::Value {
+        match scope {
+            None => serde_json::Value::Null,
+            Some(RoomScope::Known(s)) => {
+                serde_json::json!({ "accessScopeId": &*s.id, "slug": &*s.slug, "name": &*s.name })
+            }
+            Some(RoomScope::Gone(slug)) => serde_json::json!({ "accessScopeId": null, "slug": slug, "name": slug }),
+        }
+    }
+}
+
+/// The access scope of a scoped room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RoomScope<'a> {
+    /// A scope of the registry.
+    Known(&'a ScopeInfo),
+    /// A slug no scope of the project has (any more).
+    Gone(&'a str),
 }
 
 /// The SHA-256 digest a token is looked up (and stored) by.
@@ -332,6 +371,35 @@ impl Registry {
             }
         }
         Ok(r)
+    }
+
+    /// This registry with the access scopes `scopes` (their projects must exist).
+    ///
+    /// # Errors
+    /// [`RegistryError`] for a scope of an unknown project or a slug given twice in a project.
+    pub fn with_scopes(mut self, scopes: impl IntoIterator<Item = ScopeInfo>) -> Result<Self, RegistryError> {
+        for s in scopes {
+            if !self.projects.contains_key(&s.project) {
+                return Err(RegistryError(format!("scope {}: unknown project {}", s.id, s.project)));
+            }
+            let slug = s.slug.clone();
+            let id = s.id.clone();
+            if self.scopes.entry(s.project.clone()).or_default().insert(slug, Arc::new(s)).is_some() {
+                return Err(RegistryError(format!("scope {id}: its slug is taken twice in the project")));
+            }
+        }
+        Ok(self)
+    }
+
+    /// The access scope of `room` (`None` for a room outside any scope).
+    pub fn room_scope<'a>(&'a self, room: &'a RoomKey) -> Option<RoomScope<'a>> {
+        let (slug, _) = room.room.split_once(crate::address::SCOPE_SEPARATOR)?;
+        Some(
+            self.scopes
+                .get(&room.project)
+                .and_then(|by_slug| by_slug.get(slug))
+                .map_or(RoomScope::Gone(slug), |s| RoomScope::Known(s)),
+        )
     }
 
     /// The actor a static token belongs to.
@@ -420,12 +488,13 @@ impl Registry {
     }
 
     /// The webhook of `kind` for a topic, with the app's secret and the names its payload
-    /// carries; `None` when the topic (or its app, room) has none or is gone (N41).
+    /// carries; `None` when the topic (or its app, room) has none or is gone (N41). The
+    /// configuration is per app and topic: a room in an access scope has its room's webhooks.
     pub fn webhook(&self, address: &TopicAddress, kind: WebhookKind) -> Option<WebhookCall> {
         let project = self.projects.get(&address.room.project)?;
         let app = project.apps.iter().find(|a| a.id == address.room.app)?;
         let target = app.webhooks.get(&*address.topic)?.get(kind)?.clone();
-        let room = app.rooms.get(&*address.room.room)?;
+        let room = app.rooms.get(address.room.slug())?;
         Some(WebhookCall {
             kind,
             target,
@@ -701,6 +770,40 @@ mod tests {
         assert!(d.touches_room(&key));
         let empty = Registry::default();
         assert!(r.delta(&empty).all, "a project that went touches everything");
+    }
+
+    #[test]
+    fn scoped_rooms_name_their_scope_and_share_the_room_s_webhooks() {
+        use crate::webhook::{TopicWebhooks, WebhookTarget};
+        let (r, ..) = fixture();
+        let mut project = r.projects.values().next().unwrap().as_ref().clone();
+        let hook = Arc::new(WebhookTarget { url: "http://hooks.example/t".into(), headers: vec![], timeout_ms: None });
+        project.apps[0]
+            .webhooks
+            .insert("messages".into(), TopicWebhooks { hydration: None, trigger: Some(hook.clone()) });
+        let actors = r.actors.values().map(|a| a.as_ref().clone()).collect();
+        let p = ProjectId::parse("p").unwrap();
+        let red = ScopeInfo { project: p.clone(), id: "scope-1".into(), slug: "red".into(), name: "Red".into() };
+        let r = Registry::build_hashed(vec![project], actors, vec![]).unwrap().with_scopes([red.clone()]).unwrap();
+        let at = |room: &str| TopicAddress {
+            room: RoomKey { project: p.clone(), app: AppId::parse("demo-app").unwrap(), room: room.into() },
+            topic: "messages".into(),
+        };
+        let scoped = at("red~general");
+        assert_eq!(r.webhook(&scoped, WebhookKind::Trigger).map(|c| c.target), Some(hook), "per app and topic");
+        assert_eq!(r.webhook(&scoped, WebhookKind::Trigger).unwrap().room_name.as_ref(), "General");
+        assert_eq!(r.room_scope(&scoped.room), Some(RoomScope::Known(&red)));
+        assert_eq!(r.room_scope(&at("general").room), None);
+        assert_eq!(r.room_scope(&at("blue~general").room), Some(RoomScope::Gone("blue")));
+        assert_eq!(
+            ScopeInfo::payload(r.room_scope(&scoped.room)),
+            serde_json::json!({"accessScopeId": "scope-1", "slug": "red", "name": "Red"})
+        );
+        assert_eq!(ScopeInfo::payload(None), serde_json::Value::Null);
+        let twice = r.clone().with_scopes([ScopeInfo { id: "scope-2".into(), ..red.clone() }]);
+        assert!(twice.unwrap_err().0.contains("scope-2"));
+        let elsewhere = ScopeInfo { project: ProjectId::parse("q").unwrap(), ..red };
+        assert!(r.with_scopes([elsewhere]).unwrap_err().0.contains("unknown project"));
     }
 
     #[test]

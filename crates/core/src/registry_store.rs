@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::ids::{ActorId, ActorType, AppId, ProjectId};
 use crate::registry::{
     Actor, ActorScope, App, Grant, GrantSubject, Lobby, Permission, Project, ProjectLimits, Registry, RegistryError,
-    Room, TopicConfig,
+    Room, ScopeInfo, TopicConfig,
 };
 use crate::store::StoreError;
 use crate::webhook::{TopicWebhooks, WebhookSecret, WebhookTarget};
@@ -748,7 +748,16 @@ impl RegistryData {
             let digest = parse_hex32(&t.sha256).ok_or_else(|| err(format!("token {}: bad digest", t.key_id)))?;
             tokens.push((digest, ActorId::parse(&t.actor).map_err(|e| err(e.to_string()))?));
         }
-        Registry::build_hashed(projects, actors, tokens)
+        let mut scopes = Vec::with_capacity(self.scopes.len());
+        for s in self.scopes.values() {
+            scopes.push(ScopeInfo {
+                project: ProjectId::parse(&s.project).map_err(|e| err(e.to_string()))?,
+                id: s.id.as_str().into(),
+                slug: s.slug.as_str().into(),
+                name: s.name.as_str().into(),
+            });
+        }
+        Registry::build_hashed(projects, actors, tokens)?.with_scopes(scopes)
     }
 }
 

@@ -28,7 +28,7 @@ pub struct HydrationRequest {
     pub call: WebhookCall,
     /// `projectId`.
     pub project_id: ProjectId,
-    /// `room`: the room slug.
+    /// `room`: the room slug as the client addresses it (never `<scope>~<room>`).
     pub room: Arc<str>,
     /// `topicName`: the bare topic name.
     pub topic_name: Arc<str>,
@@ -38,6 +38,8 @@ pub struct HydrationRequest {
     pub actor_type: ActorType,
     /// `clientId`, for a session that has one.
     pub client_id: Option<String>,
+    /// `scope`: `{accessScopeId, slug, name}` of the subscription's access scope, or `null`.
+    pub scope: serde_json::Value,
 }
 
 /// Why a subscription got no hydration frame.

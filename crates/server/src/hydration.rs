@@ -25,8 +25,7 @@ pub fn payload(r: &HydrationRequest) -> Map<String, Json> {
     if let Some(c) = &r.client_id {
         m.insert("clientId".into(), c.as_str().into());
     }
-    // Access scopes do not exist yet (N43 allows null).
-    m.insert("scope".into(), Json::Null);
+    m.insert("scope".into(), r.scope.clone());
     m
 }
 

@@ -235,7 +235,7 @@ impl skua_edge::triggers::TriggerHooks for EngineHooks {
                     target: Arc::new(WebhookTarget { url: url.to_owned(), headers: Vec::new(), timeout_ms: None }),
                     secret: app.and_then(|a| a.webhook_secret.clone()),
                     app_slug: other.as_ref().map_or_else(|| topic.room.app.as_str().into(), |c| c.app_slug.clone()),
-                    room_name: other.map_or_else(|| topic.room.room.clone(), |c| c.room_name),
+                    room_name: other.map_or_else(|| Arc::from(topic.room.slug()), |c| c.room_name),
                 }
             }
         };

@@ -16,7 +16,8 @@ use super::auth::Caller;
 use super::body::{self, App, Deleted, json_response};
 use super::error::{ApiError, ErrorBody};
 use crate::pb;
-use crate::service::apps;
+use crate::service::{apps, convert};
+use skua_core::webhook::WebhookKind;
 
 /// `page`, `limit`, `sortBy`, `sortOrder`, `search` of a paginated list.
 #[derive(Debug, Default, Deserialize, IntoParams)]
@@ -150,6 +151,34 @@ pub(crate) struct AppPage {
     total_pages: usize,
 }
 
+/// Checks one webhook of a body by the node's rules (as the service layer does after), so that
+/// a refusal names the field as the caller sent it (`triggerWebhook.url`,
+/// `topicConfigs.<topic>.webhooks.onPublish.timeoutMs`). An empty `url` (removal) passes.
+fn check_webhook(rest: &Rest, field: &str, kind: WebhookKind, w: Option<&WebhookIn>) -> Result<(), ApiError> {
+    let Some(record) = convert::target_record(w.map(WebhookIn::target).as_ref()) else { return Ok(()) };
+    rest.svc.webhooks.check(field, kind, &record).map_err(|e| {
+        let field = e.field.strip_suffix(".timeout_ms").map_or_else(|| e.field.clone(), |f| format!("{f}.timeoutMs"));
+        ApiError::bad_request(format!("{field}: {}", e.reason))
+    })
+}
+
+/// [`check_webhook`] of every webhook a create or update body gives.
+fn check_webhooks(
+    rest: &Rest,
+    hydration: Option<&WebhookIn>,
+    trigger: Option<&WebhookIn>,
+    configs: Option<&BTreeMap<String, TopicConfigIn>>,
+) -> Result<(), ApiError> {
+    check_webhook(rest, "hydrationWebhook", WebhookKind::Hydration, hydration)?;
+    check_webhook(rest, "triggerWebhook", WebhookKind::Trigger, trigger)?;
+    for (topic, c) in configs.into_iter().flatten() {
+        let field = |which: &str| format!("topicConfigs.{topic}.webhooks.{which}");
+        check_webhook(rest, &field("onSubscribe"), WebhookKind::Hydration, c.webhooks.on_subscribe.as_ref())?;
+        check_webhook(rest, &field("onPublish"), WebhookKind::Trigger, c.webhooks.on_publish.as_ref())?;
+    }
+    Ok(())
+}
+
 /// The topic list of `names` with the webhooks of `configs` (whose keys must all be topics).
 fn topics(names: &[String], configs: &BTreeMap<String, TopicConfigIn>) -> Result<Vec<pb::Topic>, ApiError> {
     if let Some(unknown) = configs.keys().find(|k| !names.contains(k)) {
@@ -259,6 +288,7 @@ pub(crate) async fn create(
     let c: AppCreate = body::parse(b)?;
     let name = c.name.filter(|n| !n.trim().is_empty()).ok_or_else(|| ApiError::bad_request("name is required"))?;
     let slug = c.slug.unwrap_or_else(|| body::slugify(&name));
+    check_webhooks(&rest, c.hydration_webhook.as_ref(), c.trigger_webhook.as_ref(), Some(&c.topic_configs))?;
     let r = pb::CreateAppRequest {
         project_id: caller.project.clone(),
         slug,
@@ -287,6 +317,7 @@ pub(crate) async fn update(
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let u: AppUpdate = body::parse(b)?;
+    check_webhooks(&rest, u.hydration_webhook.as_ref(), u.trigger_webhook.as_ref(), u.topic_configs.as_ref())?;
     let current = if u.slug.is_some() || u.topics.is_some() || u.topic_configs.is_some() {
         Some(apps::get(&rest.svc, pb::GetAppRequest { project_id: caller.project.clone(), app: app.clone() }).await?)
     } else {
@@ -310,6 +341,7 @@ pub(crate) async fn update(
                     t.webhooks = old.and_then(|o| o.webhooks.clone());
                 }
                 t.logged = old.is_some_and(|o| o.logged);
+                t.webhook = old.and_then(|o| o.webhook.clone());
             }
             Some(pb::TopicList { topics: list })
         }

@@ -107,5 +107,16 @@ mod tests {
         for key in ["appId", "projectId", "name", "slug", "config", "createdAt"] {
             assert!(app[key].is_object(), "App.{key}: {app}");
         }
+        for (schema, keys) in [
+            ("App", &["hydrationWebhook", "triggerWebhook", "topicConfigs", "webhookSecret"][..]),
+            ("AppCreate", &["hydrationWebhook", "triggerWebhook", "topicConfigs"]),
+            ("AppUpdate", &["hydrationWebhook", "triggerWebhook", "topicConfigs"]),
+            ("WebhookIn", &["url", "headers", "timeoutMs"]),
+        ] {
+            let props = &doc["components"]["schemas"][schema]["properties"];
+            for key in keys {
+                assert!(props[key].is_object(), "{schema}.{key}: {props}");
+            }
+        }
     }
 }

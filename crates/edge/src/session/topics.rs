@@ -34,11 +34,13 @@ impl Session {
     pub(super) fn prepare_hydration(&self, s: &SessionSub) -> Option<(Arc<Hold>, HydrationRequest)> {
         self.st.hydrator.as_ref()?;
         let a = self.auth.as_ref()?;
-        let call = self.st.registry.load().webhook(&s.address, WebhookKind::Hydration)?;
+        let registry = self.st.registry.load();
+        let call = registry.webhook(&s.address, WebhookKind::Hydration)?;
         let request = HydrationRequest {
             call,
             project_id: s.address.room.project.clone(),
-            room: s.address.room.room.clone(),
+            room: Arc::from(s.address.room.slug()),
+            scope: skua_core::ScopeInfo::payload(registry.room_scope(&s.address.room)),
             topic_name: s.address.topic.clone(),
             actor_id: a.actor.id.clone(),
             actor_type: a.actor.actor_type,

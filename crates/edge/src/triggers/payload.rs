@@ -4,7 +4,7 @@
 
 use base64::Engine as _;
 use serde_json::{Map, Value, json};
-use skua_core::{Registry, TopicAddress};
+use skua_core::{Registry, ScopeInfo, TopicAddress};
 
 /// Nesting [`data_json`] decodes before it gives up and sends the bytes as `{"$base64": …}`
 /// (the protocol reader's own cap).
@@ -31,29 +31,30 @@ pub struct TriggerFacts<'a> {
 }
 
 /// The JSON body of a trigger. Names come from `registry`: `app` is the app's slug (its id when
-/// the app is gone), `roomName` the room's display name (its slug when gone), `actorType` the
-/// publisher's type (`server` for a publisher that is not a registered actor: the control
-/// plane's).
+/// the app is gone), `room` the room slug as clients address it (never the internal
+/// `<scope>~<room>` of a scoped actor's room), `roomName` the room's display name (its slug when
+/// gone), `scope` the room's access scope (`null` outside any), `actorType` the publisher's type
+/// (`server` for a publisher that is not a registered actor: the control plane's).
 pub fn body(registry: &Registry, f: &TriggerFacts<'_>) -> Vec<u8> {
     let room = &f.topic.room;
+    let slug = room.slug();
     let app_rec = registry.project(&room.project).and_then(|p| p.apps.iter().find(|a| a.id == room.app));
     let app = app_rec.map_or_else(|| room.app.as_str().to_owned(), |a| a.slug.clone());
-    let room_name =
-        app_rec.and_then(|a| a.rooms.get(&*room.room)).map_or_else(|| room.room.clone(), |r| r.name.clone());
+    let room_name = app_rec.and_then(|a| a.rooms.get(slug)).map_or(slug, |r| &*r.name);
     let actor_type = registry.actor(f.publisher).map_or("server", |a| a.actor_type.as_str());
     let mut v = json!({
         "deliveryId": f.delivery_id,
         "timestamp": f.timestamp_ms,
         "projectId": room.project.as_str(),
         "app": app,
-        "room": &*room.room,
-        "roomName": &*room_name,
+        "room": slug,
+        "roomName": room_name,
         "topicName": &*f.topic.topic,
-        "topic": format!("{app}/{}/{}", room.room, f.topic.topic),
+        "topic": format!("{app}/{slug}/{}", f.topic.topic),
         "actorId": f.publisher,
         "actorType": actor_type,
         "data": data_json(f.data),
-        "scope": Value::Null,
+        "scope": ScopeInfo::payload(registry.room_scope(room)),
     });
     if let Some(m) = v.as_object_mut() {
         if let Some(filter) = f.filter {

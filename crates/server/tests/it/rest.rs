@@ -10,6 +10,7 @@ use rmpv::Value as Mp;
 use serde_json::{Value, json};
 use skua_control::pb;
 use skua_testkit::control::{Control, Deadline};
+use skua_testkit::webhook::{Mode, RecordedRequest, WebhookReceiver};
 use skua_testkit::{TestCluster, TestServer, frame};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -475,4 +476,236 @@ async fn scopes_isolate_the_same_room_slug_and_deactivation_closes_4001_scope_in
     call(a, "GET", &format!("/v1/scopes/{red}"), None).await.error(404, "not found");
     let grpc = ok(c.list_scopes(pb::ListScopesRequest { project_id: "demo-project".into() }).await).scopes;
     assert_eq!(grpc.iter().map(|s| s.slug.as_str()).collect::<Vec<_>>(), ["blue"]);
+}
+
+/// The webhook requests of `rx` posted to `path`, as JSON.
+fn posted(rx: &WebhookReceiver, path: &str) -> Vec<Value> {
+    rx.requests().iter().filter(|r| r.path == path).map(RecordedRequest::json).collect()
+}
+
+/// The one trigger among `got` whose `data` is `data`.
+fn trigger_with<'a>(got: &'a [Value], data: &str) -> &'a Value {
+    let mut it = got.iter().filter(|t| t["data"] == data);
+    let t = it.next().unwrap_or_else(|| panic!("no trigger with data {data:?} in {got:?}"));
+    assert!(it.next().is_none(), "one trigger with data {data:?}: {got:?}");
+    t
+}
+
+#[tokio::test]
+async fn webhook_payloads_carry_the_scope_and_the_room_as_the_client_addresses_it() {
+    let rx = WebhookReceiver::start(Mode::Ok(json!({"state": 1}))).await;
+    let s = builder().spawn().await;
+    let a = s.addr;
+    // The webhooks are per app and topic: a scoped actor's rooms use them like everyone's.
+    let hooks = json!({"hydrationWebhook": {"url": rx.url("/hydrate")}, "triggerWebhook": {"url": rx.url("/trigger")}});
+    let app = call(a, "PATCH", "/v1/apps/demo", Some(hooks)).await.ok(200);
+    assert_eq!(app["triggerWebhook"]["url"].as_str(), Some(rx.url("/trigger").as_str()), "{app}");
+    let red = call(a, "POST", "/v1/scopes", Some(json!({"name": "Red Team"}))).await.ok(201);
+    let red_id = red["accessScopeId"].as_str().unwrap().to_owned();
+    let red_scope = json!({"accessScopeId": red_id, "slug": "red-team", "name": "Red Team"});
+    let (sub_id, sub_token) = actor_in(a, Some(&red_id)).await;
+    let (pub_id, pub_token) = actor_in(a, Some(&red_id)).await;
+
+    // Hydration of a scoped subscription: the scope, the room slug the client sent.
+    let mut sub = s.auth(&sub_token).await;
+    sub.subscribe("demo/general/messages").await;
+    assert_eq!(sub.expect("hydration").await.get("data")["state"].as_u64(), Some(1));
+    let h = &posted(&rx, "/hydrate")[0];
+    assert_eq!((h["room"].as_str(), h["roomName"].as_str()), (Some("general"), Some("general")), "{h}");
+    assert_eq!((h["app"].as_str(), h["topicName"].as_str()), (Some("demo"), Some("messages")), "{h}");
+    assert_eq!((h["actorId"].as_str(), &h["scope"]), (Some(sub_id.as_str()), &red_scope), "{h}");
+    let mut bob = s.auth("dev-token-bob").await;
+    bob.subscribe("demo/general/tasks").await;
+    assert!(bob.expect("hydration").await.get("data").is_map());
+    assert_eq!(posted(&rx, "/hydrate")[1]["scope"], Value::Null, "an unscoped subscription");
+
+    // Triggers of a scoped publisher (a plain and a logged topic), of an unscoped one and of a
+    // REST publish (unscoped, actorType server).
+    let mut publisher = s.auth(&pub_token).await;
+    publisher.publish_acked("demo/general/messages", "scoped plain".into()).await;
+    publisher.publish_acked("demo/general/tasks", "scoped logged".into()).await;
+    bob.publish_acked("demo/general/messages", "unscoped".into()).await;
+    let rest = json!({"topic": "demo/general/messages", "data": "from rest"});
+    call(a, "POST", "/v1/publish", Some(rest)).await.ok(200);
+    rx.wait_for(6).await;
+    let got = posted(&rx, "/trigger");
+    assert_eq!(got.len(), 4, "{got:?}");
+    for (data, topic, actor, scope) in [
+        ("scoped plain", "messages", pub_id.as_str(), &red_scope),
+        ("scoped logged", "tasks", pub_id.as_str(), &red_scope),
+        ("unscoped", "messages", "bob", &Value::Null),
+        ("from rest", "messages", "server", &Value::Null),
+    ] {
+        let t = trigger_with(&got, data);
+        assert_eq!((t["room"].as_str(), t["roomName"].as_str()), (Some("general"), Some("general")), "{t}");
+        assert_eq!(t["topic"].as_str(), Some(format!("demo/general/{topic}").as_str()), "{t}");
+        assert_eq!((t["topicName"].as_str(), t["actorId"].as_str()), (Some(topic), Some(actor)), "{t}");
+        assert_eq!(&t["scope"], scope, "{t}");
+        assert!(!t.to_string().contains('~'), "never the internal room: {t}");
+    }
+    let logged = trigger_with(&got, "scoped logged");
+    assert!(logged["msgId"].is_string(), "{logged}");
+
+    // A logged trigger taken over from the outbox is built again from the stored message (its
+    // topic key carries the internal room): the same body.
+    let key = "demo-project/demo-app/red-team~general/tasks";
+    let topic = skua_edge::triggers::parse_topic_key(key).expect("a topic key");
+    let msg_id = logged["msgId"].as_str().unwrap();
+    let data = skua_testkit::encode(&Mp::from("scoped logged"));
+    let facts = skua_edge::triggers::payload::TriggerFacts {
+        delivery_id: msg_id,
+        topic: &topic,
+        publisher: &pub_id,
+        timestamp_ms: logged["timestamp"].as_u64().unwrap(),
+        filter: None,
+        msg_id: Some(msg_id),
+        data: &data,
+    };
+    let rebuilt: Value =
+        serde_json::from_slice(&skua_edge::triggers::payload::body(&s.registry.load(), &facts)).unwrap();
+    assert_eq!(&rebuilt, logged);
+
+    // A scope deleted before such a takeover is still named, by its slug.
+    call(a, "DELETE", &format!("/v1/scopes/{red_id}"), None).await.ok(204);
+    let d = Deadline::new("the scope's deletion in the registry", Duration::from_secs(3));
+    let gone = loop {
+        let body: Value =
+            serde_json::from_slice(&skua_edge::triggers::payload::body(&s.registry.load(), &facts)).unwrap();
+        if body["scope"]["accessScopeId"].is_null() {
+            break body;
+        }
+        d.tick().await;
+    };
+    assert_eq!(gone["scope"], json!({"accessScopeId": null, "slug": "red-team", "name": "red-team"}));
+}
+
+#[tokio::test]
+async fn apps_take_and_show_webhooks_over_rest_and_their_triggers_are_signed() {
+    let rx = WebhookReceiver::start(Mode::Ok(json!({"state": "h"}))).await;
+    let s = builder().spawn().await;
+    let a = s.addr;
+    let create = json!({
+        "name": "Hooks",
+        "topics": ["t", "u"],
+        "triggerWebhook": {"url": rx.url("/trigger"), "headers": {"X-Env": "test"}, "timeoutMs": 2000},
+        "topicConfigs": {"u": {"webhooks": {"onSubscribe": {"url": rx.url("/hydrate-u")}}}},
+    });
+    let app = call(a, "POST", "/v1/apps", Some(create)).await.ok(201);
+    let secret = app["webhookSecret"].as_str().expect("the secret, in the creating answer").to_owned();
+    assert!(secret.starts_with("whsec_") && app["hasWebhookSecret"] == json!(true), "{app}");
+    assert_eq!(
+        app["triggerWebhook"],
+        json!({"url": rx.url("/trigger"), "headers": {"X-Env": "test"}, "timeoutMs": 2000}),
+        "{app}"
+    );
+    assert_eq!(app["hydrationWebhook"], Value::Null);
+    assert_eq!(
+        app["topicConfigs"]["u"]["webhooks"]["onSubscribe"]["url"].as_str(),
+        Some(rx.url("/hydrate-u").as_str())
+    );
+    let id = app["appId"].as_str().unwrap().to_owned();
+    let got = call(a, "GET", &format!("/v1/apps/{id}"), None).await.ok(200);
+    assert!(got.get("webhookSecret").is_none(), "shown once: {got}");
+    assert_eq!(got["triggerWebhook"], app["triggerWebhook"]);
+    let listed = call(a, "GET", "/v1/apps?search=hooks", None).await.ok(200);
+    assert!(listed["data"][0].get("webhookSecret").is_none() && listed["data"][0]["topicConfigs"]["u"].is_object());
+    call(a, "POST", "/v1/apps/hooks/rooms", Some(json!({"name": "R", "slug": "r"}))).await.ok(201);
+
+    // A publish over REST and one over the WebSocket each reach the receiver, signed.
+    call(a, "POST", "/v1/publish", Some(json!({"topic": "hooks/r/t", "data": {"n": 1}}))).await.ok(200);
+    let mut bob = s.auth("dev-token-bob").await;
+    bob.subscribe("hooks/r/u").await;
+    assert_eq!(bob.expect("hydration").await.get("data")["state"].as_str(), Some("h"), "the topic's own onSubscribe");
+    bob.publish_acked("hooks/r/u", "ws".into()).await;
+    let reqs = rx.wait_for(3).await;
+    let triggers: Vec<_> = reqs.iter().filter(|r| r.path == "/trigger").collect();
+    assert_eq!(triggers.len(), 2, "{reqs:?}");
+    for r in &reqs {
+        assert!(r.signature_valid(&secret), "signed with the secret of the creating answer: {r:?}");
+    }
+    assert!(triggers.iter().all(|r| r.header("x-env") == Some("test")));
+    let bodies: Vec<Value> = triggers.iter().map(|r| r.json()).collect();
+    assert_eq!(trigger_with(&bodies, "ws")["actorId"], "bob");
+    let rest = bodies.iter().find(|b| b["data"] == json!({"n": 1})).expect("the REST publish's trigger");
+    assert_eq!((rest["actorType"].as_str(), rest["topic"].as_str()), (Some("server"), Some("hooks/r/t")));
+
+    // Refused configurations: 400 naming the field (as sent) and the rule; nothing stored.
+    let metadata = json!({"name": "M", "topics": ["t"], "triggerWebhook": {"url": "http://169.254.169.254/latest"}});
+    let r = call(a, "POST", "/v1/apps", Some(metadata)).await;
+    r.error(400, "triggerWebhook.url");
+    r.error(400, "link-local or cloud metadata");
+    call(a, "GET", "/v1/apps/m", None).await.error(404, "not found");
+    let bad = json!({"topicConfigs": {"t": {"webhooks": {"onPublish": {"url": "http://[fe80::1]/x"}}}}});
+    let r = call(a, "PATCH", &format!("/v1/apps/{id}"), Some(bad)).await;
+    r.error(400, "topicConfigs.t.webhooks.onPublish.url");
+    r.error(400, "link-local");
+    let slow = json!({"hydrationWebhook": {"url": rx.url("/h"), "timeoutMs": 30001}});
+    call(a, "PATCH", &format!("/v1/apps/{id}"), Some(slow)).await.error(400, "hydrationWebhook.timeoutMs");
+    let unknown = json!({"topicConfigs": {"nope": {"webhooks": {"onPublish": {"url": rx.url("/x")}}}}});
+    call(a, "PATCH", &format!("/v1/apps/{id}"), Some(unknown.clone())).await.error(400, "\"nope\"");
+    let unknown_create = json!({"name": "N", "topics": ["t"], "topicConfigs": unknown["topicConfigs"]});
+    call(a, "POST", "/v1/apps", Some(unknown_create)).await.error(400, "not one of the app's topics");
+
+    // PATCH with topicConfigs alone keeps the topic list (and replaces the topics' own webhooks).
+    let own = json!({"topicConfigs": {"t": {"webhooks": {"onPublish": {"url": rx.url("/own-t")}}}}});
+    let patched = call(a, "PATCH", &format!("/v1/apps/{id}"), Some(own)).await.ok(200);
+    assert_eq!(patched["topics"], json!(["t", "u"]), "{patched}");
+    assert_eq!(
+        patched["topicConfigs"].as_object().map(|o| o.keys().cloned().collect::<Vec<_>>()),
+        Some(vec!["t".to_owned()])
+    );
+    assert_eq!(patched["triggerWebhook"], app["triggerWebhook"], "the app-level webhook stays");
+    assert!(patched.get("webhookSecret").is_none(), "{patched}");
+    // Topics alone keep the topics' own webhooks; an empty url removes an app-level webhook.
+    let topics = json!({"topics": ["t", "u", "v"], "triggerWebhook": {"url": ""}});
+    let patched = call(a, "PATCH", &format!("/v1/apps/{id}"), Some(topics)).await.ok(200);
+    assert_eq!(patched["topicConfigs"]["t"]["webhooks"]["onPublish"]["url"].as_str(), Some(rx.url("/own-t").as_str()));
+    assert_eq!(patched["triggerWebhook"], Value::Null, "{patched}");
+}
+
+#[tokio::test]
+async fn a_scoped_logged_trigger_taken_over_from_the_outbox_carries_the_scope_and_the_client_s_room() {
+    let rx = WebhookReceiver::start(Mode::Hang).await;
+    let s = builder()
+        .settings(|s| {
+            s.webhook_queue = Some(1);
+            s.webhook_max_pending = Some(1);
+            s.webhook_trigger_attempts = Some(1);
+            s.trigger_lease = Some("300ms".into());
+            s.trigger_scan_interval = Some("100ms".into());
+        })
+        .spawn()
+        .await;
+    let a = s.addr;
+    let hook = json!({"triggerWebhook": {"url": rx.url("/trigger"), "timeoutMs": 2000}});
+    call(a, "PATCH", "/v1/apps/demo", Some(hook)).await.ok(200);
+    let red = call(a, "POST", "/v1/scopes", Some(json!({"name": "Red Team"}))).await.ok(201);
+    let red_id = red["accessScopeId"].as_str().unwrap().to_owned();
+    let (pub_id, pub_token) = actor_in(a, Some(&red_id)).await;
+    let mut publisher = s.auth(&pub_token).await;
+    // The receiver hangs (each attempt for 2 s): the queue fills, and the logged trigger waits in
+    // the outbox.
+    for i in 0..10u64 {
+        publisher.publish_acked("demo/general/messages", Mp::from(i)).await;
+    }
+    publisher.publish_acked("demo/general/tasks", "from the outbox".into()).await;
+    let t = s.state.triggers.as_ref().expect("the node posts triggers");
+    assert_eq!(t.metrics.deferred.load(std::sync::atomic::Ordering::Relaxed), 1, "left in the outbox");
+    rx.set_mode(Mode::Ok(json!({})));
+    let d = Deadline::new("the outbox trigger taken over and delivered", Duration::from_secs(10));
+    let body = loop {
+        if let Some(b) = posted(&rx, "/trigger").into_iter().find(|b| b["data"] == "from the outbox") {
+            break b;
+        }
+        d.tick().await;
+    };
+    assert!(t.metrics.taken_over.load(std::sync::atomic::Ordering::Relaxed) >= 1, "sent by the outbox scan");
+    assert_eq!(
+        (body["room"].as_str(), body["topic"].as_str()),
+        (Some("general"), Some("demo/general/tasks")),
+        "{body}"
+    );
+    assert_eq!((body["actorId"].as_str(), body["roomName"].as_str()), (Some(pub_id.as_str()), Some("general")));
+    assert_eq!(body["scope"], json!({"accessScopeId": red_id, "slug": "red-team", "name": "Red Team"}));
+    assert_eq!(body["msgId"], body["deliveryId"]);
 }
