@@ -10,7 +10,10 @@
 # SQLite store in a fresh directory, per-address limits off; SKUA_EXTRA adds server arguments,
 # e.g. SKUA_EXTRA="--store memory"), runs skua-bench (from $CARGO_TARGET_DIR/release, built if
 # missing) with --window-cmd zeroing the counters when the window opens and dumping them when it
-# closes, then prints instructions / messages delivered in the window. Keep the rates low: a
+# closes, then prints instructions / messages delivered in the window. TRIGGERS=1 gives the bench
+# app a trigger webhook pointing at skua-bench's own always-ok receiver (`--triggers`; fanout then
+# runs on the bench app's topic, so compare with `fanout --bench-app`) and also prints the
+# triggers received in the window (docs/benchmarks.md, "Issue 14: triggers"). Keep the rates low: a
 # server that falls behind under callgrind batches, and its count per message drops.
 # Everything it starts is stopped on exit; the run's files stay in the printed directory.
 set -euo pipefail
@@ -25,7 +28,14 @@ BENCH=${CARGO_TARGET_DIR:-target}/release/skua-bench
 BENCH=$(realpath "$BENCH")
 D=$(mktemp -d /tmp/skua-bench-instructions.XXXXXX)
 mkdir -p "$D/srv"
-"$BENCH" fixtures >"$D/fixtures.toml"
+TRIGGER_ARGS=()
+if [ "${TRIGGERS:-0}" = 1 ]; then
+  port=$("$BENCH" ports)
+  "$BENCH" fixtures --trigger-webhook "http://127.0.0.1:$port/trigger" >"$D/fixtures.toml"
+  TRIGGER_ARGS=(--triggers --trigger-listen "127.0.0.1:$port")
+else
+  "$BENCH" fixtures >"$D/fixtures.toml"
+fi
 cat >"$D/window.sh" <<'W'
 #!/usr/bin/env bash
 case $1 in
@@ -49,7 +59,7 @@ for _ in $(seq 1 1200); do
 done
 [ -n "$line" ] || { echo "bench-instructions: the server did not start (see $D/server.log)" >&2; exit 1; }
 CG_PID=$PID "$BENCH" "$@" --url "ws://${line##* }/ws" --server-pid "$PID" --window-cmd "$D/window.sh" \
-  --json "$D/result.json" >"$D/bench.out" 2>"$D/bench.log"
+  ${TRIGGER_ARGS[@]+"${TRIGGER_ARGS[@]}"} --json "$D/result.json" >"$D/bench.out" 2>"$D/bench.log"
 kill "$PID"
 wait "$PID" 2>/dev/null || true
 trap - EXIT
@@ -59,8 +69,10 @@ awk -v ir="$ir" -v d="$D" '
   { if (match($0, /"scenario":"[a-z]+"/)) sc = substr($0, RSTART + 12, RLENGTH - 13)
     if (match($0, /"duration_s":[0-9.]+/)) dur = substr($0, RSTART + 13, RLENGTH - 13)
     if (match($0, /"delivered_per_s":[0-9.]+/)) rate = substr($0, RSTART + 18, RLENGTH - 18)
-    if (match($0, /"churn_per_s":[0-9.]+/)) rate = substr($0, RSTART + 14, RLENGTH - 14) }
+    if (match($0, /"churn_per_s":[0-9.]+/)) rate = substr($0, RSTART + 14, RLENGTH - 14)
+    if (match($0, /"triggers_per_s":[0-9.]+/)) trig = substr($0, RSTART + 17, RLENGTH - 17) }
   END { n = rate * dur; unit = (sc == "churn") ? "cycle" : "delivered message"
         if (n < 1) { print "bench-instructions: nothing delivered in the window (" d ")"; exit 1 }
-        printf "%s: %d instructions over %d %ss: %.0f per %s (files in %s)\n", sc, ir, n, unit, ir / n, unit, d }
+        printf "%s: %d instructions over %d %ss: %.0f per %s (files in %s)\n", sc, ir, n, unit, ir / n, unit, d
+        if (trig != "") printf "triggers received in the window: %d (%.2f per %s)\n", trig * dur, trig * dur / n, unit }
 ' "$D/result.json"

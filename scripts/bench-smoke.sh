@@ -23,6 +23,8 @@ BARE=$dir/skua-bare
 T=(--duration 2 --warmup 0.5 --drain 3 --strict)
 "$BENCH" fanout --spawn-skua "$SKUA" --subscribers 5 --rate 200 --payload 100 "${T[@]}"
 "$BENCH" pairs --spawn-skua "$SKUA" --topics 10 --rate 20 "${T[@]}"
+# Trigger webhooks (issue 14): every publish's trigger must reach the bench's own receiver.
+"$BENCH" pairs --spawn-skua "$SKUA" --topics 10 --rate 20 --triggers "${T[@]}"
 "$BENCH" churn --spawn-skua "$SKUA" --rate 100 --concurrency 16 "${T[@]}"
 # Many actors: the churn actors of the bench fixtures must log in (a failed cycle fails --strict).
 "$BENCH" churn --spawn-skua "$SKUA" --rate 100 --concurrency 16 --actors 8 "${T[@]}"

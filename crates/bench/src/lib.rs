@@ -13,7 +13,8 @@
 //! - [`scenario`]: `fanout`, `pairs`, `logged` (one traffic engine), `idle` and `churn`;
 //! - [`summary`]: the result of a run, as a human summary and one JSON line;
 //! - [`report`]: turns collected JSON lines into the markdown tables of `docs/benchmarks.md`;
-//! - [`fixtures`]: the bench fixtures TOML that `skua serve --fixtures` loads next to `--dev`.
+//! - [`fixtures`]: the bench fixtures TOML that `skua serve --fixtures` loads next to `--dev`;
+//! - [`receiver`]: the always-ok trigger webhook receiver of `--triggers`.
 //!
 //! It depends on `skua-protocol` for the MessagePack reader and writer only; nothing here knows
 //! Skua's internals, so the same code measures every server the same way.
@@ -23,6 +24,7 @@ pub mod fixtures;
 pub mod json;
 pub mod payload;
 pub mod procfs;
+pub mod receiver;
 pub mod report;
 pub mod scenario;
 pub mod summary;

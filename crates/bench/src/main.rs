@@ -44,6 +44,10 @@ enum Cmd {
         /// Most msg/s per publisher connection (Skua's default rate limit is 50).
         #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=100_000))]
         max_rate_per_conn: u32,
+        /// nolag: publish on the bench fixtures' topic bench/r0/t as bench-pub / bench-sub instead
+        /// of demo/general/messages (what `--triggers` does; the run to compare it with).
+        #[arg(long)]
+        bench_app: bool,
     },
     /// N topics, each with one publisher and one subscriber, r msg/s per topic.
     Pairs {
@@ -120,6 +124,10 @@ enum Cmd {
         /// Churn actors bench-churn-0 … N-1 (tokens bench-token-churn-<i>) for `churn --actors`.
         #[arg(long, default_value_t = fixtures::DEFAULT_CHURN_ACTORS as u32, value_parser = clap::value_parser!(u32).range(0..=10_000))]
         churn_actors: u32,
+        /// Give the bench app this trigger webhook (and a webhook secret), e.g. the URL of a
+        /// run's `--triggers --trigger-listen ADDR` receiver: http://ADDR/trigger.
+        #[arg(long)]
+        trigger_webhook: Option<String>,
     },
     /// Turns collected JSON lines into the markdown results section.
     Report {
@@ -217,6 +225,15 @@ struct TargetArgs {
     /// each (e.g. a script calling `callgrind_control -z` / `-d` on the server).
     #[arg(long)]
     window_cmd: Option<PathBuf>,
+    /// fanout and pairs on Skua: run an always-ok trigger webhook receiver on loopback and
+    /// count the triggers it gets (one per accepted publish, N44). With --spawn-skua the bench
+    /// app's trigger webhook points at it (fanout then uses the bench app, as --bench-app);
+    /// with --url the server's fixtures must name it (`fixtures --trigger-webhook`).
+    #[arg(long)]
+    triggers: bool,
+    /// Where the trigger receiver listens (loopback; port 0: any free port).
+    #[arg(long, default_value = "127.0.0.1:0", requires = "triggers")]
+    trigger_listen: std::net::SocketAddr,
 }
 
 #[derive(Args, Clone, Copy)]
@@ -261,22 +278,49 @@ fn main() -> ExitCode {
 struct Setup {
     ctx: Ctx,
     _spawned: Option<SpawnedSkua>,
+    _receiver: Option<skua_bench::receiver::Receiver>,
     json: Option<PathBuf>,
     strict: bool,
 }
 
-fn setup(
+/// Which fixtures a run uses: the bench app's actors (pairs, `fanout --bench-app`) and its
+/// topic for fanout.
+#[derive(Clone, Copy, PartialEq)]
+enum Fixture {
+    /// The demo fixtures' actors and topics.
+    Demo,
+    /// The bench actors; pairs topics.
+    BenchPairs,
+    /// The bench actors; fanout on bench/r0/t.
+    BenchFanout,
+}
+
+async fn setup(
     t: &TargetArgs,
     run: Option<RunArgs>,
-    pairs_tokens: bool,
+    fixture: Fixture,
     rooms: usize,
     churn_actors: usize,
 ) -> anyhow::Result<Setup> {
     let mut nolag = Nolag::default();
-    if pairs_tokens {
+    if fixture != Fixture::Demo {
         nolag.pub_token = fixtures::PUB_TOKEN.into();
         nolag.sub_token = fixtures::SUB_TOKEN.into();
     }
+    if fixture == Fixture::BenchFanout {
+        nolag.fanout_topic = fixtures::FANOUT_TOPIC.into();
+    }
+    let receiver = if t.triggers {
+        if t.proto != "nolag" {
+            bail!("--triggers needs --proto nolag (trigger webhooks are Skua's)");
+        }
+        let r = skua_bench::receiver::Receiver::start(t.trigger_listen).await?;
+        eprintln!("skua-bench: trigger receiver on {}", r.url());
+        Some(r)
+    } else {
+        None
+    };
+    let trigger_url = receiver.as_ref().map(skua_bench::receiver::Receiver::url);
     if let Some(tok) = &t.pub_token {
         nolag.pub_token.clone_from(tok);
     }
@@ -293,6 +337,7 @@ fn setup(
                 path,
                 rooms.max(fixtures::DEFAULT_ROOMS),
                 churn_actors.max(fixtures::DEFAULT_CHURN_ACTORS),
+                trigger_url.as_deref(),
                 &t.skua_arg,
             )?;
             eprintln!(
@@ -305,7 +350,14 @@ fn setup(
             let (url, pid) = (s.url(), s.pid());
             (Some(s), url, Some(pid))
         }
-        None => (None, t.url.clone().context("--url is required")?, t.server_pid),
+        None => {
+            if let Some(u) = &trigger_url {
+                eprintln!(
+                    "skua-bench: the server's bench app must have the trigger webhook {u} (fixtures --trigger-webhook)"
+                );
+            }
+            (None, t.url.clone().context("--url is required")?, t.server_pid)
+        }
     };
     if let Some(pid) = pid
         && !skua_bench::procfs::alive(pid)
@@ -314,6 +366,7 @@ fn setup(
     }
     let label = t.label.clone().unwrap_or_else(|| {
         match t.proto.as_str() {
+            "nolag" if t.triggers => "skua+triggers",
             "nolag" => "skua",
             "mqtt-ws" => "mosquitto",
             "nats-ws" => "nats",
@@ -334,8 +387,9 @@ fn setup(
         peer_pids: Vec::new(),
         broker_pid: None,
         window_cmd: t.window_cmd.clone(),
+        triggers: receiver.as_ref().map(|r| Arc::clone(&r.counts)),
     };
-    Ok(Setup { ctx, _spawned: spawned, json: t.json.clone(), strict: t.strict })
+    Ok(Setup { ctx, _spawned: spawned, _receiver: receiver, json: t.json.clone(), strict: t.strict })
 }
 
 /// The login adapters of `churn --actors N`: none for one actor (the run's own adapter), else
@@ -373,8 +427,8 @@ fn fanout_plan(scenario: &'static str, subscribers: u32, rate: u32, payload: u32
 
 async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
     let (setup, summary) = match cmd {
-        Cmd::Fixtures { rooms, churn_actors } => {
-            print!("{}", fixtures::toml(rooms, churn_actors as usize));
+        Cmd::Fixtures { rooms, churn_actors, trigger_webhook } => {
+            print!("{}", fixtures::toml(rooms, churn_actors as usize, trigger_webhook.as_deref()));
             return Ok(ExitCode::SUCCESS);
         }
         Cmd::Report { input, doc, run_info } => {
@@ -388,8 +442,9 @@ async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             }
             return Ok(ExitCode::SUCCESS);
         }
-        Cmd::Fanout { t, run, subscribers, rate, payload, max_rate_per_conn } => {
-            let st = setup(&t, Some(run), false, 0, 0)?;
+        Cmd::Fanout { t, run, subscribers, rate, payload, max_rate_per_conn, bench_app } => {
+            let fixture = if bench_app || t.triggers { Fixture::BenchFanout } else { Fixture::Demo };
+            let st = setup(&t, Some(run), fixture, 0, 0).await?;
             let plan = fanout_plan("fanout", subscribers, rate, payload, max_rate_per_conn);
             let s = traffic::run(&st.ctx, &plan).await?;
             (st, s)
@@ -428,6 +483,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 peer_pids: cluster.nodes[1..].iter().map(SpawnedSkua::pid).collect(),
                 broker_pid: cluster.broker_pid().or(broker_pid),
                 window_cmd: None,
+                triggers: None,
             };
             let mut plan = fanout_plan("cluster", subscribers, rate, payload, max_rate_per_conn);
             plan.case = format!("cluster nodes={nodes} S={subscribers} R={rate} P={payload}");
@@ -437,7 +493,8 @@ async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             return Ok(code);
         }
         Cmd::Logged { t, run, subscribers, rate, payload, max_rate_per_conn } => {
-            let st = setup(&t, Some(run), false, 0, 0)?;
+            no_triggers(&t, "logged")?;
+            let st = setup(&t, Some(run), Fixture::Demo, 0, 0).await?;
             let mut plan = fanout_plan("logged", subscribers, rate, payload, max_rate_per_conn);
             plan.topic = |_| TopicKey::Logged;
             plan.acks = st.ctx.wire.name() == "nolag";
@@ -453,7 +510,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             (st, s)
         }
         Cmd::Pairs { t, run, topics, rate, payload } => {
-            let st = setup(&t, Some(run), true, topics as usize, 0)?;
+            let st = setup(&t, Some(run), Fixture::BenchPairs, topics as usize, 0).await?;
             let plan = traffic::Plan {
                 scenario: "pairs",
                 case: format!("pairs N={topics} r={rate} P={payload}"),
@@ -469,12 +526,14 @@ async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             (st, s)
         }
         Cmd::Idle { t, connections, settle } => {
-            let st = setup(&t, None, false, 0, 0)?;
+            no_triggers(&t, "idle")?;
+            let st = setup(&t, None, Fixture::Demo, 0, 0).await?;
             let s = idle::run(&st.ctx, connections as usize, Duration::from_secs(settle)).await?;
             (st, s)
         }
         Cmd::Churn { t, run, rate, concurrency, source_ips, actors } => {
-            let st = setup(&t, Some(run), false, 0, actors as usize)?;
+            no_triggers(&t, "churn")?;
+            let st = setup(&t, Some(run), Fixture::Demo, 0, actors as usize).await?;
             let logins = churn_logins(&t, actors as usize)?;
             let plan = churn::Plan { rate: f64::from(rate), concurrency: concurrency as usize, source_ips };
             let s = churn::run(&st.ctx, plan, &logins).await?;
@@ -482,6 +541,14 @@ async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
         }
     };
     finish(&summary, setup.json.as_deref(), setup.strict)
+}
+
+/// Refuses `--triggers` for a scenario without trigger support.
+fn no_triggers(t: &TargetArgs, scenario: &str) -> anyhow::Result<()> {
+    if t.triggers {
+        bail!("--triggers works with fanout and pairs (the bench app's topics), not {scenario}");
+    }
+    Ok(())
 }
 
 /// Prints (and appends) the summary; exit status 3 for an unclean `--strict` run.

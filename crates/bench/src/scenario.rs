@@ -52,6 +52,9 @@ pub struct Ctx {
     /// example `callgrind_control -z`/`-d` on the server, to count its instructions over the
     /// window); none: nothing runs.
     pub window_cmd: Option<std::path::PathBuf>,
+    /// The counters of the bench's own trigger receiver (`--triggers`); none: no triggers
+    /// are expected.
+    pub triggers: Option<Arc<crate::receiver::Counts>>,
 }
 
 impl Ctx {

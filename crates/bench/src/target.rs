@@ -60,18 +60,25 @@ pub struct SpawnedSkua {
 impl SpawnedSkua {
     /// Starts `path serve --dev --listen 127.0.0.1:0 --fixtures <bench fixtures> [extra…]` in a
     /// fresh temporary directory (removed on drop, with the default store file in it) and waits
-    /// for its `skua listening on ADDR` line.
+    /// for its `skua listening on ADDR` line. With `trigger_webhook`, the bench app's trigger
+    /// webhook is that URL.
     ///
     /// # Errors
     /// The binary does not start or never prints its address.
-    pub fn start(path: &Path, rooms: usize, churn_actors: usize, extra: &[String]) -> anyhow::Result<Self> {
+    pub fn start(
+        path: &Path,
+        rooms: usize,
+        churn_actors: usize,
+        trigger_webhook: Option<&str>,
+        extra: &[String],
+    ) -> anyhow::Result<Self> {
         let path = std::fs::canonicalize(path).with_context(|| format!("no skua binary at {}", path.display()))?;
         static SPAWNED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = SPAWNED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("skua-bench-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&dir).context("while creating the server's directory")?;
         let fixtures = dir.join("bench-fixtures.toml");
-        std::fs::write(&fixtures, crate::fixtures::toml(rooms, churn_actors))
+        std::fs::write(&fixtures, crate::fixtures::toml(rooms, churn_actors, trigger_webhook))
             .context("while writing the bench fixtures")?;
         let log = std::env::temp_dir().join(format!("skua-bench-{}-{n}-skua.log", std::process::id()));
         let stderr = std::fs::File::create(&log).context("while creating the skua log")?;
@@ -190,6 +197,7 @@ impl SpawnedCluster {
                 path,
                 crate::fixtures::DEFAULT_ROOMS,
                 crate::fixtures::DEFAULT_CHURN_ACTORS,
+                None,
                 &args,
             )?);
         }

@@ -116,12 +116,15 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> anyhow::Result<Summary> {
         })
         .collect();
 
+    let triggers = || ctx.triggers.as_ref().map(|c| c.requests());
     sleep_until(window.start.into()).await;
     let (srv0, cli0, m0, cl0) = (ctx.server_cpu(), client_cpu(), machine_cpu(), ctx.cluster_cpu());
+    let trig0 = triggers();
     ctx.mark_window("start").await;
     sleep_until(window.end.into()).await;
     ctx.mark_window("end").await;
     let (srv1, cli1, m1, cl1) = (ctx.server_cpu(), client_cpu(), machine_cpu(), ctx.cluster_cpu());
+    let trig1 = triggers();
 
     // Publishers stop at the window's end; wait until each has (bounded, in case one is stuck).
     let give_up = Instant::now() + Duration::from_secs(5);
@@ -135,6 +138,11 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> anyhow::Result<Summary> {
     let expected: Vec<u64> = (0..n_sub).map(|j| expected_per_topic[sub_topic(j)]).collect();
     let drain_end = Instant::now() + ctx.drain;
     while Instant::now() < drain_end && (0..n_sub).any(|j| unique[j].load(Ordering::Relaxed) < expected[j]) {
+        sleep(Duration::from_millis(20)).await;
+    }
+    // One trigger per accepted publish (N44); they arrive asynchronously, within the same drain.
+    let published_so_far: u64 = sent.iter().map(|s| s.load(Ordering::Acquire)).sum();
+    while Instant::now() < drain_end && triggers().is_some_and(|n| n < published_so_far) {
         sleep(Duration::from_millis(20)).await;
     }
     let _ = stop_tx.send(true);
@@ -213,8 +221,35 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> anyhow::Result<Summary> {
         s.set("nodes", 1 + ctx.peers.len());
         s.set("cluster_cpu_us_per_msg", per_msg(total));
     }
+    let mut triggers_missing = 0;
+    if let Some(counts) = &ctx.triggers {
+        let received = counts.requests();
+        triggers_missing = published.saturating_sub(received);
+        let in_window = used(trig0, trig1);
+        s.set("triggers_received", received);
+        s.set("triggers_signed", counts.signed());
+        s.set("triggers_missing", triggers_missing);
+        s.set("triggers_per_s", in_window.map(|n| n as f64 / secs));
+        s.set("trigger_body_bytes", (received > 0).then(|| counts.bytes() as f64 / received as f64));
+        s.set(
+            "server_cpu_us_per_trigger",
+            srv_used.zip(in_window.filter(|&n| n > 0)).map(|(u, n)| u as f64 / n as f64),
+        );
+        if triggers_missing > 0 {
+            s.notes
+                .push(format!("{triggers_missing} of {published} publishes' triggers did not arrive within the drain"));
+        }
+        if received > published {
+            s.notes.push(format!("{} more triggers than publishes", received - published));
+        }
+    }
     set_machine(&mut s, m0, m1, secs);
-    let ok = lost == 0 && recv.duplicated == 0 && conn_errors == 0 && rejected == 0 && recv.corrupt == 0;
+    let ok = lost == 0
+        && recv.duplicated == 0
+        && conn_errors == 0
+        && rejected == 0
+        && recv.corrupt == 0
+        && triggers_missing == 0;
     s.set("ok", ok);
     if let Some(r) = first_rejection {
         s.notes.push(format!("{rejected} publishes refused, e.g. {r:?}"));
