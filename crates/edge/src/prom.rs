@@ -108,8 +108,16 @@ pub fn render(st: &EdgeState) -> String {
         "skua_connection_slots_used",
         "gauge",
         "Connection slots (max_connections) held by sockets, pending HTTP or upgraded.",
-        st.config.max_connections.saturating_sub(st.conn_slots.available_permits()),
+        st.slots_used(),
     );
+    if let Some(n) = crate::fds::open_count() {
+        o.scalar("process_open_fds", "gauge", "Number of open file descriptors.", n);
+    }
+    if let Some(n) = crate::fds::soft_limit() {
+        // Unlimited is exported as the largest integer a float holds exactly.
+        let n = n.min(1 << 53);
+        o.scalar("process_max_fds", "gauge", "Maximum number of open file descriptors.", n);
+    }
     o.family(
         "skua_front_refusals_total",
         "reason",

@@ -100,6 +100,10 @@ async fn ws_upgrade(
         st.metrics.front_refusals.inc(crate::front::reason::ORIGIN);
         return crate::front::refusal(StatusCode::FORBIDDEN, "origin not allowed");
     }
+    // Before the limit rather than at it: past it accepts (and the store, bus, webhooks) fail.
+    if st.over_fd_budget() {
+        return crate::front::fd_limit_refusal(&st.metrics);
+    }
     // The connection slot (and the client address's count) taken when the socket was accepted.
     let admitted = match conn.admit(&headers, &st.config.trusted_proxies) {
         Ok(a) => a,
