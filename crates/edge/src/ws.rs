@@ -70,6 +70,9 @@ async fn readyz(State(st): State<Arc<EdgeState>>) -> Response {
         (StatusCode::SERVICE_UNAVAILABLE, "presence backend unavailable").into_response()
     } else if !st.store.is_available() {
         (StatusCode::SERVICE_UNAVAILABLE, "store unavailable").into_response()
+    } else if st.over_fd_budget() {
+        // Counting this probe's own socket, as an upgrade counts its own.
+        (StatusCode::SERVICE_UNAVAILABLE, "open-file limit reached").into_response()
     } else {
         "ready".into_response()
     }

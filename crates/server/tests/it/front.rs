@@ -464,10 +464,20 @@ async fn upgrades_are_refused_503_before_the_open_file_limit() {
     assert_eq!(scrape.value("process_max_fds", &[]), f64::from(LIMIT), "{}", scrape.text);
     let fds = scrape.value("process_open_fds", &[]);
     assert!((open.len() as f64..=f64::from(LIMIT)).contains(&fds), "process_open_fds {fds}: {}", scrape.text);
+    assert_eq!(scrape.value("skua_fd_budget", &[]), (LIMIT as usize - RESERVE) as f64, "{}", scrape.text);
+    assert_eq!(scrape.value("skua_ready", &[]), 0.0, "{}", scrape.text);
+    assert_eq!(get(addr, "/readyz").await, (503, "open-file limit reached".into()), "not ready at the limit");
+    assert_eq!(get(addr, "/healthz").await.0, 200, "but alive");
 
-    // A WebSocket closing makes room for another.
+    // A WebSocket closing makes room for another: ready again, and the next upgrade succeeds.
     let mut gone = open.pop().expect("a WebSocket");
     gone.close(None).await.expect("close");
-    let mut again = ws_eventually(addr, &[]).await;
+    let deadline = Instant::now() + WAIT;
+    while get(addr, "/readyz").await.0 != 200 {
+        assert!(Instant::now() < deadline, "not ready 5 s after a WebSocket closed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut again = try_ws(addr, &[]).await.expect("an upgrade once ready again");
     auth(&mut again, "dev-token-carol").await;
+    assert_eq!(get(addr, "/readyz").await.0, 503, "at the limit again");
 }
