@@ -33,6 +33,9 @@ pub struct EdgeConfig {
     pub outbound_queue_bytes: usize,
     /// Most WebSocket connections this node holds; more are refused with HTTP 503.
     pub max_connections: usize,
+    /// Open files kept free of client sockets (store, bus, webhooks, gRPC, accepts): upgrades are
+    /// refused 503 once the connection slots held reach the open-file soft limit less this.
+    pub fd_reserve: usize,
     /// How long a restore record lives after its connection ends (N23).
     pub restore_ttl: Duration,
     /// Logged messages older than this are deleted (`--log-max-age`).
@@ -146,6 +149,7 @@ impl Default for EdgeConfig {
             outbound_queue_messages: 1024,
             outbound_queue_bytes: 4 * 1024 * 1024,
             max_connections: 100_000,
+            fd_reserve: 256,
             restore_ttl: Duration::from_secs(24 * 3600),
             log_max_age: Duration::from_secs(7 * 24 * 3600),
             log_max_per_topic: 100_000,

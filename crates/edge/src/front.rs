@@ -62,6 +62,8 @@ pub(crate) mod reason {
     pub const PROXY_HEADER: &str = "proxy_header";
     /// An upgrade whose `Origin` is not in `allowed_origins`.
     pub const ORIGIN: &str = "origin";
+    /// An upgrade beyond what the open-file limit leaves room for (`fd_reserve`).
+    pub const FD_LIMIT: &str = "fd_limit";
     /// `/metrics` without the configured bearer token.
     pub const METRICS_UNAUTHORIZED: &str = "metrics_unauthorized";
 }
@@ -317,6 +319,17 @@ enum Mode {
 /// An HTTP refusal that closes the socket after the answer (so whatever it holds is freed).
 pub(crate) fn refusal(status: StatusCode, text: &'static str) -> Response {
     (status, [(header::CONNECTION, "close")], text).into_response()
+}
+
+/// The 503 for an upgrade beyond the open-file budget, counted as [`reason::FD_LIMIT`].
+pub(crate) fn fd_limit_refusal(metrics: &crate::metrics::Metrics) -> Response {
+    metrics.front_refusals.inc(reason::FD_LIMIT);
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        [(header::CONNECTION, "close"), (header::RETRY_AFTER, "5")],
+        "node is at its open-file limit",
+    )
+        .into_response()
 }
 
 /// What requests learn about their socket (a request extension).

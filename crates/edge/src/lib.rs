@@ -28,6 +28,7 @@ pub mod auth;
 pub mod clock;
 pub mod config;
 pub mod durable;
+pub mod fds;
 pub mod front;
 pub mod hub;
 pub mod hydrate;

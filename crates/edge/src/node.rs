@@ -136,8 +136,18 @@ impl EdgeNode {
         let retention =
             skua_core::Retention { max_age_s: config.log_max_age.as_secs(), max_per_topic: config.log_max_per_topic };
         let (prune_every, revalidate_every) = (config.log_prune_interval, config.revalidate_interval);
+        let fd_budget = crate::fds::budget(crate::fds::soft_limit(), config.fd_reserve);
+        if let Some(budget) = fd_budget.filter(|&b| b < config.max_connections) {
+            tracing::warn!(
+                fd_budget = budget,
+                max_connections = config.max_connections,
+                fd_reserve = config.fd_reserve,
+                "The open-file limit leaves room for fewer sockets than max_connections: upgrades beyond it get 503 (fd_limit)."
+            );
+        }
         let state = Arc::new(EdgeState {
             conn_slots: Arc::new(Semaphore::new(config.max_connections)),
+            fd_budget,
             config,
             node,
             registry: registry.clone(),

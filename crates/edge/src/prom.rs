@@ -69,9 +69,18 @@ pub fn render(st: &EdgeState) -> String {
     let mut o = Out(String::with_capacity(8 * 1024));
 
     let ready = u8::from(
-        !st.is_draining() && st.hub.bus().is_available() && st.presence.is_available() && st.store.is_available(),
+        !st.is_draining()
+            && st.hub.bus().is_available()
+            && st.presence.is_available()
+            && st.store.is_available()
+            && !st.over_fd_budget(),
     );
-    o.scalar("skua_ready", "gauge", "1 when /readyz answers 200 (backends reachable, not draining).", ready);
+    o.scalar(
+        "skua_ready",
+        "gauge",
+        "1 when /readyz answers 200 (backends reachable, not draining, below the open-file limit).",
+        ready,
+    );
     o.scalar("skua_draining", "gauge", "1 once the node started draining.", u8::from(st.is_draining()));
     let slots = [
         ("bus", st.hub.bus().is_available()),
@@ -108,8 +117,24 @@ pub fn render(st: &EdgeState) -> String {
         "skua_connection_slots_used",
         "gauge",
         "Connection slots (max_connections) held by sockets, pending HTTP or upgraded.",
-        st.config.max_connections.saturating_sub(st.conn_slots.available_permits()),
+        st.slots_used(),
     );
+    if let Some(n) = st.fd_budget {
+        o.scalar(
+            "skua_fd_budget",
+            "gauge",
+            "Connection slots the open-file limit leaves room for (soft limit less fd_reserve); upgrades beyond get 503.",
+            n,
+        );
+    }
+    if let Some(n) = crate::fds::open_count() {
+        o.scalar("process_open_fds", "gauge", "Number of open file descriptors.", n);
+    }
+    if let Some(n) = crate::fds::soft_limit() {
+        // Unlimited is exported as the largest integer a float holds exactly.
+        let n = n.min(1 << 53);
+        o.scalar("process_max_fds", "gauge", "Maximum number of open file descriptors.", n);
+    }
     o.family(
         "skua_front_refusals_total",
         "reason",

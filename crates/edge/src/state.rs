@@ -82,11 +82,25 @@ pub struct EdgeState {
     pub(crate) next_conn: AtomicU64,
     /// Connection slots: a permit per open WebSocket.
     pub(crate) conn_slots: Arc<Semaphore>,
+    /// Connection slots the open-file limit leaves room for (soft limit less `fd_reserve`),
+    /// read once at start; [`None`] when unlimited or unknown.
+    pub(crate) fd_budget: Option<usize>,
     // std Mutex: counter updates only, never across an await.
     pub(crate) project_conns: Mutex<HashMap<ProjectId, u32>>,
 }
 
 impl EdgeState {
+    /// Connection slots held now: sockets still in HTTP plus WebSockets.
+    pub(crate) fn slots_used(&self) -> usize {
+        self.config.max_connections.saturating_sub(self.conn_slots.available_permits())
+    }
+
+    /// Whether the slots held (the asking socket's included) exceed what the open-file limit
+    /// leaves room for, so that an upgrade must be refused ([`crate::front::reason::FD_LIMIT`]).
+    pub(crate) fn over_fd_budget(&self) -> bool {
+        self.fd_budget.is_some_and(|budget| self.slots_used() > budget)
+    }
+
     /// Records `conn` as a local connection of `session`; returns the others (to close).
     pub(crate) fn register_session(&self, session: &SessionKey, conn: &Arc<ConnHandle>) -> Vec<Arc<ConnHandle>> {
         self.durable.register_session(session, conn)

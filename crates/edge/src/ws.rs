@@ -70,6 +70,9 @@ async fn readyz(State(st): State<Arc<EdgeState>>) -> Response {
         (StatusCode::SERVICE_UNAVAILABLE, "presence backend unavailable").into_response()
     } else if !st.store.is_available() {
         (StatusCode::SERVICE_UNAVAILABLE, "store unavailable").into_response()
+    } else if st.over_fd_budget() {
+        // Counting this probe's own socket, as an upgrade counts its own.
+        (StatusCode::SERVICE_UNAVAILABLE, "open-file limit reached").into_response()
     } else {
         "ready".into_response()
     }
@@ -99,6 +102,10 @@ async fn ws_upgrade(
     if !crate::front::origin_allowed(&st.config.allowed_origins, origin) {
         st.metrics.front_refusals.inc(crate::front::reason::ORIGIN);
         return crate::front::refusal(StatusCode::FORBIDDEN, "origin not allowed");
+    }
+    // Before the limit rather than at it: past it accepts (and the store, bus, webhooks) fail.
+    if st.over_fd_budget() {
+        return crate::front::fd_limit_refusal(&st.metrics);
     }
     // The connection slot (and the client address's count) taken when the socket was accepted.
     let admitted = match conn.admit(&headers, &st.config.trusted_proxies) {

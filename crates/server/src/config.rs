@@ -66,6 +66,9 @@ pub struct Settings {
     /// Most WebSocket connections on this node [default 100000].
     #[arg(long, env = "SKUA_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
+    /// Open files kept free of client sockets; upgrades get 503 beyond the open-file limit less this [default 256].
+    #[arg(long, env = "SKUA_FD_RESERVE")]
+    pub fd_reserve: Option<usize>,
     /// Most topic plus lobby subscriptions per connection [default 1000].
     #[arg(long, env = "SKUA_MAX_SUBSCRIPTIONS_PER_CONNECTION")]
     pub max_subscriptions_per_connection: Option<usize>,
@@ -292,7 +295,7 @@ impl Settings {
     /// Lays `over` on top of `self`: every setting `over` has wins.
     pub fn overlay(&mut self, over: &Settings) {
         layer!(self, over; listen, bus, presence, store, namespace, node_id, fixtures, idle_timeout, rate_limit,
-            rate_limit_window, max_message_size, outbound_queue_messages, outbound_queue_bytes, max_connections,
+            rate_limit_window, max_message_size, outbound_queue_messages, outbound_queue_bytes, max_connections, fd_reserve,
             max_subscriptions_per_connection, max_retained_per_topic, restore_ttl, shutdown_grace, drain_delay, bus_queue, node_ttl,
             node_refresh, bus_publish_buffer, log_max_age, log_max_per_topic, log_prune_interval, replay_page_size,
             durable_queue, grpc_listen, admin_key, revalidate_interval, registry_poll_interval, max_apps_per_project,
@@ -567,6 +570,7 @@ mod tests {
         assert_eq!(c.edge.outbound_queue_messages, d.outbound_queue_messages);
         assert_eq!(c.edge.outbound_queue_bytes, d.outbound_queue_bytes);
         assert_eq!(c.edge.max_connections, d.max_connections);
+        assert_eq!(c.edge.fd_reserve, d.fd_reserve);
         assert_eq!(c.edge.max_subscriptions_per_connection, d.max_subscriptions_per_connection);
         assert_eq!(c.edge.max_retained_per_topic, d.max_retained_per_topic);
         assert_eq!(c.edge.restore_ttl, d.restore_ttl);

@@ -240,12 +240,35 @@ fn serve(args: ServeArgs) -> ExitCode {
     code
 }
 
+/// Open-file hard limits below this are warned about: each WebSocket is one descriptor.
+const LOW_FD_HARD_LIMIT: u64 = 65_536;
+
+/// Raises the soft open-file limit to the hard one before any socket exists, and logs both.
+fn raise_open_file_limit() {
+    let Some(r) = skua_edge::fds::raise_soft_limit() else { return };
+    let show = |n: u64| if n == u64::MAX { "unlimited".to_owned() } else { n.to_string() };
+    let (before, soft, hard) = (show(r.before), show(r.soft), show(r.hard));
+    if let Some(e) = &r.error {
+        tracing::warn!(before, soft, hard, error = %e, "Could not raise the open-file soft limit to the hard limit.");
+    } else {
+        tracing::info!(before, soft, hard, "Open-file limit (RLIMIT_NOFILE).");
+    }
+    if r.hard < LOW_FD_HARD_LIMIT {
+        tracing::warn!(
+            hard,
+            "The open-file hard limit is low: each WebSocket takes one; raise it (ulimit -n, LimitNOFILE=, the \
+             container runtime's nofile ulimit)."
+        );
+    }
+}
+
 async fn run(
     config: ServerConfig,
     fixtures: Option<skua_core::RegistryData>,
     dev: bool,
     grpc_from_default: bool,
 ) -> anyhow::Result<()> {
+    raise_open_file_limit();
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("while binding {}", config.listen))?;

@@ -38,10 +38,25 @@ impl SkuaProcess {
     /// # Panics
     /// When it does not start.
     pub fn spawn(bin: &str, args: &[&str]) -> Self {
-        let mut child = Command::new(bin)
-            .arg("serve")
-            .args(["--listen", "127.0.0.1:0"])
-            .args(args)
+        let mut cmd = Command::new(bin);
+        cmd.arg("serve").args(["--listen", "127.0.0.1:0"]).args(args);
+        Self::start(cmd)
+    }
+
+    /// As [`Self::spawn`], with both the soft and the hard open-file limit (`RLIMIT_NOFILE`)
+    /// set to `limit` by `sh -c 'ulimit -n …; exec …'` (the node raises soft to hard at start).
+    ///
+    /// # Panics
+    /// When it does not start.
+    pub fn spawn_with_open_file_limit(bin: &str, limit: u32, args: &[&str]) -> Self {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", &format!("ulimit -n {limit} && exec \"$0\" \"$@\""), bin, "serve", "--listen", "127.0.0.1:0"])
+            .args(args);
+        Self::start(cmd)
+    }
+
+    fn start(mut cmd: Command) -> Self {
+        let mut child = cmd
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

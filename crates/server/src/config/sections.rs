@@ -193,6 +193,8 @@ pub struct FrontDoor {
     pub listen: SocketAddr,
     /// Most sockets this node holds.
     pub max_connections: usize,
+    /// Open files kept free of client sockets.
+    pub fd_reserve: usize,
     /// How long a socket may take to send its request head.
     pub http_header_timeout: Duration,
     /// Most sockets per client address; 0 = no limit.
@@ -229,6 +231,7 @@ impl FrontDoor {
         let front = Self {
             listen,
             max_connections: positive(key!(s, max_connections))?,
+            fd_reserve: required(key!(s, fd_reserve))?,
             http_header_timeout: nonzero_duration(key!(s, http_header_timeout))?,
             max_connections_per_ip: required(key!(s, max_connections_per_ip))?,
             max_new_connections_per_ip_per_second: required(key!(s, max_new_connections_per_ip_per_second))?,
@@ -705,6 +708,7 @@ impl Sections {
             outbound_queue_bytes: limits.outbound_queue_bytes,
             max_subscriptions_per_connection: limits.max_subscriptions_per_connection,
             max_connections: front.max_connections,
+            fd_reserve: front.fd_reserve,
             http_header_timeout: front.http_header_timeout,
             max_connections_per_ip: front.max_connections_per_ip,
             max_new_connections_per_ip_per_second: front.max_new_connections_per_ip_per_second,

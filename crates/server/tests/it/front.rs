@@ -412,3 +412,73 @@ async fn metrics_move_to_their_own_listener() {
     assert!(scrape.text.contains("skua_connections_open"));
     assert_eq!(get(metrics_addr(&server), "/ws").await.0, 404, "nothing else there");
 }
+
+// ---------------------------------------------------------------------------------------------
+// The open-file limit (issue 23, item 2)
+
+/// A real `skua serve` whose soft and hard `RLIMIT_NOFILE` are 128, `fd_reserve` 64: the 65th
+/// WebSocket is refused 503 (`fd_limit`, `Retry-After`) rather than failing at accept, the
+/// WebSockets open keep working, one closing makes room again, and `/metrics` shows the limit.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgrades_are_refused_503_before_the_open_file_limit() {
+    use skua_testkit::process::SkuaProcess;
+    const LIMIT: u32 = 128;
+    const RESERVE: usize = 64;
+    let node = SkuaProcess::spawn_with_open_file_limit(
+        env!("CARGO_BIN_EXE_skua"),
+        LIMIT,
+        &["--dev", "--store", "memory", "--grpc-listen", "127.0.0.1:0", "--fd-reserve", &RESERVE.to_string()],
+    );
+    let addr = node.addr;
+    let mut open = Vec::new();
+    let refused = loop {
+        match try_ws(addr, &[]).await {
+            Ok(ws) => open.push(ws),
+            Err(status) => break status,
+        }
+        assert!(open.len() <= LIMIT as usize, "no refusal below the open-file limit");
+    };
+    assert_eq!(refused, 503);
+    assert_eq!(open.len(), LIMIT as usize - RESERVE, "every slot the limit less the reserve leaves is usable");
+
+    // The refusal names its cause, says when to come back and closes the socket.
+    let mut raw = TcpStream::connect(addr).await.expect("connect");
+    raw.write_all(upgrade_head("").as_bytes()).await.expect("write");
+    let (bytes, _) = read_to_close(&mut raw).await;
+    let answer = String::from_utf8_lossy(&bytes).to_ascii_lowercase();
+    assert!(answer.starts_with("http/1.1 503"), "{answer}");
+    assert!(answer.contains("retry-after: 5"), "{answer}");
+    assert!(answer.contains("node is at its open-file limit"), "{answer}");
+
+    // The WebSockets already open still work.
+    auth(&mut open[0], "dev-token-alice").await;
+    let last = open.len() - 1;
+    auth(&mut open[last], "dev-token-bob").await;
+
+    let (status, text) = get(addr, "/metrics").await;
+    assert_eq!(status, 200, "{text}");
+    let scrape = Scrape::parse(text);
+    assert_eq!(refusals(&scrape, "fd_limit"), 2.0, "{}", scrape.text);
+    assert_eq!(refusals(&scrape, "max_connections"), 0.0, "{}", scrape.text);
+    assert_eq!(scrape.value("process_max_fds", &[]), f64::from(LIMIT), "{}", scrape.text);
+    let fds = scrape.value("process_open_fds", &[]);
+    assert!((open.len() as f64..=f64::from(LIMIT)).contains(&fds), "process_open_fds {fds}: {}", scrape.text);
+    assert_eq!(scrape.value("skua_fd_budget", &[]), (LIMIT as usize - RESERVE) as f64, "{}", scrape.text);
+    assert_eq!(scrape.value("skua_ready", &[]), 0.0, "{}", scrape.text);
+    assert_eq!(get(addr, "/readyz").await, (503, "open-file limit reached".into()), "not ready at the limit");
+    assert_eq!(get(addr, "/healthz").await.0, 200, "but alive");
+
+    // A WebSocket closing makes room for another: ready again, and the next upgrade succeeds.
+    let mut gone = open.pop().expect("a WebSocket");
+    gone.close(None).await.expect("close");
+    let deadline = Instant::now() + WAIT;
+    while get(addr, "/readyz").await.0 != 200 {
+        assert!(Instant::now() < deadline, "not ready 5 s after a WebSocket closed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The probe's own slot is given back just after its socket closes: retried.
+    let mut again = ws_eventually(addr, &[]).await;
+    auth(&mut again, "dev-token-carol").await;
+    assert_eq!(get(addr, "/readyz").await.0, 503, "at the limit again");
+}
