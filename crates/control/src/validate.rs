@@ -85,7 +85,7 @@ pub fn actor_type(field: &str, v: &str) -> Result<skua_core::ActorType, Status> 
     }
     skua_core::ActorType::parse(v).map_err(|_| {
         Status::invalid_argument(format!(
-            "{field} {:?} is invalid: one of user, device, agent, orchestrator, observer, server",
+            "{field} {:?} is invalid: one of user, device, agent, orchestrator, observer, server, service, session",
             echo(v)
         ))
     })

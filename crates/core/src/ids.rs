@@ -110,12 +110,24 @@ pub enum ActorType {
     Observer,
     /// A backend service.
     Server,
+    /// A service actor created through the REST API (NoLag's `service`): as `user`.
+    Service,
+    /// A short-lived session actor (NoLag's `session`): as `user`.
+    Session,
 }
 
 impl ActorType {
     /// Every actor type.
-    pub const ALL: [Self; 6] =
-        [Self::User, Self::Device, Self::Agent, Self::Orchestrator, Self::Observer, Self::Server];
+    pub const ALL: [Self; 8] = [
+        Self::User,
+        Self::Device,
+        Self::Agent,
+        Self::Orchestrator,
+        Self::Observer,
+        Self::Server,
+        Self::Service,
+        Self::Session,
+    ];
 
     /// The wire string.
     pub fn as_str(self) -> &'static str {
@@ -126,6 +138,8 @@ impl ActorType {
             Self::Orchestrator => "orchestrator",
             Self::Observer => "observer",
             Self::Server => "server",
+            Self::Service => "service",
+            Self::Session => "session",
         }
     }
 
@@ -137,7 +151,7 @@ impl ActorType {
         Self::ALL.into_iter().find(|t| t.as_str() == s).ok_or_else(|| IdError {
             kind: "actor type",
             value: s.to_owned(),
-            rule: "one of user, device, agent, orchestrator, observer, server",
+            rule: "one of user, device, agent, orchestrator, observer, server, service, session",
         })
     }
 

@@ -364,7 +364,7 @@ enum ActorCmd {
         /// Actor id [default generated].
         #[arg(default_value = "")]
         id: String,
-        /// Actor type: user, device, agent, orchestrator, observer, server.
+        /// Actor type: user, device, agent, orchestrator, observer, server, service, session.
         #[arg(long = "type")]
         actor_type: String,
         /// Display name.

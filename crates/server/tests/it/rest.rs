@@ -709,3 +709,30 @@ async fn a_scoped_logged_trigger_taken_over_from_the_outbox_carries_the_scope_an
     assert_eq!(body["scope"], json!({"accessScopeId": red_id, "slug": "red-team", "name": "Red Team"}));
     assert_eq!(body["msgId"], body["deliveryId"]);
 }
+
+/// The SDKs' `service` and `session` actor types are accepted and behave as `user`: the token
+/// connects, the auth reply names the type, and the actor may subscribe and publish.
+#[tokio::test]
+async fn service_and_session_actors_connect_and_publish_as_users() {
+    let s = builder().spawn().await;
+    let a = s.addr;
+    call(a, "POST", "/v1/apps", Some(json!({"name": "Ops", "slug": "ops", "topics": ["t"]}))).await.ok(201);
+    call(a, "POST", "/v1/apps/ops/rooms", Some(json!({"name": "R", "slug": "r"}))).await.ok(201);
+    let mut clients = Vec::new();
+    for ty in ["service", "session"] {
+        let made = call(a, "POST", "/v1/actors", Some(json!({"name": ty, "actorType": ty}))).await.ok(201);
+        assert_eq!(made["actorType"].as_str(), Some(ty), "{made}");
+        let token = made["accessToken"].as_str().unwrap().to_owned();
+        let mut c = s.connect().await;
+        let reply = c.auth_ok(&token, 2).await;
+        assert_eq!(reply.get("actorType"), &Mp::from(ty), "{reply:?}");
+        c.subscribe("ops/r/t").await;
+        clients.push(c);
+    }
+    // Each publishes; the other one receives it.
+    for (from, to, data) in [(0, 1, "from service"), (1, 0, "from session")] {
+        clients[from].send(frame! {"type" => "publish", "topic" => "ops/r/t", "data" => data}).await;
+        let got = clients[to].expect("message").await;
+        assert_eq!(got.get("data"), &Mp::from(data), "{got:?}");
+    }
+}
