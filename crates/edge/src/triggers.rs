@@ -136,7 +136,7 @@ pub struct TriggerMetrics {
     pub attempts_failed: AtomicU64,
     /// Triggers that failed for good and became dead letters.
     pub dead_lettered: AtomicU64,
-    /// Non-logged triggers that did not fit the queue (they became dead letters).
+    /// Non-logged triggers that did not fit the queue (then dead-lettered in a batch, or lost).
     pub overflowed: AtomicU64,
     /// Logged triggers that did not fit the queue (left in the outbox for a later scan).
     pub deferred: AtomicU64,
