@@ -152,6 +152,21 @@ pub trait TriggerStore: Send + Sync {
     /// [`StoreError`] when the backend failed; then nothing changed.
     async fn dead_letter(&self, letter: &NewDeadLetter<'_>, cap: u64) -> Result<u64, StoreError>;
 
+    /// [`Self::dead_letter`] of several letters in one transaction (the overflow writer's
+    /// batches: one commit for many); returns how many the caps dropped. This default writes
+    /// them one by one; the SQL stores override it.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the backend failed; then nothing changed (the default: the letters
+    /// before the failing one stay written).
+    async fn dead_letters(&self, letters: &[NewDeadLetter<'_>], cap: u64) -> Result<u64, StoreError> {
+        let mut dropped = 0;
+        for l in letters {
+            dropped += self.dead_letter(l, cap).await?;
+        }
+        Ok(dropped)
+    }
+
     /// Up to `limit` dead letters that `filter` selects with `id > after`, in store order.
     ///
     /// # Errors

@@ -201,7 +201,7 @@ pub fn render(st: &EdgeState) -> String {
             "skua_triggers_total",
             "outcome",
             "Trigger webhooks by outcome: queued, delivered, dead_lettered (failed for good), overflowed (queue full, \
-             dead-lettered), deferred (queue full, left in the outbox), lost, taken_over (claimed from the outbox), \
+             dead-lettered), deferred (queue full, left in the outbox), lost (dropped: overflow queue full, or its dead letter not written), taken_over (claimed from the outbox), \
              no_target (outbox trigger whose webhook was removed).",
             &[
                 ("queued", load(&t.queued)),

@@ -209,6 +209,10 @@ impl TriggerStore for TimedStore {
         timed(&self.metrics, "store", "dead_letter", self.inner.dead_letter(letter, cap)).await
     }
 
+    async fn dead_letters(&self, letters: &[skua_core::NewDeadLetter<'_>], cap: u64) -> Result<u64, StoreError> {
+        timed(&self.metrics, "store", "dead_letters", self.inner.dead_letters(letters, cap)).await
+    }
+
     async fn list_dead_letters(
         &self,
         filter: skua_core::DeadLetterFilter<'_>,

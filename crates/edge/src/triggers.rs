@@ -8,7 +8,10 @@
 //!   died, or its queue was full) is taken over by whichever node's outbox scan claims it first,
 //!   so an acknowledged logged publish's trigger is delivered at least once across crashes.
 //! - Any other topic's trigger is best effort: it lives in this node's bounded queue only; one
-//!   that does not fit becomes a dead letter at once (counted).
+//!   that does not fit goes to the bounded overflow queue, whose writer stores them as dead
+//!   letters in batches (one store transaction per batch); one that does not fit that either is
+//!   dropped and counted (`lost`). Neither logs a line per trigger: a WARN at most every
+//!   [`LOG_EVERY`] with the count since the last one.
 //!
 //! Delivery: a dispatcher takes queued triggers and runs each as its own task, at most
 //! `in_flight` at once (including those waiting between attempts); each tries up to
@@ -42,8 +45,38 @@ pub use crate::config::TriggerConfig;
 /// The `kind` of trigger dead letters.
 pub const KIND: &str = "trigger";
 
-/// Dead letters written per overflow batch of non-logged triggers.
+/// Non-logged triggers waiting to be written as dead letters after the queue was full.
 const OVERFLOW_QUEUE: usize = 1024;
+
+/// Dead letters of overflows written in one store transaction at most.
+const OVERFLOW_BATCH: usize = 256;
+
+/// The overload WARNs (overflows kept as dead letters, triggers dropped) log at most one line
+/// this often, with the count since the previous line.
+pub const LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// A WARN at most every [`LOG_EVERY`], carrying how many events happened since the last one.
+#[derive(Debug, Default)]
+struct Throttle {
+    /// Events not yet logged.
+    pending: AtomicU64,
+    /// Unix ms of the last line (0: none yet).
+    last_ms: AtomicU64,
+}
+
+impl Throttle {
+    /// Counts `n` events; `Some(count)` when a line is due now (the caller logs it).
+    fn note(&self, n: u64) -> Option<u64> {
+        self.pending.fetch_add(n, Ordering::Relaxed);
+        let now = now_unix_ms();
+        let last = self.last_ms.load(Ordering::Relaxed);
+        if last != 0 && now < last.saturating_add(millis(LOG_EVERY)) {
+            return None;
+        }
+        self.last_ms.compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed).ok()?;
+        Some(self.pending.swap(0, Ordering::Relaxed))
+    }
+}
 
 /// Dead letters an operator's retry posts at once.
 const RETRIES_AT_ONCE: usize = 16;
@@ -103,7 +136,7 @@ pub struct TriggerMetrics {
     pub attempts_failed: AtomicU64,
     /// Triggers that failed for good and became dead letters.
     pub dead_lettered: AtomicU64,
-    /// Non-logged triggers that did not fit the queue (they became dead letters).
+    /// Non-logged triggers that did not fit the queue (then dead-lettered in a batch, or lost).
     pub overflowed: AtomicU64,
     /// Logged triggers that did not fit the queue (left in the outbox for a later scan).
     pub deferred: AtomicU64,
@@ -143,6 +176,10 @@ pub struct Triggers {
     queue: mpsc::Sender<Job>,
     overflow: mpsc::Sender<Job>,
     receivers: Mutex<Option<(mpsc::Receiver<Job>, mpsc::Receiver<Job>)>>,
+    /// WARNs of overflows kept as dead letters.
+    overflow_log: Throttle,
+    /// WARNs of dropped triggers (and of overflow batches the store refused).
+    lost_log: Throttle,
     /// Counters.
     pub metrics: TriggerMetrics,
 }
@@ -184,6 +221,8 @@ impl Triggers {
             queue,
             overflow,
             receivers: Mutex::new(Some((rx, orx))),
+            overflow_log: Throttle::default(),
+            lost_log: Throttle::default(),
             metrics: TriggerMetrics::default(),
         })
     }
@@ -315,13 +354,56 @@ impl Triggers {
         }
     }
 
+    /// Writes the overflow queue's triggers as dead letters, up to [`OVERFLOW_BATCH`] per store
+    /// transaction (whatever is waiting when the previous batch is done).
     async fn write_overflows(self: Arc<Self>, mut rx: mpsc::Receiver<Job>, stop: CancellationToken) {
+        const ERROR: &str = "the node's trigger queue was full";
+        let mut jobs = Vec::with_capacity(OVERFLOW_BATCH);
         loop {
-            let job = tokio::select! {
+            jobs.clear();
+            let n = tokio::select! {
                 () = stop.cancelled() => return,
-                job = rx.recv() => match job { Some(j) => j, None => return },
+                n = rx.recv_many(&mut jobs, OVERFLOW_BATCH) => n,
             };
-            self.dead_letter(&job, 0, "the node's trigger queue was full").await;
+            if n == 0 {
+                return;
+            }
+            let failed_at_ms = now_unix_ms();
+            let topics: Vec<String> = jobs.iter().map(|j| j.topic.log_key()).collect();
+            let letters: Vec<NewDeadLetter<'_>> = jobs
+                .iter()
+                .zip(&topics)
+                .map(|(job, topic)| NewDeadLetter {
+                    delivery_id: &job.delivery_id,
+                    project: job.topic.room.project.as_str(),
+                    kind: KIND,
+                    topic,
+                    target: &job.url,
+                    body: &job.body,
+                    last_error: ERROR,
+                    attempts: 0,
+                    failed_at_ms,
+                })
+                .collect();
+            let count = n as u64;
+            match self.store.dead_letters(&letters, self.config.dead_letters_per_project).await {
+                Ok(dropped) => {
+                    self.metrics.dead_lettered.fetch_add(count, Ordering::Relaxed);
+                    self.metrics.dead_letters_dropped.fetch_add(dropped, Ordering::Relaxed);
+                    if let Some(since) = self.overflow_log.note(count) {
+                        tracing::warn!(
+                            triggers = since,
+                            "Trigger queue full: triggers of non-logged topics kept as dead letters (count since the last such line)."
+                        );
+                    }
+                }
+                Err(e) => {
+                    self.metrics.lost.fetch_add(count, Ordering::Relaxed);
+                    if let Some(since) = self.lost_log.note(count) {
+                        tracing::error!(error = %e, triggers = since, "Writing overflowed triggers as dead letters failed; they were dropped (count since the last such line).");
+                    }
+                }
+            }
         }
     }
 
@@ -339,7 +421,12 @@ impl Triggers {
                 self.metrics.overflowed.fetch_add(1, Ordering::Relaxed);
                 if self.overflow.try_send(job).is_err() {
                     self.metrics.lost.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!("Trigger queue and overflow queue full; a trigger was dropped.");
+                    if let Some(since) = self.lost_log.note(1) {
+                        tracing::warn!(
+                            triggers = since,
+                            "Trigger queue and overflow queue full: triggers dropped (count since the last such line; skua_triggers_total{{outcome=\"lost\"}})."
+                        );
+                    }
                 }
             }
             Err(mpsc::error::TrySendError::Closed(_)) => {}

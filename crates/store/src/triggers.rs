@@ -220,6 +220,57 @@ macro_rules! sql_trigger_store {
                 Ok(dropped)
             }
 
+            async fn dead_letters(
+                &self,
+                letters: &[skua_core::NewDeadLetter<'_>],
+                cap: u64,
+            ) -> Result<u64, skua_core::StoreError> {
+                use crate::error::sql;
+                use crate::sql::unix_to_sql;
+                use crate::triggers::*;
+                if letters.is_empty() {
+                    return Ok(0);
+                }
+                // One transaction (one commit) for the whole batch; the statements are
+                // prepared once and reused per row.
+                let mut tx = self.pool.begin().await.map_err(sql($backend, "dead_letters"))?;
+                for l in letters {
+                    sqlx::query(UPSERT_DEAD_LETTER)
+                        .bind(l.delivery_id)
+                        .bind(l.project)
+                        .bind(l.kind)
+                        .bind(l.topic)
+                        .bind(l.target)
+                        .bind(l.body)
+                        .bind(l.last_error)
+                        .bind(i32::try_from(l.attempts).unwrap_or(i32::MAX))
+                        .bind(unix_to_sql(l.failed_at_ms))
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(sql($backend, "dead_letters"))?;
+                    sqlx::query(FINISH_OUTBOX)
+                        .bind(l.delivery_id)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(sql($backend, "dead_letters"))?;
+                }
+                let mut projects: Vec<&str> = letters.iter().map(|l| l.project).collect();
+                projects.sort_unstable();
+                projects.dedup();
+                let mut dropped = 0;
+                for project in projects {
+                    dropped += sqlx::query(CAP_DEAD_LETTERS)
+                        .bind(project)
+                        .bind(unix_to_sql(cap))
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(sql($backend, "dead_letters"))?
+                        .rows_affected();
+                }
+                tx.commit().await.map_err(sql($backend, "dead_letters"))?;
+                Ok(dropped)
+            }
+
             async fn list_dead_letters(
                 &self,
                 filter: skua_core::DeadLetterFilter<'_>,

@@ -13,9 +13,40 @@ pub const SIGNATURE_HEADER: &str = "X-NoLag-Signature";
 
 /// `sha256=<hex>` of the HMAC-SHA256 of `body` keyed with `secret` (N42).
 pub fn sign(secret: &[u8], body: &[u8]) -> String {
-    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret);
-    let tag = ring::hmac::sign(&key, body);
-    format!("sha256={}", skua_core::registry_store::hex(tag.as_ref()))
+    let tag = with_key(secret, |key| ring::hmac::sign(key, body));
+    let tag = tag.as_ref();
+    let mut out = String::with_capacity(7 + 2 * tag.len());
+    out.push_str("sha256=");
+    for b in tag {
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 0xf)]));
+    }
+    out
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+thread_local! {
+    /// The HMAC key of the secret signed with last on this thread: an app's requests share one
+    /// secret, and building a key hashes it (two SHA-256 blocks) every time.
+    static LAST_KEY: std::cell::RefCell<Option<(Vec<u8>, ring::hmac::Key)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` with the HMAC-SHA256 key of `secret`, built once per secret and thread.
+fn with_key<T>(secret: &[u8], f: impl FnOnce(&ring::hmac::Key) -> T) -> T {
+    LAST_KEY.with(|cell| {
+        let mut last = cell.borrow_mut();
+        match &*last {
+            Some((s, key)) if s.as_slice() == secret => f(key),
+            _ => {
+                let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret);
+                let out = f(&key);
+                *last = Some((secret.to_vec(), key));
+                out
+            }
+        }
+    })
 }
 
 /// A webhook request ready to send (and to resend: the body and its signature are fixed).
@@ -79,6 +110,13 @@ mod tests {
             sign(b"Jefe", b"what do ya want for nothing?"),
             "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
         );
+    }
+
+    #[test]
+    fn a_cached_key_follows_the_secret() {
+        let a = sign(b"Jefe", b"what do ya want for nothing?");
+        assert_ne!(sign(b"other", b"what do ya want for nothing?"), a, "another secret, another key");
+        assert_eq!(sign(b"Jefe", b"what do ya want for nothing?"), a);
     }
 
     #[test]

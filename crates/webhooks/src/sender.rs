@@ -410,8 +410,8 @@ impl WebhookSender {
     /// One HTTP request.
     async fn attempt(&self, request: &WebhookRequest, timeout: Duration) -> Result<WebhookResponse, DeliveryError> {
         let target = &request.call.target;
-        let url = reqwest::Url::parse(&target.url)
-            .map_err(|e| DeliveryError::Refused { reason: format!("the URL does not parse: {e}") })?;
+        let url = parse_url(&target.url)?;
+        // The address rules run on every request, cached parse or not.
         let origin = self.check_address(&url)?;
         let semaphore = self.target_semaphore(origin);
         let _permit = semaphore.acquire().await.map_err(|_| DeliveryError::Shutdown)?;
@@ -484,6 +484,28 @@ impl WebhookSender {
             .or_insert_with(|| Arc::new(Semaphore::new(self.inner.config.concurrency_per_target.max(1))))
             .clone()
     }
+}
+
+thread_local! {
+    /// The URL parsed last on this thread: triggers post to the same few URLs, and parsing one
+    /// is a good part of a request's cost.
+    static LAST_URL: std::cell::RefCell<Option<(String, reqwest::Url)>> = const { std::cell::RefCell::new(None) };
+}
+
+/// `url` parsed (a copy of the thread's last parse when it is the same string).
+fn parse_url(url: &str) -> Result<reqwest::Url, DeliveryError> {
+    LAST_URL.with(|cell| {
+        let mut last = cell.borrow_mut();
+        if let Some((s, parsed)) = &*last
+            && s == url
+        {
+            return Ok(parsed.clone());
+        }
+        let parsed = reqwest::Url::parse(url)
+            .map_err(|e| DeliveryError::Refused { reason: format!("the URL does not parse: {e}") })?;
+        *last = Some((url.to_owned(), parsed.clone()));
+        Ok(parsed)
+    })
 }
 
 fn classify(e: reqwest::Error) -> DeliveryError {

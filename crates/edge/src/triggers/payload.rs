@@ -42,30 +42,48 @@ pub fn body(registry: &Registry, f: &TriggerFacts<'_>) -> Vec<u8> {
     let app = app_rec.map_or_else(|| room.app.as_str().to_owned(), |a| a.slug.clone());
     let room_name = app_rec.and_then(|a| a.rooms.get(slug)).map_or(slug, |r| &*r.name);
     let actor_type = registry.actor(f.publisher).map_or("server", |a| a.actor_type.as_str());
-    let mut v = json!({
-        "deliveryId": f.delivery_id,
-        "timestamp": f.timestamp_ms,
-        "projectId": room.project.as_str(),
-        "app": app,
-        "room": slug,
-        "roomName": room_name,
-        "topicName": &*f.topic.topic,
-        "topic": format!("{app}/{slug}/{}", f.topic.topic),
-        "actorId": f.publisher,
-        "actorType": actor_type,
-        "data": data_json(f.data),
-        "scope": ScopeInfo::payload(registry.room_scope(room)),
-    });
-    if let Some(m) = v.as_object_mut() {
-        if let Some(filter) = f.filter {
-            m.insert("filter".into(), filter.into());
-        }
-        if let Some(id) = f.msg_id {
-            m.insert("msgId".into(), id.into());
-        }
-    }
-    // Serialising a `Value` cannot fail.
-    serde_json::to_vec(&v).unwrap_or_default()
+    let topic = format!("{app}/{slug}/{}", f.topic.topic);
+    let b = Body {
+        actor_id: f.publisher,
+        actor_type,
+        app: &app,
+        data: data_json(f.data),
+        delivery_id: f.delivery_id,
+        filter: f.filter,
+        msg_id: f.msg_id,
+        project_id: room.project.as_str(),
+        room: slug,
+        room_name,
+        scope: ScopeInfo::payload(registry.room_scope(room)),
+        timestamp: f.timestamp_ms,
+        topic: &topic,
+        topic_name: &f.topic.topic,
+    };
+    // Serialising strings, numbers and `Value`s cannot fail.
+    serde_json::to_vec(&b).unwrap_or_default()
+}
+
+/// The body's fields, serialized straight (no map of values first), in the order a JSON object
+/// map writes them (sorted keys), so the bytes are those of the map it replaced.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Body<'a> {
+    actor_id: &'a str,
+    actor_type: &'a str,
+    app: &'a str,
+    data: Value,
+    delivery_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    filter: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    msg_id: Option<&'a str>,
+    project_id: &'a str,
+    room: &'a str,
+    room_name: &'a str,
+    scope: Value,
+    timestamp: u64,
+    topic: &'a str,
+    topic_name: &'a str,
 }
 
 /// The publish's `data` as JSON: MessagePack decoded, `bin` (and extension values) as
@@ -142,6 +160,38 @@ mod tests {
             data_json(&pack(&v)),
             json!({"n": -3, "big": u64::MAX, "f": 1.5, "s": "hé", "b": {"$base64": "AAEC"}, "7": [null, true]})
         );
+    }
+
+    #[test]
+    fn the_body_is_a_json_object_with_sorted_keys_and_optional_fields_only_when_set() {
+        let topic = crate::triggers::parse_topic_key("proj/app/room/t").unwrap();
+        let data = pack(&rmpv::Value::from("x"));
+        let mut f = TriggerFacts {
+            delivery_id: "d",
+            topic: &topic,
+            publisher: "alice",
+            timestamp_ms: 7,
+            filter: None,
+            msg_id: None,
+            data: &data,
+        };
+        let registry = Registry::default();
+        for with_optional in [false, true] {
+            if with_optional {
+                (f.filter, f.msg_id) = (Some("eu"), Some("m1"));
+            }
+            let bytes = body(&registry, &f);
+            let v: Value = serde_json::from_slice(&bytes).unwrap();
+            // A parsed object writes its keys sorted: the same bytes means the same order.
+            assert_eq!(serde_json::to_vec(&v).unwrap(), bytes, "{}", String::from_utf8_lossy(&bytes));
+            assert_eq!(v["topic"], "app/room/t");
+            assert_eq!(
+                (v["actorType"].as_str(), v["data"].as_str(), v["timestamp"].as_u64()),
+                (Some("server"), Some("x"), Some(7))
+            );
+            assert_eq!(v.get("filter").is_some(), with_optional);
+            assert_eq!(v.get("msgId").is_some(), with_optional);
+        }
     }
 
     #[test]

@@ -286,6 +286,45 @@ async fn a_hanging_receiver_blocks_no_publish_and_a_full_queue_dead_letters_only
     assert_eq!(t.metrics.dead_lettered.load(Ordering::Relaxed), overflowed);
 }
 
+/// Sustained overload on SQLite: every non-logged trigger is queued, kept as a dead letter
+/// (written in batches) or dropped and counted; none goes missing from the counters.
+#[tokio::test]
+async fn under_overload_every_trigger_is_queued_dead_lettered_or_counted_as_lost() {
+    const PUBLISHES: u64 = 3000;
+    let receiver = WebhookReceiver::start(Mode::Hang).await;
+    let server = builder(&receiver)
+        .settings(|s| {
+            s.store = Some("sqlite::memory:".into());
+            s.webhook_queue = Some(1);
+            s.webhook_max_pending = Some(1);
+            s.rate_limit = Some(100_000);
+        })
+        .spawn()
+        .await;
+    let mut c = server.auth("hooks-token-pub").await;
+    // Pipelined: the overflow writer may fall behind, then triggers are dropped (counted).
+    for i in 0..PUBLISHES - 1 {
+        c.send(frame! {"type" => "publish", "topic" => "h/r/events", "data" => i}).await;
+    }
+    c.publish_acked("h/r/events", "last".into()).await;
+    let t = server.state.triggers.as_ref().unwrap();
+    let m = &t.metrics;
+    let (queued, overflowed) = (m.queued.load(Ordering::Relaxed), m.overflowed.load(Ordering::Relaxed));
+    assert_eq!(queued + overflowed, PUBLISHES, "queued {queued}, overflowed {overflowed}");
+    assert!(queued <= 3, "one in flight, one held, one queued: {queued}");
+    let d = Deadline::new("every overflow dead-lettered or counted lost", Duration::from_secs(20));
+    while m.dead_lettered.load(Ordering::Relaxed) + m.lost.load(Ordering::Relaxed) < overflowed {
+        d.tick().await;
+    }
+    let (dead, lost) = (m.dead_lettered.load(Ordering::Relaxed), m.lost.load(Ordering::Relaxed));
+    assert_eq!(queued + dead + lost + m.delivered.load(Ordering::Relaxed), PUBLISHES, "dead {dead}, lost {lost}");
+    let all = skua_core::DeadLetterFilter::default();
+    let letters = server.state.store.list_dead_letters(all, 0, u32::MAX).await.unwrap();
+    assert_eq!(letters.len() as u64 + m.dead_letters_dropped.load(Ordering::Relaxed), dead);
+    let ids: BTreeSet<&str> = letters.iter().map(|l| l.delivery_id.as_str()).collect();
+    assert_eq!(ids.len(), letters.len(), "one dead letter per trigger");
+}
+
 #[tokio::test]
 async fn a_control_plane_publish_triggers_too() {
     let receiver = WebhookReceiver::start(Mode::Ok(serde_json::json!({}))).await;

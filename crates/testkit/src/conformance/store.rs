@@ -94,6 +94,7 @@ macro_rules! store_conformance {
             trigger_outbox_goes_with_its_message,
             trigger_expire_leases_of_other_owners,
             trigger_dead_letters_list_replace_cap_and_delete,
+            trigger_dead_letter_batches_write_all_and_cap,
         );
     };
     ($harness:expr $(,)?) => {

@@ -160,3 +160,28 @@ async fn queued_requests_are_delivered_and_reported_and_a_full_queue_refuses() {
     assert!(full.0.body.len() > 10, "the request comes back");
     stop.cancel();
 }
+
+/// The parsed URL is reused between requests, the address rules are not: every request to a
+/// link-local address or a host outside the allowlist is refused, even right after a request
+/// to the same URL was sent (current-thread runtime: one thread, one URL cache).
+#[tokio::test(flavor = "current_thread")]
+async fn address_rules_apply_to_every_request_to_the_same_url() {
+    let rx = WebhookReceiver::start(ReceiverMode::Ok(json!({}))).await;
+    let url = rx.url("/h");
+    let once = RetrySchedule { delays: Vec::new() };
+    let (open, _s1) = sender(WebhookConfig::default());
+    let req = WebhookRequest::new(call(WebhookKind::Trigger, &url, None), payload());
+    open.call(&req, &once, Duration::from_secs(5)).await.expect("delivered");
+    let config = WebhookConfig { allowed_hosts: vec!["example.com".into()], ..WebhookConfig::default() };
+    let (closed, _s2) = sender(config);
+    for _ in 0..2 {
+        let e = closed.call(&req, &once, Duration::from_secs(5)).await.unwrap_err();
+        assert!(matches!(e, DeliveryError::Refused { .. }), "{e:?}");
+    }
+    let meta = WebhookRequest::new(call(WebhookKind::Trigger, "http://169.254.169.254/latest", None), payload());
+    for _ in 0..2 {
+        let e = open.call(&meta, &once, Duration::from_secs(5)).await.unwrap_err();
+        assert!(matches!(e, DeliveryError::Refused { .. }), "{e:?}");
+    }
+    assert_eq!(rx.wait_for(1).await.len(), 1, "only the allowed request arrived");
+}

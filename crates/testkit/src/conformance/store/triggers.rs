@@ -190,3 +190,20 @@ pub async fn trigger_dead_letters_list_replace_cap_and_delete<H: StoreHarness>(h
     assert_eq!(s.delete_dead_letters(p1).await.unwrap(), 2);
     assert!(list(all, 0).await.is_empty());
 }
+
+/// A batch of dead letters (`dead_letters`): all written in order, an outbox trigger of one of
+/// them leaves the outbox, the cap counts per project over the whole batch.
+pub async fn trigger_dead_letter_batches_write_all_and_cap<H: StoreHarness>(h: H) {
+    let s = h.open().await;
+    append_with(&s, "b2", lease("n1#a", NOW + 60_000)).await;
+    let batch = [letter("b1", "p1", "full"), letter("b2", "p1", "full"), letter("b3", "p2", "full")];
+    assert_eq!(s.dead_letters(&batch, 10).await.unwrap(), 0);
+    assert_eq!(s.dead_letters(&[], 10).await.unwrap(), 0, "an empty batch is nothing");
+    let got = s.list_dead_letters(DeadLetterFilter::default(), 0, 100).await.unwrap();
+    assert_eq!(got.iter().map(|d| d.delivery_id.as_str()).collect::<Vec<_>>(), ["b1", "b2", "b3"]);
+    assert_eq!(claim_ids(&s, "n1#b", NOW + 120_000, 10).await, Vec::<String>::new(), "b2 left the outbox");
+    let more = [letter("b4", "p1", "full"), letter("b5", "p1", "full"), letter("b6", "p2", "full")];
+    assert_eq!(s.dead_letters(&more, 2).await.unwrap(), 2, "p1 had 4, keeps 2");
+    let got = s.list_dead_letters(DeadLetterFilter::default(), 0, 100).await.unwrap();
+    assert_eq!(got.iter().map(|d| d.delivery_id.as_str()).collect::<Vec<_>>(), ["b3", "b4", "b5", "b6"]);
+}
