@@ -45,9 +45,6 @@ pub use crate::config::TriggerConfig;
 /// The `kind` of trigger dead letters.
 pub const KIND: &str = "trigger";
 
-/// Non-logged triggers waiting to be written as dead letters after the queue was full.
-const OVERFLOW_QUEUE: usize = 1024;
-
 /// Dead letters of overflows written in one store transaction at most.
 const OVERFLOW_BATCH: usize = 256;
 
@@ -211,7 +208,7 @@ impl Triggers {
         config: TriggerConfig,
     ) -> Arc<Self> {
         let (queue, rx) = mpsc::channel(config.queue.max(1));
-        let (overflow, orx) = mpsc::channel(OVERFLOW_QUEUE);
+        let (overflow, orx) = mpsc::channel(config.overflow_queue.max(1));
         Arc::new(Self {
             owner: format!("{node}#{}", uuid::Uuid::new_v4().simple()),
             registry,

@@ -174,6 +174,9 @@ pub struct Settings {
     /// Webhook dead letters kept per project; the oldest are dropped beyond it [default 10000].
     #[arg(long, env = "SKUA_WEBHOOK_DEAD_LETTERS_PER_PROJECT")]
     pub webhook_dead_letters_per_project: Option<u64>,
+    /// Non-logged triggers waiting to become dead letters after the trigger queue was full; beyond it they are dropped (counted) [default 1024].
+    #[arg(long, env = "SKUA_TRIGGER_OVERFLOW_QUEUE")]
+    pub trigger_overflow_queue: Option<usize>,
     /// Close a socket that has not sent a complete HTTP request head (or TLS handshake, PROXY header) in this time [default 10s].
     #[arg(long, env = "SKUA_HTTP_HEADER_TIMEOUT")]
     pub http_header_timeout: Option<String>,
@@ -307,7 +310,7 @@ impl Settings {
         layer!(self, over; tls_cert, tls_key, grpc_tls_cert, grpc_tls_key, tls_reload_interval, grpc_reflection_public,
             admin_key_max_failures, admin_key_failure_window, admin_key_backoff_max, bus_tls_ca, bus_tls_cert,
             bus_tls_key, presence_tls_ca, presence_tls_cert, presence_tls_key);
-        layer!(self, over; trigger_lease, trigger_scan_interval, webhook_dead_letters_per_project);
+        layer!(self, over; trigger_lease, trigger_scan_interval, webhook_dead_letters_per_project, trigger_overflow_queue);
         layer!(self, over; webhook_allow_link_local, webhook_allowed_hosts, webhook_queue, webhook_max_pending,
             webhook_concurrency_per_target, webhook_max_response_bytes, webhook_connect_timeout,
             webhook_trigger_attempts, webhook_trigger_first_retry);

@@ -19,6 +19,9 @@ pub struct TriggerConfig {
     pub scan_interval: Duration,
     /// Dead letters kept per project; beyond it the oldest are dropped (counted).
     pub dead_letters_per_project: u64,
+    /// Non-logged triggers waiting to be written as dead letters after the queue was full;
+    /// beyond it they are dropped (counted as `lost`).
+    pub overflow_queue: usize,
     /// At start, end every other node run's outbox leases: a single node on a durable store
     /// (nobody else would send what an earlier run left).
     pub take_over_at_start: bool,
@@ -34,6 +37,7 @@ impl Default for TriggerConfig {
             attempt_timeout: Duration::from_secs(30),
             scan_interval: Duration::from_secs(5),
             dead_letters_per_project: 10_000,
+            overflow_queue: 1024,
             take_over_at_start: false,
         }
     }

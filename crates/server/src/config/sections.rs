@@ -395,6 +395,8 @@ pub struct Triggers {
     pub scan_interval: Duration,
     /// Dead letters kept per project.
     pub dead_letters_per_project: u64,
+    /// Non-logged triggers waiting to become dead letters after the queue was full.
+    pub overflow_queue: usize,
 }
 
 impl Triggers {
@@ -407,6 +409,7 @@ impl Triggers {
             lease: nonzero_duration(key!(s, trigger_lease))?,
             scan_interval: nonzero_duration(key!(s, trigger_scan_interval))?,
             dead_letters_per_project: positive(key!(s, webhook_dead_letters_per_project))?,
+            overflow_queue: positive(key!(s, trigger_overflow_queue))?,
         })
     }
 }
@@ -745,6 +748,7 @@ impl Sections {
                 attempt_timeout: skua_core::webhook::WebhookKind::Trigger.max_timeout(),
                 scan_interval: triggers.scan_interval,
                 dead_letters_per_project: triggers.dead_letters_per_project,
+                overflow_queue: triggers.overflow_queue,
                 // A single node on a durable store sends what an earlier run left, at once.
                 take_over_at_start: backends.bus == BusConfig::Memory && matches!(backends.store, StoreConfig::Url(_)),
             },
