@@ -186,38 +186,8 @@ macro_rules! sql_trigger_store {
                 letter: &skua_core::NewDeadLetter<'_>,
                 cap: u64,
             ) -> Result<u64, skua_core::StoreError> {
-                use crate::error::sql;
-                use crate::sql::unix_to_sql;
-                use crate::triggers::*;
-                let l = letter;
-                let mut tx = self.pool.begin().await.map_err(sql($backend, "dead_letter"))?;
-                sqlx::query(UPSERT_DEAD_LETTER)
-                    .bind(l.delivery_id)
-                    .bind(l.project)
-                    .bind(l.kind)
-                    .bind(l.topic)
-                    .bind(l.target)
-                    .bind(l.body)
-                    .bind(l.last_error)
-                    .bind(i32::try_from(l.attempts).unwrap_or(i32::MAX))
-                    .bind(unix_to_sql(l.failed_at_ms))
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(sql($backend, "dead_letter"))?;
-                sqlx::query(FINISH_OUTBOX)
-                    .bind(l.delivery_id)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(sql($backend, "dead_letter"))?;
-                let dropped = sqlx::query(CAP_DEAD_LETTERS)
-                    .bind(l.project)
-                    .bind(unix_to_sql(cap))
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(sql($backend, "dead_letter"))?
-                    .rows_affected();
-                tx.commit().await.map_err(sql($backend, "dead_letter"))?;
-                Ok(dropped)
+                // A batch of one: the same transaction (upsert, outbox row finished, cap).
+                self.dead_letters(std::slice::from_ref(letter), cap).await
             }
 
             async fn dead_letters(
