@@ -11,6 +11,11 @@ something kustomize would render differently:
   rendered recursively (so an overlay builds on the rendered base);
 - `namespace`: set on every namespaced resource;
 - `images`: `name` -> `newName` / `newTag` on every container and init container;
+- `configMapGenerator` and `secretGenerator` with `literals` (`KEY=VALUE`): a ConfigMap, or an
+  Opaque Secret with base64 `data`, whose name gets kustomize's content-hash suffix once the
+  whole build is done (so an overlay's patch of a generated ConfigMap changes the hash), and
+  every reference to it from a pod template (env, envFrom, volumes) is renamed to match: a
+  changed setting or credential changes the pod template, and the Deployment rolls;
 - `patches` with `path`: strategic-merge patches, matched to their target by kind and name.
   Maps merge recursively; a `null` value deletes the key; the lists Kubernetes merges by key
   (containers and initContainers by name, env by name, volumes by name, volumeMounts by
@@ -22,13 +27,26 @@ deploy/validate.py compares this renderer's output with `kubectl kustomize` when
 the machine, so the two cannot drift apart unnoticed.
 """
 
+import base64
 import copy
+import hashlib
+import json
 import os
 import sys
 
 import yaml
 
-SUPPORTED_FIELDS = {"apiVersion", "kind", "resources", "namespace", "images", "patches"}
+SUPPORTED_FIELDS = {
+    "apiVersion",
+    "kind",
+    "resources",
+    "namespace",
+    "images",
+    "patches",
+    "configMapGenerator",
+    "secretGenerator",
+}
+GENERATOR_FIELDS = {"name", "literals"}
 
 # Kinds that are not namespaced, among those a Skua deployment uses.
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "PersistentVolume"}
@@ -121,6 +139,14 @@ def set_images(obj, images):
 
 def build(directory):
     """Renders the kustomization in `directory` into a list of resources."""
+    resources, generated = build_tree(directory)
+    add_hash_suffixes(resources, generated)
+    return resources
+
+
+def build_tree(directory):
+    """The resources of `directory` before name hashing, and the (kind, name) of those made by a
+    generator (kustomize adds the hash suffixes last, at the top of the build only)."""
     kpath = os.path.join(directory, "kustomization.yaml")
     if not os.path.exists(kpath):
         raise KustomizeError(f"{directory}: no kustomization.yaml")
@@ -131,14 +157,18 @@ def build(directory):
     if k.get("kind") != "Kustomization":
         raise KustomizeError(f"{kpath}: kind must be Kustomization")
     resources = []
+    generated = set()
     for r in k.get("resources", []):
         path = os.path.normpath(os.path.join(directory, r))
-        docs = build(path) if os.path.isdir(path) else load_docs(path)
-        for d in docs:
-            ident = identity(d)
-            if any(identity(x) == ident for x in resources):
-                raise KustomizeError(f"{kpath}: {ident} is defined twice")
-            resources.append(d)
+        if os.path.isdir(path):
+            docs, made = build_tree(path)
+            generated |= made
+        else:
+            docs = load_docs(path)
+        add_unique(kpath, resources, docs)
+    made = generate(kpath, k)
+    add_unique(kpath, resources, made)
+    generated |= {(d["kind"], d["metadata"]["name"]) for d in made}
     for p in k.get("patches", []):
         if set(p) != {"path"}:
             raise KustomizeError(f"{kpath}: only `path` patches are implemented: {p}")
@@ -155,7 +185,122 @@ def build(directory):
     if "images" in k:
         for r in resources:
             set_images(r, k["images"])
-    return resources
+    return resources, generated
+
+
+def add_unique(kpath, resources, docs):
+    for d in docs:
+        ident = identity(d)
+        if any(identity(x) == ident for x in resources):
+            raise KustomizeError(f"{kpath}: {ident} is defined twice")
+        resources.append(d)
+
+
+def generate(kpath, k):
+    """The ConfigMaps and Secrets of `configMapGenerator` and `secretGenerator` (literals only)."""
+    out = []
+    for field, kind in (("configMapGenerator", "ConfigMap"), ("secretGenerator", "Secret")):
+        for g in k.get(field, []):
+            unknown = set(g) - GENERATOR_FIELDS
+            if unknown or "name" not in g:
+                raise KustomizeError(f"{kpath}: {field} {g.get('name')}: only name and literals are implemented")
+            data = {}
+            for lit in g.get("literals", []):
+                key, sep, value = str(lit).partition("=")
+                if not key or not sep:
+                    raise KustomizeError(f"{kpath}: {field} {g['name']}: literal {lit!r} is not KEY=VALUE")
+                # As kustomize: a value wholly in single or double quotes loses them.
+                if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+                    value = value[1:-1]
+                if key in data:
+                    raise KustomizeError(f"{kpath}: {field} {g['name']}: {key} is given twice")
+                data[key] = value
+            doc = {"apiVersion": "v1", "kind": kind, "metadata": {"name": g["name"]}}
+            if kind == "Secret":
+                doc["type"] = "Opaque"
+                data = {key: secret_base64(v) for key, v in data.items()}
+            if data:
+                doc["data"] = data
+            out.append(doc)
+    return out
+
+
+def secret_base64(value):
+    """A generated Secret's value as kustomize writes it: base64, and beyond 70 characters cut
+    into lines of 70, each ended by a newline."""
+    enc = base64.b64encode(value.encode()).decode()
+    if len(enc) <= 70:
+        return enc
+    return "".join(enc[i : i + 70] + "\n" for i in range(0, len(enc), 70))
+
+
+def content_hash(obj):
+    """kustomize's name suffix (api/hasher): the sha256 of Go's JSON encoding of kind, data and
+    (Secrets) type, its first 10 hex digits with 0, 1, 3, a, e mapped to g, h, k, m, t. Its
+    name field is always empty: kustomize looks up the path `metadata/name` as one key."""
+    m = {"kind": obj["kind"], "name": "", "data": obj.get("data", "")}
+    if obj["kind"] == "ConfigMap" and isinstance(obj.get("binaryData"), dict):
+        m["binaryData"] = obj["binaryData"]
+    if obj["kind"] == "Secret":
+        m["type"] = obj.get("type", "")
+        if isinstance(obj.get("stringData"), dict):
+            m["stringData"] = obj["stringData"]
+    text = json.dumps(m, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    # Go's encoding/json escapes these three for HTML safety.
+    text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    digest = hashlib.sha256(text.encode()).hexdigest()[:10]
+    return digest.translate(str.maketrans("013ae", "ghkmt"))
+
+
+def pod_specs(obj):
+    """The pod specs of a workload (Pod, Deployment, StatefulSet, DaemonSet, Job, CronJob)."""
+    spec = obj.get("spec", {})
+    if obj.get("kind") == "Pod":
+        return [spec]
+    if obj.get("kind") == "CronJob":
+        spec = spec.get("jobTemplate", {}).get("spec", {})
+    pod = spec.get("template", {}).get("spec")
+    return [pod] if pod else []
+
+
+def rename_references(obj, kind, old, new):
+    for pod in pod_specs(obj):
+        for v in pod.get("volumes", []):
+            if kind == "ConfigMap" and v.get("configMap", {}).get("name") == old:
+                v["configMap"]["name"] = new
+            if kind == "Secret" and v.get("secret", {}).get("secretName") == old:
+                v["secret"]["secretName"] = new
+            for src in v.get("projected", {}).get("sources", []):
+                ref = src.get("configMap" if kind == "ConfigMap" else "secret", {})
+                if ref.get("name") == old:
+                    ref["name"] = new
+        if kind == "Secret":
+            for ref in pod.get("imagePullSecrets", []):
+                if ref.get("name") == old:
+                    ref["name"] = new
+        for c in pod.get("containers", []) + pod.get("initContainers", []):
+            for e in c.get("env", []):
+                ref = e.get("valueFrom", {}).get("configMapKeyRef" if kind == "ConfigMap" else "secretKeyRef", {})
+                if ref.get("name") == old:
+                    ref["name"] = new
+            for e in c.get("envFrom", []):
+                ref = e.get("configMapRef" if kind == "ConfigMap" else "secretRef", {})
+                if ref.get("name") == old:
+                    ref["name"] = new
+
+
+def add_hash_suffixes(resources, generated):
+    """Appends the content hash to every generated resource's name and renames the references."""
+    for r in resources:
+        key = (r["kind"], r["metadata"]["name"])
+        if key not in generated:
+            continue
+        old = r["metadata"]["name"]
+        new = f"{old}-{content_hash(r)}"
+        r["metadata"]["name"] = new
+        for other in resources:
+            if other.get("metadata", {}).get("namespace") == r["metadata"].get("namespace"):
+                rename_references(other, r["kind"], old, new)
 
 
 def identity(r):
