@@ -19,7 +19,11 @@
 Exits non-zero with every problem listed.
 """
 
+import base64
+import contextlib
+import copy
 import glob
+import io
 import os
 import re
 import shutil
@@ -36,6 +40,9 @@ import kustomize  # noqa: E402
 
 K8S = os.path.join(HERE, "kubernetes")
 OVERLAYS = sorted(d for d in glob.glob(os.path.join(K8S, "overlays", "*")) if os.path.isdir(d))
+# Overlays allowed to commit credentials (development values); every other overlay is treated as
+# production and may carry no placeholder and no development value.
+DEV_OVERLAYS = {"overlays/dev"}
 # Oldest and newest Kubernetes releases the manifests must be valid for.
 K8S_VERSIONS = ["1.30.0", "1.37.0"]
 # Bus flush on shutdown (crates/server/src/node.rs: `bus().close(2 s)`) plus a margin.
@@ -75,9 +82,14 @@ def known_variables():
     return names
 
 
+# Settings of the issue-23 server changes made on another branch, named here ahead of the merge
+# (the manifests set them): once merged, skua reads them and this list can go.
+PENDING_VARIABLES = {"SKUA_DRAIN_SPREAD"}
+
+
 def check_variables(where, names, known):
     for n in sorted(set(names)):
-        if n.startswith("SKUA_") and n not in known:
+        if n.startswith("SKUA_") and n not in known and n not in PENDING_VARIABLES:
             problem(f"{where}: {n} is not a setting skua reads")
     key = names.get("SKUA_ADMIN_KEY") if isinstance(names, dict) else None
     if key is not None and len(key) < 16:
@@ -151,11 +163,52 @@ def schema_check(rendered):
 
 
 def find(docs, kind, name):
-    return next((d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name), None)
+    """The resource `kind`/`name`; for a generated ConfigMap or Secret, `name` is the name before
+    kustomize's hash suffix."""
+    for d in docs:
+        if d["kind"] == kind and generated_name(d["metadata"]["name"], d["kind"]) == name:
+            return d
+    return None
+
+
+def generated_name(name, kind):
+    """`name` without kustomize's 10-character hash suffix (ConfigMaps and Secrets only)."""
+    if kind in ("ConfigMap", "Secret") and re.fullmatch(r".+-[a-z0-9]{10}", name):
+        return name[:-11]
+    return name
 
 
 def container_env(c):
     return {e["name"]: e.get("value") for e in c.get("env", [])}
+
+
+def secret_ref(env, name):
+    """(secret, key, optional) of env var `name` read from a Secret, or None."""
+    for e in env:
+        if e["name"] == name:
+            ref = e.get("valueFrom", {}).get("secretKeyRef")
+            if ref:
+                return generated_name(ref["name"], "Secret"), ref["key"], bool(ref.get("optional"))
+    return None
+
+
+def secret_names_used(c):
+    """Every Secret a container reads (env, envFrom), without hash suffixes."""
+    names = {generated_name(e["valueFrom"]["secretKeyRef"]["name"], "Secret")
+             for e in c.get("env", []) if "secretKeyRef" in e.get("valueFrom", {})}
+    names |= {generated_name(e["secretRef"]["name"], "Secret") for e in c.get("envFrom", []) if "secretRef" in e}
+    return names
+
+
+def secret_values(secret):
+    """A Secret's values as text: stringData, and data decoded from base64."""
+    values = dict(secret.get("stringData", {}))
+    for k, v in secret.get("data", {}).items():
+        try:
+            values[k] = base64.b64decode("".join(str(v).split())).decode()
+        except (ValueError, UnicodeDecodeError):
+            values[k] = ""
+    return values
 
 
 def check_pod_hygiene(where, pod):
@@ -164,7 +217,7 @@ def check_pod_hygiene(where, pod):
         problem(f"{where}: pod securityContext.runAsNonRoot must be true")
     if pod.get("automountServiceAccountToken") is not False:
         problem(f"{where}: automountServiceAccountToken must be false")
-    for c in pod.get("containers", []):
+    for c in pod.get("initContainers", []) + pod.get("containers", []):
         res = c.get("resources", {})
         if not res.get("requests") or not res.get("limits"):
             problem(f"{where}: container {c['name']} needs resource requests and limits")
@@ -179,23 +232,61 @@ def matches(selector, labels):
     return all(labels.get(k) == v for k, v in selector.get("matchLabels", {}).items())
 
 
+def quantity_bytes(q):
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?", str(q))
+    if not m:
+        raise ValueError(f"quantity {q!r}")
+    mult = {None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+    return float(m.group(1)) * mult[m.group(2)]
+
+
+# The three backends an edge must name explicitly: without one it would fall back to the
+# in-process bus or presence (or the SQLite store) and run alone while reporting ready.
+CLUSTER_BACKENDS = ("SKUA_STORE", "SKUA_PRESENCE", "SKUA_BUS")
+# Secrets of the base (kubernetes/base/kustomization.yaml): the nodes' (DML-only store user),
+# the control plane's admin key, and the migrate init containers' (the schema's owner).
+NODE_SECRET, ADMIN_SECRET, MIGRATOR_SECRET = "skua-secrets", "skua-admin-key", "skua-migrator"
+
+
+def drain_budget(config, pre_stop_s):
+    """Seconds a pod needs from the start of its termination to a clean exit: preStop, drain
+    delay, the spread of the closes, the grace, the bus flush and a margin (the spread and the
+    grace counted one after the other, which covers either way the server combines them)."""
+    drain = parse_duration_s(config.get("SKUA_DRAIN_DELAY", "0s"))
+    spread = parse_duration_s(config.get("SKUA_DRAIN_SPREAD", "0s"))
+    grace = parse_duration_s(config.get("SKUA_SHUTDOWN_GRACE", "10s"))
+    return pre_stop_s + drain + spread + grace + BUS_FLUSH_S + MARGIN_S
+
+
+def lb_health_check(svc):
+    """(interval, unhealthy threshold, healthy threshold) of the cloud load balancer's health
+    check, from the Service's annotations (AWS shown in the production overlay), or None."""
+    a = svc.get("metadata", {}).get("annotations", {})
+    pre = "service.beta.kubernetes.io/aws-load-balancer-healthcheck-"
+    if svc["spec"].get("type") != "LoadBalancer":
+        return None
+    try:
+        # AWS' defaults for an NLB: every 10 s (30 s for instance targets before 2023), 3 failures.
+        return (int(a.get(pre + "interval", "30")), int(a.get(pre + "unhealthy-threshold", "3")),
+                int(a.get(pre + "healthy-threshold", "3")))
+    except ValueError:
+        problem(f"Service {svc['metadata']['name']}: health check annotations must be integers")
+        return None
+
+
 def check_rollout(name, docs, known):
     before = len(problems)
     cm = find(docs, "ConfigMap", "skua-config")
-    secret = find(docs, "Secret", "skua-secrets")
     edge = find(docs, "Deployment", "skua-edge")
     control = find(docs, "Deployment", "skua-control")
-    job = find(docs, "Job", "skua-migrate")
     svc = find(docs, "Service", "skua-edge")
     csvc = find(docs, "Service", "skua-control")
     hpa = find(docs, "HorizontalPodAutoscaler", "skua-edge")
     pdb = find(docs, "PodDisruptionBudget", "skua-edge")
     for what, obj in [
         ("ConfigMap skua-config", cm),
-        ("Secret skua-secrets", secret),
         ("Deployment skua-edge", edge),
         ("Deployment skua-control", control),
-        ("Job skua-migrate", job),
         ("Service skua-edge", svc),
         ("Service skua-control", csvc),
         ("HorizontalPodAutoscaler skua-edge", hpa),
@@ -203,36 +294,85 @@ def check_rollout(name, docs, known):
     ]:
         if obj is None:
             problem(f"{name}: {what} is missing")
-    if None in (cm, secret, edge, control, job, svc, csvc, hpa, pdb):
+    if None in (cm, edge, control, svc, csvc, hpa, pdb):
         return
+    if cm["metadata"]["name"] == "skua-config":
+        problem(f"{name}: skua-config must be generated (configMapGenerator) so a change rolls the pods")
     config = cm.get("data", {})
     check_variables(f"{name} ConfigMap", config, known)
-    check_variables(f"{name} Secret", secret.get("stringData", {}), known)
+    for secret in (d for d in docs if d["kind"] == "Secret"):
+        sname = generated_name(secret["metadata"]["name"], "Secret")
+        if sname in (NODE_SECRET, ADMIN_SECRET, MIGRATOR_SECRET):
+            check_variables(f"{name} Secret {sname}", secret_values(secret), known)
+            if secret["metadata"]["name"] == sname:
+                problem(f"{name}: Secret {sname} must be generated (secretGenerator) so a change rolls the pods")
+            if sname != ADMIN_SECRET and "SKUA_ADMIN_KEY" in secret_values(secret):
+                problem(f"{name}: Secret {sname} must not carry SKUA_ADMIN_KEY (only {ADMIN_SECRET} does)")
+
+    # HPA-managed Deployments: no `replicas`, or every `kubectl apply` resets the scaled fleet.
+    for h in (d for d in docs if d["kind"] == "HorizontalPodAutoscaler"):
+        target = find(docs, h["spec"]["scaleTargetRef"]["kind"], h["spec"]["scaleTargetRef"]["name"])
+        if target is not None and "replicas" in target["spec"]:
+            problem(f"{name}: {target['kind']} {target['metadata']['name']} is scaled by an HPA and must not set replicas")
+    resources = {m.get("resource", {}).get("name") for m in hpa["spec"].get("metrics", []) if m["type"] == "Resource"}
+    if not {"cpu", "memory"} <= resources:
+        problem(f"{name}: the edge HPA must scale on cpu and memory (has {sorted(r for r in resources if r)})")
 
     pod = edge["spec"]["template"]["spec"]
     labels = edge["spec"]["template"]["metadata"]["labels"]
     (c,) = [x for x in pod["containers"] if x["name"] == "skua"]
     check_variables(f"{name} skua-edge", container_env(c), known)
-    if edge["spec"].get("replicas", 1) < 2:
-        problem(f"{name}: skua-edge needs at least 2 replicas")
+    for var in CLUSTER_BACKENDS:
+        ref = secret_ref(c.get("env", []), var)
+        if ref is None and not container_env(c).get(var):
+            problem(f"{name}: skua-edge must set {var} explicitly (env value or secretKeyRef), not through envFrom")
+        elif ref is not None and ref[2]:
+            problem(f"{name}: skua-edge {var} must not be optional (a missing key must stop the pod)")
     if c.get("readinessProbe", {}).get("httpGet", {}).get("path") != "/readyz":
         problem(f"{name}: skua-edge readiness must probe /readyz")
     if c.get("livenessProbe", {}).get("httpGet", {}).get("path") != "/healthz":
         problem(f"{name}: skua-edge liveness must probe /healthz")
+    mem = c.get("resources", {})
+    try:
+        req, lim = quantity_bytes(mem["requests"]["memory"]), quantity_bytes(mem["limits"]["memory"])
+        if req != lim:
+            problem(f"{name}: skua-edge memory request must equal its limit (not evictable under node memory pressure)")
+    except (KeyError, ValueError) as e:
+        problem(f"{name}: skua-edge memory request and limit: {e}")
+
     pre_stop = c.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command", [])
     if len(pre_stop) != 2 or not pre_stop[0].endswith("sleep"):
         problem(f"{name}: skua-edge needs a preStop sleep (endpoint propagation before SIGTERM)")
         pre_stop = ["sleep", "0"]
-    drain = parse_duration_s(config.get("SKUA_DRAIN_DELAY", "0s"))
-    grace = parse_duration_s(config.get("SKUA_SHUTDOWN_GRACE", "10s"))
-    needed = float(pre_stop[1]) + drain + grace + BUS_FLUSH_S + MARGIN_S
+    pre_stop_s = float(pre_stop[1])
+    needed = drain_budget(config, pre_stop_s)
     tgps = pod.get("terminationGracePeriodSeconds", 30)
     if tgps < needed:
-        problem(f"{name}: terminationGracePeriodSeconds {tgps} < preStop + drain + grace + flush = {needed}")
+        problem(f"{name}: skua-edge terminationGracePeriodSeconds {tgps} < preStop + drain + spread + grace + flush = {needed:g}")
     else:
-        ok(f"{name}: terminationGracePeriodSeconds {tgps} covers preStop + drain + grace + flush ({needed:g} s)")
-    if drain <= 0:
+        ok(f"{name}: skua-edge terminationGracePeriodSeconds {tgps} covers preStop + drain + spread + grace + flush ({needed:g} s)")
+    if parse_duration_s(config.get("SKUA_DRAIN_DELAY", "0s")) <= 0:
         problem(f"{name}: SKUA_DRAIN_DELAY must be above 0 so readiness fails before sockets close")
+    spread = parse_duration_s(config.get("SKUA_DRAIN_SPREAD", "0s"))
+    if spread <= 0:
+        problem(f"{name}: SKUA_DRAIN_SPREAD must be above 0 so the 1012 closes do not all land at once")
+    elif spread >= parse_duration_s(config.get("SKUA_SHUTDOWN_GRACE", "10s")):
+        problem(f"{name}: SKUA_DRAIN_SPREAD must be below SKUA_SHUTDOWN_GRACE (the last closes need time to finish)")
+    min_ready = edge["spec"].get("minReadySeconds", 0)
+    if min_ready < 5:
+        problem(f"{name}: skua-edge needs minReadySeconds (>= 5) so a rollout waits for a new edge to settle")
+    hc = lb_health_check(svc)
+    if hc is not None:
+        interval, unhealthy, healthy = hc
+        if pre_stop_s < interval * unhealthy + 5:
+            problem(f"{name}: skua-edge preStop {pre_stop_s:g} s < the load balancer's {interval} s x {unhealthy} "
+                    f"unhealthy checks + 5 s: new connections would reach a draining edge")
+        if min_ready < interval * healthy:
+            problem(f"{name}: skua-edge minReadySeconds {min_ready} < the load balancer's {interval} s x {healthy} "
+                    f"healthy checks: a rollout would drain old edges before the balancer uses the new ones")
+        else:
+            ok(f"{name}: preStop {pre_stop_s:g} s and minReadySeconds {min_ready} cover the load balancer's health check "
+               f"({interval} s x {unhealthy}/{healthy})")
     strategy = edge["spec"].get("strategy", {}).get("rollingUpdate", {})
     if strategy.get("maxUnavailable") != 0:
         problem(f"{name}: skua-edge rolling updates must keep maxUnavailable 0")
@@ -256,14 +396,128 @@ def check_rollout(name, docs, known):
         problem(f"{name}: Service skua-control must expose 50051")
     if not matches({"matchLabels": csvc["spec"]["selector"]}, control["spec"]["template"]["metadata"]["labels"]):
         problem(f"{name}: Service skua-control does not select the control pods")
+    if secret_ref(cc.get("env", []), "SKUA_ADMIN_KEY") is None:
+        problem(f"{name}: skua-control must read SKUA_ADMIN_KEY from Secret {ADMIN_SECRET}")
+    cneeded = drain_budget(config, 0)
+    if cpod.get("terminationGracePeriodSeconds", 30) < cneeded:
+        problem(f"{name}: skua-control terminationGracePeriodSeconds < drain + spread + grace + flush = {cneeded:g}")
     check_pod_hygiene(f"{name} skua-control", cpod)
 
-    jpod = job["spec"]["template"]["spec"]
-    if jpod["containers"][0].get("args") != ["migrate"]:
-        problem(f"{name}: Job skua-migrate must run `skua migrate`")
-    check_pod_hygiene(f"{name} skua-migrate", jpod)
+    # Credentials: the admin key reaches the control plane only; the schema owner's credential
+    # reaches the migrate init containers only; the nodes' store user is the DML-only one.
+    for dep, dpod in (("skua-edge", pod), ("skua-control", cpod)):
+        inits = [x for x in dpod.get("initContainers", []) if x.get("args") == ["migrate"]]
+        if len(inits) != 1:
+            problem(f"{name}: {dep} must run `skua migrate` in an init container (ordering before the node starts)")
+        else:
+            ref = secret_ref(inits[0].get("env", []), "SKUA_STORE")
+            if ref is None or ref[0] != MIGRATOR_SECRET:
+                problem(f"{name}: {dep}'s migrate init container must read SKUA_STORE from Secret {MIGRATOR_SECRET}")
+        for x in dpod.get("containers", []):
+            used = secret_names_used(x)
+            if MIGRATOR_SECRET in used:
+                problem(f"{name}: {dep} container {x['name']} must not read {MIGRATOR_SECRET} (the DDL credential)")
+            ref = secret_ref(x.get("env", []), "SKUA_STORE")
+            if x["name"] == "skua" and (ref is None or ref[0] != NODE_SECRET):
+                problem(f"{name}: {dep} must read SKUA_STORE (the DML-only user) from Secret {NODE_SECRET}")
+        for x in dpod.get("initContainers", []) + dpod.get("containers", []):
+            if dep == "skua-edge" and (ADMIN_SECRET in secret_names_used(x) or "SKUA_ADMIN_KEY" in container_env(x)):
+                problem(f"{name}: skua-edge container {x['name']} must not get the admin key")
+    if any(d["kind"] in ("Job", "CronJob") and "migrate" in d["metadata"]["name"] for d in docs):
+        problem(f"{name}: migrations run in init containers, not in a Job (a Job's template is immutable)")
     if len(problems) == before:
-        ok(f"{name}: rollout checks (probes, drain timing, replicas, HPA, PDB, resources, security)")
+        ok(f"{name}: rollout checks (probes, drain timing, HPA without replicas, PDB, resources, credentials, security)")
+
+
+# Values that are placeholders or development credentials: none may reach a production overlay.
+PLACEHOLDER = re.compile(
+    r"change[-_ ]?me|replace[-_ ]?me|fill[-_ ]?me|<password>|<secret>|changeit|\bTODO\b|\bFIXME\b|skua-dev-|dev-token-",
+    re.IGNORECASE,
+)
+
+
+def strings_in(obj, path=""):
+    """(path, text) of every string in a resource, Secret data decoded."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from strings_in(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from strings_in(v, f"{path}[{i}]")
+    elif isinstance(obj, str):
+        yield path, obj
+
+
+def check_no_placeholders(name, docs):
+    before = len(problems)
+    for d in docs:
+        where = f"{d['kind']} {d['metadata']['name']}"
+        texts = list(strings_in(d))
+        if d["kind"] == "Secret":
+            texts += [(f"data.{k} (decoded)", v) for k, v in secret_values(d).items()]
+        for path, text in texts:
+            m = PLACEHOLDER.search(text)
+            if m:
+                problem(f"{name}: {where} {path}: placeholder or development value {m.group(0)!r} in a production overlay")
+    if len(problems) == before:
+        ok(f"{name}: no placeholder or development value (CHANGE-ME, skua-dev-…, dev tokens)")
+
+
+# --------------------------------------------------------------------------------------------
+# NetworkPolicies
+
+
+def policy_ports(rules):
+    return {p.get("port") for r in rules for p in r.get("ports", [])} | ({"*"} if any("ports" not in r for r in rules) else set())
+
+
+def check_network_policies(name, docs):
+    """A default deny for the namespace (ingress and egress), and explicit allows: clients to the
+    edges' http port, gRPC to the control plane, DNS for every pod, the backends' ports for
+    Skua's pods, and an ingress rule for every other workload's ports."""
+    before = len(problems)
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    deny = [
+        p for p in policies
+        if p["spec"].get("podSelector") == {} and set(p["spec"].get("policyTypes", [])) == {"Ingress", "Egress"}
+        and not p["spec"].get("ingress") and not p["spec"].get("egress")
+    ]
+    if not deny:
+        problem(f"{name}: no default-deny NetworkPolicy (podSelector {{}}, policyTypes Ingress and Egress, no rules)")
+
+    def allowed(labels, direction):
+        rules = []
+        for p in policies:
+            if direction in p["spec"].get("policyTypes", []) and matches(p["spec"].get("podSelector", {}), labels):
+                rules += p["spec"].get(direction.lower(), [])
+        return policy_ports(rules)
+
+    workloads = [d for d in docs if d["kind"] in ("Deployment", "StatefulSet", "DaemonSet", "Job")]
+    for w in workloads:
+        labels = w["spec"]["template"]["metadata"].get("labels", {})
+        pod = w["spec"]["template"]["spec"]
+        wname = w["metadata"]["name"]
+        if 53 not in allowed(labels, "Egress") and "*" not in allowed(labels, "Egress"):
+            problem(f"{name}: {w['kind']} {wname}: no NetworkPolicy allows DNS (egress port 53)")
+        # The ports a Service sends traffic to (probes come from the kubelet on the node).
+        served = {
+            sp.get("targetPort", sp["port"])
+            for svc in docs
+            if svc["kind"] == "Service" and svc["spec"].get("selector") and matches({"matchLabels": svc["spec"]["selector"]}, labels)
+            for sp in svc["spec"].get("ports", [])
+        }
+        ports = [p for c in pod.get("containers", []) for p in c.get("ports", []) if {p.get("name"), p["containerPort"]} & served]
+        ingress = allowed(labels, "Ingress")
+        for p in ports:
+            if p.get("name") not in ingress and p["containerPort"] not in ingress and "*" not in ingress:
+                problem(f"{name}: {w['kind']} {wname}: no NetworkPolicy allows ingress to port {p.get('name') or p['containerPort']}")
+        if labels.get("app.kubernetes.io/name") == "skua":
+            egress = allowed(labels, "Egress")
+            for port, what in ((5432, "Postgres"), (8883, "MQTT over TLS"), (6379, "Redis")):
+                if port not in egress and "*" not in egress:
+                    problem(f"{name}: {w['kind']} {wname}: no NetworkPolicy allows egress to {what} ({port})")
+    if len(problems) == before:
+        ok(f"{name}: default-deny NetworkPolicy and explicit allows for every workload ({len(policies)} policies)")
 
 
 # --------------------------------------------------------------------------------------------
@@ -430,6 +684,85 @@ def selftest():
         ok("kustomize.py: strategic merge by key, list order, list replacement, null deletion")
 
 
+def caught(label, check):
+    """Runs `check` (quietly) and tells whether it reported a problem; its problems are not kept."""
+    saved = list(problems)
+    with contextlib.redirect_stdout(io.StringIO()):
+        check()
+    found = len(problems) > len(saved)
+    problems[:] = saved
+    if not found:
+        problem(f"self-test: a reintroduced mistake passed the checks: {label}")
+    return found
+
+
+def mutation_selftest(rendered, known):
+    """Each rule must fail on the mistake it guards against: the production rendering, broken
+    one way at a time, must be refused."""
+    name = "overlays/production"
+    base = rendered.get(name)
+    if base is None:
+        return
+
+    def mutated(edit):
+        docs = copy.deepcopy(base)
+        edit(docs)
+        return docs
+
+    def edge_pod(docs):
+        return find(docs, "Deployment", "skua-edge")["spec"]["template"]["spec"]
+
+    def skua(pod):
+        return next(c for c in pod["containers"] if c["name"] == "skua")
+
+    def add_secret(docs, value):
+        docs.append({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "skua-admin-key", "namespace": "skua"},
+                     "type": "Opaque", "stringData": {"SKUA_ADMIN_KEY": value}})
+
+    cases = [
+        ("replicas on the HPA-managed edge Deployment",
+         lambda d: find(d, "Deployment", "skua-edge")["spec"].__setitem__("replicas", 3), check_rollout),
+        ("an HPA on CPU only",
+         lambda d: find(d, "HorizontalPodAutoscaler", "skua-edge")["spec"].__setitem__(
+             "metrics", find(d, "HorizontalPodAutoscaler", "skua-edge")["spec"]["metrics"][:1]), check_rollout),
+        ("an edge memory request below its limit",
+         lambda d: skua(edge_pod(d))["resources"]["requests"].__setitem__("memory", "1Gi"), check_rollout),
+        ("a preStop shorter than the load balancer's health check",
+         lambda d: skua(edge_pod(d))["lifecycle"]["preStop"]["exec"].__setitem__("command", ["/bin/sleep", "5"]),
+         check_rollout),
+        ("a grace period shorter than the drain",
+         lambda d: edge_pod(d).__setitem__("terminationGracePeriodSeconds", 30), check_rollout),
+        ("no minReadySeconds", lambda d: find(d, "Deployment", "skua-edge")["spec"].pop("minReadySeconds"), check_rollout),
+        ("the admin key given to the edges",
+         lambda d: skua(edge_pod(d))["env"].append(
+             {"name": "SKUA_ADMIN_KEY", "valueFrom": {"secretKeyRef": {"name": ADMIN_SECRET, "key": "SKUA_ADMIN_KEY"}}}),
+         check_rollout),
+        ("the edges' bus through envFrom only",
+         lambda d: skua(edge_pod(d)).__setitem__("env", [e for e in skua(edge_pod(d))["env"] if e["name"] != "SKUA_BUS"]),
+         check_rollout),
+        ("the nodes on the migrator's (DDL) credential",
+         lambda d: next(e for e in skua(edge_pod(d))["env"] if e["name"] == "SKUA_STORE")["valueFrom"]["secretKeyRef"].__setitem__(
+             "name", MIGRATOR_SECRET), check_rollout),
+        ("no migrate init container", lambda d: edge_pod(d).pop("initContainers"), check_rollout),
+        ("a placeholder secret in production", lambda d: add_secret(d, "CHANGE-ME-to-a-long-random-key"),
+         lambda n, docs, k: check_no_placeholders(n, docs)),
+        ("a development credential in production", lambda d: add_secret(d, "skua-dev-admin-key-0123"),
+         lambda n, docs, k: check_no_placeholders(n, docs)),
+        ("no default-deny NetworkPolicy",
+         lambda d: d.remove(find(d, "NetworkPolicy", "default-deny")), lambda n, docs, k: check_network_policies(n, docs)),
+        ("no DNS allowed", lambda d: d.remove(find(d, "NetworkPolicy", "dns")),
+         lambda n, docs, k: check_network_policies(n, docs)),
+        ("no ingress to the control plane's gRPC", lambda d: d.remove(find(d, "NetworkPolicy", "skua-control")),
+         lambda n, docs, k: check_network_policies(n, docs)),
+    ]
+    passed = 0
+    for label, edit, check in cases:
+        docs = mutated(edit)
+        passed += caught(label, lambda: check(name, docs, known))
+    if passed == len(cases):
+        ok(f"self-test: {len(cases)} reintroduced mistakes are each refused")
+
+
 def main():
     known = known_variables()
     print("== Kubernetes manifests")
@@ -440,6 +773,10 @@ def main():
     for name in [os.path.relpath(d, K8S) for d in OVERLAYS]:
         if name in rendered:
             check_rollout(name, rendered[name], known)
+            check_network_policies(name, rendered[name])
+            if name not in DEV_OVERLAYS:
+                check_no_placeholders(name, rendered[name])
+    mutation_selftest(rendered, known)
     print("== docker-compose.yml")
     compose = check_compose(known)
     print("== TLS to the backends")
