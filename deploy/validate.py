@@ -116,7 +116,7 @@ def canonical(docs):
 
 def render_all():
     rendered = {}
-    for d in [os.path.join(K8S, "base")] + OVERLAYS:
+    for d in [os.path.join(K8S, "base")] + OVERLAYS + [os.path.join(K8S, "emqx")]:
         name = os.path.relpath(d, K8S)
         try:
             rendered[name] = kustomize.build(d)
@@ -146,12 +146,17 @@ def compare_with_kubectl(rendered):
                 problem(f"{name}: {ident} differs from kubectl kustomize")
 
 
+# Custom resources (the EMQX Operator's, the Prometheus Operator's): no bundled schema, checked
+# by the functions below instead.
+CUSTOM_GROUPS = {"apps.emqx.io", "monitoring.coreos.com"}
+
+
 def schema_check(rendered):
     tool = venv_bin("kubernetes-validate")
     with tempfile.TemporaryDirectory() as tmp:
         files = []
         for name, docs in rendered.items():
-            for i, d in enumerate(docs):
+            for i, d in enumerate(d for d in docs if d["apiVersion"].split("/")[0] not in CUSTOM_GROUPS):
                 path = os.path.join(tmp, f"{name.replace('/', '_')}-{i:02d}-{d['kind']}.yaml")
                 with open(path, "w", encoding="utf-8") as f:
                     yaml.safe_dump(d, f)
@@ -591,6 +596,91 @@ def check_backend_tls(rendered, compose):
 
 
 # --------------------------------------------------------------------------------------------
+# The MQTT tier (kubernetes/emqx)
+
+
+def check_mqtt_tier(rendered):
+    """EMQX refuses anonymous and plain-text clients, lets the production overlay's cluster user
+    reach its own namespace's topics only, and only Skua's namespace reaches the broker."""
+    docs = rendered.get("emqx")
+    prod = rendered.get("overlays/production")
+    if docs is None or prod is None:
+        return
+    before = len(problems)
+    emqx = next((d for d in docs if d["kind"] == "EMQX"), None)
+    cm = find(prod, "ConfigMap", "skua-config")
+    ns = (cm or {}).get("data", {}).get("SKUA_NAMESPACE", "")
+    skua_namespace = find(prod, "Deployment", "skua-edge")["metadata"].get("namespace")
+    if emqx is None:
+        problem("kubernetes/emqx: the EMQX resource is missing")
+        return
+    conf = emqx["spec"].get("config", {}).get("data", "")
+    flat = re.sub(r"\s+", " ", conf)
+    for needle, why in [
+        ("listeners.tcp.default.enable = false", "the plain-text MQTT listener must be off"),
+        ("listeners.ws.default.enable = false", "the plain-text WebSocket listener must be off"),
+        ("verify = verify_peer", "the TLS listener must verify client certificates"),
+        ("fail_if_no_peer_cert = true", "the TLS listener must require a client certificate"),
+        ("backend = built_in_database", "clients must authenticate (an authenticator makes EMQX refuse anonymous ones)"),
+        ("no_match = deny", "authorization must deny what no rule allows"),
+    ]:
+        if needle not in flat:
+            problem(f"kubernetes/emqx: {why} ({needle})")
+    rules = re.findall(r"\{(allow|deny),([^.]*)\}\s*\.", conf.replace("\n", " "))
+    allows = [body for verdict, body in rules if verdict == "allow"]
+    if not rules or rules[-1] != ("deny", " all"):
+        problem("kubernetes/emqx: the ACL must end with {deny, all}.")
+    for body in allows:
+        who = re.match(r"\s*\{username,\s*\"([^\"]+)\"\}", body)
+        topics = re.findall(r"\"([^\"]*)\"", body.split("[", 1)[-1]) if "[" in body else []
+        if not who or not topics:
+            problem(f"kubernetes/emqx: ACL rule {{allow,{body}}} must name a user and its topics")
+            continue
+        user = who.group(1)
+        for t in topics:
+            if not (t.startswith(f"{user}/") or t.startswith(f"$share/+/{user}/")):
+                problem(f"kubernetes/emqx: user {user} may reach {t!r}, outside its namespace {user}/")
+    if ns and not any(re.match(rf"\s*\{{username,\s*\"{re.escape(ns)}\"\}}", b) for b in allows):
+        problem(f"kubernetes/emqx: no ACL rule for the production cluster's user {ns!r} (its SKUA_NAMESPACE)")
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    if not any(p["spec"].get("podSelector") == {} and not p["spec"].get("ingress") for p in policies):
+        problem("kubernetes/emqx: no default-deny NetworkPolicy in the broker's namespace")
+    mqtt_from = [
+        f for p in policies for r in p["spec"].get("ingress", [])
+        if any(x.get("port") == 8883 for x in r.get("ports", [])) for f in r.get("from", [{}])
+    ]
+    if not mqtt_from or any(
+        f.get("namespaceSelector", {}).get("matchLabels", {}).get("kubernetes.io/metadata.name") != skua_namespace
+        for f in mqtt_from
+    ):
+        problem(f"kubernetes/emqx: only the {skua_namespace} namespace may reach MQTT (8883)")
+    if len(problems) == before:
+        ok(f"kubernetes/emqx: TLS with client certificates, authentication, ACL confined to {ns}/, "
+           f"deny by default; 8883 from namespace {skua_namespace} only")
+
+
+def mqtt_selftest(rendered):
+    """check_mqtt_tier must refuse an open broker."""
+    if "emqx" not in rendered:
+        return
+
+    def broken(edit):
+        docs = copy.deepcopy(rendered["emqx"])
+        emqx = next(d for d in docs if d["kind"] == "EMQX")
+        emqx["spec"]["config"]["data"] = edit(emqx["spec"]["config"]["data"])
+        return {**rendered, "emqx": docs}
+
+    cases = [
+        ("anonymous MQTT clients", broken(lambda c: c.replace("backend = built_in_database", ""))),
+        ("an ACL that allows everything", broken(lambda c: c.replace("{deny, all}.", "{allow, all}."))),
+        ("a cluster user reaching another namespace", broken(lambda c: c.replace('"skua-prod/#"', '"#"'))),
+        ("the plain-text listener on", broken(lambda c: c.replace("listeners.tcp.default.enable = false", ""))),
+    ]
+    if all([caught(label, lambda r=r: check_mqtt_tier(r)) for label, r in cases]):
+        ok(f"self-test: {len(cases)} ways of opening the broker are each refused")
+
+
+# --------------------------------------------------------------------------------------------
 # Monitoring: alert rules, PodMonitor, Grafana dashboard
 
 MONITORING = os.path.join(HERE, "monitoring")
@@ -1027,6 +1117,8 @@ def main():
             if name not in DEV_OVERLAYS:
                 check_no_placeholders(name, rendered[name])
     mutation_selftest(rendered, known)
+    check_mqtt_tier(rendered)
+    mqtt_selftest(rendered)
     check_monitoring(rendered)
     print("== docker-compose.yml")
     compose = check_compose(known)
