@@ -1,21 +1,35 @@
 #!/usr/bin/env python3
 """Offline checks of the deployment files (run by deploy/validate.sh, inside deploy/.venv).
 
-1. Kubernetes: renders the base and every overlay (deploy/kustomize.py; compared with
-   `kubectl kustomize` when kubectl is installed), validates every rendered resource against
-   the bundled Kubernetes JSON schemas (kubernetes-validate --strict, oldest and newest
-   supported release), and checks what a safe rollout needs (probes, drain timing, replicas,
-   HPA, PDB, resources, security context).
-2. docker-compose.yml: the Compose specification's schema (check-jsonschema), and the cluster's
+1. Kubernetes: renders the base, every overlay and kubernetes/emqx (deploy/kustomize.py;
+   compared with `kubectl kustomize` when kubectl is installed), validates every rendered
+   resource but custom resources against the bundled Kubernetes JSON schemas
+   (kubernetes-validate --strict, oldest and newest supported release), and checks what a safe
+   rollout needs: probes; drain timing (preStop, drain delay, spread, grace) within the grace
+   period and against the load balancer's health check; minReadySeconds; no `replicas` on an
+   HPA-managed Deployment; an HPA on CPU and memory; edges' memory request equal to their limit;
+   PDB; resources; security context; generated (hash-suffixed) config.
+2. Credentials: the admin key on the control plane only; the schema owner's credential in the
+   migrate init containers only, the nodes on the DML-only one; the edges' bus, presence and
+   store named explicitly; no placeholder or development value in a production overlay.
+3. NetworkPolicies: a default deny and explicit allows for every workload; the EMQX tier
+   authenticated, confined by an ACL to the cluster's namespace, TLS only, reachable from
+   Skua's namespace only.
+4. Monitoring (deploy/monitoring): the alert rules' structure, every PromQL query of the rules
+   and the dashboard parsed (deploy/promql.py), every metric name found in Skua's sources (or
+   listed as pending or external), the PrometheusRule identical to the rule file, the
+   PodMonitor on the pods' metrics port.
+5. docker-compose.yml: the Compose specification's schema (check-jsonschema), and the cluster's
    shape (two edges on 8080/8081, a control node with gRPC, health-checked dependencies, a
    one-shot migration that runs first).
-3. Dockerfile: hadolint, and a multi-stage build whose runtime stage runs as a non-root user.
-4. Every SKUA_* variable the files set is one `skua` reads (crates/server/src).
-5. No plain-text hop to a backend: every overlay and docker-compose.yml reach Postgres with
+6. Dockerfile: hadolint, and a multi-stage build whose runtime stage runs as a non-root user.
+7. Every SKUA_* variable the files set is one `skua` reads (crates/server/src).
+8. No plain-text hop to a backend: every overlay and docker-compose.yml reach Postgres with
    sslmode=verify-full (or verify-ca), Redis with rediss:// and MQTT with mqtts://; the dev
    overlay's copies of deploy/compose's PKI script, mosquitto.conf and pg_hba.conf are identical
    to them.
 
+Self-tests re-introduce each guarded mistake into the rendered files and check it is refused.
 Exits non-zero with every problem listed.
 """
 
