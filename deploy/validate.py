@@ -286,9 +286,12 @@ def lb_health_check(svc):
     pre = "service.beta.kubernetes.io/aws-load-balancer-healthcheck-"
     if svc["spec"].get("type") != "LoadBalancer":
         return None
+    if pre + "interval" not in a:
+        print(f"  note Service {svc['metadata']['name']}: a LoadBalancer without health-check annotations; size the "
+              "edges' preStop and minReadySeconds to your balancer's check (deploy/README.md, \"Rolling restarts\")")
+        return None
     try:
-        # AWS' defaults for an NLB: every 10 s (30 s for instance targets before 2023), 3 failures.
-        return (int(a.get(pre + "interval", "30")), int(a.get(pre + "unhealthy-threshold", "3")),
+        return (int(a[pre + "interval"]), int(a.get(pre + "unhealthy-threshold", "3")),
                 int(a.get(pre + "healthy-threshold", "3")))
     except ValueError:
         problem(f"Service {svc['metadata']['name']}: health check annotations must be integers")
