@@ -1039,6 +1039,19 @@ def selftest():
         problem(f"kustomize.py strategic merge: got {got}, want {want}")
     else:
         ok("kustomize.py: strategic merge by key, list order, list replacement, null deletion")
+    # Generators: names and Secret encoding as kubectl kustomize (v5.5) rendered them.
+    k = {
+        "configMapGenerator": [{"name": "cfg", "literals": ["A=x&y<z>", 'B="2"', "C="]}],
+        "secretGenerator": [{"name": "sec", "literals": ["S=hello", "T=postgres://a:b@c/d?sslmode=verify-full&x=y", "L=" + "x" * 52]}],
+    }
+    made = kustomize.generate("selftest", k)
+    kustomize.add_hash_suffixes(made, {("ConfigMap", "cfg"), ("Secret", "sec")})
+    names = [d["metadata"]["name"] for d in made]
+    long_value = made[1]["data"]["L"]
+    if names != ["cfg-54kb9b46kb", "sec-dmbd9d44d7"] or long_value != "eHh4" * 17 + "eA\n==\n" or made[0]["data"]["B"] != "2":
+        problem(f"kustomize.py generators: got {names} and {long_value!r}, not kustomize's")
+    else:
+        ok("kustomize.py: generated names carry kustomize's content hash; Secret values encoded as kustomize does")
 
 
 def caught(label, check):
