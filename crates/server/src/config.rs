@@ -13,6 +13,7 @@ use serde::Deserialize;
 use skua_core::NodeId;
 use skua_edge::EdgeConfig;
 
+pub mod secrets;
 pub mod sections;
 
 pub use sections::Sections;
@@ -36,6 +37,9 @@ pub struct Settings {
     /// Session store: `sqlite://PATH`, `sqlite::memory:`, `postgres://…` or `memory` [default sqlite://skua-data/skua.db].
     #[arg(long, env = "SKUA_STORE")]
     pub store: Option<String>,
+    /// One node of a cluster: refuse to start without an MQTT bus, Redis presence and a Postgres store [default false].
+    #[arg(long, env = "SKUA_CLUSTER")]
+    pub cluster: Option<bool>,
     /// Root of internal topics and key prefixes [default skua].
     #[arg(long, env = "SKUA_NAMESPACE")]
     pub namespace: Option<String>,
@@ -84,6 +88,9 @@ pub struct Settings {
     /// On shutdown, how long readiness fails and upgrades are refused before sockets close [default 0s].
     #[arg(long, env = "SKUA_DRAIN_DELAY")]
     pub drain_delay: Option<String>,
+    /// On shutdown, after drain_delay: close the sockets 1012 spread evenly over this window; 0s = all at once [default 0s].
+    #[arg(long, env = "SKUA_DRAIN_SPREAD")]
+    pub drain_spread: Option<String>,
     /// Capacity of the bus → fan-out delivery queue [default 8192].
     #[arg(long, env = "SKUA_BUS_QUEUE")]
     pub bus_queue: Option<usize>,
@@ -315,6 +322,7 @@ impl Settings {
             webhook_concurrency_per_target, webhook_max_response_bytes, webhook_connect_timeout,
             webhook_trigger_attempts, webhook_trigger_first_retry);
         layer!(self, over; rest_api, rest_max_body_bytes, rest_rate_limit, rest_max_page_limit);
+        layer!(self, over; cluster, drain_spread);
     }
 
     /// Parses a TOML config file's text.
@@ -465,6 +473,8 @@ pub struct ServerConfig {
     pub node_id: NodeId,
     /// Fixtures file, if any.
     pub fixtures: Option<PathBuf>,
+    /// One node of a cluster (`cluster`): checked to run on shared backends.
+    pub cluster: bool,
     /// Edge limits and behaviour (namespace included).
     pub edge: EdgeConfig,
     /// Publishes the MQTT bus buffers while the broker is unreachable.
@@ -518,6 +528,7 @@ impl ServerConfig {
             store: backends.store,
             node_id: backends.node_id,
             fixtures: backends.fixtures,
+            cluster: backends.cluster,
             edge,
             bus_publish_buffer: cluster.bus_publish_buffer,
             grpc_listen: control.grpc_listen,

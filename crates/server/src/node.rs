@@ -127,11 +127,13 @@ pub async fn registry_store(
     }
 }
 
-/// Applies the store's migrations (`skua migrate`).
+/// Applies the store's migrations (`skua migrate`); returns the versions applied in the
+/// database that this build does not know (a newer release's: this is a rollback), which are
+/// left alone.
 ///
 /// # Errors
 /// When the store cannot be reached or a migration fails.
-pub async fn migrate(url: &str) -> anyhow::Result<()> {
+pub async fn migrate(url: &str) -> anyhow::Result<Vec<i64>> {
     create_sqlite_dir(url)?;
     skua_store::migrate(url).await.map_err(|e| anyhow::anyhow!("while migrating {}: {}", redact(url), error_chain(&e)))
 }

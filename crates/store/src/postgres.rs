@@ -72,7 +72,6 @@ const PRUNE_EXCESS: &str = "DELETE FROM restore_records WHERE ctid IN ( \
                                         PARTITION BY project, actor ORDER BY released_seq DESC) AS n \
                                     FROM restore_records WHERE released_seq IS NOT NULL) AS ranked \
                                 WHERE n > $1)";
-const APPLIED: &str = "SELECT version FROM _sqlx_migrations WHERE success";
 
 /// Restore records in Postgres. Holds a connection pool: create one per node and share it
 /// (behind an `Arc`); every node connected to the database sees the same records.
@@ -111,12 +110,27 @@ impl PostgresStore {
 
     /// Applies the migrations of `migrations/postgres/` that the database lacks; running it
     /// again does nothing. Safe to run from several nodes at once (sqlx holds an advisory lock).
+    /// Migrations applied by a newer release (a rollback) are left alone and returned (and
+    /// logged): they only add, so this build runs on the schema.
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] when Postgres failed, a migration failed (it is rolled back),
     /// or the database has applied a migration whose file has since changed.
-    pub async fn migrate(&self) -> Result<(), StoreError> {
-        migrations::migrator(migrations::POSTGRES).run(&self.pool).await.map_err(error::migrate(BACKEND))
+    pub async fn migrate(&self) -> Result<Vec<i64>, StoreError> {
+        migrations::migrator(migrations::POSTGRES).run(&self.pool).await.map_err(error::migrate(BACKEND))?;
+        let applied = self.applied().await?;
+        let unknown = migrations::unknown(migrations::POSTGRES, &applied);
+        migrations::warn_unknown(BACKEND, &unknown);
+        Ok(unknown)
+    }
+
+    /// The versions recorded as applied (none before the first migration).
+    async fn applied(&self) -> Result<Vec<i64>, StoreError> {
+        match sqlx::query_scalar(migrations::APPLIED).fetch_all(&self.pool).await {
+            Ok(applied) => Ok(applied),
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(UNDEFINED_TABLE) => Ok(Vec::new()),
+            Err(e) => Err(sql(BACKEND, "read the applied migrations")(e)),
+        }
     }
 
     /// Deletes every record that has expired at `now_unix_s` and returns how many. The store
@@ -151,11 +165,7 @@ impl PostgresStore {
     }
 
     async fn check_schema(&self) -> Result<(), StoreError> {
-        let applied: Vec<i64> = match sqlx::query_scalar(APPLIED).fetch_all(&self.pool).await {
-            Ok(applied) => applied,
-            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(UNDEFINED_TABLE) => Vec::new(),
-            Err(e) => return Err(sql(BACKEND, "read the applied migrations")(e)),
-        };
+        let applied = self.applied().await?;
         let missing: Vec<i64> =
             migrations::versions(migrations::POSTGRES).into_iter().filter(|v| !applied.contains(v)).collect();
         if missing.is_empty() { Ok(()) } else { Err(error::unavailable(SchemaNotMigrated { missing })) }

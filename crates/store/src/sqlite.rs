@@ -120,6 +120,19 @@ impl SqliteStore {
         Ok(expired + done.map_err(sql(BACKEND, "prune"))?.rows_affected())
     }
 
+    /// The migrations applied in the database that this build does not know (a newer
+    /// release's, after a rollback); opening left them alone.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the database failed.
+    pub async fn unknown_migrations(&self) -> Result<Vec<i64>, StoreError> {
+        let applied: Vec<i64> = sqlx::query_scalar(migrations::APPLIED)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(sql(BACKEND, "read the applied migrations"))?;
+        Ok(migrations::unknown(migrations::SQLITE, &applied))
+    }
+
     /// Closes the pool, waiting for operations in flight; later operations fail. Dropping the
     /// store also closes it, without waiting.
     pub async fn close(&self) {
@@ -153,6 +166,11 @@ pub(crate) async fn open_pool(url: &str, file_pool_size: u32, backend: &'static 
         .await
         .map_err(sql(backend, "open"))?;
     migrations::migrator(migrations::SQLITE).run(&pool).await.map_err(error::migrate(backend))?;
+    let applied: Vec<i64> = sqlx::query_scalar(migrations::APPLIED)
+        .fetch_all(&pool)
+        .await
+        .map_err(sql(backend, "read the applied migrations"))?;
+    migrations::warn_unknown(backend, &migrations::unknown(migrations::SQLITE, &applied));
     Ok(pool)
 }
 
