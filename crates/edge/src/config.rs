@@ -44,6 +44,8 @@ pub struct EdgeConfig {
     pub log_max_per_topic: u64,
     /// How often each node deletes logged messages past retention.
     pub log_prune_interval: Duration,
+    /// Logged messages deleted per statement while pruning.
+    pub log_prune_batch: u64,
     /// Pending messages read from the store per page of a replay.
     pub replay_page_size: u32,
     /// Live logged messages queued per connection for its durable delivery; beyond it they are
@@ -162,6 +164,7 @@ impl Default for EdgeConfig {
             log_max_age: Duration::from_secs(7 * 24 * 3600),
             log_max_per_topic: 100_000,
             log_prune_interval: Duration::from_secs(60),
+            log_prune_batch: 5_000,
             replay_page_size: 256,
             durable_queue: 1024,
             shutdown_grace: Duration::from_secs(10),

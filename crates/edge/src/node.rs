@@ -133,8 +133,12 @@ impl EdgeNode {
             refresh: config.node_refresh,
             ttl: config.node_ttl,
         };
-        let retention =
-            skua_core::Retention { max_age_s: config.log_max_age.as_secs(), max_per_topic: config.log_max_per_topic };
+        let retention = skua_core::Retention {
+            max_age_s: config.log_max_age.as_secs(),
+            max_per_topic: config.log_max_per_topic,
+            min_interval_s: config.log_prune_interval.as_secs(),
+            batch: config.log_prune_batch,
+        };
         let (prune_every, revalidate_every) = (config.log_prune_interval, config.revalidate_interval);
         let fd_budget = crate::fds::budget(crate::fds::soft_limit(), config.fd_reserve);
         if let Some(budget) = fd_budget.filter(|&b| b < config.max_connections) {

@@ -109,9 +109,12 @@ pub struct Settings {
     /// Most logged messages kept per topic, oldest deleted first [default 100000].
     #[arg(long, env = "SKUA_LOG_MAX_PER_TOPIC")]
     pub log_max_per_topic: Option<usize>,
-    /// How often each node deletes logged messages past retention [default 60s].
+    /// How often logged messages past retention are deleted (by one node of a cluster at a time) [default 60s].
     #[arg(long, env = "SKUA_LOG_PRUNE_INTERVAL")]
     pub log_prune_interval: Option<String>,
+    /// Logged messages deleted per statement while pruning; a prune repeats until done [default 5000].
+    #[arg(long, env = "SKUA_LOG_PRUNE_BATCH")]
+    pub log_prune_batch: Option<u64>,
     /// Pending messages read per store page of a replay [default 256].
     #[arg(long, env = "SKUA_REPLAY_PAGE_SIZE")]
     pub replay_page_size: Option<u32>,
@@ -322,7 +325,7 @@ impl Settings {
             webhook_concurrency_per_target, webhook_max_response_bytes, webhook_connect_timeout,
             webhook_trigger_attempts, webhook_trigger_first_retry);
         layer!(self, over; rest_api, rest_max_body_bytes, rest_rate_limit, rest_max_page_limit);
-        layer!(self, over; cluster, drain_spread);
+        layer!(self, over; cluster, drain_spread, log_prune_batch);
     }
 
     /// Parses a TOML config file's text.

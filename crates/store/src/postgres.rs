@@ -12,7 +12,9 @@
 //!
 //! The pool reconnects by itself after Postgres restarts; while it is down, each operation
 //! fails within [`ACQUIRE_TIMEOUT`]. Expired rows are deleted as described in [`crate::prune`];
-//! every node prunes, and concurrent prunes only contend for the same rows.
+//! every node prunes, and concurrent prunes only contend for the same rows. Logged messages
+//! are pruned by one node at a time (an advisory lock), at most about once per
+//! `log_prune_interval` for the whole cluster, in batches (`log_prune_batch`).
 
 use std::fmt;
 use std::time::Duration;
@@ -172,9 +174,33 @@ impl PostgresStore {
     }
 }
 
+/// The advisory lock retention pruning holds (`skuaprun` in ASCII): one node prunes at a time.
+const PRUNE_LOCK: i64 = 0x736b_7561_7072_756e;
+
 impl PostgresStore {
     /// How `append` writes (see `crate::log`): one statement, one round trip.
     const APPEND_ONE: Option<&'static str> = Some(crate::log::APPEND_ONE_STATEMENT);
+
+    /// A connection holding the pruning lock (session-level `pg_try_advisory_lock`), or `None`
+    /// when another node is pruning.
+    async fn prune_begin(&self) -> Result<Option<sqlx::pool::PoolConnection<sqlx::Postgres>>, StoreError> {
+        let mut conn = self.pool.acquire().await.map_err(sql(BACKEND, "prune_log"))?;
+        let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+            .bind(PRUNE_LOCK)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(sql(BACKEND, "prune_log"))?;
+        Ok(locked.then_some(conn))
+    }
+
+    /// Releases the pruning lock; if that fails the connection is closed, which releases it.
+    async fn prune_end(&self, mut conn: sqlx::pool::PoolConnection<sqlx::Postgres>) {
+        let unlocked: Result<bool, _> =
+            sqlx::query_scalar("SELECT pg_advisory_unlock($1)").bind(PRUNE_LOCK).fetch_one(&mut *conn).await;
+        if !matches!(unlocked, Ok(true)) {
+            conn.close_on_drop();
+        }
+    }
 }
 
 crate::log::sql_message_log!(PostgresStore, BACKEND);

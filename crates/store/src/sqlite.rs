@@ -183,6 +183,17 @@ fn is_in_memory(url: &str) -> bool {
 impl SqliteStore {
     /// How `append` writes (see `crate::log`): one transaction of two statements, cheap in process.
     const APPEND_ONE: Option<&'static str> = None;
+
+    /// The connection retention pruning runs on: one process owns a SQLite file, so no lock.
+    async fn prune_begin(&self) -> Result<Option<sqlx::pool::PoolConnection<sqlx::Sqlite>>, StoreError> {
+        self.pool.acquire().await.map(Some).map_err(sql(BACKEND, "prune_log"))
+    }
+
+    /// Nothing to release.
+    #[allow(clippy::unused_async)]
+    async fn prune_end(&self, conn: sqlx::pool::PoolConnection<sqlx::Sqlite>) {
+        drop(conn);
+    }
 }
 
 crate::log::sql_message_log!(SqliteStore, BACKEND);

@@ -184,6 +184,43 @@ async fn nodes_run_with_a_role_that_cannot_change_the_schema() {
     let _ = owner.close().await;
 }
 
+/// Issue 23, item 8: two nodes (two stores on one database) tick at once: one prunes, the
+/// other skips, also for a while after (half of `min_interval_s`), then prunes again.
+#[tokio::test]
+async fn retention_runs_on_one_node_per_interval() {
+    let Some(db) = TestDatabase::migrated().await else { return };
+    let clock = TestClock::new();
+    let a: Arc<dyn Store> = Arc::new(PostgresStore::connect(&db.url, clock.clock()).await.unwrap());
+    let b: Arc<dyn Store> = Arc::new(PostgresStore::connect(&db.url, clock.clock()).await.unwrap());
+    let r = skua_core::Retention { max_age_s: 100, max_per_topic: 1_000, min_interval_s: 60, batch: 3 };
+    let append = |s: Arc<dyn Store>, id: String, at: u64| async move {
+        let m = skua_core::NewMessage {
+            msg_id: &id,
+            topic: "p/app/room/t",
+            filter: None,
+            publisher: "alice",
+            timestamp_ms: at * 1000,
+            qos: 1,
+            data: b"x",
+            trigger: None,
+        };
+        s.append(&m, at).await.unwrap();
+    };
+    for i in 0..10 {
+        append(a.clone(), format!("old{i}"), T0).await;
+    }
+    let now = T0 + 1_000;
+    let (x, y) = tokio::join!(a.prune_log(now, r), b.prune_log(now, r));
+    let (x, y) = (x.unwrap(), y.unwrap());
+    assert_eq!((x.min(y), x.max(y)), (0, 10), "one node pruned everything (batches of 3), the other skipped");
+    for i in 0..4 {
+        append(b.clone(), format!("later{i}"), T0).await;
+    }
+    assert_eq!(b.prune_log(now + 29, r).await.unwrap(), 0, "within half the interval of the last run: skipped");
+    assert_eq!(a.prune_log(now + 29, r).await.unwrap(), 0, "on every node");
+    assert_eq!(b.prune_log(now + 30, r).await.unwrap(), 4, "then the next turn prunes");
+}
+
 #[tokio::test]
 async fn connect_refuses_an_unmigrated_database_and_connect_and_migrate_fixes_it() {
     let Some(db) = TestDatabase::create().await else { return };

@@ -396,6 +396,8 @@ pub struct Durable {
     pub log_max_per_topic: u64,
     /// How often retention is applied.
     pub log_prune_interval: Duration,
+    /// Messages deleted per statement while pruning.
+    pub log_prune_batch: u64,
     /// Pending messages read per store page of a replay.
     pub replay_page_size: u32,
     /// Live logged messages queued per connection.
@@ -413,6 +415,7 @@ impl Durable {
             log_max_age: duration(key!(s, log_max_age))?,
             log_max_per_topic: positive(key!(s, log_max_per_topic))? as u64,
             log_prune_interval: duration(key!(s, log_prune_interval))?,
+            log_prune_batch: positive(key!(s, log_prune_batch))?,
             replay_page_size: positive(key!(s, replay_page_size))?,
             durable_queue: positive(key!(s, durable_queue))?,
         })
@@ -777,6 +780,7 @@ impl Sections {
             log_max_age: durable.log_max_age,
             log_max_per_topic: durable.log_max_per_topic,
             log_prune_interval: durable.log_prune_interval,
+            log_prune_batch: durable.log_prune_batch,
             replay_page_size: durable.replay_page_size,
             durable_queue: durable.durable_queue,
             bus_queue: cluster.bus_queue,
