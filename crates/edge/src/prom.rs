@@ -134,6 +134,9 @@ pub fn render(st: &EdgeState) -> String {
         let n = n.min(1 << 53);
         o.scalar("process_max_fds", "gauge", "Maximum number of open file descriptors.", n);
     }
+    if let Some(n) = crate::process::resident_memory_bytes() {
+        o.scalar("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.", n);
+    }
     o.family(
         "skua_front_refusals_total",
         "reason",
@@ -152,7 +155,13 @@ pub fn render(st: &EdgeState) -> String {
     o.scalar("skua_deliveries_total", "counter", "Message frames queued for local subscribers.", load(&m.deliveries));
     o.header("skua_drops_total", "counter", "Messages dropped, by reason.");
     o.sample("skua_drops_total", &[("reason", "undeliverable")], load(&m.undeliverable));
-    o.sample("skua_drops_total", &[("reason", "slow_consumer")], load(&m.slow_consumer_closes));
+    o.sample("skua_drops_total", &[("reason", "slow_consumer")], load(&m.slow_consumer_drops));
+    o.scalar(
+        "skua_slow_consumer_disconnects_total",
+        "counter",
+        "Connections closed 4008 slow_consumer because their outbound queue overflowed.",
+        load(&m.slow_consumer_closes),
+    );
     o.family("skua_closes_total", "reason", "Connections closed, by close reason.", &m.closes.snapshot());
     o.scalar(
         "skua_retained_bytes",

@@ -593,6 +593,9 @@ mod tests {
         assert_eq!(c.edge.restore_ttl, d.restore_ttl);
         assert_eq!(c.edge.shutdown_grace, d.shutdown_grace);
         assert_eq!(c.edge.drain_delay, d.drain_delay);
+        assert_eq!(c.edge.drain_spread, d.drain_spread);
+        assert_eq!(c.edge.log_prune_batch, d.log_prune_batch);
+        assert!(!c.cluster);
         assert_eq!(c.edge.bus_queue, d.bus_queue);
         assert_eq!(c.edge.node_ttl, d.node_ttl);
         assert_eq!(c.edge.node_refresh, d.node_refresh);
@@ -707,6 +710,9 @@ mod tests {
             ("bus_publish_buffer = 0", "bus_publish_buffer"),
             ("node_refresh = \"10s\"", "node_refresh"),
             ("drain_delay = \"-1s\"", "drain_delay"),
+            ("drain_spread = \"10s\"", "drain_spread"),
+            ("cluster = true", "cluster"),
+            ("log_prune_batch = 0", "log_prune_batch"),
             ("grpc_listen = \"nowhere\"", "grpc_listen"),
             ("admin_key = \"short\"", "admin_key"),
             ("revalidate_interval = \"0s\"", "revalidate_interval"),
@@ -727,6 +733,32 @@ mod tests {
                 other => panic!("{line}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn a_cluster_node_needs_every_shared_backend() {
+        let cluster = |bus: &str, presence: &str, store: &str| Settings {
+            cluster: Some(true),
+            bus: Some(bus.into()),
+            presence: Some(presence.into()),
+            store: Some(store.into()),
+            ..Settings::default()
+        };
+        let (mqtt, redis, pg) = ("mqtt://broker:1883", "redis://redis:6379/0", "postgres://skua@db/skua");
+        let c = ServerConfig::from_layers(&[&cluster(mqtt, redis, pg)]).unwrap();
+        assert!(c.cluster);
+        for (s, missing) in [
+            (cluster("memory", redis, pg), "SKUA_BUS"),
+            (cluster(mqtt, "memory", pg), "SKUA_PRESENCE"),
+            (cluster(mqtt, redis, "sqlite://skua-data/skua.db"), "SKUA_STORE"),
+            (cluster(mqtt, redis, "memory"), "SKUA_STORE"),
+        ] {
+            let e = ServerConfig::from_layers(&[&s]).unwrap_err();
+            assert!(matches!(e, ConfigError::Invalid { key: "cluster", .. }), "{e}");
+            assert!(e.to_string().contains(missing), "{e}");
+        }
+        // Without `cluster`, a single node on in-process backends is the default.
+        assert!(ServerConfig::from_layers(&[]).is_ok());
     }
 
     #[test]

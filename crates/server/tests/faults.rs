@@ -247,6 +247,8 @@ async fn readiness_stays_200_while_the_bus_or_redis_is_unreachable_and_backend_u
     assert_eq!(m.value("skua_backend_available", &[("slot", "bus")]), 0.0);
     broker.restart();
     wait_for_status(node.addr, "/healthz/backends", 200, within).await;
+    let m = Scrape::of(node.addr).await;
+    assert!(m.value("skua_bus_reconnects_total", &[]) >= 1.0, "{}", m.text);
 
     // Presence in Redis: the node's periodic registration refresh notices the outage.
     redis.kill9();
