@@ -190,7 +190,6 @@ impl SqliteStore {
     }
 
     /// Nothing to release.
-    #[allow(clippy::unused_async)]
     async fn prune_end(&self, conn: sqlx::pool::PoolConnection<sqlx::Sqlite>) {
         drop(conn);
     }
