@@ -144,6 +144,11 @@ pub struct Propagator {
     // tokio Mutex: only the poll loop writes; held across the store write. `None` = the next
     // write replaces all of this node's rows.
     shared: tokio::sync::Mutex<SharedConnections>,
+    /// When the store's registry version was last read successfully (ms since `started`).
+    synced_ms: std::sync::atomic::AtomicU64,
+    started: std::time::Instant,
+    /// Registry versions that went backwards (a restored store), each reloaded in full.
+    resets: std::sync::atomic::AtomicU64,
 }
 
 /// What this node last wrote of its connections.
@@ -201,6 +206,9 @@ impl Propagator {
             reload: tokio::sync::Mutex::new(()),
             share_connections,
             shared: tokio::sync::Mutex::new(SharedConnections::default()),
+            synced_ms: std::sync::atomic::AtomicU64::new(0),
+            started: std::time::Instant::now(),
+            resets: std::sync::atomic::AtomicU64::new(0),
         }))
     }
 
@@ -287,6 +295,12 @@ impl Propagator {
                 return;
             }
         }
+        self.install_any(snapshot);
+    }
+
+    /// Installs `snapshot` whatever its version (see [`Self::refresh`] for a version that
+    /// went backwards).
+    fn install_any(&self, snapshot: RegistrySnapshot) {
         match snapshot.data.build() {
             Ok(registry) => {
                 let version = snapshot.version;
@@ -303,20 +317,53 @@ impl Propagator {
     }
 
     /// Reloads from the store if its version moved; returns whether a new registry was
-    /// installed.
+    /// installed. A version below the one this node serves means the store was restored to an
+    /// earlier point (backup, point-in-time recovery): the version is the store's, so the
+    /// stored registry is loaded and installed as it is (logged, counted in
+    /// [`Self::resets`]); otherwise every write through this node would conflict forever.
     ///
     /// # Errors
     /// [`StoreError`] when the store failed (the current registry stays).
     pub async fn refresh(&self) -> Result<bool, StoreError> {
         let _one = self.reload.lock().await;
         let version = self.store.version().await?;
-        if version == self.snapshot().version {
+        self.mark_synced();
+        let current = self.snapshot().version;
+        if version == current {
             return Ok(false);
         }
         let snapshot = self.store.load().await?;
-        let moved = snapshot.version > self.snapshot().version;
+        if snapshot.version < current {
+            tracing::warn!(
+                served = current,
+                stored = snapshot.version,
+                "The registry version went backwards (the store was restored?); installing the stored registry."
+            );
+            self.resets.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.install_any(snapshot);
+            return Ok(true);
+        }
+        let moved = snapshot.version > current;
         self.install(snapshot);
         Ok(moved)
+    }
+
+    fn mark_synced(&self) {
+        let ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX).max(1);
+        self.synced_ms.store(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// How long since this node last read the store's registry version successfully (its
+    /// registry is at most this stale, plus one poll); since start when it never has.
+    pub fn lag(&self) -> Duration {
+        let synced = Duration::from_millis(self.synced_ms.load(std::sync::atomic::Ordering::Relaxed));
+        self.started.elapsed().saturating_sub(synced)
+    }
+
+    /// Times the store's registry version went backwards and the stored registry was
+    /// installed over a newer one.
+    pub fn resets(&self) -> u64 {
+        self.resets.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Polls until `stop` is cancelled: registry changes, and publish counts for quotas.

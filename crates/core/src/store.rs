@@ -210,6 +210,12 @@ pub struct Retention {
     pub max_age_s: u64,
     /// At most this many messages are kept per topic; the oldest go first.
     pub max_per_topic: u64,
+    /// A store shared by several nodes prunes at most once per this many seconds for all of
+    /// them (half of it, in fact, so that one node's late tick is not skipped): a call sooner
+    /// after the last run (by any node) deletes nothing. 0: every call prunes.
+    pub min_interval_s: u64,
+    /// Rows deleted per statement; a prune repeats statements until nothing is left (at least 1).
+    pub batch: u64,
 }
 /// Most ended (claimable) connection records kept per actor (contract 6). Connection records
 /// are one per connection, so without it a high connection churn would keep every ended
@@ -363,7 +369,8 @@ pub trait MessageLog: Send + Sync {
     async fn release(&self, scope: Release<'_>) -> Result<Vec<String>, StoreError>;
 
     /// Deletes messages past `retention` and consumers whose time ran out; returns how many
-    /// messages were deleted.
+    /// messages were deleted. A store several nodes share prunes for all of them: one at a
+    /// time, at most once per `retention.min_interval_s` (the others' calls return 0).
     ///
     /// # Errors
     /// [`StoreError`] when the backend failed.

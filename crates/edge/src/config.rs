@@ -44,6 +44,8 @@ pub struct EdgeConfig {
     pub log_max_per_topic: u64,
     /// How often each node deletes logged messages past retention.
     pub log_prune_interval: Duration,
+    /// Logged messages deleted per statement while pruning.
+    pub log_prune_batch: u64,
     /// Pending messages read from the store per page of a replay.
     pub replay_page_size: u32,
     /// Live logged messages queued per connection for its durable delivery; beyond it they are
@@ -54,6 +56,9 @@ pub struct EdgeConfig {
     /// On shutdown, how long readiness fails and new upgrades are refused (503) before the
     /// sockets are closed 1012, so load balancers take the node out of rotation first.
     pub drain_delay: Duration,
+    /// After `drain_delay`: the window the 1012 closes are spread evenly over; zero closes
+    /// every socket at once.
+    pub drain_spread: Duration,
     /// How long a close frame may take to reach a client that does not read.
     pub close_timeout: Duration,
     /// Most retained messages (one per filter key) kept per topic on this node.
@@ -119,6 +124,11 @@ impl MetricsToken {
         Self(token)
     }
 
+    /// The token itself, for the start-up check of placeholder secrets (never log it).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
     /// Whether an `Authorization` header carries the token as `Bearer TOKEN`.
     pub fn verify(&self, authorization: Option<&axum::http::HeaderValue>) -> bool {
         use subtle::ConstantTimeEq;
@@ -154,10 +164,12 @@ impl Default for EdgeConfig {
             log_max_age: Duration::from_secs(7 * 24 * 3600),
             log_max_per_topic: 100_000,
             log_prune_interval: Duration::from_secs(60),
+            log_prune_batch: 5_000,
             replay_page_size: 256,
             durable_queue: 1024,
             shutdown_grace: Duration::from_secs(10),
             drain_delay: Duration::ZERO,
+            drain_spread: Duration::ZERO,
             close_timeout: Duration::from_secs(2),
             max_retained_per_topic: 1024,
             bus_queue: 8192,

@@ -397,6 +397,12 @@ impl ConnInfo {
         Self(Arc::new(ConnShared { client, trusted, limits: limits.clone(), held: Mutex::new(Held { slot, ip }) }))
     }
 
+    /// Whether the socket still holds a connection slot (it is not served from the overflow
+    /// pool and has not been upgraded).
+    pub(crate) fn holds_slot(&self) -> bool {
+        self.0.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner).slot.is_some()
+    }
+
     /// Admits the socket's upgrade: resolves the client address (from `X-Forwarded-For` when
     /// the socket is a trusted proxy's, counting it against the per-address limits) and takes
     /// the socket's connection slot.

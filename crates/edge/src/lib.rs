@@ -37,6 +37,7 @@ pub mod liveness;
 pub mod metrics;
 pub mod node;
 pub mod outbound;
+pub mod process;
 pub mod prom;
 pub mod publish;
 pub mod ratelimit;

@@ -28,6 +28,9 @@ pub struct Metrics {
     pub deliveries: AtomicU64,
     /// Connections closed 4008 because their outbound queue overflowed.
     pub slow_consumer_closes: AtomicU64,
+    /// Frames dropped for slow consumers: the one that overflowed a queue, those still queued
+    /// then, and those refused while the 4008 close was under way.
+    pub slow_consumer_drops: AtomicU64,
     /// Bus deliveries the hub could not route (no local subscription left).
     pub undeliverable: AtomicU64,
     /// Messages of logged topics written to the store.

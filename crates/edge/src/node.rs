@@ -133,8 +133,12 @@ impl EdgeNode {
             refresh: config.node_refresh,
             ttl: config.node_ttl,
         };
-        let retention =
-            skua_core::Retention { max_age_s: config.log_max_age.as_secs(), max_per_topic: config.log_max_per_topic };
+        let retention = skua_core::Retention {
+            max_age_s: config.log_max_age.as_secs(),
+            max_per_topic: config.log_max_per_topic,
+            min_interval_s: config.log_prune_interval.as_secs(),
+            batch: config.log_prune_batch,
+        };
         let (prune_every, revalidate_every) = (config.log_prune_interval, config.revalidate_interval);
         let fd_budget = crate::fds::budget(crate::fds::soft_limit(), config.fd_reserve);
         if let Some(budget) = fd_budget.filter(|&b| b < config.max_connections) {
@@ -207,8 +211,9 @@ impl EdgeNode {
     }
 
     /// Drains: readiness fails and new upgrades are refused, for the drain delay while open
-    /// sockets carry on; then every socket closes 1012 after its presence is released, and the
-    /// node waits up to `grace` for every connection task; then the bus sends what it still
+    /// sockets carry on; then every socket closes 1012 after its presence is released (the
+    /// authenticated ones spread evenly over `drain_spread`), and the node waits up to `grace`
+    /// (counted from the first close) for every connection task; then the bus sends what it still
     /// buffers (acknowledged publishes, the sessions' presence leaves). Node-level tasks keep
     /// running until [`Self::stop`]. Returns whether the connections finished within `grace`.
     pub async fn drain(&mut self, grace: Duration) -> bool {
@@ -218,8 +223,10 @@ impl EdgeNode {
             tracing::info!(delay = ?st.config.drain_delay, "Draining: readiness fails; sockets close after the delay.");
             tokio::time::sleep(st.config.drain_delay).await;
         }
-        st.begin_drain();
+        // The grace counts from the first close, the spread included.
         let deadline = tokio::time::Instant::now() + grace;
+        spread_closes(st, st.config.drain_spread).await;
+        st.begin_drain();
         if let Some(server) = self.server.take() {
             let _ = tokio::time::timeout_at(deadline, server).await;
         }
@@ -243,6 +250,28 @@ impl EdgeNode {
         let drained = self.drain(grace).await;
         self.stop().await;
         drained
+    }
+}
+
+/// Closes the authenticated connections 1012 one after another, evenly over `spread`
+/// (lame-duck style), so that their clients reconnect to the other nodes gradually rather than
+/// in one burst. Connections opened meanwhile (none: upgrades are refused while draining) and
+/// those not yet authenticated close with the rest when the drain begins.
+async fn spread_closes(st: &EdgeState, spread: Duration) {
+    if spread.is_zero() {
+        return;
+    }
+    let conns = st.connections.all();
+    let n = u32::try_from(conns.len()).unwrap_or(u32::MAX);
+    if n == 0 {
+        return;
+    }
+    tracing::info!(connections = n, ?spread, "Draining: closing connections 1012 spread over the window.");
+    let start = tokio::time::Instant::now();
+    for (i, (_, entry)) in (0..n).zip(conns) {
+        // Past instants return at once: many closes per timer tick on a busy node.
+        tokio::time::sleep_until(start + spread / n * i).await;
+        entry.handle.request_close(crate::outbound::CloseRequest::SERVER_RESTART);
     }
 }
 

@@ -84,6 +84,8 @@ pub struct ConnHandle {
     max_messages: usize,
     max_bytes: usize,
     closing: AtomicBool,
+    /// The close requested is the slow-consumer one: frames refused from then on are drops.
+    slow: AtomicBool,
     close_notify: Notify,
     /// The reader loop's waker for a close request: polled on every inbound frame, so it is
     /// an atomic register rather than a `Notify` registration.
@@ -118,6 +120,7 @@ impl ConnHandle {
             max_messages: max_messages.max(1),
             max_bytes,
             closing: AtomicBool::new(false),
+            slow: AtomicBool::new(false),
             close_notify: Notify::new(),
             reader: futures_util::task::AtomicWaker::new(),
             drained: Notify::new(),
@@ -161,11 +164,14 @@ impl ConnHandle {
     /// [`Self::push`] without the metrics: for the hub, which counts a whole fan-out at once.
     pub(crate) fn push_uncounted(&self, frame: Bytes) -> bool {
         if self.closing.load(Ordering::Relaxed) {
+            self.count_refused();
             return false;
         }
         let len = frame.len();
         let mut q = self.lock();
         if q.close_request.is_some() {
+            drop(q);
+            self.count_refused();
             return false;
         }
         if q.count >= self.max_messages || (q.bytes + len > self.max_bytes && q.bytes > 0) {
@@ -184,11 +190,26 @@ impl ConnHandle {
         true
     }
 
-    /// Starts the 4008 slow-consumer close (what a full queue does).
+    /// A frame refused because the connection is closing: a drop when the close is the
+    /// slow-consumer one (other closes are the connection ending, not a loss to count).
+    fn count_refused(&self) {
+        if self.slow.load(Ordering::Acquire) {
+            self.metrics.slow_consumer_drops.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Starts the 4008 slow-consumer close (what a full queue does) for a frame that did not
+    /// fit. That frame and every frame still queued or not yet written are dropped: the close
+    /// is reported to the writer first (`skua_drops_total{reason="slow_consumer"}`).
     pub(crate) fn overflow(&self) {
+        let queued = self.lock().count as u64;
         if self.request_close(CloseRequest::SLOW_CONSUMER) {
+            self.slow.store(true, Ordering::Release);
             self.metrics.slow_consumer_closes.fetch_add(1, Ordering::Relaxed);
+            self.metrics.slow_consumer_drops.fetch_add(queued + 1, Ordering::Relaxed);
             tracing::info!(conn = %self.id, "Outbound queue overflowed; closing as slow consumer.");
+        } else {
+            self.count_refused();
         }
     }
 
@@ -398,6 +419,13 @@ mod tests {
         assert_eq!(h.close_requested(), Some(CloseRequest::SLOW_CONSUMER));
         assert!(!h.push(MSG, Bytes::from_static(b"d")), "closing connections take nothing");
         assert_eq!(m.slow_consumer_closes.load(Ordering::Relaxed), 1);
+        // a and b (queued, never sent to a slow consumer), c (did not fit), d (refused after).
+        assert_eq!(m.slow_consumer_drops.load(Ordering::Relaxed), 4, "drops count frames, not connections");
+        let (other, _rx) = ConnHandle::new(ConnId(3), 2, 1000, m.clone());
+        assert!(other.push(MSG, Bytes::from_static(b"a")));
+        other.request_close(CloseRequest::GONE);
+        assert!(!other.push(MSG, Bytes::from_static(b"b")));
+        assert_eq!(m.slow_consumer_drops.load(Ordering::Relaxed), 4, "other closes drop nothing counted here");
 
         let (h, _rx) = ConnHandle::new(ConnId(2), 100, 10, m.clone());
         assert!(h.push(MSG, Bytes::from(vec![0; 8])));

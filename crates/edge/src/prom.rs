@@ -68,26 +68,25 @@ pub fn render(st: &EdgeState) -> String {
     let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
     let mut o = Out(String::with_capacity(8 * 1024));
 
-    let ready = u8::from(
-        !st.is_draining()
-            && st.hub.bus().is_available()
-            && st.presence.is_available()
-            && st.store.is_available()
-            && !st.over_fd_budget(),
-    );
+    // As `/readyz` answers a probe arriving now: it gets a slot when one is left.
+    let ready = u8::from(st.not_ready(st.conn_slots.available_permits() > 0).is_none());
     o.scalar(
         "skua_ready",
         "gauge",
-        "1 when /readyz answers 200 (backends reachable, not draining, below the open-file limit).",
+        "1 when /readyz answers 200 (not draining, a connection slot left, below the open-file limit; backends are not asked).",
         ready,
     );
     o.scalar("skua_draining", "gauge", "1 once the node started draining.", u8::from(st.is_draining()));
-    let slots = [
-        ("bus", st.hub.bus().is_available()),
-        ("presence", st.presence.is_available()),
-        ("store", st.store.is_available()),
-    ];
-    o.header("skua_backend_available", "gauge", "1 when the backend slot is reachable.");
+    let slots = st.backends_up();
+    o.header(
+        "skua_backend_up",
+        "gauge",
+        "1 when the backend (bus, presence, store) is reachable; readiness ignores it.",
+    );
+    for (backend, up) in slots {
+        o.sample("skua_backend_up", &[("backend", backend)], u8::from(up));
+    }
+    o.header("skua_backend_available", "gauge", "1 when the backend slot is reachable (as skua_backend_up, by slot).");
     for (slot, up) in slots {
         o.sample("skua_backend_available", &[("slot", slot)], u8::from(up));
     }
@@ -135,6 +134,9 @@ pub fn render(st: &EdgeState) -> String {
         let n = n.min(1 << 53);
         o.scalar("process_max_fds", "gauge", "Maximum number of open file descriptors.", n);
     }
+    if let Some(n) = crate::process::resident_memory_bytes() {
+        o.scalar("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.", n);
+    }
     o.family(
         "skua_front_refusals_total",
         "reason",
@@ -153,7 +155,13 @@ pub fn render(st: &EdgeState) -> String {
     o.scalar("skua_deliveries_total", "counter", "Message frames queued for local subscribers.", load(&m.deliveries));
     o.header("skua_drops_total", "counter", "Messages dropped, by reason.");
     o.sample("skua_drops_total", &[("reason", "undeliverable")], load(&m.undeliverable));
-    o.sample("skua_drops_total", &[("reason", "slow_consumer")], load(&m.slow_consumer_closes));
+    o.sample("skua_drops_total", &[("reason", "slow_consumer")], load(&m.slow_consumer_drops));
+    o.scalar(
+        "skua_slow_consumer_disconnects_total",
+        "counter",
+        "Connections closed 4008 slow_consumer because their outbound queue overflowed.",
+        load(&m.slow_consumer_closes),
+    );
     o.family("skua_closes_total", "reason", "Connections closed, by close reason.", &m.closes.snapshot());
     o.scalar(
         "skua_retained_bytes",

@@ -101,6 +101,31 @@ impl EdgeState {
         self.fd_budget.is_some_and(|budget| self.slots_used() > budget)
     }
 
+    /// Why the node cannot take new clients now, or `None` when it can (`/readyz`): it drains,
+    /// it is full (`has_slot`: the asking socket holds a connection slot, so one upgrade
+    /// would still succeed), or the open-file limit is reached. Backends are not asked.
+    pub(crate) fn not_ready(&self, has_slot: bool) -> Option<&'static str> {
+        if self.is_draining() {
+            Some("draining")
+        } else if !has_slot {
+            Some("connection limit reached")
+        } else if self.over_fd_budget() {
+            // Counting the asking socket, as an upgrade counts its own.
+            Some("open-file limit reached")
+        } else {
+            None
+        }
+    }
+
+    /// Whether each backend slot is reachable now, by slot name (`bus`, `presence`, `store`).
+    pub fn backends_up(&self) -> [(&'static str, bool); 3] {
+        [
+            ("bus", self.hub.bus().is_available()),
+            ("presence", self.presence.is_available()),
+            ("store", self.store.is_available()),
+        ]
+    }
+
     /// Records `conn` as a local connection of `session`; returns the others (to close).
     pub(crate) fn register_session(&self, session: &SessionKey, conn: &Arc<ConnHandle>) -> Vec<Arc<ConnHandle>> {
         self.durable.register_session(session, conn)

@@ -17,6 +17,16 @@ use tracing::Span;
 pub struct Hooks {
     /// Makes `span` a child of the remote context `traceparent` (a W3C trace context).
     pub set_parent: fn(&Span, &str),
+    /// The trace id of `span` (32 hex digits), if it has a valid trace context.
+    pub trace_id: fn(&Span) -> Option<String>,
+}
+
+/// Records the span's trace id in its `trace_id` field, so that every log line inside it
+/// carries the id of the trace it belongs to (log and trace correlation).
+fn record_trace_id(hooks: &Hooks, span: &Span) {
+    if let Some(id) = (hooks.trace_id)(span) {
+        span.record("trace_id", id.as_str());
+    }
 }
 
 static HOOKS: OnceLock<Hooks> = OnceLock::new();
@@ -31,10 +41,14 @@ pub fn enabled() -> bool {
     HOOKS.get().is_some()
 }
 
-/// The span of one WebSocket connection.
+/// The span of one WebSocket connection. Its log lines carry `conn` (and, with trace export,
+/// `trace_id`).
 pub fn connection_span(conn: skua_core::ConnId, node: &skua_core::NodeId) -> Span {
-    if enabled() {
-        tracing::info_span!("skua.connection", conn = conn.0, node = %node)
+    if let Some(hooks) = HOOKS.get() {
+        let span =
+            tracing::info_span!("skua.connection", conn = conn.0, node = %node, trace_id = tracing::field::Empty);
+        record_trace_id(hooks, &span);
+        span
     } else {
         tracing::debug_span!("conn", conn = %conn, node = %node)
     }
@@ -42,7 +56,10 @@ pub fn connection_span(conn: skua_core::ConnId, node: &skua_core::NodeId) -> Spa
 
 /// The root span of one client publish.
 pub fn publish_span(node: &skua_core::NodeId) -> Span {
-    if enabled() { tracing::info_span!(parent: None, "skua.publish", node = %node) } else { Span::none() }
+    let Some(hooks) = HOOKS.get() else { return Span::none() };
+    let span = tracing::info_span!(parent: None, "skua.publish", node = %node, trace_id = tracing::field::Empty);
+    record_trace_id(hooks, &span);
+    span
 }
 
 /// The span of one backend operation.
@@ -57,7 +74,13 @@ pub fn backend_span(slot: &'static str, op: &'static str) -> Span {
 /// The span of a publication's local fan-out, continuing the publisher's trace.
 pub fn delivery_span(trace_parent: &str) -> Span {
     let Some(hooks) = HOOKS.get() else { return Span::none() };
-    let span = tracing::info_span!(parent: None, "skua.deliver", delivered = tracing::field::Empty);
+    let span = tracing::info_span!(
+        parent: None,
+        "skua.deliver",
+        delivered = tracing::field::Empty,
+        trace_id = tracing::field::Empty
+    );
     (hooks.set_parent)(&span, trace_parent);
+    record_trace_id(hooks, &span);
     span
 }

@@ -33,6 +33,7 @@ pub fn router(state: Arc<EdgeState>) -> Router {
         .route("/ws", any(ws_upgrade))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
+        .route("/healthz/backends", get(backends))
         // A fallback rather than a `/v1/{*rest}` route: the API router's path parameters must
         // be the only ones its handlers see.
         .fallback(api);
@@ -61,21 +62,26 @@ async fn api(State(st): State<Arc<EdgeState>>, req: axum::extract::Request) -> R
     }
 }
 
-async fn readyz(State(st): State<Arc<EdgeState>>) -> Response {
-    if st.is_draining() {
-        (StatusCode::SERVICE_UNAVAILABLE, "draining").into_response()
-    } else if !st.hub.bus().is_available() {
-        (StatusCode::SERVICE_UNAVAILABLE, "message bus unavailable").into_response()
-    } else if !st.presence.is_available() {
-        (StatusCode::SERVICE_UNAVAILABLE, "presence backend unavailable").into_response()
-    } else if !st.store.is_available() {
-        (StatusCode::SERVICE_UNAVAILABLE, "store unavailable").into_response()
-    } else if st.over_fd_budget() {
-        // Counting this probe's own socket, as an upgrade counts its own.
-        (StatusCode::SERVICE_UNAVAILABLE, "open-file limit reached").into_response()
-    } else {
-        "ready".into_response()
+/// `/readyz`: whether this node can take new clients: not draining, a connection slot left
+/// (the probe's own socket holds one unless the node is full) and below the open-file limit.
+/// Backend health is deliberately not part of it: the bus, Redis and the store are shared by
+/// every node, so failing readiness for them would empty every endpoint at once; they are
+/// exported as `skua_backend_up` and shown by `/healthz/backends` instead.
+async fn readyz(State(st): State<Arc<EdgeState>>, Extension(conn): Extension<ConnInfo>) -> Response {
+    match st.not_ready(conn.holds_slot()) {
+        Some(why) => (StatusCode::SERVICE_UNAVAILABLE, why).into_response(),
+        None => "ready".into_response(),
     }
+}
+
+/// `/healthz/backends`: each backend slot `up` or `down`, one per line; 503 when one is down.
+/// For people and alerts, not for probes (see [`readyz`]).
+async fn backends(State(st): State<Arc<EdgeState>>) -> Response {
+    let slots = st.backends_up();
+    let body: String =
+        slots.iter().map(|(slot, up)| format!("{slot}: {}\n", if *up { "up" } else { "down" })).collect();
+    let status = if slots.iter().all(|(_, up)| *up) { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (status, body).into_response()
 }
 
 async fn metrics(State(st): State<Arc<EdgeState>>, headers: HeaderMap) -> Response {

@@ -13,6 +13,7 @@ use serde::Deserialize;
 use skua_core::NodeId;
 use skua_edge::EdgeConfig;
 
+pub mod secrets;
 pub mod sections;
 
 pub use sections::Sections;
@@ -36,6 +37,9 @@ pub struct Settings {
     /// Session store: `sqlite://PATH`, `sqlite::memory:`, `postgres://…` or `memory` [default sqlite://skua-data/skua.db].
     #[arg(long, env = "SKUA_STORE")]
     pub store: Option<String>,
+    /// One node of a cluster: refuse to start without an MQTT bus, Redis presence and a Postgres store [default false].
+    #[arg(long, env = "SKUA_CLUSTER")]
+    pub cluster: Option<bool>,
     /// Root of internal topics and key prefixes [default skua].
     #[arg(long, env = "SKUA_NAMESPACE")]
     pub namespace: Option<String>,
@@ -84,6 +88,9 @@ pub struct Settings {
     /// On shutdown, how long readiness fails and upgrades are refused before sockets close [default 0s].
     #[arg(long, env = "SKUA_DRAIN_DELAY")]
     pub drain_delay: Option<String>,
+    /// On shutdown, after drain_delay: close the sockets 1012 spread evenly over this window; 0s = all at once [default 0s].
+    #[arg(long, env = "SKUA_DRAIN_SPREAD")]
+    pub drain_spread: Option<String>,
     /// Capacity of the bus → fan-out delivery queue [default 8192].
     #[arg(long, env = "SKUA_BUS_QUEUE")]
     pub bus_queue: Option<usize>,
@@ -102,9 +109,12 @@ pub struct Settings {
     /// Most logged messages kept per topic, oldest deleted first [default 100000].
     #[arg(long, env = "SKUA_LOG_MAX_PER_TOPIC")]
     pub log_max_per_topic: Option<usize>,
-    /// How often each node deletes logged messages past retention [default 60s].
+    /// How often logged messages past retention are deleted (by one node of a cluster at a time) [default 60s].
     #[arg(long, env = "SKUA_LOG_PRUNE_INTERVAL")]
     pub log_prune_interval: Option<String>,
+    /// Logged messages deleted per statement while pruning; a prune repeats until done [default 5000].
+    #[arg(long, env = "SKUA_LOG_PRUNE_BATCH")]
+    pub log_prune_batch: Option<u64>,
     /// Pending messages read per store page of a replay [default 256].
     #[arg(long, env = "SKUA_REPLAY_PAGE_SIZE")]
     pub replay_page_size: Option<u32>,
@@ -315,6 +325,7 @@ impl Settings {
             webhook_concurrency_per_target, webhook_max_response_bytes, webhook_connect_timeout,
             webhook_trigger_attempts, webhook_trigger_first_retry);
         layer!(self, over; rest_api, rest_max_body_bytes, rest_rate_limit, rest_max_page_limit);
+        layer!(self, over; cluster, drain_spread, log_prune_batch);
     }
 
     /// Parses a TOML config file's text.
@@ -465,6 +476,8 @@ pub struct ServerConfig {
     pub node_id: NodeId,
     /// Fixtures file, if any.
     pub fixtures: Option<PathBuf>,
+    /// One node of a cluster (`cluster`): checked to run on shared backends.
+    pub cluster: bool,
     /// Edge limits and behaviour (namespace included).
     pub edge: EdgeConfig,
     /// Publishes the MQTT bus buffers while the broker is unreachable.
@@ -518,6 +531,7 @@ impl ServerConfig {
             store: backends.store,
             node_id: backends.node_id,
             fixtures: backends.fixtures,
+            cluster: backends.cluster,
             edge,
             bus_publish_buffer: cluster.bus_publish_buffer,
             grpc_listen: control.grpc_listen,
@@ -579,6 +593,9 @@ mod tests {
         assert_eq!(c.edge.restore_ttl, d.restore_ttl);
         assert_eq!(c.edge.shutdown_grace, d.shutdown_grace);
         assert_eq!(c.edge.drain_delay, d.drain_delay);
+        assert_eq!(c.edge.drain_spread, d.drain_spread);
+        assert_eq!(c.edge.log_prune_batch, d.log_prune_batch);
+        assert!(!c.cluster);
         assert_eq!(c.edge.bus_queue, d.bus_queue);
         assert_eq!(c.edge.node_ttl, d.node_ttl);
         assert_eq!(c.edge.node_refresh, d.node_refresh);
@@ -693,6 +710,9 @@ mod tests {
             ("bus_publish_buffer = 0", "bus_publish_buffer"),
             ("node_refresh = \"10s\"", "node_refresh"),
             ("drain_delay = \"-1s\"", "drain_delay"),
+            ("drain_spread = \"10s\"", "drain_spread"),
+            ("cluster = true", "cluster"),
+            ("log_prune_batch = 0", "log_prune_batch"),
             ("grpc_listen = \"nowhere\"", "grpc_listen"),
             ("admin_key = \"short\"", "admin_key"),
             ("revalidate_interval = \"0s\"", "revalidate_interval"),
@@ -713,6 +733,32 @@ mod tests {
                 other => panic!("{line}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn a_cluster_node_needs_every_shared_backend() {
+        let cluster = |bus: &str, presence: &str, store: &str| Settings {
+            cluster: Some(true),
+            bus: Some(bus.into()),
+            presence: Some(presence.into()),
+            store: Some(store.into()),
+            ..Settings::default()
+        };
+        let (mqtt, redis, pg) = ("mqtt://broker:1883", "redis://redis:6379/0", "postgres://skua@db/skua");
+        let c = ServerConfig::from_layers(&[&cluster(mqtt, redis, pg)]).unwrap();
+        assert!(c.cluster);
+        for (s, missing) in [
+            (cluster("memory", redis, pg), "SKUA_BUS"),
+            (cluster(mqtt, "memory", pg), "SKUA_PRESENCE"),
+            (cluster(mqtt, redis, "sqlite://skua-data/skua.db"), "SKUA_STORE"),
+            (cluster(mqtt, redis, "memory"), "SKUA_STORE"),
+        ] {
+            let e = ServerConfig::from_layers(&[&s]).unwrap_err();
+            assert!(matches!(e, ConfigError::Invalid { key: "cluster", .. }), "{e}");
+            assert!(e.to_string().contains(missing), "{e}");
+        }
+        // Without `cluster`, a single node on in-process backends is the default.
+        assert!(ServerConfig::from_layers(&[]).is_ok());
     }
 
     #[test]

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use skua_server::config as node_config;
 use skua_server::config::{ConfigError, ServerConfig, Settings};
 use skua_server::{fixtures, node};
 
@@ -104,8 +105,16 @@ fn migrate(args: MigrateArgs) -> ExitCode {
         }
     };
     match rt.block_on(node::migrate(url)) {
-        Ok(()) => {
+        Ok(unknown) => {
             println!("skua: migrations applied");
+            if !unknown.is_empty() {
+                let list: Vec<String> = unknown.iter().map(i64::to_string).collect();
+                println!(
+                    "skua: the database also holds migrations of a newer release ({}); left applied (a rollback: \
+                     they only add, this release runs on them)",
+                    list.join(", ")
+                );
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -147,6 +156,13 @@ fn serve(args: ServeArgs) -> ExitCode {
     }
     if config.grpc_listen.is_some() && config.admin_key.is_none() {
         eprintln!("skua: invalid setting admin_key: required when grpc_listen is set (SKUA_ADMIN_KEY)");
+        return ExitCode::from(64);
+    }
+    // Placeholder secrets (issue 23, item 6); `--dev` runs on well-known ones by design.
+    if !args.dev
+        && let Err(e) = skua_server::config::secrets::check(&config, None)
+    {
+        eprintln!("skua: {e}");
         return ExitCode::from(64);
     }
     if args.tls_self_signed {
@@ -210,6 +226,12 @@ fn serve(args: ServeArgs) -> ExitCode {
             }
         }
     };
+    if !args.dev
+        && let Err(e) = skua_server::config::secrets::check(&config, fixtures.as_ref())
+    {
+        eprintln!("skua: {e}");
+        return ExitCode::from(64);
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -290,6 +312,15 @@ async fn run(
             Err(e) => return Err(e).with_context(|| format!("while binding the gRPC listener {addr}")),
         },
     };
+    let shared = [config.bus != node_config::BusConfig::Memory, config.presence != node_config::PresenceConfig::Memory];
+    if !config.cluster && shared[0] != shared[1] {
+        tracing::warn!(
+            bus_shared = shared[0],
+            presence_shared = shared[1],
+            "Only one of bus and presence is a shared backend: other nodes will not see this node's presence or \
+             messages. Set cluster = true (SKUA_CLUSTER) on clustered nodes to make a missing one an error."
+        );
+    }
     let embedded = node::Embedded::default();
     let backends = node::backends(&config, &embedded).await.context("while connecting the backends")?;
     let registry_store = node::registry_store(&config, &embedded).await?;

@@ -32,6 +32,7 @@ pub struct Embedded {
 pub async fn backends(config: &ServerConfig, embedded: &Embedded) -> anyhow::Result<Backends> {
     // redis-rs and sqlx build their rustls configs from the process's default provider.
     crate::tls::install_provider();
+    let mut mqtt_bus = None;
     let (bus, bus_deliveries) = match &config.bus {
         BusConfig::Memory => embedded.bus.connect(config.node_id.clone(), config.edge.bus_queue),
         BusConfig::Mqtt { url } => {
@@ -44,9 +45,12 @@ pub async fn backends(config: &ServerConfig, embedded: &Embedded) -> anyhow::Res
                 let (ca_pem, client_pem) = backend_tls_pem(&config.bus_tls)?;
                 mqtt.tls = Some(skua_bus::mqtt::MqttTls { ca_pem, client_pem });
             }
-            skua_bus::mqtt::MqttBus::connect(mqtt, config.node_id.clone(), config.edge.bus_queue).await.map_err(
-                |e| anyhow::anyhow!("while connecting to the MQTT broker at {}: {}", redact(url), error_chain(&e)),
-            )?
+            let (bus, rx) =
+                skua_bus::mqtt::MqttBus::open(mqtt, config.node_id.clone(), config.edge.bus_queue).await.map_err(
+                    |e| anyhow::anyhow!("while connecting to the MQTT broker at {}: {}", redact(url), error_chain(&e)),
+                )?;
+            mqtt_bus = Some(bus.clone());
+            (bus as Arc<dyn skua_core::Bus>, rx)
         }
     };
     let presence: Arc<dyn skua_core::Presence> = match &config.presence {
@@ -81,9 +85,78 @@ pub async fn backends(config: &ServerConfig, embedded: &Embedded) -> anyhow::Res
         store,
         publish_observers: Vec::new(),
         trigger_hooks: None,
-        metrics_sources: Vec::new(),
+        metrics_sources: vec![Arc::new(BusMetrics(mqtt_bus))],
         hydrator: None,
     })
+}
+
+/// The bus's series on `/metrics` (issue 23, item 10); the in-process bus never reconnects
+/// and buffers nothing.
+struct BusMetrics(Option<Arc<skua_bus::mqtt::MqttBus>>);
+
+impl skua_edge::prom::MetricsSource for BusMetrics {
+    fn render(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        let stats = self.0.as_ref().map(|b| b.stats());
+        let (reconnects, failures, held) =
+            stats.map_or((0, 0, 0), |s| (s.connects.saturating_sub(1), s.connection_failures, s.held));
+        let _ = write!(
+            out,
+            "# HELP skua_bus_reconnects_total Connections to the MQTT broker made again after one was lost.\n\
+             # TYPE skua_bus_reconnects_total counter\nskua_bus_reconnects_total {reconnects}\n\
+             # HELP skua_bus_connection_failures_total Connections to the MQTT broker lost, or attempts that failed.\n\
+             # TYPE skua_bus_connection_failures_total counter\nskua_bus_connection_failures_total {failures}\n\
+             # HELP skua_bus_buffered_messages Publications held for the broker (waiting, or sent and not yet acknowledged).\n\
+             # TYPE skua_bus_buffered_messages gauge\nskua_bus_buffered_messages {held}\n"
+        );
+    }
+}
+
+/// The commit this binary was built from: `SKUA_GIT_SHA` (or CI's `GITHUB_SHA`) at build time.
+pub const GIT_SHA: &str = match option_env!("SKUA_GIT_SHA") {
+    Some(s) => s,
+    None => match option_env!("GITHUB_SHA") {
+        Some(s) => s,
+        None => "unknown",
+    },
+};
+
+/// The server's own series on `/metrics`: build info, and registry propagation once the
+/// control plane runs ([`RunningNode::launch`]).
+#[derive(Default)]
+struct ServerMetrics {
+    propagator: std::sync::OnceLock<Arc<skua_control::Propagator>>,
+}
+
+impl skua_edge::prom::MetricsSource for ServerMetrics {
+    fn render(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        // Label values from the build: kept to characters that need no escaping.
+        let clean =
+            |v: &str| v.chars().filter(|c| c.is_ascii_alphanumeric() || "._+-".contains(*c)).collect::<String>();
+        let _ = write!(
+            out,
+            "# HELP skua_build_info The running build: version and git commit.\n# TYPE skua_build_info gauge\n\
+             skua_build_info{{version=\"{}\",git_sha=\"{}\"}} 1\n",
+            clean(env!("CARGO_PKG_VERSION")),
+            clean(GIT_SHA)
+        );
+        let Some(p) = self.propagator.get() else { return };
+        let _ = write!(
+            out,
+            "# HELP skua_registry_lag_seconds Time since this node last read the registry version from the store \
+             (its registry is at most this stale, plus one registry_poll_interval).\n\
+             # TYPE skua_registry_lag_seconds gauge\nskua_registry_lag_seconds {:.3}\n\
+             # HELP skua_registry_version The registry version this node serves.\n\
+             # TYPE skua_registry_version gauge\nskua_registry_version {}\n\
+             # HELP skua_registry_resets_total Times the stored registry version went backwards (a restored store) \
+             and the stored registry was installed.\n\
+             # TYPE skua_registry_resets_total counter\nskua_registry_resets_total {}\n",
+            p.lag().as_secs_f64(),
+            p.snapshot().version,
+            p.resets()
+        );
+    }
 }
 
 /// A PEM CA file and client pair, read.
@@ -127,11 +200,13 @@ pub async fn registry_store(
     }
 }
 
-/// Applies the store's migrations (`skua migrate`).
+/// Applies the store's migrations (`skua migrate`); returns the versions applied in the
+/// database that this build does not know (a newer release's: this is a rollback), which are
+/// left alone.
 ///
 /// # Errors
 /// When the store cannot be reached or a migration fails.
-pub async fn migrate(url: &str) -> anyhow::Result<()> {
+pub async fn migrate(url: &str) -> anyhow::Result<Vec<i64>> {
     create_sqlite_dir(url)?;
     skua_store::migrate(url).await.map_err(|e| anyhow::anyhow!("while migrating {}: {}", redact(url), error_chain(&e)))
 }
@@ -182,6 +257,7 @@ pub struct RunningNode {
     edge: EdgeNode,
     control_stop: CancellationToken,
     control_tasks: TaskTracker,
+    server_metrics: Arc<ServerMetrics>,
 }
 
 /// The webhook engine's counters on `/metrics`.
@@ -399,6 +475,8 @@ impl RunningNode {
         let webhooks = skua_webhooks::WebhookSender::new(config.webhooks.clone(), &control_tasks, control_stop.clone())
             .map_err(|e| std::io::Error::other(error_chain(&e)))?;
         backends.metrics_sources.push(Arc::new(WebhookMetricsSource(webhooks.metrics().clone())));
+        let server_metrics = Arc::new(ServerMetrics::default());
+        backends.metrics_sources.push(server_metrics.clone());
         backends.trigger_hooks = Some(Arc::new(EngineHooks(webhooks.clone())));
         if backends.hydrator.is_none() {
             backends.hydrator = Some(Arc::new(crate::hydration::WebhookHydrator(webhooks.clone())));
@@ -436,6 +514,7 @@ impl RunningNode {
             edge,
             control_stop,
             control_tasks,
+            server_metrics,
         })
     }
 
@@ -488,6 +567,8 @@ impl RunningNode {
             .await
             .map_err(|e| anyhow::anyhow!("while starting registry propagation: {}", error_chain(&e)))?;
         node.control_tasks.spawn(propagator.clone().run(node.control_stop.clone()));
+        // Set once: `launch` is the only writer.
+        let _ = node.server_metrics.propagator.set(propagator.clone());
         if let Some(grpc) = grpc {
             let key = config
                 .admin_key

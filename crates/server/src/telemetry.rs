@@ -2,7 +2,8 @@
 //! an OTLP endpoint is configured (`--otlp-endpoint`, else `OTEL_EXPORTER_OTLP_ENDPOINT`), an
 //! OpenTelemetry layer exporting spans over OTLP/gRPC in batches. Without an endpoint no
 //! OpenTelemetry code runs: the edge's span functions return disabled spans and the bus carries
-//! no trace context.
+//! no trace context. With export, the connection, publish and delivery spans record their
+//! `trace_id`, which every log line inside them shows (text and JSON formats alike).
 
 use std::collections::HashMap;
 
@@ -76,7 +77,7 @@ pub fn init(otlp_endpoint: Option<&str>, node: &str) -> anyhow::Result<Telemetry
     let otel = tracing_opentelemetry::layer().with_tracer(provider.tracer("skua")).with_filter(spans);
     registry.with(otel).init();
     skua_core::trace::install_capture(capture);
-    skua_edge::trace::install(skua_edge::trace::Hooks { set_parent });
+    skua_edge::trace::install(skua_edge::trace::Hooks { set_parent, trace_id });
     tracing::info!(%endpoint, "Exporting traces over OTLP.");
     Ok(Telemetry { provider: Some(provider) })
 }
@@ -87,6 +88,14 @@ fn capture() -> Option<String> {
     let mut carrier = HashMap::new();
     TraceContextPropagator::new().inject_context(&cx, &mut carrier);
     carrier.remove("traceparent")
+}
+
+/// The trace id of `span`'s OpenTelemetry context, in hex, when it is valid.
+fn trace_id(span: &tracing::Span) -> Option<String> {
+    use opentelemetry::trace::TraceContextExt as _;
+    let cx = span.context();
+    let sc = cx.span().span_context().clone();
+    sc.is_valid().then(|| sc.trace_id().to_string())
 }
 
 /// Makes `span` a child of the remote context `traceparent`.

@@ -569,3 +569,71 @@ async fn admin_lists_and_retries_webhook_failures() {
     stop(child);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 23, item 6: outside `--dev`, placeholder secrets stop the server with status 64 and a
+/// message naming the setting, never the secret; `--dev` keeps its well-known ones.
+#[test]
+fn placeholder_secrets_are_refused_outside_dev() {
+    let (code, _, err) = print_config(&[], &[("SKUA_ADMIN_KEY", "CHANGE-ME-to-a-long-random-key")]);
+    assert_eq!(code, 64, "{err}");
+    assert!(err.contains("admin_key") && err.contains("SKUA_ADMIN_KEY") && err.contains("outside --dev"), "{err}");
+    assert!(!err.contains("CHANGE-ME-to-a-long"), "the value is not echoed: {err}");
+    let (code, _, err) = print_config(&[], &[("SKUA_STORE", "postgres://skua:CHANGE-ME@db:5432/skua")]);
+    assert_eq!(code, 64, "{err}");
+    assert!(err.contains("SKUA_STORE"), "{err}");
+    let (code, _, err) = print_config(&["--metrics-token", "changeme-changeme-changeme"], &[]);
+    assert_eq!(code, 64, "{err}");
+    assert!(err.contains("metrics_token"), "{err}");
+    let (code, _, err) = print_config(&["--dev"], &[("SKUA_ADMIN_KEY", "skua-dev-admin-key")]);
+    assert_eq!(code, 0, "--dev runs on its well-known key: {err}");
+    let (code, _, err) = print_config(&[], &[("SKUA_ADMIN_KEY", "3f1c9e0b7a5d42e8b6c1f0a9d8e7c6b5")]);
+    assert_eq!(code, 0, "{err}");
+}
+
+/// Issue 23, item 6: a node told it is part of a cluster refuses to start on in-process
+/// backends instead of running alone; the default (one node, in-process) is unchanged.
+#[test]
+fn a_cluster_node_without_shared_backends_refuses_to_start() {
+    let (code, _, err) = print_config(&[], &[("SKUA_CLUSTER", "true"), ("SKUA_STORE", "postgres://skua@db/skua")]);
+    assert_eq!(code, 64, "{err}");
+    assert!(err.contains("cluster") && err.contains("SKUA_BUS") && err.contains("SKUA_PRESENCE"), "{err}");
+    let (code, out, err) = print_config(
+        &["--cluster", "true"],
+        &[
+            ("SKUA_BUS", "mqtt://broker:1883"),
+            ("SKUA_PRESENCE", "redis://redis:6379/0"),
+            ("SKUA_STORE", "postgres://skua@db/skua"),
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("cluster: true"), "{out}");
+    let (code, _, err) = print_config(&[], &[]);
+    assert_eq!(code, 0, "a single node on in-process backends by default: {err}");
+}
+
+/// Issue 23, item 5: `skua migrate` of an older release against a database a newer release
+/// migrated succeeds and says so.
+#[test]
+fn migrate_after_a_rollback_succeeds_and_names_the_newer_migrations() {
+    let dir = std::env::temp_dir().join(format!("skua-rollback-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let url = format!("sqlite://{}/skua.db", dir.display());
+    let out = skua().args(["migrate", "--store", &url]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // A newer release's migration, as sqlx records it.
+    let db = dir.join("skua.db");
+    let insert = "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+                  VALUES (29991231000001, 'from a newer release', 1, X'00', 0)";
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        use sqlx::Connection as _;
+        let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{}", db.display())).await.unwrap();
+        sqlx::query(insert).execute(&mut c).await.unwrap();
+        let _ = c.close().await;
+    });
+    let out = skua().args(["migrate", "--store", &url]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("29991231000001") && stdout.contains("newer release"), "{stdout}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -212,9 +212,12 @@ async fn a_redis_restart_is_healed_by_re_announcing() {
     assert_eq!(alice.next_of("message").await.str("data"), "ok");
 }
 
+/// Issue 23, item 3: the bus and Redis are shared by every node, so their outages do not fail
+/// readiness (that would empty every endpoint at once); `skua_backend_up` and
+/// `/healthz/backends` show them instead.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn readiness_fails_while_the_bus_or_redis_is_unreachable_and_recovers() {
-    use skua_testkit::http::{Scrape, wait_for_status};
+async fn readiness_stays_200_while_the_bus_or_redis_is_unreachable_and_backend_up_shows_it() {
+    use skua_testkit::http::{Scrape, get, wait_for_status};
     if external_urls().is_none() || !have("mosquitto") || !have("redis-server") {
         return;
     }
@@ -232,23 +235,31 @@ async fn readiness_fails_while_the_bus_or_redis_is_unreachable_and_recovers() {
         .spawn()
         .await;
     let within = Duration::from_secs(15);
-    wait_for_status(node.addr, "/readyz", 200, within).await;
+    wait_for_status(node.addr, "/healthz/backends", 200, within).await;
+    assert_eq!(get(node.addr, "/readyz").await, (200, "ready".to_owned()));
 
     broker.kill9();
-    assert_eq!(wait_for_status(node.addr, "/readyz", 503, within).await, "message bus unavailable");
+    let body = wait_for_status(node.addr, "/healthz/backends", 503, within).await;
+    assert!(body.contains("bus: down") && body.contains("presence: up"), "{body}");
+    assert_eq!(get(node.addr, "/readyz").await, (200, "ready".to_owned()), "a broker outage is not the pod's");
     let m = Scrape::of(node.addr).await;
-    assert_eq!((m.value("skua_ready", &[]), m.value("skua_backend_available", &[("slot", "bus")])), (0.0, 0.0));
+    assert_eq!((m.value("skua_ready", &[]), m.value("skua_backend_up", &[("backend", "bus")])), (1.0, 0.0));
+    assert_eq!(m.value("skua_backend_available", &[("slot", "bus")]), 0.0);
     broker.restart();
-    wait_for_status(node.addr, "/readyz", 200, within).await;
+    wait_for_status(node.addr, "/healthz/backends", 200, within).await;
+    let m = Scrape::of(node.addr).await;
+    assert!(m.value("skua_bus_reconnects_total", &[]) >= 1.0, "{}", m.text);
 
     // Presence in Redis: the node's periodic registration refresh notices the outage.
     redis.kill9();
-    assert_eq!(wait_for_status(node.addr, "/readyz", 503, within).await, "presence backend unavailable");
+    let body = wait_for_status(node.addr, "/healthz/backends", 503, within).await;
+    assert!(body.contains("presence: down"), "{body}");
+    assert_eq!(get(node.addr, "/readyz").await, (200, "ready".to_owned()), "a Redis outage is not the pod's");
     let m = Scrape::of(node.addr).await;
-    assert_eq!(m.value("skua_backend_available", &[("slot", "presence")]), 0.0);
+    assert_eq!((m.value("skua_ready", &[]), m.value("skua_backend_up", &[("backend", "presence")])), (1.0, 0.0));
     assert!(m.value("skua_backend_errors_total", &[("slot", "presence"), ("op", "refresh_node")]) >= 1.0);
     redis.restart();
-    wait_for_status(node.addr, "/readyz", 200, within).await;
+    wait_for_status(node.addr, "/healthz/backends", 200, within).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

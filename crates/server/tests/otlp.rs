@@ -27,6 +27,8 @@ struct Received {
     trace: Vec<u8>,
     id: Vec<u8>,
     parent: Vec<u8>,
+    /// The span's `trace_id` attribute (the field log lines show), if it has one.
+    trace_id_field: Option<String>,
 }
 
 #[derive(Default, Clone)]
@@ -57,6 +59,12 @@ impl TraceService for Receiver {
                     trace: span.trace_id,
                     id: span.span_id,
                     parent: span.parent_span_id,
+                    trace_id_field: span.attributes.iter().find(|kv| kv.key == "trace_id").and_then(|kv| {
+                        match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                            Some(AnyValue::StringValue(s)) => Some(s.clone()),
+                            _ => None,
+                        }
+                    }),
                 });
             }
         }
@@ -128,6 +136,13 @@ async fn one_publish_is_one_trace_across_two_nodes() {
         .unwrap_or_else(|| panic!("no skua.deliver span on the other node in the publish's trace: {spans:#?}"));
     assert_eq!(deliver.parent, bus.id, "the delivery continues from the publisher's bus span");
     assert!(find("otlp-b", "skua.connection").count() >= 1, "connection spans are exported");
+    // Log lines inside these spans carry their trace id (issue 23, item 10).
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    assert_eq!(publish.trace_id_field.as_deref(), Some(hex(&publish.trace).as_str()), "{publish:?}");
+    assert_eq!(deliver.trace_id_field.as_deref(), Some(hex(&publish.trace).as_str()), "{deliver:?}");
+    for c in find("otlp-b", "skua.connection") {
+        assert_eq!(c.trace_id_field.as_deref(), Some(hex(&c.trace).as_str()), "{c:?}");
+    }
     assert!(
         spans.iter().any(|s| s.node == "otlp-a" && s.name == "/skua.control.v1.Control/ListProjects"),
         "the control-plane call is a span: {spans:#?}"

@@ -75,10 +75,21 @@ pub(crate) const RELEASE_NODE: &str = "UPDATE log_pending \
 pub(crate) const RELEASE_CONN_CONSUMER: &str = "UPDATE log_pending \
      SET holder_session = NULL, holder_node = NULL, holder_conn = NULL \
      WHERE holder_node = $1 AND holder_conn = $2 AND consumer_id = $3 RETURNING consumer_id";
-pub(crate) const PRUNE_AGE: &str = "DELETE FROM log_messages WHERE created_at < $1";
-pub(crate) const OVER_CAP: &str = "SELECT topic FROM log_messages GROUP BY topic HAVING COUNT(*) > $1";
-pub(crate) const PRUNE_CAP: &str = "DELETE FROM log_messages WHERE topic = $1 AND seq <= ( \
-     SELECT seq FROM log_messages WHERE topic = $1 ORDER BY seq DESC LIMIT 1 OFFSET $2)";
+/// One batch of messages past the age (`log_messages_created_at`).
+pub(crate) const PRUNE_AGE: &str = "DELETE FROM log_messages WHERE seq IN ( \
+     SELECT seq FROM log_messages WHERE created_at < $1 LIMIT $2)";
+/// The cluster-wide pruning state: when it last ran, and the last seq its caps looked at.
+pub(crate) const PRUNE_STATE: &str = "SELECT pruned_at, seen_seq FROM log_prune_state WHERE id = 1";
+pub(crate) const PRUNE_STATE_SET: &str = "UPDATE log_prune_state SET pruned_at = $1, seen_seq = $2 WHERE id = 1";
+pub(crate) const LAST_SEQ: &str = "SELECT COALESCE(MAX(seq), 0) FROM log_messages";
+/// Topics that received messages after `$1` (a primary-key range): only they can have gone over
+/// the cap since the last prune, so no scan of the whole table is needed.
+pub(crate) const TOPICS_SINCE: &str = "SELECT DISTINCT topic FROM log_messages WHERE seq > $1";
+/// The newest seq of a topic beyond its cap (`log_messages_topic_seq`), if it is over it.
+pub(crate) const CAP_EDGE: &str = "SELECT seq FROM log_messages WHERE topic = $1 ORDER BY seq DESC LIMIT 1 OFFSET $2";
+/// One batch of a topic's messages up to its cap edge.
+pub(crate) const PRUNE_CAP: &str = "DELETE FROM log_messages WHERE seq IN ( \
+     SELECT seq FROM log_messages WHERE topic = $1 AND seq <= $2 ORDER BY seq LIMIT $3)";
 pub(crate) const PRUNE_CONSUMERS: &str = "DELETE FROM log_consumers WHERE expires_at <= $1";
 
 /// One row of `SELECT_MESSAGES`.
@@ -396,39 +407,85 @@ macro_rules! sql_message_log {
                 now_unix_s: u64,
                 retention: skua_core::Retention,
             ) -> Result<u64, skua_core::StoreError> {
-                use crate::error::sql;
-                use crate::log::*;
-                use crate::sql::unix_to_sql;
-                let mut deleted = sqlx::query(PRUNE_AGE)
-                    .bind(age_cutoff(now_unix_s, retention))
-                    .execute(&self.pool)
-                    .await
-                    .map_err(sql($backend, "prune_log"))?
-                    .rows_affected();
-                let cap = unix_to_sql(retention.max_per_topic);
-                let over: Vec<String> = sqlx::query_scalar(OVER_CAP)
-                    .bind(cap)
-                    .fetch_all(&self.pool)
-                    .await
-                    .map_err(sql($backend, "prune_log"))?;
-                for topic in over {
-                    deleted += sqlx::query(PRUNE_CAP)
-                        .bind(&topic)
-                        .bind(cap)
-                        .execute(&self.pool)
-                        .await
-                        .map_err(sql($backend, "prune_log"))?
-                        .rows_affected();
+                // One pruner at a time across the nodes sharing the database (Postgres: an
+                // advisory lock on this connection); the others skip their turn.
+                let Some(mut conn) = self.prune_begin().await? else { return Ok(0) };
+                let result = async {
+                    use crate::error::sql;
+                    use crate::log::*;
+                    use crate::sql::unix_to_sql;
+                    let err = |e| sql($backend, "prune_log")(e);
+                    let now = unix_to_sql(now_unix_s);
+                    let state: Option<(i64, i64)> =
+                        sqlx::query_as(PRUNE_STATE).fetch_optional(&mut *conn).await.map_err(err)?;
+                    let (pruned_at, seen_seq) = state.unwrap_or((0, 0));
+                    if too_soon(now, pruned_at, retention) {
+                        return Ok(0);
+                    }
+                    let batch = retention.batch.max(1);
+                    let mut deleted = 0;
+                    let cutoff = age_cutoff(now_unix_s, retention);
+                    loop {
+                        let n = sqlx::query(PRUNE_AGE)
+                            .bind(cutoff)
+                            .bind(unix_to_sql(batch))
+                            .execute(&mut *conn)
+                            .await
+                            .map_err(err)?
+                            .rows_affected();
+                        deleted += n;
+                        if n < batch {
+                            break;
+                        }
+                    }
+                    let last: i64 = sqlx::query_scalar(LAST_SEQ).fetch_one(&mut *conn).await.map_err(err)?;
+                    // A restored (older) database has lower seqs than the watermark: look at all.
+                    let since = if seen_seq > last { 0 } else { seen_seq };
+                    let topics: Vec<String> =
+                        sqlx::query_scalar(TOPICS_SINCE).bind(since).fetch_all(&mut *conn).await.map_err(err)?;
+                    let cap = unix_to_sql(retention.max_per_topic);
+                    for topic in topics {
+                        let edge: Option<i64> = sqlx::query_scalar(CAP_EDGE)
+                            .bind(&topic)
+                            .bind(cap)
+                            .fetch_optional(&mut *conn)
+                            .await
+                            .map_err(err)?;
+                        let Some(edge) = edge else { continue };
+                        loop {
+                            let n = sqlx::query(PRUNE_CAP)
+                                .bind(&topic)
+                                .bind(edge)
+                                .bind(unix_to_sql(batch))
+                                .execute(&mut *conn)
+                                .await
+                                .map_err(err)?
+                                .rows_affected();
+                            deleted += n;
+                            if n < batch {
+                                break;
+                            }
+                        }
+                    }
+                    sqlx::query(PRUNE_CONSUMERS).bind(now).execute(&mut *conn).await.map_err(err)?;
+                    sqlx::query(PRUNE_STATE_SET).bind(now).bind(last).execute(&mut *conn).await.map_err(err)?;
+                    Ok(deleted)
                 }
-                sqlx::query(PRUNE_CONSUMERS)
-                    .bind(unix_to_sql(now_unix_s))
-                    .execute(&self.pool)
-                    .await
-                    .map_err(sql($backend, "prune_log"))?;
-                Ok(deleted)
+                .await;
+                self.prune_end(conn).await;
+                result
             }
         }
     };
+}
+
+/// Whether the last prune (by any node, at `pruned_at`) is less than half of
+/// `min_interval_s` before `now`: then this turn is skipped. Half, so that with every node
+/// ticking once per interval at its own phase the cluster prunes once or twice per interval,
+/// never skipping one. A `pruned_at` in the future (a clock step back) does not skip.
+pub(crate) fn too_soon(now: i64, pruned_at: i64, retention: Retention) -> bool {
+    let half = unix_to_sql(retention.min_interval_s / 2);
+    half > 0 && pruned_at <= now && now - pruned_at < half
 }
 
 pub(crate) use sql_message_log;

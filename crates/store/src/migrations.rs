@@ -34,6 +34,7 @@ pub(crate) const SQLITE: &[Embedded] = embedded!("sqlite":
     "20261201000003_registry.sql",
     "20261201000004_connection_restore_records.sql",
     "20261201000005_webhook_triggers.sql",
+    "20261202013000_log_prune_state.sql",
 );
 
 /// `migrations/postgres/`, oldest first. Append only (migrations/README.md).
@@ -43,12 +44,40 @@ pub(crate) const POSTGRES: &[Embedded] = embedded!("postgres":
     "20261201000003_registry.sql",
     "20261201000004_connection_restore_records.sql",
     "20261201000005_webhook_triggers.sql",
+    "20261202013000_log_prune_state.sql",
 );
 
-/// A migrator over `files`.
+/// A migrator over `files`. It ignores applied migrations it does not know (`ignore_missing`):
+/// after a rollback the database holds the newer release's migrations, which only add
+/// (migrations/README.md), so the older binary's `skua migrate` applies what it lacks, if
+/// anything, and succeeds instead of failing on them ([`unknown`] names them for the logs).
 pub(crate) fn migrator(files: &'static [Embedded]) -> Migrator {
-    Migrator::with_migrations(files.iter().map(Embedded::migration).collect())
+    let mut m = Migrator::with_migrations(files.iter().map(Embedded::migration).collect());
+    m.set_ignore_missing(true);
+    m
 }
+
+/// The versions in `applied` (the database's `_sqlx_migrations`) that `files` does not hold:
+/// migrations of a newer release.
+pub(crate) fn unknown(files: &'static [Embedded], applied: &[i64]) -> Vec<i64> {
+    let ours = versions(files);
+    applied.iter().copied().filter(|v| !ours.contains(v)).collect()
+}
+
+/// Logs the migrations of a newer release found in a database (a rollback), once per run.
+pub(crate) fn warn_unknown(backend: &str, unknown: &[i64]) {
+    if !unknown.is_empty() {
+        tracing::warn!(
+            backend,
+            versions = ?unknown,
+            "The database holds migrations this build does not know (a newer release applied them; this is a \
+             rollback). They only add, so this build runs on the schema; they stay applied."
+        );
+    }
+}
+
+/// `SELECT` of the applied migrations' versions (both backends).
+pub(crate) const APPLIED: &str = "SELECT version FROM _sqlx_migrations WHERE success ORDER BY version";
 
 /// The versions of `files`, oldest first.
 pub(crate) fn versions(files: &'static [Embedded]) -> Vec<i64> {
@@ -100,6 +129,15 @@ mod tests {
     async fn listed_files_parse_like_sqlx_reads_the_folder() {
         listed_files_match_the_folder("sqlite", SQLITE).await;
         listed_files_match_the_folder("postgres", POSTGRES).await;
+    }
+
+    #[test]
+    fn versions_of_a_newer_release_are_unknown() {
+        let mut applied = versions(POSTGRES);
+        assert!(unknown(POSTGRES, &applied).is_empty());
+        applied.push(29_991_231_000_001);
+        assert_eq!(unknown(POSTGRES, &applied), vec![29_991_231_000_001]);
+        assert!(migrator(POSTGRES).ignore_missing, "a rollback's migrate must not fail on them");
     }
 
     #[test]

@@ -44,21 +44,27 @@ pub async fn open(url: &str, clock: UnixClock) -> Result<Arc<dyn Store>, StoreEr
 
 /// Applies the pending migrations of the store that `url` names, then closes it: what
 /// `skua migrate` does. Running it again does nothing. For SQLite this is what opening the store
-/// does anyway (and for `sqlite::memory:` it has no lasting effect).
+/// does anyway (and for `sqlite::memory:` it has no lasting effect). Returns the versions
+/// applied in the database that this build does not know: a newer release's (a rollback),
+/// which are left alone rather than refused.
 ///
 /// # Errors
 /// [`StoreError::Unavailable`] with an [`UnsupportedStoreUrl`] source for an unknown URL, and as
 /// [`SqliteStore::connect`] or [`PostgresStore::migrate`] otherwise.
-pub async fn migrate(url: &str) -> Result<(), StoreError> {
+pub async fn migrate(url: &str) -> Result<Vec<i64>, StoreError> {
     match Backend::of(url)? {
-        Backend::Sqlite => SqliteStore::connect(url, system_clock()).await?.close().await,
+        Backend::Sqlite => {
+            let store = SqliteStore::connect(url, system_clock()).await?;
+            let unknown = store.unknown_migrations().await;
+            store.close().await;
+            unknown
+        }
         Backend::Postgres => {
             // One connection: the migrator runs on one anyway.
             let store = PostgresStore::connect_unchecked(url, system_clock(), 1).await?;
             let migrated = store.migrate().await;
             store.close().await;
-            migrated?;
+            migrated
         }
     }
-    Ok(())
 }

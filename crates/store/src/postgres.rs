@@ -12,7 +12,9 @@
 //!
 //! The pool reconnects by itself after Postgres restarts; while it is down, each operation
 //! fails within [`ACQUIRE_TIMEOUT`]. Expired rows are deleted as described in [`crate::prune`];
-//! every node prunes, and concurrent prunes only contend for the same rows.
+//! every node prunes, and concurrent prunes only contend for the same rows. Logged messages
+//! are pruned by one node at a time (an advisory lock), at most about once per
+//! `log_prune_interval` for the whole cluster, in batches (`log_prune_batch`).
 
 use std::fmt;
 use std::time::Duration;
@@ -72,7 +74,6 @@ const PRUNE_EXCESS: &str = "DELETE FROM restore_records WHERE ctid IN ( \
                                         PARTITION BY project, actor ORDER BY released_seq DESC) AS n \
                                     FROM restore_records WHERE released_seq IS NOT NULL) AS ranked \
                                 WHERE n > $1)";
-const APPLIED: &str = "SELECT version FROM _sqlx_migrations WHERE success";
 
 /// Restore records in Postgres. Holds a connection pool: create one per node and share it
 /// (behind an `Arc`); every node connected to the database sees the same records.
@@ -111,12 +112,27 @@ impl PostgresStore {
 
     /// Applies the migrations of `migrations/postgres/` that the database lacks; running it
     /// again does nothing. Safe to run from several nodes at once (sqlx holds an advisory lock).
+    /// Migrations applied by a newer release (a rollback) are left alone and returned (and
+    /// logged): they only add, so this build runs on the schema.
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] when Postgres failed, a migration failed (it is rolled back),
     /// or the database has applied a migration whose file has since changed.
-    pub async fn migrate(&self) -> Result<(), StoreError> {
-        migrations::migrator(migrations::POSTGRES).run(&self.pool).await.map_err(error::migrate(BACKEND))
+    pub async fn migrate(&self) -> Result<Vec<i64>, StoreError> {
+        migrations::migrator(migrations::POSTGRES).run(&self.pool).await.map_err(error::migrate(BACKEND))?;
+        let applied = self.applied().await?;
+        let unknown = migrations::unknown(migrations::POSTGRES, &applied);
+        migrations::warn_unknown(BACKEND, &unknown);
+        Ok(unknown)
+    }
+
+    /// The versions recorded as applied (none before the first migration).
+    async fn applied(&self) -> Result<Vec<i64>, StoreError> {
+        match sqlx::query_scalar(migrations::APPLIED).fetch_all(&self.pool).await {
+            Ok(applied) => Ok(applied),
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(UNDEFINED_TABLE) => Ok(Vec::new()),
+            Err(e) => Err(sql(BACKEND, "read the applied migrations")(e)),
+        }
     }
 
     /// Deletes every record that has expired at `now_unix_s` and returns how many. The store
@@ -151,20 +167,40 @@ impl PostgresStore {
     }
 
     async fn check_schema(&self) -> Result<(), StoreError> {
-        let applied: Vec<i64> = match sqlx::query_scalar(APPLIED).fetch_all(&self.pool).await {
-            Ok(applied) => applied,
-            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(UNDEFINED_TABLE) => Vec::new(),
-            Err(e) => return Err(sql(BACKEND, "read the applied migrations")(e)),
-        };
+        let applied = self.applied().await?;
         let missing: Vec<i64> =
             migrations::versions(migrations::POSTGRES).into_iter().filter(|v| !applied.contains(v)).collect();
         if missing.is_empty() { Ok(()) } else { Err(error::unavailable(SchemaNotMigrated { missing })) }
     }
 }
 
+/// The advisory lock retention pruning holds (`skuaprun` in ASCII): one node prunes at a time.
+const PRUNE_LOCK: i64 = 0x736b_7561_7072_756e;
+
 impl PostgresStore {
     /// How `append` writes (see `crate::log`): one statement, one round trip.
     const APPEND_ONE: Option<&'static str> = Some(crate::log::APPEND_ONE_STATEMENT);
+
+    /// A connection holding the pruning lock (session-level `pg_try_advisory_lock`), or `None`
+    /// when another node is pruning.
+    async fn prune_begin(&self) -> Result<Option<sqlx::pool::PoolConnection<sqlx::Postgres>>, StoreError> {
+        let mut conn = self.pool.acquire().await.map_err(sql(BACKEND, "prune_log"))?;
+        let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+            .bind(PRUNE_LOCK)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(sql(BACKEND, "prune_log"))?;
+        Ok(locked.then_some(conn))
+    }
+
+    /// Releases the pruning lock; if that fails the connection is closed, which releases it.
+    async fn prune_end(&self, mut conn: sqlx::pool::PoolConnection<sqlx::Postgres>) {
+        let unlocked: Result<bool, _> =
+            sqlx::query_scalar("SELECT pg_advisory_unlock($1)").bind(PRUNE_LOCK).fetch_one(&mut *conn).await;
+        if !matches!(unlocked, Ok(true)) {
+            conn.close_on_drop();
+        }
+    }
 }
 
 crate::log::sql_message_log!(PostgresStore, BACKEND);

@@ -120,6 +120,19 @@ impl SqliteStore {
         Ok(expired + done.map_err(sql(BACKEND, "prune"))?.rows_affected())
     }
 
+    /// The migrations applied in the database that this build does not know (a newer
+    /// release's, after a rollback); opening left them alone.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the database failed.
+    pub async fn unknown_migrations(&self) -> Result<Vec<i64>, StoreError> {
+        let applied: Vec<i64> = sqlx::query_scalar(migrations::APPLIED)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(sql(BACKEND, "read the applied migrations"))?;
+        Ok(migrations::unknown(migrations::SQLITE, &applied))
+    }
+
     /// Closes the pool, waiting for operations in flight; later operations fail. Dropping the
     /// store also closes it, without waiting.
     pub async fn close(&self) {
@@ -153,6 +166,11 @@ pub(crate) async fn open_pool(url: &str, file_pool_size: u32, backend: &'static 
         .await
         .map_err(sql(backend, "open"))?;
     migrations::migrator(migrations::SQLITE).run(&pool).await.map_err(error::migrate(backend))?;
+    let applied: Vec<i64> = sqlx::query_scalar(migrations::APPLIED)
+        .fetch_all(&pool)
+        .await
+        .map_err(sql(backend, "read the applied migrations"))?;
+    migrations::warn_unknown(backend, &migrations::unknown(migrations::SQLITE, &applied));
     Ok(pool)
 }
 
@@ -165,6 +183,16 @@ fn is_in_memory(url: &str) -> bool {
 impl SqliteStore {
     /// How `append` writes (see `crate::log`): one transaction of two statements, cheap in process.
     const APPEND_ONE: Option<&'static str> = None;
+
+    /// The connection retention pruning runs on: one process owns a SQLite file, so no lock.
+    async fn prune_begin(&self) -> Result<Option<sqlx::pool::PoolConnection<sqlx::Sqlite>>, StoreError> {
+        self.pool.acquire().await.map(Some).map_err(sql(BACKEND, "prune_log"))
+    }
+
+    /// Nothing to release.
+    async fn prune_end(&self, conn: sqlx::pool::PoolConnection<sqlx::Sqlite>) {
+        drop(conn);
+    }
 }
 
 crate::log::sql_message_log!(SqliteStore, BACKEND);

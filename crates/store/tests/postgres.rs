@@ -120,6 +120,107 @@ async fn migrations_are_idempotent() {
     let _ = conn.close().await;
 }
 
+/// A migration a newer release applied, as `_sqlx_migrations` records it.
+const NEWER_RELEASE_MIGRATION: i64 = 29_991_231_000_001;
+
+/// Issue 23, item 5: after a rollback the older binary's `skua migrate` meets the newer
+/// release's migrations; it succeeds, names them, and nodes still connect.
+#[tokio::test]
+async fn a_rollback_s_migrate_leaves_a_newer_release_s_migrations_alone() {
+    let Some(db) = TestDatabase::migrated().await else { return };
+    let mut conn = PgConnection::connect(&db.url).await.unwrap();
+    sqlx::query(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+         VALUES ($1, 'from a newer release', TRUE, '\\x00'::bytea, 0)",
+    )
+    .bind(NEWER_RELEASE_MIGRATION)
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let _ = conn.close().await;
+    let unknown = skua_store::migrate(&db.url).await.expect("a rollback's migrate succeeds");
+    assert_eq!(unknown, vec![NEWER_RELEASE_MIGRATION], "and names what it does not know");
+    let store = PostgresStore::connect(&db.url, TestClock::new().clock()).await.expect("nodes still start");
+    store.save_restore(&key("alice"), &node(), &record()).await.unwrap();
+    assert_eq!(store.migrate().await.unwrap(), vec![NEWER_RELEASE_MIGRATION]);
+}
+
+/// Issue 23, item 5: nodes can run with a role that may only read and write rows (no DDL),
+/// `skua migrate` (a Job) using the owner's: connecting checks the schema and applies nothing.
+#[tokio::test]
+async fn nodes_run_with_a_role_that_cannot_change_the_schema() {
+    let Some(db) = TestDatabase::migrated().await else { return };
+    let role = format!("skua_dml_{}", &db.name["skua_test_".len()..]);
+    let mut owner = PgConnection::connect(&db.url).await.unwrap();
+    // The role name is ours (hex digits), so it is safe to splice in.
+    for stmt in [
+        format!("CREATE ROLE {role} LOGIN"),
+        "REVOKE CREATE ON SCHEMA public FROM PUBLIC".to_owned(),
+        format!("GRANT USAGE ON SCHEMA public TO {role}"),
+        format!("GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}"),
+        format!("GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA public TO {role}"),
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(stmt)).execute(&mut owner).await.unwrap();
+    }
+    let (scheme, rest) = db.url.split_once("://").unwrap();
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+    let dml_url = format!("{scheme}://{role}@{rest}");
+    let result = async {
+        let mut dml = PgConnection::connect(&dml_url).await.unwrap();
+        let ddl = sqlx::query("CREATE TABLE not_allowed (x INT)").execute(&mut dml).await;
+        assert!(ddl.is_err(), "the role must not be able to change the schema");
+        let _ = dml.close().await;
+        let store = PostgresStore::connect(&dml_url, TestClock::new().clock()).await.expect("a node connects");
+        store.save_restore(&key("alice"), &node(), &record()).await.unwrap();
+        assert_eq!(store.load_restore(&key("alice")).await.unwrap(), Some(record()));
+        let registry = skua_store::open_registry(&dml_url).await.expect("and opens the registry");
+        assert_eq!(registry.version().await.unwrap(), 0);
+        store.close().await;
+    };
+    result.await;
+    for stmt in [format!("DROP OWNED BY {role}"), format!("DROP ROLE {role}")] {
+        let _ = sqlx::query(sqlx::AssertSqlSafe(stmt)).execute(&mut owner).await;
+    }
+    let _ = owner.close().await;
+}
+
+/// Issue 23, item 8: two nodes (two stores on one database) tick at once: one prunes, the
+/// other skips, also for a while after (half of `min_interval_s`), then prunes again.
+#[tokio::test]
+async fn retention_runs_on_one_node_per_interval() {
+    let Some(db) = TestDatabase::migrated().await else { return };
+    let clock = TestClock::new();
+    let a: Arc<dyn Store> = Arc::new(PostgresStore::connect(&db.url, clock.clock()).await.unwrap());
+    let b: Arc<dyn Store> = Arc::new(PostgresStore::connect(&db.url, clock.clock()).await.unwrap());
+    let r = skua_core::Retention { max_age_s: 100, max_per_topic: 1_000, min_interval_s: 60, batch: 3 };
+    let append = |s: Arc<dyn Store>, id: String, at: u64| async move {
+        let m = skua_core::NewMessage {
+            msg_id: &id,
+            topic: "p/app/room/t",
+            filter: None,
+            publisher: "alice",
+            timestamp_ms: at * 1000,
+            qos: 1,
+            data: b"x",
+            trigger: None,
+        };
+        s.append(&m, at).await.unwrap();
+    };
+    for i in 0..10 {
+        append(a.clone(), format!("old{i}"), T0).await;
+    }
+    let now = T0 + 1_000;
+    let (x, y) = tokio::join!(a.prune_log(now, r), b.prune_log(now, r));
+    let (x, y) = (x.unwrap(), y.unwrap());
+    assert_eq!((x.min(y), x.max(y)), (0, 10), "one node pruned everything (batches of 3), the other skipped");
+    for i in 0..4 {
+        append(b.clone(), format!("later{i}"), T0).await;
+    }
+    assert_eq!(b.prune_log(now + 29, r).await.unwrap(), 0, "within half the interval of the last run: skipped");
+    assert_eq!(a.prune_log(now + 29, r).await.unwrap(), 0, "on every node");
+    assert_eq!(b.prune_log(now + 30, r).await.unwrap(), 4, "then the next turn prunes");
+}
+
 #[tokio::test]
 async fn connect_refuses_an_unmigrated_database_and_connect_and_migrate_fixes_it() {
     let Some(db) = TestDatabase::create().await else { return };

@@ -117,6 +117,8 @@ pub struct Backends {
     pub node_id: NodeId,
     /// Fixtures file, if any.
     pub fixtures: Option<PathBuf>,
+    /// One node of a cluster (`cluster`): its bus, presence and store are shared ones.
+    pub cluster: bool,
 }
 
 impl Backends {
@@ -180,7 +182,40 @@ impl Backends {
         {
             return Err(invalid("presence_tls_ca", "presence_tls_* need a rediss:// presence store"));
         }
-        Ok(Self { bus, presence, bus_tls, presence_tls, store, namespace, node_id, fixtures: s.fixtures.clone() })
+        let cluster = required(key!(s, cluster))?;
+        if cluster {
+            let mut missing = Vec::new();
+            if bus == BusConfig::Memory {
+                missing.push("SKUA_BUS (mqtt:// or mqtts://)");
+            }
+            if presence == PresenceConfig::Memory {
+                missing.push("SKUA_PRESENCE (redis:// or rediss://)");
+            }
+            if !matches!(&store, StoreConfig::Url(u) if !u.starts_with("sqlite:")) {
+                missing.push("SKUA_STORE (postgres://)");
+            }
+            if !missing.is_empty() {
+                return Err(invalid(
+                    "cluster",
+                    format!(
+                        "a cluster node needs shared backends, and would otherwise run alone on in-process ones; \
+                         set {}",
+                        missing.join(", ")
+                    ),
+                ));
+            }
+        }
+        Ok(Self {
+            bus,
+            presence,
+            bus_tls,
+            presence_tls,
+            store,
+            namespace,
+            node_id,
+            fixtures: s.fixtures.clone(),
+            cluster,
+        })
     }
 }
 
@@ -361,6 +396,8 @@ pub struct Durable {
     pub log_max_per_topic: u64,
     /// How often retention is applied.
     pub log_prune_interval: Duration,
+    /// Messages deleted per statement while pruning.
+    pub log_prune_batch: u64,
     /// Pending messages read per store page of a replay.
     pub replay_page_size: u32,
     /// Live logged messages queued per connection.
@@ -378,6 +415,7 @@ impl Durable {
             log_max_age: duration(key!(s, log_max_age))?,
             log_max_per_topic: positive(key!(s, log_max_per_topic))? as u64,
             log_prune_interval: duration(key!(s, log_prune_interval))?,
+            log_prune_batch: positive(key!(s, log_prune_batch))?,
             replay_page_size: positive(key!(s, replay_page_size))?,
             durable_queue: positive(key!(s, durable_queue))?,
         })
@@ -447,13 +485,15 @@ impl Cluster {
     }
 }
 
-/// Stopping: `drain_delay`, then `shutdown_grace`.
+/// Stopping: `drain_delay`, then `shutdown_grace` (with the closes spread over `drain_spread`).
 #[derive(Debug, Clone)]
 pub struct Shutdown {
     /// How long connections get to close.
     pub shutdown_grace: Duration,
     /// How long readiness fails before they are closed.
     pub drain_delay: Duration,
+    /// The window the 1012 closes are spread over.
+    pub drain_spread: Duration,
 }
 
 impl Shutdown {
@@ -462,7 +502,15 @@ impl Shutdown {
     /// # Errors
     /// [`ConfigError::Invalid`] naming the first bad key.
     pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
-        Ok(Self { shutdown_grace: duration(key!(s, shutdown_grace))?, drain_delay: duration(key!(s, drain_delay))? })
+        let shutdown_grace = duration(key!(s, shutdown_grace))?;
+        let drain_spread = duration(key!(s, drain_spread))?;
+        if !drain_spread.is_zero() && drain_spread >= shutdown_grace {
+            return Err(invalid(
+                "drain_spread",
+                "must be below shutdown_grace (the closes are spread inside it, with time left for the last ones)",
+            ));
+        }
+        Ok(Self { shutdown_grace, drain_delay: duration(key!(s, drain_delay))?, drain_spread })
     }
 }
 
@@ -732,6 +780,7 @@ impl Sections {
             log_max_age: durable.log_max_age,
             log_max_per_topic: durable.log_max_per_topic,
             log_prune_interval: durable.log_prune_interval,
+            log_prune_batch: durable.log_prune_batch,
             replay_page_size: durable.replay_page_size,
             durable_queue: durable.durable_queue,
             bus_queue: cluster.bus_queue,
@@ -739,6 +788,7 @@ impl Sections {
             node_refresh: cluster.node_refresh,
             shutdown_grace: shutdown.shutdown_grace,
             drain_delay: shutdown.drain_delay,
+            drain_spread: shutdown.drain_spread,
             revalidate_interval: control.revalidate_interval,
             triggers: skua_edge::config::TriggerConfig {
                 queue: webhooks.engine.queue,

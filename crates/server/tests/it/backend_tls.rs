@@ -285,7 +285,7 @@ async fn the_store_reaches_postgres_with_verify_full_and_a_password_and_never_sh
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
         match skua_server::node::migrate(&secure).await {
-            Ok(()) => break,
+            Ok(_) => break,
             Err(e) if std::time::Instant::now() < deadline && e.to_string().contains("starting up") => {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }

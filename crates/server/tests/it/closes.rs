@@ -221,6 +221,12 @@ async fn slow_subscriber_is_closed_with_4008_and_the_others_get_every_message_in
     assert_eq!(got, expected, "bob got a gap-free prefix before the close");
     assert!(got.len() < usize::try_from(sent).expect("sent"), "bob cannot have had everything");
     assert_eq!(closes(), 1, "only bob was a slow consumer");
+    // Issue 23, item 10: drops count messages (at least the full queue plus the one that did
+    // not fit), disconnects count connections.
+    let m = skua_testkit::http::Scrape::of(server.addr).await;
+    assert_eq!(m.value("skua_slow_consumer_disconnects_total", &[]), 1.0);
+    let drops = m.value("skua_drops_total", &[("reason", "slow_consumer")]);
+    assert!((17.0..=sent as f64).contains(&drops), "dropped {drops} of {sent} messages, queue of 16");
 
     // carol and alice are unaffected
     alice.publish_acked(TOPIC, frame! {"seq" => sent}).await;

@@ -126,8 +126,10 @@ async fn slowloris_sockets_hold_connection_slots_and_are_closed_after_the_header
         slow.push(s);
     }
     assert_eq!(try_ws(server.addr, &[]).await.err(), Some(503), "pending sockets count toward max_connections");
-    // A full node still answers its liveness probe.
+    // A full node still answers its liveness probe, and is not ready (issue 23, item 3).
     assert_eq!(get(server.addr, "/healthz").await.0, 200);
+    assert_eq!(get(server.addr, "/readyz").await, (503, "connection limit reached".into()), "a full node");
+    assert_eq!(Scrape::of(metrics_addr(&server)).await.value("skua_ready", &[]), 0.0);
     for s in &mut slow {
         let (bytes, closed_at) = read_to_close(s).await;
         let after = closed_at - started;
@@ -137,7 +139,9 @@ async fn slowloris_sockets_hold_connection_slots_and_are_closed_after_the_header
     // Their slots are free again.
     let mut ws = ws_eventually(server.addr, &[]).await;
     auth(&mut ws, "dev-token-alice").await;
+    assert_eq!(get(server.addr, "/readyz").await.0, 200, "one slot left: ready");
     let scrape = Scrape::of(metrics_addr(&server)).await;
+    assert_eq!(scrape.value("skua_ready", &[]), 1.0);
     assert!(refusals(&scrape, "header_timeout") >= 2.0, "{}", scrape.text);
     assert!(refusals(&scrape, "max_connections") >= 1.0, "{}", scrape.text);
     assert_eq!(scrape.value("skua_connection_slots_used", &[]), 1.0, "the WebSocket holds its slot");

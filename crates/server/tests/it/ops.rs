@@ -72,6 +72,35 @@ async fn metrics_counters_move_for_a_scripted_session() {
     }
 }
 
+/// Issue 23, item 10: the series the alert rules and dashboard use are exported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn build_process_bus_registry_and_backend_series_are_exported() {
+    let server = TestServer::start().await;
+    let m = Scrape::of(server.addr).await;
+    let build = format!("skua_build_info{{version=\"{}\",git_sha=\"", env!("CARGO_PKG_VERSION"));
+    assert!(m.text.contains(&build), "{}", m.text);
+    assert_eq!(m.value("skua_build_info", &[("version", env!("CARGO_PKG_VERSION"))]), 1.0);
+    #[cfg(target_os = "linux")]
+    assert!(m.value("process_resident_memory_bytes", &[]) > 1e6, "{}", m.text);
+    for series in [
+        "skua_bus_reconnects_total",
+        "skua_bus_buffered_messages",
+        "skua_registry_lag_seconds",
+        "skua_registry_version",
+    ] {
+        assert!(m.text.contains(&format!("\n{series} ")), "{series} missing: {}", m.text);
+    }
+    assert_eq!(m.value("skua_bus_reconnects_total", &[]), 0.0);
+    // The registry is read every 250 ms: the lag stays far below a few seconds.
+    let lag = m.value("skua_registry_lag_seconds", &[]);
+    assert!((0.0..5.0).contains(&lag), "lag {lag}");
+    for backend in ["bus", "presence", "store"] {
+        assert_eq!(m.value("skua_backend_up", &[("backend", backend)]), 1.0, "{backend}");
+    }
+    assert!(m.text.contains("# TYPE skua_slow_consumer_disconnects_total counter"));
+    assert_eq!(get(server.addr, "/healthz/backends").await, (200, "bus: up\npresence: up\nstore: up\n".to_owned()));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drain_delay_fails_readiness_and_refuses_upgrades_before_sockets_close() {
     let delay = Duration::from_millis(1500);
@@ -107,5 +136,45 @@ async fn drain_delay_fails_readiness_and_refuses_upgrades_before_sockets_close()
     assert_eq!(alice.expect_close().await, (1012, "server_restart".to_owned()));
     assert_eq!(bob.expect_close().await.0, 1012);
     assert!(started.elapsed() >= delay, "closed after {:?}, before the {delay:?} delay", started.elapsed());
+    assert!(shutdown.await.expect("shutdown task"), "drained within the grace");
+}
+
+/// Issue 23, item 4: with `drain_spread`, the 1012 closes of a draining node are spread over
+/// the window instead of all landing in the same instant. The bounds come from the settings
+/// (n connections closed at i/n of the window), with half the window as slack.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_spread_spaces_the_1012_closes_over_the_window() {
+    const CLIENTS: u32 = 6;
+    let spread = Duration::from_secs(2);
+    let server = TestServer::builder()
+        .settings(|s| {
+            s.drain_spread = Some("2s".into());
+            s.shutdown_grace = Some("10s".into());
+        })
+        .spawn()
+        .await;
+    let mut waiting = Vec::new();
+    for _ in 0..CLIENTS {
+        let mut c = server.auth("dev-token-alice").await;
+        waiting.push(tokio::spawn(async move {
+            let close = c.expect_close().await;
+            (close, tokio::time::Instant::now())
+        }));
+    }
+    let started = tokio::time::Instant::now();
+    let shutdown = tokio::spawn(server.shutdown());
+    let mut at = Vec::new();
+    for w in waiting {
+        let ((code, reason), when) = w.await.expect("client task");
+        assert_eq!((code, reason.as_str()), (1012, "server_restart"));
+        at.push(when - started);
+    }
+    at.sort_unstable();
+    let (first, last) = (at[0], at[at.len() - 1]);
+    // The last of n closes is due at (n-1)/n of the window: 5/6 × 2 s ≈ 1.67 s after the first.
+    let due = spread * (CLIENTS - 1) / CLIENTS;
+    assert!(last - first >= due / 2, "closes {at:?} not spread over {spread:?}");
+    let early = at.iter().filter(|t| **t < first + spread / 4).count();
+    assert!(early < at.len(), "every close in the first quarter of the window: {at:?}");
     assert!(shutdown.await.expect("shutdown task"), "drained within the grace");
 }

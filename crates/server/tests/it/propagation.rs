@@ -406,3 +406,84 @@ async fn revalidation_checks_the_credential_of_the_last_reauth() {
     assert_eq!(bob.expect_close().await, (4001, "token_revoked".into()), "bob still used his old token");
     alice.assert_nothing_pending().await;
 }
+
+/// Issue 23, item 9: after a point-in-time restore the stored registry version is below the
+/// one the nodes serve. They install the stored registry (a later room is gone again), and
+/// admin writes work at once instead of conflicting until a restart.
+#[tokio::test]
+async fn a_restored_registry_with_a_lower_version_is_installed_and_writes_work_again() {
+    use sqlx::Connection as _;
+    let Some(db) = TestDatabase::migrated().await else { return };
+    let builder = TestServer::builder().grpc().settings(|s| s.store = Some(db.url.clone()));
+    let embedded = skua_server::node::Embedded::default();
+    let n0 = builder.spawn_with(&embedded).await;
+    let n1 = builder.spawn_with(&embedded).await;
+    let mut control = n0.control().await;
+    let room = |slug: &str| pb::CreateRoomRequest { app: "demo".into(), slug: slug.into(), ..Default::default() };
+    ok(control.create_room(room("before-backup")).await);
+
+    // The backup: the registry as it is now.
+    let mut conn = sqlx::PgConnection::connect(&db.url).await.expect("connect");
+    let backup_version: i64 = sqlx::query_scalar("SELECT version FROM registry_version WHERE id = 1")
+        .fetch_one(&mut conn)
+        .await
+        .expect("version");
+    let backup: Vec<(String, String, String, String)> =
+        sqlx::query_as("SELECT kind, key, project, spec FROM registry_objects")
+            .fetch_all(&mut conn)
+            .await
+            .expect("rows");
+
+    // Changes after the backup, seen by both nodes.
+    for slug in ["after-backup-1", "after-backup-2", "after-backup-3"] {
+        ok(control.create_room(room(slug)).await);
+    }
+    let mut far = n1.auth("dev-token-bob").await;
+    subscribe_within(&mut far, "demo/after-backup-1/messages", WITHIN).await;
+
+    // The restore, as a point-in-time recovery leaves it.
+    let mut tx = conn.begin().await.expect("begin");
+    sqlx::query("DELETE FROM registry_objects").execute(&mut *tx).await.expect("delete");
+    for (kind, key, project, spec) in &backup {
+        sqlx::query("INSERT INTO registry_objects (kind, key, project, spec) VALUES ($1, $2, $3, $4)")
+            .bind(kind)
+            .bind(key)
+            .bind(project)
+            .bind(spec)
+            .execute(&mut *tx)
+            .await
+            .expect("insert");
+    }
+    sqlx::query("UPDATE registry_version SET version = $1 WHERE id = 1")
+        .bind(backup_version)
+        .execute(&mut *tx)
+        .await
+        .expect("version");
+    tx.commit().await.expect("commit");
+    let _ = conn.close().await;
+
+    // Both nodes serve the restored registry: the later room is unknown again.
+    for node in [&n0, &n1] {
+        let mut c = node.auth("dev-token-carol").await;
+        let d = Deadline::new("the restored registry is installed", WITHIN);
+        loop {
+            c.send(frame! {"type" => "subscribe", "topic" => "demo/after-backup-2/messages"}).await;
+            let f = c.next().await;
+            if f.ty() == "error" {
+                assert_eq!(f.str("error"), "unknown_topic", "{f:?}");
+                break;
+            }
+            assert_eq!(f.ty(), "subscribed", "{f:?}");
+            d.tick().await;
+        }
+        node.auth("dev-token-alice").await.subscribe("demo/before-backup/messages").await;
+    }
+    // Admin writes work at once, through either node, and reach the other one.
+    ok(control.create_room(room("after-restore")).await);
+    let mut other = n1.control().await;
+    ok(other.create_room(room("after-restore-2")).await);
+    let mut carol = n0.auth("dev-token-carol").await;
+    subscribe_within(&mut carol, "demo/after-restore-2/messages", WITHIN).await;
+    let m = skua_testkit::http::Scrape::of(n1.addr).await;
+    assert!(m.value("skua_registry_resets_total", &[]) >= 1.0, "{}", m.text);
+}

@@ -83,6 +83,8 @@ macro_rules! store_conformance {
             log_release_scopes,
             log_consumer_expires_unless_touched,
             log_prune_by_age_and_per_topic_cap,
+            log_prune_in_batches_deletes_everything_past_retention,
+            log_prune_caps_a_topic_that_grows_after_a_prune,
             log_open_consumer_replaces_filters,
             log_concurrent_pages_hand_each_message_once,
             log_drop_consumer_forgets_its_pending,
@@ -747,7 +749,7 @@ pub async fn log_consumer_expires_unless_touched<H: StoreHarness>(h: H) {
     append_at(&s, TOPIC, "m1", None, T0 + 61).await;
     assert_eq!(backlog(&s, "short").await, 0, "expired consumers collect nothing");
     assert_eq!(backlog(&s, "touched").await, 1);
-    let keep = Retention { max_age_s: 1_000_000, max_per_topic: 1_000 };
+    let keep = Retention { max_age_s: 1_000_000, max_per_topic: 1_000, min_interval_s: 0, batch: 1_000 };
     s.prune_log(T0 + 200, keep).await.unwrap();
     assert_eq!(backlog(&s, "touched").await, 0, "pruned with its consumer");
     s.open_consumer(&consumer("touched", TOPIC, &[]), T0 + 200, 60).await.unwrap();
@@ -764,14 +766,49 @@ pub async fn log_prune_by_age_and_per_topic_cap<H: StoreHarness>(h: H) {
         append_at(&s, TOPIC, &format!("m{i}"), None, T0 + i).await;
     }
     append_at(&s, "p/app/room/other", "o1", None, T0).await;
-    let cap = Retention { max_age_s: 1_000_000, max_per_topic: 3 };
+    let cap = Retention { max_age_s: 1_000_000, max_per_topic: 3, min_interval_s: 0, batch: 1_000 };
     assert_eq!(s.prune_log(T0 + 10, cap).await.unwrap(), 2);
     assert_eq!(page_ids(&s, "c", holder("s", "n", 1), 10).await, ["m3", "m4", "m5"]);
     assert_eq!(backlog(&s, "o").await, 1, "other topics keep theirs");
-    let age = Retention { max_age_s: 100, max_per_topic: 1_000 };
+    let age = Retention { max_age_s: 100, max_per_topic: 1_000, min_interval_s: 0, batch: 1_000 };
     assert_eq!(s.prune_log(T0 + 104, age).await.unwrap(), 2, "o1 (T0) and m3 (T0+3) are older than 100 s");
     assert_eq!(backlog(&s, "o").await, 0);
     assert_eq!(s.claim("c", "m5", holder("s", "n", 2)).await.unwrap(), Claim::Held, "m5 is kept");
+}
+
+/// Pruning with a batch smaller than what is past retention repeats until all of it is gone
+/// (issue 23, item 8).
+pub async fn log_prune_in_batches_deletes_everything_past_retention<H: StoreHarness>(h: H) {
+    let s = h.open().await;
+    s.open_consumer(&consumer("c", TOPIC, &[]), T0, 1_000_000).await.unwrap();
+    s.open_consumer(&consumer("o", "p/app/room/other", &[]), T0, 1_000_000).await.unwrap();
+    for i in 1..=7 {
+        append_at(&s, "p/app/room/other", &format!("old{i}"), None, T0).await;
+    }
+    for i in 1..=6 {
+        append_at(&s, TOPIC, &format!("m{i}"), None, T0 + 500 + i).await;
+    }
+    let r = Retention { max_age_s: 100, max_per_topic: 2, min_interval_s: 0, batch: 2 };
+    assert_eq!(s.prune_log(T0 + 510, r).await.unwrap(), 7 + 4, "7 past the age, 4 past the cap, 2 per statement");
+    assert_eq!(backlog(&s, "o").await, 0);
+    assert_eq!(page_ids(&s, "c", holder("s", "n", 1), 10).await, ["m5", "m6"]);
+    assert_eq!(s.prune_log(T0 + 511, r).await.unwrap(), 0, "nothing left");
+}
+
+/// A topic that goes over its cap after a prune is trimmed by the next one.
+pub async fn log_prune_caps_a_topic_that_grows_after_a_prune<H: StoreHarness>(h: H) {
+    let s = h.open().await;
+    s.open_consumer(&consumer("c", TOPIC, &[]), T0, 1_000_000).await.unwrap();
+    let r = Retention { max_age_s: 1_000_000, max_per_topic: 3, min_interval_s: 0, batch: 1_000 };
+    for i in 1..=3 {
+        append_at(&s, TOPIC, &format!("m{i}"), None, T0 + i).await;
+    }
+    assert_eq!(s.prune_log(T0 + 10, r).await.unwrap(), 0, "at the cap, not over it");
+    for i in 4..=5 {
+        append_at(&s, TOPIC, &format!("m{i}"), None, T0 + i).await;
+    }
+    assert_eq!(s.prune_log(T0 + 20, r).await.unwrap(), 2);
+    assert_eq!(page_ids(&s, "c", holder("s", "n", 1), 10).await, ["m3", "m4", "m5"]);
 }
 
 /// Re-opening a consumer replaces its filters.

@@ -129,7 +129,7 @@ pub async fn trigger_outbox_goes_with_its_message<H: StoreHarness>(h: H) {
     for id in ["a", "b", "c"] {
         append_with(&s, id, lease("n1", 0)).await;
     }
-    s.prune_log(T0, Retention { max_age_s: 3600, max_per_topic: 1 }).await.unwrap();
+    s.prune_log(T0, Retention { max_age_s: 3600, max_per_topic: 1, min_interval_s: 0, batch: 1_000 }).await.unwrap();
     assert_eq!(claim_ids(&s, "n2", NOW, 10).await, ["c"], "the pruned messages' triggers went with them");
 }
 
