@@ -34,6 +34,7 @@ pub(crate) const SQLITE: &[Embedded] = embedded!("sqlite":
     "20261201000003_registry.sql",
     "20261201000004_connection_restore_records.sql",
     "20261201000005_webhook_triggers.sql",
+    "20261202000001_presence_members.sql",
 );
 
 /// `migrations/postgres/`, oldest first. Append only (migrations/README.md).
@@ -43,6 +44,7 @@ pub(crate) const POSTGRES: &[Embedded] = embedded!("postgres":
     "20261201000003_registry.sql",
     "20261201000004_connection_restore_records.sql",
     "20261201000005_webhook_triggers.sql",
+    "20261202000001_presence_members.sql",
 );
 
 /// A migrator over `files`.

@@ -136,8 +136,14 @@ pub fn cases() -> Vec<Golden> {
             filters: Some(&filters_bytes),
         },
     ];
-    let alice = PresenceEntryRef { actor_token_id: ACTOR, presence: &online_bytes, joined_at: 1_634_567_890 };
-    let bob = PresenceEntryRef { actor_token_id: "actor_456", presence: &driving_bytes, joined_at: 1_716_000_000 };
+    let alice =
+        PresenceEntryRef { actor_token_id: ACTOR, presence: &online_bytes, joined_at: 1_634_567_890, persistent: None };
+    let bob = PresenceEntryRef {
+        actor_token_id: "actor_456",
+        presence: &driving_bytes,
+        joined_at: 1_716_000_000,
+        persistent: None,
+    };
     let room_1 = [alice, bob];
     let room_2 = [bob];
     let lobby_rooms = [
@@ -385,6 +391,7 @@ pub fn cases() -> Vec<Golden> {
                 event: PresenceEventKind::Join,
                 actor_token_id: ACTOR,
                 presence: Some(&online_bytes),
+                persistent: None,
             },
             map([
                 ("type", s("presence")),
@@ -398,6 +405,7 @@ pub fn cases() -> Vec<Golden> {
                 event: PresenceEventKind::Update,
                 actor_token_id: ACTOR,
                 presence: Some(&driving_bytes),
+                persistent: None,
             },
             map([
                 ("type", s("presence")),
@@ -408,7 +416,12 @@ pub fn cases() -> Vec<Golden> {
         // "a `leave` event carries only `actor_token_id`".
         golden(
             "presence_leave",
-            &ServerFrame::Presence { event: PresenceEventKind::Leave, actor_token_id: ACTOR, presence: None },
+            &ServerFrame::Presence {
+                event: PresenceEventKind::Leave,
+                actor_token_id: ACTOR,
+                presence: None,
+                persistent: None,
+            },
             map([("type", s("presence")), ("event", s("leave")), ("data", map([("actor_token_id", s(ACTOR))]))]),
         ),
         golden(
@@ -728,8 +741,18 @@ fn golden_bytes(name: &str) -> Vec<u8> {
 #[test]
 fn leave_events_ignore_a_passed_payload() {
     let p = pack(&map([("status", s("online"))]));
-    let with = ServerFrame::Presence { event: PresenceEventKind::Leave, actor_token_id: ACTOR, presence: Some(&p) };
-    let without = ServerFrame::Presence { event: PresenceEventKind::Leave, actor_token_id: ACTOR, presence: None };
+    let with = ServerFrame::Presence {
+        event: PresenceEventKind::Leave,
+        actor_token_id: ACTOR,
+        presence: Some(&p),
+        persistent: None,
+    };
+    let without = ServerFrame::Presence {
+        event: PresenceEventKind::Leave,
+        actor_token_id: ACTOR,
+        presence: None,
+        persistent: None,
+    };
     assert_eq!(with.encode_vec(), without.encode_vec());
     assert_eq!(with.encode_vec(), golden_bytes("presence_leave"));
 
@@ -798,6 +821,7 @@ fn optional_field_shapes() -> Vec<(String, Vec<u8>)> {
             max_size_bytes: on(4).then_some(7),
             room_id: on(5).then_some("room"),
             lobby_id: on(6).then_some("lobby"),
+            actor_token_id: None,
         };
         out.push((format!("error {bits:07b}"), ServerFrame::Error(e).encode_vec()));
     }

@@ -66,6 +66,7 @@ fn golden_presence() -> Envelope {
         change: PresenceChange::Leave,
         data: Bytes::new(),
         node: NodeId::parse("n1").unwrap(),
+        persistent: None,
     })
 }
 
@@ -250,17 +251,32 @@ fn publication_with_data(max: usize) -> impl Strategy<Value = Envelope> {
 }
 
 fn presence_strategy() -> impl Strategy<Value = Envelope> {
-    (room_key(), slug(), 0u8..3, slug(), proptest::collection::vec(any::<u8>(), 0..300)).prop_map(
-        |(room, actor, change, node, data)| {
+    (
+        room_key(),
+        slug(),
+        0u8..4,
+        slug(),
+        proptest::collection::vec(any::<u8>(), 0..300),
+        proptest::option::of((0u8..3, any::<u64>())),
+    )
+        .prop_map(|(room, actor, change, node, data, persistent)| {
             Envelope::Presence(PresenceEvent {
                 room,
                 actor: ActorId::parse(&actor).unwrap(),
-                change: [PresenceChange::Join, PresenceChange::Update, PresenceChange::Leave][usize::from(change)],
+                change: [PresenceChange::Join, PresenceChange::Update, PresenceChange::Leave, PresenceChange::Waking]
+                    [usize::from(change)],
                 data: data.into(),
                 node: NodeId::parse(&node).unwrap(),
+                persistent: persistent.map(|(status, advertisement_version)| skua_core::Persistence {
+                    status: [
+                        skua_core::MemberStatus::Online,
+                        skua_core::MemberStatus::Offline,
+                        skua_core::MemberStatus::Waking,
+                    ][usize::from(status)],
+                    advertisement_version,
+                }),
             })
-        },
-    )
+        })
 }
 
 fn session_key() -> impl Strategy<Value = SessionKey> {
