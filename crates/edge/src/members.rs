@@ -34,7 +34,7 @@ use bytes::Bytes;
 use serde_json::{Map, Value};
 use skua_core::{
     ActorId, AppId, Envelope, MemberStatus, MemberWrite, NodeId, Persistence, PresenceChange, PresenceEvent, ProjectId,
-    RoomKey, Store, StoreError, StoredMember,
+    RoomKey, SharedRegistry, Store, StoreError, StoredMember,
 };
 use skua_protocol::ErrorFrame;
 use skua_protocol::codes::{code, error};
@@ -219,6 +219,7 @@ pub struct Members {
     node: NodeId,
     store: Arc<dyn Store>,
     hub: Arc<Hub>,
+    registry: Arc<SharedRegistry>,
     poster: Option<Arc<dyn WakePoster>>,
     queue: mpsc::Sender<WakeCause>,
     rx: Mutex<Option<mpsc::Receiver<WakeCause>>>,
@@ -257,6 +258,7 @@ impl Members {
         node: NodeId,
         store: Arc<dyn Store>,
         hub: Arc<Hub>,
+        registry: Arc<SharedRegistry>,
         poster: Option<Arc<dyn WakePoster>>,
     ) -> Self {
         let (queue, rx) = mpsc::channel(config.wake_queue.max(1));
@@ -265,6 +267,7 @@ impl Members {
             node,
             store,
             hub,
+            registry,
             poster,
             queue,
             rx: Mutex::new(Some(rx)),
@@ -512,7 +515,13 @@ impl Members {
         let Some(poster) = &self.poster else { return };
         let mut body = Map::new();
         body.insert("projectId".into(), Value::String(cause.room.project.to_string()));
-        body.insert("app".into(), Value::String(cause.room.app.to_string()));
+        // `app` is the app's slug, as in every webhook payload (N43, N44).
+        let registry = self.registry.load();
+        let app = registry
+            .project(&cause.room.project)
+            .and_then(|p| p.apps.iter().find(|a| a.id == cause.room.app))
+            .map_or_else(|| cause.room.app.to_string(), |a| a.slug.to_string());
+        body.insert("app".into(), Value::String(app));
         body.insert("room".into(), Value::String(cause.room.slug().to_owned()));
         body.insert("actorTokenId".into(), Value::String(m.actor.clone()));
         if !m.client_id.is_empty() {

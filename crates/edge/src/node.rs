@@ -127,6 +127,7 @@ impl EdgeNode {
             node.clone(),
             backends.store.clone(),
             hub.clone(),
+            registry.clone(),
             backends.wake_poster,
         ));
         let mut metrics_sources = backends.metrics_sources;
