@@ -384,7 +384,7 @@ impl Members {
             return false;
         }
         let negative = self.negative.lock().unwrap_or_else(PoisonError::into_inner);
-        !negative.get(room).is_some_and(|at| at.elapsed() < self.config.wake_negative_cache)
+        negative.get(room).is_none_or(|at| at.elapsed() >= self.config.wake_negative_cache)
     }
 
     /// An accepted publish into `cause.room`: queues a wake check. Never waits.
