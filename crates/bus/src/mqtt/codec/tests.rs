@@ -201,10 +201,17 @@ fn foreign_payloads_are_refused() {
 
 #[test]
 fn extra_trailing_elements_are_skipped() {
+    // Elements 9 and 10 of a presence event are a persistent member's status and version (N46);
+    // what follows them is skipped.
     let mut longer = GOLDEN_PRESENCE.to_vec();
-    longer[0] = 0x9b; // 11 elements
-    longer.extend_from_slice(&[0xa1, b'x', 0x81, 0x01, 0x02]);
-    assert_eq!(decode(&Bytes::from(longer)), Ok(golden_presence()));
+    longer[0] = 0x9d; // 13 elements
+    longer.extend_from_slice(&[0x01, 0x05, 0xa1, b'x', 0x81, 0x01, 0x02]);
+    let mut expected = golden_presence();
+    if let Envelope::Presence(e) = &mut expected {
+        e.persistent =
+            Some(skua_core::Persistence { status: skua_core::MemberStatus::Offline, advertisement_version: 5 });
+    }
+    assert_eq!(decode(&Bytes::from(longer)), Ok(expected));
     let mut longer = GOLDEN_TAKEOVER.to_vec();
     longer[0] = 0x99; // 9 elements
     longer.push(0xc0);
