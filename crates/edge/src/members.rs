@@ -424,8 +424,13 @@ impl Members {
         }
     }
 
-    /// Waking members past their timeout go back to offline; expired records go.
+    /// Waking members past their timeout go back to offline; expired records go; stale
+    /// negative-cache entries go (the map stays bounded by the rooms published to lately).
     async fn sweep(&self) {
+        {
+            let ttl = self.config.wake_negative_cache;
+            self.negative.lock().unwrap_or_else(PoisonError::into_inner).retain(|_, at| at.elapsed() < ttl);
+        }
         match self.store.expired_wakes(now_unix_ms(), SWEEP_BATCH).await {
             Ok(back) => {
                 for m in back {
