@@ -301,6 +301,7 @@ async fn mqtt_broker_restart_buffers_publications_and_restores_subscriptions() {
         change: PresenceChange::Join,
         data: Bytes::from_static(b"\x80"),
         node: NodeId::parse("b").expect("node"),
+        persistent: None,
     }));
     b.publish(join.clone()).await.expect("publish");
     expect(&mut a_rx, &join, Route::Plain).await;

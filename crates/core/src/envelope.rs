@@ -47,8 +47,19 @@ pub enum PresenceChange {
     Join,
     /// A later announce (another connection, or new data).
     Update,
-    /// The actor's last connection left the room.
+    /// The actor's last connection left the room (or a persistent member was removed).
     Leave,
+    /// A persistent member is being woken (N47).
+    Waking,
+}
+
+/// What presence events of a persistent member carry besides its data (N46).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Persistence {
+    /// Its status after the change.
+    pub status: crate::member_store::MemberStatus,
+    /// Its advertisement version.
+    pub advertisement_version: u64,
 }
 
 /// A presence change in one room.
@@ -64,6 +75,8 @@ pub struct PresenceEvent {
     pub data: Bytes,
     /// The node that produced the event.
     pub node: NodeId,
+    /// Status and advertisement version of a persistent member; `None` for the others.
+    pub persistent: Option<Persistence>,
 }
 
 /// What one node tells the others about sessions and durable consumers. Travels on the

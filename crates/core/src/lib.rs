@@ -8,6 +8,7 @@
 //! - [`envelope`]: what travels between nodes;
 //! - [`consumer`]: typed keys of durable delivery (consumers, session holders);
 //! - [`bus`], [`presence`], [`store`]: the slot traits whose contracts every backend honours;
+//! - [`member_store`]: the store's persistent presence members (N46, N47);
 //! - [`trigger_store`]: the store's trigger outbox and webhook dead letters (N44, N45);
 //! - [`trace`]: trace-context propagation across the bus;
 //! - [`webhook`]: webhook endpoints, kinds, bounds and the address rule (N41).
@@ -17,6 +18,7 @@ pub mod bus;
 pub mod consumer;
 pub mod envelope;
 pub mod ids;
+pub mod member_store;
 pub mod presence;
 pub mod registry;
 pub mod registry_store;
@@ -28,8 +30,11 @@ pub mod webhook;
 pub use address::{GroupKey, RoomKey, TopicAddress};
 pub use bus::{Bus, BusDelivery, BusError, BusSubscription, DeliverySink, Route};
 pub use consumer::{ConsumerId, ConsumerOf};
-pub use envelope::{Control, ControlMessage, Envelope, EnvelopeId, PresenceChange, PresenceEvent, Publication};
+pub use envelope::{
+    Control, ControlMessage, Envelope, EnvelopeId, Persistence, PresenceChange, PresenceEvent, Publication,
+};
 pub use ids::{ActorId, ActorType, AppId, ClientId, ConnId, IdError, NodeId, ProjectId, RecordId};
+pub use member_store::{MemberStatus, MemberStore, MemberWrite, StoredMember};
 pub use presence::{ConnRef, Presence, PresenceEntry, PresenceError};
 pub use registry::{Registry, RegistryDelta, RoomScope, ScopeInfo, SharedRegistry};
 pub use registry_store::{RegistryData, RegistrySnapshot, RegistryStore};

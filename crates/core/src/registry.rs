@@ -160,6 +160,8 @@ pub struct Project {
     pub id: ProjectId,
     /// HS256 secret for client tokens (JWTs), if the project issues them.
     pub jwt_secret: Option<String>,
+    /// The secret wake requests of its persistent members are signed with (N47).
+    pub wake_secret: Option<WebhookSecret>,
     /// Apps in definition order.
     pub apps: Vec<App>,
     /// Lobbies by slug.
@@ -173,6 +175,7 @@ impl std::fmt::Debug for Project {
         f.debug_struct("Project")
             .field("id", &self.id)
             .field("jwt_secret", &self.jwt_secret.as_ref().map(|_| "<redacted>"))
+            .field("wake_secret", &self.wake_secret.as_ref().map(|_| "<redacted>"))
             .field("apps", &self.apps)
             .field("lobbies", &self.lobbies)
             .field("limits", &self.limits)
@@ -680,6 +683,7 @@ mod tests {
         let project = Project {
             id: p.clone(),
             jwt_secret: None,
+            wake_secret: None,
             apps: vec![app],
             lobbies: BTreeMap::new(),
             limits: ProjectLimits::default(),

@@ -39,6 +39,9 @@ pub struct ProjectRecord {
     pub name: String,
     /// HS256 secret of the project's client tokens (JWTs).
     pub jwt_secret: Option<String>,
+    /// The secret wake requests are signed with (N47); shown once when generated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake_secret: Option<String>,
     /// Limits.
     pub limits: LimitsRecord,
     /// Unix ms of creation.
@@ -697,7 +700,8 @@ impl RegistryData {
                 max_message_size: p.limits.max_message_size.map(|n| n as usize),
                 monthly_message_quota: p.limits.monthly_message_quota,
             };
-            projects.push(Project { id, jwt_secret: p.jwt_secret.clone(), apps, lobbies, limits });
+            let wake_secret = p.wake_secret.as_deref().map(|s| WebhookSecret(Arc::from(s)));
+            projects.push(Project { id, jwt_secret: p.jwt_secret.clone(), wake_secret, apps, lobbies, limits });
         }
         if let Some((project, apps)) = apps_by_project.into_iter().next() {
             return Err(err(format!("app {}: unknown project {project}", apps[0].id)));

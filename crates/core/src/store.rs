@@ -242,7 +242,9 @@ pub const MAX_ENDED_RECORDS_PER_ACTOR: usize = 64;
 ///    ones are deleted (by the durable stores when they prune, about once a minute; by the
 ///    memory store at once).
 #[async_trait]
-pub trait Store: MessageLog + crate::trigger_store::TriggerStore + Send + Sync + 'static {
+pub trait Store:
+    MessageLog + crate::trigger_store::TriggerStore + crate::member_store::MemberStore + Send + Sync + 'static
+{
     /// Replaces the restore record of `key`, held by a connection on `node`.
     ///
     /// # Errors

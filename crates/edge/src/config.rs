@@ -2,6 +2,7 @@
 //! environment and flags; tests build them directly.
 
 mod cidr;
+mod members;
 mod origin;
 mod triggers;
 
@@ -9,6 +10,7 @@ use std::time::Duration;
 
 pub use cidr::Cidr;
 pub(crate) use cidr::canonical;
+pub use members::MembersConfig;
 pub use origin::OriginPattern;
 pub use triggers::TriggerConfig;
 
@@ -112,6 +114,8 @@ pub struct EdgeConfig {
     pub metrics_separate: bool,
     /// Trigger webhook delivery (N44, N45).
     pub triggers: TriggerConfig,
+    /// Persistent presence and wake (N46, N47).
+    pub members: MembersConfig,
 }
 
 /// The bearer token of `/metrics`: never shown by `Debug`, compared in constant time.
@@ -194,6 +198,7 @@ impl Default for EdgeConfig {
             metrics_token: None,
             metrics_separate: false,
             triggers: TriggerConfig::default(),
+            members: MembersConfig::default(),
         }
     }
 }

@@ -700,10 +700,17 @@ impl Hub {
             PresenceChange::Join => PresenceEventKind::Join,
             PresenceChange::Update => PresenceEventKind::Update,
             PresenceChange::Leave => PresenceEventKind::Leave,
+            PresenceChange::Waking => PresenceEventKind::Waking,
         };
         let data = (ev.change != PresenceChange::Leave).then_some(&ev.data[..]);
         if !entry.members.is_empty() {
-            let frame = ServerFrame::Presence { event, actor_token_id: ev.actor.as_str(), presence: data }.encode();
+            let persistent =
+                ev.persistent.filter(|_| ev.change != PresenceChange::Leave).map(|p| skua_protocol::PersistentRef {
+                    status: p.status.as_str(),
+                    advertisement_version: p.advertisement_version,
+                });
+            let frame =
+                ServerFrame::Presence { event, actor_token_id: ev.actor.as_str(), presence: data, persistent }.encode();
             for m in &entry.members {
                 m.conn.push(ServerFrameKind::Presence, frame.clone());
             }

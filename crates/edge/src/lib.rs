@@ -13,6 +13,7 @@
 //! - [`outbound`]: the bounded per-connection queue and close requests;
 //! - [`auth`]: access tokens and client tokens (JWT);
 //! - [`liveness`]: node registration and healing the presence of lapsed nodes;
+//! - [`members`]: persistent presence members and their wake (N46–N48);
 //! - [`revalidate`]: applying control-plane changes to open connections;
 //! - [`metrics`] and [`prom`]: counters and histograms, and their `/metrics` rendering;
 //! - [`timed`]: latency accounting around the bus, presence and store slots;
@@ -34,6 +35,7 @@ pub mod hub;
 pub mod hydrate;
 pub mod ids;
 pub mod liveness;
+pub mod members;
 pub mod metrics;
 pub mod node;
 pub mod outbound;

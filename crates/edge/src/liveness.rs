@@ -71,6 +71,8 @@ pub struct Liveness {
     pub refresh: Duration,
     /// How long a registration lasts (`node_ttl`).
     pub ttl: Duration,
+    /// Sets a lapsed node's persistent members offline (N46).
+    pub members: Arc<crate::members::Members>,
 }
 
 impl std::fmt::Debug for Liveness {
@@ -120,7 +122,11 @@ async fn retry_removals(st: &Liveness) {
     let pending = st.deferred.take();
     for (i, (room, actor, conn)) in pending.iter().enumerate() {
         match st.presence.remove(room, actor, conn).await {
-            Ok(true) => publish_leave(st, room.clone(), actor.clone()).await,
+            Ok(true) => {
+                if !st.members.went_offline(room, actor).await {
+                    publish_leave(st, room.clone(), actor.clone()).await;
+                }
+            }
             Ok(false) => {}
             Err(_) => {
                 // Still down: keep this one and the rest for the next round.
@@ -134,7 +140,14 @@ async fn retry_removals(st: &Liveness) {
 }
 
 async fn publish_leave(st: &Liveness, room: RoomKey, actor: ActorId) {
-    let ev = PresenceEvent { room, actor, change: PresenceChange::Leave, data: Bytes::new(), node: st.node.clone() };
+    let ev = PresenceEvent {
+        room,
+        actor,
+        change: PresenceChange::Leave,
+        data: Bytes::new(),
+        node: st.node.clone(),
+        persistent: None,
+    };
     if let Err(e) = st.hub.bus().publish(Arc::new(Envelope::Presence(ev))).await {
         tracing::warn!(error = %e, "A leave event could not be published.");
     }
@@ -161,7 +174,10 @@ async fn reap(st: &Liveness) {
             Ok(gone) => {
                 tracing::info!(%node, entries = gone.len(), "Removed the presence of a lapsed node.");
                 for (room, actor) in gone {
-                    publish_leave(st, room, actor).await;
+                    // A persistent member goes offline rather than leaving (N46).
+                    if !st.members.went_offline(&room, &actor).await {
+                        publish_leave(st, room, actor).await;
+                    }
                 }
             }
             Err(e) => tracing::warn!(error = %e, %node, "Removing a lapsed node's presence failed."),

@@ -122,6 +122,16 @@ impl EdgeNode {
             &config,
         ));
         let deferred_removals = Arc::new(DeferredRemovals::default());
+        let members = Arc::new(crate::members::Members::new(
+            config.members.clone(),
+            node.clone(),
+            backends.store.clone(),
+            hub.clone(),
+            registry.clone(),
+            backends.wake_poster,
+        ));
+        let mut metrics_sources = backends.metrics_sources;
+        metrics_sources.push(members.clone());
         let liveness = Liveness {
             node: node.clone(),
             presence: backends.presence.clone(),
@@ -132,6 +142,7 @@ impl EdgeNode {
             deferred: deferred_removals.clone(),
             refresh: config.node_refresh,
             ttl: config.node_ttl,
+            members: members.clone(),
         };
         let retention = skua_core::Retention {
             max_age_s: config.log_max_age.as_secs(),
@@ -167,14 +178,16 @@ impl EdgeNode {
             deferred_removals,
             triggers: triggers.clone(),
             auth_throttle,
-            metrics_sources: backends.metrics_sources,
+            metrics_sources,
             hydrator: backends.hydrator,
+            members: members.clone(),
             api: std::sync::OnceLock::new(),
             draining: std::sync::atomic::AtomicBool::new(false),
             next_conn: std::sync::atomic::AtomicU64::new(1),
             project_conns: std::sync::Mutex::new(std::collections::HashMap::new()),
         });
         background.spawn(crate::liveness::run(liveness, dispatcher_stop.clone()));
+        background.spawn(members.run(dispatcher_stop.clone()));
         if let Some(t) = &triggers {
             t.run(&background, dispatcher_stop.clone(), state.config.triggers.take_over_at_start);
         }

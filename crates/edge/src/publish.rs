@@ -82,6 +82,8 @@ pub struct Accepted {
     pub timestamp_ms: u64,
     /// The stored message's `msgId` (logged topics only).
     pub msg_id: Option<String>,
+    /// Where it was published (its room may have members to wake, N47).
+    pub topic: TopicAddress,
 }
 
 /// Why a publish was refused. Nothing of it was published; only a [`Refused::Bus`] of a logged
@@ -305,6 +307,7 @@ impl Publisher {
             None
         };
         let id = self.next_envelope_id();
+        let address = resolved.address.clone();
         let envelope = Arc::new(Envelope::Publication(Publication {
             id,
             topic: resolved.address,
@@ -349,6 +352,6 @@ impl Publisher {
                 t.accepted(&registry, publication);
             }
         }
-        Ok(Accepted { id, timestamp_ms, msg_id })
+        Ok(Accepted { id, timestamp_ms, msg_id, topic: address })
     }
 }

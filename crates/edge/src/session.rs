@@ -67,6 +67,8 @@ pub(crate) struct Session {
     lobbies: HashMap<String, Vec<RoomKey>>,
     /// The room this connection announced presence in.
     presence_room: Option<RoomKey>,
+    /// Whether its last announce there was persistent (N46): only then does its end touch the store.
+    presence_persistent: bool,
     /// Presence data of the deprecated room-less form: stored, never broadcast.
     connection_presence: Option<Bytes>,
     /// Lobby slugs of a restore record, subscribed once the auth reply is out.
@@ -90,6 +92,7 @@ impl Session {
             subs: SmallMap::new(),
             lobbies: HashMap::new(),
             presence_room: None,
+            presence_persistent: false,
             connection_presence: None,
             pending_lobbies: Vec::new(),
             durable: None,

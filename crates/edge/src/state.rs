@@ -37,6 +37,8 @@ pub struct Backends {
     pub metrics_sources: Vec<Arc<dyn crate::metrics::MetricsSource>>,
     /// Calls hydration webhooks (N43); `None`: no hydration frames.
     pub hydrator: Option<Arc<dyn crate::hydrate::Hydrator>>,
+    /// Posts wake requests of persistent members (N47); `None`: nobody is woken.
+    pub wake_poster: Option<Arc<dyn crate::members::WakePoster>>,
 }
 
 /// Shared state of one edge node: plain data, no tasks ([`crate::node`] starts and stops them).
@@ -75,6 +77,8 @@ pub struct EdgeState {
     pub metrics_sources: Vec<Arc<dyn crate::metrics::MetricsSource>>,
     /// Calls hydration webhooks (N43).
     pub hydrator: Option<Arc<dyn crate::hydrate::Hydrator>>,
+    /// Persistent presence and wake (N46, N47).
+    pub members: Arc<crate::members::Members>,
     /// The routes served under `/v1` (the REST API), installed once the control plane runs;
     /// unset, `/v1` answers 404.
     pub api: std::sync::OnceLock<axum::Router>,

@@ -10,9 +10,10 @@ use std::time::Instant;
 use async_trait::async_trait;
 use bytes::Bytes;
 use skua_core::{
-    ActorId, Bus, BusError, BusSubscription, Claim, ClaimedRecord, ConnRef, Consumer, Envelope, Holder, MessageLog,
-    NewMessage, NodeId, Presence, PresenceChange, PresenceEntry, PresenceError, ProjectId, Release, RestoreKey,
-    RestoreRecord, Retention, RoomKey, Store, StoreError, StoredMessage, TriggerStore,
+    ActorId, Bus, BusError, BusSubscription, Claim, ClaimedRecord, ConnRef, Consumer, Envelope, Holder, MemberStore,
+    MemberWrite, MessageLog, NewMessage, NodeId, Presence, PresenceChange, PresenceEntry, PresenceError, ProjectId,
+    Release, RestoreKey, RestoreRecord, Retention, RoomKey, Store, StoreError, StoredMember, StoredMessage,
+    TriggerStore,
 };
 
 use crate::metrics::Metrics;
@@ -181,6 +182,59 @@ impl Store for TimedStore {
 }
 
 #[async_trait]
+impl MemberStore for TimedStore {
+    async fn upsert_member(&self, write: &MemberWrite<'_>) -> Result<StoredMember, StoreError> {
+        timed(&self.metrics, "store", "upsert_member", self.inner.upsert_member(write)).await
+    }
+
+    async fn members_offline(
+        &self,
+        room: &str,
+        actor: &str,
+        expires_at_s: u64,
+    ) -> Result<Vec<StoredMember>, StoreError> {
+        timed(&self.metrics, "store", "members_offline", self.inner.members_offline(room, actor, expires_at_s)).await
+    }
+
+    async fn other_nodes_members_offline(
+        &self,
+        keep: &str,
+        expires_at_s: u64,
+    ) -> Result<Vec<StoredMember>, StoreError> {
+        let changed = self.inner.other_nodes_members_offline(keep, expires_at_s);
+        timed(&self.metrics, "store", "other_nodes_members_offline", changed).await
+    }
+
+    async fn delete_members(&self, room: &str, actor: &str) -> Result<u64, StoreError> {
+        timed(&self.metrics, "store", "delete_members", self.inner.delete_members(room, actor)).await
+    }
+
+    async fn list_members(&self, room: &str, now_s: u64, limit: u32) -> Result<Vec<StoredMember>, StoreError> {
+        timed(&self.metrics, "store", "list_members", self.inner.list_members(room, now_s, limit)).await
+    }
+
+    async fn wake_candidates(&self, room: &str, now_s: u64, limit: u32) -> Result<Vec<StoredMember>, StoreError> {
+        timed(&self.metrics, "store", "wake_candidates", self.inner.wake_candidates(room, now_s, limit)).await
+    }
+
+    async fn begin_wake(&self, room: &str, actor: &str, client_id: &str, until_ms: u64) -> Result<bool, StoreError> {
+        timed(&self.metrics, "store", "begin_wake", self.inner.begin_wake(room, actor, client_id, until_ms)).await
+    }
+
+    async fn end_wake(&self, room: &str, actor: &str, client_id: &str) -> Result<bool, StoreError> {
+        timed(&self.metrics, "store", "end_wake", self.inner.end_wake(room, actor, client_id)).await
+    }
+
+    async fn expired_wakes(&self, now_ms: u64, limit: u32) -> Result<Vec<StoredMember>, StoreError> {
+        timed(&self.metrics, "store", "expired_wakes", self.inner.expired_wakes(now_ms, limit)).await
+    }
+
+    async fn expire_members(&self, now_s: u64, limit: u32) -> Result<Vec<StoredMember>, StoreError> {
+        timed(&self.metrics, "store", "expire_members", self.inner.expire_members(now_s, limit)).await
+    }
+}
+
+#[async_trait]
 impl TriggerStore for TimedStore {
     async fn claim_outbox(
         &self,
@@ -287,5 +341,6 @@ pub fn wrap(backends: crate::Backends, metrics: &Arc<Metrics>) -> crate::Backend
         trigger_hooks: backends.trigger_hooks,
         metrics_sources: backends.metrics_sources,
         hydrator: backends.hydrator,
+        wake_poster: backends.wake_poster,
     }
 }

@@ -41,6 +41,8 @@ pub mod error {
     /// Skua addition: the message store is unreachable, so a logged-topic publish (or a
     /// persistent session's subscribe to one) was refused; nothing was stored.
     pub const STORE_UNAVAILABLE: &str = "store_unavailable";
+    /// A wake request caused by a publish failed (N47); the publish itself stands.
+    pub const WAKE_FAILED: &str = "wake_failed";
 }
 
 /// Numeric error codes carried in the `code` field (N7: sent to every protocol version).
@@ -53,6 +55,8 @@ pub mod code {
     pub const MESSAGE_TOO_LARGE: u32 = 42930;
     /// `unknown_topic` (v2 only).
     pub const UNKNOWN_TOPIC: u32 = 42940;
+    /// `wake_failed` (N47).
+    pub const WAKE_FAILED: u32 = 42950;
 }
 
 /// Failure strings of the `auth` and `reauth` replies.

@@ -18,8 +18,8 @@ pub mod server;
 pub use client::{AuthFrame, ClientFrame, ClientIdField, DecodeError, PublishFrame, SubscribeFrame};
 pub use filters::{FilterError, FilterSpec};
 pub use server::{
-    ErrorFrame, LobbyRoomSnapshot, MessageFrame, PresenceEntryRef, PresenceEventKind, RestoredSubscription,
-    ServerFrame, ServerFrameKind,
+    ErrorFrame, LobbyRoomSnapshot, MessageFrame, PersistentRef, PresenceEntryRef, PresenceEventKind,
+    RestoredSubscription, ServerFrame, ServerFrameKind,
 };
 
 /// Largest inbound WebSocket frame we accept; larger frames close the socket with 1009 (N4).

@@ -13,8 +13,10 @@ pub enum PresenceEventKind {
     Join,
     /// Later announce.
     Update,
-    /// The actor's last connection left the room.
+    /// The actor's last connection left the room (or a persistent member was removed).
     Leave,
+    /// A persistent member is being woken (N47).
+    Waking,
 }
 
 impl PresenceEventKind {
@@ -24,6 +26,7 @@ impl PresenceEventKind {
             Self::Join => "join",
             Self::Update => "update",
             Self::Leave => "leave",
+            Self::Waking => "waking",
         }
     }
 }
@@ -37,6 +40,17 @@ pub struct PresenceEntryRef<'a> {
     pub presence: &'a [u8],
     /// Unix seconds of the actor's first announce.
     pub joined_at: u64,
+    /// A persistent member's status and advertisement version (N46); `None` for the others.
+    pub persistent: Option<PersistentRef<'a>>,
+}
+
+/// What a persistent member's presence events and list entries carry besides its data (N46).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PersistentRef<'a> {
+    /// `online`, `offline` or `waking`.
+    pub status: &'a str,
+    /// `advertisementVersion`.
+    pub advertisement_version: u64,
 }
 
 /// One room of a lobby snapshot.
@@ -101,6 +115,8 @@ pub struct ErrorFrame<'a> {
     pub room_id: Option<&'a str>,
     /// With lobby access errors (N35).
     pub lobby_id: Option<&'a str>,
+    /// With `wake_failed` (N47): the member whose wake failed.
+    pub actor_token_id: Option<&'a str>,
 }
 
 /// A server frame's `type`, without its fields: what metrics count frames by.
@@ -275,6 +291,8 @@ pub enum ServerFrame<'a> {
         actor_token_id: &'a str,
         /// Packed presence map; omitted on leave.
         presence: Option<&'a [u8]>,
+        /// A persistent member's status and advertisement version (N46), beside `presence`.
+        persistent: Option<PersistentRef<'a>>,
     },
     /// `presenceList`.
     PresenceList {
@@ -342,8 +360,12 @@ pub enum ServerFrame<'a> {
 }
 
 fn entry(w: &mut Writer, e: &PresenceEntryRef<'_>) {
-    w.map(3).str("actorTokenId").str(e.actor_token_id).str("presence").raw(e.presence);
+    w.map(if e.persistent.is_some() { 5 } else { 3 });
+    w.str("actorTokenId").str(e.actor_token_id).str("presence").raw(e.presence);
     w.str("joinedAt").uint(e.joined_at);
+    if let Some(p) = e.persistent {
+        w.str("status").str(p.status).str("advertisementVersion").uint(p.advertisement_version);
+    }
 }
 
 fn lobby(w: &mut Writer, ty: &str, lobby_id: &str, rooms: &[LobbyRoomSnapshot<'_>]) {
@@ -471,15 +493,16 @@ impl ServerFrame<'_> {
                     w.str("isReplay").bool(true);
                 }
             }
-            Self::Presence { event, actor_token_id, presence } => {
+            Self::Presence { event, actor_token_id, presence, persistent } => {
                 w.map(3).str("type").str("presence").str("event").str(event.as_str()).str("data");
-                match presence {
-                    Some(p) if event != PresenceEventKind::Leave => {
-                        w.map(2).str("actor_token_id").str(actor_token_id).str("presence").raw(p);
-                    }
-                    _ => {
-                        w.map(1).str("actor_token_id").str(actor_token_id);
-                    }
+                let presence = presence.filter(|_| event != PresenceEventKind::Leave);
+                let extra = 2 * usize::from(persistent.is_some());
+                w.map(1 + usize::from(presence.is_some()) + extra).str("actor_token_id").str(actor_token_id);
+                if let Some(p) = presence {
+                    w.str("presence").raw(p);
+                }
+                if let Some(p) = persistent {
+                    w.str("status").str(p.status).str("advertisementVersion").uint(p.advertisement_version);
                 }
             }
             Self::PresenceList { room_id, entries } => {
@@ -519,7 +542,8 @@ impl ServerFrame<'_> {
                     + usize::from(e.msg_ref.is_some())
                     + usize::from(e.max_size_bytes.is_some())
                     + usize::from(e.room_id.is_some())
-                    + usize::from(e.lobby_id.is_some());
+                    + usize::from(e.lobby_id.is_some())
+                    + usize::from(e.actor_token_id.is_some());
                 w.map(n).str("type").str("error").str("error").str(e.error);
                 if let Some(c) = e.code {
                     w.str("code").uint(u64::from(c));
@@ -541,6 +565,9 @@ impl ServerFrame<'_> {
                 }
                 if let Some(l) = e.lobby_id {
                     w.str("lobbyId").str(l);
+                }
+                if let Some(a) = e.actor_token_id {
+                    w.str("actorTokenId").str(a);
                 }
             }
             Self::Disconnect { reason } => {

@@ -154,6 +154,11 @@ enum ProjectCmd {
         #[arg(long)]
         force: bool,
     },
+    /// Replace the project's wake secret (signs wake requests, N47); the new one is shown once.
+    RotateWakeSecret {
+        /// Project id.
+        id: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -688,6 +693,10 @@ async fn execute(args: AdminArgs) -> Result<String, Failure> {
             }
             ProjectCmd::Delete { id, force } => {
                 out.deleted(&c.delete_project(pb::DeleteProjectRequest { project_id: id, force }).await?.into_inner())
+            }
+            ProjectCmd::RotateWakeSecret { id } => {
+                let r = pb::RotateWakeSecretRequest { project_id: id };
+                out.project(&c.rotate_wake_secret(r).await?.into_inner())
             }
         },
         Resource::Apps(cmd) => match cmd {

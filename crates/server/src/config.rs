@@ -298,6 +298,27 @@ pub struct Settings {
     /// Largest `limit` of a paginated REST list [default 100].
     #[arg(long, env = "SKUA_REST_MAX_PAGE_LIMIT")]
     pub rest_max_page_limit: Option<u32>,
+    /// How long a persistent presence member outlives its last connection (N46) [default 7d].
+    #[arg(long, env = "SKUA_PRESENCE_TTL")]
+    pub presence_ttl: Option<String>,
+    /// Most persistent members a presenceList adds beside the live ones [default 1000].
+    #[arg(long, env = "SKUA_PRESENCE_LIST_LIMIT")]
+    pub presence_list_limit: Option<u32>,
+    /// How long a woken member has to connect when its wake.timeoutMs gives nothing (N47) [default 30s].
+    #[arg(long, env = "SKUA_WAKE_TIMEOUT")]
+    pub wake_timeout: Option<String>,
+    /// The longest wake.timeoutMs honoured [default 5m].
+    #[arg(long, env = "SKUA_WAKE_TIMEOUT_MAX")]
+    pub wake_timeout_max: Option<String>,
+    /// Publishes waiting for a wake check on a node; beyond it they wake nobody (counted) [default 4096].
+    #[arg(long, env = "SKUA_WAKE_QUEUE")]
+    pub wake_queue: Option<usize>,
+    /// Offline members one wake check wakes at most [default 64].
+    #[arg(long, env = "SKUA_WAKE_BATCH")]
+    pub wake_batch: Option<u32>,
+    /// How long a room without wakeable members is not checked again by a node [default 1s].
+    #[arg(long, env = "SKUA_WAKE_NEGATIVE_CACHE")]
+    pub wake_negative_cache: Option<String>,
 }
 
 macro_rules! layer {
@@ -326,6 +347,8 @@ impl Settings {
             webhook_trigger_attempts, webhook_trigger_first_retry);
         layer!(self, over; rest_api, rest_max_body_bytes, rest_rate_limit, rest_max_page_limit);
         layer!(self, over; cluster, drain_spread, log_prune_batch);
+        layer!(self, over; presence_ttl, presence_list_limit, wake_timeout, wake_timeout_max, wake_queue, wake_batch,
+            wake_negative_cache);
     }
 
     /// Parses a TOML config file's text.

@@ -395,6 +395,7 @@ fn project(p: ProjectDef, data: &mut RegistryData, seq: &mut u64) -> Result<(), 
         id: p.id.clone(),
         name: p.id,
         jwt_secret: p.jwt_secret,
+        wake_secret: None,
         limits: LimitsRecord {
             max_connections: p.max_connections,
             monthly_message_quota: p.monthly_message_quota,

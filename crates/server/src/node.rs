@@ -87,6 +87,7 @@ pub async fn backends(config: &ServerConfig, embedded: &Embedded) -> anyhow::Res
         trigger_hooks: None,
         metrics_sources: vec![Arc::new(BusMetrics(mqtt_bus))],
         hydrator: None,
+        wake_poster: None,
     })
 }
 
@@ -326,6 +327,45 @@ impl skua_edge::triggers::TriggerHooks for EngineHooks {
     }
 }
 
+/// Wake requests (N47) through the webhook engine: signed with the project's wake secret (N42),
+/// up to 3 attempts (1 s, then 2 s apart) within the member's wake timeout. The engine counts them
+/// under `kind="trigger"`; `skua_wakes_total` counts wakes by outcome.
+struct EngineWaker {
+    sender: skua_webhooks::WebhookSender,
+    registry: Arc<SharedRegistry>,
+}
+
+#[async_trait::async_trait]
+impl skua_edge::members::WakePoster for EngineWaker {
+    async fn post(
+        &self,
+        project: &skua_core::ProjectId,
+        target: &skua_edge::members::WakeTarget,
+        payload: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<(), String> {
+        use skua_core::webhook::{WebhookCall, WebhookKind, WebhookTarget};
+        let secret = self.registry.load().project(project).and_then(|p| p.wake_secret.clone());
+        let text = |k: &str| payload.get(k).and_then(serde_json::Value::as_str).unwrap_or_default().to_owned();
+        let call = WebhookCall {
+            kind: WebhookKind::Trigger,
+            target: Arc::new(WebhookTarget {
+                url: target.url.clone(),
+                headers: target.headers.clone(),
+                timeout_ms: None,
+            }),
+            secret,
+            app_slug: Arc::from(text("app")),
+            room_name: Arc::from(text("room")),
+        };
+        let request = skua_webhooks::WebhookRequest::new(call, payload);
+        let schedule = skua_webhooks::RetrySchedule::hydration();
+        match self.sender.call(&request, &schedule, target.timeout).await {
+            Ok(_) => Ok(()),
+            Err(e) => Err(error_chain(&e)),
+        }
+    }
+}
+
 /// The edge as the control plane sees it ([`skua_control::NodeAdmin`]).
 struct EdgeAdmin(Arc<EdgeState>);
 
@@ -398,7 +438,12 @@ impl skua_control::NodeAdmin for EdgeAdmin {
             qos: 0,
         };
         match self.0.publisher.publish(req).await {
-            Ok(a) => Ok(skua_control::ServerPublished { msg_id: a.msg_id }),
+            Ok(a) => {
+                // Offline members of the room may be woken (N47); nobody to tell of a failure.
+                let cause = skua_edge::members::WakeCause { room: a.topic.room, topic: a.topic.topic, reply: None };
+                self.0.members.on_publish(cause);
+                Ok(skua_control::ServerPublished { msg_id: a.msg_id })
+            }
             Err(Refused::RetainedLimit(r)) => Err(Why::Limit(format!("retained_limit_exceeded: {}", r.hint()))),
             Err(Refused::Store(e)) => {
                 Err(Why::Unavailable(format!("the store refused the logged message: {}", error_chain(&e))))
@@ -478,6 +523,7 @@ impl RunningNode {
         let server_metrics = Arc::new(ServerMetrics::default());
         backends.metrics_sources.push(server_metrics.clone());
         backends.trigger_hooks = Some(Arc::new(EngineHooks(webhooks.clone())));
+        backends.wake_poster = Some(Arc::new(EngineWaker { sender: webhooks.clone(), registry: registry.clone() }));
         if backends.hydrator.is_none() {
             backends.hydrator = Some(Arc::new(crate::hydration::WebhookHydrator(webhooks.clone())));
         }

@@ -16,7 +16,8 @@
 //!
 //! Private modules: `record` (the byte form of a record in the `record` column), `migrations`
 //! (`migrations/{sqlite,postgres}/` compiled in), `sql` (what the two SQL stores share),
-//! `log` and `triggers` (the message log and the trigger outbox/dead letters in SQL).
+//! `log`, `triggers` and `members` (the message log, the trigger outbox/dead letters and the
+//! persistent presence members in SQL); `memory_members` (the memory store's members).
 //! The schema and the forward-only rule are in `migrations/README.md`.
 //!
 //! Every implementation passes `skua_testkit::store_conformance!`.
@@ -25,8 +26,10 @@ pub mod clock;
 pub mod error;
 mod group_commit;
 mod log;
+mod members;
 pub mod memory;
 mod memory_log;
+mod memory_members;
 mod migrations;
 mod open;
 pub mod postgres;

@@ -14,9 +14,9 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
 use skua_core::{
-    ActorId, Claim, ClaimedRecord, Consumer, DeadLetter, DeadLetterFilter, Holder, MessageLog, NewDeadLetter,
-    NewMessage, NodeId, OutboxTrigger, ProjectId, RecordId, Release, RestoreKey, RestoreRecord, Retention, SessionKey,
-    Store, StoreError, StoredMessage, TriggerStore,
+    ActorId, Claim, ClaimedRecord, Consumer, DeadLetter, DeadLetterFilter, Holder, MemberStatus, MemberStore,
+    MemberWrite, MessageLog, NewDeadLetter, NewMessage, NodeId, OutboxTrigger, ProjectId, RecordId, Release,
+    RestoreKey, RestoreRecord, Retention, SessionKey, Store, StoreError, StoredMember, StoredMessage, TriggerStore,
 };
 
 use crate::clock::{UnixClock, system_clock};
@@ -31,6 +31,8 @@ pub struct MemoryStore {
     /// `std::sync::Mutex`: every section is a few map operations and never awaits.
     state: Mutex<State>,
     clock: UnixClock,
+    /// Persistent presence members (their own lock: never taken with `state`).
+    members: crate::memory_members::MemoryMembers,
 }
 
 struct State {
@@ -172,6 +174,7 @@ impl MemoryStore {
                 log: MemoryLog::default(),
             }),
             clock,
+            members: crate::memory_members::MemoryMembers::default(),
         }
     }
 
@@ -362,6 +365,58 @@ impl MessageLog for MemoryStore {
 
     async fn prune_log(&self, now_unix_s: u64, retention: Retention) -> Result<u64, StoreError> {
         Ok(self.lock().log.prune(now_unix_s, retention))
+    }
+}
+
+#[async_trait]
+impl MemberStore for MemoryStore {
+    async fn upsert_member(&self, write: &MemberWrite<'_>) -> Result<StoredMember, StoreError> {
+        Ok(self.members.upsert(write))
+    }
+
+    async fn members_offline(
+        &self,
+        room: &str,
+        actor: &str,
+        expires_at_s: u64,
+    ) -> Result<Vec<StoredMember>, StoreError> {
+        Ok(self.members.members_offline(room, actor, expires_at_s))
+    }
+
+    async fn other_nodes_members_offline(
+        &self,
+        keep: &str,
+        expires_at_s: u64,
+    ) -> Result<Vec<StoredMember>, StoreError> {
+        Ok(self.members.other_nodes_offline(keep, expires_at_s))
+    }
+
+    async fn delete_members(&self, room: &str, actor: &str) -> Result<u64, StoreError> {
+        Ok(self.members.delete(room, actor))
+    }
+
+    async fn list_members(&self, room: &str, now_s: u64, limit: u32) -> Result<Vec<StoredMember>, StoreError> {
+        Ok(self.members.list(room, now_s, limit))
+    }
+
+    async fn wake_candidates(&self, room: &str, now_s: u64, limit: u32) -> Result<Vec<StoredMember>, StoreError> {
+        Ok(self.members.candidates(room, now_s, limit))
+    }
+
+    async fn begin_wake(&self, room: &str, actor: &str, client_id: &str, until_ms: u64) -> Result<bool, StoreError> {
+        Ok(self.members.transition(room, actor, client_id, MemberStatus::Offline, MemberStatus::Waking, until_ms))
+    }
+
+    async fn end_wake(&self, room: &str, actor: &str, client_id: &str) -> Result<bool, StoreError> {
+        Ok(self.members.transition(room, actor, client_id, MemberStatus::Waking, MemberStatus::Offline, 0))
+    }
+
+    async fn expired_wakes(&self, now_ms: u64, limit: u32) -> Result<Vec<StoredMember>, StoreError> {
+        Ok(self.members.expired_wakes(now_ms, limit))
+    }
+
+    async fn expire_members(&self, now_s: u64, limit: u32) -> Result<Vec<StoredMember>, StoreError> {
+        Ok(self.members.expire(now_s, limit))
     }
 }
 

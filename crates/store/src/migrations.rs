@@ -34,6 +34,7 @@ pub(crate) const SQLITE: &[Embedded] = embedded!("sqlite":
     "20261201000003_registry.sql",
     "20261201000004_connection_restore_records.sql",
     "20261201000005_webhook_triggers.sql",
+    "20261202000001_presence_members.sql",
     "20261202013000_log_prune_state.sql",
 );
 
@@ -44,6 +45,7 @@ pub(crate) const POSTGRES: &[Embedded] = embedded!("postgres":
     "20261201000003_registry.sql",
     "20261201000004_connection_restore_records.sql",
     "20261201000005_webhook_triggers.sql",
+    "20261202000001_presence_members.sql",
     "20261202013000_log_prune_state.sql",
 );
 

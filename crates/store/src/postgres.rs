@@ -205,6 +205,7 @@ impl PostgresStore {
 
 crate::log::sql_message_log!(PostgresStore, BACKEND);
 crate::triggers::sql_trigger_store!(PostgresStore, BACKEND);
+crate::members::sql_member_store!(PostgresStore, BACKEND);
 
 impl fmt::Debug for PostgresStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -197,6 +197,7 @@ impl SqliteStore {
 
 crate::log::sql_message_log!(SqliteStore, BACKEND);
 crate::triggers::sql_trigger_store!(SqliteStore, BACKEND);
+crate::members::sql_member_store!(SqliteStore, BACKEND);
 
 impl fmt::Debug for SqliteStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

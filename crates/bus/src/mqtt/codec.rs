@@ -11,12 +11,14 @@
 //! writer may append fields without a version bump; anything else unexpected is a
 //! [`DecodeError`], never a panic. The one appended field so far: a publication may carry a
 //! 17th element, the publisher's W3C `traceparent` string ([`encode_traced`]), when traces are
-//! exported.
+//! exported. A presence event of a persistent member (N46) carries two more: its status
+//! (`0` online, `1` offline, `2` waking) and advertisement version; change `3` is `waking`.
 
 use bytes::Bytes;
 use skua_core::{
     ActorId, AppId, ClientId, ConnId, ConsumerId, ConsumerOf, Control, ControlMessage, Envelope, EnvelopeId, GroupKey,
-    IdError, NodeId, PresenceChange, PresenceEvent, ProjectId, Publication, RoomKey, SessionKey, TopicAddress,
+    IdError, MemberStatus, NodeId, Persistence, PresenceChange, PresenceEvent, ProjectId, Publication, RoomKey,
+    SessionKey, TopicAddress,
 };
 use skua_protocol::msgpack::{Kind, ReadError, Reader, Writer};
 
@@ -106,7 +108,7 @@ pub fn encode_traced(envelope: &Envelope, trace_parent: Option<&str>) -> Vec<u8>
         }
         Envelope::Presence(e) => {
             let mut w = Writer::with_capacity(e.data.len() + e.room.room.len() + 96);
-            w.array(PRESENCE_LEN)
+            w.array(if e.persistent.is_some() { PRESENCE_LEN + 2 } else { PRESENCE_LEN })
                 .uint(VERSION)
                 .uint(KIND_PRESENCE)
                 .str(e.room.project.as_str())
@@ -116,6 +118,9 @@ pub fn encode_traced(envelope: &Envelope, trace_parent: Option<&str>) -> Vec<u8>
                 .uint(change_tag(e.change))
                 .str(e.node.as_str());
             bin(&mut w, &e.data);
+            if let Some(p) = e.persistent {
+                w.uint(status_tag(p.status)).uint(p.advertisement_version);
+            }
             w.into_vec()
         }
         Envelope::Control(c) => encode_control(c),
@@ -185,7 +190,21 @@ pub fn decode_traced(payload: &Bytes) -> Result<(Envelope, Option<String>), Deco
         }
         k if k == i128::from(KIND_PRESENCE) => {
             need(len, PRESENCE_LEN)?;
-            (Envelope::Presence(presence(&mut r, payload)?), PRESENCE_LEN)
+            let mut ev = presence(&mut r, payload)?;
+            // Optional extension: a persistent member's status and advertisement version (N46).
+            if len >= PRESENCE_LEN + 2 {
+                let status = match uint(&mut r, "status")? {
+                    0 => MemberStatus::Online,
+                    1 => MemberStatus::Offline,
+                    2 => MemberStatus::Waking,
+                    _ => return Err(DecodeError::Field("status")),
+                };
+                let advertisement_version = uint(&mut r, "advertisement_version")?;
+                ev.persistent = Some(Persistence { status, advertisement_version });
+                (Envelope::Presence(ev), PRESENCE_LEN + 2)
+            } else {
+                (Envelope::Presence(ev), PRESENCE_LEN)
+            }
         }
         k if k == i128::from(KIND_TAKEOVER) => {
             need(len, TAKEOVER_LEN)?;
@@ -250,11 +269,12 @@ fn presence(r: &mut Reader<'_>, payload: &Bytes) -> Result<PresenceEvent, Decode
         0 => PresenceChange::Join,
         1 => PresenceChange::Update,
         2 => PresenceChange::Leave,
+        3 => PresenceChange::Waking,
         _ => return Err(DecodeError::Field("change")),
     };
     let node = NodeId::parse(r.read_str()?)?;
     let data = payload.slice_ref(read_bin(r)?);
-    Ok(PresenceEvent { room, actor, change, data, node })
+    Ok(PresenceEvent { room, actor, change, data, node, persistent: None })
 }
 
 /// The id and sending node that open every control kind.
@@ -310,6 +330,15 @@ fn change_tag(change: PresenceChange) -> u64 {
         PresenceChange::Join => 0,
         PresenceChange::Update => 1,
         PresenceChange::Leave => 2,
+        PresenceChange::Waking => 3,
+    }
+}
+
+fn status_tag(status: MemberStatus) -> u64 {
+    match status {
+        MemberStatus::Online => 0,
+        MemberStatus::Offline => 1,
+        MemberStatus::Waking => 2,
     }
 }
 

@@ -198,6 +198,7 @@ mod tests {
             change: PresenceChange::Join,
             data: Bytes::new(),
             node: NodeId::parse("n1").unwrap(),
+            persistent: None,
         });
         assert_eq!(l.topic_of(&presence), "ns/v1/p/p1/app/lobby");
         assert_eq!(l.filter_of(&BusSubscription::Topic(a.clone())), "ns/v1/m/p1/app/lobby/chat/#");

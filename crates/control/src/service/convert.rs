@@ -34,6 +34,8 @@ pub(crate) fn project(p: &ProjectRecord, messages_this_month: u64) -> pb::Projec
         limits: Some(limits(&p.limits)),
         created_at_ms: p.created_at_ms,
         messages_this_month,
+        has_wake_secret: p.wake_secret.is_some(),
+        wake_secret: String::new(),
     }
 }
 

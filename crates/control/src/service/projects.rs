@@ -55,6 +55,7 @@ pub(super) async fn create(svc: &ControlService, r: pb::CreateProjectRequest) ->
         id: r.id.clone(),
         name: name_or(&r.name, &r.id),
         jwt_secret: Some(r.jwt_secret.clone()).filter(|s| !s.is_empty()),
+        wake_secret: None,
         limits: convert::limits_record(r.limits.as_ref()),
         created_at_ms: now,
     };
@@ -161,4 +162,22 @@ pub(super) async fn delete(svc: &ControlService, r: pb::DeleteProjectRequest) ->
         })
         .await?;
     Ok(deleted(n))
+}
+
+/// Replaces the project's wake secret (N47) and returns it, this once.
+pub(super) async fn rotate_wake_secret(
+    svc: &ControlService,
+    r: pb::RotateWakeSecretRequest,
+) -> Result<pb::Project, Status> {
+    let secret = crate::webhooks::new_secret();
+    let p = svc
+        .mutate(|d| {
+            let mut p = project(d, &r.project_id)?.clone();
+            p.wake_secret = Some(secret.clone());
+            Ok((vec![Change::Put(Object::Project(p.clone()))], p))
+        })
+        .await?;
+    tracing::info!(project = %p.id, "Wake secret rotated.");
+    let used = usage(svc, &p.id).await.unwrap_or(0);
+    Ok(pb::Project { wake_secret: secret, ..convert::project(&p, used) })
 }

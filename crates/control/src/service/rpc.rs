@@ -36,6 +36,7 @@ rpcs! {
     update_app(pb::UpdateAppRequest) -> pb::App => apps::update;
     delete_app(pb::DeleteAppRequest) -> pb::DeleteResponse => apps::delete;
     rotate_webhook_secret(pb::RotateWebhookSecretRequest) -> pb::App => apps::rotate_webhook_secret;
+    rotate_wake_secret(pb::RotateWakeSecretRequest) -> pb::Project => projects::rotate_wake_secret;
 
     create_room(pb::CreateRoomRequest) -> pb::Room => rooms::create;
     ensure_room(pb::EnsureRoomRequest) -> pb::EnsureRoomResponse => rooms::ensure;

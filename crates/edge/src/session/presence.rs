@@ -6,7 +6,8 @@ use bytes::Bytes;
 use skua_core::{Envelope, PresenceChange, PresenceEntry, PresenceEvent, RoomKey};
 use skua_protocol::codes::{code, error};
 use skua_protocol::{
-    ErrorFrame, LobbyRoomSnapshot, MAX_OUTBOUND_FRAME_BYTES, PresenceEntryRef, ServerFrame, ServerFrameKind,
+    ErrorFrame, LobbyRoomSnapshot, MAX_OUTBOUND_FRAME_BYTES, PersistentRef, PresenceEntryRef, ServerFrame,
+    ServerFrameKind,
 };
 
 use super::Session;
@@ -37,7 +38,13 @@ impl Session {
         });
     }
 
-    async fn publish_presence(&self, room: &RoomKey, change: PresenceChange, data: Bytes) {
+    async fn publish_presence(
+        &self,
+        room: &RoomKey,
+        change: PresenceChange,
+        data: Bytes,
+        persistent: Option<skua_core::Persistence>,
+    ) {
         let Some(actor) = self.actor_id() else { return };
         let ev = Envelope::Presence(PresenceEvent {
             room: room.clone(),
@@ -45,6 +52,7 @@ impl Session {
             change,
             data,
             node: self.st.node.clone(),
+            persistent,
         });
         if let Err(e) = self.st.hub.bus().publish(Arc::new(ev)).await {
             tracing::warn!(error = %e, ?room, ?change, "Presence event could not be published.");
@@ -59,8 +67,11 @@ impl Session {
         // Stop listening first: the leaver does not get its own leave.
         self.st.hub.leave_room(&room, self.conn.id).await;
         let conn = skua_core::ConnRef { node: self.st.node.clone(), conn: self.conn.id };
+        let persistent = std::mem::take(&mut self.presence_persistent);
         match self.st.presence.remove(&room, &actor, &conn).await {
-            Ok(true) => self.publish_presence(&room, PresenceChange::Leave, Bytes::new()).await,
+            // A persistent member's last connection: `update` to offline, not `leave` (N46).
+            Ok(true) if persistent && self.st.members.went_offline(&room, &actor).await => {}
+            Ok(true) => self.publish_presence(&room, PresenceChange::Leave, Bytes::new(), None).await,
             Ok(false) => {}
             Err(e) => {
                 tracing::warn!(error = %e, ?room, "Presence removal failed; the liveness loop retries it.");
@@ -94,12 +105,30 @@ impl Session {
             Err(e) => return self.room_error(&room_id, e.hint),
         };
         let actor = a.actor.id.clone();
+        let client_id = a.key.client_id.as_ref().map_or("", skua_core::ClientId::as_str).to_owned();
         let Some(data) = data else {
-            // `data: null` leaves (the SDK's clear_presence).
+            // `data: null` leaves (the SDK's clear_presence) and removes a persistent member (N46).
             if self.presence_room.as_ref() == Some(&room) {
+                if std::mem::take(&mut self.presence_persistent) {
+                    self.st.members.remove(&room, &actor).await;
+                }
                 self.leave_presence_room().await;
+            } else if self.presence_room.is_none() && self.st.members.remove(&room, &actor).await > 0 {
+                // A sleeping member deregistered from a connection that never announced.
+                self.publish_presence(&room, PresenceChange::Leave, Bytes::new(), None).await;
             }
             return;
+        };
+        let persistent = match crate::members::parse(&data) {
+            Ok(p) => p,
+            Err(hint) => {
+                return self.error(ErrorFrame {
+                    error: error::INVALID_FRAME,
+                    hint: Some(hint),
+                    room_id: Some(&room_id),
+                    ..ErrorFrame::default()
+                });
+            }
         };
         // Moving rooms: the old room's leave comes before the new room's join (N39).
         if self.presence_room.as_ref().is_some_and(|r| *r != room) {
@@ -111,11 +140,31 @@ impl Session {
             }
             self.presence_room = Some(room.clone());
         }
+        let (data, stored) = match persistent {
+            None => {
+                // No longer persistent: the member's records go (N46).
+                if std::mem::take(&mut self.presence_persistent) {
+                    self.st.members.remove(&room, &actor).await;
+                }
+                (data, None)
+            }
+            Some(p) => match self.st.members.announce(&room, &actor, &client_id, &p).await {
+                Ok(m) => {
+                    self.presence_persistent = true;
+                    let status = skua_core::MemberStatus::Online;
+                    (p.data, Some(skua_core::Persistence { status, advertisement_version: m.advertisement_version }))
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, ?room, "Storing a persistent presence member failed.");
+                    return self.presence_unavailable(Some(&room_id), None);
+                }
+            },
+        };
         let conn = skua_core::ConnRef { node: self.st.node.clone(), conn: self.conn.id };
         match self.st.presence.announce(&room, &actor, &conn, data.clone(), now_unix_s()).await {
             Ok(change) => {
                 self.st.hub.set_presence_data(&room, self.conn.id, data.clone());
-                self.publish_presence(&room, change, data).await;
+                self.publish_presence(&room, change, data, stored).await;
             }
             Err(e) => {
                 tracing::warn!(error = %e, ?room, "Presence announce failed.");
@@ -138,7 +187,16 @@ impl Session {
             Ok(e) => e,
             Err(_) => return self.presence_unavailable(Some(room_id), None),
         };
-        let refs: Vec<PresenceEntryRef<'_>> = entries.iter().map(entry_ref).collect();
+        // Persistent members (N46), at most `presence_list_limit` of them: a live one gets its
+        // status and version, the others are listed offline or waking after the live ones.
+        let stored = match self.st.members.list(&room).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, ?room, "Listing persistent members failed; live members only.");
+                Vec::new()
+            }
+        };
+        let refs = merge_members(&entries, &stored);
         let frame = capped("presence", refs.len(), |n| {
             ServerFrame::PresenceList { room_id: Some(room_id), entries: &refs[..n] }.encode()
         });
@@ -241,7 +299,37 @@ impl Session {
 }
 
 fn entry_ref(e: &PresenceEntry) -> PresenceEntryRef<'_> {
-    PresenceEntryRef { actor_token_id: e.actor.as_str(), presence: &e.data, joined_at: e.joined_at }
+    PresenceEntryRef { actor_token_id: e.actor.as_str(), presence: &e.data, joined_at: e.joined_at, persistent: None }
+}
+
+/// The live entries, each with its stored member's status and version when it has one, then
+/// one entry per stored actor that is not live (status `offline` or `waking`; a record still
+/// `online` without a live entry belongs to a lost node and reads `offline`).
+fn merge_members<'a>(live: &'a [PresenceEntry], stored: &'a [skua_core::StoredMember]) -> Vec<PresenceEntryRef<'a>> {
+    use skua_core::MemberStatus;
+    let mut out: Vec<PresenceEntryRef<'a>> = Vec::with_capacity(live.len() + stored.len());
+    for e in live {
+        let mut r = entry_ref(e);
+        if let Some(m) = stored.iter().find(|m| m.actor == e.actor.as_str()) {
+            r.persistent = Some(PersistentRef { status: "online", advertisement_version: m.advertisement_version });
+        }
+        out.push(r);
+    }
+    let live_actors: std::collections::HashSet<&str> = live.iter().map(|e| e.actor.as_str()).collect();
+    let mut seen = std::collections::HashSet::new();
+    for m in stored {
+        if live_actors.contains(m.actor.as_str()) || !seen.insert(m.actor.as_str()) {
+            continue;
+        }
+        let status = if m.status == MemberStatus::Waking { MemberStatus::Waking } else { MemberStatus::Offline };
+        out.push(PresenceEntryRef {
+            actor_token_id: &m.actor,
+            presence: &m.data,
+            joined_at: m.joined_at,
+            persistent: Some(PersistentRef { status: status.as_str(), advertisement_version: m.advertisement_version }),
+        });
+    }
+    out
 }
 
 /// Encodes with as many of `total` entries as fit in one client frame (N4): all of them when

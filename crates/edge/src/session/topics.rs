@@ -283,9 +283,23 @@ impl Session {
         };
         match self.st.publisher.publish(req).await {
             // `published` only for v2 publishes that carried a msgRef (N7).
-            Ok(_) => {
+            Ok(accepted) => {
                 if let Some(r) = msg_ref {
                     self.push(&ServerFrame::Published { topic: &p.topic, msg_ref: r });
+                }
+                // Offline members of the room may be woken (N47); a v2 publisher hears of a failure.
+                let address = accepted.topic;
+                if self.st.members.wants(&address.room) {
+                    let reply = v2.then(|| crate::members::WakeReply {
+                        conn: Arc::downgrade(&self.conn),
+                        topic: p.topic.clone(),
+                        msg_ref: msg_ref.map(str::to_owned),
+                    });
+                    self.st.members.on_publish(crate::members::WakeCause {
+                        room: address.room,
+                        topic: address.topic,
+                        reply,
+                    });
                 }
             }
             Err(refused) => self.publish_refused(refused, &p.topic, msg_ref),

@@ -8,8 +8,8 @@
 use rmpv::Value;
 use skua_protocol::codes::{auth, code, error, reason};
 use skua_protocol::{
-    ErrorFrame, LobbyRoomSnapshot, MessageFrame, PresenceEntryRef, PresenceEventKind, RestoredSubscription,
-    ServerFrame, ServerFrameKind,
+    ErrorFrame, LobbyRoomSnapshot, MessageFrame, PersistentRef, PresenceEntryRef, PresenceEventKind,
+    RestoredSubscription, ServerFrame, ServerFrameKind,
 };
 
 use crate::fixtures::{self, SERVER};
@@ -136,10 +136,23 @@ pub fn cases() -> Vec<Golden> {
             filters: Some(&filters_bytes),
         },
     ];
-    let alice = PresenceEntryRef { actor_token_id: ACTOR, presence: &online_bytes, joined_at: 1_634_567_890 };
-    let bob = PresenceEntryRef { actor_token_id: "actor_456", presence: &driving_bytes, joined_at: 1_716_000_000 };
+    let alice =
+        PresenceEntryRef { actor_token_id: ACTOR, presence: &online_bytes, joined_at: 1_634_567_890, persistent: None };
+    let bob = PresenceEntryRef {
+        actor_token_id: "actor_456",
+        presence: &driving_bytes,
+        joined_at: 1_716_000_000,
+        persistent: None,
+    };
     let room_1 = [alice, bob];
     let room_2 = [bob];
+    let sleeper = PresenceEntryRef {
+        actor_token_id: "agent-1",
+        presence: &online_bytes,
+        joined_at: 1_716_000_000,
+        persistent: Some(PersistentRef { status: "offline", advertisement_version: 3 }),
+    };
+    let with_sleeper = [alice, sleeper];
     let lobby_rooms = [
         LobbyRoomSnapshot { room_id: "room_1", entries: &room_1 },
         LobbyRoomSnapshot { room_id: "room_empty", entries: &[] },
@@ -385,6 +398,7 @@ pub fn cases() -> Vec<Golden> {
                 event: PresenceEventKind::Join,
                 actor_token_id: ACTOR,
                 presence: Some(&online_bytes),
+                persistent: None,
             },
             map([
                 ("type", s("presence")),
@@ -398,6 +412,7 @@ pub fn cases() -> Vec<Golden> {
                 event: PresenceEventKind::Update,
                 actor_token_id: ACTOR,
                 presence: Some(&driving_bytes),
+                persistent: None,
             },
             map([
                 ("type", s("presence")),
@@ -408,7 +423,12 @@ pub fn cases() -> Vec<Golden> {
         // "a `leave` event carries only `actor_token_id`".
         golden(
             "presence_leave",
-            &ServerFrame::Presence { event: PresenceEventKind::Leave, actor_token_id: ACTOR, presence: None },
+            &ServerFrame::Presence {
+                event: PresenceEventKind::Leave,
+                actor_token_id: ACTOR,
+                presence: None,
+                persistent: None,
+            },
             map([("type", s("presence")), ("event", s("leave")), ("data", map([("actor_token_id", s(ACTOR))]))]),
         ),
         golden(
@@ -528,6 +548,69 @@ pub fn cases() -> Vec<Golden> {
             "replay_end",
             &ServerFrame::ReplayEnd { replayed: 247 },
             map([("type", s("replayEnd")), ("replayed", u(247))]),
+        ),
+        // A persistent member (N46, N47): `status` and `advertisementVersion` beside `presence`.
+        golden(
+            "presence_waking_persistent",
+            &ServerFrame::Presence {
+                event: PresenceEventKind::Waking,
+                actor_token_id: "agent-1",
+                presence: Some(&online_bytes),
+                persistent: Some(PersistentRef { status: "waking", advertisement_version: 3 }),
+            },
+            map([
+                ("type", s("presence")),
+                ("event", s("waking")),
+                (
+                    "data",
+                    map([
+                        ("actor_token_id", s("agent-1")),
+                        ("presence", online.clone()),
+                        ("status", s("waking")),
+                        ("advertisementVersion", u(3)),
+                    ]),
+                ),
+            ]),
+        ),
+        golden(
+            "presence_list_persistent",
+            &ServerFrame::PresenceList { room_id: Some("general"), entries: &with_sleeper },
+            map([
+                ("type", s("presenceList")),
+                ("roomId", s("general")),
+                (
+                    "data",
+                    arr([
+                        map([("actorTokenId", s(ACTOR)), ("presence", online.clone()), ("joinedAt", u(1_634_567_890))]),
+                        map([
+                            ("actorTokenId", s("agent-1")),
+                            ("presence", online.clone()),
+                            ("joinedAt", u(1_716_000_000)),
+                            ("status", s("offline")),
+                            ("advertisementVersion", u(3)),
+                        ]),
+                    ]),
+                ),
+            ]),
+        ),
+        error_frame(
+            "error_wake_failed",
+            ErrorFrame {
+                error: error::WAKE_FAILED,
+                code: Some(code::WAKE_FAILED),
+                topic: Some(TOPIC),
+                msg_ref: Some("1-k3j9x"),
+                actor_token_id: Some("agent-1"),
+                ..Default::default()
+            },
+            map([
+                ("type", s("error")),
+                ("code", u(42950)),
+                ("error", s("wake_failed")),
+                ("topic", s(TOPIC)),
+                ("msgRef", s("1-k3j9x")),
+                ("actorTokenId", s("agent-1")),
+            ]),
         ),
         // --- errors (wire-protocol "error" table; N3, N7, N12, N21, N35) ---
         error_frame(
@@ -728,8 +811,18 @@ fn golden_bytes(name: &str) -> Vec<u8> {
 #[test]
 fn leave_events_ignore_a_passed_payload() {
     let p = pack(&map([("status", s("online"))]));
-    let with = ServerFrame::Presence { event: PresenceEventKind::Leave, actor_token_id: ACTOR, presence: Some(&p) };
-    let without = ServerFrame::Presence { event: PresenceEventKind::Leave, actor_token_id: ACTOR, presence: None };
+    let with = ServerFrame::Presence {
+        event: PresenceEventKind::Leave,
+        actor_token_id: ACTOR,
+        presence: Some(&p),
+        persistent: None,
+    };
+    let without = ServerFrame::Presence {
+        event: PresenceEventKind::Leave,
+        actor_token_id: ACTOR,
+        presence: None,
+        persistent: None,
+    };
     assert_eq!(with.encode_vec(), without.encode_vec());
     assert_eq!(with.encode_vec(), golden_bytes("presence_leave"));
 
@@ -798,6 +891,7 @@ fn optional_field_shapes() -> Vec<(String, Vec<u8>)> {
             max_size_bytes: on(4).then_some(7),
             room_id: on(5).then_some("room"),
             lobby_id: on(6).then_some("lobby"),
+            actor_token_id: None,
         };
         out.push((format!("error {bits:07b}"), ServerFrame::Error(e).encode_vec()));
     }

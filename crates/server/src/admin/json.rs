@@ -20,10 +20,15 @@ fn limits(l: Option<&pb::ProjectLimits>) -> Value {
 }
 
 fn project(p: &pb::Project) -> Value {
-    json!({
+    let mut v = json!({
         "id": p.id, "name": p.name, "has_jwt_secret": p.has_jwt_secret, "limits": limits(p.limits.as_ref()),
         "created_at_ms": p.created_at_ms, "messages_this_month": p.messages_this_month,
-    })
+        "has_wake_secret": p.has_wake_secret,
+    });
+    if !p.wake_secret.is_empty() {
+        v["wake_secret"] = json!(p.wake_secret);
+    }
+    v
 }
 
 fn target(w: Option<&pb::WebhookTarget>) -> Value {
@@ -142,8 +147,8 @@ impl Out {
     pub(super) fn project(&self, p: &pb::Project) -> String {
         self.emit(project(p), || {
             let l = p.limits.unwrap_or_default();
-            format!(
-                "project {} ({})\n  jwt secret: {}\n  max connections: {}\n  monthly quota: {}\n  rate limit: {}\n  max message size: {}\n  messages this month: {}",
+            let mut s = format!(
+                "project {} ({})\n  jwt secret: {}\n  max connections: {}\n  monthly quota: {}\n  rate limit: {}\n  max message size: {}\n  messages this month: {}\n  wake secret: {}",
                 p.id,
                 p.name,
                 if p.has_jwt_secret { "set" } else { "none" },
@@ -151,8 +156,13 @@ impl Out {
                 opt(l.monthly_message_quota),
                 opt(l.rate_limit),
                 opt(l.max_message_size),
-                p.messages_this_month
-            )
+                p.messages_this_month,
+                if p.has_wake_secret { "set" } else { "none" },
+            );
+            if !p.wake_secret.is_empty() {
+                s.push_str(&format!("\nwake secret (shown once, store it now):\n{}", p.wake_secret));
+            }
+            s
         })
     }
 

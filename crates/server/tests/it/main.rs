@@ -13,6 +13,7 @@ mod front;
 mod fuzz;
 mod limits;
 mod lobby;
+mod members;
 mod ops;
 mod presence;
 mod promises;

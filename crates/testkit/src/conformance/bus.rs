@@ -571,6 +571,7 @@ pub async fn payloads_and_fields_arrive_intact<H: BusHarness>(h: H) {
             change: PresenceChange::Update,
             data: Bytes::from_static(b"\x82\xa4mood\xa3ok\xa1n\x01"),
             node: a.id.clone(),
+            persistent: None,
         })),
     ];
     for envelope in &sent {
@@ -904,6 +905,7 @@ impl Node {
             change,
             data,
             node: self.id.clone(),
+            persistent: None,
         }))
     }
 }

@@ -47,6 +47,7 @@ fn project(id: &str) -> Object {
         id: id.into(),
         name: format!("Project {id}"),
         jwt_secret: Some("s3cret".into()),
+        wake_secret: None,
         limits: LimitsRecord { max_connections: Some(5), monthly_message_quota: Some(10), ..LimitsRecord::default() },
         created_at_ms: 1,
     })

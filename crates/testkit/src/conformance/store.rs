@@ -19,7 +19,9 @@ use skua_core::{
 
 use super::within;
 
+mod members;
 mod triggers;
+pub use members::*;
 pub use triggers::*;
 
 /// An instant for cases to start at: unix seconds, 2023-11-14.
@@ -97,6 +99,9 @@ macro_rules! store_conformance {
             trigger_expire_leases_of_other_owners,
             trigger_dead_letters_list_replace_cap_and_delete,
             trigger_dead_letter_batches_write_all_and_cap,
+            member_upsert_versions_offline_and_delete,
+            member_wake_is_won_once,
+            member_expiry_other_nodes_and_limit,
         );
     };
     ($harness:expr $(,)?) => {

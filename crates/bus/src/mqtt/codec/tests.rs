@@ -66,6 +66,7 @@ fn golden_presence() -> Envelope {
         change: PresenceChange::Leave,
         data: Bytes::new(),
         node: NodeId::parse("n1").unwrap(),
+        persistent: None,
     })
 }
 
@@ -200,10 +201,17 @@ fn foreign_payloads_are_refused() {
 
 #[test]
 fn extra_trailing_elements_are_skipped() {
+    // Elements 9 and 10 of a presence event are a persistent member's status and version (N46);
+    // what follows them is skipped.
     let mut longer = GOLDEN_PRESENCE.to_vec();
-    longer[0] = 0x9b; // 11 elements
-    longer.extend_from_slice(&[0xa1, b'x', 0x81, 0x01, 0x02]);
-    assert_eq!(decode(&Bytes::from(longer)), Ok(golden_presence()));
+    longer[0] = 0x9d; // 13 elements
+    longer.extend_from_slice(&[0x01, 0x05, 0xa1, b'x', 0x81, 0x01, 0x02]);
+    let mut expected = golden_presence();
+    if let Envelope::Presence(e) = &mut expected {
+        e.persistent =
+            Some(skua_core::Persistence { status: skua_core::MemberStatus::Offline, advertisement_version: 5 });
+    }
+    assert_eq!(decode(&Bytes::from(longer)), Ok(expected));
     let mut longer = GOLDEN_TAKEOVER.to_vec();
     longer[0] = 0x99; // 9 elements
     longer.push(0xc0);
@@ -250,17 +258,32 @@ fn publication_with_data(max: usize) -> impl Strategy<Value = Envelope> {
 }
 
 fn presence_strategy() -> impl Strategy<Value = Envelope> {
-    (room_key(), slug(), 0u8..3, slug(), proptest::collection::vec(any::<u8>(), 0..300)).prop_map(
-        |(room, actor, change, node, data)| {
+    (
+        room_key(),
+        slug(),
+        0u8..4,
+        slug(),
+        proptest::collection::vec(any::<u8>(), 0..300),
+        proptest::option::of((0u8..3, any::<u64>())),
+    )
+        .prop_map(|(room, actor, change, node, data, persistent)| {
             Envelope::Presence(PresenceEvent {
                 room,
                 actor: ActorId::parse(&actor).unwrap(),
-                change: [PresenceChange::Join, PresenceChange::Update, PresenceChange::Leave][usize::from(change)],
+                change: [PresenceChange::Join, PresenceChange::Update, PresenceChange::Leave, PresenceChange::Waking]
+                    [usize::from(change)],
                 data: data.into(),
                 node: NodeId::parse(&node).unwrap(),
+                persistent: persistent.map(|(status, advertisement_version)| skua_core::Persistence {
+                    status: [
+                        skua_core::MemberStatus::Online,
+                        skua_core::MemberStatus::Offline,
+                        skua_core::MemberStatus::Waking,
+                    ][usize::from(status)],
+                    advertisement_version,
+                }),
             })
-        },
-    )
+        })
 }
 
 fn session_key() -> impl Strategy<Value = SessionKey> {

@@ -174,7 +174,7 @@ fn spec() -> impl Strategy<Value = Spec> {
 }
 
 fn entry_ref<'a>(actor: &'a str, e: &'a Entry) -> PresenceEntryRef<'a> {
-    PresenceEntryRef { actor_token_id: actor, presence: &e.presence.0, joined_at: e.joined_at }
+    PresenceEntryRef { actor_token_id: actor, presence: &e.presence.0, joined_at: e.joined_at, persistent: None }
 }
 
 fn entry_value(actor: &str, e: &Entry) -> Value {
@@ -232,6 +232,7 @@ impl Spec {
                 event: *event,
                 actor_token_id: actor,
                 presence: p.as_ref().map(|p| p.0.as_slice()),
+                persistent: None,
             }
             .encode_vec(),
             Self::PresenceList(room, entries) => {
@@ -272,6 +273,7 @@ impl Spec {
                 max_size_bytes: e.max_size,
                 room_id: e.room.as_deref(),
                 lobby_id: e.lobby.as_deref(),
+                actor_token_id: None,
             })
             .encode_vec(),
             Self::Disconnect(r) => ServerFrame::Disconnect { reason: r }.encode_vec(),

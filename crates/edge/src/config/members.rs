@@ -1,0 +1,41 @@
+//! [`MembersConfig`]: persistent presence and wake (N46, N47; docs/agents.md).
+
+use std::time::Duration;
+
+/// Persistent presence and wake settings (`presence_*` and `wake_*` settings).
+#[derive(Debug, Clone)]
+pub struct MembersConfig {
+    /// How long a persistent member's record outlives its last connection (N46).
+    pub ttl: Duration,
+    /// Most persistent members a `presenceList` adds beside the live ones (docs/protocol.md).
+    pub list_limit: u32,
+    /// A member that does not connect this long after its wake goes back to offline, when its
+    /// `wake.timeoutMs` gives no other value (N47).
+    pub wake_timeout: Duration,
+    /// The longest `wake.timeoutMs` honoured.
+    pub wake_timeout_max: Duration,
+    /// Publishes waiting for a wake check on a node; beyond it a publish wakes nobody (counted).
+    pub wake_queue: usize,
+    /// Offline members woken per room and check at most.
+    pub wake_batch: u32,
+    /// How long a room found without wakeable members is not checked again by this node.
+    pub wake_negative_cache: Duration,
+    /// At start, set offline every member another node run left online: a single node (nothing
+    /// of an earlier run is connected).
+    pub offline_others_at_start: bool,
+}
+
+impl Default for MembersConfig {
+    fn default() -> Self {
+        Self {
+            ttl: Duration::from_secs(7 * 24 * 3600),
+            list_limit: 1000,
+            wake_timeout: Duration::from_secs(30),
+            wake_timeout_max: Duration::from_secs(300),
+            wake_queue: 4096,
+            wake_batch: 64,
+            wake_negative_cache: Duration::from_secs(1),
+            offline_others_at_start: false,
+        }
+    }
+}

@@ -1,0 +1,622 @@
+//! Persistent presence and wake (PROTOCOL-NOTES N46–N48; docs/agents.md).
+//!
+//! A presence announce whose map has `persistent: true` is also written to the store
+//! ([`skua_core::MemberStore`]): one record per (room, actor, clientId), without its `wake`
+//! object (which never reaches a client: the live entry and every event carry the map without
+//! it). Any other announce never touches the store: [`parse`] looks for the `persistent` key's
+//! bytes before it decodes anything.
+//!
+//! - The last connection's end sets the actor's records `offline` and sends an `update` with
+//!   `status: "offline"` instead of `leave`; `data: null` deletes them (`leave`). A lapsed node's
+//!   members go offline through the liveness loop; a single node's start sets offline whatever
+//!   an earlier run left online.
+//! - `presenceList` adds up to `presence_list_limit` stored members of the room that are not
+//!   connected (status `offline` or `waking`), after the live ones.
+//! - Wake: every accepted publish into a room is offered to [`Members::on_publish`], which only
+//!   queues it (bounded, `wake_queue`; a full queue drops the check, counted). The wake task asks
+//!   the store for the room's offline wake-enabled members; a room without any is not asked
+//!   again for `wake_negative_cache`. Each candidate is moved to `waking` by
+//!   [`skua_core::MemberStore::begin_wake`], which succeeds for exactly one caller in the
+//!   cluster; that node sends the `waking` event and posts the wake request through the
+//!   server's [`WakePoster`] (signed with the project's wake secret, N42). When the post fails for
+//!   good, the member goes back to `offline` and each v2 publisher that caused the wake on this
+//!   node gets `42950 wake_failed`. A member still `waking` after its timeout goes back to
+//!   `offline` (any node's sweep, once a second).
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use serde_json::{Map, Value};
+use skua_core::{
+    ActorId, AppId, Envelope, MemberStatus, MemberWrite, NodeId, Persistence, PresenceChange, PresenceEvent, ProjectId,
+    RoomKey, SharedRegistry, Store, StoreError, StoredMember,
+};
+use skua_protocol::ErrorFrame;
+use skua_protocol::codes::{code, error};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::{now_unix_ms, now_unix_s};
+use crate::config::MembersConfig;
+use crate::hub::Hub;
+use crate::outbound::ConnHandle;
+
+/// Longest wake URL accepted, in bytes.
+pub const MAX_WAKE_URL_LEN: usize = 2048;
+/// Most records one sweep moves or removes.
+const SWEEP_BATCH: u32 = 1000;
+
+/// A persistent announce, split: what clients see, the advertisement and the wake object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Persistent {
+    /// The presence map without `wake` (packed MessagePack).
+    pub data: Bytes,
+    /// The packed `advertisement` value (empty without one).
+    pub advertisement: Vec<u8>,
+    /// The `wake` object as JSON, when it is enabled.
+    pub wake: Option<String>,
+}
+
+/// `persistent` as a packed fixstr: what [`parse`] looks for before decoding.
+const PERSISTENT_KEY: &[u8] = b"\xaapersistent";
+
+/// Splits a presence map with `persistent: true`; `Ok(None)` for any other (the ordinary path,
+/// which decodes nothing unless the map holds the `persistent` key's bytes).
+///
+/// # Errors
+/// A hint when the `wake` object is malformed.
+pub fn parse(data: &[u8]) -> Result<Option<Persistent>, &'static str> {
+    if !data.windows(PERSISTENT_KEY.len()).any(|w| w == PERSISTENT_KEY) {
+        return Ok(None);
+    }
+    let Ok(rmpv::Value::Map(entries)) = rmpv::decode::read_value(&mut &data[..]) else { return Ok(None) };
+    let is = |v: &rmpv::Value, k: &str| v.as_str() == Some(k);
+    if !entries.iter().any(|(k, v)| is(k, "persistent") && v.as_bool() == Some(true)) {
+        return Ok(None);
+    }
+    let mut advertisement = Vec::new();
+    if let Some((_, v)) = entries.iter().find(|(k, _)| is(k, "advertisement")) {
+        // Writing to a Vec cannot fail.
+        let _ = rmpv::encode::write_value(&mut advertisement, v);
+    }
+    let wake = match entries.iter().find(|(k, _)| is(k, "wake")) {
+        Some((_, v)) if !v.is_nil() => wake_json(v)?,
+        _ => None,
+    };
+    let kept = rmpv::Value::Map(entries.into_iter().filter(|(k, _)| !is(k, "wake")).collect());
+    let mut out = Vec::with_capacity(data.len());
+    let _ = rmpv::encode::write_value(&mut out, &kept);
+    Ok(Some(Persistent { data: Bytes::from(out), advertisement, wake }))
+}
+
+/// The `wake` object as stored JSON (`{url, headers, timeoutMs}`), `None` when `enabled: false`.
+fn wake_json(v: &rmpv::Value) -> Result<Option<String>, &'static str> {
+    const BAD: &str = "presence wake must be {url, headers?, timeoutMs?, enabled?} with an http(s) url";
+    let rmpv::Value::Map(m) = v else { return Err(BAD) };
+    let get = |k: &str| m.iter().find(|(key, _)| key.as_str() == Some(k)).map(|(_, v)| v);
+    if get("enabled").is_some_and(|e| e.as_bool() == Some(false)) {
+        return Ok(None);
+    }
+    let url = get("url").and_then(rmpv::Value::as_str).ok_or(BAD)?;
+    if url.len() > MAX_WAKE_URL_LEN || !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(BAD);
+    }
+    let mut headers = Map::new();
+    if let Some(h) = get("headers") {
+        let rmpv::Value::Map(h) = h else { return Err(BAD) };
+        if h.len() > skua_core::webhook::MAX_HEADERS {
+            return Err("presence wake has too many headers");
+        }
+        for (k, v) in h {
+            let (Some(k), Some(v)) = (k.as_str(), v.as_str()) else { return Err(BAD) };
+            let reserved = skua_core::webhook::RESERVED_HEADERS.iter().any(|r| r.eq_ignore_ascii_case(k));
+            if reserved
+                || k.len() > skua_core::webhook::MAX_HEADER_NAME_LEN
+                || v.len() > skua_core::webhook::MAX_HEADER_VALUE_LEN
+            {
+                return Err("presence wake header is reserved or too long");
+            }
+            headers.insert(k.to_owned(), Value::String(v.to_owned()));
+        }
+    }
+    let mut out = Map::new();
+    out.insert("url".into(), Value::String(url.to_owned()));
+    out.insert("headers".into(), Value::Object(headers));
+    if let Some(t) = get("timeoutMs").and_then(rmpv::Value::as_u64) {
+        out.insert("timeoutMs".into(), Value::from(t));
+    }
+    Ok(Some(Value::Object(out).to_string()))
+}
+
+/// Where and how one wake request goes (from the member's `wake` object).
+#[derive(Debug, Clone)]
+pub struct WakeTarget {
+    /// The URL.
+    pub url: String,
+    /// Extra headers.
+    pub headers: Vec<(String, String)>,
+    /// How long the member has to connect, and the budget of the request's attempts.
+    pub timeout: Duration,
+}
+
+/// Posts wake requests: the server's webhook engine, signed with the project's wake secret (N42).
+#[async_trait]
+pub trait WakePoster: Send + Sync + 'static {
+    /// Posts `payload` (to which the engine adds `deliveryId` and `timestamp`) to `target` for
+    /// `project`, with retries within `target.timeout`. `Ok` on a 2xx answer; otherwise why not.
+    async fn post(&self, project: &ProjectId, target: &WakeTarget, payload: Map<String, Value>) -> Result<(), String>;
+}
+
+/// A publish that may wake members of its room.
+#[derive(Debug, Clone)]
+pub struct WakeCause {
+    /// The room.
+    pub room: RoomKey,
+    /// The bare topic name (`topic` of the wake request).
+    pub topic: Arc<str>,
+    /// For the `wake_failed` error: the publisher's connection (v2 only), the topic as it sent
+    /// it and its msgRef.
+    pub reply: Option<WakeReply>,
+}
+
+/// Whom a failed wake is reported to.
+#[derive(Debug, Clone)]
+pub struct WakeReply {
+    /// The publisher's connection.
+    pub conn: Weak<ConnHandle>,
+    /// The topic as the publisher sent it.
+    pub topic: String,
+    /// Its msgRef.
+    pub msg_ref: Option<String>,
+}
+
+/// Wake counters (`skua_wakes_total{outcome}`).
+#[derive(Debug, Default)]
+pub struct WakeMetrics {
+    /// Wakes this node started (member moved to waking).
+    pub started: AtomicU64,
+    /// Wake requests answered 2xx.
+    pub sent: AtomicU64,
+    /// Wake requests that failed for good.
+    pub failed: AtomicU64,
+    /// Members that did not connect within their timeout.
+    pub timed_out: AtomicU64,
+    /// Wake checks dropped because the wake queue was full.
+    pub dropped: AtomicU64,
+    /// Wakes not attempted because no poster is configured or the member's wake is invalid.
+    pub skipped: AtomicU64,
+}
+
+impl crate::metrics::MetricsSource for Members {
+    fn render(&self, out: &mut String) {
+        let m = &self.metrics;
+        let name = "skua_wakes_total";
+        let _ = writeln!(out, "# HELP {name} Wakes of persistent presence members, by outcome.\n# TYPE {name} counter");
+        for (label, c) in [
+            ("started", &m.started),
+            ("sent", &m.sent),
+            ("failed", &m.failed),
+            ("timed_out", &m.timed_out),
+            ("dropped", &m.dropped),
+            ("skipped", &m.skipped),
+        ] {
+            let _ = writeln!(out, "{name}{{outcome=\"{label}\"}} {}", c.load(Ordering::Relaxed));
+        }
+    }
+}
+
+/// (room, actor, clientId) of a member being woken by this node.
+type MemberKey = (String, String, String);
+
+/// Persistent presence and wake of one node.
+pub struct Members {
+    config: MembersConfig,
+    node: NodeId,
+    store: Arc<dyn Store>,
+    hub: Arc<Hub>,
+    registry: Arc<SharedRegistry>,
+    poster: Option<Arc<dyn WakePoster>>,
+    queue: mpsc::Sender<WakeCause>,
+    rx: Mutex<Option<mpsc::Receiver<WakeCause>>>,
+    /// Rooms found without wakeable members, and when.
+    negative: Mutex<HashMap<RoomKey, Instant>>,
+    /// Wakes in flight on this node, with the publishes that caused them.
+    waking: Mutex<HashMap<MemberKey, Vec<WakeReply>>>,
+    /// Counters.
+    pub metrics: WakeMetrics,
+}
+
+impl std::fmt::Debug for Members {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Members").field("node", &self.node).finish_non_exhaustive()
+    }
+}
+
+/// `<project>/<app>/<room>`, the store's room column.
+pub fn room_column(room: &RoomKey) -> String {
+    format!("{}/{}/{}", room.project, room.app, room.room)
+}
+
+/// The room of a store room column.
+fn room_key(column: &str) -> Option<RoomKey> {
+    let mut parts = column.splitn(3, '/');
+    let project = ProjectId::parse(parts.next()?).ok()?;
+    let app = AppId::parse(parts.next()?).ok()?;
+    let room = parts.next().filter(|r| !r.is_empty())?;
+    Some(RoomKey { project, app, room: room.into() })
+}
+
+impl Members {
+    /// Members of `node`, posting wakes through `poster` (`None`: nothing is woken).
+    pub fn new(
+        config: MembersConfig,
+        node: NodeId,
+        store: Arc<dyn Store>,
+        hub: Arc<Hub>,
+        registry: Arc<SharedRegistry>,
+        poster: Option<Arc<dyn WakePoster>>,
+    ) -> Self {
+        let (queue, rx) = mpsc::channel(config.wake_queue.max(1));
+        Self {
+            config,
+            node,
+            store,
+            hub,
+            registry,
+            poster,
+            queue,
+            rx: Mutex::new(Some(rx)),
+            negative: Mutex::new(HashMap::new()),
+            waking: Mutex::new(HashMap::new()),
+            metrics: WakeMetrics::default(),
+        }
+    }
+
+    fn expires_at(&self) -> u64 {
+        now_unix_s().saturating_add(self.config.ttl.as_secs())
+    }
+
+    /// Writes a persistent announce; the stored record (status online).
+    ///
+    /// # Errors
+    /// The store's.
+    pub async fn announce(
+        &self,
+        room: &RoomKey,
+        actor: &ActorId,
+        client_id: &str,
+        p: &Persistent,
+    ) -> Result<StoredMember, StoreError> {
+        let column = room_column(room);
+        let write = MemberWrite {
+            room: &column,
+            actor: actor.as_str(),
+            client_id,
+            data: &p.data,
+            advertisement: &p.advertisement,
+            wake: p.wake.as_deref(),
+            node: self.node.as_str(),
+            now_s: now_unix_s(),
+            expires_at_s: self.expires_at(),
+        };
+        let m = self.store.upsert_member(&write).await?;
+        self.forget_negative(room);
+        Ok(m)
+    }
+
+    /// The actor's last connection left `room`: its records go offline. `true` when it had any
+    /// (an `update` to offline was published instead of a `leave`).
+    pub async fn went_offline(&self, room: &RoomKey, actor: &ActorId) -> bool {
+        match self.store.members_offline(&room_column(room), actor.as_str(), self.expires_at()).await {
+            Ok(changed) => {
+                let Some(m) = changed.first() else { return false };
+                self.forget_negative(room);
+                self.publish(room.clone(), actor.clone(), m, PresenceChange::Update, MemberStatus::Offline).await;
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, ?room, "Setting a persistent member offline failed; listed offline anyway.");
+                false
+            }
+        }
+    }
+
+    /// `data: null`: removes the actor's records in `room`; how many there were.
+    pub async fn remove(&self, room: &RoomKey, actor: &ActorId) -> u64 {
+        match self.store.delete_members(&room_column(room), actor.as_str()).await {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!(error = %e, ?room, "Removing a persistent member failed.");
+                0
+            }
+        }
+    }
+
+    /// Up to `presence_list_limit` stored members of `room`.
+    ///
+    /// # Errors
+    /// The store's.
+    pub async fn list(&self, room: &RoomKey) -> Result<Vec<StoredMember>, StoreError> {
+        self.store.list_members(&room_column(room), now_unix_s(), self.config.list_limit).await
+    }
+
+    async fn publish(
+        &self,
+        room: RoomKey,
+        actor: ActorId,
+        m: &StoredMember,
+        change: PresenceChange,
+        status: MemberStatus,
+    ) {
+        let ev = PresenceEvent {
+            room,
+            actor,
+            change,
+            data: m.data.clone(),
+            node: self.node.clone(),
+            persistent: Some(Persistence { status, advertisement_version: m.advertisement_version }),
+        };
+        if let Err(e) = self.hub.bus().publish(Arc::new(Envelope::Presence(ev))).await {
+            tracing::warn!(error = %e, "A persistent presence event could not be published.");
+        }
+    }
+
+    /// Publishes the event of a stored member read back by a sweep.
+    async fn publish_stored(&self, m: &StoredMember, change: PresenceChange, status: MemberStatus) {
+        let (Some(room), Ok(actor)) = (room_key(&m.room), ActorId::parse(&m.actor)) else { return };
+        self.publish(room, actor, m, change, status).await;
+    }
+
+    fn forget_negative(&self, room: &RoomKey) {
+        self.negative.lock().unwrap_or_else(PoisonError::into_inner).remove(room);
+    }
+
+    /// Whether a publish into `room` should be checked for members to wake: a poster is
+    /// configured and the room was not found without wakeable members lately. Cheap (one map
+    /// lookup); call before building a [`WakeCause`].
+    pub fn wants(&self, room: &RoomKey) -> bool {
+        if self.poster.is_none() {
+            return false;
+        }
+        let negative = self.negative.lock().unwrap_or_else(PoisonError::into_inner);
+        negative.get(room).is_none_or(|at| at.elapsed() >= self.config.wake_negative_cache)
+    }
+
+    /// An accepted publish into `cause.room`: queues a wake check. Never waits.
+    pub fn on_publish(&self, cause: WakeCause) {
+        if !self.wants(&cause.room) {
+            return;
+        }
+        if self.queue.try_send(cause).is_err() {
+            self.metrics.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Runs the wake checks and the sweeps until `cancel` fires.
+    pub async fn run(self: Arc<Self>, cancel: CancellationToken) {
+        if self.config.offline_others_at_start {
+            // A single node: nothing of an earlier run is connected ("" names no node).
+            match self.store.other_nodes_members_offline("", self.expires_at()).await {
+                Ok(changed) if !changed.is_empty() => {
+                    tracing::info!(members = changed.len(), "Persistent members of an earlier run set offline.");
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "Setting an earlier run's persistent members offline failed."),
+            }
+        }
+        let Some(mut rx) = self.rx.lock().unwrap_or_else(PoisonError::into_inner).take() else { return };
+        let mut sweep = tokio::time::interval(Duration::from_secs(1));
+        sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                _ = sweep.tick() => self.sweep().await,
+                cause = rx.recv() => match cause {
+                    Some(cause) => self.check(cause).await,
+                    None => return,
+                },
+            }
+        }
+    }
+
+    /// Waking members past their timeout go back to offline; expired records go; stale
+    /// negative-cache entries go (the map stays bounded by the rooms published to lately).
+    async fn sweep(&self) {
+        {
+            let ttl = self.config.wake_negative_cache;
+            self.negative.lock().unwrap_or_else(PoisonError::into_inner).retain(|_, at| at.elapsed() < ttl);
+        }
+        match self.store.expired_wakes(now_unix_ms(), SWEEP_BATCH).await {
+            Ok(back) => {
+                for m in back {
+                    self.metrics.timed_out.fetch_add(1, Ordering::Relaxed);
+                    self.publish_stored(&m, PresenceChange::Update, MemberStatus::Offline).await;
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "Sweeping expired wakes failed."),
+        }
+        match self.store.expire_members(now_unix_s(), SWEEP_BATCH).await {
+            Ok(gone) => {
+                for m in gone {
+                    self.publish_stored(&m, PresenceChange::Leave, MemberStatus::Offline).await;
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "Expiring persistent members failed."),
+        }
+    }
+
+    async fn check(self: &Arc<Self>, cause: WakeCause) {
+        let column = room_column(&cause.room);
+        // Publishers into a room whose members this node is waking share the outcome.
+        if let Some(reply) = &cause.reply {
+            let mut waking = self.waking.lock().unwrap_or_else(PoisonError::into_inner);
+            for (key, replies) in waking.iter_mut() {
+                if key.0 == column && replies.len() < 64 {
+                    replies.push(reply.clone());
+                }
+            }
+        }
+        let candidates = match self.store.wake_candidates(&column, now_unix_s(), self.config.wake_batch).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, room = ?cause.room, "Looking for members to wake failed.");
+                return;
+            }
+        };
+        if candidates.is_empty() {
+            self.negative.lock().unwrap_or_else(PoisonError::into_inner).insert(cause.room.clone(), Instant::now());
+            return;
+        }
+        for m in candidates {
+            let Some(target) = self.target(&m) else {
+                self.metrics.skipped.fetch_add(1, Ordering::Relaxed);
+                continue;
+            };
+            let until = now_unix_ms().saturating_add(u64::try_from(target.timeout.as_millis()).unwrap_or(u64::MAX));
+            match self.store.begin_wake(&column, &m.actor, &m.client_id, until).await {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(e) => {
+                    tracing::warn!(error = %e, "Marking a member waking failed.");
+                    continue;
+                }
+            }
+            self.metrics.started.fetch_add(1, Ordering::Relaxed);
+            let key = (column.clone(), m.actor.clone(), m.client_id.clone());
+            self.waking
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(key.clone(), cause.reply.iter().cloned().collect());
+            self.publish_stored(&m, PresenceChange::Waking, MemberStatus::Waking).await;
+            let this = self.clone();
+            let cause = cause.clone();
+            tokio::spawn(async move { this.post(cause, m, key, target).await });
+        }
+    }
+
+    fn target(&self, m: &StoredMember) -> Option<WakeTarget> {
+        let v: Value = serde_json::from_str(m.wake.as_deref()?).ok()?;
+        let url = v.get("url")?.as_str()?.to_owned();
+        let headers = v
+            .get("headers")
+            .and_then(Value::as_object)
+            .map(|h| h.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))).collect())
+            .unwrap_or_default();
+        let timeout = v
+            .get("timeoutMs")
+            .and_then(Value::as_u64)
+            .filter(|ms| *ms > 0)
+            .map_or(self.config.wake_timeout, Duration::from_millis)
+            .min(self.config.wake_timeout_max);
+        Some(WakeTarget { url, headers, timeout })
+    }
+
+    async fn post(&self, cause: WakeCause, m: StoredMember, key: MemberKey, target: WakeTarget) {
+        let Some(poster) = &self.poster else { return };
+        let mut body = Map::new();
+        body.insert("projectId".into(), Value::String(cause.room.project.to_string()));
+        // `app` is the app's slug, as in every webhook payload (N43, N44).
+        let registry = self.registry.load();
+        let app = registry
+            .project(&cause.room.project)
+            .and_then(|p| p.apps.iter().find(|a| a.id == cause.room.app))
+            .map_or_else(|| cause.room.app.to_string(), |a| a.slug.to_string());
+        body.insert("app".into(), Value::String(app));
+        body.insert("room".into(), Value::String(cause.room.slug().to_owned()));
+        body.insert("actorTokenId".into(), Value::String(m.actor.clone()));
+        if !m.client_id.is_empty() {
+            body.insert("clientId".into(), Value::String(m.client_id.clone()));
+        }
+        body.insert("reason".into(), Value::String("dispatch".into()));
+        body.insert("topic".into(), Value::String(cause.topic.to_string()));
+        let result = poster.post(&cause.room.project, &target, body).await;
+        let replies = self.waking.lock().unwrap_or_else(PoisonError::into_inner).remove(&key).unwrap_or_default();
+        match result {
+            Ok(()) => {
+                self.metrics.sent.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(why) => {
+                self.metrics.failed.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(url = %target.url, actor = %m.actor, error = %why, "A wake request failed.");
+                if matches!(self.store.end_wake(&key.0, &key.1, &key.2).await, Ok(true)) {
+                    self.publish_stored(&m, PresenceChange::Update, MemberStatus::Offline).await;
+                }
+                for r in replies {
+                    let Some(conn) = r.conn.upgrade() else { continue };
+                    conn.send(&skua_protocol::ServerFrame::Error(ErrorFrame {
+                        error: error::WAKE_FAILED,
+                        code: Some(code::WAKE_FAILED),
+                        topic: Some(&r.topic),
+                        msg_ref: r.msg_ref.as_deref(),
+                        actor_token_id: Some(&m.actor),
+                        ..ErrorFrame::default()
+                    }));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pack(v: &rmpv::Value) -> Vec<u8> {
+        let mut out = Vec::new();
+        rmpv::encode::write_value(&mut out, v).unwrap();
+        out
+    }
+
+    fn map(entries: Vec<(&str, rmpv::Value)>) -> rmpv::Value {
+        rmpv::Value::Map(entries.into_iter().map(|(k, v)| (rmpv::Value::from(k), v)).collect())
+    }
+
+    #[test]
+    fn ordinary_presence_is_not_persistent() {
+        let data = pack(&map(vec![("status", "online".into())]));
+        assert_eq!(parse(&data), Ok(None));
+        let data = pack(&map(vec![("persistent", false.into())]));
+        assert_eq!(parse(&data), Ok(None));
+    }
+
+    #[test]
+    fn wake_is_split_off_and_advertisement_kept() {
+        let wake = map(vec![("url", "http://127.0.0.1:9/wake".into()), ("timeoutMs", 5000.into())]);
+        let data = pack(&map(vec![
+            ("persistent", true.into()),
+            ("advertisement", map(vec![("v", 1.into())])),
+            ("wake", wake),
+        ]));
+        let p = parse(&data).unwrap().unwrap();
+        let kept = rmpv::decode::read_value(&mut &p.data[..]).unwrap();
+        assert!(kept.as_map().unwrap().iter().all(|(k, _)| k.as_str() != Some("wake")));
+        assert_eq!(p.advertisement, pack(&map(vec![("v", 1.into())])));
+        let w: Value = serde_json::from_str(p.wake.as_deref().unwrap()).unwrap();
+        assert_eq!(w["url"], "http://127.0.0.1:9/wake");
+        assert_eq!(w["timeoutMs"], 5000);
+    }
+
+    #[test]
+    fn disabled_or_bad_wake() {
+        let off = map(vec![("url", "http://x/".into()), ("enabled", false.into())]);
+        let p = parse(&pack(&map(vec![("persistent", true.into()), ("wake", off)]))).unwrap().unwrap();
+        assert_eq!(p.wake, None);
+        let bad = map(vec![("url", "ftp://x/".into())]);
+        assert!(parse(&pack(&map(vec![("persistent", true.into()), ("wake", bad)]))).is_err());
+    }
+
+    #[test]
+    fn room_columns_round_trip() {
+        let room = RoomKey {
+            project: ProjectId::parse("p1").unwrap(),
+            app: AppId::parse("a1").unwrap(),
+            room: "r/with/slashes".into(),
+        };
+        assert_eq!(room_key(&room_column(&room)), Some(room));
+    }
+}
