@@ -98,14 +98,9 @@ def known_variables():
     return names
 
 
-# Settings of the issue-23 server changes made on another branch, named here ahead of the merge
-# (the manifests set them): once merged, skua reads them and this list can go.
-PENDING_VARIABLES = {"SKUA_DRAIN_SPREAD"}
-
-
 def check_variables(where, names, known):
     for n in sorted(set(names)):
-        if n.startswith("SKUA_") and n not in known and n not in PENDING_VARIABLES:
+        if n.startswith("SKUA_") and n not in known:
             problem(f"{where}: {n} is not a setting skua reads")
     key = names.get("SKUA_ADMIN_KEY") if isinstance(names, dict) else None
     if key is not None and len(key) < 16:
@@ -324,6 +319,10 @@ def check_rollout(name, docs, known):
         problem(f"{name}: skua-config must be generated (configMapGenerator) so a change rolls the pods")
     config = cm.get("data", {})
     check_variables(f"{name} ConfigMap", config, known)
+    # Both Deployments read skua-config: with SKUA_CLUSTER=true a node whose Secret lost
+    # SKUA_BUS or SKUA_PRESENCE refuses to start instead of running alone on in-process backends.
+    if str(config.get("SKUA_CLUSTER", "")).strip().lower() != "true":
+        problem(f"{name}: skua-config must set SKUA_CLUSTER=true (every node of the cluster refuses to start without shared backends)")
     for secret in (d for d in docs if d["kind"] == "Secret"):
         sname = generated_name(secret["metadata"]["name"], "Secret")
         if sname in (NODE_SECRET, ADMIN_SECRET, MIGRATOR_SECRET):
@@ -701,16 +700,6 @@ def mqtt_selftest(rendered):
 # Monitoring: alert rules, PodMonitor, Grafana dashboard
 
 MONITORING = os.path.join(HERE, "monitoring")
-# Metrics of the issue-23 server changes made on another branch (build info, resident memory,
-# bus reconnects and buffer, registry lag), used by the rules and the dashboard ahead of the
-# merge. Once merged, skua's sources register them and the check below says so: drop them here.
-PENDING_METRICS = {
-    "skua_build_info",
-    "process_resident_memory_bytes",
-    "skua_bus_reconnects_total",
-    "skua_bus_buffered_messages",
-    "skua_registry_lag_seconds",
-}
 # Series that other exporters provide: Prometheus' own `up`, and kube-state-metrics' HPA state.
 EXTERNAL_METRICS = {
     "up",
@@ -722,13 +711,18 @@ SEVERITIES = {"critical", "warning", "info"}
 
 def registered_metrics():
     """The metric names skua exposes: every "skua_…"/"process_…" string literal in the crates'
-    sources (not tests), and `_bucket`, `_sum`, `_count` of those declared as histograms."""
+    sources (not tests), every name in a `# TYPE` line written out as text (the server's own
+    series), and `_bucket`, `_sum`, `_count` of those declared as histograms."""
     names, histograms = set(), set()
     for path in glob.glob(os.path.join(ROOT, "crates", "*", "src", "**", "*.rs"), recursive=True):
         with open(path, encoding="utf-8") as f:
             text = f.read()
         for m in re.finditer(r'"((?:skua|process)_[a-z0-9_]+)"', text):
             names.add(m.group(1))
+        for m in re.finditer(r"# TYPE ((?:skua|process)_[a-z0-9_]+) ([a-z]+)", text):
+            names.add(m.group(1))
+            if m.group(2) == "histogram":
+                histograms.add(m.group(1))
         for m in re.finditer(r'"histogram"', text):
             before = re.findall(r'"((?:skua|process)_[a-z0-9_]+)"', text[max(0, m.start() - 300) : m.start()])
             if before:
@@ -921,10 +915,7 @@ def check_monitoring(rendered):
     registered = registered_metrics()
     if check_metrics_exist(used, registered):
         ok(f"monitoring: all {len(used)} metrics the rules and the dashboard name exist "
-           f"({len(set(used) & PENDING_METRICS)} pending the server change, {len(set(used) & EXTERNAL_METRICS)} external)")
-    merged = sorted(PENDING_METRICS & registered)
-    if merged:
-        print(f"  note now registered by skua, drop from PENDING_METRICS: {', '.join(merged)}")
+           f"({len(set(used) & EXTERNAL_METRICS)} external)")
     # The checks must refuse what they guard against.
     cases = [
         ("a misspelled metric", lambda: check_metrics_exist({"skua_conections_open": "self-test"}, registered)),
@@ -940,7 +931,7 @@ def check_monitoring(rendered):
 def check_metrics_exist(used, registered):
     before = len(problems)
     for metric, where in sorted(used.items()):
-        if metric not in registered | PENDING_METRICS | EXTERNAL_METRICS:
+        if metric not in registered | EXTERNAL_METRICS:
             problem(f"{where}: metric {metric} is not one skua exposes (crates/*/src) nor a listed external one")
     return len(problems) == before
 
