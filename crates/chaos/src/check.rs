@@ -153,9 +153,18 @@ pub fn check(h: &[Ev], setup: &Setup, tolerate: &[String]) -> Verdict {
         let name = if kind == Kind::Logged { "logged" } else { "plain" };
         let of_kind = || outcome.iter().filter(move |(k, _)| k.0 == kind);
         summary.push((format!("{name} publishes sent"), sent.keys().filter(|k| k.0 == kind).count() as u64));
-        summary.push((format!("{name} publishes acknowledged"), of_kind().filter(|(_, o)| o.0 == Outcome::Acked).count() as u64));
-        summary.push((format!("{name} publishes refused"), of_kind().filter(|(_, o)| matches!(o.0, Outcome::Refused(_))).count() as u64));
-        summary.push((format!("{name} publishes unanswered"), of_kind().filter(|(_, o)| o.0 == Outcome::Unknown).count() as u64));
+        summary.push((
+            format!("{name} publishes acknowledged"),
+            of_kind().filter(|(_, o)| o.0 == Outcome::Acked).count() as u64,
+        ));
+        summary.push((
+            format!("{name} publishes refused"),
+            of_kind().filter(|(_, o)| matches!(o.0, Outcome::Refused(_))).count() as u64,
+        ));
+        summary.push((
+            format!("{name} publishes unanswered"),
+            of_kind().filter(|(_, o)| o.0 == Outcome::Unknown).count() as u64,
+        ));
     }
     for (k, n) in &fault_kinds {
         summary.push((format!("faults: {k}"), *n));
@@ -254,7 +263,8 @@ pub fn check(h: &[Ev], setup: &Setup, tolerate: &[String]) -> Verdict {
             }
         }
     }
-    order.note = format!("{reordered} logged messages published inside a fault window came late from the store (allowed)");
+    order.note =
+        format!("{reordered} logged messages published inside a fault window came late from the store (allowed)");
 
     // 3. Every acknowledged logged message's trigger reaches the receiver.
     let mut triggers = Row::new("triggers", "acked logged message's trigger reaches the receiver");
@@ -274,7 +284,10 @@ pub fn check(h: &[Ev], setup: &Setup, tolerate: &[String]) -> Verdict {
     for k in logged.iter().filter(|k| acked(k)) {
         triggers.checked += 1;
         if !trig.contains_key(k) {
-            triggers.violate(format!("{} was acknowledged but its trigger never arrived", encode_key(*k)), &excerpt_for(h, *k, None));
+            triggers.violate(
+                format!("{} was acknowledged but its trigger never arrived", encode_key(*k)),
+                &excerpt_for(h, *k, None),
+            );
         }
     }
     let trig_dups: u64 = trig.values().map(|n| n - 1).sum();
@@ -351,7 +364,8 @@ pub fn check(h: &[Ev], setup: &Setup, tolerate: &[String]) -> Verdict {
             }
         }
     }
-    plain.note = format!("{in_fault_lost} lost inside fault windows (allowed), {uncovered} while the subscriber was away");
+    plain.note =
+        format!("{in_fault_lost} lost inside fault windows (allowed), {uncovered} while the subscriber was away");
 
     // Latency of the first delivery of each acknowledged logged message to each group.
     let mut first: HashMap<(String, MsgKey), u64> = HashMap::new();
@@ -373,7 +387,8 @@ pub fn check(h: &[Ev], setup: &Setup, tolerate: &[String]) -> Verdict {
     summary.push(("logged first-delivery latency p50 (ms)".into(), pct(50)));
     summary.push(("logged first-delivery latency p99 (ms)".into(), pct(99)));
     summary.push(("logged first-delivery latency max (ms)".into(), lat.last().copied().unwrap_or(0)));
-    summary.push(("logged first deliveries later than 10 s".into(), lat.iter().filter(|l| **l > 10_000).count() as u64));
+    summary
+        .push(("logged first deliveries later than 10 s".into(), lat.iter().filter(|l| **l > 10_000).count() as u64));
 
     let mut rows = vec![lost, dups, order, phantom, triggers, presence, plain];
     for r in &mut rows {

@@ -73,7 +73,15 @@ pub enum Ev {
     /// That connection ended (closed, failed, or went silent).
     Disconnected { consumer: String, conn: u64, why: String, t: u64 },
     /// A message reached a consumer connection. `raw` is the payload as received.
-    Delivered { consumer: String, conn: u64, raw: String, key: Option<MsgKey>, msg_id: Option<String>, replay: bool, t: u64 },
+    Delivered {
+        consumer: String,
+        conn: u64,
+        raw: String,
+        key: Option<MsgKey>,
+        msg_id: Option<String>,
+        replay: bool,
+        t: u64,
+    },
     /// A trigger webhook request arrived.
     Trigger { raw: String, key: Option<MsgKey>, delivery_id: String, t: u64 },
     /// A fault began.

@@ -85,7 +85,9 @@ slug = "r"
 "#
     );
     let mut actor = |id: String, ty: &str| {
-        f.push_str(&format!("\n[[actors]]\nid = \"{id}\"\nproject = \"chaos\"\ntype = \"{ty}\"\ntokens = [\"tok-{id}\"]\n"));
+        f.push_str(&format!(
+            "\n[[actors]]\nid = \"{id}\"\nproject = \"chaos\"\ntype = \"{ty}\"\ntokens = [\"tok-{id}\"]\n"
+        ));
     };
     for p in 0..args.publishers {
         actor(format!("p{p}"), "user");
@@ -306,7 +308,8 @@ async fn run(args: &Args, dir: &std::path::Path) -> Result<bool> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
         let h = hist.snapshot();
-        let ready = names.iter().all(|n| h.iter().any(|e| matches!(e, Ev::Subscribed { consumer, .. } if consumer == n)));
+        let ready =
+            names.iter().all(|n| h.iter().any(|e| matches!(e, Ev::Subscribed { consumer, .. } if consumer == n)));
         if ready {
             break;
         }
@@ -373,7 +376,10 @@ async fn run(args: &Args, dir: &std::path::Path) -> Result<bool> {
     loop {
         let (acked, missing) = all_delivered(&hist.snapshot(), &groups);
         if missing == 0 || tokio::time::Instant::now() >= deadline {
-            eprintln!("[{:>7} ms] drained: {acked} acknowledged logged messages, {missing} deliveries or triggers missing", hist.now());
+            eprintln!(
+                "[{:>7} ms] drained: {acked} acknowledged logged messages, {missing} deliveries or triggers missing",
+                hist.now()
+            );
             break;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -399,7 +405,8 @@ async fn run(args: &Args, dir: &std::path::Path) -> Result<bool> {
     let table = check::render(&verdict, args.seed);
     std::fs::write(dir.join("verdict.txt"), &table)?;
     println!("{table}");
-    let cluster = Arc::try_unwrap(cluster).ok().map(|m| m.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner));
+    let cluster =
+        Arc::try_unwrap(cluster).ok().map(|m| m.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner));
     tokio::task::spawn_blocking(move || drop(cluster)).await?;
     Ok(verdict.ok())
 }

@@ -282,7 +282,6 @@ impl Node {
             self.paused = stop;
         }
     }
-
 }
 
 impl Drop for Node {

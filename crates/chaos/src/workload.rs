@@ -102,7 +102,9 @@ async fn recv(ws: &mut Ws, wait: Duration) -> Result<Option<In>> {
         match msg {
             Message::Binary(b) if b.is_empty() => return Ok(Some(In::Heartbeat)),
             Message::Binary(b) => return Ok(Some(In::Frame(rmpv::decode::read_value(&mut &b[..])?))),
-            Message::Close(c) => bail!("closed {}", c.map(|c| format!("{} {}", u16::from(c.code), c.reason)).unwrap_or_default()),
+            Message::Close(c) => {
+                bail!("closed {}", c.map(|c| format!("{} {}", u16::from(c.code), c.reason)).unwrap_or_default())
+            }
             _ => {}
         }
     }
@@ -110,8 +112,10 @@ async fn recv(ws: &mut Ws, wait: Duration) -> Result<Option<In>> {
 
 /// Connects and authenticates (protocol version 2).
 async fn open(url: &str, token: &str, client_id: Option<&str>) -> Result<Ws> {
-    let (mut ws, _) = timeout(Duration::from_secs(3), tokio_tungstenite::connect_async(url)).await.context("connect timed out")??;
-    let mut auth = vec![("type", Value::from("auth")), ("token", Value::from(token)), ("protocolVersion", Value::from(2))];
+    let (mut ws, _) =
+        timeout(Duration::from_secs(3), tokio_tungstenite::connect_async(url)).await.context("connect timed out")??;
+    let mut auth =
+        vec![("type", Value::from("auth")), ("token", Value::from(token)), ("protocolVersion", Value::from(2))];
     if let Some(id) = client_id {
         auth.push(("clientId", Value::from(id)));
     }
@@ -150,7 +154,7 @@ pub async fn publisher(ctx: Ctx, index: usize, interval: Duration) {
         };
         while !ctx.stop_publishing.load(Ordering::Relaxed) {
             seq += 1;
-            let kind = if seq % 2 == 0 { Kind::Logged } else { Kind::Plain };
+            let kind = if seq.is_multiple_of(2) { Kind::Logged } else { Kind::Plain };
             let key: MsgKey = (kind, index, seq);
             let raw = encode_key(key);
             let topic = if kind == Kind::Logged { LOGGED_TOPIC } else { PLAIN_TOPIC };
@@ -238,7 +242,14 @@ pub async fn consumer(ctx: Ctx, spec: ConsumerSpec, mut rng: Rng) {
     }
 }
 
-async fn consume(ctx: &Ctx, spec: &ConsumerSpec, ws: &mut Ws, node: usize, conn: u64, rng: &mut Rng) -> Result<String, String> {
+async fn consume(
+    ctx: &Ctx,
+    spec: &ConsumerSpec,
+    ws: &mut Ws,
+    node: usize,
+    conn: u64,
+    rng: &mut Rng,
+) -> Result<String, String> {
     let mut sub = vec![("type", Value::from("subscribe")), ("topic", Value::from(spec.topic))];
     if let Some(g) = &spec.group {
         sub.push(("loadBalance", Value::from(true)));
@@ -247,7 +258,8 @@ async fn consume(ctx: &Ctx, spec: &ConsumerSpec, ws: &mut Ws, node: usize, conn:
     send(ws, &map(sub)).await.map_err(|_| "never subscribed".to_owned())?;
     let mut subscribed = false;
     let mut last_in = Instant::now();
-    let drop_at = (spec.churn_secs > 0).then(|| Instant::now() + Duration::from_millis(rng.below(spec.churn_secs * 2000)));
+    let drop_at =
+        (spec.churn_secs > 0).then(|| Instant::now() + Duration::from_millis(rng.below(spec.churn_secs * 2000)));
     loop {
         if ctx.stop_all.load(Ordering::Relaxed) {
             return Ok("stopped".into());
@@ -277,7 +289,9 @@ async fn consume(ctx: &Ctx, spec: &ConsumerSpec, ws: &mut Ws, node: usize, conn:
             }
             Some("error") if !subscribed => return Err("never subscribed".into()),
             Some("message") => {
-                let raw = get(&frame, "data").map(|d| d.as_str().map_or_else(|| d.to_string(), str::to_owned)).unwrap_or_default();
+                let raw = get(&frame, "data")
+                    .map(|d| d.as_str().map_or_else(|| d.to_string(), str::to_owned))
+                    .unwrap_or_default();
                 let msg_id = get_str(&frame, "msgId").map(str::to_owned);
                 let replay = get(&frame, "isReplay").and_then(Value::as_bool) == Some(true);
                 ctx.hist.push(Ev::Delivered {
@@ -354,7 +368,11 @@ pub async fn presence_client(ctx: Ctx, index: usize, mut rng: Rng) {
                         }
                     }
                     5..=7 => {
-                        let leave = map(vec![("type", Value::from("presence")), ("roomId", Value::from(ROOM)), ("data", Value::Nil)]);
+                        let leave = map(vec![
+                            ("type", Value::from("presence")),
+                            ("roomId", Value::from(ROOM)),
+                            ("data", Value::Nil),
+                        ]);
                         if send(&mut ws, &leave).await.is_err() {
                             break "send failed";
                         }
@@ -401,7 +419,9 @@ pub async fn presence_snapshot(url: &str) -> Result<Vec<String>> {
             None => bail!("no presenceList"),
             Some(In::Frame(f)) if get_str(&f, "type") == Some("presenceList") => {
                 let mut actors: Vec<String> = match get(&f, "data") {
-                    Some(Value::Array(a)) => a.iter().filter_map(|e| get_str(e, "actorTokenId").map(str::to_owned)).collect(),
+                    Some(Value::Array(a)) => {
+                        a.iter().filter_map(|e| get_str(e, "actorTokenId").map(str::to_owned)).collect()
+                    }
                     _ => Vec::new(),
                 };
                 actors.sort();
@@ -422,7 +442,8 @@ pub async fn webhook_receiver(hist: History) -> Result<String> {
         let hist = hist.clone();
         async move {
             let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-            let raw = v.get("data").map(|d| d.as_str().map_or_else(|| d.to_string(), str::to_owned)).unwrap_or_default();
+            let raw =
+                v.get("data").map(|d| d.as_str().map_or_else(|| d.to_string(), str::to_owned)).unwrap_or_default();
             let delivery_id = v.get("deliveryId").and_then(|d| d.as_str()).unwrap_or_default().to_owned();
             hist.push(Ev::Trigger { key: decode_key(&raw), raw, delivery_id, t: hist.now() });
             ([(axum::http::header::CONTENT_TYPE, "application/json")], "{}")

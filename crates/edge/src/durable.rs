@@ -22,8 +22,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use skua_core::{
-    Bus, Claim, ConnId, ConsumerId, ConsumerOf, Control, ControlMessage, Envelope, Holder, NodeId, Release, SessionKey, Store,
-    TopicAddress,
+    Bus, Claim, ConnId, ConsumerId, ConsumerOf, Control, ControlMessage, Envelope, Holder, NodeId, Release, SessionKey,
+    Store, TopicAddress,
 };
 use skua_protocol::{MessageFrame, ServerFrame};
 use tokio::sync::{mpsc, oneshot};
@@ -491,7 +491,8 @@ impl DurableTask {
 
     /// Delivers what is pending and unheld for each consumer not held by a hydration.
     async fn sweep(&mut self) {
-        let ids: Vec<ConsumerId> = self.consumers.iter().filter(|(_, s)| s.held.is_none()).map(|(c, _)| c.clone()).collect();
+        let ids: Vec<ConsumerId> =
+            self.consumers.iter().filter(|(_, s)| s.held.is_none()).map(|(c, _)| c.clone()).collect();
         for c in ids {
             self.deliver_pending(&c, None).await;
         }
