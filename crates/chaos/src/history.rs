@@ -64,8 +64,9 @@ pub enum Outcome {
 /// One history entry.
 #[derive(Debug, Clone)]
 pub enum Ev {
-    /// A publish was sent.
-    Sent { key: MsgKey, t: u64 },
+    /// A publish was sent on the publisher's connection `conn` (order is promised per
+    /// publishing connection: contract 4 is per publishing node).
+    Sent { key: MsgKey, conn: u64, t: u64 },
     /// Its outcome.
     Outcome { key: MsgKey, outcome: Outcome, t: u64 },
     /// A consumer (group member or plain subscriber) connection got `subscribed`.
@@ -114,7 +115,7 @@ impl Ev {
     /// One JSON line.
     pub fn to_json(&self) -> serde_json::Value {
         match self {
-            Ev::Sent { key, t } => json!({"t": t, "ev": "sent", "msg": encode_key(*key)}),
+            Ev::Sent { key, conn, t } => json!({"t": t, "ev": "sent", "msg": encode_key(*key), "conn": conn}),
             Ev::Outcome { key, outcome, t } => {
                 let o = match outcome {
                     Outcome::Acked => "published".to_owned(),

@@ -48,6 +48,9 @@ struct Args {
     /// Durable groups (two members each).
     #[arg(long, default_value_t = 2)]
     groups: usize,
+    /// No faults: the workload alone, for soaks (scripts/soak.sh).
+    #[arg(long)]
+    no_faults: bool,
     /// A check (by its key in the verdict table) whose violations are reported but do not fail
     /// the run: for known, documented issues (docs/reliability.md). Repeatable.
     #[arg(long)]
@@ -113,9 +116,12 @@ struct Cluster {
 }
 
 /// The nemesis: from `start` until `until` (history ms), one fault at a time at seeded moments.
-fn nemesis(cluster: &Mutex<Cluster>, hist: &History, seed: u64, until: u64) -> Result<()> {
+fn nemesis(cluster: &Mutex<Cluster>, hist: &History, seed: u64, until: u64, enabled: bool) -> Result<()> {
     let mut rng = Rng::new(seed, 0xFA17);
     let ms = |n: u64| Duration::from_millis(n);
+    while !enabled && hist.now() < until {
+        std::thread::sleep(ms(200));
+    }
     loop {
         std::thread::sleep(ms(rng.range(2_000, 6_000)));
         if hist.now() >= until {
@@ -324,8 +330,8 @@ async fn run(args: &Args, dir: &std::path::Path) -> Result<bool> {
         .collect();
     let faults_until = start + args.duration.saturating_sub(QUIET_TAIL_S) * 1000;
     let nemesis_done = {
-        let (cluster, hist, seed) = (cluster.clone(), hist.clone(), args.seed);
-        tokio::task::spawn_blocking(move || nemesis(&cluster, &hist, seed, faults_until))
+        let (cluster, hist, seed, enabled) = (cluster.clone(), hist.clone(), args.seed, !args.no_faults);
+        tokio::task::spawn_blocking(move || nemesis(&cluster, &hist, seed, faults_until, enabled))
     };
     nemesis_done.await??;
     let healed = tokio::time::Instant::now();

@@ -148,6 +148,7 @@ pub async fn publisher(ctx: Ctx, index: usize, interval: Duration) {
     while !ctx.stop_publishing.load(Ordering::Relaxed) {
         let (_, url) = ctx.url(index, attempt);
         attempt += 1;
+        let conn = ctx.conns.fetch_add(1, Ordering::Relaxed);
         let Ok(mut ws) = open(url, &token, None).await else {
             sleep(Duration::from_millis(200)).await;
             continue;
@@ -158,7 +159,7 @@ pub async fn publisher(ctx: Ctx, index: usize, interval: Duration) {
             let key: MsgKey = (kind, index, seq);
             let raw = encode_key(key);
             let topic = if kind == Kind::Logged { LOGGED_TOPIC } else { PLAIN_TOPIC };
-            ctx.hist.push(Ev::Sent { key, t: ctx.hist.now() });
+            ctx.hist.push(Ev::Sent { key, conn, t: ctx.hist.now() });
             let frame = map(vec![
                 ("type", Value::from("publish")),
                 ("topic", Value::from(topic)),
