@@ -315,7 +315,24 @@ pub fn check(h: &[Ev], setup: &Setup, tolerate: &[String]) -> Verdict {
     for (node, (actors, e)) in &seen {
         presence.checked += 1;
         if **actors != want {
-            presence.violate(format!("node {node} reports {actors:?}, the truth is {want:?}"), &[e]);
+            // The differing actors' last changes and the faults of the last 30 s before it.
+            let odd: Vec<&String> = actors
+                .iter()
+                .filter(|a| !want.contains(a))
+                .chain(want.iter().filter(|a| !actors.contains(a)))
+                .collect();
+            let mut ex: Vec<&Ev> = h
+                .iter()
+                .filter(|x| match x {
+                    Ev::PresenceIntent { actor, .. } => odd.contains(&actor),
+                    Ev::FaultStart { t, .. } | Ev::FaultEnd { t, .. } => t + 30_000 >= e.t(),
+                    _ => false,
+                })
+                .collect();
+            let keep = ex.len().saturating_sub(12);
+            ex.drain(..keep);
+            ex.push(e);
+            presence.violate(format!("node {node} reports {actors:?}, the truth is {want:?}"), &ex);
         }
     }
     if seen.is_empty() {

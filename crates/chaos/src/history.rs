@@ -89,8 +89,9 @@ pub enum Ev {
     FaultStart { what: String, t: u64 },
     /// That fault was healed (the process is back and listening, or resumed).
     FaultEnd { what: String, t: u64 },
-    /// A presence client's intended state changed (joined or not, with a live connection).
-    PresenceIntent { actor: String, joined: bool, t: u64 },
+    /// A presence client's intended state changed (joined or not, with a live connection):
+    /// `how` is `announce`, `leave` (`data: null`) or `disconnect`, on node `node`.
+    PresenceIntent { actor: String, joined: bool, how: &'static str, node: usize, t: u64 },
     /// A presence snapshot one node answered at the end.
     PresenceSeen { node: usize, actors: Vec<String>, t: u64 },
 }
@@ -138,8 +139,8 @@ impl Ev {
             }
             Ev::FaultStart { what, t } => json!({"t": t, "ev": "fault-start", "what": what}),
             Ev::FaultEnd { what, t } => json!({"t": t, "ev": "fault-end", "what": what}),
-            Ev::PresenceIntent { actor, joined, t } => {
-                json!({"t": t, "ev": "presence-intent", "actor": actor, "joined": joined})
+            Ev::PresenceIntent { actor, joined, how, node, t } => {
+                json!({"t": t, "ev": "presence-intent", "actor": actor, "joined": joined, "how": how, "node": node})
             }
             Ev::PresenceSeen { node, actors, t } => {
                 json!({"t": t, "ev": "presence-seen", "node": node, "actors": actors})

@@ -333,7 +333,7 @@ pub async fn presence_client(ctx: Ctx, index: usize, mut rng: Rng) {
     let mut attempt = 0usize;
     let mut n = 0u64;
     while !ctx.stop_all.load(Ordering::Relaxed) {
-        let (_, url) = ctx.url(index, attempt);
+        let (node, url) = ctx.url(index, attempt);
         attempt += 1;
         let Ok(mut ws) = open(url, &token, None).await else {
             sleep(Duration::from_millis(200)).await;
@@ -365,7 +365,8 @@ pub async fn presence_client(ctx: Ctx, index: usize, mut rng: Rng) {
                         }
                         if !joined {
                             joined = true;
-                            ctx.hist.push(Ev::PresenceIntent { actor: actor.clone(), joined, t: ctx.hist.now() });
+                            let (how, t) = ("announce", ctx.hist.now());
+                            ctx.hist.push(Ev::PresenceIntent { actor: actor.clone(), joined, how, node, t });
                         }
                     }
                     5..=7 => {
@@ -379,13 +380,15 @@ pub async fn presence_client(ctx: Ctx, index: usize, mut rng: Rng) {
                         }
                         if joined {
                             joined = false;
-                            ctx.hist.push(Ev::PresenceIntent { actor: actor.clone(), joined, t: ctx.hist.now() });
+                            let (how, t) = ("leave", ctx.hist.now());
+                            ctx.hist.push(Ev::PresenceIntent { actor: actor.clone(), joined, how, node, t });
                         }
                     }
                     _ => {
                         if joined {
                             joined = false;
-                            ctx.hist.push(Ev::PresenceIntent { actor: actor.clone(), joined, t: ctx.hist.now() });
+                            let (how, t) = ("disconnect", ctx.hist.now());
+                            ctx.hist.push(Ev::PresenceIntent { actor: actor.clone(), joined, how, node, t });
                         }
                         break "disconnect";
                     }
