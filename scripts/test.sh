@@ -83,6 +83,20 @@ bash interop/run.sh
 echo "== Autobahn TestSuite, the 140 cases that need no echo (kosoku), one node"
 bash interop/autobahn.sh
 
+echo "== chaos run: 3 nodes, private Mosquitto/Redis/Postgres, seeded faults, history checked (seed 1, about 2 min)"
+# docs/reliability.md. Needs mosquitto, redis-server and Postgres' initdb/postgres binaries
+# (it starts its own instances on free loopback ports, never the shared services).
+if command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ]; then
+  # --tolerate presence: the open presence issue of docs/reliability.md (reported, not failing)
+  # until it is fixed; every other check fails the run.
+  bash scripts/chaos.sh --duration 100 --tolerate presence
+elif [ "${CI:-}" = "true" ]; then
+  echo "chaos: mosquitto is not installed (CI=true)" >&2
+  exit 1
+else
+  skipped "chaos run: mosquitto is not installed"
+fi
+
 if [ -n "${SKUA_TEST_MQTT_URL:-}" ] && [ -n "${SKUA_TEST_REDIS_URL:-}" ]; then
   echo "== interop suite, 2-node cluster over MQTT + Redis"
   SKUA_INTEROP_CLUSTER=1 bash interop/run.sh

@@ -53,6 +53,9 @@ pub struct EdgeConfig {
     /// Live logged messages queued per connection for its durable delivery; beyond it they are
     /// read back from the store.
     pub durable_queue: usize,
+    /// How often each connection's durable task delivers pending messages nobody holds (a
+    /// logged message that missed the bus); zero: only on subscribe, restore and kicks.
+    pub durable_sweep_interval: Duration,
     /// On shutdown, how long sessions get to close before the node stops waiting.
     pub shutdown_grace: Duration,
     /// On shutdown, how long readiness fails and new upgrades are refused (503) before the
@@ -171,6 +174,7 @@ impl Default for EdgeConfig {
             log_prune_batch: 5_000,
             replay_page_size: 256,
             durable_queue: 1024,
+            durable_sweep_interval: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(10),
             drain_delay: Duration::ZERO,
             drain_spread: Duration::ZERO,

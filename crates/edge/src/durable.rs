@@ -22,8 +22,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use skua_core::{
-    Bus, Claim, ConnId, ConsumerId, Control, ControlMessage, Envelope, Holder, NodeId, Release, SessionKey, Store,
-    TopicAddress,
+    Bus, Claim, ConnId, ConsumerId, ConsumerOf, Control, ControlMessage, Envelope, Holder, NodeId, Release, SessionKey,
+    Store, TopicAddress,
 };
 use skua_protocol::{MessageFrame, ServerFrame};
 use tokio::sync::{mpsc, oneshot};
@@ -67,6 +67,8 @@ pub struct Durable {
     /// Node-level tasks: release retries outlive their connection.
     tasks: TaskTracker,
     queue: usize,
+    /// How often a task sweeps its consumers' unheld pending messages (zero: never).
+    sweep: Duration,
     restore_ttl: Duration,
     replay_page_size: u32,
     // std Mutex: map updates only, never across an await.
@@ -102,6 +104,7 @@ impl Durable {
             metrics,
             tasks,
             queue: config.durable_queue.max(1),
+            sweep: config.durable_sweep_interval,
             restore_ttl: config.restore_ttl,
             replay_page_size: config.replay_page_size,
             sessions: Mutex::new(HashMap::new()),
@@ -334,10 +337,18 @@ impl DurableTask {
         let touch_every = (self.d.restore_ttl / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
         let mut touch = tokio::time::interval(touch_every);
         touch.tick().await;
+        // A logged message that missed the bus (the broker restarted before the subscribing
+        // node resubscribed, a node died with it in flight) is pending and unheld with members
+        // connected: no live copy and no kick will come for it. The sweep picks it up.
+        let sweeping = !self.d.sweep.is_zero();
+        let mut sweep = tokio::time::interval(if sweeping { self.d.sweep } else { Duration::from_secs(3600) });
+        sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        sweep.tick().await;
         loop {
             let cmd = tokio::select! {
                 cmd = rx.recv() => cmd,
                 _ = touch.tick() => { self.touch().await; continue; }
+                _ = sweep.tick(), if sweeping => { self.sweep().await; continue; }
             };
             let Some(cmd) = cmd else { break };
             if let Cmd::Shutdown(done) = cmd {
@@ -395,6 +406,11 @@ impl DurableTask {
                 redelivered
             }
             Ok(Claim::Held) => return,
+            // Nothing pending for a group: another member was given it (a replay or catch-up
+            // got there before this live copy) and acked it, or retention pruned it, or it was
+            // appended before the group's consumer existed. Delivering it again would hand an
+            // acked message to a second member (N26); groups never get retained copies.
+            Ok(Claim::Absent) if matches!(consumer.of(), ConsumerOf::Group(_)) => return,
             Ok(Claim::Absent) => false,
             Err(e) => {
                 // At least once: deliver it; it stays pending and may come again.
@@ -470,6 +486,15 @@ impl DurableTask {
                 tracing::info!(consumer = %consumer, count, delivered, "Replay delivered fewer messages than announced.");
             }
             self.push(&ServerFrame::ReplayEnd { replayed: delivered }).await;
+        }
+    }
+
+    /// Delivers what is pending and unheld for each consumer not held by a hydration.
+    async fn sweep(&mut self) {
+        let ids: Vec<ConsumerId> =
+            self.consumers.iter().filter(|(_, s)| s.held.is_none()).map(|(c, _)| c.clone()).collect();
+        for c in ids {
+            self.deliver_pending(&c, None).await;
         }
     }
 

@@ -121,6 +121,9 @@ pub struct Settings {
     /// Live logged messages queued per connection for durable delivery [default 1024].
     #[arg(long, env = "SKUA_DURABLE_QUEUE")]
     pub durable_queue: Option<usize>,
+    /// How often durable deliveries look for pending messages nobody holds; 0s = off [default 5s].
+    #[arg(long, env = "SKUA_DURABLE_SWEEP_INTERVAL")]
+    pub durable_sweep_interval: Option<String>,
     /// Control-plane gRPC listener, e.g. 127.0.0.1:50051; empty = none [default empty; --dev 127.0.0.1:50051].
     #[arg(long, env = "SKUA_GRPC_LISTEN")]
     pub grpc_listen: Option<String>,
@@ -332,7 +335,7 @@ impl Settings {
             rate_limit_window, max_message_size, outbound_queue_messages, outbound_queue_bytes, max_connections, fd_reserve,
             max_subscriptions_per_connection, max_retained_per_topic, restore_ttl, shutdown_grace, drain_delay, bus_queue, node_ttl,
             node_refresh, bus_publish_buffer, log_max_age, log_max_per_topic, log_prune_interval, replay_page_size,
-            durable_queue, grpc_listen, admin_key, revalidate_interval, registry_poll_interval, max_apps_per_project,
+            durable_queue, durable_sweep_interval, grpc_listen, admin_key, revalidate_interval, registry_poll_interval, max_apps_per_project,
             max_rooms_per_app, max_actors_per_project, max_grants_per_room, max_lobbies_per_project, max_page_size, otlp_endpoint,
             max_presence_size, max_retained_bytes_per_topic, max_retained_bytes, max_auth_failures, auth_timeout,
             auth_backoff_after, auth_backoff_max, jwt_audiences,

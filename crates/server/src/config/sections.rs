@@ -402,6 +402,8 @@ pub struct Durable {
     pub replay_page_size: u32,
     /// Live logged messages queued per connection.
     pub durable_queue: usize,
+    /// How often durable deliveries look for pending messages nobody holds (zero: never).
+    pub durable_sweep_interval: Duration,
 }
 
 impl Durable {
@@ -418,6 +420,7 @@ impl Durable {
             log_prune_batch: positive(key!(s, log_prune_batch))?,
             replay_page_size: positive(key!(s, replay_page_size))?,
             durable_queue: positive(key!(s, durable_queue))?,
+            durable_sweep_interval: duration(key!(s, durable_sweep_interval))?,
         })
     }
 }
@@ -824,6 +827,7 @@ impl Sections {
             log_prune_batch: durable.log_prune_batch,
             replay_page_size: durable.replay_page_size,
             durable_queue: durable.durable_queue,
+            durable_sweep_interval: durable.durable_sweep_interval,
             bus_queue: cluster.bus_queue,
             node_ttl: cluster.node_ttl,
             node_refresh: cluster.node_refresh,

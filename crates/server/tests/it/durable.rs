@@ -346,3 +346,107 @@ async fn sqlite_keeps_sessions_and_backlogs_too() {
     assert_eq!(data(&w.expect("message").await), 2);
     assert_eq!(w.expect("replayEnd").await.int("replayed"), 2);
 }
+
+/// Reads what `c` is sent until it stays quiet for `quiet`, acking every message; returns the
+/// first element of each message's data (publish order) and whether it was a replay.
+async fn drain_acking(c: &mut WsClient, quiet: Duration) -> Vec<(i64, bool)> {
+    let mut got = Vec::new();
+    while let Some(ev) = c.next_event_within(quiet).await {
+        match ev {
+            skua_testkit::Event::Frame(f) if f.ty() == "message" => {
+                let n = match f.get("data") {
+                    Value::Array(a) => a[0].as_i64().expect("index"),
+                    other => panic!("unexpected data {other:?}"),
+                };
+                got.push((n, is_replay(&f)));
+                ack(c, &f).await;
+            }
+            skua_testkit::Event::Frame(_) | skua_testkit::Event::Heartbeat => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    got
+}
+
+/// Found by the chaos harness (docs/reliability.md): a live copy of a group message reached a
+/// member after another member had been given it by a replay and had acked it; the pending row
+/// was gone, the claim found nothing, and the copy was delivered again as a new message. A
+/// group's message goes to a second member only when the first left without acking it (N26).
+#[tokio::test]
+async fn a_group_message_another_member_acked_is_not_delivered_again() {
+    let server = TestServer::builder()
+        .settings(|s| {
+            s.outbound_queue_messages = Some(4);
+            s.rate_limit = Some(1000);
+        })
+        .spawn()
+        .await;
+    let mut slow = agent(&server, "slow", false).await;
+    let mut fast = agent(&server, "fast", false).await;
+    subscribe_group(&mut slow, "pool").await;
+    subscribe_group(&mut fast, "pool").await;
+    let mut alice = server.auth("dev-token-alice").await;
+    // Large messages: `slow` reads nothing, so once the socket buffers are full its durable task
+    // waits for room with its share of the live messages queued behind it, unclaimed.
+    const N: i64 = 60;
+    let blob = Value::Binary(vec![7u8; 256 * 1024]);
+    for n in 0..N {
+        alice.publish_acked(TASKS, Value::Array(vec![Value::from(n), blob.clone()])).await;
+    }
+    let mut acked: std::collections::BTreeSet<i64> =
+        drain_acking(&mut fast, Duration::from_millis(500)).await.into_iter().map(|(n, _)| n).collect();
+    // A third member joins: its replay takes every pending message nobody holds, those waiting
+    // in `slow`'s queue included, and acks them.
+    let mut third = agent(&server, "third", false).await;
+    subscribe_group(&mut third, "pool").await;
+    let replayed = drain_acking(&mut third, Duration::from_millis(500)).await;
+    assert!(!replayed.is_empty(), "the stalled member's queued messages were replayed to the newcomer");
+    acked.extend(replayed.iter().map(|(n, _)| *n));
+    // `slow` reads at last: what it held before stalling, never what another member acked.
+    let late = drain_acking(&mut slow, Duration::from_millis(1000)).await;
+    for (n, replay) in &late {
+        assert!(!acked.contains(n), "message {n} (isReplay {replay}) reached a second member after it was acked");
+    }
+    acked.extend(late.iter().map(|(n, _)| *n));
+    assert_eq!(acked, (0..N).collect(), "every message reached the group");
+}
+
+/// Found by the chaos harness (docs/reliability.md): a logged message that missed the bus (the
+/// broker restarted before the subscribing node resubscribed) stayed pending, unheld, with
+/// members connected, until some unrelated reconnect kicked the group (seconds to forever).
+/// Here two nodes share the store but not a bus, so every message misses it; the durable
+/// sweep delivers it anyway.
+#[tokio::test]
+async fn a_logged_message_that_missed_the_bus_reaches_a_connected_member_by_the_sweep() {
+    let path = std::env::temp_dir().join(format!("skua-sweep-{}.db", uuid_like()));
+    let store = format!("sqlite://{}", path.display());
+    let (s1, s2) = (store.clone(), store);
+    let subscriber_node = TestServer::builder()
+        .settings(move |s| {
+            s.store = Some(s1.clone());
+            s.durable_sweep_interval = Some("200ms".into());
+        })
+        .spawn()
+        .await;
+    let publisher_node = TestServer::builder().settings(move |s| s.store = Some(s2.clone())).spawn().await;
+    let mut w = agent(&subscriber_node, "swept", false).await;
+    subscribe_group(&mut w, "sweepers").await;
+    let mut alice = publisher_node.auth("dev-token-alice").await;
+    publish(&mut alice, 41).await;
+    let m = w.next_of_within("message", Duration::from_secs(10)).await;
+    assert_eq!(data(&m), 41);
+    assert!(!is_replay(&m), "first delivery: {m:?}");
+    ack(&mut w, &m).await;
+    // Acked: the next sweeps find nothing more.
+    w.assert_nothing_pending().await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    w.assert_nothing_pending().await;
+    drop((w, alice, publisher_node, subscriber_node));
+    let _ = std::fs::remove_file(&path);
+}
+
+fn uuid_like() -> String {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    format!("{}-{nanos}", std::process::id())
+}

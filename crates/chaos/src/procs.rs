@@ -1,0 +1,306 @@
+//! The processes the harness owns: three `skua serve` nodes and private Mosquitto, Redis and
+//! Postgres instances on free loopback ports, in one temporary directory. Nothing here touches
+//! a service the harness did not start; every child is killed when its handle drops.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+/// A free loopback port (bound and released).
+pub fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn wait_port(port: u16, what: &str, within: Duration) -> Result<()> {
+    let deadline = Instant::now() + within;
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > deadline {
+            bail!("{what} did not listen on 127.0.0.1:{port} within {within:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill").args([sig, &pid.to_string()]).stdout(Stdio::null()).stderr(Stdio::null()).status();
+}
+
+/// Which private service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServiceKind {
+    /// Mosquitto (the cluster's MQTT bus).
+    Mosquitto,
+    /// Redis (presence).
+    Redis,
+    /// Postgres (the store).
+    Postgres,
+}
+
+/// A private service, restartable on its port.
+#[derive(Debug)]
+pub struct Service {
+    /// What it is.
+    pub kind: ServiceKind,
+    program: PathBuf,
+    args: Vec<String>,
+    child: Option<Child>,
+    /// Its port.
+    pub port: u16,
+    log: PathBuf,
+}
+
+impl Service {
+    /// Starts a private Mosquitto (anonymous, no persistence) under `dir`.
+    pub fn mosquitto(dir: &Path) -> Result<Self> {
+        let port = free_port()?;
+        let conf = dir.join("mosquitto.conf");
+        std::fs::write(
+            &conf,
+            format!("listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\nmax_queued_messages 100000\n"),
+        )?;
+        let program = which("mosquitto", &["/usr/sbin/mosquitto"])?;
+        Self::start(ServiceKind::Mosquitto, program, vec!["-c".into(), conf.display().to_string()], port, dir)
+    }
+
+    /// Starts a private Redis (no persistence).
+    pub fn redis(dir: &Path) -> Result<Self> {
+        let port = free_port()?;
+        let args = ["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"];
+        let program = which("redis-server", &["/usr/bin/redis-server"])?;
+        Self::start(ServiceKind::Redis, program, args.iter().map(|s| (*s).to_owned()).collect(), port, dir)
+    }
+
+    /// Initialises and starts a private Postgres cluster under `dir` (trust auth, socket in
+    /// `dir`). As root, the server runs as the `postgres` user through `setpriv`.
+    pub fn postgres(dir: &Path) -> Result<Self> {
+        let bin = postgres_bin()?;
+        let port = free_port()?;
+        let data = dir.join("pgdata");
+        let root = running_as_root();
+        if root {
+            let ok = Command::new("chown").args(["-R", "postgres:postgres"]).arg(dir).status()?.success();
+            if !ok {
+                bail!("chown {} to postgres failed", dir.display());
+            }
+        }
+        let mut initdb = if root {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=postgres", "--regid=postgres", "--init-groups", "--"]).arg(bin.join("initdb"));
+            c
+        } else {
+            Command::new(bin.join("initdb"))
+        };
+        let out = initdb.args(["-A", "trust", "-U", "postgres", "--no-sync", "-D"]).arg(&data).output()?;
+        if !out.status.success() {
+            bail!("initdb failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        let mut args = Vec::new();
+        let program = if root {
+            args.extend(["--reuid=postgres", "--regid=postgres", "--init-groups", "--"].map(String::from));
+            args.push(bin.join("postgres").display().to_string());
+            PathBuf::from("setpriv")
+        } else {
+            bin.join("postgres")
+        };
+        args.extend([
+            "-D".to_owned(),
+            data.display().to_string(),
+            "-p".to_owned(),
+            port.to_string(),
+            "-h".to_owned(),
+            "127.0.0.1".to_owned(),
+            "-k".to_owned(),
+            dir.display().to_string(),
+            "-c".to_owned(),
+            "fsync=off".to_owned(),
+            "-c".to_owned(),
+            "max_connections=200".to_owned(),
+        ]);
+        Self::start(ServiceKind::Postgres, program, args, port, dir)
+    }
+
+    fn start(kind: ServiceKind, program: PathBuf, args: Vec<String>, port: u16, dir: &Path) -> Result<Self> {
+        let log = dir.join(format!("{kind:?}.log").to_lowercase());
+        let mut s = Self { kind, program, args, child: None, port, log };
+        s.restart()?;
+        Ok(s)
+    }
+
+    /// (Re)starts it and waits until its port accepts connections.
+    pub fn restart(&mut self) -> Result<()> {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log)?;
+        let child = Command::new(&self.program)
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("spawn {}", self.program.display()))?;
+        self.child = Some(child);
+        wait_port(self.port, &format!("{:?}", self.kind), Duration::from_secs(30))
+    }
+
+    /// Stops it: SIGKILL for Mosquitto and Redis, a fast shutdown (SIGINT) for Postgres (a
+    /// SIGKILLed postmaster leaves its backends holding the shared memory).
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            if self.kind == ServiceKind::Postgres {
+                signal(c.id(), "-INT");
+            } else {
+                let _ = c.kill();
+            }
+            let _ = c.wait();
+        }
+    }
+
+    /// Its URL as the nodes take it.
+    pub fn url(&self) -> String {
+        match self.kind {
+            ServiceKind::Mosquitto => format!("mqtt://127.0.0.1:{}", self.port),
+            ServiceKind::Redis => format!("redis://127.0.0.1:{}", self.port),
+            ServiceKind::Postgres => format!("postgres://postgres@127.0.0.1:{}/postgres", self.port),
+        }
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn running_as_root() -> bool {
+    Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+fn which(name: &str, fallbacks: &[&str]) -> Result<PathBuf> {
+    let found = Command::new("sh").args(["-c", &format!("command -v {name}")]).output()?;
+    if found.status.success() {
+        return Ok(PathBuf::from(String::from_utf8_lossy(&found.stdout).trim()));
+    }
+    fallbacks.iter().map(PathBuf::from).find(|p| p.exists()).with_context(|| format!("{name} is not installed"))
+}
+
+fn postgres_bin() -> Result<PathBuf> {
+    if let Ok(dir) = std::env::var("SKUA_CHAOS_PG_BIN") {
+        return Ok(PathBuf::from(dir));
+    }
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|d| d.filter_map(Result::ok).map(|e| e.path().join("bin")).collect())
+        .unwrap_or_default();
+    dirs.sort();
+    dirs.push(PathBuf::from("/usr/local/bin"));
+    dirs.into_iter().find(|d| d.join("initdb").exists() && d.join("postgres").exists()).context(
+        "no Postgres binaries (initdb, postgres) in /usr/lib/postgresql/*/bin or /usr/local/bin; set SKUA_CHAOS_PG_BIN",
+    )
+}
+
+/// One `skua serve` node on a fixed port, restartable under the same node id.
+#[derive(Debug)]
+pub struct Node {
+    /// Index (node id `chaos-<i>`).
+    pub index: usize,
+    /// Its port.
+    pub port: u16,
+    bin: PathBuf,
+    args: Vec<String>,
+    child: Option<Child>,
+    log: PathBuf,
+    /// Whether it is SIGSTOPped.
+    pub paused: bool,
+}
+
+impl Node {
+    /// Prepares node `index` (does not start it).
+    pub fn new(index: usize, bin: &Path, common: &[String], dir: &Path) -> Result<Self> {
+        let port = free_port()?;
+        let mut args = vec!["serve".to_owned(), "--listen".to_owned(), format!("127.0.0.1:{port}")];
+        args.extend(common.iter().cloned());
+        args.extend(["--node-id".to_owned(), format!("chaos-{index}")]);
+        let log = dir.join(format!("node-{index}.log"));
+        Ok(Self { index, port, bin: bin.to_owned(), args, child: None, log, paused: false })
+    }
+
+    /// `ws://127.0.0.1:PORT/ws`.
+    pub fn url(&self) -> String {
+        format!("ws://127.0.0.1:{}/ws", self.port)
+    }
+
+    /// Starts it and waits for its listening line (at most 60 s).
+    pub fn start(&mut self) -> Result<()> {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log)?;
+        let mut child = Command::new(&self.bin)
+            .args(&self.args)
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("spawn {}", self.bin.display()))?;
+        let stdout = child.stdout.take().context("piped stdout")?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut out = std::fs::OpenOptions::new().create(true).append(true).open(&self.log)?;
+        std::thread::spawn(move || {
+            use std::io::Write;
+            let mut said = false;
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = writeln!(out, "{line}");
+                if !said && line.starts_with("skua listening on ") {
+                    said = true;
+                    let _ = tx.send(());
+                }
+            }
+        });
+        self.child = Some(child);
+        self.paused = false;
+        if rx.recv_timeout(Duration::from_secs(60)).is_err() {
+            bail!("node {} did not print its listening line within 60 s (log: {})", self.index, self.log.display());
+        }
+        Ok(())
+    }
+
+    /// SIGKILL.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            if self.paused {
+                signal(c.id(), "-CONT");
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self.paused = false;
+    }
+
+    /// SIGSTOP (`true`) or SIGCONT (`false`).
+    pub fn pause(&mut self, stop: bool) {
+        if let Some(c) = &self.child {
+            signal(c.id(), if stop { "-STOP" } else { "-CONT" });
+            self.paused = stop;
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// `skua migrate --store URL`, retried while the fresh server warms up.
+pub fn migrate(bin: &Path, store: &str) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = Command::new(bin).args(["migrate", "--store", store]).output()?;
+        if out.status.success() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("skua migrate failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
