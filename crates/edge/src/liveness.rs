@@ -7,7 +7,7 @@
 //! lapsed and publishes their `leave` events; the backend hands each entry to exactly one
 //! remover, so each leave goes out once.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -104,11 +104,28 @@ async fn refresh(st: &Liveness, first: bool) {
         Ok(true) if !first => {
             let local = st.hub.local_presence();
             tracing::warn!(entries = local.len(), "Presence backend lost this node's registration; re-announcing.");
+            let mut announced = Vec::with_capacity(local.len());
             for (room, actor, conn, data) in local {
                 let conn = ConnRef { node: st.node.clone(), conn };
                 if let Err(e) = st.presence.announce(&room, &actor, &conn, data, now_unix_s()).await {
                     tracing::warn!(error = %e, "Re-announcing presence failed; retrying at the next refresh.");
                     return;
+                }
+                announced.push((room, actor, conn));
+            }
+            // A connection that left while the snapshot was being announced removed its entry
+            // before the announce wrote it back (found by skua-chaos: the member stayed listed
+            // on every node). Leaving removes the local entry before the backend's, so what is
+            // no longer local now must not stay announced.
+            let still: HashSet<_> = st.hub.local_presence().into_iter().map(|(r, a, c, _)| (r, a, c)).collect();
+            for (room, actor, conn) in announced {
+                if still.contains(&(room.clone(), actor.clone(), conn.conn)) {
+                    continue;
+                }
+                match st.presence.remove(&room, &actor, &conn).await {
+                    Ok(true) if !st.members.went_offline(&room, &actor).await => publish_leave(st, room, actor).await,
+                    Ok(_) => {}
+                    Err(_) => st.deferred.push(room, actor, conn),
                 }
             }
         }
