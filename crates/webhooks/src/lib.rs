@@ -1,5 +1,5 @@
-//! Skua's webhook delivery engine (N41–N45): one pooled HTTP client (reqwest over rustls with
-//! the process's ring provider) that POSTs signed JSON bodies with timeouts, retries with
+//! Skua's webhook delivery engine (N41–N45): one pooled HTTP/1.1 client (hyper's client
+//! connection API, rustls with ring for `https`) that POSTs signed JSON bodies with timeouts, retries with
 //! backoff, a concurrency limit per target, a bounded response read, a bounded queue for
 //! fire-and-forget calls, metrics per kind and outcome, and a tracing span per delivery.
 //!
@@ -8,12 +8,14 @@
 //! - [`request`]: [`WebhookRequest`], the body with `deliveryId` and `timestamp`, and signing;
 //! - [`sender`]: [`WebhookSender`], calls ([`WebhookSender::call`]) and the queue
 //!   ([`WebhookSender::enqueue`]);
+//! - `client`: the HTTP/1.1 client (keep-alive pool per origin, address rules, bounded answers);
 //! - [`resolve`]: the DNS resolver that refuses link-local and metadata addresses at send time;
 //! - [`metrics`]: [`WebhookMetrics`], rendered in the Prometheus text format.
 //!
-//! The process must have a rustls crypto provider installed (the server installs ring at
-//! start); [`WebhookSender::new`] fails otherwise rather than panic.
+//! `https` uses ring explicitly (whatever provider the process installed) and the system's
+//! root certificates.
 
+mod client;
 pub mod metrics;
 pub mod request;
 pub mod resolve;

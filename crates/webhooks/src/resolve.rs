@@ -4,7 +4,6 @@
 
 use std::net::SocketAddr;
 
-use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use skua_core::webhook::is_link_local_or_metadata;
 
 /// The system resolver (tokio's `lookup_host`), keeping only allowed addresses.
@@ -22,21 +21,34 @@ pub struct RefusedAddress {
     pub name: String,
 }
 
-impl Resolve for GuardedResolver {
-    fn resolve(&self, name: Name) -> Resolving {
-        let allow = self.allow_link_local;
-        Box::pin(async move {
-            let host = name.as_str().to_owned();
-            let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
-                .await?
-                .filter(|a| allow || !is_link_local_or_metadata(a.ip()))
-                .collect();
-            if addrs.is_empty() {
-                return Err(Box::new(RefusedAddress { name: host }) as Box<dyn std::error::Error + Send + Sync>);
-            }
-            Ok(Box::new(addrs.into_iter()) as Addrs)
-        })
+impl GuardedResolver {
+    /// The allowed addresses of `host` with `port`.
+    ///
+    /// # Errors
+    /// [`RefusedAddress`] when every address is refused; the resolver's error otherwise.
+    pub async fn resolve(
+        &self,
+        host: &str,
+        port: u16,
+    ) -> Result<Vec<SocketAddr>, Box<dyn std::error::Error + Send + Sync>> {
+        resolve_guarded(host, port, self.allow_link_local).await
     }
+}
+
+/// [`GuardedResolver::resolve`].
+pub(crate) async fn resolve_guarded(
+    host: &str,
+    port: u16,
+    allow_link_local: bool,
+) -> Result<Vec<SocketAddr>, Box<dyn std::error::Error + Send + Sync>> {
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
+        .await?
+        .filter(|a| allow_link_local || !is_link_local_or_metadata(a.ip()))
+        .collect();
+    if addrs.is_empty() {
+        return Err(Box::new(RefusedAddress { name: host.to_owned() }));
+    }
+    Ok(addrs)
 }
 
 #[cfg(test)]
@@ -45,10 +57,7 @@ mod tests {
 
     async fn resolve(allow_link_local: bool, name: &str) -> Result<Vec<SocketAddr>, String> {
         let r = GuardedResolver { allow_link_local };
-        match r.resolve(name.parse().expect("a name")).await {
-            Ok(addrs) => Ok(addrs.collect()),
-            Err(e) => Err(e.to_string()),
-        }
+        r.resolve(name, 80).await.map_err(|e| e.to_string())
     }
 
     // The system resolver answers an address written as a name with that address, so this

@@ -9,25 +9,19 @@
 //!   the final [`DeliveryReport`] to the request's [`OnDone`]. A full queue refuses at once
 //!   ([`QueueFull`] gives the request back) and nothing blocks the caller.
 
-use std::collections::HashMap;
-use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use skua_core::webhook::{host_allowed, is_link_local_or_metadata};
+use bytes::Bytes;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
 
+use crate::client::{Client, IDLE_TIMEOUT, TransportError};
 use crate::metrics::{Outcome, WebhookMetrics};
-use crate::request::{SIGNATURE_HEADER, WebhookRequest};
-use crate::resolve::{GuardedResolver, RefusedAddress};
-
-/// Entries of the per-target semaphore map above which idle ones are dropped.
-const TARGETS_PRUNE_AT: usize = 1024;
+use crate::request::WebhookRequest;
 
 /// The engine's settings (`webhook_*` in config/default.toml).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -132,7 +126,7 @@ pub enum DeliveryError {
     },
     /// Connection or protocol failure.
     #[error("transport error")]
-    Transport(#[source] reqwest::Error),
+    Transport(#[source] TransportError),
     /// The answer was longer than `max_response_bytes`.
     #[error("answer longer than {limit} bytes")]
     TooLarge {
@@ -194,11 +188,9 @@ struct Job {
 }
 
 struct Inner {
-    client: reqwest::Client,
+    client: Client,
     config: WebhookConfig,
     metrics: Arc<WebhookMetrics>,
-    // std Mutex: held only to look up or insert an Arc, never across an await.
-    targets: Mutex<HashMap<String, Arc<Semaphore>>>,
     queue: mpsc::Sender<Job>,
 }
 
@@ -217,7 +209,7 @@ impl std::fmt::Debug for WebhookSender {
 /// Why the sender could not be built.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot build the webhook HTTP client")]
-pub struct BuildError(#[source] reqwest::Error);
+pub struct BuildError(#[source] crate::client::ClientError);
 
 impl WebhookSender {
     /// A sender whose queue dispatcher and deliveries run on `tracker` and stop with `shutdown`
@@ -229,25 +221,11 @@ impl WebhookSender {
     pub fn new(config: WebhookConfig, tracker: &TaskTracker, shutdown: CancellationToken) -> Result<Self, BuildError> {
         // Err means a provider is installed already, which is what we want.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = reqwest::Client::builder()
-            .user_agent(concat!("skua-webhooks/", env!("CARGO_PKG_VERSION")))
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
-            .connect_timeout(config.connect_timeout)
-            .pool_idle_timeout(Duration::from_secs(90))
-            .pool_max_idle_per_host(config.concurrency_per_target.max(1))
-            .dns_resolver(GuardedResolver { allow_link_local: config.allow_link_local })
-            .build()
-            .map_err(BuildError)?;
+        let client = Client::new(&config).map_err(BuildError)?;
         let (tx, rx) = mpsc::channel(config.queue.max(1));
-        let inner = Arc::new(Inner {
-            client,
-            config,
-            metrics: Arc::new(WebhookMetrics::default()),
-            targets: Mutex::new(HashMap::new()),
-            queue: tx,
-        });
+        let inner = Arc::new(Inner { client, config, metrics: Arc::new(WebhookMetrics::default()), queue: tx });
         let sender = Self { inner };
+        tracker.spawn(sender.clone().sweep(shutdown.clone()));
         tracker.spawn(sender.clone().dispatch(rx, tracker.clone(), shutdown));
         Ok(sender)
     }
@@ -310,6 +288,18 @@ impl WebhookSender {
             Err(mpsc::error::TrySendError::Full(job) | mpsc::error::TrySendError::Closed(job)) => {
                 self.inner.metrics.delivered(kind, Outcome::QueueFull);
                 Err(QueueFull(Box::new(job.request)))
+            }
+        }
+    }
+
+    /// Closes kept connections unused for their idle timeout, every third of it.
+    async fn sweep(self, shutdown: CancellationToken) {
+        let mut tick = tokio::time::interval_at(Instant::now() + IDLE_TIMEOUT / 3, IDLE_TIMEOUT / 3);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                _ = tick.tick() => self.inner.client.sweep(),
             }
         }
     }
@@ -382,7 +372,7 @@ impl WebhookSender {
             let timeout =
                 deadline.map_or(per_attempt, |d| d.saturating_duration_since(Instant::now()).min(per_attempt));
             self.inner.metrics.attempt(request.call.kind, attempt > 0);
-            let result = match tokio::time::timeout(timeout, self.attempt(request, timeout)).await {
+            let result = match tokio::time::timeout(timeout, self.attempt(request)).await {
                 Ok(r) => r,
                 Err(_) => Err(DeliveryError::Timeout { after: timeout }),
             };
@@ -407,119 +397,13 @@ impl WebhookSender {
         }
     }
 
-    /// One HTTP request.
-    async fn attempt(&self, request: &WebhookRequest, timeout: Duration) -> Result<WebhookResponse, DeliveryError> {
+    /// One HTTP request (the client applies the address rules, the per-target limit, no
+    /// redirects, no proxy, and the bound on the answer).
+    async fn attempt(&self, request: &WebhookRequest) -> Result<WebhookResponse, DeliveryError> {
         let target = &request.call.target;
-        let url = parse_url(&target.url)?;
-        // The address rules run on every request, cached parse or not.
-        let origin = self.check_address(&url)?;
-        let semaphore = self.target_semaphore(origin);
-        let _permit = semaphore.acquire().await.map_err(|_| DeliveryError::Shutdown)?;
-        let mut rb = self
-            .inner
-            .client
-            .post(url)
-            .timeout(timeout)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(request.body.clone());
-        for (name, value) in &target.headers {
-            rb = rb.header(name.as_str(), value.as_str());
-        }
-        if let Some(sig) = &request.signature {
-            rb = rb.header(SIGNATURE_HEADER, sig.as_str());
-        }
-        let mut resp = rb.send().await.map_err(classify)?;
-        let status = resp.status();
-        if !status.is_success() {
-            return Err(DeliveryError::Status { status: status.as_u16() });
-        }
-        let json_content_type = resp
-            .headers()
-            .get(reqwest::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split(';').next())
-            .is_some_and(|v| {
-                let v = v.trim().to_ascii_lowercase();
-                v == "application/json" || v.ends_with("+json")
-            });
-        let limit = self.inner.config.max_response_bytes;
-        if resp.content_length().is_some_and(|n| n > limit as u64) {
-            return Err(DeliveryError::TooLarge { limit });
-        }
-        let mut body = BytesMut::new();
-        while let Some(chunk) = resp.chunk().await.map_err(classify)? {
-            if body.len() + chunk.len() > limit {
-                return Err(DeliveryError::TooLarge { limit });
-            }
-            body.extend_from_slice(&chunk);
-        }
-        Ok(WebhookResponse { status: status.as_u16(), body: body.freeze(), json_content_type })
+        let headers = crate::client::headers(&target.headers, request.signature.as_deref())?;
+        self.inner.client.post(&target.url, headers, request.body.clone(), self.inner.config.max_response_bytes).await
     }
-
-    /// The address rules on the URL itself (a literal address never reaches the resolver);
-    /// returns the target key `scheme://host:port`.
-    fn check_address(&self, url: &reqwest::Url) -> Result<String, DeliveryError> {
-        let config = &self.inner.config;
-        let host = url.host_str().ok_or_else(|| DeliveryError::Refused { reason: "the URL has no host".into() })?;
-        let bare = host.trim_start_matches('[').trim_end_matches(']');
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err(DeliveryError::Refused { reason: format!("scheme {} is not http(s)", url.scheme()) });
-        }
-        if !config.allow_link_local && bare.parse::<IpAddr>().is_ok_and(is_link_local_or_metadata) {
-            return Err(DeliveryError::Refused { reason: format!("{bare} is a link-local or cloud metadata address") });
-        }
-        if !config.allowed_hosts.is_empty() && !host_allowed(&config.allowed_hosts, bare) {
-            return Err(DeliveryError::Refused { reason: format!("host {bare} is not in webhook_allowed_hosts") });
-        }
-        Ok(format!("{}://{}:{}", url.scheme(), host, url.port_or_known_default().unwrap_or(0)))
-    }
-
-    fn target_semaphore(&self, key: String) -> Arc<Semaphore> {
-        let mut map = self.inner.targets.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if map.len() >= TARGETS_PRUNE_AT && !map.contains_key(&key) {
-            // Idle targets (no request holds their semaphore) are forgotten.
-            map.retain(|_, s| Arc::strong_count(s) > 1);
-        }
-        map.entry(key)
-            .or_insert_with(|| Arc::new(Semaphore::new(self.inner.config.concurrency_per_target.max(1))))
-            .clone()
-    }
-}
-
-thread_local! {
-    /// The URL parsed last on this thread: triggers post to the same few URLs, and parsing one
-    /// is a good part of a request's cost.
-    static LAST_URL: std::cell::RefCell<Option<(String, reqwest::Url)>> = const { std::cell::RefCell::new(None) };
-}
-
-/// `url` parsed (a copy of the thread's last parse when it is the same string).
-fn parse_url(url: &str) -> Result<reqwest::Url, DeliveryError> {
-    LAST_URL.with(|cell| {
-        let mut last = cell.borrow_mut();
-        if let Some((s, parsed)) = &*last
-            && s == url
-        {
-            return Ok(parsed.clone());
-        }
-        let parsed = reqwest::Url::parse(url)
-            .map_err(|e| DeliveryError::Refused { reason: format!("the URL does not parse: {e}") })?;
-        *last = Some((url.to_owned(), parsed.clone()));
-        Ok(parsed)
-    })
-}
-
-fn classify(e: reqwest::Error) -> DeliveryError {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
-    while let Some(s) = source {
-        if let Some(r) = s.downcast_ref::<RefusedAddress>() {
-            return DeliveryError::Refused { reason: r.to_string() };
-        }
-        source = s.source();
-    }
-    if e.is_timeout() {
-        return DeliveryError::Timeout { after: Duration::ZERO };
-    }
-    DeliveryError::Transport(e)
 }
 
 fn delivery_span(request: &WebhookRequest) -> tracing::Span {

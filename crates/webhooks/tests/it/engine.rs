@@ -185,3 +185,93 @@ async fn address_rules_apply_to_every_request_to_the_same_url() {
     }
     assert_eq!(rx.wait_for(1).await.len(), 1, "only the allowed request arrived");
 }
+
+/// A plain HTTP/1.1 receiver on a real socket that counts the connections it accepted and
+/// answers every request `200` with an empty body; with `close_after_answer` it answers
+/// `Connection: close` and closes each connection after its answer.
+async fn counting_receiver(
+    close_after_answer: bool,
+) -> (String, Arc<std::sync::atomic::AtomicUsize>, Arc<std::sync::atomic::AtomicUsize>) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/t", listener.local_addr().unwrap());
+    let conns = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let answered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (c, a) = (conns.clone(), answered.clone());
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let a = a.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    // One whole request: headers, then Content-Length bytes of body.
+                    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        match sock.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                    let len: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .and_then(|v| v.trim().parse().ok())
+                        .unwrap_or(0);
+                    if buf.len() < end + 4 + len {
+                        match sock.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                        continue;
+                    }
+                    buf.drain(..end + 4 + len);
+                    let answer: &[u8] = if close_after_answer {
+                        b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                    } else {
+                        b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"
+                    };
+                    if sock.write_all(answer).await.is_err() {
+                        return;
+                    }
+                    a.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    if close_after_answer {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (url, conns, answered)
+}
+
+#[tokio::test]
+async fn requests_to_one_target_reuse_a_kept_connection() {
+    let (url, conns, answered) = counting_receiver(false).await;
+    let (s, _stop) = sender(WebhookConfig::default());
+    let once = RetrySchedule { delays: Vec::new() };
+    for _ in 0..5 {
+        let req = WebhookRequest::new(call(WebhookKind::Trigger, &url, None), payload());
+        s.call(&req, &once, Duration::from_secs(5)).await.expect("delivered");
+    }
+    assert_eq!(answered.load(std::sync::atomic::Ordering::SeqCst), 5);
+    assert_eq!(conns.load(std::sync::atomic::Ordering::SeqCst), 1, "one keep-alive connection for all five");
+}
+
+#[tokio::test]
+async fn a_connection_the_receiver_closes_is_not_kept_and_costs_no_failed_attempt() {
+    let (url, conns, answered) = counting_receiver(true).await;
+    let (s, _stop) = sender(WebhookConfig::default());
+    // No retries: each request must succeed at its one attempt, although the receiver closes
+    // every connection after its answer.
+    let once = RetrySchedule { delays: Vec::new() };
+    for _ in 0..3 {
+        let req = WebhookRequest::new(call(WebhookKind::Trigger, &url, None), payload());
+        s.call(&req, &once, Duration::from_secs(5)).await.expect("delivered");
+    }
+    assert_eq!(answered.load(std::sync::atomic::Ordering::SeqCst), 3);
+    assert_eq!(conns.load(std::sync::atomic::Ordering::SeqCst), 3, "a new connection each time");
+    assert_eq!(s.metrics().attempts(WebhookKind::Trigger), 3);
+}
