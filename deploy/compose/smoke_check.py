@@ -281,7 +281,8 @@ async def presence(args) -> None:
     for i in observers:
         joins, _ = watchers[i]
         try:
-            await joins.wait_for(lambda a: a.actor_token_id == "agent-1", timeout=15, what="agent-1's join")
+            await joins.wait_for(lambda a: a.actor_token_id == "agent-1", timeout=args.timeout,
+                                 what="agent-1's join")
             fact(True, f"edge {i} sees a client of the healed edge join (it rejoined the cluster)")
         except AssertionError as e:
             fact(False, f"the healed edge did not rejoin: {e}")
