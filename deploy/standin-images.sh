@@ -15,7 +15,6 @@
 # Sourcing it sets the SKUA_*_IMAGE variables docker-compose.yml and the Dockerfile's build
 # arguments read; `standin_build` builds what is missing. Run directly, it does both and prints
 # the variables.
-set -euo pipefail
 
 STANDIN_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/compose/standins"
 DOCKER=${DOCKER:-/usr/bin/docker}
@@ -86,21 +85,22 @@ standin_rust() {
     ctx=$(mktemp -d /var/tmp/skua-standin-rust.XXXXXX)
     mkdir -p "$ctx/certs" "$ctx/toolchain"
     cp /usr/local/share/ca-certificates/*.crt "$ctx/certs/" 2>/dev/null || true
-    cp -a "$sysroot/bin" "$sysroot/lib" "$ctx/toolchain/"
-    [[ -d $sysroot/libexec ]] && cp -a "$sysroot/libexec" "$ctx/toolchain/"
+    cp -a "$sysroot/bin" "$sysroot/lib" "$ctx/toolchain/" || { rm -rf "$ctx"; return 1; }
+    if [[ -d $sysroot/libexec ]]; then cp -a "$sysroot/libexec" "$ctx/toolchain/"; fi
     standin_from rust "$SKUA_BUILDER_IMAGE" "$ctx" || { rm -rf "$ctx"; return 1; }
     rm -rf "$ctx"
 }
 
 standin_build() {
-    standin_base
-    standin_from postgres "$SKUA_POSTGRES_IMAGE"
-    standin_from redis "$SKUA_REDIS_IMAGE"
-    standin_from mosquitto "$SKUA_MQTT_IMAGE"
-    standin_rust
+    standin_base &&
+        standin_from postgres "$SKUA_POSTGRES_IMAGE" &&
+        standin_from redis "$SKUA_REDIS_IMAGE" &&
+        standin_from mosquitto "$SKUA_MQTT_IMAGE" &&
+        standin_rust
 }
 
 if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
+    set -euo pipefail
     standin_build
     env | grep -E '^SKUA_(RUNTIME|POSTGRES|REDIS|MQTT|BUILDER)_IMAGE=' | sed 's/^/export /'
 fi
