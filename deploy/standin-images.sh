@@ -65,10 +65,13 @@ standin_base() {
     rm -rf "$root" "$root.log"
 }
 
-# standin_from NAME IMAGE [CONTEXT]: builds deploy/compose/standins/NAME.Dockerfile.
+# standin_from NAME IMAGE [CONTEXT]: builds deploy/compose/standins/NAME.Dockerfile; the recipe
+# is the Dockerfile, the files it copies and, for the builder, the toolchain's version.
 standin_from() {
-    local name=$1 image=$2 ctx=${3:-$STANDIN_DIR} key
-    key=$(standin_key "$STANDIN_DIR/$name.Dockerfile" "$STANDIN_DIR"/*.sh <(echo "$rust_version"))
+    local name=$1 image=$2 ctx=${3:-$STANDIN_DIR} key files
+    files=$(grep -oE '^COPY [a-z-]+\.sh' "$STANDIN_DIR/$name.Dockerfile" | sed "s|^COPY |$STANDIN_DIR/|")
+    # shellcheck disable=SC2086
+    key=$(standin_key "$STANDIN_DIR/$name.Dockerfile" $files <(echo "$name" "$rust_version"))
     standin_current "$image" "$key" && return 0
     echo "standin: building $image"
     "$DOCKER" build -q --label "skua.standin.recipe=$key" --build-arg "BASE_IMAGE=$SKUA_RUNTIME_IMAGE" \
@@ -79,7 +82,7 @@ standin_from() {
 # extra CA certificates.
 standin_rust() {
     local key sysroot ctx
-    key=$(standin_key "$STANDIN_DIR/rust.Dockerfile" "$STANDIN_DIR"/*.sh <(echo "$rust_version"))
+    key=$(standin_key "$STANDIN_DIR/rust.Dockerfile" <(echo rust "$rust_version"))
     standin_current "$SKUA_BUILDER_IMAGE" "$key" && return 0
     sysroot=$(rustc --print sysroot)
     ctx=$(mktemp -d /var/tmp/skua-standin-rust.XXXXXX)
