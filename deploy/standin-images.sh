@@ -3,7 +3,7 @@
 # for machines that reach no image registry (compose-smoke.sh and compose-cluster.sh source it).
 # Nothing here is committed as an image: the recipes are deploy/compose/standins/*, the images
 # are built on this machine, and kept between runs (an image whose recipe has not changed is
-# not built again; SKUA_STANDIN_REBUILD=1 builds every one anew).
+# not built again, the one it replaces is removed; SKUA_STANDIN_REBUILD=1 builds every one anew).
 #
 #   skua-standin/debian:bookworm-slim   debootstrap --variant=minbase bookworm from the machine's
 #                                       Debian mirror, imported with `docker import`
@@ -99,7 +99,8 @@ standin_build() {
         standin_from postgres "$SKUA_POSTGRES_IMAGE" &&
         standin_from redis "$SKUA_REDIS_IMAGE" &&
         standin_from mosquitto "$SKUA_MQTT_IMAGE" &&
-        standin_rust
+        standin_rust &&
+        { "$DOCKER" image prune -f --filter label=skua.standin.recipe >/dev/null 2>&1 || true; }
 }
 
 if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
