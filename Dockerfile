@@ -20,6 +20,14 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     && strip /usr/local/bin/skua
 
 FROM ${RUNTIME_IMAGE} AS runtime
+# ca-certificates: the system roots, which webhooks over HTTPS and backends with a public CA
+# (managed Postgres/Redis without sslrootcert) verify against; without any, Skua refuses to
+# start ("No CA certificates were loaded from the system"). Unpinned on purpose: the security
+# updates of the base image's release.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends ca-certificates \
+    && rm -rf /var/lib/apt/lists/*
 RUN useradd --system --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin skua \
     && mkdir -p /var/lib/skua \
     && chown 10001:10001 /var/lib/skua

@@ -6,6 +6,7 @@
 #   SKUA_SMOKE_STANDINS=0   use the public images (a registry is reachable) instead of the local
 #                           stand-ins of deploy/standin-images.sh (the default: no registry here)
 #   SKUA_SMOKE_KEEP=1       leave the cluster running at the end (default: `down -v`)
+#   SKUA_SMOKE_BUILD=0      use the image SKUA_IMAGE (default skua:local) as it is, unbuilt
 #   SKUA_SMOKE_TIMEOUT      seconds to wait for every node to be healthy (default 300)
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -93,6 +94,11 @@ build_images() {
         source "$root/deploy/standin-images.sh"
         standin_build || return 1
         args=(--build-arg "BUILDER_IMAGE=$SKUA_BUILDER_IMAGE" --build-arg "RUNTIME_IMAGE=$SKUA_RUNTIME_IMAGE")
+    fi
+    if [[ ${SKUA_SMOKE_BUILD:-1} == 0 ]]; then
+        echo "SKUA_SMOKE_BUILD=0: $SKUA_IMAGE as it is"
+        "$DOCKER" image inspect "$SKUA_IMAGE" >/dev/null
+        return
     fi
     DOCKER_BUILDKIT=1 "$DOCKER" build -q "${args[@]}" -t "$SKUA_IMAGE" "$root" >/dev/null
 }
