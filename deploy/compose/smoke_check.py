@@ -83,7 +83,10 @@ class Balancer:
             except (OSError, asyncio.TimeoutError):
                 continue
             self.routes.append(i)
-            await asyncio.gather(self._pipe(reader, up_w), self._pipe(up_r, writer))
+            try:
+                await asyncio.gather(self._pipe(reader, up_w), self._pipe(up_r, writer))
+            except asyncio.CancelledError:
+                pass  # the check is over: asyncio.run cancels what is still open
             return
         writer.close()
 
