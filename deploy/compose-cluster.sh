@@ -36,15 +36,15 @@ must "every node healthy" wait_healthy edge-1 edge-2 edge-3 control
 
 net=$("$DOCKER" inspect -f '{{range $k, $v := .NetworkSettings.Networks}}{{$k}}{{end}}' "$(cid edge-1)")
 url() { echo "ws://$SKUA_CLUSTER_NET.1$1:8080/ws"; }
-cut() { echo "$DOCKER network disconnect $net $(cid "edge-$1")"; }
-heal() { echo "$DOCKER network connect --ip $SKUA_CLUSTER_NET.1$1 --alias edge-$1 $net $(cid "edge-$1")"; }
+cut_cmd() { echo "$DOCKER network disconnect $net $(cid "edge-$1")"; }
+heal_cmd() { echo "$DOCKER network connect --ip $SKUA_CLUSTER_NET.1$1 --alias edge-$1 $net $(cid "edge-$1")"; }
 
 step "edge-1 cut off: presence heals, its client moves, it rejoins when connected again" \
     "$PY" deploy/compose/smoke_check.py presence --edges "$(url 1),$(url 2),$(url 3)" --cut-edge 0 \
-    --cut "$(cut 1)" --heal "$(heal 1)"
+    --cut "$(cut_cmd 1)" --heal "$(heal_cmd 1)"
 step "edge-2 cut off while clients publish: they reconnect elsewhere, no acknowledged logged message lost" \
     "$PY" deploy/compose/smoke_check.py drain --edges "$(url 2),$(url 1),$(url 3)" --stable "$(url 3)" \
-    --stop "$(cut 2)" --heal "$(heal 2)"
+    --stop "$(cut_cmd 2)" --heal "$(heal_cmd 2)"
 step "edge-2 healthy again after it was connected again" wait_healthy edge-2
 
 step "compose down -v: nothing left" down_clean
