@@ -15,6 +15,7 @@ reached the stable subscriber, the reconnected subscriber's restored subscriptio
 again, and the clients now sit on another edge. Prints one line per fact; exits 1 on failure.
 
   smoke_check.py presence --edges URL,URL,URL --cut-edge N --cut "COMMAND" --heal "COMMAND"
+  (edges are named edge-1, edge-2, … in the order given; N counts from 0)
 
 Presence across a partition: one member per edge in room general; COMMAND cuts edge N off the
 network; the others see its member leave (the cut edge's presence entries expire) while its SDK
@@ -263,10 +264,10 @@ async def presence(args) -> None:
     for i in observers:
         try:
             await await_members(clients[i], lambda m: cut_actor not in m, f"{cut_actor} gone", args.timeout)
-            fact(True, f"edge {i}: {cut_actor} left the room with the cut edge "
+            fact(True, f"edge-{i + 1}: {cut_actor} left the room with the cut edge "
                  f"({time.monotonic() - started:.1f}s after the cut)")
         except AssertionError as e:
-            fact(False, f"edge {i}: {e}")
+            fact(False, f"edge-{i + 1}: {e}")
     # The cut edge's member: its socket dies with the edge's network; the SDK's keepalive
     # notices and it reconnects through the balancer to a live edge, presence re-sent.
     try:
@@ -278,9 +279,9 @@ async def presence(args) -> None:
     for i in observers:
         try:
             await await_members(clients[i], lambda m: cut_actor in m, f"{cut_actor} back", args.timeout)
-            fact(True, f"edge {i} has {cut_actor} in the room again ({time.monotonic() - started:.1f}s after the cut)")
+            fact(True, f"edge-{i + 1} has {cut_actor} in the room again ({time.monotonic() - started:.1f}s after the cut)")
         except AssertionError as e:
-            fact(False, f"presence did not heal on edge {i}: {e}")
+            fact(False, f"presence did not heal on edge-{i + 1}: {e}")
 
     rc = await run_command(args.heal)
     fact(rc == 0, f"`{args.heal}` exited {rc}")
@@ -295,7 +296,7 @@ async def presence(args) -> None:
     for i in observers:
         try:
             took = await await_members(clients[i], lambda m: "agent-1" in m, "agent-1 of the healed edge", args.timeout)
-            fact(True, f"edge {i} sees a client of the healed edge in the room after {took:.1f}s (it rejoined)")
+            fact(True, f"edge-{i + 1} sees a client of the healed edge in the room after {took:.1f}s (it rejoined)")
         except AssertionError as e:
             fact(False, f"the healed edge did not rejoin: {e}")
     for c in clients + [newcomer]:
