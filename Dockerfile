@@ -1,7 +1,14 @@
 # Multi-stage build of the skua binary. The runtime image is Debian slim with the binary only:
 # no compiler, no package manager cache, a non-root user (uid 10001).
 #   docker build -t skua:local .
-FROM rust:1.95-bookworm AS build
+# No `# syntax=` line: the Dockerfile frontend built into Docker Engine 20.10 and later (BuildKit,
+# DOCKER_BUILDKIT=1 or buildx) reads it without pulling one. The base images are build arguments,
+# so a machine that reaches no registry can name images it built itself
+# (deploy/standin-images.sh; deploy/README.md "Offline").
+ARG BUILDER_IMAGE=rust:1.95-bookworm
+ARG RUNTIME_IMAGE=debian:bookworm-slim
+
+FROM ${BUILDER_IMAGE} AS build
 WORKDIR /src
 COPY . .
 # Cache mounts keep the crates.io index, downloaded crates and compiled dependencies between
@@ -12,7 +19,15 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     && cp target/release/skua /usr/local/bin/skua \
     && strip /usr/local/bin/skua
 
-FROM debian:bookworm-slim AS runtime
+FROM ${RUNTIME_IMAGE} AS runtime
+# ca-certificates: the system roots, which webhooks over HTTPS and backends with a public CA
+# (managed Postgres/Redis without sslrootcert) verify against; without any, Skua refuses to
+# start ("No CA certificates were loaded from the system"). Unpinned on purpose: the security
+# updates of the base image's release.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends ca-certificates \
+    && rm -rf /var/lib/apt/lists/*
 RUN useradd --system --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin skua \
     && mkdir -p /var/lib/skua \
     && chown 10001:10001 /var/lib/skua
@@ -28,4 +43,7 @@ STOPSIGNAL SIGTERM
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
     CMD ["/bin/bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/8080 && printf 'GET /healthz HTTP/1.0\\r\\n\\r\\n' >&3 && grep -q ' 200 ' <&3"]
 ENTRYPOINT ["/usr/local/bin/skua"]
-CMD ["serve", "--dev"]
+# Plain `serve`: with no arguments the image loads no demo project and no well-known dev tokens
+# into the store it is given. The demo (`serve --dev`) is asked for explicitly, as
+# docker-compose.yml does for the local cluster.
+CMD ["serve"]

@@ -962,13 +962,15 @@ def check_compose(known):
     migrate = services.get("migrate", {})
     if migrate.get("command") != ["migrate"] or migrate.get("restart") != "no":
         problem("docker-compose.yml: migrate must be a one-shot `skua migrate`")
-    published = {"edge-1": "8080:8080", "edge-2": "8081:8080", "control": "50051:50051"}
+    # Published on 127.0.0.1 by default (the credentials are development values); host address
+    # and ports may be overridden (`${VAR:-default}`, compared by their defaults).
+    published = {"edge-1": "127.0.0.1:8080:8080", "edge-2": "127.0.0.1:8081:8080", "control": "127.0.0.1:50051:50051"}
     for svc, port in published.items():
         s = services.get(svc)
         if s is None:
             problem(f"docker-compose.yml: service {svc} is missing")
             continue
-        if port not in s.get("ports", []):
+        if port not in [re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", str(p)) for p in s.get("ports", [])]:
             problem(f"docker-compose.yml: {svc} must publish {port}")
         deps = s.get("depends_on", {})
         if deps.get("migrate", {}).get("condition") != "service_completed_successfully":

@@ -10,6 +10,12 @@
 # $SKUA_TEST_SKIP_LOG (skua_testkit::skip), the scripts below append to it too. Under CI=true
 # (.ci/run sets it) a missing service fails this command before any test runs, and every skip
 # that remains is a failure.
+#
+# The compose cluster's end-to-end runs (deploy/compose-smoke.sh, deploy/compose-cluster.sh:
+# Docker, a release build of Skua inside it) are not part of this command by default: cold,
+# they would take the CI run past its 45-minute budget (timings in deploy/README.md, "Compose on
+# this machine"). SKUA_TEST_COMPOSE=1 adds both at the end; they install and start Docker
+# themselves as root, and fail (never skip) when they cannot.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -105,4 +111,11 @@ elif [ "${CI:-}" = "true" ]; then
   exit 1
 else
   skipped "interop suite, 2-node cluster: needs SKUA_TEST_MQTT_URL and SKUA_TEST_REDIS_URL"
+fi
+
+if [ "${SKUA_TEST_COMPOSE:-}" = "1" ]; then
+  echo "== compose cluster end to end (deploy/compose-smoke.sh)"
+  bash deploy/compose-smoke.sh
+  echo "== compose cluster, an edge cut off the network (deploy/compose-cluster.sh)"
+  bash deploy/compose-cluster.sh
 fi
