@@ -16,11 +16,13 @@
 //!
 //! Private modules: `record` (the byte form of a record in the `record` column), `migrations`
 //! (`migrations/{sqlite,postgres}/` compiled in), `sql` (what the two SQL stores share),
-//! `log` and `triggers` (the message log and the trigger outbox/dead letters in SQL).
+//! `log` and `triggers` (the message log and the trigger outbox/dead letters in SQL),
+//! `append_batch` (group commit of the log's appends).
 //! The schema and the forward-only rule are in `migrations/README.md`.
 //!
 //! Every implementation passes `skua_testkit::store_conformance!`.
 
+mod append_batch;
 pub mod clock;
 pub mod error;
 mod group_commit;

@@ -78,6 +78,8 @@ const APPLIED: &str = "SELECT version FROM _sqlx_migrations WHERE success";
 /// (behind an `Arc`); every node connected to the database sees the same records.
 pub struct PostgresStore {
     pool: PgPool,
+    /// Message log appends, group-committed (`crate::append_batch`).
+    appends: crate::append_batch::Appender,
     clock: UnixClock,
     prune: PruneSchedule,
 }
@@ -147,7 +149,12 @@ impl PostgresStore {
             .connect(url)
             .await
             .map_err(sql(BACKEND, "connect"))?;
-        Ok(Self { pool, clock, prune: PruneSchedule::default() })
+        let writer = pool.clone();
+        let appends = crate::append_batch::Appender::start(BACKEND, pool.close_event(), move |batch| {
+            let pool = writer.clone();
+            async move { crate::append_batch::apply_postgres(&pool, batch).await }
+        });
+        Ok(Self { pool, appends, clock, prune: PruneSchedule::default() })
     }
 
     async fn check_schema(&self) -> Result<(), StoreError> {
@@ -160,11 +167,6 @@ impl PostgresStore {
             migrations::versions(migrations::POSTGRES).into_iter().filter(|v| !applied.contains(v)).collect();
         if missing.is_empty() { Ok(()) } else { Err(error::unavailable(SchemaNotMigrated { missing })) }
     }
-}
-
-impl PostgresStore {
-    /// How `append` writes (see `crate::log`): one statement, one round trip.
-    const APPEND_ONE: Option<&'static str> = Some(crate::log::APPEND_ONE_STATEMENT);
 }
 
 crate::log::sql_message_log!(PostgresStore, BACKEND);

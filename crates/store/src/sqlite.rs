@@ -79,6 +79,8 @@ pub struct SqliteStore {
     pool: SqlitePool,
     /// Restore-record writes, group-committed (`crate::group_commit`).
     writer: Writer,
+    /// Message log appends, group-committed (`crate::append_batch`).
+    appends: crate::append_batch::Appender,
     clock: UnixClock,
     prune: PruneSchedule,
 }
@@ -103,7 +105,12 @@ impl SqliteStore {
             Target::Own(Box::new(conn))
         };
         let writer = Writer::start(target, pool.close_event(), RELEASE);
-        Ok(Self { pool, writer, clock, prune: PruneSchedule::default() })
+        let log_pool = pool.clone();
+        let appends = crate::append_batch::Appender::start(BACKEND, pool.close_event(), move |batch| {
+            let pool = log_pool.clone();
+            async move { crate::append_batch::apply_sqlite(&pool, batch).await }
+        });
+        Ok(Self { pool, writer, appends, clock, prune: PruneSchedule::default() })
     }
 
     /// Deletes every record that has expired at `now_unix_s` and returns how many. The store
@@ -160,11 +167,6 @@ fn is_in_memory(url: &str) -> bool {
     let rest = url.strip_prefix("sqlite:").unwrap_or(url);
     let (path, params) = rest.split_once('?').unwrap_or((rest, ""));
     path.trim_start_matches('/') == ":memory:" || params.split('&').any(|p| p == "mode=memory")
-}
-
-impl SqliteStore {
-    /// How `append` writes (see `crate::log`): one transaction of two statements, cheap in process.
-    const APPEND_ONE: Option<&'static str> = None;
 }
 
 crate::log::sql_message_log!(SqliteStore, BACKEND);
