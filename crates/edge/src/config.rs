@@ -68,8 +68,10 @@ pub struct EdgeConfig {
     pub close_timeout: Duration,
     /// Most retained messages (one per filter key) kept per topic on this node.
     pub max_retained_per_topic: usize,
-    /// Capacity of the bus → hub delivery queue.
+    /// Capacity of the bus → hub delivery queue, and of each dispatch shard's queue.
     pub bus_queue: usize,
+    /// Dispatch tasks the hub spreads fan-outs over (0: one per runtime worker thread).
+    pub dispatch_shards: usize,
     /// Most topic plus lobby subscriptions one connection may hold.
     pub max_subscriptions_per_connection: usize,
     /// How long this node's presence registration lives without a refresh; after it lapses a
@@ -181,6 +183,7 @@ impl Default for EdgeConfig {
             close_timeout: Duration::from_secs(2),
             max_retained_per_topic: 1024,
             bus_queue: 8192,
+            dispatch_shards: 0,
             max_subscriptions_per_connection: 1000,
             node_ttl: Duration::from_secs(10),
             node_refresh: Duration::from_secs(3),

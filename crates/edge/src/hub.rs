@@ -127,6 +127,17 @@ struct TopicEntry {
     // std Mutex: short map updates from the dispatcher, never across an await.
     retained: Mutex<HashMap<Option<String>, Arc<Envelope>>>,
     rr: AtomicUsize,
+    /// How this topic's queued deliveries are spread over the dispatch shards.
+    flow: Arc<Flow>,
+}
+
+/// A topic's queued deliveries: whether they are split over every shard, and how many shard
+/// jobs are not done yet. The split changes only while nothing is in flight, so a subscriber
+/// never gets a topic's messages from two shards at once (per-topic order, see [`Hub::start_dispatch`]).
+#[derive(Debug, Default)]
+struct Flow {
+    split: std::sync::atomic::AtomicBool,
+    inflight: AtomicUsize,
 }
 
 /// A local connection present in a room, with what it last announced (kept so the node can
@@ -169,9 +180,43 @@ pub struct Hub {
     control: std::sync::OnceLock<mpsc::Sender<Control>>,
     /// Whether the bus offers deliveries to [`Hub::try_deliver`] first.
     sink: std::sync::atomic::AtomicBool,
-    /// Deliveries handed back to the bus's receiver and not yet dispatched. While any are
-    /// waiting, nothing is dispatched in place, so the receiver's order is kept.
+    /// Deliveries handed back to the bus's receiver and not yet handed to a dispatch shard.
+    /// While any are waiting (or a shard has the topic's deliveries in flight), nothing is
+    /// dispatched in place, so the receiver's order is kept.
     queued: AtomicUsize,
+    /// Picks a topic's (or room's) home shard.
+    shard_hash: std::hash::RandomState,
+}
+
+/// Fan-outs with more local subscribers than this are split over every dispatch shard, each
+/// shard serving the subscribers of its share of the connections; smaller ones run whole on
+/// their topic's home shard (measured, docs/benchmarks.md "Issue 21 (round 2)").
+pub const SPLIT_FANOUT: usize = 64;
+
+/// Which part of a delivery a dispatch shard handles.
+#[derive(Debug, Clone, Copy)]
+struct Part {
+    /// This shard's index, and how many shards share the delivery (1: it is whole).
+    index: usize,
+    of: usize,
+    /// The topic's home shard: keeps its retained copy and picks its group members.
+    home: bool,
+}
+
+impl Part {
+    const WHOLE: Self = Self { index: 0, of: 1, home: true };
+
+    fn serves(self, conn: ConnId) -> bool {
+        self.of <= 1 || usize::try_from(conn.0 % self.of as u64).unwrap_or(0) == self.index
+    }
+}
+
+/// One piece of work queued for a dispatch shard.
+struct Job {
+    delivery: Arc<BusDelivery>,
+    part: Part,
+    /// The topic's flow, counted when the job was queued; released once it ran.
+    flow: Option<Arc<Flow>>,
 }
 
 /// Most local subscribers a publication may have to be fanned out on the publisher's task
@@ -185,7 +230,7 @@ impl skua_core::DeliverySink for Hub {
     fn try_deliver(&self, d: BusDelivery) -> Option<BusDelivery> {
         if self.queued.load(Ordering::Acquire) == 0
             && let Envelope::Publication(p) = &*d.envelope
-            && self.dispatch_traced(&d, p, Some(INLINE_FANOUT))
+            && self.dispatch_traced(&d, p, Some(INLINE_FANOUT), Part::WHOLE)
         {
             return None;
         }
@@ -270,6 +315,7 @@ impl Hub {
             control: std::sync::OnceLock::new(),
             sink: std::sync::atomic::AtomicBool::new(false),
             queued: AtomicUsize::new(0),
+            shard_hash: std::hash::RandomState::new(),
         }
     }
 
@@ -557,25 +603,142 @@ impl Hub {
         }
     }
 
-    /// Runs the dispatcher until `rx` closes or `cancel` fires.
-    pub async fn run_dispatcher(self: Arc<Self>, mut rx: mpsc::Receiver<BusDelivery>, cancel: CancellationToken) {
+    /// Starts the dispatcher on `tracker`: a router taking the bus's deliveries from `rx` and
+    /// `shards` dispatch tasks (at least 1), each with a queue of `capacity` jobs. Everything runs
+    /// until `rx` closes or `cancel` fires.
+    ///
+    /// A publication goes to its topic's home shard (a hash of the topic address), a presence
+    /// event to its room's, a control message to the first shard; so one topic's (one room's)
+    /// deliveries run in order on one task. A fan-out to more than [`SPLIT_FANOUT`] local
+    /// subscribers is split instead: every shard gets the delivery and serves its share of the
+    /// connections (connection id modulo the shard count), the home shard also keeping the
+    /// retained copy and picking group members; each subscriber is still served by one shard,
+    /// in order. A topic switches between whole and split only while none of its deliveries
+    /// are queued. When a shard's queue is full the router waits for room, the bus queue
+    /// (`bus_queue`) fills behind it, and the bus's own overflow behaviour applies (the
+    /// in-process bus makes publishers wait): nothing is dropped.
+    pub fn start_dispatch(
+        self: &Arc<Self>,
+        rx: mpsc::Receiver<BusDelivery>,
+        cancel: CancellationToken,
+        shards: usize,
+        capacity: usize,
+        tracker: &tokio_util::task::TaskTracker,
+    ) {
+        let mut senders = Vec::with_capacity(shards.max(1));
+        for _ in 0..shards.max(1) {
+            let (tx, jobs) = mpsc::channel(capacity.max(1));
+            senders.push(tx);
+            tracker.spawn(self.clone().run_shard(jobs, cancel.clone()));
+        }
+        tracker.spawn(self.clone().run_router(rx, senders, cancel));
+    }
+
+    /// Runs one dispatch shard until its router stops or `cancel` fires.
+    async fn run_shard(self: Arc<Self>, mut jobs: mpsc::Receiver<Job>, cancel: CancellationToken) {
+        loop {
+            let job = tokio::select! {
+                j = jobs.recv() => match j { Some(j) => j, None => break },
+                () = cancel.cancelled() => break,
+            };
+            match &*job.delivery.envelope {
+                Envelope::Publication(p) => {
+                    self.dispatch_traced(&job.delivery, p, None, job.part);
+                }
+                Envelope::Presence(ev) => self.dispatch_presence(ev),
+                Envelope::Control(c) => self.dispatch_control(c),
+            }
+            if let Some(flow) = &job.flow {
+                flow.inflight.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
+
+    /// Hands each delivery of `rx` to its shard(s), in order, waiting for room.
+    async fn run_router(
+        self: Arc<Self>,
+        mut rx: mpsc::Receiver<BusDelivery>,
+        shards: Vec<mpsc::Sender<Job>>,
+        cancel: CancellationToken,
+    ) {
+        let n = shards.len();
         loop {
             let d = tokio::select! {
                 d = rx.recv() => match d { Some(d) => d, None => break },
                 () = cancel.cancelled() => break,
             };
-            self.dispatch(&d);
+            let home = match &*d.envelope {
+                Envelope::Publication(p) => self.shard_of(&p.topic, n),
+                Envelope::Presence(ev) => self.shard_of(&ev.room, n),
+                Envelope::Control(_) => 0,
+            };
+            let (split, flow) = match &*d.envelope {
+                Envelope::Publication(p) => self.plan(&p.topic, n),
+                _ => (false, None),
+            };
+            let delivery = Arc::new(d);
+            let sent = if split {
+                let mut ok = true;
+                for (index, tx) in shards.iter().enumerate() {
+                    let part = Part { index, of: n, home: index == home };
+                    let job = Job { delivery: delivery.clone(), part, flow: flow.clone() };
+                    ok &= self.send_job(tx, job).await;
+                }
+                ok
+            } else {
+                self.send_job(&shards[home], Job { delivery, part: Part::WHOLE, flow }).await
+            };
             if self.sink.load(Ordering::Acquire) {
                 self.queued.fetch_sub(1, Ordering::AcqRel);
             }
+            if !sent {
+                break;
+            }
         }
+    }
+
+    /// Queues `job`, waiting for room; false (the job's flow released) once the shard stopped.
+    async fn send_job(&self, tx: &mpsc::Sender<Job>, job: Job) -> bool {
+        match tx.send(job).await {
+            Ok(()) => true,
+            Err(mpsc::error::SendError(job)) => {
+                if let Some(flow) = &job.flow {
+                    flow.inflight.fetch_sub(1, Ordering::AcqRel);
+                }
+                false
+            }
+        }
+    }
+
+    fn shard_of<K: std::hash::Hash>(&self, key: &K, n: usize) -> usize {
+        use std::hash::BuildHasher;
+        usize::try_from(self.shard_hash.hash_one(key) % n as u64).unwrap_or(0)
+    }
+
+    /// Whether a publication on `topic` is split over the `n` shards; counts its jobs in the
+    /// topic's flow (returned) before they are queued.
+    fn plan(&self, topic: &TopicAddress, n: usize) -> (bool, Option<Arc<Flow>>) {
+        let topics = read(&self.topics);
+        let Some(entry) = topics.get(topic) else { return (false, None) };
+        let flow = &entry.flow;
+        let split = if flow.inflight.load(Ordering::Acquire) == 0 {
+            // Only this router adds to `inflight`: nothing of the topic is queued, so the
+            // split may change without reordering anything.
+            let want = n > 1 && entry.subs.len() > SPLIT_FANOUT;
+            flow.split.store(want, Ordering::Relaxed);
+            want
+        } else {
+            flow.split.load(Ordering::Relaxed)
+        };
+        flow.inflight.fetch_add(if split { n } else { 1 }, Ordering::AcqRel);
+        (split, Some(flow.clone()))
     }
 
     /// Delivers one bus delivery to the matching local connections.
     pub fn dispatch(&self, d: &BusDelivery) {
         match &*d.envelope {
             Envelope::Publication(p) => {
-                self.dispatch_traced(d, p, None);
+                self.dispatch_traced(d, p, None, Part::WHOLE);
             }
             Envelope::Presence(ev) => self.dispatch_presence(ev),
             Envelope::Control(c) => self.dispatch_control(c),
@@ -593,13 +756,13 @@ impl Hub {
 
     /// Dispatches a publication inside its delivery span, when it carries a trace context.
     /// With `limit`, nothing happens (false) when the topic has more local subscribers.
-    fn dispatch_traced(&self, d: &BusDelivery, p: &Publication, limit: Option<usize>) -> bool {
+    fn dispatch_traced(&self, d: &BusDelivery, p: &Publication, limit: Option<usize>, part: Part) -> bool {
         match &d.trace_parent {
-            None => self.dispatch_publication(&d.envelope, p, &d.route, limit).is_some(),
+            None => self.dispatch_publication(&d.envelope, p, &d.route, limit, part).is_some(),
             Some(tp) => {
                 let span = crate::trace::delivery_span(tp);
                 let _entered = span.enter();
-                let delivered = self.dispatch_publication(&d.envelope, p, &d.route, limit);
+                let delivered = self.dispatch_publication(&d.envelope, p, &d.route, limit, part);
                 if let Some(n) = delivered {
                     span.record("delivered", n);
                 }
@@ -609,20 +772,24 @@ impl Hub {
     }
 
     /// Returns how many local connections got it; `None` (nothing done) when `limit` is set
-    /// and the topic has more local subscriptions.
+    /// and the topic has more local subscriptions or deliveries queued on a shard. `part` is
+    /// the share of the subscribers served here (see [`Self::start_dispatch`]).
     fn dispatch_publication(
         &self,
         env: &Arc<Envelope>,
         p: &Publication,
         route: &Route,
         limit: Option<usize>,
+        part: Part,
     ) -> Option<u64> {
         let topics = read(&self.topics);
         let Some(entry) = topics.get(&p.topic) else {
-            self.metrics.undeliverable.fetch_add(1, Ordering::Relaxed);
+            if part.home {
+                self.metrics.undeliverable.fetch_add(1, Ordering::Relaxed);
+            }
             return Some(0);
         };
-        if limit.is_some_and(|n| entry.subs.len() > n) {
+        if limit.is_some_and(|n| entry.subs.len() > n || entry.flow.inflight.load(Ordering::Acquire) > 0) {
             return None;
         }
         let mut frames = FrameCache::default();
@@ -632,7 +799,7 @@ impl Hub {
         let mut queued = 0u64;
         match route {
             Route::Plain => {
-                if p.retain {
+                if p.retain && part.home {
                     let mut retained = lock(&entry.retained);
                     match self.retained.admit_publication(p) {
                         Ok(()) => {
@@ -646,7 +813,7 @@ impl Hub {
                         }
                     }
                 }
-                for sub in entry.subs.iter().filter(|s| s.group.is_none() && s.matches(p)) {
+                for sub in entry.subs.iter().filter(|s| s.group.is_none() && part.serves(s.conn.id) && s.matches(p)) {
                     // A retained copy (live or replayed) is delivered once per subscription.
                     if p.retain && !sub.mark_retained(&p.filter, p.id) {
                         continue;
@@ -664,6 +831,7 @@ impl Hub {
                     }
                 }
             }
+            Route::Group(_) if !part.home => {}
             Route::Group(g) => {
                 let candidates = || entry.subs.iter().filter(|s| s.group.as_ref() == Some(&g.group) && s.matches(p));
                 let n = candidates().count();

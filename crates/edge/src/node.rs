@@ -91,7 +91,11 @@ impl EdgeNode {
         let dispatcher_stop = CancellationToken::new();
         let background = TaskTracker::new();
         hub.attach_sink();
-        background.spawn(hub.clone().run_dispatcher(backends.bus_deliveries, dispatcher_stop.clone()));
+        let shards = match config.dispatch_shards {
+            0 => tokio::runtime::Handle::current().metrics().num_workers(),
+            n => n,
+        };
+        hub.start_dispatch(backends.bus_deliveries, dispatcher_stop.clone(), shards, config.bus_queue, &background);
         let connections = Arc::new(crate::revalidate::Connections::default());
         let triggers = backends.trigger_hooks.map(|hooks| {
             crate::triggers::Triggers::new(

@@ -94,6 +94,9 @@ pub struct Settings {
     /// Capacity of the bus → fan-out delivery queue [default 8192].
     #[arg(long, env = "SKUA_BUS_QUEUE")]
     pub bus_queue: Option<usize>,
+    /// Dispatch tasks fan-outs are spread over; 0: one per worker thread [default 0].
+    #[arg(long, env = "SKUA_DISPATCH_SHARDS")]
+    pub dispatch_shards: Option<usize>,
     /// How long a node's presence registration lives without refresh [default 10s].
     #[arg(long, env = "SKUA_NODE_TTL")]
     pub node_ttl: Option<String>,
@@ -333,7 +336,7 @@ impl Settings {
     pub fn overlay(&mut self, over: &Settings) {
         layer!(self, over; listen, bus, presence, store, namespace, node_id, fixtures, idle_timeout, rate_limit,
             rate_limit_window, max_message_size, outbound_queue_messages, outbound_queue_bytes, max_connections, fd_reserve,
-            max_subscriptions_per_connection, max_retained_per_topic, restore_ttl, shutdown_grace, drain_delay, bus_queue, node_ttl,
+            max_subscriptions_per_connection, max_retained_per_topic, restore_ttl, shutdown_grace, drain_delay, bus_queue, dispatch_shards, node_ttl,
             node_refresh, bus_publish_buffer, log_max_age, log_max_per_topic, log_prune_interval, replay_page_size,
             durable_queue, durable_sweep_interval, grpc_listen, admin_key, revalidate_interval, registry_poll_interval, max_apps_per_project,
             max_rooms_per_app, max_actors_per_project, max_grants_per_room, max_lobbies_per_project, max_page_size, otlp_endpoint,
@@ -623,6 +626,7 @@ mod tests {
         assert_eq!(c.edge.log_prune_batch, d.log_prune_batch);
         assert!(!c.cluster);
         assert_eq!(c.edge.bus_queue, d.bus_queue);
+        assert_eq!(c.edge.dispatch_shards, d.dispatch_shards);
         assert_eq!(c.edge.node_ttl, d.node_ttl);
         assert_eq!(c.edge.node_refresh, d.node_refresh);
         assert_eq!(c.edge.namespace, "skua");

@@ -52,6 +52,11 @@ pub(crate) fn sql(backend: &'static str, op: &'static str) -> impl FnOnce(sqlx::
     move |e| StoreError::Unavailable(Box::new(SqlError { backend, op, source: Box::new(e) }))
 }
 
+/// A failed `op` of `backend` known only by its message (a group commit's shared failure).
+pub(crate) fn failed(backend: &'static str, op: &'static str, why: String) -> StoreError {
+    StoreError::Unavailable(Box::new(SqlError { backend, op, source: why.into() }))
+}
+
 /// Like [`sql`], for the migrator.
 pub(crate) fn migrate(backend: &'static str) -> impl FnOnce(sqlx::migrate::MigrateError) -> StoreError {
     move |e| StoreError::Unavailable(Box::new(SqlError { backend, op: "migrate", source: Box::new(e) }))

@@ -17,11 +17,13 @@
 //! Private modules: `record` (the byte form of a record in the `record` column), `migrations`
 //! (`migrations/{sqlite,postgres}/` compiled in), `sql` (what the two SQL stores share),
 //! `log`, `triggers` and `members` (the message log, the trigger outbox/dead letters and the
-//! persistent presence members in SQL); `memory_members` (the memory store's members).
+//! persistent presence members in SQL); `memory_members` (the memory store's members);
+//! `append_batch` (group commit of the log's appends).
 //! The schema and the forward-only rule are in `migrations/README.md`.
 //!
 //! Every implementation passes `skua_testkit::store_conformance!`.
 
+mod append_batch;
 pub mod clock;
 pub mod error;
 mod group_commit;

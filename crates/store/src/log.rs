@@ -22,22 +22,6 @@ pub(crate) const INSERT_PENDING: &str = "INSERT INTO log_pending (consumer_id, s
      WHERE c.topic = $3 AND c.expires_at > $4 AND c.actor <> $6 \
      AND (c.wildcard OR EXISTS (SELECT 1 FROM log_consumer_filters f \
                                 WHERE f.consumer_id = c.id AND f.filter_key = $5))";
-/// Postgres: the message, its pending rows and its outbox trigger (`$9`, `$10`: owner and
-/// lease, both NULL without trigger) in one statement (one round trip, its own
-/// transaction) — data-modifying CTEs run whether or not the final `SELECT` reads them.
-pub(crate) const APPEND_ONE_STATEMENT: &str = "WITH m AS ( \
-         INSERT INTO log_messages (msg_id, topic, filter_key, publisher, timestamp_ms, qos, data, created_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING seq), \
-     p AS ( \
-         INSERT INTO log_pending (consumer_id, seq, msg_id) \
-         SELECT c.id, m.seq, $1 FROM m, log_consumers c \
-         WHERE c.topic = $2 AND c.expires_at > $8 AND c.actor <> $4 \
-         AND (c.wildcard OR EXISTS (SELECT 1 FROM log_consumer_filters f \
-                                    WHERE f.consumer_id = c.id AND f.filter_key = $3))), \
-     o AS ( \
-         INSERT INTO trigger_outbox (seq, msg_id, owner, lease_until) \
-         SELECT m.seq, $1, $9, $10 FROM m WHERE $9 IS NOT NULL) \
-     SELECT seq FROM m";
 /// The message's trigger into the outbox (N45), in the append's transaction.
 pub(crate) const INSERT_OUTBOX: &str = "INSERT INTO trigger_outbox (seq, msg_id, owner, lease_until) \
      VALUES ($1, $2, $3, $4)";
@@ -146,25 +130,8 @@ pub(crate) fn distinct(ids: Vec<String>) -> Vec<String> {
     out
 }
 
-/// Binds `$1…$8` of [`INSERT_MESSAGE`] / [`APPEND_ONE_STATEMENT`] for message `$m` at `$now`.
-macro_rules! message_binds {
-    ($q:expr, $m:expr, $now:expr) => {
-        $q.bind($m.msg_id)
-            .bind($m.topic)
-            .bind($m.filter)
-            .bind($m.publisher)
-            .bind(crate::sql::unix_to_sql($m.timestamp_ms))
-            .bind(i16::from($m.qos))
-            .bind($m.data)
-            .bind(crate::sql::unix_to_sql($now))
-    };
-}
-
-pub(crate) use message_binds;
-
-/// Implements [`skua_core::MessageLog`] for a store type with a `pool` field and an `APPEND_ONE`
-/// constant (a one-statement append, or `None` for a two-statement transaction), for one sqlx
-/// backend.
+/// Implements [`skua_core::MessageLog`] for a store type with a `pool` field and an `appends`
+/// field (its group-commit writer, `crate::append_batch`), for one sqlx backend.
 macro_rules! sql_message_log {
     ($store:ty, $backend:expr) => {
         #[async_trait::async_trait]
@@ -174,46 +141,7 @@ macro_rules! sql_message_log {
                 message: &skua_core::NewMessage<'_>,
                 now_unix_s: u64,
             ) -> Result<u64, skua_core::StoreError> {
-                use crate::error::sql;
-                use crate::log::*;
-                use crate::sql::unix_to_sql;
-                let m = message;
-                if let Some(one) = Self::APPEND_ONE {
-                    let seq: i64 = message_binds!(sqlx::query_scalar(one), m, now_unix_s)
-                        .bind(m.trigger.map(|t| t.owner))
-                        .bind(m.trigger.map(|t| unix_to_sql(t.lease_until_ms)))
-                        .fetch_one(&self.pool)
-                        .await
-                        .map_err(sql($backend, "append"))?;
-                    return Ok(u64::try_from(seq).unwrap_or(0));
-                }
-                let mut tx = self.pool.begin().await.map_err(sql($backend, "append"))?;
-                let seq: i64 = message_binds!(sqlx::query_scalar(INSERT_MESSAGE), m, now_unix_s)
-                    .fetch_one(&mut *tx)
-                    .await
-                    .map_err(sql($backend, "append"))?;
-                sqlx::query(INSERT_PENDING)
-                    .bind(seq)
-                    .bind(m.msg_id)
-                    .bind(m.topic)
-                    .bind(unix_to_sql(now_unix_s))
-                    .bind(m.filter)
-                    .bind(m.publisher)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(sql($backend, "append"))?;
-                if let Some(t) = m.trigger {
-                    sqlx::query(INSERT_OUTBOX)
-                        .bind(seq)
-                        .bind(m.msg_id)
-                        .bind(t.owner)
-                        .bind(unix_to_sql(t.lease_until_ms))
-                        .execute(&mut *tx)
-                        .await
-                        .map_err(sql($backend, "append"))?;
-                }
-                tx.commit().await.map_err(sql($backend, "append"))?;
-                Ok(u64::try_from(seq).unwrap_or(0))
+                self.appends.append(message, now_unix_s).await
             }
 
             async fn open_consumer(

@@ -79,6 +79,8 @@ const PRUNE_EXCESS: &str = "DELETE FROM restore_records WHERE ctid IN ( \
 /// (behind an `Arc`); every node connected to the database sees the same records.
 pub struct PostgresStore {
     pool: PgPool,
+    /// Message log appends, group-committed (`crate::append_batch`).
+    appends: crate::append_batch::Appender,
     clock: UnixClock,
     prune: PruneSchedule,
 }
@@ -163,7 +165,12 @@ impl PostgresStore {
             .connect(url)
             .await
             .map_err(sql(BACKEND, "connect"))?;
-        Ok(Self { pool, clock, prune: PruneSchedule::default() })
+        let writer = pool.clone();
+        let appends = crate::append_batch::Appender::start(BACKEND, pool.close_event(), move |batch| {
+            let pool = writer.clone();
+            async move { crate::append_batch::apply_postgres(&pool, batch).await }
+        });
+        Ok(Self { pool, appends, clock, prune: PruneSchedule::default() })
     }
 
     async fn check_schema(&self) -> Result<(), StoreError> {
@@ -178,9 +185,6 @@ impl PostgresStore {
 const PRUNE_LOCK: i64 = 0x736b_7561_7072_756e;
 
 impl PostgresStore {
-    /// How `append` writes (see `crate::log`): one statement, one round trip.
-    const APPEND_ONE: Option<&'static str> = Some(crate::log::APPEND_ONE_STATEMENT);
-
     /// A connection holding the pruning lock (session-level `pg_try_advisory_lock`), or `None`
     /// when another node is pruning.
     async fn prune_begin(&self) -> Result<Option<sqlx::pool::PoolConnection<sqlx::Postgres>>, StoreError> {

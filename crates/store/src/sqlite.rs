@@ -79,6 +79,8 @@ pub struct SqliteStore {
     pool: SqlitePool,
     /// Restore-record writes, group-committed (`crate::group_commit`).
     writer: Writer,
+    /// Message log appends, group-committed (`crate::append_batch`).
+    appends: crate::append_batch::Appender,
     clock: UnixClock,
     prune: PruneSchedule,
 }
@@ -103,7 +105,12 @@ impl SqliteStore {
             Target::Own(Box::new(conn))
         };
         let writer = Writer::start(target, pool.close_event(), RELEASE);
-        Ok(Self { pool, writer, clock, prune: PruneSchedule::default() })
+        let log_pool = pool.clone();
+        let appends = crate::append_batch::Appender::start(BACKEND, pool.close_event(), move |batch| {
+            let pool = log_pool.clone();
+            async move { crate::append_batch::apply_sqlite(&pool, batch).await }
+        });
+        Ok(Self { pool, writer, appends, clock, prune: PruneSchedule::default() })
     }
 
     /// Deletes every record that has expired at `now_unix_s` and returns how many. The store
@@ -181,9 +188,6 @@ fn is_in_memory(url: &str) -> bool {
 }
 
 impl SqliteStore {
-    /// How `append` writes (see `crate::log`): one transaction of two statements, cheap in process.
-    const APPEND_ONE: Option<&'static str> = None;
-
     /// The connection retention pruning runs on: one process owns a SQLite file, so no lock.
     async fn prune_begin(&self) -> Result<Option<sqlx::pool::PoolConnection<sqlx::Sqlite>>, StoreError> {
         self.pool.acquire().await.map(Some).map_err(sql(BACKEND, "prune_log"))

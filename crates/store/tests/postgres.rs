@@ -340,3 +340,13 @@ async fn the_registry_store_refuses_an_unmigrated_database() {
     };
     assert!(source.is::<SchemaNotMigrated>(), "{source}");
 }
+
+#[path = "common/append_batch.rs"]
+mod append_batch;
+
+#[tokio::test]
+async fn appends_commit_in_order_and_a_failed_batch_fails_every_append() {
+    let Some(db) = TestDatabase::migrated().await else { return };
+    let store = PostgresStore::connect(&db.url, TestClock::new().clock()).await.unwrap();
+    append_batch::appends_commit_in_order_and_a_failed_batch_fails_every_append(&store, T0).await;
+}

@@ -301,3 +301,13 @@ async fn the_registry_opens_by_url_next_to_the_session_store() {
     };
     assert!(source.is::<UnsupportedStoreUrl>(), "{source}");
 }
+
+#[path = "common/append_batch.rs"]
+mod append_batch;
+
+#[tokio::test]
+async fn appends_commit_in_order_and_a_failed_batch_fails_every_append() {
+    let dir = TempDir::new();
+    let store = SqliteStore::connect(&dir.url("log.db"), TestClock::new().clock()).await.unwrap();
+    append_batch::appends_commit_in_order_and_a_failed_batch_fails_every_append(&store, T0).await;
+}

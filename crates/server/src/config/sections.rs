@@ -496,8 +496,10 @@ impl Members {
 /// (`node_ttl`, `node_refresh`).
 #[derive(Debug, Clone)]
 pub struct Cluster {
-    /// Capacity of the bus → fan-out delivery queue.
+    /// Capacity of the bus → fan-out delivery queue (and of each dispatch shard's queue).
     pub bus_queue: usize,
+    /// Dispatch tasks (0: one per worker thread).
+    pub dispatch_shards: usize,
     /// Publishes buffered while the broker is unreachable.
     pub bus_publish_buffer: usize,
     /// How long a node's registration lives without refresh.
@@ -514,6 +516,7 @@ impl Cluster {
     pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
         let c = Self {
             bus_queue: positive(key!(s, bus_queue))?,
+            dispatch_shards: required(key!(s, dispatch_shards))?,
             bus_publish_buffer: positive(key!(s, bus_publish_buffer))?,
             node_ttl: duration(key!(s, node_ttl))?,
             node_refresh: duration(key!(s, node_refresh))?,
@@ -829,6 +832,7 @@ impl Sections {
             durable_queue: durable.durable_queue,
             durable_sweep_interval: durable.durable_sweep_interval,
             bus_queue: cluster.bus_queue,
+            dispatch_shards: cluster.dispatch_shards,
             node_ttl: cluster.node_ttl,
             node_refresh: cluster.node_refresh,
             shutdown_grace: shutdown.shutdown_grace,
