@@ -85,6 +85,7 @@ impl std::fmt::Debug for Liveness {
 pub async fn run(st: Liveness, cancel: CancellationToken) {
     let mut tick = tokio::time::interval(st.refresh);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    forget_earlier_run(&st).await;
     let mut first = true;
     loop {
         tokio::select! {
@@ -98,39 +99,72 @@ pub async fn run(st: Liveness, cancel: CancellationToken) {
     }
 }
 
+/// Removes the presence entries an earlier run of this node (same node id) left behind. A node
+/// restarted within `node_ttl` keeps its registration alive, so no other node ever reaps them:
+/// without this, a member whose connection died with the earlier run stayed listed on every node
+/// (found by skua-chaos: `kill -9` and restart of a node). Entries of connections this run
+/// already has are announced again right after.
+async fn forget_earlier_run(st: &Liveness) {
+    let gone = match st.presence.remove_node(&st.node).await {
+        Ok(gone) => gone,
+        Err(e) => {
+            tracing::warn!(error = %e, "Could not remove the presence an earlier run of this node left.");
+            return;
+        }
+    };
+    let local = st.hub.local_presence();
+    if !gone.is_empty() {
+        tracing::info!(entries = gone.len(), "Removed the presence an earlier run of this node left.");
+    }
+    for (room, actor) in gone {
+        if local.iter().any(|(r, a, _, _)| *r == room && *a == actor) {
+            continue;
+        }
+        if !st.members.went_offline(&room, &actor).await {
+            publish_leave(st, room, actor).await;
+        }
+    }
+    reannounce(st, local).await;
+}
+
 async fn refresh(st: &Liveness, first: bool) {
     let ttl = st.ttl.as_secs().max(1);
     match st.presence.refresh_node(&st.node, now_unix_s(), ttl).await {
         Ok(true) if !first => {
             let local = st.hub.local_presence();
             tracing::warn!(entries = local.len(), "Presence backend lost this node's registration; re-announcing.");
-            let mut announced = Vec::with_capacity(local.len());
-            for (room, actor, conn, data) in local {
-                let conn = ConnRef { node: st.node.clone(), conn };
-                if let Err(e) = st.presence.announce(&room, &actor, &conn, data, now_unix_s()).await {
-                    tracing::warn!(error = %e, "Re-announcing presence failed; retrying at the next refresh.");
-                    return;
-                }
-                announced.push((room, actor, conn));
-            }
-            // A connection that left while the snapshot was being announced removed its entry
-            // before the announce wrote it back (found by skua-chaos: the member stayed listed
-            // on every node). Leaving removes the local entry before the backend's, so what is
-            // no longer local now must not stay announced.
-            let still: HashSet<_> = st.hub.local_presence().into_iter().map(|(r, a, c, _)| (r, a, c)).collect();
-            for (room, actor, conn) in announced {
-                if still.contains(&(room.clone(), actor.clone(), conn.conn)) {
-                    continue;
-                }
-                match st.presence.remove(&room, &actor, &conn).await {
-                    Ok(true) if !st.members.went_offline(&room, &actor).await => publish_leave(st, room, actor).await,
-                    Ok(_) => {}
-                    Err(_) => st.deferred.push(room, actor, conn),
-                }
-            }
+            reannounce(st, local).await;
         }
         Ok(_) => {}
         Err(e) => tracing::warn!(error = %e, "Presence backend unreachable; node registration not refreshed."),
+    }
+}
+
+/// Announces `local` (a snapshot of this node's presence) to the backend again.
+async fn reannounce(st: &Liveness, local: Vec<crate::hub::LocalPresence>) {
+    let mut announced = Vec::with_capacity(local.len());
+    for (room, actor, conn, data) in local {
+        let conn = ConnRef { node: st.node.clone(), conn };
+        if let Err(e) = st.presence.announce(&room, &actor, &conn, data, now_unix_s()).await {
+            tracing::warn!(error = %e, "Re-announcing presence failed; retrying at the next refresh.");
+            return;
+        }
+        announced.push((room, actor, conn));
+    }
+    // A connection that left while the snapshot was being announced removed its entry
+    // before the announce wrote it back (found by skua-chaos: the member stayed listed
+    // on every node). Leaving removes the local entry before the backend's, so what is
+    // no longer local now must not stay announced.
+    let still: HashSet<_> = st.hub.local_presence().into_iter().map(|(r, a, c, _)| (r, a, c)).collect();
+    for (room, actor, conn) in announced {
+        if still.contains(&(room.clone(), actor.clone(), conn.conn)) {
+            continue;
+        }
+        match st.presence.remove(&room, &actor, &conn).await {
+            Ok(true) if !st.members.went_offline(&room, &actor).await => publish_leave(st, room, actor).await,
+            Ok(_) => {}
+            Err(_) => st.deferred.push(room, actor, conn),
+        }
     }
 }
 

@@ -365,3 +365,40 @@ async fn after_a_crash_the_next_run_of_a_single_node_restores_what_its_clients_h
     drop(second);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A node killed and restarted under the same node id within `node_ttl` keeps its registration
+/// alive, so no survivor reaps what its earlier run held: the restarted node removes its earlier
+/// run's presence itself and sends the leaves (found by skua-chaos: the member stayed listed on
+/// every node forever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_restarted_under_its_id_removes_the_presence_its_earlier_run_left() {
+    let Some((mqtt, redis)) = external_urls() else { return };
+    let ns = unique_namespace();
+    // node_ttl far longer than the test: only the restarted node can clean up.
+    let common =
+        ["--dev", "--store", "memory", "--bus", &mqtt, "--presence", &redis, "--namespace", &ns, "--node-ttl", "120s"];
+    let spawn = |id: &str| {
+        let mut args = common.to_vec();
+        args.extend(["--node-id", id]);
+        SkuaProcess::spawn(BIN, &args)
+    };
+    let _a = spawn("restart-a");
+    let mut b = spawn("restart-b");
+    let a_url = _a.url();
+    let mut alice = authed(&a_url, "dev-token-alice").await;
+    alice.send(frame! {"type" => "presence", "roomId" => "general", "data" => frame!{"s" => "a"}}).await;
+    alice.expect("presence").await;
+    let mut bob = authed(&b.url(), "dev-token-bob").await;
+    bob.send(frame! {"type" => "presence", "roomId" => "general", "data" => frame!{"s" => "b"}}).await;
+    assert_eq!(alice.next_of("presence").await.str("event"), "join");
+
+    b.kill9();
+    drop(bob);
+    let _b2 = spawn("restart-b");
+    let leave = alice.next_of_within("presence", Duration::from_secs(20)).await;
+    assert_eq!((leave.str("event"), leave.get("data")["actor_token_id"].as_str()), ("leave", Some("bob")));
+    alice.send(frame! {"type" => "getPresence", "roomId" => "general"}).await;
+    let l = alice.next_of("presenceList").await;
+    let ids: Vec<&str> = l.get("data").as_array().unwrap().iter().filter_map(|e| e["actorTokenId"].as_str()).collect();
+    assert_eq!(ids, vec!["alice"]);
+}
