@@ -18,9 +18,11 @@ import hmac
 import http.server
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -53,6 +55,18 @@ def watch(client, *events):
 
 def nodes(server):
     return getattr(server, "nodes", [server])
+
+
+def wake_deliveries(server, outcome: str) -> float:
+    """`skua_webhook_deliveries_total{kind="wake",outcome=…}` summed over the nodes' /metrics."""
+    total = 0.0
+    for node in nodes(server):
+        base = node.url.replace("ws://", "http://", 1).rsplit("/", 1)[0]
+        with urllib.request.urlopen(base + "/metrics", timeout=T) as r:
+            text = r.read().decode()
+        m = re.search(r'^skua_webhook_deliveries_total\{kind="wake",outcome="%s"\} (\S+)$' % outcome, text, re.M)
+        total += float(m.group(1)) if m else 0.0
+    return total
 
 
 async def agent(url: str, client_id: str) -> wake_worker.WorkerClient:
@@ -325,6 +339,11 @@ async def test_a_failing_wake_answers_the_publisher_42950(skua_factory):
         assert frame["error"] == "wake_failed" and frame["topic"] == TOPIC and frame["actorTokenId"] == "agent-1"
         assert frame.get("msgRef"), frame
         assert len(rx.requests) == 3  # three attempts, one wake
+        # The engine counts it as a wake, not as a trigger.
+        deadline = loop.time() + 5
+        while wake_deliveries(server, "status") < 1:
+            assert loop.time() < deadline, "no skua_webhook_deliveries_total{kind=\"wake\",outcome=\"status\"}"
+            await asyncio.sleep(0.1)  # the counter is written after the frame the SDK only logs
         # Back to offline: wakeable again.
         await listed(alice, "agent-1", "offline")
     finally:

@@ -24,17 +24,20 @@ pub enum WebhookKind {
     Hydration,
     /// `triggerWebhook` / `onPublish` (N44): every accepted publish.
     Trigger,
+    /// A persistent member's `wake` URL (N47): never configured on a topic.
+    Wake,
 }
 
 impl WebhookKind {
-    /// Both kinds.
-    pub const ALL: [Self; 2] = [Self::Hydration, Self::Trigger];
+    /// Every kind.
+    pub const ALL: [Self; 3] = [Self::Hydration, Self::Trigger, Self::Wake];
 
     /// The metric label and log name.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Hydration => "hydration",
             Self::Trigger => "trigger",
+            Self::Wake => "wake",
         }
     }
 
@@ -43,6 +46,7 @@ impl WebhookKind {
         match self {
             Self::Hydration => Duration::from_secs(5),
             Self::Trigger => Duration::from_secs(10),
+            Self::Wake => Duration::from_secs(30),
         }
     }
 
@@ -98,6 +102,7 @@ impl TopicWebhooks {
         match kind {
             WebhookKind::Hydration => self.hydration.as_ref(),
             WebhookKind::Trigger => self.trigger.as_ref(),
+            WebhookKind::Wake => None,
         }
     }
 }

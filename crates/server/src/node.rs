@@ -329,7 +329,7 @@ impl skua_edge::triggers::TriggerHooks for EngineHooks {
 
 /// Wake requests (N47) through the webhook engine: signed with the project's wake secret (N42),
 /// up to 3 attempts (1 s, then 2 s apart) within the member's wake timeout. The engine counts them
-/// under `kind="trigger"`; `skua_wakes_total` counts wakes by outcome.
+/// under `kind="wake"`; `skua_wakes_total` counts wakes by outcome.
 struct EngineWaker {
     sender: skua_webhooks::WebhookSender,
     registry: Arc<SharedRegistry>,
@@ -347,7 +347,7 @@ impl skua_edge::members::WakePoster for EngineWaker {
         let secret = self.registry.load().project(project).and_then(|p| p.wake_secret.clone());
         let text = |k: &str| payload.get(k).and_then(serde_json::Value::as_str).unwrap_or_default().to_owned();
         let call = WebhookCall {
-            kind: WebhookKind::Trigger,
+            kind: WebhookKind::Wake,
             target: Arc::new(WebhookTarget {
                 url: target.url.clone(),
                 headers: target.headers.clone(),

@@ -67,15 +67,16 @@ fn kind_index(kind: WebhookKind) -> usize {
     match kind {
         WebhookKind::Hydration => 0,
         WebhookKind::Trigger => 1,
+        WebhookKind::Wake => 2,
     }
 }
 
 /// The engine's counters.
 #[derive(Debug, Default)]
 pub struct WebhookMetrics {
-    deliveries: [[AtomicU64; Outcome::ALL.len()]; 2],
-    attempts: [AtomicU64; 2],
-    retries: [AtomicU64; 2],
+    deliveries: [[AtomicU64; Outcome::ALL.len()]; WebhookKind::ALL.len()],
+    attempts: [AtomicU64; WebhookKind::ALL.len()],
+    retries: [AtomicU64; WebhookKind::ALL.len()],
     /// Requests put on the fire-and-forget queue.
     pub queue_pushed: AtomicU64,
     /// Requests taken off it.
