@@ -93,9 +93,8 @@ echo "== chaos run: 3 nodes, private Mosquitto/Redis/Postgres, seeded faults, hi
 # docs/reliability.md. Needs mosquitto, redis-server and Postgres' initdb/postgres binaries
 # (it starts its own instances on free loopback ports, never the shared services).
 if command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ]; then
-  # --tolerate presence: the open presence issue of docs/reliability.md (reported, not failing)
-  # until it is fixed; every other check fails the run.
-  bash scripts/chaos.sh --duration 100 --tolerate presence
+  # Every check fails the run (the presence convergence issue is fixed: docs/reliability.md).
+  bash scripts/chaos.sh --duration 100
 elif [ "${CI:-}" = "true" ]; then
   echo "chaos: mosquitto is not installed (CI=true)" >&2
   exit 1
