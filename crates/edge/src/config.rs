@@ -183,7 +183,7 @@ impl Default for EdgeConfig {
             close_timeout: Duration::from_secs(2),
             max_retained_per_topic: 1024,
             bus_queue: 8192,
-            dispatch_shards: 0,
+            dispatch_shards: 1,
             max_subscriptions_per_connection: 1000,
             node_ttl: Duration::from_secs(10),
             node_refresh: Duration::from_secs(3),

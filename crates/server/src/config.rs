@@ -94,7 +94,7 @@ pub struct Settings {
     /// Capacity of the bus → fan-out delivery queue [default 8192].
     #[arg(long, env = "SKUA_BUS_QUEUE")]
     pub bus_queue: Option<usize>,
-    /// Dispatch tasks fan-outs are spread over; 0: one per worker thread [default 0].
+    /// Dispatch tasks fan-outs are spread over; 0: one per worker thread [default 1].
     #[arg(long, env = "SKUA_DISPATCH_SHARDS")]
     pub dispatch_shards: Option<usize>,
     /// How long a node's presence registration lives without refresh [default 10s].
