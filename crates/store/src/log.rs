@@ -130,6 +130,21 @@ pub(crate) fn distinct(ids: Vec<String>) -> Vec<String> {
     out
 }
 
+/// Runs the batched delete `$query` (a fresh query each round; its last bind is the batch size)
+/// on `$conn` until a round deletes fewer than `$batch` rows; the rows deleted in all.
+macro_rules! delete_in_batches {
+    ($conn:ident, $batch:expr, $err:expr, $query:expr) => {{
+        let mut deleted = 0;
+        loop {
+            let n = $query.execute(&mut *$conn).await.map_err($err)?.rows_affected();
+            deleted += n;
+            if n < $batch {
+                break deleted;
+            }
+        }
+    }};
+}
+
 /// Implements [`skua_core::MessageLog`] for a store type with a `pool` field and an `appends`
 /// field (its group-commit writer, `crate::append_batch`), for one sqlx backend.
 macro_rules! sql_message_log {
@@ -351,21 +366,13 @@ macro_rules! sql_message_log {
                         return Ok(0);
                     }
                     let batch = retention.batch.max(1);
-                    let mut deleted = 0;
                     let cutoff = age_cutoff(now_unix_s, retention);
-                    loop {
-                        let n = sqlx::query(PRUNE_AGE)
-                            .bind(cutoff)
-                            .bind(unix_to_sql(batch))
-                            .execute(&mut *conn)
-                            .await
-                            .map_err(err)?
-                            .rows_affected();
-                        deleted += n;
-                        if n < batch {
-                            break;
-                        }
-                    }
+                    let mut deleted = crate::log::delete_in_batches!(
+                        conn,
+                        batch,
+                        err,
+                        sqlx::query(PRUNE_AGE).bind(cutoff).bind(unix_to_sql(batch))
+                    );
                     let last: i64 = sqlx::query_scalar(LAST_SEQ).fetch_one(&mut *conn).await.map_err(err)?;
                     // A restored (older) database has lower seqs than the watermark: look at all.
                     let since = if seen_seq > last { 0 } else { seen_seq };
@@ -380,20 +387,12 @@ macro_rules! sql_message_log {
                             .await
                             .map_err(err)?;
                         let Some(edge) = edge else { continue };
-                        loop {
-                            let n = sqlx::query(PRUNE_CAP)
-                                .bind(&topic)
-                                .bind(edge)
-                                .bind(unix_to_sql(batch))
-                                .execute(&mut *conn)
-                                .await
-                                .map_err(err)?
-                                .rows_affected();
-                            deleted += n;
-                            if n < batch {
-                                break;
-                            }
-                        }
+                        deleted += crate::log::delete_in_batches!(
+                            conn,
+                            batch,
+                            err,
+                            sqlx::query(PRUNE_CAP).bind(&topic).bind(edge).bind(unix_to_sql(batch))
+                        );
                     }
                     sqlx::query(PRUNE_CONSUMERS).bind(now).execute(&mut *conn).await.map_err(err)?;
                     sqlx::query(PRUNE_STATE_SET).bind(now).bind(last).execute(&mut *conn).await.map_err(err)?;
@@ -416,7 +415,7 @@ pub(crate) fn too_soon(now: i64, pruned_at: i64, retention: Retention) -> bool {
     half > 0 && pruned_at <= now && now - pruned_at < half
 }
 
-pub(crate) use sql_message_log;
+pub(crate) use {delete_in_batches, sql_message_log};
 
 #[cfg(test)]
 mod tests {
