@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use skua_core::NodeId;
 use skua_edge::EdgeConfig;
-use skua_edge::config::MetricsToken;
 use skua_edge::config::{Cidr, OriginPattern};
+use skua_edge::config::{MembersConfig, MetricsToken};
 
 use super::{AdminKey, BackendTlsFiles, BusConfig, ConfigError, PresenceConfig, Settings, StoreConfig, redact_url};
 use crate::duration;
@@ -455,41 +455,22 @@ impl Triggers {
     }
 }
 
-/// Persistent presence and wake (`presence_ttl`, `presence_list_limit`, `wake_*`; N46, N47).
-#[derive(Debug, Clone)]
-pub struct Members {
-    /// How long a member outlives its last connection.
-    pub ttl: Duration,
-    /// Stored members a presenceList adds at most.
-    pub list_limit: u32,
-    /// A woken member's time to connect when its wake gives none.
-    pub wake_timeout: Duration,
-    /// The longest wake timeout honoured.
-    pub wake_timeout_max: Duration,
-    /// Wake checks queued per node.
-    pub wake_queue: usize,
-    /// Members one wake check wakes at most.
-    pub wake_batch: u32,
-    /// How long a room without wakeable members is not checked again.
-    pub wake_negative_cache: Duration,
-}
-
-impl Members {
-    /// This section of `s`, checked.
-    ///
-    /// # Errors
-    /// [`ConfigError::Invalid`] naming the first bad key.
-    pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
-        Ok(Self {
-            ttl: nonzero_duration(key!(s, presence_ttl))?,
-            list_limit: required(key!(s, presence_list_limit))?,
-            wake_timeout: nonzero_duration(key!(s, wake_timeout))?,
-            wake_timeout_max: nonzero_duration(key!(s, wake_timeout_max))?,
-            wake_queue: positive(key!(s, wake_queue))?,
-            wake_batch: positive(key!(s, wake_batch))?,
-            wake_negative_cache: duration(key!(s, wake_negative_cache))?,
-        })
-    }
+/// Persistent presence and wake (`presence_ttl`, `presence_list_limit`, `wake_*`; N46, N47),
+/// checked: the edge's own settings, `offline_others_at_start` left to [`Sections::edge`].
+///
+/// # Errors
+/// [`ConfigError::Invalid`] naming the first bad key.
+fn members(s: &Settings) -> Result<MembersConfig, ConfigError> {
+    Ok(MembersConfig {
+        ttl: nonzero_duration(key!(s, presence_ttl))?,
+        list_limit: required(key!(s, presence_list_limit))?,
+        wake_timeout: nonzero_duration(key!(s, wake_timeout))?,
+        wake_timeout_max: nonzero_duration(key!(s, wake_timeout_max))?,
+        wake_queue: positive(key!(s, wake_queue))?,
+        wake_batch: positive(key!(s, wake_batch))?,
+        wake_negative_cache: duration(key!(s, wake_negative_cache))?,
+        offline_others_at_start: false,
+    })
 }
 
 /// Between nodes: the bus queues (`bus_queue`, `bus_publish_buffer`) and node liveness
@@ -747,7 +728,7 @@ pub struct Sections {
     /// Trigger webhooks.
     pub triggers: Triggers,
     /// Persistent presence and wake.
-    pub members: Members,
+    pub members: MembersConfig,
     /// Webhook delivery.
     pub webhooks: Webhooks,
 }
@@ -771,7 +752,7 @@ impl Sections {
             control: ControlPlane::resolve(s, limits.max_message_size)?,
             telemetry: Telemetry::resolve(s)?,
             triggers: Triggers::resolve(s)?,
-            members: Members::resolve(s)?,
+            members: members(s)?,
             webhooks: Webhooks::resolve(s)?,
             limits,
         })
@@ -851,16 +832,10 @@ impl Sections {
                 // A single node on a durable store sends what an earlier run left, at once.
                 take_over_at_start: backends.bus == BusConfig::Memory && matches!(backends.store, StoreConfig::Url(_)),
             },
-            members: skua_edge::config::MembersConfig {
-                ttl: members.ttl,
-                list_limit: members.list_limit,
-                wake_timeout: members.wake_timeout,
-                wake_timeout_max: members.wake_timeout_max,
-                wake_queue: members.wake_queue,
-                wake_batch: members.wake_batch,
-                wake_negative_cache: members.wake_negative_cache,
+            members: MembersConfig {
                 // A single node: whatever an earlier run left online is offline now.
                 offline_others_at_start: backends.bus == BusConfig::Memory,
+                ..members.clone()
             },
             ..EdgeConfig::default()
         }
