@@ -22,6 +22,11 @@
 //!   good, the member goes back to `offline` and each v2 publisher that caused the wake on this
 //!   node gets `42950 wake_failed`. A member still `waking` after its timeout goes back to
 //!   `offline` (any node's sweep, once a second).
+//! - The store unreachable (a Postgres restart): a wake check it cannot answer is kept, one per
+//!   room (at most `wake_queue` rooms), and run again by the sweep once the store answers, so a
+//!   publish made during the outage still wakes the room's members, once. A member left
+//!   `waking` (its `end_wake` failed, or its node died) is set `offline` by the first sweep
+//!   after its timeout that reaches the store.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -190,6 +195,8 @@ pub struct WakeMetrics {
     pub dropped: AtomicU64,
     /// Wakes not attempted because no poster is configured or the member's wake is invalid.
     pub skipped: AtomicU64,
+    /// Wake checks kept for a retry because the store did not answer.
+    pub deferred: AtomicU64,
 }
 
 impl crate::metrics::MetricsSource for Members {
@@ -204,6 +211,7 @@ impl crate::metrics::MetricsSource for Members {
             ("timed_out", &m.timed_out),
             ("dropped", &m.dropped),
             ("skipped", &m.skipped),
+            ("deferred", &m.deferred),
         ] {
             let _ = writeln!(out, "{name}{{outcome=\"{label}\"}} {}", c.load(Ordering::Relaxed));
         }
@@ -212,6 +220,16 @@ impl crate::metrics::MetricsSource for Members {
 
 /// (room, actor, clientId) of a member being woken by this node.
 type MemberKey = (String, String, String);
+
+/// Publishers told of one wake's failure at most (the rest are not).
+const MAX_REPLIES: usize = 64;
+
+/// A wake check waiting for the store: the first publish's cause and every v2 publisher since.
+#[derive(Debug)]
+struct Deferred {
+    cause: WakeCause,
+    replies: Vec<WakeReply>,
+}
 
 /// Persistent presence and wake of one node.
 pub struct Members {
@@ -227,6 +245,10 @@ pub struct Members {
     negative: Mutex<HashMap<RoomKey, Instant>>,
     /// Wakes in flight on this node, with the publishes that caused them.
     waking: Mutex<HashMap<MemberKey, Vec<WakeReply>>>,
+    /// Wake checks the store could not answer (it was unreachable), by room, with the
+    /// publishers to tell of a failure: retried by the sweep until the store answers. At most
+    /// `wake_queue` rooms; beyond that a check is dropped (counted).
+    deferred: Mutex<HashMap<RoomKey, Deferred>>,
     /// Counters.
     pub metrics: WakeMetrics,
 }
@@ -273,6 +295,7 @@ impl Members {
             rx: Mutex::new(Some(rx)),
             negative: Mutex::new(HashMap::new()),
             waking: Mutex::new(HashMap::new()),
+            deferred: Mutex::new(HashMap::new()),
             metrics: WakeMetrics::default(),
         }
     }
@@ -426,7 +449,7 @@ impl Members {
 
     /// Waking members past their timeout go back to offline; expired records go; stale
     /// negative-cache entries go (the map stays bounded by the rooms published to lately).
-    async fn sweep(&self) {
+    async fn sweep(self: &Arc<Self>) {
         {
             let ttl = self.config.wake_negative_cache;
             self.negative.lock().unwrap_or_else(PoisonError::into_inner).retain(|_, at| at.elapsed() < ttl);
@@ -437,6 +460,8 @@ impl Members {
                     self.metrics.timed_out.fetch_add(1, Ordering::Relaxed);
                     self.publish_stored(&m, PresenceChange::Update, MemberStatus::Offline).await;
                 }
+                // The store answers: the checks it could not answer before run now.
+                self.retry_deferred().await;
             }
             Err(e) => tracing::debug!(error = %e, "Sweeping expired wakes failed."),
         }
@@ -452,25 +477,82 @@ impl Members {
 
     async fn check(self: &Arc<Self>, cause: WakeCause) {
         let column = room_column(&cause.room);
-        // Publishers into a room whose members this node is waking share the outcome.
+        // Publishers into a room whose members this node is waking, or whose check waits for
+        // the store, share the outcome.
         if let Some(reply) = &cause.reply {
             let mut waking = self.waking.lock().unwrap_or_else(PoisonError::into_inner);
             for (key, replies) in waking.iter_mut() {
-                if key.0 == column && replies.len() < 64 {
+                if key.0 == column && replies.len() < MAX_REPLIES {
                     replies.push(reply.clone());
                 }
             }
         }
-        let candidates = match self.store.wake_candidates(&column, now_unix_s(), self.config.wake_batch).await {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(error = %e, room = ?cause.room, "Looking for members to wake failed.");
+        {
+            let mut deferred = self.deferred.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(d) = deferred.get_mut(&cause.room) {
+                // Already waiting for the store: the retry wakes for this publish too.
+                if let Some(reply) = cause.reply
+                    && d.replies.len() < MAX_REPLIES
+                {
+                    d.replies.push(reply);
+                }
                 return;
             }
+        }
+        let replies = cause.reply.iter().cloned().collect();
+        if let Err((e, replies)) = self.wake_room(&cause, &column, replies).await {
+            tracing::warn!(error = %e, room = ?cause.room, "Looking for members to wake failed; retried when the store answers.");
+            self.defer(cause, replies);
+        }
+    }
+
+    /// Keeps a check the store could not answer for the sweep to retry.
+    fn defer(&self, cause: WakeCause, replies: Vec<WakeReply>) {
+        let mut deferred = self.deferred.lock().unwrap_or_else(PoisonError::into_inner);
+        if deferred.len() >= self.config.wake_queue.max(1) && !deferred.contains_key(&cause.room) {
+            self.metrics.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        self.metrics.deferred.fetch_add(1, Ordering::Relaxed);
+        let room = cause.room.clone();
+        deferred.entry(room).or_insert(Deferred { cause, replies: Vec::new() }).replies.extend(replies);
+    }
+
+    /// Runs the deferred checks, stopping at the first the store still cannot answer.
+    async fn retry_deferred(self: &Arc<Self>) {
+        loop {
+            let next = {
+                let mut deferred = self.deferred.lock().unwrap_or_else(PoisonError::into_inner);
+                let Some(room) = deferred.keys().next().cloned() else { return };
+                deferred.remove(&room)
+            };
+            let Some(Deferred { cause, replies }) = next else { return };
+            let column = room_column(&cause.room);
+            if let Err((e, replies)) = self.wake_room(&cause, &column, replies).await {
+                tracing::debug!(error = %e, room = ?cause.room, "A deferred wake check failed again.");
+                self.defer(cause, replies);
+                return;
+            }
+        }
+    }
+
+    /// Wakes the offline wake-enabled members of `cause.room`; `replies` are told if a wake
+    /// fails. `Err` (with the replies back) when the store did not answer: nothing was woken
+    /// that a retry would wake again (a member whose `begin_wake` answer was lost stays
+    /// `waking` without a request until its timeout).
+    async fn wake_room(
+        self: &Arc<Self>,
+        cause: &WakeCause,
+        column: &str,
+        replies: Vec<WakeReply>,
+    ) -> Result<(), (StoreError, Vec<WakeReply>)> {
+        let candidates = match self.store.wake_candidates(column, now_unix_s(), self.config.wake_batch).await {
+            Ok(c) => c,
+            Err(e) => return Err((e, replies)),
         };
         if candidates.is_empty() {
             self.negative.lock().unwrap_or_else(PoisonError::into_inner).insert(cause.room.clone(), Instant::now());
-            return;
+            return Ok(());
         }
         for m in candidates {
             let Some(target) = self.target(&m) else {
@@ -478,25 +560,21 @@ impl Members {
                 continue;
             };
             let until = now_unix_ms().saturating_add(u64::try_from(target.timeout.as_millis()).unwrap_or(u64::MAX));
-            match self.store.begin_wake(&column, &m.actor, &m.client_id, until).await {
+            match self.store.begin_wake(column, &m.actor, &m.client_id, until).await {
                 Ok(true) => {}
                 Ok(false) => continue,
-                Err(e) => {
-                    tracing::warn!(error = %e, "Marking a member waking failed.");
-                    continue;
-                }
+                // The members not woken yet are still offline: the retry wakes them.
+                Err(e) => return Err((e, replies)),
             }
             self.metrics.started.fetch_add(1, Ordering::Relaxed);
-            let key = (column.clone(), m.actor.clone(), m.client_id.clone());
-            self.waking
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .insert(key.clone(), cause.reply.iter().cloned().collect());
+            let key = (column.to_owned(), m.actor.clone(), m.client_id.clone());
+            self.waking.lock().unwrap_or_else(PoisonError::into_inner).insert(key.clone(), replies.clone());
             self.publish_stored(&m, PresenceChange::Waking, MemberStatus::Waking).await;
             let this = self.clone();
             let cause = cause.clone();
             tokio::spawn(async move { this.post(cause, m, key, target).await });
         }
+        Ok(())
     }
 
     fn target(&self, m: &StoredMember) -> Option<WakeTarget> {
@@ -522,10 +600,8 @@ impl Members {
         body.insert("projectId".into(), Value::String(cause.room.project.to_string()));
         // `app` is the app's slug, as in every webhook payload (N43, N44).
         let registry = self.registry.load();
-        let app = registry
-            .project(&cause.room.project)
-            .and_then(|p| p.apps.iter().find(|a| a.id == cause.room.app))
-            .map_or_else(|| cause.room.app.to_string(), |a| a.slug.to_string());
+        let app =
+            crate::triggers::payload::app_slug(crate::triggers::payload::app_of(&registry, &cause.room), &cause.room);
         body.insert("app".into(), Value::String(app));
         body.insert("room".into(), Value::String(cause.room.slug().to_owned()));
         body.insert("actorTokenId".into(), Value::String(m.actor.clone()));
@@ -565,12 +641,7 @@ impl Members {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn pack(v: &rmpv::Value) -> Vec<u8> {
-        let mut out = Vec::new();
-        rmpv::encode::write_value(&mut out, v).unwrap();
-        out
-    }
+    use crate::triggers::payload::tests::pack;
 
     fn map(entries: Vec<(&str, rmpv::Value)>) -> rmpv::Value {
         rmpv::Value::Map(entries.into_iter().map(|(k, v)| (rmpv::Value::from(k), v)).collect())

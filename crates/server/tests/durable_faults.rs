@@ -1,6 +1,6 @@
 //! Durable-delivery faults against real Postgres (durable-delivery issue): a node SIGKILLed
-//! while a persistent load-balanced group consumes a stream of logged messages, and Postgres
-//! restarting under publishers. They need Postgres (`SKUA_TEST_POSTGRES_URL`, or its binaries
+//! while a persistent load-balanced group consumes a stream of logged messages, Postgres
+//! restarting under publishers, and Postgres restarting during a wake (issue 16). They need Postgres (`SKUA_TEST_POSTGRES_URL`, or its binaries
 //! for a private restartable instance), Mosquitto and Redis; without them they skip loudly,
 //! under CI=true they fail.
 
@@ -116,18 +116,8 @@ async fn a_killed_node_loses_no_acknowledged_message_of_a_persistent_group() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publishes_to_logged_topics_fail_clearly_while_postgres_is_down_and_resume_by_themselves() {
-    let Some(mut pg) = ServiceProcess::postgres() else {
-        skip("no Postgres binaries (/usr/lib/postgresql/*/bin) or no postgres user");
-        return;
-    };
-    let url = pg.url();
-    // The first connection can race the server's startup.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while skua_store::migrate(&url).await.is_err() {
-        assert!(tokio::time::Instant::now() < deadline, "private Postgres did not come up");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let store = url.clone();
+    let Some(mut pg) = private_postgres().await else { return };
+    let store = pg.url();
     let server = TestServer::builder().settings(move |s| s.store = Some(store)).spawn().await;
     let mut w = server.connect().await;
     w.auth_session("dev-token-agent", Some("pgw"), false).await;
@@ -391,4 +381,142 @@ async fn a_logged_trigger_of_a_killed_node_is_delivered_by_the_other_node() {
     let got = receiver.wait_for(2).await;
     assert_eq!(delivery_id(&got[1]), msg_id, "delivered by the surviving node, same deliveryId");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+// ---- wake while Postgres restarts (issue 16, N47) ----
+
+/// A private Postgres, started and migrated, or `None` (skipped loudly) without its binaries.
+async fn private_postgres() -> Option<ServiceProcess> {
+    let Some(pg) = ServiceProcess::postgres() else {
+        skip("no Postgres binaries (/usr/lib/postgresql/*/bin) or no postgres user");
+        return None;
+    };
+    // The first connection can race the server's startup.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while skua_store::migrate(&pg.url()).await.is_err() {
+        assert!(tokio::time::Instant::now() < deadline, "private Postgres did not come up");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Some(pg)
+}
+
+/// A persistent presence announce woken at `wake_url` (N46).
+fn wakeable(wake_url: &str, timeout_ms: u64) -> Value {
+    frame! {
+        "persistent" => true,
+        "wake" => frame! {"url" => wake_url, "timeoutMs" => timeout_ms},
+    }
+}
+
+/// The next presence event of agent-1 that `observer` gets: (`event`, `status`).
+async fn member_event(observer: &mut WsClient, within: Duration) -> (String, String) {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let f = observer.next_of_within("presence", left).await;
+        let data = f.get("data");
+        if data["actor_token_id"].as_str() == Some("agent-1") {
+            return (f.str("event").to_owned(), data["status"].as_str().unwrap_or_default().to_owned());
+        }
+    }
+}
+
+/// A `skua serve --dev` node on `store`, its observer (alice, present in `general`) and an
+/// agent-1 member `sleepy` of `general` woken at `wake_url`, disconnected: offline.
+async fn sleeping_member(store: &str, wake_url: &str, timeout_ms: u64) -> (SkuaProcess, WsClient) {
+    let node = SkuaProcess::spawn(BIN, &["--dev", "--store", store, "--grpc-listen", ""]);
+    let mut alice = WsClient::connect(&node.url()).await;
+    alice.auth_ok("dev-token-alice", 2).await;
+    alice.send(frame! {"type" => "presence", "roomId" => "general", "data" => frame! {"who" => "alice"}}).await;
+    alice.expect("presence").await;
+    let mut worker = agent(&node.url(), "sleepy", false).await;
+    worker.send(frame! {"type" => "presence", "roomId" => "general", "data" => wakeable(wake_url, timeout_ms)}).await;
+    assert_eq!(member_event(&mut alice, Duration::from_secs(10)).await, ("join".into(), "online".into()));
+    drop(worker);
+    assert_eq!(member_event(&mut alice, Duration::from_secs(10)).await, ("update".into(), "offline".into()));
+    (node, alice)
+}
+
+/// Publishes an unlogged message (v2, with a msgRef) and waits for `published`.
+async fn publish_unlogged(c: &mut WsClient, msg_ref: &str) {
+    c.send(frame! {"type" => "publish", "topic" => "demo/general/messages", "data" => 1, "msgRef" => msg_ref}).await;
+    let f = c.next_of_within_any(&["published", "error"], Duration::from_secs(15)).await;
+    assert_eq!((f.ty(), f.str("msgRef")), ("published", msg_ref), "{f:?}");
+}
+
+/// Polls `/metrics` until `skua_wakes_total{outcome}` reaches `at_least` (at most 30 s).
+async fn wait_for_wakes(node: &SkuaProcess, outcome: &str, at_least: f64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let scrape = skua_testkit::http::Scrape::of(node.addr).await;
+        if scrape.value("skua_wakes_total", &[("outcome", outcome)]) >= at_least {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "skua_wakes_total{{outcome={outcome:?}}} < {at_least}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// N47 with Postgres down at the publish: the wake check the store cannot answer is kept and run
+/// again once Postgres is back, so the sleeping member is woken exactly once, after the restart;
+/// not connecting, it is back to offline at its timeout (never left waking), and it is wakeable
+/// again; the node serves throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_while_postgres_is_down_wakes_the_sleeping_member_once_postgres_is_back() {
+    use skua_testkit::webhook::{Mode, WebhookReceiver};
+    let Some(mut pg) = private_postgres().await else { return };
+    let receiver = WebhookReceiver::start(Mode::Ok(serde_json::json!({}))).await;
+    let (node, mut alice) = sleeping_member(&pg.url(), &receiver.url("/wake"), 2000).await;
+
+    pg.interrupt();
+    publish_unlogged(&mut alice, "during-outage").await;
+    // The check met the unreachable store and was kept for later; nothing was posted.
+    wait_for_wakes(&node, "deferred", 1.0).await;
+    assert!(receiver.requests().is_empty(), "woken while Postgres was down");
+
+    pg.restart();
+    let wake = receiver.wait_for(1).await;
+    let body = wake[0].json();
+    assert_eq!((body["clientId"].as_str(), body["topic"].as_str()), (Some("sleepy"), Some("messages")), "{body}");
+    assert_eq!(member_event(&mut alice, Duration::from_secs(10)).await, ("waking".into(), "waking".into()));
+    // It does not connect: back to offline at its timeout, woken once.
+    assert_eq!(member_event(&mut alice, Duration::from_secs(15)).await, ("update".into(), "offline".into()));
+    assert_eq!(receiver.requests().len(), 1, "woken more than once");
+    wait_for_wakes(&node, "timed_out", 1.0).await;
+
+    // Still serving, and the member is wakeable again.
+    publish_unlogged(&mut alice, "after").await;
+    assert_eq!(member_event(&mut alice, Duration::from_secs(10)).await, ("waking".into(), "waking".into()));
+    assert_eq!(receiver.wait_for(2).await.len(), 2);
+}
+
+/// N47 with Postgres restarting between the waking mark and the timeout: the wake request fails
+/// (500) while Postgres is down, so the member cannot be set back to offline then; the publisher
+/// still gets `42950 wake_failed`, and once Postgres is back the sweep sets the member offline
+/// (never left waking); it is wakeable again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_restart_during_a_wake_leaves_the_member_offline_and_wakeable() {
+    use skua_testkit::webhook::{Mode, WebhookReceiver};
+    let Some(mut pg) = private_postgres().await else { return };
+    let receiver = WebhookReceiver::start(Mode::Status(500)).await;
+    let (node, mut alice) = sleeping_member(&pg.url(), &receiver.url("/wake"), 4000).await;
+
+    publish_unlogged(&mut alice, "wakes").await;
+    assert_eq!(member_event(&mut alice, Duration::from_secs(10)).await, ("waking".into(), "waking".into()));
+    pg.interrupt();
+    // The attempts fail (500) while Postgres is down: the publisher is told all the same.
+    let f = alice.next_of_within("error", Duration::from_secs(30)).await;
+    assert_eq!((f.int("code"), f.str("msgRef"), f.str("topic")), (42950, "wakes", "demo/general/messages"), "{f:?}");
+    wait_for_wakes(&node, "failed", 1.0).await;
+    // Unlogged publishes go on while the store is away.
+    publish_unlogged(&mut alice, "meanwhile").await;
+
+    pg.restart();
+    assert_eq!(member_event(&mut alice, Duration::from_secs(30)).await, ("update".into(), "offline".into()));
+    receiver.set_mode(Mode::Ok(serde_json::json!({})));
+    let before = receiver.requests().len();
+    publish_unlogged(&mut alice, "again").await;
+    assert_eq!(member_event(&mut alice, Duration::from_secs(10)).await, ("waking".into(), "waking".into()));
+    let after = receiver.wait_for(before + 1).await;
+    assert_eq!(after.len(), before + 1, "one wake request for the new waking period");
 }

@@ -4,7 +4,7 @@
 
 use base64::Engine as _;
 use serde_json::{Map, Value, json};
-use skua_core::{Registry, ScopeInfo, TopicAddress};
+use skua_core::{Registry, RoomKey, ScopeInfo, TopicAddress};
 
 /// Nesting [`data_json`] decodes before it gives up and sends the bytes as `{"$base64": …}`
 /// (the protocol reader's own cap).
@@ -38,8 +38,8 @@ pub struct TriggerFacts<'a> {
 pub fn body(registry: &Registry, f: &TriggerFacts<'_>) -> Vec<u8> {
     let room = &f.topic.room;
     let slug = room.slug();
-    let app_rec = registry.project(&room.project).and_then(|p| p.apps.iter().find(|a| a.id == room.app));
-    let app = app_rec.map_or_else(|| room.app.as_str().to_owned(), |a| a.slug.clone());
+    let app_rec = app_of(registry, room);
+    let app = app_slug(app_rec, room);
     let room_name = app_rec.and_then(|a| a.rooms.get(slug)).map_or(slug, |r| &*r.name);
     let actor_type = registry.actor(f.publisher).map_or("server", |a| a.actor_type.as_str());
     let topic = format!("{app}/{slug}/{}", f.topic.topic);
@@ -61,6 +61,16 @@ pub fn body(registry: &Registry, f: &TriggerFacts<'_>) -> Vec<u8> {
     };
     // Serialising strings, numbers and `Value`s cannot fail.
     serde_json::to_vec(&b).unwrap_or_default()
+}
+
+/// The registered app of `room`, if it is still there.
+pub fn app_of<'r>(registry: &'r Registry, room: &RoomKey) -> Option<&'r skua_core::registry::App> {
+    registry.project(&room.project).and_then(|p| p.apps.iter().find(|a| a.id == room.app))
+}
+
+/// `app` of a webhook payload (N43, N44): the app's slug, its id when the app is gone.
+pub fn app_slug(app: Option<&skua_core::registry::App>, room: &RoomKey) -> String {
+    app.map_or_else(|| room.app.as_str().to_owned(), |a| a.slug.clone())
 }
 
 /// The body's fields, serialized straight (no map of values first), in the order a JSON object
@@ -136,10 +146,11 @@ fn to_json(v: rmpv::Value) -> Value {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn pack(v: &rmpv::Value) -> Vec<u8> {
+    /// `v` packed (MessagePack).
+    pub(crate) fn pack(v: &rmpv::Value) -> Vec<u8> {
         let mut out = Vec::new();
         rmpv::encode::write_value(&mut out, v).unwrap();
         out
