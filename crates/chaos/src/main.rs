@@ -8,7 +8,6 @@
 
 mod check;
 mod history;
-mod procs;
 mod rng;
 mod workload;
 
@@ -22,9 +21,9 @@ use anyhow::{Context, Result};
 use clap::Parser;
 
 use crate::history::{Ev, History, Kind, Outcome};
-use crate::procs::{Node, Service};
 use crate::rng::Rng;
 use crate::workload::{ConsumerSpec, Ctx};
+use skua_chaos::procs::{self, Node, Service};
 
 /// Command line.
 #[derive(Debug, Parser)]

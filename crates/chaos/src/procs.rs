@@ -147,12 +147,22 @@ impl Service {
     /// Stops it: SIGKILL for Mosquitto and Redis, a fast shutdown (SIGINT) for Postgres (a
     /// SIGKILLed postmaster leaves its backends holding the shared memory).
     pub fn stop(&mut self) {
+        if self.kind == ServiceKind::Postgres { self.interrupt() } else { self.kill9() }
+    }
+
+    /// SIGINT (Postgres' fast shutdown: sessions are ended, nothing is left behind), and waits.
+    pub fn interrupt(&mut self) {
         if let Some(mut c) = self.child.take() {
-            if self.kind == ServiceKind::Postgres {
-                signal(c.id(), "-INT");
-            } else {
-                let _ = c.kill();
-            }
+            signal(c.id(), "-INT");
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGKILL (as root, Postgres runs under `setpriv`, which execs: the server itself), and
+    /// waits.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
             let _ = c.wait();
         }
     }

@@ -1,14 +1,21 @@
-//! Real processes for fault tests: `skua` nodes that can be SIGKILLed, and private Mosquitto
-//! and Redis instances on free loopback ports that can be killed and restarted.
+//! Real processes for fault tests: `skua` nodes that can be SIGKILLed, and private Mosquitto,
+//! Redis and Postgres instances on free loopback ports that can be killed and restarted (the
+//! chaos harness's, `skua_chaos::procs`).
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use skua_chaos::procs::Service;
 
 /// A free loopback port (bound and released; the small race is acceptable in tests).
+///
+/// # Panics
+/// When none can be bound.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+    skua_chaos::procs::free_port().expect("a free port")
 }
 
 /// Whether `program` is on PATH; under CI=true a missing program fails the test.
@@ -109,133 +116,80 @@ impl Drop for SkuaProcess {
     }
 }
 
-/// A private service process (Mosquitto or Redis) on one port, restartable on the same port.
+/// A private service process (Mosquitto, Redis or Postgres) on one port, restartable on the
+/// same port: the chaos harness's [`Service`], in a temporary directory of its own (removed
+/// with this value), with a test's API (it panics where the harness returns an error).
 #[derive(Debug)]
 pub struct ServiceProcess {
-    program: &'static str,
-    args: Vec<String>,
-    child: Option<Child>,
+    service: Service,
+    dir: PathBuf,
     /// The port it listens on.
     pub port: u16,
 }
 
 impl ServiceProcess {
     /// A private Mosquitto (MQTT v5, anonymous, no persistence) on a free port.
+    ///
+    /// # Panics
+    /// When it does not start.
     pub fn mosquitto() -> Self {
-        let port = free_port();
-        let conf = std::env::temp_dir().join(format!("skua-mosquitto-{port}.conf"));
-        std::fs::write(&conf, format!("listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n"))
-            .expect("write conf");
-        Self::start("mosquitto", vec!["-c".into(), conf.display().to_string()], port)
+        Self::start(Service::mosquitto).unwrap_or_else(|e| panic!("private Mosquitto: {e:#}"))
     }
 
     /// A private Redis (no persistence) on a free port.
+    ///
+    /// # Panics
+    /// When it does not start.
     pub fn redis() -> Self {
-        let port = free_port();
-        let args = ["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"];
-        Self::start("redis-server", args.iter().map(|s| (*s).to_owned()).collect(), port)
+        Self::start(Service::redis).unwrap_or_else(|e| panic!("private Redis: {e:#}"))
     }
 
-    /// A private Postgres (a fresh cluster in a temporary directory, trust auth, database
-    /// `postgres`) on a free port, run as the `postgres` user through `setpriv` (the server
-    /// refuses to run as root, and `setpriv` execs, so [`Self::kill9`] hits the server itself).
-    /// `None` when Postgres' binaries or the `postgres` user are missing.
+    /// A private Postgres (a fresh cluster, trust auth, database `postgres`) on a free port; as
+    /// root, run as the `postgres` user through `setpriv` (the server refuses to run as root,
+    /// and `setpriv` execs, so [`Self::kill9`] hits the server itself). `None` (after saying
+    /// why) when Postgres' binaries or the `postgres` user are missing, or it does not start.
     pub fn postgres() -> Option<Self> {
-        let bin = std::fs::read_dir("/usr/lib/postgresql")
-            .ok()?
-            .filter_map(Result::ok)
-            .map(|e| e.path().join("bin"))
-            .next()?;
-        let port = free_port();
-        let dir = std::env::temp_dir().join(format!("skua-pg-{port}"));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).ok()?;
-        let chown = Command::new("chown").args(["-R", "postgres:postgres"]).arg(&dir).status().ok()?;
-        let initdb = Command::new("setpriv")
-            .args(["--reuid=postgres", "--regid=postgres", "--init-groups", "--"])
-            .arg(bin.join("initdb"))
-            .args(["-A", "trust", "-U", "postgres", "-D"])
-            .arg(dir.join("data"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .ok()?;
-        if !chown.success() || !initdb.success() {
-            return None;
-        }
-        let postgres = bin.join("postgres").display().to_string();
-        let args = vec![
-            "--reuid=postgres".to_owned(),
-            "--regid=postgres".to_owned(),
-            "--init-groups".to_owned(),
-            "--".to_owned(),
-            postgres,
-            "-D".to_owned(),
-            dir.join("data").display().to_string(),
-            "-p".to_owned(),
-            port.to_string(),
-            "-h".to_owned(),
-            "127.0.0.1".to_owned(),
-            "-k".to_owned(),
-            dir.display().to_string(),
-        ];
-        Some(Self::start("setpriv", args, port))
+        Self::start(Service::postgres).map_err(|e| eprintln!("private Postgres: {e:#}")).ok()
     }
 
-    fn start(program: &'static str, args: Vec<String>, port: u16) -> Self {
-        let mut s = Self { program, args, child: None, port };
-        s.restart();
-        s
+    fn start(service: impl FnOnce(&Path) -> anyhow::Result<Service>) -> anyhow::Result<Self> {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("skua-service-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)?;
+        let service = service(&dir)?;
+        Ok(Self { port: service.port, service, dir })
     }
 
     /// (Re)starts the process and waits until its port accepts connections.
     ///
     /// # Panics
-    /// When it does not come up within 10 s.
+    /// When it does not come up.
     pub fn restart(&mut self) {
-        let child = Command::new(self.program)
-            .args(&self.args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {}: {e}", self.program));
-        self.child = Some(child);
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(std::time::Instant::now() < deadline, "{} did not listen on {}", self.program, self.port);
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.service.restart().unwrap_or_else(|e| panic!("restarting {:?}: {e:#}", self.service.kind));
     }
 
     /// SIGINT (Postgres' fast shutdown: sessions are ended, nothing is left behind) and wait.
     pub fn interrupt(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = Command::new("kill").args(["-INT", &c.id().to_string()]).status();
-            let _ = c.wait();
-        }
+        self.service.interrupt();
     }
 
     /// SIGKILL.
     pub fn kill9(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.service.kill9();
     }
 
     /// `mqtt://127.0.0.1:PORT`, `redis://127.0.0.1:PORT` or `postgres://postgres@127.0.0.1:PORT/postgres`.
     pub fn url(&self) -> String {
-        match self.program {
-            "mosquitto" => format!("mqtt://127.0.0.1:{}", self.port),
-            "setpriv" => format!("postgres://postgres@127.0.0.1:{}/postgres", self.port),
-            _ => format!("redis://127.0.0.1:{}", self.port),
-        }
+        self.service.url()
     }
 }
 
 impl Drop for ServiceProcess {
     fn drop(&mut self) {
-        self.kill9();
+        // Postgres gets its fast shutdown, so no shared memory is left behind.
+        self.service.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
