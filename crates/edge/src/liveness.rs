@@ -120,7 +120,7 @@ async fn forget_earlier_run(st: &Liveness) {
         if local.iter().any(|(r, a, _, _)| *r == room && *a == actor) {
             continue;
         }
-        if !st.members.went_offline(&room, &actor).await {
+        if !st.members.went_offline(&room, &actor, false).await {
             publish_leave(st, room, actor).await;
         }
     }
@@ -161,7 +161,7 @@ async fn reannounce(st: &Liveness, local: Vec<crate::hub::LocalPresence>) {
             continue;
         }
         match st.presence.remove(&room, &actor, &conn).await {
-            Ok(true) if !st.members.went_offline(&room, &actor).await => publish_leave(st, room, actor).await,
+            Ok(true) if !st.members.went_offline(&room, &actor, false).await => publish_leave(st, room, actor).await,
             Ok(_) => {}
             Err(_) => st.deferred.push(room, actor, conn),
         }
@@ -174,7 +174,7 @@ async fn retry_removals(st: &Liveness) {
     for (i, (room, actor, conn)) in pending.iter().enumerate() {
         match st.presence.remove(room, actor, conn).await {
             Ok(true) => {
-                if !st.members.went_offline(room, actor).await {
+                if !st.members.went_offline(room, actor, false).await {
                     publish_leave(st, room.clone(), actor.clone()).await;
                 }
             }
@@ -226,7 +226,7 @@ async fn reap(st: &Liveness) {
                 tracing::info!(%node, entries = gone.len(), "Removed the presence of a lapsed node.");
                 for (room, actor) in gone {
                     // A persistent member goes offline rather than leaving (N46).
-                    if !st.members.went_offline(&room, &actor).await {
+                    if !st.members.went_offline(&room, &actor, false).await {
                         publish_leave(st, room, actor).await;
                     }
                 }

@@ -26,9 +26,11 @@
 //!   room (at most `wake_queue` rooms), and run again by the sweep once the store answers, so a
 //!   publish made during the outage still wakes the room's members, once. A member left
 //!   `waking` (its `end_wake` failed, or its node died) is set `offline` by the first sweep
-//!   after its timeout that reaches the store.
+//!   after its timeout that reaches the store. A member whose last connection ends while the
+//!   store does not answer is set `offline` (and its `update` sent) by the first sweep that
+//!   reaches it, unless it is present again by then; it is not left `online`, unwakeable.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -38,8 +40,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use serde_json::{Map, Value};
 use skua_core::{
-    ActorId, AppId, Envelope, MemberStatus, MemberWrite, NodeId, Persistence, PresenceChange, PresenceEvent, ProjectId,
-    RoomKey, SharedRegistry, Store, StoreError, StoredMember,
+    ActorId, AppId, Envelope, MemberStatus, MemberWrite, NodeId, Persistence, Presence, PresenceChange, PresenceEvent,
+    ProjectId, RoomKey, SharedRegistry, Store, StoreError, StoredMember,
 };
 use skua_protocol::ErrorFrame;
 use skua_protocol::codes::{code, error};
@@ -197,6 +199,8 @@ pub struct WakeMetrics {
     pub skipped: AtomicU64,
     /// Wake checks kept for a retry because the store did not answer.
     pub deferred: AtomicU64,
+    /// Members whose going offline waited for the store (`skua_members_offline_deferred_total`).
+    pub offline_deferred: AtomicU64,
 }
 
 impl crate::metrics::MetricsSource for Members {
@@ -215,6 +219,12 @@ impl crate::metrics::MetricsSource for Members {
         ] {
             let _ = writeln!(out, "{name}{{outcome=\"{label}\"}} {}", c.load(Ordering::Relaxed));
         }
+        let name = "skua_members_offline_deferred_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Persistent members whose going offline waited for the store to answer.\n# TYPE {name} counter\n{name} {}",
+            m.offline_deferred.load(Ordering::Relaxed)
+        );
     }
 }
 
@@ -249,6 +259,11 @@ pub struct Members {
     /// publishers to tell of a failure: retried by the sweep until the store answers. At most
     /// `wake_queue` rooms; beyond that a check is dropped (counted).
     deferred: Mutex<HashMap<RoomKey, Deferred>>,
+    /// Members whose last connection ended while the store did not answer: set offline by the
+    /// sweep once it does (unless present again). At most `wake_queue`.
+    offline_pending: Mutex<HashSet<(RoomKey, ActorId)>>,
+    /// Who is present (to tell a member back since from one still away).
+    presence: Arc<dyn Presence>,
     /// Counters.
     pub metrics: WakeMetrics,
 }
@@ -281,6 +296,7 @@ impl Members {
         store: Arc<dyn Store>,
         hub: Arc<Hub>,
         registry: Arc<SharedRegistry>,
+        presence: Arc<dyn Presence>,
         poster: Option<Arc<dyn WakePoster>>,
     ) -> Self {
         let (queue, rx) = mpsc::channel(config.wake_queue.max(1));
@@ -296,6 +312,8 @@ impl Members {
             negative: Mutex::new(HashMap::new()),
             waking: Mutex::new(HashMap::new()),
             deferred: Mutex::new(HashMap::new()),
+            offline_pending: Mutex::new(HashSet::new()),
+            presence,
             metrics: WakeMetrics::default(),
         }
     }
@@ -327,14 +345,19 @@ impl Members {
             now_s: now_unix_s(),
             expires_at_s: self.expires_at(),
         };
+        // Back on this node: a going offline still waiting for the store is void.
+        self.offline_pending.lock().unwrap_or_else(PoisonError::into_inner).remove(&(room.clone(), actor.clone()));
         let m = self.store.upsert_member(&write).await?;
         self.forget_negative(room);
         Ok(m)
     }
 
     /// The actor's last connection left `room`: its records go offline. `true` when it had any
-    /// (an `update` to offline was published instead of a `leave`).
-    pub async fn went_offline(&self, room: &RoomKey, actor: &ActorId) -> bool {
+    /// (an `update` to offline was published instead of a `leave`). When the store does not
+    /// answer, the change waits for it (the sweep retries it, and publishes the `update` then,
+    /// unless the actor is present again) and the answer is `known_persistent`: whether the
+    /// caller knows the actor announced persistent presence there (then no `leave` is due).
+    pub async fn went_offline(&self, room: &RoomKey, actor: &ActorId, known_persistent: bool) -> bool {
         match self.store.members_offline(&room_column(room), actor.as_str(), self.expires_at()).await {
             Ok(changed) => {
                 let Some(m) = changed.first() else { return false };
@@ -343,8 +366,50 @@ impl Members {
                 true
             }
             Err(e) => {
-                tracing::warn!(error = %e, ?room, "Setting a persistent member offline failed; listed offline anyway.");
-                false
+                tracing::warn!(error = %e, ?room, "Setting a persistent member offline failed; retried when the store answers.");
+                let mut pending = self.offline_pending.lock().unwrap_or_else(PoisonError::into_inner);
+                if pending.len() < self.config.wake_queue.max(1) {
+                    pending.insert((room.clone(), actor.clone()));
+                    self.metrics.offline_deferred.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    tracing::warn!("Members waiting to go offline are full; this one stays as stored.");
+                }
+                known_persistent
+            }
+        }
+    }
+
+    /// Sets offline the members whose going offline waited for the store, unless they are
+    /// present again; stops at the first the store still does not answer.
+    async fn retry_offline(&self) {
+        loop {
+            let next = {
+                let mut pending = self.offline_pending.lock().unwrap_or_else(PoisonError::into_inner);
+                let Some(key) = pending.iter().next().cloned() else { return };
+                pending.take(&key)
+            };
+            let Some((room, actor)) = next else { return };
+            match self.presence.list(&room).await {
+                Ok(live) if live.iter().any(|e| e.actor == actor) => continue,
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, ?room, "Presence unreachable; a member's going offline waits.");
+                    self.offline_pending.lock().unwrap_or_else(PoisonError::into_inner).insert((room, actor));
+                    return;
+                }
+            }
+            match self.store.members_offline(&room_column(&room), actor.as_str(), self.expires_at()).await {
+                Ok(changed) => {
+                    if let Some(m) = changed.first() {
+                        self.forget_negative(&room);
+                        self.publish(room, actor, m, PresenceChange::Update, MemberStatus::Offline).await;
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, ?room, "A member's going offline failed again.");
+                    self.offline_pending.lock().unwrap_or_else(PoisonError::into_inner).insert((room, actor));
+                    return;
+                }
             }
         }
     }
@@ -460,7 +525,8 @@ impl Members {
                     self.metrics.timed_out.fetch_add(1, Ordering::Relaxed);
                     self.publish_stored(&m, PresenceChange::Update, MemberStatus::Offline).await;
                 }
-                // The store answers: the checks it could not answer before run now.
+                // The store answers: what it could not answer before runs now.
+                self.retry_offline().await;
                 self.retry_deferred().await;
             }
             Err(e) => tracing::debug!(error = %e, "Sweeping expired wakes failed."),

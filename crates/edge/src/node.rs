@@ -132,6 +132,7 @@ impl EdgeNode {
             backends.store.clone(),
             hub.clone(),
             registry.clone(),
+            backends.presence.clone(),
             backends.wake_poster,
         ));
         let mut metrics_sources = backends.metrics_sources;

@@ -437,9 +437,15 @@ async fn sleeping_member(store: &str, wake_url: &str, timeout_ms: u64) -> (SkuaP
     (node, alice)
 }
 
-/// Publishes an unlogged message (v2, with a msgRef) and waits for `published`.
+/// Publishes an unlogged message (v2, with a msgRef) into `general` and waits for `published`.
 async fn publish_unlogged(c: &mut WsClient, msg_ref: &str) {
-    c.send(frame! {"type" => "publish", "topic" => "demo/general/messages", "data" => 1, "msgRef" => msg_ref}).await;
+    publish_unlogged_to(c, "demo/general/messages", msg_ref).await;
+}
+
+/// Publishes an unlogged message (v2, with a msgRef) to `topic` and waits for `published`
+/// (frames before it are passed over).
+async fn publish_unlogged_to(c: &mut WsClient, topic: &str, msg_ref: &str) {
+    c.send(frame! {"type" => "publish", "topic" => topic, "data" => 1, "msgRef" => msg_ref}).await;
     let f = c.next_of_within_any(&["published", "error"], Duration::from_secs(15)).await;
     assert_eq!((f.ty(), f.str("msgRef")), ("published", msg_ref), "{f:?}");
 }
@@ -508,8 +514,9 @@ async fn a_postgres_restart_during_a_wake_leaves_the_member_offline_and_wakeable
     let f = alice.next_of_within("error", Duration::from_secs(30)).await;
     assert_eq!((f.int("code"), f.str("msgRef"), f.str("topic")), (42950, "wakes", "demo/general/messages"), "{f:?}");
     wait_for_wakes(&node, "failed", 1.0).await;
-    // Unlogged publishes go on while the store is away.
-    publish_unlogged(&mut alice, "meanwhile").await;
+    // Unlogged publishes go on while the store is away (into another room: one into `general`
+    // would wake the member again once Postgres is back, as the test above shows).
+    publish_unlogged_to(&mut alice, "demo/random/messages", "meanwhile").await;
 
     pg.restart();
     assert_eq!(member_event(&mut alice, Duration::from_secs(30)).await, ("update".into(), "offline".into()));
@@ -519,4 +526,43 @@ async fn a_postgres_restart_during_a_wake_leaves_the_member_offline_and_wakeable
     assert_eq!(member_event(&mut alice, Duration::from_secs(10)).await, ("waking".into(), "waking".into()));
     let after = receiver.wait_for(before + 1).await;
     assert_eq!(after.len(), before + 1, "one wake request for the new waking period");
+}
+
+/// N46/N47 with Postgres down when a persistent member's last connection ends: the member
+/// cannot be stored offline then, so no `leave` goes out; once Postgres is back it is set
+/// offline (an `update`), not left `online` (which no publish would wake), and a publish wakes
+/// it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_leaving_while_postgres_is_down_goes_offline_once_postgres_is_back_and_is_wakeable() {
+    use skua_testkit::webhook::{Mode, WebhookReceiver};
+    let Some(mut pg) = private_postgres().await else { return };
+    let receiver = WebhookReceiver::start(Mode::Ok(serde_json::json!({}))).await;
+    let node = SkuaProcess::spawn(BIN, &["--dev", "--store", &pg.url(), "--grpc-listen", ""]);
+    let mut alice = WsClient::connect(&node.url()).await;
+    alice.auth_ok("dev-token-alice", 2).await;
+    alice.send(frame! {"type" => "presence", "roomId" => "general", "data" => frame! {"who" => "alice"}}).await;
+    alice.expect("presence").await;
+    let mut worker = agent(&node.url(), "leaver", false).await;
+    let wake_url = receiver.url("/wake");
+    worker.send(frame! {"type" => "presence", "roomId" => "general", "data" => wakeable(&wake_url, 2000)}).await;
+    assert_eq!(member_event(&mut alice, Duration::from_secs(10)).await, ("join".into(), "online".into()));
+
+    pg.interrupt();
+    drop(worker);
+    let scrape_deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let scrape = skua_testkit::http::Scrape::of(node.addr).await;
+        if scrape.value("skua_members_offline_deferred_total", &[]) >= 1.0 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < scrape_deadline, "the going offline was not deferred");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    pg.restart();
+    // The first event about the member after its disconnect: offline, not leave.
+    assert_eq!(member_event(&mut alice, Duration::from_secs(30)).await, ("update".into(), "offline".into()));
+    publish_unlogged(&mut alice, "wake-the-leaver").await;
+    assert_eq!(member_event(&mut alice, Duration::from_secs(10)).await, ("waking".into(), "waking".into()));
+    let wake = receiver.wait_for(1).await;
+    assert_eq!(wake[0].json()["clientId"].as_str(), Some("leaver"));
 }

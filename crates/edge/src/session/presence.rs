@@ -70,7 +70,7 @@ impl Session {
         let persistent = std::mem::take(&mut self.presence_persistent);
         match self.st.presence.remove(&room, &actor, &conn).await {
             // A persistent member's last connection: `update` to offline, not `leave` (N46).
-            Ok(true) if persistent && self.st.members.went_offline(&room, &actor).await => {}
+            Ok(true) if persistent && self.st.members.went_offline(&room, &actor, true).await => {}
             Ok(true) => self.publish_presence(&room, PresenceChange::Leave, Bytes::new(), None).await,
             Ok(false) => {}
             Err(e) => {
