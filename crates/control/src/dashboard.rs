@@ -233,7 +233,11 @@ impl Dashboard {
     }
 
     fn cookie_attrs(&self) -> &'static str {
-        if self.secure { "; Path=/admin; HttpOnly; SameSite=Strict; Secure" } else { "; Path=/admin; HttpOnly; SameSite=Strict" }
+        if self.secure {
+            "; Path=/admin; HttpOnly; SameSite=Strict; Secure"
+        } else {
+            "; Path=/admin; HttpOnly; SameSite=Strict"
+        }
     }
 }
 
@@ -472,4 +476,3 @@ pub fn router(d: Arc<Dashboard>) -> Router {
         .layer(DefaultBodyLimit::max(MAX_FORM_BYTES))
         .with_state(d)
 }
-

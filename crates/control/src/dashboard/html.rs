@@ -80,11 +80,7 @@ pub(crate) fn csrf_input(csrf: &str) -> String {
 pub(crate) fn field(name: &str, label: &str, value: &str, req: bool, hint: &str) -> String {
     let id = format!("f-{name}");
     let required = if req { " required" } else { "" };
-    let hint = if hint.is_empty() {
-        String::new()
-    } else {
-        format!("<small id=\"{id}-hint\">{}</small>", esc(hint))
-    };
+    let hint = if hint.is_empty() { String::new() } else { format!("<small id=\"{id}-hint\">{}</small>", esc(hint)) };
     let described = if hint.is_empty() { String::new() } else { format!(" aria-describedby=\"{id}-hint\"") };
     format!(
         "<div class=\"field\"><label for=\"{id}\">{}</label><input id=\"{id}\" name=\"{name}\" value=\"{}\"{required}{described}>{hint}</div>",

@@ -100,9 +100,7 @@ fn to_json(v: rmpv::Value) -> serde_json::Value {
     match v {
         rmpv::Value::Nil => J::Null,
         rmpv::Value::Boolean(b) => J::Bool(b),
-        rmpv::Value::Integer(i) => {
-            i.as_u64().map(J::from).or_else(|| i.as_i64().map(J::from)).unwrap_or(J::Null)
-        }
+        rmpv::Value::Integer(i) => i.as_u64().map(J::from).or_else(|| i.as_i64().map(J::from)).unwrap_or(J::Null),
         rmpv::Value::F32(f) => serde_json::Number::from_f64(f64::from(f)).map_or(J::Null, J::Number),
         rmpv::Value::F64(f) => serde_json::Number::from_f64(f).map_or(J::Null, J::Number),
         rmpv::Value::String(s) => match s.into_str() {
@@ -198,7 +196,11 @@ async fn render(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>, status: S
         view.as_ref().map(|(id, _)| id.to_string()).unwrap_or_default(),
         field("project", "Project", &project, true, ""),
         field("topic", "Topic", &topic, true, "app/room/topic"),
-        esc(if a.form.raw("data").is_empty() { "{\"text\": \"hello from the dashboard\"}" } else { a.form.raw("data") }),
+        esc(if a.form.raw("data").is_empty() {
+            "{\"text\": \"hello from the dashboard\"}"
+        } else {
+            a.form.raw("data")
+        }),
         field("filter", "Filter key", a.form.get("filter"), false, "optional"),
     );
     html::respond(status, html::page("Live topic", "Live topic", &a.csrf, notice, &body))
@@ -302,7 +304,8 @@ pub(crate) async fn publish(d: &Dashboard, a: Authed) -> Response {
     match svc_publish::publish_checked(&d.svc, r).await {
         Ok(p) => {
             let view = a.form.get("view");
-            let msg = if p.msg_id.is_empty() { "Published.".to_owned() } else { format!("Published (msgId {}).", p.msg_id) };
+            let msg =
+                if p.msg_id.is_empty() { "Published.".to_owned() } else { format!("Published (msgId {}).", p.msg_id) };
             let to = if view.is_empty() {
                 format!("/admin/live?project={}&topic={}", q(a.form.get("project")), q(a.form.get("topic")))
             } else {

@@ -54,10 +54,7 @@ fn stats_value(d: &Dashboard) -> serde_json::Value {
 
 /// `GET /admin/stats`.
 pub(crate) async fn stats_json(d: &Dashboard, _a: Authed) -> Response {
-    (
-        [(header::CONTENT_TYPE, "application/json"), (header::CACHE_CONTROL, "no-store")],
-        stats_value(d).to_string(),
-    )
+    ([(header::CONTENT_TYPE, "application/json"), (header::CACHE_CONTROL, "no-store")], stats_value(d).to_string())
         .into_response()
 }
 
@@ -69,7 +66,9 @@ pub(crate) async fn overview(d: &Dashboard, a: Authed) -> Response {
         serde_json::Value::String(s) => s.clone(),
         other => other.to_string(),
     };
-    let mut body = String::from("<section id=\"stats\" aria-labelledby=\"h-node\"><h2 id=\"h-node\">This node</h2><div class=\"cards\">");
+    let mut body = String::from(
+        "<section id=\"stats\" aria-labelledby=\"h-node\"><h2 id=\"h-node\">This node</h2><div class=\"cards\">",
+    );
     for (k, label) in [
         ("node", "Node id"),
         ("version", "Version"),
@@ -127,14 +126,23 @@ async fn current_app(d: &Dashboard, a: &Authed, project: &str) -> (Vec<pb::App>,
         .map(|r| r.apps)
         .unwrap_or_default();
     let want = if a.query.get("app").is_empty() { a.form.get("app") } else { a.query.get("app") };
-    let chosen = if want.is_empty() { list.first().map(|x| x.slug.clone()).unwrap_or_default() } else { want.to_owned() };
+    let chosen =
+        if want.is_empty() { list.first().map(|x| x.slug.clone()).unwrap_or_default() } else { want.to_owned() };
     (list, chosen)
 }
 
 /// A GET form choosing the project (and app, and room) a page shows.
-fn chooser(path: &str, projects: &[pb::Project], project: &str, apps: Option<(&[pb::App], &str)>, room: Option<&str>) -> String {
+fn chooser(
+    path: &str,
+    projects: &[pb::Project],
+    project: &str,
+    apps: Option<(&[pb::App], &str)>,
+    room: Option<&str>,
+) -> String {
     let mut f = format!("<form method=\"get\" action=\"{path}\" class=\"create\" aria-label=\"Choose what to show\">");
-    f.push_str("<div class=\"field\"><label for=\"c-project\">Project</label><select id=\"c-project\" name=\"project\">");
+    f.push_str(
+        "<div class=\"field\"><label for=\"c-project\">Project</label><select id=\"c-project\" name=\"project\">",
+    );
     for p in projects {
         let sel = if p.id == project { " selected" } else { "" };
         let _ = write!(f, "<option value=\"{0}\"{sel}>{0}</option>", esc(&p.id));
@@ -201,7 +209,12 @@ async fn projects_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) ->
         field("name", "Name", a.form.get("name"), false, "defaults to the id"),
         field("jwt_secret", "JWT secret", "", false, "optional: HS256 client tokens")
     );
-    body.push_str(&table("Projects", &["Id", "Name", "Messages this month", "Created (UTC)", ""], &rows, "No projects yet."));
+    body.push_str(&table(
+        "Projects",
+        &["Id", "Name", "Messages this month", "Created (UTC)", ""],
+        &rows,
+        "No projects yet.",
+    ));
     html::respond(StatusCode::OK, html::page("Projects", "Projects", &a.csrf, notice, &body))
 }
 
@@ -239,8 +252,11 @@ async fn apps_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> Res
     let rows: Vec<Vec<String>> = list
         .iter()
         .map(|x| {
-            let topics: Vec<String> =
-                x.topics.iter().map(|t| if t.logged { format!("{} (logged)", t.name) } else { t.name.clone() }).collect();
+            let topics: Vec<String> = x
+                .topics
+                .iter()
+                .map(|t| if t.logged { format!("{} (logged)", t.name) } else { t.name.clone() })
+                .collect();
             vec![
                 format!("<a href=\"/admin/rooms?project={}&amp;app={}\">{}</a>", q(&project), q(&x.slug), esc(&x.slug)),
                 esc(&x.name),
@@ -270,9 +286,20 @@ async fn apps_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> Res
         field("slug", "Slug", a.form.get("slug"), true, "letters, digits, - and _"),
         field("name", "Name", a.form.get("name"), false, "defaults to the slug"),
         field("topics", "Topics", a.form.get("topics"), false, "comma-separated, e.g. chat, events"),
-        field("logged", "Logged topics", a.form.get("logged"), false, "comma-separated: kept for replay and durable delivery"),
+        field(
+            "logged",
+            "Logged topics",
+            a.form.get("logged"),
+            false,
+            "comma-separated: kept for replay and durable delivery"
+        ),
     );
-    body.push_str(&table("Apps", &["Slug", "Name", "Topics", "Rooms", "Auto rooms", ""], &rows, "No apps in this project."));
+    body.push_str(&table(
+        "Apps",
+        &["Slug", "Name", "Topics", "Rooms", "Auto rooms", ""],
+        &rows,
+        "No apps in this project.",
+    ));
     html::respond(StatusCode::OK, html::page("Apps", "Apps", &a.csrf, notice, &body))
 }
 
@@ -329,13 +356,19 @@ async fn rooms_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> Re
     } else {
         rooms::list(
             &d.svc,
-            pb::ListRoomsRequest { project_id: project.clone(), app: app.clone(), page_size: 0, page_token: String::new() },
+            pb::ListRoomsRequest {
+                project_id: project.clone(),
+                app: app.clone(),
+                page_size: 0,
+                page_token: String::new(),
+            },
         )
         .await
         .map(|r| r.rooms)
         .unwrap_or_default()
     };
-    let topic = apps.iter().find(|x| x.slug == app).and_then(|x| x.topics.first()).map(|t| t.name.clone()).unwrap_or_default();
+    let topic =
+        apps.iter().find(|x| x.slug == app).and_then(|x| x.topics.first()).map(|t| t.name.clone()).unwrap_or_default();
     let rows: Vec<Vec<String>> = list
         .iter()
         .map(|r| {
@@ -435,7 +468,13 @@ async fn actors_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> R
                 esc(&x.actor_type),
                 esc(&x.name),
                 if x.active { "active".into() } else { "deactivated".into() },
-                button_form("/admin/actors/delete", &a.csrf, &[("project", &project), ("actor", &x.id)], &format!("Delete actor {}", x.id), true),
+                button_form(
+                    "/admin/actors/delete",
+                    &a.csrf,
+                    &[("project", &project), ("actor", &x.id)],
+                    &format!("Delete actor {}", x.id),
+                    true,
+                ),
             ]
         })
         .collect();
@@ -453,7 +492,12 @@ async fn actors_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> R
     );
     body.push_str(&table("Actors", &["Id", "Type", "Name", "State", ""], &rows, "No actors in this project."));
     if !list.next_page_token.is_empty() {
-        let _ = write!(body, "<p><a href=\"/admin/actors?project={}&amp;page={}\">Next page</a></p>", q(&project), q(&list.next_page_token));
+        let _ = write!(
+            body,
+            "<p><a href=\"/admin/actors?project={}&amp;page={}\">Next page</a></p>",
+            q(&project),
+            q(&list.next_page_token)
+        );
     }
     html::respond(StatusCode::OK, html::page("Actors", "Actors", &a.csrf, notice, &body))
 }
@@ -473,7 +517,12 @@ pub(crate) async fn create_actor(d: &Dashboard, a: Authed) -> Response {
             let id = c.actor.map(|x| x.id).unwrap_or_default();
             let msg = format!("Actor {id} created. Its access token (shown once): {}", c.access_token);
             let fresh = Authed { csrf: a.csrf.clone(), form: super::Form::default(), query: a.query };
-            actors_page(d, &Authed { query: super::Form::parse(format!("project={}", q(&project)).as_bytes()), ..fresh }, Some(Notice::Ok(&msg))).await
+            actors_page(
+                d,
+                &Authed { query: super::Form::parse(format!("project={}", q(&project)).as_bytes()), ..fresh },
+                Some(Notice::Ok(&msg)),
+            )
+            .await
         }
         Err(s) => refused(d, a, "/admin/actors", &s).await,
     }
@@ -500,10 +549,13 @@ async fn grants_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> R
     let list = if app.is_empty() || room.is_empty() {
         Vec::new()
     } else {
-        grants::list(&d.svc, pb::ListGrantsRequest { project_id: project.clone(), app: app.clone(), room: room.clone() })
-            .await
-            .map(|r| r.grants)
-            .unwrap_or_default()
+        grants::list(
+            &d.svc,
+            pb::ListGrantsRequest { project_id: project.clone(), app: app.clone(), room: room.clone() },
+        )
+        .await
+        .map(|r| r.grants)
+        .unwrap_or_default()
     };
     let rows: Vec<Vec<String>> = list
         .iter()
@@ -547,7 +599,12 @@ async fn grants_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> R
             field("actor_type", "…or actor type", a.form.get("actor_type"), false, "every actor of a type"),
             field("topics", "Topics", a.form.get("topics"), false, "comma-separated; empty: all"),
         );
-        body.push_str(&table("Grants", &["Id", "To", "Permission", "Topics", "Expires (UTC)", ""], &rows, "No grants: the room is open to every actor of the project."));
+        body.push_str(&table(
+            "Grants",
+            &["Id", "To", "Permission", "Topics", "Expires (UTC)", ""],
+            &rows,
+            "No grants: the room is open to every actor of the project.",
+        ));
     }
     html::respond(StatusCode::OK, html::page("Grants", "Grants", &a.csrf, notice, &body))
 }
@@ -605,7 +662,9 @@ async fn webhooks_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) ->
     )
     .await;
     let mut body = chooser("/admin/webhooks", &projects, &project, None, None);
-    body.push_str("<h2>Dead letters</h2><p>Webhook deliveries that failed every attempt, oldest first (at most 100).</p>");
+    body.push_str(
+        "<h2>Dead letters</h2><p>Webhook deliveries that failed every attempt, oldest first (at most 100).</p>",
+    );
     match found {
         Err(s) => {
             let _ = write!(body, "<p class=\"notice error\" role=\"alert\">{}</p>", esc(s.message()));
