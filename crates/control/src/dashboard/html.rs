@@ -200,7 +200,7 @@ main { padding:16px; max-width:1200px; }
 h1 { font-size:1.5rem; margin:8px 0 16px; } h2 { font-size:1.2rem; margin:24px 0 8px; }
 .notice { padding:8px 12px; border-radius:4px; } .ok { background:#dafbe1; color:var(--ok); } .error { background:#ffebe9; color:var(--err); }
 .cards { display:grid; grid-template-columns:repeat(auto-fit, minmax(160px, 1fr)); gap:12px; }
-.card { border:1px solid var(--line); border-radius:6px; padding:12px; } .card b { display:block; font-size:1.4rem; }
+.card { border:1px solid var(--line); border-radius:6px; padding:12px; } .card b { display:block; font-size:1.4rem; overflow-wrap:anywhere; }
 .scroll { overflow-x:auto; } table { border-collapse:collapse; width:100%; } caption { text-align:left; color:var(--muted); padding:4px 0; }
 th, td { text-align:left; padding:6px 8px; border-bottom:1px solid var(--line); vertical-align:top; }
 td code, pre { white-space:pre-wrap; word-break:break-all; }

@@ -82,10 +82,11 @@ pub(crate) async fn overview(d: &Dashboard, a: Authed) -> Response {
         let _ = write!(body, "<div class=\"card\">{label}<b id=\"v-{k}\">{}</b></div>", esc(&text(k)));
     }
     body.push_str("</div>");
-    let minutes = d.config.sample_interval.as_secs_f64() * d.config.history as f64 / 60.0;
+    let secs = d.config.sample_interval.as_secs_f64() * d.config.history as f64;
+    let span = if secs >= 120.0 { format!("{:.0} minutes", secs / 60.0) } else { format!("{secs:.0} seconds") };
     let _ = write!(
         body,
-        "<h2 id=\"h-chart\">Last {minutes:.0} minutes</h2>\
+        "<h2 id=\"h-chart\">Last {span}</h2>\
          <svg class=\"chart\" viewBox=\"0 0 600 180\" preserveAspectRatio=\"none\" role=\"img\" aria-labelledby=\"h-chart chart-desc\">\
          <desc id=\"chart-desc\">Messages in and out per second and open connections, sampled every {}s; top of the chart: <tspan id=\"chart-max\">1</tspan>.</desc>\
          <polyline id=\"p-in\" fill=\"none\" stroke=\"#0b5cad\" stroke-width=\"2\" points=\"\"/>\
