@@ -43,6 +43,10 @@ def browser_paths() -> tuple[str, str]:
     if os.environ.get("CI") == "true":
         pytest.fail(why, pytrace=False)
     print(f"\n!!! SKIPPED: {why}", file=sys.stderr)
+    log = os.environ.get("SKUA_TEST_SKIP_LOG")
+    if log:
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(f"interop/test_dashboard.py: {why}\n")
     pytest.skip(why)
 
 
