@@ -310,32 +310,36 @@ fn forbidden(why: &'static str) -> Response {
     (StatusCode::FORBIDDEN, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], why).into_response()
 }
 
-/// Checks a GET: the session, else a redirect to the sign-in form.
-fn check_get(d: &Dashboard, req: &Request) -> Result<Authed, Response> {
+/// Checks a GET: the session (`None`: redirect to the sign-in form).
+fn check_get(d: &Dashboard, req: &Request) -> Option<Authed> {
     let query = Form::parse(req.uri().query().unwrap_or_default().as_bytes());
-    match d.session(req.headers()) {
-        Some((_, csrf)) => Ok(Authed { csrf, form: Form::default(), query }),
-        None => Err(redirect("/admin/login")),
-    }
+    d.session(req.headers()).map(|(_, csrf)| Authed { csrf, form: Form::default(), query })
+}
+
+/// Why a POST was refused: its status and message.
+type Refusal = (StatusCode, &'static str);
+
+fn refusal((status, why): Refusal) -> Response {
+    if status == StatusCode::FORBIDDEN { forbidden(why) } else { (status, why).into_response() }
 }
 
 /// Checks a POST: same site, the session, its CSRF token; 403 otherwise.
-async fn check_post(d: &Dashboard, req: Request) -> Result<(Authed, String), Response> {
+async fn check_post(d: &Dashboard, req: Request) -> Result<(Authed, String), Refusal> {
     if cross_site(req.headers()) {
-        return Err(forbidden("cross-site request refused"));
+        return Err((StatusCode::FORBIDDEN, "cross-site request refused"));
     }
     let Some((token, csrf)) = d.session(req.headers()) else {
-        return Err(forbidden("sign in first: no valid session"));
+        return Err((StatusCode::FORBIDDEN, "sign in first: no valid session"));
     };
     let query = Form::parse(req.uri().query().unwrap_or_default().as_bytes());
     let body = axum::body::to_bytes(req.into_body(), MAX_FORM_BYTES)
         .await
-        .map_err(|_| (StatusCode::PAYLOAD_TOO_LARGE, "form too large").into_response())?;
+        .map_err(|_| (StatusCode::PAYLOAD_TOO_LARGE, "form too large"))?;
     let form = Form::parse(&body);
     let sent = form.get("csrf").as_bytes();
     let same = sent.len() == csrf.len() && sent.iter().zip(csrf.as_bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
     if !same {
-        return Err(forbidden("invalid or missing CSRF token; reload the page"));
+        return Err((StatusCode::FORBIDDEN, "invalid or missing CSRF token; reload the page"));
     }
     Ok((Authed { csrf, form, query }, token))
 }
@@ -389,7 +393,7 @@ async fn login(State(d): State<Arc<Dashboard>>, req: Request) -> Response {
 async fn logout(State(d): State<Arc<Dashboard>>, req: Request) -> Response {
     let (_, token) = match check_post(&d, req).await {
         Ok(a) => a,
-        Err(r) => return r,
+        Err(r) => return refusal(r),
     };
     lock(&d.sessions).remove(&token);
     let mut r = redirect("/admin/login");
@@ -404,8 +408,8 @@ macro_rules! page {
     ($name:ident => $f:path) => {
         async fn $name(State(d): State<Arc<Dashboard>>, req: Request) -> Response {
             match check_get(&d, &req) {
-                Ok(a) => $f(&d, a).await,
-                Err(r) => r,
+                Some(a) => $f(&d, a).await,
+                None => redirect("/admin/login"),
             }
         }
     };
@@ -417,7 +421,7 @@ macro_rules! action {
         async fn $name(State(d): State<Arc<Dashboard>>, req: Request) -> Response {
             match check_post(&d, req).await {
                 Ok((a, _)) => $f(&d, a).await,
-                Err(r) => r,
+                Err(r) => refusal(r),
             }
         }
     };

@@ -187,11 +187,14 @@ pub struct Hub {
     /// Picks a topic's (or room's) home shard.
     shard_hash: std::hash::RandomState,
     /// Server-side watchers of topics (the admin dashboard's live view), by topic.
-    taps: RwLock<HashMap<TopicAddress, Vec<(u64, mpsc::Sender<Arc<Envelope>>)>>>,
+    taps: RwLock<HashMap<TopicAddress, Vec<TapSender>>>,
     /// How many taps exist: dispatch skips the map while there are none.
     tap_count: AtomicUsize,
     next_tap: AtomicU64,
 }
+
+/// One tap's id and queue.
+type TapSender = (u64, mpsc::Sender<Arc<Envelope>>);
 
 /// A server-side watch of one topic ([`Hub::tap`]): every publication this node receives on
 /// it, through the node's own bus subscription, until [`Hub::untap`]. Publications that find
