@@ -233,12 +233,13 @@ impl Dashboard {
     }
 
     fn cookie_attrs(&self) -> &'static str {
-        if self.secure {
-            "; Path=/admin; HttpOnly; SameSite=Strict; Secure"
-        } else {
-            "; Path=/admin; HttpOnly; SameSite=Strict"
-        }
+        cookie_attrs(self.secure)
     }
+}
+
+/// The session cookie's attributes: `Secure` when the listener has TLS.
+fn cookie_attrs(secure: bool) -> &'static str {
+    if secure { "; Path=/admin; HttpOnly; SameSite=Strict; Secure" } else { "; Path=/admin; HttpOnly; SameSite=Strict" }
 }
 
 /// The value of cookie `name`.
@@ -479,4 +480,45 @@ pub fn router(d: Arc<Dashboard>) -> Router {
         .fallback(|| async { (StatusCode::NOT_FOUND, "no such page").into_response() })
         .layer(DefaultBodyLimit::max(MAX_FORM_BYTES))
         .with_state(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(*k, HeaderValue::from_static(v));
+        }
+        h
+    }
+
+    #[test]
+    fn cross_site_requests_are_recognised() {
+        let host = ("host", "127.0.0.1:8080");
+        assert!(!cross_site(&headers(&[host])), "no browser headers: not cross-site");
+        assert!(!cross_site(&headers(&[host, ("origin", "http://127.0.0.1:8080")])));
+        assert!(!cross_site(&headers(&[host, ("sec-fetch-site", "same-origin")])));
+        assert!(!cross_site(&headers(&[host, ("sec-fetch-site", "none")])));
+        assert!(cross_site(&headers(&[host, ("origin", "http://evil.example")])));
+        assert!(cross_site(&headers(&[host, ("origin", "http://127.0.0.1:9999")])), "another port");
+        assert!(cross_site(&headers(&[host, ("origin", "null")])));
+        assert!(cross_site(&headers(&[host, ("sec-fetch-site", "same-site")])));
+        assert!(cross_site(&headers(&[host, ("sec-fetch-site", "cross-site")])));
+        let tls = ("host", "admin.example.com");
+        assert!(!cross_site(&headers(&[tls, ("origin", "https://admin.example.com")])), "default port");
+    }
+
+    #[test]
+    fn the_session_cookie_is_read_and_secure_with_tls() {
+        let h = headers(&[("cookie", "a=1; skua_admin=abc; b=2")]);
+        assert_eq!(cookie(&h, COOKIE).as_deref(), Some("abc"));
+        assert_eq!(cookie(&headers(&[("cookie", "skua_admin=")]), COOKIE), None);
+        assert!(cookie_attrs(true).ends_with("; Secure"));
+        assert!(!cookie_attrs(false).contains("Secure"));
+        for secure in [true, false] {
+            assert!(cookie_attrs(secure).contains("HttpOnly; SameSite=Strict"));
+        }
+    }
 }

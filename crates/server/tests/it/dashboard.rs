@@ -293,3 +293,27 @@ async fn the_live_view_shows_a_clients_publish_and_a_test_publish() {
     assert_eq!(r.status, 400, "{r:?}");
     assert!(r.body.contains("data is not JSON"), "{}", r.body);
 }
+
+#[tokio::test]
+async fn a_grant_revoked_through_the_form_ends_the_clients_subscription() {
+    let s = TestServer::start().await;
+    let b = Browser::sign_in(s.addr).await;
+    let mut alice = s.auth("dev-token-alice").await;
+    alice.subscribe("demo/ops/messages").await;
+    // Bob gets a grant of his own, so that the room stays private once alice's goes.
+    let r = b.post("/admin/grants", "project=demo-project&app=demo&room=ops&actor_id=bob&permission=pubSub").await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let r = b.post("/admin/grants", "project=demo-project&app=demo&room=ops&actor_id=bob&permission=everything").await;
+    assert_eq!(r.status, 400, "the service's permission check: {r:?}");
+    let page = b.get("/admin/grants?project=demo-project&app=demo&room=ops").await;
+    let row = page.body.split("<tr>").find(|row| row.contains("<td>alice</td>")).expect("alice's grant is listed");
+    let at = row.find("name=\"grant\" value=\"").expect("its revoke form") + 20;
+    let id = &row[at..at + row[at..].find('"').unwrap()];
+    let r = b.post("/admin/grants/delete", &format!("project=demo-project&app=demo&room=ops&grant={id}")).await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let f = alice.expect_error("unknown_topic").await;
+    assert_eq!((f.int("code"), f.str("topic")), (42940, "demo/ops/messages"));
+    let page = b.get(r.header("location").unwrap()).await;
+    assert!(page.body.contains(&format!("Grant {id} revoked.")), "{}", page.body);
+    assert!(!page.body.contains("<td>alice</td>"), "{}", page.body);
+}
