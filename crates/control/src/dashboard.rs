@@ -10,8 +10,8 @@
 //! `Sec-Fetch-Site`). A page without a session redirects to the sign-in form; a form post
 //! without one is refused 403.
 //!
-//! Modules: [`html`] (escaping, layout, embedded CSS and JS), [`pages`] (overview and the
-//! registry pages), [`live`] (the live topic view and test publish).
+//! Modules: [`html`] (escaping, layout, embedded CSS and JS), [`pages`] (overview, the
+//! registry pages, presence of a room, webhook dead letters), [`live`] (the live topic view and test publish).
 
 mod html;
 mod live;
@@ -436,6 +436,7 @@ page!(rooms => pages::rooms);
 page!(actors => pages::actors);
 page!(grants => pages::grants);
 page!(webhooks => pages::webhooks);
+page!(presence => pages::presence);
 page!(live_page => live::page);
 page!(live_poll => live::poll);
 action!(create_project => pages::create_project);
@@ -470,6 +471,7 @@ pub fn router(d: Arc<Dashboard>) -> Router {
         .route("/admin/actors/delete", post(delete_actor))
         .route("/admin/grants", get(grants).post(create_grant))
         .route("/admin/grants/delete", post(delete_grant))
+        .route("/admin/presence", get(presence))
         .route("/admin/webhooks", get(webhooks))
         .route("/admin/webhooks/retry", post(retry_webhooks))
         .route("/admin/live", get(live_page).post(live_watch))

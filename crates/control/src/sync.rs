@@ -132,6 +132,14 @@ pub trait NodeAdmin: Send + Sync + 'static {
     fn stats(&self) -> NodeStats {
         NodeStats::default()
     }
+    /// Who is in `room` now (the presence store's: every node sees the same).
+    ///
+    /// # Errors
+    /// A message when the presence backend failed or the node has none.
+    async fn room_presence(&self, room: &skua_core::RoomKey) -> Result<Vec<skua_core::PresenceEntry>, String> {
+        let _ = room;
+        Err("this node cannot list presence".into())
+    }
     /// Watches `topic` through the node's own bus subscription (the admin dashboard's live
     /// view): at most `capacity` publications wait in the returned queue (later ones are
     /// dropped for this watcher); dropping the receiver ends the watch.

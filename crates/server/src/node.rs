@@ -503,6 +503,10 @@ impl skua_control::NodeAdmin for EdgeAdmin {
         }
     }
 
+    async fn room_presence(&self, room: &skua_core::RoomKey) -> Result<Vec<skua_core::PresenceEntry>, String> {
+        self.0.presence.list(room).await.map_err(|e| error_chain(&e))
+    }
+
     async fn watch_topic(
         &self,
         topic: &skua_core::TopicAddress,

@@ -218,7 +218,8 @@ body.login main { max-width:420px; margin:10vh auto; } body.login form { display
 @media (max-width:600px) { main { padding:8px; } th, td { padding:4px; } header { padding:8px; } }
 "#;
 
-/// The script: confirmation of deletes, the overview's refresh, the live view's polling.
+/// The script: confirmation of deletes, the overview's refresh, the live view's polling, the
+/// presence table's refresh.
 /// Plain JavaScript, no framework.
 pub(crate) const JS: &str = r#"
 "use strict";
@@ -282,5 +283,15 @@ function pollLive() {
       if (!b.closed) { setTimeout(pollLive, 1000); }
     }).catch(function () { setTimeout(pollLive, 3000); });
 }
-document.addEventListener("DOMContentLoaded", function () { refreshStats(); pollLive(); });
+function refreshSection() {
+  var el = document.querySelector("section[data-refresh]");
+  if (!el) { return; }
+  setTimeout(function () {
+    fetch(location.href, { credentials: "same-origin" }).then(function (r) { return r.text(); }).then(function (t) {
+      var fresh = new DOMParser().parseFromString(t, "text/html").getElementById(el.id);
+      if (fresh) { el.innerHTML = fresh.innerHTML; }
+    }).catch(function () {}).then(refreshSection);
+  }, 1000 * Number(el.getAttribute("data-refresh")));
+}
+document.addEventListener("DOMContentLoaded", function () { refreshStats(); pollLive(); refreshSection(); });
 "#;

@@ -381,6 +381,7 @@ async fn rooms_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> Re
                 if r.dynamic { "dynamic".into() } else { "static".into() },
                 format!(
                     "<a href=\"/admin/grants?project={p}&amp;app={a}&amp;room={r}\">Grants</a> · \
+                     <a href=\"/admin/presence?project={p}&amp;app={a}&amp;room={r}\">Presence</a> · \
                      <a href=\"/admin/live?project={p}&amp;topic={t}\">Live</a>",
                     p = q(&project),
                     a = q(&app),
@@ -724,4 +725,41 @@ pub(crate) async fn retry_webhooks(d: &Dashboard, a: Authed) -> Response {
         }
     };
     done_redirect(&format!("/admin/webhooks?project={}", q(&project)), &msg)
+}
+
+/// `GET /admin/presence?project=&app=&room=`: who is in the room now (the page refreshes the
+/// table every 5 s).
+pub(crate) async fn presence(d: &Dashboard, a: Authed) -> Response {
+    let (projects, project) = current_project(d, &a).await;
+    let (apps, app) = current_app(d, &a, &project).await;
+    let room = a.query.get("room").to_owned();
+    let mut body = chooser("/admin/presence", &projects, &project, Some((&apps, &app)), Some(&room));
+    if room.is_empty() {
+        body.push_str("<p class=\"empty\">Choose a room to see who is in it.</p>");
+        return html::respond(StatusCode::OK, html::page("Presence", "Rooms", &a.csrf, None, &body));
+    }
+    let listed = match crate::service::publish::room_key(&d.svc, &project, &app, &room).await {
+        Ok(key) => d.svc.sync.node().room_presence(&key).await.map_err(|e| (StatusCode::SERVICE_UNAVAILABLE, e)),
+        Err(s) => Err((status_of(&s), s.message().to_owned())),
+    };
+    let (status, section) = match listed {
+        Ok(mut members) => {
+            members.sort_by(|x, y| x.actor.as_str().cmp(y.actor.as_str()));
+            let rows: Vec<Vec<String>> = members
+                .iter()
+                .map(|m| {
+                    vec![
+                        esc(m.actor.as_str()),
+                        time(m.joined_at.saturating_mul(1000)),
+                        format!("<code>{}</code>", esc(&super::live::show(&m.data))),
+                    ]
+                })
+                .collect();
+            let caption = format!("In {app}/{room}: {}", members.len());
+            (StatusCode::OK, table(&caption, &["Actor", "Joined (UTC)", "Presence"], &rows, "Nobody is in this room."))
+        }
+        Err((status, m)) => (status, format!("<p class=\"notice error\" role=\"alert\">{}</p>", esc(&m))),
+    };
+    let _ = write!(body, "<section id=\"presence\" data-refresh=\"5\" aria-live=\"polite\">{section}</section>");
+    html::respond(status, html::page("Presence", "Rooms", &a.csrf, None, &body))
 }

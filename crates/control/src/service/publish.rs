@@ -76,6 +76,25 @@ fn lookup<'a, 't>(
     Ok((p, a, room, topic))
 }
 
+/// The internal key of `room` of `app` (slugs) in `project_id`, checked to exist (the
+/// dashboard's presence view).
+pub(crate) async fn room_key(
+    svc: &ControlService,
+    project_id: &str,
+    app_slug: &str,
+    slug: &str,
+) -> Result<RoomKey, Status> {
+    let snap = svc.read().await;
+    let p = project(&snap.data, project_id)?;
+    let a = app(&snap.data, &p.id, app_slug)?;
+    let r = room(&snap.data, a, slug)?;
+    Ok(RoomKey {
+        project: ProjectId::parse(&p.id).map_err(internal)?,
+        app: AppId::parse(&a.id).map_err(internal)?,
+        room: r.slug.as_str().into(),
+    })
+}
+
 /// The internal address of `topic` (`app/room/topic`) in `project_id`, checked as a publish
 /// checks it (the dashboard's live view watches it).
 pub(crate) async fn address(svc: &ControlService, project_id: &str, topic: &str) -> Result<TopicAddress, Status> {

@@ -102,7 +102,8 @@ impl Browser {
     }
 }
 
-const PAGES: [&str; 11] = [
+const PAGES: [&str; 12] = [
+    "/admin/presence?project=demo-project&app=demo&room=general",
     "/admin",
     "/admin/stats",
     "/admin/projects",
@@ -316,4 +317,23 @@ async fn a_grant_revoked_through_the_form_ends_the_clients_subscription() {
     let page = b.get(r.header("location").unwrap()).await;
     assert!(page.body.contains(&format!("Grant {id} revoked.")), "{}", page.body);
     assert!(!page.body.contains("<td>alice</td>"), "{}", page.body);
+}
+
+#[tokio::test]
+async fn the_presence_view_lists_who_is_in_a_room() {
+    let s = TestServer::start().await;
+    let b = Browser::sign_in(s.addr).await;
+    let page = b.get("/admin/presence?project=demo-project&app=demo&room=general").await;
+    assert_eq!(page.status, 200, "{page:?}");
+    assert!(page.body.contains("Nobody is in this room."), "{}", page.body);
+    let mut alice = s.auth("dev-token-alice").await;
+    alice.send(frame! {"type" => "presence", "roomId" => "general", "data" => frame! {"status" => "online"}}).await;
+    alice.expect("presence").await;
+    let page = b.get("/admin/presence?project=demo-project&app=demo&room=general").await;
+    assert!(page.body.contains("In demo/general: 1"), "{}", page.body);
+    assert!(page.body.contains("<td>alice</td>"), "{}", page.body);
+    assert!(page.body.contains("&quot;status&quot;: &quot;online&quot;"), "{}", page.body);
+    let page = b.get("/admin/presence?project=demo-project&app=demo&room=nope").await;
+    assert_eq!(page.status, 404, "{page:?}");
+    assert!(page.body.contains("role=\"alert\""), "{}", page.body);
 }
