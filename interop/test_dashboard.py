@@ -1,7 +1,7 @@
 """The admin dashboard (issue 20) in a real browser: Debian's chromium, headless, driven through
 chromium-driver by selenium, against a real `skua serve --dev`. Signs in with the dev admin key,
 creates an app and a room through the forms, opens the live topic view, publishes from the NoLag
-Python SDK and sees the message appear; also checks that a page without the session goes to the
+Python SDK and sees the message appear, sees the SDK client in the room's presence view; also checks that a page without the session goes to the
 sign-in form, and the phone layout.
 
 With SKUA_DASHBOARD_SCREENSHOTS=DIR (e.g. docs/img) it writes the screenshots the README and
@@ -97,9 +97,11 @@ def browser():
 
 
 def wait_for(browser, what, timeout: float = WAIT_S):
+    """`what(browser)` once truthy; elements replaced meanwhile (the pages' refreshes) are retried."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(browser, timeout).until(what)
+    return WebDriverWait(browser, timeout, ignored_exceptions=[StaleElementReferenceException]).until(what)
 
 
 def submit_form(browser, action: str, fields: dict[str, str]) -> None:
@@ -201,6 +203,10 @@ async def test_dashboard_in_chromium(skua_factory, browser):
         shoot(browser, "dashboard-live")
 
     def overview_and_phone() -> None:
+        # The presence view lists alice with her presence data.
+        browser.get(f"{url}/presence?project=demo-project&app={slug}&room=lobby")
+        row = wait_for(browser, lambda b: next((tr.text for tr in b.find_elements(By.CSS_SELECTOR, "#presence tbody tr") if "alice" in tr.text), None))
+        assert '"status": "packing kayaks"' in row, row
         browser.get(url)
         wait_for(browser, lambda b: b.find_element(By.TAG_NAME, "h1").text == "Overview")
         # The page refreshes its figures and chart from /admin/stats: the traffic shows.
@@ -229,6 +235,7 @@ async def test_dashboard_in_chromium(skua_factory, browser):
     for i in range(10):
         assert await emit_ack(alice, topic, {"order": 100 + i}) is None
         await asyncio.sleep(0.2)
+    await alice.set_app(slug).set_room("lobby").set_presence({"status": "packing kayaks"})
     await asyncio.to_thread(overview_and_phone)
     await helpers.close(alice)
     await helpers.close(bob)
