@@ -337,3 +337,48 @@ async fn the_presence_view_lists_who_is_in_a_room() {
     assert_eq!(page.status, 404, "{page:?}");
     assert!(page.body.contains("role=\"alert\""), "{}", page.body);
 }
+
+#[tokio::test]
+async fn a_failed_webhook_shows_in_the_dead_letters_and_the_retry_button_delivers_it() {
+    use skua_testkit::webhook::{Mode, WebhookReceiver};
+    let receiver = WebhookReceiver::start(Mode::Status(500)).await;
+    let s = TestServer::builder()
+        .fixtures(&super::triggers::fixtures(&receiver.url("/t"), &receiver.url("/other")))
+        .settings(|s| s.webhook_trigger_attempts = Some(1))
+        .spawn()
+        .await;
+    let b = Browser::sign_in(s.addr).await;
+    let mut c = s.auth("hooks-token-pub").await;
+    c.publish_acked("h/r/events", "will fail".into()).await;
+    receiver.wait_for(1).await;
+    let d = skua_testkit::control::Deadline::new("the dead letter on the page", Duration::from_secs(10));
+    let page = loop {
+        let page = b.get("/admin/webhooks?project=hooks").await;
+        assert_eq!(page.status, 200, "{page:?}");
+        if page.body.contains("<td>h/r/events</td>") {
+            break page;
+        }
+        d.tick().await;
+    };
+    assert!(page.body.contains(&esc_url(&receiver.url("/t"))), "the target is shown: {}", page.body);
+    let at = page.body.find("name=\"delivery\" value=\"").expect("a retry form") + 23;
+    let id = page.body[at..at + page.body[at..].find('"').unwrap()].to_owned();
+    // Still failing: the page says so, the dead letter stays.
+    let r = b.post("/admin/webhooks/retry", &format!("project=hooks&delivery={id}")).await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let page = b.get(r.header("location").unwrap()).await;
+    assert!(page.body.contains(&format!("Delivery {id} failed again")), "{}", page.body);
+    assert!(page.body.contains("<td>h/r/events</td>"));
+    // The receiver is back: the retry delivers it and the page is empty.
+    receiver.set_mode(Mode::Ok(serde_json::json!({})));
+    let r = b.post("/admin/webhooks/retry", &format!("project=hooks&delivery={id}")).await;
+    let page = b.get(r.header("location").unwrap()).await;
+    assert!(page.body.contains(&format!("Delivery {id} delivered.")), "{}", page.body);
+    assert!(page.body.contains("No dead letters"), "{}", page.body);
+    assert_eq!(receiver.requests().len(), 3, "the first attempt and two retries");
+}
+
+/// `s` as the pages write it (HTML-escaped).
+fn esc_url(s: &str) -> String {
+    s.replace('&', "&amp;")
+}
