@@ -437,6 +437,7 @@ page!(actors => pages::actors);
 page!(grants => pages::grants);
 page!(webhooks => pages::webhooks);
 page!(presence => pages::presence);
+page!(api_keys => pages::api_keys);
 page!(live_page => live::page);
 page!(live_poll => live::poll);
 action!(create_project => pages::create_project);
@@ -450,6 +451,8 @@ action!(delete_actor => pages::delete_actor);
 action!(create_grant => pages::create_grant);
 action!(delete_grant => pages::delete_grant);
 action!(retry_webhooks => pages::retry_webhooks);
+action!(create_api_key => pages::create_api_key);
+action!(delete_api_key => pages::delete_api_key);
 action!(live_watch => live::watch);
 action!(live_publish => live::publish);
 
@@ -472,6 +475,8 @@ pub fn router(d: Arc<Dashboard>) -> Router {
         .route("/admin/grants", get(grants).post(create_grant))
         .route("/admin/grants/delete", post(delete_grant))
         .route("/admin/presence", get(presence))
+        .route("/admin/api-keys", get(api_keys).post(create_api_key))
+        .route("/admin/api-keys/delete", post(delete_api_key))
         .route("/admin/webhooks", get(webhooks))
         .route("/admin/webhooks/retry", post(retry_webhooks))
         .route("/admin/live", get(live_page).post(live_watch))

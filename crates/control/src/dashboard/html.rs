@@ -45,6 +45,7 @@ pub(crate) fn page(title: &str, current: &str, csrf: &str, notice: Option<Notice
         ("/admin/rooms", "Rooms"),
         ("/admin/actors", "Actors"),
         ("/admin/grants", "Grants"),
+        ("/admin/api-keys", "API keys"),
         ("/admin/live", "Live topic"),
         ("/admin/webhooks", "Webhooks"),
     ] {

@@ -102,7 +102,8 @@ impl Browser {
     }
 }
 
-const PAGES: [&str; 12] = [
+const PAGES: [&str; 13] = [
+    "/admin/api-keys",
     "/admin/presence?project=demo-project&app=demo&room=general",
     "/admin",
     "/admin/stats",
@@ -117,7 +118,9 @@ const PAGES: [&str; 12] = [
     "/admin/apps?project=demo-project",
 ];
 
-const FORMS: [&str; 15] = [
+const FORMS: [&str; 17] = [
+    "/admin/api-keys",
+    "/admin/api-keys/delete",
     "/admin/logout",
     "/admin/projects",
     "/admin/projects/delete",
@@ -381,4 +384,26 @@ async fn a_failed_webhook_shows_in_the_dead_letters_and_the_retry_button_deliver
 /// `s` as the pages write it (HTML-escaped).
 fn esc_url(s: &str) -> String {
     s.replace('&', "&amp;")
+}
+
+#[tokio::test]
+async fn an_api_key_made_on_the_page_works_over_rest_until_revoked_there() {
+    let s = TestServer::start().await;
+    let b = Browser::sign_in(s.addr).await;
+    let r = b.post("/admin/api-keys", "project=demo-project&name=ci").await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let at = r.body.find("The key (shown once): ").expect("the new key is shown") + 22;
+    let key = r.body[at..at + r.body[at..].find('<').unwrap()].to_owned();
+    assert!(key.starts_with("nlg_live_"), "{key}");
+    let key_id = key.strip_prefix("nlg_live_").unwrap().split('.').next().unwrap().to_owned();
+    assert!(r.body.contains(&format!("<code>{key_id}</code>")), "listed: {}", r.body);
+    let rest = |key: String| async move {
+        http(s.addr, "GET", "/v1/apps", &[("Authorization", &format!("Bearer {key}"))], "").await.status
+    };
+    assert_eq!(rest(key.clone()).await, 200);
+    let r = b.post("/admin/api-keys/delete", &format!("project=demo-project&key={key_id}")).await;
+    assert_eq!(r.status, 303, "{r:?}");
+    assert_eq!(rest(key.clone()).await, 401, "revoked");
+    let r = b.post("/admin/api-keys/delete", &format!("project=demo-project&key={key_id}")).await;
+    assert_eq!(r.status, 404, "already revoked: {r:?}");
 }
