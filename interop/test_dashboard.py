@@ -122,7 +122,7 @@ def notice(browser) -> str:
     return wait_for(browser, lambda b: b.find_element(By.CSS_SELECTOR, ".notice")).text
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(180)
 async def test_dashboard_in_chromium(skua_factory, browser):
     from selenium.webdriver.common.by import By
 
