@@ -7,6 +7,7 @@
 #     postgresql) and started, when this runs as root on a machine with apt-get; a PostgreSQL
 #     installed here also gets the test setup the URL below assumes (user postgres trusted on
 #     127.0.0.1 and ::1 only, database `test`). SKUA_TEST_NO_INSTALL=1 turns installing off.
+# Also Debian's chromium and chromium-driver for the dashboard's browser test (installed the same way).
 # A service that still cannot be reached is left unset, so its tests skip loudly — except under
 # CI=true, where scripts/test.sh fails.
 
@@ -119,4 +120,15 @@ if ensure postgres 5432 pg_ctlcluster postgresql postgresql-client; then
             su postgres -c "createdb test" || echo "services: could not create the database test" >&2
     fi
     export SKUA_TEST_POSTGRES_URL="${SKUA_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}"
+fi
+
+# The admin dashboard's browser test (interop/test_dashboard.py) drives Debian's chromium
+# through chromium-driver: installed like the services when missing. Without them that test
+# skips loudly, and fails under CI=true.
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+    if can_install; then
+        install chromium chromium-driver || echo "services: installing chromium chromium-driver failed" >&2
+    else
+        echo "services: chromium and chromium-driver are not installed (as root with apt-get this script installs them); the dashboard's browser test will skip" >&2
+    fi
 fi

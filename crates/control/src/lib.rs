@@ -10,8 +10,10 @@
 //! - [`throttle`]: backing off addresses that fail the admin-key check;
 //! - [`sync`]: [`Propagator`], which keeps a node's registry in step with the store;
 //! - [`fixtures`]: loading fixtures into the store through the same change sets;
+//! - [`dashboard`]: the admin dashboard under `/admin` (issue 20);
 //! - [`webhooks`]: the checks of webhook configuration and the secret's generation (N41).
 
+pub mod dashboard;
 pub mod fixtures;
 pub mod rest;
 pub mod server;
@@ -30,5 +32,5 @@ pub mod pb {
 }
 
 pub use service::{ControlLimits, ControlService};
-pub use sync::{ConnectionInfo, NodeAdmin, Propagator, PublishRefused, ServerPublish, ServerPublished};
+pub use sync::{ConnectionInfo, NodeAdmin, NodeStats, Propagator, PublishRefused, ServerPublish, ServerPublished};
 pub use webhooks::{WebhookConfigError, WebhookPolicy};

@@ -16,13 +16,13 @@ mod connections;
 pub(crate) mod convert;
 pub(crate) mod grants;
 mod lobbies;
-mod projects;
+pub(crate) mod projects;
 pub(crate) mod publish;
 pub(crate) mod rooms;
 mod rpc;
 pub(crate) mod scopes;
 pub(crate) mod shared;
-mod webhooks;
+pub(crate) mod webhooks;
 
 use std::sync::Arc;
 
@@ -70,7 +70,7 @@ impl Default for ControlLimits {
 
 /// The control-plane service of one node.
 pub struct ControlService {
-    sync: Arc<Propagator>,
+    pub(crate) sync: Arc<Propagator>,
     limits: ControlLimits,
     pub(crate) webhooks: crate::WebhookPolicy,
 }

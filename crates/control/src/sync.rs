@@ -128,6 +128,49 @@ pub trait NodeAdmin: Send + Sync + 'static {
     /// # Errors
     /// A message when the store failed.
     async fn purge_webhook_failures(&self, filter: skua_core::DeadLetterFilter<'_>) -> Result<u64, String>;
+    /// The node's own counters, for the admin dashboard's overview.
+    fn stats(&self) -> NodeStats {
+        NodeStats::default()
+    }
+    /// Who is in `room` now (the presence store's: every node sees the same).
+    ///
+    /// # Errors
+    /// A message when the presence backend failed or the node has none.
+    async fn room_presence(&self, room: &skua_core::RoomKey) -> Result<Vec<skua_core::PresenceEntry>, String> {
+        let _ = room;
+        Err("this node cannot list presence".into())
+    }
+    /// Watches `topic` through the node's own bus subscription (the admin dashboard's live
+    /// view): at most `capacity` publications wait in the returned queue (later ones are
+    /// dropped for this watcher); dropping the receiver ends the watch.
+    ///
+    /// # Errors
+    /// A message when the bus refused the subscription or the node cannot watch topics.
+    async fn watch_topic(
+        &self,
+        topic: &skua_core::TopicAddress,
+        capacity: usize,
+    ) -> Result<tokio::sync::mpsc::Receiver<Arc<skua_core::Envelope>>, String> {
+        let _ = (topic, capacity);
+        Err("this node cannot watch topics".into())
+    }
+}
+
+/// A node's counters as the admin dashboard shows them (totals since the node started).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeStats {
+    /// Open WebSocket connections.
+    pub connections: u64,
+    /// Publishes the node accepted (from its clients and the server).
+    pub messages_in: u64,
+    /// Messages the node queued to its subscribers.
+    pub messages_out: u64,
+    /// Publishes the node refused.
+    pub refused: u64,
+    /// Bytes of retained messages the node keeps.
+    pub retained_bytes: u64,
+    /// Backends reachable now, by slot (`bus`, `presence`, `store`).
+    pub backends: Vec<(&'static str, bool)>,
 }
 
 /// Keeps a node's registry in step with the store.

@@ -397,6 +397,11 @@ impl ConnInfo {
         Self(Arc::new(ConnShared { client, trusted, limits: limits.clone(), held: Mutex::new(Held { slot, ip }) }))
     }
 
+    /// The client's address: the TCP peer, or the PROXY header's source.
+    pub(crate) fn client(&self) -> IpAddr {
+        self.0.client
+    }
+
     /// Whether the socket still holds a connection slot (it is not served from the overflow
     /// pool and has not been upgraded).
     pub(crate) fn holds_slot(&self) -> bool {

@@ -7,7 +7,7 @@
 //! bounded queue without waiting (a full queue closes that connection, never stalls others).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::Bytes;
@@ -186,6 +186,26 @@ pub struct Hub {
     queued: AtomicUsize,
     /// Picks a topic's (or room's) home shard.
     shard_hash: std::hash::RandomState,
+    /// Server-side watchers of topics (the admin dashboard's live view), by topic.
+    taps: RwLock<HashMap<TopicAddress, Vec<TapSender>>>,
+    /// How many taps exist: dispatch skips the map while there are none.
+    tap_count: AtomicUsize,
+    next_tap: AtomicU64,
+}
+
+/// One tap's id and queue.
+type TapSender = (u64, mpsc::Sender<Arc<Envelope>>);
+
+/// A server-side watch of one topic ([`Hub::tap`]): every publication this node receives on
+/// it, through the node's own bus subscription, until [`Hub::untap`]. Publications that find
+/// the queue full are dropped for this watcher only.
+#[derive(Debug)]
+pub struct TopicTap {
+    /// The watched topic.
+    pub address: TopicAddress,
+    /// The publications, in the bus's order.
+    pub rx: mpsc::Receiver<Arc<Envelope>>,
+    id: u64,
 }
 
 /// Fan-outs with more local subscribers than this are split over every dispatch shard, each
@@ -316,6 +336,56 @@ impl Hub {
             sink: std::sync::atomic::AtomicBool::new(false),
             queued: AtomicUsize::new(0),
             shard_hash: std::hash::RandomState::new(),
+            taps: RwLock::new(HashMap::new()),
+            tap_count: AtomicUsize::new(0),
+            next_tap: AtomicU64::new(1),
+        }
+    }
+
+    /// Watches `address` from the server (not a connection): subscribes this node on the bus
+    /// for it and returns a queue of `capacity` publications.
+    ///
+    /// # Errors
+    /// [`BusError`] when the bus refused the subscription.
+    pub async fn tap(&self, address: &TopicAddress, capacity: usize) -> Result<TopicTap, BusError> {
+        self.acquire(&BusSubscription::Topic(address.clone())).await?;
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        let id = self.next_tap.fetch_add(1, Ordering::Relaxed);
+        write(&self.taps).entry(address.clone()).or_default().push((id, tx));
+        self.tap_count.fetch_add(1, Ordering::AcqRel);
+        Ok(TopicTap { address: address.clone(), rx, id })
+    }
+
+    /// Ends a watch taken by [`Self::tap`], releasing its bus subscription.
+    pub async fn untap(&self, tap: TopicTap) {
+        let removed = {
+            let mut taps = write(&self.taps);
+            let removed = taps.get_mut(&tap.address).is_some_and(|v| {
+                let before = v.len();
+                v.retain(|(id, _)| *id != tap.id);
+                v.len() < before
+            });
+            if taps.get(&tap.address).is_some_and(Vec::is_empty) {
+                taps.remove(&tap.address);
+            }
+            removed
+        };
+        if removed {
+            self.tap_count.fetch_sub(1, Ordering::AcqRel);
+            self.release(&BusSubscription::Topic(tap.address.clone())).await;
+        }
+    }
+
+    /// Copies a publication to the taps of its topic, never waiting.
+    fn feed_taps(&self, env: &Arc<Envelope>, p: &Publication) {
+        if self.tap_count.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        if let Some(taps) = read(&self.taps).get(&p.topic) {
+            for (_, tx) in taps {
+                // Full: this watcher misses it (the dashboard says so); closed: untap is coming.
+                let _ = tx.try_send(env.clone());
+            }
         }
     }
 
@@ -791,6 +861,9 @@ impl Hub {
         };
         if limit.is_some_and(|n| entry.subs.len() > n || entry.flow.inflight.load(Ordering::Acquire) > 0) {
             return None;
+        }
+        if part.home && matches!(route, Route::Plain) {
+            self.feed_taps(env, p);
         }
         let mut frames = FrameCache::default();
         let mut delivered = 0u64;

@@ -187,6 +187,7 @@ impl EdgeNode {
             hydrator: backends.hydrator,
             members: members.clone(),
             api: std::sync::OnceLock::new(),
+            admin: std::sync::OnceLock::new(),
             draining: std::sync::atomic::AtomicBool::new(false),
             next_conn: std::sync::atomic::AtomicU64::new(1),
             project_conns: std::sync::Mutex::new(std::collections::HashMap::new()),

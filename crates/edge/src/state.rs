@@ -82,6 +82,9 @@ pub struct EdgeState {
     /// The routes served under `/v1` (the REST API), installed once the control plane runs;
     /// unset, `/v1` answers 404.
     pub api: std::sync::OnceLock<axum::Router>,
+    /// The routes served under `/admin` (the admin dashboard), installed once the control
+    /// plane runs with an admin key; unset, `/admin` answers 404.
+    pub admin: std::sync::OnceLock<axum::Router>,
     pub(crate) draining: AtomicBool,
     pub(crate) next_conn: AtomicU64,
     /// Connection slots: a permit per open WebSocket.

@@ -46,11 +46,24 @@ pub fn metrics_router(state: Arc<EdgeState>) -> Router {
     Router::new().route("/metrics", get(metrics)).with_state(state)
 }
 
-/// `/v1…`: handed to the installed API router ([`EdgeState::api`]); anything else 404.
-async fn api(State(st): State<Arc<EdgeState>>, req: axum::extract::Request) -> Response {
+/// `/v1…`: handed to the installed API router ([`EdgeState::api`]); `/admin…` to the admin
+/// dashboard's ([`EdgeState::admin`]), with the client's address as axum's `ConnectInfo`
+/// (port 0); anything else 404.
+async fn api(State(st): State<Arc<EdgeState>>, mut req: axum::extract::Request) -> Response {
     let path = req.uri().path();
-    let under_v1 = path == "/v1" || path.starts_with("/v1/");
-    match st.api.get().filter(|_| under_v1) {
+    let under = |prefix: &str| path == prefix || path.strip_prefix(prefix).is_some_and(|r| r.starts_with('/'));
+    let router = if under("/v1") {
+        st.api.get()
+    } else if under("/admin") {
+        if let Some(conn) = req.extensions().get::<ConnInfo>().cloned() {
+            let peer = std::net::SocketAddr::new(conn.client(), 0);
+            req.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+        }
+        st.admin.get()
+    } else {
+        None
+    };
+    match router {
         Some(router) => {
             let mut router = router.clone();
             match tower_service::Service::call(&mut router, req).await {

@@ -304,6 +304,30 @@ pub struct Settings {
     /// Largest `limit` of a paginated REST list [default 100].
     #[arg(long, env = "SKUA_REST_MAX_PAGE_LIMIT")]
     pub rest_max_page_limit: Option<u32>,
+    /// Serve the admin dashboard under /admin on the client listener when an admin key is set [default true].
+    #[arg(long, env = "SKUA_DASHBOARD")]
+    pub dashboard: Option<bool>,
+    /// How long a dashboard sign-in lasts [default 8h].
+    #[arg(long, env = "SKUA_DASHBOARD_SESSION_TTL")]
+    pub dashboard_session_ttl: Option<String>,
+    /// Most dashboard sessions at once; a new sign-in beyond it ends the oldest [default 64].
+    #[arg(long, env = "SKUA_DASHBOARD_MAX_SESSIONS")]
+    pub dashboard_max_sessions: Option<usize>,
+    /// Messages a dashboard live topic view keeps [default 200].
+    #[arg(long, env = "SKUA_DASHBOARD_LIVE_BUFFER")]
+    pub dashboard_live_buffer: Option<usize>,
+    /// Dashboard live topic views open at once on a node [default 8].
+    #[arg(long, env = "SKUA_DASHBOARD_MAX_LIVE_VIEWS")]
+    pub dashboard_max_live_views: Option<usize>,
+    /// A live topic view nobody polled for this long is closed [default 1m].
+    #[arg(long, env = "SKUA_DASHBOARD_LIVE_IDLE")]
+    pub dashboard_live_idle: Option<String>,
+    /// How often the dashboard samples the node's counters for its chart [default 5s].
+    #[arg(long, env = "SKUA_DASHBOARD_SAMPLE_INTERVAL")]
+    pub dashboard_sample_interval: Option<String>,
+    /// Samples the dashboard's chart keeps [default 120: 10 minutes at 5s].
+    #[arg(long, env = "SKUA_DASHBOARD_HISTORY")]
+    pub dashboard_history: Option<usize>,
     /// How long a persistent presence member outlives its last connection (N46) [default 7d].
     #[arg(long, env = "SKUA_PRESENCE_TTL")]
     pub presence_ttl: Option<String>,
@@ -352,6 +376,8 @@ impl Settings {
             webhook_concurrency_per_target, webhook_max_response_bytes, webhook_connect_timeout,
             webhook_trigger_attempts, webhook_trigger_first_retry);
         layer!(self, over; rest_api, rest_max_body_bytes, rest_rate_limit, rest_max_page_limit);
+        layer!(self, over; dashboard, dashboard_session_ttl, dashboard_max_sessions, dashboard_live_buffer,
+            dashboard_max_live_views, dashboard_live_idle, dashboard_sample_interval, dashboard_history);
         layer!(self, over; cluster, drain_spread, log_prune_batch);
         layer!(self, over; presence_ttl, presence_list_limit, wake_timeout, wake_timeout_max, wake_queue, wake_batch,
             wake_negative_cache);
@@ -537,6 +563,8 @@ pub struct ServerConfig {
     pub webhooks: skua_webhooks::WebhookConfig,
     /// The REST API under `/v1` (docs/rest-api.md).
     pub rest: skua_control::rest::RestConfig,
+    /// The admin dashboard under `/admin` (docs/dashboard.md).
+    pub dashboard: skua_control::dashboard::DashboardConfig,
 }
 
 impl ServerConfig {
@@ -576,6 +604,7 @@ impl ServerConfig {
             presence_tls: backends.presence_tls,
             webhooks: webhooks.engine,
             rest: control.rest,
+            dashboard: control.dashboard,
         }
     }
 

@@ -362,6 +362,15 @@ async fn run(
                 fixtures::DEV_API_KEY
             ));
         }
+        if node.state.admin.get().is_some() {
+            let http = if node.tls.client.is_some() { "https" } else { "http" };
+            let key = if config.admin_key.as_ref().is_some_and(|k| k.0 == DEV_ADMIN_KEY) {
+                DEV_ADMIN_KEY
+            } else {
+                "<your admin_key>"
+            };
+            say(&format!("  admin dashboard: {http}://{}/admin (sign in with admin key {key})", node.addr));
+        }
         if let Some(addr) = node.grpc_addr {
             let key = if config.admin_key.as_ref().is_some_and(|k| k.0 == DEV_ADMIN_KEY) {
                 DEV_ADMIN_KEY

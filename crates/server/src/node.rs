@@ -489,6 +489,51 @@ impl skua_control::NodeAdmin for EdgeAdmin {
         self.0.connections.return_usage(counts);
     }
 
+    fn stats(&self) -> skua_control::NodeStats {
+        use std::sync::atomic::Ordering::Relaxed;
+        let m = &self.0.metrics;
+        let opened = m.connections_opened.load(Relaxed);
+        skua_control::NodeStats {
+            connections: opened.saturating_sub(m.connections_closed.load(Relaxed)),
+            messages_in: m.publishes_accepted.load(Relaxed),
+            messages_out: m.deliveries.load(Relaxed),
+            refused: m.publishes_refused.load(Relaxed),
+            retained_bytes: self.0.hub.retained_bytes() as u64,
+            backends: self.0.backends_up().to_vec(),
+        }
+    }
+
+    async fn room_presence(&self, room: &skua_core::RoomKey) -> Result<Vec<skua_core::PresenceEntry>, String> {
+        self.0.presence.list(room).await.map_err(|e| error_chain(&e))
+    }
+
+    async fn watch_topic(
+        &self,
+        topic: &skua_core::TopicAddress,
+        capacity: usize,
+    ) -> Result<tokio::sync::mpsc::Receiver<Arc<skua_core::Envelope>>, String> {
+        let mut tap = self.0.hub.tap(topic, capacity).await.map_err(|e| e.to_string())?;
+        let (tx, rx) = tokio::sync::mpsc::channel(capacity.max(1));
+        let hub = self.0.hub.clone();
+        // Forwards until the dashboard drops its receiver (or the node stops), then ends the
+        // watch and its bus subscription.
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = tx.closed() => break,
+                    e = tap.rx.recv() => match e {
+                        Some(e) => {
+                            let _ = tx.try_send(e);
+                        }
+                        None => break,
+                    },
+                }
+            }
+            hub.untap(tap).await;
+        });
+        Ok(rx)
+    }
+
     fn set_usage(&self, project: &skua_core::ProjectId, period: &str, total: u64) {
         self.0.connections.set_usage(project, period, total);
     }
@@ -635,6 +680,20 @@ impl RunningNode {
                     tracing::error!(error = %e, "Control-plane gRPC server stopped.");
                 }
             });
+        }
+        if let Some(key) = config.admin_key.as_ref().filter(|_| config.dashboard.enabled) {
+            let service = skua_control::ControlService::new(propagator.clone(), config.control)
+                .with_webhook_policy(config.webhook_policy());
+            let dashboard = skua_control::dashboard::Dashboard::new(
+                service,
+                &key.0,
+                config.dashboard,
+                config.admin_key_throttle,
+                node.tls.client.is_some(),
+            );
+            node.control_tasks.spawn(dashboard.clone().run(node.control_stop.clone()));
+            // Set once per node: `launch` is the only writer.
+            let _ = node.state.admin.set(skua_control::dashboard::router(dashboard));
         }
         if config.rest.enabled {
             let service = skua_control::ControlService::new(propagator.clone(), config.control);

@@ -52,24 +52,31 @@ impl ApiError {
     }
 }
 
+/// The HTTP status of a service-layer status code (the REST API's and the dashboard's map);
+/// 500 for internal errors.
+pub(crate) fn http_status(code: Code) -> StatusCode {
+    match code {
+        Code::InvalidArgument | Code::OutOfRange => StatusCode::BAD_REQUEST,
+        Code::NotFound => StatusCode::NOT_FOUND,
+        Code::AlreadyExists | Code::Aborted => StatusCode::CONFLICT,
+        Code::FailedPrecondition | Code::PermissionDenied => StatusCode::FORBIDDEN,
+        Code::Unauthenticated => StatusCode::UNAUTHORIZED,
+        Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
+        Code::Unavailable | Code::DeadlineExceeded => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
 impl From<Status> for ApiError {
     /// The service layer's statuses: invalid input 400, missing 404, duplicate 409, what the
     /// project may not do (a cap, `ensure` without auto-provisioning) 403, exhausted 429,
     /// store trouble 503; internal errors are logged and answered without detail.
     fn from(s: Status) -> Self {
-        let status = match s.code() {
-            Code::InvalidArgument | Code::OutOfRange => StatusCode::BAD_REQUEST,
-            Code::NotFound => StatusCode::NOT_FOUND,
-            Code::AlreadyExists | Code::Aborted => StatusCode::CONFLICT,
-            Code::FailedPrecondition | Code::PermissionDenied => StatusCode::FORBIDDEN,
-            Code::Unauthenticated => StatusCode::UNAUTHORIZED,
-            Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
-            Code::Unavailable | Code::DeadlineExceeded => StatusCode::SERVICE_UNAVAILABLE,
-            _ => {
-                tracing::error!(message = s.message(), "REST request failed inside the control plane.");
-                return Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal error");
-            }
-        };
+        let status = http_status(s.code());
+        if status == StatusCode::INTERNAL_SERVER_ERROR {
+            tracing::error!(message = s.message(), "REST request failed inside the control plane.");
+            return Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal error");
+        }
         Self::new(status, s.message())
     }
 }

@@ -39,7 +39,7 @@ fn convert(k: &ApiKeyRecord) -> pb::ApiKey {
     }
 }
 
-pub(super) async fn create(
+pub(crate) async fn create(
     svc: &ControlService,
     r: pb::CreateApiKeyRequest,
 ) -> Result<pb::CreateApiKeyResponse, Status> {
@@ -65,7 +65,7 @@ pub(super) async fn create(
     Ok(pb::CreateApiKeyResponse { api_key: Some(convert(&record)), key })
 }
 
-pub(super) async fn list(svc: &ControlService, r: pb::ListApiKeysRequest) -> Result<pb::ListApiKeysResponse, Status> {
+pub(crate) async fn list(svc: &ControlService, r: pb::ListApiKeysRequest) -> Result<pb::ListApiKeysResponse, Status> {
     let snap = svc.read().await;
     let p = project(&snap.data, &r.project_id)?;
     Ok(pb::ListApiKeysResponse {
@@ -73,7 +73,7 @@ pub(super) async fn list(svc: &ControlService, r: pb::ListApiKeysRequest) -> Res
     })
 }
 
-pub(super) async fn revoke(svc: &ControlService, r: pb::RevokeApiKeyRequest) -> Result<pb::DeleteResponse, Status> {
+pub(crate) async fn revoke(svc: &ControlService, r: pb::RevokeApiKeyRequest) -> Result<pb::DeleteResponse, Status> {
     validate::slug("key_id", &r.key_id)?;
     let n = svc
         .mutate(|d| {

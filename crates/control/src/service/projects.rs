@@ -43,7 +43,7 @@ async fn usage(svc: &ControlService, project: &str) -> Result<u64, Status> {
     svc.sync.store().usage(project, &month_of(now_ms() / 1000)).await.map_err(|e| unavailable(&e))
 }
 
-pub(super) async fn create(svc: &ControlService, r: pb::CreateProjectRequest) -> Result<pb::Project, Status> {
+pub(crate) async fn create(svc: &ControlService, r: pb::CreateProjectRequest) -> Result<pb::Project, Status> {
     validate::slug("id", &r.id)?;
     validate::name("name", &r.name)?;
     check_secret(&r.jwt_secret)?;
@@ -70,14 +70,14 @@ pub(super) async fn create(svc: &ControlService, r: pb::CreateProjectRequest) ->
     Ok(convert::project(&p, 0))
 }
 
-pub(super) async fn get(svc: &ControlService, r: pb::GetProjectRequest) -> Result<pb::Project, Status> {
+pub(crate) async fn get(svc: &ControlService, r: pb::GetProjectRequest) -> Result<pb::Project, Status> {
     required(&r.project_id)?;
     let snap = svc.read().await;
     let p = project(&snap.data, &r.project_id)?;
     Ok(convert::project(p, usage(svc, &p.id).await?))
 }
 
-pub(super) async fn list(
+pub(crate) async fn list(
     svc: &ControlService,
     _r: pb::ListProjectsRequest,
 ) -> Result<pb::ListProjectsResponse, Status> {
@@ -91,7 +91,7 @@ pub(super) async fn list(
     Ok(pb::ListProjectsResponse { projects })
 }
 
-pub(super) async fn update(svc: &ControlService, r: pb::UpdateProjectRequest) -> Result<pb::Project, Status> {
+pub(crate) async fn update(svc: &ControlService, r: pb::UpdateProjectRequest) -> Result<pb::Project, Status> {
     required(&r.project_id)?;
     if let Some(n) = &r.name {
         validate::name("name", n)?;
@@ -120,7 +120,7 @@ pub(super) async fn update(svc: &ControlService, r: pb::UpdateProjectRequest) ->
     Ok(convert::project(&p, usage(svc, &p.id).await?))
 }
 
-pub(super) async fn delete(svc: &ControlService, r: pb::DeleteProjectRequest) -> Result<pb::DeleteResponse, Status> {
+pub(crate) async fn delete(svc: &ControlService, r: pb::DeleteProjectRequest) -> Result<pb::DeleteResponse, Status> {
     required(&r.project_id)?;
     let n = svc
         .mutate(|d| {
@@ -165,7 +165,7 @@ pub(super) async fn delete(svc: &ControlService, r: pb::DeleteProjectRequest) ->
 }
 
 /// Replaces the project's wake secret (N47) and returns it, this once.
-pub(super) async fn rotate_wake_secret(
+pub(crate) async fn rotate_wake_secret(
     svc: &ControlService,
     r: pb::RotateWakeSecretRequest,
 ) -> Result<pb::Project, Status> {

@@ -48,6 +48,68 @@ pub(crate) async fn publish(svc: &ControlService, r: pb::PublishRequest) -> Resu
     })
 }
 
+/// The project, app, room and topic name of `topic` (`app/room/topic`) in `project_id`.
+fn lookup<'a, 't>(
+    d: &'a skua_core::RegistryData,
+    project_id: &str,
+    topic: &'t str,
+) -> Result<
+    (
+        &'a skua_core::registry_store::ProjectRecord,
+        &'a skua_core::registry_store::AppRecord,
+        &'a skua_core::registry_store::RoomRecord,
+        &'t str,
+    ),
+    Status,
+> {
+    let p = project(d, project_id)?;
+    let mut parts = topic.split('/');
+    let (Some(app_slug), Some(room_slug), Some(topic), None) = (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(Status::invalid_argument("topic must be app/room/topic"));
+    };
+    let a = app(d, &p.id, app_slug)?;
+    let room = room(d, a, room_slug)?;
+    if !a.topics.iter().any(|t| t.name == topic) {
+        return Err(Status::not_found(format!("topic {topic:?} is not one of app {:?}'s topics", a.slug)));
+    }
+    Ok((p, a, room, topic))
+}
+
+/// The internal key of `room` of `app` (slugs) in `project_id`, checked to exist (the
+/// dashboard's presence view).
+pub(crate) async fn room_key(
+    svc: &ControlService,
+    project_id: &str,
+    app_slug: &str,
+    slug: &str,
+) -> Result<RoomKey, Status> {
+    let snap = svc.read().await;
+    let p = project(&snap.data, project_id)?;
+    let a = app(&snap.data, &p.id, app_slug)?;
+    let r = room(&snap.data, a, slug)?;
+    Ok(RoomKey {
+        project: ProjectId::parse(&p.id).map_err(internal)?,
+        app: AppId::parse(&a.id).map_err(internal)?,
+        room: r.slug.as_str().into(),
+    })
+}
+
+/// The internal address of `topic` (`app/room/topic`) in `project_id`, checked as a publish
+/// checks it (the dashboard's live view watches it).
+pub(crate) async fn address(svc: &ControlService, project_id: &str, topic: &str) -> Result<TopicAddress, Status> {
+    let snap = svc.read().await;
+    let (p, a, room, topic) = lookup(&snap.data, project_id, topic)?;
+    Ok(TopicAddress {
+        room: RoomKey {
+            project: ProjectId::parse(&p.id).map_err(internal)?,
+            app: AppId::parse(&a.id).map_err(internal)?,
+            room: room.slug.as_str().into(),
+        },
+        topic: topic.into(),
+    })
+}
+
 /// Checks `r` against the registry (topic, size, MessagePack data, filter, publisher) and
 /// hands it to the node's publish pipeline: the one server-side publish of gRPC and REST.
 pub(crate) async fn publish_checked(
@@ -56,17 +118,7 @@ pub(crate) async fn publish_checked(
 ) -> Result<pb::PublishResponse, PublishError> {
     let snap = svc.read().await;
     let d = &snap.data;
-    let p = project(d, &r.project_id)?;
-    let mut parts = r.topic.split('/');
-    let (Some(app_slug), Some(room_slug), Some(topic), None) = (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err(Status::invalid_argument("topic must be app/room/topic").into());
-    };
-    let a = app(d, &p.id, app_slug)?;
-    let room = room(d, a, room_slug)?;
-    if !a.topics.iter().any(|t| t.name == topic) {
-        return Err(Status::not_found(format!("topic {topic:?} is not one of app {:?}'s topics", a.slug)).into());
-    }
+    let (p, a, room, topic) = lookup(d, &r.project_id, &r.topic)?;
     let max = p.limits.max_message_size.unwrap_or(svc.limits.max_message_size) as usize;
     if r.data.len() > max {
         return Err(PublishError::Refused(PublishRefused::TooLarge(format!(

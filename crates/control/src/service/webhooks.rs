@@ -34,7 +34,7 @@ fn client_topic(d: &RegistryData, key: &str) -> String {
     d.apps.get(app).map_or_else(|| key.to_owned(), |a| format!("{}/{room}/{topic}", a.slug))
 }
 
-pub(super) async fn list_failures(
+pub(crate) async fn list_failures(
     svc: &ControlService,
     r: pb::ListWebhookFailuresRequest,
 ) -> Result<pb::ListWebhookFailuresResponse, Status> {
@@ -62,7 +62,7 @@ pub(super) async fn list_failures(
     Ok(pb::ListWebhookFailuresResponse { failures })
 }
 
-pub(super) async fn retry_failures(
+pub(crate) async fn retry_failures(
     svc: &ControlService,
     r: pb::RetryWebhookFailuresRequest,
 ) -> Result<pb::RetryWebhookFailuresResponse, Status> {
@@ -83,7 +83,7 @@ pub(super) async fn retry_failures(
     Ok(pb::RetryWebhookFailuresResponse { results })
 }
 
-pub(super) async fn purge_failures(
+pub(crate) async fn purge_failures(
     svc: &ControlService,
     r: pb::PurgeWebhookFailuresRequest,
 ) -> Result<pb::PurgeWebhookFailuresResponse, Status> {

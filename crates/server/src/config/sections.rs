@@ -580,6 +580,8 @@ pub struct ControlPlane {
     pub limits: skua_control::ControlLimits,
     /// The REST API.
     pub rest: skua_control::rest::RestConfig,
+    /// The admin dashboard.
+    pub dashboard: skua_control::dashboard::DashboardConfig,
 }
 
 impl ControlPlane {
@@ -629,6 +631,16 @@ impl ControlPlane {
                 max_body_bytes: positive(key!(s, rest_max_body_bytes))?,
                 rate_limit: positive(key!(s, rest_rate_limit))?,
                 max_page_limit: positive(key!(s, rest_max_page_limit))?,
+            },
+            dashboard: skua_control::dashboard::DashboardConfig {
+                enabled: required(key!(s, dashboard))?,
+                session_ttl: nonzero_duration(key!(s, dashboard_session_ttl))?,
+                max_sessions: positive(key!(s, dashboard_max_sessions))?,
+                live_buffer: positive(key!(s, dashboard_live_buffer))?,
+                max_live_views: positive(key!(s, dashboard_max_live_views))?,
+                live_idle: nonzero_duration(key!(s, dashboard_live_idle))?,
+                sample_interval: nonzero_duration(key!(s, dashboard_sample_interval))?,
+                history: positive(key!(s, dashboard_history))?,
             },
         })
     }

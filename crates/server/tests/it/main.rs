@@ -6,6 +6,7 @@ mod bounds;
 mod closes;
 mod cluster;
 mod control;
+mod dashboard;
 mod durable;
 mod errors;
 mod filters;

@@ -215,3 +215,29 @@ async fn the_control_plane_serves_grpc_over_tls_to_tonic_and_to_skua_admin() {
     let _ = node.shutdown().await;
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test]
+async fn the_dashboards_session_cookie_is_secure_over_tls() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = temp_dir("dashboard");
+    let (files, _) = tls::self_signed(&dir).unwrap();
+    let node = tls_node(&files, false).await;
+    let (mut stream, _) = handshake(node.addr, &files.cert).await.unwrap();
+    let body = format!("admin_key={TEST_ADMIN_KEY}");
+    let req = format!(
+        "POST /admin/login HTTP/1.1\r\nHost: localhost:{}\r\nOrigin: https://localhost:{}\r\nConnection: close\r\n\
+         Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{body}",
+        node.addr.port(),
+        node.addr.port(),
+        body.len()
+    );
+    stream.write_all(req.as_bytes()).await.unwrap();
+    let mut reply = Vec::new();
+    let _ = tokio::time::timeout(WAIT, stream.read_to_end(&mut reply)).await.expect("a reply");
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("HTTP/1.1 303"), "{reply}");
+    let cookie = reply.lines().find(|l| l.to_ascii_lowercase().starts_with("set-cookie:")).expect("a session cookie");
+    assert!(cookie.ends_with("; Path=/admin; HttpOnly; SameSite=Strict; Secure"), "{cookie}");
+    let _ = node.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}

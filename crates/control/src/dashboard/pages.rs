@@ -1,0 +1,836 @@
+//! The overview and the registry pages: projects, apps, rooms, actors, grants, webhook dead
+//! letters. Each list page has its create form; each create or delete calls the service
+//! function the gRPC and REST APIs call, and shows its error message when it refuses.
+
+use std::fmt::Write as _;
+
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use tonic::Status;
+
+use super::html::{self, Notice, button_form, csrf_input, esc, field, q, table, time};
+use super::{Authed, Dashboard, redirect};
+use crate::pb;
+use crate::service::{actors, api_keys, apps, grants, projects, rooms, webhooks};
+
+/// The HTTP status of a refused request, as the REST API maps it.
+fn status_of(s: &Status) -> StatusCode {
+    crate::rest::error::http_status(s.code())
+}
+
+/// The notice carried by a redirect after a change (`?done=`).
+fn done(a: &Authed) -> Option<Notice<'_>> {
+    Some(a.query.get("done")).filter(|m| !m.is_empty()).map(Notice::Ok)
+}
+
+/// A redirect to `path` (with its query) saying `msg`.
+fn done_redirect(path: &str, msg: &str) -> Response {
+    let sep = if path.contains('?') { '&' } else { '?' };
+    redirect(&format!("{path}{sep}done={}", q(msg)))
+}
+
+fn uptime(secs: u64) -> String {
+    let (d, h, m, s) = (secs / 86_400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
+    if d > 0 { format!("{d}d {h}h {m}m") } else { format!("{h}h {m}m {s}s") }
+}
+
+/// The overview's figures as JSON (the page's script refreshes from it).
+fn stats_value(d: &Dashboard) -> serde_json::Value {
+    let s = d.svc.sync.node().stats();
+    let samples = d.samples();
+    let last = samples.last().copied().unwrap_or_default();
+    serde_json::json!({
+        "node": d.svc.sync.node().node_id(),
+        "version": env!("CARGO_PKG_VERSION"),
+        "uptime": uptime(d.started.elapsed().as_secs()),
+        "connections": s.connections,
+        "messages_in": s.messages_in,
+        "messages_out": s.messages_out,
+        "in_per_s": format!("{:.1}", last.in_per_s),
+        "out_per_s": format!("{:.1}", last.out_per_s),
+        "samples": samples,
+    })
+}
+
+/// `GET /admin/stats`.
+pub(crate) async fn stats_json(d: &Dashboard, _a: Authed) -> Response {
+    ([(header::CONTENT_TYPE, "application/json"), (header::CACHE_CONTROL, "no-store")], stats_value(d).to_string())
+        .into_response()
+}
+
+/// `GET /admin`: node id, version, uptime, connections, message rates and their chart.
+pub(crate) async fn overview(d: &Dashboard, a: Authed) -> Response {
+    let v = stats_value(d);
+    let s = d.svc.sync.node().stats();
+    let text = |k: &str| match &v[k] {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let mut body = String::from(
+        "<section id=\"stats\" aria-labelledby=\"h-node\"><h2 id=\"h-node\">This node</h2><div class=\"cards\">",
+    );
+    for (k, label) in [
+        ("node", "Node id"),
+        ("version", "Version"),
+        ("uptime", "Uptime"),
+        ("connections", "Connections"),
+        ("in_per_s", "Messages in / s"),
+        ("out_per_s", "Messages out / s"),
+        ("messages_in", "Messages in (total)"),
+        ("messages_out", "Messages out (total)"),
+    ] {
+        let _ = write!(body, "<div class=\"card\">{label}<b id=\"v-{k}\">{}</b></div>", esc(&text(k)));
+    }
+    body.push_str("</div>");
+    let secs = d.config.sample_interval.as_secs_f64() * d.config.history as f64;
+    let span = if secs >= 120.0 { format!("{:.0} minutes", secs / 60.0) } else { format!("{secs:.0} seconds") };
+    let _ = write!(
+        body,
+        "<h2 id=\"h-chart\">Last {span}</h2>\
+         <svg class=\"chart\" viewBox=\"0 0 600 180\" preserveAspectRatio=\"none\" role=\"img\" aria-labelledby=\"h-chart chart-desc\">\
+         <desc id=\"chart-desc\">Messages in and out per second and open connections, sampled every {}s; top of the chart: <tspan id=\"chart-max\">1</tspan>.</desc>\
+         <polyline id=\"p-in\" fill=\"none\" stroke=\"#0b5cad\" stroke-width=\"2\" points=\"\"/>\
+         <polyline id=\"p-out\" fill=\"none\" stroke=\"#bc4c00\" stroke-width=\"2\" points=\"\"/>\
+         <polyline id=\"p-conns\" fill=\"none\" stroke=\"#116329\" stroke-width=\"2\" stroke-dasharray=\"4 3\" points=\"\"/></svg>\
+         <p class=\"legend\"><span class=\"in\">━ in / s</span><span class=\"out\">━ out / s</span><span class=\"conns\">┅ connections</span></p>",
+        d.config.sample_interval.as_secs().max(1)
+    );
+    let backends: Vec<Vec<String>> = s
+        .backends
+        .iter()
+        .map(|(slot, up)| vec![esc(slot), if *up { "up".into() } else { "<strong>down</strong>".into() }])
+        .collect();
+    body.push_str(&table("Backends", &["Backend", "State"], &backends, "No backend information."));
+    let _ = write!(body, "<p>Refused publishes: {} · retained bytes: {}</p></section>", s.refused, s.retained_bytes);
+    html::respond(StatusCode::OK, html::page("Overview", "Overview", &a.csrf, done(&a), &body))
+}
+
+/// The project the page is about: `?project=`, else the first one.
+async fn current_project(d: &Dashboard, a: &Authed) -> (Vec<pb::Project>, String) {
+    let mut list = projects::list(&d.svc, pb::ListProjectsRequest {}).await.map(|r| r.projects).unwrap_or_default();
+    list.sort_by(|x, y| x.id.cmp(&y.id));
+    let want = a.query.get("project");
+    let chosen = if !want.is_empty() {
+        want.to_owned()
+    } else if !a.form.get("project").is_empty() {
+        a.form.get("project").to_owned()
+    } else {
+        list.first().map(|p| p.id.clone()).unwrap_or_default()
+    };
+    (list, chosen)
+}
+
+/// The app the page is about within `project`: `?app=`, else the first one.
+async fn current_app(d: &Dashboard, a: &Authed, project: &str) -> (Vec<pb::App>, String) {
+    let list = apps::list(&d.svc, pb::ListAppsRequest { project_id: project.to_owned() })
+        .await
+        .map(|r| r.apps)
+        .unwrap_or_default();
+    let want = if a.query.get("app").is_empty() { a.form.get("app") } else { a.query.get("app") };
+    let chosen =
+        if want.is_empty() { list.first().map(|x| x.slug.clone()).unwrap_or_default() } else { want.to_owned() };
+    (list, chosen)
+}
+
+/// A GET form choosing the project (and app, and room) a page shows.
+fn chooser(
+    path: &str,
+    projects: &[pb::Project],
+    project: &str,
+    apps: Option<(&[pb::App], &str)>,
+    room: Option<&str>,
+) -> String {
+    let mut f = format!("<form method=\"get\" action=\"{path}\" class=\"create\" aria-label=\"Choose what to show\">");
+    f.push_str(
+        "<div class=\"field\"><label for=\"c-project\">Project</label><select id=\"c-project\" name=\"project\">",
+    );
+    for p in projects {
+        let sel = if p.id == project { " selected" } else { "" };
+        let _ = write!(f, "<option value=\"{0}\"{sel}>{0}</option>", esc(&p.id));
+    }
+    f.push_str("</select></div>");
+    if let Some((apps, app)) = apps {
+        f.push_str("<div class=\"field\"><label for=\"c-app\">App</label><select id=\"c-app\" name=\"app\">");
+        for x in apps {
+            let sel = if x.slug == app { " selected" } else { "" };
+            let _ = write!(f, "<option value=\"{0}\"{sel}>{0}</option>", esc(&x.slug));
+        }
+        f.push_str("</select></div>");
+    }
+    if let Some(room) = room {
+        f.push_str(&field("room", "Room", room, false, "room slug"));
+    }
+    f.push_str("<button type=\"submit\">Show</button></form>");
+    f
+}
+
+/// Renders a page after a refused change: its list with the error, the refusal's status.
+async fn refused(d: &Dashboard, a: Authed, path: &str, s: &Status) -> Response {
+    let status = status_of(s);
+    let mut r = match path {
+        "/admin/projects" => projects_page(d, &a, Some(Notice::Error(s.message()))).await,
+        "/admin/apps" => apps_page(d, &a, Some(Notice::Error(s.message()))).await,
+        "/admin/rooms" => rooms_page(d, &a, Some(Notice::Error(s.message()))).await,
+        "/admin/actors" => actors_page(d, &a, Some(Notice::Error(s.message()))).await,
+        "/admin/api-keys" => api_keys_page(d, &a, Some(Notice::Error(s.message()))).await,
+        _ => grants_page(d, &a, Some(Notice::Error(s.message()))).await,
+    };
+    *r.status_mut() = status;
+    r
+}
+
+/// `GET /admin/projects`.
+pub(crate) async fn projects(d: &Dashboard, a: Authed) -> Response {
+    projects_page(d, &a, done(&a)).await
+}
+
+async fn projects_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> Response {
+    let (list, _) = current_project(d, a).await;
+    let rows: Vec<Vec<String>> = list
+        .iter()
+        .map(|p| {
+            vec![
+                format!("<a href=\"/admin/apps?project={}\">{}</a>", q(&p.id), esc(&p.id)),
+                esc(&p.name),
+                p.messages_this_month.to_string(),
+                time(p.created_at_ms),
+                button_form(
+                    "/admin/projects/delete",
+                    &a.csrf,
+                    &[("project", &p.id)],
+                    &format!("Delete {} and everything in it", p.id),
+                    true,
+                ),
+            ]
+        })
+        .collect();
+    let mut body = format!(
+        "<h2>New project</h2><form method=\"post\" action=\"/admin/projects\" class=\"create\">{}{}{}{}<button type=\"submit\">Create project</button></form>",
+        csrf_input(&a.csrf),
+        field("id", "Id", a.form.get("id"), true, "letters, digits, - and _"),
+        field("name", "Name", a.form.get("name"), false, "defaults to the id"),
+        field("jwt_secret", "JWT secret", "", false, "optional: HS256 client tokens")
+    );
+    body.push_str(&table(
+        "Projects",
+        &["Id", "Name", "Messages this month", "Created (UTC)", ""],
+        &rows,
+        "No projects yet.",
+    ));
+    html::respond(StatusCode::OK, html::page("Projects", "Projects", &a.csrf, notice, &body))
+}
+
+/// `POST /admin/projects`.
+pub(crate) async fn create_project(d: &Dashboard, a: Authed) -> Response {
+    let r = pb::CreateProjectRequest {
+        id: a.form.get("id").to_owned(),
+        name: a.form.get("name").to_owned(),
+        jwt_secret: a.form.get("jwt_secret").to_owned(),
+        ..Default::default()
+    };
+    match projects::create(&d.svc, r).await {
+        Ok(p) => done_redirect(&format!("/admin/projects?project={}", q(&p.id)), &format!("Project {} created.", p.id)),
+        Err(s) => refused(d, a, "/admin/projects", &s).await,
+    }
+}
+
+/// `POST /admin/projects/delete` (with everything in it).
+pub(crate) async fn delete_project(d: &Dashboard, a: Authed) -> Response {
+    let id = a.form.get("project").to_owned();
+    match projects::delete(&d.svc, pb::DeleteProjectRequest { project_id: id.clone(), force: true }).await {
+        Ok(n) => done_redirect("/admin/projects", &format!("Project {id} deleted ({} objects).", n.deleted)),
+        Err(s) => refused(d, a, "/admin/projects", &s).await,
+    }
+}
+
+/// `GET /admin/apps?project=`.
+pub(crate) async fn apps(d: &Dashboard, a: Authed) -> Response {
+    apps_page(d, &a, done(&a)).await
+}
+
+async fn apps_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> Response {
+    let (projects, project) = current_project(d, a).await;
+    let (list, _) = current_app(d, a, &project).await;
+    let rows: Vec<Vec<String>> = list
+        .iter()
+        .map(|x| {
+            let topics: Vec<String> = x
+                .topics
+                .iter()
+                .map(|t| if t.logged { format!("{} (logged)", t.name) } else { t.name.clone() })
+                .collect();
+            vec![
+                format!("<a href=\"/admin/rooms?project={}&amp;app={}\">{}</a>", q(&project), q(&x.slug), esc(&x.slug)),
+                esc(&x.name),
+                esc(&topics.join(", ")),
+                x.room_count.to_string(),
+                if x.auto_provision_rooms { "yes".into() } else { "no".into() },
+                button_form(
+                    "/admin/apps/delete",
+                    &a.csrf,
+                    &[("project", &project), ("app", &x.slug)],
+                    &format!("Delete app {}", x.slug),
+                    true,
+                ),
+            ]
+        })
+        .collect();
+    let mut body = chooser("/admin/apps", &projects, &project, None, None);
+    let _ = write!(
+        body,
+        "<h2>New app in {}</h2><form method=\"post\" action=\"/admin/apps\" class=\"create\">{}\
+         <input type=\"hidden\" name=\"project\" value=\"{}\">{}{}{}{}\
+         <div class=\"field\"><label><input type=\"checkbox\" name=\"auto_provision_rooms\" value=\"1\"> Rooms created on first use</label></div>\
+         <button type=\"submit\">Create app</button></form>",
+        esc(&project),
+        csrf_input(&a.csrf),
+        esc(&project),
+        field("slug", "Slug", a.form.get("slug"), true, "letters, digits, - and _"),
+        field("name", "Name", a.form.get("name"), false, "defaults to the slug"),
+        field("topics", "Topics", a.form.get("topics"), false, "comma-separated, e.g. chat, events"),
+        field(
+            "logged",
+            "Logged topics",
+            a.form.get("logged"),
+            false,
+            "comma-separated: kept for replay and durable delivery"
+        ),
+    );
+    body.push_str(&table(
+        "Apps",
+        &["Slug", "Name", "Topics", "Rooms", "Auto rooms", ""],
+        &rows,
+        "No apps in this project.",
+    ));
+    html::respond(StatusCode::OK, html::page("Apps", "Apps", &a.csrf, notice, &body))
+}
+
+/// Comma- or space-separated names, without empties.
+fn names(s: &str) -> Vec<String> {
+    s.split([',', ' ', '\n']).map(str::trim).filter(|t| !t.is_empty()).map(str::to_owned).collect()
+}
+
+/// `POST /admin/apps`.
+pub(crate) async fn create_app(d: &Dashboard, a: Authed) -> Response {
+    let project = a.form.get("project").to_owned();
+    let logged = names(a.form.get("logged"));
+    let mut topics: Vec<pb::Topic> =
+        names(a.form.get("topics")).into_iter().map(|name| pb::Topic { name, ..Default::default() }).collect();
+    for l in &logged {
+        match topics.iter_mut().find(|t| &t.name == l) {
+            Some(t) => t.logged = true,
+            None => topics.push(pb::Topic { name: l.clone(), logged: true, ..Default::default() }),
+        }
+    }
+    let r = pb::CreateAppRequest {
+        project_id: project.clone(),
+        slug: a.form.get("slug").to_owned(),
+        name: a.form.get("name").to_owned(),
+        topics,
+        auto_provision_rooms: !a.form.get("auto_provision_rooms").is_empty(),
+        ..Default::default()
+    };
+    match apps::create(&d.svc, r).await {
+        Ok(x) => done_redirect(&format!("/admin/apps?project={}", q(&project)), &format!("App {} created.", x.slug)),
+        Err(s) => refused(d, a, "/admin/apps", &s).await,
+    }
+}
+
+/// `POST /admin/apps/delete`.
+pub(crate) async fn delete_app(d: &Dashboard, a: Authed) -> Response {
+    let (project, app) = (a.form.get("project").to_owned(), a.form.get("app").to_owned());
+    match apps::delete(&d.svc, pb::DeleteAppRequest { project_id: project.clone(), app: app.clone() }).await {
+        Ok(_) => done_redirect(&format!("/admin/apps?project={}", q(&project)), &format!("App {app} deleted.")),
+        Err(s) => refused(d, a, "/admin/apps", &s).await,
+    }
+}
+
+/// `GET /admin/rooms?project=&app=`.
+pub(crate) async fn rooms(d: &Dashboard, a: Authed) -> Response {
+    rooms_page(d, &a, done(&a)).await
+}
+
+async fn rooms_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> Response {
+    let (projects, project) = current_project(d, a).await;
+    let (apps, app) = current_app(d, a, &project).await;
+    let list = if app.is_empty() {
+        Vec::new()
+    } else {
+        rooms::list(
+            &d.svc,
+            pb::ListRoomsRequest {
+                project_id: project.clone(),
+                app: app.clone(),
+                page_size: 0,
+                page_token: String::new(),
+            },
+        )
+        .await
+        .map(|r| r.rooms)
+        .unwrap_or_default()
+    };
+    let topic =
+        apps.iter().find(|x| x.slug == app).and_then(|x| x.topics.first()).map(|t| t.name.clone()).unwrap_or_default();
+    let rows: Vec<Vec<String>> = list
+        .iter()
+        .map(|r| {
+            let live = format!("{app}/{}/{topic}", r.slug);
+            vec![
+                esc(&r.slug),
+                esc(&r.name),
+                if r.private { "private (grants)".into() } else { "open".into() },
+                if r.dynamic { "dynamic".into() } else { "static".into() },
+                format!(
+                    "<a href=\"/admin/grants?project={p}&amp;app={a}&amp;room={r}\">Grants</a> · \
+                     <a href=\"/admin/presence?project={p}&amp;app={a}&amp;room={r}\">Presence</a> · \
+                     <a href=\"/admin/live?project={p}&amp;topic={t}\">Live</a>",
+                    p = q(&project),
+                    a = q(&app),
+                    r = q(&r.slug),
+                    t = q(&live)
+                ),
+                button_form(
+                    "/admin/rooms/delete",
+                    &a.csrf,
+                    &[("project", &project), ("app", &app), ("room", &r.slug)],
+                    &format!("Delete room {}", r.slug),
+                    true,
+                ),
+            ]
+        })
+        .collect();
+    let mut body = chooser("/admin/rooms", &projects, &project, Some((&apps, &app)), None);
+    let _ = write!(
+        body,
+        "<h2>New room in {}/{}</h2><form method=\"post\" action=\"/admin/rooms\" class=\"create\">{}\
+         <input type=\"hidden\" name=\"project\" value=\"{}\"><input type=\"hidden\" name=\"app\" value=\"{}\">{}{}\
+         <button type=\"submit\">Create room</button></form>",
+        esc(&project),
+        esc(&app),
+        csrf_input(&a.csrf),
+        esc(&project),
+        esc(&app),
+        field("room", "Slug", a.form.get("room"), true, "letters, digits, - and _"),
+        field("name", "Name", a.form.get("name"), false, "defaults to the slug"),
+    );
+    body.push_str(&table("Rooms", &["Slug", "Name", "Access", "Kind", "Open", ""], &rows, "No rooms in this app."));
+    html::respond(StatusCode::OK, html::page("Rooms", "Rooms", &a.csrf, notice, &body))
+}
+
+/// `POST /admin/rooms`.
+pub(crate) async fn create_room(d: &Dashboard, a: Authed) -> Response {
+    let (project, app) = (a.form.get("project").to_owned(), a.form.get("app").to_owned());
+    let r = pb::CreateRoomRequest {
+        project_id: project.clone(),
+        app: app.clone(),
+        slug: a.form.get("room").to_owned(),
+        name: a.form.get("name").to_owned(),
+    };
+    match rooms::create(&d.svc, r).await {
+        Ok(r) => done_redirect(
+            &format!("/admin/rooms?project={}&app={}", q(&project), q(&app)),
+            &format!("Room {} created.", r.slug),
+        ),
+        Err(s) => refused(d, a, "/admin/rooms", &s).await,
+    }
+}
+
+/// `POST /admin/rooms/delete`.
+pub(crate) async fn delete_room(d: &Dashboard, a: Authed) -> Response {
+    let (project, app, room) =
+        (a.form.get("project").to_owned(), a.form.get("app").to_owned(), a.form.get("room").to_owned());
+    let r = pb::DeleteRoomRequest { project_id: project.clone(), app: app.clone(), slug: room.clone() };
+    match rooms::delete(&d.svc, r).await {
+        Ok(_) => done_redirect(
+            &format!("/admin/rooms?project={}&app={}", q(&project), q(&app)),
+            &format!("Room {room} deleted."),
+        ),
+        Err(s) => refused(d, a, "/admin/rooms", &s).await,
+    }
+}
+
+/// `GET /admin/actors?project=`.
+pub(crate) async fn actors(d: &Dashboard, a: Authed) -> Response {
+    actors_page(d, &a, done(&a)).await
+}
+
+async fn actors_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> Response {
+    let (projects, project) = current_project(d, a).await;
+    let list = actors::list(
+        &d.svc,
+        pb::ListActorsRequest { project_id: project.clone(), page_size: 0, page_token: a.query.get("page").to_owned() },
+    )
+    .await
+    .unwrap_or_default();
+    let rows: Vec<Vec<String>> = list
+        .actors
+        .iter()
+        .map(|x| {
+            vec![
+                esc(&x.id),
+                esc(&x.actor_type),
+                esc(&x.name),
+                if x.active { "active".into() } else { "deactivated".into() },
+                button_form(
+                    "/admin/actors/delete",
+                    &a.csrf,
+                    &[("project", &project), ("actor", &x.id)],
+                    &format!("Delete actor {}", x.id),
+                    true,
+                ),
+            ]
+        })
+        .collect();
+    let mut body = chooser("/admin/actors", &projects, &project, None, None);
+    let _ = write!(
+        body,
+        "<h2>New actor in {}</h2><form method=\"post\" action=\"/admin/actors\" class=\"create\">{}\
+         <input type=\"hidden\" name=\"project\" value=\"{}\">{}{}{}<button type=\"submit\">Create actor</button></form>",
+        esc(&project),
+        csrf_input(&a.csrf),
+        esc(&project),
+        field("id", "Id", a.form.get("id"), false, "optional: generated when empty"),
+        field("actor_type", "Type", a.form.get("actor_type"), true, "user, device, agent, orchestrator or observer"),
+        field("name", "Name", a.form.get("name"), false, ""),
+    );
+    body.push_str(&table("Actors", &["Id", "Type", "Name", "State", ""], &rows, "No actors in this project."));
+    if !list.next_page_token.is_empty() {
+        let _ = write!(
+            body,
+            "<p><a href=\"/admin/actors?project={}&amp;page={}\">Next page</a></p>",
+            q(&project),
+            q(&list.next_page_token)
+        );
+    }
+    html::respond(StatusCode::OK, html::page("Actors", "Actors", &a.csrf, notice, &body))
+}
+
+/// `POST /admin/actors`: shows the new actor's access token once.
+pub(crate) async fn create_actor(d: &Dashboard, a: Authed) -> Response {
+    let project = a.form.get("project").to_owned();
+    let r = pb::CreateActorRequest {
+        project_id: project.clone(),
+        id: a.form.get("id").to_owned(),
+        actor_type: a.form.get("actor_type").to_owned(),
+        name: a.form.get("name").to_owned(),
+        rate_limit: 0,
+    };
+    match actors::create(&d.svc, r).await {
+        Ok(c) => {
+            let id = c.actor.map(|x| x.id).unwrap_or_default();
+            let msg = format!("Actor {id} created. Its access token (shown once): {}", c.access_token);
+            let fresh = Authed { csrf: a.csrf.clone(), form: super::Form::default(), query: a.query };
+            actors_page(
+                d,
+                &Authed { query: super::Form::parse(format!("project={}", q(&project)).as_bytes()), ..fresh },
+                Some(Notice::Ok(&msg)),
+            )
+            .await
+        }
+        Err(s) => refused(d, a, "/admin/actors", &s).await,
+    }
+}
+
+/// `POST /admin/actors/delete`.
+pub(crate) async fn delete_actor(d: &Dashboard, a: Authed) -> Response {
+    let (project, actor) = (a.form.get("project").to_owned(), a.form.get("actor").to_owned());
+    match actors::delete(&d.svc, pb::ActorRef { actor_id: actor.clone() }).await {
+        Ok(_) => done_redirect(&format!("/admin/actors?project={}", q(&project)), &format!("Actor {actor} deleted.")),
+        Err(s) => refused(d, a, "/admin/actors", &s).await,
+    }
+}
+
+/// `GET /admin/grants?project=&app=&room=`.
+pub(crate) async fn grants(d: &Dashboard, a: Authed) -> Response {
+    grants_page(d, &a, done(&a)).await
+}
+
+async fn grants_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> Response {
+    let (projects, project) = current_project(d, a).await;
+    let (apps, app) = current_app(d, a, &project).await;
+    let room = if a.query.get("room").is_empty() { a.form.get("room") } else { a.query.get("room") }.to_owned();
+    let list = if app.is_empty() || room.is_empty() {
+        Vec::new()
+    } else {
+        grants::list(
+            &d.svc,
+            pb::ListGrantsRequest { project_id: project.clone(), app: app.clone(), room: room.clone() },
+        )
+        .await
+        .map(|r| r.grants)
+        .unwrap_or_default()
+    };
+    let rows: Vec<Vec<String>> = list
+        .iter()
+        .map(|g| {
+            let who = if g.actor_id.is_empty() { format!("type {}", g.actor_type) } else { g.actor_id.clone() };
+            vec![
+                esc(&g.id),
+                esc(&who),
+                esc(&g.permission),
+                if g.topics.is_empty() { "all".into() } else { esc(&g.topics.join(", ")) },
+                if g.expires_at == 0 { "never".into() } else { time(g.expires_at * 1000) },
+                button_form(
+                    "/admin/grants/delete",
+                    &a.csrf,
+                    &[("project", &project), ("app", &app), ("room", &room), ("grant", &g.id)],
+                    &format!("Revoke grant {}", g.id),
+                    true,
+                ),
+            ]
+        })
+        .collect();
+    let mut body = chooser("/admin/grants", &projects, &project, Some((&apps, &app)), Some(&room));
+    if room.is_empty() {
+        body.push_str("<p class=\"empty\">Choose a room to see and create its grants.</p>");
+    } else {
+        let _ = write!(
+            body,
+            "<h2>New grant in {}/{}</h2><form method=\"post\" action=\"/admin/grants\" class=\"create\">{}\
+             <input type=\"hidden\" name=\"project\" value=\"{}\"><input type=\"hidden\" name=\"app\" value=\"{}\">\
+             <input type=\"hidden\" name=\"room\" value=\"{}\">{}{}\
+             <div class=\"field\"><label for=\"f-permission\">Permission</label><select id=\"f-permission\" name=\"permission\">\
+             <option>subscribe</option><option>publish</option><option>pubSub</option></select></div>{}\
+             <button type=\"submit\">Create grant</button></form>",
+            esc(&app),
+            esc(&room),
+            csrf_input(&a.csrf),
+            esc(&project),
+            esc(&app),
+            esc(&room),
+            field("actor_id", "Actor id", a.form.get("actor_id"), false, "one actor…"),
+            field("actor_type", "…or actor type", a.form.get("actor_type"), false, "every actor of a type"),
+            field("topics", "Topics", a.form.get("topics"), false, "comma-separated; empty: all"),
+        );
+        body.push_str(&table(
+            "Grants",
+            &["Id", "To", "Permission", "Topics", "Expires (UTC)", ""],
+            &rows,
+            "No grants: the room is open to every actor of the project.",
+        ));
+    }
+    html::respond(StatusCode::OK, html::page("Grants", "Grants", &a.csrf, notice, &body))
+}
+
+/// `POST /admin/grants`.
+pub(crate) async fn create_grant(d: &Dashboard, a: Authed) -> Response {
+    let (project, app, room) =
+        (a.form.get("project").to_owned(), a.form.get("app").to_owned(), a.form.get("room").to_owned());
+    let r = pb::CreateGrantRequest {
+        project_id: project.clone(),
+        app: app.clone(),
+        room: room.clone(),
+        actor_id: a.form.get("actor_id").to_owned(),
+        actor_type: a.form.get("actor_type").to_owned(),
+        permission: a.form.get("permission").to_owned(),
+        topics: names(a.form.get("topics")),
+        expires_at: 0,
+    };
+    match grants::create(&d.svc, r).await {
+        Ok(g) => done_redirect(
+            &format!("/admin/grants?project={}&app={}&room={}", q(&project), q(&app), q(&room)),
+            &format!("Grant {} created.", g.id),
+        ),
+        Err(s) => refused(d, a, "/admin/grants", &s).await,
+    }
+}
+
+/// `POST /admin/grants/delete`: revokes at once (connections are revalidated).
+pub(crate) async fn delete_grant(d: &Dashboard, a: Authed) -> Response {
+    let (project, app, room, grant) = (
+        a.form.get("project").to_owned(),
+        a.form.get("app").to_owned(),
+        a.form.get("room").to_owned(),
+        a.form.get("grant").to_owned(),
+    );
+    match grants::delete(&d.svc, pb::DeleteGrantRequest { grant_id: grant.clone() }).await {
+        Ok(_) => done_redirect(
+            &format!("/admin/grants?project={}&app={}&room={}", q(&project), q(&app), q(&room)),
+            &format!("Grant {grant} revoked."),
+        ),
+        Err(s) => refused(d, a, "/admin/grants", &s).await,
+    }
+}
+
+/// `GET /admin/webhooks?project=`: the project's webhook dead letters, each with a retry.
+pub(crate) async fn webhooks(d: &Dashboard, a: Authed) -> Response {
+    webhooks_page(d, &a, done(&a)).await
+}
+
+async fn webhooks_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> Response {
+    let (projects, project) = current_project(d, a).await;
+    let found = webhooks::list_failures(
+        &d.svc,
+        pb::ListWebhookFailuresRequest { project_id: project.clone(), after_id: 0, limit: 100 },
+    )
+    .await;
+    let mut body = chooser("/admin/webhooks", &projects, &project, None, None);
+    body.push_str(
+        "<h2>Dead letters</h2><p>Webhook deliveries that failed every attempt, oldest first (at most 100).</p>",
+    );
+    match found {
+        Err(s) => {
+            let _ = write!(body, "<p class=\"notice error\" role=\"alert\">{}</p>", esc(s.message()));
+        }
+        Ok(r) => {
+            let rows: Vec<Vec<String>> = r
+                .failures
+                .iter()
+                .map(|f| {
+                    vec![
+                        time(f.failed_at_ms),
+                        esc(&f.kind),
+                        esc(&f.topic),
+                        esc(&f.target),
+                        f.attempts.to_string(),
+                        esc(&f.last_error),
+                        button_form(
+                            "/admin/webhooks/retry",
+                            &a.csrf,
+                            &[("project", &project), ("delivery", &f.delivery_id)],
+                            &format!("Retry {}", f.delivery_id),
+                            false,
+                        ),
+                    ]
+                })
+                .collect();
+            body.push_str(&table(
+                "Dead letters",
+                &["Failed (UTC)", "Kind", "Topic", "URL", "Attempts", "Last error", ""],
+                &rows,
+                "No dead letters: every webhook was delivered.",
+            ));
+        }
+    }
+    html::respond(StatusCode::OK, html::page("Webhooks", "Webhooks", &a.csrf, notice, &body))
+}
+
+/// `POST /admin/webhooks/retry`: posts one dead letter again, now.
+pub(crate) async fn retry_webhooks(d: &Dashboard, a: Authed) -> Response {
+    let project = a.form.get("project").to_owned();
+    let r = pb::RetryWebhookFailuresRequest {
+        project_id: project.clone(),
+        delivery_ids: vec![a.form.get("delivery").to_owned()],
+        all: false,
+    };
+    let msg = match webhooks::retry_failures(&d.svc, r).await {
+        Ok(r) => match r.results.first() {
+            Some(x) if x.delivered => format!("Delivery {} delivered.", x.delivery_id),
+            Some(x) => format!("Delivery {} failed again: {}", x.delivery_id, x.error),
+            None => "No such dead letter (already delivered?).".to_owned(),
+        },
+        Err(s) => {
+            let mut r = webhooks_page(d, &a, Some(Notice::Error(s.message()))).await;
+            *r.status_mut() = status_of(&s);
+            return r;
+        }
+    };
+    done_redirect(&format!("/admin/webhooks?project={}", q(&project)), &msg)
+}
+
+/// `GET /admin/presence?project=&app=&room=`: who is in the room now (the page refreshes the
+/// table every 5 s).
+pub(crate) async fn presence(d: &Dashboard, a: Authed) -> Response {
+    let (projects, project) = current_project(d, &a).await;
+    let (apps, app) = current_app(d, &a, &project).await;
+    let room = a.query.get("room").to_owned();
+    let mut body = chooser("/admin/presence", &projects, &project, Some((&apps, &app)), Some(&room));
+    if room.is_empty() {
+        body.push_str("<p class=\"empty\">Choose a room to see who is in it.</p>");
+        return html::respond(StatusCode::OK, html::page("Presence", "Rooms", &a.csrf, None, &body));
+    }
+    let listed = match crate::service::publish::room_key(&d.svc, &project, &app, &room).await {
+        Ok(key) => d.svc.sync.node().room_presence(&key).await.map_err(|e| (StatusCode::SERVICE_UNAVAILABLE, e)),
+        Err(s) => Err((status_of(&s), s.message().to_owned())),
+    };
+    let (status, section) = match listed {
+        Ok(mut members) => {
+            members.sort_by(|x, y| x.actor.as_str().cmp(y.actor.as_str()));
+            let rows: Vec<Vec<String>> = members
+                .iter()
+                .map(|m| {
+                    vec![
+                        esc(m.actor.as_str()),
+                        time(m.joined_at.saturating_mul(1000)),
+                        format!("<code>{}</code>", esc(&super::live::show(&m.data))),
+                    ]
+                })
+                .collect();
+            let caption = format!("In {app}/{room}: {}", members.len());
+            (StatusCode::OK, table(&caption, &["Actor", "Joined (UTC)", "Presence"], &rows, "Nobody is in this room."))
+        }
+        Err((status, m)) => (status, format!("<p class=\"notice error\" role=\"alert\">{}</p>", esc(&m))),
+    };
+    let _ = write!(body, "<section id=\"presence\" data-refresh=\"5\" aria-live=\"polite\">{section}</section>");
+    html::respond(status, html::page("Presence", "Rooms", &a.csrf, None, &body))
+}
+
+/// `GET /admin/api-keys?project=`: the project's REST API keys (never the keys themselves).
+pub(crate) async fn api_keys(d: &Dashboard, a: Authed) -> Response {
+    api_keys_page(d, &a, done(&a)).await
+}
+
+async fn api_keys_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> Response {
+    let (projects, project) = current_project(d, a).await;
+    let list = api_keys::list(&d.svc, pb::ListApiKeysRequest { project_id: project.clone() })
+        .await
+        .map(|r| r.api_keys)
+        .unwrap_or_default();
+    let rows: Vec<Vec<String>> = list
+        .iter()
+        .map(|k| {
+            vec![
+                format!("<code>{}</code>", esc(&k.key_id)),
+                esc(&k.name),
+                time(k.created_at_ms),
+                button_form(
+                    "/admin/api-keys/delete",
+                    &a.csrf,
+                    &[("project", &project), ("key", &k.key_id)],
+                    &format!("Revoke key {}", k.key_id),
+                    true,
+                ),
+            ]
+        })
+        .collect();
+    let mut body = chooser("/admin/api-keys", &projects, &project, None, None);
+    let _ = write!(
+        body,
+        "<h2>New API key in {}</h2><p>The REST API's bearer keys (<code>/v1</code>), scoped to this project; \
+         a key is shown once, when it is created.</p><form method=\"post\" action=\"/admin/api-keys\" class=\"create\">{}\
+         <input type=\"hidden\" name=\"project\" value=\"{}\">{}<button type=\"submit\">Create key</button></form>",
+        esc(&project),
+        csrf_input(&a.csrf),
+        esc(&project),
+        field("name", "Name", a.form.get("name"), false, "what it is for"),
+    );
+    body.push_str(&table("API keys", &["Key id", "Name", "Created (UTC)", ""], &rows, "No API keys in this project."));
+    html::respond(StatusCode::OK, html::page("API keys", "API keys", &a.csrf, notice, &body))
+}
+
+/// `POST /admin/api-keys`: shows the new key once.
+pub(crate) async fn create_api_key(d: &Dashboard, a: Authed) -> Response {
+    let project = a.form.get("project").to_owned();
+    let r = pb::CreateApiKeyRequest { project_id: project.clone(), name: a.form.get("name").to_owned() };
+    match api_keys::create(&d.svc, r).await {
+        Ok(k) => {
+            let msg = format!("API key created. The key (shown once): {}", k.key);
+            let shown = Authed {
+                csrf: a.csrf.clone(),
+                form: super::Form::default(),
+                query: super::Form::parse(format!("project={}", q(&project)).as_bytes()),
+            };
+            api_keys_page(d, &shown, Some(Notice::Ok(&msg))).await
+        }
+        Err(s) => refused(d, a, "/admin/api-keys", &s).await,
+    }
+}
+
+/// `POST /admin/api-keys/delete`.
+pub(crate) async fn delete_api_key(d: &Dashboard, a: Authed) -> Response {
+    let (project, key) = (a.form.get("project").to_owned(), a.form.get("key").to_owned());
+    match api_keys::revoke(&d.svc, pb::RevokeApiKeyRequest { project_id: project.clone(), key_id: key.clone() }).await {
+        Ok(_) => done_redirect(&format!("/admin/api-keys?project={}", q(&project)), &format!("API key {key} revoked.")),
+        Err(s) => refused(d, a, "/admin/api-keys", &s).await,
+    }
+}

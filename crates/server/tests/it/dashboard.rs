@@ -1,0 +1,409 @@
+//! The admin dashboard under `/admin` (issue 20), over raw HTTP/1.1 against a real node:
+//! sign-in, every page and form refused without the session, CSRF and cross-site refusals,
+//! an app created through the form (with the API's validation messages), and the live topic
+//! view showing a WebSocket client's publish and a test publish.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use skua_testkit::{TestServer, frame};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Whether the node serves an app `slug` in the demo project.
+fn has_app(s: &TestServer, slug: &str) -> bool {
+    let demo = skua_core::ProjectId::parse("demo-project").unwrap();
+    s.registry.load().project(&demo).is_some_and(|p| p.apps.iter().any(|a| a.slug == slug))
+}
+
+/// The admin key of test servers.
+const ADMIN_KEY: &str = skua_testkit::server::TEST_ADMIN_KEY;
+
+#[derive(Debug)]
+struct Reply {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+
+    /// The CSRF token of the page's forms.
+    fn csrf(&self) -> String {
+        let at = self.body.find("name=\"csrf\" value=\"").expect("a form with a CSRF field") + 19;
+        self.body[at..at + 64].to_owned()
+    }
+}
+
+/// `method path` with extra `headers` and a form `body`.
+async fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Reply {
+    let mut s = TcpStream::connect(addr).await.expect("connect");
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str(&format!(
+        "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    ));
+    s.write_all(req.as_bytes()).await.expect("write request");
+    let mut buf = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut buf)).await.expect("reply within 10 s").ok();
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let mut lines = head.lines();
+    let status = lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|c| c.parse().ok()).expect("status line");
+    let headers =
+        lines.filter_map(|l| l.split_once(':')).map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned())).collect();
+    Reply { status, headers, body: body.to_owned() }
+}
+
+/// A signed-in browser: its cookie and the CSRF token of its session.
+struct Browser {
+    addr: SocketAddr,
+    cookie: String,
+    csrf: String,
+}
+
+impl Browser {
+    async fn sign_in(addr: SocketAddr) -> Self {
+        let r = http(addr, "POST", "/admin/login", &[], &format!("admin_key={ADMIN_KEY}")).await;
+        assert_eq!(r.status, 303, "{r:?}");
+        assert_eq!(r.header("location"), Some("/admin"));
+        let set = r.header("set-cookie").expect("a session cookie").to_owned();
+        assert!(set.contains("HttpOnly") && set.contains("SameSite=Strict") && set.contains("Path=/admin"), "{set}");
+        assert!(!set.contains("Secure"), "no TLS, no Secure: {set}");
+        let cookie = set.split(';').next().unwrap().to_owned();
+        let page = http(addr, "GET", "/admin", &[("Cookie", &cookie)], "").await;
+        assert_eq!(page.status, 200, "{page:?}");
+        let csrf = page.csrf();
+        Self { addr, cookie, csrf }
+    }
+
+    async fn get(&self, path: &str) -> Reply {
+        http(self.addr, "GET", path, &[("Cookie", &self.cookie)], "").await
+    }
+
+    /// A same-origin form post with the session's CSRF token.
+    async fn post(&self, path: &str, form: &str) -> Reply {
+        let origin = format!("http://{}", self.addr);
+        let body = format!("csrf={}&{form}", self.csrf);
+        http(
+            self.addr,
+            "POST",
+            path,
+            &[("Cookie", &self.cookie), ("Origin", &origin), ("Sec-Fetch-Site", "same-origin")],
+            &body,
+        )
+        .await
+    }
+}
+
+const PAGES: [&str; 13] = [
+    "/admin/api-keys",
+    "/admin/presence?project=demo-project&app=demo&room=general",
+    "/admin",
+    "/admin/stats",
+    "/admin/projects",
+    "/admin/apps",
+    "/admin/rooms",
+    "/admin/actors",
+    "/admin/grants",
+    "/admin/webhooks",
+    "/admin/live",
+    "/admin/live/poll?view=1",
+    "/admin/apps?project=demo-project",
+];
+
+const FORMS: [&str; 17] = [
+    "/admin/api-keys",
+    "/admin/api-keys/delete",
+    "/admin/logout",
+    "/admin/projects",
+    "/admin/projects/delete",
+    "/admin/apps",
+    "/admin/apps/delete",
+    "/admin/rooms",
+    "/admin/rooms/delete",
+    "/admin/actors",
+    "/admin/actors/delete",
+    "/admin/grants",
+    "/admin/grants/delete",
+    "/admin/webhooks/retry",
+    "/admin/live",
+    "/admin/live/publish",
+    "/admin/projects?x=1",
+];
+
+#[tokio::test]
+async fn every_page_and_form_needs_the_session() {
+    let s = TestServer::start().await;
+    for p in PAGES {
+        let r = http(s.addr, "GET", p, &[], "").await;
+        assert_eq!((r.status, r.header("location")), (303, Some("/admin/login")), "GET {p}: {r:?}");
+        let r = http(s.addr, "GET", p, &[("Cookie", "skua_admin=forged")], "").await;
+        assert_eq!(r.status, 303, "GET {p} with a forged cookie: {r:?}");
+    }
+    for p in FORMS {
+        let r = http(s.addr, "POST", p, &[], "csrf=x&project=demo-project&slug=sneaky").await;
+        assert_eq!(r.status, 403, "POST {p}: {r:?}");
+    }
+    assert!(!has_app(&s, "sneaky"));
+    // The sign-in page and the embedded assets need no session.
+    let r = http(s.addr, "GET", "/admin/login", &[], "").await;
+    assert_eq!(r.status, 200);
+    assert!(r.body.contains("<label for=\"admin_key\">Admin key</label>"), "{}", r.body);
+    for a in ["/admin/assets/app.css", "/admin/assets/app.js"] {
+        assert_eq!(http(s.addr, "GET", a, &[], "").await.status, 200, "{a}");
+    }
+}
+
+#[tokio::test]
+async fn sign_in_takes_the_admin_key_and_sign_out_ends_the_session() {
+    let s = TestServer::start().await;
+    let r = http(s.addr, "POST", "/admin/login", &[], "admin_key=not-the-key").await;
+    assert_eq!(r.status, 401, "{r:?}");
+    assert!(r.header("set-cookie").is_none());
+    assert!(r.body.contains("Invalid admin key."), "{}", r.body);
+    let b = Browser::sign_in(s.addr).await;
+    let page = b.get("/admin").await;
+    assert!(page.body.contains(&s.state.node.to_string()), "the overview names the node");
+    let stats = b.get("/admin/stats").await;
+    assert_eq!(stats.status, 200);
+    let v: serde_json::Value = serde_json::from_str(&stats.body).unwrap();
+    assert_eq!(v["version"], env!("CARGO_PKG_VERSION"));
+    assert!(v["samples"].is_array(), "{v}");
+    let r = b.post("/admin/logout", "").await;
+    assert_eq!((r.status, r.header("location")), (303, Some("/admin/login")), "{r:?}");
+    assert_eq!(b.get("/admin").await.status, 303, "the old cookie no longer works");
+    assert_eq!(b.post("/admin/apps", "project=demo-project&slug=late").await.status, 403);
+}
+
+#[tokio::test]
+async fn csrf_token_and_same_site_are_required() {
+    let s = TestServer::start().await;
+    let b = Browser::sign_in(s.addr).await;
+    let cookie = [("Cookie", b.cookie.as_str())];
+    let form = "project=demo-project&slug=csrf-test";
+    let r = http(s.addr, "POST", "/admin/apps", &cookie, form).await;
+    assert_eq!(r.status, 403, "no token: {r:?}");
+    let r = http(s.addr, "POST", "/admin/apps", &cookie, &format!("csrf={}&{form}", "0".repeat(64))).await;
+    assert_eq!(r.status, 403, "wrong token: {r:?}");
+    assert!(r.body.contains("CSRF"), "{r:?}");
+    let good = format!("csrf={}&{form}", b.csrf);
+    let evil = [("Cookie", b.cookie.as_str()), ("Origin", "http://evil.example")];
+    let r = http(s.addr, "POST", "/admin/apps", &evil, &good).await;
+    assert_eq!(r.status, 403, "cross-site Origin: {r:?}");
+    assert!(r.body.contains("cross-site"), "{r:?}");
+    let evil = [("Cookie", b.cookie.as_str()), ("Sec-Fetch-Site", "cross-site")];
+    assert_eq!(http(s.addr, "POST", "/admin/apps", &evil, &good).await.status, 403, "Sec-Fetch-Site cross-site");
+    let r =
+        http(s.addr, "POST", "/admin/login", &[("Origin", "http://evil.example")], &format!("admin_key={ADMIN_KEY}"))
+            .await;
+    assert_eq!(r.status, 403, "a cross-site sign-in: {r:?}");
+    let app = |slug: &str| has_app(&s, slug);
+    assert!(!app("csrf-test"), "nothing refused was created");
+    // The same form with the token, same-site: created.
+    assert_eq!(b.post("/admin/apps", form).await.status, 303);
+    assert!(app("csrf-test"));
+}
+
+#[tokio::test]
+async fn an_app_and_a_room_are_created_through_the_forms_with_the_apis_validation() {
+    let s = TestServer::start().await;
+    let b = Browser::sign_in(s.addr).await;
+    let r = b.post("/admin/apps", "project=demo-project&slug=shop&name=Shop&topics=orders%2C+chat&logged=orders").await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let to = r.header("location").unwrap().to_owned();
+    assert!(to.starts_with("/admin/apps?project=demo-project&done="), "{to}");
+    let page = b.get(&to).await;
+    assert!(page.body.contains("App shop created."), "{}", page.body);
+    assert!(page.body.contains("orders (logged), chat"), "{}", page.body);
+    assert!(has_app(&s, "shop"), "the node serves the new app");
+    // The service's checks and messages, as over gRPC and REST.
+    let r = b.post("/admin/apps", "project=demo-project&slug=bad+slug").await;
+    assert_eq!(r.status, 400, "{r:?}");
+    assert!(r.body.contains("role=\"alert\"") && r.body.contains("slug &quot;bad slug&quot; is invalid"), "{}", r.body);
+    let r = b.post("/admin/apps", "project=demo-project&slug=shop").await;
+    assert_eq!(r.status, 409, "{r:?}");
+    assert!(r.body.contains("already exists"), "{}", r.body);
+    let r = b.post("/admin/rooms", "project=demo-project&app=shop&room=lobby").await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let page = b.get("/admin/rooms?project=demo-project&app=shop").await;
+    assert!(page.body.contains("<td>lobby</td>"), "{}", page.body);
+    let r = b.post("/admin/rooms", "project=demo-project&app=nope&room=lobby").await;
+    assert_eq!(r.status, 404, "{r:?}");
+    // Deleting through the form.
+    let r = b.post("/admin/rooms/delete", "project=demo-project&app=shop&room=lobby").await;
+    assert_eq!(r.status, 303, "{r:?}");
+    assert!(!b.get("/admin/rooms?project=demo-project&app=shop").await.body.contains("<td>lobby</td>"));
+}
+
+/// Polls the live view until a message whose text contains `needle` arrives (bounded).
+async fn live_message(b: &Browser, view: &str, needle: &str) -> serde_json::Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = b.get(&format!("/admin/live/poll?view={view}&after=0")).await;
+        assert_eq!(r.status, 200, "{r:?}");
+        let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+        assert_eq!(v["closed"], false, "{v}");
+        if let Some(m) = v["messages"].as_array().unwrap().iter().find(|m| m["text"].as_str().unwrap().contains(needle))
+        {
+            return m.clone();
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no message with {needle:?} in the live view: {v}");
+        // The page's own polling interval is 1 s; the test asks more often.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_live_view_shows_a_clients_publish_and_a_test_publish() {
+    let s = TestServer::start().await;
+    let b = Browser::sign_in(s.addr).await;
+    let r = b.post("/admin/live", "project=demo-project&topic=demo%2Fgeneral%2Fnope").await;
+    assert_eq!(r.status, 404, "an unknown topic: {r:?}");
+    let r = b.post("/admin/live", "project=demo-project&topic=demo%2Fgeneral%2Fmessages").await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let to = r.header("location").unwrap().to_owned();
+    let view = to.strip_prefix("/admin/live?view=").expect("the view's page").to_owned();
+    let page = b.get(&to).await;
+    assert!(page.body.contains(&format!("data-view=\"{view}\"")), "{}", page.body);
+    // The view's bus subscription is in place once the watch form answered.
+    let mut alice = s.auth("dev-token-alice").await;
+    alice.publish_acked("demo/general/messages", frame! {"text" => "hello dashboard"}).await;
+    let m = live_message(&b, &view, "hello dashboard").await;
+    assert_eq!(m["from"], "alice", "{m}");
+    assert_eq!(m["text"], "{\n  \"text\": \"hello dashboard\"\n}", "decoded as JSON: {m}");
+    // A test publish through the server-side publish reaches the view and a subscriber.
+    let mut bob = s.auth("dev-token-bob").await;
+    bob.subscribe("demo/general/messages").await;
+    let r = b
+        .post(
+            "/admin/live/publish",
+            &format!("view={view}&project=demo-project&topic=demo%2Fgeneral%2Fmessages&data=%7B%22n%22%3A42%7D"),
+        )
+        .await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let m = live_message(&b, &view, "42").await;
+    assert_eq!(m["from"], "server", "{m}");
+    let got = bob.next_of("message").await;
+    assert_eq!(got.get("data").as_map().unwrap()[0].1.as_u64(), Some(42));
+    // Data that is not JSON is refused with a message.
+    let r = b.post("/admin/live/publish", "project=demo-project&topic=demo%2Fgeneral%2Fmessages&data=%7Bnope").await;
+    assert_eq!(r.status, 400, "{r:?}");
+    assert!(r.body.contains("data is not JSON"), "{}", r.body);
+}
+
+#[tokio::test]
+async fn a_grant_revoked_through_the_form_ends_the_clients_subscription() {
+    let s = TestServer::start().await;
+    let b = Browser::sign_in(s.addr).await;
+    let mut alice = s.auth("dev-token-alice").await;
+    alice.subscribe("demo/ops/messages").await;
+    // Bob gets a grant of his own, so that the room stays private once alice's goes.
+    let r = b.post("/admin/grants", "project=demo-project&app=demo&room=ops&actor_id=bob&permission=pubSub").await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let r = b.post("/admin/grants", "project=demo-project&app=demo&room=ops&actor_id=bob&permission=everything").await;
+    assert_eq!(r.status, 400, "the service's permission check: {r:?}");
+    let page = b.get("/admin/grants?project=demo-project&app=demo&room=ops").await;
+    let row = page.body.split("<tr>").find(|row| row.contains("<td>alice</td>")).expect("alice's grant is listed");
+    let at = row.find("name=\"grant\" value=\"").expect("its revoke form") + 20;
+    let id = &row[at..at + row[at..].find('"').unwrap()];
+    let r = b.post("/admin/grants/delete", &format!("project=demo-project&app=demo&room=ops&grant={id}")).await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let f = alice.expect_error("unknown_topic").await;
+    assert_eq!((f.int("code"), f.str("topic")), (42940, "demo/ops/messages"));
+    let page = b.get(r.header("location").unwrap()).await;
+    assert!(page.body.contains(&format!("Grant {id} revoked.")), "{}", page.body);
+    assert!(!page.body.contains("<td>alice</td>"), "{}", page.body);
+}
+
+#[tokio::test]
+async fn the_presence_view_lists_who_is_in_a_room() {
+    let s = TestServer::start().await;
+    let b = Browser::sign_in(s.addr).await;
+    let page = b.get("/admin/presence?project=demo-project&app=demo&room=general").await;
+    assert_eq!(page.status, 200, "{page:?}");
+    assert!(page.body.contains("Nobody is in this room."), "{}", page.body);
+    let mut alice = s.auth("dev-token-alice").await;
+    alice.send(frame! {"type" => "presence", "roomId" => "general", "data" => frame! {"status" => "online"}}).await;
+    alice.expect("presence").await;
+    let page = b.get("/admin/presence?project=demo-project&app=demo&room=general").await;
+    assert!(page.body.contains("In demo/general: 1"), "{}", page.body);
+    assert!(page.body.contains("<td>alice</td>"), "{}", page.body);
+    assert!(page.body.contains("&quot;status&quot;: &quot;online&quot;"), "{}", page.body);
+    let page = b.get("/admin/presence?project=demo-project&app=demo&room=nope").await;
+    assert_eq!(page.status, 404, "{page:?}");
+    assert!(page.body.contains("role=\"alert\""), "{}", page.body);
+}
+
+#[tokio::test]
+async fn a_failed_webhook_shows_in_the_dead_letters_and_the_retry_button_delivers_it() {
+    use skua_testkit::webhook::{Mode, WebhookReceiver};
+    let receiver = WebhookReceiver::start(Mode::Status(500)).await;
+    let s = TestServer::builder()
+        .fixtures(&super::triggers::fixtures(&receiver.url("/t"), &receiver.url("/other")))
+        .settings(|s| s.webhook_trigger_attempts = Some(1))
+        .spawn()
+        .await;
+    let b = Browser::sign_in(s.addr).await;
+    let mut c = s.auth("hooks-token-pub").await;
+    c.publish_acked("h/r/events", "will fail".into()).await;
+    receiver.wait_for(1).await;
+    let d = skua_testkit::control::Deadline::new("the dead letter on the page", Duration::from_secs(10));
+    let page = loop {
+        let page = b.get("/admin/webhooks?project=hooks").await;
+        assert_eq!(page.status, 200, "{page:?}");
+        if page.body.contains("<td>h/r/events</td>") {
+            break page;
+        }
+        d.tick().await;
+    };
+    assert!(page.body.contains(&esc_url(&receiver.url("/t"))), "the target is shown: {}", page.body);
+    let at = page.body.find("name=\"delivery\" value=\"").expect("a retry form") + 23;
+    let id = page.body[at..at + page.body[at..].find('"').unwrap()].to_owned();
+    // Still failing: the page says so, the dead letter stays.
+    let r = b.post("/admin/webhooks/retry", &format!("project=hooks&delivery={id}")).await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let page = b.get(r.header("location").unwrap()).await;
+    assert!(page.body.contains(&format!("Delivery {id} failed again")), "{}", page.body);
+    assert!(page.body.contains("<td>h/r/events</td>"));
+    // The receiver is back: the retry delivers it and the page is empty.
+    receiver.set_mode(Mode::Ok(serde_json::json!({})));
+    let r = b.post("/admin/webhooks/retry", &format!("project=hooks&delivery={id}")).await;
+    let page = b.get(r.header("location").unwrap()).await;
+    assert!(page.body.contains(&format!("Delivery {id} delivered.")), "{}", page.body);
+    assert!(page.body.contains("No dead letters"), "{}", page.body);
+    assert_eq!(receiver.requests().len(), 3, "the first attempt and two retries");
+}
+
+/// `s` as the pages write it (HTML-escaped).
+fn esc_url(s: &str) -> String {
+    s.replace('&', "&amp;")
+}
+
+#[tokio::test]
+async fn an_api_key_made_on_the_page_works_over_rest_until_revoked_there() {
+    let s = TestServer::start().await;
+    let b = Browser::sign_in(s.addr).await;
+    let r = b.post("/admin/api-keys", "project=demo-project&name=ci").await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let at = r.body.find("The key (shown once): ").expect("the new key is shown") + 22;
+    let key = r.body[at..at + r.body[at..].find('<').unwrap()].to_owned();
+    assert!(key.starts_with("nlg_live_"), "{key}");
+    let key_id = key.strip_prefix("nlg_live_").unwrap().split('.').next().unwrap().to_owned();
+    assert!(r.body.contains(&format!("<code>{key_id}</code>")), "listed: {}", r.body);
+    let rest = |key: String| async move {
+        http(s.addr, "GET", "/v1/apps", &[("Authorization", &format!("Bearer {key}"))], "").await.status
+    };
+    assert_eq!(rest(key.clone()).await, 200);
+    let r = b.post("/admin/api-keys/delete", &format!("project=demo-project&key={key_id}")).await;
+    assert_eq!(r.status, 303, "{r:?}");
+    assert_eq!(rest(key.clone()).await, 401, "revoked");
+    let r = b.post("/admin/api-keys/delete", &format!("project=demo-project&key={key_id}")).await;
+    assert_eq!(r.status, 404, "already revoked: {r:?}");
+}

@@ -1,0 +1,241 @@
+"""The admin dashboard (issue 20) in a real browser: Debian's chromium, headless, driven through
+chromium-driver by selenium, against a real `skua serve --dev`. Signs in with the dev admin key,
+creates an app and a room through the forms, opens the live topic view, publishes from the NoLag
+Python SDK and sees the message appear, sees the SDK client in the room's presence view; also checks that a page without the session goes to the
+sign-in form, and the phone layout.
+
+With SKUA_DASHBOARD_SCREENSHOTS=DIR (e.g. docs/img) it writes the screenshots the README and
+docs/dashboard.md show. Without chromium or chromium-driver the test is skipped, loudly; under
+CI=true it fails instead (scripts/test.sh installs both)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+import helpers
+from helpers import connect, emit_ack
+
+DEV_ADMIN_KEY = "skua-dev-admin-key"
+WAIT_S = 20
+PHONE = (390, 844)
+DESKTOP = (1280, 900)
+
+
+def browser_paths() -> tuple[str, str]:
+    """chromium and chromedriver, or a loud skip (a failure under CI=true)."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    if chromium and driver:
+        return chromium, driver
+    why = (
+        "the dashboard browser test needs Debian's chromium and chromium-driver "
+        f"(found chromium={chromium}, chromedriver={driver}): apt-get install chromium chromium-driver"
+    )
+    if os.environ.get("CI") == "true":
+        pytest.fail(why, pytrace=False)
+    print(f"\n!!! SKIPPED: {why}", file=sys.stderr)
+    log = os.environ.get("SKUA_TEST_SKIP_LOG")
+    if log:
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(f"interop/test_dashboard.py: {why}\n")
+    pytest.skip(why)
+
+
+def start_browser():
+    chromium, driver = browser_paths()
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                f"--window-size={DESKTOP[0]},{DESKTOP[1]}", "--hide-scrollbars", "--force-device-scale-factor=1"):
+        opts.add_argument(arg)
+    return webdriver.Chrome(service=Service(executable_path=driver), options=opts)
+
+
+def shoot(browser, name: str) -> None:
+    """Writes docs' screenshot `name`.png when SKUA_DASHBOARD_SCREENSHOTS names a directory."""
+    out = os.environ.get("SKUA_DASHBOARD_SCREENSHOTS")
+    if not out:
+        return
+    path = Path(out)
+    if not path.is_absolute():
+        path = Path(__file__).resolve().parent.parent / path
+    path.mkdir(parents=True, exist_ok=True)
+    assert browser.save_screenshot(str(path / f"{name}.png")), f"screenshot {name} not written"
+
+
+def admin_url(server) -> str:
+    """The /admin URL the --dev banner prints (after the listening line: waited for)."""
+    deadline = time.monotonic() + 10
+    line = None
+    while line is None and time.monotonic() < deadline:
+        line = next((l for l in server.stdout if "admin dashboard:" in l), None)
+        if line is None:
+            time.sleep(0.02)
+    assert line, f"the --dev banner prints the /admin URL:\n{server.text(server.stdout)}"
+    m = re.search(r"(http://\S+/admin)\b", line)
+    assert m and DEV_ADMIN_KEY in line, line
+    return m.group(1)
+
+
+@pytest.fixture
+def browser():
+    b = start_browser()
+    yield b
+    b.quit()
+
+
+def wait_for(browser, what, timeout: float = WAIT_S):
+    """`what(browser)` once truthy; elements replaced meanwhile (the pages' refreshes) are retried."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(browser, timeout, ignored_exceptions=[StaleElementReferenceException]).until(what)
+
+
+def submit_form(browser, action: str, fields: dict[str, str]) -> None:
+    """Fills the visible fields of the POST form to `action` by their labels' inputs and submits."""
+    from selenium.webdriver.common.by import By
+
+    form = browser.find_element(By.CSS_SELECTOR, f"form[method=post][action='{action}']")
+    for name, value in fields.items():
+        el = form.find_element(By.NAME, name)
+        el.clear()
+        el.send_keys(value)
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+
+
+def notice(browser) -> str:
+    from selenium.webdriver.common.by import By
+
+    return wait_for(browser, lambda b: b.find_element(By.CSS_SELECTOR, ".notice")).text
+
+
+@pytest.mark.timeout(180)
+async def test_dashboard_in_chromium(skua_factory, browser):
+    from selenium.webdriver.common.by import By
+
+    # Samples every 500 ms, so the overview's chart has a line within the test.
+    skua = skua_factory("--dashboard-sample-interval", "500ms")
+
+    url = admin_url(skua)
+    base = url.removesuffix("/admin")
+
+    def sign_in_and_build() -> tuple[str, str]:
+        # Without the session every page goes to the sign-in form.
+        browser.get(f"{url}/apps")
+        wait_for(browser, lambda b: b.current_url.endswith("/admin/login"))
+        label = browser.find_element(By.CSS_SELECTOR, "label[for=admin_key]")
+        assert label.text == "Admin key"
+        shoot(browser, "dashboard-login")
+        browser.find_element(By.ID, "admin_key").send_keys("wrong-key-wrong-key")
+        browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        assert "Invalid admin key." in notice(browser)
+        browser.find_element(By.ID, "admin_key").send_keys(DEV_ADMIN_KEY)
+        browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        wait_for(browser, lambda b: b.find_element(By.TAG_NAME, "h1").text == "Overview")
+        cookie = browser.get_cookie("skua_admin")
+        assert cookie and cookie["httpOnly"] and cookie["sameSite"] == "Strict", cookie
+        node = browser.find_element(By.ID, "v-node").text
+        assert node.startswith(("node-", "interop-")), node
+
+        # An app with two topics, through the form; then its validation message.
+        slug = f"shop-{uuid.uuid4().hex[:6]}"
+        browser.get(f"{url}/apps?project=demo-project")
+        submit_form(browser, "/admin/apps", {"slug": "bad slug"})
+        assert "is invalid" in notice(browser)
+        submit_form(browser, "/admin/apps", {"slug": slug, "name": "Shop", "topics": "orders, chat"})
+        assert notice(browser) == f"App {slug} created."
+        shoot(browser, "dashboard-apps")
+        # A room in it: the app's link leads to its rooms.
+        browser.find_element(By.LINK_TEXT, slug).click()
+        wait_for(browser, lambda b: b.find_element(By.TAG_NAME, "h1").text == "Rooms")
+        submit_form(browser, "/admin/rooms", {"room": "lobby", "name": "Lobby"})
+        assert notice(browser) == "Room lobby created."
+        # The room's Live link opens the live view on its first topic; watch it.
+        browser.find_element(By.LINK_TEXT, "Live").click()
+        wait_for(browser, lambda b: b.find_element(By.TAG_NAME, "h1").text == "Live topic")
+        topic = browser.find_element(By.ID, "f-topic").get_attribute("value")
+        assert topic == f"{slug}/lobby/orders", topic
+        browser.find_element(By.XPATH, "//button[text()='Watch']").click()
+        wait_for(browser, lambda b: b.find_element(By.ID, "live-messages"))
+        wait_for(browser, lambda b: b.find_element(By.ID, "live-status").text == "watching")
+        return slug, topic
+
+    slug, topic = await asyncio.to_thread(sign_in_and_build)
+
+    # A client of the demo project publishes with the real SDK; the live view shows it.
+    alice = await connect(skua.url, "dev-token-alice")
+    assert await emit_ack(alice, topic, {"order": 1, "item": "kayak"}) is None
+
+    def see_message() -> None:
+        item = wait_for(
+            browser,
+            lambda b: next((li for li in b.find_elements(By.CSS_SELECTOR, "#live-messages li") if "kayak" in li.text), None),
+        )
+        assert "from alice" in item.text, item.text
+        assert '"item": "kayak"' in item.text, item.text
+        # A test publish from the page reaches the view too (from "server").
+        browser.find_element(By.ID, "f-data").clear()
+        browser.find_element(By.ID, "f-data").send_keys('{"note": "from the dashboard"}')
+        browser.find_element(By.XPATH, "//button[text()='Publish']").click()
+        assert notice(browser).startswith("Published")
+        item = wait_for(
+            browser,
+            lambda b: next((li for li in b.find_elements(By.CSS_SELECTOR, "#live-messages li") if "from the dashboard" in li.text), None),
+        )
+        assert "from server" in item.text, item.text
+        # Messages published while the page reloaded are not shown again after it: the view
+        # lists each once (the page starts from the view's buffer).
+        texts = [li.text for li in browser.find_elements(By.CSS_SELECTOR, "#live-messages li")]
+        assert sum("kayak" in t for t in texts) == 1, texts
+        shoot(browser, "dashboard-live")
+
+    def overview_and_phone() -> None:
+        # The presence view lists alice with her presence data.
+        browser.get(f"{url}/presence?project=demo-project&app={slug}&room=lobby")
+        row = wait_for(browser, lambda b: next((tr.text for tr in b.find_elements(By.CSS_SELECTOR, "#presence tbody tr") if "alice" in tr.text), None))
+        assert '"status": "packing kayaks"' in row, row
+        browser.get(url)
+        wait_for(browser, lambda b: b.find_element(By.TAG_NAME, "h1").text == "Overview")
+        # The page refreshes its figures and chart from /admin/stats: the traffic shows.
+        wait_for(browser, lambda b: float(b.find_element(By.ID, "v-messages_in").text) >= 12)
+        wait_for(browser, lambda b: b.find_element(By.ID, "p-in").get_attribute("points"))
+        shoot(browser, "dashboard-overview")
+        # The phone layout: the navigation wraps, nothing overflows the viewport sideways.
+        browser.set_window_size(*PHONE)
+        browser.get(f"{url}/rooms?project=demo-project&app={slug}")
+        wait_for(browser, lambda b: b.find_element(By.TAG_NAME, "h1").text == "Rooms")
+        width = browser.execute_script("return document.documentElement.scrollWidth")
+        viewport = browser.execute_script("return window.innerWidth")
+        assert width <= viewport, f"page {width}px wide in a {viewport}px viewport"
+        shoot(browser, "dashboard-phone")
+        # Signing out ends the session.
+        browser.find_element(By.XPATH, "//button[text()='Sign out']").click()
+        wait_for(browser, lambda b: b.current_url.endswith("/admin/login"))
+        browser.get(f"{base}/admin")
+        wait_for(browser, lambda b: b.current_url.endswith("/admin/login"))
+
+    await asyncio.to_thread(see_message)
+    # Some traffic for the overview: bob receives what alice publishes, over two seconds (a
+    # demonstration load, not a synchronisation).
+    bob = await connect(skua.url, "dev-token-bob")
+    await helpers.subscribe_ok(bob, topic)
+    for i in range(10):
+        assert await emit_ack(alice, topic, {"order": 100 + i}) is None
+        await asyncio.sleep(0.2)
+    await alice.set_app(slug).set_room("lobby").set_presence({"status": "packing kayaks"})
+    await asyncio.to_thread(overview_and_phone)
+    await helpers.close(alice)
+    await helpers.close(bob)
