@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 
 use crate::address::{RoomKey, TopicAddress};
 use crate::ids::{ActorId, ActorType, AppId, ProjectId};
-use crate::webhook::{TopicWebhooks, WebhookCall, WebhookKind, WebhookSecret};
+use crate::webhook::{TopicWebhooks, WebhookCall, WebhookKind, WebhookSecret, WebhookTarget};
 
 /// Hint for an address whose app or room is not provisioned (reference wording).
 pub const HINT_ROOM_NOT_CONFIGURED: &str =
@@ -488,6 +488,20 @@ impl Registry {
             },
             logged: config.logged,
         })
+    }
+
+    /// The `kind` webhook target of `address` (as in [`Self::webhook`]: its room must exist) and
+    /// its app's secret, borrowed: the look-up of a trigger on every publish and every attempt.
+    pub fn webhook_target(
+        &self,
+        address: &TopicAddress,
+        kind: WebhookKind,
+    ) -> Option<(&Arc<WebhookTarget>, Option<&WebhookSecret>)> {
+        let project = self.projects.get(&address.room.project)?;
+        let app = project.apps.iter().find(|a| a.id == address.room.app)?;
+        let target = app.webhooks.get(&*address.topic)?.get(kind)?;
+        app.rooms.get(address.room.slug())?;
+        Some((target, app.webhook_secret.as_ref()))
     }
 
     /// The webhook of `kind` for a topic, with the app's secret and the names its payload

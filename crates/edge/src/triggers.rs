@@ -13,8 +13,10 @@
 //!   dropped and counted (`lost`). Neither logs a line per trigger: a WARN at most every
 //!   [`LOG_EVERY`] with the count since the last one.
 //!
-//! Delivery: a dispatcher takes queued triggers and runs each as its own task, at most
-//! `in_flight` at once (including those waiting between attempts); each tries up to
+//! Delivery: each trigger runs as its own task, at most `in_flight` at once (including those
+//! waiting between attempts): started at once by [`Triggers::accepted`] while fewer are in
+//! flight, else queued and started by a dispatcher as slots free up (queued triggers get freed
+//! slots first); each tries up to
 //! `retry_delays.len() + 1` times, waiting `retry_delays[i]` after failed attempt `i + 1`. A
 //! final failure is a dead letter in the store ([`skua_core::TriggerStore::dead_letter`]),
 //! which operators list, retry (same `deliveryId`) and purge. Nothing on the publish path waits:
@@ -163,6 +165,13 @@ struct Job {
     attempts: u32,
 }
 
+/// Where delivery tasks run: `in_flight` slots, the tracker and the stop token.
+struct Running {
+    slots: Arc<Semaphore>,
+    tasks: TaskTracker,
+    stop: CancellationToken,
+}
+
 /// A node's trigger sender: the publish observer, the delivery tasks and the outbox scan.
 pub struct Triggers {
     owner: String,
@@ -173,6 +182,8 @@ pub struct Triggers {
     queue: mpsc::Sender<Job>,
     overflow: mpsc::Sender<Job>,
     receivers: Mutex<Option<(mpsc::Receiver<Job>, mpsc::Receiver<Job>)>>,
+    /// The delivery slots and where delivery tasks run, once [`Self::run`] started them.
+    running: std::sync::OnceLock<Running>,
     /// WARNs of overflows kept as dead letters.
     overflow_log: Throttle,
     /// WARNs of dropped triggers (and of overflow batches the store refused).
@@ -218,6 +229,7 @@ impl Triggers {
             queue,
             overflow,
             receivers: Mutex::new(Some((rx, orx))),
+            running: std::sync::OnceLock::new(),
             overflow_log: Throttle::default(),
             lost_log: Throttle::default(),
             metrics: TriggerMetrics::default(),
@@ -245,13 +257,27 @@ impl Triggers {
         let Some((rx, orx)) = self.receivers.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take() else {
             return;
         };
-        tasks.spawn(self.clone().dispatch(rx, tasks.clone(), stop.clone()));
+        let running = Running {
+            slots: Arc::new(Semaphore::new(self.config.in_flight.max(1))),
+            tasks: tasks.clone(),
+            stop: stop.clone(),
+        };
+        let slots = running.slots.clone();
+        if self.running.set(running).is_err() {
+            return;
+        }
+        tasks.spawn(self.clone().dispatch(rx, slots, tasks.clone(), stop.clone()));
         tasks.spawn(self.clone().write_overflows(orx, stop.clone()));
         tasks.spawn(self.clone().scan(stop, expire_others));
     }
 
-    async fn dispatch(self: Arc<Self>, mut rx: mpsc::Receiver<Job>, tasks: TaskTracker, stop: CancellationToken) {
-        let slots = Arc::new(Semaphore::new(self.config.in_flight.max(1)));
+    async fn dispatch(
+        self: Arc<Self>,
+        mut rx: mpsc::Receiver<Job>,
+        slots: Arc<Semaphore>,
+        tasks: TaskTracker,
+        stop: CancellationToken,
+    ) {
         loop {
             let job = tokio::select! {
                 () = stop.cancelled() => return,
@@ -261,16 +287,26 @@ impl Triggers {
                 () = stop.cancelled() => return,
                 p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
             };
-            let me = self.clone();
-            let stop = stop.clone();
-            tasks.spawn(async move {
-                tokio::select! {
-                    () = stop.cancelled() => {}
-                    () = me.deliver(job) => {}
-                }
-                drop(permit);
-            });
+            self.clone().start(job, permit, &tasks, &stop);
         }
+    }
+
+    /// Runs `job` as its own task, holding `permit` (a delivery slot) until it ends.
+    fn start(
+        self: Arc<Self>,
+        job: Job,
+        permit: tokio::sync::OwnedSemaphorePermit,
+        tasks: &TaskTracker,
+        stop: &CancellationToken,
+    ) {
+        let stop = stop.clone();
+        tasks.spawn(async move {
+            tokio::select! {
+                () = stop.cancelled() => {}
+                () = self.deliver(job) => {}
+            }
+            drop(permit);
+        });
     }
 
     /// Delivers one trigger: attempts with waits between them, then a dead letter.
@@ -575,9 +611,12 @@ impl Triggers {
 impl Triggers {
     /// The publish pipeline accepted `p` on this node: queues its trigger, if its topic has a
     /// trigger webhook. Never waits (like a [`PublishObserver`](crate::publish::PublishObserver)).
-    pub fn accepted(&self, registry: &Registry, p: &Publication) {
+    pub fn accepted(self: &Arc<Self>, registry: &Registry, p: &Publication) {
         let Some(target) = self.hooks.target(registry, &p.topic) else { return };
-        let delivery_id = p.msg_id.clone().unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+        let delivery_id = p.msg_id.clone().unwrap_or_else(|| {
+            let mut buf = uuid::Uuid::encode_buffer();
+            uuid::Uuid::now_v7().hyphenated().encode_lower(&mut buf).to_owned()
+        });
         let facts = payload::TriggerFacts {
             delivery_id: &delivery_id,
             topic: &p.topic,
@@ -590,7 +629,19 @@ impl Triggers {
         let body = Bytes::from(payload::body(registry, &facts));
         let logged = p.msg_id.is_some();
         let (url, timeout) = (target.url, target.timeout);
-        self.enqueue(Job { delivery_id, topic: p.topic.clone(), url, timeout, body, logged, attempts: 0 });
+        let job = Job { delivery_id, topic: p.topic.clone(), url, timeout, body, logged, attempts: 0 };
+        // A free slot: started now, on a task of its own (no hop through the queue and its
+        // dispatcher). Slots a queued trigger waits for go to it first (the semaphore is fair).
+        if let Some(r) = self.running.get()
+            && !r.stop.is_cancelled()
+            && tokio::runtime::Handle::try_current().is_ok()
+            && let Ok(permit) = r.slots.clone().try_acquire_owned()
+        {
+            self.metrics.queued.fetch_add(1, Ordering::Relaxed);
+            self.clone().start(job, permit, &r.tasks, &r.stop);
+            return;
+        }
+        self.enqueue(job);
     }
 }
 

@@ -271,8 +271,8 @@ impl skua_edge::prom::MetricsSource for WebhookMetricsSource {
 }
 
 /// Trigger webhooks through the webhook engine: the topic's trigger entry (N41) from the
-/// registry, each attempt one engine call with the target's headers, timeout and the app's
-/// secret (N42).
+/// registry, each attempt one engine request (`post_once`, on the trigger's task) with the
+/// target's headers, timeout and the app's secret (N42).
 struct EngineHooks(skua_webhooks::WebhookSender);
 
 #[async_trait::async_trait]
@@ -283,11 +283,8 @@ impl skua_edge::triggers::TriggerHooks for EngineHooks {
         topic: &skua_core::TopicAddress,
     ) -> Option<skua_edge::triggers::TriggerTarget> {
         let kind = skua_core::webhook::WebhookKind::Trigger;
-        let call = registry.webhook(topic, kind)?;
-        Some(skua_edge::triggers::TriggerTarget {
-            url: Arc::from(call.target.url.as_str()),
-            timeout: call.target.timeout(kind),
-        })
+        let (target, _) = registry.webhook_target(topic, kind)?;
+        Some(skua_edge::triggers::TriggerTarget { url: Arc::from(target.url.as_str()), timeout: target.timeout(kind) })
     }
 
     async fn post(
@@ -298,29 +295,25 @@ impl skua_edge::triggers::TriggerHooks for EngineHooks {
         delivery_id: &str,
         body: bytes::Bytes,
     ) -> Result<(), skua_edge::triggers::PostFailure> {
-        use skua_core::webhook::{WebhookCall, WebhookKind, WebhookTarget};
+        use skua_core::webhook::{WebhookKind, WebhookTarget};
         let kind = WebhookKind::Trigger;
-        let call = match registry.webhook(topic, kind) {
-            Some(c) if c.target.url == url => c,
-            // The configuration changed since (a dead letter's retry): the stored URL, signed
-            // with the app's current secret, without the new entry's headers.
-            other => {
-                let app =
-                    registry.project(&topic.room.project).and_then(|p| p.apps.iter().find(|a| a.id == topic.room.app));
-                WebhookCall {
-                    kind,
-                    target: Arc::new(WebhookTarget { url: url.to_owned(), headers: Vec::new(), timeout_ms: None }),
-                    secret: app.and_then(|a| a.webhook_secret.clone()),
-                    app_slug: other.as_ref().map_or_else(|| topic.room.app.as_str().into(), |c| c.app_slug.clone()),
-                    room_name: other.map_or_else(|| Arc::from(topic.room.slug()), |c| c.room_name),
-                }
+        // The app's secret, whether or not the entry is still the one the trigger was made for.
+        let secret = registry
+            .project(&topic.room.project)
+            .and_then(|p| p.apps.iter().find(|a| a.id == topic.room.app))
+            .and_then(|a| a.webhook_secret.as_ref());
+        let unchanged = registry.webhook_target(topic, kind).map(|(t, _)| t).filter(|t| t.url == url);
+        // The configuration changed since (a dead letter's retry): the stored URL, signed with
+        // the app's current secret, without the new entry's headers.
+        let stored;
+        let target: &WebhookTarget = match unchanged {
+            Some(t) => t,
+            None => {
+                stored = WebhookTarget { url: url.to_owned(), headers: Vec::new(), timeout_ms: None };
+                &stored
             }
         };
-        let id = uuid::Uuid::parse_str(delivery_id).unwrap_or_default();
-        let timeout = call.target.timeout(kind);
-        let request = skua_webhooks::WebhookRequest::from_body(call, id, body);
-        let once = skua_webhooks::RetrySchedule { delays: Vec::new() };
-        match self.0.call(&request, &once, timeout).await {
+        match self.0.post_once(kind, target, secret, delivery_id, body).await {
             Ok(_) => Ok(()),
             Err(e) => Err(skua_edge::triggers::PostFailure { retryable: e.is_retryable(), error: error_chain(&e) }),
         }

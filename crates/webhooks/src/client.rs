@@ -14,9 +14,16 @@
 //!
 //! A request that a kept connection refused before writing anything (the peer had closed it) is
 //! sent again on a fresh connection, as any HTTP client does.
+//!
+//! A connection has no task of its own: the request that holds it drives it ([`drive`]), so
+//! writing the request, reading the answer and handing it over happen on the caller's task,
+//! without a wake-up of another task at each step. A kept connection is not polled while idle;
+//! one the peer closed meanwhile is noticed when it is next taken (and replaced).
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -49,6 +56,31 @@ type Body = Full<Bytes>;
 /// A transport failure, boxed (the source of [`DeliveryError::Transport`]).
 pub(crate) type TransportError = Box<dyn std::error::Error + Send + Sync>;
 
+/// A connection's I/O future (hyper's `Connection`, over TCP or TLS).
+type Driver = Pin<Box<dyn Future<Output = hyper::Result<()>> + Send>>;
+
+/// One HTTP/1.1 connection: the handle requests are sent on and the future doing its I/O,
+/// polled by whichever request holds the connection (`None` once it ended).
+struct Conn {
+    sender: http1::SendRequest<Body>,
+    driver: Option<Driver>,
+}
+
+/// Runs `f` while driving the connection's I/O on this task. When the connection ends, its
+/// future is dropped, which fails whatever `f` was waiting for from it.
+async fn drive<F: Future>(driver: &mut Option<Driver>, f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    std::future::poll_fn(|cx| {
+        if let Some(d) = driver
+            && d.as_mut().poll(cx).is_ready()
+        {
+            *driver = None;
+        }
+        f.as_mut().poll(cx)
+    })
+    .await
+}
+
 /// One origin: where to connect, its concurrency limit and its idle connections.
 struct Origin {
     https: bool,
@@ -59,7 +91,7 @@ struct Origin {
     authority: HeaderValue,
     limit: Semaphore,
     // std Mutex: held to push or pop, never across an await.
-    idle: Mutex<Vec<(http1::SendRequest<Body>, Instant)>>,
+    idle: Mutex<Vec<(Conn, Instant)>>,
 }
 
 /// A URL that passed the address rules: its origin and its request target (path and query).
@@ -144,16 +176,16 @@ impl Client {
         h.insert(header::CONTENT_TYPE, JSON);
 
         let mut reused = true;
-        let (sender, response) = loop {
-            let mut sender = match self.idle(origin).await {
-                Some(s) => s,
+        let (mut conn, response) = loop {
+            let mut conn = match self.idle(origin).await {
+                Some(c) => c,
                 None => {
                     reused = false;
                     self.connect(origin).await?
                 }
             };
-            match sender.try_send_request(request).await {
-                Ok(r) => break (sender, r),
+            match drive(&mut conn.driver, conn.sender.try_send_request(request)).await {
+                Ok(r) => break (conn, r),
                 Err(mut e) => match e.take_message() {
                     // Not written: a kept connection the peer had closed; once more on a new one.
                     Some(r) if reused => request = r,
@@ -182,7 +214,7 @@ impl Client {
         }
         let mut first: Option<Bytes> = None;
         let mut more = BytesMut::new();
-        while let Some(frame) = incoming.frame().await {
+        while let Some(frame) = drive(&mut conn.driver, incoming.frame()).await {
             let frame = frame.map_err(|e| DeliveryError::Transport(Box::new(e)))?;
             let Ok(chunk) = frame.into_data() else { continue };
             let have = first.as_ref().map_or(0, Bytes::len) + more.len();
@@ -201,8 +233,8 @@ impl Client {
         }
         let body = if more.is_empty() { first.unwrap_or_default() } else { more.freeze() };
         // The answer was read to its end: the connection can carry the next request.
-        if !sender.is_closed() {
-            self.keep(origin, sender);
+        if conn.driver.is_some() && !conn.sender.is_closed() {
+            self.keep(origin, conn);
         }
         Ok(WebhookResponse { status: status.as_u16(), body, json_content_type })
     }
@@ -274,27 +306,28 @@ impl Client {
 
     /// A kept connection of `origin` ready for a request, if any (expired or closed ones are
     /// dropped, which closes them).
-    async fn idle(&self, origin: &Origin) -> Option<http1::SendRequest<Body>> {
+    async fn idle(&self, origin: &Origin) -> Option<Conn> {
         loop {
-            let (mut sender, since) = {
+            let (mut conn, since) = {
                 let mut idle = origin.idle.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 idle.pop()?
             };
-            if since.elapsed() >= IDLE_TIMEOUT || sender.is_closed() {
+            if since.elapsed() >= IDLE_TIMEOUT || conn.sender.is_closed() {
                 continue;
             }
-            if sender.ready().await.is_ok() {
-                return Some(sender);
+            // Driving it lets the connection notice a close that came while it was idle.
+            if drive(&mut conn.driver, conn.sender.ready()).await.is_ok() && conn.driver.is_some() {
+                return Some(conn);
             }
         }
     }
 
-    fn keep(&self, origin: &Origin, sender: http1::SendRequest<Body>) {
+    fn keep(&self, origin: &Origin, conn: Conn) {
         let now = Instant::now();
         let mut idle = origin.idle.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        idle.retain(|(s, since)| now.duration_since(*since) < IDLE_TIMEOUT && !s.is_closed());
+        idle.retain(|(c, since)| now.duration_since(*since) < IDLE_TIMEOUT && !c.sender.is_closed());
         if idle.len() < self.max_idle {
-            idle.push((sender, now));
+            idle.push((conn, now));
         }
     }
 
@@ -307,13 +340,13 @@ impl Client {
         let now = Instant::now();
         for o in origins {
             let mut idle = o.idle.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            idle.retain(|(s, since)| now.duration_since(*since) < IDLE_TIMEOUT && !s.is_closed());
+            idle.retain(|(c, since)| now.duration_since(*since) < IDLE_TIMEOUT && !c.sender.is_closed());
         }
     }
 
-    /// A new connection to `origin` (resolved, checked, connected, TLS when `https`), its
-    /// driver task spawned; it ends when the connection closes or its sender is dropped.
-    async fn connect(&self, origin: &Origin) -> Result<http1::SendRequest<Body>, DeliveryError> {
+    /// A new connection to `origin` (resolved, checked, connected, TLS when `https`); its I/O
+    /// runs when a request drives it, and it closes when dropped.
+    async fn connect(&self, origin: &Origin) -> Result<Conn, DeliveryError> {
         let timeout = self.connect_timeout;
         match tokio::time::timeout(timeout, self.open(origin)).await {
             Ok(r) => r,
@@ -321,7 +354,7 @@ impl Client {
         }
     }
 
-    async fn open(&self, origin: &Origin) -> Result<http1::SendRequest<Body>, DeliveryError> {
+    async fn open(&self, origin: &Origin) -> Result<Conn, DeliveryError> {
         let tcp = self.tcp(origin).await?;
         let transport = |e: hyper::Error| DeliveryError::Transport(Box::new(e));
         if origin.https {
@@ -329,16 +362,10 @@ impl Client {
                 .map_err(|e| DeliveryError::Refused { reason: format!("not a TLS server name: {e}") })?;
             let tls = self.tls.connect(name, tcp).await.map_err(|e| DeliveryError::Transport(Box::new(e)))?;
             let (sender, conn) = http1::handshake::<_, Body>(TokioIo::new(tls)).await.map_err(transport)?;
-            tokio::spawn(async move {
-                let _ = conn.await;
-            });
-            Ok(sender)
+            Ok(Conn { sender, driver: Some(Box::pin(conn)) })
         } else {
             let (sender, conn) = http1::handshake::<_, Body>(TokioIo::new(tcp)).await.map_err(transport)?;
-            tokio::spawn(async move {
-                let _ = conn.await;
-            });
-            Ok(sender)
+            Ok(Conn { sender, driver: Some(Box::pin(conn)) })
         }
     }
 
@@ -373,7 +400,7 @@ impl Client {
 ///
 /// # Errors
 /// [`DeliveryError::Refused`] for a header name or value that is not valid HTTP.
-pub(crate) fn headers(extra: &[(String, String)], signature: Option<&str>) -> Result<HeaderMap, DeliveryError> {
+pub(crate) fn headers(extra: &[(String, String)], signature: Option<HeaderValue>) -> Result<HeaderMap, DeliveryError> {
     let mut map = HeaderMap::with_capacity(4 + extra.len());
     for (name, value) in extra {
         let n = HeaderName::from_bytes(name.as_bytes())
@@ -382,9 +409,7 @@ pub(crate) fn headers(extra: &[(String, String)], signature: Option<&str>) -> Re
             .map_err(|_| DeliveryError::Refused { reason: format!("the value of header {name} is not valid") })?;
         map.append(n, v);
     }
-    if let Some(sig) = signature {
-        let v = HeaderValue::from_str(sig)
-            .map_err(|_| DeliveryError::Refused { reason: "the signature is not a valid header".into() })?;
+    if let Some(v) = signature {
         map.insert(HeaderName::from_static("x-nolag-signature"), v);
     }
     Ok(map)

@@ -11,15 +11,23 @@ use uuid::Uuid;
 /// The header carrying `sha256=<hex HMAC-SHA256(raw body, secret)>` (N42).
 pub const SIGNATURE_HEADER: &str = "X-NoLag-Signature";
 
+/// `sha256=<hex HMAC-SHA256>`: 7 + 64 bytes.
+pub(crate) const SIGNATURE_LEN: usize = 7 + 64;
+
 /// `sha256=<hex>` of the HMAC-SHA256 of `body` keyed with `secret` (N42).
 pub fn sign(secret: &[u8], body: &[u8]) -> String {
+    // ASCII only.
+    String::from_utf8_lossy(&sign_bytes(secret, body)).into_owned()
+}
+
+/// [`sign`] into a fixed buffer (no allocation): the header value's bytes.
+pub(crate) fn sign_bytes(secret: &[u8], body: &[u8]) -> [u8; SIGNATURE_LEN] {
     let tag = with_key(secret, |key| ring::hmac::sign(key, body));
-    let tag = tag.as_ref();
-    let mut out = String::with_capacity(7 + 2 * tag.len());
-    out.push_str("sha256=");
-    for b in tag {
-        out.push(char::from(HEX[usize::from(b >> 4)]));
-        out.push(char::from(HEX[usize::from(b & 0xf)]));
+    let mut out = [0u8; SIGNATURE_LEN];
+    out[..7].copy_from_slice(b"sha256=");
+    for (i, b) in tag.as_ref().iter().take(32).enumerate() {
+        out[7 + 2 * i] = HEX[usize::from(b >> 4)];
+        out[8 + 2 * i] = HEX[usize::from(b & 0xf)];
     }
     out
 }

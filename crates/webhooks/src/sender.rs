@@ -13,6 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use hyper::header::HeaderValue;
+use skua_core::webhook::{WebhookKind, WebhookSecret, WebhookTarget};
 use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -21,7 +23,7 @@ use tracing::Instrument as _;
 
 use crate::client::{Client, IDLE_TIMEOUT, TransportError};
 use crate::metrics::{Outcome, WebhookMetrics};
-use crate::request::WebhookRequest;
+use crate::request::{SIGNATURE_LEN, WebhookRequest, sign_bytes};
 
 /// The engine's settings (`webhook_*` in config/default.toml).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -259,11 +261,59 @@ impl WebhookSender {
         async {
             let deadline = Instant::now() + budget;
             let (result, _) = self.deliver(request, schedule, Some(deadline)).await;
-            self.finish(request, &result);
+            self.finish(request.call.kind, &result);
             result
         }
         .instrument(span)
         .await
+    }
+
+    /// One attempt on the caller's task, for a caller that runs its own retries (triggers):
+    /// `body` (whose `deliveryId` is `delivery_id`) posted to `target` with its headers and its
+    /// timeout for `kind`, signed with `secret` (N42), counted as one attempt and one delivery
+    /// of `kind` like a [`Self::call`] with a single attempt. Unlike [`Self::call`] it builds no
+    /// [`WebhookRequest`] and opens a `webhook` span only when traces are exported
+    /// ([`skua_core::trace::enabled`]): it runs once per publish on a topic with a trigger.
+    ///
+    /// # Errors
+    /// The attempt's [`DeliveryError`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future abandons the request.
+    pub async fn post_once(
+        &self,
+        kind: WebhookKind,
+        target: &WebhookTarget,
+        secret: Option<&WebhookSecret>,
+        delivery_id: &str,
+        body: Bytes,
+    ) -> Result<WebhookResponse, DeliveryError> {
+        let attempt = async {
+            let timeout = target.timeout(kind);
+            self.inner.metrics.attempt(kind, false);
+            let result = match tokio::time::timeout(timeout, self.post_signed(target, secret, body)).await {
+                Ok(r) => r,
+                Err(_) => Err(DeliveryError::Timeout { after: timeout }),
+            };
+            self.finish(kind, &result);
+            result
+        };
+        if skua_core::trace::enabled() {
+            attempt.instrument(tracing::info_span!("webhook", kind = kind.as_str(), delivery_id)).await
+        } else {
+            attempt.await
+        }
+    }
+
+    async fn post_signed(
+        &self,
+        target: &WebhookTarget,
+        secret: Option<&WebhookSecret>,
+        body: Bytes,
+    ) -> Result<WebhookResponse, DeliveryError> {
+        let signature = secret.map(|s| signature_value(&sign_bytes(s.expose(), &body)));
+        let headers = crate::client::headers(&target.headers, signature)?;
+        self.inner.client.post(&target.url, headers, body, self.inner.config.max_response_bytes).await
     }
 
     /// Puts `request` on the node's queue, delivered on `schedule` (normally
@@ -327,7 +377,7 @@ impl WebhookSender {
                         r = this.deliver(&job.request, &job.schedule, None) => r,
                         () = stop.cancelled() => (Err(DeliveryError::Shutdown), 0),
                     };
-                    this.finish(&job.request, &result);
+                    this.finish(job.request.call.kind, &result);
                     if let Some(done) = job.on_done {
                         done(DeliveryReport { request: job.request, result, attempts });
                     }
@@ -340,19 +390,19 @@ impl WebhookSender {
         while let Ok(job) = rx.try_recv() {
             self.inner.metrics.queue_popped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let result = Err(DeliveryError::Shutdown);
-            self.finish(&job.request, &result);
+            self.finish(job.request.call.kind, &result);
             if let Some(done) = job.on_done {
                 done(DeliveryReport { request: job.request, result, attempts: 0 });
             }
         }
     }
 
-    fn finish(&self, request: &WebhookRequest, result: &Result<WebhookResponse, DeliveryError>) {
+    fn finish(&self, kind: WebhookKind, result: &Result<WebhookResponse, DeliveryError>) {
         let outcome = match result {
             Ok(_) => Outcome::Ok,
             Err(e) => e.outcome(),
         };
-        self.inner.metrics.delivered(request.call.kind, outcome);
+        self.inner.metrics.delivered(kind, outcome);
         match result {
             Ok(r) => tracing::debug!(status = r.status, bytes = r.body.len(), "Webhook delivered."),
             Err(e) => tracing::debug!(error = e as &dyn std::error::Error, "Webhook failed."),
@@ -401,9 +451,21 @@ impl WebhookSender {
     /// redirects, no proxy, and the bound on the answer).
     async fn attempt(&self, request: &WebhookRequest) -> Result<WebhookResponse, DeliveryError> {
         let target = &request.call.target;
-        let headers = crate::client::headers(&target.headers, request.signature.as_deref())?;
+        let signature = match request.signature.as_deref() {
+            Some(s) => Some(
+                HeaderValue::from_str(s)
+                    .map_err(|_| DeliveryError::Refused { reason: "the signature is not a valid header".into() })?,
+            ),
+            None => None,
+        };
+        let headers = crate::client::headers(&target.headers, signature)?;
         self.inner.client.post(&target.url, headers, request.body.clone(), self.inner.config.max_response_bytes).await
     }
+}
+
+/// The signature's header value (hex digits and `sha256=`: always a valid value).
+fn signature_value(bytes: &[u8; SIGNATURE_LEN]) -> HeaderValue {
+    HeaderValue::from_bytes(bytes).unwrap_or(HeaderValue::from_static(""))
 }
 
 fn delivery_span(request: &WebhookRequest) -> tracing::Span {

@@ -2,6 +2,8 @@
 //! topicName, topic, actorId, actorType, data, filter?, msgId?, scope}`, with the publish's
 //! MessagePack `data` as JSON.
 
+use std::borrow::Cow;
+
 use base64::Engine as _;
 use serde_json::{Map, Value, json};
 use skua_core::{Registry, RoomKey, ScopeInfo, TopicAddress};
@@ -35,32 +37,60 @@ pub struct TriggerFacts<'a> {
 /// `<scope>~<room>` of a scoped actor's room), `roomName` the room's display name (its slug when
 /// gone), `scope` the room's access scope (`null` outside any), `actorType` the publisher's type
 /// (`server` for a publisher that is not a registered actor: the control plane's).
+///
+/// Written straight into one buffer, keys in sorted order (the order a JSON object map writes
+/// them, so the bytes are those of the `serde_json` map this replaced), `data` straight from the
+/// MessagePack ([`write_data`]): no value tree, no intermediate strings.
 pub fn body(registry: &Registry, f: &TriggerFacts<'_>) -> Vec<u8> {
     let room = &f.topic.room;
     let slug = room.slug();
     let app_rec = app_of(registry, room);
-    let app = app_slug(app_rec, room);
+    let app = app_rec.map_or_else(|| room.app.as_str(), |a| a.slug.as_str());
     let room_name = app_rec.and_then(|a| a.rooms.get(slug)).map_or(slug, |r| &*r.name);
     let actor_type = registry.actor(f.publisher).map_or("server", |a| a.actor_type.as_str());
-    let topic = format!("{app}/{slug}/{}", f.topic.topic);
-    let b = Body {
-        actor_id: f.publisher,
-        actor_type,
-        app: &app,
-        data: data_json(f.data),
-        delivery_id: f.delivery_id,
-        filter: f.filter,
-        msg_id: f.msg_id,
-        project_id: room.project.as_str(),
-        room: slug,
-        room_name,
-        scope: ScopeInfo::payload(registry.room_scope(room)),
-        timestamp: f.timestamp_ms,
-        topic: &topic,
-        topic_name: &f.topic.topic,
-    };
-    // Serialising strings, numbers and `Value`s cannot fail.
-    serde_json::to_vec(&b).unwrap_or_default()
+    let mut out = Vec::with_capacity(320 + f.data.len() * 2);
+    out.extend_from_slice(b"{\"actorId\":");
+    json_str(&mut out, f.publisher);
+    out.extend_from_slice(b",\"actorType\":");
+    json_str(&mut out, actor_type);
+    out.extend_from_slice(b",\"app\":");
+    json_str(&mut out, app);
+    out.extend_from_slice(b",\"data\":");
+    write_data(&mut out, f.data);
+    out.extend_from_slice(b",\"deliveryId\":");
+    json_str(&mut out, f.delivery_id);
+    if let Some(filter) = f.filter {
+        out.extend_from_slice(b",\"filter\":");
+        json_str(&mut out, filter);
+    }
+    if let Some(id) = f.msg_id {
+        out.extend_from_slice(b",\"msgId\":");
+        json_str(&mut out, id);
+    }
+    out.extend_from_slice(b",\"projectId\":");
+    json_str(&mut out, room.project.as_str());
+    out.extend_from_slice(b",\"room\":");
+    json_str(&mut out, slug);
+    out.extend_from_slice(b",\"roomName\":");
+    json_str(&mut out, room_name);
+    out.extend_from_slice(b",\"scope\":");
+    match registry.room_scope(room) {
+        None => out.extend_from_slice(b"null"),
+        // Rare (scoped rooms): a small map, serialized as before.
+        scope => json_value(&mut out, &ScopeInfo::payload(scope)),
+    }
+    out.extend_from_slice(b",\"timestamp\":");
+    json_value(&mut out, &f.timestamp_ms);
+    out.extend_from_slice(b",\"topic\":\"");
+    json_str_contents(&mut out, app);
+    out.push(b'/');
+    json_str_contents(&mut out, slug);
+    out.push(b'/');
+    json_str_contents(&mut out, &f.topic.topic);
+    out.extend_from_slice(b"\",\"topicName\":");
+    json_str(&mut out, &f.topic.topic);
+    out.push(b'}');
+    out
 }
 
 /// The registered app of `room`, if it is still there.
@@ -73,30 +103,251 @@ pub fn app_slug(app: Option<&skua_core::registry::App>, room: &RoomKey) -> Strin
     app.map_or_else(|| room.app.as_str().to_owned(), |a| a.slug.clone())
 }
 
-/// The body's fields, serialized straight (no map of values first), in the order a JSON object
-/// map writes them (sorted keys), so the bytes are those of the map it replaced.
-#[derive(serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-struct Body<'a> {
-    actor_id: &'a str,
-    actor_type: &'a str,
-    app: &'a str,
-    data: Value,
-    delivery_id: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    filter: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    msg_id: Option<&'a str>,
-    project_id: &'a str,
-    room: &'a str,
-    room_name: &'a str,
-    scope: Value,
-    timestamp: u64,
-    topic: &'a str,
-    topic_name: &'a str,
+/// Appends `s` as a JSON string, escaped as `serde_json` escapes it.
+fn json_str(out: &mut Vec<u8>, s: &str) {
+    out.push(b'"');
+    json_str_contents(out, s);
+    out.push(b'"');
 }
 
-/// The publish's `data` as JSON: MessagePack decoded, `bin` (and extension values) as
+/// Appends the escaped contents of a JSON string (no quotes): `"`, `\` and the control
+/// characters, with the short escapes where JSON has one and `\u00XX` (lowercase hex)
+/// otherwise, exactly as `serde_json` writes them.
+fn json_str_contents(out: &mut Vec<u8>, s: &str) {
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let esc: &[u8] = match b {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            b'\t' => b"\\t",
+            0x08 => b"\\b",
+            0x0c => b"\\f",
+            0x00..=0x1f => {
+                out.extend_from_slice(&bytes[start..i]);
+                out.extend_from_slice(b"\\u00");
+                out.push(HEX[usize::from(b >> 4)]);
+                out.push(HEX[usize::from(b & 0xf)]);
+                start = i + 1;
+                continue;
+            }
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[start..i]);
+        out.extend_from_slice(esc);
+        start = i + 1;
+    }
+    out.extend_from_slice(&bytes[start..]);
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// Appends a number or a small value through `serde_json` (writing to memory cannot fail).
+fn json_value<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
+    let _ = serde_json::to_writer(&mut *out, v);
+}
+
+/// Appends the publish's `data` as JSON, written straight from the MessagePack: the same bytes
+/// as serializing [`data_json`]'s value (map keys sorted, a repeated key's last value kept;
+/// `bin` and extension values as `{"$base64": "…"}`; a map key that is not a string as its
+/// JSON text; a `str` that is not UTF-8 as `null`), with the same fallback: bytes that are not
+/// one whole MessagePack value, or nested past the decoder's cap, go as `{"$base64": …}` of
+/// the whole.
+pub fn write_data(out: &mut Vec<u8>, data: &[u8]) {
+    let mut check = skua_protocol::msgpack::Reader::new(data);
+    if check.skip_value().is_err() || !check.is_empty() {
+        base64_into(out, data);
+        return;
+    }
+    let start = out.len();
+    let mut pos = 0;
+    match write_value(out, data, &mut pos, MAX_DEPTH) {
+        Ok(()) if pos == data.len() => {}
+        _ => {
+            out.truncate(start);
+            base64_into(out, data);
+        }
+    }
+}
+
+/// Why a value could not be written (the caller falls back to base64).
+struct Bad;
+
+fn take<'a>(data: &'a [u8], pos: &mut usize, n: usize) -> Result<&'a [u8], Bad> {
+    let end = pos.checked_add(n).ok_or(Bad)?;
+    let s = data.get(*pos..end).ok_or(Bad)?;
+    *pos = end;
+    Ok(s)
+}
+
+fn be(data: &[u8], pos: &mut usize, n: usize) -> Result<u64, Bad> {
+    Ok(take(data, pos, n)?.iter().fold(0u64, |acc, b| (acc << 8) | u64::from(*b)))
+}
+
+fn len(data: &[u8], pos: &mut usize, n: usize) -> Result<usize, Bad> {
+    usize::try_from(be(data, pos, n)?).map_err(|_| Bad)
+}
+
+/// The length of the `str` whose marker `m` was just read.
+fn str_len(m: u8, data: &[u8], pos: &mut usize) -> Result<usize, Bad> {
+    match m {
+        0xd9 => len(data, pos, 1),
+        0xda => len(data, pos, 2),
+        0xdb => len(data, pos, 4),
+        _ => Ok(usize::from(m & 0x1f)),
+    }
+}
+
+/// Writes the value at `pos` (advancing past it) within the depth `budget` of the decoder
+/// [`data_json`] uses (`rmpv` with [`MAX_DEPTH`]): every value takes 1, a container 1 more
+/// for its elements, a `str` or an extension 2 more and a `bin` 1 more; a value the budget
+/// does not cover fails (and the whole goes as base64, as there).
+fn write_value(out: &mut Vec<u8>, data: &[u8], pos: &mut usize, budget: usize) -> Result<(), Bad> {
+    let budget = budget.checked_sub(1).ok_or(Bad)?;
+    let m = take(data, pos, 1)?[0];
+    match m {
+        0x00..=0x7f => json_value(out, &u64::from(m)),
+        // Negative fixint.
+        0xe0..=0xff => json_value(out, &i64::from(m as i8)),
+        0xc0 => out.extend_from_slice(b"null"),
+        0xc2 => out.extend_from_slice(b"false"),
+        0xc3 => out.extend_from_slice(b"true"),
+        0xcc => json_value(out, &be(data, pos, 1)?),
+        0xcd => json_value(out, &be(data, pos, 2)?),
+        0xce => json_value(out, &be(data, pos, 4)?),
+        0xcf => json_value(out, &be(data, pos, 8)?),
+        0xd0 => json_value(out, &i64::from(be(data, pos, 1)? as u8 as i8)),
+        0xd1 => json_value(out, &i64::from(be(data, pos, 2)? as u16 as i16)),
+        0xd2 => json_value(out, &i64::from(be(data, pos, 4)? as u32 as i32)),
+        0xd3 => json_value(out, &(be(data, pos, 8)? as i64)),
+        // serde_json writes a non-finite float `null`, as the value tree did.
+        0xca => json_value(out, &f64::from(f32::from_bits(be(data, pos, 4)? as u32))),
+        0xcb => json_value(out, &f64::from_bits(be(data, pos, 8)?)),
+        0xa0..=0xbf | 0xd9..=0xdb => {
+            let n = str_len(m, data, pos)?;
+            if budget < 2 {
+                return Err(Bad);
+            }
+            match std::str::from_utf8(take(data, pos, n)?) {
+                Ok(s) => json_str(out, s),
+                Err(_) => out.extend_from_slice(b"null"),
+            }
+        }
+        0xc4..=0xc6 => {
+            let n = len(data, pos, 1 << (m - 0xc4))?;
+            if budget < 1 {
+                return Err(Bad);
+            }
+            base64_into(out, take(data, pos, n)?);
+        }
+        0xd4..=0xd8 | 0xc7..=0xc9 => {
+            let n = match m {
+                0xc7 => len(data, pos, 1)?,
+                0xc8 => len(data, pos, 2)?,
+                0xc9 => len(data, pos, 4)?,
+                _ => 1 << (m - 0xd4),
+            };
+            if budget < 2 {
+                return Err(Bad);
+            }
+            take(data, pos, 1)?; // the extension type
+            base64_into(out, take(data, pos, n)?);
+        }
+        0x90..=0x9f | 0xdc | 0xdd => {
+            let n = match m {
+                0xdc => len(data, pos, 2)?,
+                0xdd => len(data, pos, 4)?,
+                _ => usize::from(m & 0x0f),
+            };
+            let inner = budget.checked_sub(1).ok_or(Bad)?;
+            out.push(b'[');
+            for i in 0..n {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_value(out, data, pos, inner)?;
+            }
+            out.push(b']');
+        }
+        0x80..=0x8f | 0xde | 0xdf => {
+            let n = match m {
+                0xde => len(data, pos, 2)?,
+                0xdf => len(data, pos, 4)?,
+                _ => usize::from(m & 0x0f),
+            };
+            let inner = budget.checked_sub(1).ok_or(Bad)?;
+            write_map(out, data, pos, n, inner)?;
+        }
+        // 0xc1, reserved (already refused by the check in `write_data`).
+        _ => return Err(Bad),
+    }
+    Ok(())
+}
+
+/// A map of `n` entries at `pos`, each key and value within `budget`: keys sorted, a repeated
+/// key's last value kept (as a JSON object map keeps them).
+fn write_map(out: &mut Vec<u8>, data: &[u8], pos: &mut usize, n: usize, budget: usize) -> Result<(), Bad> {
+    // `n` was checked against the input by `write_data`'s skip; bounded again all the same.
+    let mut entries: Vec<(Cow<'_, str>, usize)> = Vec::with_capacity(n.min(data.len()));
+    for _ in 0..n {
+        let key = map_key(data, pos, budget)?;
+        let at = *pos;
+        let mut skip = skua_protocol::msgpack::Reader::new(&data[at..]);
+        skip.skip_value().map_err(|_| Bad)?;
+        *pos = at + skip.position();
+        entries.push((key, at));
+    }
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    out.push(b'{');
+    let mut first = true;
+    for (i, (key, at)) in entries.iter().enumerate() {
+        if entries.get(i + 1).is_some_and(|next| next.0 == *key) {
+            continue; // a later value of the same key wins
+        }
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        json_str(out, key);
+        out.push(b':');
+        let mut p = *at;
+        write_value(out, data, &mut p, budget)?;
+    }
+    out.push(b'}');
+    Ok(())
+}
+
+/// A map key: a `str` as itself (`""` when not UTF-8), anything else as its JSON text.
+fn map_key<'a>(data: &'a [u8], pos: &mut usize, budget: usize) -> Result<Cow<'a, str>, Bad> {
+    let m = *data.get(*pos).ok_or(Bad)?;
+    if matches!(m, 0xa0..=0xbf | 0xd9..=0xdb) {
+        let b = budget.checked_sub(1).ok_or(Bad)?;
+        *pos += 1;
+        let n = str_len(m, data, pos)?;
+        if b < 2 {
+            return Err(Bad);
+        }
+        return Ok(Cow::Borrowed(std::str::from_utf8(take(data, pos, n)?).unwrap_or_default()));
+    }
+    let mut text = Vec::new();
+    write_value(&mut text, data, pos, budget)?;
+    String::from_utf8(text).map(Cow::Owned).map_err(|_| Bad)
+}
+
+/// Appends `{"$base64":"…"}` of `bytes`.
+fn base64_into(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.extend_from_slice(b"{\"$base64\":\"");
+    let at = out.len();
+    out.resize(at + base64::encoded_len(bytes.len(), true).unwrap_or(0), 0);
+    let n = base64::engine::general_purpose::STANDARD.encode_slice(bytes, &mut out[at..]).unwrap_or(0);
+    out.truncate(at + n);
+    out.extend_from_slice(b"\"}");
+}
+
+/// The publish's `data` as a JSON value (the tree form of what [`write_data`] writes straight):
+/// MessagePack decoded, `bin` (and extension values) as
 /// `{"$base64": "…"}`, map keys that are not strings as their JSON text. Bytes that are not
 /// one whole MessagePack value are sent as `{"$base64": …}` of the whole.
 pub fn data_json(data: &[u8]) -> Value {
@@ -154,6 +405,183 @@ pub(crate) mod tests {
         let mut out = Vec::new();
         rmpv::encode::write_value(&mut out, v).unwrap();
         out
+    }
+
+    /// The body as it was built before it was written by hand: a struct serialized by
+    /// `serde_json`, `data` through the value tree. The oracle of the tests below.
+    fn body_via_serde(registry: &Registry, f: &TriggerFacts<'_>) -> Vec<u8> {
+        #[derive(serde::Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Body<'a> {
+            actor_id: &'a str,
+            actor_type: &'a str,
+            app: &'a str,
+            data: Value,
+            delivery_id: &'a str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            filter: Option<&'a str>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            msg_id: Option<&'a str>,
+            project_id: &'a str,
+            room: &'a str,
+            room_name: &'a str,
+            scope: Value,
+            timestamp: u64,
+            topic: &'a str,
+            topic_name: &'a str,
+        }
+        let room = &f.topic.room;
+        let slug = room.slug();
+        let app_rec = registry.project(&room.project).and_then(|p| p.apps.iter().find(|a| a.id == room.app));
+        let app = app_rec.map_or_else(|| room.app.as_str().to_owned(), |a| a.slug.clone());
+        let room_name = app_rec.and_then(|a| a.rooms.get(slug)).map_or(slug, |r| &*r.name);
+        let actor_type = registry.actor(f.publisher).map_or("server", |a| a.actor_type.as_str());
+        let topic = format!("{app}/{slug}/{}", f.topic.topic);
+        serde_json::to_vec(&Body {
+            actor_id: f.publisher,
+            actor_type,
+            app: &app,
+            data: data_json(f.data),
+            delivery_id: f.delivery_id,
+            filter: f.filter,
+            msg_id: f.msg_id,
+            project_id: room.project.as_str(),
+            room: slug,
+            room_name,
+            scope: ScopeInfo::payload(registry.room_scope(room)),
+            timestamp: f.timestamp_ms,
+            topic: &topic,
+            topic_name: &f.topic.topic,
+        })
+        .unwrap()
+    }
+
+    fn written(data: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        write_data(&mut out, data);
+        out
+    }
+
+    /// A small xorshift generator: the same cases on every run.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+
+        fn text(&mut self) -> String {
+            const PIECES: &[&str] = &[
+                "a", "key", "\"", "\\", "\n", "\u{1}", "\u{1f}", "\u{7f}", "é", "☃", "😀", "/", "\t", "\u{8}", "\u{c}",
+                "\r", "k",
+            ];
+            (0..self.below(6)).map(|_| PIECES[self.below(PIECES.len() as u64) as usize]).collect()
+        }
+
+        fn value(&mut self, depth: u32) -> rmpv::Value {
+            use rmpv::Value as M;
+            let pick = if depth == 0 { self.below(9) } else { self.below(11) };
+            match pick {
+                0 => M::Nil,
+                1 => M::Boolean(self.below(2) == 1),
+                2 => M::from(self.next() as i64 >> self.below(64)),
+                3 => M::from(self.next() >> self.below(64)),
+                4 => M::F32(f32::from_bits(self.next() as u32)),
+                5 => M::F64(
+                    [1.5, -0.0, 1e300, f64::NAN, f64::INFINITY, 0.1, f64::from_bits(self.next())]
+                        [self.below(7) as usize],
+                ),
+                6 => M::from(self.text()),
+                7 => M::Binary((0..self.below(40)).map(|_| self.next() as u8).collect()),
+                8 => M::Ext(
+                    self.next() as i8,
+                    (0..[1, 2, 4, 8, 16, 3, 300][self.below(7) as usize]).map(|_| self.next() as u8).collect(),
+                ),
+                9 => M::Array((0..self.below(5)).map(|_| self.value(depth - 1)).collect()),
+                _ => M::Map(
+                    (0..self.below(6))
+                        .map(|_| {
+                            let k = if self.below(4) == 0 { self.value(depth - 1) } else { M::from(self.text()) };
+                            (k, self.value(depth - 1))
+                        })
+                        .collect(),
+                ),
+            }
+        }
+    }
+
+    #[test]
+    fn data_is_written_as_the_value_tree_serializes() {
+        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        for _ in 0..5000 {
+            let packed = pack(&rng.value(4));
+            let want = serde_json::to_vec(&data_json(&packed)).unwrap();
+            assert_eq!(written(&packed), want, "{}", String::from_utf8_lossy(&want));
+        }
+        // Repeated keys (the last wins), a str that is not UTF-8 (null; as a key, ""), truncated
+        // and trailing bytes, reserved markers, random bytes.
+        let mut cases: Vec<Vec<u8>> = vec![
+            vec![0x82, 0xa1, b'a', 0x01, 0xa1, b'a', 0x02],
+            vec![0x83, 0xa1, b'b', 0x01, 0xa1, b'a', 0x02, 0xa1, b'b', 0x03],
+            vec![0x92, 0xa2, 0xff, 0xfe, 0x01],
+            vec![0x81, 0xa2, 0xff, 0xfe, 0x01],
+            vec![0x92, 0x01],
+            vec![0x01, 0x02],
+            vec![0xc1],
+            vec![0x91, 0xc1],
+            vec![],
+        ];
+        for _ in 0..2000 {
+            cases.push((0..rng.below(12)).map(|_| rng.next() as u8).collect());
+        }
+        for c in &cases {
+            assert_eq!(written(c), serde_json::to_vec(&data_json(c)).unwrap(), "{c:02x?}");
+        }
+    }
+
+    #[test]
+    fn nesting_falls_back_to_base64_where_the_value_tree_did() {
+        use rmpv::Value as M;
+        for leaf in [M::from(1), M::from("s"), M::Binary(vec![1]), M::Ext(1, vec![2]), M::Array(vec![])] {
+            for depth in 25..40 {
+                for map in [false, true] {
+                    let mut v = leaf.clone();
+                    for _ in 0..depth {
+                        v = if map { M::Map(vec![(M::from("k"), v)]) } else { M::Array(vec![v]) };
+                    }
+                    let packed = pack(&v);
+                    let want = serde_json::to_vec(&data_json(&packed)).unwrap();
+                    assert_eq!(written(&packed), want, "depth {depth}, map {map}, leaf {leaf:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_written_body_is_the_serde_one() {
+        let mut rng = Rng(7);
+        let topic = crate::triggers::parse_topic_key("proj/app/ro\"om/t\\x\u{1}").unwrap();
+        let registry = Registry::default();
+        for i in 0..200 {
+            let data = pack(&rng.value(3));
+            let f = TriggerFacts {
+                delivery_id: "0190a-\"d",
+                topic: &topic,
+                publisher: "ali\nce",
+                timestamp_ms: rng.next(),
+                filter: (i % 2 == 0).then_some("e\"u"),
+                msg_id: (i % 3 == 0).then_some("m1"),
+                data: &data,
+            };
+            assert_eq!(body(&registry, &f), body_via_serde(&registry, &f));
+        }
     }
 
     #[test]

@@ -186,22 +186,32 @@ async fn address_rules_apply_to_every_request_to_the_same_url() {
     assert_eq!(rx.wait_for(1).await.len(), 1, "only the allowed request arrived");
 }
 
+/// How [`counting_receiver`] ends a connection.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Close {
+    /// Never (keep-alive).
+    Never,
+    /// After each answer, which says `Connection: close`.
+    Announced,
+    /// After each answer, which says nothing of it (as a server closing an idle connection).
+    Silently,
+}
+
 /// A plain HTTP/1.1 receiver on a real socket that counts the connections it accepted and
-/// answers every request `200` with an empty body; with `close_after_answer` it answers
-/// `Connection: close` and closes each connection after its answer.
-async fn counting_receiver(
-    close_after_answer: bool,
-) -> (String, Arc<std::sync::atomic::AtomicUsize>, Arc<std::sync::atomic::AtomicUsize>) {
+/// answers every request `200` with an empty body, closing connections as `close` says
+/// (`closed` is notified at each close).
+async fn counting_receiver(close: Close) -> (String, Counter, Counter, Arc<tokio::sync::Notify>) {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/t", listener.local_addr().unwrap());
     let conns = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let answered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let (c, a) = (conns.clone(), answered.clone());
+    let closed = Arc::new(tokio::sync::Notify::new());
+    let (c, a, n) = (conns.clone(), answered.clone(), closed.clone());
     tokio::spawn(async move {
         while let Ok((mut sock, _)) = listener.accept().await {
             c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            let a = a.clone();
+            let (a, n) = (a.clone(), n.clone());
             tokio::spawn(async move {
                 let mut buf = Vec::new();
                 let mut chunk = [0u8; 4096];
@@ -228,7 +238,7 @@ async fn counting_receiver(
                         continue;
                     }
                     buf.drain(..end + 4 + len);
-                    let answer: &[u8] = if close_after_answer {
+                    let answer: &[u8] = if close == Close::Announced {
                         b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
                     } else {
                         b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"
@@ -236,20 +246,26 @@ async fn counting_receiver(
                     if sock.write_all(answer).await.is_err() {
                         return;
                     }
-                    a.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                    if close_after_answer {
+                    if close != Close::Never {
+                        a.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        let _ = sock.shutdown().await;
+                        drop(sock);
+                        n.notify_one();
                         return;
                     }
+                    a.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 }
             });
         }
     });
-    (url, conns, answered)
+    (url, conns, answered, closed)
 }
+
+type Counter = Arc<std::sync::atomic::AtomicUsize>;
 
 #[tokio::test]
 async fn requests_to_one_target_reuse_a_kept_connection() {
-    let (url, conns, answered) = counting_receiver(false).await;
+    let (url, conns, answered, _) = counting_receiver(Close::Never).await;
     let (s, _stop) = sender(WebhookConfig::default());
     let once = RetrySchedule { delays: Vec::new() };
     for _ in 0..5 {
@@ -262,7 +278,7 @@ async fn requests_to_one_target_reuse_a_kept_connection() {
 
 #[tokio::test]
 async fn a_connection_the_receiver_closes_is_not_kept_and_costs_no_failed_attempt() {
-    let (url, conns, answered) = counting_receiver(true).await;
+    let (url, conns, answered, _) = counting_receiver(Close::Announced).await;
     let (s, _stop) = sender(WebhookConfig::default());
     // No retries: each request must succeed at its one attempt, although the receiver closes
     // every connection after its answer.
@@ -274,4 +290,64 @@ async fn a_connection_the_receiver_closes_is_not_kept_and_costs_no_failed_attemp
     assert_eq!(answered.load(std::sync::atomic::Ordering::SeqCst), 3);
     assert_eq!(conns.load(std::sync::atomic::Ordering::SeqCst), 3, "a new connection each time");
     assert_eq!(s.metrics().attempts(WebhookKind::Trigger), 3);
+}
+
+/// Triggers' path: one attempt on the caller's task, signed, with the target's headers, counted
+/// like a call, on one kept connection.
+#[tokio::test]
+async fn post_once_signs_counts_and_reuses_the_connection() {
+    let rx = WebhookReceiver::start(ReceiverMode::Ok(json!({}))).await;
+    let (s, _stop) = sender(WebhookConfig::default());
+    let c = call(WebhookKind::Trigger, &rx.url("/t"), None);
+    for i in 0..3 {
+        let body = bytes::Bytes::from(format!("{{\"deliveryId\":\"d{i}\"}}"));
+        let r = s
+            .post_once(WebhookKind::Trigger, &c.target, c.secret.as_ref(), &format!("d{i}"), body)
+            .await
+            .expect("delivered");
+        assert_eq!(r.status, 200);
+    }
+    let got = rx.wait_for(3).await;
+    for (i, g) in got.iter().enumerate() {
+        assert_eq!((g.method.as_str(), g.path.as_str()), ("POST", "/t"));
+        assert_eq!(g.header("x-tenant"), Some("acme"));
+        assert_eq!(g.header("content-type"), Some("application/json"));
+        assert!(g.signature_valid("whsec_test"), "{:?}", g.header("x-nolag-signature"));
+        assert_eq!(g.json()["deliveryId"], format!("d{i}"));
+    }
+    assert_eq!(s.metrics().attempts(WebhookKind::Trigger), 3);
+    assert_eq!(s.metrics().deliveries(WebhookKind::Trigger, skua_webhooks::metrics::Outcome::Ok), 3);
+
+    // Without a secret: no signature header.
+    let r = s.post_once(WebhookKind::Trigger, &c.target, None, "d3", bytes::Bytes::from_static(b"{}")).await;
+    assert!(r.is_ok());
+    assert_eq!(rx.wait_for(4).await[3].header("x-nolag-signature"), None);
+
+    let (url, conns, answered, _) = counting_receiver(Close::Never).await;
+    let c = call(WebhookKind::Trigger, &url, None);
+    for i in 0..5 {
+        let body = bytes::Bytes::from_static(b"{}");
+        s.post_once(WebhookKind::Trigger, &c.target, None, &i.to_string(), body).await.expect("delivered");
+    }
+    assert_eq!(answered.load(std::sync::atomic::Ordering::SeqCst), 5);
+    assert_eq!(conns.load(std::sync::atomic::Ordering::SeqCst), 1, "one keep-alive connection for all five");
+}
+
+/// A kept connection is not polled while idle (the request that takes it drives it): one the
+/// receiver closed meanwhile, without saying so in its answer, is noticed when taken and
+/// replaced, and the request still succeeds at its one attempt.
+#[tokio::test]
+async fn a_kept_connection_closed_while_idle_is_replaced() {
+    let (url, conns, answered, closed) = counting_receiver(Close::Silently).await;
+    let (s, _stop) = sender(WebhookConfig::default());
+    let c = call(WebhookKind::Trigger, &url, None);
+    for i in 0..3 {
+        let body = bytes::Bytes::from_static(b"{}");
+        s.post_once(WebhookKind::Trigger, &c.target, None, &i.to_string(), body).await.expect("delivered");
+        // The next request starts once the receiver has closed this one's connection.
+        closed.notified().await;
+        assert_eq!(answered.load(std::sync::atomic::Ordering::SeqCst), i + 1);
+    }
+    assert_eq!(conns.load(std::sync::atomic::Ordering::SeqCst), 3, "a new connection each time");
+    assert_eq!(s.metrics().attempts(WebhookKind::Trigger), 3, "no failed attempt");
 }
