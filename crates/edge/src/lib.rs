@@ -30,6 +30,7 @@ pub mod clock;
 pub mod config;
 pub mod durable;
 pub mod fds;
+pub mod history;
 pub mod front;
 pub mod hub;
 pub mod hydrate;

@@ -18,7 +18,7 @@ pub mod server;
 pub use client::{AuthFrame, ClientFrame, ClientIdField, DecodeError, PublishFrame, SubscribeFrame};
 pub use filters::{FilterError, FilterSpec};
 pub use server::{
-    ErrorFrame, LobbyRoomSnapshot, MessageFrame, PersistentRef, PresenceEntryRef, PresenceEventKind,
+    ErrorFrame, HistoryItem, LobbyRoomSnapshot, MessageFrame, PersistentRef, PresenceEntryRef, PresenceEventKind,
     RestoredSubscription, ServerFrame, ServerFrameKind,
 };
 

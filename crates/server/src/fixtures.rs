@@ -84,6 +84,15 @@ struct WebhookDef {
 struct TopicConfigDef {
     #[serde(default)]
     webhooks: TopicWebhooksDef,
+    /// Each room's last messages, kept for recovery (issue 19): `{ size = N, ttl = "10m" }`.
+    history: Option<HistoryDef>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HistoryDef {
+    size: u32,
+    ttl: String,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -285,7 +294,13 @@ fn project(p: ProjectDef, data: &mut RegistryData, seq: &mut u64) -> Result<(), 
             if topics.iter().any(|x| x.name == *t) {
                 return Err(format!("app {}: topic {t} listed twice", a.slug));
             }
-            topics.push(TopicRecord { name: t.clone(), logged: false, webhook: None, webhooks: Default::default() });
+            topics.push(TopicRecord {
+                name: t.clone(),
+                logged: false,
+                webhook: None,
+                webhooks: Default::default(),
+                history: None,
+            });
         }
         for t in &a.logged_topics {
             topics
@@ -304,6 +319,15 @@ fn project(p: ProjectDef, data: &mut RegistryData, seq: &mut u64) -> Result<(), 
                 webhook(&field("on_subscribe"), WebhookKind::Hydration, config.webhooks.on_subscribe)?;
             topic.webhooks.on_publish =
                 webhook(&field("on_publish"), WebhookKind::Trigger, config.webhooks.on_publish)?;
+            if let Some(h) = config.history {
+                let field = format!("app {} topic_configs.{name}.history", a.slug);
+                let ttl = crate::duration::parse(&h.ttl).map_err(|e| format!("{field}.ttl: {e}"))?;
+                let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+                if h.size == 0 || ttl_ms == 0 {
+                    return Err(format!("{field}: size and ttl must be above 0"));
+                }
+                topic.history = Some(skua_core::registry_store::HistoryRecord { size: h.size, ttl_ms });
+            }
         }
         let hydration_webhook =
             webhook(&format!("app {} hydration_webhook", a.slug), WebhookKind::Hydration, a.hydration_webhook)?;

@@ -26,7 +26,43 @@ impl Session {
         if let Some(c) = &s.consumer {
             local.durable = Some(self.durable().route(c));
         }
+        local.history = s.tracker.clone();
         local
+    }
+
+    /// For a topic with history, a tracker at the topic's latest offset (a fresh subscription
+    /// starts from now); `None` without history, or when the history is unreachable.
+    pub(super) async fn fresh_tracker(&self, address: &skua_core::TopicAddress) -> Option<Arc<crate::history::Tracker>> {
+        let history = self.st.history.as_ref()?;
+        let config = self.st.registry.load().history(address)?;
+        let now = crate::clock::now_unix_ms();
+        match history.read(address, &config, skua_core::history::ReadFrom::Latest, 1, now).await {
+            Ok(r) => Some(crate::history::Tracker::at(r.head, r.epoch)),
+            Err(e) => {
+                tracing::warn!(error = %e, "Reading a topic's history failed; this subscription cannot recover.");
+                None
+            }
+        }
+    }
+
+    /// Starts replaying what a subscription with a replaying tracker missed (issue 19).
+    pub(super) fn start_recovery(&self, echo: &str, s: &SessionSub, start: crate::history::Start, report: bool) {
+        let (Some(history), Some(tracker), Some(a)) = (&self.st.history, &s.tracker, &self.auth) else { return };
+        let Some(config) = self.st.registry.load().history(&s.address) else { return };
+        let recovery = crate::history::Recovery {
+            history: history.clone(),
+            topic: s.address.clone(),
+            config,
+            conn: self.conn.clone(),
+            tracker: tracker.clone(),
+            echo: Arc::from(echo),
+            actor: a.actor.id.clone(),
+            filters: s.filters.clone(),
+            start,
+            max: self.st.config.history_max_replay,
+            report_success: report,
+        };
+        self.st.tracker.spawn(recovery.run(self.st.metrics.clone()));
     }
 
     /// When the topic has a hydration webhook (and the node a hydrator): the hold to put on the
@@ -170,6 +206,11 @@ impl Session {
                 return self.store_unavailable(&s.topic, None);
             }
         };
+        // A topic with history: a re-subscribe keeps what was delivered, a new one starts now.
+        let tracker = match self.subs.get(&s.topic).filter(|o| o.address == resolved.address) {
+            Some(old) if old.tracker.is_some() => old.tracker.clone(),
+            _ => self.fresh_tracker(&resolved.address).await,
+        };
         let sub = SessionSub {
             address: resolved.address,
             qos: s.qos,
@@ -178,6 +219,7 @@ impl Session {
             filters: keys.into(),
             raw_filters: s.raw_filters.filter(|_| !filters.is_empty()),
             consumer,
+            tracker,
         };
         let new_bus = bus_subscription(&sub.address, sub.group.as_ref());
         if self.st.hub.acquire(&new_bus).await.is_err() {

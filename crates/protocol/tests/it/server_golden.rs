@@ -356,6 +356,7 @@ pub fn cases() -> Vec<Golden> {
                 timestamp: TS,
                 msg_id: Some(MSG_ID),
                 is_replay: true,
+                history: None,
             },
             map([
                 ("type", s("message")),
@@ -905,6 +906,7 @@ fn optional_field_shapes() -> Vec<(String, Vec<u8>)> {
             timestamp: TS,
             msg_id: on(1).then_some(MSG_ID),
             is_replay: on(2),
+            history: None,
         };
         out.push((format!("message {bits:03b}"), ServerFrame::Message(m).encode_vec()));
     }
