@@ -7,6 +7,12 @@
 //! the bus carries it, so the replay reads on until it has passed that offset, then the
 //! subscription goes live and skips live copies it already replayed (offset at or below the
 //! replay's last). Nothing is delivered twice and nothing is lost in the hand-over.
+//!
+//! What a connection was delivered is what its client proved it received: each history frame
+//! is queued with the writer's batch number, the writer pings after writing such frames, and
+//! the pong (which every WebSocket client sends by itself) names the last batch received. The
+//! offset kept with the restore record is the highest one of a proven batch, so frames lost in
+//! a dying socket's buffers are replayed on reconnect.
 
 use std::sync::{Arc, Mutex};
 
@@ -31,7 +37,18 @@ struct State {
     floor: u64,
     /// While a replay runs: the highest live offset seen meanwhile.
     replaying: Option<u64>,
+    /// Highest offset the client proved it received (of `epoch`).
+    confirmed: u64,
+    /// Offsets queued and not yet proven received, with the writer batch count at queueing.
+    unproven: std::collections::VecDeque<(u64, u64)>,
 }
+
+/// Most queued offsets a tracker keeps waiting for their receipt; older ones are forgotten
+/// (they then never count as received: a reconnect may replay them again).
+const MAX_UNPROVEN: usize = 4096;
+
+/// The batch number of a frame whose receipt is never proven (held by a hydration).
+const UNPROVABLE: u64 = u64::MAX - 1;
 
 /// What one subscription of a history topic was delivered, shared by the hub (live), the
 /// replay task and the session (restore record).
@@ -48,7 +65,15 @@ fn lock(m: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
 impl Tracker {
     /// A tracker positioned at `(offset, epoch)` (nothing after it delivered yet).
     pub fn at(offset: u64, epoch: Arc<str>) -> Arc<Self> {
-        Arc::new(Self { state: Mutex::new(State { epoch: Some(epoch), last: offset, floor: offset, replaying: None }) })
+        Arc::new(Self {
+            state: Mutex::new(State {
+                epoch: Some(epoch),
+                last: offset,
+                floor: offset,
+                confirmed: offset,
+                ..State::default()
+            }),
+        })
     }
 
     /// A tracker whose live messages wait for a replay (see the module docs).
@@ -56,10 +81,30 @@ impl Tracker {
         Arc::new(Self { state: Mutex::new(State { replaying: Some(0), ..State::default() }) })
     }
 
-    /// The last delivered `(offset, epoch)`, if any.
-    pub fn position(&self) -> Option<(u64, Arc<str>)> {
-        let s = lock(&self.state);
-        s.epoch.clone().map(|e| (s.last, e))
+    /// The highest `(offset, epoch)` the client proved it received (`proven`: its
+    /// connection's last receipt), if any.
+    pub fn position(&self, proven: u64) -> Option<(u64, Arc<str>)> {
+        let mut s = lock(&self.state);
+        let mut confirmed = s.confirmed;
+        while let Some(&(batch, offset)) = s.unproven.front() {
+            if batch.saturating_add(1) > proven {
+                break;
+            }
+            confirmed = confirmed.max(offset);
+            s.unproven.pop_front();
+        }
+        s.confirmed = confirmed;
+        s.epoch.clone().map(|e| (s.confirmed, e))
+    }
+
+    /// A frame of `offset` was queued in the writer's batch after `batch` (`None`: its
+    /// receipt cannot be proven).
+    pub fn queued(&self, batch: Option<u64>, offset: u64) {
+        let mut s = lock(&self.state);
+        if s.unproven.len() >= MAX_UNPROVEN {
+            s.unproven.pop_front();
+        }
+        s.unproven.push_back((batch.unwrap_or(UNPROVABLE), offset));
     }
 
     /// Whether a live publication should be queued now; notes its offset either way.
@@ -80,6 +125,8 @@ impl Tracker {
             s.epoch = Some(h.epoch.clone());
             s.last = h.offset;
             s.floor = 0;
+            s.confirmed = 0;
+            s.unproven.clear();
         }
         true
     }
@@ -89,6 +136,8 @@ impl Tracker {
         if s.epoch.as_deref() != Some(&**epoch) {
             s.epoch = Some(epoch.clone());
             s.last = 0;
+            s.confirmed = 0;
+            s.unproven.clear();
         }
         s.last = s.last.max(offset);
     }
@@ -251,8 +300,14 @@ impl Recovery {
                         self.tracker.abandon();
                         return;
                     }
-                    self.conn.push(ServerFrameKind::Message, replay_frame(&self.echo, &e, &epoch));
                     self.tracker.replayed(e.offset, &epoch);
+                    let Some(b) = self.conn.push_tracked(replay_frame(&self.echo, &e, &epoch)) else {
+                        self.tracker.abandon();
+                        return;
+                    };
+                    self.tracker.queued(Some(b), e.offset);
+                    metrics.frames_out.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    metrics.frames_out_by_type.inc(ServerFrameKind::Message);
                     replayed += 1;
                     batch += 1;
                 }

@@ -107,9 +107,19 @@ impl LocalSub {
     /// when its tracker admits it (not during a recovery, not replayed already).
     fn push_live(&self, p: &Publication, frame: Bytes) -> bool {
         if let Some(t) = &self.history
-            && !t.admit_live(p)
+            && let Some(h) = &p.history
         {
-            return false;
+            if !t.admit_live(p) {
+                return false;
+            }
+            let batch = match &self.hold {
+                Some(hold) => hold.push(&self.conn, frame).then_some(None),
+                None => self.conn.push_tracked(frame).map(Some),
+            };
+            if let Some(b) = batch {
+                t.queued(b, h.offset);
+            }
+            return batch.is_some();
         }
         match &self.hold {
             Some(h) => h.push(&self.conn, frame),

@@ -204,7 +204,11 @@ impl Session {
                     load_balance: s.group.is_some(),
                     load_balance_group: s.group_as_sent.clone(),
                     raw_filters: s.raw_filters.clone(),
-                    history: s.tracker.as_ref().and_then(|t| t.position()).map(|(o, e)| (o, e.to_string())),
+                    history: s
+                        .tracker
+                        .as_ref()
+                        .and_then(|t| t.position(self.conn.proven()))
+                        .map(|(o, e)| (o, e.to_string())),
                 })
                 .collect(),
             lobbies: self.lobbies.keys().cloned().collect(),
