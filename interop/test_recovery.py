@@ -175,3 +175,62 @@ async def _recovery(client, timeout: float = 15) -> dict:
             raise AssertionError("no recovery frame")
         await asyncio.sleep(0.05)
     return client.frames("recovery")[0]
+
+
+async def _frame(client, pred, timeout: float = 10) -> dict:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        for f in client.received:
+            if isinstance(f, dict) and pred(f):
+                return f
+        if loop.time() > deadline:
+            raise AssertionError(f"no matching frame; got {client.received!r}")
+        await asyncio.sleep(0.02)
+
+
+@pytest.mark.timeout(30)
+async def test_history_request_and_subscribe_since(skua):
+    """The extension for clients that know it: `history` pages, `subscribe` with `since`."""
+    bob = await connect(skua.url, "dev-token-bob")
+    alice = await connect(skua.url, "dev-token-alice")
+    for n in range(5):
+        assert await emit_ack(bob, FEED, {"n": n}) is None
+
+    await alice._send({"type": "history", "topic": FEED, "limit": 3})
+    page = await _frame(alice, lambda f: f.get("type") == "history")
+    assert [m["data"]["n"] for m in page["messages"]] == [2, 3, 4], page
+    assert page["complete"] is True and page["offset"] == page["messages"][-1]["offset"]
+    epoch, first = page["epoch"], page["messages"][0]["offset"]
+    assert all(m["from"] == "bob" for m in page["messages"])
+
+    # Paging backwards from what the client has: everything after offset `first - 3`.
+    await alice._send({"type": "history", "topic": FEED, "since": {"offset": first - 3, "epoch": epoch}, "limit": 10**12})
+    page2 = await _frame(alice, lambda f: f.get("type") == "history" and f is not page)
+    assert [m["data"]["n"] for m in page2["messages"]] == [0, 1, 2, 3, 4] and page2["complete"] is True, page2
+    # A stale epoch: what there is, flagged incomplete.
+    await alice._send({"type": "history", "topic": FEED, "since": {"offset": 1, "epoch": "gone"}})
+    page3 = await _frame(alice, lambda f: f.get("type") == "history" and f.get("complete") is False)
+    assert [m["data"]["n"] for m in page3["messages"]] == [0, 1, 2, 3, 4]
+
+    # Bad input gets the protocol's error frame.
+    await alice._send({"type": "history", "topic": FEED, "since": {"offset": -1}})
+    err = await _frame(alice, lambda f: f.get("type") == "error")
+    assert err["error"] == "invalid_frame" and err["topic"] == FEED, err
+    await alice._send({"type": "history", "topic": PLAIN})
+    err2 = await _frame(alice, lambda f: f.get("type") == "error" and f.get("topic") == PLAIN)
+    assert err2["error"] == "invalid_frame" and "history" in err2["hint"], err2
+
+    # subscribe with `since`: the messages after it, replayed, then `recovery` recovered:true.
+    inbox = Recorder("alice feed")
+    alice.on(FEED, inbox)
+    await alice._send({"type": "subscribe", "topic": FEED, "since": {"offset": first, "epoch": epoch}})
+    rec = await _frame(alice, lambda f: f.get("type") == "recovery")
+    assert rec["recovered"] is True and rec["epoch"] == epoch, rec
+    await inbox.wait_count(2)
+    assert [d["n"] for d in inbox.data] == [3, 4], inbox.data
+    assert all(f.get("isReplay") for f in feed_frames(alice))
+    # Then live, each once.
+    assert await emit_ack(bob, FEED, {"n": 5}) is None
+    await inbox.wait_data({"n": 5})
+    assert [d["n"] for d in inbox.data] == [3, 4, 5]

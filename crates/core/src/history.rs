@@ -74,7 +74,9 @@ impl HistoryRead {
     /// Whether every message after `after` (of `epoch`) is still kept, so a reader that saw
     /// `after` misses nothing by reading from here.
     pub fn reaches_back_to(&self, after: u64, epoch: &str) -> bool {
-        *self.epoch == *epoch && after <= self.head && (self.head == after || (self.first != 0 && self.first <= after + 1))
+        *self.epoch == *epoch
+            && after <= self.head
+            && (self.head == after || (self.first != 0 && self.first <= after + 1))
     }
 }
 

@@ -671,7 +671,10 @@ impl RegistryData {
                 let (app_hydration, app_trigger) =
                     (a.hydration_webhook.as_ref().map(|w| w.target()), a.trigger_webhook.as_ref().map(|w| w.target()));
                 for t in &a.topics {
-                    topics.insert(t.name.clone(), TopicConfig { logged: t.logged, history: t.history.map(|h| h.config()) });
+                    topics.insert(
+                        t.name.clone(),
+                        TopicConfig { logged: t.logged, history: t.history.map(|h| h.config()) },
+                    );
                     let hooks = TopicWebhooks {
                         hydration: t
                             .webhooks

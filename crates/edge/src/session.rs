@@ -185,6 +185,7 @@ impl Session {
             ClientFrame::LobbySubscribe { lobby_id } => self.on_lobby_subscribe(&lobby_id).await,
             ClientFrame::LobbyUnsubscribe { lobby_id } => self.on_lobby_unsubscribe(&lobby_id).await,
             ClientFrame::GetLobbyPresence { lobby_id } => self.on_get_lobby_presence(&lobby_id).await,
+            ClientFrame::History { topic, since, limit } => self.on_history(&topic, since, limit).await,
         }
     }
 

@@ -21,8 +21,7 @@ use ::redis::{Script, Value};
 use async_trait::async_trait;
 use bytes::Bytes;
 use skua_core::history::{
-    History, HistoryConfig, HistoryEntry, HistoryError, HistoryPos, HistoryRead, NewHistoryEntry, ReadFrom,
-    history_key,
+    History, HistoryConfig, HistoryEntry, HistoryError, HistoryPos, HistoryRead, NewHistoryEntry, ReadFrom, history_key,
 };
 use skua_core::{ActorId, TopicAddress};
 
@@ -389,7 +388,8 @@ impl History for RedisHistory {
         let [epoch, head, first, Value::Array(raw)] = parts.as_slice() else {
             return Err(unavailable(Shape("read parts")));
         };
-        let epoch = as_bytes(epoch).and_then(|b| std::str::from_utf8(b).ok()).ok_or_else(|| unavailable(Shape("epoch")))?;
+        let epoch =
+            as_bytes(epoch).and_then(|b| std::str::from_utf8(b).ok()).ok_or_else(|| unavailable(Shape("epoch")))?;
         let head = as_u64(head).ok_or_else(|| unavailable(Shape("head")))?;
         let first = as_u64(first).ok_or_else(|| unavailable(Shape("first")))?;
         let mut entries = raw.iter().map(entry).collect::<Result<Vec<_>, _>>()?;

@@ -83,8 +83,13 @@ async fn behaves(h: &dyn History) {
     let t4 = topic("r4");
     let publisher = ActorId::parse("alice").unwrap();
     let data = Bytes::from_static(b"\x81\xa1k\xa1v");
-    let entry =
-        NewHistoryEntry { timestamp_ms: NOW, publisher: &publisher, filter: Some("vip"), msg_id: Some("m-1"), data: &data };
+    let entry = NewHistoryEntry {
+        timestamp_ms: NOW,
+        publisher: &publisher,
+        filter: Some("vip"),
+        msg_id: Some("m-1"),
+        data: &data,
+    };
     let pos = h.append(&t4, &big, entry).await.unwrap();
     let r = h.read(&t4, &big, ReadFrom::After(0), 10, NOW).await.unwrap();
     assert_eq!(r.epoch, pos.epoch, "reads name the epoch appends gave");
@@ -204,14 +209,19 @@ async fn redis_history_offsets_are_shared_by_nodes_and_a_flush_changes_the_epoch
     let r = a.read(&t, &c, ReadFrom::After(3), 10, NOW).await.unwrap();
     assert_ne!(r.epoch, ra.epoch);
     assert!(!r.reaches_back_to(3, &ra.epoch));
-    let pos = b.append(&t, &c, NewHistoryEntry {
-        timestamp_ms: NOW,
-        publisher: &ActorId::parse("bob").unwrap(),
-        filter: None,
-        msg_id: None,
-        data: &Bytes::from_static(b"\xc0"),
-    })
-    .await
-    .unwrap();
+    let pos = b
+        .append(
+            &t,
+            &c,
+            NewHistoryEntry {
+                timestamp_ms: NOW,
+                publisher: &ActorId::parse("bob").unwrap(),
+                filter: None,
+                msg_id: None,
+                data: &Bytes::from_static(b"\xc0"),
+            },
+        )
+        .await
+        .unwrap();
     assert_eq!((pos.offset, &pos.epoch), (1, &r.epoch));
 }

@@ -204,10 +204,10 @@ fn topics(names: &[String], configs: &BTreeMap<String, TopicConfigIn>) -> Result
                 on_subscribe: c.webhooks.on_subscribe.as_ref().map(WebhookIn::target),
                 on_publish: c.webhooks.on_publish.as_ref().map(WebhookIn::target),
             });
-            let history = configs.get(n).and_then(|c| c.history).map(|h| pb::TopicHistory {
-                size: h.size,
-                ttl_ms: h.ttl.saturating_mul(1000),
-            });
+            let history = configs
+                .get(n)
+                .and_then(|c| c.history)
+                .map(|h| pb::TopicHistory { size: h.size, ttl_ms: h.ttl.saturating_mul(1000) });
             pb::Topic { name: n.clone(), logged: false, webhook: None, webhooks, history }
         })
         .collect())

@@ -2,8 +2,8 @@
 
 use skua_core::RegistryData;
 use skua_core::registry_store::{
-    ActorRecord, AppRecord, GrantRecord, LimitsRecord, LobbyRecord, ProjectRecord, RoomRecord, SubjectRecord,
-    HistoryRecord, TopicRecord, TopicWebhooksRecord, WebhookRecord, WebhookTargetRecord,
+    ActorRecord, AppRecord, GrantRecord, HistoryRecord, LimitsRecord, LobbyRecord, ProjectRecord, RoomRecord,
+    SubjectRecord, TopicRecord, TopicWebhooksRecord, WebhookRecord, WebhookTargetRecord,
 };
 
 use crate::pb;
