@@ -474,6 +474,12 @@ slug = "lobby"
         let bad = toml.replace("https://backend.example.com/events", "ftp://x");
         assert!(load(&[("t", &bad)]).unwrap_err().message.contains("trigger_webhook.url"));
         let unknown = toml.replace("topic_configs.typing", "topic_configs.nope");
+        let no_size = toml.replace(
+            "topic_configs.typing.webhooks.on_subscribe",
+            "topic_configs.typing.history = { size = 0, ttl = \"1m\" }\ntopic_configs.typing.webhooks.on_subscribe",
+        );
+        let e = load(&[("t", no_size.as_str())]).unwrap_err().to_string();
+        assert!(e.contains("history: size and ttl must be above 0"), "{e}");
         assert!(load(&[("t", &unknown)]).unwrap_err().message.contains("not in topics"));
     }
 
@@ -493,10 +499,17 @@ slug = "lobby"
         }
         let bob = r.actor("bob").unwrap();
         let alice = r.actor("alice").unwrap();
-        for t in ["messages", "status", "events", "results", "tasks"] {
+        for t in ["messages", "status", "events", "results", "tasks", "feed"] {
             assert!(r.resolve_topic(bob, &format!("demo/general/{t}"), Operation::Publish, 0).is_ok());
+            assert!(r.resolve_topic(alice, &format!("demo/general/{t}"), Operation::Subscribe, 0).is_ok());
         }
         assert!(r.resolve_topic(bob, "demo/general/tasks", Operation::Publish, 0).unwrap().logged);
+        // `feed` keeps 1000 messages for 10 minutes (shared/CONTRACT.md, issue 19); no other does.
+        let feed = r.resolve_topic(bob, "demo/general/feed", Operation::Publish, 0).unwrap().address;
+        let history = r.history(&feed).unwrap();
+        assert_eq!((history.size, history.ttl_ms), (1000, 600_000));
+        let messages = r.resolve_topic(bob, "demo/general/messages", Operation::Publish, 0).unwrap().address;
+        assert!(r.history(&messages).is_none());
         assert!(r.resolve_topic(bob, "demo/ops/messages", Operation::Subscribe, 0).is_err());
         assert!(r.resolve_topic(alice, "demo/ops/messages", Operation::Publish, 0).is_ok());
         assert_eq!(r.resolve_lobby(bob, "online").unwrap().rooms.len(), 2);
