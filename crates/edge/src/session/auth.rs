@@ -249,8 +249,12 @@ impl Session {
                     None
                 }
             };
-            // A topic with history recovers from the offset the record kept (issue 19).
-            let has_history = self.st.history.is_some() && registry.history(&resolved.address).is_some();
+            // A topic with history recovers from the offset the record kept (issue 19); not a
+            // load-balanced or durable subscription (their messages go to the group, the store).
+            let has_history = self.st.history.is_some()
+                && registry.history(&resolved.address).is_some()
+                && group.is_none()
+                && consumer.is_none();
             let (tracker, start) = match (has_history, t.history) {
                 (false, _) => (None, None),
                 (true, Some((offset, epoch))) => (

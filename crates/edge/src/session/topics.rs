@@ -218,8 +218,10 @@ impl Session {
         // A topic with history: a re-subscribe keeps what was delivered, a new one starts now.
         // With `since`, it recovers from there instead (and is told how that went).
         let has_history = self.st.history.is_some() && registry.history(&resolved.address).is_some();
-        let recover = since.filter(|_| has_history && group.is_none());
+        let tracked = has_history && group.is_none() && consumer.is_none();
+        let recover = since.filter(|_| tracked);
         let tracker = match self.subs.get(&s.topic).filter(|o| o.address == resolved.address) {
+            _ if !tracked => None,
             _ if recover.is_some() => Some(crate::history::Tracker::replaying()),
             Some(old) if old.tracker.is_some() => old.tracker.clone(),
             _ => self.fresh_tracker(&resolved.address).await,
