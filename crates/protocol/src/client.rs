@@ -486,6 +486,36 @@ mod tests {
     }
 
     #[test]
+    fn subscribe_since_and_history_decode_and_bad_values_are_reported() {
+        let f = frame(|w| {
+            w.map(3).str("type").str("subscribe").str("topic").str("a/b/c").str("since");
+            w.map(2).str("offset").uint(41).str("epoch").str("e1");
+        });
+        let ClientFrame::Subscribe(s) = ClientFrame::decode(&f).unwrap() else { panic!() };
+        assert_eq!(s.since, Some(Ok(Since { offset: 41, epoch: "e1".into() })));
+        let f = frame(|w| {
+            w.map(3).str("type").str("subscribe").str("topic").str("a/b/c").str("since");
+            w.map(1).str("offset").raw(&[0xff]);
+        });
+        let ClientFrame::Subscribe(s) = ClientFrame::decode(&f).unwrap() else { panic!() };
+        assert_eq!(s.since, Some(Err(BAD_SINCE)));
+        let f = frame(|w| {
+            w.map(3).str("type").str("history").str("topic").str("a/b/c").str("limit").raw(&[0xfb]);
+        });
+        let h = ClientFrame::decode(&f).unwrap();
+        assert_eq!(h, ClientFrame::History { topic: "a/b/c".into(), since: None, limit: Some(0) });
+        assert_eq!(h.type_str(), "history");
+        let f = frame(|w| {
+            w.map(3).str("type").str("history").str("topic").str("a/b/c").str("limit").str("ten");
+        });
+        assert_eq!(ClientFrame::decode(&f).unwrap_err().hint, "limit must be an integer");
+        let f = frame(|w| {
+            w.map(1).str("type").str("history");
+        });
+        assert_eq!(ClientFrame::decode(&f).unwrap_err().hint, "history requires a string topic");
+    }
+
+    #[test]
     fn publish_keeps_data_bytes_exactly() {
         // data = {"n": uint16 5} — a non-shortest integer width must survive (N2)
         let f = frame(|w| {
