@@ -125,13 +125,18 @@ async def test_a_cut_subscriber_recovers_every_missed_message_in_order(skua_fact
     try:
         await feed.wait_for_all(lambda calls: any(c[0] == {"n": 100} for c in calls), timeout=15, what="the last message")
         got = [d["n"] for d in feed.data]
-        assert got == list(range(-1, 101)), got
+        # Every missed message, in order, each once. The one delivered just before the cut may
+        # come again (as a replay, same offset) when its receipt had not reached the server
+        # before the socket died: at least once, never lost (docs/recovery.md).
+        head = got[: len(got) - 101]
+        assert got[len(head):] == list(range(0, 101)), got
+        assert head and all(n == -1 for n in head), got
         frames = feed_frames(alice)
-        # The missed ones came as replays, with offsets that follow each other.
-        replayed = [f for f in frames if f.get("isReplay")]
-        assert len(replayed) >= 100, [f.get("data") for f in frames]
-        offsets = [f["offset"] for f in frames]
+        assert all(f.get("isReplay") for f in frames[1:]), "everything after the first came as a replay"
+        # Offsets follow each other (a repeat carries its original offset).
+        offsets = [f["offset"] for f in frames[len(head) - 1 :]]
         assert offsets == list(range(offsets[0], offsets[0] + len(offsets))), offsets
+        assert frames[0]["offset"] == offsets[0]
         assert len({f["epoch"] for f in frames}) == 1
         assert not alice.frames("recovery"), alice.frames("recovery")
         # The SDK did nothing special: one subscribe per topic, a reconnect auth.

@@ -301,8 +301,11 @@ async fn read_loop(
                         return;
                     }
                 };
-                // Any inbound frame, pings included, counts as activity (N5).
-                last_activity = Instant::now();
+                // Any inbound frame, pings included, counts as activity (N5); pongs answer the
+                // server's own receipt pings (issue 19) and do not.
+                if !matches!(msg, Message::Pong(_)) {
+                    last_activity = Instant::now();
+                }
                 st.metrics.frames_in.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 match msg {
                     Message::Binary(b) if b.is_empty() => {
