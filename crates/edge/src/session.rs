@@ -230,8 +230,10 @@ impl Session {
     pub(crate) async fn cleanup(&mut self) {
         // First: a connection record becomes claimable once released (N23), and a client that
         // reconnects at once should find it.
-        // The offsets delivered on history topics go with the record (issue 19).
-        if self.subs.iter().any(|(_, s)| s.tracker.is_some()) {
+        // The offsets delivered on history topics go with the record (issue 19); not from a
+        // connection whose session a newer one took over (the record is the newer one's now).
+        let taken_over = self.conn.close_requested() == Some(crate::outbound::CloseRequest::TAKEN_OVER);
+        if !taken_over && self.subs.iter().any(|(_, s)| s.tracker.is_some()) {
             self.save_restore().await;
         }
         if let Some(a) = &self.auth {
