@@ -48,6 +48,10 @@ enum Cmd {
         /// of demo/general/messages (what `--triggers` does; the run to compare it with).
         #[arg(long)]
         bench_app: bool,
+        /// nolag: publish on demo/general/feed, a topic with history (issue 19, docs/recovery.md),
+        /// instead of demo/general/messages (the run to compare it with).
+        #[arg(long, conflicts_with = "bench_app")]
+        history: bool,
     },
     /// N topics, each with one publisher and one subscriber, r msg/s per topic.
     Pairs {
@@ -293,6 +297,8 @@ enum Fixture {
     BenchPairs,
     /// The bench actors; fanout on bench/r0/t.
     BenchFanout,
+    /// The demo fixtures' actors; fanout on demo/general/feed (a topic with history).
+    DemoHistory,
 }
 
 async fn setup(
@@ -303,7 +309,9 @@ async fn setup(
     churn_actors: usize,
 ) -> anyhow::Result<Setup> {
     let mut nolag = Nolag::default();
-    if fixture != Fixture::Demo {
+    if fixture == Fixture::DemoHistory {
+        nolag.fanout_topic = "demo/general/feed".into();
+    } else if fixture != Fixture::Demo {
         nolag.pub_token = fixtures::PUB_TOKEN.into();
         nolag.sub_token = fixtures::SUB_TOKEN.into();
     }
@@ -442,8 +450,14 @@ async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             }
             return Ok(ExitCode::SUCCESS);
         }
-        Cmd::Fanout { t, run, subscribers, rate, payload, max_rate_per_conn, bench_app } => {
-            let fixture = if bench_app || t.triggers { Fixture::BenchFanout } else { Fixture::Demo };
+        Cmd::Fanout { t, run, subscribers, rate, payload, max_rate_per_conn, bench_app, history } => {
+            let fixture = if bench_app || t.triggers {
+                Fixture::BenchFanout
+            } else if history {
+                Fixture::DemoHistory
+            } else {
+                Fixture::Demo
+            };
             let st = setup(&t, Some(run), fixture, 0, 0).await?;
             let plan = fanout_plan("fanout", subscribers, rate, payload, max_rate_per_conn);
             let s = traffic::run(&st.ctx, &plan).await?;

@@ -89,6 +89,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 fn envelope(topic: &TopicAddress, i: u64, qos: u8, size: usize) -> Arc<Envelope> {
     Arc::new(Envelope::Publication(Publication {
+        history: None,
         id: EnvelopeId((u128::from(std::process::id()) << 64) | u128::from(i)),
         topic: topic.clone(),
         filter: None,

@@ -328,6 +328,7 @@ fn publication(node: &str, topic: &TopicAddress, filter: Option<&str>, data: Byt
     static NEXT: AtomicU64 = AtomicU64::new(1);
     let run = u128::from(uuid::Uuid::new_v4().as_u64_pair().0);
     Arc::new(Envelope::Publication(Publication {
+        history: None,
         id: EnvelopeId((run << 64) | u128::from(NEXT.fetch_add(1, Ordering::Relaxed))),
         topic: topic.clone(),
         filter: filter.map(str::to_owned),

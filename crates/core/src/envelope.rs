@@ -38,6 +38,9 @@ pub struct Publication {
     pub qos: u8,
     /// The publisher's packed `data`, untouched (N2).
     pub data: Bytes,
+    /// Its place in the topic's history, for a topic with history (issue 19): assigned once,
+    /// by the accepting node, so every node's subscribers see the same offset.
+    pub history: Option<crate::history::HistoryPos>,
 }
 
 /// The kind of a presence change (N21).

@@ -17,6 +17,7 @@ pub mod address;
 pub mod bus;
 pub mod consumer;
 pub mod envelope;
+pub mod history;
 pub mod ids;
 pub mod member_store;
 pub mod presence;

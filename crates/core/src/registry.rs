@@ -97,6 +97,8 @@ impl Grant {
 pub struct TopicConfig {
     /// Messages are stored and delivered with `msgId` (N24).
     pub logged: bool,
+    /// Each room's last messages are kept for recovery (issue 19).
+    pub history: Option<crate::history::HistoryConfig>,
 }
 
 /// A room. With no grants it is public to every actor of the project.
@@ -504,6 +506,13 @@ impl Registry {
         Some((target, app.webhook_secret.as_ref()))
     }
 
+    /// The history settings of a topic, if it has history (issue 19).
+    pub fn history(&self, address: &TopicAddress) -> Option<crate::history::HistoryConfig> {
+        let project = self.projects.get(&address.room.project)?;
+        let app = project.apps.iter().find(|a| a.id == address.room.app)?;
+        app.topics.get(&*address.topic)?.history
+    }
+
     /// The webhook of `kind` for a topic, with the app's secret and the names its payload
     /// carries; `None` when the topic (or its app, room) has none or is gone (N41). The
     /// configuration is per app and topic: a room in an access scope has its room's webhooks.
@@ -685,7 +694,7 @@ mod tests {
         );
         let mut topics = BTreeMap::new();
         topics.insert("messages".into(), TopicConfig::default());
-        topics.insert("tasks".into(), TopicConfig { logged: true });
+        topics.insert("tasks".into(), TopicConfig { logged: true, history: None });
         let app = App {
             id: AppId::parse("demo-app").unwrap(),
             slug: "demo".into(),

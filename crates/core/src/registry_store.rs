@@ -126,6 +126,25 @@ pub struct TopicRecord {
     /// The topic's own webhooks (N41).
     #[serde(default)]
     pub webhooks: TopicWebhooksRecord,
+    /// The topic's history (`topicConfigs.<topic>.history`, issue 19).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<HistoryRecord>,
+}
+
+/// A topic's history settings as stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryRecord {
+    /// Messages kept per room.
+    pub size: u32,
+    /// How long each is kept, in milliseconds.
+    pub ttl_ms: u64,
+}
+
+impl HistoryRecord {
+    /// The registry's form.
+    pub fn config(&self) -> crate::history::HistoryConfig {
+        crate::history::HistoryConfig { size: self.size.max(1), ttl_ms: self.ttl_ms.max(1) }
+    }
 }
 
 /// An app.
@@ -652,7 +671,10 @@ impl RegistryData {
                 let (app_hydration, app_trigger) =
                     (a.hydration_webhook.as_ref().map(|w| w.target()), a.trigger_webhook.as_ref().map(|w| w.target()));
                 for t in &a.topics {
-                    topics.insert(t.name.clone(), TopicConfig { logged: t.logged });
+                    topics.insert(
+                        t.name.clone(),
+                        TopicConfig { logged: t.logged, history: t.history.map(|h| h.config()) },
+                    );
                     let hooks = TopicWebhooks {
                         hydration: t
                             .webhooks

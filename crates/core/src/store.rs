@@ -76,6 +76,8 @@ pub struct RestoredTopic {
     pub load_balance_group: Option<String>,
     /// The filter list as the client last sent it (packed msgpack), `None` for wildcard.
     pub raw_filters: Option<Bytes>,
+    /// For a topic with history: the last `(offset, epoch)` delivered (issue 19).
+    pub history: Option<(u64, String)>,
 }
 
 /// What `reconnect:true` restores.

@@ -88,6 +88,17 @@ pub struct EdgeConfig {
     pub max_retained_bytes_per_topic: usize,
     /// Most bytes of retained messages this node keeps over all topics (same behaviour).
     pub max_retained_bytes: usize,
+    /// Topic history (issue 19, docs/recovery.md): largest `size` a topic may use (larger
+    /// configured sizes saturate).
+    pub history_max_size: u32,
+    /// Most (room, topic) histories one node keeps in memory (least recently used go first).
+    pub history_max_topics: usize,
+    /// Most payload bytes one in-memory (room, topic) history keeps (oldest go first).
+    pub history_max_topic_bytes: usize,
+    /// Most messages one subscription's recovery replays.
+    pub history_max_replay: usize,
+    /// Most messages one `history` reply carries (a larger `limit` saturates).
+    pub history_max_page: usize,
     /// Failed `auth`s one connection may make; the next failure closes it 1008.
     pub max_auth_failures: u32,
     /// Close a connection that has not authenticated within this long (1008); `None`: no
@@ -191,6 +202,11 @@ impl Default for EdgeConfig {
             max_presence_size: 64 * 1024,
             max_retained_bytes_per_topic: 4 * 1024 * 1024,
             max_retained_bytes: 256 * 1024 * 1024,
+            history_max_size: 10_000,
+            history_max_topics: 10_000,
+            history_max_topic_bytes: 16 * 1024 * 1024,
+            history_max_replay: 10_000,
+            history_max_page: 100,
             max_auth_failures: 10,
             auth_timeout: None,
             auth_backoff_after: 5,

@@ -426,6 +426,7 @@ impl DurableTask {
             timestamp: p.timestamp_ms,
             msg_id: Some(msg_id),
             is_replay,
+            history: p.history.as_ref().map(|h| (h.offset, &*h.epoch)),
         };
         self.push(&ServerFrame::Message(frame)).await;
     }
@@ -469,6 +470,7 @@ impl DurableTask {
                     timestamp: m.timestamp_ms,
                     msg_id: Some(&m.msg_id),
                     is_replay: replay || m.redelivered,
+                    history: None,
                 };
                 self.push(&ServerFrame::Message(frame)).await;
                 delivered += 1;

@@ -41,6 +41,8 @@ pub struct LocalSub {
     pub durable: Option<DurableRoute>,
     /// Set while a hydration is under way (N43): live frames wait in it.
     pub hold: Option<Arc<crate::hydrate::Hold>>,
+    /// For a topic with history: what it was delivered, and its recovery (issue 19).
+    pub history: Option<Arc<crate::history::Tracker>>,
     /// Latest retained id seen per filter key, so a replay is never delivered twice. Shared
     /// (weakly) with a paced snapshot still being sent, which skips what is no longer latest.
     retained_seen: Arc<Mutex<RetainedSeen>>,
@@ -88,11 +90,37 @@ impl LocalSub {
         filters: Arc<[String]>,
         group: Option<Arc<str>>,
     ) -> Self {
-        Self { conn, actor, echo, filters, group, durable: None, hold: None, retained_seen: Arc::default() }
+        Self {
+            conn,
+            actor,
+            echo,
+            filters,
+            group,
+            durable: None,
+            hold: None,
+            history: None,
+            retained_seen: Arc::default(),
+        }
     }
 
-    /// Queues a live frame, or keeps it in the hydration hold.
-    fn push_live(&self, frame: Bytes) -> bool {
+    /// Queues a live frame, or keeps it in the hydration hold; a history topic's frame only
+    /// when its tracker admits it (not during a recovery, not replayed already).
+    fn push_live(&self, p: &Publication, frame: Bytes) -> bool {
+        if let Some(t) = &self.history
+            && let Some(h) = &p.history
+        {
+            if !t.admit_live(p) {
+                return false;
+            }
+            let batch = match &self.hold {
+                Some(hold) => hold.push(&self.conn, frame).then_some(None),
+                None => self.conn.push_tracked(frame).map(Some),
+            };
+            if let Some(b) = batch {
+                t.queued(b, h.offset);
+            }
+            return batch.is_some();
+        }
         match &self.hold {
             Some(h) => h.push(&self.conn, frame),
             None => self.conn.push_uncounted(frame),
@@ -302,6 +330,7 @@ fn message_frame(echo: &str, p: &Publication) -> Bytes {
         timestamp: p.timestamp_ms,
         msg_id: p.msg_id.as_deref(),
         is_replay: false,
+        history: p.history.as_ref().map(|h| (h.offset, &*h.epoch)),
     })
     .encode()
 }
@@ -898,7 +927,7 @@ impl Hub {
                         delivered += 1;
                         continue;
                     }
-                    if sub.push_live(frames.get(&sub.echo, p)) {
+                    if sub.push_live(p, frames.get(&sub.echo, p)) {
                         delivered += 1;
                         queued += 1;
                     }
@@ -918,7 +947,7 @@ impl Hub {
                         {
                             d.offer(env);
                             delivered += 1;
-                        } else if sub.push_live(frames.get(&sub.echo, p)) {
+                        } else if sub.push_live(p, frames.get(&sub.echo, p)) {
                             delivered += 1;
                             queued += 1;
                         }

@@ -31,6 +31,7 @@ pub mod config;
 pub mod durable;
 pub mod fds;
 pub mod front;
+pub mod history;
 pub mod hub;
 pub mod hydrate;
 pub mod ids;

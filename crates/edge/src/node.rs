@@ -115,7 +115,8 @@ impl EdgeNode {
             connections.clone(),
             backends.publish_observers,
         )
-        .with_triggers(triggers.clone());
+        .with_triggers(triggers.clone())
+        .with_history(backends.history.clone());
         let durable = Arc::new(Durable::new(
             node.clone(),
             backends.store.clone(),
@@ -186,6 +187,7 @@ impl EdgeNode {
             metrics_sources,
             hydrator: backends.hydrator,
             members: members.clone(),
+            history: backends.history,
             api: std::sync::OnceLock::new(),
             admin: std::sync::OnceLock::new(),
             draining: std::sync::atomic::AtomicBool::new(false),

@@ -72,6 +72,9 @@ struct Queue {
     /// The writer, while it waits on an empty queue.
     writer: Option<Waker>,
     close_request: Option<CloseRequest>,
+    /// How many times the writer took frames: a frame queued while this is `n` is written in
+    /// batch `n + 1` (receipts of history frames, issue 19).
+    takes: u64,
 }
 
 /// The sending half of a connection, shared by the session and the hub.
@@ -94,6 +97,10 @@ pub struct ConnHandle {
     drained: Notify,
     room_waiters: AtomicUsize,
     metrics: std::sync::Arc<Metrics>,
+    /// The last batch the client proved it received (the payload of its latest pong).
+    proven: std::sync::atomic::AtomicU64,
+    /// A tracked frame was queued since the last receipt ping.
+    receipt_wanted: AtomicBool,
 }
 
 /// The receiving half, owned by the writer task: the frames it has taken from the queue.
@@ -126,6 +133,8 @@ impl ConnHandle {
             drained: Notify::new(),
             room_waiters: AtomicUsize::new(0),
             metrics,
+            proven: std::sync::atomic::AtomicU64::new(0),
+            receipt_wanted: AtomicBool::new(false),
         };
         (handle, Outbox::default())
     }
@@ -163,31 +172,65 @@ impl ConnHandle {
 
     /// [`Self::push`] without the metrics: for the hub, which counts a whole fan-out at once.
     pub(crate) fn push_uncounted(&self, frame: Bytes) -> bool {
+        self.push_batch(frame).is_some()
+    }
+
+    /// Queues a frame whose receipt matters (a history topic's message, issue 19), uncounted
+    /// like [`Self::push_uncounted`]: returns the writer's take count at queueing (the frame
+    /// goes out in the next batch), and asks the writer for a receipt ping after it.
+    pub fn push_tracked(&self, frame: Bytes) -> Option<u64> {
+        let batch = self.push_batch(frame)?;
+        self.receipt_wanted.store(true, Ordering::Release);
+        Some(batch)
+    }
+
+    /// Whether a receipt ping is wanted (and no longer, once asked).
+    pub fn take_receipt_wanted(&self) -> bool {
+        self.receipt_wanted.swap(false, Ordering::AcqRel)
+    }
+
+    /// How many batches the writer took so far.
+    pub fn takes(&self) -> u64 {
+        self.lock().takes
+    }
+
+    /// The client's pong carried `batch`: every frame of batches up to it was received.
+    pub fn receipt(&self, batch: u64) {
+        self.proven.fetch_max(batch, Ordering::AcqRel);
+    }
+
+    /// The last batch the client proved it received.
+    pub fn proven(&self) -> u64 {
+        self.proven.load(Ordering::Acquire)
+    }
+
+    fn push_batch(&self, frame: Bytes) -> Option<u64> {
         if self.closing.load(Ordering::Relaxed) {
             self.count_refused();
-            return false;
+            return None;
         }
         let len = frame.len();
         let mut q = self.lock();
         if q.close_request.is_some() {
             drop(q);
             self.count_refused();
-            return false;
+            return None;
         }
         if q.count >= self.max_messages || (q.bytes + len > self.max_bytes && q.bytes > 0) {
             drop(q);
             self.overflow();
-            return false;
+            return None;
         }
         q.count += 1;
         q.bytes += len;
         q.frames.push_back(frame);
+        let batch = q.takes;
         let writer = q.writer.take();
         drop(q);
         if let Some(w) = writer {
             w.wake();
         }
-        true
+        Some(batch)
     }
 
     /// A frame refused because the connection is closing: a drop when the close is the
@@ -360,6 +403,7 @@ impl Outbox {
         if q.frames.is_empty() {
             return false;
         }
+        q.takes += 1;
         if self.taken.is_empty() {
             // One swap instead of a pop per frame; the emptied buffer goes back to producers.
             std::mem::swap(&mut self.taken, &mut q.frames);

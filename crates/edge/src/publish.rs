@@ -181,6 +181,8 @@ pub struct Publisher {
     /// Trigger webhooks (N44, N45): the outbox lease of logged messages, then told of every
     /// accepted publish after the observers.
     triggers: Option<Arc<Triggers>>,
+    /// The history slot (issue 19): a topic with history gets its offset here.
+    history: Option<Arc<dyn skua_core::history::History>>,
 }
 
 impl std::fmt::Debug for Publisher {
@@ -202,13 +204,20 @@ impl Publisher {
         observers: Vec<Arc<dyn PublishObserver>>,
     ) -> Self {
         let ids = Arc::new(EnvelopeIds::new(&node));
-        Self { registry, hub, store, metrics, usage, node, ids, observers, triggers: None }
+        Self { registry, hub, store, metrics, usage, node, ids, observers, triggers: None, history: None }
     }
 
     /// Posts trigger webhooks through `triggers` (N44, N45).
     #[must_use]
     pub fn with_triggers(mut self, triggers: Option<Arc<Triggers>>) -> Self {
         self.triggers = triggers;
+        self
+    }
+
+    /// Keeps the history of topics that have one in `history` (issue 19).
+    #[must_use]
+    pub fn with_history(mut self, history: Option<Arc<dyn skua_core::history::History>>) -> Self {
+        self.history = history;
         self
     }
 
@@ -306,6 +315,26 @@ impl Publisher {
         } else {
             None
         };
+        // A topic with history: its offset, assigned once here, before the bus (issue 19).
+        let history = match (&self.history, registry.history(&resolved.address)) {
+            (Some(h), Some(config)) => {
+                let entry = skua_core::history::NewHistoryEntry {
+                    timestamp_ms,
+                    publisher: &publisher,
+                    filter: filter.as_deref(),
+                    msg_id: msg_id.as_deref(),
+                    data: &data,
+                };
+                match h.append(&resolved.address, &config, entry).await {
+                    Ok(pos) => Some(pos),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "Appending to a topic's history failed; publish refused.");
+                        return Err(Refused::Bus(BusError::Unavailable));
+                    }
+                }
+            }
+            _ => None,
+        };
         let id = self.next_envelope_id();
         let address = resolved.address.clone();
         let envelope = Arc::new(Envelope::Publication(Publication {
@@ -324,6 +353,7 @@ impl Publisher {
             retain,
             qos,
             data,
+            history,
         }));
         // Observers borrow the publication after the bus took it; without observers the
         // envelope is handed over whole (no extra reference).

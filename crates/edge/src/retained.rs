@@ -143,6 +143,7 @@ mod tests {
 
     fn publication(topic: &str, filter: Option<&str>, len: usize) -> Publication {
         Publication {
+            history: None,
             id: EnvelopeId(1),
             topic: TopicAddress {
                 room: RoomKey {

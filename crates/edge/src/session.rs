@@ -38,6 +38,8 @@ pub(crate) struct SessionSub {
     raw_filters: Option<Bytes>,
     /// The durable consumer, for a persistent session's subscription to a logged topic.
     consumer: Option<skua_core::ConsumerId>,
+    /// For a topic with history: what it was delivered (issue 19).
+    tracker: Option<Arc<crate::history::Tracker>>,
 }
 
 /// What an authenticated connection knows about itself.
@@ -183,6 +185,7 @@ impl Session {
             ClientFrame::LobbySubscribe { lobby_id } => self.on_lobby_subscribe(&lobby_id).await,
             ClientFrame::LobbyUnsubscribe { lobby_id } => self.on_lobby_unsubscribe(&lobby_id).await,
             ClientFrame::GetLobbyPresence { lobby_id } => self.on_get_lobby_presence(&lobby_id).await,
+            ClientFrame::History { topic, since, limit } => self.on_history(&topic, since, limit).await,
         }
     }
 
@@ -202,6 +205,11 @@ impl Session {
                     load_balance: s.group.is_some(),
                     load_balance_group: s.group_as_sent.clone(),
                     raw_filters: s.raw_filters.clone(),
+                    history: s
+                        .tracker
+                        .as_ref()
+                        .and_then(|t| t.position(self.conn.proven()))
+                        .map(|(o, e)| (o, e.to_string())),
                 })
                 .collect(),
             lobbies: self.lobbies.keys().cloned().collect(),
@@ -222,6 +230,12 @@ impl Session {
     pub(crate) async fn cleanup(&mut self) {
         // First: a connection record becomes claimable once released (N23), and a client that
         // reconnects at once should find it.
+        // The offsets delivered on history topics go with the record (issue 19); not from a
+        // connection whose session a newer one took over (the record is the newer one's now).
+        let taken_over = self.conn.close_requested() == Some(crate::outbound::CloseRequest::TAKEN_OVER);
+        if !taken_over && self.subs.iter().any(|(_, s)| s.tracker.is_some()) {
+            self.save_restore().await;
+        }
         if let Some(a) = &self.auth {
             let ttl = self.st.config.restore_ttl.as_secs();
             if let Err(e) = self.st.store.release_restore(&a.restore, now_unix_s(), ttl).await {

@@ -39,6 +39,8 @@ pub struct Backends {
     pub hydrator: Option<Arc<dyn crate::hydrate::Hydrator>>,
     /// Posts wake requests of persistent members (N47); `None`: nobody is woken.
     pub wake_poster: Option<Arc<dyn crate::members::WakePoster>>,
+    /// Topic history (issue 19); `None`: no topic keeps history on this node.
+    pub history: Option<Arc<dyn skua_core::history::History>>,
 }
 
 /// Shared state of one edge node: plain data, no tasks ([`crate::node`] starts and stops them).
@@ -79,6 +81,8 @@ pub struct EdgeState {
     pub hydrator: Option<Arc<dyn crate::hydrate::Hydrator>>,
     /// Persistent presence and wake (N46, N47).
     pub members: Arc<crate::members::Members>,
+    /// Topic history (issue 19).
+    pub history: Option<Arc<dyn skua_core::history::History>>,
     /// The routes served under `/v1` (the REST API), installed once the control plane runs;
     /// unset, `/v1` answers 404.
     pub api: std::sync::OnceLock<axum::Router>,

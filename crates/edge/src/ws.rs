@@ -314,8 +314,11 @@ async fn read_loop(
                         return;
                     }
                 };
-                // Any inbound frame, pings included, counts as activity (N5).
-                last_activity = Instant::now();
+                // Any inbound frame, pings included, counts as activity (N5); pongs answer the
+                // server's own receipt pings (issue 19) and do not.
+                if !matches!(msg, Message::Pong(_)) {
+                    last_activity = Instant::now();
+                }
                 st.metrics.frames_in.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 match msg {
                     Message::Binary(b) if b.is_empty() => {
@@ -349,7 +352,12 @@ async fn read_loop(
                         });
                     }
                     Message::Close(_) => return,
-                    Message::Ping(_) | Message::Pong(_) => {}
+                    Message::Pong(p) => {
+                        if let Ok(batch) = <[u8; 8]>::try_from(&p[..]) {
+                            handle.receipt(u64::from_be_bytes(batch));
+                        }
+                    }
+                    Message::Ping(_) => {}
                 }
                 if auth_deadline.is_some() && session.is_authed() {
                     auth_deadline = None;
@@ -399,6 +407,15 @@ async fn write_loop(
         if sent.is_err() {
             handle.request_close(CloseRequest::GONE);
             break;
+        }
+        // History frames went out: a ping whose pong proves the client received every batch
+        // written so far (issue 19; every WebSocket client answers pings by itself).
+        if handle.take_receipt_wanted() {
+            let batch = handle.takes();
+            if sink.send(Message::Ping(batch.to_be_bytes().to_vec().into())).await.is_err() {
+                handle.request_close(CloseRequest::GONE);
+                break;
+            }
         }
         outbox.shrink();
     }

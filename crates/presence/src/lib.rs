@@ -9,6 +9,7 @@
 //!
 //! Every implementation passes `skua_testkit::presence_conformance!`.
 
+pub mod history;
 pub mod memory;
 pub mod redis;
 

@@ -124,6 +124,11 @@ impl RedisPresence {
         Ok(Self { conn, keys: Keys::new(key_prefix), reachable: AtomicBool::new(true) })
     }
 
+    /// The history slot on this presence's Redis connection, keys under `key_prefix` (issue 19).
+    pub fn history(&self, key_prefix: &str) -> crate::history::RedisHistory {
+        crate::history::RedisHistory::new(self.conn.clone(), key_prefix)
+    }
+
     /// Runs `script` with `keys` and `args`, cloning the manager (one `Arc`) so `&self` suffices.
     async fn run<T: ::redis::FromRedisValue>(
         &self,

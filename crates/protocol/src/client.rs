@@ -63,6 +63,40 @@ pub struct SubscribeFrame {
     pub load_balance: bool,
     /// `loadBalanceGroup`, when a string.
     pub load_balance_group: Option<String>,
+    /// `since: {offset, epoch}`: recover what came after (issue 19); `Err` when malformed.
+    pub since: Option<Result<Since, &'static str>>,
+}
+
+/// A position in a topic's history, as a client sends it (issue 19).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Since {
+    /// The last offset the client has.
+    pub offset: u64,
+    /// Its epoch.
+    pub epoch: String,
+}
+
+/// Why a `since` value is refused.
+const BAD_SINCE: &str = "since must be {offset: non-negative integer, epoch: string}";
+
+/// Parses `{offset, epoch}`.
+fn parse_since(raw: &[u8]) -> Result<Since, &'static str> {
+    let mut r = Reader::new(raw);
+    let n = r.read_map_len().map_err(|_| BAD_SINCE)?;
+    let (mut offset, mut epoch) = (None, None);
+    for _ in 0..n {
+        match r.read_str().map_err(|_| BAD_SINCE)? {
+            "offset" => offset = Some(u64::try_from(r.read_int().map_err(|_| BAD_SINCE)?).map_err(|_| BAD_SINCE)?),
+            "epoch" => epoch = Some(r.read_str().map_err(|_| BAD_SINCE)?.to_owned()),
+            _ => {
+                r.skip_value().map_err(|_| BAD_SINCE)?;
+            }
+        }
+    }
+    match (offset, epoch) {
+        (Some(offset), Some(epoch)) if epoch.len() <= 64 => Ok(Since { offset, epoch }),
+        _ => Err(BAD_SINCE),
+    }
 }
 
 /// `publish`.
@@ -147,6 +181,15 @@ pub enum ClientFrame {
         /// Lobby slug.
         lobby_id: String,
     },
+    /// `history` (issue 19): a page of a topic's history.
+    History {
+        /// The address as sent.
+        topic: String,
+        /// After this position; `None`: the latest messages. `Err` when malformed.
+        since: Option<Result<Since, &'static str>>,
+        /// Most messages wanted (saturates at the server's page cap); `None` when absent.
+        limit: Option<u64>,
+    },
 }
 
 impl ClientFrame {
@@ -166,6 +209,7 @@ impl ClientFrame {
             Self::LobbySubscribe { .. } => t::LOBBY_SUBSCRIBE,
             Self::LobbyUnsubscribe { .. } => t::LOBBY_UNSUBSCRIBE,
             Self::GetLobbyPresence { .. } => t::GET_LOBBY_PRESENCE,
+            Self::History { .. } => t::HISTORY,
         }
     }
 
@@ -214,8 +258,26 @@ impl ClientFrame {
                         topic: Some(topic.clone()),
                         msg_ref: None,
                     })?,
+                    since: f.get("since").map(parse_since),
                     topic,
                 })
+            }
+            t::HISTORY => {
+                let topic = f.req_str("topic", "history requires a string topic")?;
+                let limit = match f.get("limit") {
+                    None => None,
+                    Some(raw) => match Reader::new(raw).read_int() {
+                        Ok(n) => Some(u64::try_from(n.clamp(0, i128::from(u64::MAX))).unwrap_or(0)),
+                        Err(_) => {
+                            return Err(DecodeError {
+                                hint: "limit must be an integer",
+                                topic: Some(topic),
+                                msg_ref: None,
+                            });
+                        }
+                    },
+                };
+                Self::History { since: f.get("since").map(parse_since), limit, topic }
             }
             t::UNSUBSCRIBE => Self::Unsubscribe { topic: f.req_str("topic", "unsubscribe requires a string topic")? },
             t::PUBLISH => {
@@ -421,6 +483,36 @@ mod tests {
         let mut w = Writer::default();
         build(&mut w);
         Bytes::from(w.into_vec())
+    }
+
+    #[test]
+    fn subscribe_since_and_history_decode_and_bad_values_are_reported() {
+        let f = frame(|w| {
+            w.map(3).str("type").str("subscribe").str("topic").str("a/b/c").str("since");
+            w.map(2).str("offset").uint(41).str("epoch").str("e1");
+        });
+        let ClientFrame::Subscribe(s) = ClientFrame::decode(&f).unwrap() else { panic!() };
+        assert_eq!(s.since, Some(Ok(Since { offset: 41, epoch: "e1".into() })));
+        let f = frame(|w| {
+            w.map(3).str("type").str("subscribe").str("topic").str("a/b/c").str("since");
+            w.map(1).str("offset").raw(&[0xff]);
+        });
+        let ClientFrame::Subscribe(s) = ClientFrame::decode(&f).unwrap() else { panic!() };
+        assert_eq!(s.since, Some(Err(BAD_SINCE)));
+        let f = frame(|w| {
+            w.map(3).str("type").str("history").str("topic").str("a/b/c").str("limit").raw(&[0xfb]);
+        });
+        let h = ClientFrame::decode(&f).unwrap();
+        assert_eq!(h, ClientFrame::History { topic: "a/b/c".into(), since: None, limit: Some(0) });
+        assert_eq!(h.type_str(), "history");
+        let f = frame(|w| {
+            w.map(3).str("type").str("history").str("topic").str("a/b/c").str("limit").str("ten");
+        });
+        assert_eq!(ClientFrame::decode(&f).unwrap_err().hint, "limit must be an integer");
+        let f = frame(|w| {
+            w.map(1).str("type").str("history");
+        });
+        assert_eq!(ClientFrame::decode(&f).unwrap_err().hint, "history requires a string topic");
     }
 
     #[test]

@@ -174,4 +174,6 @@ pub mod client_type {
     pub const LOBBY_UNSUBSCRIBE: &str = "lobbyUnsubscribe";
     /// `getLobbyPresence`.
     pub const GET_LOBBY_PRESENCE: &str = "getLobbyPresence";
+    /// `history` (issue 19).
+    pub const HISTORY: &str = "history";
 }

@@ -15,10 +15,10 @@ pub mod filters;
 pub mod msgpack;
 pub mod server;
 
-pub use client::{AuthFrame, ClientFrame, ClientIdField, DecodeError, PublishFrame, SubscribeFrame};
+pub use client::{AuthFrame, ClientFrame, ClientIdField, DecodeError, PublishFrame, Since, SubscribeFrame};
 pub use filters::{FilterError, FilterSpec};
 pub use server::{
-    ErrorFrame, LobbyRoomSnapshot, MessageFrame, PersistentRef, PresenceEntryRef, PresenceEventKind,
+    ErrorFrame, HistoryItem, LobbyRoomSnapshot, MessageFrame, PersistentRef, PresenceEntryRef, PresenceEventKind,
     RestoredSubscription, ServerFrame, ServerFrameKind,
 };
 

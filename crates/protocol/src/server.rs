@@ -92,8 +92,25 @@ pub struct MessageFrame<'a> {
     pub timestamp: u64,
     /// Stored messages only (N24).
     pub msg_id: Option<&'a str>,
-    /// Redelivered or replayed (N25, N26).
+    /// Redelivered or replayed (N25, N26; recovery, issue 19).
     pub is_replay: bool,
+    /// `(offset, epoch)` of a message of a topic with history (issue 19).
+    pub history: Option<(u64, &'a str)>,
+}
+
+/// One message of a `history` reply (issue 19).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HistoryItem<'a> {
+    /// Its offset.
+    pub offset: u64,
+    /// Packed payload.
+    pub data: &'a [u8],
+    /// The publisher's actorTokenId.
+    pub from: &'a str,
+    /// Unix ms.
+    pub timestamp: u64,
+    /// Its filter key.
+    pub filter: Option<&'a str>,
 }
 
 /// An `error` frame. Absent fields are omitted.
@@ -158,11 +175,15 @@ pub enum ServerFrameKind {
     Disconnect,
     /// `hydration` (N43).
     Hydration,
+    /// `recovery` (issue 19).
+    Recovery,
+    /// `history` (issue 19).
+    History,
 }
 
 impl ServerFrameKind {
     /// Every kind, in declaration order: `ALL[k.index()] == k`.
-    pub const ALL: [Self; 18] = [
+    pub const ALL: [Self; 20] = [
         Self::Message,
         Self::Auth,
         Self::Reauth,
@@ -181,6 +202,8 @@ impl ServerFrameKind {
         Self::Error,
         Self::Disconnect,
         Self::Hydration,
+        Self::Recovery,
+        Self::History,
     ];
 
     /// The `type` string on the wire.
@@ -204,6 +227,8 @@ impl ServerFrameKind {
             Self::Error => "error",
             Self::Disconnect => "disconnect",
             Self::Hydration => "hydration",
+            Self::Recovery => "recovery",
+            Self::History => "history",
         }
     }
 
@@ -357,6 +382,31 @@ pub enum ServerFrame<'a> {
         /// The webhook's JSON answer, already encoded as one MessagePack value.
         data: &'a [u8],
     },
+    /// `recovery`: what a recovering subscription got (issue 19); `recovered: false` says
+    /// messages were missed that history no longer holds.
+    Recovery {
+        /// The subscription's address string.
+        topic: &'a str,
+        /// Whether nothing was missed.
+        recovered: bool,
+        /// The topic's current epoch.
+        epoch: &'a str,
+        /// The latest offset of the topic.
+        offset: u64,
+    },
+    /// `history`: the reply to a `history` request (issue 19).
+    History {
+        /// The address string as requested.
+        topic: &'a str,
+        /// The topic's current epoch.
+        epoch: &'a str,
+        /// The latest offset of the topic.
+        offset: u64,
+        /// Whether the messages reach back to the `since` asked (always true without one).
+        complete: bool,
+        /// Oldest first.
+        messages: &'a [HistoryItem<'a>],
+    },
 }
 
 fn entry(w: &mut Writer, e: &PresenceEntryRef<'_>) {
@@ -401,6 +451,8 @@ impl ServerFrame<'_> {
             Self::Error(_) => ServerFrameKind::Error,
             Self::Disconnect { .. } => ServerFrameKind::Disconnect,
             Self::Hydration { .. } => ServerFrameKind::Hydration,
+            Self::Recovery { .. } => ServerFrameKind::Recovery,
+            Self::History { .. } => ServerFrameKind::History,
         }
     }
 
@@ -425,6 +477,9 @@ impl ServerFrame<'_> {
         match self {
             Self::Message(m) => 96 + m.topic.len() + m.data.len() + m.from.len(),
             Self::Hydration { topic, data } => 48 + topic.len() + data.len(),
+            Self::History { messages, .. } => {
+                128 + messages.iter().map(|m| 64 + m.data.len() + m.from.len()).sum::<usize>()
+            }
             _ => 128,
         }
     }
@@ -480,7 +535,8 @@ impl ServerFrame<'_> {
                 let n = 5
                     + usize::from(m.filter.is_some())
                     + 2 * usize::from(m.msg_id.is_some())
-                    + usize::from(m.is_replay);
+                    + usize::from(m.is_replay)
+                    + 2 * usize::from(m.history.is_some());
                 w.map(n).str("type").str("message").str("topic").str(m.topic).str("data").raw(m.data);
                 w.str("from").str(m.from).str("timestamp").uint(m.timestamp);
                 if let Some(f) = m.filter {
@@ -491,6 +547,9 @@ impl ServerFrame<'_> {
                 }
                 if m.is_replay {
                     w.str("isReplay").bool(true);
+                }
+                if let Some((offset, epoch)) = m.history {
+                    w.str("offset").uint(offset).str("epoch").str(epoch);
                 }
             }
             Self::Presence { event, actor_token_id, presence, persistent } => {
@@ -575,6 +634,21 @@ impl ServerFrame<'_> {
             }
             Self::Hydration { topic, data } => {
                 w.map(3).str("type").str("hydration").str("topic").str(topic).str("data").raw(data);
+            }
+            Self::Recovery { topic, recovered, epoch, offset } => {
+                w.map(5).str("type").str("recovery").str("topic").str(topic).str("recovered").bool(recovered);
+                w.str("epoch").str(epoch).str("offset").uint(offset);
+            }
+            Self::History { topic, epoch, offset, complete, messages } => {
+                w.map(6).str("type").str("history").str("topic").str(topic).str("epoch").str(epoch);
+                w.str("offset").uint(offset).str("complete").bool(complete).str("messages").array(messages.len());
+                for m in messages {
+                    w.map(4 + usize::from(m.filter.is_some())).str("offset").uint(m.offset).str("data").raw(m.data);
+                    w.str("from").str(m.from).str("timestamp").uint(m.timestamp);
+                    if let Some(f) = m.filter {
+                        w.str("filter").str(f);
+                    }
+                }
             }
         }
     }

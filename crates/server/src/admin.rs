@@ -237,6 +237,23 @@ enum AppCmd {
         #[arg(long)]
         webhook_timeout_ms: Option<u32>,
     },
+    /// Set or remove a topic's history (`topicConfigs.<topic>.history`, docs/recovery.md):
+    /// each room's last `--size` messages, kept `--ttl`.
+    SetTopicHistory {
+        /// App id or slug.
+        app: String,
+        /// Topic name.
+        topic: String,
+        /// Messages kept per room (at least 1).
+        #[arg(long)]
+        size: Option<u32>,
+        /// How long each is kept (`30s`, `10m`, `1h`).
+        #[arg(long)]
+        ttl: Option<String>,
+        /// Remove the topic's history.
+        #[arg(long, conflicts_with_all = ["size", "ttl"])]
+        off: bool,
+    },
     /// Replace the app's webhook secret; the new one is shown once.
     RotateWebhookSecret {
         /// App id or slug.
@@ -734,6 +751,7 @@ async fn execute(args: AdminArgs) -> Result<String, Failure> {
                         if let Some(old) = current.get_ref().topics.iter().find(|o| o.name == topic.name) {
                             topic.webhooks.clone_from(&old.webhooks);
                             topic.webhook.clone_from(&old.webhook);
+                            topic.history = old.history;
                         }
                     }
                     Some(pb::TopicList { topics: list })
@@ -770,6 +788,32 @@ async fn execute(args: AdminArgs) -> Result<String, Failure> {
                 if let Some(w) = on_publish {
                     hooks.on_publish = Some(w).filter(|w| !w.url.is_empty());
                 }
+                let r = pb::UpdateAppRequest {
+                    project_id: project,
+                    app,
+                    topics: Some(pb::TopicList { topics: list }),
+                    ..Default::default()
+                };
+                out.app(&c.update_app(r).await?.into_inner())
+            }
+            AppCmd::SetTopicHistory { app, topic, size, ttl, off } => {
+                let history = match (off, size, ttl) {
+                    (true, _, _) => None,
+                    (false, Some(size), Some(ttl)) => {
+                        let ttl = crate::duration::parse(&ttl).map_err(|e| Failure(format!("--ttl: {e}")))?;
+                        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+                        Some(pb::TopicHistory { size, ttl_ms })
+                    }
+                    _ => return Err(Failure("give --size and --ttl, or --off".into())),
+                };
+                let current =
+                    c.get_app(pb::GetAppRequest { project_id: project.clone(), app: app.clone() }).await?.into_inner();
+                let mut list = current.topics;
+                let entry = list
+                    .iter_mut()
+                    .find(|t| t.name == topic)
+                    .ok_or_else(|| Failure(format!("app {} has no topic {topic:?}", current.slug)))?;
+                entry.history = history;
                 let r = pb::UpdateAppRequest {
                     project_id: project,
                     app,

@@ -166,6 +166,21 @@ pub struct Settings {
     /// Most bytes of retained messages kept by this node [default 268435456].
     #[arg(long, env = "SKUA_MAX_RETAINED_BYTES")]
     pub max_retained_bytes: Option<usize>,
+    /// Topic history: largest `size` a topic may use; larger saturate [default 10000].
+    #[arg(long, env = "SKUA_HISTORY_MAX_SIZE")]
+    pub history_max_size: Option<u32>,
+    /// Topic history: most (room, topic) histories kept in memory [default 10000].
+    #[arg(long, env = "SKUA_HISTORY_MAX_TOPICS")]
+    pub history_max_topics: Option<usize>,
+    /// Topic history: most payload bytes per in-memory history [default 16777216].
+    #[arg(long, env = "SKUA_HISTORY_MAX_TOPIC_BYTES")]
+    pub history_max_topic_bytes: Option<usize>,
+    /// Topic history: most messages one recovery replays [default 10000].
+    #[arg(long, env = "SKUA_HISTORY_MAX_REPLAY")]
+    pub history_max_replay: Option<usize>,
+    /// Topic history: most messages one `history` reply carries [default 100].
+    #[arg(long, env = "SKUA_HISTORY_MAX_PAGE")]
+    pub history_max_page: Option<usize>,
     /// Failed auths per connection; one more closes it 1008 [default 10].
     #[arg(long, env = "SKUA_MAX_AUTH_FAILURES")]
     pub max_auth_failures: Option<u32>,
@@ -379,6 +394,8 @@ impl Settings {
         layer!(self, over; dashboard, dashboard_session_ttl, dashboard_max_sessions, dashboard_live_buffer,
             dashboard_max_live_views, dashboard_live_idle, dashboard_sample_interval, dashboard_history);
         layer!(self, over; cluster, drain_spread, log_prune_batch);
+        layer!(self, over; history_max_size, history_max_topics, history_max_topic_bytes, history_max_replay,
+            history_max_page);
         layer!(self, over; presence_ttl, presence_list_limit, wake_timeout, wake_timeout_max, wake_queue, wake_batch,
             wake_negative_cache);
     }

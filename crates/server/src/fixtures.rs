@@ -84,6 +84,15 @@ struct WebhookDef {
 struct TopicConfigDef {
     #[serde(default)]
     webhooks: TopicWebhooksDef,
+    /// Each room's last messages, kept for recovery (issue 19): `{ size = N, ttl = "10m" }`.
+    history: Option<HistoryDef>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HistoryDef {
+    size: u32,
+    ttl: String,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -285,7 +294,13 @@ fn project(p: ProjectDef, data: &mut RegistryData, seq: &mut u64) -> Result<(), 
             if topics.iter().any(|x| x.name == *t) {
                 return Err(format!("app {}: topic {t} listed twice", a.slug));
             }
-            topics.push(TopicRecord { name: t.clone(), logged: false, webhook: None, webhooks: Default::default() });
+            topics.push(TopicRecord {
+                name: t.clone(),
+                logged: false,
+                webhook: None,
+                webhooks: Default::default(),
+                history: None,
+            });
         }
         for t in &a.logged_topics {
             topics
@@ -304,6 +319,15 @@ fn project(p: ProjectDef, data: &mut RegistryData, seq: &mut u64) -> Result<(), 
                 webhook(&field("on_subscribe"), WebhookKind::Hydration, config.webhooks.on_subscribe)?;
             topic.webhooks.on_publish =
                 webhook(&field("on_publish"), WebhookKind::Trigger, config.webhooks.on_publish)?;
+            if let Some(h) = config.history {
+                let field = format!("app {} topic_configs.{name}.history", a.slug);
+                let ttl = crate::duration::parse(&h.ttl).map_err(|e| format!("{field}.ttl: {e}"))?;
+                let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+                if h.size == 0 || ttl_ms == 0 {
+                    return Err(format!("{field}: size and ttl must be above 0"));
+                }
+                topic.history = Some(skua_core::registry_store::HistoryRecord { size: h.size, ttl_ms });
+            }
         }
         let hydration_webhook =
             webhook(&format!("app {} hydration_webhook", a.slug), WebhookKind::Hydration, a.hydration_webhook)?;
@@ -450,6 +474,12 @@ slug = "lobby"
         let bad = toml.replace("https://backend.example.com/events", "ftp://x");
         assert!(load(&[("t", &bad)]).unwrap_err().message.contains("trigger_webhook.url"));
         let unknown = toml.replace("topic_configs.typing", "topic_configs.nope");
+        let no_size = toml.replace(
+            "topic_configs.typing.webhooks.on_subscribe",
+            "topic_configs.typing.history = { size = 0, ttl = \"1m\" }\ntopic_configs.typing.webhooks.on_subscribe",
+        );
+        let e = load(&[("t", no_size.as_str())]).unwrap_err().to_string();
+        assert!(e.contains("history: size and ttl must be above 0"), "{e}");
         assert!(load(&[("t", &unknown)]).unwrap_err().message.contains("not in topics"));
     }
 
@@ -469,10 +499,17 @@ slug = "lobby"
         }
         let bob = r.actor("bob").unwrap();
         let alice = r.actor("alice").unwrap();
-        for t in ["messages", "status", "events", "results", "tasks"] {
+        for t in ["messages", "status", "events", "results", "tasks", "feed"] {
             assert!(r.resolve_topic(bob, &format!("demo/general/{t}"), Operation::Publish, 0).is_ok());
+            assert!(r.resolve_topic(alice, &format!("demo/general/{t}"), Operation::Subscribe, 0).is_ok());
         }
         assert!(r.resolve_topic(bob, "demo/general/tasks", Operation::Publish, 0).unwrap().logged);
+        // `feed` keeps 1000 messages for 10 minutes (shared/CONTRACT.md, issue 19); no other does.
+        let feed = r.resolve_topic(bob, "demo/general/feed", Operation::Publish, 0).unwrap().address;
+        let history = r.history(&feed).unwrap();
+        assert_eq!((history.size, history.ttl_ms), (1000, 600_000));
+        let messages = r.resolve_topic(bob, "demo/general/messages", Operation::Publish, 0).unwrap().address;
+        assert!(r.history(&messages).is_none());
         assert!(r.resolve_topic(bob, "demo/ops/messages", Operation::Subscribe, 0).is_err());
         assert!(r.resolve_topic(alice, "demo/ops/messages", Operation::Publish, 0).is_ok());
         assert_eq!(r.resolve_lobby(bob, "online").unwrap().rooms.len(), 2);

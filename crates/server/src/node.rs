@@ -53,6 +53,15 @@ pub async fn backends(config: &ServerConfig, embedded: &Embedded) -> anyhow::Res
             (bus as Arc<dyn skua_core::Bus>, rx)
         }
     };
+    let e = &config.edge;
+    let limits = skua_presence::history::HistoryLimits {
+        max_size: e.history_max_size,
+        max_topics: e.history_max_topics,
+        max_topic_bytes: e.history_max_topic_bytes,
+    };
+    // Topic history (issue 19): in memory on one node, Redis streams with Redis presence.
+    let mut history: Arc<dyn skua_core::history::History> =
+        Arc::new(skua_presence::history::MemoryHistory::new(limits));
     let presence: Arc<dyn skua_core::Presence> = match &config.presence {
         PresenceConfig::Memory => embedded.presence.clone(),
         PresenceConfig::Redis { url } => {
@@ -62,11 +71,11 @@ pub async fn backends(config: &ServerConfig, embedded: &Embedded) -> anyhow::Res
             } else {
                 None
             };
-            Arc::new(
-                skua_presence::RedisPresence::connect_with_tls(url, &config.edge.namespace, tls)
-                    .await
-                    .map_err(|e| anyhow::anyhow!("while connecting to Redis presence at {}: {e}", redact(url)))?,
-            )
+            let redis = skua_presence::RedisPresence::connect_with_tls(url, &config.edge.namespace, tls)
+                .await
+                .map_err(|e| anyhow::anyhow!("while connecting to Redis presence at {}: {e}", redact(url)))?;
+            history = Arc::new(redis.history(&config.edge.namespace));
+            Arc::new(redis)
         }
     };
     let store: Arc<dyn skua_core::Store> = match &config.store {
@@ -88,6 +97,7 @@ pub async fn backends(config: &ServerConfig, embedded: &Embedded) -> anyhow::Res
         metrics_sources: vec![Arc::new(BusMetrics(mqtt_bus))],
         hydrator: None,
         wake_poster: None,
+        history: Some(history),
     })
 }
 

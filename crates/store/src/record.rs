@@ -6,7 +6,8 @@
 //! ```text
 //! record = { "t": [topic, …], "l": [lobby slug (str), …] }
 //! topic  = { "p": pattern (str), "q": qos (uint), "b": load_balance (bool),
-//!            "g": load_balance_group (str, absent for none), "f": raw_filters (bin, absent for none) }
+//!            "g": load_balance_group (str, absent for none), "f": raw_filters (bin, absent for none),
+//!            "o": last history offset delivered (uint), "e": its epoch (str; both absent for none) }
 //! ```
 //!
 //! Rules that keep the format forward-compatible, so nodes of two releases can share one Postgres
@@ -26,6 +27,8 @@ const QOS: &str = "q";
 const LOAD_BALANCE: &str = "b";
 const GROUP: &str = "g";
 const FILTERS: &str = "f";
+const OFFSET: &str = "o";
+const EPOCH: &str = "e";
 
 /// rmpv's recursion limit. It counts about two steps per nesting level, and a record nests 4
 /// deep (record map, topic array, topic map, string); this leaves room for fields to come while
@@ -66,6 +69,10 @@ fn encode_topic(topic: &RestoredTopic) -> Value {
     if let Some(filters) = &topic.raw_filters {
         map.push((FILTERS.into(), Value::Binary(filters.to_vec())));
     }
+    if let Some((offset, epoch)) = &topic.history {
+        map.push((OFFSET.into(), Value::from(*offset)));
+        map.push((EPOCH.into(), Value::from(epoch.as_str())));
+    }
     Value::Map(map)
 }
 
@@ -104,7 +111,9 @@ fn decode_topic(value: Value) -> Result<RestoredTopic, RecordError> {
         load_balance: false,
         load_balance_group: None,
         raw_filters: None,
+        history: None,
     };
+    let (mut offset, mut epoch) = (None, None);
     for (key, value) in as_map(value, "a topic is not a map")? {
         match key.as_str() {
             Some(PATTERN) => pattern = Some(as_string(value, "pattern is not a string")?),
@@ -117,10 +126,13 @@ fn decode_topic(value: Value) -> Result<RestoredTopic, RecordError> {
                 Value::Binary(raw) => topic.raw_filters = Some(Bytes::from(raw)),
                 _ => return Err(RecordError::Shape("filters are not bin")),
             },
+            Some(OFFSET) => offset = Some(value.as_u64().ok_or(RecordError::Shape("bad offset"))?),
+            Some(EPOCH) => epoch = Some(as_string(value, "epoch is not a string")?),
             _ => {}
         }
     }
     topic.pattern = pattern.ok_or(RecordError::Shape("a topic has no pattern"))?;
+    topic.history = offset.zip(epoch);
     Ok(topic)
 }
 
@@ -156,6 +168,7 @@ mod tests {
             load_balance: false,
             load_balance_group: None,
             raw_filters: None,
+            history: None,
         }
     }
 
@@ -168,6 +181,7 @@ mod tests {
                     load_balance: true,
                     load_balance_group: Some("workers".to_owned()),
                     raw_filters: Some(Bytes::from_static(b"\x92\xa2eu\xa2us")),
+                    history: Some((41, "3f2a9c01d4e5b6a7".to_owned())),
                     ..topic("app/room/jobs")
                 },
                 RestoredTopic { raw_filters: Some(Bytes::from_static(b"\x90")), ..topic("app/room/empty") },

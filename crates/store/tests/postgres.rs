@@ -89,6 +89,7 @@ fn record() -> RestoreRecord {
             load_balance: false,
             load_balance_group: None,
             raw_filters: Some(Bytes::from_static(b"\x91\xa2eu")),
+            history: None,
         }],
         lobbies: Vec::new(),
     }

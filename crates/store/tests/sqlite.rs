@@ -136,6 +136,7 @@ fn record() -> RestoreRecord {
             load_balance: true,
             load_balance_group: Some("workers".to_owned()),
             raw_filters: Some(Bytes::from_static(b"\x91\xa2eu")),
+            history: None,
         }],
         lobbies: vec!["online".to_owned()],
     }

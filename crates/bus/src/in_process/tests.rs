@@ -17,6 +17,7 @@ fn topic(name: &str) -> TopicAddress {
 
 fn publication(topic: &TopicAddress, filter: Option<&str>, n: u64, retain: bool) -> Arc<Envelope> {
     Arc::new(Envelope::Publication(Publication {
+        history: None,
         id: EnvelopeId(u128::from(n)),
         topic: topic.clone(),
         filter: filter.map(str::to_owned),

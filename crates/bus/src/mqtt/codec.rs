@@ -85,7 +85,9 @@ pub fn encode_traced(envelope: &Envelope, trace_parent: Option<&str>) -> Vec<u8>
         Envelope::Publication(p) => {
             let extra = p.topic.room.room.len() + p.topic.topic.len() + p.filter.as_ref().map_or(0, String::len);
             let mut w = Writer::with_capacity(p.data.len() + extra + 128);
-            let len = PUBLICATION_LEN + usize::from(trace_parent.is_some());
+            // Optional tail: trace context, then the history position (issue 19), whose
+            // presence makes the trace slot present too (nil when there is no context).
+            let len = PUBLICATION_LEN + if p.history.is_some() { 3 } else { usize::from(trace_parent.is_some()) };
             w.array(len).uint(VERSION).uint(KIND_PUBLICATION);
             bin(&mut w, &p.id.0.to_be_bytes());
             w.str(p.topic.room.project.as_str())
@@ -101,7 +103,9 @@ pub fn encode_traced(envelope: &Envelope, trace_parent: Option<&str>) -> Vec<u8>
                 .bool(p.retain)
                 .uint(u64::from(p.qos));
             bin(&mut w, &p.data);
-            if let Some(t) = trace_parent {
+            if let Some(h) = &p.history {
+                w.opt_str(trace_parent).uint(h.offset).str(&h.epoch);
+            } else if let Some(t) = trace_parent {
                 w.str(t);
             }
             w.into_vec()
@@ -217,9 +221,19 @@ pub fn decode_traced(payload: &Bytes) -> Result<(Envelope, Option<String>), Deco
         k => return Err(DecodeError::Kind(k)),
     };
     let mut trace_parent = None;
+    let mut envelope = envelope;
+    let mut offset = None;
     for i in need..len {
         if i == PUBLICATION_LEN && matches!(envelope, Envelope::Publication(_)) {
             trace_parent = opt_str(&mut r)?.map(str::to_owned);
+        } else if i == PUBLICATION_LEN + 1 && matches!(envelope, Envelope::Publication(_)) {
+            offset = Some(uint(&mut r, "history offset")?);
+        } else if i == PUBLICATION_LEN + 2
+            && let Envelope::Publication(p) = &mut envelope
+            && let Some(offset) = offset
+        {
+            let epoch = r.read_str()?;
+            p.history = Some(skua_core::history::HistoryPos { offset, epoch: epoch.into() });
         } else {
             r.skip_value()?;
         }
@@ -259,6 +273,7 @@ fn publication(r: &mut Reader<'_>, payload: &Bytes) -> Result<Publication, Decod
         retain,
         qos,
         data,
+        history: None,
     })
 }
 

@@ -172,6 +172,7 @@ mod tests {
 
     fn publication(a: &TopicAddress, filter: Option<&str>) -> Envelope {
         Envelope::Publication(Publication {
+            history: None,
             id: EnvelopeId(1),
             topic: a.clone(),
             filter: filter.map(str::to_owned),

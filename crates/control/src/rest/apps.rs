@@ -86,6 +86,17 @@ pub(crate) struct TopicWebhooksIn {
 pub(crate) struct TopicConfigIn {
     #[serde(default)]
     webhooks: TopicWebhooksIn,
+    /// Each room's last messages, kept for recovery (issue 19, docs/recovery.md).
+    history: Option<TopicHistoryIn>,
+}
+
+/// `topicConfigs.<topic>.history`: `{size, ttl}`, ttl in seconds (both at least 1).
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+pub(crate) struct TopicHistoryIn {
+    /// Messages kept per room.
+    size: u32,
+    /// Seconds each message is kept.
+    ttl: u64,
 }
 
 /// The body of `POST /v1/apps` (other keys of the SDKs' AppCreate are accepted and ignored).
@@ -193,7 +204,11 @@ fn topics(names: &[String], configs: &BTreeMap<String, TopicConfigIn>) -> Result
                 on_subscribe: c.webhooks.on_subscribe.as_ref().map(WebhookIn::target),
                 on_publish: c.webhooks.on_publish.as_ref().map(WebhookIn::target),
             });
-            pb::Topic { name: n.clone(), logged: false, webhook: None, webhooks }
+            let history = configs
+                .get(n)
+                .and_then(|c| c.history)
+                .map(|h| pb::TopicHistory { size: h.size, ttl_ms: h.ttl.saturating_mul(1000) });
+            pb::Topic { name: n.clone(), logged: false, webhook: None, webhooks, history }
         })
         .collect())
 }
@@ -339,6 +354,7 @@ pub(crate) async fn update(
                 let old = current.topics.iter().find(|o| o.name == t.name);
                 if configs.is_none() {
                     t.webhooks = old.and_then(|o| o.webhooks.clone());
+                    t.history = old.and_then(|o| o.history);
                 }
                 t.logged = old.is_some_and(|o| o.logged);
                 t.webhook = old.and_then(|o| o.webhook.clone());

@@ -150,6 +150,16 @@ pub(crate) struct TopicWebhooksOut {
 #[serde(rename_all = "camelCase")]
 pub(crate) struct TopicConfigOut {
     webhooks: TopicWebhooksOut,
+    /// The topic's history, `{size, ttl}` (ttl in seconds), when it has one (issue 19).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    history: Option<TopicHistoryOut>,
+}
+
+/// `topicConfigs.<topic>.history`.
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+pub(crate) struct TopicHistoryOut {
+    size: u32,
+    ttl: u64,
 }
 
 fn webhook_out(t: Option<&pb::WebhookTarget>) -> Option<WebhookOut> {
@@ -181,13 +191,14 @@ pub(crate) fn app(a: &pb::App) -> App {
             .topics
             .iter()
             .filter_map(|t| {
-                let w = t.webhooks.as_ref()?;
+                let w = t.webhooks.as_ref();
                 let webhooks = TopicWebhooksOut {
-                    on_subscribe: webhook_out(w.on_subscribe.as_ref()),
-                    on_publish: webhook_out(w.on_publish.as_ref()),
+                    on_subscribe: webhook_out(w.and_then(|w| w.on_subscribe.as_ref())),
+                    on_publish: webhook_out(w.and_then(|w| w.on_publish.as_ref())),
                 };
-                (webhooks.on_subscribe.is_some() || webhooks.on_publish.is_some())
-                    .then(|| (t.name.clone(), TopicConfigOut { webhooks }))
+                let history = t.history.map(|h| TopicHistoryOut { size: h.size, ttl: h.ttl_ms.div_ceil(1000) });
+                (webhooks.on_subscribe.is_some() || webhooks.on_publish.is_some() || history.is_some())
+                    .then(|| (t.name.clone(), TopicConfigOut { webhooks, history }))
             })
             .collect(),
         has_webhook_secret: a.has_webhook_secret,

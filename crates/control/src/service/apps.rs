@@ -45,6 +45,14 @@ fn check_topics(svc: &ControlService, topics: &[pb::Topic]) -> Result<(), Status
             check_target(svc, &field("on_subscribe"), WebhookKind::Hydration, w.on_subscribe.as_ref())?;
             check_target(svc, &field("on_publish"), WebhookKind::Trigger, w.on_publish.as_ref())?;
         }
+        if let Some(h) = &t.history
+            && (h.size == 0 || h.ttl_ms == 0)
+        {
+            return Err(Status::invalid_argument(format!(
+                "topics.{}.history: size and ttl_ms must be at least 1",
+                t.name
+            )));
+        }
     }
     Ok(())
 }

@@ -2,8 +2,8 @@
 
 use skua_core::RegistryData;
 use skua_core::registry_store::{
-    ActorRecord, AppRecord, GrantRecord, LimitsRecord, LobbyRecord, ProjectRecord, RoomRecord, SubjectRecord,
-    TopicRecord, TopicWebhooksRecord, WebhookRecord, WebhookTargetRecord,
+    ActorRecord, AppRecord, GrantRecord, HistoryRecord, LimitsRecord, LobbyRecord, ProjectRecord, RoomRecord,
+    SubjectRecord, TopicRecord, TopicWebhooksRecord, WebhookRecord, WebhookTargetRecord,
 };
 
 use crate::pb;
@@ -66,6 +66,7 @@ pub(crate) fn topic(t: &TopicRecord) -> pb::Topic {
             on_subscribe: hooks.on_subscribe.as_ref().map(target),
             on_publish: hooks.on_publish.as_ref().map(target),
         }),
+        history: t.history.map(|h| pb::TopicHistory { size: h.size, ttl_ms: h.ttl_ms }),
     }
 }
 
@@ -79,6 +80,7 @@ pub(crate) fn topic_record(t: &pb::Topic) -> TopicRecord {
             on_subscribe: target_record(hooks.and_then(|h| h.on_subscribe.as_ref())),
             on_publish: target_record(hooks.and_then(|h| h.on_publish.as_ref())),
         },
+        history: t.history.as_ref().map(|h| HistoryRecord { size: h.size, ttl_ms: h.ttl_ms }),
     }
 }
 

@@ -59,6 +59,7 @@ fn control_messages_go_to_the_control_queue_and_never_to_a_connection() {
     assert_eq!(conn.queued_frames(), 0, "no connection gets a frame");
 
     let publication = Publication {
+        history: None,
         id: EnvelopeId(2),
         topic,
         filter: None,
@@ -87,6 +88,7 @@ fn seq_delivery(topic: &TopicAddress, i: u64) -> BusDelivery {
     data.extend_from_slice(b"SEQ!");
     data.extend_from_slice(&i.to_be_bytes());
     delivery(Envelope::Publication(Publication {
+        history: None,
         id: EnvelopeId(u128::from(i)),
         topic: topic.clone(),
         filter: None,

@@ -99,7 +99,8 @@ impl Session {
             subscriptions,
         });
         self.claim_session().await;
-        let restored = if a.reconnect { self.restore_subscriptions().await } else { Vec::new() };
+        let (restored, recoveries) =
+            if a.reconnect { self.restore_subscriptions().await } else { (Vec::new(), Vec::new()) };
         let namespace = &self.st.config.namespace;
         let internal: Vec<String> = restored.iter().map(|(_, s)| s.address.internal_topic(namespace)).collect();
         let entries: Vec<RestoredSubscription<'_>> = restored
@@ -146,6 +147,12 @@ impl Session {
             }
             self.subs.insert(pattern, sub);
         }
+        // Missed messages of history topics, after the auth reply, before anything live.
+        for (pattern, start) in recoveries {
+            if let Some(sub) = self.subs.get(&pattern) {
+                self.start_recovery(&pattern, sub, start, false);
+            }
+        }
         self.restore_lobbies().await;
         self.save_restore().await;
     }
@@ -186,7 +193,16 @@ impl Session {
     /// record that ended last, which becomes this connection's), and takes the bus
     /// subscriptions of every entry that is still valid (address accessible, filters valid,
     /// bus reachable).
-    async fn restore_subscriptions(&mut self) -> Vec<(String, SessionSub)> {
+    async fn restore_subscriptions(&mut self) -> (Vec<(String, SessionSub)>, Vec<(String, crate::history::Start)>) {
+        let mut recoveries = Vec::new();
+        let subs = self.restore_subscriptions_into(&mut recoveries).await;
+        (subs, recoveries)
+    }
+
+    async fn restore_subscriptions_into(
+        &mut self,
+        recoveries: &mut Vec<(String, crate::history::Start)>,
+    ) -> Vec<(String, SessionSub)> {
         let Some(a) = &mut self.auth else { return Vec::new() };
         let loaded = match &mut a.restore {
             RestoreKey::Session(_) => self.st.store.load_restore(&a.restore).await,
@@ -233,6 +249,20 @@ impl Session {
                     None
                 }
             };
+            // A topic with history recovers from the offset the record kept (issue 19); not a
+            // load-balanced or durable subscription (their messages go to the group, the store).
+            let has_history = self.st.history.is_some()
+                && registry.history(&resolved.address).is_some()
+                && group.is_none()
+                && consumer.is_none();
+            let (tracker, start) = match (has_history, t.history) {
+                (false, _) => (None, None),
+                (true, Some((offset, epoch))) => (
+                    Some(crate::history::Tracker::replaying()),
+                    Some(crate::history::Start::After(offset, Arc::from(epoch))),
+                ),
+                (true, None) => (self.fresh_tracker(&resolved.address).await, None),
+            };
             let sub = SessionSub {
                 address: resolved.address,
                 qos: t.qos,
@@ -241,7 +271,11 @@ impl Session {
                 filters: keys.into(),
                 raw_filters: t.raw_filters,
                 consumer,
+                tracker,
             };
+            if let Some(start) = start {
+                recoveries.push((t.pattern.clone(), start));
+            }
             if self.st.hub.acquire(&bus_subscription(&sub.address, sub.group.as_ref())).await.is_ok() {
                 out.push((t.pattern, sub));
             }

@@ -26,7 +26,46 @@ impl Session {
         if let Some(c) = &s.consumer {
             local.durable = Some(self.durable().route(c));
         }
+        local.history = s.tracker.clone();
         local
+    }
+
+    /// For a topic with history, a tracker at the topic's latest offset (a fresh subscription
+    /// starts from now); `None` without history, or when the history is unreachable.
+    pub(super) async fn fresh_tracker(
+        &self,
+        address: &skua_core::TopicAddress,
+    ) -> Option<Arc<crate::history::Tracker>> {
+        let history = self.st.history.as_ref()?;
+        let config = self.st.registry.load().history(address)?;
+        let now = crate::clock::now_unix_ms();
+        match history.read(address, &config, skua_core::history::ReadFrom::Latest, 1, now).await {
+            Ok(r) => Some(crate::history::Tracker::at(r.head, r.epoch)),
+            Err(e) => {
+                tracing::warn!(error = %e, "Reading a topic's history failed; this subscription cannot recover.");
+                None
+            }
+        }
+    }
+
+    /// Starts replaying what a subscription with a replaying tracker missed (issue 19).
+    pub(super) fn start_recovery(&self, echo: &str, s: &SessionSub, start: crate::history::Start, report: bool) {
+        let (Some(history), Some(tracker), Some(a)) = (&self.st.history, &s.tracker, &self.auth) else { return };
+        let Some(config) = self.st.registry.load().history(&s.address) else { return };
+        let recovery = crate::history::Recovery {
+            history: history.clone(),
+            topic: s.address.clone(),
+            config,
+            conn: self.conn.clone(),
+            tracker: tracker.clone(),
+            echo: Arc::from(echo),
+            actor: a.actor.id.clone(),
+            filters: s.filters.clone(),
+            start,
+            max: self.st.config.history_max_replay,
+            report_success: report,
+        };
+        self.st.tracker.spawn(recovery.run(self.st.metrics.clone()));
     }
 
     /// When the topic has a hydration webhook (and the node a hydrator): the hold to put on the
@@ -134,6 +173,12 @@ impl Session {
             Ok(r) => r,
             Err(e) => return self.access_error(&s.topic, None, e),
         };
+        // A malformed `since` is refused before anything changes (issue 19).
+        let since = match s.since.clone() {
+            None => None,
+            Some(Ok(since)) => Some(since),
+            Some(Err(hint)) => return self.bad_history_request(&s.topic, hint),
+        };
         // An invalid re-subscribe keeps the old subscription (N14).
         let filters = match s.filters {
             Ok(f) => f,
@@ -170,6 +215,17 @@ impl Session {
                 return self.store_unavailable(&s.topic, None);
             }
         };
+        // A topic with history: a re-subscribe keeps what was delivered, a new one starts now.
+        // With `since`, it recovers from there instead (and is told how that went).
+        let has_history = self.st.history.is_some() && registry.history(&resolved.address).is_some();
+        let tracked = has_history && group.is_none() && consumer.is_none();
+        let recover = since.filter(|_| tracked);
+        let tracker = match self.subs.get(&s.topic).filter(|o| o.address == resolved.address) {
+            _ if !tracked => None,
+            _ if recover.is_some() => Some(crate::history::Tracker::replaying()),
+            Some(old) if old.tracker.is_some() => old.tracker.clone(),
+            _ => self.fresh_tracker(&resolved.address).await,
+        };
         let sub = SessionSub {
             address: resolved.address,
             qos: s.qos,
@@ -178,6 +234,7 @@ impl Session {
             filters: keys.into(),
             raw_filters: s.raw_filters.filter(|_| !filters.is_empty()),
             consumer,
+            tracker,
         };
         let new_bus = bus_subscription(&sub.address, sub.group.as_ref());
         if self.st.hub.acquire(&new_bus).await.is_err() {
@@ -209,7 +266,97 @@ impl Session {
         if let Some((hold, request)) = hydration {
             self.start_hydration(&hold, request, &sub);
         }
+        if let Some(since) = recover {
+            let start = crate::history::Start::After(since.offset, Arc::from(since.epoch));
+            self.start_recovery(&s.topic, &sub, start, true);
+        } else if s.since.is_some() {
+            // Nothing to recover from: the topic keeps no history (or the subscription is
+            // load balanced).
+            let frame = ServerFrame::Recovery { topic: &s.topic, recovered: false, epoch: "", offset: 0 };
+            self.push(&frame);
+        }
         self.save_restore().await;
+    }
+
+    fn bad_history_request(&self, topic: &str, hint: &'static str) {
+        self.error(ErrorFrame {
+            error: error::INVALID_FRAME,
+            topic: Some(topic),
+            hint: Some(hint),
+            ..ErrorFrame::default()
+        });
+    }
+
+    /// `history`: one page of a topic's history (issue 19), capped by `history_max_page` and
+    /// by the 1 MiB frame bound (a client pages on with `since` = the last offset it got).
+    pub(super) async fn on_history(
+        &mut self,
+        topic: &str,
+        since: Option<Result<skua_protocol::Since, &'static str>>,
+        limit: Option<u64>,
+    ) {
+        let Some(a) = &self.auth else { return };
+        let since = match since {
+            None => None,
+            Some(Ok(s)) => Some(s),
+            Some(Err(hint)) => return self.bad_history_request(topic, hint),
+        };
+        let registry = self.st.registry.load();
+        let resolved = match registry.resolve_topic(&a.actor, topic, Operation::Subscribe, now_unix_s()) {
+            Ok(r) => r,
+            Err(e) => return self.access_error(topic, None, e),
+        };
+        let (Some(history), Some(config)) = (self.st.history.clone(), registry.history(&resolved.address)) else {
+            return self.bad_history_request(topic, "this topic keeps no history");
+        };
+        let max = self.st.config.history_max_page;
+        let limit = limit.map_or(max, |l| usize::try_from(l).unwrap_or(usize::MAX).min(max));
+        let from = match &since {
+            Some(s) => skua_core::history::ReadFrom::After(s.offset),
+            None => skua_core::history::ReadFrom::Latest,
+        };
+        let now = crate::clock::now_unix_ms();
+        let mut read = match history.read(&resolved.address, &config, from, limit, now).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = %e, "Reading a topic's history failed.");
+                return self.unavailable(topic, None);
+            }
+        };
+        let mut complete = since.as_ref().is_none_or(|s| read.reaches_back_to(s.offset, &s.epoch));
+        if let Some(s) = &since
+            && s.epoch != *read.epoch
+        {
+            // Another epoch: the client's offset means nothing here; from the oldest kept.
+            complete = false;
+            let from = skua_core::history::ReadFrom::After(0);
+            match history.read(&resolved.address, &config, from, limit, now).await {
+                Ok(r) => read = r,
+                Err(e) => {
+                    tracing::warn!(error = %e, "Reading a topic's history failed.");
+                    return self.unavailable(topic, None);
+                }
+            }
+        }
+        // Oldest first, as many as fit in one frame below 1 MiB.
+        let mut budget = skua_protocol::MAX_PAYLOAD_CEILING_BYTES;
+        let mut items = Vec::with_capacity(read.entries.len());
+        for e in &read.entries {
+            let cost = 64 + e.data.len() + e.publisher.as_str().len() + e.filter.as_ref().map_or(0, String::len);
+            if cost > budget {
+                break;
+            }
+            budget -= cost;
+            items.push(skua_protocol::HistoryItem {
+                offset: e.offset,
+                data: &e.data,
+                from: e.publisher.as_str(),
+                timestamp: e.timestamp_ms,
+                filter: e.filter.as_deref(),
+            });
+        }
+        let frame = ServerFrame::History { topic, epoch: &read.epoch, offset: read.head, complete, messages: &items };
+        self.push(&frame);
     }
 
     pub(super) async fn on_unsubscribe(&mut self, topic: &str) {

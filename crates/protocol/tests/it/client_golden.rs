@@ -51,6 +51,7 @@ pub fn cases() -> Vec<(&'static str, ClientFrame)> {
         raw_filters: None,
         load_balance: false,
         load_balance_group: None,
+        since: None,
     };
     vec![
         ("auth_v2_reconnect", auth(2, true, ClientIdField::Given("worker-1".into()))),

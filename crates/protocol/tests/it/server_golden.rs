@@ -8,7 +8,7 @@
 use rmpv::Value;
 use skua_protocol::codes::{auth, code, error, reason};
 use skua_protocol::{
-    ErrorFrame, LobbyRoomSnapshot, MessageFrame, PersistentRef, PresenceEntryRef, PresenceEventKind,
+    ErrorFrame, HistoryItem, LobbyRoomSnapshot, MessageFrame, PersistentRef, PresenceEntryRef, PresenceEventKind,
     RestoredSubscription, ServerFrame, ServerFrameKind,
 };
 
@@ -63,11 +63,13 @@ fn variant(frame: &ServerFrame<'_>) -> &'static str {
         ServerFrame::Error(_) => "Error",
         ServerFrame::Disconnect { .. } => "Disconnect",
         ServerFrame::Hydration { .. } => "Hydration",
+        ServerFrame::Recovery { .. } => "Recovery",
+        ServerFrame::History { .. } => "History",
     }
 }
 
 /// Every variant of `ServerFrame` as of this writing.
-const VARIANTS: [&str; 20] = [
+const VARIANTS: [&str; 22] = [
     "AuthOk",
     "AuthFailed",
     "ReauthOk",
@@ -88,6 +90,8 @@ const VARIANTS: [&str; 20] = [
     "Error",
     "Disconnect",
     "Hydration",
+    "Recovery",
+    "History",
 ];
 
 fn error_frame(name: &'static str, e: ErrorFrame<'_>, expected: Value) -> Golden {
@@ -356,6 +360,7 @@ pub fn cases() -> Vec<Golden> {
                 timestamp: TS,
                 msg_id: Some(MSG_ID),
                 is_replay: true,
+                history: None,
             },
             map([
                 ("type", s("message")),
@@ -747,6 +752,73 @@ pub fn cases() -> Vec<Golden> {
             &ServerFrame::Hydration { topic: "messages", data: &pack(&map([("recentMessages", arr([]))])) },
             map([("type", s("hydration")), ("topic", s("messages")), ("data", map([("recentMessages", arr([]))]))]),
         ),
+        // --- topic history (issue 19): offsets on messages, recovery, history pages ---
+        message(
+            "message_history_replay",
+            MessageFrame {
+                topic: TOPIC,
+                data: &text_bytes,
+                from: ACTOR,
+                timestamp: TS,
+                is_replay: true,
+                history: Some((42, "3f2a9c01d4e5b6a7")),
+                ..Default::default()
+            },
+            map([
+                ("type", s("message")),
+                ("topic", s(TOPIC)),
+                ("data", text.clone()),
+                ("from", s(ACTOR)),
+                ("timestamp", u(TS)),
+                ("isReplay", b(true)),
+                ("offset", u(42)),
+                ("epoch", s("3f2a9c01d4e5b6a7")),
+            ]),
+        ),
+        golden(
+            "recovery_incomplete",
+            &ServerFrame::Recovery { topic: TOPIC, recovered: false, epoch: "3f2a9c01d4e5b6a7", offset: 42 },
+            map([
+                ("type", s("recovery")),
+                ("topic", s(TOPIC)),
+                ("recovered", b(false)),
+                ("epoch", s("3f2a9c01d4e5b6a7")),
+                ("offset", u(42)),
+            ]),
+        ),
+        golden(
+            "history_page",
+            &ServerFrame::History {
+                topic: TOPIC,
+                epoch: "3f2a9c01d4e5b6a7",
+                offset: 43,
+                complete: true,
+                messages: &[
+                    HistoryItem { offset: 42, data: &text_bytes, from: ACTOR, timestamp: TS, filter: None },
+                    HistoryItem { offset: 43, data: &text_bytes, from: ACTOR, timestamp: TS, filter: Some("vip") },
+                ],
+            },
+            map([
+                ("type", s("history")),
+                ("topic", s(TOPIC)),
+                ("epoch", s("3f2a9c01d4e5b6a7")),
+                ("offset", u(43)),
+                ("complete", b(true)),
+                (
+                    "messages",
+                    arr([
+                        map([("offset", u(42)), ("data", text.clone()), ("from", s(ACTOR)), ("timestamp", u(TS))]),
+                        map([
+                            ("offset", u(43)),
+                            ("data", text.clone()),
+                            ("from", s(ACTOR)),
+                            ("timestamp", u(TS)),
+                            ("filter", s("vip")),
+                        ]),
+                    ]),
+                ),
+            ]),
+        ),
     ]
 }
 
@@ -905,6 +977,7 @@ fn optional_field_shapes() -> Vec<(String, Vec<u8>)> {
             timestamp: TS,
             msg_id: on(1).then_some(MSG_ID),
             is_replay: on(2),
+            history: None,
         };
         out.push((format!("message {bits:03b}"), ServerFrame::Message(m).encode_vec()));
     }

@@ -50,6 +50,7 @@ fn app(a: &pb::App) -> Value {
                 "webhooks": hooks.map(|h| json!({
                     "on_subscribe": target(h.on_subscribe.as_ref()), "on_publish": target(h.on_publish.as_ref()),
                 })),
+                "history": t.history.map(|h| json!({"size": h.size, "ttl_ms": h.ttl_ms})),
             })
         })
         .collect();
@@ -179,7 +180,16 @@ impl Out {
             let topics: Vec<String> = a
                 .topics
                 .iter()
-                .map(|t| if t.logged { format!("{} (logged)", t.name) } else { t.name.clone() })
+                .map(|t| {
+                    let mut s = t.name.clone();
+                    if t.logged {
+                        s.push_str(" (logged)");
+                    }
+                    if let Some(h) = t.history {
+                        s.push_str(&format!(" (history {} / {} ms)", h.size, h.ttl_ms));
+                    }
+                    s
+                })
                 .collect();
             let url = |w: Option<&pb::WebhookTarget>| w.map_or_else(|| "-".to_owned(), |w| w.url.clone());
             let mut s = format!(

@@ -384,6 +384,38 @@ impl Retained {
     }
 }
 
+/// Topic history (issue 19, docs/recovery.md): `history_max_size`, `history_max_topics`,
+/// `history_max_topic_bytes`, `history_max_replay`, `history_max_page`.
+#[derive(Debug, Clone)]
+pub struct History {
+    /// Largest `size` a topic's history may use.
+    pub max_size: u32,
+    /// Most (room, topic) histories in memory.
+    pub max_topics: usize,
+    /// Most payload bytes of one in-memory history.
+    pub max_topic_bytes: usize,
+    /// Most messages one recovery replays.
+    pub max_replay: usize,
+    /// Most messages one `history` reply carries.
+    pub max_page: usize,
+}
+
+impl History {
+    /// This section of `s`, checked.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the first bad key.
+    pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
+        Ok(Self {
+            max_size: positive(key!(s, history_max_size))?,
+            max_topics: positive(key!(s, history_max_topics))?,
+            max_topic_bytes: positive(key!(s, history_max_topic_bytes))?,
+            max_replay: positive(key!(s, history_max_replay))?,
+            max_page: positive(key!(s, history_max_page))?,
+        })
+    }
+}
+
 /// Sessions and logged topics: `restore_ttl`, the log's retention and pruning, replay paging
 /// and the durable delivery queue.
 #[derive(Debug, Clone)]
@@ -743,6 +775,8 @@ pub struct Sections {
     pub members: MembersConfig,
     /// Webhook delivery.
     pub webhooks: Webhooks,
+    /// Topic history.
+    pub history: History,
 }
 
 impl Sections {
@@ -757,6 +791,7 @@ impl Sections {
             front: FrontDoor::resolve(s)?,
             auth: Auth::resolve(s)?,
             retained: Retained::resolve(s)?,
+            history: History::resolve(s)?,
             durable: Durable::resolve(s)?,
             cluster: Cluster::resolve(s)?,
             shutdown: Shutdown::resolve(s)?,
@@ -787,6 +822,7 @@ impl Sections {
             triggers,
             webhooks,
             members,
+            history,
         } = self;
         EdgeConfig {
             namespace: backends.namespace.clone(),
@@ -816,6 +852,11 @@ impl Sections {
             max_retained_per_topic: retained.max_retained_per_topic,
             max_retained_bytes_per_topic: retained.max_retained_bytes_per_topic,
             max_retained_bytes: retained.max_retained_bytes,
+            history_max_size: history.max_size,
+            history_max_topics: history.max_topics,
+            history_max_topic_bytes: history.max_topic_bytes,
+            history_max_replay: history.max_replay,
+            history_max_page: history.max_page,
             restore_ttl: durable.restore_ttl,
             log_max_age: durable.log_max_age,
             log_max_per_topic: durable.log_max_per_topic,

@@ -736,3 +736,34 @@ async fn service_and_session_actors_connect_and_publish_as_users() {
         assert_eq!(got.get("data"), &Mp::from(data), "{got:?}");
     }
 }
+
+#[tokio::test]
+async fn apps_take_and_show_topic_history_over_rest() {
+    let s = builder().spawn().await;
+    let a = s.addr;
+    let create = json!({
+        "name": "Hist",
+        "topics": ["feed", "chat"],
+        "topicConfigs": {"feed": {"history": {"size": 50, "ttl": 600}}},
+    });
+    let app = call(a, "POST", "/v1/apps", Some(create)).await.ok(201);
+    assert_eq!(app["topicConfigs"]["feed"]["history"], json!({"size": 50, "ttl": 600}), "{app}");
+    assert!(app["topicConfigs"].get("chat").is_none(), "{app}");
+    let id = app["appId"].as_str().unwrap().to_owned();
+    // Topics alone keep the topics' history.
+    let patched = call(a, "PATCH", &format!("/v1/apps/{id}"), Some(json!({"topics": ["feed", "chat", "x"]}))).await;
+    assert_eq!(patched.ok(200)["topicConfigs"]["feed"]["history"], json!({"size": 50, "ttl": 600}));
+    // topicConfigs replaces it.
+    let moved = json!({"topicConfigs": {"chat": {"history": {"size": 5, "ttl": 1}}}});
+    let patched = call(a, "PATCH", &format!("/v1/apps/{id}"), Some(moved)).await.ok(200);
+    assert_eq!(
+        (patched["topicConfigs"].get("feed"), &patched["topicConfigs"]["chat"]["history"]),
+        (None, &json!({"size": 5, "ttl": 1})),
+        "{patched}"
+    );
+    // Zero is refused, naming the field; nothing changes.
+    let zero = json!({"topicConfigs": {"chat": {"history": {"size": 0, "ttl": 60}}}});
+    call(a, "PATCH", &format!("/v1/apps/{id}"), Some(zero)).await.error(400, "chat.history");
+    let now = call(a, "GET", &format!("/v1/apps/{id}"), None).await.ok(200);
+    assert_eq!(now["topicConfigs"]["chat"]["history"], json!({"size": 5, "ttl": 1}));
+}

@@ -838,6 +838,7 @@ impl Node {
 
     fn publication(&self, topic: &TopicAddress, filter: Option<&str>, label: &str, retain: bool) -> Arc<Envelope> {
         Arc::new(Envelope::Publication(Publication {
+            history: None,
             id: next_id(),
             topic: topic.clone(),
             filter: filter.map(str::to_owned),
@@ -863,6 +864,7 @@ impl Node {
         retain: bool,
     ) -> Arc<Envelope> {
         Arc::new(Envelope::Publication(Publication {
+            history: None,
             id: next_id(),
             topic: topic.clone(),
             filter: filter.map(str::to_owned),

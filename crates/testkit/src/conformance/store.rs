@@ -555,6 +555,7 @@ fn topic(pattern: &str, group: Option<&str>) -> RestoredTopic {
         load_balance: group.is_some(),
         load_balance_group: group.map(str::to_owned),
         raw_filters: None,
+        history: None,
     }
 }
 
@@ -566,6 +567,7 @@ fn rich_record() -> RestoreRecord {
                 qos: 1,
                 // ["eu", "us"] as packed msgpack.
                 raw_filters: Some(Bytes::from_static(b"\x92\xa2eu\xa2us")),
+                history: None,
                 ..topic("app/room-1/orders", None)
             },
             RestoredTopic { qos: 2, ..topic("app/room-1/jobs", Some("workers")) },

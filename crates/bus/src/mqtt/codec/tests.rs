@@ -4,6 +4,7 @@ use super::*;
 
 fn golden_publication() -> Envelope {
     Envelope::Publication(Publication {
+        history: None,
         id: EnvelopeId(0x0102_0304_0506_0708_090a_0b0c_0d0e_0f10),
         topic: TopicAddress {
             room: RoomKey {
@@ -242,6 +243,7 @@ fn publication_with_data(max: usize) -> impl Strategy<Value = Envelope> {
     )
         .prop_map(|((id, room, topic, filter, publisher), (conn, node, ts, msg_id, retain, qos), data)| {
             Envelope::Publication(Publication {
+                history: None,
                 id: EnvelopeId(id),
                 topic: TopicAddress { room, topic: topic.into() },
                 filter,

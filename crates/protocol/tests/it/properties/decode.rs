@@ -181,6 +181,7 @@ impl Model<'_> {
                     raw_filters,
                     load_balance: self.flag("loadBalance"),
                     load_balance_group: group,
+                    since: None,
                 })
             }
             "unsubscribe" => {

@@ -226,6 +226,7 @@ impl Spec {
                 timestamp: *ts,
                 msg_id: msg_id.as_deref(),
                 is_replay: *replay,
+                history: None,
             })
             .encode_vec(),
             Self::Presence(event, actor, p) => ServerFrame::Presence {
