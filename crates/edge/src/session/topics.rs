@@ -285,7 +285,7 @@ impl Session {
             // `published` only for v2 publishes that carried a msgRef (N7).
             Ok(accepted) => {
                 if let Some(r) = msg_ref {
-                    self.push(&ServerFrame::Published { topic: &p.topic, msg_ref: r });
+                    self.push(&ServerFrame::Published { topic: &p.topic, msg_ref: r, duplicate: false });
                 }
                 // Offline members of the room may be woken (N47); a v2 publisher hears of a failure.
                 let address = accepted.topic;
