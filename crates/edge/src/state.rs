@@ -39,6 +39,9 @@ pub struct Backends {
     pub hydrator: Option<Arc<dyn crate::hydrate::Hydrator>>,
     /// Posts wake requests of persistent members (N47); `None`: nobody is woken.
     pub wake_poster: Option<Arc<dyn crate::members::WakePoster>>,
+    /// Remembers publish idempotency keys (issue 19): in memory on one node, Redis in a
+    /// cluster.
+    pub idempotency: Arc<dyn skua_core::Idempotency>,
 }
 
 /// Shared state of one edge node: plain data, no tasks ([`crate::node`] starts and stops them).

@@ -342,5 +342,6 @@ pub fn wrap(backends: crate::Backends, metrics: &Arc<Metrics>) -> crate::Backend
         metrics_sources: backends.metrics_sources,
         hydrator: backends.hydrator,
         wake_poster: backends.wake_poster,
+        idempotency: backends.idempotency,
     }
 }

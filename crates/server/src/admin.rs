@@ -894,6 +894,7 @@ async fn execute(args: AdminArgs) -> Result<String, Failure> {
                 filter: p.filter,
                 from_actor: p.from_actor,
                 retain: p.retain,
+                idempotency_key: String::new(),
             };
             out.published(&c.publish(r).await?.into_inner())
         }
