@@ -11,6 +11,7 @@ mod errors;
 mod filters;
 mod front;
 mod fuzz;
+mod idempotency;
 mod limits;
 mod lobby;
 mod members;
