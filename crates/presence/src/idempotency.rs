@@ -157,9 +157,7 @@ impl Idempotency for MemoryIdempotency {
 
 /// Deletes `KEYS[1]` only while it holds `ARGV[1]`.
 static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
-    )
+    Script::new("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0")
 });
 
 /// Claims of publish idempotency keys in Redis, shared by every node of a cluster that uses the

@@ -470,7 +470,13 @@ impl ServerFrame<'_> {
                 w.map(2).str("type").str("unsubscribed").str("topic").str(topic);
             }
             Self::Published { topic, msg_ref, duplicate } => {
-                w.map(3 + usize::from(duplicate)).str("type").str("published").str("topic").str(topic).str("msgRef").str(msg_ref);
+                w.map(3 + usize::from(duplicate))
+                    .str("type")
+                    .str("published")
+                    .str("topic")
+                    .str(topic)
+                    .str("msgRef")
+                    .str(msg_ref);
                 if duplicate {
                     w.str("duplicate").bool(true);
                 }

@@ -75,10 +75,9 @@ pub async fn backends(config: &ServerConfig, embedded: &Embedded) -> anyhow::Res
                 } else {
                     None
                 };
-                let presence =
-                    skua_presence::RedisPresence::connect_with_tls(url, &config.edge.namespace, tls.clone())
-                        .await
-                        .map_err(|e| anyhow::anyhow!("while connecting to Redis presence at {}: {e}", redact(url)))?;
+                let presence = skua_presence::RedisPresence::connect_with_tls(url, &config.edge.namespace, tls.clone())
+                    .await
+                    .map_err(|e| anyhow::anyhow!("while connecting to Redis presence at {}: {e}", redact(url)))?;
                 let keys = skua_presence::RedisIdempotency::connect(url, &config.edge.namespace, tls)
                     .await
                     .map_err(|e| anyhow::anyhow!("while connecting to Redis (idempotency) at {}: {e}", redact(url)))?;

@@ -39,6 +39,7 @@ pub(crate) struct PublishBody {
     retain: Option<bool>,
     /// A repeat of this key (per project) within the idempotency window is answered with
     /// `duplicate: true` and not published again; also accepted as the `Idempotency-Key` header.
+    #[schema(rename = "idempotencyKey")]
     idempotency_key: Option<String>,
 }
 
@@ -153,14 +154,18 @@ fn idempotency_key(headers: &HeaderMap, body: Option<String>) -> Result<String, 
     let header = match headers.get("idempotency-key") {
         None => None,
         Some(v) => Some(
-            v.to_str().map_err(|_| ApiError::bad_request("the Idempotency-Key header must be visible ASCII"))?.to_owned(),
+            v.to_str()
+                .map_err(|_| ApiError::bad_request("the Idempotency-Key header must be visible ASCII"))?
+                .to_owned(),
         ),
     };
     match (header, body) {
         (Some(h), Some(b)) if h != b => {
             Err(ApiError::bad_request("the Idempotency-Key header and the body's idempotencyKey differ"))
         }
-        (Some(k), _) | (None, Some(k)) if k.is_empty() => Err(ApiError::bad_request("idempotencyKey must not be empty")),
+        (Some(k), _) | (None, Some(k)) if k.is_empty() => {
+            Err(ApiError::bad_request("idempotencyKey must not be empty"))
+        }
         (Some(k), _) | (None, Some(k)) => Ok(k),
         (None, None) => Ok(String::new()),
     }
@@ -176,6 +181,7 @@ fn is_msgpack(headers: &HeaderMap) -> bool {
 /// Publish a message to `app/room/topic` from the backend (subscribers see `from: "server"`).
 #[utoipa::path(post, path = "/v1/publish", tag = "publish",
     request_body(content((PublishBody = "application/json"), (PublishBody = "application/msgpack"))),
+    params(("Idempotency-Key" = Option<String>, Header, description = "The idempotency key, as the body's idempotencyKey")),
     responses((status = 200, body = Published), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
     (status = 404, body = ErrorBody), (status = 413, body = ErrorBody), (status = 429, body = ErrorBody),
     (status = 503, body = ErrorBody)))]

@@ -69,11 +69,8 @@ async fn keys_are_per_project_and_limited_in_length() {
         )
     };
     let fixtures = format!("{}{}", project("one"), project("two"));
-    let server = TestServer::builder()
-        .fixtures(&fixtures)
-        .settings(|s| s.idempotency_max_key_length = Some(8))
-        .spawn()
-        .await;
+    let server =
+        TestServer::builder().fixtures(&fixtures).settings(|s| s.idempotency_max_key_length = Some(8)).spawn().await;
     let mut one = server.auth("one-token").await;
     let mut two = server.auth("two-token").await;
     assert!(!duplicate(&publish(&mut one, "app/r/t", 1.into(), "same").await));
