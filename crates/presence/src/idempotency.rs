@@ -17,7 +17,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -38,9 +38,10 @@ pub struct MemoryIdempotency {
 /// The map and its claims in claim order (for expiry and eviction).
 #[derive(Debug, Default)]
 struct Claims {
-    keys: HashMap<String, Held>,
-    /// `(seq, key)` in claim order; an entry whose key now holds another `seq` is stale.
-    order: VecDeque<(u64, String)>,
+    keys: HashMap<Arc<str>, Held>,
+    /// `(seq, key)` in claim order (the key shared with the map); an entry whose key now holds
+    /// another `seq` is stale.
+    order: VecDeque<(u64, Arc<str>)>,
     next_seq: u64,
 }
 
@@ -124,12 +125,13 @@ impl MemoryIdempotency {
         let seq = c.next_seq;
         c.next_seq = c.next_seq.wrapping_add(1);
         let expires = now.checked_add(window).unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600));
-        c.keys.insert(key.to_owned(), Held { value: value.to_owned(), expires, seq });
-        c.order.push_back((seq, key.to_owned()));
+        let key: Arc<str> = Arc::from(key);
+        c.keys.insert(key.clone(), Held { value: value.to_owned(), expires, seq });
+        c.order.push_back((seq, key));
         // Released claims leave stale order entries: keep the queue within twice the cap.
         if c.order.len() > self.max_keys.saturating_mul(2) {
             let Claims { keys, order, .. } = &mut *c;
-            order.retain(|(seq, key)| keys.get(key).is_some_and(|h| h.seq == *seq));
+            order.retain(|(seq, key)| keys.get(&**key).is_some_and(|h| h.seq == *seq));
         }
         None
     }
