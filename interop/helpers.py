@@ -40,6 +40,7 @@ class TracedNoLag(NoLag):
         self.sent: list[dict] = []
         self.received: list[Any] = []  # decoded frames, b"" for heartbeat echoes
         self.received_raw: list[bytes] = []
+        self._frame_seen = asyncio.Event()
 
     async def _send(self, message: dict, op: str = "send", topic: Optional[str] = None) -> None:
         self.sent.append(message)
@@ -52,6 +53,7 @@ class TracedNoLag(NoLag):
             self.received.append(msgpack.unpackb(raw) if raw else b"")
         except Exception as e:  # noqa: BLE001 - recorded, the SDK decides what to do with it
             self.received.append(f"<undecodable {e!r}: {raw[:64]!r}>")
+        self._frame_seen.set()
         await super()._handle_message(data)
 
     def _log(self, *args) -> None:
@@ -60,6 +62,23 @@ class TracedNoLag(NoLag):
     def frames(self, type_: str) -> list[dict]:
         """Received frames of one `type`."""
         return [f for f in self.received if isinstance(f, dict) and f.get("type") == type_]
+
+    async def wait_frame(self, pred: Callable[[dict], bool], timeout: float = T, what: str = "a frame") -> dict:
+        """The first received frame (a map) matching `pred`, awaiting it if need be."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            for f in self.received:
+                if isinstance(f, dict) and pred(f):
+                    return f
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise AssertionError(f"{self.label}: timed out after {timeout}s waiting for {what}; got {self.received!r}")
+            self._frame_seen.clear()
+            try:
+                await asyncio.wait_for(self._frame_seen.wait(), remaining)
+            except asyncio.TimeoutError:
+                pass
 
 
 def make_client(url: str, token: str, label: Optional[str] = None, **options: Any) -> TracedNoLag:

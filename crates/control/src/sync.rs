@@ -46,6 +46,9 @@ pub struct ServerPublish {
     pub retain: bool,
     /// Unix ms.
     pub timestamp_ms: u64,
+    /// A repeat of this key (per project) within the idempotency window is not published again
+    /// (issue 19).
+    pub idempotency_key: Option<String>,
 }
 
 /// A server-side publish the node accepted.
@@ -53,6 +56,10 @@ pub struct ServerPublish {
 pub struct ServerPublished {
     /// The stored message's `msgId` (logged topics only).
     pub msg_id: Option<String>,
+    /// Unix ms the message carries (a duplicate's: the first publish's).
+    pub timestamp_ms: u64,
+    /// A repeated idempotency key: nothing was published now (issue 19).
+    pub duplicate: bool,
 }
 
 /// Why the node refused a server-side publish (the publish pipeline's typed refusal, reduced

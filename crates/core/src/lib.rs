@@ -8,6 +8,7 @@
 //! - [`envelope`]: what travels between nodes;
 //! - [`consumer`]: typed keys of durable delivery (consumers, session holders);
 //! - [`bus`], [`presence`], [`store`]: the slot traits whose contracts every backend honours;
+//! - [`idempotency`]: the slot remembering publish idempotency keys (issue 19);
 //! - [`member_store`]: the store's persistent presence members (N46, N47);
 //! - [`trigger_store`]: the store's trigger outbox and webhook dead letters (N44, N45);
 //! - [`trace`]: trace-context propagation across the bus;
@@ -18,6 +19,7 @@ pub mod bus;
 pub mod consumer;
 pub mod envelope;
 pub mod history;
+pub mod idempotency;
 pub mod ids;
 pub mod member_store;
 pub mod presence;
@@ -34,6 +36,7 @@ pub use consumer::{ConsumerId, ConsumerOf};
 pub use envelope::{
     Control, ControlMessage, Envelope, EnvelopeId, Persistence, PresenceChange, PresenceEvent, Publication,
 };
+pub use idempotency::{Idempotency, IdempotencyError};
 pub use ids::{ActorId, ActorType, AppId, ClientId, ConnId, IdError, NodeId, ProjectId, RecordId};
 pub use member_store::{MemberStatus, MemberStore, MemberWrite, StoredMember};
 pub use presence::{ConnRef, Presence, PresenceEntry, PresenceError};

@@ -58,6 +58,11 @@ pub struct EdgeConfig {
     pub durable_sweep_interval: Duration,
     /// On shutdown, how long sessions get to close before the node stops waiting.
     pub shutdown_grace: Duration,
+    /// How long a publish's idempotency key is remembered: a repeat within it is answered as
+    /// a duplicate and not delivered (issue 19).
+    pub idempotency_window: Duration,
+    /// Longest publish idempotency key, in bytes; longer ones are refused.
+    pub idempotency_max_key_length: usize,
     /// On shutdown, how long readiness fails and new upgrades are refused (503) before the
     /// sockets are closed 1012, so load balancers take the node out of rotation first.
     pub drain_delay: Duration,
@@ -189,6 +194,8 @@ impl Default for EdgeConfig {
             durable_queue: 1024,
             durable_sweep_interval: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(10),
+            idempotency_window: Duration::from_secs(120),
+            idempotency_max_key_length: 128,
             drain_delay: Duration::ZERO,
             drain_spread: Duration::ZERO,
             close_timeout: Duration::from_secs(2),

@@ -9,6 +9,7 @@
 //! - [`hub`]: the node's local fan-out (the hot path) and its bus subscriptions;
 //! - [`hydrate`]: hydration on subscribe (N43): the [`hydrate::Hydrator`] seam and holding a
 //!   subscription's live frames until its `hydration` frame;
+//! - [`idempotency`]: idempotent publish, the pipeline's gate over the idempotency slot;
 //! - [`publish`]: the publish pipeline every entry point uses, and its observer seam;
 //! - [`outbound`]: the bounded per-connection queue and close requests;
 //! - [`auth`]: access tokens and client tokens (JWT);
@@ -34,6 +35,7 @@ pub mod front;
 pub mod history;
 pub mod hub;
 pub mod hydrate;
+pub mod idempotency;
 pub mod ids;
 pub mod liveness;
 pub mod members;

@@ -24,6 +24,8 @@ pub struct Metrics {
     pub publishes_accepted: AtomicU64,
     /// Publishes refused (any error frame).
     pub publishes_refused: AtomicU64,
+    /// Publishes answered as duplicates of an idempotency key, not published again (issue 19).
+    pub publishes_duplicate: AtomicU64,
     /// Message frames delivered to local subscribers.
     pub deliveries: AtomicU64,
     /// Connections closed 4008 because their outbound queue overflowed.

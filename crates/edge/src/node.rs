@@ -116,7 +116,12 @@ impl EdgeNode {
             backends.publish_observers,
         )
         .with_triggers(triggers.clone())
-        .with_history(backends.history.clone());
+        .with_history(backends.history.clone())
+        .with_idempotency(Some(crate::idempotency::IdempotencyGate::new(
+            backends.idempotency,
+            config.idempotency_window,
+            config.idempotency_max_key_length,
+        )));
         let durable = Arc::new(Durable::new(
             node.clone(),
             backends.store.clone(),

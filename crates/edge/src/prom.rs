@@ -149,6 +149,7 @@ pub fn render(st: &EdgeState) -> String {
 
     o.header("skua_publishes_total", "counter", "Client publishes, by result (ok or the error string sent back).");
     o.sample("skua_publishes_total", &[("result", "ok")], load(&m.publishes_accepted));
+    o.sample("skua_publishes_total", &[("result", "duplicate")], load(&m.publishes_duplicate));
     for (reason, n) in m.publishes_refused_by_reason.snapshot() {
         o.sample("skua_publishes_total", &[("result", reason)], n);
     }

@@ -2,8 +2,9 @@
 //! the control plane's server-side publish; REST and ingress later).
 //!
 //! A publish is this list of calls, in this order (N17, N24, issue 12):
-//! rate → size → quota → access → filter → retained admission → store append (logged topics)
-//! → envelope → bus publish → count and tell the observers.
+//! rate → size → quota → access → filter → retained admission → idempotency claim (publishes
+//! with a key, [`crate::idempotency`]) → store append (logged topics) → envelope → bus publish
+//! → count and tell the observers.
 //! Each entry point builds a [`PublishRequest`] and maps the [`Refused`] reason to its own
 //! reply (an `error` frame, a gRPC status); an [`Origin`] says which checks apply. After the
 //! bus accepted a publication, every [`PublishObserver`] given at start sees it once.
@@ -22,6 +23,7 @@ use skua_protocol::codes::error;
 
 use crate::clock::now_unix_ms;
 use crate::hub::Hub;
+use crate::idempotency::{Gate, IdempotencyGate};
 use crate::ids::EnvelopeIds;
 use crate::metrics::Metrics;
 use crate::ratelimit::TokenBucket;
@@ -71,6 +73,9 @@ pub struct PublishRequest<'a> {
     pub retain: bool,
     /// QoS as asked.
     pub qos: u8,
+    /// A repeat of this key (per project) within the idempotency window is answered as a
+    /// duplicate and not published again (issue 19).
+    pub idempotency_key: Option<&'a str>,
 }
 
 /// A publish the bus took.
@@ -84,6 +89,9 @@ pub struct Accepted {
     pub msg_id: Option<String>,
     /// Where it was published (its room may have members to wake, N47).
     pub topic: TopicAddress,
+    /// A repeated idempotency key: nothing was published now; `timestamp_ms` and `msg_id` are
+    /// the first publish's.
+    pub duplicate: bool,
 }
 
 /// Why a publish was refused. Nothing of it was published; only a [`Refused::Bus`] of a logged
@@ -109,6 +117,13 @@ pub enum Refused {
     Store(StoreError),
     /// The bus did not take the publication.
     Bus(BusError),
+    /// The idempotency key is empty or longer than the limit (issue 19).
+    InvalidIdempotencyKey {
+        /// The longest key accepted, in bytes.
+        max_length: usize,
+    },
+    /// The idempotency backend (Redis in a cluster) could not be asked; nothing was published.
+    Idempotency(skua_core::IdempotencyError),
 }
 
 impl std::fmt::Display for Refused {
@@ -122,6 +137,10 @@ impl std::fmt::Display for Refused {
             Self::RetainedLimit(r) => f.write_str(r.hint()),
             Self::Store(e) => write!(f, "the store refused the logged message: {e}"),
             Self::Bus(e) => write!(f, "the message bus refused it: {e}"),
+            Self::InvalidIdempotencyKey { max_length } => {
+                write!(f, "idempotencyKey must be a string of 1 to {max_length} bytes")
+            }
+            Self::Idempotency(e) => write!(f, "the idempotency key could not be checked: {e}"),
         }
     }
 }
@@ -137,7 +156,8 @@ impl Refused {
             Self::Filter(_) => "invalid_filter",
             Self::RetainedLimit(_) => error::RETAINED_LIMIT_EXCEEDED,
             Self::Store(_) => error::STORE_UNAVAILABLE,
-            Self::Bus(_) => error::BROKER_UNAVAILABLE,
+            Self::Bus(_) | Self::Idempotency(_) => error::BROKER_UNAVAILABLE,
+            Self::InvalidIdempotencyKey { .. } => error::INVALID_IDEMPOTENCY_KEY,
         })
     }
 }
@@ -183,6 +203,8 @@ pub struct Publisher {
     triggers: Option<Arc<Triggers>>,
     /// The history slot (issue 19): a topic with history gets its offset here.
     history: Option<Arc<dyn skua_core::history::History>>,
+    /// Idempotent publish (issue 19); `None`: keys are ignored.
+    idempotency: Option<IdempotencyGate>,
 }
 
 impl std::fmt::Debug for Publisher {
@@ -204,7 +226,14 @@ impl Publisher {
         observers: Vec<Arc<dyn PublishObserver>>,
     ) -> Self {
         let ids = Arc::new(EnvelopeIds::new(&node));
-        Self { registry, hub, store, metrics, usage, node, ids, observers, triggers: None, history: None }
+        Self { registry, hub, store, metrics, usage, node, ids, observers, triggers: None, history: None, idempotency: None }
+    }
+
+    /// Answers repeated idempotency keys through `gate` (issue 19).
+    #[must_use]
+    pub fn with_idempotency(mut self, gate: Option<IdempotencyGate>) -> Self {
+        self.idempotency = gate;
+        self
     }
 
     /// Posts trigger webhooks through `triggers` (N44, N45).
@@ -238,6 +267,9 @@ impl Publisher {
     pub async fn publish(&self, req: PublishRequest<'_>) -> Result<Accepted, Refused> {
         let r = self.run(req).await;
         match &r {
+            Ok(a) if a.duplicate => {
+                self.metrics.publishes_duplicate.fetch_add(1, Ordering::Relaxed);
+            }
             Ok(_) => {}
             Err(e) => match e.metric_label() {
                 Some(label) => self.metrics.publish_refused(label),
@@ -250,7 +282,13 @@ impl Publisher {
     }
 
     async fn run(&self, req: PublishRequest<'_>) -> Result<Accepted, Refused> {
-        let PublishRequest { origin, filter, data, retain, qos } = req;
+        let PublishRequest { origin, filter, data, retain, qos, idempotency_key } = req;
+        let gate = self.idempotency.as_ref().zip(idempotency_key);
+        if let Some((g, key)) = gate
+            && !g.valid(key)
+        {
+            return Err(Refused::InvalidIdempotencyKey { max_length: g.max_key_length() });
+        }
         let registry = self.registry.load();
         let (source, publisher, resolved, timestamp_ms, project) = match origin {
             Origin::Connection { actor, conn, topic, bucket, max_message_size } => {
@@ -287,10 +325,36 @@ impl Publisher {
             self.hub.admit_retained(&resolved.address, &filter, data.len()).map_err(Refused::RetainedLimit)?;
         }
         let timestamp_ms = timestamp_ms.unwrap_or_else(now_unix_ms);
+        // A repeated idempotency key goes no further (issue 19): the claim's tag is the stored
+        // msgId of a logged topic's message, a nonce otherwise.
+        let mut logged_id = None;
+        let claimed = match gate {
+            Some((g, key)) => {
+                let tag = uuid::Uuid::now_v7().to_string();
+                let project = &resolved.address.room.project;
+                match g.claim(project, key, timestamp_ms, &tag).await.map_err(Refused::Idempotency)? {
+                    Gate::Claimed(c) => {
+                        logged_id = resolved.logged.then_some(tag);
+                        Some((g, c))
+                    }
+                    Gate::Duplicate { timestamp_ms, tag } => {
+                        let msg_id = resolved.logged.then_some(tag).filter(|t| !t.is_empty());
+                        return Ok(Accepted {
+                            id: self.next_envelope_id(),
+                            timestamp_ms,
+                            msg_id,
+                            topic: resolved.address,
+                            duplicate: true,
+                        });
+                    }
+                }
+            }
+            None => None,
+        };
         // A logged topic's message is stored before anything else sees it (N24).
         let mut outboxed: Option<String> = None;
         let msg_id = if resolved.logged {
-            let id = uuid::Uuid::now_v7().to_string();
+            let id = logged_id.take().unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
             let key = crate::durable::topic_key(&resolved.address);
             let m = skua_core::NewMessage {
                 msg_id: &id,
@@ -305,6 +369,9 @@ impl Publisher {
             };
             if let Err(e) = self.store.append(&m, timestamp_ms / 1000).await {
                 tracing::warn!(error = %e, "Storing a logged message failed; publish refused.");
+                if let Some((g, c)) = claimed {
+                    g.release(c).await;
+                }
                 return Err(Refused::Store(e));
             }
             self.metrics.logged_appends.fetch_add(1, Ordering::Relaxed);
@@ -329,6 +396,16 @@ impl Publisher {
                     Ok(pos) => Some(pos),
                     Err(e) => {
                         tracing::warn!(error = %e, "Appending to a topic's history failed; publish refused.");
+                        // As for a refused bus publish below: the trigger leaves the outbox, the
+                        // key is free for the retry.
+                        if let Some(id) = &outboxed
+                            && let Err(e) = self.store.finish_outbox(id).await
+                        {
+                            tracing::warn!(error = %e, "Removing a refused publish's trigger from the outbox failed.");
+                        }
+                        if let Some((g, c)) = claimed {
+                            g.release(c).await;
+                        }
                         return Err(Refused::Bus(BusError::Unavailable));
                     }
                 }
@@ -365,6 +442,9 @@ impl Publisher {
             {
                 tracing::warn!(error = %e, "Removing a refused publish's trigger from the outbox failed.");
             }
+            if let Some((g, c)) = claimed {
+                g.release(c).await;
+            }
             return Err(Refused::Bus(e));
         }
         self.metrics.publishes_accepted.fetch_add(1, Ordering::Relaxed);
@@ -382,6 +462,6 @@ impl Publisher {
                 t.accepted(&registry, publication);
             }
         }
-        Ok(Accepted { id, timestamp_ms, msg_id, topic: address })
+        Ok(Accepted { id, timestamp_ms, msg_id, topic: address, duplicate: false })
     }
 }

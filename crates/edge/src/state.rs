@@ -41,6 +41,9 @@ pub struct Backends {
     pub wake_poster: Option<Arc<dyn crate::members::WakePoster>>,
     /// Topic history (issue 19); `None`: no topic keeps history on this node.
     pub history: Option<Arc<dyn skua_core::history::History>>,
+    /// Remembers publish idempotency keys (issue 19): in memory on one node, Redis in a
+    /// cluster.
+    pub idempotency: Arc<dyn skua_core::Idempotency>,
 }
 
 /// Shared state of one edge node: plain data, no tasks ([`crate::node`] starts and stops them).

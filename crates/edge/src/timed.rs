@@ -343,5 +343,6 @@ pub fn wrap(backends: crate::Backends, metrics: &Arc<Metrics>) -> crate::Backend
         hydrator: backends.hydrator,
         wake_poster: backends.wake_poster,
         history: backends.history,
+        idempotency: backends.idempotency,
     }
 }

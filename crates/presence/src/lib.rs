@@ -4,14 +4,18 @@
 //! This crate depends on `skua-core` and the `redis` client, no other workspace crate; the edge
 //! never names it (only the server picks a backend). Modules:
 //! - [`memory`]: [`MemoryPresence`], presence in this process's memory, for a single node;
+//! - [`idempotency`]: [`MemoryIdempotency`] and [`RedisIdempotency`], publish idempotency keys
+//!   (issue 19) in memory for a single node and in Redis for a cluster;
 //! - [`redis`]: [`RedisPresence`], presence in Redis 7, shared by the nodes of a cluster (its
 //!   docs give the key layout).
 //!
 //! Every implementation passes `skua_testkit::presence_conformance!`.
 
 pub mod history;
+pub mod idempotency;
 pub mod memory;
 pub mod redis;
 
+pub use self::idempotency::{MemoryIdempotency, RedisIdempotency};
 pub use self::memory::MemoryPresence;
 pub use self::redis::{RedisPresence, RedisTls};

@@ -114,6 +114,9 @@ pub struct PublishFrame {
     pub filter: Result<Option<String>, FilterError>,
     /// Client correlation string.
     pub msg_ref: Option<String>,
+    /// Skua addition (issue 19): a repeat of this key within the idempotency window is
+    /// acknowledged as a duplicate and not delivered again. Its length is checked by the edge.
+    pub idempotency_key: Option<String>,
 }
 
 /// A decoded client frame.
@@ -290,12 +293,18 @@ impl ClientFrame {
                 let Some(data) = f.bytes(frame, "data") else {
                     return Err(DecodeError { hint: "publish requires data", topic: Some(topic), msg_ref });
                 };
+                let idempotency_key = f.opt_str("idempotencyKey").map_err(|()| DecodeError {
+                    hint: "idempotencyKey must be a string",
+                    topic: Some(topic.clone()),
+                    msg_ref: msg_ref.clone(),
+                })?;
                 Self::Publish(PublishFrame {
                     data,
                     qos: f.qos(),
                     retain: f.bool("retain"),
                     filter: parse_publish_filter(f.get("filter"), f.get("filters")),
                     msg_ref,
+                    idempotency_key,
                     topic,
                 })
             }
@@ -526,6 +535,23 @@ mod tests {
         assert_eq!(p.data.as_ref(), &[0x81, 0xa1, b'n', 0xcd, 0x00, 0x05]);
         assert_eq!(p.qos, 1);
         assert_eq!(p.filter, Ok(None));
+    }
+
+    #[test]
+    fn publish_carries_its_idempotency_key_and_refuses_one_that_is_not_a_string() {
+        let f = frame(|w| {
+            w.map(4).str("type").str("publish").str("topic").str("a/b/c").str("data").nil();
+            w.str("idempotencyKey").str("order-17");
+        });
+        let ClientFrame::Publish(p) = ClientFrame::decode(&f).unwrap() else { panic!() };
+        assert_eq!(p.idempotency_key.as_deref(), Some("order-17"));
+        let f = frame(|w| {
+            w.map(5).str("type").str("publish").str("topic").str("a/b/c").str("data").nil();
+            w.str("msgRef").str("r1").str("idempotencyKey").uint(17);
+        });
+        let e = ClientFrame::decode(&f).unwrap_err();
+        assert_eq!(e.hint, "idempotencyKey must be a string");
+        assert_eq!((e.topic.as_deref(), e.msg_ref.as_deref()), (Some("a/b/c"), Some("r1")));
     }
 
     #[test]

@@ -41,6 +41,9 @@ pub mod error {
     /// Skua addition: the message store is unreachable, so a logged-topic publish (or a
     /// persistent session's subscribe to one) was refused; nothing was stored.
     pub const STORE_UNAVAILABLE: &str = "store_unavailable";
+    /// Skua addition (issue 19): a publish's `idempotencyKey` is empty or longer than
+    /// `idempotency_max_key_length`; nothing was published.
+    pub const INVALID_IDEMPOTENCY_KEY: &str = "invalid_idempotency_key";
     /// A wake request caused by a publish failed (N47); the publish itself stands.
     pub const WAKE_FAILED: &str = "wake_failed";
 }

@@ -298,6 +298,9 @@ pub enum ServerFrame<'a> {
         topic: &'a str,
         /// The publish's msgRef.
         msg_ref: &'a str,
+        /// Skua addition (issue 19): a repeated `idempotencyKey` within its window, answered
+        /// and not delivered again; `duplicate: true` is sent only then.
+        duplicate: bool,
     },
     /// `filtersUpdated`.
     FiltersUpdated {
@@ -521,8 +524,17 @@ impl ServerFrame<'_> {
             Self::Unsubscribed { topic } => {
                 w.map(2).str("type").str("unsubscribed").str("topic").str(topic);
             }
-            Self::Published { topic, msg_ref } => {
-                w.map(3).str("type").str("published").str("topic").str(topic).str("msgRef").str(msg_ref);
+            Self::Published { topic, msg_ref, duplicate } => {
+                w.map(3 + usize::from(duplicate))
+                    .str("type")
+                    .str("published")
+                    .str("topic")
+                    .str(topic)
+                    .str("msgRef")
+                    .str(msg_ref);
+                if duplicate {
+                    w.str("duplicate").bool(true);
+                }
             }
             Self::FiltersUpdated { topic, filters } => {
                 w.map(3).str("type").str("filtersUpdated").str("topic").str(topic).str("filters");

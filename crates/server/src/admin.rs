@@ -535,6 +535,9 @@ struct PublishArgs {
     /// Retain as the topic's last message.
     #[arg(long)]
     retain: bool,
+    /// Idempotency key: a repeat within idempotency_window is answered as a duplicate and not published.
+    #[arg(long, default_value = "")]
+    idempotency_key: String,
 }
 
 #[derive(Debug, Subcommand)]
@@ -938,6 +941,7 @@ async fn execute(args: AdminArgs) -> Result<String, Failure> {
                 filter: p.filter,
                 from_actor: p.from_actor,
                 retain: p.retain,
+                idempotency_key: p.idempotency_key,
             };
             out.published(&c.publish(r).await?.into_inner())
         }

@@ -364,6 +364,15 @@ pub struct Settings {
     /// How long a room without wakeable members is not checked again by a node [default 1s].
     #[arg(long, env = "SKUA_WAKE_NEGATIVE_CACHE")]
     pub wake_negative_cache: Option<String>,
+    /// A publish repeating an idempotencyKey (per project) within this window is acknowledged as a duplicate and not delivered [default 2m].
+    #[arg(long, env = "SKUA_IDEMPOTENCY_WINDOW")]
+    pub idempotency_window: Option<String>,
+    /// Longest publish idempotencyKey in bytes; longer ones are refused [default 128].
+    #[arg(long, env = "SKUA_IDEMPOTENCY_MAX_KEY_LENGTH")]
+    pub idempotency_max_key_length: Option<usize>,
+    /// Single node (memory presence): most idempotency keys remembered; when full the oldest is forgotten [default 100000].
+    #[arg(long, env = "SKUA_IDEMPOTENCY_MAX_KEYS")]
+    pub idempotency_max_keys: Option<usize>,
 }
 
 macro_rules! layer {
@@ -398,6 +407,7 @@ impl Settings {
             history_max_page);
         layer!(self, over; presence_ttl, presence_list_limit, wake_timeout, wake_timeout_max, wake_queue, wake_batch,
             wake_negative_cache);
+        layer!(self, over; idempotency_window, idempotency_max_key_length, idempotency_max_keys);
     }
 
     /// Parses a TOML config file's text.
@@ -554,6 +564,8 @@ pub struct ServerConfig {
     pub edge: EdgeConfig,
     /// Publishes the MQTT bus buffers while the broker is unreachable.
     pub bus_publish_buffer: usize,
+    /// Idempotency keys the in-memory backend (memory presence) remembers at most.
+    pub idempotency_max_keys: usize,
     /// Control-plane gRPC listener, if any.
     pub grpc_listen: Option<SocketAddr>,
     /// The admin API key.
@@ -597,7 +609,7 @@ impl ServerConfig {
     /// The node's configuration from its checked sections.
     pub fn from_sections(sections: Sections) -> Self {
         let edge = sections.edge();
-        let Sections { backends, front, control, cluster, tls, telemetry, webhooks, .. } = sections;
+        let Sections { backends, front, control, cluster, tls, telemetry, webhooks, idempotency, .. } = sections;
         Self {
             listen: front.listen,
             bus: backends.bus,
@@ -608,6 +620,7 @@ impl ServerConfig {
             cluster: backends.cluster,
             edge,
             bus_publish_buffer: cluster.bus_publish_buffer,
+            idempotency_max_keys: idempotency.max_keys,
             grpc_listen: control.grpc_listen,
             admin_key: control.admin_key,
             registry_poll_interval: control.registry_poll_interval,
@@ -695,6 +708,9 @@ mod tests {
         assert_eq!(c.admin_key_throttle, skua_control::throttle::ThrottleConfig::default());
         assert_eq!(c.bus_tls, BackendTlsFiles::default());
         assert_eq!(c.presence_tls, BackendTlsFiles::default());
+        assert_eq!(c.edge.idempotency_window, d.idempotency_window);
+        assert_eq!(c.edge.idempotency_max_key_length, d.idempotency_max_key_length);
+        assert_eq!(c.idempotency_max_keys, 100_000);
     }
 
     #[test]
@@ -802,6 +818,9 @@ mod tests {
             ("tls_reload_interval = \"often\"", "tls_reload_interval"),
             ("admin_key_backoff_max = \"500ms\"", "admin_key_backoff_max"),
             ("admin_key_failure_window = \"\"", "admin_key_failure_window"),
+            ("idempotency_window = \"0s\"", "idempotency_window"),
+            ("idempotency_max_key_length = 2000", "idempotency_max_key_length"),
+            ("idempotency_max_keys = 0", "idempotency_max_keys"),
         ] {
             let s = Settings::from_toml(line).unwrap();
             match ServerConfig::from_layers(&[&s]) {

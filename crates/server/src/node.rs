@@ -23,6 +23,9 @@ pub struct Embedded {
     /// The registry of the `memory` store: one in-memory SQLite database, opened by the first
     /// node and shared by the others.
     pub registry: Arc<tokio::sync::OnceCell<Arc<dyn skua_core::RegistryStore>>>,
+    /// In-memory idempotency keys (issue 19), made by the first node with its
+    /// `idempotency_max_keys` and shared by the others.
+    pub idempotency: Arc<std::sync::OnceLock<Arc<skua_presence::MemoryIdempotency>>>,
 }
 
 /// Builds the backends `config` names; embedded slots come from `embedded`.
@@ -62,22 +65,35 @@ pub async fn backends(config: &ServerConfig, embedded: &Embedded) -> anyhow::Res
     // Topic history (issue 19): in memory on one node, Redis streams with Redis presence.
     let mut history: Arc<dyn skua_core::history::History> =
         Arc::new(skua_presence::history::MemoryHistory::new(limits));
-    let presence: Arc<dyn skua_core::Presence> = match &config.presence {
-        PresenceConfig::Memory => embedded.presence.clone(),
-        PresenceConfig::Redis { url } => {
-            let tls = if config.presence_tls.is_set() {
-                let (ca_pem, client_pem) = backend_tls_pem(&config.presence_tls)?;
-                Some(skua_presence::RedisTls { ca_pem, client_pem })
-            } else {
-                None
-            };
-            let redis = skua_presence::RedisPresence::connect_with_tls(url, &config.edge.namespace, tls)
-                .await
-                .map_err(|e| anyhow::anyhow!("while connecting to Redis presence at {}: {e}", redact(url)))?;
-            history = Arc::new(redis.history(&config.edge.namespace));
-            Arc::new(redis)
-        }
-    };
+    // Idempotency keys live where presence does: in memory on one node, in Redis in a cluster.
+    let mut memory_idempotency = None;
+    let (presence, idempotency): (Arc<dyn skua_core::Presence>, Arc<dyn skua_core::Idempotency>) =
+        match &config.presence {
+            PresenceConfig::Memory => {
+                let keys = embedded
+                    .idempotency
+                    .get_or_init(|| Arc::new(skua_presence::MemoryIdempotency::new(config.idempotency_max_keys)))
+                    .clone();
+                memory_idempotency = Some(keys.clone());
+                (embedded.presence.clone(), keys)
+            }
+            PresenceConfig::Redis { url } => {
+                let tls = if config.presence_tls.is_set() {
+                    let (ca_pem, client_pem) = backend_tls_pem(&config.presence_tls)?;
+                    Some(skua_presence::RedisTls { ca_pem, client_pem })
+                } else {
+                    None
+                };
+                let presence = skua_presence::RedisPresence::connect_with_tls(url, &config.edge.namespace, tls.clone())
+                    .await
+                    .map_err(|e| anyhow::anyhow!("while connecting to Redis presence at {}: {e}", redact(url)))?;
+                history = Arc::new(presence.history(&config.edge.namespace));
+                let keys = skua_presence::RedisIdempotency::connect(url, &config.edge.namespace, tls)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("while connecting to Redis (idempotency) at {}: {e}", redact(url)))?;
+                (Arc::new(presence), Arc::new(keys))
+            }
+        };
     let store: Arc<dyn skua_core::Store> = match &config.store {
         StoreConfig::Memory => embedded.store.clone(),
         StoreConfig::Url(url) => {
@@ -94,11 +110,27 @@ pub async fn backends(config: &ServerConfig, embedded: &Embedded) -> anyhow::Res
         store,
         publish_observers: Vec::new(),
         trigger_hooks: None,
-        metrics_sources: vec![Arc::new(BusMetrics(mqtt_bus))],
+        metrics_sources: vec![Arc::new(BusMetrics(mqtt_bus)), Arc::new(IdempotencyMetrics(memory_idempotency))],
         hydrator: None,
         wake_poster: None,
         history: Some(history),
+        idempotency,
     })
+}
+
+/// The in-memory idempotency keys' evictions on `/metrics` (always 0 with Redis).
+struct IdempotencyMetrics(Option<Arc<skua_presence::MemoryIdempotency>>);
+
+impl skua_edge::prom::MetricsSource for IdempotencyMetrics {
+    fn render(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        let evicted = self.0.as_ref().map_or(0, |m| m.evicted());
+        let _ = write!(
+            out,
+            "# HELP skua_idempotency_evictions_total Idempotency keys forgotten before their window ended because idempotency_max_keys was reached.\n\
+             # TYPE skua_idempotency_evictions_total counter\nskua_idempotency_evictions_total {evicted}\n"
+        );
+    }
 }
 
 /// The bus's series on `/metrics` (issue 23, item 10); the in-process bus never reconnects
@@ -439,19 +471,26 @@ impl skua_control::NodeAdmin for EdgeAdmin {
             data: p.data,
             retain: p.retain,
             qos: 0,
+            idempotency_key: p.idempotency_key.as_deref(),
         };
         match self.0.publisher.publish(req).await {
+            // A repeated idempotency key: nothing published, nobody to wake.
+            Ok(a) if a.duplicate => {
+                Ok(skua_control::ServerPublished { msg_id: a.msg_id, timestamp_ms: a.timestamp_ms, duplicate: true })
+            }
             Ok(a) => {
                 // Offline members of the room may be woken (N47); nobody to tell of a failure.
                 let cause = skua_edge::members::WakeCause { room: a.topic.room, topic: a.topic.topic, reply: None };
                 self.0.members.on_publish(cause);
-                Ok(skua_control::ServerPublished { msg_id: a.msg_id })
+                Ok(skua_control::ServerPublished { msg_id: a.msg_id, timestamp_ms: a.timestamp_ms, duplicate: false })
             }
             Err(Refused::RetainedLimit(r)) => Err(Why::Limit(format!("retained_limit_exceeded: {}", r.hint()))),
             Err(Refused::Store(e)) => {
                 Err(Why::Unavailable(format!("the store refused the logged message: {}", error_chain(&e))))
             }
             Err(Refused::Bus(e)) => Err(Why::Unavailable(format!("the message bus refused it: {e}"))),
+            Err(e @ Refused::Idempotency(_)) => Err(Why::Unavailable(e.to_string())),
+            Err(e @ Refused::InvalidIdempotencyKey { .. }) => Err(Why::Invalid(e.to_string())),
             Err(e @ Refused::TooLarge { .. }) => Err(Why::TooLarge(e.to_string())),
             Err(e @ (Refused::QuotaExceeded | Refused::RateLimited)) => Err(Why::Limit(e.to_string())),
             // The control plane checked access and the filter already.

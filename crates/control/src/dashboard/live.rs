@@ -300,6 +300,7 @@ pub(crate) async fn publish(d: &Dashboard, a: Authed) -> Response {
         filter: a.form.get("filter").to_owned(),
         from_actor: String::new(),
         retain: false,
+        idempotency_key: String::new(),
     };
     match svc_publish::publish_checked(&d.svc, r).await {
         Ok(p) => {

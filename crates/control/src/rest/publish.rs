@@ -1,6 +1,8 @@
 //! `POST /v1/publish`: `{topic: "app/room/topic", data, filter?, retain?}` as JSON, or as a
 //! MessagePack map with `Content-Type: application/msgpack`, through the service layer's
 //! server-side publish (the node's publish pipeline: limits, logged topics, observers).
+//! An `idempotencyKey` body field or `Idempotency-Key` header makes a repeat within the
+//! idempotency window answer `duplicate: true` without publishing again (issue 19).
 
 use std::sync::Arc;
 
@@ -35,6 +37,10 @@ pub(crate) struct PublishBody {
     filter: Option<String>,
     /// Keep it as the topic's retained message (per filter key).
     retain: Option<bool>,
+    /// A repeat of this key (per project) within the idempotency window is answered with
+    /// `duplicate: true` and not published again; also accepted as the `Idempotency-Key` header.
+    #[schema(rename = "idempotencyKey")]
+    idempotency_key: Option<String>,
 }
 
 /// The reply of `POST /v1/publish`.
@@ -46,6 +52,10 @@ pub(crate) struct Published {
     /// The stored message's id (logged topics only).
     #[serde(skip_serializing_if = "Option::is_none")]
     msg_id: Option<String>,
+    /// Present (`true`) when the idempotency key repeated one of the window: nothing was
+    /// published now; `timestamp` and `msgId` are the first publish's.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    duplicate: bool,
 }
 
 /// A request's fields, whichever encoding carried them.
@@ -54,6 +64,7 @@ struct Request {
     data: Vec<u8>,
     filter: String,
     retain: bool,
+    idempotency_key: Option<String>,
 }
 
 /// JSON → the MessagePack value subscribers receive.
@@ -94,6 +105,7 @@ fn from_json(b: &[u8]) -> Result<Request, ApiError> {
             Some(Value::Bool(b)) => *b,
             Some(_) => return Err(ApiError::bad_request("retain must be a boolean")),
         },
+        idempotency_key: string_field(m.get("idempotencyKey"), "idempotencyKey")?,
     })
 }
 
@@ -132,7 +144,31 @@ fn from_msgpack(b: &[u8]) -> Result<Request, ApiError> {
             Some(rmpv::Value::Boolean(b)) => *b,
             Some(_) => return Err(ApiError::bad_request("retain must be a boolean")),
         },
+        idempotency_key: text("idempotencyKey")?,
     })
+}
+
+/// The request's idempotency key: the `Idempotency-Key` header or the body's `idempotencyKey`
+/// (both: they must agree); empty means none is given (the pipeline checks the length).
+fn idempotency_key(headers: &HeaderMap, body: Option<String>) -> Result<String, ApiError> {
+    let header = match headers.get("idempotency-key") {
+        None => None,
+        Some(v) => Some(
+            v.to_str()
+                .map_err(|_| ApiError::bad_request("the Idempotency-Key header must be visible ASCII"))?
+                .to_owned(),
+        ),
+    };
+    match (header, body) {
+        (Some(h), Some(b)) if h != b => {
+            Err(ApiError::bad_request("the Idempotency-Key header and the body's idempotencyKey differ"))
+        }
+        (Some(k), _) | (None, Some(k)) if k.is_empty() => {
+            Err(ApiError::bad_request("idempotencyKey must not be empty"))
+        }
+        (Some(k), _) | (None, Some(k)) => Ok(k),
+        (None, None) => Ok(String::new()),
+    }
 }
 
 /// Whether the request says its body is MessagePack.
@@ -145,6 +181,7 @@ fn is_msgpack(headers: &HeaderMap) -> bool {
 /// Publish a message to `app/room/topic` from the backend (subscribers see `from: "server"`).
 #[utoipa::path(post, path = "/v1/publish", tag = "publish",
     request_body(content((PublishBody = "application/json"), (PublishBody = "application/msgpack"))),
+    params(("Idempotency-Key" = Option<String>, Header, description = "The idempotency key, as the body's idempotencyKey")),
     responses((status = 200, body = Published), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
     (status = 404, body = ErrorBody), (status = 413, body = ErrorBody), (status = 429, body = ErrorBody),
     (status = 503, body = ErrorBody)))]
@@ -156,6 +193,7 @@ pub(crate) async fn publish(
 ) -> Result<Response, ApiError> {
     let b = body::bytes(b)?;
     let r = if is_msgpack(&headers) { from_msgpack(&b)? } else { from_json(&b)? };
+    let idempotency_key = idempotency_key(&headers, r.idempotency_key)?;
     let topic = r.topic.clone();
     let req = pb::PublishRequest {
         project_id: caller.project.clone(),
@@ -164,6 +202,7 @@ pub(crate) async fn publish(
         filter: r.filter,
         from_actor: String::new(),
         retain: r.retain,
+        idempotency_key,
     };
     let p = publish_checked(&rest.svc, req).await.map_err(|e| match e {
         PublishError::Rejected(s) => ApiError::from(s),
@@ -173,6 +212,10 @@ pub(crate) async fn publish(
         PublishError::Refused(PublishRefused::Unavailable(m)) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, m),
     })?;
     caller.audit("publish", &topic);
-    let reply = Published { timestamp: p.timestamp_ms, msg_id: Some(p.msg_id).filter(|m| !m.is_empty()) };
+    let reply = Published {
+        timestamp: p.timestamp_ms,
+        msg_id: Some(p.msg_id).filter(|m| !m.is_empty()),
+        duplicate: p.duplicate,
+    };
     Ok(json_response(StatusCode::OK, &reply))
 }

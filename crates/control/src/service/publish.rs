@@ -157,7 +157,12 @@ pub(crate) async fn publish_checked(
         data: bytes::Bytes::from(r.data),
         retain: r.retain,
         timestamp_ms,
+        idempotency_key: Some(r.idempotency_key).filter(|k| !k.is_empty()),
     };
     let published = svc.sync.node().publish(publish).await.map_err(PublishError::Refused)?;
-    Ok(pb::PublishResponse { timestamp_ms, msg_id: published.msg_id.unwrap_or_default() })
+    Ok(pb::PublishResponse {
+        timestamp_ms: published.timestamp_ms,
+        msg_id: published.msg_id.unwrap_or_default(),
+        duplicate: published.duplicate,
+    })
 }

@@ -427,12 +427,19 @@ impl Session {
             data: p.data,
             retain: p.retain,
             qos: p.qos,
+            idempotency_key: p.idempotency_key.as_deref(),
         };
         match self.st.publisher.publish(req).await {
+            // A repeated idempotency key: acknowledged, nothing published, nobody woken.
+            Ok(accepted) if accepted.duplicate => {
+                if let Some(r) = msg_ref {
+                    self.push(&ServerFrame::Published { topic: &p.topic, msg_ref: r, duplicate: true });
+                }
+            }
             // `published` only for v2 publishes that carried a msgRef (N7).
             Ok(accepted) => {
                 if let Some(r) = msg_ref {
-                    self.push(&ServerFrame::Published { topic: &p.topic, msg_ref: r });
+                    self.push(&ServerFrame::Published { topic: &p.topic, msg_ref: r, duplicate: false });
                 }
                 // Offline members of the room may be woken (N47); a v2 publisher hears of a failure.
                 let address = accepted.topic;
@@ -483,6 +490,15 @@ impl Session {
             }
             Refused::Store(_) => self.store_unavailable(topic, msg_ref),
             Refused::Bus(_) => self.unavailable(topic, msg_ref),
+            Refused::Idempotency(_) => self.error(ErrorFrame {
+                error: error::BROKER_UNAVAILABLE,
+                hint: Some("the idempotency store is unreachable; nothing was published; retry shortly"),
+                ..e
+            }),
+            Refused::InvalidIdempotencyKey { max_length } => {
+                let hint = format!("idempotencyKey must be 1 to {max_length} bytes");
+                self.error(ErrorFrame { error: error::INVALID_IDEMPOTENCY_KEY, hint: Some(&hint), ..e });
+            }
         }
     }
 }

@@ -30,7 +30,15 @@ fn auth(protocol_version: u32, reconnect: bool, client_id: ClientIdField) -> Cli
 }
 
 fn publish(name: &str) -> PublishFrame {
-    PublishFrame { topic: TOPIC.into(), data: data(name), qos: 1, retain: false, filter: Ok(None), msg_ref: None }
+    PublishFrame {
+        topic: TOPIC.into(),
+        data: data(name),
+        qos: 1,
+        retain: false,
+        filter: Ok(None),
+        msg_ref: None,
+        idempotency_key: None,
+    }
 }
 
 fn or(v: &str) -> FilterSpec {

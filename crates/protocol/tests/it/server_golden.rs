@@ -285,8 +285,13 @@ pub fn cases() -> Vec<Golden> {
         ),
         golden(
             "published",
-            &ServerFrame::Published { topic: TOPIC, msg_ref: "1-k3j9x" },
+            &ServerFrame::Published { topic: TOPIC, msg_ref: "1-k3j9x", duplicate: false },
             map([("type", s("published")), ("topic", s(TOPIC)), ("msgRef", s("1-k3j9x"))]),
+        ),
+        golden(
+            "published_duplicate",
+            &ServerFrame::Published { topic: TOPIC, msg_ref: "1-k3j9x", duplicate: true },
+            map([("type", s("published")), ("topic", s(TOPIC)), ("msgRef", s("1-k3j9x")), ("duplicate", b(true))]),
         ),
         // N14: the list is echoed as sent, AND groups un-normalised.
         golden(

@@ -374,6 +374,11 @@ impl Out {
     }
 
     pub(super) fn published(&self, p: &pb::PublishResponse) -> String {
+        if p.duplicate {
+            return self.emit(json!({"timestamp_ms": p.timestamp_ms, "duplicate": true}), || {
+                format!("duplicate of the publish at {} (not published again)", p.timestamp_ms)
+            });
+        }
         self.emit(json!({"timestamp_ms": p.timestamp_ms}), || format!("published at {}", p.timestamp_ms))
     }
 

@@ -541,6 +541,39 @@ impl Cluster {
     }
 }
 
+/// Idempotent publish (issue 19): `idempotency_window`, `idempotency_max_key_length`,
+/// `idempotency_max_keys`.
+#[derive(Debug, Clone)]
+pub struct Idempotency {
+    /// How long a key is remembered.
+    pub window: Duration,
+    /// Longest key in bytes.
+    pub max_key_length: usize,
+    /// Keys the in-memory backend remembers at most.
+    pub max_keys: usize,
+}
+
+/// Longest `idempotency_max_key_length` accepted: keys are echoed in Redis key names and logs.
+const MAX_IDEMPOTENCY_KEY_LENGTH: usize = 1024;
+
+impl Idempotency {
+    /// This section of `s`, checked.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the first bad key.
+    pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
+        let max_key_length = positive(key!(s, idempotency_max_key_length))?;
+        if max_key_length > MAX_IDEMPOTENCY_KEY_LENGTH {
+            return Err(invalid("idempotency_max_key_length", format!("at most {MAX_IDEMPOTENCY_KEY_LENGTH}")));
+        }
+        Ok(Self {
+            window: nonzero_duration(key!(s, idempotency_window))?,
+            max_key_length,
+            max_keys: positive(key!(s, idempotency_max_keys))?,
+        })
+    }
+}
+
 /// Stopping: `drain_delay`, then `shutdown_grace` (with the closes spread over `drain_spread`).
 #[derive(Debug, Clone)]
 pub struct Shutdown {
@@ -777,6 +810,8 @@ pub struct Sections {
     pub webhooks: Webhooks,
     /// Topic history.
     pub history: History,
+    /// Idempotent publish.
+    pub idempotency: Idempotency,
 }
 
 impl Sections {
@@ -801,6 +836,7 @@ impl Sections {
             triggers: Triggers::resolve(s)?,
             members: members(s)?,
             webhooks: Webhooks::resolve(s)?,
+            idempotency: Idempotency::resolve(s)?,
             limits,
         })
     }
@@ -823,6 +859,7 @@ impl Sections {
             webhooks,
             members,
             history,
+            idempotency,
         } = self;
         EdgeConfig {
             namespace: backends.namespace.clone(),
@@ -870,6 +907,8 @@ impl Sections {
             node_ttl: cluster.node_ttl,
             node_refresh: cluster.node_refresh,
             shutdown_grace: shutdown.shutdown_grace,
+            idempotency_window: idempotency.window,
+            idempotency_max_key_length: idempotency.max_key_length,
             drain_delay: shutdown.drain_delay,
             drain_spread: shutdown.drain_spread,
             revalidate_interval: control.revalidate_interval,

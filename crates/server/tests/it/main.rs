@@ -12,6 +12,7 @@ mod errors;
 mod filters;
 mod front;
 mod fuzz;
+mod idempotency;
 mod limits;
 mod lobby;
 mod members;

@@ -194,6 +194,11 @@ impl Model<'_> {
                     topic: Some(topic.clone()),
                     msg_ref: None,
                 })?;
+                let idempotency_key = self.opt_str("idempotencyKey").map_err(|()| DecodeError {
+                    hint: "idempotencyKey must be a string",
+                    topic: Some(topic.clone()),
+                    msg_ref: msg_ref.clone(),
+                })?;
                 let data = self.raw("data").ok_or_else(|| self.err("publish requires data"))?;
                 ClientFrame::Publish(PublishFrame {
                     topic,
@@ -202,6 +207,7 @@ impl Model<'_> {
                     retain: self.flag("retain"),
                     filter: parse_publish_filter(self.raw("filter").as_deref(), self.raw("filters").as_deref()),
                     msg_ref,
+                    idempotency_key,
                 })
             }
             "setFilters" => {

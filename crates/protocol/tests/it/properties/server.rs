@@ -214,7 +214,7 @@ impl Spec {
             Self::ReauthFailed(e) => ServerFrame::ReauthFailed { error: e }.encode_vec(),
             Self::Subscribed(t, lb) => ServerFrame::Subscribed { topic: t, load_balance: *lb }.encode_vec(),
             Self::Unsubscribed(t) => ServerFrame::Unsubscribed { topic: t }.encode_vec(),
-            Self::Published(t, r) => ServerFrame::Published { topic: t, msg_ref: r }.encode_vec(),
+            Self::Published(t, r) => ServerFrame::Published { topic: t, msg_ref: r, duplicate: false }.encode_vec(),
             Self::FiltersUpdated(t, f) => {
                 ServerFrame::FiltersUpdated { topic: t, filters: f.as_ref().map(|f| f.0.as_slice()) }.encode_vec()
             }

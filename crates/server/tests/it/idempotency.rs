@@ -1,0 +1,131 @@
+//! Idempotent publish (issue 19, item 4; docs/protocol.md "Idempotent publish"): a repeated key
+//! is acknowledged `duplicate: true` and goes no further; keys are per project; a publish the
+//! store refused releases its key.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmpv::Value;
+use skua_testkit::control::Deadline;
+use skua_testkit::http::Scrape;
+use skua_testkit::postgres::TestDatabase;
+use skua_testkit::proxy::TcpProxy;
+use skua_testkit::{Frame, TestServer, WsClient, frame};
+
+const TASKS: &str = "demo/general/tasks";
+
+/// Counts the publishes the pipeline accepted (what stores, triggers and wakes follow).
+#[derive(Debug, Default)]
+struct Accepted(std::sync::atomic::AtomicU64);
+
+impl skua_edge::publish::PublishObserver for Accepted {
+    fn accepted(&self, _: &skua_edge::publish::PublishEvent<'_>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Publishes `data` to `topic` with `key` and returns the reply (`published` or `error`).
+async fn publish(c: &mut WsClient, topic: &str, data: Value, key: &str) -> Frame {
+    c.send(frame! {"type" => "publish", "topic" => topic, "data" => data, "msgRef" => "k", "idempotencyKey" => key})
+        .await;
+    c.next_of_within_any(&["published", "error"], Duration::from_secs(20)).await
+}
+
+fn duplicate(f: &Frame) -> bool {
+    f.get("duplicate") == &Value::Boolean(true)
+}
+
+#[tokio::test]
+async fn a_repeated_key_on_a_logged_topic_is_acked_as_a_duplicate_and_accepted_once() {
+    let accepted = Arc::new(Accepted::default());
+    let server = TestServer::builder().publish_observer(accepted.clone()).spawn().await;
+    let mut bob = server.auth("dev-token-bob").await;
+    bob.subscribe(TASKS).await;
+    let mut alice = server.auth("dev-token-alice").await;
+    let first = publish(&mut alice, TASKS, "job".into(), "order-1").await;
+    assert!(first.ty() == "published" && !duplicate(&first), "{first:?}");
+    let again = publish(&mut alice, TASKS, "job".into(), "order-1").await;
+    assert!(again.ty() == "published" && duplicate(&again), "{again:?}");
+    // Only the first reached the subscriber (and the store: it carries a msgId) ...
+    let m = bob.next_of("message").await;
+    assert_eq!(m.str("data"), "job");
+    assert!(!m.str("msgId").is_empty());
+    alice.publish_acked(TASKS, "marker".into()).await;
+    assert_eq!(bob.next_of("message").await.str("data"), "marker", "the duplicate was delivered");
+    // ... and only the first went past the pipeline (observers see what triggers and wakes see).
+    assert_eq!(accepted.0.load(std::sync::atomic::Ordering::Relaxed), 2, "first and marker only");
+    let scrape = Scrape::of(server.addr).await;
+    assert_eq!(scrape.value("skua_publishes_total", &[("result", "duplicate")]), 1.0, "{}", scrape.text);
+    assert_eq!(scrape.value("skua_idempotency_evictions_total", &[]), 0.0);
+}
+
+#[tokio::test]
+async fn keys_are_per_project_and_limited_in_length() {
+    let project = |p: &str| {
+        format!(
+            "[[projects]]\nid = \"{p}\"\n[[projects.apps]]\nid = \"{p}-app\"\nslug = \"app\"\ntopics = [\"t\"]\n\
+             [[projects.apps.rooms]]\nslug = \"r\"\n[[actors]]\nid = \"{p}-a\"\nproject = \"{p}\"\ntype = \"user\"\n\
+             tokens = [\"{p}-token\"]\n"
+        )
+    };
+    let fixtures = format!("{}{}", project("one"), project("two"));
+    let server =
+        TestServer::builder().fixtures(&fixtures).settings(|s| s.idempotency_max_key_length = Some(8)).spawn().await;
+    let mut one = server.auth("one-token").await;
+    let mut two = server.auth("two-token").await;
+    assert!(!duplicate(&publish(&mut one, "app/r/t", 1.into(), "same").await));
+    assert!(!duplicate(&publish(&mut two, "app/r/t", 1.into(), "same").await), "another project's key");
+    assert!(duplicate(&publish(&mut two, "app/r/t", 1.into(), "same").await));
+    let e = publish(&mut one, "app/r/t", 1.into(), "123456789").await;
+    assert_eq!(
+        (e.str("error"), e.str("hint"), e.str("msgRef"), e.str("topic")),
+        ("invalid_idempotency_key", "idempotencyKey must be 1 to 8 bytes", "k", "app/r/t"),
+        "{e:?}"
+    );
+    assert!(!duplicate(&publish(&mut one, "app/r/t", 1.into(), "12345678").await), "8 bytes is fine");
+}
+
+/// The first publish of a key fails at the store (Postgres cut off): its key is released, and
+/// the retry with the same key, once the store is back, is published and delivered.
+#[tokio::test]
+async fn a_publish_the_store_refused_does_not_block_its_retry() {
+    let Some(db) = TestDatabase::migrated().await else { return };
+    let proxy = TcpProxy::start(db.server_addr()).await;
+    let url = db.url_via(proxy.addr);
+    let server = TestServer::builder().settings(move |s| s.store = Some(url)).spawn().await;
+    let mut bob = server.auth("dev-token-bob").await;
+    bob.subscribe(TASKS).await;
+    let mut alice = server.auth("dev-token-alice").await;
+    proxy.cut();
+    let d = Deadline::new("a logged publish gets store_unavailable", Duration::from_secs(30));
+    let mut n = 0;
+    loop {
+        // A fresh key each time until one fails: a success must not leave its key behind.
+        n += 1;
+        let f = publish(&mut alice, TASKS, "down".into(), &format!("down-{n}")).await;
+        if f.ty() == "error" {
+            assert_eq!(f.str("error"), "store_unavailable", "{f:?}");
+            break;
+        }
+        d.tick().await;
+    }
+    let failed_key = format!("down-{n}");
+    proxy.restore();
+    let d = Deadline::new("the retry is published", Duration::from_secs(30));
+    loop {
+        let f = publish(&mut alice, TASKS, "retried".into(), &failed_key).await;
+        if f.ty() == "published" {
+            assert!(!duplicate(&f), "the failed publish kept its key: {f:?}");
+            break;
+        }
+        assert_eq!(f.str("error"), "store_unavailable", "{f:?}");
+        d.tick().await;
+    }
+    let d = Deadline::new("bob gets the retried message", Duration::from_secs(20));
+    loop {
+        if bob.next_of("message").await.str("data") == "retried" {
+            break;
+        }
+        d.tick().await;
+    }
+}
