@@ -226,7 +226,19 @@ impl Publisher {
         observers: Vec<Arc<dyn PublishObserver>>,
     ) -> Self {
         let ids = Arc::new(EnvelopeIds::new(&node));
-        Self { registry, hub, store, metrics, usage, node, ids, observers, triggers: None, history: None, idempotency: None }
+        Self {
+            registry,
+            hub,
+            store,
+            metrics,
+            usage,
+            node,
+            ids,
+            observers,
+            triggers: None,
+            history: None,
+            idempotency: None,
+        }
     }
 
     /// Answers repeated idempotency keys through `gate` (issue 19).
