@@ -3,7 +3,8 @@ chromium-driver by selenium, against a real `skua serve --dev`. Signs in with th
 creates an app and a room through the forms, opens the live topic view, publishes from the NoLag
 Python SDK and sees the message appear, sees the SDK client in the room's presence view; also checks that a page without the session goes to the
 sign-in form, and the phone layout. A second test revokes a grant on the page and sees the SDK
-client's subscription end, and retries a failed trigger webhook from the dead letters page.
+client's subscription end, sets an app's trigger webhook on its edit page and retries the failed
+trigger from the dead letters page.
 
 With SKUA_DASHBOARD_SCREENSHOTS=DIR (e.g. docs/img) it writes the screenshots the README and
 docs/dashboard.md show. Without chromium or chromium-driver the test is skipped, loudly; under
@@ -307,29 +308,34 @@ def row_with(browser, caption: str, text: str):
 
 @pytest.mark.timeout(120)
 async def test_dashboard_revokes_a_grant_and_retries_a_dead_letter(skua_factory, browser):
-    from nolag import NoLagApi, NoLagApiOptions, NoLagServerError
-    from nolag.api_types import AppCreate, RoomCreate
+    from nolag import NoLagServerError
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 
     # One attempt per trigger: a failure is a dead letter at once.
     skua = skua_factory("--webhook-trigger-attempts", "1")
     url = admin_url(skua)
-    node = getattr(skua, "nodes", [skua])[0]
     rx = FlakyReceiver()
     slug = f"vault-{uuid.uuid4().hex[:6]}"
     topic = f"{slug}/safe/events"
     try:
-        # An app whose publishes trigger the (failing) receiver, made over REST.
-        options = NoLagApiOptions(base_url=f"http://127.0.0.1:{node.port}/v1")
-        async with NoLagApi("skua-dev-api-key", options) as api:
-            app = await api.apps.create(
-                AppCreate(name="Vault", slug=slug, topics=["events"], trigger_webhook={"url": rx.url("/t")})
-            )
-            await api.rooms.create(app.app_id, RoomCreate(name="Safe", slug="safe"))
-
-        def grant_both() -> None:
+        def app_room_grants() -> None:
             sign_in(browser, url)
+            # An app whose publishes trigger the (failing) receiver: created, then its trigger
+            # webhook set on its edit page (the API's check first refuses a metadata address).
+            browser.get(f"{url}/apps?project=demo-project")
+            submit_form(browser, "/admin/apps", {"slug": slug, "name": "Vault", "topics": "events"})
+            assert notice(browser) == f"App {slug} created."
+            browser.find_element(By.CSS_SELECTOR, f"a[aria-label='Edit app {slug}']").click()
+            wait_for(browser, lambda b: b.find_element(By.TAG_NAME, "h1").text == f"Edit app {slug}")
+            submit_form(browser, "/admin/apps/edit", {"trigger_webhook": "http://169.254.169.254/hook"})
+            assert "link-local or cloud metadata" in notice(browser), notice(browser)
+            submit_form(browser, "/admin/apps/edit", {"trigger_webhook": rx.url("/t")})
+            assert notice(browser) == f"App {slug} saved.", notice(browser)
+            assert browser.find_element(By.ID, "f-trigger_webhook").get_attribute("value") == rx.url("/t")
+            browser.get(f"{url}/rooms?project=demo-project&app={slug}")
+            submit_form(browser, "/admin/rooms", {"room": "safe", "name": "Safe"})
+            assert notice(browser) == "Room safe created."
             # Grants for alice and bob through the page: the room becomes private.
             browser.get(f"{url}/grants?project=demo-project&app={slug}&room=safe")
             for actor in ("alice", "bob"):
@@ -340,7 +346,7 @@ async def test_dashboard_revokes_a_grant_and_retries_a_dead_letter(skua_factory,
                 assert re.fullmatch(r"Grant \S+ created\.", notice(browser)), notice(browser)
             assert row_with(browser, "Grants", "alice") and row_with(browser, "Grants", "bob")
 
-        await asyncio.to_thread(grant_both)
+        await asyncio.to_thread(app_room_grants)
         alice = await connect(skua.url, "dev-token-alice")
         errors = Recorder("alice errors")
         alice.on("error", errors)
