@@ -388,13 +388,13 @@ async def test_dashboard_revokes_a_grant_and_retries_a_dead_letter(skua_factory,
             retry.click()
             assert notice(browser).startswith(f"Delivery {delivery} failed again"), notice(browser)
             assert rx.arrived.is_set(), "the retry posted to the receiver"
+            shoot(browser, "dashboard-webhooks")
             # The receiver is back: the retry delivers it and the dead letter is gone.
             rx.status = 200
             row = row_with(browser, "Dead letters", topic)
             row.find_element(By.XPATH, ".//button[starts-with(text(), 'Retry')]").click()
             assert notice(browser) == f"Delivery {delivery} delivered.", notice(browser)
             assert row_with(browser, "Dead letters", topic) is None
-            shoot(browser, "dashboard-webhooks")
 
         await asyncio.to_thread(dead_letter_and_retry)
         assert rx.paths == ["/t", "/t", "/t"], "the first attempt and two retries"
