@@ -19,9 +19,11 @@ fn status_of(s: &Status) -> StatusCode {
     crate::rest::error::http_status(s.code())
 }
 
-/// The notice carried by a redirect after a change (`?done=`).
+/// The notice carried by a redirect after a change (`?done=`), or after an action that ran
+/// but failed (`?failed=`, shown as an error).
 fn done(a: &Authed) -> Option<Notice<'_>> {
-    Some(a.query.get("done")).filter(|m| !m.is_empty()).map(Notice::Ok)
+    let failed = Some(a.query.get("failed")).filter(|m| !m.is_empty()).map(Notice::Error);
+    failed.or_else(|| Some(a.query.get("done")).filter(|m| !m.is_empty()).map(Notice::Ok))
 }
 
 /// A redirect to `path` (with its query) saying `msg`.
@@ -722,10 +724,14 @@ pub(crate) async fn retry_webhooks(d: &Dashboard, a: Authed) -> Response {
         delivery_ids: vec![a.form.get("delivery").to_owned()],
         all: false,
     };
+    let to = format!("/admin/webhooks?project={}", q(&project));
     let msg = match webhooks::retry_failures(&d.svc, r).await {
         Ok(r) => match r.results.first() {
             Some(x) if x.delivered => format!("Delivery {} delivered.", x.delivery_id),
-            Some(x) => format!("Delivery {} failed again: {}", x.delivery_id, x.error),
+            Some(x) => {
+                let msg = format!("Delivery {} failed again: {}", x.delivery_id, x.error);
+                return redirect(&format!("{to}&failed={}", q(&msg)));
+            }
             None => "No such dead letter (already delivered?).".to_owned(),
         },
         Err(s) => {
@@ -734,7 +740,7 @@ pub(crate) async fn retry_webhooks(d: &Dashboard, a: Authed) -> Response {
             return r;
         }
     };
-    done_redirect(&format!("/admin/webhooks?project={}", q(&project)), &msg)
+    done_redirect(&to, &msg)
 }
 
 /// `GET /admin/presence?project=&app=&room=`: who is in the room now (the page refreshes the

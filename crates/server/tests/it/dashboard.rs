@@ -504,7 +504,7 @@ async fn a_failed_webhook_shows_in_the_dead_letters_and_the_retry_button_deliver
     let r = b.post("/admin/webhooks/retry", &format!("project=hooks&delivery={id}")).await;
     assert_eq!(r.status, 303, "{r:?}");
     let page = b.get(r.header("location").unwrap()).await;
-    assert!(page.body.contains(&format!("Delivery {id} failed again")), "{}", page.body);
+    assert!(page.body.contains(&format!("role=\"alert\" id=\"error\">Delivery {id} failed again")), "{}", page.body);
     assert!(page.body.contains("<td>h/r/events</td>"));
     // The receiver is back: the retry delivers it and the page is empty.
     receiver.set_mode(Mode::Ok(serde_json::json!({})));
