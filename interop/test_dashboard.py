@@ -109,7 +109,8 @@ def wait_for(browser, what, timeout: float = WAIT_S):
 
 
 def submit_form(browser, action: str, fields: dict[str, str]) -> None:
-    """Fills the visible fields of the POST form to `action` by their labels' inputs and submits."""
+    """Fills the visible fields of the POST form to `action` by their labels' inputs, submits, and
+    waits for the next page (so that a notice read afterwards is the new page's)."""
     from selenium.webdriver.common.by import By
 
     form = browser.find_element(By.CSS_SELECTOR, f"form[method=post][action='{action}']")
@@ -117,7 +118,15 @@ def submit_form(browser, action: str, fields: dict[str, str]) -> None:
         el = form.find_element(By.NAME, name)
         el.clear()
         el.send_keys(value)
-    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    click_and_leave(browser, form.find_element(By.CSS_SELECTOR, "button[type=submit]"))
+
+
+def click_and_leave(browser, button) -> None:
+    """Clicks `button` and waits until its page is gone (the form's answer loaded)."""
+    from selenium.webdriver.support import expected_conditions
+
+    button.click()
+    wait_for(browser, expected_conditions.staleness_of(button))
 
 
 def notice(browser) -> str:
@@ -295,6 +304,7 @@ def click_confirmed(browser, button) -> None:
 
     button.click()
     wait_for(browser, expected_conditions.alert_is_present()).accept()
+    wait_for(browser, expected_conditions.staleness_of(button))
 
 
 def row_with(browser, caption: str, text: str):
@@ -342,7 +352,7 @@ async def test_dashboard_revokes_a_grant_and_retries_a_dead_letter(skua_factory,
                 form = browser.find_element(By.CSS_SELECTOR, "form[method=post][action='/admin/grants']")
                 form.find_element(By.NAME, "actor_id").send_keys(actor)
                 Select(form.find_element(By.NAME, "permission")).select_by_visible_text("pubSub")
-                form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+                click_and_leave(browser, form.find_element(By.CSS_SELECTOR, "button[type=submit]"))
                 assert re.fullmatch(r"Grant \S+ created\.", notice(browser)), notice(browser)
             assert row_with(browser, "Grants", "alice") and row_with(browser, "Grants", "bob")
 
@@ -385,14 +395,14 @@ async def test_dashboard_revokes_a_grant_and_retries_a_dead_letter(skua_factory,
             delivery = retry.text.removeprefix("Retry ")
             # Still failing: the page says so and keeps it.
             rx.arrived.clear()
-            retry.click()
+            click_and_leave(browser, retry)
             assert notice(browser).startswith(f"Delivery {delivery} failed again"), notice(browser)
             assert rx.arrived.is_set(), "the retry posted to the receiver"
             shoot(browser, "dashboard-webhooks")
             # The receiver is back: the retry delivers it and the dead letter is gone.
             rx.status = 200
             row = row_with(browser, "Dead letters", topic)
-            row.find_element(By.XPATH, ".//button[starts-with(text(), 'Retry')]").click()
+            click_and_leave(browser, row.find_element(By.XPATH, ".//button[starts-with(text(), 'Retry')]"))
             assert notice(browser) == f"Delivery {delivery} delivered.", notice(browser)
             assert row_with(browser, "Dead letters", topic) is None
 
