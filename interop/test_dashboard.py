@@ -2,7 +2,9 @@
 chromium-driver by selenium, against a real `skua serve --dev`. Signs in with the dev admin key,
 creates an app and a room through the forms, opens the live topic view, publishes from the NoLag
 Python SDK and sees the message appear, sees the SDK client in the room's presence view; also checks that a page without the session goes to the
-sign-in form, and the phone layout.
+sign-in form, and the phone layout. A second test revokes a grant on the page and sees the SDK
+client's subscription end, sets an app's trigger webhook on its edit page and retries the failed
+trigger from the dead letters page.
 
 With SKUA_DASHBOARD_SCREENSHOTS=DIR (e.g. docs/img) it writes the screenshots the README and
 docs/dashboard.md show. Without chromium or chromium-driver the test is skipped, loudly; under
@@ -11,10 +13,12 @@ CI=true it fails instead (scripts/test.sh installs both)."""
 from __future__ import annotations
 
 import asyncio
+import http.server
 import os
 import re
 import shutil
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -22,7 +26,7 @@ from pathlib import Path
 import pytest
 
 import helpers
-from helpers import connect, emit_ack
+from helpers import Recorder, connect, emit_ack
 
 DEV_ADMIN_KEY = "skua-dev-admin-key"
 WAIT_S = 20
@@ -105,7 +109,8 @@ def wait_for(browser, what, timeout: float = WAIT_S):
 
 
 def submit_form(browser, action: str, fields: dict[str, str]) -> None:
-    """Fills the visible fields of the POST form to `action` by their labels' inputs and submits."""
+    """Fills the visible fields of the POST form to `action` by their labels' inputs, submits, and
+    waits for the next page (so that a notice read afterwards is the new page's)."""
     from selenium.webdriver.common.by import By
 
     form = browser.find_element(By.CSS_SELECTOR, f"form[method=post][action='{action}']")
@@ -113,7 +118,15 @@ def submit_form(browser, action: str, fields: dict[str, str]) -> None:
         el = form.find_element(By.NAME, name)
         el.clear()
         el.send_keys(value)
-    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    click_and_leave(browser, form.find_element(By.CSS_SELECTOR, "button[type=submit]"))
+
+
+def click_and_leave(browser, button) -> None:
+    """Clicks `button` and waits until its page is gone (the form's answer loaded)."""
+    from selenium.webdriver.support import expected_conditions
+
+    button.click()
+    wait_for(browser, expected_conditions.staleness_of(button))
 
 
 def notice(browser) -> str:
@@ -239,3 +252,163 @@ async def test_dashboard_in_chromium(skua_factory, browser):
     await asyncio.to_thread(overview_and_phone)
     await helpers.close(alice)
     await helpers.close(bob)
+
+
+class FlakyReceiver:
+    """An HTTP receiver for trigger webhooks: answers `status` (500 until the test sets 200) and
+    counts the requests (`arrived` is set at each)."""
+
+    def __init__(self):
+        self.status = 500
+        self.paths: list[str] = []
+        self.arrived = threading.Event()
+        receiver = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - http.server's naming
+                self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                receiver.paths.append(self.path)
+                self.send_response(receiver.status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+                receiver.arrived.set()
+
+            def log_message(self, *_):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}{path}"
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def sign_in(browser, url: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{url}/login")
+    browser.find_element(By.ID, "admin_key").send_keys(DEV_ADMIN_KEY)
+    browser.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    wait_for(browser, lambda b: b.find_element(By.TAG_NAME, "h1").text == "Overview")
+
+
+def click_confirmed(browser, button) -> None:
+    """Clicks a delete/revoke button and accepts the page's confirmation dialog."""
+    from selenium.webdriver.support import expected_conditions
+
+    button.click()
+    wait_for(browser, expected_conditions.alert_is_present()).accept()
+    wait_for(browser, expected_conditions.staleness_of(button))
+
+
+def row_with(browser, caption: str, text: str):
+    """The first row of the table captioned `caption` whose text contains `text` (None while
+    there is none)."""
+    from selenium.webdriver.common.by import By
+
+    rows = browser.find_elements(By.XPATH, f"//table[caption='{caption}']/tbody/tr")
+    return next((tr for tr in rows if text in tr.text), None)
+
+
+@pytest.mark.timeout(120)
+async def test_dashboard_revokes_a_grant_and_retries_a_dead_letter(skua_factory, browser):
+    from nolag import NoLagServerError
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    # One attempt per trigger: a failure is a dead letter at once.
+    skua = skua_factory("--webhook-trigger-attempts", "1")
+    url = admin_url(skua)
+    rx = FlakyReceiver()
+    slug = f"vault-{uuid.uuid4().hex[:6]}"
+    topic = f"{slug}/safe/events"
+    try:
+        def app_room_grants() -> None:
+            sign_in(browser, url)
+            # An app whose publishes trigger the (failing) receiver: created, then its trigger
+            # webhook set on its edit page (the API's check first refuses a metadata address).
+            browser.get(f"{url}/apps?project=demo-project")
+            submit_form(browser, "/admin/apps", {"slug": slug, "name": "Vault", "topics": "events"})
+            assert notice(browser) == f"App {slug} created."
+            browser.find_element(By.CSS_SELECTOR, f"a[aria-label='Edit app {slug}']").click()
+            wait_for(browser, lambda b: b.find_element(By.TAG_NAME, "h1").text == f"Edit app {slug}")
+            submit_form(browser, "/admin/apps/edit", {"trigger_webhook": "http://169.254.169.254/hook"})
+            assert "link-local or cloud metadata" in notice(browser), notice(browser)
+            submit_form(browser, "/admin/apps/edit", {"trigger_webhook": rx.url("/t")})
+            assert notice(browser) == f"App {slug} saved.", notice(browser)
+            assert browser.find_element(By.ID, "f-trigger_webhook").get_attribute("value") == rx.url("/t")
+            browser.get(f"{url}/rooms?project=demo-project&app={slug}")
+            submit_form(browser, "/admin/rooms", {"room": "safe", "name": "Safe"})
+            assert notice(browser) == "Room safe created."
+            # Grants for alice and bob through the page: the room becomes private.
+            browser.get(f"{url}/grants?project=demo-project&app={slug}&room=safe")
+            for actor in ("alice", "bob"):
+                form = browser.find_element(By.CSS_SELECTOR, "form[method=post][action='/admin/grants']")
+                form.find_element(By.NAME, "actor_id").send_keys(actor)
+                Select(form.find_element(By.NAME, "permission")).select_by_visible_text("pubSub")
+                click_and_leave(browser, form.find_element(By.CSS_SELECTOR, "button[type=submit]"))
+                assert re.fullmatch(r"Grant \S+ created\.", notice(browser)), notice(browser)
+            assert row_with(browser, "Grants", "alice") and row_with(browser, "Grants", "bob")
+
+        await asyncio.to_thread(app_room_grants)
+        alice = await connect(skua.url, "dev-token-alice")
+        errors = Recorder("alice errors")
+        alice.on("error", errors)
+        await helpers.subscribe_ok(alice, topic)
+
+        def revoke_alice() -> None:
+            row = row_with(browser, "Grants", "alice")
+            click_confirmed(browser, row.find_element(By.XPATH, ".//button[starts-with(text(), 'Revoke grant')]"))
+            assert re.fullmatch(r"Grant \S+ revoked\.", notice(browser)), notice(browser)
+            assert row_with(browser, "Grants", "alice") is None
+            assert row_with(browser, "Grants", "bob"), "bob's grant stays: the room stays private"
+
+        await asyncio.to_thread(revoke_alice)
+        # The SDK surfaces the end of the subscription as an error event for the topic...
+        (err,) = await errors.wait_for(
+            lambda e: isinstance(e, NoLagServerError) and e.topic == topic, what="unknown_topic for the revoked topic"
+        )
+        assert (err.code, err.error) == (42940, "unknown_topic"), repr(err)
+        # ...and the room is closed to alice now: her publish is refused.
+        err = await emit_ack(alice, topic, {"n": 0})
+        assert isinstance(err, NoLagServerError) and err.code == 42940, repr(err)
+
+        # Bob's publish triggers the webhook; the receiver fails it: a dead letter.
+        bob = await connect(skua.url, "dev-token-bob")
+        assert await emit_ack(bob, topic, {"n": 1}) is None
+        assert await asyncio.to_thread(rx.arrived.wait, WAIT_S), "no trigger reached the receiver"
+
+        def dead_letter_and_retry() -> None:
+            def shown(b):
+                b.get(f"{url}/webhooks?project=demo-project")
+                return row_with(b, "Dead letters", topic)
+
+            row = wait_for(browser, shown)
+            assert rx.url("/t") in row.text, row.text
+            retry = row.find_element(By.XPATH, ".//button[starts-with(text(), 'Retry')]")
+            delivery = retry.text.removeprefix("Retry ")
+            # Still failing: the page says so and keeps it.
+            rx.arrived.clear()
+            click_and_leave(browser, retry)
+            assert notice(browser).startswith(f"Delivery {delivery} failed again"), notice(browser)
+            assert rx.arrived.is_set(), "the retry posted to the receiver"
+            shoot(browser, "dashboard-webhooks")
+            # The receiver is back: the retry delivers it and the dead letter is gone.
+            rx.status = 200
+            row = row_with(browser, "Dead letters", topic)
+            click_and_leave(browser, row.find_element(By.XPATH, ".//button[starts-with(text(), 'Retry')]"))
+            assert notice(browser) == f"Delivery {delivery} delivered.", notice(browser)
+            assert row_with(browser, "Dead letters", topic) is None
+
+        await asyncio.to_thread(dead_letter_and_retry)
+        assert rx.paths == ["/t", "/t", "/t"], "the first attempt and two retries"
+        await helpers.close(alice)
+        await helpers.close(bob)
+    finally:
+        rx.stop()

@@ -433,6 +433,10 @@ page!(stats => pages::stats_json);
 page!(projects => pages::projects);
 page!(apps => pages::apps);
 page!(rooms => pages::rooms);
+page!(edit_app => pages::edit_app);
+page!(edit_room => pages::edit_room);
+page!(lobbies => pages::lobbies);
+page!(scopes => pages::scopes);
 page!(actors => pages::actors);
 page!(grants => pages::grants);
 page!(webhooks => pages::webhooks);
@@ -444,6 +448,12 @@ action!(create_project => pages::create_project);
 action!(delete_project => pages::delete_project);
 action!(create_app => pages::create_app);
 action!(delete_app => pages::delete_app);
+action!(update_app => pages::update_app);
+action!(update_room => pages::update_room);
+action!(create_lobby => pages::create_lobby);
+action!(delete_lobby => pages::delete_lobby);
+action!(create_scope => pages::create_scope);
+action!(delete_scope => pages::delete_scope);
 action!(create_room => pages::create_room);
 action!(delete_room => pages::delete_room);
 action!(create_actor => pages::create_actor);
@@ -468,13 +478,19 @@ pub fn router(d: Arc<Dashboard>) -> Router {
         .route("/admin/projects/delete", post(delete_project))
         .route("/admin/apps", get(apps).post(create_app))
         .route("/admin/apps/delete", post(delete_app))
+        .route("/admin/apps/edit", get(edit_app).post(update_app))
         .route("/admin/rooms", get(rooms).post(create_room))
         .route("/admin/rooms/delete", post(delete_room))
+        .route("/admin/rooms/edit", get(edit_room).post(update_room))
         .route("/admin/actors", get(actors).post(create_actor))
         .route("/admin/actors/delete", post(delete_actor))
         .route("/admin/grants", get(grants).post(create_grant))
         .route("/admin/grants/delete", post(delete_grant))
         .route("/admin/presence", get(presence))
+        .route("/admin/lobbies", get(lobbies).post(create_lobby))
+        .route("/admin/lobbies/delete", post(delete_lobby))
+        .route("/admin/scopes", get(scopes).post(create_scope))
+        .route("/admin/scopes/delete", post(delete_scope))
         .route("/admin/api-keys", get(api_keys).post(create_api_key))
         .route("/admin/api-keys/delete", post(delete_api_key))
         .route("/admin/webhooks", get(webhooks))

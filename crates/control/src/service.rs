@@ -15,7 +15,7 @@ pub(crate) mod apps;
 mod connections;
 pub(crate) mod convert;
 pub(crate) mod grants;
-mod lobbies;
+pub(crate) mod lobbies;
 pub(crate) mod projects;
 pub(crate) mod publish;
 pub(crate) mod rooms;

@@ -45,6 +45,8 @@ pub(crate) fn page(title: &str, current: &str, csrf: &str, notice: Option<Notice
         ("/admin/rooms", "Rooms"),
         ("/admin/actors", "Actors"),
         ("/admin/grants", "Grants"),
+        ("/admin/lobbies", "Lobbies"),
+        ("/admin/scopes", "Scopes"),
         ("/admin/api-keys", "API keys"),
         ("/admin/live", "Live topic"),
         ("/admin/webhooks", "Webhooks"),

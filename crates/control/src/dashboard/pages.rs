@@ -1,6 +1,7 @@
-//! The overview and the registry pages: projects, apps, rooms, actors, grants, webhook dead
-//! letters. Each list page has its create form; each create or delete calls the service
-//! function the gRPC and REST APIs call, and shows its error message when it refuses.
+//! The overview and the registry pages: projects, apps, rooms, actors, grants, lobbies, access
+//! scopes, webhook dead letters. Each list page has its create form (apps and rooms an edit form
+//! too); each create, edit or delete calls the service function the gRPC and REST APIs call, and
+//! shows its error message when it refuses.
 
 use std::fmt::Write as _;
 
@@ -11,16 +12,18 @@ use tonic::Status;
 use super::html::{self, Notice, button_form, csrf_input, esc, field, q, table, time};
 use super::{Authed, Dashboard, redirect};
 use crate::pb;
-use crate::service::{actors, api_keys, apps, grants, projects, rooms, webhooks};
+use crate::service::{actors, api_keys, apps, grants, lobbies, projects, rooms, scopes, webhooks};
 
 /// The HTTP status of a refused request, as the REST API maps it.
 fn status_of(s: &Status) -> StatusCode {
     crate::rest::error::http_status(s.code())
 }
 
-/// The notice carried by a redirect after a change (`?done=`).
+/// The notice carried by a redirect after a change (`?done=`), or after an action that ran
+/// but failed (`?failed=`, shown as an error).
 fn done(a: &Authed) -> Option<Notice<'_>> {
-    Some(a.query.get("done")).filter(|m| !m.is_empty()).map(Notice::Ok)
+    let failed = Some(a.query.get("failed")).filter(|m| !m.is_empty()).map(Notice::Error);
+    failed.or_else(|| Some(a.query.get("done")).filter(|m| !m.is_empty()).map(Notice::Ok))
 }
 
 /// A redirect to `path` (with its query) saying `msg`.
@@ -173,6 +176,8 @@ async fn refused(d: &Dashboard, a: Authed, path: &str, s: &Status) -> Response {
         "/admin/rooms" => rooms_page(d, &a, Some(Notice::Error(s.message()))).await,
         "/admin/actors" => actors_page(d, &a, Some(Notice::Error(s.message()))).await,
         "/admin/api-keys" => api_keys_page(d, &a, Some(Notice::Error(s.message()))).await,
+        "/admin/lobbies" => lobbies_page(d, &a, Some(Notice::Error(s.message()))).await,
+        "/admin/scopes" => scopes_page(d, &a, Some(Notice::Error(s.message()))).await,
         _ => grants_page(d, &a, Some(Notice::Error(s.message()))).await,
     };
     *r.status_mut() = status;
@@ -260,7 +265,12 @@ async fn apps_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> Res
                 .map(|t| if t.logged { format!("{} (logged)", t.name) } else { t.name.clone() })
                 .collect();
             vec![
-                format!("<a href=\"/admin/rooms?project={}&amp;app={}\">{}</a>", q(&project), q(&x.slug), esc(&x.slug)),
+                format!(
+                    "<a href=\"/admin/rooms?project={p}&amp;app={a}\">{s}</a> (<a href=\"/admin/apps/edit?project={p}&amp;app={a}\" aria-label=\"Edit app {s}\">edit</a>)",
+                    p = q(&project),
+                    a = q(&x.slug),
+                    s = esc(&x.slug)
+                ),
                 esc(&x.name),
                 esc(&topics.join(", ")),
                 x.room_count.to_string(),
@@ -383,7 +393,8 @@ async fn rooms_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> Re
                 format!(
                     "<a href=\"/admin/grants?project={p}&amp;app={a}&amp;room={r}\">Grants</a> · \
                      <a href=\"/admin/presence?project={p}&amp;app={a}&amp;room={r}\">Presence</a> · \
-                     <a href=\"/admin/live?project={p}&amp;topic={t}\">Live</a>",
+                     <a href=\"/admin/live?project={p}&amp;topic={t}\">Live</a> · \
+                     <a href=\"/admin/rooms/edit?project={p}&amp;app={a}&amp;room={r}\">Edit</a>",
                     p = q(&project),
                     a = q(&app),
                     r = q(&r.slug),
@@ -713,10 +724,14 @@ pub(crate) async fn retry_webhooks(d: &Dashboard, a: Authed) -> Response {
         delivery_ids: vec![a.form.get("delivery").to_owned()],
         all: false,
     };
+    let to = format!("/admin/webhooks?project={}", q(&project));
     let msg = match webhooks::retry_failures(&d.svc, r).await {
         Ok(r) => match r.results.first() {
             Some(x) if x.delivered => format!("Delivery {} delivered.", x.delivery_id),
-            Some(x) => format!("Delivery {} failed again: {}", x.delivery_id, x.error),
+            Some(x) => {
+                let msg = format!("Delivery {} failed again: {}", x.delivery_id, x.error);
+                return redirect(&format!("{to}&failed={}", q(&msg)));
+            }
             None => "No such dead letter (already delivered?).".to_owned(),
         },
         Err(s) => {
@@ -725,7 +740,7 @@ pub(crate) async fn retry_webhooks(d: &Dashboard, a: Authed) -> Response {
             return r;
         }
     };
-    done_redirect(&format!("/admin/webhooks?project={}", q(&project)), &msg)
+    done_redirect(&to, &msg)
 }
 
 /// `GET /admin/presence?project=&app=&room=`: who is in the room now (the page refreshes the
@@ -832,5 +847,326 @@ pub(crate) async fn delete_api_key(d: &Dashboard, a: Authed) -> Response {
     match api_keys::revoke(&d.svc, pb::RevokeApiKeyRequest { project_id: project.clone(), key_id: key.clone() }).await {
         Ok(_) => done_redirect(&format!("/admin/api-keys?project={}", q(&project)), &format!("API key {key} revoked.")),
         Err(s) => refused(d, a, "/admin/api-keys", &s).await,
+    }
+}
+
+/// A field of the page: the posted value after a refused change, else the query's.
+fn param<'a>(a: &'a Authed, k: &str) -> &'a str {
+    if a.form.get(k).is_empty() { a.query.get(k) } else { a.form.get(k) }
+}
+
+/// An error page with `s`'s message and the REST API's status for it.
+fn error_page(a: &Authed, title: &str, current: &str, s: &Status) -> Response {
+    html::respond(status_of(s), html::page(title, current, &a.csrf, Some(Notice::Error(s.message())), ""))
+}
+
+/// `GET /admin/apps/edit?project=&app=`: an app's name, room auto-provisioning and app-level
+/// webhook URLs.
+pub(crate) async fn edit_app(d: &Dashboard, a: Authed) -> Response {
+    edit_app_page(d, &a, done(&a)).await
+}
+
+async fn edit_app_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> Response {
+    let (project, slug) = (param(a, "project").to_owned(), param(a, "app").to_owned());
+    let x = match apps::get(&d.svc, pb::GetAppRequest { project_id: project.clone(), app: slug.clone() }).await {
+        Ok(x) => x,
+        Err(s) => return error_page(a, "Edit app", "Apps", &s),
+    };
+    // After a refused change the form shows what was sent, so it can be corrected.
+    let posted = !a.form.get("app").is_empty();
+    let value = |k: &str, current: &str| if posted { a.form.get(k).to_owned() } else { current.to_owned() };
+    let url = |t: &Option<pb::WebhookTarget>| t.as_ref().map(|t| t.url.clone()).unwrap_or_default();
+    let auto = if posted { !a.form.get("auto_provision_rooms").is_empty() } else { x.auto_provision_rooms };
+    let mut body = String::new();
+    let _ = write!(
+        body,
+        "<p><a href=\"/admin/apps?project={p}\">All apps</a> · <a href=\"/admin/rooms?project={p}&amp;app={a}\">Rooms of {s}</a></p>\
+         <form method=\"post\" action=\"/admin/apps/edit\" class=\"create\">{csrf}\
+         <input type=\"hidden\" name=\"project\" value=\"{pe}\"><input type=\"hidden\" name=\"app\" value=\"{s}\">{}{}{}\
+         <div class=\"field\"><label><input type=\"checkbox\" name=\"auto_provision_rooms\" value=\"1\"{}> Rooms created on first use</label></div>\
+         <button type=\"submit\">Save app</button></form>\
+         <p>Topics: {}. Headers and timeouts of the webhooks are kept when their URL changes (set them with the API).</p>",
+        field("name", "Name", &value("name", &x.name), true, "display name"),
+        field(
+            "hydration_webhook",
+            "Hydration webhook URL",
+            &value("hydration_webhook", &url(&x.hydration_webhook)),
+            false,
+            "called on subscribe; empty: none"
+        ),
+        field(
+            "trigger_webhook",
+            "Trigger webhook URL",
+            &value("trigger_webhook", &url(&x.trigger_webhook)),
+            false,
+            "called on publish; empty: none"
+        ),
+        if auto { " checked" } else { "" },
+        esc(&x.topics.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ")),
+        p = q(&project),
+        a = q(&x.slug),
+        s = esc(&x.slug),
+        pe = esc(&project),
+        csrf = csrf_input(&a.csrf),
+    );
+    let title = format!("Edit app {}", x.slug);
+    html::respond(StatusCode::OK, html::page(&title, "Apps", &a.csrf, notice, &body))
+}
+
+/// The update of an app-level webhook from its URL field: none when the URL is unchanged, the
+/// same headers and timeout with the new URL otherwise (an empty URL removes the webhook).
+fn webhook_update(current: &Option<pb::WebhookTarget>, url: &str) -> Option<pb::WebhookTarget> {
+    let now = current.clone().unwrap_or_default();
+    (now.url != url).then(|| pb::WebhookTarget { url: url.to_owned(), ..now })
+}
+
+/// `POST /admin/apps/edit`.
+pub(crate) async fn update_app(d: &Dashboard, a: Authed) -> Response {
+    let (project, slug) = (a.form.get("project").to_owned(), a.form.get("app").to_owned());
+    let x = match apps::get(&d.svc, pb::GetAppRequest { project_id: project.clone(), app: slug.clone() }).await {
+        Ok(x) => x,
+        Err(s) => return error_page(&a, "Edit app", "Apps", &s),
+    };
+    let r = pb::UpdateAppRequest {
+        project_id: project.clone(),
+        app: slug.clone(),
+        name: Some(a.form.get("name").to_owned()),
+        auto_provision_rooms: Some(!a.form.get("auto_provision_rooms").is_empty()),
+        hydration_webhook: webhook_update(&x.hydration_webhook, a.form.get("hydration_webhook")),
+        trigger_webhook: webhook_update(&x.trigger_webhook, a.form.get("trigger_webhook")),
+        ..Default::default()
+    };
+    match apps::update(&d.svc, r).await {
+        Ok(x) => done_redirect(
+            &format!("/admin/apps/edit?project={}&app={}", q(&project), q(&x.slug)),
+            &format!("App {} saved.", x.slug),
+        ),
+        Err(s) => {
+            let mut r = edit_app_page(d, &a, Some(Notice::Error(s.message()))).await;
+            *r.status_mut() = status_of(&s);
+            r
+        }
+    }
+}
+
+/// `GET /admin/rooms/edit?project=&app=&room=`: a room's name.
+pub(crate) async fn edit_room(d: &Dashboard, a: Authed) -> Response {
+    edit_room_page(d, &a, done(&a)).await
+}
+
+async fn edit_room_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> Response {
+    let (project, app, slug) =
+        (param(a, "project").to_owned(), param(a, "app").to_owned(), param(a, "room").to_owned());
+    let r = pb::GetRoomRequest { project_id: project.clone(), app: app.clone(), slug: slug.clone() };
+    let room = match rooms::get(&d.svc, r).await {
+        Ok(r) => r,
+        Err(s) => return error_page(a, "Edit room", "Rooms", &s),
+    };
+    let name = if a.form.get("room").is_empty() { room.name.clone() } else { a.form.get("name").to_owned() };
+    let mut body = String::new();
+    let _ = write!(
+        body,
+        "<p><a href=\"/admin/rooms?project={p}&amp;app={a}\">Rooms of {ae}</a></p>\
+         <form method=\"post\" action=\"/admin/rooms/edit\" class=\"create\">{}\
+         <input type=\"hidden\" name=\"project\" value=\"{pe}\"><input type=\"hidden\" name=\"app\" value=\"{ae}\">\
+         <input type=\"hidden\" name=\"room\" value=\"{}\">{}<button type=\"submit\">Save room</button></form>",
+        csrf_input(&a.csrf),
+        esc(&room.slug),
+        field("name", "Name", &name, true, "display name"),
+        p = q(&project),
+        a = q(&room.app_slug),
+        ae = esc(&room.app_slug),
+        pe = esc(&project),
+    );
+    let title = format!("Edit room {}/{}", room.app_slug, room.slug);
+    html::respond(StatusCode::OK, html::page(&title, "Rooms", &a.csrf, notice, &body))
+}
+
+/// `POST /admin/rooms/edit`.
+pub(crate) async fn update_room(d: &Dashboard, a: Authed) -> Response {
+    let (project, app, slug) =
+        (a.form.get("project").to_owned(), a.form.get("app").to_owned(), a.form.get("room").to_owned());
+    let r = pb::UpdateRoomRequest {
+        project_id: project.clone(),
+        app: app.clone(),
+        slug: slug.clone(),
+        name: Some(a.form.get("name").to_owned()),
+    };
+    match rooms::update(&d.svc, r).await {
+        Ok(room) => done_redirect(
+            &format!("/admin/rooms?project={}&app={}", q(&project), q(&app)),
+            &format!("Room {} saved.", room.slug),
+        ),
+        Err(s) => {
+            let mut r = edit_room_page(d, &a, Some(Notice::Error(s.message()))).await;
+            *r.status_mut() = status_of(&s);
+            r
+        }
+    }
+}
+
+/// `GET /admin/lobbies?project=`.
+pub(crate) async fn lobbies(d: &Dashboard, a: Authed) -> Response {
+    lobbies_page(d, &a, done(&a)).await
+}
+
+async fn lobbies_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> Response {
+    let (projects, project) = current_project(d, a).await;
+    let (apps, app) = current_app(d, a, &project).await;
+    let list = lobbies::list(&d.svc, pb::ListLobbiesRequest { project_id: project.clone() })
+        .await
+        .map(|r| r.lobbies)
+        .unwrap_or_default();
+    let rows: Vec<Vec<String>> = list
+        .iter()
+        .map(|l| {
+            let app = apps.iter().find(|x| x.id == l.app_id).map_or(l.app_id.as_str(), |x| x.slug.as_str());
+            let mut who: Vec<String> = l.allowed_actors.clone();
+            who.extend(l.allowed_actor_types.iter().map(|t| format!("type {t}")));
+            vec![
+                esc(&l.slug),
+                esc(app),
+                esc(&l.rooms.join(", ")),
+                if who.is_empty() { "every actor".into() } else { esc(&who.join(", ")) },
+                button_form(
+                    "/admin/lobbies/delete",
+                    &a.csrf,
+                    &[("project", &project), ("lobby", &l.slug)],
+                    &format!("Delete lobby {}", l.slug),
+                    true,
+                ),
+            ]
+        })
+        .collect();
+    let mut body = chooser("/admin/lobbies", &projects, &project, None, None);
+    let mut options = String::new();
+    for x in &apps {
+        let sel = if x.slug == app { " selected" } else { "" };
+        let _ = write!(options, "<option value=\"{0}\"{sel}>{0}</option>", esc(&x.slug));
+    }
+    let _ = write!(
+        body,
+        "<h2>New lobby in {}</h2><form method=\"post\" action=\"/admin/lobbies\" class=\"create\">{}\
+         <input type=\"hidden\" name=\"project\" value=\"{}\">{}\
+         <div class=\"field\"><label for=\"f-app\">App</label><select id=\"f-app\" name=\"app\">{options}</select></div>{}{}{}\
+         <button type=\"submit\">Create lobby</button></form>",
+        esc(&project),
+        csrf_input(&a.csrf),
+        esc(&project),
+        field("lobby", "Slug", a.form.get("lobby"), true, "letters, digits, - and _"),
+        field("rooms", "Rooms", a.form.get("rooms"), false, "comma-separated room slugs of the app"),
+        field("allowed_actors", "Allowed actors", a.form.get("allowed_actors"), false, "comma-separated ids"),
+        field(
+            "allowed_actor_types",
+            "Allowed actor types",
+            a.form.get("allowed_actor_types"),
+            false,
+            "comma-separated; both empty: every actor"
+        ),
+    );
+    body.push_str(&table("Lobbies", &["Slug", "App", "Rooms", "Allowed", ""], &rows, "No lobbies in this project."));
+    html::respond(StatusCode::OK, html::page("Lobbies", "Lobbies", &a.csrf, notice, &body))
+}
+
+/// `POST /admin/lobbies`.
+pub(crate) async fn create_lobby(d: &Dashboard, a: Authed) -> Response {
+    let project = a.form.get("project").to_owned();
+    let r = pb::CreateLobbyRequest {
+        project_id: project.clone(),
+        slug: a.form.get("lobby").to_owned(),
+        app: a.form.get("app").to_owned(),
+        rooms: names(a.form.get("rooms")),
+        allowed_actors: names(a.form.get("allowed_actors")),
+        allowed_actor_types: names(a.form.get("allowed_actor_types")),
+    };
+    match lobbies::create(&d.svc, r).await {
+        Ok(l) => {
+            done_redirect(&format!("/admin/lobbies?project={}", q(&project)), &format!("Lobby {} created.", l.slug))
+        }
+        Err(s) => refused(d, a, "/admin/lobbies", &s).await,
+    }
+}
+
+/// `POST /admin/lobbies/delete`.
+pub(crate) async fn delete_lobby(d: &Dashboard, a: Authed) -> Response {
+    let (project, lobby) = (a.form.get("project").to_owned(), a.form.get("lobby").to_owned());
+    match lobbies::delete(&d.svc, pb::DeleteLobbyRequest { project_id: project.clone(), slug: lobby.clone() }).await {
+        Ok(_) => done_redirect(&format!("/admin/lobbies?project={}", q(&project)), &format!("Lobby {lobby} deleted.")),
+        Err(s) => refused(d, a, "/admin/lobbies", &s).await,
+    }
+}
+
+/// `GET /admin/scopes?project=`: the project's access scopes.
+pub(crate) async fn scopes(d: &Dashboard, a: Authed) -> Response {
+    scopes_page(d, &a, done(&a)).await
+}
+
+async fn scopes_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> Response {
+    let (projects, project) = current_project(d, a).await;
+    let list = scopes::list(&d.svc, pb::ListScopesRequest { project_id: project.clone() })
+        .await
+        .map(|r| r.scopes)
+        .unwrap_or_default();
+    let rows: Vec<Vec<String>> = list
+        .iter()
+        .map(|x| {
+            vec![
+                esc(&x.slug),
+                esc(&x.name),
+                if x.active { "active".into() } else { "deactivated".into() },
+                x.actor_count.to_string(),
+                time(x.created_at_ms),
+                button_form(
+                    "/admin/scopes/delete",
+                    &a.csrf,
+                    &[("project", &project), ("scope", &x.slug)],
+                    &format!("Delete scope {}", x.slug),
+                    true,
+                ),
+            ]
+        })
+        .collect();
+    let mut body = chooser("/admin/scopes", &projects, &project, None, None);
+    let _ = write!(
+        body,
+        "<h2>New access scope in {}</h2><form method=\"post\" action=\"/admin/scopes\" class=\"create\">{}\
+         <input type=\"hidden\" name=\"project\" value=\"{}\">{}{}<button type=\"submit\">Create scope</button></form>",
+        esc(&project),
+        csrf_input(&a.csrf),
+        esc(&project),
+        field("scope", "Slug", a.form.get("scope"), true, "letters, digits, - and _"),
+        field("name", "Name", a.form.get("name"), false, "defaults to the slug"),
+    );
+    body.push_str(&table(
+        "Access scopes",
+        &["Slug", "Name", "State", "Actors", "Created (UTC)", ""],
+        &rows,
+        "No access scopes in this project.",
+    ));
+    html::respond(StatusCode::OK, html::page("Access scopes", "Scopes", &a.csrf, notice, &body))
+}
+
+/// `POST /admin/scopes`.
+pub(crate) async fn create_scope(d: &Dashboard, a: Authed) -> Response {
+    let project = a.form.get("project").to_owned();
+    let r = pb::CreateScopeRequest {
+        project_id: project.clone(),
+        slug: a.form.get("scope").to_owned(),
+        name: a.form.get("name").to_owned(),
+    };
+    match scopes::create(&d.svc, r).await {
+        Ok(x) => {
+            done_redirect(&format!("/admin/scopes?project={}", q(&project)), &format!("Scope {} created.", x.slug))
+        }
+        Err(s) => refused(d, a, "/admin/scopes", &s).await,
+    }
+}
+
+/// `POST /admin/scopes/delete`.
+pub(crate) async fn delete_scope(d: &Dashboard, a: Authed) -> Response {
+    let (project, scope) = (a.form.get("project").to_owned(), a.form.get("scope").to_owned());
+    match scopes::delete(&d.svc, pb::ScopeRef { project_id: project.clone(), scope: scope.clone() }).await {
+        Ok(_) => done_redirect(&format!("/admin/scopes?project={}", q(&project)), &format!("Scope {scope} deleted.")),
+        Err(s) => refused(d, a, "/admin/scopes", &s).await,
     }
 }

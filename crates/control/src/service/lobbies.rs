@@ -31,7 +31,7 @@ fn lobby_rooms(d: &RegistryData, a: &AppRecord, rooms: &[String]) -> Result<(), 
     Ok(())
 }
 
-pub(super) async fn create(svc: &ControlService, r: pb::CreateLobbyRequest) -> Result<pb::Lobby, Status> {
+pub(crate) async fn create(svc: &ControlService, r: pb::CreateLobbyRequest) -> Result<pb::Lobby, Status> {
     validate::slug("slug", &r.slug)?;
     let allowed = subjects(&r.allowed_actors, &r.allowed_actor_types)?;
     let l = svc
@@ -71,7 +71,7 @@ pub(super) async fn get(svc: &ControlService, r: pb::GetLobbyRequest) -> Result<
     Ok(convert::lobby(lobby(&snap.data, &p.id, &r.slug)?))
 }
 
-pub(super) async fn list(svc: &ControlService, r: pb::ListLobbiesRequest) -> Result<pb::ListLobbiesResponse, Status> {
+pub(crate) async fn list(svc: &ControlService, r: pb::ListLobbiesRequest) -> Result<pb::ListLobbiesResponse, Status> {
     let snap = svc.read().await;
     let p = project(&snap.data, &r.project_id)?;
     let lobbies = snap.data.lobbies.values().filter(|l| l.project == p.id).map(convert::lobby).collect();
@@ -93,7 +93,7 @@ pub(super) async fn set_rooms(svc: &ControlService, r: pb::SetLobbyRoomsRequest)
     Ok(convert::lobby(&l))
 }
 
-pub(super) async fn delete(svc: &ControlService, r: pb::DeleteLobbyRequest) -> Result<pb::DeleteResponse, Status> {
+pub(crate) async fn delete(svc: &ControlService, r: pb::DeleteLobbyRequest) -> Result<pb::DeleteResponse, Status> {
     validate::slug("slug", &r.slug)?;
     svc.mutate(|d| {
         let p = project(d, &r.project_id)?;

@@ -102,7 +102,11 @@ impl Browser {
     }
 }
 
-const PAGES: [&str; 13] = [
+const PAGES: [&str; 17] = [
+    "/admin/lobbies",
+    "/admin/scopes",
+    "/admin/apps/edit?project=demo-project&app=demo",
+    "/admin/rooms/edit?project=demo-project&app=demo&room=general",
     "/admin/api-keys",
     "/admin/presence?project=demo-project&app=demo&room=general",
     "/admin",
@@ -118,7 +122,13 @@ const PAGES: [&str; 13] = [
     "/admin/apps?project=demo-project",
 ];
 
-const FORMS: [&str; 17] = [
+const FORMS: [&str; 23] = [
+    "/admin/lobbies",
+    "/admin/lobbies/delete",
+    "/admin/scopes",
+    "/admin/scopes/delete",
+    "/admin/apps/edit",
+    "/admin/rooms/edit",
     "/admin/api-keys",
     "/admin/api-keys/delete",
     "/admin/logout",
@@ -240,6 +250,130 @@ async fn an_app_and_a_room_are_created_through_the_forms_with_the_apis_validatio
     let r = b.post("/admin/rooms/delete", "project=demo-project&app=shop&room=lobby").await;
     assert_eq!(r.status, 303, "{r:?}");
     assert!(!b.get("/admin/rooms?project=demo-project&app=shop").await.body.contains("<td>lobby</td>"));
+}
+
+#[tokio::test]
+async fn an_app_and_a_room_are_edited_through_the_forms_with_the_apis_validation() {
+    use skua_testkit::webhook::{Mode, WebhookReceiver};
+    let receiver = WebhookReceiver::start(Mode::Ok(serde_json::json!({}))).await;
+    let s = TestServer::start().await;
+    let b = Browser::sign_in(s.addr).await;
+    let page = b.get("/admin/apps?project=demo-project").await;
+    assert!(page.body.contains("href=\"/admin/apps/edit?project=demo-project&amp;app=demo\""), "{}", page.body);
+    let page = b.get("/admin/apps/edit?project=demo-project&app=demo").await;
+    assert_eq!(page.status, 200, "{page:?}");
+    assert!(page.body.contains("<label for=\"f-trigger_webhook\">Trigger webhook URL</label>"), "{}", page.body);
+    // The API's webhook check: a cloud metadata address is refused, the typed value kept.
+    let r = b
+        .post(
+            "/admin/apps/edit",
+            "project=demo-project&app=demo&name=Demo&hydration_webhook=http%3A%2F%2F169.254.169.254%2Fx",
+        )
+        .await;
+    assert_eq!(r.status, 400, "{r:?}");
+    assert!(r.body.contains("role=\"alert\"") && r.body.contains("link-local or cloud metadata"), "{}", r.body);
+    assert!(r.body.contains("value=\"http://169.254.169.254/x\""), "{}", r.body);
+    let long = "x".repeat(1000);
+    let r = b.post("/admin/apps/edit", &format!("project=demo-project&app=demo&name={long}")).await;
+    assert_eq!(r.status, 400, "{r:?}");
+    assert!(r.body.contains("name is longer than"), "{}", r.body);
+    let r = b.post("/admin/apps/edit", "project=demo-project&app=nope&name=x").await;
+    assert_eq!(r.status, 404, "{r:?}");
+    // A new name and a trigger webhook: a publish reaches the receiver.
+    let body = format!("project=demo-project&app=demo&name=Demo+2&trigger_webhook={}", q(&receiver.url("/t")));
+    let r = b.post("/admin/apps/edit", &body).await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let page = b.get(r.header("location").unwrap()).await;
+    assert!(page.body.contains("App demo saved."), "{}", page.body);
+    assert!(page.body.contains("value=\"Demo 2\""), "{}", page.body);
+    assert!(page.body.contains(&format!("value=\"{}\"", receiver.url("/t"))), "{}", page.body);
+    let mut alice = s.auth("dev-token-alice").await;
+    alice.publish_acked("demo/general/messages", "to the hook".into()).await;
+    let got = receiver.wait_for(1).await;
+    assert_eq!(got[0].json()["topic"], "demo/general/messages", "{:?}", got[0]);
+    // An empty URL removes it.
+    let r = b.post("/admin/apps/edit", "project=demo-project&app=demo&name=Demo+2&trigger_webhook=").await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let page = b.get(r.header("location").unwrap()).await;
+    assert!(page.body.contains("value=\"\"") && !page.body.contains(&receiver.url("/t")), "{}", page.body);
+
+    // A room's name.
+    let page = b.get("/admin/rooms?project=demo-project&app=demo").await;
+    assert!(
+        page.body.contains("href=\"/admin/rooms/edit?project=demo-project&amp;app=demo&amp;room=general\""),
+        "{}",
+        page.body
+    );
+    let r = b.post("/admin/rooms/edit", "project=demo-project&app=demo&room=general&name=Town+square").await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let page = b.get(r.header("location").unwrap()).await;
+    assert!(page.body.contains("Room general saved.") && page.body.contains("<td>Town square</td>"), "{}", page.body);
+    let r = b.post("/admin/rooms/edit", &format!("project=demo-project&app=demo&room=general&name={long}")).await;
+    assert_eq!(r.status, 400, "{r:?}");
+    assert!(r.body.contains("name is longer than"), "{}", r.body);
+    let r = b.post("/admin/rooms/edit", "project=demo-project&app=demo&room=nope&name=x").await;
+    assert_eq!(r.status, 404, "{r:?}");
+    let page = b.get("/admin/rooms/edit?project=demo-project&app=demo&room=nope").await;
+    assert_eq!(page.status, 404, "{page:?}");
+}
+
+#[tokio::test]
+async fn lobbies_and_access_scopes_are_listed_created_and_deleted_through_the_forms() {
+    let s = TestServer::start().await;
+    let b = Browser::sign_in(s.addr).await;
+    let r = b
+        .post(
+            "/admin/lobbies",
+            "project=demo-project&app=demo&lobby=hall&rooms=general%2C+random&allowed_actor_types=user",
+        )
+        .await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let page = b.get(r.header("location").unwrap()).await;
+    assert!(page.body.contains("Lobby hall created."), "{}", page.body);
+    assert!(
+        page.body.contains("<td>hall</td><td>demo</td><td>general, random</td><td>type user</td>"),
+        "{}",
+        page.body
+    );
+    // The service's checks and messages.
+    let r = b.post("/admin/lobbies", "project=demo-project&app=demo&lobby=bad+slug").await;
+    assert_eq!(r.status, 400, "{r:?}");
+    assert!(r.body.contains("role=\"alert\"") && r.body.contains("is invalid"), "{}", r.body);
+    let r = b.post("/admin/lobbies", "project=demo-project&app=demo&lobby=hall").await;
+    assert_eq!(r.status, 409, "{r:?}");
+    let r = b.post("/admin/lobbies", "project=demo-project&app=demo&lobby=other&rooms=nope").await;
+    assert!(r.status == 400 || r.status == 404, "an unknown room: {r:?}");
+    assert!(r.body.contains("nope"), "{}", r.body);
+    let r = b.post("/admin/lobbies/delete", "project=demo-project&lobby=hall").await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let page = b.get(r.header("location").unwrap()).await;
+    assert!(page.body.contains("Lobby hall deleted.") && !page.body.contains("<td>hall</td>"), "{}", page.body);
+    let r = b.post("/admin/lobbies/delete", "project=demo-project&lobby=hall").await;
+    assert_eq!(r.status, 404, "{r:?}");
+
+    let r = b.post("/admin/scopes", "project=demo-project&scope=acme&name=Acme+Inc").await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let page = b.get(r.header("location").unwrap()).await;
+    assert!(page.body.contains("Scope acme created."), "{}", page.body);
+    assert!(page.body.contains("<td>acme</td><td>Acme Inc</td><td>active</td><td>0</td>"), "{}", page.body);
+    let r = b.post("/admin/scopes", "project=demo-project&scope=acme").await;
+    assert_eq!(r.status, 409, "{r:?}");
+    assert!(r.body.contains("already exists"), "{}", r.body);
+    let r = b.post("/admin/scopes", "project=demo-project&scope=bad+slug").await;
+    assert_eq!(r.status, 400, "{r:?}");
+    let r = b.post("/admin/scopes/delete", "project=demo-project&scope=acme").await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let page = b.get(r.header("location").unwrap()).await;
+    assert!(page.body.contains("Scope acme deleted.") && !page.body.contains("<td>acme</td>"), "{}", page.body);
+}
+
+/// `s` form-encoded (letters, digits and `.-_` as they are).
+fn q(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") }
+        })
+        .collect()
 }
 
 /// Polls the live view until a message whose text contains `needle` arrives (bounded).
@@ -370,7 +504,7 @@ async fn a_failed_webhook_shows_in_the_dead_letters_and_the_retry_button_deliver
     let r = b.post("/admin/webhooks/retry", &format!("project=hooks&delivery={id}")).await;
     assert_eq!(r.status, 303, "{r:?}");
     let page = b.get(r.header("location").unwrap()).await;
-    assert!(page.body.contains(&format!("Delivery {id} failed again")), "{}", page.body);
+    assert!(page.body.contains(&format!("role=\"alert\" id=\"error\">Delivery {id} failed again")), "{}", page.body);
     assert!(page.body.contains("<td>h/r/events</td>"));
     // The receiver is back: the retry delivers it and the page is empty.
     receiver.set_mode(Mode::Ok(serde_json::json!({})));
