@@ -20,12 +20,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
-use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use ::redis::{Client, Script};
+use ::redis::Script;
+use ::redis::aio::ConnectionManager;
 use async_trait::async_trait;
 use skua_core::{Idempotency, IdempotencyError};
-
-use crate::redis::{CONNECT_TIMEOUT, RECONNECT_MAX_DELAY, RECONNECT_RETRIES, RESPONSE_TIMEOUT, RedisTls};
 
 /// Claims of publish idempotency keys in this process's memory, at most `max_keys` of them.
 #[derive(Debug)]
@@ -177,32 +175,10 @@ impl std::fmt::Debug for RedisIdempotency {
 }
 
 impl RedisIdempotency {
-    /// Connects to the Redis at `url` (as [`crate::RedisPresence::connect_with_tls`] does) and
-    /// keeps claims under `<key_prefix>:idem:`.
-    ///
-    /// # Errors
-    /// [`IdempotencyError::Unavailable`] when `url` does not parse or Redis cannot be reached.
-    pub async fn connect(url: &str, key_prefix: &str, tls: Option<RedisTls>) -> Result<Self, IdempotencyError> {
-        let client = match tls {
-            None => Client::open(url),
-            Some(tls) => Client::build_with_tls(
-                url,
-                ::redis::TlsCertificates {
-                    client_tls: tls
-                        .client_pem
-                        .map(|(client_cert, client_key)| ::redis::ClientTlsConfig { client_cert, client_key }),
-                    root_cert: tls.ca_pem,
-                },
-            ),
-        }
-        .map_err(unavailable)?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(CONNECT_TIMEOUT))
-            .set_response_timeout(Some(RESPONSE_TIMEOUT))
-            .set_number_of_retries(RECONNECT_RETRIES)
-            .set_max_delay(RECONNECT_MAX_DELAY);
-        let conn = ConnectionManager::new_with_config(client, config).await.map_err(unavailable)?;
-        Ok(Self { conn, prefix: format!("{key_prefix}:idem:") })
+    /// Keeps claims under `<key_prefix>:idem:` on `conn` (the presence's Redis connection:
+    /// [`crate::RedisPresence::idempotency`]).
+    pub(crate) fn new(conn: ConnectionManager, key_prefix: &str) -> Self {
+        Self { conn, prefix: format!("{key_prefix}:idem:") }
     }
 
     /// The Redis key of the claim of `key`.

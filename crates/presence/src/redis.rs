@@ -124,6 +124,12 @@ impl RedisPresence {
         Ok(Self { conn, keys: Keys::new(key_prefix), reachable: AtomicBool::new(true) })
     }
 
+    /// The idempotency slot on this presence's Redis connection, claims under
+    /// `<key_prefix>:idem:` (issue 19).
+    pub fn idempotency(&self, key_prefix: &str) -> crate::idempotency::RedisIdempotency {
+        crate::idempotency::RedisIdempotency::new(self.conn.clone(), key_prefix)
+    }
+
     /// The history slot on this presence's Redis connection, keys under `key_prefix` (issue 19).
     pub fn history(&self, key_prefix: &str) -> crate::history::RedisHistory {
         crate::history::RedisHistory::new(self.conn.clone(), key_prefix)

@@ -18,7 +18,10 @@ async fn pair() -> Option<(RedisIdempotency, RedisIdempotency)> {
     };
     let prefix = format!("skua-test-{}", uuid::Uuid::new_v4().simple());
     let open = || async {
-        RedisIdempotency::connect(&url, &prefix, None).await.unwrap_or_else(|e| panic!("connecting to {url}: {e:?}"))
+        skua_presence::RedisPresence::connect(&url, &prefix)
+            .await
+            .unwrap_or_else(|e| panic!("connecting to {url}: {e:?}"))
+            .idempotency(&prefix)
     };
     Some((open().await, open().await))
 }

@@ -67,33 +67,32 @@ pub async fn backends(config: &ServerConfig, embedded: &Embedded) -> anyhow::Res
         Arc::new(skua_presence::history::MemoryHistory::new(limits));
     // Idempotency keys live where presence does: in memory on one node, in Redis in a cluster.
     let mut memory_idempotency = None;
-    let (presence, idempotency): (Arc<dyn skua_core::Presence>, Arc<dyn skua_core::Idempotency>) =
-        match &config.presence {
-            PresenceConfig::Memory => {
-                let keys = embedded
-                    .idempotency
-                    .get_or_init(|| Arc::new(skua_presence::MemoryIdempotency::new(config.idempotency_max_keys)))
-                    .clone();
-                memory_idempotency = Some(keys.clone());
-                (embedded.presence.clone(), keys)
-            }
-            PresenceConfig::Redis { url } => {
-                let tls = if config.presence_tls.is_set() {
-                    let (ca_pem, client_pem) = backend_tls_pem(&config.presence_tls)?;
-                    Some(skua_presence::RedisTls { ca_pem, client_pem })
-                } else {
-                    None
-                };
-                let presence = skua_presence::RedisPresence::connect_with_tls(url, &config.edge.namespace, tls.clone())
-                    .await
-                    .map_err(|e| anyhow::anyhow!("while connecting to Redis presence at {}: {e}", redact(url)))?;
-                history = Arc::new(presence.history(&config.edge.namespace));
-                let keys = skua_presence::RedisIdempotency::connect(url, &config.edge.namespace, tls)
-                    .await
-                    .map_err(|e| anyhow::anyhow!("while connecting to Redis (idempotency) at {}: {e}", redact(url)))?;
-                (Arc::new(presence), Arc::new(keys))
-            }
-        };
+    let (presence, idempotency): (Arc<dyn skua_core::Presence>, Arc<dyn skua_core::Idempotency>) = match &config
+        .presence
+    {
+        PresenceConfig::Memory => {
+            let keys = embedded
+                .idempotency
+                .get_or_init(|| Arc::new(skua_presence::MemoryIdempotency::new(config.idempotency_max_keys)))
+                .clone();
+            memory_idempotency = Some(keys.clone());
+            (embedded.presence.clone(), keys)
+        }
+        PresenceConfig::Redis { url } => {
+            let tls = if config.presence_tls.is_set() {
+                let (ca_pem, client_pem) = backend_tls_pem(&config.presence_tls)?;
+                Some(skua_presence::RedisTls { ca_pem, client_pem })
+            } else {
+                None
+            };
+            let presence = skua_presence::RedisPresence::connect_with_tls(url, &config.edge.namespace, tls)
+                .await
+                .map_err(|e| anyhow::anyhow!("while connecting to Redis presence at {}: {e}", redact(url)))?;
+            history = Arc::new(presence.history(&config.edge.namespace));
+            let keys = presence.idempotency(&config.edge.namespace);
+            (Arc::new(presence), Arc::new(keys))
+        }
+    };
     let store: Arc<dyn skua_core::Store> = match &config.store {
         StoreConfig::Memory => embedded.store.clone(),
         StoreConfig::Url(url) => {
