@@ -103,6 +103,23 @@ fn excerpt_for<'a>(h: &'a [Ev], key: MsgKey, consumer: Option<&str>) -> Vec<&'a 
         .collect()
 }
 
+/// A fault's kind for the run counts: its first word, and for a partition the service
+/// (`partition-redis`).
+fn fault_kind(what: &str) -> String {
+    let mut words = what.split_whitespace();
+    let first = words.next().unwrap_or("?");
+    match words.skip_while(|w| *w != "from").nth(1) {
+        Some(to) if first == "partition" => format!("partition-{}", to.trim_end_matches(',')),
+        _ => first.to_owned(),
+    }
+}
+
+/// Whether a fault leaves a node without its store: Postgres stopped, or a node partitioned
+/// from it.
+fn store_fault(what: &str) -> bool {
+    what.starts_with("postgres") || fault_kind(what) == "partition-postgres"
+}
+
 /// Judges the history.
 pub fn check(h: &[Ev], setup: &Setup, tolerate: &[String]) -> Verdict {
     let mut sent: HashMap<MsgKey, u64> = HashMap::new();
@@ -122,7 +139,7 @@ pub fn check(h: &[Ev], setup: &Setup, tolerate: &[String]) -> Verdict {
             }
             Ev::FaultStart { what, t } => {
                 open_faults.insert(what.clone(), *t);
-                let kind = what.split_whitespace().next().unwrap_or("?").to_owned();
+                let kind = fault_kind(what);
                 *fault_kinds.entry(kind).or_default() += 1;
             }
             Ev::FaultEnd { what, t } => {
@@ -135,14 +152,15 @@ pub fn check(h: &[Ev], setup: &Setup, tolerate: &[String]) -> Verdict {
     faults.extend(open_faults.values().map(|s| (*s, u64::MAX / 2)));
     let in_fault = |a: u64, b: u64| faults.iter().any(|(s, e)| a <= e + FAULT_SETTLE_MS && b + 1_000 >= *s);
     // Postgres outages: a live copy whose claim fails is delivered untracked (docs/durable.md,
-    // "The store down"), so a second copy inside one is documented, not a violation.
+    // "The store down"), so a second copy inside one is documented, not a violation. A node
+    // partitioned from Postgres has the store down as far as it can tell.
     let store_faults: Vec<(u64, u64)> = {
         let mut open = None;
         let mut v = Vec::new();
         for e in h {
             match e {
-                Ev::FaultStart { what, t } if what.starts_with("postgres") => open = Some(*t),
-                Ev::FaultEnd { what, t } if what.starts_with("postgres") => v.push((open.take().unwrap_or(*t), *t)),
+                Ev::FaultStart { what, t } if store_fault(what) => open = Some(*t),
+                Ev::FaultEnd { what, t } if store_fault(what) => v.push((open.take().unwrap_or(*t), *t)),
                 _ => {}
             }
         }
@@ -539,5 +557,14 @@ mod tests {
     #[test]
     fn a_live_copy_after_a_replay_without_a_pause_is_a_violation() {
         assert_eq!(duplicates(&paused_history(false)), 1);
+    }
+
+    #[test]
+    fn partitions_are_counted_by_service_and_from_postgres_is_a_store_fault() {
+        assert_eq!(fault_kind("partition node 1 from redis, heal after 3000 ms"), "partition-redis");
+        assert_eq!(fault_kind("kill9 node 0, restart after 1000 ms"), "kill9");
+        assert!(store_fault("partition node 2 from postgres, heal after 2500 ms"));
+        assert!(store_fault("postgres stop (fast shutdown), restart after 900 ms"));
+        assert!(!store_fault("partition node 2 from mosquitto, heal after 2500 ms"));
     }
 }

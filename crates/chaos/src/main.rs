@@ -1,8 +1,9 @@
 //! `skua-chaos`: a randomized fault run with a history checker (docs/reliability.md).
 //!
 //! Starts private Mosquitto, Redis and Postgres instances and three `skua serve` nodes in
-//! cluster mode on free loopback ports (everything under one temporary directory), runs a
-//! seeded workload while a seeded nemesis kills, restarts and pauses processes, then checks the
+//! cluster mode on free ports (everything under one temporary directory; each node in a network
+//! namespace of its own where the machine allows it, else all on loopback), runs a seeded
+//! workload while a seeded nemesis kills, restarts, pauses and partitions, then checks the
 //! recorded history and prints a verdict table. Exit status: 0 pass, 1 a violation, 2 the
 //! harness itself failed.
 
@@ -11,6 +12,7 @@ mod history;
 mod rng;
 mod workload;
 
+use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -23,11 +25,12 @@ use clap::Parser;
 use crate::history::{Ev, History, Kind, Outcome};
 use crate::rng::Rng;
 use crate::workload::{ConsumerSpec, Ctx};
+use skua_chaos::netns::{self, Netns};
 use skua_chaos::procs::{self, Node, Service};
 
 /// Command line.
 #[derive(Debug, Parser)]
-#[command(about = "Randomized faults against a 3-node Skua cluster, with a history checker")]
+#[command(about = "Randomized faults against a Skua cluster (3 nodes by default), with a history checker")]
 struct Args {
     /// The skua binary.
     #[arg(long, env = "SKUA_BIN", default_value = "target/debug/skua")]
@@ -57,9 +60,21 @@ struct Args {
     /// Keep the run directory (logs, history.jsonl) even when the run passes.
     #[arg(long)]
     keep: bool,
+    /// Nodes. 1: one node on its own (memory bus and presence: no Mosquitto or Redis is started,
+    /// and their faults are left out), for the single-node soak.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=9))]
+    nodes: u16,
+    /// Run every node on loopback, without network namespaces (partitions are then left out of
+    /// the fault schedule). Without this flag the harness still falls back to loopback, after
+    /// saying why, where namespaces cannot be made (not root, no `ip`).
+    #[arg(long)]
+    no_netns: bool,
+    /// Remove the network namespaces and links that runs whose process is gone left behind
+    /// (a SIGKILLed run), then exit. Every run also does this when it starts.
+    #[arg(long)]
+    clean_netns: bool,
 }
 
-const NODES: usize = 3;
 const PLAIN_SUBSCRIBERS: usize = 2;
 const PRESENCE_CLIENTS: usize = 3;
 /// Faults end this long before the workload does (presence convergence is judged 15 s after
@@ -109,65 +124,153 @@ slug = "r"
 
 struct Cluster {
     nodes: Vec<Node>,
-    mosquitto: Service,
-    redis: Service,
+    /// `None` with a single node (memory bus and presence).
+    mosquitto: Option<Service>,
+    redis: Option<Service>,
     postgres: Service,
+    /// The nodes' namespaces, when partitions are possible.
+    net: Option<Arc<Netns>>,
+}
+
+/// The kinds of fault, with their weights in the seeded choice. The order and weights of the
+/// first five are those of the loopback schedule before partitions existed, so a loopback run
+/// (`--no-netns`) of a seed has the same fault schedule as before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    Kill,
+    Pause,
+    Mosquitto,
+    Redis,
+    Postgres,
+    Partition,
+}
+
+const FAULTS: [(Fault, u64); 6] = [
+    (Fault::Kill, 3),
+    (Fault::Pause, 2),
+    (Fault::Mosquitto, 2),
+    (Fault::Redis, 2),
+    (Fault::Postgres, 2),
+    (Fault::Partition, 3),
+];
+
+/// Sleeps `ms` milliseconds, or less when the run is being aborted.
+fn nap(ms: u64, abort: &AtomicBool) {
+    let until = std::time::Instant::now() + Duration::from_millis(ms);
+    while !abort.load(Ordering::Relaxed) {
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        std::thread::sleep(left.min(Duration::from_millis(100)));
+    }
 }
 
 /// The nemesis: from `start` until `until` (history ms), one fault at a time at seeded moments.
-fn nemesis(cluster: &Mutex<Cluster>, hist: &History, seed: u64, until: u64, enabled: bool) -> Result<()> {
+fn nemesis(
+    cluster: &Mutex<Cluster>,
+    hist: &History,
+    seed: u64,
+    until: u64,
+    enabled: bool,
+    abort: &AtomicBool,
+) -> Result<()> {
     let mut rng = Rng::new(seed, 0xFA17);
-    let ms = |n: u64| Duration::from_millis(n);
-    while !enabled && hist.now() < until {
-        std::thread::sleep(ms(200));
+    while !enabled && hist.now() < until && !abort.load(Ordering::Relaxed) {
+        nap(200, abort);
     }
+    let (faults, node_count) = {
+        let c = cluster.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let available = |f: Fault| match f {
+            Fault::Mosquitto => c.mosquitto.is_some(),
+            Fault::Redis => c.redis.is_some(),
+            Fault::Partition => c.net.is_some(),
+            _ => true,
+        };
+        let faults: Vec<(Fault, u64)> = FAULTS.iter().copied().filter(|(f, _)| available(*f)).collect();
+        (faults, c.nodes.len() as u64)
+    };
+    let total: u64 = faults.iter().map(|(_, w)| w).sum();
     loop {
-        std::thread::sleep(ms(rng.range(2_000, 6_000)));
-        if hist.now() >= until {
+        nap(rng.range(2_000, 6_000), abort);
+        if hist.now() >= until || abort.load(Ordering::Relaxed) {
             return Ok(());
         }
         let mut c = cluster.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let choice = rng.below(11);
-        let down = match choice {
-            0..=2 => rng.range(1_000, 4_000),
-            3..=4 => rng.range(2_000, 6_000),
+        let mut pick = rng.below(total);
+        let fault = faults
+            .iter()
+            .find(|(_, w)| {
+                let hit = pick < *w;
+                pick = pick.saturating_sub(*w);
+                hit
+            })
+            .map_or(Fault::Kill, |(f, _)| *f);
+        let down = match fault {
+            Fault::Kill => rng.range(1_000, 4_000),
+            Fault::Pause => rng.range(2_000, 6_000),
+            Fault::Partition => rng.range(2_000, 8_000),
             _ => rng.range(500, 3_000),
         };
-        let node = rng.below(NODES as u64) as usize;
-        let what = match choice {
-            0..=2 => format!("kill9 node {node}, restart after {down} ms"),
-            3..=4 => format!("pause node {node} (SIGSTOP) for {down} ms"),
-            5..=6 => format!("mosquitto kill9, restart after {down} ms"),
-            7..=8 => format!("redis kill9, restart after {down} ms"),
-            _ => format!("postgres stop (fast shutdown), restart after {down} ms"),
+        let node = rng.below(node_count) as usize;
+        // A partition cuts the node from one of the services it uses.
+        let target = if fault == Fault::Partition {
+            let mut targets = Vec::new();
+            if let (Some(net), Some(s)) = (&c.net, &c.mosquitto) {
+                targets.push(("mosquitto", s.host, net.clone()));
+            }
+            if let (Some(net), Some(s)) = (&c.net, &c.redis) {
+                targets.push(("redis", s.host, net.clone()));
+            }
+            if let Some(net) = &c.net {
+                targets.push(("postgres", c.postgres.host, net.clone()));
+            }
+            let i = rng.below(targets.len() as u64) as usize;
+            targets.into_iter().nth(i)
+        } else {
+            None
+        };
+        let what = match (fault, &target) {
+            (Fault::Kill, _) => format!("kill9 node {node}, restart after {down} ms"),
+            (Fault::Pause, _) => format!("pause node {node} (SIGSTOP) for {down} ms"),
+            (Fault::Mosquitto, _) => format!("mosquitto kill9, restart after {down} ms"),
+            (Fault::Redis, _) => format!("redis kill9, restart after {down} ms"),
+            (Fault::Postgres, _) => format!("postgres stop (fast shutdown), restart after {down} ms"),
+            (Fault::Partition, Some((name, ..))) => format!("partition node {node} from {name}, heal after {down} ms"),
+            (Fault::Partition, None) => continue,
         };
         eprintln!("[{:>7} ms] nemesis: {what}", hist.now());
         hist.push(Ev::FaultStart { what: what.clone(), t: hist.now() });
-        match choice {
-            0..=2 => {
+        match fault {
+            Fault::Kill => {
                 c.nodes[node].kill9();
-                std::thread::sleep(ms(down));
+                nap(down, abort);
                 c.nodes[node].start()?;
             }
-            3..=4 => {
+            Fault::Pause => {
                 c.nodes[node].pause(true);
-                std::thread::sleep(ms(down));
+                nap(down, abort);
                 c.nodes[node].pause(false);
             }
-            5..=6 => {
-                c.mosquitto.stop();
-                std::thread::sleep(ms(down));
-                c.mosquitto.restart()?;
+            Fault::Mosquitto | Fault::Redis => {
+                let s = if fault == Fault::Mosquitto { &mut c.mosquitto } else { &mut c.redis };
+                if let Some(s) = s {
+                    s.stop();
+                    nap(down, abort);
+                    s.restart()?;
+                }
             }
-            7..=8 => {
-                c.redis.stop();
-                std::thread::sleep(ms(down));
-                c.redis.restart()?;
-            }
-            _ => {
+            Fault::Postgres => {
                 c.postgres.stop();
-                std::thread::sleep(ms(down));
+                nap(down, abort);
                 c.postgres.restart()?;
+            }
+            Fault::Partition => {
+                if let Some((_, addr, net)) = &target {
+                    net.partition(node, *addr)?;
+                    nap(down, abort);
+                    net.heal(node, *addr)?;
+                }
             }
         }
         hist.push(Ev::FaultEnd { what, t: hist.now() });
@@ -204,14 +307,26 @@ fn all_delivered(h: &[Ev], groups: &[String]) -> (usize, usize) {
     (acked.len(), missing)
 }
 
-async fn run(args: &Args, dir: &std::path::Path) -> Result<bool> {
+async fn run(args: &Args, dir: &std::path::Path, net: Option<Arc<Netns>>, abort: Arc<AtomicBool>) -> Result<bool> {
     let hist = History::new();
-    eprintln!("skua-chaos: seed {}, duration {} s, run directory {}", args.seed, args.duration, dir.display());
+    let node_count = usize::from(args.nodes);
+    eprintln!(
+        "skua-chaos: seed {}, duration {} s, {node_count} node(s) {}, run directory {}",
+        args.seed,
+        args.duration,
+        if net.is_some() { "in network namespaces (partitions on)" } else { "on loopback (no partitions)" },
+        dir.display()
+    );
     let bin = std::fs::canonicalize(&args.skua).with_context(|| format!("skua binary {}", args.skua.display()))?;
+    let host = |last: u8| net.as_ref().map_or(Ipv4Addr::LOCALHOST, |n| n.addr(last));
     let (mosquitto, redis, postgres) = {
         let dir = dir.to_owned();
+        let (m, r, p) = (host(Netns::MOSQUITTO), host(Netns::REDIS), host(Netns::POSTGRES));
+        let cluster = node_count > 1;
         tokio::task::spawn_blocking(move || -> Result<_> {
-            Ok((Service::mosquitto(&dir)?, Service::redis(&dir)?, Service::postgres(&dir)?))
+            let mosquitto = if cluster { Some(Service::mosquitto_at(&dir, m)?) } else { None };
+            let redis = if cluster { Some(Service::redis_at(&dir, r)?) } else { None };
+            Ok((mosquitto, redis, Service::postgres_at(&dir, p)?))
         })
         .await??
     };
@@ -220,18 +335,19 @@ async fn run(args: &Args, dir: &std::path::Path) -> Result<bool> {
         let (bin, store) = (bin.clone(), store.clone());
         tokio::task::spawn_blocking(move || procs::migrate(&bin, &store)).await??;
     }
-    let webhook = workload::webhook_receiver(hist.clone()).await?;
+    let webhook = workload::webhook_receiver(hist.clone(), host(Netns::HARNESS)).await?;
     let fixtures_path = dir.join("fixtures.toml");
     std::fs::write(&fixtures_path, fixtures(args, &webhook))?;
-    let common: Vec<String> = [
+    let mut common: Vec<String> = Vec::new();
+    if let (Some(m), Some(r)) = (&mosquitto, &redis) {
+        common.extend(["--bus".to_owned(), m.url(), "--presence".to_owned(), r.url()]);
+    }
+    common.extend(
+        [
         "--fixtures",
         &fixtures_path.display().to_string(),
         "--store",
         &store,
-        "--bus",
-        &mosquitto.url(),
-        "--presence",
-        &redis.url(),
         "--namespace",
         "chaos",
         "--node-ttl",
@@ -244,14 +360,15 @@ async fn run(args: &Args, dir: &std::path::Path) -> Result<bool> {
         "1s",
     ]
     .iter()
-    .map(|s| (*s).to_owned())
-    .collect();
+    .map(|s| (*s).to_owned()),
+    );
     let mut nodes = Vec::new();
-    for i in 0..NODES {
-        nodes.push(Node::new(i, &bin, &common, dir)?);
+    for i in 0..node_count {
+        let (addr, ns) = net.as_ref().map_or((Ipv4Addr::LOCALHOST, None), |n| (n.node_addr(i), Some(n.ns(i))));
+        nodes.push(Node::new(i, &bin, &common, dir, addr, ns)?);
     }
     let urls = Arc::new(nodes.iter().map(Node::url).collect::<Vec<_>>());
-    let cluster = Arc::new(Mutex::new(Cluster { nodes, mosquitto, redis, postgres }));
+    let cluster = Arc::new(Mutex::new(Cluster { nodes, mosquitto, redis, postgres, net }));
     {
         let cluster = cluster.clone();
         tokio::task::spawn_blocking(move || -> Result<()> {
@@ -330,7 +447,7 @@ async fn run(args: &Args, dir: &std::path::Path) -> Result<bool> {
     let faults_until = start + args.duration.saturating_sub(QUIET_TAIL_S) * 1000;
     let nemesis_done = {
         let (cluster, hist, seed, enabled) = (cluster.clone(), hist.clone(), args.seed, !args.no_faults);
-        tokio::task::spawn_blocking(move || nemesis(&cluster, &hist, seed, faults_until, enabled))
+        tokio::task::spawn_blocking(move || nemesis(&cluster, &hist, seed, faults_until, enabled, &abort))
     };
     nemesis_done.await??;
     let healed = tokio::time::Instant::now();
@@ -419,15 +536,40 @@ async fn run(args: &Args, dir: &std::path::Path) -> Result<bool> {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
     let args = Args::parse();
+    if args.clean_netns {
+        let n = netns::remove_stale();
+        eprintln!("skua-chaos: removed the network namespaces and links of {n} finished run(s)");
+        return ExitCode::SUCCESS;
+    }
+    let stale = netns::remove_stale();
+    if stale > 0 {
+        eprintln!("skua-chaos: removed the network namespaces and links of {stale} earlier run(s) whose process is gone");
+    }
+    let net = if args.no_netns {
+        None
+    } else {
+        match Netns::create(usize::from(args.nodes)) {
+            Ok(n) => Some(Arc::new(n)),
+            Err(e) => {
+                eprintln!("skua-chaos: no network namespaces ({e:#}): nodes on loopback, no partitions");
+                None
+            }
+        }
+    };
+    let abort = Arc::new(AtomicBool::new(false));
     let dir = std::env::temp_dir().join(format!("skua-chaos-{}-{}", args.seed, std::process::id()));
     if let Err(e) = std::fs::create_dir_all(&dir) {
         eprintln!("skua-chaos: cannot create {}: {e}", dir.display());
         return ExitCode::from(2);
     }
     let result = tokio::select! {
-        r = run(&args, &dir) => r,
+        r = run(&args, &dir, net.clone(), abort.clone()) => r,
         _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+        _ = terminated() => Err(anyhow::anyhow!("terminated")),
     };
+    // Stops the nemesis (it heals what it broke); the namespaces go with the last reference.
+    abort.store(true, Ordering::Relaxed);
+    drop(net);
     match result {
         Ok(true) => {
             if !args.keep {
@@ -443,5 +585,15 @@ async fn main() -> ExitCode {
             eprintln!("skua-chaos: the harness failed: {e:#} (logs in {})", dir.display());
             ExitCode::from(2)
         }
+    }
+}
+
+/// Resolves on SIGTERM (never, where it cannot be watched).
+async fn terminated() {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut s) => {
+            s.recv().await;
+        }
+        Err(_) => std::future::pending().await,
     }
 }

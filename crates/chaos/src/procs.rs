@@ -1,8 +1,11 @@
-//! The processes the harness owns: three `skua serve` nodes and private Mosquitto, Redis and
-//! Postgres instances on free loopback ports, in one temporary directory. Nothing here touches
-//! a service the harness did not start; every child is killed when its handle drops.
+//! The processes the harness owns: `skua serve` nodes and private Mosquitto, Redis and Postgres
+//! instances on free ports, in one temporary directory. Services listen on loopback or on an
+//! address of the run's bridge, nodes on loopback or in a network namespace of their own
+//! ([`crate::netns`]). Nothing here touches a service the harness did not start; every child is
+//! killed when its handle drops.
 
 use std::io::{BufRead, BufReader};
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -14,11 +17,11 @@ pub fn free_port() -> Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-fn wait_port(port: u16, what: &str, within: Duration) -> Result<()> {
+fn wait_port(host: Ipv4Addr, port: u16, what: &str, within: Duration) -> Result<()> {
     let deadline = Instant::now() + within;
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+    while std::net::TcpStream::connect_timeout(&(host, port).into(), Duration::from_secs(1)).is_err() {
         if Instant::now() > deadline {
-            bail!("{what} did not listen on 127.0.0.1:{port} within {within:?}");
+            bail!("{what} did not listen on {host}:{port} within {within:?}");
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -48,35 +51,55 @@ pub struct Service {
     program: PathBuf,
     args: Vec<String>,
     child: Option<Child>,
+    /// The address it listens on.
+    pub host: Ipv4Addr,
     /// Its port.
     pub port: u16,
     log: PathBuf,
 }
 
 impl Service {
-    /// Starts a private Mosquitto (anonymous, no persistence) under `dir`.
+    /// Starts a private Mosquitto (anonymous, no persistence) under `dir` on loopback.
     pub fn mosquitto(dir: &Path) -> Result<Self> {
+        Self::mosquitto_at(dir, Ipv4Addr::LOCALHOST)
+    }
+
+    /// As [`Self::mosquitto`], listening on `host`.
+    pub fn mosquitto_at(dir: &Path, host: Ipv4Addr) -> Result<Self> {
         let port = free_port()?;
         let conf = dir.join("mosquitto.conf");
         std::fs::write(
             &conf,
-            format!("listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\nmax_queued_messages 100000\n"),
+            format!("listener {port} {host}\nallow_anonymous true\npersistence false\nmax_queued_messages 100000\n"),
         )?;
         let program = which("mosquitto", &["/usr/sbin/mosquitto"])?;
-        Self::start(ServiceKind::Mosquitto, program, vec!["-c".into(), conf.display().to_string()], port, dir)
+        Self::start(ServiceKind::Mosquitto, program, vec!["-c".into(), conf.display().to_string()], host, port, dir)
     }
 
-    /// Starts a private Redis (no persistence).
+    /// Starts a private Redis (no persistence) on loopback.
     pub fn redis(dir: &Path) -> Result<Self> {
+        Self::redis_at(dir, Ipv4Addr::LOCALHOST)
+    }
+
+    /// As [`Self::redis`], listening on `host` (protected mode off: it has no password, and
+    /// only the run's namespaces reach a bridge address).
+    pub fn redis_at(dir: &Path, host: Ipv4Addr) -> Result<Self> {
         let port = free_port()?;
-        let args = ["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"];
+        let (port_s, host_s) = (port.to_string(), host.to_string());
+        let args =
+            ["--port", &port_s, "--bind", &host_s, "--save", "", "--appendonly", "no", "--protected-mode", "no"];
         let program = which("redis-server", &["/usr/bin/redis-server"])?;
-        Self::start(ServiceKind::Redis, program, args.iter().map(|s| (*s).to_owned()).collect(), port, dir)
+        Self::start(ServiceKind::Redis, program, args.iter().map(|s| (*s).to_owned()).collect(), host, port, dir)
     }
 
     /// Initialises and starts a private Postgres cluster under `dir` (trust auth, socket in
-    /// `dir`). As root, the server runs as the `postgres` user through `setpriv`.
+    /// `dir`) on loopback. As root, the server runs as the `postgres` user through `setpriv`.
     pub fn postgres(dir: &Path) -> Result<Self> {
+        Self::postgres_at(dir, Ipv4Addr::LOCALHOST)
+    }
+
+    /// As [`Self::postgres`], listening on `host`.
+    pub fn postgres_at(dir: &Path, host: Ipv4Addr) -> Result<Self> {
         let bin = postgres_bin()?;
         let port = free_port()?;
         let data = dir.join("pgdata");
@@ -98,6 +121,12 @@ impl Service {
         if !out.status.success() {
             bail!("initdb failed: {}", String::from_utf8_lossy(&out.stderr));
         }
+        if !host.is_loopback() {
+            // initdb trusts loopback only; the run's bridge /24 holds the harness and the nodes.
+            use std::io::Write;
+            let mut hba = std::fs::OpenOptions::new().append(true).open(data.join("pg_hba.conf"))?;
+            writeln!(hba, "host all all {host}/24 trust")?;
+        }
         let mut args = Vec::new();
         let program = if root {
             args.extend(["--reuid=postgres", "--regid=postgres", "--init-groups", "--"].map(String::from));
@@ -112,7 +141,7 @@ impl Service {
             "-p".to_owned(),
             port.to_string(),
             "-h".to_owned(),
-            "127.0.0.1".to_owned(),
+            host.to_string(),
             "-k".to_owned(),
             dir.display().to_string(),
             "-c".to_owned(),
@@ -120,12 +149,19 @@ impl Service {
             "-c".to_owned(),
             "max_connections=200".to_owned(),
         ]);
-        Self::start(ServiceKind::Postgres, program, args, port, dir)
+        Self::start(ServiceKind::Postgres, program, args, host, port, dir)
     }
 
-    fn start(kind: ServiceKind, program: PathBuf, args: Vec<String>, port: u16, dir: &Path) -> Result<Self> {
+    fn start(
+        kind: ServiceKind,
+        program: PathBuf,
+        args: Vec<String>,
+        host: Ipv4Addr,
+        port: u16,
+        dir: &Path,
+    ) -> Result<Self> {
         let log = dir.join(format!("{kind:?}.log").to_lowercase());
-        let mut s = Self { kind, program, args, child: None, port, log };
+        let mut s = Self { kind, program, args, child: None, host, port, log };
         s.restart()?;
         Ok(s)
     }
@@ -141,7 +177,7 @@ impl Service {
             .spawn()
             .with_context(|| format!("spawn {}", self.program.display()))?;
         self.child = Some(child);
-        wait_port(self.port, &format!("{:?}", self.kind), Duration::from_secs(30))
+        wait_port(self.host, self.port, &format!("{:?}", self.kind), Duration::from_secs(30))
     }
 
     /// Stops it: SIGKILL for Mosquitto and Redis, a fast shutdown (SIGINT) for Postgres (a
@@ -169,10 +205,11 @@ impl Service {
 
     /// Its URL as the nodes take it.
     pub fn url(&self) -> String {
+        let (host, port) = (self.host, self.port);
         match self.kind {
-            ServiceKind::Mosquitto => format!("mqtt://127.0.0.1:{}", self.port),
-            ServiceKind::Redis => format!("redis://127.0.0.1:{}", self.port),
-            ServiceKind::Postgres => format!("postgres://postgres@127.0.0.1:{}/postgres", self.port),
+            ServiceKind::Mosquitto => format!("mqtt://{host}:{port}"),
+            ServiceKind::Redis => format!("redis://{host}:{port}"),
+            ServiceKind::Postgres => format!("postgres://postgres@{host}:{port}/postgres"),
         }
     }
 }
@@ -214,8 +251,12 @@ fn postgres_bin() -> Result<PathBuf> {
 pub struct Node {
     /// Index (node id `chaos-<i>`).
     pub index: usize,
+    /// The address it listens on.
+    pub host: Ipv4Addr,
     /// Its port.
     pub port: u16,
+    /// The network namespace it runs in (`ip netns exec`), if any.
+    pub netns: Option<String>,
     bin: PathBuf,
     args: Vec<String>,
     child: Option<Child>,
@@ -225,25 +266,42 @@ pub struct Node {
 }
 
 impl Node {
-    /// Prepares node `index` (does not start it).
-    pub fn new(index: usize, bin: &Path, common: &[String], dir: &Path) -> Result<Self> {
+    /// Prepares node `index` (does not start it), to listen on `host`, inside `netns` when
+    /// given (the namespace must exist and hold `host`).
+    pub fn new(
+        index: usize,
+        bin: &Path,
+        common: &[String],
+        dir: &Path,
+        host: Ipv4Addr,
+        netns: Option<String>,
+    ) -> Result<Self> {
         let port = free_port()?;
-        let mut args = vec!["serve".to_owned(), "--listen".to_owned(), format!("127.0.0.1:{port}")];
+        let mut args = vec!["serve".to_owned(), "--listen".to_owned(), format!("{host}:{port}")];
         args.extend(common.iter().cloned());
         args.extend(["--node-id".to_owned(), format!("chaos-{index}")]);
         let log = dir.join(format!("node-{index}.log"));
-        Ok(Self { index, port, bin: bin.to_owned(), args, child: None, log, paused: false })
+        Ok(Self { index, host, port, netns, bin: bin.to_owned(), args, child: None, log, paused: false })
     }
 
-    /// `ws://127.0.0.1:PORT/ws`.
+    /// `ws://HOST:PORT/ws`.
     pub fn url(&self) -> String {
-        format!("ws://127.0.0.1:{}/ws", self.port)
+        format!("ws://{}:{}/ws", self.host, self.port)
     }
 
     /// Starts it and waits for its listening line (at most 60 s).
     pub fn start(&mut self) -> Result<()> {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log)?;
-        let mut child = Command::new(&self.bin)
+        // `ip netns exec` execs the program: the child's pid is the node's (signals reach it).
+        let mut command = match &self.netns {
+            Some(ns) => {
+                let mut c = Command::new(crate::netns::ip_program());
+                c.args(["netns", "exec", ns]).arg(&self.bin);
+                c
+            }
+            None => Command::new(&self.bin),
+        };
+        let mut child = command
             .args(&self.args)
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())

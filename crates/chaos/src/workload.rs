@@ -438,9 +438,9 @@ pub async fn presence_snapshot(url: &str) -> Result<Vec<String>> {
     }
 }
 
-/// Starts the trigger receiver on a free loopback port; returns its URL.
-pub async fn webhook_receiver(hist: History) -> Result<String> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+/// Starts the trigger receiver on a free port of `host`; returns its URL.
+pub async fn webhook_receiver(hist: History, host: std::net::Ipv4Addr) -> Result<String> {
+    let listener = tokio::net::TcpListener::bind((host, 0)).await?;
     let addr = listener.local_addr()?;
     let app = axum::Router::new().fallback(move |body: axum::body::Bytes| {
         let hist = hist.clone();
