@@ -204,9 +204,10 @@ return {o, e}
 });
 
 /// Reads: KEYS = hash, stream; ARGV = fresh epoch, hash ttl ms, oldest kept unix ms, mode
-/// (`after`, `latest`, `all`), offset, limit. Drops entries older than the ttl first. Returns
-/// `{epoch, head, first, entries}` (entries as XRANGE returns them, oldest first except
-/// `latest`, which is newest first).
+/// (`after`, `latest`, `since`), offset (`since`: unix ms), limit. Drops entries older than the
+/// ttl first. Returns `{epoch, head, first, entries}` (entries as XRANGE returns them, oldest
+/// first except `latest`, which is newest first). `since` scans from the oldest entry in
+/// batches and returns the first `limit` stamped at or after the time, so only those travel.
 static READ: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
@@ -239,7 +240,17 @@ if ARGV[4] == 'after' then
 elseif ARGV[4] == 'latest' then
   entries = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', limit)
 else
-  entries = redis.call('XRANGE', KEYS[2], '-', '+')
+  entries = {}
+  local t = tonumber(ARGV[5])
+  local from = '-'
+  while #entries < limit do
+    local batch = redis.call('XRANGE', KEYS[2], from, '+', 'COUNT', 64)
+    if #batch == 0 then break end
+    for _, ent in ipairs(batch) do
+      if #entries < limit and tonumber(ent[2][2]) >= t then entries[#entries + 1] = ent end
+    end
+    from = '(' .. batch[#batch][1]
+  end
 end
 return {e, head, first, entries}
 ",
@@ -372,7 +383,7 @@ impl History for RedisHistory {
         let (mode, offset) = match from {
             ReadFrom::After(a) => ("after", a),
             ReadFrom::Latest => ("latest", 0),
-            ReadFrom::Since(_) => ("all", 0),
+            ReadFrom::Since(t) => ("since", t),
         };
         let mut inv = READ.prepare_invoke();
         inv.key(hash).key(stream);
