@@ -204,10 +204,12 @@ return {o, e}
 });
 
 /// Reads: KEYS = hash, stream; ARGV = fresh epoch, hash ttl ms, oldest kept unix ms, mode
-/// (`after`, `latest`, `since`), offset (`since`: unix ms), limit. Drops entries older than the
-/// ttl first. Returns `{epoch, head, first, entries}` (entries as XRANGE returns them, oldest
-/// first except `latest`, which is newest first). `since` scans from the oldest entry in
-/// batches and returns the first `limit` stamped at or after the time, so only those travel.
+/// (`after`, `latest`, `since`), offset (`since`: unix ms), limit, size. Drops entries older
+/// than the ttl first. Returns `{epoch, head, first, entries}` (entries as XRANGE returns them,
+/// oldest first except `latest`, which is newest first). `since` scans from the oldest entry in
+/// batches and returns the first `limit` stamped at or after the time among the newest `size`
+/// offsets (what the reader keeps of a stream a smaller `size` has not trimmed yet), so only
+/// those travel.
 static READ: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
@@ -242,7 +244,7 @@ elseif ARGV[4] == 'latest' then
 else
   entries = {}
   local t = tonumber(ARGV[5])
-  local from = '-'
+  local from = (math.max(head - tonumber(ARGV[7]), 0) + 1) .. '-0'
   while #entries < limit do
     local batch = redis.call('XRANGE', KEYS[2], from, '+', 'COUNT', 64)
     if #batch == 0 then break end
@@ -392,7 +394,8 @@ impl History for RedisHistory {
             .arg(now_ms.saturating_sub(config.ttl_ms))
             .arg(mode)
             .arg(offset)
-            .arg(limit.max(1));
+            .arg(limit.max(1))
+            .arg(config.size.max(1));
         let mut conn = self.conn.clone();
         let reply: Value = inv.invoke_async(&mut conn).await.map_err(unavailable)?;
         let Value::Array(parts) = reply else { return Err(unavailable(Shape("read reply"))) };
