@@ -683,6 +683,7 @@ mod tests {
         assert_eq!(c.edge.max_subscriptions_per_connection, d.max_subscriptions_per_connection);
         assert_eq!(c.edge.max_retained_per_topic, d.max_retained_per_topic);
         assert_eq!(c.edge.restore_ttl, d.restore_ttl);
+        assert_eq!(c.edge.history_recovery_margin, d.history_recovery_margin);
         assert_eq!(c.edge.shutdown_grace, d.shutdown_grace);
         assert_eq!(c.edge.drain_delay, d.drain_delay);
         assert_eq!(c.edge.drain_spread, d.drain_spread);
