@@ -257,8 +257,9 @@ async def _log_line(server, text: str, timeout: float = 20) -> None:
 # refresh; what history stamped before it was last seen alive less 2 s counts as delivered.
 KILL_FLAGS = ("--rate-limit", "5000", "--node-ttl", "2s", "--node-refresh", "500ms", "--history-recovery-margin", "2s")
 #: How much older than the kill the messages delivered "well before" it are: beyond the margin
-#: (2 s), the refresh interval (0.5 s) and the one-second resolution of the last-seen time.
-OLD_AGE_S = 5.0
+#: (2 s), the refresh interval (0.5 s), the one-second resolution of the last-seen time, and
+#: slack for a refresh that ran late on a loaded machine.
+OLD_AGE_S = 6.0
 
 
 @pytest.mark.timeout(90)
