@@ -10,6 +10,8 @@ and refuses new ones until `resume()`. In a cluster run the proxy forwards to th
 after each cut, so the client reconnects to the other node."""
 
 import asyncio
+import os
+import uuid
 from urllib.parse import urlparse
 
 import pytest
@@ -239,3 +241,153 @@ async def test_history_request_and_subscribe_since(skua):
     assert await emit_ack(bob, FEED, {"n": 5}) is None
     await inbox.wait_data({"n": 5})
     assert [d["n"] for d in inbox.data] == [3, 4, 5]
+
+
+async def _log_line(server, text: str, timeout: float = 20) -> None:
+    """Waits until `server` (one node) logged a line containing `text`."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not any(text in line for line in server.stdout + server.stderr):
+        if loop.time() > deadline:
+            raise AssertionError(f"the node did not log {text!r} within {timeout}s")
+        await asyncio.sleep(0.05)
+
+
+# The node that dies refreshes its registration every 500 ms and lapses 2 s after its last
+# refresh; what history stamped before it was last seen alive less 2 s counts as delivered.
+KILL_FLAGS = ("--rate-limit", "5000", "--node-ttl", "2s", "--node-refresh", "500ms", "--history-recovery-margin", "2s")
+#: How much older than the kill the messages delivered "well before" it are: beyond the margin
+#: (2 s), the refresh interval (0.5 s), the one-second resolution of the last-seen time, and
+#: slack for a refresh that ran late on a loaded machine.
+OLD_AGE_S = 6.0
+
+
+@pytest.mark.timeout(90)
+async def test_a_node_killed_with_subscribers_connected_loses_nothing_history_holds(skua_factory):
+    """Issue 19: a node `kill -9`ed while a stock-SDK subscriber is connected to it, publishes
+    flowing: the subscriber reconnects to the other node and gets, in order and with no gap,
+    every message it had not been delivered, marked isReplay. The dead node wrote no final
+    offsets, so the record keeps the offset of the subscribe; the fallback to when the node was
+    last seen alive (less `history_recovery_margin`) keeps what was delivered well before the
+    kill from being replayed, while what came shortly before it and after it is."""
+    skua = skua_factory(*KILL_FLAGS)
+    nodes = getattr(skua, "nodes", None)
+    if not nodes:
+        pytest.skip("needs a cluster (SKUA_INTEROP_CLUSTER=1): the subscriber reconnects to another node")
+    doomed, survivor = nodes
+    proxy = Proxy([doomed.url, survivor.url])
+    url = await proxy.start()
+    try:
+        alice = await connect(url, "dev-token-alice", reconnect=True, reconnect_interval=0.5, max_reconnect_attempts=200)
+        bob = await connect(survivor.url, "dev-token-bob")
+        feed, reconnects = Recorder("alice feed"), Recorder("alice reconnect")
+        alice.on(FEED, feed)
+        alice.on("reconnect", reconnects)
+        await subscribe_ok(alice, FEED)
+
+        # Delivered well before the kill: 0..19.
+        for n in range(20):
+            assert await emit_ack(bob, FEED, {"n": n}) is None
+        await feed.wait_data({"n": 19})
+        await asyncio.sleep(OLD_AGE_S)  # ageing the messages is the point, not a sync
+        # Publishes flowing when the node dies: 20..29 delivered (live) just before it (well
+        # within the margin of its last refresh)...
+        for n in range(20, 30):
+            assert await emit_ack(bob, FEED, {"n": n}) is None
+        await feed.wait_data({"n": 29})
+        live_before = [d["n"] for d in feed.data]
+        assert live_before == list(range(30)), live_before
+        # ... then kill -9 (SIGKILL: no connection is closed by the node, no offset written),
+        # and more while alice is away: 30..99. The proxy is cut only after the kill (a cut
+        # before it would let the node end the connection itself), and from then on pipes to
+        # the survivor.
+        doomed.proc.kill()
+        proxy.sever()
+        doomed.proc.wait()
+        for n in range(30, 100):
+            assert await emit_ack(bob, FEED, {"n": n}) is None
+        # Alice's record is the dead node's until the survivor sees the node lapse and releases
+        # what it held; a reconnect before that would find it still in use.
+        await _log_line(survivor, "Released the restore records of a lapsed node")
+        proxy.resume()
+        await reconnects.wait_count(1, timeout=20)
+        await feed.wait_data({"n": 99}, timeout=15)
+        assert await emit_ack(bob, FEED, {"n": 100}) is None
+        await feed.wait_data({"n": 100})
+
+        _assert_recovered_from_last_seen(alice)
+    finally:
+        await proxy.stop()
+
+
+def _assert_recovered_from_last_seen(alice) -> None:
+    """What alice got around the kill of her node: 0..19 long before it, 20..29 just before it,
+    30..99 while away, 100 after the reconnect."""
+    frames = feed_frames(alice)
+    got = [f["data"]["n"] for f in frames]
+    # No gap, in order: what came live, then from the recovery point every message once. The
+    # fallback: what was delivered well before the kill (0..19) is not replayed; what came just
+    # before it (20..29, possibly still on its way when the node died) and after it is. Without
+    # the fallback the replay would start at the subscribe (0).
+    assert got == [*range(30), *range(20, 101)], got
+    assert not any(f.get("isReplay") for f in frames[:30]), frames[:30]
+    assert all(f.get("isReplay") for f in frames[30:110]), "every recovered message is marked isReplay"
+    # (100, published once the replay had reached 99, normally comes live.)
+    offsets = [f["offset"] for f in frames[30:]]
+    assert offsets == list(range(offsets[0], offsets[0] + len(offsets))), offsets
+    assert len({f["epoch"] for f in frames}) == 1
+    assert not alice.frames("recovery"), alice.frames("recovery")
+    assert sum(1 for m in alice.sent if m["type"] == "subscribe") == 1, "the SDK did nothing special"
+
+
+@pytest.mark.timeout(90)
+async def test_a_node_restarted_under_its_node_id_recovers_from_when_it_was_last_seen(skua_factory, tmp_path):
+    """The same on one node that is `kill -9`ed and started again under the same `--node-id`
+    (on its SQLite file and Redis, which keeps the history): before it serves, it releases the
+    records its earlier run held, with when that run was last seen alive."""
+    redis = os.environ.get("SKUA_TEST_REDIS_URL")
+    if os.environ.get("SKUA_INTEROP_CLUSTER") == "1" or not redis:
+        pytest.skip("one node with Redis presence (SKUA_TEST_REDIS_URL), not the cluster run")
+    flags = (
+        *KILL_FLAGS,
+        "--store", f"sqlite://{tmp_path}/store.db",
+        "--presence", redis,
+        "--namespace", "interop" + uuid.uuid4().hex[:12],
+        "--node-id", "interop-restarted",
+    )
+    first = skua_factory(*flags)
+    proxy = Proxy([first.url])
+    url = await proxy.start()
+    try:
+        alice = await connect(url, "dev-token-alice", reconnect=True, reconnect_interval=0.5, max_reconnect_attempts=200)
+        bob = await connect(first.url, "dev-token-bob")
+        feed, reconnects = Recorder("alice feed"), Recorder("alice reconnect")
+        alice.on(FEED, feed)
+        alice.on("reconnect", reconnects)
+        await subscribe_ok(alice, FEED)
+        for n in range(20):
+            assert await emit_ack(bob, FEED, {"n": n}) is None
+        await feed.wait_data({"n": 19})
+        await asyncio.sleep(OLD_AGE_S)  # ageing the messages is the point, not a sync
+        for n in range(20, 30):
+            assert await emit_ack(bob, FEED, {"n": n}) is None
+        await feed.wait_data({"n": 29})
+        first.proc.kill()
+        proxy.sever()
+        first.proc.wait()
+
+        second = skua_factory(*flags)
+        proxy.targets = Proxy([second.url]).targets
+        proxy.turn = 0
+        bob = await connect(second.url, "dev-token-bob")
+        for n in range(30, 100):
+            assert await emit_ack(bob, FEED, {"n": n}) is None
+        proxy.resume()
+        await reconnects.wait_count(1, timeout=20)
+        await feed.wait_data({"n": 99}, timeout=15)
+        assert await emit_ack(bob, FEED, {"n": 100}) is None
+        await feed.wait_data({"n": 100})
+        assert any("Released the restore records an earlier run of this node id held" in line for line in second.stdout + second.stderr)
+        _assert_recovered_from_last_seen(alice)
+    finally:
+        await proxy.stop()

@@ -100,6 +100,16 @@ pub trait Presence: Send + Sync + 'static {
     /// [`PresenceError`] when the backend failed.
     async fn expired_nodes(&self, now_unix_s: u64) -> Result<Vec<NodeId>, PresenceError>;
 
+    /// When `node` last refreshed its registration: the `now_unix_s` of that `refresh_node`
+    /// (the refreshing node's clock), in unix ms; `None` when the backend does not know (never
+    /// registered, or forgotten: a backend may forget it once the node was removed, and forgets
+    /// it at the latest a day after the last refresh). Recovery on topics with history uses it
+    /// for a node that ended without writing its connections' offsets (docs/recovery.md).
+    ///
+    /// # Errors
+    /// [`PresenceError`] when the backend failed.
+    async fn node_last_seen(&self, node: &NodeId) -> Result<Option<u64>, PresenceError>;
+
     /// Whether the backend answered its last operation; `false` fails the node's readiness.
     fn is_available(&self) -> bool {
         true

@@ -87,6 +87,13 @@ pub struct RestoreRecord {
     pub topics: Vec<RestoredTopic>,
     /// Lobby slugs as the client used them.
     pub lobbies: Vec<String>,
+    /// Set when the record was released for its node rather than by its connection (the node
+    /// lapsed, or restarted under the same id): when that node was last seen alive (unix ms),
+    /// if known. Its `history` offsets are then those of the last subscription change, older
+    /// than what was delivered; recovery also skips what history stamped before this time minus
+    /// the node's `history_recovery_margin` (docs/recovery.md). Not part of the record's byte
+    /// form: the stores keep it in a column of its own, and a save or a release clears it.
+    pub holder_last_seen_ms: Option<u64>,
 }
 
 /// Why a store operation failed.
@@ -240,6 +247,8 @@ pub const MAX_ENDED_RECORDS_PER_ACTOR: usize = 64;
 /// 5. `release_node_restores` releases every record in use that a node holds, as if each of its
 ///    connections had closed then; records other nodes hold, and records already released, are
 ///    left as they are. `release_other_nodes_restores` does the same for every node but one.
+///    Records they release load and claim with `holder_last_seen_ms` set to the `last_seen_ms`
+///    given (`None`: unknown); `save_restore` and `release_restore` clear it, a claim keeps it.
 /// 6. An actor keeps at most [`MAX_ENDED_RECORDS_PER_ACTOR`] ended connection records: the older
 ///    ones are deleted (by the durable stores when they prune, about once a minute; by the
 ///    memory store at once).
@@ -279,11 +288,18 @@ pub trait Store:
     ) -> Result<Option<ClaimedRecord>, StoreError>;
 
     /// `node` is gone (it stopped renewing its liveness): releases the records its connections
-    /// held (contract 5), keeping each for `ttl_s` seconds from `now_unix_s`; returns how many.
+    /// held (contract 5), keeping each for `ttl_s` seconds from `now_unix_s`, and notes when the
+    /// node was last seen alive (`last_seen_ms`, unix ms, if known); returns how many.
     ///
     /// # Errors
     /// [`StoreError`] when the backend failed.
-    async fn release_node_restores(&self, node: &NodeId, now_unix_s: u64, ttl_s: u64) -> Result<u64, StoreError>;
+    async fn release_node_restores(
+        &self,
+        node: &NodeId,
+        now_unix_s: u64,
+        ttl_s: u64,
+        last_seen_ms: Option<u64>,
+    ) -> Result<u64, StoreError>;
 
     /// Every node but `keep` is gone (a single node starting on a store that only it uses, after
     /// a crash under another node id): releases the records they held (contract 5); returns how

@@ -104,6 +104,10 @@ pub struct EdgeConfig {
     pub history_max_replay: usize,
     /// Most messages one `history` reply carries (a larger `limit` saturates).
     pub history_max_page: usize,
+    /// When a restore record was released for a node that died (its offsets are then older
+    /// than what it delivered): what history stamped before the node was last seen alive less
+    /// this margin is taken as delivered, and not replayed (docs/recovery.md).
+    pub history_recovery_margin: Duration,
     /// Failed `auth`s one connection may make; the next failure closes it 1008.
     pub max_auth_failures: u32,
     /// Close a connection that has not authenticated within this long (1008); `None`: no
@@ -214,6 +218,7 @@ impl Default for EdgeConfig {
             history_max_topic_bytes: 16 * 1024 * 1024,
             history_max_replay: 10_000,
             history_max_page: 100,
+            history_recovery_margin: Duration::from_secs(30),
             max_auth_failures: 10,
             auth_timeout: None,
             auth_backoff_after: 5,

@@ -173,6 +173,33 @@ pub enum Start {
     After(u64, Arc<str>),
     /// Messages stamped at or after this unix ms (no offset known).
     Since(u64),
+    /// After this offset of this epoch, but from the first message stamped at or after this
+    /// unix ms when that comes later: the record was released for a node that died, so the
+    /// offset is that of the last subscription change, older than what was delivered, and the
+    /// time is when the node was last seen alive less the margin (docs/recovery.md).
+    Lost(u64, Arc<str>, u64),
+}
+
+impl Start {
+    /// Resolves [`Start::Lost`] into [`Start::After`]: the saved offset, or the offset before
+    /// the first message stamped at or after the time if that is later (the head when every
+    /// message kept is older). Another epoch than the saved one keeps the saved offset (the
+    /// recovery then reports `recovered: false` and replays the new epoch's messages).
+    async fn resolve(
+        self,
+        history: &dyn History,
+        topic: &TopicAddress,
+        config: &HistoryConfig,
+        now: u64,
+    ) -> Result<Self, skua_core::history::HistoryError> {
+        let Self::Lost(offset, epoch, since_ms) = self else { return Ok(self) };
+        let read = history.read(topic, config, ReadFrom::Since(since_ms), 1, now).await?;
+        if *read.epoch != *epoch {
+            return Ok(Self::After(offset, epoch));
+        }
+        let before_first_recent = read.entries.first().map_or(read.head, |e| e.offset.saturating_sub(1));
+        Ok(Self::After(offset.max(before_first_recent), epoch))
+    }
 }
 
 /// One recovery to run, for a subscription inserted with [`Tracker::replaying`].
@@ -232,8 +259,16 @@ impl Recovery {
     /// `recovery` with `recovered: false` when history no longer reached back far enough.
     pub async fn run(self, metrics: Arc<Metrics>) {
         let now = crate::clock::now_unix_ms();
-        let mut from = match &self.start {
-            Start::After(o, _) => ReadFrom::After(*o),
+        let start = match self.start.clone().resolve(&*self.history, &self.topic, &self.config, now).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "Reading history failed; the subscription goes live without recovery.");
+                self.tracker.abandon();
+                return;
+            }
+        };
+        let mut from = match &start {
+            Start::After(o, _) | Start::Lost(o, _, _) => ReadFrom::After(*o),
             Start::Since(t) => ReadFrom::Since(*t),
         };
         let mut recovered = true;
@@ -253,9 +288,9 @@ impl Recovery {
             epoch = read.epoch.clone();
             if first_read {
                 first_read = false;
-                match &self.start {
-                    Start::After(o, e) if read.reaches_back_to(*o, e) => cursor = *o,
-                    Start::After(o, e) => {
+                match &start {
+                    Start::After(o, e) | Start::Lost(o, e, _) if read.reaches_back_to(*o, e) => cursor = *o,
+                    Start::After(o, e) | Start::Lost(o, e, _) => {
                         recovered = false;
                         // Same epoch: what is kept after the offset; another epoch: all of it.
                         cursor = if **e != *read.epoch {

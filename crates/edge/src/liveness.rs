@@ -204,6 +204,22 @@ async fn publish_leave(st: &Liveness, room: RoomKey, actor: ActorId) {
     }
 }
 
+/// When lapsed `node` was last seen alive, unix ms: its last registration refresh as the presence
+/// backend kept it; else (a backend that does not keep it, or a node of an older release) the
+/// latest its last refresh can have been less one refresh interval. The registration lapsed at
+/// most one of this loop's rounds ago, so its last refresh lies between now − ttl − refresh and
+/// now − ttl; the lower end errs towards replaying too much, never too little
+/// (docs/recovery.md).
+async fn last_seen(st: &Liveness, node: &NodeId) -> u64 {
+    match st.presence.node_last_seen(node).await {
+        Ok(Some(seen)) => return seen,
+        Ok(None) => {}
+        Err(e) => tracing::debug!(error = %e, %node, "Could not read when a lapsed node was last seen."),
+    }
+    let lapse = u64::try_from((st.ttl + st.refresh).as_millis()).unwrap_or(u64::MAX);
+    crate::clock::now_unix_ms().saturating_sub(lapse)
+}
+
 async fn reap(st: &Liveness) {
     let dead = match st.presence.expired_nodes(now_unix_s()).await {
         Ok(d) => d,
@@ -215,8 +231,10 @@ async fn reap(st: &Liveness) {
     for node in dead.into_iter().filter(|n| *n != st.node) {
         // Logged messages its connections held go back to their consumers (N26).
         st.durable.release_node(&node).await;
-        // Its connections' restore records end, so their clients' reconnects can claim them (N23).
-        match st.store.release_node_restores(&node, now_unix_s(), st.restore_ttl.as_secs()).await {
+        // Its connections' restore records end, so their clients' reconnects can claim them
+        // (N23), and recover history from when the node was last seen alive (issue 19).
+        let seen = last_seen(st, &node).await;
+        match st.store.release_node_restores(&node, now_unix_s(), st.restore_ttl.as_secs(), Some(seen)).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(%node, records = n, "Released the restore records of a lapsed node."),
             Err(e) => tracing::warn!(error = %e, %node, "Releasing a lapsed node's restore records failed."),

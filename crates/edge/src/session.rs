@@ -213,6 +213,7 @@ impl Session {
                 })
                 .collect(),
             lobbies: self.lobbies.keys().cloned().collect(),
+            holder_last_seen_ms: None,
         }
     }
 

@@ -120,6 +120,10 @@ impl Presence for TimedPresence {
         timed(&self.metrics, "presence", "expired_nodes", self.inner.expired_nodes(now_unix_s)).await
     }
 
+    async fn node_last_seen(&self, node: &NodeId) -> Result<Option<u64>, PresenceError> {
+        timed(&self.metrics, "presence", "node_last_seen", self.inner.node_last_seen(node)).await
+    }
+
     fn is_available(&self) -> bool {
         self.inner.is_available()
     }
@@ -161,8 +165,14 @@ impl Store for TimedStore {
         timed(&self.metrics, "store", "claim_restore", self.inner.claim_restore(project, actor, node)).await
     }
 
-    async fn release_node_restores(&self, node: &NodeId, now_unix_s: u64, ttl_s: u64) -> Result<u64, StoreError> {
-        let released = self.inner.release_node_restores(node, now_unix_s, ttl_s);
+    async fn release_node_restores(
+        &self,
+        node: &NodeId,
+        now_unix_s: u64,
+        ttl_s: u64,
+        last_seen_ms: Option<u64>,
+    ) -> Result<u64, StoreError> {
+        let released = self.inner.release_node_restores(node, now_unix_s, ttl_s, last_seen_ms);
         timed(&self.metrics, "store", "release_node_restores", released).await
     }
 

@@ -204,9 +204,12 @@ return {o, e}
 });
 
 /// Reads: KEYS = hash, stream; ARGV = fresh epoch, hash ttl ms, oldest kept unix ms, mode
-/// (`after`, `latest`, `all`), offset, limit. Drops entries older than the ttl first. Returns
-/// `{epoch, head, first, entries}` (entries as XRANGE returns them, oldest first except
-/// `latest`, which is newest first).
+/// (`after`, `latest`, `since`), offset (`since`: unix ms), limit, size. Drops entries older
+/// than the ttl first. Returns `{epoch, head, first, entries}` (entries as XRANGE returns them,
+/// oldest first except `latest`, which is newest first). `since` scans from the oldest entry in
+/// batches and returns the first `limit` stamped at or after the time among the newest `size`
+/// offsets (what the reader keeps of a stream a smaller `size` has not trimmed yet), so only
+/// those travel.
 static READ: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
@@ -239,7 +242,17 @@ if ARGV[4] == 'after' then
 elseif ARGV[4] == 'latest' then
   entries = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', limit)
 else
-  entries = redis.call('XRANGE', KEYS[2], '-', '+')
+  entries = {}
+  local t = tonumber(ARGV[5])
+  local from = (math.max(head - tonumber(ARGV[7]), 0) + 1) .. '-0'
+  while #entries < limit do
+    local batch = redis.call('XRANGE', KEYS[2], from, '+', 'COUNT', 64)
+    if #batch == 0 then break end
+    for _, ent in ipairs(batch) do
+      if #entries < limit and tonumber(ent[2][2]) >= t then entries[#entries + 1] = ent end
+    end
+    from = '(' .. batch[#batch][1]
+  end
 end
 return {e, head, first, entries}
 ",
@@ -372,7 +385,7 @@ impl History for RedisHistory {
         let (mode, offset) = match from {
             ReadFrom::After(a) => ("after", a),
             ReadFrom::Latest => ("latest", 0),
-            ReadFrom::Since(_) => ("all", 0),
+            ReadFrom::Since(t) => ("since", t),
         };
         let mut inv = READ.prepare_invoke();
         inv.key(hash).key(stream);
@@ -381,7 +394,8 @@ impl History for RedisHistory {
             .arg(now_ms.saturating_sub(config.ttl_ms))
             .arg(mode)
             .arg(offset)
-            .arg(limit.max(1));
+            .arg(limit.max(1))
+            .arg(config.size.max(1));
         let mut conn = self.conn.clone();
         let reply: Value = inv.invoke_async(&mut conn).await.map_err(unavailable)?;
         let Value::Array(parts) = reply else { return Err(unavailable(Shape("read reply"))) };

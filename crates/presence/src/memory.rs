@@ -18,8 +18,9 @@ use skua_core::{ActorId, ConnRef, NodeId, Presence, PresenceChange, PresenceEntr
 pub struct MemoryPresence {
     /// `std::sync::Mutex`: every section is a few map operations and never awaits.
     rooms: Mutex<HashMap<RoomKey, HashMap<ActorId, Entry>>>,
-    /// Node → unix second its liveness lapses. Same locking rule as `rooms`.
-    nodes: Mutex<HashMap<NodeId, u64>>,
+    /// Node → (unix second its liveness lapses, unix second of its last refresh). Same locking
+    /// rule as `rooms`.
+    nodes: Mutex<HashMap<NodeId, (u64, u64)>>,
 }
 
 /// One actor's entry in one room.
@@ -135,8 +136,8 @@ impl Presence for MemoryPresence {
     /// None.
     async fn refresh_node(&self, node: &NodeId, now_unix_s: u64, ttl_s: u64) -> Result<bool, PresenceError> {
         let mut nodes = self.nodes.lock().unwrap_or_else(PoisonError::into_inner);
-        let was_live = nodes.get(node).is_some_and(|until| *until > now_unix_s);
-        nodes.insert(node.clone(), now_unix_s.saturating_add(ttl_s));
+        let was_live = nodes.get(node).is_some_and(|(until, _)| *until > now_unix_s);
+        nodes.insert(node.clone(), (now_unix_s.saturating_add(ttl_s), now_unix_s));
         Ok(!was_live)
     }
 
@@ -144,6 +145,15 @@ impl Presence for MemoryPresence {
     /// None.
     async fn expired_nodes(&self, now_unix_s: u64) -> Result<Vec<NodeId>, PresenceError> {
         let nodes = self.nodes.lock().unwrap_or_else(PoisonError::into_inner);
-        Ok(nodes.iter().filter(|(_, until)| **until <= now_unix_s).map(|(n, _)| n.clone()).collect())
+        Ok(nodes.iter().filter(|(_, (until, _))| *until <= now_unix_s).map(|(n, _)| n.clone()).collect())
+    }
+
+    /// Forgotten once the node is removed.
+    ///
+    /// # Errors
+    /// None.
+    async fn node_last_seen(&self, node: &NodeId) -> Result<Option<u64>, PresenceError> {
+        let nodes = self.nodes.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok(nodes.get(node).map(|(_, seen)| seen.saturating_mul(1000)))
     }
 }

@@ -18,9 +18,11 @@
 //! | `P conns:<room>:<actor>` | set | the actor's connections in the room, `<node>/<conn>` |
 //! | `P node:<node>:held` | set | what the node holds, `<actor>/<conn>/<room>`: what `remove_node` undoes |
 //! | `P node:<node>:alive` | string | `1`, with the TTL of the last `refresh_node` |
+//! | `P node:<node>:seen` | string | unix ms of the last `refresh_node` (the refreshing node's clock), kept a day: what `node_last_seen` reads |
 //! | `P nodes` | set | registered node ids: what `expired_nodes` checks |
 //!
-//! No key is left empty: an entry goes with its last connection, and sets and hashes vanish with
+//! `node:<node>:seen` outlives the registration on purpose (a lapsed node's last refresh is what
+//! recovery needs, docs/recovery.md); it expires a day after the last refresh. No key is left empty: an entry goes with its last connection, and sets and hashes vanish with
 //! their last member. The `remove_node` and `expired_nodes` scripts derive key names from the
 //! node set's members, which Redis Cluster does not allow: use one Redis (a primary with
 //! replicas or Sentinel is fine), not a Redis Cluster.
@@ -272,19 +274,32 @@ impl Presence for RedisPresence {
         Ok(entries.collect())
     }
 
-    /// Uses Redis's clock: `now_unix_s` is ignored, the registration lasts `ttl_s` seconds (at
-    /// least a millisecond when `ttl_s` is 0) from when Redis runs the script.
-    async fn refresh_node(&self, node: &NodeId, _now_unix_s: u64, ttl_s: u64) -> Result<bool, PresenceError> {
+    /// Uses Redis's clock: the registration lasts `ttl_s` seconds (at least a millisecond when
+    /// `ttl_s` is 0) from when Redis runs the script. `now_unix_s` is only kept as the time of
+    /// this refresh (`node_last_seen`).
+    async fn refresh_node(&self, node: &NodeId, now_unix_s: u64, ttl_s: u64) -> Result<bool, PresenceError> {
         let ttl_ms = ttl_s.saturating_mul(1000).max(1);
+        let seen_ms = now_unix_s.saturating_mul(1000);
         let fresh: i64 = self
             .run(
                 "refresh_node",
                 &REFRESH_NODE,
-                &[self.keys.alive(node).as_bytes(), self.keys.nodes().as_bytes()],
-                &[node.as_str().as_bytes(), ttl_ms.to_string().as_bytes()],
+                &[self.keys.alive(node).as_bytes(), self.keys.nodes().as_bytes(), self.keys.seen(node).as_bytes()],
+                &[node.as_str().as_bytes(), ttl_ms.to_string().as_bytes(), seen_ms.to_string().as_bytes()],
             )
             .await?;
         Ok(fresh == 1)
+    }
+
+    /// Kept a day after the last refresh, removal or not.
+    async fn node_last_seen(&self, node: &NodeId) -> Result<Option<u64>, PresenceError> {
+        let mut conn = self.conn.clone();
+        let seen: Option<u64> = ::redis::cmd("GET")
+            .arg(self.keys.seen(node).as_bytes())
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| unavailable("node_last_seen", e))?;
+        Ok(seen)
     }
 
     /// Uses Redis's clock: `now_unix_s` is ignored.
@@ -374,14 +389,15 @@ return gone
     )
 });
 
-/// KEYS: node's alive key, node set. ARGV: node, ttl in ms. Replies 1 when the node had no live
-/// registration.
+/// KEYS: node's alive key, node set, node's seen key. ARGV: node, ttl in ms, unix ms now.
+/// Replies 1 when the node had no live registration.
 static REFRESH_NODE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 local fresh = redis.call('EXISTS', KEYS[1]) == 0
 redis.call('SET', KEYS[1], '1', 'PX', ARGV[2])
 redis.call('SADD', KEYS[2], ARGV[1])
+redis.call('SET', KEYS[3], ARGV[3], 'PX', 86400000)
 if fresh then
   return 1
 end
@@ -433,6 +449,10 @@ impl Keys {
 
     fn alive(&self, node: &NodeId) -> String {
         format!("{}node:{node}:alive", self.base)
+    }
+
+    fn seen(&self, node: &NodeId) -> String {
+        format!("{}node:{node}:seen", self.base)
     }
 
     fn nodes(&self) -> String {

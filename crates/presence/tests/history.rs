@@ -79,6 +79,18 @@ async fn behaves(h: &dyn History) {
     assert_eq!(offsets(&since), [1, 2, 3, 4, 5]);
     assert!(h.read(&t, &big, ReadFrom::Since(NOW + 1), 100, NOW).await.unwrap().entries.is_empty());
 
+    // `Since` with a small limit: the first entries stamped at or after the time, found past
+    // more entries than one scan batch, and only among the newest `size` offsets.
+    let t5 = topic("r5");
+    for n in 1..=150 {
+        append(h, &t5, &big, NOW - 150 + u64::from(n), n).await;
+    }
+    let some = HistoryConfig { size: 200, ttl_ms: 60_000 };
+    assert_eq!(offsets(&h.read(&t5, &some, ReadFrom::Since(NOW - 10), 1, NOW).await.unwrap()), [140]);
+    assert_eq!(offsets(&h.read(&t5, &some, ReadFrom::Since(NOW - 10), 3, NOW).await.unwrap()), [140, 141, 142]);
+    let smaller = HistoryConfig { size: 20, ttl_ms: 60_000 };
+    assert_eq!(offsets(&h.read(&t5, &smaller, ReadFrom::Since(NOW - 150), 1, NOW).await.unwrap()), [131]);
+
     // Every field comes back as appended.
     let t4 = topic("r4");
     let publisher = ActorId::parse("alice").unwrap();

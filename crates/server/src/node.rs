@@ -691,6 +691,28 @@ impl RunningNode {
                 Err(e) => tracing::warn!(error = %e, "Releasing an earlier run's restore records failed."),
             }
         }
+        // An earlier run under this node id (a restart with a configured `node_id`) may have died
+        // holding restore records; while this id stays registered no other node releases them.
+        // Released now, before this run has a connection, with when that run was last seen
+        // alive, so its clients recover from then (issue 19, docs/recovery.md).
+        if matches!(config.store, StoreConfig::Url(_)) {
+            let seen = match backends.presence.node_last_seen(&config.node_id).await {
+                Ok(seen) => seen,
+                Err(e) => {
+                    tracing::warn!(error = %e, "Could not read when an earlier run of this node was last seen.");
+                    None
+                }
+            };
+            let ttl = config.edge.restore_ttl.as_secs();
+            let now = skua_edge::clock::now_unix_s();
+            match backends.store.release_node_restores(&config.node_id, now, ttl, seen).await {
+                Ok(0) => {}
+                Ok(n) => {
+                    tracing::info!(records = n, "Released the restore records an earlier run of this node id held.")
+                }
+                Err(e) => tracing::warn!(error = %e, "Releasing an earlier run's restore records failed."),
+            }
+        }
         let mut node = Self::start(config, Arc::new(SharedRegistry::new(registry)), backends, listener)?;
         let admin: Arc<dyn skua_control::NodeAdmin> = Arc::new(EdgeAdmin(node.state.clone()));
         // A store several nodes share (Postgres) also carries every node's connections.

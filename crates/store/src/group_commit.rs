@@ -155,7 +155,8 @@ fn upsert_sql(rows: usize) -> String {
     }
     sql.push_str(
         " ON CONFLICT (project, actor, client_id) DO UPDATE SET record = excluded.record, \
-         expires_at = excluded.expires_at, released_seq = excluded.released_seq, node = excluded.node",
+         expires_at = excluded.expires_at, released_seq = excluded.released_seq, node = excluded.node, \
+         holder_seen_ms = NULL",
     );
     sql
 }

@@ -69,12 +69,13 @@ impl Kept {
     }
 
     fn in_use(record: RestoreRecord, node: NodeId) -> Self {
-        Self { record, expires_at: None, released: None, node }
+        Self { record: RestoreRecord { holder_last_seen_ms: None, ..record }, expires_at: None, released: None, node }
     }
 
     /// Starts the expiry; a connection record also takes its place in the release order.
     fn release(&mut self, connection: bool, now_unix_s: u64, ttl_s: u64, next_release: &mut u64) {
         self.expires_at = Some(now_unix_s.saturating_add(ttl_s));
+        self.record.holder_last_seen_ms = None;
         self.released = connection.then_some(*next_release);
         *next_release += 1;
     }
@@ -280,8 +281,14 @@ impl Store for MemoryStore {
     ///
     /// # Errors
     /// None.
-    async fn release_node_restores(&self, node: &NodeId, now_unix_s: u64, ttl_s: u64) -> Result<u64, StoreError> {
-        Ok(self.release_held(|n| n == node, now_unix_s, ttl_s))
+    async fn release_node_restores(
+        &self,
+        node: &NodeId,
+        now_unix_s: u64,
+        ttl_s: u64,
+        last_seen_ms: Option<u64>,
+    ) -> Result<u64, StoreError> {
+        Ok(self.release_held(|n| n == node, now_unix_s, ttl_s, last_seen_ms))
     }
 
     async fn release_other_nodes_restores(
@@ -290,13 +297,20 @@ impl Store for MemoryStore {
         now_unix_s: u64,
         ttl_s: u64,
     ) -> Result<u64, StoreError> {
-        Ok(self.release_held(|n| n != keep, now_unix_s, ttl_s))
+        Ok(self.release_held(|n| n != keep, now_unix_s, ttl_s, None))
     }
 }
 
 impl MemoryStore {
     /// Releases every record in use held by a node `of` selects; returns how many.
-    fn release_held(&self, of: impl Fn(&NodeId) -> bool, now_unix_s: u64, ttl_s: u64) -> u64 {
+    /// They load with `holder_last_seen_ms` set to `last_seen_ms`.
+    fn release_held(
+        &self,
+        of: impl Fn(&NodeId) -> bool,
+        now_unix_s: u64,
+        ttl_s: u64,
+        last_seen_ms: Option<u64>,
+    ) -> u64 {
         let mut guard = self.lock();
         let state = &mut *guard;
         let mut next = state.next_release;
@@ -304,10 +318,12 @@ impl MemoryStore {
         let held = |kept: &Kept| kept.expires_at.is_none() && of(&kept.node);
         for kept in state.sessions.values_mut().filter(|k| held(k)) {
             kept.release(false, now_unix_s, ttl_s, &mut next);
+            kept.record.holder_last_seen_ms = last_seen_ms;
             released += 1;
         }
         for kept in state.connections.values_mut().flat_map(HashMap::values_mut).filter(|k| held(k)) {
             kept.release(true, now_unix_s, ttl_s, &mut next);
+            kept.record.holder_last_seen_ms = last_seen_ms;
             released += 1;
         }
         state.next_release = next;

@@ -36,6 +36,7 @@ pub(crate) const SQLITE: &[Embedded] = embedded!("sqlite":
     "20261201000005_webhook_triggers.sql",
     "20261202000001_presence_members.sql",
     "20261202013000_log_prune_state.sql",
+    "20261202091500_restore_holder_seen.sql",
 );
 
 /// `migrations/postgres/`, oldest first. Append only (migrations/README.md).
@@ -47,6 +48,7 @@ pub(crate) const POSTGRES: &[Embedded] = embedded!("postgres":
     "20261201000005_webhook_triggers.sql",
     "20261202000001_presence_members.sql",
     "20261202013000_log_prune_state.sql",
+    "20261202091500_restore_holder_seen.sql",
 );
 
 /// A migrator over `files`. It ignores applied migrations it does not know (`ignore_missing`):

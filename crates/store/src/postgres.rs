@@ -45,11 +45,13 @@ const UNDEFINED_TABLE: &str = "42P01";
 const SAVE: &str = "INSERT INTO restore_records (project, actor, client_id, record, expires_at, node) \
                     VALUES ($1, $2, $3, $4, NULL, $5) \
                     ON CONFLICT (project, actor, client_id) \
-                    DO UPDATE SET record = excluded.record, expires_at = NULL, released_seq = NULL, node = excluded.node";
-const LOAD: &str = "SELECT record FROM restore_records \
+                    DO UPDATE SET record = excluded.record, expires_at = NULL, released_seq = NULL, \
+                    node = excluded.node, holder_seen_ms = NULL";
+const LOAD: &str = "SELECT record, holder_seen_ms FROM restore_records \
                     WHERE project = $1 AND actor = $2 AND client_id = $3 \
                     AND (expires_at IS NULL OR expires_at > $4)";
-const RELEASE: &str = "UPDATE restore_records SET expires_at = $4, released_seq = nextval('restore_records_release_seq') \
+const RELEASE: &str = "UPDATE restore_records SET expires_at = $4, released_seq = nextval('restore_records_release_seq'), \
+                       holder_seen_ms = NULL \
                        WHERE project = $1 AND actor = $2 AND client_id = $3";
 /// Takes the actor's connection record released last. `SKIP LOCKED`: a concurrent claim that
 /// locked that row first gets it, and this one takes the next, so no row is claimed twice.
@@ -59,13 +61,13 @@ const CLAIM: &str = "UPDATE restore_records SET expires_at = NULL, released_seq 
                          WHERE project = $1 AND actor = $2 AND client_id LIKE $3 \
                          AND released_seq IS NOT NULL AND expires_at > $4 \
                          ORDER BY released_seq DESC LIMIT 1 FOR UPDATE SKIP LOCKED) \
-                     RETURNING client_id, record";
+                     RETURNING client_id, record, holder_seen_ms";
 const RELEASE_NODE: &str = "UPDATE restore_records \
-                            SET expires_at = $2, released_seq = nextval('restore_records_release_seq') \
-                            WHERE node = $1 AND expires_at IS NULL";
+                            SET expires_at = $2, released_seq = nextval('restore_records_release_seq'), \
+                            holder_seen_ms = $3 WHERE node = $1 AND expires_at IS NULL";
 const RELEASE_OTHER_NODES: &str = "UPDATE restore_records \
-                                   SET expires_at = $2, released_seq = nextval('restore_records_release_seq') \
-                                   WHERE node <> $1 AND expires_at IS NULL";
+                                   SET expires_at = $2, released_seq = nextval('restore_records_release_seq'), \
+                                   holder_seen_ms = $3 WHERE node <> $1 AND expires_at IS NULL";
 const PRUNE: &str = "DELETE FROM restore_records WHERE expires_at IS NOT NULL AND expires_at <= $1";
 /// Ended connection records beyond the newest `$1` of their actor ([`crate::MAX_ENDED_RECORDS_PER_ACTOR`]).
 const PRUNE_EXCESS: &str = "DELETE FROM restore_records WHERE ctid IN ( \
@@ -245,7 +247,7 @@ impl Store for PostgresStore {
     /// [`StoreError::Unavailable`] when Postgres failed.
     async fn load_restore(&self, key: &RestoreKey) -> Result<Option<RestoreRecord>, StoreError> {
         let (project, actor, client_id) = key_columns(key);
-        let row: Option<Vec<u8>> = sqlx::query_scalar(LOAD)
+        let row: Option<(Vec<u8>, Option<i64>)> = sqlx::query_as(LOAD)
             .bind(project)
             .bind(actor)
             .bind(&*client_id)
@@ -253,7 +255,7 @@ impl Store for PostgresStore {
             .fetch_optional(&self.pool)
             .await
             .map_err(sql(BACKEND, "load_restore"))?;
-        Ok(row.and_then(|bytes| decode_loaded(BACKEND, key, &bytes)))
+        Ok(row.and_then(|(bytes, seen)| decode_loaded(BACKEND, key, &bytes, seen)))
     }
 
     /// Releasing a key without a record does nothing. May also prune expired records
@@ -295,7 +297,7 @@ impl Store for PostgresStore {
         actor: &ActorId,
         node: &NodeId,
     ) -> Result<Option<ClaimedRecord>, StoreError> {
-        let row: Option<(String, Vec<u8>)> = sqlx::query_as(CLAIM)
+        let row: Option<(String, Vec<u8>, Option<i64>)> = sqlx::query_as(CLAIM)
             .bind(project.as_str())
             .bind(actor.as_str())
             .bind(CONNECTION_PATTERN)
@@ -304,13 +306,19 @@ impl Store for PostgresStore {
             .fetch_optional(&self.pool)
             .await
             .map_err(sql(BACKEND, "claim_restore"))?;
-        Ok(row.and_then(|(column, bytes)| crate::sql::claimed(BACKEND, project, actor, &column, &bytes)))
+        Ok(row.and_then(|(column, bytes, seen)| crate::sql::claimed(BACKEND, project, actor, &column, &bytes, seen)))
     }
 
     /// # Errors
     /// [`StoreError::Unavailable`] when Postgres failed.
-    async fn release_node_restores(&self, node: &NodeId, now_unix_s: u64, ttl_s: u64) -> Result<u64, StoreError> {
-        self.release_nodes(RELEASE_NODE, node, now_unix_s, ttl_s).await
+    async fn release_node_restores(
+        &self,
+        node: &NodeId,
+        now_unix_s: u64,
+        ttl_s: u64,
+        last_seen_ms: Option<u64>,
+    ) -> Result<u64, StoreError> {
+        self.release_nodes(RELEASE_NODE, node, now_unix_s, ttl_s, last_seen_ms).await
     }
 
     async fn release_other_nodes_restores(
@@ -319,7 +327,7 @@ impl Store for PostgresStore {
         now_unix_s: u64,
         ttl_s: u64,
     ) -> Result<u64, StoreError> {
-        self.release_nodes(RELEASE_OTHER_NODES, keep, now_unix_s, ttl_s).await
+        self.release_nodes(RELEASE_OTHER_NODES, keep, now_unix_s, ttl_s, None).await
     }
 }
 
@@ -331,10 +339,12 @@ impl PostgresStore {
         node: &NodeId,
         now_unix_s: u64,
         ttl_s: u64,
+        last_seen_ms: Option<u64>,
     ) -> Result<u64, StoreError> {
         let done = sqlx::query(query)
             .bind(node.as_str())
             .bind(unix_to_sql(now_unix_s.saturating_add(ttl_s)))
+            .bind(last_seen_ms.map(unix_to_sql))
             .execute(&self.pool)
             .await
             .map_err(sql(BACKEND, "release_node_restores"))?;

@@ -190,6 +190,7 @@ mod tests {
                 topic("app/room/plain"),
             ],
             lobbies: vec!["b".to_owned(), "a".to_owned()],
+            holder_last_seen_ms: None,
         };
         assert_eq!(decode(&encode(&record)).unwrap(), record);
         assert_eq!(decode(&encode(&RestoreRecord::default())).unwrap(), RestoreRecord::default());
@@ -200,6 +201,7 @@ mod tests {
         let record = RestoreRecord {
             topics: vec![RestoredTopic { raw_filters: Some(Bytes::from_static(b"\x90")), ..topic("a/r/t") }],
             lobbies: vec!["x".to_owned()],
+            holder_last_seen_ms: None,
         };
         assert_eq!(
             encode(&record),
@@ -211,7 +213,10 @@ mod tests {
     fn unknown_keys_are_ignored_and_missing_keys_default() {
         // { "t": [{ "p": "a/r/t", "z": 1 }], "future": [] }
         let bytes = b"\x82\xa1t\x91\x82\xa1p\xa5a/r/t\xa1z\x01\xa6future\x90";
-        assert_eq!(decode(bytes).unwrap(), RestoreRecord { topics: vec![topic("a/r/t")], lobbies: Vec::new() });
+        assert_eq!(
+            decode(bytes).unwrap(),
+            RestoreRecord { topics: vec![topic("a/r/t")], lobbies: Vec::new(), holder_last_seen_ms: None }
+        );
     }
 
     #[test]

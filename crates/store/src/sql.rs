@@ -40,6 +40,7 @@ pub(crate) fn claimed(
     actor: &ActorId,
     column: &str,
     bytes: &[u8],
+    holder_seen_ms: Option<i64>,
 ) -> Option<ClaimedRecord> {
     let Some(id) = column.strip_prefix(CONNECTION_PREFIX).and_then(|id| RecordId::parse(id).ok()) else {
         tracing::warn!(backend, %project, %actor, client_id = column, "Claimed restore row with a foreign id ignored.");
@@ -47,7 +48,7 @@ pub(crate) fn claimed(
     };
     let key =
         RestoreKey::Connection(ConnectionRecord { project: project.clone(), actor: actor.clone(), id: id.clone() });
-    let record = decode_loaded(backend, &key, bytes).unwrap_or_default();
+    let record = decode_loaded(backend, &key, bytes, holder_seen_ms).unwrap_or_default();
     Some(ClaimedRecord { id, record })
 }
 
@@ -58,10 +59,18 @@ pub(crate) fn unix_to_sql(unix_s: u64) -> i64 {
 
 /// The record in a loaded `record` column. A column that does not decode was not written by this
 /// store (or is damaged): it is logged and treated as no record, so the client reconnects with no
-/// restored subscriptions rather than failing to authenticate.
-pub(crate) fn decode_loaded(backend: &'static str, key: &RestoreKey, bytes: &[u8]) -> Option<RestoreRecord> {
+/// restored subscriptions rather than failing to authenticate. `holder_seen_ms` is the row's
+/// column of that name ([`RestoreRecord::holder_last_seen_ms`]).
+pub(crate) fn decode_loaded(
+    backend: &'static str,
+    key: &RestoreKey,
+    bytes: &[u8],
+    holder_seen_ms: Option<i64>,
+) -> Option<RestoreRecord> {
     match record::decode(bytes) {
-        Ok(record) => Some(record),
+        Ok(record) => {
+            Some(RestoreRecord { holder_last_seen_ms: holder_seen_ms.and_then(|ms| u64::try_from(ms).ok()), ..record })
+        }
         Err(error) => {
             let (project, actor, client_id) = key_columns(key);
             tracing::warn!(

@@ -45,10 +45,10 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long an operation waits for a free connection before it fails.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 
-const LOAD: &str = "SELECT record FROM restore_records \
+const LOAD: &str = "SELECT record, holder_seen_ms FROM restore_records \
                     WHERE project = ? AND actor = ? AND client_id = ? \
                     AND (expires_at IS NULL OR expires_at > ?)";
-const RELEASE: &str = "UPDATE restore_records SET expires_at = ?, released_seq = ? \
+const RELEASE: &str = "UPDATE restore_records SET expires_at = ?, released_seq = ?, holder_seen_ms = NULL \
                        WHERE project = ? AND actor = ? AND client_id = ?";
 /// Takes the actor's connection record released last; one statement, so SQLite's write lock
 /// makes it atomic against every other claim.
@@ -58,11 +58,11 @@ const CLAIM: &str = "UPDATE restore_records SET expires_at = NULL, released_seq 
                          WHERE project = ? AND actor = ? AND client_id LIKE ? \
                          AND released_seq IS NOT NULL AND expires_at > ? \
                          ORDER BY released_seq DESC LIMIT 1) \
-                     RETURNING client_id, record";
+                     RETURNING client_id, record, holder_seen_ms";
 /// Releases a lapsed node's rows; they share one place in the release order.
-const RELEASE_NODE: &str = "UPDATE restore_records SET expires_at = ?, released_seq = ? \
+const RELEASE_NODE: &str = "UPDATE restore_records SET expires_at = ?, released_seq = ?, holder_seen_ms = ? \
                             WHERE node = ? AND expires_at IS NULL";
-const RELEASE_OTHER_NODES: &str = "UPDATE restore_records SET expires_at = ?, released_seq = ? \
+const RELEASE_OTHER_NODES: &str = "UPDATE restore_records SET expires_at = ?, released_seq = ?, holder_seen_ms = ? \
                                    WHERE node <> ? AND expires_at IS NULL";
 const PRUNE: &str = "DELETE FROM restore_records WHERE expires_at IS NOT NULL AND expires_at <= ?";
 /// Ended connection records beyond the newest `?` of their actor ([`crate::MAX_ENDED_RECORDS_PER_ACTOR`]).
@@ -227,7 +227,7 @@ impl Store for SqliteStore {
     /// [`StoreError::Unavailable`] when the database failed.
     async fn load_restore(&self, key: &RestoreKey) -> Result<Option<RestoreRecord>, StoreError> {
         let (project, actor, client_id) = key_columns(key);
-        let row: Option<Vec<u8>> = sqlx::query_scalar(LOAD)
+        let row: Option<(Vec<u8>, Option<i64>)> = sqlx::query_as(LOAD)
             .bind(project)
             .bind(actor)
             .bind(&*client_id)
@@ -235,7 +235,7 @@ impl Store for SqliteStore {
             .fetch_optional(&self.pool)
             .await
             .map_err(sql(BACKEND, "load_restore"))?;
-        Ok(row.and_then(|bytes| decode_loaded(BACKEND, key, &bytes)))
+        Ok(row.and_then(|(bytes, seen)| decode_loaded(BACKEND, key, &bytes, seen)))
     }
 
     /// Releasing a key without a record does nothing. May also prune expired records
@@ -272,7 +272,7 @@ impl Store for SqliteStore {
         actor: &ActorId,
         node: &NodeId,
     ) -> Result<Option<ClaimedRecord>, StoreError> {
-        let row: Option<(String, Vec<u8>)> = sqlx::query_as(CLAIM)
+        let row: Option<(String, Vec<u8>, Option<i64>)> = sqlx::query_as(CLAIM)
             .bind(node.as_str())
             .bind(project.as_str())
             .bind(actor.as_str())
@@ -283,13 +283,19 @@ impl Store for SqliteStore {
             .fetch_optional(&self.pool)
             .await
             .map_err(sql(BACKEND, "claim_restore"))?;
-        Ok(row.and_then(|(column, bytes)| crate::sql::claimed(BACKEND, project, actor, &column, &bytes)))
+        Ok(row.and_then(|(column, bytes, seen)| crate::sql::claimed(BACKEND, project, actor, &column, &bytes, seen)))
     }
 
     /// # Errors
     /// [`StoreError::Unavailable`] when the database failed.
-    async fn release_node_restores(&self, node: &NodeId, now_unix_s: u64, ttl_s: u64) -> Result<u64, StoreError> {
-        self.release_nodes(RELEASE_NODE, node, now_unix_s, ttl_s).await
+    async fn release_node_restores(
+        &self,
+        node: &NodeId,
+        now_unix_s: u64,
+        ttl_s: u64,
+        last_seen_ms: Option<u64>,
+    ) -> Result<u64, StoreError> {
+        self.release_nodes(RELEASE_NODE, node, now_unix_s, ttl_s, last_seen_ms).await
     }
 
     async fn release_other_nodes_restores(
@@ -298,7 +304,7 @@ impl Store for SqliteStore {
         now_unix_s: u64,
         ttl_s: u64,
     ) -> Result<u64, StoreError> {
-        self.release_nodes(RELEASE_OTHER_NODES, keep, now_unix_s, ttl_s).await
+        self.release_nodes(RELEASE_OTHER_NODES, keep, now_unix_s, ttl_s, None).await
     }
 }
 
@@ -310,10 +316,12 @@ impl SqliteStore {
         node: &NodeId,
         now_unix_s: u64,
         ttl_s: u64,
+        last_seen_ms: Option<u64>,
     ) -> Result<u64, StoreError> {
         let done = sqlx::query(query)
             .bind(unix_to_sql(now_unix_s.saturating_add(ttl_s)))
             .bind(next_release_seq())
+            .bind(last_seen_ms.map(unix_to_sql))
             .bind(node.as_str())
             .execute(&self.pool)
             .await

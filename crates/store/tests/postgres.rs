@@ -92,6 +92,7 @@ fn record() -> RestoreRecord {
             history: None,
         }],
         lobbies: Vec::new(),
+        holder_last_seen_ms: None,
     }
 }
 

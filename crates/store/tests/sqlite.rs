@@ -139,6 +139,7 @@ fn record() -> RestoreRecord {
             history: None,
         }],
         lobbies: vec!["online".to_owned()],
+        holder_last_seen_ms: None,
     }
 }
 

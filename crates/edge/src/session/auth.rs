@@ -225,6 +225,11 @@ impl Session {
         };
         let Some(a) = &self.auth else { return Vec::new() };
         self.pending_lobbies = record.lobbies.clone();
+        // Released for a node that died (issue 19): its offsets are older than what it
+        // delivered; what history stamped before it was last seen alive, less the margin, is
+        // taken as delivered (docs/recovery.md).
+        let margin_ms = u64::try_from(self.st.config.history_recovery_margin.as_millis()).unwrap_or(u64::MAX);
+        let lost_since = record.holder_last_seen_ms.map(|seen| seen.saturating_sub(margin_ms));
         let registry = self.st.registry.load();
         let mut out = Vec::new();
         for t in record.topics {
@@ -259,7 +264,10 @@ impl Session {
                 (false, _) => (None, None),
                 (true, Some((offset, epoch))) => (
                     Some(crate::history::Tracker::replaying()),
-                    Some(crate::history::Start::After(offset, Arc::from(epoch))),
+                    Some(match lost_since {
+                        Some(since) => crate::history::Start::Lost(offset, Arc::from(epoch), since),
+                        None => crate::history::Start::After(offset, Arc::from(epoch)),
+                    }),
                 ),
                 (true, None) => (self.fresh_tracker(&resolved.address).await, None),
             };

@@ -385,7 +385,8 @@ impl Retained {
 }
 
 /// Topic history (issue 19, docs/recovery.md): `history_max_size`, `history_max_topics`,
-/// `history_max_topic_bytes`, `history_max_replay`, `history_max_page`.
+/// `history_max_topic_bytes`, `history_max_replay`, `history_max_page`,
+/// `history_recovery_margin`.
 #[derive(Debug, Clone)]
 pub struct History {
     /// Largest `size` a topic's history may use.
@@ -398,6 +399,9 @@ pub struct History {
     pub max_replay: usize,
     /// Most messages one `history` reply carries.
     pub max_page: usize,
+    /// After a node died: what history stamped before it was last seen alive less this counts
+    /// as delivered to its connections.
+    pub recovery_margin: Duration,
 }
 
 impl History {
@@ -412,6 +416,7 @@ impl History {
             max_topic_bytes: positive(key!(s, history_max_topic_bytes))?,
             max_replay: positive(key!(s, history_max_replay))?,
             max_page: positive(key!(s, history_max_page))?,
+            recovery_margin: duration(key!(s, history_recovery_margin))?,
         })
     }
 }
@@ -894,6 +899,7 @@ impl Sections {
             history_max_topic_bytes: history.max_topic_bytes,
             history_max_replay: history.max_replay,
             history_max_page: history.max_page,
+            history_recovery_margin: history.recovery_margin,
             restore_ttl: durable.restore_ttl,
             log_max_age: durable.log_max_age,
             log_max_per_topic: durable.log_max_per_topic,

@@ -77,6 +77,7 @@ macro_rules! presence_conformance {
             rooms_are_independent,
             concurrent_announces_join_once_and_one_remove_is_last,
             refresh_node_is_true_only_without_a_live_registration,
+            node_last_seen_is_the_time_of_the_last_refresh,
             lapsed_registration_is_listed_and_refresh_is_true_again,
             remove_node_forgets_the_registration,
             concurrent_remove_node_returns_each_entry_to_exactly_one_caller,
@@ -275,6 +276,22 @@ pub async fn refresh_node_is_true_only_without_a_live_registration<H: PresenceHa
     assert_eq!(expired(&p2, T0).await, []);
 }
 
+/// `node_last_seen` is the `now_unix_s` of the node's last refresh (in ms), through any handle,
+/// and still known once the registration lapsed; `None` for a node never registered.
+pub async fn node_last_seen_is_the_time_of_the_last_refresh<H: PresenceHarness>(h: H) {
+    let (p, observer) = (h.open().await, h.open().await);
+    let (n1, n2) = (node("n1"), node("n2"));
+    assert_eq!(last_seen(&observer, &n1).await, None, "never registered");
+    assert!(refresh(&p, &n1, T0, TTL_S).await);
+    assert_eq!(last_seen(&observer, &n1).await, Some(T0 * 1000));
+    assert!(!refresh(&p, &n1, T0 + 2, TTL_S).await);
+    assert_eq!(last_seen(&observer, &n1).await, Some((T0 + 2) * 1000), "the last refresh counts");
+    assert_eq!(last_seen(&observer, &n2).await, None, "each node has its own");
+    let t1 = h.wait_past(T0 + 2, TTL_S).await;
+    assert_eq!(expired(&observer, t1).await, [node("n1")]);
+    assert_eq!(last_seen(&observer, &n1).await, Some((T0 + 2) * 1000), "a lapsed node's last refresh is kept");
+}
+
 /// Contract 7: once its ttl lapses a registration is listed by `expired_nodes` and
 /// `refresh_node` is `true` again; a node refreshed in time (here for longer) is not listed.
 pub async fn lapsed_registration_is_listed_and_refresh_is_true_again<H: PresenceHarness>(h: H) {
@@ -373,6 +390,12 @@ async fn refresh(p: &Arc<dyn Presence>, n: &NodeId, now: u64, ttl_s: u64) -> boo
     within(format_args!("refresh_node of {n}"), p.refresh_node(n, now, ttl_s))
         .await
         .unwrap_or_else(|e| panic!("refresh_node of {n}: {e}"))
+}
+
+async fn last_seen(p: &Arc<dyn Presence>, n: &NodeId) -> Option<u64> {
+    within(format_args!("node_last_seen of {n}"), p.node_last_seen(n))
+        .await
+        .unwrap_or_else(|e| panic!("node_last_seen of {n}: {e}"))
 }
 
 /// The expired nodes, sorted.

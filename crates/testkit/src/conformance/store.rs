@@ -76,6 +76,7 @@ macro_rules! store_conformance {
             concurrent_claims_never_take_the_same_record,
             releasing_a_node_ends_the_records_it_holds,
             releasing_other_nodes_keeps_only_the_survivor_s_records,
+            a_lapsed_node_s_records_keep_when_it_was_last_seen,
             an_actor_keeps_only_its_latest_ended_records,
             log_messages_before_a_consumer_are_not_pending,
             log_pending_follows_topic_and_filters,
@@ -131,7 +132,8 @@ pub async fn save_replaces_the_record<H: StoreHarness>(h: H) {
     let s = h.open().await;
     let k = key("alice", None);
     save(&s, &k, &rich_record()).await;
-    let smaller = RestoreRecord { topics: vec![topic("app/room/only", None)], lobbies: Vec::new() };
+    let smaller =
+        RestoreRecord { topics: vec![topic("app/room/only", None)], lobbies: Vec::new(), holder_last_seen_ms: None };
     save(&s, &k, &smaller).await;
     assert_eq!(load(&s, &k).await, Some(smaller));
 
@@ -161,7 +163,7 @@ pub async fn save_clears_a_started_expiry<H: StoreHarness>(h: H) {
     h.set_now(T0);
     save(&s, &k, &rich_record()).await;
     release(&s, &k, T0, 60).await;
-    let again = RestoreRecord { topics: Vec::new(), lobbies: vec!["lobby-2".to_owned()] };
+    let again = RestoreRecord { topics: Vec::new(), lobbies: vec!["lobby-2".to_owned()], holder_last_seen_ms: None };
     save(&s, &k, &again).await;
 
     h.set_now(T0 + 100_000);
@@ -206,7 +208,8 @@ pub async fn save_after_expiry_starts_a_fresh_record<H: StoreHarness>(h: H) {
     h.set_now(T0 + 20);
     assert_eq!(load(&s, &k).await, None);
 
-    let fresh = RestoreRecord { topics: vec![topic("app/room/fresh", None)], lobbies: Vec::new() };
+    let fresh =
+        RestoreRecord { topics: vec![topic("app/room/fresh", None)], lobbies: Vec::new(), holder_last_seen_ms: None };
     save(&s, &k, &fresh).await;
     h.set_now(T0 + 100_000);
     assert_eq!(load(&s, &k).await, Some(fresh));
@@ -242,7 +245,8 @@ pub async fn keys_with_and_without_client_id_are_distinct<H: StoreHarness>(h: H)
         other_project,
         conn("alice", "r1"),
     ];
-    let record_of = |i: usize| RestoreRecord { topics: Vec::new(), lobbies: vec![format!("lobby-{i}")] };
+    let record_of =
+        |i: usize| RestoreRecord { topics: Vec::new(), lobbies: vec![format!("lobby-{i}")], holder_last_seen_ms: None };
     h.set_now(T0);
     for (i, k) in keys.iter().enumerate() {
         save(&s, k, &record_of(i)).await;
@@ -402,7 +406,7 @@ pub async fn releasing_a_node_ends_the_records_it_holds<H: StoreHarness>(h: H) {
     save_on(&s, &conn("alice", "ended"), "dead", &lobbies("ended")).await;
     release(&s, &conn("alice", "ended"), T0, 10).await;
 
-    assert_eq!(release_node(&s, "dead", T0 + 5, 60).await, 2, "on-dead and w1");
+    assert_eq!(release_node(&s, "dead", T0 + 5, 60, None).await, 2, "on-dead and w1");
     assert_eq!(claim(&s, "alice").await, Some(claimed("on-dead")), "released by the node's release, last");
     assert_eq!(claim(&s, "alice").await, Some(claimed("ended")));
     assert_eq!(claim(&s, "alice").await, None, "on-live and moved are in use on live");
@@ -451,6 +455,38 @@ pub async fn releasing_other_nodes_keeps_only_the_survivor_s_records<H: StoreHar
     assert_eq!(claim(&s, "alice").await, None, "the survivor's own record stays in use");
 }
 
+/// Contract 5: records a node's release ended load and claim with the node's last sign of life
+/// (`holder_last_seen_ms`); a claim keeps it, a save or a release by a connection clears it.
+pub async fn a_lapsed_node_s_records_keep_when_it_was_last_seen<H: StoreHarness>(h: H) {
+    let s = h.open().await;
+    h.set_now(T0);
+    let seen = (T0 - 7) * 1000 + 123;
+    let with_seen = |name: &str| RestoreRecord { holder_last_seen_ms: Some(seen), ..lobbies(name) };
+    save_on(&s, &conn("alice", "a-1"), "dead", &lobbies("a-1")).await;
+    save_on(&s, &conn("alice", "a-2"), "dead", &lobbies("a-2")).await;
+    save_on(&s, &key("alice", Some("w1")), "dead", &lobbies("w1")).await;
+    save_on(&s, &conn("alice", "other"), "live", &lobbies("other")).await;
+    release(&s, &conn("alice", "other"), T0, 60).await;
+    assert_eq!(release_node(&s, "dead", T0, 60, Some(seen)).await, 3);
+    assert_eq!(load(&s, &key("alice", Some("w1"))).await, Some(with_seen("w1")), "a session record carries it");
+    let first = claim(&s, "alice").await.unwrap_or_else(|| panic!("a record of the dead node is claimable"));
+    assert_eq!(first.record.holder_last_seen_ms, Some(seen), "a claimed record carries it: {first:?}");
+    assert_eq!(
+        load(&s, &conn("alice", first.id.as_str())).await,
+        Some(with_seen(first.id.as_str())),
+        "kept by the claim"
+    );
+    let second = claim(&s, "alice").await.unwrap_or_else(|| panic!("the dead node's other record is claimable"));
+    assert_eq!(second.record.holder_last_seen_ms, Some(seen));
+    assert_eq!(claim(&s, "alice").await, Some(claimed("other")), "released by its connection: not set");
+    // The claimer's connection ends normally: its release clears it; so does a save.
+    release(&s, &conn("alice", first.id.as_str()), T0 + 1, 60).await;
+    let again = claim(&s, "alice").await.unwrap_or_else(|| panic!("released again: claimable"));
+    assert_eq!(again.record.holder_last_seen_ms, None, "a connection's release clears it: {again:?}");
+    save_on(&s, &key("alice", Some("w1")), "live", &lobbies("w1")).await;
+    assert_eq!(load(&s, &key("alice", Some("w1"))).await, Some(lobbies("w1")), "a save clears it");
+}
+
 /// Contract 6: an actor's ended connection records beyond the latest
 /// `MAX_ENDED_RECORDS_PER_ACTOR` go (the durable stores prune on release, once a minute of
 /// their clock); the latest are kept, newest claimed first; other actors' are untouched.
@@ -481,8 +517,9 @@ pub async fn an_actor_keeps_only_its_latest_ended_records<H: StoreHarness>(h: H)
     assert_eq!(claim(&s, "bob").await, Some(claimed("bob-1")), "another actor's record is untouched");
 }
 
-async fn release_node(s: &Arc<dyn Store>, node: &str, now: u64, ttl: u64) -> u64 {
-    within(format_args!("release_node_restores of {node}"), s.release_node_restores(&node_id(node), now, ttl))
+async fn release_node(s: &Arc<dyn Store>, node: &str, now: u64, ttl: u64, seen_ms: Option<u64>) -> u64 {
+    let id = node_id(node);
+    within(format_args!("release_node_restores of {node}"), s.release_node_restores(&id, now, ttl, seen_ms))
         .await
         .unwrap_or_else(|e| panic!("release_node_restores of {node}: {e}"))
 }
@@ -506,7 +543,7 @@ fn conn(actor: &str, id: &str) -> RestoreKey {
 
 /// A record told apart by one lobby named `name`.
 fn lobbies(name: &str) -> RestoreRecord {
-    RestoreRecord { topics: Vec::new(), lobbies: vec![name.to_owned()] }
+    RestoreRecord { topics: Vec::new(), lobbies: vec![name.to_owned()], holder_last_seen_ms: None }
 }
 
 /// What claiming record `id` (saved as `lobbies(id)`) returns.
@@ -575,6 +612,7 @@ fn rich_record() -> RestoreRecord {
             RestoredTopic { raw_filters: Some(Bytes::from_static(b"\x90")), ..topic("app/room-2/empty-filters", None) },
         ],
         lobbies: vec!["lobby-b".to_owned(), "lobby-a".to_owned()],
+        holder_last_seen_ms: None,
     }
 }
 
