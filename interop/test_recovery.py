@@ -31,6 +31,14 @@ class Proxy:
         self.up = True
         self.writers: list[asyncio.StreamWriter] = []
         self.server: asyncio.base_events.Server | None = None
+        # WebSocket pings the server sent through the proxy (its receipt pings, issue 19).
+        self.pings = 0
+        # Data frames the server sent, how many had passed when its last ping did, and how
+        # many the last pong through the proxy proved.
+        self.frames_down = 0
+        self.last_ping_after = 0
+        self.proven_frames = 0
+        self.pong_seen = asyncio.Event()
 
     async def start(self) -> str:
         self.server = await asyncio.start_server(self._client, "127.0.0.1", 0)
@@ -49,17 +57,65 @@ class Proxy:
             return
         self.writers += [writer, up_writer]
 
-        async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        async def pipe_counting(r: asyncio.StreamReader, w: asyncio.StreamWriter, down: bool) -> None:
+            """Pipes, counting WebSocket frames by opcode (RFC 6455 §5.2): down (server to
+            client) the data frames and pings, up (client to server, masked) the pongs."""
+            buf = bytearray()
+            upgraded = False
             try:
                 while data := await r.read(65536):
                     w.write(data)
                     await w.drain()
+                    buf += data
+                    if not upgraded:
+                        end = buf.find(b"\r\n\r\n")
+                        if end < 0:
+                            continue
+                        del buf[: end + 4]
+                        upgraded = True
+                    while len(buf) >= 2:
+                        n, head = buf[1] & 0x7F, 2
+                        if n == 126:
+                            if len(buf) < 4:
+                                break
+                            n, head = int.from_bytes(buf[2:4], "big"), 4
+                        elif n == 127:
+                            if len(buf) < 10:
+                                break
+                            n, head = int.from_bytes(buf[2:10], "big"), 10
+                        head += 4 if buf[1] & 0x80 else 0
+                        if len(buf) < head + n:
+                            break
+                        self._frame(buf[0] & 0x0F, down)
+                        del buf[: head + n]
             except (OSError, asyncio.CancelledError):
                 pass
             finally:
                 w.close()
 
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        await asyncio.gather(pipe_counting(reader, up_writer, False), pipe_counting(up_reader, writer, True))
+
+    def _frame(self, opcode: int, down: bool) -> None:
+        if down and opcode in (0x1, 0x2):
+            self.frames_down += 1
+        elif down and opcode == 0x9:
+            self.pings += 1
+            self.last_ping_after = self.frames_down
+        elif not down and opcode == 0xA:
+            # The client's pong answers the last ping: the server has proof up to there.
+            self.proven_frames = self.last_ping_after
+            self.pong_seen.set()
+
+    async def proven_through(self, frames: int, timeout: float = 10) -> None:
+        """Waits until a pong answered a server ping that followed at least `frames` data
+        frames (the pong is on its way to the server, ahead of anything sent after it)."""
+
+        async def wait() -> None:
+            while self.proven_frames < frames:
+                self.pong_seen.clear()
+                await self.pong_seen.wait()
+
+        await asyncio.wait_for(wait(), timeout)
 
     def sever(self) -> None:
         """Cuts every piped connection and refuses new ones."""
@@ -87,9 +143,11 @@ def feed_frames(client, topic: str = FEED) -> list[dict]:
     return [f for f in client.frames("message") if f.get("topic") == topic]
 
 
-async def cut_publish_reconnect(skua, count: int, cut_s: float = 3.0):
+async def cut_publish_reconnect(skua, count: int, cut_s: float = 3.0, before: int = 0, proven: bool = False):
     """alice subscribes to FEED and PLAIN through the proxy; her socket is cut for `cut_s`
-    while bob publishes `count` messages on each; returns alice, her recorders, the proxy."""
+    while bob publishes `count` messages on each; returns alice, her recorders, the proxy.
+    `before` more FEED messages (`n` = -2, -3, …) reach her before the cut; with `proven` the
+    cut waits for the server's next receipt ping after them."""
     proxy = Proxy(node_urls(skua))
     url = await proxy.start()
     alice = await connect(url, "dev-token-alice", reconnect=True, reconnect_interval=0.5, max_reconnect_attempts=100)
@@ -105,6 +163,12 @@ async def cut_publish_reconnect(skua, count: int, cut_s: float = 3.0):
     assert await emit_ack(bob, PLAIN, {"n": -1}) is None
     await feed.wait_data({"n": -1})
     await plain.wait_data({"n": -1})
+    if before:
+        for i in range(before):
+            assert await emit_ack(bob, FEED, {"n": -2 - i}) is None
+        await feed.wait_data({"n": -1 - before})
+        if proven:
+            await proxy.proven_through(proxy.frames_down)
 
     proxy.sever()
     loop = asyncio.get_running_loop()
@@ -152,6 +216,37 @@ async def test_a_cut_subscriber_recovers_every_missed_message_in_order(skua_fact
         assert [d["n"] for d in plain.data] == [-1, "after"], plain.data
         for f in feed_frames(alice, PLAIN):
             assert "offset" not in f and "epoch" not in f and "isReplay" not in f, f
+    finally:
+        await proxy.stop()
+
+
+@pytest.mark.timeout(60)
+async def test_messages_received_after_the_last_receipt_ping_come_again_as_replays(skua_factory):
+    """Receipt pings go at most once per `history_receipt_interval`: what arrived after the
+    last one is not proven when the socket dies, and comes again (isReplay), never lost."""
+    skua = skua_factory("--rate-limit", "5000", "--history-receipt-interval", "60s")
+    alice, bob, feed, plain, proxy = await cut_publish_reconnect(skua, 10, before=5)
+    try:
+        await feed.wait_for_all(lambda calls: any(c[0] == {"n": 10} for c in calls), timeout=15, what="the last message")
+        got = [d["n"] for d in feed.data]
+        # -1 was proven by the first ping; -2…-6 went out within the interval, unproven.
+        assert got == [-1, -2, -3, -4, -5, -6, -2, -3, -4, -5, -6, *range(0, 11)], got
+        frames = feed_frames(alice)
+        assert not any(f.get("isReplay") for f in frames[:6]), frames[:6]
+        assert all(f.get("isReplay") for f in frames[6:]), frames[6:]
+    finally:
+        await proxy.stop()
+
+
+@pytest.mark.timeout(60)
+async def test_a_deferred_receipt_ping_proves_what_arrived_within_the_interval(skua_factory):
+    """The ping deferred by the interval goes out when it ends and proves what came before."""
+    skua = skua_factory("--rate-limit", "5000", "--history-receipt-interval", "300ms")
+    alice, bob, feed, plain, proxy = await cut_publish_reconnect(skua, 10, before=5, proven=True)
+    try:
+        await feed.wait_for_all(lambda calls: any(c[0] == {"n": 10} for c in calls), timeout=15, what="the last message")
+        got = [d["n"] for d in feed.data]
+        assert got == [-1, -2, -3, -4, -5, -6, *range(0, 11)], got
     finally:
         await proxy.stop()
 

@@ -202,7 +202,9 @@ pub fn check(h: &[Ev], setup: &Setup, tolerate: &[String]) -> Verdict {
             n == node
                 && *s <= *t
                 && *t <= end + PAUSE_FLUSH_MS
-                && earlier.iter().any(|e| matches!(e, Ev::Delivered { replay: true, t: rt, .. } if *s <= *rt && *rt <= *end))
+                && earlier
+                    .iter()
+                    .any(|e| matches!(e, Ev::Delivered { replay: true, t: rt, .. } if *s <= *rt && *rt <= *end))
         })
     };
 
@@ -274,9 +276,8 @@ pub fn check(h: &[Ev], setup: &Setup, tolerate: &[String]) -> Verdict {
                 dup_count += got.len() as u64 - 1;
                 let fresh_copy = |e: &&&Ev| matches!(e, Ev::Delivered { replay: false, .. });
                 store_dups += got.iter().skip(1).filter(fresh_copy).filter(|e| store_down(e.t())).count() as u64;
-                let unexplained: Vec<usize> = (1..got.len())
-                    .filter(|i| fresh_copy(&&got[*i]) && !store_down(got[*i].t()))
-                    .collect();
+                let unexplained: Vec<usize> =
+                    (1..got.len()).filter(|i| fresh_copy(&&got[*i]) && !store_down(got[*i].t())).collect();
                 let (paused, unexplained): (Vec<usize>, Vec<usize>) =
                     unexplained.into_iter().partition(|i| released_by_pause(got[*i], &got[..*i]));
                 paused_dups += paused.len() as u64;

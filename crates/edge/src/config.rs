@@ -108,6 +108,10 @@ pub struct EdgeConfig {
     /// than what it delivered): what history stamped before the node was last seen alive less
     /// this margin is taken as delivered, and not replayed (docs/recovery.md).
     pub history_recovery_margin: Duration,
+    /// Least time between two receipt pings on one connection (issue 19): history frames
+    /// written meanwhile are proven by the next one. Longer is cheaper per message; a cut
+    /// connection replays up to this much again (`isReplay`).
+    pub history_receipt_interval: Duration,
     /// Failed `auth`s one connection may make; the next failure closes it 1008.
     pub max_auth_failures: u32,
     /// Close a connection that has not authenticated within this long (1008); `None`: no
@@ -219,6 +223,7 @@ impl Default for EdgeConfig {
             history_max_replay: 10_000,
             history_max_page: 100,
             history_recovery_margin: Duration::from_secs(30),
+            history_receipt_interval: Duration::from_secs(1),
             max_auth_failures: 10,
             auth_timeout: None,
             auth_backoff_after: 5,

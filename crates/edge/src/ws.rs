@@ -167,7 +167,8 @@ async fn run_connection(socket: Box<WebSocket>, st: Arc<EdgeState>, id: skua_cor
     let writer = {
         let handle = handle.clone();
         let metrics = st.metrics.clone();
-        let write = write_loop(sink, outbox, handle.clone(), st.config.close_timeout);
+        let write =
+            write_loop(sink, outbox, handle.clone(), st.config.close_timeout, st.config.history_receipt_interval);
         st.tracker.spawn(async move {
             // A panicking writer drops its half of the socket; the close request makes the
             // reader return too, so the socket and everything the session holds are released.
@@ -384,12 +385,39 @@ async fn write_loop(
     mut outbox: Outbox,
     handle: Arc<ConnHandle>,
     close_timeout: Duration,
+    receipt_interval: Duration,
 ) {
     // `take` also returns when a close is requested, so an idle writer needs no second waiter.
     // Whether the last write carried more than one frame: frames are arriving faster than
     // single writes, so waiting a little gathers more.
     let mut busy = false;
-    while outbox.take(&handle).await {
+    // Receipt pings (issue 19): at most one per `receipt_interval`; one wanted sooner waits
+    // for `receipt_timer` and then proves every batch written until it goes out.
+    let mut last_receipt: Option<Instant> = None;
+    let mut receipt_deferred = false;
+    let receipt_timer = tokio::time::sleep(Duration::ZERO);
+    tokio::pin!(receipt_timer);
+    loop {
+        let more = if receipt_deferred {
+            tokio::select! {
+                biased;
+                more = outbox.take(&handle) => more,
+                () = receipt_timer.as_mut() => {
+                    receipt_deferred = false;
+                    last_receipt = Some(Instant::now());
+                    if send_receipt(&mut sink, &handle).await.is_err() {
+                        handle.request_close(CloseRequest::GONE);
+                        break;
+                    }
+                    continue;
+                }
+            }
+        } else {
+            outbox.take(&handle).await
+        };
+        if !more {
+            break;
+        }
         if busy || outbox.len() > 1 {
             // One turn of the scheduler before writing: under fan-out load the other writers
             // and the dispatcher run meanwhile, so more frames go into each write (measured:
@@ -409,12 +437,22 @@ async fn write_loop(
             break;
         }
         // History frames went out: a ping whose pong proves the client received every batch
-        // written so far (issue 19; every WebSocket client answers pings by itself).
-        if handle.take_receipt_wanted() {
-            let batch = handle.takes();
-            if sink.send(Message::Ping(batch.to_be_bytes().to_vec().into())).await.is_err() {
-                handle.request_close(CloseRequest::GONE);
-                break;
+        // written so far (issue 19; every WebSocket client answers pings by itself), now or,
+        // within `receipt_interval` of the last one, when the timer fires.
+        if handle.take_receipt_wanted() && !receipt_deferred {
+            let now = Instant::now();
+            match last_receipt {
+                Some(at) if now < at + receipt_interval => {
+                    receipt_deferred = true;
+                    receipt_timer.as_mut().reset(at + receipt_interval);
+                }
+                _ => {
+                    last_receipt = Some(now);
+                    if send_receipt(&mut sink, &handle).await.is_err() {
+                        handle.request_close(CloseRequest::GONE);
+                        break;
+                    }
+                }
             }
         }
         outbox.shrink();
@@ -438,6 +476,11 @@ async fn write_loop(
         let _ = sink.close().await;
     })
     .await;
+}
+
+/// A receipt ping naming the last batch written: its pong proves every frame before it arrived.
+async fn send_receipt(sink: &mut SplitSink<WebSocket, Message>, handle: &ConnHandle) -> Result<(), axum::Error> {
+    sink.send(Message::Ping(handle.takes().to_be_bytes().to_vec().into())).await
 }
 
 /// Writes the taken frames, and whatever is queued meanwhile, until the queue is empty:

@@ -185,6 +185,10 @@ pub struct Settings {
     /// less this is taken as delivered to its clients [default 30s].
     #[arg(long, env = "SKUA_HISTORY_RECOVERY_MARGIN")]
     pub history_recovery_margin: Option<String>,
+    /// Topic history: least time between two receipt pings on one connection; a cut
+    /// connection replays up to this much again [default 1s].
+    #[arg(long, env = "SKUA_HISTORY_RECEIPT_INTERVAL")]
+    pub history_receipt_interval: Option<String>,
     /// Failed auths per connection; one more closes it 1008 [default 10].
     #[arg(long, env = "SKUA_MAX_AUTH_FAILURES")]
     pub max_auth_failures: Option<u32>,
@@ -408,7 +412,7 @@ impl Settings {
             dashboard_max_live_views, dashboard_live_idle, dashboard_sample_interval, dashboard_history);
         layer!(self, over; cluster, drain_spread, log_prune_batch);
         layer!(self, over; history_max_size, history_max_topics, history_max_topic_bytes, history_max_replay,
-            history_max_page, history_recovery_margin);
+            history_max_page, history_recovery_margin, history_receipt_interval);
         layer!(self, over; presence_ttl, presence_list_limit, wake_timeout, wake_timeout_max, wake_queue, wake_batch,
             wake_negative_cache);
         layer!(self, over; idempotency_window, idempotency_max_key_length, idempotency_max_keys);
@@ -684,6 +688,7 @@ mod tests {
         assert_eq!(c.edge.max_retained_per_topic, d.max_retained_per_topic);
         assert_eq!(c.edge.restore_ttl, d.restore_ttl);
         assert_eq!(c.edge.history_recovery_margin, d.history_recovery_margin);
+        assert_eq!(c.edge.history_receipt_interval, d.history_receipt_interval);
         assert_eq!(c.edge.shutdown_grace, d.shutdown_grace);
         assert_eq!(c.edge.drain_delay, d.drain_delay);
         assert_eq!(c.edge.drain_spread, d.drain_spread);

@@ -386,7 +386,7 @@ impl Retained {
 
 /// Topic history (issue 19, docs/recovery.md): `history_max_size`, `history_max_topics`,
 /// `history_max_topic_bytes`, `history_max_replay`, `history_max_page`,
-/// `history_recovery_margin`.
+/// `history_recovery_margin`, `history_receipt_interval`.
 #[derive(Debug, Clone)]
 pub struct History {
     /// Largest `size` a topic's history may use.
@@ -402,6 +402,8 @@ pub struct History {
     /// After a node died: what history stamped before it was last seen alive less this counts
     /// as delivered to its connections.
     pub recovery_margin: Duration,
+    /// Least time between two receipt pings on one connection.
+    pub receipt_interval: Duration,
 }
 
 impl History {
@@ -417,6 +419,7 @@ impl History {
             max_replay: positive(key!(s, history_max_replay))?,
             max_page: positive(key!(s, history_max_page))?,
             recovery_margin: duration(key!(s, history_recovery_margin))?,
+            receipt_interval: duration(key!(s, history_receipt_interval))?,
         })
     }
 }
@@ -900,6 +903,7 @@ impl Sections {
             history_max_replay: history.max_replay,
             history_max_page: history.max_page,
             history_recovery_margin: history.recovery_margin,
+            history_receipt_interval: history.receipt_interval,
             restore_ttl: durable.restore_ttl,
             log_max_age: durable.log_max_age,
             log_max_per_topic: durable.log_max_per_topic,
