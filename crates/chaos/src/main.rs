@@ -344,23 +344,23 @@ async fn run(args: &Args, dir: &std::path::Path, net: Option<Arc<Netns>>, abort:
     }
     common.extend(
         [
-        "--fixtures",
-        &fixtures_path.display().to_string(),
-        "--store",
-        &store,
-        "--namespace",
-        "chaos",
-        "--node-ttl",
-        "4s",
-        "--node-refresh",
-        "1s",
-        "--rate-limit",
-        "1000",
-        "--webhook-trigger-first-retry",
-        "1s",
-    ]
-    .iter()
-    .map(|s| (*s).to_owned()),
+            "--fixtures",
+            &fixtures_path.display().to_string(),
+            "--store",
+            &store,
+            "--namespace",
+            "chaos",
+            "--node-ttl",
+            "4s",
+            "--node-refresh",
+            "1s",
+            "--rate-limit",
+            "1000",
+            "--webhook-trigger-first-retry",
+            "1s",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned()),
     );
     let mut nodes = Vec::new();
     for i in 0..node_count {
@@ -543,7 +543,9 @@ async fn main() -> ExitCode {
     }
     let stale = netns::remove_stale();
     if stale > 0 {
-        eprintln!("skua-chaos: removed the network namespaces and links of {stale} earlier run(s) whose process is gone");
+        eprintln!(
+            "skua-chaos: removed the network namespaces and links of {stale} earlier run(s) whose process is gone"
+        );
     }
     let net = if args.no_netns {
         None

@@ -86,8 +86,7 @@ impl Service {
     pub fn redis_at(dir: &Path, host: Ipv4Addr) -> Result<Self> {
         let port = free_port()?;
         let (port_s, host_s) = (port.to_string(), host.to_string());
-        let args =
-            ["--port", &port_s, "--bind", &host_s, "--save", "", "--appendonly", "no", "--protected-mode", "no"];
+        let args = ["--port", &port_s, "--bind", &host_s, "--save", "", "--appendonly", "no", "--protected-mode", "no"];
         let program = which("redis-server", &["/usr/bin/redis-server"])?;
         Self::start(ServiceKind::Redis, program, args.iter().map(|s| (*s).to_owned()).collect(), host, port, dir)
     }
