@@ -238,6 +238,11 @@ impl Netns {
         self.addr(u8::try_from(11 + i).unwrap_or(u8::MAX))
     }
 
+    /// How many node namespaces it has.
+    pub fn nodes(&self) -> usize {
+        self.nodes
+    }
+
     /// Node `i`'s namespace.
     pub fn ns(&self, i: usize) -> String {
         format!("{NS_PREFIX}{}-{i}", self.pid)
