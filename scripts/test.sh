@@ -89,9 +89,11 @@ bash interop/run.sh
 echo "== Autobahn TestSuite, the 140 cases that need no echo (kosoku), one node"
 bash interop/autobahn.sh
 
-echo "== chaos run: 3 nodes, private Mosquitto/Redis/Postgres, seeded faults, history checked (seed 1, about 2 min)"
+echo "== chaos run: 3 nodes, private Mosquitto/Redis/Postgres, seeded faults and partitions, history checked (seed 1, about 2 min)"
 # docs/reliability.md. Needs mosquitto, redis-server and Postgres' initdb/postgres binaries
-# (it starts its own instances on free loopback ports, never the shared services).
+# (it starts its own instances on free ports, never the shared services). As root with
+# iproute2 the nodes run in network namespaces and the nemesis also partitions; elsewhere the
+# run says so and stays on loopback.
 if command -v mosquitto >/dev/null 2>&1 || [ -x /usr/sbin/mosquitto ]; then
   # Every check fails the run (the presence convergence issue is fixed: docs/reliability.md).
   bash scripts/chaos.sh --duration 100

@@ -73,6 +73,10 @@ struct Args {
     /// (a SIGKILLed run), then exit. Every run also does this when it starts.
     #[arg(long)]
     clean_netns: bool,
+    /// Internal: connect to this address (TCP, 3 s) and exit 0 or 1; the harness runs it inside
+    /// each node's namespace to check the namespaces reach the host before using them.
+    #[arg(long, hide = true)]
+    probe: Option<std::net::SocketAddr>,
 }
 
 const PLAIN_SUBSCRIBERS: usize = 2;
@@ -536,6 +540,15 @@ async fn run(args: &Args, dir: &std::path::Path, net: Option<Arc<Netns>>, abort:
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(addr) = args.probe {
+        return match std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(3)) {
+            Ok(_) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if args.clean_netns {
         let n = netns::remove_stale();
         eprintln!("skua-chaos: removed the network namespaces and links of {n} finished run(s)");
@@ -550,7 +563,7 @@ async fn main() -> ExitCode {
     let net = if args.no_netns {
         None
     } else {
-        match Netns::create(usize::from(args.nodes)) {
+        match Netns::create(usize::from(args.nodes)).and_then(|n| reachable(&n).map(|()| n)) {
             Ok(n) => Some(Arc::new(n)),
             Err(e) => {
                 eprintln!("skua-chaos: no network namespaces ({e:#}): nodes on loopback, no partitions");
@@ -588,6 +601,29 @@ async fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// Checks that a process in each node's namespace can open a TCP connection to the harness's
+/// address on the bridge (a host whose firewall filters bridged traffic fails here, and the run
+/// falls back to loopback instead of failing).
+fn reachable(net: &Netns) -> Result<()> {
+    let listener = std::net::TcpListener::bind((net.addr(Netns::HARNESS), 0))?;
+    let addr = listener.local_addr()?.to_string();
+    let exe = std::env::current_exe()?;
+    for i in 0..net.nodes() {
+        let out = std::process::Command::new(netns::ip_program())
+            .args(["netns", "exec", &net.ns(i)])
+            .arg(&exe)
+            .args(["--probe", &addr])
+            .output()?;
+        anyhow::ensure!(
+            out.status.success(),
+            "namespace {} cannot reach {addr}: {}",
+            net.ns(i),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
 }
 
 /// Resolves on SIGTERM (never, where it cannot be watched).

@@ -151,8 +151,8 @@ fn free_subnet(pid: u32) -> Result<[u8; 3]> {
         }
     }
     for line in ip(&["-4", "route", "show", "table", "all"])?.lines() {
-        let first = line.split_whitespace().find(|w| *w != "local" && *w != "broadcast" && *w != "unicast");
-        if let Some(p) = first.and_then(prefix) {
+        // `PREFIX …` or `TYPE PREFIX …` (local, broadcast, unreachable, blackhole, …).
+        if let Some(p) = line.split_whitespace().take(2).find_map(prefix) {
             used.push(p);
         }
     }
@@ -236,6 +236,11 @@ impl Netns {
     /// Node `i`'s address in its namespace.
     pub fn node_addr(&self, i: usize) -> Ipv4Addr {
         self.addr(u8::try_from(11 + i).unwrap_or(u8::MAX))
+    }
+
+    /// How many node namespaces it has.
+    pub fn nodes(&self) -> usize {
+        self.nodes
     }
 
     /// Node `i`'s namespace.
