@@ -303,6 +303,15 @@ impl MessageLog for TimedStore {
         timed(&self.metrics, "store", "claim", self.inner.claim(consumer, msg_id, holder)).await
     }
 
+    async fn list_consumers(
+        &self,
+        prefix: &str,
+        after: &str,
+        limit: u32,
+    ) -> Result<Vec<skua_core::ConsumerBacklog>, StoreError> {
+        timed(&self.metrics, "store", "list_consumers", self.inner.list_consumers(prefix, after, limit)).await
+    }
+
     async fn backlog(&self, consumer: &str) -> Result<(u64, u64), StoreError> {
         timed(&self.metrics, "store", "backlog", self.inner.backlog(consumer)).await
     }
