@@ -11,8 +11,10 @@
 //! without one is refused 403.
 //!
 //! Modules: [`html`] (escaping, layout, embedded CSS and JS), [`pages`] (overview, the
-//! registry pages, presence of a room, webhook dead letters), [`live`] (the live topic view and test publish).
+//! registry pages, presence of a room, webhook dead letters), [`live`] (the live topic view and
+//! test publish), [`durable`] (durable groups' backlogs).
 
+mod durable;
 mod html;
 mod live;
 mod pages;
@@ -57,6 +59,8 @@ pub struct DashboardConfig {
     pub sample_interval: Duration,
     /// Samples the overview's chart keeps.
     pub history: usize,
+    /// Rows a paged list shows at once (durable groups).
+    pub page_size: usize,
 }
 
 impl Default for DashboardConfig {
@@ -70,6 +74,7 @@ impl Default for DashboardConfig {
             live_idle: Duration::from_secs(60),
             sample_interval: Duration::from_secs(5),
             history: 120,
+            page_size: 100,
         }
     }
 }
@@ -442,6 +447,7 @@ page!(grants => pages::grants);
 page!(webhooks => pages::webhooks);
 page!(presence => pages::presence);
 page!(api_keys => pages::api_keys);
+page!(durable_page => durable::page);
 page!(live_page => live::page);
 page!(live_poll => live::poll);
 action!(create_project => pages::create_project);
@@ -495,6 +501,7 @@ pub fn router(d: Arc<Dashboard>) -> Router {
         .route("/admin/api-keys/delete", post(delete_api_key))
         .route("/admin/webhooks", get(webhooks))
         .route("/admin/webhooks/retry", post(retry_webhooks))
+        .route("/admin/durable", get(durable_page))
         .route("/admin/live", get(live_page).post(live_watch))
         .route("/admin/live/poll", get(live_poll))
         .route("/admin/live/publish", post(live_publish))

@@ -147,6 +147,27 @@ pub trait NodeAdmin: Send + Sync + 'static {
         let _ = room;
         Err("this node cannot list presence".into())
     }
+    /// The durable consumers of `project`'s load-balanced groups (N26) whose id sorts after
+    /// `after`, at most `limit`, in id order, each with its backlog (the store's: every node
+    /// sees the same).
+    ///
+    /// # Errors
+    /// A message when the store failed or the node keeps no message log.
+    async fn durable_groups(
+        &self,
+        project: &ProjectId,
+        after: &str,
+        limit: u32,
+    ) -> Result<Vec<skua_core::ConsumerBacklog>, String> {
+        let _ = (project, after, limit);
+        Err("this node cannot list durable groups".into())
+    }
+    /// The members of `group` connected to this node: `(actor, clientId)` of each
+    /// subscription (other nodes' members are not known here).
+    fn local_group_members(&self, group: &skua_core::GroupKey) -> Vec<(ActorId, Option<String>)> {
+        let _ = group;
+        Vec::new()
+    }
     /// Watches `topic` through the node's own bus subscription (the admin dashboard's live
     /// view): at most `capacity` publications wait in the returned queue (later ones are
     /// dropped for this watcher); dropping the receiver ends the watch.

@@ -379,12 +379,7 @@ pub trait MessageLog: Send + Sync {
     ///
     /// # Errors
     /// [`StoreError`] when the backend failed.
-    async fn list_consumers(
-        &self,
-        prefix: &str,
-        after: &str,
-        limit: u32,
-    ) -> Result<Vec<ConsumerBacklog>, StoreError>;
+    async fn list_consumers(&self, prefix: &str, after: &str, limit: u32) -> Result<Vec<ConsumerBacklog>, StoreError>;
 
     /// Marks a message delivered for `consumer` (it is no longer pending); returns whether it
     /// was pending.

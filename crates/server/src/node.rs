@@ -544,6 +544,32 @@ impl skua_control::NodeAdmin for EdgeAdmin {
         }
     }
 
+    async fn durable_groups(
+        &self,
+        project: &skua_core::ProjectId,
+        after: &str,
+        limit: u32,
+    ) -> Result<Vec<skua_core::ConsumerBacklog>, String> {
+        let prefix = skua_core::ConsumerId::group_prefix(project);
+        self.0.store.list_consumers(&prefix, after, limit).await.map_err(|e| error_chain(&e))
+    }
+
+    fn local_group_members(&self, group: &skua_core::GroupKey) -> Vec<(skua_core::ActorId, Option<String>)> {
+        let members = self.0.hub.group_members(group);
+        if members.is_empty() {
+            return Vec::new();
+        }
+        let conns: std::collections::HashMap<_, _> =
+            self.0.connections.list(&group.topic.room.project, None).into_iter().collect();
+        members
+            .into_iter()
+            .map(|(actor, conn)| {
+                let client = conns.get(&conn).and_then(|e| e.client_id.clone());
+                (actor, client)
+            })
+            .collect()
+    }
+
     async fn room_presence(&self, room: &skua_core::RoomKey) -> Result<Vec<skua_core::PresenceEntry>, String> {
         self.0.presence.list(room).await.map_err(|e| error_chain(&e))
     }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use skua_core::{
-    Claim, Consumer, ConsumerBacklog, DeadLetter, DeadLetterFilter, Holder, NewDeadLetter, NewMessage, OutboxTrigger, Release,
-    Retention, StoredMessage,
+    Claim, Consumer, ConsumerBacklog, DeadLetter, DeadLetterFilter, Holder, NewDeadLetter, NewMessage, OutboxTrigger,
+    Release, Retention, StoredMessage,
 };
 
 #[derive(Debug)]

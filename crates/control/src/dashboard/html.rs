@@ -50,6 +50,7 @@ pub(crate) fn page(title: &str, current: &str, csrf: &str, notice: Option<Notice
         ("/admin/api-keys", "API keys"),
         ("/admin/live", "Live topic"),
         ("/admin/webhooks", "Webhooks"),
+        ("/admin/durable", "Durable"),
     ] {
         let cur = if label == current { " aria-current=\"page\"" } else { "" };
         let _ = write!(nav, "<li><a href=\"{href}\"{cur}>{label}</a></li>");

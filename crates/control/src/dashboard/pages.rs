@@ -136,7 +136,7 @@ async fn current_app(d: &Dashboard, a: &Authed, project: &str) -> (Vec<pb::App>,
 }
 
 /// A GET form choosing the project (and app, and room) a page shows.
-fn chooser(
+pub(crate) fn chooser(
     path: &str,
     projects: &[pb::Project],
     project: &str,

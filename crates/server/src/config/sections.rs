@@ -706,6 +706,7 @@ impl ControlPlane {
                 live_idle: nonzero_duration(key!(s, dashboard_live_idle))?,
                 sample_interval: nonzero_duration(key!(s, dashboard_sample_interval))?,
                 history: positive(key!(s, dashboard_history))?,
+                page_size: positive(key!(s, dashboard_page_size))?,
             },
         })
     }

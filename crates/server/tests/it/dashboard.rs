@@ -102,7 +102,9 @@ impl Browser {
     }
 }
 
-const PAGES: [&str; 17] = [
+const PAGES: [&str; 19] = [
+    "/admin/durable",
+    "/admin/durable?project=demo-project&after=g%2Fdemo-project%2F",
     "/admin/lobbies",
     "/admin/scopes",
     "/admin/apps/edit?project=demo-project&app=demo",
@@ -540,4 +542,99 @@ async fn an_api_key_made_on_the_page_works_over_rest_until_revoked_there() {
     assert_eq!(rest(key.clone()).await, 401, "revoked");
     let r = b.post("/admin/api-keys/delete", &format!("project=demo-project&key={key_id}")).await;
     assert_eq!(r.status, 404, "already revoked: {r:?}");
+}
+
+/// The cells of the durable page's row of group `group`.
+fn group_row(body: &str, group: &str) -> Option<Vec<String>> {
+    let cell = format!("<td>{group}</td>");
+    body.split("<tr>")
+        .find(|r| r.contains(&cell))
+        .map(|r| r.split("<td>").skip(1).map(|c| c.split("</td>").next().unwrap_or_default().to_owned()).collect())
+}
+
+/// The row of `group` on the durable page `path` once `want` holds for it (acks and a closed
+/// member's release land in the store shortly after the frames that cause them).
+async fn durable_row(b: &Browser, path: &str, group: &str, want: impl Fn(&[String]) -> bool) -> Vec<String> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = b.get(path).await;
+        assert_eq!(r.status, 200, "{r:?}");
+        if let Some(row) = group_row(&r.body, group)
+            && want(&row)
+        {
+            return row;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "group {group} never got there: {}", r.body);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The `rel="next"` link of a page, unescaped.
+fn next_link(body: &str) -> Option<String> {
+    let at = body.find("rel=\"next\"")?;
+    let start = body[..at].rfind("href=\"")? + 6;
+    let end = start + body[start..].find('"')?;
+    Some(body[start..end].replace("&amp;", "&"))
+}
+
+#[tokio::test]
+async fn the_durable_page_shows_each_groups_backlog_oldest_message_and_local_members() {
+    const TASKS: &str = "demo/general/tasks";
+    let s = TestServer::builder().settings(|c| c.dashboard_page_size = Some(1)).spawn().await;
+    let b = Browser::sign_in(s.addr).await;
+    let empty = b.get("/admin/durable?project=demo-project").await;
+    assert_eq!(empty.status, 200, "{empty:?}");
+    assert!(empty.body.contains("No durable groups in this project."), "{}", empty.body);
+    assert!(empty.body.contains(&s.state.node.to_string()), "the page names the node whose members it shows");
+
+    // agent-1 (an agent: with a clientId its session is persistent) joins group "workers".
+    let mut w1 = s.connect().await;
+    w1.auth_session("dev-token-agent", Some("w1"), false).await;
+    w1.send(frame! {"type" => "subscribe", "topic" => TASKS, "loadBalance" => true, "loadBalanceGroup" => "workers"})
+        .await;
+    w1.expect("subscribed").await;
+    let mut alice = s.auth("dev-token-alice").await;
+    alice.publish_acked(TASKS, rmpv::Value::from(1)).await;
+    alice.publish_acked(TASKS, rmpv::Value::from(2)).await;
+    let m1 = w1.expect("message").await;
+    w1.expect("message").await;
+
+    let path = "/admin/durable?project=demo-project";
+    let row = durable_row(&b, path, "workers", |r| r[2] == "<b>2</b>").await;
+    assert!(row[0].contains(">demo/general/tasks</a>"), "the topic, linked to its live view: {row:?}");
+    assert!(row[0].contains("/admin/live?project=demo-project&amp;topic=demo%2Fgeneral%2Ftasks"), "{row:?}");
+    assert_eq!(row[3], "2", "both delivered, neither acked: in flight");
+    assert!(row[4].contains("UTC)") && row[4].ends_with("</small>"), "the oldest unacked message's age: {row:?}");
+    assert_eq!(row[5], "agent-1 (w1)", "the member connected here, with its clientId");
+
+    // An ack ends one; the other stays in the backlog.
+    w1.send(frame! {"type" => "ack", "msgId" => m1.str("msgId")}).await;
+    let row = durable_row(&b, path, "workers", |r| r[2] == "<b>1</b>").await;
+    assert_eq!(row[3], "1");
+
+    // A second group on the topic: page size 1 puts it on its own page, in id order.
+    let mut w2 = s.connect().await;
+    w2.auth_session("dev-token-agent", Some("w2"), false).await;
+    w2.send(frame! {"type" => "subscribe", "topic" => TASKS, "loadBalance" => true, "loadBalanceGroup" => "auditors"})
+        .await;
+    w2.expect("subscribed").await;
+    let first = b.get(path).await;
+    let row = group_row(&first.body, "auditors").expect("auditors sorts first");
+    assert_eq!((row[2].as_str(), row[3].as_str(), row[4].as_str()), ("<b>0</b>", "0", "none"), "{row:?}");
+    assert_eq!(row[5], "agent-1 (w2)");
+    assert!(group_row(&first.body, "workers").is_none(), "one group per page");
+    let next = next_link(&first.body).expect("a next page");
+    let second = b.get(&next).await;
+    assert!(group_row(&second.body, "workers").is_some(), "{}", second.body);
+    assert!(group_row(&second.body, "auditors").is_none());
+    assert!(second.body.contains(">First page</a>"));
+
+    // The member leaves: its message is released, still pending, and nobody is here.
+    drop(w1);
+    let row = durable_row(&b, &next, "workers", |r| r[3] == "0").await;
+    assert_eq!(row[2], "<b>1</b>", "a released message stays in the backlog");
+    assert!(row[5].contains("none here"), "{row:?}");
+    let bad = b.get("/admin/durable?project=not%20a%20slug").await;
+    assert_eq!(bad.status, 400, "{bad:?}");
+    drop(w2);
 }

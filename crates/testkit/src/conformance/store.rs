@@ -713,9 +713,10 @@ pub async fn log_list_consumers_pages_by_prefix_with_backlogs<H: StoreHarness>(h
     append(&s, TOPIC, "m1", None).await;
     append(&s, TOPIC, "m2", None).await;
     append_at(&s, TOPIC, "m3", None, T0 + 5).await;
-    assert_eq!(s.claim("g/p/app/room/jobs/w1", "m1", holder("s", "n", 1)).await.unwrap(), Claim::Claimed {
-        redelivered: false
-    });
+    assert_eq!(
+        s.claim("g/p/app/room/jobs/w1", "m1", holder("s", "n", 1)).await.unwrap(),
+        Claim::Claimed { redelivered: false }
+    );
     assert!(s.ack("g/p/app/room/jobs/w2", "m1").await.unwrap());
     for m in ["m1", "m2", "m3"] {
         assert!(s.ack("g/p/app/room/jobs/w3", m).await.unwrap());
