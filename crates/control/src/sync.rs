@@ -147,6 +147,18 @@ pub trait NodeAdmin: Send + Sync + 'static {
         let _ = room;
         Err("this node cannot list presence".into())
     }
+    /// The last webhook deliveries this node made (every kind), newest first.
+    fn recent_webhooks(&self) -> Vec<RecentWebhook> {
+        Vec::new()
+    }
+    /// The nodes registered in the presence backend (the cluster's liveness), this one
+    /// included.
+    ///
+    /// # Errors
+    /// A message when the presence backend failed or the node has none.
+    async fn cluster_nodes(&self) -> Result<Vec<skua_core::NodeSeen>, String> {
+        Err("this node cannot list the cluster's nodes".into())
+    }
     /// The durable consumers of `project`'s load-balanced groups (N26) whose id sorts after
     /// `after`, at most `limit`, in id order, each with its backlog (the store's: every node
     /// sees the same).
@@ -184,6 +196,24 @@ pub trait NodeAdmin: Send + Sync + 'static {
     }
 }
 
+/// One recent webhook delivery of a node, as the admin dashboard shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecentWebhook {
+    /// `hydration`, `trigger` or `wake`.
+    pub kind: &'static str,
+    /// The target's host (never its path or query).
+    pub host: String,
+    /// How it ended: `ok`, `status`, `timeout`, `transport`, `refused`, … (the
+    /// `skua_webhook_deliveries_total` outcome label).
+    pub outcome: &'static str,
+    /// The HTTP status of the last answer, if one came.
+    pub status: Option<u16>,
+    /// From the first attempt to the outcome, ms.
+    pub latency_ms: u64,
+    /// When it ended, unix ms.
+    pub at_unix_ms: u64,
+}
+
 /// A node's counters as the admin dashboard shows them (totals since the node started).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodeStats {
@@ -199,6 +229,15 @@ pub struct NodeStats {
     pub retained_bytes: u64,
     /// Backends reachable now, by slot (`bus`, `presence`, `store`).
     pub backends: Vec<(&'static str, bool)>,
+    /// Frames waiting in the authenticated connections' outbound queues.
+    pub outbound_frames: u64,
+    /// Bytes waiting in the authenticated connections' outbound queues.
+    pub outbound_bytes: u64,
+    /// Bus deliveries waiting for a dispatch shard.
+    pub bus_queued: u64,
+    /// Triggers waiting for delivery, and in the overflow queue (to become dead letters);
+    /// `None` when the node posts no triggers.
+    pub triggers_queued: Option<(u64, u64)>,
 }
 
 /// Keeps a node's registry in step with the store.

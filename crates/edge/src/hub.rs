@@ -589,6 +589,11 @@ impl Hub {
         (old, deferred)
     }
 
+    /// Bus deliveries handed back to the bus's receiver and not yet taken by a dispatch shard.
+    pub fn queued_deliveries(&self) -> usize {
+        self.queued.load(Ordering::Acquire)
+    }
+
     /// The local subscriptions of load-balanced group `group`: each member's actor and
     /// connection.
     pub fn group_members(&self, group: &GroupKey) -> Vec<(ActorId, ConnId)> {

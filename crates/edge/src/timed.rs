@@ -120,6 +120,10 @@ impl Presence for TimedPresence {
         timed(&self.metrics, "presence", "expired_nodes", self.inner.expired_nodes(now_unix_s)).await
     }
 
+    async fn nodes(&self, now_unix_s: u64) -> Result<Vec<skua_core::NodeSeen>, PresenceError> {
+        timed(&self.metrics, "presence", "nodes", self.inner.nodes(now_unix_s)).await
+    }
+
     fn is_available(&self) -> bool {
         self.inner.is_available()
     }

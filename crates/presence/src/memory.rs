@@ -19,7 +19,8 @@ pub struct MemoryPresence {
     /// `std::sync::Mutex`: every section is a few map operations and never awaits.
     rooms: Mutex<HashMap<RoomKey, HashMap<ActorId, Entry>>>,
     /// Node → unix second its liveness lapses. Same locking rule as `rooms`.
-    nodes: Mutex<HashMap<NodeId, u64>>,
+    /// Registered nodes: until when each is alive, and when it last refreshed, unix seconds.
+    nodes: Mutex<HashMap<NodeId, (u64, u64)>>,
 }
 
 /// One actor's entry in one room.
@@ -135,8 +136,8 @@ impl Presence for MemoryPresence {
     /// None.
     async fn refresh_node(&self, node: &NodeId, now_unix_s: u64, ttl_s: u64) -> Result<bool, PresenceError> {
         let mut nodes = self.nodes.lock().unwrap_or_else(PoisonError::into_inner);
-        let was_live = nodes.get(node).is_some_and(|until| *until > now_unix_s);
-        nodes.insert(node.clone(), now_unix_s.saturating_add(ttl_s));
+        let was_live = nodes.get(node).is_some_and(|(until, _)| *until > now_unix_s);
+        nodes.insert(node.clone(), (now_unix_s.saturating_add(ttl_s), now_unix_s));
         Ok(!was_live)
     }
 
@@ -144,6 +145,26 @@ impl Presence for MemoryPresence {
     /// None.
     async fn expired_nodes(&self, now_unix_s: u64) -> Result<Vec<NodeId>, PresenceError> {
         let nodes = self.nodes.lock().unwrap_or_else(PoisonError::into_inner);
-        Ok(nodes.iter().filter(|(_, until)| **until <= now_unix_s).map(|(n, _)| n.clone()).collect())
+        Ok(nodes.iter().filter(|(_, (until, _))| *until <= now_unix_s).map(|(n, _)| n.clone()).collect())
+    }
+
+    /// The version is this process's: every node sharing a memory backend runs in it.
+    ///
+    /// # Errors
+    /// None.
+    async fn nodes(&self, now_unix_s: u64) -> Result<Vec<skua_core::NodeSeen>, PresenceError> {
+        let nodes = self.nodes.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok(nodes
+            .iter()
+            .map(|(n, (until, seen))| {
+                let alive = *until > now_unix_s;
+                skua_core::NodeSeen {
+                    node: n.clone(),
+                    alive,
+                    last_seen_unix_ms: alive.then(|| seen.saturating_mul(1000)),
+                    version: alive.then(|| env!("CARGO_PKG_VERSION").to_owned()),
+                }
+            })
+            .collect())
     }
 }

@@ -307,6 +307,9 @@ pub struct Settings {
     /// Wait before a trigger's second attempt; each further wait doubles [default 4s: 4s, 8s, 16s, 32s].
     #[arg(long, env = "SKUA_WEBHOOK_TRIGGER_FIRST_RETRY")]
     pub webhook_trigger_first_retry: Option<String>,
+    /// Webhook deliveries whose outcome a node keeps for the admin dashboard [default 100; 0: none].
+    #[arg(long, env = "SKUA_WEBHOOK_RECENT_DELIVERIES")]
+    pub webhook_recent_deliveries: Option<usize>,
     /// Serve the REST API under /v1 on the client listener [default true].
     #[arg(long, env = "SKUA_REST_API")]
     pub rest_api: Option<bool>,
@@ -401,7 +404,7 @@ impl Settings {
         layer!(self, over; trigger_lease, trigger_scan_interval, webhook_dead_letters_per_project, trigger_overflow_queue);
         layer!(self, over; webhook_allow_link_local, webhook_allowed_hosts, webhook_queue, webhook_max_pending,
             webhook_concurrency_per_target, webhook_max_response_bytes, webhook_connect_timeout,
-            webhook_trigger_attempts, webhook_trigger_first_retry);
+            webhook_trigger_attempts, webhook_trigger_first_retry, webhook_recent_deliveries);
         layer!(self, over; rest_api, rest_max_body_bytes, rest_rate_limit, rest_max_page_limit);
         layer!(self, over; dashboard, dashboard_session_ttl, dashboard_max_sessions, dashboard_live_buffer,
             dashboard_max_live_views, dashboard_live_idle, dashboard_sample_interval, dashboard_history,

@@ -51,6 +51,11 @@ fn stats_value(d: &Dashboard) -> serde_json::Value {
         "messages_out": s.messages_out,
         "in_per_s": format!("{:.1}", last.in_per_s),
         "out_per_s": format!("{:.1}", last.out_per_s),
+        "outbound_frames": s.outbound_frames,
+        "outbound_bytes": s.outbound_bytes,
+        "bus_queued": s.bus_queued,
+        "triggers_queued": s.triggers_queued.map_or_else(|| "no triggers".to_owned(), |(q, _)| q.to_string()),
+        "trigger_overflow": s.triggers_queued.map_or_else(|| "no triggers".to_owned(), |(_, o)| o.to_string()),
         "samples": samples,
     })
 }
@@ -104,8 +109,67 @@ pub(crate) async fn overview(d: &Dashboard, a: Authed) -> Response {
         .map(|(slot, up)| vec![esc(slot), if *up { "up".into() } else { "<strong>down</strong>".into() }])
         .collect();
     body.push_str(&table("Backends", &["Backend", "State"], &backends, "No backend information."));
-    let _ = write!(body, "<p>Refused publishes: {} · retained bytes: {}</p></section>", s.refused, s.retained_bytes);
+    let _ = write!(body, "<p>Refused publishes: {} · retained bytes: {}</p>", s.refused, s.retained_bytes);
+    body.push_str("<h2 id=\"h-queues\">Queues of this node</h2><div class=\"cards\" aria-labelledby=\"h-queues\">");
+    for (k, label) in [
+        ("outbound_frames", "Outbound frames queued"),
+        ("outbound_bytes", "Outbound bytes queued"),
+        ("bus_queued", "Bus deliveries waiting"),
+        ("triggers_queued", "Triggers queued"),
+        ("trigger_overflow", "Trigger overflow"),
+    ] {
+        let _ = write!(body, "<div class=\"card\">{label}<b id=\"v-{k}\">{}</b></div>", esc(&text(k)));
+    }
+    body.push_str("</div></section>");
+    body.push_str(&nodes_section(d).await);
     html::respond(StatusCode::OK, html::page("Overview", "Overview", &a.csrf, done(&a), &body))
+}
+
+/// One row of the nodes table: id (this node marked), state, version, last seen.
+fn node_row(n: &skua_core::NodeSeen, me: &str, now_ms: u64) -> Vec<String> {
+    let id = n.node.to_string();
+    let name = if id == me { format!("{} <small>(this node)</small>", esc(&id)) } else { esc(&id) };
+    let seen = n.last_seen_unix_ms.map_or_else(
+        || "unknown".to_owned(),
+        |t| format!("{} ago <small>({} UTC)</small>", super::durable::age(now_ms.saturating_sub(t) / 1000), time(t)),
+    );
+    vec![
+        name,
+        if n.alive { "up".to_owned() } else { "<strong>lapsed</strong>".to_owned() },
+        esc(n.version.as_deref().unwrap_or("unknown")),
+        seen,
+    ]
+}
+
+/// The cluster's nodes from their liveness registrations in the presence backend: id, state,
+/// version and when each last refreshed its registration (refreshed every 5 s by the page).
+async fn nodes_section(d: &Dashboard) -> String {
+    let me = d.svc.sync.node().node_id();
+    let mut s = String::from(
+        "<section id=\"nodes\" data-refresh=\"5\" aria-labelledby=\"h-nodes\"><h2 id=\"h-nodes\">Nodes</h2>",
+    );
+    match d.svc.sync.node().cluster_nodes().await {
+        Err(m) => {
+            let _ = write!(s, "<p class=\"notice error\" role=\"alert\">{}</p>", esc(&m));
+        }
+        Ok(mut nodes) => {
+            nodes.sort_by(|a, b| b.alive.cmp(&a.alive).then_with(|| a.node.cmp(&b.node)));
+            let now = crate::sync::now_ms();
+            let rows: Vec<Vec<String>> = nodes.iter().map(|n| node_row(n, &me, now)).collect();
+            s.push_str(&table(
+                "Nodes registered in the presence backend",
+                &["Node", "State", "Version", "Last seen"],
+                &rows,
+                "No node has registered yet.",
+            ));
+            s.push_str(
+                "<p><small>Each node refreshes its registration every <code>node_refresh</code>; one that stops \
+                 is lapsed after <code>node_ttl</code> and removed by the next node to notice.</small></p>",
+            );
+        }
+    }
+    s.push_str("</section>");
+    s
 }
 
 /// The project the page is about: `?project=`, else the first one.
@@ -713,7 +777,44 @@ async fn webhooks_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) ->
             ));
         }
     }
+    body.push_str(&recent_webhooks(d));
     html::respond(StatusCode::OK, html::page("Webhooks", "Webhooks", &a.csrf, notice, &body))
+}
+
+/// The recent deliveries section: the last deliveries this node made, every kind and project.
+fn recent_webhooks(d: &Dashboard) -> String {
+    let node = d.svc.sync.node();
+    let rows: Vec<Vec<String>> = node
+        .recent_webhooks()
+        .iter()
+        .map(|w| {
+            let outcome =
+                if w.outcome == "ok" { "ok".to_owned() } else { format!("<strong>{}</strong>", esc(w.outcome)) };
+            vec![
+                time(w.at_unix_ms),
+                esc(w.kind),
+                esc(&w.host),
+                outcome,
+                w.status.map_or_else(|| "none".to_owned(), |s| s.to_string()),
+                format!("{} ms", w.latency_ms),
+            ]
+        })
+        .collect();
+    let mut s = format!(
+        "<section id=\"recent\" data-refresh=\"5\" aria-labelledby=\"h-recent\"><h2 id=\"h-recent\">Recent deliveries</h2>\
+         <p>The last deliveries node <code>{}</code> made (every project, hydration, trigger and wake), newest \
+         first, at most <code>webhook_recent_deliveries</code>; each node keeps its own. The latency runs \
+         from the first attempt to the outcome, retries included.</p>",
+        esc(&node.node_id())
+    );
+    s.push_str(&table(
+        "Recent deliveries",
+        &["Ended (UTC)", "Kind", "Host", "Outcome", "HTTP status", "Latency"],
+        &rows,
+        "No webhook deliveries from this node since it started.",
+    ));
+    s.push_str("</section>");
+    s
 }
 
 /// `POST /admin/webhooks/retry`: posts one dead letter again, now.
@@ -1168,5 +1269,27 @@ pub(crate) async fn delete_scope(d: &Dashboard, a: Authed) -> Response {
     match scopes::delete(&d.svc, pb::ScopeRef { project_id: project.clone(), scope: scope.clone() }).await {
         Ok(_) => done_redirect(&format!("/admin/scopes?project={}", q(&project)), &format!("Scope {scope} deleted.")),
         Err(s) => refused(d, a, "/admin/scopes", &s).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::node_row;
+    use skua_core::{NodeId, NodeSeen};
+
+    #[test]
+    fn node_rows_mark_this_node_and_lapsed_ones() {
+        let seen = |id: &str, alive: bool, at: Option<u64>| NodeSeen {
+            node: NodeId::parse(id).unwrap(),
+            alive,
+            last_seen_unix_ms: at,
+            version: at.map(|_| "1.2.3".to_owned()),
+        };
+        let now = 1_700_000_100_000;
+        let me = node_row(&seen("n1", true, Some(now - 2_500)), "n1", now);
+        assert_eq!(me[..3], ["n1 <small>(this node)</small>", "up", "1.2.3"]);
+        assert_eq!(me[3], "2s ago <small>(2023-11-14 22:14:57 UTC)</small>");
+        let gone = node_row(&seen("n2", false, None), "n1", now);
+        assert_eq!(gone, ["n2", "<strong>lapsed</strong>", "unknown", "unknown"]);
     }
 }

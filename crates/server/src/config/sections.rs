@@ -773,6 +773,7 @@ impl Webhooks {
                     attempts,
                     nonzero_duration(key!(s, webhook_trigger_first_retry))?,
                 ),
+                recent_deliveries: required(key!(s, webhook_recent_deliveries))?,
             },
         })
     }

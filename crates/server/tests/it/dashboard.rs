@@ -515,6 +515,20 @@ async fn a_failed_webhook_shows_in_the_dead_letters_and_the_retry_button_deliver
     assert!(page.body.contains(&format!("Delivery {id} delivered.")), "{}", page.body);
     assert!(page.body.contains("No dead letters"), "{}", page.body);
     assert_eq!(receiver.requests().len(), 3, "the first attempt and two retries");
+
+    // The node's recent deliveries, newest first: the retry that worked, then both failures,
+    // each with the target's host only (never its path).
+    let at = page.body.find("<section id=\"recent\" data-refresh=\"5\"").expect("the recent deliveries");
+    let recent = &page.body[at..];
+    let host = receiver.url("/t").trim_start_matches("http://").trim_end_matches("/t").to_owned();
+    let rows: Vec<&str> = recent.split("<tr>").skip(2).collect();
+    assert_eq!(rows.len(), 3, "{recent}");
+    assert!(rows[0].contains(&format!("<td>trigger</td><td>{host}</td><td>ok</td><td>200</td>")), "{}", rows[0]);
+    for r in &rows[1..] {
+        let failed = format!("<td>trigger</td><td>{host}</td><td><strong>status</strong></td><td>500</td>");
+        assert!(r.contains(&failed) && r.contains(" ms</td>"), "{r}");
+    }
+    assert!(!recent.contains(&receiver.url("/t")), "no URL, only its host: {recent}");
 }
 
 /// `s` as the pages write it (HTML-escaped).
@@ -637,4 +651,49 @@ async fn the_durable_page_shows_each_groups_backlog_oldest_message_and_local_mem
     let bad = b.get("/admin/durable?project=not%20a%20slug").await;
     assert_eq!(bad.status, 400, "{bad:?}");
     drop(w2);
+}
+
+#[tokio::test]
+async fn the_overview_lists_the_clusters_nodes_and_this_nodes_queues() {
+    let s = TestServer::start().await;
+    let now = skua_testkit::server::now_s();
+    // Another node's registration in the (shared) presence backend. (A lapsed one would be
+    // reaped by this node's liveness loop at any moment: its row is unit-tested in pages.rs.)
+    let other = skua_core::NodeId::parse("other-node").unwrap();
+    s.state.presence.refresh_node(&other, now - 3, 60).await.unwrap();
+    let b = Browser::sign_in(s.addr).await;
+    let me = s.state.node.to_string();
+    // This node registers itself as its liveness loop starts.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let page = loop {
+        let page = b.get("/admin").await;
+        assert_eq!(page.status, 200, "{page:?}");
+        if page.body.contains(&format!("<td>{me} <small>(this node)</small></td>")) {
+            break page;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "this node never listed: {}", page.body);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let row = |id: &str| {
+        let at = page.body.find(&format!("<td>{id}")).unwrap_or_else(|| panic!("no row of {id}: {}", page.body));
+        let end = at + page.body[at..].find("</tr>").unwrap();
+        page.body[at..end].to_owned()
+    };
+    let version = env!("CARGO_PKG_VERSION");
+    let mine = row(&me);
+    assert!(mine.contains("<td>up</td>") && mine.contains(&format!("<td>{version}</td>")), "{mine}");
+    let o = row("other-node");
+    assert!(o.contains("<td>up</td>") && o.contains(&format!("<td>{version}</td>")), "{o}");
+    assert!(o.contains("s ago <small>("), "when it last refreshed: {o}");
+    assert!(page.body.contains("<section id=\"nodes\" data-refresh=\"5\""), "the table refreshes itself");
+
+    // The queue gauges, on the page and in the JSON its script refreshes them from.
+    for label in ["Outbound frames queued", "Outbound bytes queued", "Bus deliveries waiting", "Triggers queued"] {
+        assert!(page.body.contains(label), "{label}: {}", page.body);
+    }
+    let v: serde_json::Value = serde_json::from_str(&b.get("/admin/stats").await.body).unwrap();
+    for k in ["outbound_frames", "outbound_bytes", "bus_queued"] {
+        assert!(v[k].is_u64(), "{k}: {v}");
+    }
+    assert!(v["triggers_queued"].is_string(), "{v}");
 }
