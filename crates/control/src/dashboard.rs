@@ -289,6 +289,11 @@ impl Form {
         self.0.get(k).map_or("", |v| v.trim())
     }
 
+    /// Whether the field was sent (even empty).
+    pub(crate) fn has(&self, k: &str) -> bool {
+        self.0.contains_key(k)
+    }
+
     /// The field's value as it was sent (data of a test publish).
     pub(crate) fn raw(&self, k: &str) -> &str {
         self.0.get(k).map_or("", String::as_str)
@@ -440,7 +445,9 @@ page!(apps => pages::apps);
 page!(rooms => pages::rooms);
 page!(edit_app => pages::edit_app);
 page!(edit_room => pages::edit_room);
+page!(edit_topic => pages::edit_topic);
 page!(lobbies => pages::lobbies);
+page!(edit_lobby => pages::edit_lobby);
 page!(scopes => pages::scopes);
 page!(actors => pages::actors);
 page!(grants => pages::grants);
@@ -456,9 +463,12 @@ action!(create_app => pages::create_app);
 action!(delete_app => pages::delete_app);
 action!(update_app => pages::update_app);
 action!(update_room => pages::update_room);
+action!(update_topic => pages::update_topic);
 action!(create_lobby => pages::create_lobby);
 action!(delete_lobby => pages::delete_lobby);
 action!(create_scope => pages::create_scope);
+action!(update_lobby => pages::update_lobby);
+action!(set_scope_state => pages::set_scope_state);
 action!(delete_scope => pages::delete_scope);
 action!(create_room => pages::create_room);
 action!(delete_room => pages::delete_room);
@@ -485,6 +495,7 @@ pub fn router(d: Arc<Dashboard>) -> Router {
         .route("/admin/apps", get(apps).post(create_app))
         .route("/admin/apps/delete", post(delete_app))
         .route("/admin/apps/edit", get(edit_app).post(update_app))
+        .route("/admin/apps/topic", get(edit_topic).post(update_topic))
         .route("/admin/rooms", get(rooms).post(create_room))
         .route("/admin/rooms/delete", post(delete_room))
         .route("/admin/rooms/edit", get(edit_room).post(update_room))
@@ -495,8 +506,10 @@ pub fn router(d: Arc<Dashboard>) -> Router {
         .route("/admin/presence", get(presence))
         .route("/admin/lobbies", get(lobbies).post(create_lobby))
         .route("/admin/lobbies/delete", post(delete_lobby))
+        .route("/admin/lobbies/edit", get(edit_lobby).post(update_lobby))
         .route("/admin/scopes", get(scopes).post(create_scope))
         .route("/admin/scopes/delete", post(delete_scope))
+        .route("/admin/scopes/state", post(set_scope_state))
         .route("/admin/api-keys", get(api_keys).post(create_api_key))
         .route("/admin/api-keys/delete", post(delete_api_key))
         .route("/admin/webhooks", get(webhooks))

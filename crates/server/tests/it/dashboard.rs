@@ -102,7 +102,9 @@ impl Browser {
     }
 }
 
-const PAGES: [&str; 19] = [
+const PAGES: [&str; 21] = [
+    "/admin/apps/topic?project=demo-project&app=demo&topic=feed",
+    "/admin/lobbies/edit?project=demo-project&lobby=hall",
     "/admin/durable",
     "/admin/durable?project=demo-project&after=g%2Fdemo-project%2F",
     "/admin/lobbies",
@@ -124,7 +126,10 @@ const PAGES: [&str; 19] = [
     "/admin/apps?project=demo-project",
 ];
 
-const FORMS: [&str; 23] = [
+const FORMS: [&str; 26] = [
+    "/admin/apps/topic",
+    "/admin/lobbies/edit",
+    "/admin/scopes/state",
     "/admin/lobbies",
     "/admin/lobbies/delete",
     "/admin/scopes",
@@ -333,10 +338,11 @@ async fn lobbies_and_access_scopes_are_listed_created_and_deleted_through_the_fo
     let page = b.get(r.header("location").unwrap()).await;
     assert!(page.body.contains("Lobby hall created."), "{}", page.body);
     assert!(
-        page.body.contains("<td>hall</td><td>demo</td><td>general, random</td><td>type user</td>"),
+        page.body.contains("edit</a>)</td><td>demo</td><td>general, random</td><td>type user</td>"),
         "{}",
         page.body
     );
+    assert!(page.body.contains("<td>hall (<a href=\"/admin/lobbies/edit?project=demo-project&amp;lobby=hall\""));
     // The service's checks and messages.
     let r = b.post("/admin/lobbies", "project=demo-project&app=demo&lobby=bad+slug").await;
     assert_eq!(r.status, 400, "{r:?}");
@@ -349,7 +355,7 @@ async fn lobbies_and_access_scopes_are_listed_created_and_deleted_through_the_fo
     let r = b.post("/admin/lobbies/delete", "project=demo-project&lobby=hall").await;
     assert_eq!(r.status, 303, "{r:?}");
     let page = b.get(r.header("location").unwrap()).await;
-    assert!(page.body.contains("Lobby hall deleted.") && !page.body.contains("<td>hall</td>"), "{}", page.body);
+    assert!(page.body.contains("Lobby hall deleted.") && !page.body.contains("<td>hall ("), "{}", page.body);
     let r = b.post("/admin/lobbies/delete", "project=demo-project&lobby=hall").await;
     assert_eq!(r.status, 404, "{r:?}");
 
@@ -357,7 +363,8 @@ async fn lobbies_and_access_scopes_are_listed_created_and_deleted_through_the_fo
     assert_eq!(r.status, 303, "{r:?}");
     let page = b.get(r.header("location").unwrap()).await;
     assert!(page.body.contains("Scope acme created."), "{}", page.body);
-    assert!(page.body.contains("<td>acme</td><td>Acme Inc</td><td>active</td><td>0</td>"), "{}", page.body);
+    assert!(page.body.contains("<td>acme</td><td>Acme Inc</td><td>active <form"), "{}", page.body);
+    assert!(page.body.contains("Deactivate acme</button></form></td><td>0</td>"), "{}", page.body);
     let r = b.post("/admin/scopes", "project=demo-project&scope=acme").await;
     assert_eq!(r.status, 409, "{r:?}");
     assert!(r.body.contains("already exists"), "{}", r.body);
@@ -696,4 +703,137 @@ async fn the_overview_lists_the_clusters_nodes_and_this_nodes_queues() {
         assert!(v[k].is_u64(), "{k}: {v}");
     }
     assert!(v["triggers_queued"].is_string(), "{v}");
+}
+
+#[tokio::test]
+async fn topics_lobby_rooms_and_scope_state_are_edited_through_the_forms() {
+    let s = TestServer::start().await;
+    let b = Browser::sign_in(s.addr).await;
+    let demo = skua_core::ProjectId::parse("demo-project").unwrap();
+    let topics = |s: &TestServer| -> Vec<(String, bool, bool)> {
+        let reg = s.registry.load();
+        let app = reg.project(&demo).unwrap().apps.iter().find(|a| a.slug == "demo").unwrap().clone();
+        app.topics.iter().map(|(name, t)| (name.clone(), t.logged, t.history.is_some())).collect()
+    };
+
+    // The app's topic list: the edit form shows it; a topic added, one removed, one made logged;
+    // a kept topic keeps its history.
+    let page = b.get("/admin/apps/edit?project=demo-project&app=demo").await;
+    assert!(page.body.contains("value=\"messages, status, events, results, tasks, feed\""), "{}", page.body);
+    assert!(page.body.contains(
+        "<label for=\"f-logged\">Logged topics</label><input id=\"f-logged\" name=\"logged\" value=\"tasks\""
+    ));
+    let form =
+        "project=demo-project&app=demo&name=Demo&topics=messages%2C+tasks%2C+feed%2C+orders&logged=tasks%2C+orders";
+    let r = b.post("/admin/apps/edit", form).await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let want = [("feed", false, true), ("messages", false, false), ("orders", true, false), ("tasks", true, false)];
+    assert_eq!(topics(&s), want.map(|(n, l, h)| (n.to_owned(), l, h)));
+    // The API's validation, the typed value kept.
+    let r = b.post("/admin/apps/edit", "project=demo-project&app=demo&name=Demo&topics=bad+topic%21&logged=").await;
+    assert_eq!(r.status, 400, "{r:?}");
+    assert!(r.body.contains("role=\"alert\"") && r.body.contains("bad"), "{}", r.body);
+    assert!(r.body.contains("value=\"bad topic!\""), "the typed value is kept: {}", r.body);
+    assert_eq!(topics(&s).len(), 4, "nothing changed");
+
+    // One topic's own webhooks and history: the feed's history is shown, messages gets a trigger
+    // of its own (which a publish then reaches) and a history.
+    use skua_testkit::webhook::{Mode, WebhookReceiver};
+    let page = b.get("/admin/apps/edit?project=demo-project&app=demo").await;
+    assert!(page.body.contains("&amp;topic=feed\">feed</a> (history)</li>"), "{}", page.body);
+    let page = b.get("/admin/apps/topic?project=demo-project&app=demo&topic=feed").await;
+    assert_eq!(page.status, 200, "{page:?}");
+    assert!(
+        page.body.contains("name=\"history_size\" value=\"1000\"")
+            && page.body.contains("name=\"history_ttl\" value=\"600\"")
+    );
+    let receiver = WebhookReceiver::start(Mode::Ok(serde_json::json!({}))).await;
+    let form = format!(
+        "project=demo-project&app=demo&topic=messages&on_subscribe=&on_publish={}&history_size=50&history_ttl=60",
+        q(&receiver.url("/own"))
+    );
+    let r = b.post("/admin/apps/topic", &form).await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let page = b.get(r.header("location").unwrap()).await;
+    assert!(page.body.contains("Topic messages saved.") && page.body.contains(&receiver.url("/own")), "{}", page.body);
+    let history = |s: &TestServer| {
+        let reg = s.registry.load();
+        let app = reg.project(&demo).unwrap().apps.iter().find(|a| a.slug == "demo").unwrap().clone();
+        app.topics["messages"].history.map(|h| (h.size, h.ttl_ms))
+    };
+    assert_eq!(history(&s), Some((50, 60_000)));
+    let mut alice = s.auth("dev-token-alice").await;
+    alice.publish_acked("demo/general/messages", "to the topic's hook".into()).await;
+    let got = receiver.wait_for(1).await;
+    assert_eq!(got[0].json()["topic"], "demo/general/messages", "{:?}", got[0]);
+    // The API's checks (the typed values kept), a number that is none, an unknown topic.
+    let bad = "project=demo-project&app=demo&topic=messages&on_publish=http%3A%2F%2F169.254.169.254%2Fx&history_size=50&history_ttl=60";
+    let r = b.post("/admin/apps/topic", bad).await;
+    assert_eq!(r.status, 400, "{r:?}");
+    assert!(
+        r.body.contains("link-local or cloud metadata") && r.body.contains("value=\"http://169.254.169.254/x\""),
+        "{}",
+        r.body
+    );
+    let r = b
+        .post("/admin/apps/topic", "project=demo-project&app=demo&topic=messages&history_size=many&history_ttl=60")
+        .await;
+    assert_eq!(r.status, 400, "{r:?}");
+    assert!(r.body.contains("whole numbers") && r.body.contains("value=\"many\""), "{}", r.body);
+    let r =
+        b.post("/admin/apps/topic", "project=demo-project&app=demo&topic=messages&history_size=0&history_ttl=60").await;
+    assert_eq!(r.status, 400, "the API's own limit: {r:?}");
+    assert_eq!(history(&s), Some((50, 60_000)), "nothing changed");
+    assert_eq!(b.get("/admin/apps/topic?project=demo-project&app=demo&topic=nope").await.status, 404);
+    // Both emptied: no own webhook, no history.
+    let r = b
+        .post(
+            "/admin/apps/topic",
+            "project=demo-project&app=demo&topic=messages&on_publish=&history_size=&history_ttl=",
+        )
+        .await;
+    assert_eq!(r.status, 303, "{r:?}");
+    assert_eq!(history(&s), None);
+
+    // A lobby's rooms.
+    let r = b.post("/admin/lobbies", "project=demo-project&app=demo&lobby=hall&rooms=general").await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let page = b.get("/admin/lobbies/edit?project=demo-project&lobby=hall").await;
+    assert_eq!(page.status, 200, "{page:?}");
+    assert!(
+        page.body
+            .contains("<label for=\"f-rooms\">Rooms</label><input id=\"f-rooms\" name=\"rooms\" value=\"general\"")
+    );
+    let r = b.post("/admin/lobbies/edit", "project=demo-project&lobby=hall&rooms=general%2C+random").await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let page = b.get(r.header("location").unwrap()).await;
+    assert!(
+        page.body.contains("Lobby hall saved: 2 rooms.") && page.body.contains("<td>general, random</td>"),
+        "{}",
+        page.body
+    );
+    let r = b.post("/admin/lobbies/edit", "project=demo-project&lobby=hall&rooms=general%2C+nope").await;
+    assert!(r.status == 400 || r.status == 404, "an unknown room: {r:?}");
+    assert!(r.body.contains("nope") && r.body.contains("value=\"general, nope\""), "{}", r.body);
+    let r = b.post("/admin/lobbies/edit", "project=demo-project&lobby=nope&rooms=general").await;
+    assert_eq!(r.status, 404, "{r:?}");
+    assert_eq!(b.get("/admin/lobbies/edit?project=demo-project&lobby=nope").await.status, 404);
+
+    // A scope's state: deactivated, then active again.
+    let r = b.post("/admin/scopes", "project=demo-project&scope=acme").await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let r = b.post("/admin/scopes/state", "project=demo-project&scope=acme&active=0").await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let page = b.get(r.header("location").unwrap()).await;
+    assert!(page.body.contains("Scope acme deactivated"), "{}", page.body);
+    assert!(page.body.contains("<strong>deactivated</strong>") && page.body.contains(">Activate acme</button>"));
+    let r = b.post("/admin/scopes/state", "project=demo-project&scope=acme&active=1").await;
+    let page = b.get(r.header("location").unwrap()).await;
+    assert!(
+        page.body.contains("Scope acme activated.") && page.body.contains(">Deactivate acme</button>"),
+        "{}",
+        page.body
+    );
+    let r = b.post("/admin/scopes/state", "project=demo-project&scope=nope&active=1").await;
+    assert_eq!(r.status, 404, "{r:?}");
 }
