@@ -4,7 +4,8 @@ creates an app and a room through the forms, opens the live topic view, publishe
 Python SDK and sees the message appear, sees the SDK client in the room's presence view; also checks that a page without the session goes to the
 sign-in form, and the phone layout. A second test revokes a grant on the page and sees the SDK
 client's subscription end, sets an app's trigger webhook on its edit page and retries the failed
-trigger from the dead letters page.
+trigger from the dead letters page. A third has an SDK agent group with an unacked message and
+finds its backlog on the durable delivery page.
 
 With SKUA_DASHBOARD_SCREENSHOTS=DIR (e.g. docs/img) it writes the screenshots the README and
 docs/dashboard.md show. Without chromium or chromium-driver the test is skipped, loudly; under
@@ -412,3 +413,45 @@ async def test_dashboard_revokes_a_grant_and_retries_a_dead_letter(skua_factory,
         await helpers.close(bob)
     finally:
         rx.stop()
+
+
+@pytest.mark.timeout(120)
+async def test_dashboard_durable_page_shows_an_sdk_agent_groups_backlog(skua_factory, browser):
+    """An SDK agent with a clientId (a persistent session) in a load-balanced group on the logged
+    `tasks` topic gets a message and does not ack it (the SDK never acks): the durable page
+    shows the group's backlog 1, in flight 1, and the agent as its member on this node."""
+    from nolag import SubscribeOptions
+    from selenium.webdriver.common.by import By
+
+    import wake_worker
+
+    skua = skua_factory()
+    url = admin_url(skua)
+    tasks = "demo/general/tasks"
+    group = f"crew-{uuid.uuid4().hex[:6]}"
+    client_id = f"w-{uuid.uuid4().hex[:6]}"
+    worker = wake_worker.WorkerClient(skua.url, client_id)
+    await asyncio.wait_for(worker.connect(), 10)
+    got = Recorder("worker tasks")
+    worker.on(tasks, got)
+    await helpers.subscribe_ok(worker, tasks, SubscribeOptions(load_balance=True, load_balance_group=group))
+    alice = await connect(skua.url, "dev-token-alice")
+    assert await emit_ack(alice, tasks, {"job": 1}) is None
+    await got.wait_count(1)
+    assert got.calls[0][1].msg_id, "a logged message, kept until acked"
+
+    def see_backlog() -> None:
+        sign_in(browser, url)
+        browser.get(f"{url}/durable?project=demo-project")
+        assert browser.find_element(By.TAG_NAME, "h1").text == "Durable delivery"
+        row = wait_for(browser, lambda b: row_with(b, "Durable groups", group))
+        cells = [td.text for td in row.find_elements(By.TAG_NAME, "td")]
+        assert cells[0] == tasks and cells[1] == group, cells
+        assert cells[2] == "1" and cells[3] == "1", f"backlog 1, in flight 1: {cells}"
+        assert cells[4].endswith("UTC)"), f"the oldest unacked message's age: {cells}"
+        assert cells[5] == f"agent-1 ({client_id})", f"the member on this node: {cells}"
+        shoot(browser, "dashboard-durable")
+
+    await asyncio.to_thread(see_backlog)
+    await helpers.close(worker)
+    await helpers.close(alice)

@@ -11,8 +11,10 @@
 //! without one is refused 403.
 //!
 //! Modules: [`html`] (escaping, layout, embedded CSS and JS), [`pages`] (overview, the
-//! registry pages, presence of a room, webhook dead letters), [`live`] (the live topic view and test publish).
+//! registry pages, presence of a room, webhook dead letters), [`live`] (the live topic view and
+//! test publish), [`durable`] (durable groups' backlogs).
 
+mod durable;
 mod html;
 mod live;
 mod pages;
@@ -57,6 +59,8 @@ pub struct DashboardConfig {
     pub sample_interval: Duration,
     /// Samples the overview's chart keeps.
     pub history: usize,
+    /// Rows a paged list shows at once (durable groups).
+    pub page_size: usize,
 }
 
 impl Default for DashboardConfig {
@@ -70,6 +74,7 @@ impl Default for DashboardConfig {
             live_idle: Duration::from_secs(60),
             sample_interval: Duration::from_secs(5),
             history: 120,
+            page_size: 100,
         }
     }
 }
@@ -284,6 +289,11 @@ impl Form {
         self.0.get(k).map_or("", |v| v.trim())
     }
 
+    /// Whether the field was sent (even empty).
+    pub(crate) fn has(&self, k: &str) -> bool {
+        self.0.contains_key(k)
+    }
+
     /// The field's value as it was sent (data of a test publish).
     pub(crate) fn raw(&self, k: &str) -> &str {
         self.0.get(k).map_or("", String::as_str)
@@ -435,13 +445,16 @@ page!(apps => pages::apps);
 page!(rooms => pages::rooms);
 page!(edit_app => pages::edit_app);
 page!(edit_room => pages::edit_room);
+page!(edit_topic => pages::edit_topic);
 page!(lobbies => pages::lobbies);
+page!(edit_lobby => pages::edit_lobby);
 page!(scopes => pages::scopes);
 page!(actors => pages::actors);
 page!(grants => pages::grants);
 page!(webhooks => pages::webhooks);
 page!(presence => pages::presence);
 page!(api_keys => pages::api_keys);
+page!(durable_page => durable::page);
 page!(live_page => live::page);
 page!(live_poll => live::poll);
 action!(create_project => pages::create_project);
@@ -450,9 +463,12 @@ action!(create_app => pages::create_app);
 action!(delete_app => pages::delete_app);
 action!(update_app => pages::update_app);
 action!(update_room => pages::update_room);
+action!(update_topic => pages::update_topic);
 action!(create_lobby => pages::create_lobby);
 action!(delete_lobby => pages::delete_lobby);
 action!(create_scope => pages::create_scope);
+action!(update_lobby => pages::update_lobby);
+action!(set_scope_state => pages::set_scope_state);
 action!(delete_scope => pages::delete_scope);
 action!(create_room => pages::create_room);
 action!(delete_room => pages::delete_room);
@@ -479,6 +495,7 @@ pub fn router(d: Arc<Dashboard>) -> Router {
         .route("/admin/apps", get(apps).post(create_app))
         .route("/admin/apps/delete", post(delete_app))
         .route("/admin/apps/edit", get(edit_app).post(update_app))
+        .route("/admin/apps/topic", get(edit_topic).post(update_topic))
         .route("/admin/rooms", get(rooms).post(create_room))
         .route("/admin/rooms/delete", post(delete_room))
         .route("/admin/rooms/edit", get(edit_room).post(update_room))
@@ -489,12 +506,15 @@ pub fn router(d: Arc<Dashboard>) -> Router {
         .route("/admin/presence", get(presence))
         .route("/admin/lobbies", get(lobbies).post(create_lobby))
         .route("/admin/lobbies/delete", post(delete_lobby))
+        .route("/admin/lobbies/edit", get(edit_lobby).post(update_lobby))
         .route("/admin/scopes", get(scopes).post(create_scope))
         .route("/admin/scopes/delete", post(delete_scope))
+        .route("/admin/scopes/state", post(set_scope_state))
         .route("/admin/api-keys", get(api_keys).post(create_api_key))
         .route("/admin/api-keys/delete", post(delete_api_key))
         .route("/admin/webhooks", get(webhooks))
         .route("/admin/webhooks/retry", post(retry_webhooks))
+        .route("/admin/durable", get(durable_page))
         .route("/admin/live", get(live_page).post(live_watch))
         .route("/admin/live/poll", get(live_poll))
         .route("/admin/live/publish", post(live_publish))

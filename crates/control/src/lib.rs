@@ -32,5 +32,7 @@ pub mod pb {
 }
 
 pub use service::{ControlLimits, ControlService};
-pub use sync::{ConnectionInfo, NodeAdmin, NodeStats, Propagator, PublishRefused, ServerPublish, ServerPublished};
+pub use sync::{
+    ConnectionInfo, NodeAdmin, NodeStats, Propagator, PublishRefused, RecentWebhook, ServerPublish, ServerPublished,
+};
 pub use webhooks::{WebhookConfigError, WebhookPolicy};

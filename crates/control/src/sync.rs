@@ -147,6 +147,39 @@ pub trait NodeAdmin: Send + Sync + 'static {
         let _ = room;
         Err("this node cannot list presence".into())
     }
+    /// The last webhook deliveries this node made (every kind), newest first.
+    fn recent_webhooks(&self) -> Vec<RecentWebhook> {
+        Vec::new()
+    }
+    /// The nodes registered in the presence backend (the cluster's liveness), this one
+    /// included.
+    ///
+    /// # Errors
+    /// A message when the presence backend failed or the node has none.
+    async fn cluster_nodes(&self) -> Result<Vec<skua_core::NodeSeen>, String> {
+        Err("this node cannot list the cluster's nodes".into())
+    }
+    /// The durable consumers of `project`'s load-balanced groups (N26) whose id sorts after
+    /// `after`, at most `limit`, in id order, each with its backlog (the store's: every node
+    /// sees the same).
+    ///
+    /// # Errors
+    /// A message when the store failed or the node keeps no message log.
+    async fn durable_groups(
+        &self,
+        project: &ProjectId,
+        after: &str,
+        limit: u32,
+    ) -> Result<Vec<skua_core::ConsumerBacklog>, String> {
+        let _ = (project, after, limit);
+        Err("this node cannot list durable groups".into())
+    }
+    /// The members of `group` connected to this node: `(actor, clientId)` of each
+    /// subscription (other nodes' members are not known here).
+    fn local_group_members(&self, group: &skua_core::GroupKey) -> Vec<(ActorId, Option<String>)> {
+        let _ = group;
+        Vec::new()
+    }
     /// Watches `topic` through the node's own bus subscription (the admin dashboard's live
     /// view): at most `capacity` publications wait in the returned queue (later ones are
     /// dropped for this watcher); dropping the receiver ends the watch.
@@ -161,6 +194,24 @@ pub trait NodeAdmin: Send + Sync + 'static {
         let _ = (topic, capacity);
         Err("this node cannot watch topics".into())
     }
+}
+
+/// One recent webhook delivery of a node, as the admin dashboard shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecentWebhook {
+    /// `hydration`, `trigger` or `wake`.
+    pub kind: &'static str,
+    /// The target's host (never its path or query).
+    pub host: String,
+    /// How it ended: `ok`, `status`, `timeout`, `transport`, `refused`, … (the
+    /// `skua_webhook_deliveries_total` outcome label).
+    pub outcome: &'static str,
+    /// The HTTP status of the last answer, if one came.
+    pub status: Option<u16>,
+    /// From the first attempt to the outcome, ms.
+    pub latency_ms: u64,
+    /// When it ended, unix ms.
+    pub at_unix_ms: u64,
 }
 
 /// A node's counters as the admin dashboard shows them (totals since the node started).
@@ -178,6 +229,15 @@ pub struct NodeStats {
     pub retained_bytes: u64,
     /// Backends reachable now, by slot (`bus`, `presence`, `store`).
     pub backends: Vec<(&'static str, bool)>,
+    /// Frames waiting in the authenticated connections' outbound queues.
+    pub outbound_frames: u64,
+    /// Bytes waiting in the authenticated connections' outbound queues.
+    pub outbound_bytes: u64,
+    /// Bus deliveries waiting for a dispatch shard.
+    pub bus_queued: u64,
+    /// Triggers waiting for delivery, and in the overflow queue (to become dead letters);
+    /// `None` when the node posts no triggers.
+    pub triggers_queued: Option<(u64, u64)>,
 }
 
 /// Keeps a node's registry in step with the store.

@@ -52,6 +52,12 @@ impl ConsumerId {
         Self::new(ConsumerOf::Group(group.clone()))
     }
 
+    /// The start of the stored form of every group consumer of `project` (for
+    /// [`crate::MessageLog::list_consumers`]).
+    pub fn group_prefix(project: &ProjectId) -> String {
+        format!("g/{project}/")
+    }
+
     fn new(of: ConsumerOf) -> Self {
         let key = match &of {
             ConsumerOf::Session { topic, actor, client_id } => {
@@ -175,6 +181,7 @@ mod tests {
         assert_eq!(ConsumerId::session(&a, &key(None)).as_str(), "s/p1/app/r/jobs/w/");
         let g = GroupKey { topic: a, group: Arc::from("g") };
         assert_eq!(ConsumerId::group(&g).as_str(), "g/p1/app/r/jobs/g");
+        assert!(ConsumerId::group(&g).as_str().starts_with(&ConsumerId::group_prefix(&g.topic.room.project)));
         assert_eq!(key(Some("c1")).holder_key(), "p1/w/c1");
         assert_eq!(key(None).holder_key(), "p1/w/");
     }

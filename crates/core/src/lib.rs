@@ -39,11 +39,11 @@ pub use envelope::{
 pub use idempotency::{Idempotency, IdempotencyError};
 pub use ids::{ActorId, ActorType, AppId, ClientId, ConnId, IdError, NodeId, ProjectId, RecordId};
 pub use member_store::{MemberStatus, MemberStore, MemberWrite, StoredMember};
-pub use presence::{ConnRef, Presence, PresenceEntry, PresenceError};
+pub use presence::{ConnRef, NodeSeen, Presence, PresenceEntry, PresenceError};
 pub use registry::{Registry, RegistryDelta, RoomScope, ScopeInfo, SharedRegistry};
 pub use registry_store::{RegistryData, RegistrySnapshot, RegistryStore};
 pub use store::{
-    Claim, ClaimedRecord, ConnectionRecord, Consumer, Holder, MessageLog, NewMessage, Release, RestoreKey,
-    RestoreRecord, RestoredTopic, Retention, SessionKey, Store, StoreError, StoredMessage,
+    Claim, ClaimedRecord, ConnectionRecord, Consumer, ConsumerBacklog, Holder, MessageLog, NewMessage, Release,
+    RestoreKey, RestoreRecord, RestoredTopic, Retention, SessionKey, Store, StoreError, StoredMessage,
 };
 pub use trigger_store::{DeadLetter, DeadLetterFilter, NewDeadLetter, OutboxLease, OutboxTrigger, TriggerStore};

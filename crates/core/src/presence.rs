@@ -27,6 +27,20 @@ pub struct PresenceEntry {
     pub joined_at: u64,
 }
 
+/// A node registration as [`Presence::nodes`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeSeen {
+    /// The node.
+    pub node: NodeId,
+    /// Whether its registration is live (it refreshed it within its ttl).
+    pub alive: bool,
+    /// When it last refreshed its registration (its own clock), unix ms; unknown once the
+    /// registration lapsed.
+    pub last_seen_unix_ms: Option<u64>,
+    /// The Skua version it runs, when it said so with its last refresh.
+    pub version: Option<String>,
+}
+
 /// Why a presence operation failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -54,6 +68,8 @@ pub enum PresenceError {
 /// 8. `remove_node` also forgets the node's registration; when several callers remove the same
 ///    node concurrently, each disappeared entry is returned to exactly one of them (so each
 ///    `leave` is sent once).
+/// 9. `nodes` lists every registered node with whether its registration is live; a live one
+///    with when it last refreshed it (the `now_unix_s` it gave) and the version it runs.
 #[async_trait]
 pub trait Presence: Send + Sync + 'static {
     /// Records that `conn` of `actor` is in `room` with `data`.
@@ -109,6 +125,13 @@ pub trait Presence: Send + Sync + 'static {
     /// # Errors
     /// [`PresenceError`] when the backend failed.
     async fn node_last_seen(&self, node: &NodeId) -> Result<Option<u64>, PresenceError>;
+
+    /// Every registered node (the admin dashboard's overview), in no particular order
+    /// (contract 9).
+    ///
+    /// # Errors
+    /// [`PresenceError`] when the backend failed.
+    async fn nodes(&self, now_unix_s: u64) -> Result<Vec<NodeSeen>, PresenceError>;
 
     /// Whether the backend answered its last operation; `false` fails the node's readiness.
     fn is_available(&self) -> bool {

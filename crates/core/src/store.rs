@@ -120,6 +120,21 @@ pub struct Consumer {
     pub filters: Vec<String>,
 }
 
+/// A consumer's backlog as the admin dashboard lists it ([`MessageLog::list_consumers`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerBacklog {
+    /// The consumer's id (its stored form, see [`crate::ConsumerId`]).
+    pub id: String,
+    /// Messages pending for it: not acked, whether held by a connection or not.
+    pub pending: u64,
+    /// Of those, how many a connection holds now (delivered, awaiting the ack).
+    pub held: u64,
+    /// The `timestamp_ms` of its oldest pending message, if any.
+    pub oldest_timestamp_ms: Option<u64>,
+    /// Unix seconds until which it is kept (refreshed while a member is connected).
+    pub expires_at_unix_s: u64,
+}
+
 /// A message on a logged topic, as the publishing edge hands it to the store.
 #[derive(Debug, Clone, Copy)]
 pub struct NewMessage<'a> {
@@ -373,6 +388,14 @@ pub trait MessageLog: Send + Sync {
         up_to: u64,
         limit: u32,
     ) -> Result<Vec<StoredMessage>, StoreError>;
+
+    /// The consumers whose id starts with `prefix` and sorts after `after` (empty: from the
+    /// first), at most `limit`, in id order, each with its backlog. Paged by passing the last id
+    /// returned as `after`.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the backend failed.
+    async fn list_consumers(&self, prefix: &str, after: &str, limit: u32) -> Result<Vec<ConsumerBacklog>, StoreError>;
 
     /// Marks a message delivered for `consumer` (it is no longer pending); returns whether it
     /// was pending.

@@ -589,6 +589,24 @@ impl Hub {
         (old, deferred)
     }
 
+    /// Bus deliveries handed back to the bus's receiver and not yet taken by a dispatch shard.
+    pub fn queued_deliveries(&self) -> usize {
+        self.queued.load(Ordering::Acquire)
+    }
+
+    /// The local subscriptions of load-balanced group `group`: each member's actor and
+    /// connection.
+    pub fn group_members(&self, group: &GroupKey) -> Vec<(ActorId, ConnId)> {
+        let topics = read(&self.topics);
+        let Some(entry) = topics.get(&group.topic) else { return Vec::new() };
+        entry
+            .subs
+            .iter()
+            .filter(|s| s.group.as_ref() == Some(&group.group) && !s.conn.is_closing())
+            .map(|s| (s.actor.clone(), s.conn.id))
+            .collect()
+    }
+
     /// Removes the subscription of `conn` on `address`, returning it.
     pub fn remove(&self, address: &TopicAddress, conn: ConnId) -> Option<LocalSub> {
         let mut topics = write(&self.topics);

@@ -124,6 +124,10 @@ impl Presence for TimedPresence {
         timed(&self.metrics, "presence", "node_last_seen", self.inner.node_last_seen(node)).await
     }
 
+    async fn nodes(&self, now_unix_s: u64) -> Result<Vec<skua_core::NodeSeen>, PresenceError> {
+        timed(&self.metrics, "presence", "nodes", self.inner.nodes(now_unix_s)).await
+    }
+
     fn is_available(&self) -> bool {
         self.inner.is_available()
     }
@@ -311,6 +315,15 @@ impl MessageLog for TimedStore {
 
     async fn claim(&self, consumer: &str, msg_id: &str, holder: Holder<'_>) -> Result<Claim, StoreError> {
         timed(&self.metrics, "store", "claim", self.inner.claim(consumer, msg_id, holder)).await
+    }
+
+    async fn list_consumers(
+        &self,
+        prefix: &str,
+        after: &str,
+        limit: u32,
+    ) -> Result<Vec<skua_core::ConsumerBacklog>, StoreError> {
+        timed(&self.metrics, "store", "list_consumers", self.inner.list_consumers(prefix, after, limit)).await
     }
 
     async fn backlog(&self, consumer: &str) -> Result<(u64, u64), StoreError> {

@@ -241,6 +241,13 @@ impl Triggers {
         &self.owner
     }
 
+    /// Triggers waiting now: in the delivery queue, and in the overflow queue (to become dead
+    /// letters).
+    pub fn queued(&self) -> (usize, usize) {
+        let waiting = |q: &mpsc::Sender<Job>| q.max_capacity().saturating_sub(q.capacity());
+        (waiting(&self.queue), waiting(&self.overflow))
+    }
+
     /// The outbox lease a logged message of `topic` is appended with, or `None` when the topic
     /// has no trigger webhook.
     pub fn lease_for(&self, registry: &Registry, topic: &TopicAddress) -> Option<OutboxLease<'_>> {

@@ -156,4 +156,24 @@ impl Presence for MemoryPresence {
         let nodes = self.nodes.lock().unwrap_or_else(PoisonError::into_inner);
         Ok(nodes.get(node).map(|(_, seen)| seen.saturating_mul(1000)))
     }
+
+    /// The version is this process's: every node sharing a memory backend runs in it.
+    ///
+    /// # Errors
+    /// None.
+    async fn nodes(&self, now_unix_s: u64) -> Result<Vec<skua_core::NodeSeen>, PresenceError> {
+        let nodes = self.nodes.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok(nodes
+            .iter()
+            .map(|(n, (until, seen))| {
+                let alive = *until > now_unix_s;
+                skua_core::NodeSeen {
+                    node: n.clone(),
+                    alive,
+                    last_seen_unix_ms: alive.then(|| seen.saturating_mul(1000)),
+                    version: alive.then(|| env!("CARGO_PKG_VERSION").to_owned()),
+                }
+            })
+            .collect())
+    }
 }

@@ -3,8 +3,8 @@
 //! Every mutation is one Lua script (`EVALSHA`, reloaded by `redis::Script` after a `NOSCRIPT`,
 //! for instance once Redis has restarted), and `list` is one `HGETALL`, so each operation is
 //! atomic with respect to every other, from every node (contract 6). Liveness uses Redis's own
-//! clock, key expiry: `refresh_node` and `expired_nodes` ignore their `now_unix_s` argument, which
-//! the contract allows; expiry is exact to the millisecond, and `ttl_s` is in whole seconds.
+//! clock, key expiry: `refresh_node`, `expired_nodes` and `nodes` use their `now_unix_s` argument
+//! for nothing else than the last-seen time `refresh_node` stores, which the contract allows; expiry is exact to the millisecond, and `ttl_s` is in whole seconds.
 //!
 //! # Key layout
 //!
@@ -17,7 +17,7 @@
 //! | `P room:<room>` | hash | actor → entry: `joined_at` as 8 bytes big-endian, then the announced presence data (packed MessagePack, stored untouched) |
 //! | `P conns:<room>:<actor>` | set | the actor's connections in the room, `<node>/<conn>` |
 //! | `P node:<node>:held` | set | what the node holds, `<actor>/<conn>/<room>`: what `remove_node` undoes |
-//! | `P node:<node>:alive` | string | `1`, with the TTL of the last `refresh_node` |
+//! | `P node:<node>:alive` | string | `<unix ms> <version>`: when the node last refreshed it (its clock) and the Skua version it runs, with the TTL of the last `refresh_node` (an older node wrote `1`) |
 //! | `P node:<node>:seen` | string | unix ms of the last `refresh_node` (the refreshing node's clock), kept a day: what `node_last_seen` reads |
 //! | `P nodes` | set | registered node ids: what `expired_nodes` checks |
 //!
@@ -285,7 +285,12 @@ impl Presence for RedisPresence {
                 "refresh_node",
                 &REFRESH_NODE,
                 &[self.keys.alive(node).as_bytes(), self.keys.nodes().as_bytes(), self.keys.seen(node).as_bytes()],
-                &[node.as_str().as_bytes(), ttl_ms.to_string().as_bytes(), seen_ms.to_string().as_bytes()],
+                &[
+                    node.as_str().as_bytes(),
+                    ttl_ms.to_string().as_bytes(),
+                    alive_value(seen_ms).as_bytes(),
+                    seen_ms.to_string().as_bytes(),
+                ],
             )
             .await?;
         Ok(fresh == 1)
@@ -300,6 +305,19 @@ impl Presence for RedisPresence {
             .await
             .map_err(|e| unavailable("node_last_seen", e))?;
         Ok(seen)
+    }
+
+    /// Liveness is Redis's (the alive key's TTL): `now_unix_s` is ignored.
+    async fn nodes(&self, _now_unix_s: u64) -> Result<Vec<skua_core::NodeSeen>, PresenceError> {
+        let flat: Vec<String> =
+            self.run("nodes", &NODES, &[self.keys.nodes().as_bytes()], &[self.keys.base.as_bytes()]).await?;
+        Ok(flat
+            .chunks_exact(2)
+            .filter_map(|pair| {
+                let node = NodeId::parse(&pair[0]).ok()?;
+                Some(node_seen(node, &pair[1]))
+            })
+            .collect())
     }
 
     /// Uses Redis's clock: `now_unix_s` is ignored.
@@ -389,15 +407,29 @@ return gone
     )
 });
 
-/// KEYS: node's alive key, node set, node's seen key. ARGV: node, ttl in ms, unix ms now.
-/// Replies 1 when the node had no live registration.
+/// The alive key's value: when the node refreshed it (unix ms, its clock) and its version.
+fn alive_value(now_ms: u64) -> String {
+    format!("{now_ms} {}", env!("CARGO_PKG_VERSION"))
+}
+
+/// A registered node from its alive key's value (`""`: none, the registration lapsed; `1`:
+/// written by a node that did not say more).
+fn node_seen(node: NodeId, value: &str) -> skua_core::NodeSeen {
+    let (ms, version) = value
+        .split_once(' ')
+        .map_or((None, None), |(ms, v)| (ms.parse().ok(), Some(v.to_owned()).filter(|v| !v.is_empty())));
+    skua_core::NodeSeen { node, alive: !value.is_empty(), last_seen_unix_ms: ms, version }
+}
+
+/// KEYS: node's alive key, node set, node's seen key. ARGV: node, ttl in ms, the alive key's
+/// value, unix ms now. Replies 1 when the node had no live registration.
 static REFRESH_NODE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 local fresh = redis.call('EXISTS', KEYS[1]) == 0
-redis.call('SET', KEYS[1], '1', 'PX', ARGV[2])
+redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[2])
 redis.call('SADD', KEYS[2], ARGV[1])
-redis.call('SET', KEYS[3], ARGV[3], 'PX', 86400000)
+redis.call('SET', KEYS[3], ARGV[4], 'PX', 86400000)
 if fresh then
   return 1
 end
@@ -417,6 +449,21 @@ for _, node in ipairs(redis.call('SMEMBERS', KEYS[1])) do
   end
 end
 return expired
+",
+    )
+});
+
+/// KEYS: node set. ARGV: key base `P`. Replies node, alive key's value (`""` when it lapsed), for
+/// every registered node.
+static NODES: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local out = {}
+for _, node in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  out[#out + 1] = node
+  out[#out + 1] = redis.call('GET', ARGV[1] .. 'node:' .. node .. ':alive') or ''
+end
+return out
 ",
     )
 });
@@ -509,6 +556,19 @@ mod tests {
     use skua_core::ConnId;
 
     use super::*;
+
+    #[test]
+    fn alive_values_read_back() {
+        let n = NodeId::parse("n1").unwrap();
+        let seen = node_seen(n.clone(), &alive_value(1_700_000_000_123));
+        assert!(seen.alive);
+        assert_eq!(seen.last_seen_unix_ms, Some(1_700_000_000_123));
+        assert_eq!(seen.version.as_deref(), Some(env!("CARGO_PKG_VERSION")));
+        let old = node_seen(n.clone(), "1");
+        assert_eq!((old.alive, old.last_seen_unix_ms, old.version), (true, None, None), "an older node's value");
+        let gone = node_seen(n, "");
+        assert_eq!((gone.alive, gone.last_seen_unix_ms, gone.version), (false, None, None), "lapsed");
+    }
 
     fn room(slug: &str) -> RoomKey {
         RoomKey {

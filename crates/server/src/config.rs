@@ -315,6 +315,9 @@ pub struct Settings {
     /// Wait before a trigger's second attempt; each further wait doubles [default 4s: 4s, 8s, 16s, 32s].
     #[arg(long, env = "SKUA_WEBHOOK_TRIGGER_FIRST_RETRY")]
     pub webhook_trigger_first_retry: Option<String>,
+    /// Webhook deliveries whose outcome a node keeps for the admin dashboard [default 100; 0: none].
+    #[arg(long, env = "SKUA_WEBHOOK_RECENT_DELIVERIES")]
+    pub webhook_recent_deliveries: Option<usize>,
     /// Serve the REST API under /v1 on the client listener [default true].
     #[arg(long, env = "SKUA_REST_API")]
     pub rest_api: Option<bool>,
@@ -351,6 +354,9 @@ pub struct Settings {
     /// Samples the dashboard's chart keeps [default 120: 10 minutes at 5s].
     #[arg(long, env = "SKUA_DASHBOARD_HISTORY")]
     pub dashboard_history: Option<usize>,
+    /// Rows a dashboard list page shows at once (durable groups) [default 100].
+    #[arg(long, env = "SKUA_DASHBOARD_PAGE_SIZE")]
+    pub dashboard_page_size: Option<usize>,
     /// How long a persistent presence member outlives its last connection (N46) [default 7d].
     #[arg(long, env = "SKUA_PRESENCE_TTL")]
     pub presence_ttl: Option<String>,
@@ -406,10 +412,11 @@ impl Settings {
         layer!(self, over; trigger_lease, trigger_scan_interval, webhook_dead_letters_per_project, trigger_overflow_queue);
         layer!(self, over; webhook_allow_link_local, webhook_allowed_hosts, webhook_queue, webhook_max_pending,
             webhook_concurrency_per_target, webhook_max_response_bytes, webhook_connect_timeout,
-            webhook_trigger_attempts, webhook_trigger_first_retry);
+            webhook_trigger_attempts, webhook_trigger_first_retry, webhook_recent_deliveries);
         layer!(self, over; rest_api, rest_max_body_bytes, rest_rate_limit, rest_max_page_limit);
         layer!(self, over; dashboard, dashboard_session_ttl, dashboard_max_sessions, dashboard_live_buffer,
-            dashboard_max_live_views, dashboard_live_idle, dashboard_sample_interval, dashboard_history);
+            dashboard_max_live_views, dashboard_live_idle, dashboard_sample_interval, dashboard_history,
+            dashboard_page_size);
         layer!(self, over; cluster, drain_spread, log_prune_batch);
         layer!(self, over; history_max_size, history_max_topics, history_max_topic_bytes, history_max_replay,
             history_max_page, history_recovery_margin, history_receipt_interval);

@@ -401,7 +401,7 @@ impl skua_edge::members::WakePoster for EngineWaker {
 }
 
 /// The edge as the control plane sees it ([`skua_control::NodeAdmin`]).
-struct EdgeAdmin(Arc<EdgeState>);
+struct EdgeAdmin(Arc<EdgeState>, skua_webhooks::WebhookSender);
 
 #[async_trait::async_trait]
 impl skua_control::NodeAdmin for EdgeAdmin {
@@ -534,6 +534,13 @@ impl skua_control::NodeAdmin for EdgeAdmin {
         use std::sync::atomic::Ordering::Relaxed;
         let m = &self.0.metrics;
         let opened = m.connections_opened.load(Relaxed);
+        // Summed over the authenticated connections now, as the Prometheus gauges are.
+        let (frames, bytes) = self
+            .0
+            .connections
+            .all()
+            .iter()
+            .fold((0usize, 0usize), |(f, b), (_, e)| (f + e.handle.queued_frames(), b + e.handle.queued_bytes()));
         skua_control::NodeStats {
             connections: opened.saturating_sub(m.connections_closed.load(Relaxed)),
             messages_in: m.publishes_accepted.load(Relaxed),
@@ -541,7 +548,60 @@ impl skua_control::NodeAdmin for EdgeAdmin {
             refused: m.publishes_refused.load(Relaxed),
             retained_bytes: self.0.hub.retained_bytes() as u64,
             backends: self.0.backends_up().to_vec(),
+            outbound_frames: frames as u64,
+            outbound_bytes: bytes as u64,
+            bus_queued: self.0.hub.queued_deliveries() as u64,
+            triggers_queued: self.0.triggers.as_ref().map(|t| {
+                let (queued, overflow) = t.queued();
+                (queued as u64, overflow as u64)
+            }),
         }
+    }
+
+    fn recent_webhooks(&self) -> Vec<skua_control::RecentWebhook> {
+        self.1
+            .recent()
+            .into_iter()
+            .map(|d| skua_control::RecentWebhook {
+                kind: d.kind.as_str(),
+                host: d.host,
+                outcome: d.outcome.as_str(),
+                status: d.status,
+                latency_ms: u64::try_from(d.latency.as_millis()).unwrap_or(u64::MAX),
+                at_unix_ms: d.at_unix_ms,
+            })
+            .collect()
+    }
+
+    async fn cluster_nodes(&self) -> Result<Vec<skua_core::NodeSeen>, String> {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        self.0.presence.nodes(now).await.map_err(|e| error_chain(&e))
+    }
+
+    async fn durable_groups(
+        &self,
+        project: &skua_core::ProjectId,
+        after: &str,
+        limit: u32,
+    ) -> Result<Vec<skua_core::ConsumerBacklog>, String> {
+        let prefix = skua_core::ConsumerId::group_prefix(project);
+        self.0.store.list_consumers(&prefix, after, limit).await.map_err(|e| error_chain(&e))
+    }
+
+    fn local_group_members(&self, group: &skua_core::GroupKey) -> Vec<(skua_core::ActorId, Option<String>)> {
+        let members = self.0.hub.group_members(group);
+        if members.is_empty() {
+            return Vec::new();
+        }
+        let conns: std::collections::HashMap<_, _> =
+            self.0.connections.list(&group.topic.room.project, None).into_iter().collect();
+        members
+            .into_iter()
+            .map(|(actor, conn)| {
+                let client = conns.get(&conn).and_then(|e| e.client_id.clone());
+                (actor, client)
+            })
+            .collect()
     }
 
     async fn room_presence(&self, room: &skua_core::RoomKey) -> Result<Vec<skua_core::PresenceEntry>, String> {
@@ -714,7 +774,7 @@ impl RunningNode {
             }
         }
         let mut node = Self::start(config, Arc::new(SharedRegistry::new(registry)), backends, listener)?;
-        let admin: Arc<dyn skua_control::NodeAdmin> = Arc::new(EdgeAdmin(node.state.clone()));
+        let admin: Arc<dyn skua_control::NodeAdmin> = Arc::new(EdgeAdmin(node.state.clone(), node.webhooks.clone()));
         // A store several nodes share (Postgres) also carries every node's connections.
         let shared = matches!(&config.store, StoreConfig::Url(u) if !u.starts_with("sqlite:"));
         let propagator = skua_control::Propagator::start(registry_store, admin, config.registry_poll_interval, shared)

@@ -40,6 +40,15 @@ pub(crate) const CLAIM: &str = "UPDATE log_pending \
 pub(crate) const IS_PENDING: &str = "SELECT COUNT(*) FROM log_pending WHERE consumer_id = $1 AND msg_id = $2";
 pub(crate) const BACKLOG: &str = "SELECT COUNT(*), COALESCE(MAX(seq), 0) FROM log_pending \
      WHERE consumer_id = $1 AND holder_session IS NULL";
+/// A page of consumers by id prefix, each with its pending and held counts and its oldest
+/// pending message's timestamp (the admin dashboard's durable page). Primary-key order; the
+/// counts use `log_pending`'s primary key, the oldest message `log_messages`' (`seq`).
+pub(crate) const LIST_CONSUMERS: &str = "SELECT c.id, c.expires_at, \
+     (SELECT COUNT(*) FROM log_pending p WHERE p.consumer_id = c.id), \
+     (SELECT COUNT(*) FROM log_pending p WHERE p.consumer_id = c.id AND p.holder_session IS NOT NULL), \
+     (SELECT m.timestamp_ms FROM log_pending p JOIN log_messages m ON m.seq = p.seq \
+      WHERE p.consumer_id = c.id ORDER BY p.seq LIMIT 1) \
+     FROM log_consumers c WHERE substr(c.id, 1, length($1)) = $1 AND c.id > $2 ORDER BY c.id LIMIT $3";
 pub(crate) const CLAIM_PAGE: &str = "UPDATE log_pending \
      SET holder_session = $2, holder_node = $3, holder_conn = $4, deliveries = deliveries + 1 \
      WHERE consumer_id = $1 AND holder_session IS NULL AND seq IN ( \
@@ -267,6 +276,34 @@ macro_rules! sql_message_log {
                     .await
                     .map_err(sql($backend, "backlog"))?;
                 Ok((u64::try_from(n).unwrap_or(0), u64::try_from(max).unwrap_or(0)))
+            }
+
+            async fn list_consumers(
+                &self,
+                prefix: &str,
+                after: &str,
+                limit: u32,
+            ) -> Result<Vec<skua_core::ConsumerBacklog>, skua_core::StoreError> {
+                use crate::error::sql;
+                use crate::log::*;
+                let rows: Vec<(String, i64, i64, i64, Option<i64>)> = sqlx::query_as(LIST_CONSUMERS)
+                    .bind(prefix)
+                    .bind(after)
+                    .bind(i64::from(limit))
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(sql($backend, "list_consumers"))?;
+                let n = |v: i64| u64::try_from(v).unwrap_or(0);
+                Ok(rows
+                    .into_iter()
+                    .map(|(id, expires, pending, held, oldest)| skua_core::ConsumerBacklog {
+                        id,
+                        pending: n(pending),
+                        held: n(held),
+                        oldest_timestamp_ms: oldest.map(n),
+                        expires_at_unix_s: n(expires),
+                    })
+                    .collect())
             }
 
             async fn claim_page(

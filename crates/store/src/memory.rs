@@ -357,6 +357,15 @@ impl MessageLog for MemoryStore {
         Ok(self.lock().log.claim(consumer, msg_id, holder))
     }
 
+    async fn list_consumers(
+        &self,
+        prefix: &str,
+        after: &str,
+        limit: u32,
+    ) -> Result<Vec<skua_core::ConsumerBacklog>, StoreError> {
+        Ok(self.lock().log.list_consumers(prefix, after, limit))
+    }
+
     async fn backlog(&self, consumer: &str) -> Result<(u64, u64), StoreError> {
         Ok(self.lock().log.backlog(consumer))
     }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use skua_core::{
-    Claim, Consumer, DeadLetter, DeadLetterFilter, Holder, NewDeadLetter, NewMessage, OutboxTrigger, Release,
-    Retention, StoredMessage,
+    Claim, Consumer, ConsumerBacklog, DeadLetter, DeadLetterFilter, Holder, NewDeadLetter, NewMessage, OutboxTrigger,
+    Release, Retention, StoredMessage,
 };
 
 #[derive(Debug)]
@@ -245,6 +245,26 @@ impl MemoryLog {
         let Some(c) = self.consumers.get(consumer) else { return (0, 0) };
         let unheld = c.pending.iter().filter(|(_, p)| p.holder.is_none());
         unheld.fold((0, 0), |(n, max), (seq, _)| (n + 1, max.max(*seq)))
+    }
+
+    pub(crate) fn list_consumers(&self, prefix: &str, after: &str, limit: u32) -> Vec<ConsumerBacklog> {
+        let mut ids: Vec<&String> =
+            self.consumers.keys().filter(|id| id.starts_with(prefix) && id.as_str() > after).collect();
+        ids.sort_unstable();
+        ids.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+        ids.into_iter()
+            .filter_map(|id| {
+                let c = self.consumers.get(id)?;
+                let oldest = c.pending.keys().next().and_then(|seq| self.messages.get(seq)).map(|m| m.timestamp_ms);
+                Some(ConsumerBacklog {
+                    id: id.clone(),
+                    pending: c.pending.len() as u64,
+                    held: c.pending.values().filter(|p| p.holder.is_some()).count() as u64,
+                    oldest_timestamp_ms: oldest,
+                    expires_at_unix_s: c.expires_at,
+                })
+            })
+            .collect()
     }
 
     pub(crate) fn claim_page(&mut self, consumer: &str, h: Holder<'_>, up_to: u64, limit: u32) -> Vec<StoredMessage> {

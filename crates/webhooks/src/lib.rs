@@ -17,11 +17,13 @@
 
 mod client;
 pub mod metrics;
+pub mod recent;
 pub mod request;
 pub mod resolve;
 pub mod sender;
 
 pub use metrics::WebhookMetrics;
+pub use recent::{RecentDeliveries, RecentDelivery};
 pub use request::{SIGNATURE_HEADER, WebhookRequest, sign};
 pub use sender::{
     DeliveryError, DeliveryReport, OnDone, QueueFull, RetrySchedule, WebhookConfig, WebhookResponse, WebhookSender,

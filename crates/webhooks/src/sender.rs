@@ -45,6 +45,8 @@ pub struct WebhookConfig {
     pub allowed_hosts: Vec<String>,
     /// The retry schedule of queued trigger requests.
     pub trigger_retry: RetrySchedule,
+    /// Deliveries whose outcome the node keeps for the admin dashboard (the last ones).
+    pub recent_deliveries: usize,
 }
 
 impl Default for WebhookConfig {
@@ -58,6 +60,7 @@ impl Default for WebhookConfig {
             allow_link_local: false,
             allowed_hosts: Vec::new(),
             trigger_retry: RetrySchedule::trigger(),
+            recent_deliveries: 100,
         }
     }
 }
@@ -194,6 +197,7 @@ struct Inner {
     config: WebhookConfig,
     metrics: Arc<WebhookMetrics>,
     queue: mpsc::Sender<Job>,
+    recent: crate::recent::RecentDeliveries,
 }
 
 /// The node's webhook sender; cheap to clone.
@@ -225,7 +229,8 @@ impl WebhookSender {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let client = Client::new(&config).map_err(BuildError)?;
         let (tx, rx) = mpsc::channel(config.queue.max(1));
-        let inner = Arc::new(Inner { client, config, metrics: Arc::new(WebhookMetrics::default()), queue: tx });
+        let recent = crate::recent::RecentDeliveries::new(config.recent_deliveries);
+        let inner = Arc::new(Inner { client, config, metrics: Arc::new(WebhookMetrics::default()), queue: tx, recent });
         let sender = Self { inner };
         tracker.spawn(sender.clone().sweep(shutdown.clone()));
         tracker.spawn(sender.clone().dispatch(rx, tracker.clone(), shutdown));
@@ -235,6 +240,11 @@ impl WebhookSender {
     /// The engine's counters.
     pub fn metrics(&self) -> &Arc<WebhookMetrics> {
         &self.inner.metrics
+    }
+
+    /// The last `recent_deliveries` deliveries' outcomes, newest first.
+    pub fn recent(&self) -> Vec<crate::recent::RecentDelivery> {
+        self.inner.recent.list()
     }
 
     /// The settings.
@@ -259,9 +269,10 @@ impl WebhookSender {
     ) -> Result<WebhookResponse, DeliveryError> {
         let span = delivery_span(request);
         async {
-            let deadline = Instant::now() + budget;
+            let started = Instant::now();
+            let deadline = started + budget;
             let (result, _) = self.deliver(request, schedule, Some(deadline)).await;
-            self.finish(request.call.kind, &result);
+            self.finish(request.call.kind, &request.call.target.url, started, &result);
             result
         }
         .instrument(span)
@@ -289,13 +300,13 @@ impl WebhookSender {
         body: Bytes,
     ) -> Result<WebhookResponse, DeliveryError> {
         let attempt = async {
-            let timeout = target.timeout(kind);
+            let (timeout, started) = (target.timeout(kind), Instant::now());
             self.inner.metrics.attempt(kind, false);
             let result = match tokio::time::timeout(timeout, self.post_signed(target, secret, body)).await {
                 Ok(r) => r,
                 Err(_) => Err(DeliveryError::Timeout { after: timeout }),
             };
-            self.finish(kind, &result);
+            self.finish(kind, &target.url, started, &result);
             result
         };
         if skua_core::trace::enabled() {
@@ -337,6 +348,7 @@ impl WebhookSender {
             }
             Err(mpsc::error::TrySendError::Full(job) | mpsc::error::TrySendError::Closed(job)) => {
                 self.inner.metrics.delivered(kind, Outcome::QueueFull);
+                self.remember(kind, &job.request.call.target.url, Instant::now(), Outcome::QueueFull, None);
                 Err(QueueFull(Box::new(job.request)))
             }
         }
@@ -373,11 +385,12 @@ impl WebhookSender {
             tracker.spawn(
                 async move {
                     let _permit = permit;
+                    let started = Instant::now();
                     let (result, attempts) = tokio::select! {
                         r = this.deliver(&job.request, &job.schedule, None) => r,
                         () = stop.cancelled() => (Err(DeliveryError::Shutdown), 0),
                     };
-                    this.finish(job.request.call.kind, &result);
+                    this.finish(job.request.call.kind, &job.request.call.target.url, started, &result);
                     if let Some(done) = job.on_done {
                         done(DeliveryReport { request: job.request, result, attempts });
                     }
@@ -390,23 +403,41 @@ impl WebhookSender {
         while let Ok(job) = rx.try_recv() {
             self.inner.metrics.queue_popped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let result = Err(DeliveryError::Shutdown);
-            self.finish(job.request.call.kind, &result);
+            self.finish(job.request.call.kind, &job.request.call.target.url, Instant::now(), &result);
             if let Some(done) = job.on_done {
                 done(DeliveryReport { request: job.request, result, attempts: 0 });
             }
         }
     }
 
-    fn finish(&self, kind: WebhookKind, result: &Result<WebhookResponse, DeliveryError>) {
-        let outcome = match result {
-            Ok(_) => Outcome::Ok,
-            Err(e) => e.outcome(),
+    /// Counts a delivery's outcome and keeps it among the recent ones.
+    fn finish(&self, kind: WebhookKind, url: &str, started: Instant, result: &Result<WebhookResponse, DeliveryError>) {
+        let (outcome, status) = match result {
+            Ok(r) => (Outcome::Ok, Some(r.status)),
+            Err(DeliveryError::Status { status }) => (Outcome::Status, Some(*status)),
+            Err(e) => (e.outcome(), None),
         };
         self.inner.metrics.delivered(kind, outcome);
+        self.remember(kind, url, started, outcome, status);
         match result {
             Ok(r) => tracing::debug!(status = r.status, bytes = r.body.len(), "Webhook delivered."),
             Err(e) => tracing::debug!(error = e as &dyn std::error::Error, "Webhook failed."),
         }
+    }
+
+    /// Keeps a delivery among the recent ones (its host only: a URL may carry a secret).
+    fn remember(&self, kind: WebhookKind, url: &str, started: Instant, outcome: Outcome, status: Option<u16>) {
+        let at_unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        self.inner.recent.record(crate::recent::RecentDelivery {
+            kind,
+            host: crate::recent::host_of(url),
+            outcome,
+            status,
+            latency: started.elapsed(),
+            at_unix_ms,
+        });
     }
 
     /// Attempts on `schedule`; with a `deadline`, every attempt and wait fits before it.

@@ -50,6 +50,7 @@ pub(crate) fn page(title: &str, current: &str, csrf: &str, notice: Option<Notice
         ("/admin/api-keys", "API keys"),
         ("/admin/live", "Live topic"),
         ("/admin/webhooks", "Webhooks"),
+        ("/admin/durable", "Durable"),
     ] {
         let cur = if label == current { " aria-current=\"page\"" } else { "" };
         let _ = write!(nav, "<li><a href=\"{href}\"{cur}>{label}</a></li>");
@@ -244,7 +245,8 @@ function refreshStats() {
     if (r.status !== 200) { throw new Error("status " + r.status); }
     return r.json();
   }).then(function (s) {
-    ["uptime", "connections", "in_per_s", "out_per_s", "messages_in", "messages_out"].forEach(function (k) {
+    ["uptime", "connections", "in_per_s", "out_per_s", "messages_in", "messages_out", "outbound_frames",
+     "outbound_bytes", "bus_queued", "triggers_queued", "trigger_overflow"].forEach(function (k) {
       var c = document.getElementById("v-" + k);
       if (c) { c.textContent = s[k]; }
     });

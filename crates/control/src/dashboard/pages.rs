@@ -51,6 +51,11 @@ fn stats_value(d: &Dashboard) -> serde_json::Value {
         "messages_out": s.messages_out,
         "in_per_s": format!("{:.1}", last.in_per_s),
         "out_per_s": format!("{:.1}", last.out_per_s),
+        "outbound_frames": s.outbound_frames,
+        "outbound_bytes": s.outbound_bytes,
+        "bus_queued": s.bus_queued,
+        "triggers_queued": s.triggers_queued.map_or_else(|| "no triggers".to_owned(), |(q, _)| q.to_string()),
+        "trigger_overflow": s.triggers_queued.map_or_else(|| "no triggers".to_owned(), |(_, o)| o.to_string()),
         "samples": samples,
     })
 }
@@ -104,8 +109,67 @@ pub(crate) async fn overview(d: &Dashboard, a: Authed) -> Response {
         .map(|(slot, up)| vec![esc(slot), if *up { "up".into() } else { "<strong>down</strong>".into() }])
         .collect();
     body.push_str(&table("Backends", &["Backend", "State"], &backends, "No backend information."));
-    let _ = write!(body, "<p>Refused publishes: {} · retained bytes: {}</p></section>", s.refused, s.retained_bytes);
+    let _ = write!(body, "<p>Refused publishes: {} · retained bytes: {}</p>", s.refused, s.retained_bytes);
+    body.push_str("<h2 id=\"h-queues\">Queues of this node</h2><div class=\"cards\" aria-labelledby=\"h-queues\">");
+    for (k, label) in [
+        ("outbound_frames", "Outbound frames queued"),
+        ("outbound_bytes", "Outbound bytes queued"),
+        ("bus_queued", "Bus deliveries waiting"),
+        ("triggers_queued", "Triggers queued"),
+        ("trigger_overflow", "Trigger overflow"),
+    ] {
+        let _ = write!(body, "<div class=\"card\">{label}<b id=\"v-{k}\">{}</b></div>", esc(&text(k)));
+    }
+    body.push_str("</div></section>");
+    body.push_str(&nodes_section(d).await);
     html::respond(StatusCode::OK, html::page("Overview", "Overview", &a.csrf, done(&a), &body))
+}
+
+/// One row of the nodes table: id (this node marked), state, version, last seen.
+fn node_row(n: &skua_core::NodeSeen, me: &str, now_ms: u64) -> Vec<String> {
+    let id = n.node.to_string();
+    let name = if id == me { format!("{} <small>(this node)</small>", esc(&id)) } else { esc(&id) };
+    let seen = n.last_seen_unix_ms.map_or_else(
+        || "unknown".to_owned(),
+        |t| format!("{} ago <small>({} UTC)</small>", super::durable::age(now_ms.saturating_sub(t) / 1000), time(t)),
+    );
+    vec![
+        name,
+        if n.alive { "up".to_owned() } else { "<strong>lapsed</strong>".to_owned() },
+        esc(n.version.as_deref().unwrap_or("unknown")),
+        seen,
+    ]
+}
+
+/// The cluster's nodes from their liveness registrations in the presence backend: id, state,
+/// version and when each last refreshed its registration (refreshed every 5 s by the page).
+async fn nodes_section(d: &Dashboard) -> String {
+    let me = d.svc.sync.node().node_id();
+    let mut s = String::from(
+        "<section id=\"nodes\" data-refresh=\"5\" aria-labelledby=\"h-nodes\"><h2 id=\"h-nodes\">Nodes</h2>",
+    );
+    match d.svc.sync.node().cluster_nodes().await {
+        Err(m) => {
+            let _ = write!(s, "<p class=\"notice error\" role=\"alert\">{}</p>", esc(&m));
+        }
+        Ok(mut nodes) => {
+            nodes.sort_by(|a, b| b.alive.cmp(&a.alive).then_with(|| a.node.cmp(&b.node)));
+            let now = crate::sync::now_ms();
+            let rows: Vec<Vec<String>> = nodes.iter().map(|n| node_row(n, &me, now)).collect();
+            s.push_str(&table(
+                "Nodes registered in the presence backend",
+                &["Node", "State", "Version", "Last seen"],
+                &rows,
+                "No node has registered yet.",
+            ));
+            s.push_str(
+                "<p><small>Each node refreshes its registration every <code>node_refresh</code>; one that stops \
+                 is lapsed after <code>node_ttl</code> and removed by the next node to notice.</small></p>",
+            );
+        }
+    }
+    s.push_str("</section>");
+    s
 }
 
 /// The project the page is about: `?project=`, else the first one.
@@ -136,7 +200,7 @@ async fn current_app(d: &Dashboard, a: &Authed, project: &str) -> (Vec<pb::App>,
 }
 
 /// A GET form choosing the project (and app, and room) a page shows.
-fn chooser(
+pub(crate) fn chooser(
     path: &str,
     projects: &[pb::Project],
     project: &str,
@@ -713,7 +777,44 @@ async fn webhooks_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) ->
             ));
         }
     }
+    body.push_str(&recent_webhooks(d));
     html::respond(StatusCode::OK, html::page("Webhooks", "Webhooks", &a.csrf, notice, &body))
+}
+
+/// The recent deliveries section: the last deliveries this node made, every kind and project.
+fn recent_webhooks(d: &Dashboard) -> String {
+    let node = d.svc.sync.node();
+    let rows: Vec<Vec<String>> = node
+        .recent_webhooks()
+        .iter()
+        .map(|w| {
+            let outcome =
+                if w.outcome == "ok" { "ok".to_owned() } else { format!("<strong>{}</strong>", esc(w.outcome)) };
+            vec![
+                time(w.at_unix_ms),
+                esc(w.kind),
+                esc(&w.host),
+                outcome,
+                w.status.map_or_else(|| "none".to_owned(), |s| s.to_string()),
+                format!("{} ms", w.latency_ms),
+            ]
+        })
+        .collect();
+    let mut s = format!(
+        "<section id=\"recent\" data-refresh=\"5\" aria-labelledby=\"h-recent\"><h2 id=\"h-recent\">Recent deliveries</h2>\
+         <p>The last deliveries node <code>{}</code> made (every project, hydration, trigger and wake), newest \
+         first, at most <code>webhook_recent_deliveries</code>; each node keeps its own. The latency runs \
+         from the first attempt to the outcome, retries included.</p>",
+        esc(&node.node_id())
+    );
+    s.push_str(&table(
+        "Recent deliveries",
+        &["Ended (UTC)", "Kind", "Host", "Outcome", "HTTP status", "Latency"],
+        &rows,
+        "No webhook deliveries from this node since it started.",
+    ));
+    s.push_str("</section>");
+    s
 }
 
 /// `POST /admin/webhooks/retry`: posts one dead letter again, now.
@@ -883,9 +984,11 @@ async fn edit_app_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) ->
         "<p><a href=\"/admin/apps?project={p}\">All apps</a> · <a href=\"/admin/rooms?project={p}&amp;app={a}\">Rooms of {s}</a></p>\
          <form method=\"post\" action=\"/admin/apps/edit\" class=\"create\">{csrf}\
          <input type=\"hidden\" name=\"project\" value=\"{pe}\"><input type=\"hidden\" name=\"app\" value=\"{s}\">{}{}{}\
-         <div class=\"field\"><label><input type=\"checkbox\" name=\"auto_provision_rooms\" value=\"1\"{}> Rooms created on first use</label></div>\
+         <div class=\"field\"><label><input type=\"checkbox\" name=\"auto_provision_rooms\" value=\"1\"{}> Rooms created on first use</label></div>{}{}\
          <button type=\"submit\">Save app</button></form>\
-         <p>Topics: {}. Headers and timeouts of the webhooks are kept when their URL changes (set them with the API).</p>",
+         <p>A topic removed from the list ends its subscriptions; a topic kept keeps its own webhooks and history. \
+         Headers and timeouts of the webhooks are kept when their URL changes (set them with the API).</p>\
+         <h2>Each topic's webhooks and history</h2><ul class=\"topics\">{}</ul>",
         field("name", "Name", &value("name", &x.name), true, "display name"),
         field(
             "hydration_webhook",
@@ -902,7 +1005,43 @@ async fn edit_app_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) ->
             "called on publish; empty: none"
         ),
         if auto { " checked" } else { "" },
-        esc(&x.topics.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ")),
+        field(
+            "topics",
+            "Topics",
+            &value("topics", &x.topics.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ")),
+            false,
+            "comma-separated"
+        ),
+        field(
+            "logged",
+            "Logged topics",
+            &value(
+                "logged",
+                &x.topics.iter().filter(|t| t.logged).map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ")
+            ),
+            false,
+            "comma-separated: kept for replay and durable delivery"
+        ),
+        x.topics
+            .iter()
+            .map(|t| {
+                let mut what = Vec::new();
+                if t.history.is_some() {
+                    what.push("history");
+                }
+                if t.webhooks.as_ref().is_some_and(|w| w.on_subscribe.is_some() || w.on_publish.is_some()) {
+                    what.push("own webhooks");
+                }
+                format!(
+                    "<li><a href=\"/admin/apps/topic?project={}&amp;app={}&amp;topic={}\">{}</a>{}</li>",
+                    q(&project),
+                    q(&x.slug),
+                    q(&t.name),
+                    esc(&t.name),
+                    if what.is_empty() { String::new() } else { format!(" ({})", what.join(", ")) }
+                )
+            })
+            .collect::<String>(),
         p = q(&project),
         a = q(&x.slug),
         s = esc(&x.slug),
@@ -920,6 +1059,165 @@ fn webhook_update(current: &Option<pb::WebhookTarget>, url: &str) -> Option<pb::
     (now.url != url).then(|| pb::WebhookTarget { url: url.to_owned(), ..now })
 }
 
+/// `GET /admin/apps/topic?project=&app=&topic=`: one topic's own webhooks (over the app's) and
+/// history.
+pub(crate) async fn edit_topic(d: &Dashboard, a: Authed) -> Response {
+    edit_topic_page(d, &a, done(&a)).await
+}
+
+async fn edit_topic_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> Response {
+    let (project, slug, name) =
+        (param(a, "project").to_owned(), param(a, "app").to_owned(), param(a, "topic").to_owned());
+    let x = match apps::get(&d.svc, pb::GetAppRequest { project_id: project.clone(), app: slug.clone() }).await {
+        Ok(x) => x,
+        Err(s) => return error_page(a, "Edit topic", "Apps", &s),
+    };
+    let Some(t) = x.topics.iter().find(|t| t.name == name) else {
+        let s = Status::not_found(format!("topic {name:?} not found in app {}", x.slug));
+        return error_page(a, "Edit topic", "Apps", &s);
+    };
+    let posted = a.form.has("history_size");
+    let value = |k: &str, current: String| if posted { a.form.get(k).to_owned() } else { current };
+    let hook = |f: fn(&pb::TopicWebhooks) -> &Option<pb::WebhookTarget>| {
+        t.webhooks.as_ref().and_then(|w| f(w).as_ref()).map(|w| w.url.clone()).unwrap_or_default()
+    };
+    let (size, ttl) = t
+        .history
+        .as_ref()
+        .map_or((String::new(), String::new()), |h| (h.size.to_string(), (h.ttl_ms / 1000).to_string()));
+    let mut body = String::new();
+    let _ = write!(
+        body,
+        "<p><a href=\"/admin/apps/edit?project={p}&amp;app={ap}\">Edit app {s}</a></p>\
+         <form method=\"post\" action=\"/admin/apps/topic\" class=\"create\">{}\
+         <input type=\"hidden\" name=\"project\" value=\"{pe}\"><input type=\"hidden\" name=\"app\" value=\"{s}\">\
+         <input type=\"hidden\" name=\"topic\" value=\"{}\">{}{}{}{}\
+         <button type=\"submit\">Save topic</button></form>\
+         <p>A topic's own webhook wins over the app's (empty: the app's, if any). History keeps each room's last \
+         messages for recovery on reconnect (both empty: none; the node's <code>history_max_size</code> caps the size).</p>",
+        csrf_input(&a.csrf),
+        esc(&t.name),
+        field(
+            "on_subscribe",
+            "Hydration webhook URL (onSubscribe)",
+            &value("on_subscribe", hook(|w| &w.on_subscribe)),
+            false,
+            "empty: the app's"
+        ),
+        field(
+            "on_publish",
+            "Trigger webhook URL (onPublish)",
+            &value("on_publish", hook(|w| &w.on_publish)),
+            false,
+            "empty: the app's"
+        ),
+        field(
+            "history_size",
+            "History size",
+            &value("history_size", size),
+            false,
+            "messages kept per room; empty: no history"
+        ),
+        field(
+            "history_ttl",
+            "History TTL (seconds)",
+            &value("history_ttl", ttl),
+            false,
+            "how long each message is kept"
+        ),
+        p = q(&project),
+        ap = q(&x.slug),
+        s = esc(&x.slug),
+        pe = esc(&project),
+    );
+    let title = format!("Edit topic {}/{}", x.slug, t.name);
+    html::respond(StatusCode::OK, html::page(&title, "Apps", &a.csrf, notice, &body))
+}
+
+/// `POST /admin/apps/topic`: one topic's own webhook URLs and history, through the app update
+/// (the same validation as the APIs).
+pub(crate) async fn update_topic(d: &Dashboard, a: Authed) -> Response {
+    let (project, slug, name) =
+        (a.form.get("project").to_owned(), a.form.get("app").to_owned(), a.form.get("topic").to_owned());
+    let x = match apps::get(&d.svc, pb::GetAppRequest { project_id: project.clone(), app: slug.clone() }).await {
+        Ok(x) => x,
+        Err(s) => return error_page(&a, "Edit topic", "Apps", &s),
+    };
+    let history = match (a.form.get("history_size"), a.form.get("history_ttl")) {
+        ("", "") => None,
+        (size, ttl) => match (size.parse::<u32>(), ttl.parse::<u64>()) {
+            (Ok(size), Ok(ttl)) => Some(pb::TopicHistory { size, ttl_ms: ttl.saturating_mul(1000) }),
+            _ => {
+                return topic_refused(
+                    d,
+                    &a,
+                    Status::invalid_argument(
+                        "history size and TTL are whole numbers (messages, seconds), both or neither",
+                    ),
+                )
+                .await;
+            }
+        },
+    };
+    let mut topics = x.topics.clone();
+    let Some(t) = topics.iter_mut().find(|t| t.name == name) else {
+        return topic_refused(d, &a, Status::not_found(format!("topic {name:?} not found in app {}", x.slug))).await;
+    };
+    // A changed URL keeps the entry's headers and timeout; an empty one removes the entry.
+    let target = |current: Option<&pb::WebhookTarget>, url: &str| -> Option<pb::WebhookTarget> {
+        (!url.is_empty()).then(|| pb::WebhookTarget { url: url.to_owned(), ..current.cloned().unwrap_or_default() })
+    };
+    let now = t.webhooks.clone().unwrap_or_default();
+    let hooks = pb::TopicWebhooks {
+        on_subscribe: target(now.on_subscribe.as_ref(), a.form.get("on_subscribe")),
+        on_publish: target(now.on_publish.as_ref(), a.form.get("on_publish")),
+    };
+    t.webhooks = (hooks.on_subscribe.is_some() || hooks.on_publish.is_some()).then_some(hooks);
+    t.history = history;
+    let r = pb::UpdateAppRequest {
+        project_id: project.clone(),
+        app: slug.clone(),
+        topics: Some(pb::TopicList { topics }),
+        ..Default::default()
+    };
+    match apps::update(&d.svc, r).await {
+        Ok(x) => done_redirect(
+            &format!("/admin/apps/topic?project={}&app={}&topic={}", q(&project), q(&x.slug), q(&name)),
+            &format!("Topic {name} saved."),
+        ),
+        Err(s) => topic_refused(d, &a, s).await,
+    }
+}
+
+/// The topic page again with `s`'s message and status.
+async fn topic_refused(d: &Dashboard, a: &Authed, s: Status) -> Response {
+    let mut r = edit_topic_page(d, a, Some(Notice::Error(s.message()))).await;
+    *r.status_mut() = status_of(&s);
+    r
+}
+
+/// The new topic list from the topics and logged fields, `None` when it is unchanged. A topic
+/// kept keeps its own webhooks and history; a logged topic not in the topics field is added.
+fn topics_update(current: &[pb::Topic], topics: &str, logged: &str) -> Option<pb::TopicList> {
+    let logged = names(logged);
+    let mut list: Vec<String> = names(topics);
+    for l in &logged {
+        if !list.contains(l) {
+            list.push(l.clone());
+        }
+    }
+    let new: Vec<pb::Topic> = list
+        .into_iter()
+        .map(|name| {
+            let mut t = current.iter().find(|t| t.name == name).cloned().unwrap_or_default();
+            t.logged = logged.contains(&name);
+            t.name = name;
+            t
+        })
+        .collect();
+    (new != current).then_some(pb::TopicList { topics: new })
+}
+
 /// `POST /admin/apps/edit`.
 pub(crate) async fn update_app(d: &Dashboard, a: Authed) -> Response {
     let (project, slug) = (a.form.get("project").to_owned(), a.form.get("app").to_owned());
@@ -934,6 +1232,11 @@ pub(crate) async fn update_app(d: &Dashboard, a: Authed) -> Response {
         auto_provision_rooms: Some(!a.form.get("auto_provision_rooms").is_empty()),
         hydration_webhook: webhook_update(&x.hydration_webhook, a.form.get("hydration_webhook")),
         trigger_webhook: webhook_update(&x.trigger_webhook, a.form.get("trigger_webhook")),
+        topics: a
+            .form
+            .has("topics")
+            .then(|| topics_update(&x.topics, a.form.get("topics"), a.form.get("logged")))
+            .flatten(),
         ..Default::default()
     };
     match apps::update(&d.svc, r).await {
@@ -1024,7 +1327,12 @@ async fn lobbies_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> 
             let mut who: Vec<String> = l.allowed_actors.clone();
             who.extend(l.allowed_actor_types.iter().map(|t| format!("type {t}")));
             vec![
-                esc(&l.slug),
+                format!(
+                    "{s} (<a href=\"/admin/lobbies/edit?project={p}&amp;lobby={l}\" aria-label=\"Edit the rooms of lobby {s}\">edit</a>)",
+                    s = esc(&l.slug),
+                    p = q(&project),
+                    l = q(&l.slug)
+                ),
                 esc(app),
                 esc(&l.rooms.join(", ")),
                 if who.is_empty() { "every actor".into() } else { esc(&who.join(", ")) },
@@ -1087,6 +1395,55 @@ pub(crate) async fn create_lobby(d: &Dashboard, a: Authed) -> Response {
     }
 }
 
+/// `GET /admin/lobbies/edit?project=&lobby=`: the rooms a lobby covers.
+pub(crate) async fn edit_lobby(d: &Dashboard, a: Authed) -> Response {
+    edit_lobby_page(d, &a, done(&a)).await
+}
+
+async fn edit_lobby_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> Response {
+    let (project, slug) = (param(a, "project").to_owned(), param(a, "lobby").to_owned());
+    let l = match lobbies::get(&d.svc, pb::GetLobbyRequest { project_id: project.clone(), slug: slug.clone() }).await {
+        Ok(l) => l,
+        Err(s) => return error_page(a, "Edit lobby", "Lobbies", &s),
+    };
+    // After a refused change the form shows what was sent, so it can be corrected.
+    let rooms = if a.form.has("rooms") { a.form.get("rooms").to_owned() } else { l.rooms.join(", ") };
+    let mut body = String::new();
+    let _ = write!(
+        body,
+        "<p><a href=\"/admin/lobbies?project={p}\">All lobbies</a></p>\
+         <form method=\"post\" action=\"/admin/lobbies/edit\" class=\"create\">{}\
+         <input type=\"hidden\" name=\"project\" value=\"{pe}\"><input type=\"hidden\" name=\"lobby\" value=\"{}\">{}\
+         <button type=\"submit\">Save rooms</button></form>\
+         <p>Who may join is kept (set it with the API); clients subscribed to the lobby follow the new rooms.</p>",
+        csrf_input(&a.csrf),
+        esc(&l.slug),
+        field("rooms", "Rooms", &rooms, false, "comma-separated room slugs of the lobby's app"),
+        p = q(&project),
+        pe = esc(&project),
+    );
+    let title = format!("Edit lobby {}", l.slug);
+    html::respond(StatusCode::OK, html::page(&title, "Lobbies", &a.csrf, notice, &body))
+}
+
+/// `POST /admin/lobbies/edit`: replaces the lobby's rooms.
+pub(crate) async fn update_lobby(d: &Dashboard, a: Authed) -> Response {
+    let (project, slug) = (a.form.get("project").to_owned(), a.form.get("lobby").to_owned());
+    let r =
+        pb::SetLobbyRoomsRequest { project_id: project.clone(), slug: slug.clone(), rooms: names(a.form.get("rooms")) };
+    match lobbies::set_rooms(&d.svc, r).await {
+        Ok(l) => done_redirect(
+            &format!("/admin/lobbies?project={}", q(&project)),
+            &format!("Lobby {} saved: {} rooms.", l.slug, l.rooms.len()),
+        ),
+        Err(s) => {
+            let mut r = edit_lobby_page(d, &a, Some(Notice::Error(s.message()))).await;
+            *r.status_mut() = status_of(&s);
+            r
+        }
+    }
+}
+
 /// `POST /admin/lobbies/delete`.
 pub(crate) async fn delete_lobby(d: &Dashboard, a: Authed) -> Response {
     let (project, lobby) = (a.form.get("project").to_owned(), a.form.get("lobby").to_owned());
@@ -1113,7 +1470,17 @@ async fn scopes_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> R
             vec![
                 esc(&x.slug),
                 esc(&x.name),
-                if x.active { "active".into() } else { "deactivated".into() },
+                format!(
+                    "{} {}",
+                    if x.active { "active" } else { "<strong>deactivated</strong>" },
+                    button_form(
+                        "/admin/scopes/state",
+                        &a.csrf,
+                        &[("project", &project), ("scope", &x.slug), ("active", if x.active { "0" } else { "1" })],
+                        &format!("{} {}", if x.active { "Deactivate" } else { "Activate" }, x.slug),
+                        false,
+                    )
+                ),
                 x.actor_count.to_string(),
                 time(x.created_at_ms),
                 button_form(
@@ -1162,11 +1529,52 @@ pub(crate) async fn create_scope(d: &Dashboard, a: Authed) -> Response {
     }
 }
 
+/// `POST /admin/scopes/state`: deactivates (its actors' connections close 4001
+/// `scope_inactive`) or reactivates a scope.
+pub(crate) async fn set_scope_state(d: &Dashboard, a: Authed) -> Response {
+    let (project, scope) = (a.form.get("project").to_owned(), a.form.get("scope").to_owned());
+    let r = pb::UpdateScopeRequest {
+        project_id: project.clone(),
+        scope: scope.clone(),
+        active: Some(a.form.get("active") == "1"),
+        ..Default::default()
+    };
+    match scopes::update(&d.svc, r).await {
+        Ok(x) => {
+            let what = if x.active { "activated" } else { "deactivated: its actors' connections were closed" };
+            done_redirect(&format!("/admin/scopes?project={}", q(&project)), &format!("Scope {} {what}.", x.slug))
+        }
+        Err(s) => refused(d, a, "/admin/scopes", &s).await,
+    }
+}
+
 /// `POST /admin/scopes/delete`.
 pub(crate) async fn delete_scope(d: &Dashboard, a: Authed) -> Response {
     let (project, scope) = (a.form.get("project").to_owned(), a.form.get("scope").to_owned());
     match scopes::delete(&d.svc, pb::ScopeRef { project_id: project.clone(), scope: scope.clone() }).await {
         Ok(_) => done_redirect(&format!("/admin/scopes?project={}", q(&project)), &format!("Scope {scope} deleted.")),
         Err(s) => refused(d, a, "/admin/scopes", &s).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::node_row;
+    use skua_core::{NodeId, NodeSeen};
+
+    #[test]
+    fn node_rows_mark_this_node_and_lapsed_ones() {
+        let seen = |id: &str, alive: bool, at: Option<u64>| NodeSeen {
+            node: NodeId::parse(id).unwrap(),
+            alive,
+            last_seen_unix_ms: at,
+            version: at.map(|_| "1.2.3".to_owned()),
+        };
+        let now = 1_700_000_100_000;
+        let me = node_row(&seen("n1", true, Some(now - 2_500)), "n1", now);
+        assert_eq!(me[..3], ["n1 <small>(this node)</small>", "up", "1.2.3"]);
+        assert_eq!(me[3], "2s ago <small>(2023-11-14 22:14:57 UTC)</small>");
+        let gone = node_row(&seen("n2", false, None), "n1", now);
+        assert_eq!(gone, ["n2", "<strong>lapsed</strong>", "unknown", "unknown"]);
     }
 }

@@ -64,7 +64,7 @@ pub(crate) async fn create(svc: &ControlService, r: pb::CreateLobbyRequest) -> R
     Ok(convert::lobby(&l))
 }
 
-pub(super) async fn get(svc: &ControlService, r: pb::GetLobbyRequest) -> Result<pb::Lobby, Status> {
+pub(crate) async fn get(svc: &ControlService, r: pb::GetLobbyRequest) -> Result<pb::Lobby, Status> {
     validate::slug("slug", &r.slug)?;
     let snap = svc.read().await;
     let p = project(&snap.data, &r.project_id)?;
@@ -78,7 +78,7 @@ pub(crate) async fn list(svc: &ControlService, r: pb::ListLobbiesRequest) -> Res
     Ok(pb::ListLobbiesResponse { lobbies })
 }
 
-pub(super) async fn set_rooms(svc: &ControlService, r: pb::SetLobbyRoomsRequest) -> Result<pb::Lobby, Status> {
+pub(crate) async fn set_rooms(svc: &ControlService, r: pb::SetLobbyRoomsRequest) -> Result<pb::Lobby, Status> {
     validate::slug("slug", &r.slug)?;
     let l = svc
         .mutate(|d| {

@@ -714,6 +714,7 @@ impl ControlPlane {
                 live_idle: nonzero_duration(key!(s, dashboard_live_idle))?,
                 sample_interval: nonzero_duration(key!(s, dashboard_sample_interval))?,
                 history: positive(key!(s, dashboard_history))?,
+                page_size: positive(key!(s, dashboard_page_size))?,
             },
         })
     }
@@ -780,6 +781,7 @@ impl Webhooks {
                     attempts,
                     nonzero_duration(key!(s, webhook_trigger_first_retry))?,
                 ),
+                recent_deliveries: required(key!(s, webhook_recent_deliveries))?,
             },
         })
     }

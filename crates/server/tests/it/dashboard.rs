@@ -102,7 +102,11 @@ impl Browser {
     }
 }
 
-const PAGES: [&str; 17] = [
+const PAGES: [&str; 21] = [
+    "/admin/apps/topic?project=demo-project&app=demo&topic=feed",
+    "/admin/lobbies/edit?project=demo-project&lobby=hall",
+    "/admin/durable",
+    "/admin/durable?project=demo-project&after=g%2Fdemo-project%2F",
     "/admin/lobbies",
     "/admin/scopes",
     "/admin/apps/edit?project=demo-project&app=demo",
@@ -122,7 +126,10 @@ const PAGES: [&str; 17] = [
     "/admin/apps?project=demo-project",
 ];
 
-const FORMS: [&str; 23] = [
+const FORMS: [&str; 26] = [
+    "/admin/apps/topic",
+    "/admin/lobbies/edit",
+    "/admin/scopes/state",
     "/admin/lobbies",
     "/admin/lobbies/delete",
     "/admin/scopes",
@@ -331,10 +338,11 @@ async fn lobbies_and_access_scopes_are_listed_created_and_deleted_through_the_fo
     let page = b.get(r.header("location").unwrap()).await;
     assert!(page.body.contains("Lobby hall created."), "{}", page.body);
     assert!(
-        page.body.contains("<td>hall</td><td>demo</td><td>general, random</td><td>type user</td>"),
+        page.body.contains("edit</a>)</td><td>demo</td><td>general, random</td><td>type user</td>"),
         "{}",
         page.body
     );
+    assert!(page.body.contains("<td>hall (<a href=\"/admin/lobbies/edit?project=demo-project&amp;lobby=hall\""));
     // The service's checks and messages.
     let r = b.post("/admin/lobbies", "project=demo-project&app=demo&lobby=bad+slug").await;
     assert_eq!(r.status, 400, "{r:?}");
@@ -347,7 +355,7 @@ async fn lobbies_and_access_scopes_are_listed_created_and_deleted_through_the_fo
     let r = b.post("/admin/lobbies/delete", "project=demo-project&lobby=hall").await;
     assert_eq!(r.status, 303, "{r:?}");
     let page = b.get(r.header("location").unwrap()).await;
-    assert!(page.body.contains("Lobby hall deleted.") && !page.body.contains("<td>hall</td>"), "{}", page.body);
+    assert!(page.body.contains("Lobby hall deleted.") && !page.body.contains("<td>hall ("), "{}", page.body);
     let r = b.post("/admin/lobbies/delete", "project=demo-project&lobby=hall").await;
     assert_eq!(r.status, 404, "{r:?}");
 
@@ -355,7 +363,8 @@ async fn lobbies_and_access_scopes_are_listed_created_and_deleted_through_the_fo
     assert_eq!(r.status, 303, "{r:?}");
     let page = b.get(r.header("location").unwrap()).await;
     assert!(page.body.contains("Scope acme created."), "{}", page.body);
-    assert!(page.body.contains("<td>acme</td><td>Acme Inc</td><td>active</td><td>0</td>"), "{}", page.body);
+    assert!(page.body.contains("<td>acme</td><td>Acme Inc</td><td>active <form"), "{}", page.body);
+    assert!(page.body.contains("Deactivate acme</button></form></td><td>0</td>"), "{}", page.body);
     let r = b.post("/admin/scopes", "project=demo-project&scope=acme").await;
     assert_eq!(r.status, 409, "{r:?}");
     assert!(r.body.contains("already exists"), "{}", r.body);
@@ -513,6 +522,20 @@ async fn a_failed_webhook_shows_in_the_dead_letters_and_the_retry_button_deliver
     assert!(page.body.contains(&format!("Delivery {id} delivered.")), "{}", page.body);
     assert!(page.body.contains("No dead letters"), "{}", page.body);
     assert_eq!(receiver.requests().len(), 3, "the first attempt and two retries");
+
+    // The node's recent deliveries, newest first: the retry that worked, then both failures,
+    // each with the target's host only (never its path).
+    let at = page.body.find("<section id=\"recent\" data-refresh=\"5\"").expect("the recent deliveries");
+    let recent = &page.body[at..];
+    let host = receiver.url("/t").trim_start_matches("http://").trim_end_matches("/t").to_owned();
+    let rows: Vec<&str> = recent.split("<tr>").skip(2).collect();
+    assert_eq!(rows.len(), 3, "{recent}");
+    assert!(rows[0].contains(&format!("<td>trigger</td><td>{host}</td><td>ok</td><td>200</td>")), "{}", rows[0]);
+    for r in &rows[1..] {
+        let failed = format!("<td>trigger</td><td>{host}</td><td><strong>status</strong></td><td>500</td>");
+        assert!(r.contains(&failed) && r.contains(" ms</td>"), "{r}");
+    }
+    assert!(!recent.contains(&receiver.url("/t")), "no URL, only its host: {recent}");
 }
 
 /// `s` as the pages write it (HTML-escaped).
@@ -540,4 +563,277 @@ async fn an_api_key_made_on_the_page_works_over_rest_until_revoked_there() {
     assert_eq!(rest(key.clone()).await, 401, "revoked");
     let r = b.post("/admin/api-keys/delete", &format!("project=demo-project&key={key_id}")).await;
     assert_eq!(r.status, 404, "already revoked: {r:?}");
+}
+
+/// The cells of the durable page's row of group `group`.
+fn group_row(body: &str, group: &str) -> Option<Vec<String>> {
+    let cell = format!("<td>{group}</td>");
+    body.split("<tr>")
+        .find(|r| r.contains(&cell))
+        .map(|r| r.split("<td>").skip(1).map(|c| c.split("</td>").next().unwrap_or_default().to_owned()).collect())
+}
+
+/// The row of `group` on the durable page `path` once `want` holds for it (acks and a closed
+/// member's release land in the store shortly after the frames that cause them).
+async fn durable_row(b: &Browser, path: &str, group: &str, want: impl Fn(&[String]) -> bool) -> Vec<String> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = b.get(path).await;
+        assert_eq!(r.status, 200, "{r:?}");
+        if let Some(row) = group_row(&r.body, group)
+            && want(&row)
+        {
+            return row;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "group {group} never got there: {}", r.body);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The `rel="next"` link of a page, unescaped.
+fn next_link(body: &str) -> Option<String> {
+    let at = body.find("rel=\"next\"")?;
+    let start = body[..at].rfind("href=\"")? + 6;
+    let end = start + body[start..].find('"')?;
+    Some(body[start..end].replace("&amp;", "&"))
+}
+
+#[tokio::test]
+async fn the_durable_page_shows_each_groups_backlog_oldest_message_and_local_members() {
+    const TASKS: &str = "demo/general/tasks";
+    let s = TestServer::builder().settings(|c| c.dashboard_page_size = Some(1)).spawn().await;
+    let b = Browser::sign_in(s.addr).await;
+    let empty = b.get("/admin/durable?project=demo-project").await;
+    assert_eq!(empty.status, 200, "{empty:?}");
+    assert!(empty.body.contains("No durable groups in this project."), "{}", empty.body);
+    assert!(empty.body.contains(&s.state.node.to_string()), "the page names the node whose members it shows");
+
+    // agent-1 (an agent: with a clientId its session is persistent) joins group "workers".
+    let mut w1 = s.connect().await;
+    w1.auth_session("dev-token-agent", Some("w1"), false).await;
+    w1.send(frame! {"type" => "subscribe", "topic" => TASKS, "loadBalance" => true, "loadBalanceGroup" => "workers"})
+        .await;
+    w1.expect("subscribed").await;
+    let mut alice = s.auth("dev-token-alice").await;
+    alice.publish_acked(TASKS, rmpv::Value::from(1)).await;
+    alice.publish_acked(TASKS, rmpv::Value::from(2)).await;
+    let m1 = w1.expect("message").await;
+    w1.expect("message").await;
+
+    let path = "/admin/durable?project=demo-project";
+    let row = durable_row(&b, path, "workers", |r| r[2] == "<b>2</b>").await;
+    assert!(row[0].contains(">demo/general/tasks</a>"), "the topic, linked to its live view: {row:?}");
+    assert!(row[0].contains("/admin/live?project=demo-project&amp;topic=demo%2Fgeneral%2Ftasks"), "{row:?}");
+    assert_eq!(row[3], "2", "both delivered, neither acked: in flight");
+    assert!(row[4].contains("UTC)") && row[4].ends_with("</small>"), "the oldest unacked message's age: {row:?}");
+    assert_eq!(row[5], "agent-1 (w1)", "the member connected here, with its clientId");
+
+    // An ack ends one; the other stays in the backlog.
+    w1.send(frame! {"type" => "ack", "msgId" => m1.str("msgId")}).await;
+    let row = durable_row(&b, path, "workers", |r| r[2] == "<b>1</b>").await;
+    assert_eq!(row[3], "1");
+
+    // A second group on the topic: page size 1 puts it on its own page, in id order.
+    let mut w2 = s.connect().await;
+    w2.auth_session("dev-token-agent", Some("w2"), false).await;
+    w2.send(frame! {"type" => "subscribe", "topic" => TASKS, "loadBalance" => true, "loadBalanceGroup" => "auditors"})
+        .await;
+    w2.expect("subscribed").await;
+    let first = b.get(path).await;
+    let row = group_row(&first.body, "auditors").expect("auditors sorts first");
+    assert_eq!((row[2].as_str(), row[3].as_str(), row[4].as_str()), ("<b>0</b>", "0", "none"), "{row:?}");
+    assert_eq!(row[5], "agent-1 (w2)");
+    assert!(group_row(&first.body, "workers").is_none(), "one group per page");
+    let next = next_link(&first.body).expect("a next page");
+    let second = b.get(&next).await;
+    assert!(group_row(&second.body, "workers").is_some(), "{}", second.body);
+    assert!(group_row(&second.body, "auditors").is_none());
+    assert!(second.body.contains(">First page</a>"));
+
+    // The member leaves: its message is released, still pending, and nobody is here.
+    drop(w1);
+    let row = durable_row(&b, &next, "workers", |r| r[3] == "0").await;
+    assert_eq!(row[2], "<b>1</b>", "a released message stays in the backlog");
+    assert!(row[5].contains("none here"), "{row:?}");
+    let bad = b.get("/admin/durable?project=not%20a%20slug").await;
+    assert_eq!(bad.status, 400, "{bad:?}");
+    drop(w2);
+}
+
+#[tokio::test]
+async fn the_overview_lists_the_clusters_nodes_and_this_nodes_queues() {
+    let s = TestServer::start().await;
+    let now = skua_testkit::server::now_s();
+    // Another node's registration in the (shared) presence backend. (A lapsed one would be
+    // reaped by this node's liveness loop at any moment: its row is unit-tested in pages.rs.)
+    let other = skua_core::NodeId::parse("other-node").unwrap();
+    s.state.presence.refresh_node(&other, now - 3, 60).await.unwrap();
+    let b = Browser::sign_in(s.addr).await;
+    let me = s.state.node.to_string();
+    // This node registers itself as its liveness loop starts.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let page = loop {
+        let page = b.get("/admin").await;
+        assert_eq!(page.status, 200, "{page:?}");
+        if page.body.contains(&format!("<td>{me} <small>(this node)</small></td>")) {
+            break page;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "this node never listed: {}", page.body);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let row = |id: &str| {
+        let at = page.body.find(&format!("<td>{id}")).unwrap_or_else(|| panic!("no row of {id}: {}", page.body));
+        let end = at + page.body[at..].find("</tr>").unwrap();
+        page.body[at..end].to_owned()
+    };
+    let version = env!("CARGO_PKG_VERSION");
+    let mine = row(&me);
+    assert!(mine.contains("<td>up</td>") && mine.contains(&format!("<td>{version}</td>")), "{mine}");
+    let o = row("other-node");
+    assert!(o.contains("<td>up</td>") && o.contains(&format!("<td>{version}</td>")), "{o}");
+    assert!(o.contains("s ago <small>("), "when it last refreshed: {o}");
+    assert!(page.body.contains("<section id=\"nodes\" data-refresh=\"5\""), "the table refreshes itself");
+
+    // The queue gauges, on the page and in the JSON its script refreshes them from.
+    for label in ["Outbound frames queued", "Outbound bytes queued", "Bus deliveries waiting", "Triggers queued"] {
+        assert!(page.body.contains(label), "{label}: {}", page.body);
+    }
+    let v: serde_json::Value = serde_json::from_str(&b.get("/admin/stats").await.body).unwrap();
+    for k in ["outbound_frames", "outbound_bytes", "bus_queued"] {
+        assert!(v[k].is_u64(), "{k}: {v}");
+    }
+    assert!(v["triggers_queued"].is_string(), "{v}");
+}
+
+#[tokio::test]
+async fn topics_lobby_rooms_and_scope_state_are_edited_through_the_forms() {
+    let s = TestServer::start().await;
+    let b = Browser::sign_in(s.addr).await;
+    let demo = skua_core::ProjectId::parse("demo-project").unwrap();
+    let topics = |s: &TestServer| -> Vec<(String, bool, bool)> {
+        let reg = s.registry.load();
+        let app = reg.project(&demo).unwrap().apps.iter().find(|a| a.slug == "demo").unwrap().clone();
+        app.topics.iter().map(|(name, t)| (name.clone(), t.logged, t.history.is_some())).collect()
+    };
+
+    // The app's topic list: the edit form shows it; a topic added, one removed, one made logged;
+    // a kept topic keeps its history.
+    let page = b.get("/admin/apps/edit?project=demo-project&app=demo").await;
+    assert!(page.body.contains("value=\"messages, status, events, results, tasks, feed\""), "{}", page.body);
+    assert!(page.body.contains(
+        "<label for=\"f-logged\">Logged topics</label><input id=\"f-logged\" name=\"logged\" value=\"tasks\""
+    ));
+    let form =
+        "project=demo-project&app=demo&name=Demo&topics=messages%2C+tasks%2C+feed%2C+orders&logged=tasks%2C+orders";
+    let r = b.post("/admin/apps/edit", form).await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let want = [("feed", false, true), ("messages", false, false), ("orders", true, false), ("tasks", true, false)];
+    assert_eq!(topics(&s), want.map(|(n, l, h)| (n.to_owned(), l, h)));
+    // The API's validation, the typed value kept.
+    let r = b.post("/admin/apps/edit", "project=demo-project&app=demo&name=Demo&topics=bad+topic%21&logged=").await;
+    assert_eq!(r.status, 400, "{r:?}");
+    assert!(r.body.contains("role=\"alert\"") && r.body.contains("bad"), "{}", r.body);
+    assert!(r.body.contains("value=\"bad topic!\""), "the typed value is kept: {}", r.body);
+    assert_eq!(topics(&s).len(), 4, "nothing changed");
+
+    // One topic's own webhooks and history: the feed's history is shown, messages gets a trigger
+    // of its own (which a publish then reaches) and a history.
+    use skua_testkit::webhook::{Mode, WebhookReceiver};
+    let page = b.get("/admin/apps/edit?project=demo-project&app=demo").await;
+    assert!(page.body.contains("&amp;topic=feed\">feed</a> (history)</li>"), "{}", page.body);
+    let page = b.get("/admin/apps/topic?project=demo-project&app=demo&topic=feed").await;
+    assert_eq!(page.status, 200, "{page:?}");
+    assert!(
+        page.body.contains("name=\"history_size\" value=\"1000\"")
+            && page.body.contains("name=\"history_ttl\" value=\"600\"")
+    );
+    let receiver = WebhookReceiver::start(Mode::Ok(serde_json::json!({}))).await;
+    let form = format!(
+        "project=demo-project&app=demo&topic=messages&on_subscribe=&on_publish={}&history_size=50&history_ttl=60",
+        q(&receiver.url("/own"))
+    );
+    let r = b.post("/admin/apps/topic", &form).await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let page = b.get(r.header("location").unwrap()).await;
+    assert!(page.body.contains("Topic messages saved.") && page.body.contains(&receiver.url("/own")), "{}", page.body);
+    let history = |s: &TestServer| {
+        let reg = s.registry.load();
+        let app = reg.project(&demo).unwrap().apps.iter().find(|a| a.slug == "demo").unwrap().clone();
+        app.topics["messages"].history.map(|h| (h.size, h.ttl_ms))
+    };
+    assert_eq!(history(&s), Some((50, 60_000)));
+    let mut alice = s.auth("dev-token-alice").await;
+    alice.publish_acked("demo/general/messages", "to the topic's hook".into()).await;
+    let got = receiver.wait_for(1).await;
+    assert_eq!(got[0].json()["topic"], "demo/general/messages", "{:?}", got[0]);
+    // The API's checks (the typed values kept), a number that is none, an unknown topic.
+    let bad = "project=demo-project&app=demo&topic=messages&on_publish=http%3A%2F%2F169.254.169.254%2Fx&history_size=50&history_ttl=60";
+    let r = b.post("/admin/apps/topic", bad).await;
+    assert_eq!(r.status, 400, "{r:?}");
+    assert!(
+        r.body.contains("link-local or cloud metadata") && r.body.contains("value=\"http://169.254.169.254/x\""),
+        "{}",
+        r.body
+    );
+    let r = b
+        .post("/admin/apps/topic", "project=demo-project&app=demo&topic=messages&history_size=many&history_ttl=60")
+        .await;
+    assert_eq!(r.status, 400, "{r:?}");
+    assert!(r.body.contains("whole numbers") && r.body.contains("value=\"many\""), "{}", r.body);
+    let r =
+        b.post("/admin/apps/topic", "project=demo-project&app=demo&topic=messages&history_size=0&history_ttl=60").await;
+    assert_eq!(r.status, 400, "the API's own limit: {r:?}");
+    assert_eq!(history(&s), Some((50, 60_000)), "nothing changed");
+    assert_eq!(b.get("/admin/apps/topic?project=demo-project&app=demo&topic=nope").await.status, 404);
+    // Both emptied: no own webhook, no history.
+    let r = b
+        .post(
+            "/admin/apps/topic",
+            "project=demo-project&app=demo&topic=messages&on_publish=&history_size=&history_ttl=",
+        )
+        .await;
+    assert_eq!(r.status, 303, "{r:?}");
+    assert_eq!(history(&s), None);
+
+    // A lobby's rooms.
+    let r = b.post("/admin/lobbies", "project=demo-project&app=demo&lobby=hall&rooms=general").await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let page = b.get("/admin/lobbies/edit?project=demo-project&lobby=hall").await;
+    assert_eq!(page.status, 200, "{page:?}");
+    assert!(
+        page.body
+            .contains("<label for=\"f-rooms\">Rooms</label><input id=\"f-rooms\" name=\"rooms\" value=\"general\"")
+    );
+    let r = b.post("/admin/lobbies/edit", "project=demo-project&lobby=hall&rooms=general%2C+random").await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let page = b.get(r.header("location").unwrap()).await;
+    assert!(
+        page.body.contains("Lobby hall saved: 2 rooms.") && page.body.contains("<td>general, random</td>"),
+        "{}",
+        page.body
+    );
+    let r = b.post("/admin/lobbies/edit", "project=demo-project&lobby=hall&rooms=general%2C+nope").await;
+    assert!(r.status == 400 || r.status == 404, "an unknown room: {r:?}");
+    assert!(r.body.contains("nope") && r.body.contains("value=\"general, nope\""), "{}", r.body);
+    let r = b.post("/admin/lobbies/edit", "project=demo-project&lobby=nope&rooms=general").await;
+    assert_eq!(r.status, 404, "{r:?}");
+    assert_eq!(b.get("/admin/lobbies/edit?project=demo-project&lobby=nope").await.status, 404);
+
+    // A scope's state: deactivated, then active again.
+    let r = b.post("/admin/scopes", "project=demo-project&scope=acme").await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let r = b.post("/admin/scopes/state", "project=demo-project&scope=acme&active=0").await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let page = b.get(r.header("location").unwrap()).await;
+    assert!(page.body.contains("Scope acme deactivated"), "{}", page.body);
+    assert!(page.body.contains("<strong>deactivated</strong>") && page.body.contains(">Activate acme</button>"));
+    let r = b.post("/admin/scopes/state", "project=demo-project&scope=acme&active=1").await;
+    let page = b.get(r.header("location").unwrap()).await;
+    assert!(
+        page.body.contains("Scope acme activated.") && page.body.contains(">Deactivate acme</button>"),
+        "{}",
+        page.body
+    );
+    let r = b.post("/admin/scopes/state", "project=demo-project&scope=nope&active=1").await;
+    assert_eq!(r.status, 404, "{r:?}");
 }

@@ -274,6 +274,15 @@ pub async fn refresh_node_is_true_only_without_a_live_registration<H: PresenceHa
     assert!(refresh(&p2, &n2, T0, TTL_S).await, "each node has its own registration");
     assert_eq!(expired(&p1, T0).await, [], "live registrations are not expired");
     assert_eq!(expired(&p2, T0).await, []);
+
+    // Contract 9: both listed through any handle, live, with their last refresh and version.
+    let seen = nodes(&p2, T0).await;
+    assert_eq!(seen.iter().map(|n| n.node.clone()).collect::<Vec<_>>(), [n1, n2]);
+    for n in &seen {
+        assert!(n.alive, "{n:?}");
+        assert_eq!(n.last_seen_unix_ms, Some(T0 * 1000), "{n:?}");
+        assert_eq!(n.version.as_deref(), Some(env!("CARGO_PKG_VERSION")), "{n:?}");
+    }
 }
 
 /// `node_last_seen` is the `now_unix_s` of the node's last refresh (in ms), through any handle,
@@ -304,6 +313,12 @@ pub async fn lapsed_registration_is_listed_and_refresh_is_true_again<H: Presence
     let t1 = h.wait_past(T0, TTL_S).await;
     assert_eq!(expired(&observer, t1).await, [node("n1")], "n1 lapsed, n2 did not");
     assert_eq!(expired(&observer, t1).await, [node("n1")], "listing does not forget the node");
+    let seen = nodes(&observer, t1).await;
+    assert_eq!(
+        seen.iter().map(|n| (n.node.clone(), n.alive)).collect::<Vec<_>>(),
+        [(n1.clone(), false), (n2.clone(), true)]
+    );
+    assert_eq!(seen[1].last_seen_unix_ms, Some(T0 * 1000), "n2's last refresh");
     assert!(refresh(&p, &n1, t1, LONG_TTL_S).await, "a lapsed registration counts as none");
     assert_eq!(expired(&observer, t1).await, [], "refreshed again: no longer expired");
     assert!(!refresh(&p, &n2, t1, LONG_TTL_S).await, "n2's registration is still live");
@@ -396,6 +411,13 @@ async fn last_seen(p: &Arc<dyn Presence>, n: &NodeId) -> Option<u64> {
     within(format_args!("node_last_seen of {n}"), p.node_last_seen(n))
         .await
         .unwrap_or_else(|e| panic!("node_last_seen of {n}: {e}"))
+}
+
+/// Every registered node, sorted by id.
+async fn nodes(p: &Arc<dyn Presence>, now: u64) -> Vec<skua_core::NodeSeen> {
+    let mut seen = within("nodes", p.nodes(now)).await.unwrap_or_else(|e| panic!("nodes: {e}"));
+    seen.sort_by(|a, b| a.node.cmp(&b.node));
+    seen
 }
 
 /// The expired nodes, sorted.

@@ -92,6 +92,7 @@ macro_rules! store_conformance {
             log_concurrent_pages_hand_each_message_once,
             log_drop_consumer_forgets_its_pending,
             log_an_actor_s_own_messages_are_not_kept_for_it,
+            log_list_consumers_pages_by_prefix_with_backlogs,
             trigger_outbox_is_written_with_its_message,
             trigger_claims_hand_each_trigger_once,
             trigger_renew_only_while_owned,
@@ -736,6 +737,50 @@ pub async fn log_claim_page_pages_in_seq_order_with_every_field<H: StoreHarness>
     append(&s, TOPIC, "m6", None).await;
     let bounded = s.claim_page("c", me, seqs[4], 10).await.unwrap();
     assert!(bounded.is_empty(), "m6 is past up_to");
+}
+
+/// `list_consumers` pages the consumers of one id prefix in id order, each with its pending and
+/// held counts and the timestamp of its oldest pending message.
+pub async fn log_list_consumers_pages_by_prefix_with_backlogs<H: StoreHarness>(h: H) {
+    let s = h.open().await;
+    for id in ["g/p/app/room/jobs/w2", "g/p/app/room/jobs/w1", "g/p/app/room/jobs/w3", "s/p/app/room/jobs/alice/"] {
+        open_consumer(&s, &consumer(id, TOPIC, &[])).await;
+    }
+    open_consumer(&s, &consumer("g/q/app/room/jobs/w1", "q/app/room/jobs", &[])).await;
+    open_consumer(&s, &consumer("g/pp/app/room/jobs/w1", "pp/app/room/jobs", &[])).await;
+    append(&s, TOPIC, "m1", None).await;
+    append(&s, TOPIC, "m2", None).await;
+    append_at(&s, TOPIC, "m3", None, T0 + 5).await;
+    assert_eq!(
+        s.claim("g/p/app/room/jobs/w1", "m1", holder("s", "n", 1)).await.unwrap(),
+        Claim::Claimed { redelivered: false }
+    );
+    assert!(s.ack("g/p/app/room/jobs/w2", "m1").await.unwrap());
+    for m in ["m1", "m2", "m3"] {
+        assert!(s.ack("g/p/app/room/jobs/w3", m).await.unwrap());
+    }
+
+    let first = s.list_consumers("g/p/", "", 2).await.expect("list_consumers");
+    let ids: Vec<&str> = first.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(ids, ["g/p/app/room/jobs/w1", "g/p/app/room/jobs/w2"], "id order, at most the limit");
+    let (w1, w2) = (&first[0], &first[1]);
+    assert_eq!((w1.pending, w1.held, w1.oldest_timestamp_ms), (3, 1, Some(T0 * 1000 + 7)), "held counts as pending");
+    assert_eq!((w2.pending, w2.held, w2.oldest_timestamp_ms), (2, 0, Some(T0 * 1000 + 7)));
+    assert_eq!(w1.expires_at_unix_s, T0 + KEEP);
+
+    let rest = s.list_consumers("g/p/", &first[1].id, 2).await.expect("list_consumers");
+    assert_eq!(rest.len(), 1, "the next page: {rest:?}");
+    assert_eq!((rest[0].id.as_str(), rest[0].pending, rest[0].held), ("g/p/app/room/jobs/w3", 0, 0));
+    assert_eq!(rest[0].oldest_timestamp_ms, None, "nothing pending: no oldest message");
+    assert!(s.list_consumers("g/p/", &rest[0].id, 2).await.unwrap().is_empty(), "past the last");
+
+    let other = s.list_consumers("g/q/", "", 10).await.unwrap();
+    assert_eq!(other.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["g/q/app/room/jobs/w1"]);
+    assert_eq!(other[0].pending, 0, "another topic's messages are not pending for it");
+    let sessions = s.list_consumers("s/", "", 10).await.unwrap();
+    assert_eq!(sessions.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["s/p/app/room/jobs/alice/"]);
+    assert!(s.list_consumers("g/x/", "", 10).await.unwrap().is_empty());
+    assert!(s.list_consumers("g/p/", "", 0).await.unwrap().is_empty(), "limit 0: nothing");
 }
 
 /// `ack` ends a message's pending state for that consumer only.
