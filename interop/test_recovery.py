@@ -18,7 +18,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from helpers import Recorder, barrier, connect, emit_ack, subscribe_ok
+from helpers import Recorder, barrier, close, connect, emit_ack, subscribe_ok
 
 FEED = "demo/general/feed"
 PLAIN = "demo/general/messages"
@@ -282,7 +282,8 @@ async def test_a_reconnect_right_after_a_node_kill_waits_for_its_release(skua_fa
     (as the stock SDK does: it reconnects 5 s after the drop, within `node_ttl` + one
     `node_refresh` of the death). Alice's record is still the dead node's then; the survivor
     holds her auth reply until its release makes the record claimable (`restore_wait`), so she
-    gets her subscription back and misses nothing. Her SDK reconnects `RECONNECT_AFTER_KILL_S`
+    gets her subscription back and misses nothing (not an older record of hers that ended
+    before, claimable at once). Her SDK reconnects `RECONNECT_AFTER_KILL_S`
     after the drop: later than `node_refresh` + 1 s, as the SDK's 5 s are later than the default
     3 s + 1 s, so the node is suspected dead by then."""
     await _kill_and_reconnect(skua_factory, after_release=False)
@@ -306,6 +307,12 @@ async def _kill_and_reconnect(skua_factory, *, after_release: bool, extra: tuple
     proxy = Proxy([doomed.url, survivor.url])
     url = await proxy.start()
     try:
+        if not after_release:
+            # An earlier connection of alice's that ended normally: its record is claimable at
+            # once, but the dead node's (ended later, by the death) is the one to restore.
+            earlier = await connect(survivor.url, "dev-token-alice")
+            await subscribe_ok(earlier, PLAIN)
+            await close(earlier)
         interval = 0.5 if after_release else RECONNECT_AFTER_KILL_S
         alice = await connect(url, "dev-token-alice", reconnect=True, reconnect_interval=interval, max_reconnect_attempts=200)
         bob = await connect(survivor.url, "dev-token-bob")

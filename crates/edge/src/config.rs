@@ -40,8 +40,8 @@ pub struct EdgeConfig {
     pub fd_reserve: usize,
     /// How long a restore record lives after its connection ends (N23).
     pub restore_ttl: Duration,
-    /// A `reconnect:true` that finds no ended record while a node suspected dead still holds
-    /// one of the actor's waits up to this long for that node's release (issue 19); zero: never.
+    /// A `reconnect:true` without clientId, while a node suspected dead still holds one of the
+    /// actor's records, waits up to this long for that node's release (issue 19); zero: never.
     pub restore_wait: Duration,
     /// Logged messages older than this are deleted (`--log-max-age`).
     pub log_max_age: Duration,

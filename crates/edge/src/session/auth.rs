@@ -15,7 +15,7 @@ use crate::clock::now_unix_s;
 use crate::hub::bus_subscription;
 use crate::ratelimit::TokenBucket;
 
-/// How often a reconnect waiting for a dead node's release tries its claim again.
+/// How often a reconnect waiting for a dead node's release checks for it again.
 const RESTORE_WAIT_RETRY: std::time::Duration = std::time::Duration::from_millis(300);
 
 /// Most holders of an actor's records in use one reconnect looks up (one presence read each).
@@ -300,44 +300,40 @@ impl Session {
         out
     }
 
-    /// Claims the actor's connection record that ended last. With none to claim while a node
-    /// suspected dead (not seen alive for over `node_refresh` + 1 s) still holds one of the
-    /// actor's records, retries until that node's release makes one claimable, no holder is
-    /// suspected any more, `restore_wait` passes or the connection ends (issue 19): a client
-    /// reconnecting right after a node died gets its subscriptions back instead of nothing.
+    /// Claims the actor's connection record that ended last. First, while a node suspected dead
+    /// (not seen alive for over `node_refresh` + 1 s) still holds one of the actor's records,
+    /// waits for that node's release, checking every `RESTORE_WAIT_RETRY`, until no holder is
+    /// suspected any more (released, or alive after all), `restore_wait` passes or the
+    /// connection ends (issue 19): a client reconnecting right after its node died then claims
+    /// the record of that connection, not nothing or an older one that ended before.
     async fn claim_connection_record(
         &self,
         project: &skua_core::ProjectId,
         actor: &skua_core::ActorId,
     ) -> Result<Option<skua_core::ClaimedRecord>, skua_core::StoreError> {
-        let first = self.st.store.claim_restore(project, actor, &self.st.node).await?;
         let wait = self.st.config.restore_wait;
-        if first.is_some() || wait.is_zero() {
-            return Ok(first);
-        }
-        let deadline = tokio::time::Instant::now() + wait;
-        let mut waited = false;
-        while self.a_holder_is_suspected(project, actor).await {
-            if !waited {
-                waited = true;
-                self.st.metrics.restore_waits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                tracing::debug!(actor = %actor, "A node suspected dead holds this actor's restore record; waiting for its release.");
-            }
-            let next = (tokio::time::Instant::now() + RESTORE_WAIT_RETRY).min(deadline);
-            tokio::select! {
-                () = tokio::time::sleep_until(next) => {}
-                () = self.st.shutdown.cancelled() => return Ok(None),
-                () = self.conn.closed() => return Ok(None),
-            }
-            if let Some(claimed) = self.st.store.claim_restore(project, actor, &self.st.node).await? {
-                return Ok(Some(claimed));
-            }
-            if tokio::time::Instant::now() >= deadline {
-                tracing::info!(actor = %actor, waited = ?wait, "No restore record was released within restore_wait; restoring nothing.");
-                break;
+        if !wait.is_zero() {
+            let deadline = tokio::time::Instant::now() + wait;
+            let mut waited = false;
+            while self.a_holder_is_suspected(project, actor).await {
+                if tokio::time::Instant::now() >= deadline {
+                    tracing::info!(%actor, ?wait, "No restore record was released within restore_wait; claiming without it.");
+                    break;
+                }
+                if !waited {
+                    waited = true;
+                    self.st.metrics.restore_waits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    tracing::debug!(%actor, "A node suspected dead holds this actor's restore record; waiting for its release.");
+                }
+                let next = (tokio::time::Instant::now() + RESTORE_WAIT_RETRY).min(deadline);
+                tokio::select! {
+                    () = tokio::time::sleep_until(next) => {}
+                    () = self.st.shutdown.cancelled() => return Ok(None),
+                    () = self.conn.closed() => return Ok(None),
+                }
             }
         }
-        Ok(None)
+        self.st.store.claim_restore(project, actor, &self.st.node).await
     }
 
     /// Whether a node other than this one holds one of the actor's connection records in use
