@@ -11,12 +11,14 @@ after each cut, so the client reconnects to the other node."""
 
 import asyncio
 import os
+import re
+import urllib.request
 import uuid
 from urllib.parse import urlparse
 
 import pytest
 
-from helpers import Recorder, barrier, connect, emit_ack, subscribe_ok
+from helpers import Recorder, barrier, close, connect, emit_ack, subscribe_ok
 
 FEED = "demo/general/feed"
 PLAIN = "demo/general/messages"
@@ -364,8 +366,35 @@ async def test_a_node_killed_with_subscribers_connected_loses_nothing_history_ho
     every message it had not been delivered, marked isReplay. The dead node wrote no final
     offsets, so the record keeps the offset of the subscribe; the fallback to when the node was
     last seen alive (less `history_recovery_margin`) keeps what was delivered well before the
-    kill from being replayed, while what came shortly before it and after it is."""
-    skua = skua_factory(*KILL_FLAGS)
+    kill from being replayed, while what came shortly before it and after it is. Here the
+    reconnect waits until the survivor has released the dead node's records."""
+    await _kill_and_reconnect(skua_factory, after_release=True)
+
+
+@pytest.mark.timeout(90)
+async def test_a_reconnect_right_after_a_node_kill_waits_for_its_release(skua_factory):
+    """The same, reconnecting to the survivor at once, before it has seen the dead node lapse
+    (as the stock SDK does: it reconnects 5 s after the drop, within `node_ttl` + one
+    `node_refresh` of the death). Alice's record is still the dead node's then; the survivor
+    holds her auth reply until its release makes the record claimable (`restore_wait`), so she
+    gets her subscription back and misses nothing (not an older record of hers that ended
+    before, claimable at once). Her SDK reconnects `RECONNECT_AFTER_KILL_S`
+    after the drop: later than `node_refresh` + 1 s, as the SDK's 5 s are later than the default
+    3 s + 1 s, so the node is suspected dead by then."""
+    await _kill_and_reconnect(skua_factory, after_release=False)
+
+
+#: The SDK's reconnect interval in the right-away case: above `--node-refresh` (0.5 s) + 1 s,
+#: well below the `--node-ttl` of `WAIT_FLAGS`.
+RECONNECT_AFTER_KILL_S = 2.0
+#: `KILL_FLAGS` with a registration that lapses 6 s after the last refresh, so that the reconnect
+#: comes well before the release (as the SDK's 5 s come before the default 10 s + 3 s); the
+#: default `restore_wait` (8 s) covers the rest.
+WAIT_FLAGS = tuple("6s" if f == "2s" and KILL_FLAGS[i - 1] == "--node-ttl" else f for i, f in enumerate(KILL_FLAGS))
+
+
+async def _kill_and_reconnect(skua_factory, *, after_release: bool, extra: tuple[str, ...] = ()) -> None:
+    skua = skua_factory(*(KILL_FLAGS if after_release else WAIT_FLAGS), *extra)
     nodes = getattr(skua, "nodes", None)
     if not nodes:
         pytest.skip("needs a cluster (SKUA_INTEROP_CLUSTER=1): the subscriber reconnects to another node")
@@ -373,7 +402,14 @@ async def test_a_node_killed_with_subscribers_connected_loses_nothing_history_ho
     proxy = Proxy([doomed.url, survivor.url])
     url = await proxy.start()
     try:
-        alice = await connect(url, "dev-token-alice", reconnect=True, reconnect_interval=0.5, max_reconnect_attempts=200)
+        if not after_release:
+            # An earlier connection of alice's that ended normally: its record is claimable at
+            # once, but the dead node's (ended later, by the death) is the one to restore.
+            earlier = await connect(survivor.url, "dev-token-alice")
+            await subscribe_ok(earlier, PLAIN)
+            await close(earlier)
+        interval = 0.5 if after_release else RECONNECT_AFTER_KILL_S
+        alice = await connect(url, "dev-token-alice", reconnect=True, reconnect_interval=interval, max_reconnect_attempts=200)
         bob = await connect(survivor.url, "dev-token-bob")
         feed, reconnects = Recorder("alice feed"), Recorder("alice reconnect")
         alice.on(FEED, feed)
@@ -398,21 +434,35 @@ async def test_a_node_killed_with_subscribers_connected_loses_nothing_history_ho
         # the survivor.
         doomed.proc.kill()
         proxy.sever()
+        if not after_release:
+            proxy.resume()
         doomed.proc.wait()
         for n in range(30, 100):
             assert await emit_ack(bob, FEED, {"n": n}) is None
-        # Alice's record is the dead node's until the survivor sees the node lapse and releases
-        # what it held; a reconnect before that would find it still in use.
-        await _log_line(survivor, "Released the restore records of a lapsed node")
-        proxy.resume()
+        if after_release:
+            # Alice's record is the dead node's until the survivor sees the node lapse and
+            # releases what it held.
+            await _log_line(survivor, "Released the restore records of a lapsed node")
+            proxy.resume()
         await reconnects.wait_count(1, timeout=20)
         await feed.wait_data({"n": 99}, timeout=15)
         assert await emit_ack(bob, FEED, {"n": 100}) is None
         await feed.wait_data({"n": 100})
 
         _assert_recovered_from_last_seen(alice)
+        if not after_release:
+            assert _metric(survivor, "skua_restore_waits_total") >= 1, "the reconnect waited for the release"
     finally:
         await proxy.stop()
+
+
+def _metric(node, name: str) -> float:
+    """The value of counter `name` on `node`'s /metrics (0 when absent)."""
+    base = node.url.replace("ws://", "http://", 1).rsplit("/", 1)[0]
+    with urllib.request.urlopen(base + "/metrics", timeout=5) as r:
+        text = r.read().decode()
+    m = re.search(r"^%s (\S+)$" % re.escape(name), text, re.M)
+    return float(m.group(1)) if m else 0.0
 
 
 def _assert_recovered_from_last_seen(alice) -> None:

@@ -302,6 +302,20 @@ pub trait Store:
         node: &NodeId,
     ) -> Result<Option<ClaimedRecord>, StoreError>;
 
+    /// The nodes, other than `except`, holding connection records of `project`/`actor` in use:
+    /// distinct, at most `limit` of them, in no particular order. A reconnect that found nothing
+    /// to claim waits for a dead holder's release (issue 19, `restore_wait`).
+    ///
+    /// # Errors
+    /// [`StoreError`] when the backend failed.
+    async fn restore_holders(
+        &self,
+        project: &ProjectId,
+        actor: &ActorId,
+        except: &NodeId,
+        limit: usize,
+    ) -> Result<Vec<NodeId>, StoreError>;
+
     /// `node` is gone (it stopped renewing its liveness): releases the records its connections
     /// held (contract 5), keeping each for `ttl_s` seconds from `now_unix_s`, and notes when the
     /// node was last seen alive (`last_seen_ms`, unix ms, if known); returns how many.

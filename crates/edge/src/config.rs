@@ -40,6 +40,9 @@ pub struct EdgeConfig {
     pub fd_reserve: usize,
     /// How long a restore record lives after its connection ends (N23).
     pub restore_ttl: Duration,
+    /// A `reconnect:true` without clientId, while a node suspected dead still holds one of the
+    /// actor's records, waits up to this long for that node's release (issue 19); zero: never.
+    pub restore_wait: Duration,
     /// Logged messages older than this are deleted (`--log-max-age`).
     pub log_max_age: Duration,
     /// Most logged messages kept per topic; the oldest go first (`--log-max-per-topic`).
@@ -194,6 +197,7 @@ impl Default for EdgeConfig {
             max_connections: 100_000,
             fd_reserve: 256,
             restore_ttl: Duration::from_secs(24 * 3600),
+            restore_wait: Duration::from_secs(8),
             log_max_age: Duration::from_secs(7 * 24 * 3600),
             log_max_per_topic: 100_000,
             log_prune_interval: Duration::from_secs(60),

@@ -54,6 +54,9 @@ pub struct Metrics {
     pub log_pruned: AtomicU64,
     /// `auth`s delayed because their source address kept failing (issue 12, item 6).
     pub auths_throttled: AtomicU64,
+    /// `reconnect:true` auths that waited for a node suspected dead to release a restore
+    /// record (`restore_wait`, issue 19).
+    pub restore_waits: AtomicU64,
     /// Connection tasks (reader, writer or cleanup) that panicked; each closed its connection
     /// 1011. Anything but 0 is a defect to report.
     pub connection_panics: AtomicU64,

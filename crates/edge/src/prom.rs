@@ -103,6 +103,12 @@ pub fn render(st: &EdgeState) -> String {
         load(&m.auths_throttled),
     );
     o.scalar(
+        "skua_restore_waits_total",
+        "counter",
+        "reconnects that waited for a node suspected dead to release a restore record (restore_wait).",
+        load(&m.restore_waits),
+    );
+    o.scalar(
         "skua_connection_panics_total",
         "counter",
         "Connection tasks that panicked (each closed its connection 1011; a defect).",

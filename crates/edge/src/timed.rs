@@ -169,6 +169,17 @@ impl Store for TimedStore {
         timed(&self.metrics, "store", "claim_restore", self.inner.claim_restore(project, actor, node)).await
     }
 
+    async fn restore_holders(
+        &self,
+        project: &ProjectId,
+        actor: &ActorId,
+        except: &NodeId,
+        limit: usize,
+    ) -> Result<Vec<NodeId>, StoreError> {
+        timed(&self.metrics, "store", "restore_holders", self.inner.restore_holders(project, actor, except, limit))
+            .await
+    }
+
     async fn release_node_restores(
         &self,
         node: &NodeId,

@@ -277,6 +277,25 @@ impl Store for MemoryStore {
         }))
     }
 
+    /// # Errors
+    /// None.
+    async fn restore_holders(
+        &self,
+        project: &ProjectId,
+        actor: &ActorId,
+        except: &NodeId,
+        limit: usize,
+    ) -> Result<Vec<NodeId>, StoreError> {
+        let state = self.lock();
+        let Some(records) = state.connections.get(&(project.clone(), actor.clone())) else { return Ok(Vec::new()) };
+        let holders: std::collections::BTreeSet<&NodeId> = records
+            .values()
+            .filter(|kept| kept.expires_at.is_none() && kept.node != *except)
+            .map(|kept| &kept.node)
+            .collect();
+        Ok(holders.into_iter().take(limit).cloned().collect())
+    }
+
     /// A scan of every record: nodes lapse rarely.
     ///
     /// # Errors

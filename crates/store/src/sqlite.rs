@@ -59,6 +59,10 @@ const CLAIM: &str = "UPDATE restore_records SET expires_at = NULL, released_seq 
                          AND released_seq IS NOT NULL AND expires_at > ? \
                          ORDER BY released_seq DESC LIMIT 1) \
                      RETURNING client_id, record, holder_seen_ms";
+/// The nodes holding an actor's connection records in use, but one.
+const HOLDERS: &str = "SELECT DISTINCT node FROM restore_records \
+                       WHERE project = ? AND actor = ? AND client_id LIKE ? \
+                       AND expires_at IS NULL AND node <> ? ORDER BY node LIMIT ?";
 /// Releases a lapsed node's rows; they share one place in the release order.
 const RELEASE_NODE: &str = "UPDATE restore_records SET expires_at = ?, released_seq = ?, holder_seen_ms = ? \
                             WHERE node = ? AND expires_at IS NULL";
@@ -284,6 +288,29 @@ impl Store for SqliteStore {
             .await
             .map_err(sql(BACKEND, "claim_restore"))?;
         Ok(row.and_then(|(column, bytes, seen)| crate::sql::claimed(BACKEND, project, actor, &column, &bytes, seen)))
+    }
+
+    /// A node column that is not a valid node id (written by hand) is skipped.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the database failed.
+    async fn restore_holders(
+        &self,
+        project: &ProjectId,
+        actor: &ActorId,
+        except: &NodeId,
+        limit: usize,
+    ) -> Result<Vec<NodeId>, StoreError> {
+        let rows: Vec<(String,)> = sqlx::query_as(HOLDERS)
+            .bind(project.as_str())
+            .bind(actor.as_str())
+            .bind(CONNECTION_PATTERN)
+            .bind(except.as_str())
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(sql(BACKEND, "restore_holders"))?;
+        Ok(rows.into_iter().filter_map(|(node,)| NodeId::parse(&node).ok()).collect())
     }
 
     /// # Errors

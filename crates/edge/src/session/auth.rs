@@ -15,6 +15,12 @@ use crate::clock::now_unix_s;
 use crate::hub::bus_subscription;
 use crate::ratelimit::TokenBucket;
 
+/// How often a reconnect waiting for a dead node's release checks for it again.
+const RESTORE_WAIT_RETRY: std::time::Duration = std::time::Duration::from_millis(300);
+
+/// Most holders of an actor's records in use one reconnect looks up (one presence read each).
+const MAX_RESTORE_HOLDERS: usize = 8;
+
 impl Session {
     pub(super) async fn on_auth(&mut self, a: AuthFrame) {
         if self.auth.is_some() {
@@ -207,9 +213,12 @@ impl Session {
         let loaded = match &mut a.restore {
             RestoreKey::Session(_) => self.st.store.load_restore(&a.restore).await,
             RestoreKey::Connection(mine) => {
-                self.st.store.claim_restore(&mine.project, &mine.actor, &self.st.node).await.map(|claimed| {
+                let (project, actor) = (mine.project.clone(), mine.actor.clone());
+                self.claim_connection_record(&project, &actor).await.map(|claimed| {
                     claimed.map(|c| {
-                        mine.id = c.id;
+                        if let Some(Authed { restore: RestoreKey::Connection(mine), .. }) = &mut self.auth {
+                            mine.id = c.id;
+                        }
                         c.record
                     })
                 })
@@ -289,6 +298,67 @@ impl Session {
             }
         }
         out
+    }
+
+    /// Claims the actor's connection record that ended last. First, while a node suspected dead
+    /// (not seen alive for over `node_refresh` + 1 s) still holds one of the actor's records,
+    /// waits for that node's release, checking every `RESTORE_WAIT_RETRY`, until no holder is
+    /// suspected any more (released, or alive after all), `restore_wait` passes or the
+    /// connection ends (issue 19): a client reconnecting right after its node died then claims
+    /// the record of that connection, not nothing or an older one that ended before.
+    async fn claim_connection_record(
+        &self,
+        project: &skua_core::ProjectId,
+        actor: &skua_core::ActorId,
+    ) -> Result<Option<skua_core::ClaimedRecord>, skua_core::StoreError> {
+        let wait = self.st.config.restore_wait;
+        if !wait.is_zero() {
+            let deadline = tokio::time::Instant::now() + wait;
+            let mut waited = false;
+            while self.a_holder_is_suspected(project, actor).await {
+                if tokio::time::Instant::now() >= deadline {
+                    tracing::info!(%actor, ?wait, "No restore record was released within restore_wait; claiming without it.");
+                    break;
+                }
+                if !waited {
+                    waited = true;
+                    self.st.metrics.restore_waits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    tracing::debug!(%actor, "A node suspected dead holds this actor's restore record; waiting for its release.");
+                }
+                let next = (tokio::time::Instant::now() + RESTORE_WAIT_RETRY).min(deadline);
+                tokio::select! {
+                    () = tokio::time::sleep_until(next) => {}
+                    () = self.st.shutdown.cancelled() => return Ok(None),
+                    () = self.conn.closed() => return Ok(None),
+                }
+            }
+        }
+        self.st.store.claim_restore(project, actor, &self.st.node).await
+    }
+
+    /// Whether a node other than this one holds one of the actor's connection records in use
+    /// and was last seen alive over `node_refresh` + 1 s ago. A node the presence backend does
+    /// not know is not suspected; a failed look-up suspects nothing (logged).
+    async fn a_holder_is_suspected(&self, project: &skua_core::ProjectId, actor: &skua_core::ActorId) -> bool {
+        let holders = match self.st.store.restore_holders(project, actor, &self.st.node, MAX_RESTORE_HOLDERS).await {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::warn!(error = %e, "Listing the holders of restore records failed; not waiting for a release.");
+                return false;
+            }
+        };
+        let stale_ms = u64::try_from(self.st.config.node_refresh.as_millis()).unwrap_or(u64::MAX).saturating_add(1000);
+        for node in holders {
+            match self.st.presence.node_last_seen(&node).await {
+                Ok(Some(seen)) if crate::clock::now_unix_ms().saturating_sub(seen) > stale_ms => return true,
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "Asking when a node was last seen failed; not waiting for its release.");
+                    return false;
+                }
+            }
+        }
+        false
     }
 
     /// Counts a failed credential on this connection and its address; the connection closes

@@ -430,6 +430,8 @@ impl History {
 pub struct Durable {
     /// How long a session outlives its connection.
     pub restore_ttl: Duration,
+    /// How long a reconnect waits for a node suspected dead to release its restore record.
+    pub restore_wait: Duration,
     /// Logged messages older than this are deleted.
     pub log_max_age: Duration,
     /// Most logged messages kept per topic.
@@ -454,6 +456,7 @@ impl Durable {
     pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
         Ok(Self {
             restore_ttl: duration(key!(s, restore_ttl))?,
+            restore_wait: duration(key!(s, restore_wait))?,
             log_max_age: duration(key!(s, log_max_age))?,
             log_max_per_topic: positive(key!(s, log_max_per_topic))? as u64,
             log_prune_interval: duration(key!(s, log_prune_interval))?,
@@ -907,6 +910,7 @@ impl Sections {
             history_recovery_margin: history.recovery_margin,
             history_receipt_interval: history.receipt_interval,
             restore_ttl: durable.restore_ttl,
+            restore_wait: durable.restore_wait,
             log_max_age: durable.log_max_age,
             log_max_per_topic: durable.log_max_per_topic,
             log_prune_interval: durable.log_prune_interval,

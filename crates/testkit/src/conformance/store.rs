@@ -77,6 +77,7 @@ macro_rules! store_conformance {
             releasing_a_node_ends_the_records_it_holds,
             releasing_other_nodes_keeps_only_the_survivor_s_records,
             a_lapsed_node_s_records_keep_when_it_was_last_seen,
+            restore_holders_are_the_other_nodes_holding_records_in_use,
             an_actor_keeps_only_its_latest_ended_records,
             log_messages_before_a_consumer_are_not_pending,
             log_pending_follows_topic_and_filters,
@@ -488,6 +489,32 @@ pub async fn a_lapsed_node_s_records_keep_when_it_was_last_seen<H: StoreHarness>
     assert_eq!(load(&s, &key("alice", Some("w1"))).await, Some(lobbies("w1")), "a save clears it");
 }
 
+/// Contract 5: the holders of an actor's connection records in use are the distinct nodes that
+/// saved or claimed them, but the one asking; ended records, session records and other actors'
+/// records do not count; at most `limit` are listed.
+pub async fn restore_holders_are_the_other_nodes_holding_records_in_use<H: StoreHarness>(h: H) {
+    let s = h.open().await;
+    h.set_now(T0);
+    assert_eq!(holders(&s, "alice", "me", 10).await, Vec::<String>::new(), "nothing saved");
+    save_on(&s, &conn("alice", "d-1"), "dead", &lobbies("d-1")).await;
+    save_on(&s, &conn("alice", "d-2"), "dead", &lobbies("d-2")).await;
+    save_on(&s, &conn("alice", "mine"), "me", &lobbies("mine")).await;
+    save_on(&s, &conn("alice", "ended"), "gone", &lobbies("ended")).await;
+    release(&s, &conn("alice", "ended"), T0, 60).await;
+    save_on(&s, &key("alice", Some("w1")), "session-node", &lobbies("w1")).await;
+    save_on(&s, &conn("bob", "b-1"), "bob-node", &lobbies("b-1")).await;
+    assert_eq!(holders(&s, "alice", "me", 10).await, vec!["dead"], "distinct, not the asker, only records in use");
+    assert_eq!(holders(&s, "alice", "dead", 10).await, vec!["me"]);
+    save_on(&s, &conn("alice", "l-1"), "live", &lobbies("l-1")).await;
+    assert_eq!(holders(&s, "alice", "me", 10).await, vec!["dead", "live"]);
+    assert_eq!(holders(&s, "alice", "me", 1).await.len(), 1, "bounded by the limit");
+    assert_eq!(release_node(&s, "dead", T0 + 1, 60, None).await, 2);
+    assert_eq!(holders(&s, "alice", "me", 10).await, vec!["live"], "a node's release ends its holding");
+    let taken = claim_on(&s, "alice", "other").await.unwrap_or_else(|| panic!("a released record is claimable"));
+    assert!(["d-1", "d-2"].contains(&taken.id.as_str()), "one of the dead node's: {taken:?}");
+    assert_eq!(holders(&s, "alice", "me", 10).await, vec!["live", "other"], "a claim makes the claimer a holder");
+}
+
 /// Contract 6: an actor's ended connection records beyond the latest
 /// `MAX_ENDED_RECORDS_PER_ACTOR` go (the durable stores prune on release, once a minute of
 /// their clock); the latest are kept, newest claimed first; other actors' are untouched.
@@ -516,6 +543,22 @@ pub async fn an_actor_keeps_only_its_latest_ended_records<H: StoreHarness>(h: H)
     assert_eq!(claimed_ids[0], last, "newest first");
     assert!(!claimed_ids.iter().any(|id| id == "c-000"), "the oldest went first: {claimed_ids:?}");
     assert_eq!(claim(&s, "bob").await, Some(claimed("bob-1")), "another actor's record is untouched");
+}
+
+/// `restore_holders` of `actor` asked by `node`, as sorted strings.
+async fn holders(s: &Arc<dyn Store>, actor: &str, node: &str, limit: usize) -> Vec<String> {
+    let actor = ActorId::parse(actor).unwrap_or_else(|e| panic!("test actor: {e}"));
+    let mut got: Vec<String> = within(
+        format_args!("restore_holders of {actor:?}"),
+        s.restore_holders(&project("proj"), &actor, &node_id(node), limit),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("restore_holders of {actor:?}: {e}"))
+    .into_iter()
+    .map(|n| n.as_str().to_owned())
+    .collect();
+    got.sort();
+    got
 }
 
 async fn release_node(s: &Arc<dyn Store>, node: &str, now: u64, ttl: u64, seen_ms: Option<u64>) -> u64 {
