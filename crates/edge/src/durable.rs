@@ -357,13 +357,10 @@ impl DurableTask {
                 return;
             }
             self.handle(cmd).await;
-            if self.overflow.swap(false, Ordering::AcqRel) {
-                let ids: Vec<ConsumerId> =
-                    self.consumers.iter().filter(|(_, s)| s.held.is_none()).map(|(c, _)| c.clone()).collect();
-                for c in ids {
-                    self.deliver_pending(&c, None).await;
-                }
-            }
+            // A live message dropped because this queue was full is pending in the store: it is
+            // caught up (in store order) before the next live message is handled; those queued
+            // behind it are then held by this connection and skipped, so order holds.
+            self.catch_up_after_overflow().await;
         }
         self.shutdown().await;
     }
@@ -488,6 +485,15 @@ impl DurableTask {
                 tracing::info!(consumer = %consumer, count, delivered, "Replay delivered fewer messages than announced.");
             }
             self.push(&ServerFrame::ReplayEnd { replayed: delivered }).await;
+        }
+    }
+
+    /// After a live message was dropped (queue full): delivers what is pending for each
+    /// consumer not held by a hydration.
+    async fn catch_up_after_overflow(&mut self) {
+        if self.overflow.swap(false, Ordering::AcqRel) {
+            self.d.metrics.durable_overflows.fetch_add(1, Ordering::Relaxed);
+            self.sweep().await;
         }
     }
 

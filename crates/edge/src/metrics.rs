@@ -43,6 +43,9 @@ pub struct Metrics {
     pub acks: AtomicU64,
     /// Logged messages delivered again after their connection left without acking.
     pub redeliveries: AtomicU64,
+    /// Catch-ups from the store after a connection's durable queue was full (live messages
+    /// were left pending and delivered from the store, in order).
+    pub durable_overflows: AtomicU64,
     /// Group replays run (N26).
     pub replays: AtomicU64,
     /// Messages delivered by group replays.

@@ -255,6 +255,12 @@ pub fn render(st: &EdgeState) -> String {
         "Logged messages delivered again after their connection left without acking.",
         load(&m.redeliveries),
     );
+    o.scalar(
+        "skua_durable_overflows_total",
+        "counter",
+        "Catch-ups from the store after a connection's durable queue was full.",
+        load(&m.durable_overflows),
+    );
     o.scalar("skua_log_pruned_total", "counter", "Logged messages deleted by retention.", load(&m.log_pruned));
     // Summed over the authenticated connections at scrape time, so the delivery path pays
     // nothing for it (the queues of connections still authenticating hold a frame or two).
