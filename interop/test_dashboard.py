@@ -124,10 +124,24 @@ def submit_form(browser, action: str, fields: dict[str, str]) -> None:
 
 def click_and_leave(browser, button) -> None:
     """Clicks `button` and waits until its page is gone (the form's answer loaded)."""
-    from selenium.webdriver.support import expected_conditions
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+
+    def gone(_) -> bool:
+        try:
+            button.is_enabled()
+        except StaleElementReferenceException:
+            return True
+        except WebDriverException as e:
+            # chromedriver, asked about an element while its document is being replaced, may
+            # answer with a generic inspector error instead of a stale reference (seen in CI:
+            # "Node with given id does not belong to the document"): the page is going.
+            if "does not belong to the document" in str(e) or "No node with given id" in str(e):
+                return True
+            raise
+        return False
 
     button.click()
-    wait_for(browser, expected_conditions.staleness_of(button))
+    wait_for(browser, gone)
 
 
 def notice(browser) -> str:
