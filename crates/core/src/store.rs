@@ -194,6 +194,8 @@ pub enum Claim {
     Claimed {
         /// Handed out (and not acked) before.
         redelivered: bool,
+        /// Its store order (`seq`).
+        seq: u64,
     },
     /// Another connection holds it (or the caller already does): do not deliver it.
     Held,
@@ -389,9 +391,9 @@ pub trait MessageLog: Send + Sync {
     /// [`StoreError`] when the backend failed.
     async fn backlog(&self, consumer: &str) -> Result<(u64, u64), StoreError>;
 
-    /// Hands up to `limit` of the oldest unheld pending messages of `consumer` with
-    /// `seq <= up_to` to `holder` and returns them in `seq` order. Each message is handed to
-    /// one caller only, however many claim at once.
+    /// Hands up to `limit` of the oldest unheld pending messages of `consumer` with `seq` in
+    /// `seqs` to `holder` and returns them in `seq` order. Each message is handed to one caller
+    /// only, however many claim at once.
     ///
     /// # Errors
     /// [`StoreError`] when the backend failed.
@@ -399,7 +401,7 @@ pub trait MessageLog: Send + Sync {
         &self,
         consumer: &str,
         holder: Holder<'_>,
-        up_to: u64,
+        seqs: std::ops::RangeInclusive<u64>,
         limit: u32,
     ) -> Result<Vec<StoredMessage>, StoreError>;
 

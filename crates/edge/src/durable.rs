@@ -313,6 +313,13 @@ struct ConsumerState {
     echo: Arc<str>,
     /// Held until its hydration is over; the group replay to run then.
     held: Option<Option<(u64, u64)>>,
+    /// The highest store `seq` this task has delivered for the consumer (0: none yet). A
+    /// catch-up after an overflow claims only above it, so this member's stream stays in order.
+    last_seq: u64,
+    /// The highest unheld pending `seq` seen at the previous sweep (0: none). A sweep claims
+    /// only up to it: a message pending since before the previous sweep has waited at least
+    /// `durable_sweep_interval` unclaimed; younger ones are still on their way to a member.
+    sweep_mark: u64,
 }
 
 /// One connection's durable deliveries.
@@ -370,7 +377,8 @@ impl DurableTask {
             Cmd::Live { consumer, env } => self.live(&consumer, &env).await,
             Cmd::Start { consumer, echo, replay, held } => {
                 self.d.register_consumer_task(&consumer, self.conn.id, &self.self_tx);
-                self.consumers.insert(consumer.clone(), ConsumerState { echo, held: held.then_some(replay) });
+                let state = ConsumerState { echo, held: held.then_some(replay), last_seq: 0, sweep_mark: 0 };
+                self.consumers.insert(consumer.clone(), state);
                 if !held {
                     self.deliver_pending(&consumer, replay).await;
                 }
@@ -398,8 +406,11 @@ impl DurableTask {
         let Envelope::Publication(p) = &**env else { return };
         let Some(msg_id) = p.msg_id.as_deref() else { return };
         let is_replay = match self.d.store.claim(consumer.as_str(), msg_id, self.holder()).await {
-            Ok(Claim::Claimed { redelivered }) => {
+            Ok(Claim::Claimed { redelivered, seq }) => {
                 self.remember(msg_id, consumer);
+                if let Some(s) = self.consumers.get_mut(consumer) {
+                    s.last_seq = s.last_seq.max(seq);
+                }
                 redelivered
             }
             Ok(Claim::Held) => return,
@@ -432,9 +443,21 @@ impl DurableTask {
     /// replay (N26) it is framed by `replayStart{count}` / `replayEnd{replayed}` and bounded by
     /// the backlog read at subscribe time; newer messages follow live.
     async fn deliver_pending(&mut self, consumer: &ConsumerId, backlog: Option<(u64, u64)>) {
+        let (count, up_to) = backlog.map_or((None, u64::MAX), |(count, up_to)| (Some(count), up_to));
+        self.deliver_range(consumer, count, 0..=up_to).await;
+    }
+
+    /// [`Self::deliver_pending`] over the store orders `seqs`; `replay_count` frames it as a
+    /// group replay.
+    async fn deliver_range(
+        &mut self,
+        consumer: &ConsumerId,
+        replay_count: Option<u64>,
+        seqs: std::ops::RangeInclusive<u64>,
+    ) {
         let Some(echo) = self.consumers.get(consumer).map(|c| c.echo.clone()) else { return };
-        let replay = backlog.is_some();
-        let (count, up_to) = backlog.unwrap_or((0, u64::MAX));
+        let replay = replay_count.is_some();
+        let count = replay_count.unwrap_or(0);
         if replay {
             if count == 0 {
                 return;
@@ -447,7 +470,7 @@ impl DurableTask {
             if self.conn.is_closing() {
                 return;
             }
-            let page = match self.d.store.claim_page(consumer.as_str(), self.holder(), up_to, page_size).await {
+            let page = match self.d.store.claim_page(consumer.as_str(), self.holder(), seqs.clone(), page_size).await {
                 Ok(p) => p,
                 Err(e) => {
                     tracing::warn!(error = %e, "Reading pending messages failed; they stay pending.");
@@ -456,6 +479,9 @@ impl DurableTask {
             };
             if page.is_empty() {
                 break;
+            }
+            if let (Some(s), Some(last)) = (self.consumers.get_mut(consumer), page.last()) {
+                s.last_seq = s.last_seq.max(last.seq);
             }
             for m in page {
                 self.remember(&m.msg_id, consumer);
@@ -488,21 +514,44 @@ impl DurableTask {
         }
     }
 
-    /// After a live message was dropped (queue full): delivers what is pending for each
-    /// consumer not held by a hydration.
+    /// After a live message was dropped (queue full): delivers, for each consumer not held by
+    /// a hydration, what is pending and unheld above the last message this task delivered for
+    /// it. Older unheld messages were routed to other members (still queued at theirs, or
+    /// dropped there and caught up by them): taking them here would hand this member a message
+    /// older than one it already has; the sweep takes them if they stay unclaimed.
     async fn catch_up_after_overflow(&mut self) {
         if self.overflow.swap(false, Ordering::AcqRel) {
             self.d.metrics.durable_overflows.fetch_add(1, Ordering::Relaxed);
-            self.sweep().await;
+            let ids: Vec<(ConsumerId, u64)> =
+                self.consumers.iter().filter(|(_, s)| s.held.is_none()).map(|(c, s)| (c.clone(), s.last_seq)).collect();
+            for (c, last) in ids {
+                self.deliver_range(&c, None, last.saturating_add(1)..=u64::MAX).await;
+            }
         }
     }
 
-    /// Delivers what is pending and unheld for each consumer not held by a hydration.
+    /// Delivers, for each consumer not held by a hydration, what is pending and unheld since
+    /// before the previous sweep (a message that missed the bus, or one a slow member has not
+    /// claimed for a whole `durable_sweep_interval`). The newest unheld message is read first and
+    /// becomes the next sweep's bound, so whatever a sweep takes waited at least one interval.
     async fn sweep(&mut self) {
-        let ids: Vec<ConsumerId> =
-            self.consumers.iter().filter(|(_, s)| s.held.is_none()).map(|(c, _)| c.clone()).collect();
-        for c in ids {
-            self.deliver_pending(&c, None).await;
+        let ids: Vec<(ConsumerId, u64)> =
+            self.consumers.iter().filter(|(_, s)| s.held.is_none()).map(|(c, s)| (c.clone(), s.sweep_mark)).collect();
+        for (c, mark) in ids {
+            let next = match self.d.store.backlog(c.as_str()).await {
+                Ok((0, _)) => 0,
+                Ok((_, newest)) => newest,
+                Err(e) => {
+                    tracing::warn!(error = %e, "Reading a consumer's backlog failed; the next sweep takes what it can.");
+                    mark
+                }
+            };
+            if mark > 0 {
+                self.deliver_range(&c, None, 0..=mark).await;
+            }
+            if let Some(s) = self.consumers.get_mut(&c) {
+                s.sweep_mark = next;
+            }
         }
     }
 

@@ -345,10 +345,10 @@ impl MessageLog for TimedStore {
         &self,
         consumer: &str,
         holder: Holder<'_>,
-        up_to: u64,
+        seqs: std::ops::RangeInclusive<u64>,
         limit: u32,
     ) -> Result<Vec<StoredMessage>, StoreError> {
-        timed(&self.metrics, "store", "claim_page", self.inner.claim_page(consumer, holder, up_to, limit)).await
+        timed(&self.metrics, "store", "claim_page", self.inner.claim_page(consumer, holder, seqs, limit)).await
     }
 
     async fn ack(&self, consumer: &str, msg_id: &str) -> Result<bool, StoreError> {

@@ -36,7 +36,7 @@ pub(crate) const TOUCH_CONSUMER: &str = "UPDATE log_consumers SET expires_at = $
 pub(crate) const DROP_CONSUMER: &str = "DELETE FROM log_consumers WHERE id = $1";
 pub(crate) const CLAIM: &str = "UPDATE log_pending \
      SET holder_session = $3, holder_node = $4, holder_conn = $5, deliveries = deliveries + 1 \
-     WHERE consumer_id = $1 AND msg_id = $2 AND holder_session IS NULL RETURNING deliveries";
+     WHERE consumer_id = $1 AND msg_id = $2 AND holder_session IS NULL RETURNING deliveries, seq";
 pub(crate) const IS_PENDING: &str = "SELECT COUNT(*) FROM log_pending WHERE consumer_id = $1 AND msg_id = $2";
 pub(crate) const BACKLOG: &str = "SELECT COUNT(*), COALESCE(MAX(seq), 0) FROM log_pending \
      WHERE consumer_id = $1 AND holder_session IS NULL";
@@ -52,8 +52,8 @@ pub(crate) const LIST_CONSUMERS: &str = "SELECT c.id, c.expires_at, \
 pub(crate) const CLAIM_PAGE: &str = "UPDATE log_pending \
      SET holder_session = $2, holder_node = $3, holder_conn = $4, deliveries = deliveries + 1 \
      WHERE consumer_id = $1 AND holder_session IS NULL AND seq IN ( \
-         SELECT seq FROM log_pending WHERE consumer_id = $1 AND holder_session IS NULL AND seq <= $5 \
-         ORDER BY seq LIMIT $6) \
+         SELECT seq FROM log_pending WHERE consumer_id = $1 AND holder_session IS NULL \
+         AND seq >= $5 AND seq <= $6 ORDER BY seq LIMIT $7) \
      RETURNING seq, deliveries";
 pub(crate) const ACK: &str = "DELETE FROM log_pending WHERE consumer_id = $1 AND msg_id = $2";
 pub(crate) const RELEASE_CONN: &str = "UPDATE log_pending \
@@ -246,7 +246,7 @@ macro_rules! sql_message_log {
                 use crate::error::sql;
                 use crate::log::*;
                 let h = holder;
-                let deliveries: Option<i32> = sqlx::query_scalar(CLAIM)
+                let claimed: Option<(i32, i64)> = sqlx::query_as(CLAIM)
                     .bind(consumer)
                     .bind(msg_id)
                     .bind(h.session)
@@ -255,8 +255,9 @@ macro_rules! sql_message_log {
                     .fetch_optional(&self.pool)
                     .await
                     .map_err(sql($backend, "claim"))?;
-                if let Some(d) = deliveries {
-                    return Ok(skua_core::Claim::Claimed { redelivered: d > 1 });
+                if let Some((d, seq)) = claimed {
+                    let seq = u64::try_from(seq).unwrap_or(0);
+                    return Ok(skua_core::Claim::Claimed { redelivered: d > 1, seq });
                 }
                 let n: i64 = sqlx::query_scalar(IS_PENDING)
                     .bind(consumer)
@@ -310,7 +311,7 @@ macro_rules! sql_message_log {
                 &self,
                 consumer: &str,
                 holder: skua_core::Holder<'_>,
-                up_to: u64,
+                seqs: std::ops::RangeInclusive<u64>,
                 limit: u32,
             ) -> Result<Vec<skua_core::StoredMessage>, skua_core::StoreError> {
                 use crate::error::sql;
@@ -322,7 +323,8 @@ macro_rules! sql_message_log {
                     .bind(h.session)
                     .bind(h.node)
                     .bind(i64::try_from(h.conn).unwrap_or(i64::MAX))
-                    .bind(unix_to_sql(up_to))
+                    .bind(unix_to_sql(*seqs.start()))
+                    .bind(unix_to_sql(*seqs.end()))
                     .bind(i64::from(limit))
                     .fetch_all(&self.pool)
                     .await

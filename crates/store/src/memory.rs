@@ -393,10 +393,10 @@ impl MessageLog for MemoryStore {
         &self,
         consumer: &str,
         holder: Holder<'_>,
-        up_to: u64,
+        seqs: std::ops::RangeInclusive<u64>,
         limit: u32,
     ) -> Result<Vec<StoredMessage>, StoreError> {
-        Ok(self.lock().log.claim_page(consumer, holder, up_to, limit))
+        Ok(self.lock().log.claim_page(consumer, holder, seqs, limit))
     }
 
     async fn ack(&self, consumer: &str, msg_id: &str) -> Result<bool, StoreError> {

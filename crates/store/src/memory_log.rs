@@ -232,13 +232,13 @@ impl MemoryLog {
 
     pub(crate) fn claim(&mut self, consumer: &str, msg_id: &str, h: Holder<'_>) -> Claim {
         let Some(c) = self.consumers.get_mut(consumer) else { return Claim::Absent };
-        let Some(p) = c.pending.values_mut().find(|p| p.msg_id == msg_id) else { return Claim::Absent };
+        let Some((&seq, p)) = c.pending.iter_mut().find(|(_, p)| p.msg_id == msg_id) else { return Claim::Absent };
         if p.holder.is_some() {
             return Claim::Held;
         }
         p.holder = Some(held(h));
         p.deliveries += 1;
-        Claim::Claimed { redelivered: p.deliveries > 1 }
+        Claim::Claimed { redelivered: p.deliveries > 1, seq }
     }
 
     pub(crate) fn backlog(&self, consumer: &str) -> (u64, u64) {
@@ -267,10 +267,19 @@ impl MemoryLog {
             .collect()
     }
 
-    pub(crate) fn claim_page(&mut self, consumer: &str, h: Holder<'_>, up_to: u64, limit: u32) -> Vec<StoredMessage> {
+    pub(crate) fn claim_page(
+        &mut self,
+        consumer: &str,
+        h: Holder<'_>,
+        seqs: std::ops::RangeInclusive<u64>,
+        limit: u32,
+    ) -> Vec<StoredMessage> {
         let Some(c) = self.consumers.get_mut(consumer) else { return Vec::new() };
         let mut out = Vec::new();
-        for (seq, p) in c.pending.range_mut(..=up_to) {
+        if seqs.is_empty() {
+            return out;
+        }
+        for (seq, p) in c.pending.range_mut(seqs) {
             if out.len() >= limit as usize {
                 break;
             }

@@ -702,12 +702,20 @@ async fn append_at(s: &Arc<dyn Store>, topic: &str, id: &str, filter: Option<&st
     s.append(&m, now).await.expect("append")
 }
 
+/// `Some(redelivered)` of a [`Claim::Claimed`], `None` for any other claim.
+fn redelivered(c: Claim) -> Option<bool> {
+    match c {
+        Claim::Claimed { redelivered, .. } => Some(redelivered),
+        _ => None,
+    }
+}
+
 async fn backlog(s: &Arc<dyn Store>, c: &str) -> u64 {
     s.backlog(c).await.expect("backlog").0
 }
 
 async fn page_ids(s: &Arc<dyn Store>, c: &str, h: Holder<'_>, limit: u32) -> Vec<String> {
-    s.claim_page(c, h, u64::MAX, limit).await.expect("claim_page").into_iter().map(|m| m.msg_id).collect()
+    s.claim_page(c, h, 0..=u64::MAX, limit).await.expect("claim_page").into_iter().map(|m| m.msg_id).collect()
 }
 
 /// A consumer receives what is appended after it exists, nothing from before.
@@ -747,7 +755,7 @@ pub async fn log_claim_hands_a_message_to_one_holder<H: StoreHarness>(h: H) {
     open_consumer(&s, &consumer("g", TOPIC, &[])).await;
     append(&s, TOPIC, "m1", None).await;
     let (a, b) = (holder("sa", "n1", 1), holder("sb", "n2", 2));
-    assert_eq!(s.claim("g", "m1", a).await.unwrap(), Claim::Claimed { redelivered: false });
+    assert_eq!(redelivered(s.claim("g", "m1", a).await.unwrap()), Some(false));
     assert_eq!(s.claim("g", "m1", b).await.unwrap(), Claim::Held);
     assert_eq!(s.claim("g", "m1", a).await.unwrap(), Claim::Held, "a holder does not get it twice");
     assert_eq!(s.claim("g", "nope", a).await.unwrap(), Claim::Absent);
@@ -756,7 +764,7 @@ pub async fn log_claim_hands_a_message_to_one_holder<H: StoreHarness>(h: H) {
 
     assert_eq!(s.release(Release::Conn { node: "n1", conn: 1 }).await.unwrap(), ["g"]);
     assert_eq!(backlog(&s, "g").await, 1);
-    assert_eq!(s.claim("g", "m1", b).await.unwrap(), Claim::Claimed { redelivered: true });
+    assert_eq!(redelivered(s.claim("g", "m1", b).await.unwrap()), Some(true));
 }
 
 /// `claim_page` takes the oldest unheld messages up to a seq, in order, with every field.
@@ -768,8 +776,8 @@ pub async fn log_claim_page_pages_in_seq_order_with_every_field<H: StoreHarness>
         seqs.push(append(&s, TOPIC, &format!("m{i}"), (i == 2).then_some("eu")).await);
     }
     let me = holder("s", "n", 9);
-    assert_eq!(s.claim("c", "m3", me).await.unwrap(), Claim::Claimed { redelivered: false });
-    let first = s.claim_page("c", me, seqs[4], 2).await.unwrap();
+    assert_eq!(s.claim("c", "m3", me).await.unwrap(), Claim::Claimed { redelivered: false, seq: seqs[2] });
+    let first = s.claim_page("c", me, 0..=seqs[4], 2).await.unwrap();
     assert_eq!(first.iter().map(|m| m.msg_id.as_str()).collect::<Vec<_>>(), ["m1", "m2"]);
     let m2 = &first[1];
     assert_eq!((m2.seq, m2.filter.as_deref(), m2.publisher.as_str()), (seqs[1], Some("eu"), "alice"));
@@ -778,8 +786,22 @@ pub async fn log_claim_page_pages_in_seq_order_with_every_field<H: StoreHarness>
     assert!(page_ids(&s, "c", me, 10).await.is_empty());
 
     append(&s, TOPIC, "m6", None).await;
-    let bounded = s.claim_page("c", me, seqs[4], 10).await.unwrap();
-    assert!(bounded.is_empty(), "m6 is past up_to");
+    let bounded = s.claim_page("c", me, 0..=seqs[4], 10).await.unwrap();
+    assert!(bounded.is_empty(), "m6 is past the range's end");
+    append(&s, TOPIC, "m7", None).await;
+    append(&s, TOPIC, "m8", None).await;
+    let other = holder("s2", "n", 10);
+    let m7 = s.claim("c", "m7", other).await.unwrap();
+    let Claim::Claimed { seq: m7_seq, .. } = m7 else { panic!("m7 not claimed: {m7:?}") };
+    s.release(Release::Conn { node: "n", conn: 10 }).await.unwrap();
+    let from_m7 = s.claim_page("c", me, m7_seq..=u64::MAX, 10).await.unwrap();
+    assert_eq!(
+        from_m7.iter().map(|m| m.msg_id.as_str()).collect::<Vec<_>>(),
+        ["m7", "m8"],
+        "m6 is before the range's start"
+    );
+    assert!(s.claim_page("c", me, 5..=4, 10).await.unwrap().is_empty(), "an empty range claims nothing");
+    assert_eq!(page_ids(&s, "c", me, 10).await, ["m6"]);
 }
 
 /// `list_consumers` pages the consumers of one id prefix in id order, each with its pending and
@@ -794,10 +816,7 @@ pub async fn log_list_consumers_pages_by_prefix_with_backlogs<H: StoreHarness>(h
     append(&s, TOPIC, "m1", None).await;
     append(&s, TOPIC, "m2", None).await;
     append_at(&s, TOPIC, "m3", None, T0 + 5).await;
-    assert_eq!(
-        s.claim("g/p/app/room/jobs/w1", "m1", holder("s", "n", 1)).await.unwrap(),
-        Claim::Claimed { redelivered: false }
-    );
+    assert_eq!(redelivered(s.claim("g/p/app/room/jobs/w1", "m1", holder("s", "n", 1)).await.unwrap()), Some(false));
     assert!(s.ack("g/p/app/room/jobs/w2", "m1").await.unwrap());
     for m in ["m1", "m2", "m3"] {
         assert!(s.ack("g/p/app/room/jobs/w3", m).await.unwrap());
@@ -854,7 +873,7 @@ pub async fn log_release_scopes<H: StoreHarness>(h: H) {
     let new = holder("s1", "n2", 3);
     let far = holder("s3", "n3", 1);
     for (m, h) in [("m1", old), ("m2", other), ("m3", new), ("m4", far)] {
-        assert_eq!(s.claim("g", m, h).await.unwrap(), Claim::Claimed { redelivered: false });
+        assert_eq!(redelivered(s.claim("g", m, h).await.unwrap()), Some(false));
     }
     assert_eq!(s.release(Release::SessionExcept(new)).await.unwrap(), ["g"]);
     assert_eq!(page_ids(&s, "g", far, 10).await, ["m1"], "only the session's other connection");
@@ -864,9 +883,9 @@ pub async fn log_release_scopes<H: StoreHarness>(h: H) {
     let c = Release::ConnConsumer { node: "n3", conn: 1, consumer: "other" };
     assert!(s.release(c).await.unwrap().is_empty(), "another consumer's hold only");
     assert_eq!(s.release(Release::ConnConsumer { node: "n3", conn: 1, consumer: "g" }).await.unwrap(), ["g"]);
-    assert_eq!(s.claim("g", "m4", far).await.unwrap(), Claim::Claimed { redelivered: true });
+    assert_eq!(redelivered(s.claim("g", "m4", far).await.unwrap()), Some(true));
     assert_eq!(s.release(Release::Conn { node: "n3", conn: 1 }).await.unwrap(), ["g"]);
-    let again = s.claim_page("g", new, u64::MAX, 10).await.unwrap();
+    let again = s.claim_page("g", new, 0..=u64::MAX, 10).await.unwrap();
     assert_eq!(
         again.iter().map(|m| (m.msg_id.as_str(), m.redelivered)).collect::<Vec<_>>(),
         [("m1", true), ("m2", true), ("m4", true)]
