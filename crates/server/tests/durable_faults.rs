@@ -566,3 +566,64 @@ async fn a_member_leaving_while_postgres_is_down_goes_offline_once_postgres_is_b
     let wake = receiver.wait_for(1).await;
     assert_eq!(wake[0].json()["clientId"].as_str(), Some("leaver"));
 }
+
+/// N46/N47 with the node holding a sleeping member's last connection `kill -9`ed: in a cluster
+/// (Mosquitto, Redis, Postgres) the member, connected to node A, is seen `offline` by an
+/// observer on node B once A's lease lapses (not `leave`), and a publish on B wakes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_whose_node_was_killed_is_offline_and_woken_by_a_publish_on_another_node() {
+    use skua_testkit::webhook::{Mode, WebhookReceiver};
+    let Some((mqtt, redis)) = external_urls() else { return };
+    let Some(db) = TestDatabase::migrated().await else { return };
+    let receiver = WebhookReceiver::start(Mode::Ok(serde_json::json!({}))).await;
+    let ns = unique_namespace();
+    let store = db.url.clone();
+    let node = |id: &str| {
+        let args = [
+            "--dev",
+            "--store",
+            store.as_str(),
+            "--bus",
+            mqtt.as_str(),
+            "--presence",
+            redis.as_str(),
+            "--namespace",
+            ns.as_str(),
+            "--grpc-listen",
+            "",
+            "--node-id",
+            id,
+            "--node-ttl",
+            "2s",
+            "--node-refresh",
+            "500ms",
+        ];
+        SkuaProcess::spawn(BIN, &args)
+    };
+    let mut a = node("wake-a");
+    let b = node("wake-b");
+    let mut alice = WsClient::connect(&b.url()).await;
+    alice.auth_ok("dev-token-alice", 2).await;
+    alice.send(frame! {"type" => "presence", "roomId" => "general", "data" => frame! {"who" => "alice"}}).await;
+    alice.expect("presence").await;
+    let mut worker = agent(&a.url(), "killed-holder", false).await;
+    let wake_url = receiver.url("/wake");
+    worker.send(frame! {"type" => "presence", "roomId" => "general", "data" => wakeable(&wake_url, 2000)}).await;
+    assert_eq!(member_event(&mut alice, Duration::from_secs(10)).await, ("join".into(), "online".into()));
+
+    a.kill9();
+    drop(worker);
+    // The first event about the member after its node died: offline, not leave.
+    assert_eq!(member_event(&mut alice, Duration::from_secs(20)).await, ("update".into(), "offline".into()));
+    publish_unlogged(&mut alice, "wake-after-kill").await;
+    assert_eq!(member_event(&mut alice, Duration::from_secs(10)).await, ("waking".into(), "waking".into()));
+    let wake = receiver.wait_for(1).await;
+    let body = wake[0].json();
+    assert_eq!(
+        (body["clientId"].as_str(), body["topic"].as_str()),
+        (Some("killed-holder"), Some("messages")),
+        "{body}"
+    );
+    // Not connecting, it is back to offline at its timeout.
+    assert_eq!(member_event(&mut alice, Duration::from_secs(15)).await, ("update".into(), "offline".into()));
+}
