@@ -260,6 +260,24 @@ async fn a_rolling_restart_under_a_stream_of_logged_publishes_loses_nothing() {
     assert!(drained.await.expect("shutdown task"), "the restarting node drained within its grace");
 }
 
+/// A cluster's shared services: nodes on one store, bus, presence and namespace.
+struct Cluster<'a> {
+    store: &'a str,
+    mqtt: &'a str,
+    redis: &'a str,
+    ns: &'a str,
+}
+
+impl Cluster<'_> {
+    /// A `skua serve --dev` node `id` of the cluster, without gRPC, with `extra` flags.
+    fn node(&self, id: &str, extra: &[&str]) -> SkuaProcess {
+        let mut args = vec!["--dev", "--store", self.store, "--bus", self.mqtt, "--presence", self.redis];
+        args.extend(["--namespace", self.ns, "--grpc-listen", "", "--node-id", id]);
+        args.extend_from_slice(extra);
+        SkuaProcess::spawn(BIN, &args)
+    }
+}
+
 // ---- trigger webhooks of logged topics (issue 14, N45) ----
 
 /// A project whose app posts every publish's trigger to `url` with a 500 ms timeout; `jobs`
@@ -344,31 +362,10 @@ async fn a_logged_trigger_of_a_killed_node_is_delivered_by_the_other_node() {
     let fixtures = trigger_fixtures(&dir, &receiver.url("/t"));
     let ns = unique_namespace();
     let store = db.url.clone();
+    let cluster = Cluster { store: &store, mqtt: &mqtt, redis: &redis, ns: &ns };
     let node = |id: &str| {
-        let args = [
-            "--dev",
-            "--store",
-            store.as_str(),
-            "--bus",
-            mqtt.as_str(),
-            "--presence",
-            redis.as_str(),
-            "--namespace",
-            ns.as_str(),
-            "--grpc-listen",
-            "",
-            "--fixtures",
-            fixtures.as_str(),
-            "--node-id",
-            id,
-            "--trigger-lease",
-            "1s",
-            "--trigger-scan-interval",
-            "200ms",
-            "--webhook-trigger-first-retry",
-            "1s",
-        ];
-        SkuaProcess::spawn(BIN, &args)
+        let extra = ["--fixtures", fixtures.as_str(), "--trigger-lease", "1s", "--trigger-scan-interval", "200ms"];
+        cluster.node(id, &[&extra[..], &["--webhook-trigger-first-retry", "1s"]].concat())
     };
     let mut a = node("trigger-a");
     let _b = node("trigger-b");
@@ -578,28 +575,8 @@ async fn a_member_whose_node_was_killed_is_offline_and_woken_by_a_publish_on_ano
     let receiver = WebhookReceiver::start(Mode::Ok(serde_json::json!({}))).await;
     let ns = unique_namespace();
     let store = db.url.clone();
-    let node = |id: &str| {
-        let args = [
-            "--dev",
-            "--store",
-            store.as_str(),
-            "--bus",
-            mqtt.as_str(),
-            "--presence",
-            redis.as_str(),
-            "--namespace",
-            ns.as_str(),
-            "--grpc-listen",
-            "",
-            "--node-id",
-            id,
-            "--node-ttl",
-            "2s",
-            "--node-refresh",
-            "500ms",
-        ];
-        SkuaProcess::spawn(BIN, &args)
-    };
+    let cluster = Cluster { store: &store, mqtt: &mqtt, redis: &redis, ns: &ns };
+    let node = |id: &str| cluster.node(id, &["--node-ttl", "2s", "--node-refresh", "500ms"]);
     let mut a = node("wake-a");
     let b = node("wake-b");
     let mut alice = WsClient::connect(&b.url()).await;
