@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 
 use axum::http::StatusCode;
 use axum::response::Response;
+use skua_core::webhook::WebhookKind;
 use tonic::Status;
 
 use super::html::{self, Notice, button_form, checkbox, csrf_input, esc, field, q, textarea};
@@ -81,11 +82,12 @@ pub(crate) fn posted_target(
     Ok(Some(pb::WebhookTarget { url: url.to_owned(), headers, timeout_ms }))
 }
 
-/// The fields of webhook `name`: its URL (labelled `url_label`), headers and timeout, with
-/// what was posted after a refused change, else `current`.
+/// The fields of webhook `name` of `kind`: its URL (labelled `url_label`), headers and
+/// timeout, with what was posted after a refused change, else `current`.
 pub(crate) fn target_fields(
     a: &Authed,
     posted: bool,
+    kind: WebhookKind,
     name: &str,
     url_label: &str,
     hint: &str,
@@ -111,7 +113,11 @@ pub(crate) fn target_fields(
             &format!("{short}: timeout (ms)"),
             &pick(&tk, timeout),
             false,
-            "empty: the default (hydration 5000, trigger 10000)"
+            &format!(
+                "empty: the default, {} ms; at most {} ms",
+                kind.default_timeout().as_millis(),
+                kind.max_timeout().as_millis()
+            )
         ),
     )
 }
@@ -143,7 +149,7 @@ fn limit<T: std::str::FromStr>(form: &Form, k: &str) -> Result<Option<T>, Status
 
 /// The project's limits in a few words, for the projects table.
 pub(crate) fn limits_summary(l: Option<&pb::ProjectLimits>) -> String {
-    let l = l.cloned().unwrap_or_default();
+    let l = l.copied().unwrap_or_default();
     let mut parts = Vec::new();
     if let Some(n) = l.max_connections {
         parts.push(format!("{n} connections"));
@@ -173,7 +179,7 @@ async fn edit_project_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>
     };
     // After a refused change the form shows what was sent, so it can be corrected.
     let posted = a.form.has("name");
-    let l = p.limits.clone().unwrap_or_default();
+    let l = p.limits.unwrap_or_default();
     let current = [
         limit_text(l.max_connections),
         limit_text(l.monthly_message_quota),
@@ -235,10 +241,9 @@ pub(crate) async fn update_project(d: &Dashboard, a: Authed) -> Response {
         Err(s) => Err(s),
     };
     match saved {
-        Ok(p) => done_redirect(
-            &format!("/admin/projects/edit?project={}", q(&p.id)),
-            &format!("Project {} saved.", p.id),
-        ),
+        Ok(p) => {
+            done_redirect(&format!("/admin/projects/edit?project={}", q(&p.id)), &format!("Project {} saved.", p.id))
+        }
         Err(s) => refused(edit_project_page(d, &a, Some(Notice::Error(s.message()))).await, &s),
     }
 }
@@ -283,7 +288,13 @@ async fn edit_actor_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) 
     for s in &scopes {
         let sel = if s.id == chosen || s.slug == chosen { " selected" } else { "" };
         let state = if s.active { "" } else { ", deactivated" };
-        let _ = write!(options, "<option value=\"{}\"{sel}>{} ({}{state})</option>", esc(&s.id), esc(&s.slug), esc(&s.name));
+        let _ = write!(
+            options,
+            "<option value=\"{}\"{sel}>{} ({}{state})</option>",
+            esc(&s.id),
+            esc(&s.slug),
+            esc(&s.name)
+        );
     }
     let mut body = String::new();
     let _ = write!(
@@ -328,8 +339,11 @@ async fn save_actor(d: &Dashboard, a: &Authed) -> Result<pb::Actor, Status> {
     let mut x = actors::rename(&d.svc, id, a.form.get("name")).await?;
     let scope = a.form.get("scope");
     if scope != x.scope_id {
-        x = scopes::set_actor_scope(&d.svc, pb::SetActorScopeRequest { actor_id: id.to_owned(), scope: scope.to_owned() })
-            .await?;
+        x = scopes::set_actor_scope(
+            &d.svc,
+            pb::SetActorScopeRequest { actor_id: id.to_owned(), scope: scope.to_owned() },
+        )
+        .await?;
     }
     let active = !a.form.get("active").is_empty();
     if active != x.active {

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use skua_core::webhook::WebhookKind;
 use tonic::Status;
 
 use super::html::{self, Notice, button_form, csrf_input, esc, field, q, table, time};
@@ -1008,6 +1009,7 @@ async fn edit_app_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) ->
         super::edit::target_fields(
             a,
             posted,
+            WebhookKind::Hydration,
             "hydration_webhook",
             "Hydration webhook URL",
             "called on subscribe; empty: none",
@@ -1016,6 +1018,7 @@ async fn edit_app_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) ->
         super::edit::target_fields(
             a,
             posted,
+            WebhookKind::Trigger,
             "trigger_webhook",
             "Trigger webhook URL",
             "called on publish; empty: none",
@@ -1123,6 +1126,7 @@ async fn edit_topic_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) 
         super::edit::target_fields(
             a,
             posted,
+            WebhookKind::Hydration,
             "on_subscribe",
             "Hydration webhook (onSubscribe) URL",
             "empty: the app's",
@@ -1131,6 +1135,7 @@ async fn edit_topic_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) 
         super::edit::target_fields(
             a,
             posted,
+            WebhookKind::Trigger,
             "on_publish",
             "Trigger webhook (onPublish) URL",
             "empty: the app's",

@@ -853,14 +853,16 @@ async fn a_projects_limits_are_viewed_and_edited_with_the_apis_checks() {
     let limits = |s: &TestServer| s.registry.load().project(&demo).unwrap().limits.clone();
     let page = b.get("/admin/projects").await;
     assert!(
-        page.body.contains("href=\"/admin/projects/edit?project=demo-project\" aria-label=\"Edit project demo-project\""),
+        page.body
+            .contains("href=\"/admin/projects/edit?project=demo-project\" aria-label=\"Edit project demo-project\""),
         "{}",
         page.body
     );
     let page = b.get("/admin/projects/edit?project=demo-project").await;
     assert_eq!(page.status, 200, "{page:?}");
     assert!(page.body.contains("<label for=\"f-max_connections\">Max connections</label>"), "{}", page.body);
-    let form = "project=demo-project&name=Demo&max_connections=50&monthly_message_quota=&rate_limit=20&max_message_size=4096";
+    let form =
+        "project=demo-project&name=Demo&max_connections=50&monthly_message_quota=&rate_limit=20&max_message_size=4096";
     let r = b.post("/admin/projects/edit", form).await;
     assert_eq!(r.status, 303, "{r:?}");
     let page = b.get(r.header("location").unwrap()).await;
@@ -981,7 +983,10 @@ async fn webhook_headers_and_timeouts_are_edited_on_the_app_and_topic_forms() {
     let url = receiver.url("/t");
     let form = |extra: &str| format!("project=demo-project&app=demo&name=Demo&trigger_webhook={}{extra}", q(&url));
     let r = b
-        .post("/admin/apps/edit", &form("&trigger_webhook_headers=X-Team%3A+blue%0AX-Env%3A+test&trigger_webhook_timeout_ms=2500"))
+        .post(
+            "/admin/apps/edit",
+            &form("&trigger_webhook_headers=X-Team%3A+blue%0AX-Env%3A+test&trigger_webhook_timeout_ms=2500"),
+        )
         .await;
     assert_eq!(r.status, 303, "{r:?}");
     let page = b.get(r.header("location").unwrap()).await;
