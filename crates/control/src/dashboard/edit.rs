@@ -217,7 +217,7 @@ async fn edit_project_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>
 /// The update a posted project form asks for.
 fn project_update(a: &Authed) -> Result<pb::UpdateProjectRequest, Status> {
     let jwt_secret = if a.form.get("remove_jwt_secret").is_empty() {
-        Some(a.form.raw("jwt_secret").to_owned()).filter(|s| !s.is_empty())
+        Some(a.form.get("jwt_secret").to_owned()).filter(|s| !s.is_empty())
     } else {
         Some(String::new())
     };

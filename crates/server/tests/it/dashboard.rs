@@ -897,6 +897,24 @@ async fn a_projects_limits_are_viewed_and_edited_with_the_apis_checks() {
     let r = b.post("/admin/projects/edit", "project=demo-project&name=Demo&max_connections=&rate_limit=").await;
     assert_eq!(r.status, 303, "{r:?}");
     assert_eq!(limits(&s), skua_core::registry::ProjectLimits::default());
+    // A new JWT secret (never shown back), kept when the field is left empty, then removed.
+    let secret = |s: &TestServer| s.registry.load().project(&demo).unwrap().jwt_secret.clone();
+    let r = b
+        .post("/admin/projects/edit", "project=demo-project&name=Demo&jwt_secret=a-new-secret-of-32-bytes-or-more!")
+        .await;
+    assert_eq!(r.status, 303, "{r:?}");
+    assert_eq!(secret(&s).as_deref(), Some("a-new-secret-of-32-bytes-or-more!"));
+    let page = b.get("/admin/projects/edit?project=demo-project").await;
+    assert!(
+        page.body.contains("JWT secret: set (never shown)") && !page.body.contains("a-new-secret"),
+        "{}",
+        page.body
+    );
+    assert_eq!(b.post("/admin/projects/edit", "project=demo-project&name=Demo&jwt_secret=").await.status, 303);
+    assert!(secret(&s).is_some(), "an empty field keeps it");
+    let r = b.post("/admin/projects/edit", "project=demo-project&name=Demo&remove_jwt_secret=1").await;
+    assert_eq!(r.status, 303, "{r:?}");
+    assert_eq!(secret(&s), None);
 }
 
 #[tokio::test]
