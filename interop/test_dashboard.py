@@ -4,8 +4,11 @@ creates an app and a room through the forms, opens the live topic view, publishe
 Python SDK and sees the message appear, sees the SDK client in the room's presence view; also checks that a page without the session goes to the
 sign-in form, and the phone layout. A second test revokes a grant on the page and sees the SDK
 client's subscription end, sets an app's trigger webhook on its edit page and retries the failed
-trigger from the dead letters page. A third has an SDK agent group with an unacked message and
-finds its backlog on the durable delivery page.
+trigger from the dead letters page, then finds the retries in the recent deliveries. A third has an
+SDK agent group with an unacked message and finds its backlog on the durable delivery page. A
+fourth reads the overview's node list, then edits through the pages a project's limits, an actor,
+a scope's name, a lobby's rooms, an app's trigger webhook (headers, timeout) and a topic's own
+webhook and history, and checks each change with `skua admin`.
 
 With SKUA_DASHBOARD_SCREENSHOTS=DIR (e.g. docs/img) it writes the screenshots the README and
 docs/dashboard.md show. Without chromium or chromium-driver the test is skipped, loudly; under
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import http.server
+import json
 import os
 import re
 import shutil
@@ -422,6 +426,23 @@ async def test_dashboard_revokes_a_grant_and_retries_a_dead_letter(skua_factory,
             assert row_with(browser, "Dead letters", topic) is None
 
         await asyncio.to_thread(dead_letter_and_retry)
+
+        def recent_deliveries() -> None:
+            # The node serving the page made both retries: its recent deliveries list them newest
+            # first, the one that worked on top, with the receiver's host only (never the path).
+            host = rx.url("").removeprefix("http://")
+
+            def rows(b):
+                found = b.find_elements(By.XPATH, "//table[caption='Recent deliveries']/tbody/tr")
+                texts = [tr.text for tr in found if host in tr.text]
+                return texts if len(texts) >= 2 else None
+
+            texts = wait_for(browser, rows)
+            assert texts[0].split()[2:6] == ["trigger", host, "ok", "200"], texts
+            assert any(t.split()[2:6] == ["trigger", host, "status", "500"] for t in texts[1:]), texts
+            assert not any("/t" in t for t in texts), f"the host only: {texts}"
+
+        await asyncio.to_thread(recent_deliveries)
         assert rx.paths == ["/t", "/t", "/t"], "the first attempt and two retries"
         await helpers.close(alice)
         await helpers.close(bob)
@@ -469,3 +490,155 @@ async def test_dashboard_durable_page_shows_an_sdk_agent_groups_backlog(skua_fac
     await asyncio.to_thread(see_backlog)
     await helpers.close(worker)
     await helpers.close(alice)
+
+
+def set_checkbox(form, name: str, on: bool) -> None:
+    from selenium.webdriver.common.by import By
+
+    box = form.find_element(By.CSS_SELECTOR, f"input[type=checkbox][name={name}]")
+    if box.is_selected() != on:
+        box.click()
+
+
+def open_edit(browser, label: str, title: str) -> None:
+    """Follows the "edit" link labelled `label` and waits for the page titled `title`."""
+    from selenium.webdriver.common.by import By
+
+    browser.find_element(By.CSS_SELECTOR, f"a[aria-label='{label}']").click()
+    wait_for(browser, lambda b: b.find_element(By.TAG_NAME, "h1").text == title)
+
+
+@pytest.mark.timeout(180)
+async def test_dashboard_edit_forms_change_what_skua_admin_sees(skua_factory, browser):
+    """The overview's node list, then the edit forms, each change checked through `skua admin`
+    (the gRPC API): a project's limits (a refused value first), a scope's name, an actor's name,
+    state and scope, a lobby's rooms, an app's trigger webhook with headers and timeout (a
+    reserved header refused first), a topic's own webhook and history. Works in a new project,
+    deleted at the end through its page."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    from test_control_plane import admin, grpc_addresses
+
+    skua = skua_factory("--grpc-listen", "127.0.0.1:0")
+    url = admin_url(skua)
+    grpc = grpc_addresses(skua)[0]
+    project = f"dash-{uuid.uuid4().hex[:6]}"
+
+    def cli(*args: str):
+        r = admin(grpc, "--json", "--project", project, *args)
+        assert r.returncode == 0, f"skua admin {' '.join(args)}: {r.stderr}"
+        return json.loads(r.stdout)
+
+    def node_list() -> None:
+        sign_in(browser, url)
+        me = browser.find_element(By.ID, "v-node").text
+        caption = "Nodes registered in the presence backend"
+        row = wait_for(browser, lambda b: row_with(b, caption, f"{me} (this node)"))
+        cells = [td.text for td in row.find_elements(By.TAG_NAME, "td")]
+        assert cells[1] == "up" and cells[2] not in ("", "unknown"), cells
+        assert re.fullmatch(r"\d+s ago \(.* UTC\)", cells[3]), cells
+        # In a cluster every node of it is listed (up), this one marked once.
+        nodes = len(getattr(skua, "nodes", [skua]))
+
+        def up_rows(b):
+            rows = b.find_elements(By.XPATH, f"//table[caption='{caption}']/tbody/tr")
+            texts = [tr.text for tr in rows if tr.find_elements(By.TAG_NAME, "td")[1].text == "up"]
+            return texts if len(texts) >= nodes else None
+
+        up = wait_for(browser, up_rows)
+        assert len(up) >= nodes, up
+        assert sum("(this node)" in t for t in up) == 1, up
+
+    def project_limits() -> None:
+        browser.get(f"{url}/projects")
+        submit_form(browser, "/admin/projects", {"id": project, "name": "Dash"})
+        assert notice(browser) == f"Project {project} created.", notice(browser)
+        open_edit(browser, f"Edit project {project}", f"Edit project {project}")
+        submit_form(browser, "/admin/projects/edit", {"rate_limit": "0"})
+        assert "limits.rate_limit must be at least 1" in notice(browser), notice(browser)
+        submit_form(browser, "/admin/projects/edit", {"max_connections": "500", "rate_limit": "25", "max_message_size": "65536"})
+        assert notice(browser) == f"Project {project} saved.", notice(browser)
+        shoot(browser, "dashboard-project")
+
+    def scope_and_actor() -> None:
+        browser.get(f"{url}/scopes?project={project}")
+        submit_form(browser, "/admin/scopes", {"scope": "acme", "name": "Acme"})
+        assert notice(browser) == "Scope acme created.", notice(browser)
+        open_edit(browser, "Edit scope acme", "Edit scope acme")
+        submit_form(browser, "/admin/scopes/edit", {"name": "Acme Two"})
+        assert notice(browser) == "Scope acme saved.", notice(browser)
+        browser.get(f"{url}/actors?project={project}")
+        submit_form(browser, "/admin/actors", {"id": "worker-1", "actor_type": "agent", "name": "Worker"})
+        assert notice(browser).startswith("Actor worker-1 created."), notice(browser)
+        open_edit(browser, "Edit actor worker-1", "Edit actor worker-1")
+        form = browser.find_element(By.CSS_SELECTOR, "form[method=post][action='/admin/actors/edit']")
+        name = form.find_element(By.NAME, "name")
+        name.clear()
+        name.send_keys("Worker One")
+        set_checkbox(form, "active", False)
+        Select(form.find_element(By.NAME, "scope")).select_by_visible_text("acme (Acme Two)")
+        click_and_leave(browser, form.find_element(By.CSS_SELECTOR, "button[type=submit]"))
+        assert notice(browser) == "Actor worker-1 saved.", notice(browser)
+
+    def lobby_and_webhooks() -> None:
+        browser.get(f"{url}/apps?project={project}")
+        submit_form(browser, "/admin/apps", {"slug": "ops", "topics": "events, alerts"})
+        assert notice(browser) == "App ops created.", notice(browser)
+        browser.get(f"{url}/rooms?project={project}&app=ops")
+        for room in ("r1", "r2"):
+            submit_form(browser, "/admin/rooms", {"room": room})
+            assert notice(browser) == f"Room {room} created.", notice(browser)
+        browser.get(f"{url}/lobbies?project={project}")
+        submit_form(browser, "/admin/lobbies", {"lobby": "hall", "rooms": "r1"})
+        assert notice(browser) == "Lobby hall created.", notice(browser)
+        open_edit(browser, "Edit the rooms of lobby hall", "Edit lobby hall")
+        submit_form(browser, "/admin/lobbies/edit", {"rooms": "r1, r2"})
+        assert notice(browser) == "Lobby hall saved: 2 rooms.", notice(browser)
+        # The app's trigger webhook with headers and a timeout.
+        browser.get(f"{url}/apps?project={project}")
+        open_edit(browser, "Edit app ops", "Edit app ops")
+        hook = {"trigger_webhook": "http://127.0.0.1:9/hook", "trigger_webhook_timeout_ms": "2500"}
+        submit_form(browser, "/admin/apps/edit", {**hook, "trigger_webhook_headers": "Content-Type: text/plain"})
+        assert "may not be configured" in notice(browser), notice(browser)
+        submit_form(browser, "/admin/apps/edit", {**hook, "trigger_webhook_headers": "X-Team: blue\nX-Env: test"})
+        assert notice(browser) == "App ops saved.", notice(browser)
+        # The topic's own webhook (headers, timeout) and history, from the app's topic list.
+        browser.find_element(By.LINK_TEXT, "events").click()
+        wait_for(browser, lambda b: b.find_element(By.TAG_NAME, "h1").text == "Edit topic ops/events")
+        submit_form(browser, "/admin/apps/topic", {
+            "on_publish": "http://127.0.0.1:9/own", "on_publish_headers": "X-Topic: events",
+            "on_publish_timeout_ms": "1500", "history_size": "20", "history_ttl": "60",
+        })
+        assert notice(browser) == "Topic events saved.", notice(browser)
+
+    await asyncio.to_thread(node_list)
+    await asyncio.to_thread(project_limits)
+    limits = cli("projects", "get", project)["limits"]
+    assert limits == {"max_connections": 500, "monthly_message_quota": None, "rate_limit": 25, "max_message_size": 65536}, limits
+    await asyncio.to_thread(scope_and_actor)
+    scope = cli("scopes", "get", "acme")
+    assert scope["name"] == "Acme Two", scope
+    actor = cli("actors", "get", "worker-1")
+    assert (actor["name"], actor["active"], actor["scope_id"]) == ("Worker One", False, scope["id"]), actor
+    await asyncio.to_thread(lobby_and_webhooks)
+    assert cli("lobbies", "get", "hall")["rooms"] == ["r1", "r2"]
+    app = cli("apps", "get", "ops")
+    assert app["trigger_webhook"] == {
+        "url": "http://127.0.0.1:9/hook", "headers": {"X-Env": "test", "X-Team": "blue"}, "timeout_ms": 2500,
+    }, app
+    events = next(t for t in app["topics"] if t["name"] == "events")
+    assert events["webhooks"]["on_publish"] == {
+        "url": "http://127.0.0.1:9/own", "headers": {"X-Topic": "events"}, "timeout_ms": 1500,
+    }, events
+    assert events["history"] == {"size": 20, "ttl_ms": 60000}, events
+
+    def delete_project() -> None:
+        browser.get(f"{url}/projects")
+        row = row_with(browser, "Projects", project)
+        click_confirmed(browser, row.find_element(By.XPATH, ".//button[starts-with(text(), 'Delete')]"))
+        assert notice(browser).startswith(f"Project {project} deleted"), notice(browser)
+
+    await asyncio.to_thread(delete_project)
+    gone = admin(grpc, "projects", "get", project)
+    assert gone.returncode == 1 and "NotFound" in gone.stderr, gone

@@ -12,9 +12,11 @@
 //!
 //! Modules: [`html`] (escaping, layout, embedded CSS and JS), [`pages`] (overview, the
 //! registry pages, presence of a room, webhook dead letters), [`live`] (the live topic view and
-//! test publish), [`durable`] (durable groups' backlogs).
+//! test publish), [`durable`] (durable groups' backlogs), [`edit`] (projects' limits, actors,
+//! scopes' names, and the webhook fields of the app and topic forms).
 
 mod durable;
+mod edit;
 mod html;
 mod live;
 mod pages;
@@ -444,6 +446,9 @@ page!(projects => pages::projects);
 page!(apps => pages::apps);
 page!(rooms => pages::rooms);
 page!(edit_app => pages::edit_app);
+page!(edit_project => edit::edit_project);
+page!(edit_actor => edit::edit_actor);
+page!(edit_scope => edit::edit_scope);
 page!(edit_room => pages::edit_room);
 page!(edit_topic => pages::edit_topic);
 page!(lobbies => pages::lobbies);
@@ -462,6 +467,10 @@ action!(delete_project => pages::delete_project);
 action!(create_app => pages::create_app);
 action!(delete_app => pages::delete_app);
 action!(update_app => pages::update_app);
+action!(update_project => edit::update_project);
+action!(update_actor => edit::update_actor);
+action!(rotate_actor_token => edit::rotate_actor_token);
+action!(update_scope => edit::update_scope);
 action!(update_room => pages::update_room);
 action!(update_topic => pages::update_topic);
 action!(create_lobby => pages::create_lobby);
@@ -492,6 +501,7 @@ pub fn router(d: Arc<Dashboard>) -> Router {
         .route("/admin/stats", get(stats))
         .route("/admin/projects", get(projects).post(create_project))
         .route("/admin/projects/delete", post(delete_project))
+        .route("/admin/projects/edit", get(edit_project).post(update_project))
         .route("/admin/apps", get(apps).post(create_app))
         .route("/admin/apps/delete", post(delete_app))
         .route("/admin/apps/edit", get(edit_app).post(update_app))
@@ -501,6 +511,8 @@ pub fn router(d: Arc<Dashboard>) -> Router {
         .route("/admin/rooms/edit", get(edit_room).post(update_room))
         .route("/admin/actors", get(actors).post(create_actor))
         .route("/admin/actors/delete", post(delete_actor))
+        .route("/admin/actors/edit", get(edit_actor).post(update_actor))
+        .route("/admin/actors/rotate", post(rotate_actor_token))
         .route("/admin/grants", get(grants).post(create_grant))
         .route("/admin/grants/delete", post(delete_grant))
         .route("/admin/presence", get(presence))
@@ -509,6 +521,7 @@ pub fn router(d: Arc<Dashboard>) -> Router {
         .route("/admin/lobbies/edit", get(edit_lobby).post(update_lobby))
         .route("/admin/scopes", get(scopes).post(create_scope))
         .route("/admin/scopes/delete", post(delete_scope))
+        .route("/admin/scopes/edit", get(edit_scope).post(update_scope))
         .route("/admin/scopes/state", post(set_scope_state))
         .route("/admin/api-keys", get(api_keys).post(create_api_key))
         .route("/admin/api-keys/delete", post(delete_api_key))

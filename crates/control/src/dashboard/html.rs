@@ -93,6 +93,27 @@ pub(crate) fn field(name: &str, label: &str, value: &str, req: bool, hint: &str)
     )
 }
 
+/// One labelled text area (several lines, e.g. one header per line).
+pub(crate) fn textarea(name: &str, label: &str, value: &str, hint: &str) -> String {
+    let id = format!("f-{name}");
+    format!(
+        "<div class=\"field\"><label for=\"{id}\">{}</label><textarea id=\"{id}\" name=\"{name}\" rows=\"3\" \
+         aria-describedby=\"{id}-hint\">{}</textarea><small id=\"{id}-hint\">{}</small></div>",
+        esc(label),
+        esc(value),
+        esc(hint)
+    )
+}
+
+/// One labelled checkbox sending `1` when checked.
+pub(crate) fn checkbox(name: &str, label: &str, checked: bool) -> String {
+    format!(
+        "<div class=\"field\"><label><input type=\"checkbox\" id=\"f-{name}\" name=\"{name}\" value=\"1\"{}> {}</label></div>",
+        if checked { " checked" } else { "" },
+        esc(label)
+    )
+}
+
 /// A small form posting `hidden` fields to `action` behind one button (deletes, retries).
 pub(crate) fn button_form(action: &str, csrf: &str, hidden: &[(&str, &str)], label: &str, confirm: bool) -> String {
     let mut f = format!("<form method=\"post\" action=\"{}\" class=\"inline\"", esc(action));
@@ -210,6 +231,8 @@ th, td { text-align:left; padding:6px 8px; border-bottom:1px solid var(--line); 
 td code, pre { white-space:pre-wrap; word-break:break-all; }
 form.create { display:grid; grid-template-columns:repeat(auto-fit, minmax(200px, 1fr)); gap:8px 12px; align-items:end; border:1px solid var(--line); border-radius:6px; padding:12px; margin:8px 0 16px; }
 form.inline { display:inline; }
+fieldset.webhook { grid-column:1 / -1; display:grid; grid-template-columns:repeat(auto-fit, minmax(200px, 1fr)); gap:8px 12px; border:1px solid var(--line); border-radius:6px; margin:0; min-width:0; }
+fieldset.webhook legend { color:var(--muted); padding:0 4px; }
 .field { display:flex; flex-direction:column; gap:2px; } .field small { color:var(--muted); }
 input, select, textarea { font:inherit; padding:6px 8px; border:1px solid #8c959f; border-radius:4px; min-width:0; }
 textarea { width:100%; min-height:5em; font-family:ui-monospace, monospace; }

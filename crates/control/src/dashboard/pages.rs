@@ -1,12 +1,13 @@
 //! The overview and the registry pages: projects, apps, rooms, actors, grants, lobbies, access
-//! scopes, webhook dead letters. Each list page has its create form (apps and rooms an edit form
-//! too); each create, edit or delete calls the service function the gRPC and REST APIs call, and
+//! scopes, webhook dead letters. Each list page has its create form (apps, rooms, topics and
+//! lobbies an edit form too; projects, actors and scopes have theirs in `edit`); each create, edit or delete calls the service function the gRPC and REST APIs call, and
 //! shows its error message when it refuses.
 
 use std::fmt::Write as _;
 
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use skua_core::webhook::WebhookKind;
 use tonic::Status;
 
 use super::html::{self, Notice, button_form, csrf_input, esc, field, q, table, time};
@@ -15,19 +16,19 @@ use crate::pb;
 use crate::service::{actors, api_keys, apps, grants, lobbies, projects, rooms, scopes, webhooks};
 
 /// The HTTP status of a refused request, as the REST API maps it.
-fn status_of(s: &Status) -> StatusCode {
+pub(super) fn status_of(s: &Status) -> StatusCode {
     crate::rest::error::http_status(s.code())
 }
 
 /// The notice carried by a redirect after a change (`?done=`), or after an action that ran
 /// but failed (`?failed=`, shown as an error).
-fn done(a: &Authed) -> Option<Notice<'_>> {
+pub(super) fn done(a: &Authed) -> Option<Notice<'_>> {
     let failed = Some(a.query.get("failed")).filter(|m| !m.is_empty()).map(Notice::Error);
     failed.or_else(|| Some(a.query.get("done")).filter(|m| !m.is_empty()).map(Notice::Ok))
 }
 
 /// A redirect to `path` (with its query) saying `msg`.
-fn done_redirect(path: &str, msg: &str) -> Response {
+pub(super) fn done_redirect(path: &str, msg: &str) -> Response {
     let sep = if path.contains('?') { '&' } else { '?' };
     redirect(&format!("{path}{sep}done={}", q(msg)))
 }
@@ -173,7 +174,7 @@ async fn nodes_section(d: &Dashboard) -> String {
 }
 
 /// The project the page is about: `?project=`, else the first one.
-async fn current_project(d: &Dashboard, a: &Authed) -> (Vec<pb::Project>, String) {
+pub(super) async fn current_project(d: &Dashboard, a: &Authed) -> (Vec<pb::Project>, String) {
     let mut list = projects::list(&d.svc, pb::ListProjectsRequest {}).await.map(|r| r.projects).unwrap_or_default();
     list.sort_by(|x, y| x.id.cmp(&y.id));
     let want = a.query.get("project");
@@ -259,8 +260,13 @@ async fn projects_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) ->
         .iter()
         .map(|p| {
             vec![
-                format!("<a href=\"/admin/apps?project={}\">{}</a>", q(&p.id), esc(&p.id)),
+                format!(
+                    "<a href=\"/admin/apps?project={p}\">{s}</a> (<a href=\"/admin/projects/edit?project={p}\" aria-label=\"Edit project {s}\">edit</a>)",
+                    p = q(&p.id),
+                    s = esc(&p.id)
+                ),
                 esc(&p.name),
+                esc(&super::edit::limits_summary(p.limits.as_ref())),
                 p.messages_this_month.to_string(),
                 time(p.created_at_ms),
                 button_form(
@@ -282,7 +288,7 @@ async fn projects_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) ->
     );
     body.push_str(&table(
         "Projects",
-        &["Id", "Name", "Messages this month", "Created (UTC)", ""],
+        &["Id", "Name", "Limits", "Messages this month", "Created (UTC)", ""],
         &rows,
         "No projects yet.",
     ));
@@ -380,7 +386,7 @@ async fn apps_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> Res
 }
 
 /// Comma- or space-separated names, without empties.
-fn names(s: &str) -> Vec<String> {
+pub(super) fn names(s: &str) -> Vec<String> {
     s.split([',', ' ', '\n']).map(str::trim).filter(|t| !t.is_empty()).map(str::to_owned).collect()
 }
 
@@ -537,15 +543,26 @@ async fn actors_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> R
     )
     .await
     .unwrap_or_default();
+    let scopes = scopes::list(&d.svc, pb::ListScopesRequest { project_id: project.clone() })
+        .await
+        .map(|r| r.scopes)
+        .unwrap_or_default();
     let rows: Vec<Vec<String>> = list
         .actors
         .iter()
         .map(|x| {
+            let scope = scopes.iter().find(|s| s.id == x.scope_id).map_or(x.scope_id.as_str(), |s| s.slug.as_str());
             vec![
-                esc(&x.id),
+                format!(
+                    "{s} (<a href=\"/admin/actors/edit?project={p}&amp;actor={a}\" aria-label=\"Edit actor {s}\">edit</a>)",
+                    s = esc(&x.id),
+                    p = q(&project),
+                    a = q(&x.id)
+                ),
                 esc(&x.actor_type),
                 esc(&x.name),
                 if x.active { "active".into() } else { "deactivated".into() },
+                if scope.is_empty() { "none".into() } else { esc(scope) },
                 button_form(
                     "/admin/actors/delete",
                     &a.csrf,
@@ -568,7 +585,7 @@ async fn actors_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> R
         field("actor_type", "Type", a.form.get("actor_type"), true, "user, device, agent, orchestrator or observer"),
         field("name", "Name", a.form.get("name"), false, ""),
     );
-    body.push_str(&table("Actors", &["Id", "Type", "Name", "State", ""], &rows, "No actors in this project."));
+    body.push_str(&table("Actors", &["Id", "Type", "Name", "State", "Scope", ""], &rows, "No actors in this project."));
     if !list.next_page_token.is_empty() {
         let _ = write!(
             body,
@@ -952,12 +969,12 @@ pub(crate) async fn delete_api_key(d: &Dashboard, a: Authed) -> Response {
 }
 
 /// A field of the page: the posted value after a refused change, else the query's.
-fn param<'a>(a: &'a Authed, k: &str) -> &'a str {
+pub(super) fn param<'a>(a: &'a Authed, k: &str) -> &'a str {
     if a.form.get(k).is_empty() { a.query.get(k) } else { a.form.get(k) }
 }
 
 /// An error page with `s`'s message and the REST API's status for it.
-fn error_page(a: &Authed, title: &str, current: &str, s: &Status) -> Response {
+pub(super) fn error_page(a: &Authed, title: &str, current: &str, s: &Status) -> Response {
     html::respond(status_of(s), html::page(title, current, &a.csrf, Some(Notice::Error(s.message())), ""))
 }
 
@@ -976,7 +993,6 @@ async fn edit_app_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) ->
     // After a refused change the form shows what was sent, so it can be corrected.
     let posted = !a.form.get("app").is_empty();
     let value = |k: &str, current: &str| if posted { a.form.get(k).to_owned() } else { current.to_owned() };
-    let url = |t: &Option<pb::WebhookTarget>| t.as_ref().map(|t| t.url.clone()).unwrap_or_default();
     let auto = if posted { !a.form.get("auto_provision_rooms").is_empty() } else { x.auto_provision_rooms };
     let mut body = String::new();
     let _ = write!(
@@ -987,22 +1003,26 @@ async fn edit_app_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) ->
          <div class=\"field\"><label><input type=\"checkbox\" name=\"auto_provision_rooms\" value=\"1\"{}> Rooms created on first use</label></div>{}{}\
          <button type=\"submit\">Save app</button></form>\
          <p>A topic removed from the list ends its subscriptions; a topic kept keeps its own webhooks and history. \
-         Headers and timeouts of the webhooks are kept when their URL changes (set them with the API).</p>\
+         An empty URL removes its webhook (with its headers and timeout).</p>\
          <h2>Each topic's webhooks and history</h2><ul class=\"topics\">{}</ul>",
         field("name", "Name", &value("name", &x.name), true, "display name"),
-        field(
+        super::edit::target_fields(
+            a,
+            posted,
+            WebhookKind::Hydration,
             "hydration_webhook",
             "Hydration webhook URL",
-            &value("hydration_webhook", &url(&x.hydration_webhook)),
-            false,
-            "called on subscribe; empty: none"
+            "called on subscribe; empty: none",
+            x.hydration_webhook.as_ref()
         ),
-        field(
+        super::edit::target_fields(
+            a,
+            posted,
+            WebhookKind::Trigger,
             "trigger_webhook",
             "Trigger webhook URL",
-            &value("trigger_webhook", &url(&x.trigger_webhook)),
-            false,
-            "called on publish; empty: none"
+            "called on publish; empty: none",
+            x.trigger_webhook.as_ref()
         ),
         if auto { " checked" } else { "" },
         field(
@@ -1052,11 +1072,19 @@ async fn edit_app_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) ->
     html::respond(StatusCode::OK, html::page(&title, "Apps", &a.csrf, notice, &body))
 }
 
-/// The update of an app-level webhook from its URL field: none when the URL is unchanged, the
-/// same headers and timeout with the new URL otherwise (an empty URL removes the webhook).
-fn webhook_update(current: &Option<pb::WebhookTarget>, url: &str) -> Option<pb::WebhookTarget> {
-    let now = current.clone().unwrap_or_default();
-    (now.url != url).then(|| pb::WebhookTarget { url: url.to_owned(), ..now })
+/// The update of an app-level webhook from its form fields (URL, headers, timeout): none when
+/// nothing changed; an empty URL removes the webhook.
+fn webhook_update(
+    a: &Authed,
+    name: &str,
+    current: Option<&pb::WebhookTarget>,
+) -> Result<Option<pb::WebhookTarget>, Status> {
+    let wanted = super::edit::posted_target(&a.form, name, current)?;
+    Ok(match (wanted, current) {
+        (None, None) => None,
+        (None, Some(_)) => Some(pb::WebhookTarget::default()),
+        (Some(w), now) => (Some(&w) != now).then_some(w),
+    })
 }
 
 /// `GET /admin/apps/topic?project=&app=&topic=`: one topic's own webhooks (over the app's) and
@@ -1078,9 +1106,7 @@ async fn edit_topic_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) 
     };
     let posted = a.form.has("history_size");
     let value = |k: &str, current: String| if posted { a.form.get(k).to_owned() } else { current };
-    let hook = |f: fn(&pb::TopicWebhooks) -> &Option<pb::WebhookTarget>| {
-        t.webhooks.as_ref().and_then(|w| f(w).as_ref()).map(|w| w.url.clone()).unwrap_or_default()
-    };
+    let hooks = t.webhooks.clone().unwrap_or_default();
     let (size, ttl) = t
         .history
         .as_ref()
@@ -1097,19 +1123,23 @@ async fn edit_topic_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) 
          messages for recovery on reconnect (both empty: none; the node's <code>history_max_size</code> caps the size).</p>",
         csrf_input(&a.csrf),
         esc(&t.name),
-        field(
+        super::edit::target_fields(
+            a,
+            posted,
+            WebhookKind::Hydration,
             "on_subscribe",
-            "Hydration webhook URL (onSubscribe)",
-            &value("on_subscribe", hook(|w| &w.on_subscribe)),
-            false,
-            "empty: the app's"
+            "Hydration webhook (onSubscribe) URL",
+            "empty: the app's",
+            hooks.on_subscribe.as_ref()
         ),
-        field(
+        super::edit::target_fields(
+            a,
+            posted,
+            WebhookKind::Trigger,
             "on_publish",
-            "Trigger webhook URL (onPublish)",
-            &value("on_publish", hook(|w| &w.on_publish)),
-            false,
-            "empty: the app's"
+            "Trigger webhook (onPublish) URL",
+            "empty: the app's",
+            hooks.on_publish.as_ref()
         ),
         field(
             "history_size",
@@ -1163,14 +1193,17 @@ pub(crate) async fn update_topic(d: &Dashboard, a: Authed) -> Response {
     let Some(t) = topics.iter_mut().find(|t| t.name == name) else {
         return topic_refused(d, &a, Status::not_found(format!("topic {name:?} not found in app {}", x.slug))).await;
     };
-    // A changed URL keeps the entry's headers and timeout; an empty one removes the entry.
-    let target = |current: Option<&pb::WebhookTarget>, url: &str| -> Option<pb::WebhookTarget> {
-        (!url.is_empty()).then(|| pb::WebhookTarget { url: url.to_owned(), ..current.cloned().unwrap_or_default() })
-    };
+    // Headers or a timeout the form does not carry are kept; an empty URL removes the entry.
     let now = t.webhooks.clone().unwrap_or_default();
-    let hooks = pb::TopicWebhooks {
-        on_subscribe: target(now.on_subscribe.as_ref(), a.form.get("on_subscribe")),
-        on_publish: target(now.on_publish.as_ref(), a.form.get("on_publish")),
+    let posted = super::edit::posted_target(&a.form, "on_subscribe", now.on_subscribe.as_ref()).and_then(|s| {
+        Ok(pb::TopicWebhooks {
+            on_subscribe: s,
+            on_publish: super::edit::posted_target(&a.form, "on_publish", now.on_publish.as_ref())?,
+        })
+    });
+    let hooks = match posted {
+        Ok(h) => h,
+        Err(s) => return topic_refused(d, &a, s).await,
     };
     t.webhooks = (hooks.on_subscribe.is_some() || hooks.on_publish.is_some()).then_some(hooks);
     t.history = history;
@@ -1225,13 +1258,23 @@ pub(crate) async fn update_app(d: &Dashboard, a: Authed) -> Response {
         Ok(x) => x,
         Err(s) => return error_page(&a, "Edit app", "Apps", &s),
     };
+    let hooks = webhook_update(&a, "hydration_webhook", x.hydration_webhook.as_ref())
+        .and_then(|h| Ok((h, webhook_update(&a, "trigger_webhook", x.trigger_webhook.as_ref())?)));
+    let (hydration_webhook, trigger_webhook) = match hooks {
+        Ok(h) => h,
+        Err(s) => {
+            let mut r = edit_app_page(d, &a, Some(Notice::Error(s.message()))).await;
+            *r.status_mut() = status_of(&s);
+            return r;
+        }
+    };
     let r = pb::UpdateAppRequest {
         project_id: project.clone(),
         app: slug.clone(),
         name: Some(a.form.get("name").to_owned()),
         auto_provision_rooms: Some(!a.form.get("auto_provision_rooms").is_empty()),
-        hydration_webhook: webhook_update(&x.hydration_webhook, a.form.get("hydration_webhook")),
-        trigger_webhook: webhook_update(&x.trigger_webhook, a.form.get("trigger_webhook")),
+        hydration_webhook,
+        trigger_webhook,
         topics: a
             .form
             .has("topics")
@@ -1468,7 +1511,12 @@ async fn scopes_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> R
         .iter()
         .map(|x| {
             vec![
-                esc(&x.slug),
+                format!(
+                    "{s} (<a href=\"/admin/scopes/edit?project={p}&amp;scope={sl}\" aria-label=\"Edit scope {s}\">edit</a>)",
+                    s = esc(&x.slug),
+                    p = q(&project),
+                    sl = q(&x.slug)
+                ),
                 esc(&x.name),
                 format!(
                     "{} {}",

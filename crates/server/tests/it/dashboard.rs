@@ -102,7 +102,10 @@ impl Browser {
     }
 }
 
-const PAGES: [&str; 21] = [
+const PAGES: [&str; 24] = [
+    "/admin/projects/edit?project=demo-project",
+    "/admin/actors/edit?project=demo-project&actor=alice",
+    "/admin/scopes/edit?project=demo-project&scope=acme",
     "/admin/apps/topic?project=demo-project&app=demo&topic=feed",
     "/admin/lobbies/edit?project=demo-project&lobby=hall",
     "/admin/durable",
@@ -126,7 +129,11 @@ const PAGES: [&str; 21] = [
     "/admin/apps?project=demo-project",
 ];
 
-const FORMS: [&str; 26] = [
+const FORMS: [&str; 30] = [
+    "/admin/projects/edit",
+    "/admin/actors/edit",
+    "/admin/actors/rotate",
+    "/admin/scopes/edit",
     "/admin/apps/topic",
     "/admin/lobbies/edit",
     "/admin/scopes/state",
@@ -363,7 +370,7 @@ async fn lobbies_and_access_scopes_are_listed_created_and_deleted_through_the_fo
     assert_eq!(r.status, 303, "{r:?}");
     let page = b.get(r.header("location").unwrap()).await;
     assert!(page.body.contains("Scope acme created."), "{}", page.body);
-    assert!(page.body.contains("<td>acme</td><td>Acme Inc</td><td>active <form"), "{}", page.body);
+    assert!(page.body.contains("edit</a>)</td><td>Acme Inc</td><td>active <form"), "{}", page.body);
     assert!(page.body.contains("Deactivate acme</button></form></td><td>0</td>"), "{}", page.body);
     let r = b.post("/admin/scopes", "project=demo-project&scope=acme").await;
     assert_eq!(r.status, 409, "{r:?}");
@@ -373,7 +380,7 @@ async fn lobbies_and_access_scopes_are_listed_created_and_deleted_through_the_fo
     let r = b.post("/admin/scopes/delete", "project=demo-project&scope=acme").await;
     assert_eq!(r.status, 303, "{r:?}");
     let page = b.get(r.header("location").unwrap()).await;
-    assert!(page.body.contains("Scope acme deleted.") && !page.body.contains("<td>acme</td>"), "{}", page.body);
+    assert!(page.body.contains("Scope acme deleted.") && !page.body.contains("<td>acme ("), "{}", page.body);
 }
 
 /// `s` form-encoded (letters, digits and `.-_` as they are).
@@ -836,4 +843,216 @@ async fn topics_lobby_rooms_and_scope_state_are_edited_through_the_forms() {
     );
     let r = b.post("/admin/scopes/state", "project=demo-project&scope=nope&active=1").await;
     assert_eq!(r.status, 404, "{r:?}");
+}
+
+#[tokio::test]
+async fn a_projects_limits_are_viewed_and_edited_with_the_apis_checks() {
+    let s = TestServer::start().await;
+    let b = Browser::sign_in(s.addr).await;
+    let demo = skua_core::ProjectId::parse("demo-project").unwrap();
+    let limits = |s: &TestServer| s.registry.load().project(&demo).unwrap().limits.clone();
+    let page = b.get("/admin/projects").await;
+    assert!(
+        page.body
+            .contains("href=\"/admin/projects/edit?project=demo-project\" aria-label=\"Edit project demo-project\""),
+        "{}",
+        page.body
+    );
+    let page = b.get("/admin/projects/edit?project=demo-project").await;
+    assert_eq!(page.status, 200, "{page:?}");
+    assert!(page.body.contains("<label for=\"f-max_connections\">Max connections</label>"), "{}", page.body);
+    let form =
+        "project=demo-project&name=Demo&max_connections=50&monthly_message_quota=&rate_limit=20&max_message_size=4096";
+    let r = b.post("/admin/projects/edit", form).await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let page = b.get(r.header("location").unwrap()).await;
+    assert!(page.body.contains("Project demo-project saved."), "{}", page.body);
+    assert!(page.body.contains("name=\"max_connections\" value=\"50\""), "{}", page.body);
+    assert!(page.body.contains("name=\"monthly_message_quota\" value=\"\""), "{}", page.body);
+    let want = skua_core::registry::ProjectLimits {
+        max_connections: Some(50),
+        rate_limit: Some(20),
+        max_message_size: Some(4096),
+        monthly_message_quota: None,
+    };
+    assert_eq!(limits(&s), want, "the node applies the new limits");
+    let page = b.get("/admin/projects").await;
+    assert!(page.body.contains("<td>50 connections, 20/s per connection, 4096 bytes a message</td>"), "{}", page.body);
+    // The API's checks (the typed values kept), a number that is none, an unknown project.
+    let r = b.post("/admin/projects/edit", "project=demo-project&name=Demo&rate_limit=0").await;
+    assert_eq!(r.status, 400, "{r:?}");
+    assert!(r.body.contains("limits.rate_limit must be at least 1"), "{}", r.body);
+    assert!(r.body.contains("name=\"rate_limit\" value=\"0\""), "the typed value is kept: {}", r.body);
+    let r = b.post("/admin/projects/edit", "project=demo-project&name=Demo&max_message_size=99999999").await;
+    assert_eq!(r.status, 400, "{r:?}");
+    assert!(r.body.contains("limits.max_message_size must be 1..="), "{}", r.body);
+    let r = b.post("/admin/projects/edit", "project=demo-project&name=Demo&max_connections=lots").await;
+    assert_eq!(r.status, 400, "{r:?}");
+    assert!(r.body.contains("limits.max_connections must be a whole number"), "{}", r.body);
+    assert_eq!(limits(&s), want, "nothing refused changed");
+    let r = b.post("/admin/projects/edit", "project=nope&name=x").await;
+    assert_eq!(r.status, 404, "{r:?}");
+    assert_eq!(b.get("/admin/projects/edit?project=nope").await.status, 404);
+    // All emptied: the node's settings again.
+    let r = b.post("/admin/projects/edit", "project=demo-project&name=Demo&max_connections=&rate_limit=").await;
+    assert_eq!(r.status, 303, "{r:?}");
+    assert_eq!(limits(&s), skua_core::registry::ProjectLimits::default());
+    // A new JWT secret (never shown back), kept when the field is left empty, then removed.
+    let secret = |s: &TestServer| s.registry.load().project(&demo).unwrap().jwt_secret.clone();
+    let r = b
+        .post("/admin/projects/edit", "project=demo-project&name=Demo&jwt_secret=a-new-secret-of-32-bytes-or-more!")
+        .await;
+    assert_eq!(r.status, 303, "{r:?}");
+    assert_eq!(secret(&s).as_deref(), Some("a-new-secret-of-32-bytes-or-more!"));
+    let page = b.get("/admin/projects/edit?project=demo-project").await;
+    assert!(
+        page.body.contains("JWT secret: set (never shown)") && !page.body.contains("a-new-secret"),
+        "{}",
+        page.body
+    );
+    assert_eq!(b.post("/admin/projects/edit", "project=demo-project&name=Demo&jwt_secret=").await.status, 303);
+    assert!(secret(&s).is_some(), "an empty field keeps it");
+    let r = b.post("/admin/projects/edit", "project=demo-project&name=Demo&remove_jwt_secret=1").await;
+    assert_eq!(r.status, 303, "{r:?}");
+    assert_eq!(secret(&s), None);
+}
+
+#[tokio::test]
+async fn an_actor_and_a_scope_name_are_edited_through_the_forms() {
+    let s = TestServer::start().await;
+    let b = Browser::sign_in(s.addr).await;
+    let actor = |s: &TestServer| {
+        let reg = s.registry.load();
+        let a = reg.actor("alice").unwrap();
+        (a.active, a.scope.as_ref().map(|x| x.slug.to_string()))
+    };
+    assert_eq!(b.post("/admin/scopes", "project=demo-project&scope=acme&name=Acme").await.status, 303);
+    let page = b.get("/admin/actors?project=demo-project").await;
+    assert!(page.body.contains("aria-label=\"Edit actor alice\""), "{}", page.body);
+    let page = b.get("/admin/actors/edit?project=demo-project&actor=alice").await;
+    assert_eq!(page.status, 200, "{page:?}");
+    assert!(page.body.contains("<option value=\"\" selected>none</option>"), "{}", page.body);
+    let scope_id = {
+        let at = page.body.find("\">acme (Acme)</option>").expect("the scope is offered");
+        let start = page.body[..at].rfind("value=\"").unwrap() + 7;
+        page.body[start..at].to_owned()
+    };
+    // Deactivated (the box unticked): her connection closes, as through the API.
+    let mut alice = s.auth("dev-token-alice").await;
+    let r = b.post("/admin/actors/edit", "project=demo-project&actor=alice&name=Alice+A&scope=").await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let page = b.get(r.header("location").unwrap()).await;
+    assert!(page.body.contains("Actor alice saved.") && page.body.contains("value=\"Alice A\""), "{}", page.body);
+    assert!(!page.body.contains("name=\"active\" value=\"1\" checked"), "{}", page.body);
+    assert_eq!(alice.expect_close().await.0, 4001);
+    assert_eq!(actor(&s), (false, None));
+    // Active again and moved into the scope.
+    let r = b
+        .post("/admin/actors/edit", &format!("project=demo-project&actor=alice&name=Alice+A&active=1&scope={scope_id}"))
+        .await;
+    assert_eq!(r.status, 303, "{r:?}");
+    assert_eq!(actor(&s), (true, Some("acme".to_owned())));
+    let page = b.get("/admin/actors?project=demo-project").await;
+    assert!(page.body.contains("<td>Alice A</td><td>active</td><td>acme</td>"), "{}", page.body);
+    // The API's checks: a name too long, an unknown scope (nothing changed); an actor of another
+    // project is not found there.
+    let long = "x".repeat(1000);
+    let r = b.post("/admin/actors/edit", &format!("project=demo-project&actor=alice&name={long}&active=1")).await;
+    assert_eq!(r.status, 400, "{r:?}");
+    assert!(r.body.contains("name is longer than"), "{}", r.body);
+    let r = b.post("/admin/actors/edit", "project=demo-project&actor=alice&name=A&active=1&scope=nope").await;
+    assert_eq!(r.status, 404, "{r:?}");
+    assert!(r.body.contains("scope &quot;nope&quot; not found"), "{}", r.body);
+    assert_eq!(actor(&s), (true, Some("acme".to_owned())));
+    assert_eq!(b.post("/admin/projects", "id=other").await.status, 303);
+    assert_eq!(b.get("/admin/actors/edit?project=other&actor=alice").await.status, 404);
+    assert_eq!(b.post("/admin/actors/edit", "project=other&actor=alice&name=x&active=1").await.status, 404);
+    // A new access token: shown once, the old one refused.
+    let r = b.post("/admin/actors/rotate", "project=demo-project&actor=alice").await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let at = r.body.find("New access token for alice (shown once): ").expect("the token is shown") + 41;
+    let token: String = r.body[at..].chars().take_while(|c| !c.is_whitespace() && *c != '<').collect();
+    assert!(token.starts_with("at_live_"), "{token}");
+    let mut c = s.connect().await;
+    assert_eq!(c.auth("dev-token-alice", Some(2)).await.str("error"), "access_denied", "the replaced token");
+    let _fresh = s.auth(&token).await;
+
+    // A scope's name (its slug stays).
+    let page = b.get("/admin/scopes?project=demo-project").await;
+    assert!(page.body.contains("aria-label=\"Edit scope acme\""), "{}", page.body);
+    assert_eq!(b.get("/admin/scopes/edit?project=demo-project&scope=acme").await.status, 200);
+    let r = b.post("/admin/scopes/edit", "project=demo-project&scope=acme&name=Acme+Two").await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let page = b.get(r.header("location").unwrap()).await;
+    assert!(page.body.contains("Scope acme saved.") && page.body.contains("<td>Acme Two</td>"), "{}", page.body);
+    let r = b.post("/admin/scopes/edit", &format!("project=demo-project&scope=acme&name={long}")).await;
+    assert_eq!(r.status, 400, "{r:?}");
+    assert!(r.body.contains("name is longer than") && r.body.contains(&format!("value=\"{long}\"")));
+    assert_eq!(b.post("/admin/scopes/edit", "project=demo-project&scope=nope&name=x").await.status, 404);
+}
+
+#[tokio::test]
+async fn webhook_headers_and_timeouts_are_edited_on_the_app_and_topic_forms() {
+    use skua_testkit::webhook::{Mode, WebhookReceiver};
+    let receiver = WebhookReceiver::start(Mode::Ok(serde_json::json!({}))).await;
+    let s = TestServer::start().await;
+    let b = Browser::sign_in(s.addr).await;
+    let edit = "/admin/apps/edit?project=demo-project&app=demo";
+    let url = receiver.url("/t");
+    let form = |extra: &str| format!("project=demo-project&app=demo&name=Demo&trigger_webhook={}{extra}", q(&url));
+    let r = b
+        .post(
+            "/admin/apps/edit",
+            &form("&trigger_webhook_headers=X-Team%3A+blue%0AX-Env%3A+test&trigger_webhook_timeout_ms=2500"),
+        )
+        .await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let page = b.get(r.header("location").unwrap()).await;
+    assert!(page.body.contains(">X-Env: test\nX-Team: blue</textarea>"), "{}", page.body);
+    assert!(page.body.contains("name=\"trigger_webhook_timeout_ms\" value=\"2500\""), "{}", page.body);
+    let mut alice = s.auth("dev-token-alice").await;
+    alice.publish_acked("demo/general/messages", "with headers".into()).await;
+    let got = receiver.wait_for(1).await;
+    assert_eq!((got[0].header("x-team"), got[0].header("x-env")), (Some("blue"), Some("test")), "{:?}", got[0]);
+    // The API's checks (the typed values kept): a reserved header, a timeout above the maximum;
+    // and the form's own: a line that is no header, a timeout that is no number.
+    for (extra, says) in [
+        ("&trigger_webhook_headers=Content-Type%3A+text%2Fplain", "may not be configured"),
+        ("&trigger_webhook_timeout_ms=99000", "above the trigger webhook maximum"),
+        ("&trigger_webhook_headers=just+words", "has no &#39;:&#39;"),
+        ("&trigger_webhook_timeout_ms=soon", "must be a whole number of milliseconds"),
+    ] {
+        let r = b.post("/admin/apps/edit", &form(extra)).await;
+        assert_eq!(r.status, 400, "{extra}: {r:?}");
+        assert!(r.body.contains("role=\"alert\"") && r.body.contains(says), "{extra}: {}", r.body);
+    }
+    let r = b.post("/admin/apps/edit", &form("&trigger_webhook_timeout_ms=soon")).await;
+    assert!(r.body.contains("name=\"trigger_webhook_timeout_ms\" value=\"soon\""), "{}", r.body);
+    let page = b.get(edit).await;
+    assert!(page.body.contains("name=\"trigger_webhook_timeout_ms\" value=\"2500\""), "nothing refused changed");
+    // Emptied: no headers, the default timeout.
+    let r = b.post("/admin/apps/edit", &form("&trigger_webhook_headers=&trigger_webhook_timeout_ms=")).await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let page = b.get(edit).await;
+    assert!(page.body.contains("name=\"trigger_webhook_headers\" rows=\"3\" aria-describedby=\"f-trigger_webhook_headers-hint\"></textarea>"), "{}", page.body);
+    assert!(page.body.contains("name=\"trigger_webhook_timeout_ms\" value=\"\""), "{}", page.body);
+
+    // A topic's own webhook with its headers and timeout.
+    let own = receiver.url("/own");
+    let topic = format!(
+        "project=demo-project&app=demo&topic=messages&on_publish={}&on_publish_headers=X-Topic%3A+messages&on_publish_timeout_ms=1500&history_size=&history_ttl=",
+        q(&own)
+    );
+    let r = b.post("/admin/apps/topic", &topic).await;
+    assert_eq!(r.status, 303, "{r:?}");
+    let page = b.get(r.header("location").unwrap()).await;
+    assert!(page.body.contains(">X-Topic: messages</textarea>"), "{}", page.body);
+    assert!(page.body.contains("name=\"on_publish_timeout_ms\" value=\"1500\""), "{}", page.body);
+    alice.publish_acked("demo/general/messages", "to the topic's hook".into()).await;
+    let got = receiver.wait_for(2).await;
+    let mine = got.iter().find(|r| r.path == "/own").expect("the topic's own hook was called");
+    assert_eq!(mine.header("x-topic"), Some("messages"), "{mine:?}");
+    let r = b.post("/admin/apps/topic", &topic.replace("1500", "31000")).await;
+    assert_eq!(r.status, 400, "{r:?}");
+    assert!(r.body.contains("topics.messages.webhooks.on_publish.timeout_ms") && r.body.contains("value=\"31000\""));
 }
