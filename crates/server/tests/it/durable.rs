@@ -512,12 +512,12 @@ async fn each_member_of_a_group_with_a_slow_member_gets_its_share_in_order() {
         alice.publish_acked(FILL, Value::from(pad.as_str())).await;
     }
     const N: usize = 400;
-    let (tx, mut from_a) = tokio::sync::mpsc::unbounded_channel();
+    let (tx, mut from_a) = tokio::sync::mpsc::channel(N);
     let reader = tokio::spawn(async move {
         loop {
             let m = a.next_of_within("message", Duration::from_secs(30)).await;
             ack(&mut a, &m).await;
-            if tx.send(m).is_err() {
+            if tx.send(m).await.is_err() {
                 return a;
             }
         }
