@@ -15,10 +15,14 @@
 # runs on the bench app's topic, so compare with `fanout --bench-app`) and also prints the
 # triggers received in the window (docs/benchmarks.md, "Issue 14: triggers"). Keep the rates low: a
 # server that falls behind under callgrind batches, and its count per message drops.
+# NO_REP_STRINGS=1 raises glibc's `rep stosb`/`rep movsb` thresholds for the server, so memset
+# and memcpy of 2 KiB and more run glibc's vector loops: callgrind counts each byte of a
+# `rep stosb` as one instruction, which this CPU (ERMS/FSRM) does ~32 bytes a cycle, and
+# tungstenite zeroes its 4 KiB read buffer before every read (docs/benchmarks.md, "Issue 19").
 # Everything it starts is stopped on exit; the run's files stay in the printed directory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ $# -ge 2 ] || { sed -n '2,15p' "$0" >&2; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,22p' "$0" >&2; exit 2; }
 command -v valgrind >/dev/null && command -v callgrind_control >/dev/null \
   || { echo "bench-instructions: needs valgrind (callgrind, callgrind_control)" >&2; exit 2; }
 SKUA=$(realpath "$1")
@@ -44,9 +48,13 @@ case $1 in
 esac
 W
 chmod +x "$D/window.sh"
+TUNABLES=${GLIBC_TUNABLES:-}
+if [ "${NO_REP_STRINGS:-0}" = 1 ]; then
+  TUNABLES="${TUNABLES:+$TUNABLES:}glibc.cpu.x86_rep_stosb_threshold=1000000000:glibc.cpu.x86_rep_movsb_threshold=1000000000"
+fi
 # shellcheck disable=SC2086 # SKUA_EXTRA is a list of arguments
 (cd "$D/srv" && SKUA_MAX_CONNECTIONS_PER_IP=0 SKUA_MAX_NEW_CONNECTIONS_PER_IP_PER_SECOND=0 \
-  exec valgrind --tool=callgrind --callgrind-out-file="$D/cg.out" \
+  GLIBC_TUNABLES=$TUNABLES exec valgrind --tool=callgrind --callgrind-out-file="$D/cg.out" \
   "$SKUA" serve --dev --listen 127.0.0.1:0 --fixtures "$D/fixtures.toml" ${SKUA_EXTRA:-}) \
   >"$D/server.out" 2>"$D/server.log" &
 PID=$!

@@ -17,7 +17,7 @@
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use skua_core::history::{History, HistoryConfig, HistoryEntry, ReadFrom};
+use skua_core::history::{History, HistoryConfig, HistoryEntry, HistoryPos, ReadFrom};
 use skua_core::{ActorId, Publication, TopicAddress};
 use skua_protocol::{MessageFrame, ServerFrame, ServerFrameKind};
 
@@ -56,6 +56,51 @@ const UNPROVABLE: u64 = u64::MAX;
 pub struct Tracker {
     // std Mutex: a few field updates per delivery, never across an await.
     state: Mutex<State>,
+}
+
+impl State {
+    /// Whether `epoch` is this state's epoch: most often the very same allocation (every
+    /// publication of a topic shares its history's epoch), so the bytes are compared only
+    /// when the pointers differ.
+    fn same_epoch(&self, epoch: &Arc<str>) -> bool {
+        self.epoch.as_ref().is_some_and(|e| Arc::ptr_eq(e, epoch) || **e == **epoch)
+    }
+
+    /// See [`Tracker::admit_live`].
+    fn admit(&mut self, h: &HistoryPos) -> bool {
+        if let Some(seen) = &mut self.replaying {
+            *seen = (*seen).max(h.offset);
+            return false;
+        }
+        if self.same_epoch(&h.epoch) {
+            if h.offset <= self.floor {
+                return false;
+            }
+            self.last = self.last.max(h.offset);
+        } else {
+            self.epoch = Some(h.epoch.clone());
+            self.last = h.offset;
+            self.floor = 0;
+            self.confirmed = 0;
+            self.unproven.clear();
+        }
+        true
+    }
+
+    /// An offset queued in the writer's batch after `batch`. Offsets of one batch are proven
+    /// together, so one entry per batch keeps the highest (a burst costs no queue growth).
+    fn note_queued(&mut self, batch: u64, offset: u64) {
+        if let Some(last) = self.unproven.back_mut()
+            && last.0 == batch
+        {
+            last.1 = last.1.max(offset);
+            return;
+        }
+        if self.unproven.len() >= MAX_UNPROVEN {
+            self.unproven.pop_front();
+        }
+        self.unproven.push_back((batch, offset));
+    }
 }
 
 fn lock(m: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
@@ -101,34 +146,27 @@ impl Tracker {
     /// A frame of `offset` was queued in the writer's batch after `batch` (`None`: its
     /// receipt cannot be proven).
     pub fn queued(&self, batch: Option<u64>, offset: u64) {
-        let mut s = lock(&self.state);
-        if s.unproven.len() >= MAX_UNPROVEN {
-            s.unproven.pop_front();
-        }
-        s.unproven.push_back((batch.unwrap_or(UNPROVABLE), offset));
+        lock(&self.state).note_queued(batch.unwrap_or(UNPROVABLE), offset);
     }
 
     /// Whether a live publication should be queued now; notes its offset either way.
     pub fn admit_live(&self, p: &Publication) -> bool {
         let Some(h) = &p.history else { return true };
+        lock(&self.state).admit(h)
+    }
+
+    /// A live publication at `pos`: when admitted (see [`Self::admit_live`]), queues it with
+    /// `push` and notes the batch it went into, all under one lock. `push` returns `None` when
+    /// the frame was not queued, `Some(None)` when its receipt cannot be proven (a hydration
+    /// holds it), `Some(Some(batch))` with the writer's batch count otherwise. Returns whether
+    /// the frame was queued.
+    pub fn deliver_live(&self, pos: &HistoryPos, push: impl FnOnce() -> Option<Option<u64>>) -> bool {
         let mut s = lock(&self.state);
-        if let Some(seen) = &mut s.replaying {
-            *seen = (*seen).max(h.offset);
+        if !s.admit(pos) {
             return false;
         }
-        let same = s.epoch.as_deref() == Some(&*h.epoch);
-        if same && h.offset <= s.floor {
-            return false;
-        }
-        if same {
-            s.last = s.last.max(h.offset);
-        } else {
-            s.epoch = Some(h.epoch.clone());
-            s.last = h.offset;
-            s.floor = 0;
-            s.confirmed = 0;
-            s.unproven.clear();
-        }
+        let Some(batch) = push() else { return false };
+        s.note_queued(batch.unwrap_or(UNPROVABLE), pos.offset);
         true
     }
 
@@ -409,6 +447,25 @@ mod tests {
         assert!(t.admit_live(&publication(8, "e1")));
         t.queued(None, 8);
         assert_eq!(t.position(u64::MAX).unwrap().0, 7);
+    }
+
+    #[test]
+    fn offsets_of_one_batch_are_proven_together_and_a_refused_frame_is_never_noted() {
+        let t = Tracker::at(5, Arc::from("e1"));
+        let pos = |offset| publication(offset, "e1").history.unwrap();
+        // 6 and 7 go out in batch 1, 8 in batch 2: one entry per batch.
+        assert!(t.deliver_live(&pos(6), || Some(Some(0))));
+        assert!(t.deliver_live(&pos(7), || Some(Some(0))));
+        assert!(t.deliver_live(&pos(8), || Some(Some(1))));
+        assert_eq!(lock(&t.state).unproven.len(), 2);
+        assert_eq!(t.position(0).unwrap().0, 5);
+        assert_eq!(t.position(1).unwrap().0, 7, "batch 1 proven: 6 and 7 arrived");
+        // A frame the queue refused is not noted; one the tracker refuses is never pushed.
+        assert!(!t.deliver_live(&pos(9), || None));
+        assert!(!t.deliver_live(&pos(5), || panic!("offset 5 is at the floor: not pushed")));
+        assert_eq!(t.position(u64::MAX).unwrap().0, 8);
+        // The same epoch in another allocation is still the same epoch.
+        assert!(!t.deliver_live(&HistoryPos { offset: 5, epoch: Arc::from("e1") }, || Some(Some(9))));
     }
 
     #[test]

@@ -109,17 +109,10 @@ impl LocalSub {
         if let Some(t) = &self.history
             && let Some(h) = &p.history
         {
-            if !t.admit_live(p) {
-                return false;
-            }
-            let batch = match &self.hold {
+            return t.deliver_live(h, || match &self.hold {
                 Some(hold) => hold.push(&self.conn, frame).then_some(None),
                 None => self.conn.push_tracked(frame).map(Some),
-            };
-            if let Some(b) = batch {
-                t.queued(b, h.offset);
-            }
-            return batch.is_some();
+            });
         }
         match &self.hold {
             Some(h) => h.push(&self.conn, frame),

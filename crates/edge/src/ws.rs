@@ -3,6 +3,7 @@
 
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use axum::Router;
@@ -19,7 +20,7 @@ use tracing::Instrument;
 
 use crate::clock::now_unix_s;
 use crate::front::ConnInfo;
-use crate::outbound::{CloseRequest, ConnHandle, Outbox};
+use crate::outbound::{CloseRequest, ConnHandle, Outbox, Take};
 use crate::session::Session;
 use crate::state::EdgeState;
 
@@ -397,23 +398,36 @@ async fn write_loop(
     let mut receipt_deferred = false;
     let receipt_timer = tokio::time::sleep(Duration::ZERO);
     tokio::pin!(receipt_timer);
+    // The waker the timer was last polled with: it holds that waker until it fires, so a wait
+    // while a ping is deferred polls the timer once per deferral and later only checks whether
+    // it fired, instead of polling it after every write (docs/benchmarks.md, issue 19).
+    let mut timer_waker: Option<std::task::Waker> = None;
     loop {
-        let more = if receipt_deferred {
-            tokio::select! {
-                biased;
-                more = outbox.take(&handle) => more,
-                () = receipt_timer.as_mut() => {
-                    receipt_deferred = false;
-                    last_receipt = Some(Instant::now());
-                    if send_receipt(&mut sink, &handle).await.is_err() {
-                        handle.request_close(CloseRequest::GONE);
-                        break;
-                    }
-                    continue;
-                }
+        let woke = std::future::poll_fn(|cx| {
+            if let Poll::Ready(t) = outbox.poll_take(&handle, cx) {
+                return Poll::Ready(Woke::Take(t));
             }
-        } else {
-            outbox.take(&handle).await
+            if !receipt_deferred {
+                return Poll::Pending;
+            }
+            if timer_waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                return if receipt_timer.is_elapsed() { Poll::Ready(Woke::ReceiptDue) } else { Poll::Pending };
+            }
+            timer_waker = Some(cx.waker().clone());
+            receipt_timer.as_mut().poll(cx).map(|()| Woke::ReceiptDue)
+        })
+        .await;
+        let more = match woke {
+            Woke::Take(t) => t == Take::Frames,
+            Woke::ReceiptDue => {
+                receipt_deferred = false;
+                last_receipt = Some(Instant::now());
+                if send_receipt(&mut sink, &handle).await.is_err() {
+                    handle.request_close(CloseRequest::GONE);
+                    break;
+                }
+                continue;
+            }
         };
         if !more {
             break;
@@ -439,12 +453,24 @@ async fn write_loop(
         // History frames went out: a ping whose pong proves the client received every batch
         // written so far (issue 19; every WebSocket client answers pings by itself), now or,
         // within `receipt_interval` of the last one, when the timer fires.
-        if handle.take_receipt_wanted() && !receipt_deferred {
+        // A deferred one that came due while the writer was busy goes now.
+        let wanted = handle.take_receipt_wanted();
+        if receipt_deferred {
+            if receipt_timer.is_elapsed() {
+                receipt_deferred = false;
+                last_receipt = Some(Instant::now());
+                if send_receipt(&mut sink, &handle).await.is_err() {
+                    handle.request_close(CloseRequest::GONE);
+                    break;
+                }
+            }
+        } else if wanted {
             let now = Instant::now();
             match last_receipt {
                 Some(at) if now < at + receipt_interval => {
                     receipt_deferred = true;
                     receipt_timer.as_mut().reset(at + receipt_interval);
+                    timer_waker = None;
                 }
                 _ => {
                     last_receipt = Some(now);
@@ -476,6 +502,14 @@ async fn write_loop(
         let _ = sink.close().await;
     })
     .await;
+}
+
+/// What woke a writer waiting for frames.
+enum Woke {
+    /// Frames were taken, or a close was requested.
+    Take(Take),
+    /// A deferred receipt ping is due.
+    ReceiptDue,
 }
 
 /// A receipt ping naming the last batch written: its pong proves every frame before it arrived.
