@@ -259,7 +259,7 @@ async fn projects_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) ->
     let (mut list, _) = current_project(d, a).await;
     let search = match Search::of(d, a, "/admin/projects", "Projects", "Projects", &[]) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     list.retain(|p| search.matches([p.id.as_str(), p.name.as_str()]));
     let rows: Vec<Vec<String>> = list
@@ -336,7 +336,7 @@ async fn apps_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> Res
     let keep = [("project", project.as_str())];
     let search = match Search::of(d, a, "/admin/apps", "Apps", "Apps", &keep) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     list.retain(|x| {
         search.matches([x.slug.as_str(), x.name.as_str()].into_iter().chain(x.topics.iter().map(|t| t.name.as_str())))
@@ -452,7 +452,7 @@ async fn rooms_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> Re
     let keep = [("project", project.as_str()), ("app", app.as_str())];
     let search = match Search::of(d, a, "/admin/rooms", "Rooms", "Rooms", &keep) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let (list, next) = if app.is_empty() {
         (Vec::new(), String::new())
@@ -575,7 +575,7 @@ async fn actors_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> R
     let keep = [("project", project.as_str())];
     let search = match Search::of(d, a, "/admin/actors", "Actors", "Actors", &keep) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let r = pb::ListActorsRequest {
         project_id: project.clone(),
@@ -694,7 +694,7 @@ async fn grants_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> R
     let keep = [("project", project.as_str()), ("app", app.as_str()), ("room", room.as_str())];
     let search = match Search::of(d, a, "/admin/grants", "Grants", "Grants", &keep) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let mut list = if app.is_empty() || room.is_empty() {
         Vec::new()
@@ -968,7 +968,7 @@ async fn api_keys_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) ->
     let keep = [("project", project.as_str())];
     let search = match Search::of(d, a, "/admin/api-keys", "API keys", "API keys", &keep) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let mut list = api_keys::list(&d.svc, pb::ListApiKeysRequest { project_id: project.clone() })
         .await
@@ -1435,7 +1435,7 @@ async fn lobbies_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> 
     let keep = [("project", project.as_str())];
     let search = match Search::of(d, a, "/admin/lobbies", "Lobbies", "Lobbies", &keep) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let mut list = lobbies::list(&d.svc, pb::ListLobbiesRequest { project_id: project.clone() })
         .await
@@ -1594,7 +1594,7 @@ async fn scopes_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> R
     let keep = [("project", project.as_str())];
     let search = match Search::of(d, a, "/admin/scopes", "Access scopes", "Scopes", &keep) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let mut list = scopes::list(&d.svc, pb::ListScopesRequest { project_id: project.clone() })
         .await

@@ -29,7 +29,7 @@ impl Search {
         title: &str,
         current: &str,
         keep: &[(&str, &str)],
-    ) -> Result<Self, Response> {
+    ) -> Result<Self, Box<Response>> {
         let max = d.config.search_max_chars;
         let term = a.query.get("q");
         let chars = term.chars().count();
@@ -38,10 +38,10 @@ impl Search {
             let msg = format!("Search term too long: {chars} characters, at most {max}. Shorten it and search again.");
             let mut body = cut.form(path, title, keep, max);
             let _ = write!(body, "<p><a href=\"{}\">Show all</a></p>", esc(&cut.without_term(path, keep)));
-            return Err(html::respond(
+            return Err(Box::new(html::respond(
                 StatusCode::BAD_REQUEST,
                 html::page(title, current, &a.csrf, Some(html::Notice::Error(&msg)), &body),
-            ));
+            )));
         }
         Ok(Self::new(term))
     }
