@@ -292,7 +292,7 @@ async fn projects_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) ->
         field("name", "Name", a.form.get("name"), false, "defaults to the id"),
         field("jwt_secret", "JWT secret", "", false, "optional: HS256 client tokens")
     );
-    body.push_str(&search.form("/admin/projects", "projects", &[], d.config.search_max_chars));
+    body.push_str(&search.form("/admin/projects", "projects", "id or name", &[], d.config.search_max_chars));
     body.push_str(&search.table(
         "Projects",
         &["Id", "Name", "Limits", "Messages this month", "Created (UTC)", ""],
@@ -391,7 +391,7 @@ async fn apps_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> Res
             "comma-separated: kept for replay and durable delivery"
         ),
     );
-    body.push_str(&search.form("/admin/apps", "apps", &keep, d.config.search_max_chars));
+    body.push_str(&search.form("/admin/apps", "apps", "slug, name or a topic", &keep, d.config.search_max_chars));
     body.push_str(&search.table(
         "Apps",
         &["Slug", "Name", "Topics", "Rooms", "Auto rooms", ""],
@@ -513,7 +513,7 @@ async fn rooms_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> Re
         field("room", "Slug", a.form.get("room"), true, "letters, digits, - and _"),
         field("name", "Name", a.form.get("name"), false, "defaults to the slug"),
     );
-    body.push_str(&search.form("/admin/rooms", "rooms", &keep, d.config.search_max_chars));
+    body.push_str(&search.form("/admin/rooms", "rooms", "slug or name", &keep, d.config.search_max_chars));
     body.push_str(&search.table(
         "Rooms",
         &["Slug", "Name", "Access", "Kind", "Open", ""],
@@ -628,7 +628,7 @@ async fn actors_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> R
         field("actor_type", "Type", a.form.get("actor_type"), true, "user, device, agent, orchestrator or observer"),
         field("name", "Name", a.form.get("name"), false, ""),
     );
-    body.push_str(&search.form("/admin/actors", "actors", &keep, d.config.search_max_chars));
+    body.push_str(&search.form("/admin/actors", "actors", "id, name or type", &keep, d.config.search_max_chars));
     body.push_str(&search.table(
         "Actors",
         &["Id", "Type", "Name", "State", "Scope", ""],
@@ -753,7 +753,13 @@ async fn grants_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> R
             field("actor_type", "…or actor type", a.form.get("actor_type"), false, "every actor of a type"),
             field("topics", "Topics", a.form.get("topics"), false, "comma-separated; empty: all"),
         );
-        body.push_str(&search.form("/admin/grants", "grants", &keep, d.config.search_max_chars));
+        body.push_str(&search.form(
+            "/admin/grants",
+            "grants",
+            "actor, topic, permission or grant id",
+            &keep,
+            d.config.search_max_chars,
+        ));
         body.push_str(&search.table(
             "Grants",
             &["Id", "To", "Permission", "Topics", "Expires (UTC)", ""],
@@ -1004,7 +1010,7 @@ async fn api_keys_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) ->
         esc(&project),
         field("name", "Name", a.form.get("name"), false, "what it is for"),
     );
-    body.push_str(&search.form("/admin/api-keys", "API keys", &keep, d.config.search_max_chars));
+    body.push_str(&search.form("/admin/api-keys", "API keys", "key id or name", &keep, d.config.search_max_chars));
     body.push_str(&search.table(
         "API keys",
         &["Key id", "Name", "Created (UTC)", ""],
@@ -1497,7 +1503,7 @@ async fn lobbies_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> 
             "comma-separated; both empty: every actor"
         ),
     );
-    body.push_str(&search.form("/admin/lobbies", "lobbies", &keep, d.config.search_max_chars));
+    body.push_str(&search.form("/admin/lobbies", "lobbies", "slug, app or a room", &keep, d.config.search_max_chars));
     body.push_str(&search.table(
         "Lobbies",
         &["Slug", "App", "Rooms", "Allowed", ""],
@@ -1646,7 +1652,7 @@ async fn scopes_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> R
         field("scope", "Slug", a.form.get("scope"), true, "letters, digits, - and _"),
         field("name", "Name", a.form.get("name"), false, "defaults to the slug"),
     );
-    body.push_str(&search.form("/admin/scopes", "access scopes", &keep, d.config.search_max_chars));
+    body.push_str(&search.form("/admin/scopes", "access scopes", "slug or name", &keep, d.config.search_max_chars));
     body.push_str(&search.table(
         "Access scopes",
         &["Slug", "Name", "State", "Actors", "Created (UTC)", ""],

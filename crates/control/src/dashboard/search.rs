@@ -36,7 +36,7 @@ impl Search {
         if chars > max {
             let cut = Self::new(&term.chars().take(max).collect::<String>());
             let msg = format!("Search term too long: {chars} characters, at most {max}. Shorten it and search again.");
-            let mut body = cut.form(path, title, keep, max);
+            let mut body = cut.form(path, title, "id, slug or name", keep, max);
             let _ = write!(body, "<p><a href=\"{}\">Show all</a></p>", esc(&cut.without_term(path, keep)));
             return Err(Box::new(html::respond(
                 StatusCode::BAD_REQUEST,
@@ -75,7 +75,8 @@ impl Search {
 
     /// The search box: a GET form to `path` with `keep` (the selected project, app, room) as
     /// hidden fields, the term escaped in the box, a "Clear" link when searching.
-    pub(crate) fn form(&self, path: &str, what: &str, keep: &[(&str, &str)], max: usize) -> String {
+    /// `fields` names what is searched, for the box's hint.
+    pub(crate) fn form(&self, path: &str, what: &str, fields: &str, keep: &[(&str, &str)], max: usize) -> String {
         let mut f = format!("<form method=\"get\" action=\"{}\" class=\"search\" role=\"search\">", esc(path));
         for (k, v) in keep.iter().filter(|(_, v)| !v.is_empty()) {
             let _ = write!(f, "<input type=\"hidden\" name=\"{}\" value=\"{}\">", esc(k), esc(v));
@@ -83,9 +84,10 @@ impl Search {
         let _ = write!(
             f,
             "<div class=\"field\"><label for=\"q\">Search {w}</label><input type=\"search\" id=\"q\" name=\"q\" \
-             value=\"{}\" maxlength=\"{max}\" aria-describedby=\"q-hint\"><small id=\"q-hint\">part of an id, slug or \
-             name; any case</small></div><button type=\"submit\">Search</button>",
+             value=\"{}\" maxlength=\"{max}\" aria-describedby=\"q-hint\"><small id=\"q-hint\">part of its {}; any case</small>\
+             </div><button type=\"submit\">Search</button>",
             esc(&self.term),
+            esc(fields),
             w = esc(what),
         );
         if self.is_active() {
@@ -133,13 +135,15 @@ mod tests {
     #[test]
     fn the_box_escapes_the_term_and_keeps_the_selection() {
         let s = Search::new("<b>\"x\"&");
-        let f = s.form("/admin/rooms", "rooms", &[("project", "p1"), ("app", "a&b"), ("room", "")], 200);
+        let f =
+            s.form("/admin/rooms", "rooms", "slug or name", &[("project", "p1"), ("app", "a&b"), ("room", "")], 200);
         assert!(f.contains("value=\"&lt;b&gt;&quot;x&quot;&amp;\""), "{f}");
         assert!(!f.contains("<b>"), "{f}");
         assert!(f.contains("<input type=\"hidden\" name=\"project\" value=\"p1\">"), "{f}");
         assert!(f.contains("<input type=\"hidden\" name=\"app\" value=\"a&amp;b\">"), "{f}");
         assert!(!f.contains("name=\"room\""), "an empty selection is not kept: {f}");
         assert!(f.contains("<label for=\"q\">Search rooms</label>") && f.contains("maxlength=\"200\""), "{f}");
+        assert!(f.contains(">part of its slug or name; any case</small>"), "{f}");
         assert!(f.contains("href=\"/admin/rooms?project=p1&amp;app=a%26b\">Clear</a>"), "{f}");
         assert_eq!(s.link_param(), "&q=%3Cb%3E%22x%22%26");
         let t = s.table("Rooms", &["Slug"], &[], "No rooms.");
