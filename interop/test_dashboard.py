@@ -1,6 +1,7 @@
 """The admin dashboard (issue 20) in a real browser: Debian's chromium, headless, driven through
 chromium-driver by selenium, against a real `skua serve --dev`. Signs in with the dev admin key,
-creates an app and a room through the forms, opens the live topic view, publishes from the NoLag
+creates an app and two rooms through the forms, finds one with the rooms page's search box (typed,
+Enter), opens the live topic view, publishes from the NoLag
 Python SDK and sees the message appear, sees the SDK client in the room's presence view; also checks that a page without the session goes to the
 sign-in form, and the phone layout. A second test revokes a grant on the page and sees the SDK
 client's subscription end, sets an app's trigger webhook on its edit page and retries the failed
@@ -157,6 +158,7 @@ def notice(browser) -> str:
 @pytest.mark.timeout(180)
 async def test_dashboard_in_chromium(skua_factory, browser):
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
 
     # Samples every 500 ms, so the overview's chart has a line within the test.
     skua = skua_factory("--dashboard-sample-interval", "500ms")
@@ -195,6 +197,19 @@ async def test_dashboard_in_chromium(skua_factory, browser):
         wait_for(browser, lambda b: b.find_element(By.TAG_NAME, "h1").text == "Rooms")
         submit_form(browser, "/admin/rooms", {"room": "lobby", "name": "Lobby"})
         assert notice(browser) == "Room lobby created."
+        submit_form(browser, "/admin/rooms", {"room": "dock", "name": "Dock"})
+        assert notice(browser) == "Room dock created."
+        # The search box, from the keyboard: type, Enter; only the matching room is listed,
+        # and the app stays selected.
+        box = browser.find_element(By.ID, "q")
+        assert browser.find_element(By.CSS_SELECTOR, "label[for=q]").text == "Search rooms"
+        box.send_keys("LOB", Keys.ENTER)
+        wait_for(browser, lambda b: "q=LOB" in b.current_url)
+        assert f"app={slug}" in browser.current_url, browser.current_url
+        assert browser.find_element(By.ID, "q").get_attribute("value") == "LOB"
+        cells = [td.text for td in browser.find_elements(By.CSS_SELECTOR, "table tbody tr td:first-child")]
+        assert cells == ["lobby"], cells
+        assert "Rooms matching" in browser.find_element(By.TAG_NAME, "caption").text
         # The room's Live link opens the live view on its first topic; watch it.
         browser.find_element(By.LINK_TEXT, "Live").click()
         wait_for(browser, lambda b: b.find_element(By.TAG_NAME, "h1").text == "Live topic")

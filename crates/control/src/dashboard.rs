@@ -13,13 +13,15 @@
 //! Modules: [`html`] (escaping, layout, embedded CSS and JS), [`pages`] (overview, the
 //! registry pages, presence of a room, webhook dead letters), [`live`] (the live topic view and
 //! test publish), [`durable`] (durable groups' backlogs), [`edit`] (projects' limits, actors,
-//! scopes' names, and the webhook fields of the app and topic forms).
+//! scopes' names, and the webhook fields of the app and topic forms), [`search`] (the list
+//! pages' search box and matching).
 
 mod durable;
 mod edit;
 mod html;
 mod live;
 mod pages;
+mod search;
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
@@ -61,8 +63,10 @@ pub struct DashboardConfig {
     pub sample_interval: Duration,
     /// Samples the overview's chart keeps.
     pub history: usize,
-    /// Rows a paged list shows at once (durable groups).
+    /// Rows a paged list shows at once (durable groups, rooms, actors).
     pub page_size: usize,
+    /// Longest search term of a list page, in characters; a longer one is refused (400).
+    pub search_max_chars: usize,
 }
 
 impl Default for DashboardConfig {
@@ -77,6 +81,7 @@ impl Default for DashboardConfig {
             sample_interval: Duration::from_secs(5),
             history: 120,
             page_size: 100,
+            search_max_chars: 200,
         }
     }
 }

@@ -357,9 +357,12 @@ pub struct Settings {
     /// Samples the dashboard's chart keeps [default 120: 10 minutes at 5s].
     #[arg(long, env = "SKUA_DASHBOARD_HISTORY")]
     pub dashboard_history: Option<usize>,
-    /// Rows a dashboard list page shows at once (durable groups) [default 100].
+    /// Rows a dashboard list page shows at once (durable groups, rooms, actors) [default 100].
     #[arg(long, env = "SKUA_DASHBOARD_PAGE_SIZE")]
     pub dashboard_page_size: Option<usize>,
+    /// Longest search term of a dashboard list page, in characters; longer ones are refused [default 200].
+    #[arg(long, env = "SKUA_DASHBOARD_SEARCH_MAX_CHARS")]
+    pub dashboard_search_max_chars: Option<usize>,
     /// How long a persistent presence member outlives its last connection (N46) [default 7d].
     #[arg(long, env = "SKUA_PRESENCE_TTL")]
     pub presence_ttl: Option<String>,
@@ -419,7 +422,7 @@ impl Settings {
         layer!(self, over; rest_api, rest_max_body_bytes, rest_rate_limit, rest_max_page_limit);
         layer!(self, over; dashboard, dashboard_session_ttl, dashboard_max_sessions, dashboard_live_buffer,
             dashboard_max_live_views, dashboard_live_idle, dashboard_sample_interval, dashboard_history,
-            dashboard_page_size);
+            dashboard_page_size, dashboard_search_max_chars);
         layer!(self, over; cluster, drain_spread, log_prune_batch);
         layer!(self, over; history_max_size, history_max_topics, history_max_topic_bytes, history_max_replay,
             history_max_page, history_recovery_margin, history_receipt_interval);

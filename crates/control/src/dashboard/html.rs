@@ -231,6 +231,7 @@ th, td { text-align:left; padding:6px 8px; border-bottom:1px solid var(--line); 
 td code, pre { white-space:pre-wrap; word-break:break-all; }
 form.create { display:grid; grid-template-columns:repeat(auto-fit, minmax(200px, 1fr)); gap:8px 12px; align-items:end; border:1px solid var(--line); border-radius:6px; padding:12px; margin:8px 0 16px; }
 form.inline { display:inline; }
+form.search { display:flex; flex-wrap:wrap; gap:8px 12px; align-items:end; margin:16px 0 8px; }
 fieldset.webhook { grid-column:1 / -1; display:grid; grid-template-columns:repeat(auto-fit, minmax(200px, 1fr)); gap:8px 12px; border:1px solid var(--line); border-radius:6px; margin:0; min-width:0; }
 fieldset.webhook legend { color:var(--muted); padding:0 4px; }
 .field { display:flex; flex-direction:column; gap:2px; } .field small { color:var(--muted); }

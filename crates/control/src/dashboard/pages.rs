@@ -11,6 +11,7 @@ use skua_core::webhook::WebhookKind;
 use tonic::Status;
 
 use super::html::{self, Notice, button_form, csrf_input, esc, field, q, table, time};
+use super::search::Search;
 use super::{Authed, Dashboard, redirect};
 use crate::pb;
 use crate::service::{actors, api_keys, apps, grants, lobbies, projects, rooms, scopes, webhooks};
@@ -255,7 +256,12 @@ pub(crate) async fn projects(d: &Dashboard, a: Authed) -> Response {
 }
 
 async fn projects_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> Response {
-    let (list, _) = current_project(d, a).await;
+    let (mut list, _) = current_project(d, a).await;
+    let search = match Search::of(d, a, "/admin/projects", "Projects", "Projects", &[]) {
+        Ok(s) => s,
+        Err(r) => return *r,
+    };
+    list.retain(|p| search.matches([p.id.as_str(), p.name.as_str()]));
     let rows: Vec<Vec<String>> = list
         .iter()
         .map(|p| {
@@ -286,7 +292,8 @@ async fn projects_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) ->
         field("name", "Name", a.form.get("name"), false, "defaults to the id"),
         field("jwt_secret", "JWT secret", "", false, "optional: HS256 client tokens")
     );
-    body.push_str(&table(
+    body.push_str(&search.form("/admin/projects", "projects", "id or name", &[], d.config.search_max_chars));
+    body.push_str(&search.table(
         "Projects",
         &["Id", "Name", "Limits", "Messages this month", "Created (UTC)", ""],
         &rows,
@@ -325,7 +332,15 @@ pub(crate) async fn apps(d: &Dashboard, a: Authed) -> Response {
 
 async fn apps_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> Response {
     let (projects, project) = current_project(d, a).await;
-    let (list, _) = current_app(d, a, &project).await;
+    let (mut list, _) = current_app(d, a, &project).await;
+    let keep = [("project", project.as_str())];
+    let search = match Search::of(d, a, "/admin/apps", "Apps", "Apps", &keep) {
+        Ok(s) => s,
+        Err(r) => return *r,
+    };
+    list.retain(|x| {
+        search.matches([x.slug.as_str(), x.name.as_str()].into_iter().chain(x.topics.iter().map(|t| t.name.as_str())))
+    });
     let rows: Vec<Vec<String>> = list
         .iter()
         .map(|x| {
@@ -376,7 +391,8 @@ async fn apps_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> Res
             "comma-separated: kept for replay and durable delivery"
         ),
     );
-    body.push_str(&table(
+    body.push_str(&search.form("/admin/apps", "apps", "slug, name or a topic", &keep, d.config.search_max_chars));
+    body.push_str(&search.table(
         "Apps",
         &["Slug", "Name", "Topics", "Rooms", "Auto rooms", ""],
         &rows,
@@ -433,21 +449,24 @@ pub(crate) async fn rooms(d: &Dashboard, a: Authed) -> Response {
 async fn rooms_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> Response {
     let (projects, project) = current_project(d, a).await;
     let (apps, app) = current_app(d, a, &project).await;
-    let list = if app.is_empty() {
-        Vec::new()
+    let keep = [("project", project.as_str()), ("app", app.as_str())];
+    let search = match Search::of(d, a, "/admin/rooms", "Rooms", "Rooms", &keep) {
+        Ok(s) => s,
+        Err(r) => return *r,
+    };
+    let (list, next) = if app.is_empty() {
+        (Vec::new(), String::new())
     } else {
-        rooms::list(
-            &d.svc,
-            pb::ListRoomsRequest {
-                project_id: project.clone(),
-                app: app.clone(),
-                page_size: 0,
-                page_token: String::new(),
-            },
-        )
-        .await
-        .map(|r| r.rooms)
-        .unwrap_or_default()
+        let r = pb::ListRoomsRequest {
+            project_id: project.clone(),
+            app: app.clone(),
+            page_size: u32::try_from(d.config.page_size).unwrap_or(u32::MAX),
+            page_token: a.query.get("page").to_owned(),
+        };
+        rooms::list_where(&d.svc, r, |r| search.matches([r.slug.as_str(), r.name.as_str()]))
+            .await
+            .map(|r| (r.rooms, r.next_page_token))
+            .unwrap_or_default()
     };
     let topic =
         apps.iter().find(|x| x.slug == app).and_then(|x| x.topics.first()).map(|t| t.name.clone()).unwrap_or_default();
@@ -494,7 +513,23 @@ async fn rooms_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> Re
         field("room", "Slug", a.form.get("room"), true, "letters, digits, - and _"),
         field("name", "Name", a.form.get("name"), false, "defaults to the slug"),
     );
-    body.push_str(&table("Rooms", &["Slug", "Name", "Access", "Kind", "Open", ""], &rows, "No rooms in this app."));
+    body.push_str(&search.form("/admin/rooms", "rooms", "slug or name", &keep, d.config.search_max_chars));
+    body.push_str(&search.table(
+        "Rooms",
+        &["Slug", "Name", "Access", "Kind", "Open", ""],
+        &rows,
+        "No rooms in this app.",
+    ));
+    if !next.is_empty() {
+        let _ = write!(
+            body,
+            "<p><a href=\"/admin/rooms?project={}&amp;app={}&amp;page={}{}\" rel=\"next\">Next page</a></p>",
+            q(&project),
+            q(&app),
+            q(&next),
+            esc(&search.link_param())
+        );
+    }
     html::respond(StatusCode::OK, html::page("Rooms", "Rooms", &a.csrf, notice, &body))
 }
 
@@ -537,12 +572,20 @@ pub(crate) async fn actors(d: &Dashboard, a: Authed) -> Response {
 
 async fn actors_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> Response {
     let (projects, project) = current_project(d, a).await;
-    let list = actors::list(
-        &d.svc,
-        pb::ListActorsRequest { project_id: project.clone(), page_size: 0, page_token: a.query.get("page").to_owned() },
-    )
-    .await
-    .unwrap_or_default();
+    let keep = [("project", project.as_str())];
+    let search = match Search::of(d, a, "/admin/actors", "Actors", "Actors", &keep) {
+        Ok(s) => s,
+        Err(r) => return *r,
+    };
+    let r = pb::ListActorsRequest {
+        project_id: project.clone(),
+        page_size: u32::try_from(d.config.page_size).unwrap_or(u32::MAX),
+        page_token: a.query.get("page").to_owned(),
+    };
+    let list =
+        actors::list_where(&d.svc, r, |x| search.matches([x.id.as_str(), x.name.as_str(), x.actor_type.as_str()]))
+            .await
+            .unwrap_or_default();
     let scopes = scopes::list(&d.svc, pb::ListScopesRequest { project_id: project.clone() })
         .await
         .map(|r| r.scopes)
@@ -585,13 +628,20 @@ async fn actors_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> R
         field("actor_type", "Type", a.form.get("actor_type"), true, "user, device, agent, orchestrator or observer"),
         field("name", "Name", a.form.get("name"), false, ""),
     );
-    body.push_str(&table("Actors", &["Id", "Type", "Name", "State", "Scope", ""], &rows, "No actors in this project."));
+    body.push_str(&search.form("/admin/actors", "actors", "id, name or type", &keep, d.config.search_max_chars));
+    body.push_str(&search.table(
+        "Actors",
+        &["Id", "Type", "Name", "State", "Scope", ""],
+        &rows,
+        "No actors in this project.",
+    ));
     if !list.next_page_token.is_empty() {
         let _ = write!(
             body,
-            "<p><a href=\"/admin/actors?project={}&amp;page={}\">Next page</a></p>",
+            "<p><a href=\"/admin/actors?project={}&amp;page={}{}\" rel=\"next\">Next page</a></p>",
             q(&project),
-            q(&list.next_page_token)
+            q(&list.next_page_token),
+            esc(&search.link_param())
         );
     }
     html::respond(StatusCode::OK, html::page("Actors", "Actors", &a.csrf, notice, &body))
@@ -641,7 +691,12 @@ async fn grants_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> R
     let (projects, project) = current_project(d, a).await;
     let (apps, app) = current_app(d, a, &project).await;
     let room = if a.query.get("room").is_empty() { a.form.get("room") } else { a.query.get("room") }.to_owned();
-    let list = if app.is_empty() || room.is_empty() {
+    let keep = [("project", project.as_str()), ("app", app.as_str()), ("room", room.as_str())];
+    let search = match Search::of(d, a, "/admin/grants", "Grants", "Grants", &keep) {
+        Ok(s) => s,
+        Err(r) => return *r,
+    };
+    let mut list = if app.is_empty() || room.is_empty() {
         Vec::new()
     } else {
         grants::list(
@@ -652,6 +707,10 @@ async fn grants_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> R
         .map(|r| r.grants)
         .unwrap_or_default()
     };
+    list.retain(|g| {
+        let who = [g.id.as_str(), g.actor_id.as_str(), g.actor_type.as_str(), g.permission.as_str()];
+        search.matches(who.into_iter().chain(g.topics.iter().map(String::as_str)))
+    });
     let rows: Vec<Vec<String>> = list
         .iter()
         .map(|g| {
@@ -694,7 +753,14 @@ async fn grants_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> R
             field("actor_type", "…or actor type", a.form.get("actor_type"), false, "every actor of a type"),
             field("topics", "Topics", a.form.get("topics"), false, "comma-separated; empty: all"),
         );
-        body.push_str(&table(
+        body.push_str(&search.form(
+            "/admin/grants",
+            "grants",
+            "actor, topic, permission or grant id",
+            &keep,
+            d.config.search_max_chars,
+        ));
+        body.push_str(&search.table(
             "Grants",
             &["Id", "To", "Permission", "Topics", "Expires (UTC)", ""],
             &rows,
@@ -905,10 +971,17 @@ pub(crate) async fn api_keys(d: &Dashboard, a: Authed) -> Response {
 
 async fn api_keys_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> Response {
     let (projects, project) = current_project(d, a).await;
-    let list = api_keys::list(&d.svc, pb::ListApiKeysRequest { project_id: project.clone() })
+    let keep = [("project", project.as_str())];
+    let search = match Search::of(d, a, "/admin/api-keys", "API keys", "API keys", &keep) {
+        Ok(s) => s,
+        Err(r) => return *r,
+    };
+    let mut list = api_keys::list(&d.svc, pb::ListApiKeysRequest { project_id: project.clone() })
         .await
         .map(|r| r.api_keys)
         .unwrap_or_default();
+    // The key id (the key's public prefix) and the name: the list never carries a key itself.
+    list.retain(|k| search.matches([k.key_id.as_str(), k.name.as_str()]));
     let rows: Vec<Vec<String>> = list
         .iter()
         .map(|k| {
@@ -937,7 +1010,13 @@ async fn api_keys_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) ->
         esc(&project),
         field("name", "Name", a.form.get("name"), false, "what it is for"),
     );
-    body.push_str(&table("API keys", &["Key id", "Name", "Created (UTC)", ""], &rows, "No API keys in this project."));
+    body.push_str(&search.form("/admin/api-keys", "API keys", "key id or name", &keep, d.config.search_max_chars));
+    body.push_str(&search.table(
+        "API keys",
+        &["Key id", "Name", "Created (UTC)", ""],
+        &rows,
+        "No API keys in this project.",
+    ));
     html::respond(StatusCode::OK, html::page("API keys", "API keys", &a.csrf, notice, &body))
 }
 
@@ -1359,10 +1438,19 @@ pub(crate) async fn lobbies(d: &Dashboard, a: Authed) -> Response {
 async fn lobbies_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> Response {
     let (projects, project) = current_project(d, a).await;
     let (apps, app) = current_app(d, a, &project).await;
-    let list = lobbies::list(&d.svc, pb::ListLobbiesRequest { project_id: project.clone() })
+    let keep = [("project", project.as_str())];
+    let search = match Search::of(d, a, "/admin/lobbies", "Lobbies", "Lobbies", &keep) {
+        Ok(s) => s,
+        Err(r) => return *r,
+    };
+    let mut list = lobbies::list(&d.svc, pb::ListLobbiesRequest { project_id: project.clone() })
         .await
         .map(|r| r.lobbies)
         .unwrap_or_default();
+    list.retain(|l| {
+        let app = apps.iter().find(|x| x.id == l.app_id).map_or(l.app_id.as_str(), |x| x.slug.as_str());
+        search.matches([l.slug.as_str(), app].into_iter().chain(l.rooms.iter().map(String::as_str)))
+    });
     let rows: Vec<Vec<String>> = list
         .iter()
         .map(|l| {
@@ -1415,7 +1503,13 @@ async fn lobbies_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> 
             "comma-separated; both empty: every actor"
         ),
     );
-    body.push_str(&table("Lobbies", &["Slug", "App", "Rooms", "Allowed", ""], &rows, "No lobbies in this project."));
+    body.push_str(&search.form("/admin/lobbies", "lobbies", "slug, app or a room", &keep, d.config.search_max_chars));
+    body.push_str(&search.table(
+        "Lobbies",
+        &["Slug", "App", "Rooms", "Allowed", ""],
+        &rows,
+        "No lobbies in this project.",
+    ));
     html::respond(StatusCode::OK, html::page("Lobbies", "Lobbies", &a.csrf, notice, &body))
 }
 
@@ -1503,10 +1597,16 @@ pub(crate) async fn scopes(d: &Dashboard, a: Authed) -> Response {
 
 async fn scopes_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> Response {
     let (projects, project) = current_project(d, a).await;
-    let list = scopes::list(&d.svc, pb::ListScopesRequest { project_id: project.clone() })
+    let keep = [("project", project.as_str())];
+    let search = match Search::of(d, a, "/admin/scopes", "Access scopes", "Scopes", &keep) {
+        Ok(s) => s,
+        Err(r) => return *r,
+    };
+    let mut list = scopes::list(&d.svc, pb::ListScopesRequest { project_id: project.clone() })
         .await
         .map(|r| r.scopes)
         .unwrap_or_default();
+    list.retain(|x| search.matches([x.slug.as_str(), x.name.as_str()]));
     let rows: Vec<Vec<String>> = list
         .iter()
         .map(|x| {
@@ -1552,7 +1652,8 @@ async fn scopes_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) -> R
         field("scope", "Slug", a.form.get("scope"), true, "letters, digits, - and _"),
         field("name", "Name", a.form.get("name"), false, "defaults to the slug"),
     );
-    body.push_str(&table(
+    body.push_str(&search.form("/admin/scopes", "access scopes", "slug or name", &keep, d.config.search_max_chars));
+    body.push_str(&search.table(
         "Access scopes",
         &["Slug", "Name", "State", "Actors", "Created (UTC)", ""],
         &rows,

@@ -62,10 +62,20 @@ pub(crate) async fn get(svc: &ControlService, r: pb::GetActorRequest) -> Result<
 }
 
 pub(crate) async fn list(svc: &ControlService, r: pb::ListActorsRequest) -> Result<pb::ListActorsResponse, Status> {
+    list_where(svc, r, |_| true).await
+}
+
+/// As [`list`], of the actors `keep` accepts: the filter runs before paging, so the page token
+/// continues the filtered list (the dashboard's search).
+pub(crate) async fn list_where(
+    svc: &ControlService,
+    r: pb::ListActorsRequest,
+    keep: impl Fn(&ActorRecord) -> bool,
+) -> Result<pb::ListActorsResponse, Status> {
     let snap = svc.read().await;
     let d = &snap.data;
     let p = project(d, &r.project_id)?;
-    let items = d.actors.iter().filter(|(_, a)| a.project == p.id).map(|(id, a)| (id.as_str(), a));
+    let items = d.actors.iter().filter(|(_, a)| a.project == p.id && keep(a)).map(|(id, a)| (id.as_str(), a));
     let (page, next) = page_after(items, &r.page_token, svc.page_size(r.page_size))?;
     Ok(pb::ListActorsResponse {
         actors: page.into_iter().map(|a| convert::actor(d, a)).collect(),

@@ -96,6 +96,16 @@ pub(crate) async fn get(svc: &ControlService, r: pb::GetRoomRequest) -> Result<p
 }
 
 pub(crate) async fn list(svc: &ControlService, r: pb::ListRoomsRequest) -> Result<pb::ListRoomsResponse, Status> {
+    list_where(svc, r, |_| true).await
+}
+
+/// As [`list`], of the rooms `keep` accepts: the filter runs before paging, so the page token
+/// continues the filtered list (the dashboard's search).
+pub(crate) async fn list_where(
+    svc: &ControlService,
+    r: pb::ListRoomsRequest,
+    keep: impl Fn(&RoomRecord) -> bool,
+) -> Result<pb::ListRoomsResponse, Status> {
     let snap = svc.read().await;
     let d = &snap.data;
     let p = project(d, &r.project_id)?;
@@ -106,6 +116,7 @@ pub(crate) async fn list(svc: &ControlService, r: pb::ListRoomsRequest) -> Resul
         .rooms
         .range((a.id.clone(), String::new())..)
         .take_while(|((app, _), _)| *app == a.id)
+        .filter(|(_, room)| keep(room))
         .map(|((_, slug), room)| (slug.as_str(), room));
     let (page, next) = page_after(items, &r.page_token, svc.page_size(r.page_size))?;
     let rooms = page.into_iter().map(|room| convert::room(d, room, private.contains(room.slug.as_str()))).collect();

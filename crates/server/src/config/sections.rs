@@ -718,6 +718,7 @@ impl ControlPlane {
                 sample_interval: nonzero_duration(key!(s, dashboard_sample_interval))?,
                 history: positive(key!(s, dashboard_history))?,
                 page_size: positive(key!(s, dashboard_page_size))?,
+                search_max_chars: positive(key!(s, dashboard_search_max_chars))?,
             },
         })
     }

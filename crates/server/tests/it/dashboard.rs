@@ -1056,3 +1056,137 @@ async fn webhook_headers_and_timeouts_are_edited_on_the_app_and_topic_forms() {
     assert_eq!(r.status, 400, "{r:?}");
     assert!(r.body.contains("topics.messages.webhooks.on_publish.timeout_ms") && r.body.contains("value=\"31000\""));
 }
+
+/// The value of the search box of a page.
+fn search_box(body: &str) -> &str {
+    let needle = "<input type=\"search\" id=\"q\" name=\"q\" value=\"";
+    let at = body.find(needle).expect("a search box") + needle.len();
+    &body[at..at + body[at..].find('"').unwrap()]
+}
+
+#[tokio::test]
+async fn every_list_page_is_searched_ignoring_case_before_paging() {
+    let s = TestServer::builder().settings(|c| c.dashboard_page_size = Some(1)).spawn().await;
+    let b = Browser::sign_in(s.addr).await;
+    // Rows to find ("red") and rows not to find, on every list page.
+    for (path, form) in [
+        ("/admin/projects", "id=red-project"),
+        ("/admin/apps", "project=demo-project&slug=red-app&topics=chat"),
+        ("/admin/rooms", "project=demo-project&app=demo&room=red-1&name=Red+one"),
+        ("/admin/rooms", "project=demo-project&app=demo&room=blue-1"),
+        ("/admin/rooms", "project=demo-project&app=demo&room=red-2"),
+        ("/admin/actors", "project=demo-project&id=red-bot&actor_type=agent"),
+        ("/admin/grants", "project=demo-project&app=demo&room=red-1&actor_id=alice&permission=subscribe&topics=status"),
+        ("/admin/grants", "project=demo-project&app=demo&room=red-1&actor_id=bob&permission=publish&topics=feed"),
+        ("/admin/lobbies", "project=demo-project&app=demo&lobby=red-lobby&rooms=red-1"),
+        ("/admin/scopes", "project=demo-project&scope=red-team&name=Red+Team"),
+        ("/admin/scopes", "project=demo-project&scope=blue-team&name=Blue"),
+        ("/admin/api-keys", "project=demo-project&name=red-deploy"),
+        ("/admin/api-keys", "project=demo-project&name=blue-ci"),
+    ] {
+        let r = b.post(path, form).await;
+        assert!(r.status == 303 || r.status == 200, "{path} {form}: {r:?}");
+        assert!(!r.body.contains("role=\"alert\""), "{path} {form}: {}", r.body);
+    }
+    let keys = b.get("/admin/api-keys?project=demo-project").await;
+    let end = keys.body.find("</code></td><td>red-deploy</td>").expect("the key's row");
+    let key_id = &keys.body[keys.body[..end].rfind("<code>").unwrap() + 6..end];
+
+    let red_key = format!("/admin/api-keys?project=demo-project&q={}", key_id[..8].to_uppercase());
+    let cases: [(&str, &[&str], &[&str]); 12] = [
+        ("/admin/projects?q=RED", &[">red-project</a>"], &[">demo-project</a>"]),
+        ("/admin/apps?project=demo-project&q=Red", &[">red-app</a>"], &[">demo</a>"]),
+        ("/admin/apps?project=demo-project&q=TASKS", &[">demo</a>"], &[">red-app</a>"]),
+        (
+            "/admin/rooms?project=demo-project&app=demo&q=RED+ONE",
+            &["<td>red-1</td>"],
+            &["<td>red-2</td>", "<td>blue-1</td>"],
+        ),
+        ("/admin/actors?project=demo-project&q=red", &["<td>red-bot ("], &["<td>alice (", "<td>agent-1 ("]),
+        ("/admin/actors?project=demo-project&q=Orchestrator", &["<td>orch-1 ("], &["<td>red-bot (", "<td>alice ("]),
+        ("/admin/grants?project=demo-project&app=demo&room=red-1&q=ALICE", &["<td>alice</td>"], &["<td>bob</td>"]),
+        ("/admin/grants?project=demo-project&app=demo&room=red-1&q=feed", &["<td>bob</td>"], &["<td>alice</td>"]),
+        ("/admin/lobbies?project=demo-project&q=RANDOM", &["<td>online ("], &["<td>red-lobby ("]),
+        ("/admin/scopes?project=demo-project&q=red+team", &["<td>red-team ("], &["<td>blue-team ("]),
+        ("/admin/api-keys?project=demo-project&q=DEPLOY", &["<td>red-deploy</td>"], &["<td>blue-ci</td>"]),
+        (&red_key, &["<td>red-deploy</td>"], &["<td>blue-ci</td>"]),
+    ];
+    for (path, found, not_found) in cases {
+        let r = b.get(path).await;
+        assert_eq!(r.status, 200, "{path}: {r:?}");
+        for f in found {
+            assert!(r.body.contains(f), "{path} finds {f}: {}", r.body);
+        }
+        for n in not_found {
+            assert!(!r.body.contains(n), "{path} does not find {n}: {}", r.body);
+        }
+        let term = path.split("q=").nth(1).unwrap().replace('+', " ");
+        assert_eq!(search_box(&r.body), term, "{path}: the term stays in the box");
+        assert!(r.body.contains("matching “"), "{path}: the caption says it is a search");
+        if path.contains("project=") {
+            assert!(r.body.contains("<input type=\"hidden\" name=\"project\" value=\"demo-project\">"), "{path}");
+        }
+        if path.contains("room=red-1") {
+            assert!(r.body.contains("<input type=\"hidden\" name=\"room\" value=\"red-1\">"), "{path}: the room kept");
+        }
+    }
+
+    // Nothing found: the "no match" line, on every page.
+    for path in [
+        "/admin/projects",
+        "/admin/apps?project=demo-project",
+        "/admin/rooms?project=demo-project&app=demo",
+        "/admin/actors?project=demo-project",
+        "/admin/grants?project=demo-project&app=demo&room=red-1",
+        "/admin/lobbies?project=demo-project",
+        "/admin/scopes?project=demo-project",
+        "/admin/api-keys?project=demo-project",
+    ] {
+        let sep = if path.contains('?') { '&' } else { '?' };
+        let r = b.get(&format!("{path}{sep}q=zz-nothing")).await;
+        assert_eq!(r.status, 200, "{path}: {r:?}");
+        assert!(r.body.contains("No match for “zz-nothing” in "), "{path}: {}", r.body);
+        assert!(!r.body.contains("<table"), "{path}: no rows: {}", r.body);
+        let plain = b.get(path).await;
+        assert!(plain.body.contains("<table"), "{path} without a term lists its rows");
+        assert_eq!(search_box(&plain.body), "");
+    }
+
+    // Paged lists are searched before paging: one room a page, only the matching ones, the
+    // term carried by the "next" link.
+    let first = b.get("/admin/rooms?project=demo-project&app=demo&q=red").await;
+    assert!(first.body.contains("<td>red-1</td>") && !first.body.contains("<td>blue-1</td>"), "{}", first.body);
+    let next = next_link(&first.body).expect("a next page of matches");
+    assert!(next.contains("&q=red"), "{next}");
+    let second = b.get(&next).await;
+    assert!(second.body.contains("<td>red-2</td>") && !second.body.contains("<td>red-1</td>"), "{}", second.body);
+    assert!(next_link(&second.body).is_none(), "two matches, two pages: {}", second.body);
+    let actors = b.get("/admin/actors?project=demo-project&q=red-").await;
+    assert!(actors.body.contains("<td>red-bot (") && next_link(&actors.body).is_none(), "{}", actors.body);
+
+    // The term is escaped wherever it is shown.
+    let evil = "<script>alert(1)</script>\"'&";
+    let r = b.get(&format!("/admin/rooms?project=demo-project&app=demo&q={}", q(evil))).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(!r.body.contains("<script>alert"), "{}", r.body);
+    assert_eq!(search_box(&r.body), "&lt;script&gt;alert(1)&lt;/script&gt;&quot;&#39;&amp;");
+    assert!(
+        r.body.contains("No match for “&lt;script&gt;alert(1)&lt;/script&gt;&quot;&#39;&amp;” in Rooms."),
+        "{}",
+        r.body
+    );
+
+    // At most dashboard_search_max_chars (200) characters, not bytes; longer is refused 400.
+    let r = b.get(&format!("/admin/actors?project=demo-project&q={}", q(&"é".repeat(200)))).await;
+    assert_eq!(r.status, 200, "200 two-byte characters are within the bound: {r:?}");
+    let r = b.get(&format!("/admin/actors?project=demo-project&q={}", "x".repeat(201))).await;
+    assert_eq!(r.status, 400, "{r:?}");
+    assert!(
+        r.body.contains("role=\"alert\"") && r.body.contains("Search term too long: 201 characters, at most 200."),
+        "{}",
+        r.body
+    );
+    assert_eq!(search_box(&r.body), "x".repeat(200), "the box holds the term cut to the bound");
+    assert!(r.body.contains("<input type=\"hidden\" name=\"project\" value=\"demo-project\">"), "{}", r.body);
+    assert!(!r.body.contains("<td>alice ("), "no list under the refusal");
+}
