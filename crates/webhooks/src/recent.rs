@@ -31,13 +31,40 @@ pub struct RecentDelivery {
 pub struct RecentDeliveries {
     cap: usize,
     // std Mutex: a push or a copy, never held across an await.
-    ring: Mutex<VecDeque<RecentDelivery>>,
+    ring: Mutex<Ring>,
+}
+
+#[derive(Debug, Default)]
+struct Ring {
+    entries: VecDeque<RecentDelivery>,
+    /// The last URL recorded by [`RecentDeliveries::record_at`] and its [`host_of`]: a node
+    /// posts to a few targets, mostly the same one in a row, and parsing the URL cost ~7 k
+    /// instructions per delivery (docs/benchmarks.md, "Issue 14").
+    last: Option<(String, String)>,
 }
 
 impl RecentDeliveries {
     /// A ring keeping the last `cap` deliveries (0: none are kept).
     pub fn new(cap: usize) -> Self {
-        Self { cap, ring: Mutex::new(VecDeque::with_capacity(cap.min(1024))) }
+        Self { cap, ring: Mutex::new(Ring { entries: VecDeque::with_capacity(cap.min(1024)), last: None }) }
+    }
+
+    /// Records one delivery to `url`, whose host `delivery` is given ([`host_of`], parsed
+    /// again only when `url` is not the one recorded last); nothing when the cap is 0.
+    pub fn record_at(&self, url: &str, delivery: impl FnOnce(String) -> RecentDelivery) {
+        if self.cap == 0 {
+            return;
+        }
+        let mut ring = self.ring.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let host = match &ring.last {
+            Some((u, h)) if u == url => h.clone(),
+            _ => {
+                let h = host_of(url);
+                ring.last = Some((url.to_owned(), h.clone()));
+                h
+            }
+        };
+        ring.push(self.cap, delivery(host));
     }
 
     /// Records one delivery; beyond the cap the oldest goes.
@@ -45,16 +72,21 @@ impl RecentDeliveries {
         if self.cap == 0 {
             return;
         }
-        let mut ring = self.ring.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        while ring.len() >= self.cap {
-            ring.pop_front();
-        }
-        ring.push_back(d);
+        self.ring.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(self.cap, d);
     }
 
     /// The deliveries kept, newest first.
     pub fn list(&self) -> Vec<RecentDelivery> {
-        self.ring.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter().rev().cloned().collect()
+        self.ring.lock().unwrap_or_else(std::sync::PoisonError::into_inner).entries.iter().rev().cloned().collect()
+    }
+}
+
+impl Ring {
+    fn push(&mut self, cap: usize, d: RecentDelivery) {
+        while self.entries.len() >= cap {
+            self.entries.pop_front();
+        }
+        self.entries.push_back(d);
     }
 }
 
@@ -95,6 +127,22 @@ mod tests {
         assert_eq!(r.list().iter().map(|x| x.at_unix_ms).collect::<Vec<_>>(), [5, 4, 3]);
         let none = RecentDeliveries::new(0);
         none.record(d(1));
+        assert!(none.list().is_empty());
+    }
+
+    #[test]
+    fn recorded_urls_keep_their_own_host_when_targets_alternate() {
+        let r = RecentDeliveries::new(4);
+        for (n, url) in ["http://a.example/x", "http://a.example/y", "https://b.example:8443/z", "http://a.example/x"]
+            .into_iter()
+            .enumerate()
+        {
+            r.record_at(url, |host| RecentDelivery { host, ..d(n as u64) });
+        }
+        let hosts: Vec<String> = r.list().into_iter().map(|x| x.host).collect();
+        assert_eq!(hosts, ["a.example", "b.example:8443", "a.example", "a.example"]);
+        let none = RecentDeliveries::new(0);
+        none.record_at("http://a.example/", |host| RecentDelivery { host, ..d(1) });
         assert!(none.list().is_empty());
     }
 

@@ -430,12 +430,13 @@ impl WebhookSender {
         let at_unix_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-        self.inner.recent.record(crate::recent::RecentDelivery {
+        let latency = started.elapsed();
+        self.inner.recent.record_at(url, |host| crate::recent::RecentDelivery {
             kind,
-            host: crate::recent::host_of(url),
+            host,
             outcome,
             status,
-            latency: started.elapsed(),
+            latency,
             at_unix_ms,
         });
     }
