@@ -259,11 +259,18 @@ async fn consume(
     send(ws, &map(sub)).await.map_err(|_| "never subscribed".to_owned())?;
     let mut subscribed = false;
     let mut last_in = Instant::now();
+    let mut last_out = Instant::now();
     let drop_at =
         (spec.churn_secs > 0).then(|| Instant::now() + Duration::from_millis(rng.below(spec.churn_secs * 2000)));
     loop {
         if ctx.stop_all.load(Ordering::Relaxed) {
             return Ok("stopped".into());
+        }
+        // A heartbeat every second whatever arrives: a subscriber that only receives (a plain
+        // one sends no acks) would otherwise be closed by the server's idle timeout.
+        if last_out.elapsed() >= Duration::from_secs(1) {
+            heartbeat(ws).await.map_err(|e| if subscribed { e.to_string() } else { "never subscribed".into() })?;
+            last_out = Instant::now();
         }
         let ev = recv(ws, Duration::from_secs(1)).await;
         let frame = match ev {
@@ -273,7 +280,6 @@ async fn consume(
                 if last_in.elapsed() > SILENCE {
                     return Err(if subscribed { "silent".into() } else { "never subscribed".into() });
                 }
-                heartbeat(ws).await.map_err(|e| if subscribed { e.to_string() } else { "never subscribed".into() })?;
                 continue;
             }
             Ok(Some(In::Heartbeat)) => {
