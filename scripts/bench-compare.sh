@@ -10,10 +10,17 @@
 # Environment:
 #   SKUA_BIN=path      use this skua binary instead of building skua-server
 #   BENCH_DURATION=10  measured seconds per run      BENCH_WARMUP=2  warm-up seconds
-#   BENCH_CASES="fanout100 fanout1000 pairs idle churn logged cluster"   subset to run
-#   BENCH_SERVERS="skua skua-mem bare bare-nagle bare-rb4k nats mosquitto" subset of servers
+#   BENCH_CASES="fanout100 fanout1000 fanout1000r1000 pairs idle churn logged logged20k cluster cluster3"
+#     subset to run (fanout1000r1000: one node at the cluster runs' load, their reference;
+#     logged: 10 subscribers at 5 000 logged publishes/s; logged20k: 20 000/s offered from one
+#     publisher connection and from 400, the server's rate limit raised; cluster3: three nodes)
+#   BENCH_SERVERS="skua skua-shards skua-mem skua-pg bare bare-nagle bare-rb4k nats mosquitto" subset of servers
 #     skua        skua serve --dev, default settings (SQLite session store in a fresh directory)
+#     skua-shards the same with --dispatch-shards 0 (one fan-out shard per worker thread; fanout cases)
 #     skua-mem    the same with --store memory (idle and churn: what the store costs)
+#     skua-pg     the same with a fresh Postgres database as the store (logged cases; created
+#                 and dropped per run on BENCH_POSTGRES_URL, default postgres://postgres@127.0.0.1:5432;
+#                 left out when psql cannot reach it)
 #     bare        skua-bare with TCP_NODELAY (the floor; what NATS and our Mosquitto config do)
 #     bare-nagle  skua-bare with axum::serve's default sockets (Nagle on), as Skua has today
 #     bare-rb4k   skua-bare with a 4 KiB WebSocket read buffer instead of Skua's 16 KiB (idle)
@@ -25,8 +32,12 @@ cd "$(dirname "$0")/.."
 
 DURATION=${BENCH_DURATION:-10}
 WARMUP=${BENCH_WARMUP:-2}
-CASES=${BENCH_CASES:-fanout100 fanout1000 pairs idle churn logged cluster}
-SERVERS=${BENCH_SERVERS:-skua skua-mem bare bare-nagle bare-rb4k nats mosquitto}
+CASES=${BENCH_CASES:-fanout100 fanout1000 fanout1000r1000 pairs idle churn logged logged20k cluster cluster3}
+SERVERS=${BENCH_SERVERS:-skua skua-shards skua-mem skua-pg bare bare-nagle bare-rb4k nats mosquitto}
+PG_BASE=${BENCH_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432}
+# Extra server arguments for the current case (skua variants only).
+SKUA_CASE_ARGS=()
+PG_DB=""
 TARGET=${CARGO_TARGET_DIR:-target}
 OUT=${BENCH_OUT:-target/bench/results.jsonl}
 DOC=${BENCH_DOC-docs/benchmarks.md}
@@ -49,6 +60,10 @@ BENCH=$TARGET/release/skua-bench
 BARE=$TARGET/release/skua-bare
 command -v mosquitto >/dev/null || SERVERS=${SERVERS//mosquitto/}
 command -v nats-server >/dev/null || SERVERS=${SERVERS//nats/}
+if ! psql "$PG_BASE/postgres" -qtAc 'SELECT 1' >/dev/null 2>&1; then
+  echo "bench-compare: no Postgres at $PG_BASE (BENCH_POSTGRES_URL); skua-pg left out" >&2
+  SERVERS=${SERVERS//skua-pg/}
+fi
 
 mkdir -p "$(dirname "$OUT")"
 : >"$OUT"
@@ -62,6 +77,10 @@ stop_server() {
     kill "$SERVER_PID" 2>/dev/null || true
     wait "$SERVER_PID" 2>/dev/null || true
     SERVER_PID=""
+  fi
+  if [ -n "$PG_DB" ]; then
+    psql "$PG_BASE/postgres" -qc "DROP DATABASE IF EXISTS $PG_DB WITH (FORCE)" >/dev/null 2>&1 || true
+    PG_DB=""
   fi
 }
 cleanup() {
@@ -97,11 +116,18 @@ wait_port() {
 # start_server NAME: sets SERVER_PID, URL and PROTO.
 start_server() {
   case $1 in
-    skua | skua-mem)
+    skua | skua-mem | skua-shards | skua-pg)
       # Default settings; run from a fresh directory so the default store file
       # (sqlite://skua-data/skua.db, relative) starts empty and never lands in the repository.
-      local extra=() dir="$WORK/$1-$RANDOM"
-      [ "$1" = skua-mem ] && extra=(--store memory)
+      local extra=("${SKUA_CASE_ARGS[@]}") dir="$WORK/$1-$RANDOM"
+      [ "$1" = skua-mem ] && extra+=(--store memory)
+      [ "$1" = skua-shards ] && extra+=(--dispatch-shards 0)
+      if [ "$1" = skua-pg ]; then
+        PG_DB="skua_bench_$$_$RANDOM"
+        psql "$PG_BASE/postgres" -qc "CREATE DATABASE $PG_DB" >/dev/null
+        "$SKUA" migrate --store "$PG_BASE/$PG_DB" >/dev/null
+        extra+=(--store "$PG_BASE/$PG_DB")
+      fi
       mkdir -p "$dir"
       # Every bench client comes from 127.0.0.1: the per-address front-door limits (issue 12,
       # docs/security.md) are off here, as they would be behind a load balancer that hides addresses.
@@ -223,22 +249,30 @@ T=(--duration "$DURATION" --warmup "$WARMUP")
 ALL="skua bare bare-nagle nats mosquitto"
 for c in $CASES; do
   case $c in
-    fanout100) bench_case "$ALL" fanout --subscribers 100 --rate 10000 --payload 100 "${T[@]}" ;;
-    fanout1000) bench_case "$ALL" fanout --subscribers 1000 --rate 2000 --payload 100 "${T[@]}" ;;
+    fanout100) bench_case "$ALL skua-shards" fanout --subscribers 100 --rate 10000 --payload 100 "${T[@]}" ;;
+    fanout1000) bench_case "$ALL skua-shards" fanout --subscribers 1000 --rate 2000 --payload 100 "${T[@]}" ;;
+    fanout1000r1000) bench_case "skua" fanout --subscribers 1000 --rate 1000 --payload 100 "${T[@]}" ;;
     pairs) bench_case "$ALL" pairs --topics 500 --rate 20 --payload 100 "${T[@]}" ;;
     idle) bench_case "skua skua-mem bare bare-rb4k nats mosquitto" idle --connections 10000 ;;
     # Above the 5 000/s target, so the achieved rate shows the headroom.
     # Connection teardown leaves kernel work (timers, kworkers) that no process is charged
     # for, so "other" CPU is not a sign of interference here: no repeats.
     churn) OTHER_MAX=100000 bench_case "skua skua-mem bare nats mosquitto" churn --rate 8000 "${T[@]}" ;;
-    logged) bench_case "skua" logged --subscribers 10 --rate 1000 --payload 100 "${T[@]}" ;;
-    # Two nodes and a private Mosquitto, all started by skua-bench itself (one run, no peers).
-    cluster)
+    logged) bench_case "skua skua-pg" logged --subscribers 10 --rate 5000 --payload 100 "${T[@]}" ;;
+    logged20k)
+      SKUA_CASE_ARGS=(--rate-limit 40000)
+      bench_case "skua skua-pg" logged --subscribers 10 --rate 20000 --max-rate-per-conn 20000 --payload 100 "${T[@]}"
+      bench_case "skua skua-pg" logged --subscribers 10 --rate 20000 --max-rate-per-conn 50 --payload 100 "${T[@]}"
+      SKUA_CASE_ARGS=() ;;
+    # Two (three) nodes and a private Mosquitto, all started by skua-bench itself (one run, no peers).
+    cluster | cluster3)
+      nodes=2
+      [ "$c" = cluster3 ] && nodes=3
       case " $SERVERS " in *" skua "*)
         wait_quiet
-        echo "bench-compare: cluster (2 nodes + mosquitto), S=1000 R=1000" >&2
+        echo "bench-compare: cluster ($nodes nodes + mosquitto), S=1000 R=1000" >&2
         : >"$WORK/last.json"
-        "$BENCH" cluster --spawn-skua "$SKUA" --subscribers 1000 --rate 1000 --payload 100 "${T[@]}" \
+        "$BENCH" cluster --spawn-skua "$SKUA" --nodes "$nodes" --subscribers 1000 --rate 1000 --payload 100 "${T[@]}" \
           --json "$WORK/last.json" 2>>"$WORK/skua.log" || echo "bench-compare: cluster run failed" >&2
         cat "$WORK/last.json" >>"$OUT" ;;
       esac ;;

@@ -422,7 +422,12 @@ fn fanout_plan(scenario: &'static str, subscribers: u32, rate: u32, payload: u32
     let pubs = rate.div_ceil(per_conn).max(1);
     traffic::Plan {
         scenario,
-        case: format!("{scenario} S={subscribers} R={rate} P={payload}"),
+        // Logged runs name their publisher count: one connection and many are different targets (issue 21).
+        case: if scenario == "logged" {
+            format!("{scenario} S={subscribers} R={rate} P={payload} publishers={pubs}")
+        } else {
+            format!("{scenario} S={subscribers} R={rate} P={payload}")
+        },
         topics: 1,
         subs_per_topic: subscribers as usize,
         pubs_per_topic: pubs as usize,

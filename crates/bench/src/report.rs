@@ -89,12 +89,13 @@ fn traffic_table(out: &mut String, rows: &[&Row]) {
         );
     }
     if rows.iter().any(|r| r.contains_key("ack_p50_us")) {
-        out.push_str("\nAcceptance receipts (`published`, publish → receipt):\n\n| server | p50 ms | p99 ms | max ms |\n|---|---:|---:|---:|\n");
+        out.push_str("\nAcceptance receipts (`published`, publish → receipt):\n\n| server | receipts/s in the window | p50 ms | p99 ms | max ms |\n|---|---:|---:|---:|---:|\n");
         for r in rows.iter().filter(|r| r.contains_key("ack_p50_us")) {
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} |",
                 s(r, "label"),
+                fmt_count(num(r, "acked_per_s")),
                 fmt_ms(num(r, "ack_p50_us")),
                 fmt_ms(num(r, "ack_p99_us")),
                 fmt_ms(num(r, "ack_max_us"))
@@ -104,12 +105,12 @@ fn traffic_table(out: &mut String, rows: &[&Row]) {
 }
 
 fn cluster_table(out: &mut String, rows: &[&Row]) {
-    out.push_str("| server | nodes | delivered/s | lost | dup | p50 ms | p99 ms | max ms | node 0 (publishers) CPU µs/msg | node 1 CPU µs/msg | broker CPU % | broker CPU µs/msg | **all processes µs/msg** |\n");
-    out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    out.push_str("| server | nodes | delivered/s | lost | dup | p50 ms | p99 ms | max ms | node 0 (publishers) CPU µs/msg | node 1 CPU µs/msg | node 2 CPU µs/msg | **nodes µs/msg** | broker CPU % | broker CPU µs/msg | **all processes µs/msg** |\n");
+    out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for r in rows {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | **{}** |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | **{}** | {} | {} | **{}** |",
             s(r, "label"),
             fmt_count(num(r, "nodes")),
             fmt_count(num(r, "delivered_per_s")),
@@ -120,11 +121,19 @@ fn cluster_table(out: &mut String, rows: &[&Row]) {
             fmt_ms(num(r, "lat_max_us")),
             fmt_n(num(r, "server_cpu_us_per_msg"), 3),
             fmt_n(num(r, "node1_cpu_us_per_msg"), 3),
+            fmt_n(num(r, "node2_cpu_us_per_msg"), 3),
+            fmt_n(nodes_cpu(r), 3),
             fmt_n(num(r, "broker_cpu_pct"), 0),
             fmt_n(num(r, "broker_cpu_us_per_msg"), 3),
             fmt_n(num(r, "cluster_cpu_us_per_msg"), 3),
         );
     }
+}
+
+/// CPU µs per delivered message of all the cluster's nodes together (the broker not counted).
+fn nodes_cpu(r: &Row) -> Option<f64> {
+    let n = num(r, "nodes")? as usize;
+    (1..n).try_fold(num(r, "server_cpu_us_per_msg")?, |sum, k| Some(sum + num(r, &format!("node{k}_cpu_us_per_msg"))?))
 }
 
 fn idle_table(out: &mut String, rows: &[&Row]) {
@@ -236,6 +245,85 @@ fn targets(rows: &[Row]) -> Vec<Check> {
     out
 }
 
+/// Issue 21's targets (performance round 2), from the same rows.
+fn targets_round2(rows: &[Row]) -> Vec<Check> {
+    let mut out: Vec<Check> = Vec::new();
+    let c = "fanout S=1000 R=2000 P=100";
+    let p99 = |label: &str| find(rows, c, label).and_then(|r| num(r, "lat_p99_us"));
+    for label in ["skua", "skua-shards"] {
+        let Some(r) = find(rows, c, label) else { continue };
+        let (p, b) = (p99(label), p99("bare"));
+        out.push((
+            c.into(),
+            format!("{label}: p99 ≤ 2 × bare's p99"),
+            p.zip(b).map_or("n/a".into(), |(p, b)| format!("{} vs {} ms", fmt_ms(Some(p)), fmt_ms(Some(b)))),
+            p.zip(b).map(|(p, b)| p <= 2.0 * b),
+        ));
+        let (d, l) = (num(r, "delivered_per_s"), num(r, "lost"));
+        out.push((
+            c.into(),
+            format!("{label}: all 2 M/s delivered, nothing lost"),
+            format!("{}/s, lost {}", fmt_count(d), fmt_count(l)),
+            d.zip(l).map(|(d, l)| d >= 0.99 * 2_000_000.0 && l == 0.0),
+        ));
+        let (cpu, bare) = (num(r, "server_cpu_us_per_msg"), cpu_of(find(rows, c, "bare")));
+        out.push((
+            c.into(),
+            format!("{label}: CPU/msg unchanged (≤ 1.0 × bare, as before)"),
+            cpu.zip(bare).map_or("n/a".into(), |(a, b)| format!("{a:.3} vs {b:.3} µs = {:.2}×", a / b)),
+            cpu.zip(bare).map(|(a, b)| a <= b),
+        ));
+    }
+    let c = "pairs N=500 r=20 P=100";
+    let (skua, bare) = (cpu_of(find(rows, c, "skua")), cpu_of(find(rows, c, "bare")));
+    out.push((
+        c.into(),
+        "Skua CPU/msg ≤ 1.3 × bare".into(),
+        skua.zip(bare).map_or("n/a".into(), |(a, b)| format!("{a:.2} vs {b:.2} µs = {:.2}×", a / b)),
+        skua.zip(bare).map(|(a, b)| a <= 1.3 * b),
+    ));
+    let kib = find(rows, "idle C=10000", "skua").and_then(|r| num(r, "kib_per_conn"));
+    out.push((
+        "idle C=10000".into(),
+        "≤ 8 KiB per connection".into(),
+        format!("{} KiB", fmt_n(kib, 1)),
+        kib.map(|k| k <= 8.0),
+    ));
+    for label in ["skua", "skua-pg"] {
+        if let Some(r) = find(rows, "logged S=10 R=5000 ", label) {
+            let (l, p, cpu) = (num(r, "lost"), num(r, "lat_p99_us"), num(r, "server_cpu_us_per_msg"));
+            out.push((
+                s(r, "case").into(),
+                format!("{label}: every message delivered, p99 ≤ 100 ms, ≤ 5 µs CPU/msg"),
+                format!("lost {}, p99 {} ms, {} µs", fmt_count(l), fmt_ms(p), fmt_n(cpu, 1)),
+                l.zip(p).zip(cpu).map(|((l, p), c)| l == 0.0 && p <= 100_000.0 && c <= 5.0),
+            ));
+        }
+        for r in rows.iter().filter(|r| s(r, "case").starts_with("logged S=10 R=20000 ") && s(r, "label") == label) {
+            let a = num(r, "acked_per_s");
+            out.push((
+                s(r, "case").into(),
+                format!("{label}: ≥ 20 000 logged publishes accepted/s (`published` receipts in the window)"),
+                format!("{}/s", fmt_count(a)),
+                a.map(|a| a >= 20_000.0),
+            ));
+        }
+    }
+    let single = cpu_of(find(rows, "fanout S=1000 R=1000 P=100", "skua"));
+    if let Some(r) = rows.iter().find(|r| s(r, "scenario") == "cluster" && num(r, "nodes") == Some(3.0)) {
+        let n = nodes_cpu(r);
+        out.push((
+            s(r, "case").into(),
+            "nodes' CPU/msg ≤ 1.5 × one node's (fanout S=1000 R=1000)".into(),
+            n.zip(single).map_or("n/a".into(), |(n, o)| format!("{n:.3} vs {o:.3} µs = {:.2}×", n / o)),
+            n.zip(single).map(|(n, o)| n <= 1.5 * o),
+        ));
+        let l = num(r, "lost");
+        out.push((s(r, "case").into(), "nothing lost".into(), fmt_count(l), l.map(|l| l == 0.0)));
+    }
+    out
+}
+
 /// The generated markdown section (without markers).
 pub fn render(rows: &[Row], run_info: &str) -> String {
     let mut out = String::new();
@@ -267,14 +355,18 @@ pub fn render(rows: &[Row], run_info: &str) -> String {
         }
         out.push('\n');
     }
-    out.push_str("### Targets (issue 6)\n\n| case | target | measured | met |\n|---|---|---|---|\n");
-    for (case, what, shown, met) in targets(rows) {
-        let m = match met {
-            Some(true) => "yes",
-            Some(false) => "**no**",
-            None => "not measured",
-        };
-        let _ = writeln!(out, "| {case} | {what} | {shown} | {m} |");
+    for (title, checks) in [("Targets (issue 6)", targets(rows)), ("Targets (issue 21, round 2)", targets_round2(rows))]
+    {
+        let _ = write!(out, "### {title}\n\n| case | target | measured | met |\n|---|---|---|---|\n");
+        for (case, what, shown, met) in checks {
+            let m = match met {
+                Some(true) => "yes",
+                Some(false) => "**no**",
+                None => "not measured",
+            };
+            let _ = writeln!(out, "| {case} | {what} | {shown} | {m} |");
+        }
+        out.push('\n');
     }
     out
 }
@@ -335,5 +427,24 @@ mod tests {
         assert_eq!(t[1].3, Some(true));
         assert_eq!(t[2].3, None, "no nats row");
         assert!(render(&rows, "").contains("| skua () |"));
+    }
+
+    #[test]
+    fn round_two_compares_three_nodes_with_one_and_counts_receipts() {
+        let text = [
+            r#"{"bench":"skua-bench","scenario":"fanout","case":"fanout S=1000 R=1000 P=100","label":"skua","server_cpu_us_per_msg":1.0}"#,
+            r#"{"bench":"skua-bench","scenario":"cluster","case":"cluster nodes=3 S=1000 R=1000 P=100","label":"skua","nodes":3,"lost":0,"server_cpu_us_per_msg":0.6,"node1_cpu_us_per_msg":0.5,"node2_cpu_us_per_msg":0.5}"#,
+            r#"{"bench":"skua-bench","scenario":"logged","case":"logged S=10 R=20000 P=100 publishers=1","label":"skua-pg","acked_per_s":21000}"#,
+            r#"{"bench":"skua-bench","scenario":"logged","case":"logged S=10 R=20000 P=100 publishers=400","label":"skua-pg","acked_per_s":9000}"#,
+        ]
+        .join("\n");
+        let rows = parse_lines(&text).unwrap();
+        assert_eq!(nodes_cpu(&rows[1]), Some(1.6));
+        let t = targets_round2(&rows);
+        let get = |what: &str| t.iter().find(|c| c.0.contains(what)).map(|c| c.3);
+        assert_eq!(get("cluster nodes=3"), Some(Some(false)), "1.6 µs > 1.5 × 1.0 µs");
+        assert_eq!(get("publishers=1"), Some(Some(true)));
+        assert_eq!(get("publishers=400"), Some(Some(false)));
+        assert!(render(&rows, "").contains("Targets (issue 21, round 2)"));
     }
 }

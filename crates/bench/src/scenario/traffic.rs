@@ -63,6 +63,8 @@ struct PubOutcome {
     rejected: u64,
     first_rejection: Option<String>,
     acks: Histogram<u64>,
+    /// `published` receipts that arrived inside the measured window.
+    acked_in_window: u64,
     error: Option<String>,
 }
 
@@ -161,12 +163,14 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> anyhow::Result<Summary> {
     }
     let (mut published, mut published_in_window, mut rejected, mut first_rejection) = (0u64, 0u64, 0u64, None);
     let mut acks = histogram();
+    let mut acked_in_window = 0u64;
     for (i, t) in pub_tasks.into_iter().enumerate() {
         let o = t.await?;
         published += o.sent;
         published_in_window += o.sent_in_window;
         rejected += o.rejected;
         let _ = acks.add(&o.acks);
+        acked_in_window += o.acked_in_window;
         if first_rejection.is_none() {
             first_rejection = o.first_rejection;
         }
@@ -202,6 +206,7 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> anyhow::Result<Summary> {
     s.latency("lat", &recv.latency);
     if plan.acks {
         s.latency("ack", &acks);
+        s.set("acked_per_s", acked_in_window as f64 / secs);
     }
     s.set("server_cpu_us", srv_used);
     s.set("server_cpu_pct", cpu_pct(srv_used, secs));
@@ -342,8 +347,15 @@ async fn publisher(
     done: Arc<AtomicUsize>,
     mut stop: watch::Receiver<bool>,
 ) -> PubOutcome {
-    let mut o =
-        PubOutcome { sent: 0, sent_in_window: 0, rejected: 0, first_rejection: None, acks: histogram(), error: None };
+    let mut o = PubOutcome {
+        sent: 0,
+        sent_in_window: 0,
+        rejected: 0,
+        first_rejection: None,
+        acks: histogram(),
+        acked_in_window: 0,
+        error: None,
+    };
     let mut tick = interval_at(p.first, p.period);
     // Burst keeps the average rate when the machine stalls briefly; a stall longer than the
     // server's rate-limit burst (50 on Skua) would show up as `rejected`.
@@ -373,6 +385,7 @@ async fn publisher(
                             {
                                 let us = payload::instant_ns(now).saturating_sub(t) / 1000;
                                 let _ = o.acks.record(us.clamp(1, crate::track::MAX_LATENCY_US));
+                                o.acked_in_window += 1;
                             }
                         }
                         Event::Rejected(why) => {
