@@ -358,38 +358,43 @@ impl State {
     /// Every delivery of a live envelope on channel `at`, as (sender, route, receiving node).
     fn targets(&mut self, at: ChannelRef<'_>, filter: Option<&str>) -> Vec<(Target, Route, Slot)> {
         let State { nodes, topics, rooms, controls, .. } = self;
-        let Some(c) = channel(topics, rooms, controls, at) else {
-            return Vec::new();
-        };
-        let keyed = filter.and_then(|key| c.keys.get(key));
-        let mut targets = Vec::with_capacity(c.all.len() + keyed.map_or(0, HashSet::len) + c.groups.len());
-        let mut push = |slot: Slot, route: Route| {
-            if let Some(node) = nodes.get(&slot) {
-                targets.push((Target { tx: node.tx.clone(), sink: node.sink.clone() }, route, slot));
-            }
-        };
-        for &slot in &c.all {
-            push(slot, Route::Plain);
+        match channel(topics, rooms, controls, at) {
+            Some(c) => targets_of(nodes, c, filter),
+            None => Vec::new(),
         }
-        // A node with both a `Topic` and a matching `TopicKey` subscription gets one copy.
-        for &slot in keyed.into_iter().flatten().filter(|slot| !c.all.contains(slot)) {
-            push(slot, Route::Plain);
-        }
-        for group in c.groups.values_mut() {
-            // Round robin, passing over members whose receiver is gone so that a live member
-            // gets the publication.
-            let len = group.members.len();
-            let pick = (0..len)
-                .map(|i| group.members[(group.next + i) % len])
-                .enumerate()
-                .find(|(_, slot)| nodes.get(slot).is_some_and(|node| !node.tx.is_closed()));
-            if let Some((skipped, slot)) = pick {
-                group.next = (group.next + skipped + 1) % len;
-                push(slot, Route::Group(group.key.clone()));
-            }
-        }
-        targets
     }
+}
+
+/// Every delivery of a live envelope on channel `c`, as (sender, route, receiving node).
+fn targets_of(nodes: &HashMap<Slot, NodeEntry>, c: &mut Channel, filter: Option<&str>) -> Vec<(Target, Route, Slot)> {
+    let keyed = filter.and_then(|key| c.keys.get(key));
+    let mut targets = Vec::with_capacity(c.all.len() + keyed.map_or(0, HashSet::len) + c.groups.len());
+    let mut push = |slot: Slot, route: Route| {
+        if let Some(node) = nodes.get(&slot) {
+            targets.push((Target { tx: node.tx.clone(), sink: node.sink.clone() }, route, slot));
+        }
+    };
+    for &slot in &c.all {
+        push(slot, Route::Plain);
+    }
+    // A node with both a `Topic` and a matching `TopicKey` subscription gets one copy.
+    for &slot in keyed.into_iter().flatten().filter(|slot| !c.all.contains(slot)) {
+        push(slot, Route::Plain);
+    }
+    for group in c.groups.values_mut() {
+        // Round robin, passing over members whose receiver is gone so that a live member
+        // gets the publication.
+        let len = group.members.len();
+        let pick = (0..len)
+            .map(|i| group.members[(group.next + i) % len])
+            .enumerate()
+            .find(|(_, slot)| nodes.get(slot).is_some_and(|node| !node.tx.is_closed()));
+        if let Some((skipped, slot)) = pick {
+            group.next = (group.next + skipped + 1) % len;
+            push(slot, Route::Group(group.key.clone()));
+        }
+    }
+    targets
 }
 
 /// Where one delivery goes: the node's sink first, when it has one, then its receiver.
@@ -452,27 +457,50 @@ impl Bus for NodeHandle {
         };
         let trace: Option<Arc<str>> = skua_core::trace::capture().map(Arc::from);
         loop {
-            let turn = {
+            // A free turn is taken under the table's lock and the targets routed in the same
+            // critical section (one lock, one channel look-up); a busy one is waited for with the
+            // table unlocked, and the channel checked again once it is ours.
+            let uncontended = {
                 let mut state = self.shared.lock();
-                match state.channel_mut(at) {
-                    Some(c) => c.turn.clone(),
-                    // No subscriber and nothing to keep.
-                    None if !retain => return Ok(()),
-                    None => state.turn_of(at),
+                if !retain {
+                    // The common case in one channel look-up.
+                    let State { nodes, topics, rooms, controls, .. } = &mut *state;
+                    let Some(c) = channel(topics, rooms, controls, at) else { return Ok(()) };
+                    match c.turn.clone().try_lock_owned() {
+                        Ok(held) => Ok((held, targets_of(nodes, c, filter))),
+                        Err(_) => Err(c.turn.clone()),
+                    }
+                } else {
+                    let turn = match state.channel_mut(at) {
+                        Some(c) => c.turn.clone(),
+                        // No subscriber and nothing to keep.
+                        None if !retain => return Ok(()),
+                        None => state.turn_of(at),
+                    };
+                    match turn.clone().try_lock_owned() {
+                        Ok(held) => {
+                            state.retain(at, filter, &envelope, self.shared.max_retained);
+                            Ok((held, state.targets(at, filter)))
+                        }
+                        Err(_) => Err(turn),
+                    }
                 }
             };
-            let _turn = turn.lock().await;
-            let targets = {
-                let mut state = self.shared.lock();
-                let current = state.channel_mut(at).is_some_and(|c| Arc::ptr_eq(&c.turn, &turn));
-                if !current {
-                    // The channel was dropped and made again while we waited for its turn.
-                    continue;
+            let (_turn, targets) = match uncontended {
+                Ok(routed) => routed,
+                Err(turn) => {
+                    let held = turn.clone().lock_owned().await;
+                    let mut state = self.shared.lock();
+                    let current = state.channel_mut(at).is_some_and(|c| Arc::ptr_eq(&c.turn, &turn));
+                    if !current {
+                        // The channel was dropped and made again while we waited for its turn.
+                        continue;
+                    }
+                    if retain {
+                        state.retain(at, filter, &envelope, self.shared.max_retained);
+                    }
+                    (held, state.targets(at, filter))
                 }
-                if retain {
-                    state.retain(at, filter, &envelope, self.shared.max_retained);
-                }
-                state.targets(at, filter)
             };
             let mut gone = Vec::new();
             for (target, route, slot) in targets {

@@ -80,6 +80,10 @@ pub struct EdgeConfig {
     pub bus_queue: usize,
     /// Dispatch tasks the hub spreads fan-outs over (0: one per runtime worker thread).
     pub dispatch_shards: usize,
+    /// Most topics one connection keeps resolved for its publishes (`app/room/topic` → address
+    /// and access, dropped on any registry or actor change and at the earliest grant expiry);
+    /// a publish to a topic not kept resolves it again. 0 turns the cache off. Default 8.
+    pub publish_topic_cache: usize,
     /// Most topic plus lobby subscriptions one connection may hold.
     pub max_subscriptions_per_connection: usize,
     /// How long this node's presence registration lives without a refresh; after it lapses a
@@ -214,6 +218,7 @@ impl Default for EdgeConfig {
             max_retained_per_topic: 1024,
             bus_queue: 8192,
             dispatch_shards: 1,
+            publish_topic_cache: 8,
             max_subscriptions_per_connection: 1000,
             node_ttl: Duration::from_secs(10),
             node_refresh: Duration::from_secs(3),

@@ -3,8 +3,8 @@
 //! backend operations) or are project ids; never topic, actor or connection ids.
 
 use std::collections::BTreeMap;
-use std::sync::RwLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use skua_protocol::ServerFrameKind;
@@ -224,7 +224,7 @@ impl Histogram {
 #[derive(Debug, Default)]
 pub struct HistogramFamily {
     // As in `Family`.
-    values: RwLock<BTreeMap<(&'static str, &'static str), Histogram>>,
+    values: RwLock<BTreeMap<(&'static str, &'static str), Arc<Histogram>>>,
 }
 
 impl HistogramFamily {
@@ -234,8 +234,14 @@ impl HistogramFamily {
             h.observe(d);
             return;
         }
+        self.get(slot, op).observe(d);
+    }
+
+    /// The histogram of operation `op` of `slot`, created (empty) if missing: for a caller that
+    /// observes it often, without the family's lock and look-up each time.
+    pub fn get(&self, slot: &'static str, op: &'static str) -> Arc<Histogram> {
         let mut w = self.values.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        w.entry((slot, op)).or_default().observe(d);
+        w.entry((slot, op)).or_default().clone()
     }
 
     /// Every ((slot, op), histogram), in label order.

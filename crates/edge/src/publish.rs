@@ -9,11 +9,11 @@
 //! reply (an `error` frame, a gRPC status); an [`Origin`] says which checks apply. After the
 //! bus accepted a publication, every [`PublishObserver`] given at start sees it once.
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
-use skua_core::registry::{AccessError, Actor, Operation};
+use skua_core::registry::{AccessError, Actor, Operation, Registry, ResolvedTopic};
 use skua_core::{
     ActorId, BusError, ConnId, Envelope, EnvelopeId, NodeId, Publication, SharedRegistry, Store, StoreError,
     TopicAddress,
@@ -30,6 +30,86 @@ use crate::ratelimit::TokenBucket;
 use crate::revalidate::Connections;
 use crate::triggers::Triggers;
 
+/// One connection's publish topics as resolved against the registry (`app/room/topic` as
+/// sent → address, logged flag): a publish to a kept topic skips the registry look-ups and the
+/// address building. An entry holds only for the registry snapshot and the actor it was
+/// resolved with (any registry change — grants, topics, rooms, actors — and any change of the
+/// connection's actor, by revalidation or `reauth`, empties the cache) and only until the
+/// earliest expiry of the room's grants in force when it was resolved. Refusals are never kept.
+#[derive(Debug)]
+pub struct TopicCache {
+    /// The registry snapshot the entries were resolved against (a `Weak`, so a new snapshot
+    /// can never reuse its address while the cache still compares with it).
+    registry: Weak<Registry>,
+    /// The actor they were resolved for.
+    actor: Weak<Actor>,
+    /// (topic as sent, resolution, first unix second it no longer holds); at most `capacity`.
+    entries: Vec<(Box<str>, ResolvedTopic, u64)>,
+    /// Most entries kept (`EdgeConfig::publish_topic_cache`); 0: nothing is kept.
+    capacity: usize,
+    /// Where the next entry goes once the cache is full (the oldest entry).
+    next: usize,
+}
+
+impl TopicCache {
+    /// An empty cache of at most `capacity` topics.
+    pub fn new(capacity: usize) -> Self {
+        Self { registry: Weak::new(), actor: Weak::new(), entries: Vec::new(), capacity, next: 0 }
+    }
+
+    /// `topic` resolved for `actor` to publish at `now_s`, from the cache when it still holds.
+    ///
+    /// # Errors
+    /// [`AccessError`] as [`Registry::resolve_topic`] gives it.
+    pub fn resolve(
+        &mut self,
+        registry: &Arc<Registry>,
+        actor: &Arc<Actor>,
+        topic: &str,
+        now_s: u64,
+    ) -> Result<ResolvedTopic, AccessError> {
+        if self.registry.as_ptr() != Arc::as_ptr(registry) || self.actor.as_ptr() != Arc::as_ptr(actor) {
+            self.entries.clear();
+            self.next = 0;
+            self.registry = Arc::downgrade(registry);
+            self.actor = Arc::downgrade(actor);
+        }
+        if let Some(i) = self.entries.iter().position(|(t, ..)| **t == *topic) {
+            let (_, resolved, until) = &self.entries[i];
+            if now_s < *until {
+                return Ok(resolved.clone());
+            }
+            self.entries.swap_remove(i);
+            self.next = 0;
+        }
+        let resolved = registry.resolve_topic(actor, topic, Operation::Publish, now_s)?;
+        if self.capacity > 0
+            && let Some(until) = grants_hold_until(registry, &resolved.address, topic, now_s)
+        {
+            let entry = (Box::from(topic), resolved.clone(), until);
+            if self.entries.len() < self.capacity {
+                self.entries.push(entry);
+            } else {
+                let i = self.next % self.entries.len();
+                self.entries[i] = entry;
+                self.next = (i + 1) % self.entries.len();
+            }
+        }
+        Ok(resolved)
+    }
+}
+
+/// The first unix second at which access to `address` (resolved from `topic`, the address as
+/// sent) may change with time alone: the earliest expiry of its room's grants still in force at
+/// `now_s`, `u64::MAX` when none expires. Grants only ever lapse, so for one registry snapshot
+/// and one actor an answer holds for every second before it. `None` if the room is not found.
+fn grants_hold_until(registry: &Registry, address: &TopicAddress, topic: &str, now_s: u64) -> Option<u64> {
+    let slug = topic.split('/').nth(1)?;
+    let app = registry.project(&address.room.project)?.apps.iter().find(|a| a.id == address.room.app)?;
+    let room = app.rooms.get(slug)?;
+    Some(room.grants.iter().filter_map(|g| g.expires_at).filter(|e| *e > now_s).min().unwrap_or(u64::MAX))
+}
+
 /// Who publishes, and so which checks apply.
 #[derive(Debug)]
 pub enum Origin<'a> {
@@ -38,11 +118,13 @@ pub enum Origin<'a> {
     /// counts towards the quota.
     Connection {
         /// The authenticated actor.
-        actor: &'a Actor,
+        actor: &'a Arc<Actor>,
         /// The connection.
         conn: ConnId,
         /// `app/room/topic` as the client sent it.
         topic: &'a str,
+        /// The connection's resolved topics.
+        topics: &'a mut TopicCache,
         /// The connection's publish rate limit (N18).
         bucket: &'a mut TokenBucket,
         /// Largest `data` in bytes.
@@ -303,7 +385,7 @@ impl Publisher {
         }
         let registry = self.registry.load();
         let (source, publisher, resolved, timestamp_ms, project) = match origin {
-            Origin::Connection { actor, conn, topic, bucket, max_message_size } => {
+            Origin::Connection { actor, conn, topic, topics, bucket, max_message_size } => {
                 // A publish refused for rate takes no token; one refused later has used its token.
                 if !bucket.try_take() {
                     return Err(Refused::RateLimited);
@@ -316,9 +398,8 @@ impl Publisher {
                 {
                     return Err(Refused::QuotaExceeded);
                 }
-                let resolved = registry
-                    .resolve_topic(actor, topic, Operation::Publish, crate::clock::now_unix_s())
-                    .map_err(Refused::Access)?;
+                let resolved =
+                    topics.resolve(&registry, actor, topic, crate::clock::now_unix_s()).map_err(Refused::Access)?;
                 (Source::Connection(conn), actor.id.clone(), resolved, None, Some(&actor.project))
             }
             Origin::Server { from, topic, timestamp_ms } => {
@@ -475,5 +556,129 @@ impl Publisher {
             }
         }
         Ok(Accepted { id, timestamp_ms, msg_id, topic: address, duplicate: false })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use skua_core::registry::{App, Grant, GrantSubject, Permission, Project, ProjectLimits, Room, TopicConfig};
+    use skua_core::{ActorType, AppId, ProjectId};
+
+    use super::*;
+
+    /// One project with app `demo`, topics `messages` and `other`, a public room `general` and
+    /// a room `ops` whose only grant (to alice) is `grant`.
+    fn registry(grant: Option<Grant>, alice_type: ActorType) -> Arc<Registry> {
+        let p = ProjectId::parse("p").unwrap();
+        let mut rooms = BTreeMap::new();
+        rooms.insert("general".into(), Room { slug: "general".into(), name: "General".into(), grants: vec![] });
+        // A room without grants is public: a second actor's grant keeps `ops` private.
+        let bobs = Grant {
+            subject: GrantSubject::Actor(ActorId::parse("bob").unwrap()),
+            permission: Permission::PubSub,
+            topics: None,
+            expires_at: None,
+        };
+        let grants = grant.into_iter().chain([bobs]).collect();
+        rooms.insert("ops".into(), Room { slug: "ops".into(), name: "Ops".into(), grants });
+        let mut topics = BTreeMap::new();
+        topics.insert("messages".into(), TopicConfig::default());
+        topics.insert("other".into(), TopicConfig::default());
+        let app = App {
+            id: AppId::parse("demo-app").unwrap(),
+            slug: "demo".into(),
+            topics,
+            rooms,
+            webhooks: BTreeMap::new(),
+            webhook_secret: None,
+        };
+        let project = Project {
+            id: p.clone(),
+            jwt_secret: None,
+            wake_secret: None,
+            apps: vec![app],
+            lobbies: BTreeMap::new(),
+            limits: ProjectLimits::default(),
+        };
+        let alice = Actor {
+            id: ActorId::parse("alice").unwrap(),
+            project: p,
+            actor_type: alice_type,
+            active: true,
+            rate_limit: None,
+            disconnect_before_ms: None,
+            scope: None,
+        };
+        Arc::new(Registry::build(vec![project], vec![alice], vec![]).unwrap())
+    }
+
+    fn alices(expires_at: Option<u64>) -> Grant {
+        Grant {
+            subject: GrantSubject::Actor(ActorId::parse("alice").unwrap()),
+            permission: Permission::PubSub,
+            topics: None,
+            expires_at,
+        }
+    }
+
+    fn alice(r: &Registry) -> Arc<Actor> {
+        r.actor("alice").unwrap().clone()
+    }
+
+    #[test]
+    fn a_new_registry_without_the_grant_refuses_a_cached_topic() {
+        let mut cache = TopicCache::new(8);
+        let before = registry(Some(alices(None)), ActorType::User);
+        let a = alice(&before);
+        for _ in 0..2 {
+            let r = cache.resolve(&before, &a, "demo/ops/messages", 10).unwrap();
+            assert_eq!(&*r.address.topic, "messages");
+        }
+        let after = registry(None, ActorType::User);
+        // The same actor value (as a session holds it until it revalidates).
+        assert!(cache.resolve(&after, &a, "demo/ops/messages", 10).is_err(), "the grant was revoked");
+        assert!(cache.resolve(&after, &alice(&after), "demo/ops/messages", 10).is_err());
+        assert!(cache.resolve(&after, &a, "demo/general/messages", 10).is_ok());
+    }
+
+    #[test]
+    fn a_cached_topic_is_refused_from_the_second_its_grant_expires() {
+        let mut cache = TopicCache::new(8);
+        let r = registry(Some(alices(Some(100))), ActorType::User);
+        let a = alice(&r);
+        assert!(cache.resolve(&r, &a, "demo/ops/messages", 98).is_ok());
+        assert!(cache.resolve(&r, &a, "demo/ops/messages", 99).is_ok());
+        assert!(cache.resolve(&r, &a, "demo/ops/messages", 100).is_err(), "expired at 100");
+        assert!(cache.resolve(&r, &a, "demo/ops/messages", 101).is_err());
+    }
+
+    #[test]
+    fn a_changed_actor_is_checked_again() {
+        let mut cache = TopicCache::new(8);
+        let r = registry(Some(alices(None)), ActorType::User);
+        assert!(cache.resolve(&r, &alice(&r), "demo/general/messages", 10).is_ok());
+        // Same registry snapshot, another actor value (a reauth, or a revalidated session).
+        let observer = Arc::new(Actor { actor_type: ActorType::Observer, ..(*alice(&r)).clone() });
+        assert!(cache.resolve(&r, &observer, "demo/general/messages", 10).is_err(), "observers may not publish");
+    }
+
+    #[test]
+    fn the_cache_keeps_at_most_its_capacity_and_zero_keeps_nothing() {
+        let r = registry(Some(alices(None)), ActorType::User);
+        let a = alice(&r);
+        let mut cache = TopicCache::new(2);
+        for t in ["demo/ops/messages", "demo/ops/other", "demo/general/messages", "demo/general/other"] {
+            assert!(cache.resolve(&r, &a, t, 10).is_ok());
+            assert!(cache.entries.len() <= 2);
+        }
+        assert_eq!(cache.entries.len(), 2);
+        // Refusals are never kept.
+        assert!(cache.resolve(&r, &a, "demo/nowhere/messages", 10).is_err());
+        assert!(cache.entries.iter().all(|(t, ..)| !t.contains("nowhere")));
+        let mut off = TopicCache::new(0);
+        assert!(off.resolve(&r, &a, "demo/ops/messages", 10).is_ok());
+        assert!(off.entries.is_empty());
     }
 }

@@ -56,6 +56,8 @@ pub(crate) struct Authed {
     /// This connection's entry in the node's table (control-plane effects, issue 5).
     registration: crate::revalidate::Registration,
     subscriptions: Arc<std::sync::atomic::AtomicU32>,
+    /// Topics resolved for its publishes (dropped on registry and actor changes).
+    topics: crate::publish::TopicCache,
 }
 
 /// The state machine of one connection.
@@ -170,8 +172,12 @@ impl Session {
             ClientFrame::Subscribe(s) => self.on_subscribe(s).await,
             ClientFrame::Unsubscribe { topic } => self.on_unsubscribe(&topic).await,
             ClientFrame::Publish(p) => {
-                let span = crate::trace::publish_span(&self.st.node);
-                tracing::Instrument::instrument(self.on_publish(p), span).await;
+                if crate::trace::enabled() {
+                    let span = crate::trace::publish_span(&self.st.node);
+                    tracing::Instrument::instrument(self.on_publish(p), span).await;
+                } else {
+                    self.on_publish(p).await;
+                }
             }
             ClientFrame::SetFilters { topic, filters, raw_filters } => {
                 self.on_set_filters(&topic, filters, raw_filters).await

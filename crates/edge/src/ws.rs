@@ -148,8 +148,14 @@ async fn ws_upgrade(
             let tracker = st.tracker.clone();
             let connection = async move {
                 let id = st.next_conn_id();
+                // Entered on every poll of the connection (each frame, each wake-up): only when
+                // a subscriber wants it (trace export, or `conn` at debug level).
                 let span = crate::trace::connection_span(id, &st.node);
-                run_connection(socket, st, id, admitted.client_ip).instrument(span).await;
+                if span.is_disabled() {
+                    run_connection(socket, st, id, admitted.client_ip).await;
+                } else {
+                    run_connection(socket, st, id, admitted.client_ip).instrument(span).await;
+                }
                 drop(admitted);
             };
             tracker.track_future(connection)

@@ -103,6 +103,7 @@ impl Session {
             _slot: slot,
             registration,
             subscriptions,
+            topics: crate::publish::TopicCache::new(self.st.config.publish_topic_cache),
         });
         self.claim_session().await;
         let (restored, recoveries) =

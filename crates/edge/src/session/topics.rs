@@ -420,6 +420,7 @@ impl Session {
                 actor: &a.actor,
                 conn: self.conn.id,
                 topic: &p.topic,
+                topics: &mut a.topics,
                 bucket: &mut a.bucket,
                 max_message_size: a.max_message_size,
             },

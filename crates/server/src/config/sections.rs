@@ -306,6 +306,8 @@ pub struct Limits {
     pub outbound_queue_bytes: usize,
     /// Most topic plus lobby subscriptions.
     pub max_subscriptions_per_connection: usize,
+    /// Most topics a connection keeps resolved for its publishes (0: none).
+    pub publish_topic_cache: usize,
 }
 
 impl Limits {
@@ -323,6 +325,7 @@ impl Limits {
             outbound_queue_messages: positive(key!(s, outbound_queue_messages))?,
             outbound_queue_bytes: positive(key!(s, outbound_queue_bytes))?,
             max_subscriptions_per_connection: positive(key!(s, max_subscriptions_per_connection))?,
+            publish_topic_cache: required(key!(s, publish_topic_cache))?,
         })
     }
 }
@@ -885,6 +888,7 @@ impl Sections {
             outbound_queue_messages: limits.outbound_queue_messages,
             outbound_queue_bytes: limits.outbound_queue_bytes,
             max_subscriptions_per_connection: limits.max_subscriptions_per_connection,
+            publish_topic_cache: limits.publish_topic_cache,
             max_connections: front.max_connections,
             fd_reserve: front.fd_reserve,
             http_header_timeout: front.http_header_timeout,

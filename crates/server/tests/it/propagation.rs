@@ -487,3 +487,71 @@ async fn a_restored_registry_with_a_lower_version_is_installed_and_writes_work_a
     let m = skua_testkit::http::Scrape::of(n1.addr).await;
     assert!(m.value("skua_registry_resets_total", &[]) >= 1.0, "{}", m.text);
 }
+
+/// Publishes `topic` with a `msgRef` and returns the answer: `published` or an `error`.
+async fn publish_answer(client: &mut WsClient, topic: &str) -> skua_testkit::Frame {
+    client.send(frame! {"type" => "publish", "topic" => topic, "data" => "x", "msgRef" => "r"}).await;
+    let f = client.next().await;
+    assert!(matches!(f.ty(), "published" | "error"), "unexpected {f:?}");
+    f
+}
+
+#[tokio::test]
+async fn a_revoked_grant_refuses_the_next_publish_on_a_topic_the_connection_published_to() {
+    // Retried every 10 ms: the publish rate limit must not answer first.
+    let s = TestServer::builder().grpc().settings(|s| s.rate_limit = Some(100_000)).spawn().await;
+    let mut control = s.control().await;
+    let mut alice = s.auth("dev-token-alice").await;
+    // Twice: the second publish is served by the connection's topic cache.
+    alice.publish_acked("demo/ops/messages", "one".into()).await;
+    alice.publish_acked("demo/ops/messages", "two".into()).await;
+    skua_testkit::control::revoke_alices_ops_grant(&mut control).await;
+    let d = Deadline::new("a refused publish after the revocation", WITHIN);
+    loop {
+        let f = publish_answer(&mut alice, "demo/ops/messages").await;
+        if f.ty() == "error" {
+            assert_eq!((f.str("error"), f.str("topic"), f.str("msgRef")), ("unknown_topic", "demo/ops/messages", "r"));
+            break;
+        }
+        d.tick().await;
+    }
+    // And it stays refused.
+    let f = publish_answer(&mut alice, "demo/ops/messages").await;
+    assert_eq!(f.str("error"), "unknown_topic", "{f:?}");
+    alice.publish_acked("demo/general/messages", "still fine".into()).await;
+}
+
+#[tokio::test]
+async fn an_expired_grant_refuses_publishes_without_any_registry_change() {
+    // Retried every 10 ms: the publish rate limit must not answer first.
+    let s = TestServer::builder().grpc().settings(|s| s.rate_limit = Some(100_000)).spawn().await;
+    let mut control = s.control().await;
+    // Far enough ahead that a loaded machine still publishes before it.
+    let expires_at = skua_testkit::now_s() + 3;
+    ok(control
+        .create_grant(pb::CreateGrantRequest {
+            app: "demo".into(),
+            room: "ops".into(),
+            actor_id: "bob".into(),
+            permission: "pubSub".into(),
+            expires_at,
+            ..Default::default()
+        })
+        .await);
+    let mut bob = s.auth("dev-token-bob").await;
+    // Cached from the first publish on; no registry change happens after it, so only the
+    // grant's expiry can end the cached answer.
+    bob.publish_acked("demo/ops/messages", "before".into()).await;
+    let d = Deadline::new("a refused publish after the grant expired", Duration::from_secs(10));
+    loop {
+        let sent_at = skua_testkit::now_s();
+        let f = publish_answer(&mut bob, "demo/ops/messages").await;
+        if f.ty() == "error" {
+            assert_eq!(f.str("error"), "unknown_topic", "{f:?}");
+            assert!(skua_testkit::now_s() >= expires_at, "refused before the grant expired");
+            break;
+        }
+        assert!(sent_at < expires_at, "published at {sent_at}, the grant expired at {expires_at}");
+        d.tick().await;
+    }
+}
