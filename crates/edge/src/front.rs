@@ -22,6 +22,7 @@
 mod ip;
 mod origin;
 mod proxy;
+mod spill;
 
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
@@ -229,7 +230,9 @@ impl Front {
                 tower_service::Service::call(&mut router, req).await
             }
         });
-        let conn = self.http.serve_connection(TokioIo::new(io), service).with_upgrades();
+        // Small reads (tungstenite's, after the upgrade) are served from large socket reads.
+        let io = TokioIo::new(spill::SpillReader::new(io));
+        let conn = self.http.serve_connection(io, service).with_upgrades();
         let mut conn = std::pin::pin!(conn);
         let shutdown = self.state.shutdown.clone();
         let result = tokio::select! {

@@ -26,6 +26,8 @@ use crate::state::EdgeState;
 
 /// Most frames the writer sends before flushing the socket.
 const WRITE_BATCH: usize = 64;
+/// tungstenite's read buffer per connection, kept while the connection lives.
+const READ_BUFFER: usize = 1024;
 
 /// The edge's HTTP routes; `/metrics` only when it has no listener of its own. Served by
 /// [`crate::front::serve`], which gives every request its socket's [`ConnInfo`].
@@ -135,8 +137,11 @@ async fn ws_upgrade(
     let max = st.config.max_frame_size;
     ws.max_message_size(max)
         .max_frame_size(max)
-        // 4 KiB read buffers: measured 26.5 -> 14.3 KiB RSS per idle connection (docs/benchmarks.md).
-        .read_buffer_size(4 * 1024)
+        // tungstenite holds its read buffer for the socket's life and reads at most its size at
+        // once; the front's `SpillReader` serves those reads from socket reads of up to 16 KiB, so
+        // the buffer can be small (4 KiB: 26.5 -> 14.3 KiB RSS per idle connection; 1 KiB with
+        // the spill reader: docs/benchmarks.md, "idle after the round-2 levers").
+        .read_buffer_size(READ_BUFFER)
         .write_buffer_size(16 * 1024)
         .max_write_buffer_size(2 * max + 64 * 1024)
         .on_upgrade(move |socket| {
