@@ -471,10 +471,9 @@ impl Bus for NodeHandle {
                         Err(_) => Err(c.turn.clone()),
                     }
                 } else {
+                    // A retained publish keeps its copy even without a subscriber.
                     let turn = match state.channel_mut(at) {
                         Some(c) => c.turn.clone(),
-                        // No subscriber and nothing to keep.
-                        None if !retain => return Ok(()),
                         None => state.turn_of(at),
                     };
                     match turn.clone().try_lock_owned() {
