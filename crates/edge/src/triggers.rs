@@ -13,10 +13,12 @@
 //!   dropped and counted (`lost`). Neither logs a line per trigger: a WARN at most every
 //!   [`LOG_EVERY`] with the count since the last one.
 //!
-//! Delivery: each trigger runs as its own task, at most `in_flight` at once (including those
-//! waiting between attempts): started at once by [`Triggers::accepted`] while fewer are in
-//! flight, else queued and started by a dispatcher as slots free up (queued triggers get freed
-//! slots first); each tries up to
+//! Delivery: one task per node (the pump) takes triggers off the queue and drives their
+//! deliveries, at most `in_flight` at once (including those waiting between attempts). It
+//! starts them in batches: the first trigger to arrive opens a window of `batch_window`, and
+//! every trigger queued by its end starts with it, so at a steady publish rate the node wakes up
+//! once per window rather than once per trigger (one HTTP request per trigger still, N44; see
+//! docs/benchmarks.md "Issue 14" for what that saves). Each trigger tries up to
 //! `retry_delays.len() + 1` times, waiting `retry_delays[i]` after failed attempt `i + 1`. A
 //! final failure is a dead letter in the store ([`skua_core::TriggerStore::dead_letter`]),
 //! which operators list, retry (same `deliveryId`) and purge. Nothing on the publish path waits:
@@ -37,7 +39,7 @@ use skua_core::{
     AppId, DeadLetterFilter, NewDeadLetter, OutboxLease, OutboxTrigger, ProjectId, Publication, Registry, RoomKey,
     SharedRegistry, Store, TopicAddress,
 };
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -165,13 +167,6 @@ struct Job {
     attempts: u32,
 }
 
-/// Where delivery tasks run: `in_flight` slots, the tracker and the stop token.
-struct Running {
-    slots: Arc<Semaphore>,
-    tasks: TaskTracker,
-    stop: CancellationToken,
-}
-
 /// A node's trigger sender: the publish observer, the delivery tasks and the outbox scan.
 pub struct Triggers {
     owner: String,
@@ -182,8 +177,6 @@ pub struct Triggers {
     queue: mpsc::Sender<Job>,
     overflow: mpsc::Sender<Job>,
     receivers: Mutex<Option<(mpsc::Receiver<Job>, mpsc::Receiver<Job>)>>,
-    /// The delivery slots and where delivery tasks run, once [`Self::run`] started them.
-    running: std::sync::OnceLock<Running>,
     /// WARNs of overflows kept as dead letters.
     overflow_log: Throttle,
     /// WARNs of dropped triggers (and of overflow batches the store refused).
@@ -229,7 +222,6 @@ impl Triggers {
             queue,
             overflow,
             receivers: Mutex::new(Some((rx, orx))),
-            running: std::sync::OnceLock::new(),
             overflow_log: Throttle::default(),
             lost_log: Throttle::default(),
             metrics: TriggerMetrics::default(),
@@ -256,7 +248,7 @@ impl Triggers {
         Some(OutboxLease { owner: &self.owner, lease_until_ms })
     }
 
-    /// Starts the dispatcher, the dead-letter writer of overflows and the outbox scan on
+    /// Starts the pump, the dead-letter writer of overflows and the outbox scan on
     /// `tasks`, until `stop`. With `expire_others` (a single node on a durable store: nobody
     /// else will send them), first ends every other owner's leases, so what an earlier run of
     /// this node left in the outbox is sent at once.
@@ -264,56 +256,46 @@ impl Triggers {
         let Some((rx, orx)) = self.receivers.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take() else {
             return;
         };
-        let running = Running {
-            slots: Arc::new(Semaphore::new(self.config.in_flight.max(1))),
-            tasks: tasks.clone(),
-            stop: stop.clone(),
-        };
-        let slots = running.slots.clone();
-        if self.running.set(running).is_err() {
-            return;
-        }
-        tasks.spawn(self.clone().dispatch(rx, slots, tasks.clone(), stop.clone()));
+        tasks.spawn(self.clone().pump(rx, stop.clone()));
         tasks.spawn(self.clone().write_overflows(orx, stop.clone()));
         tasks.spawn(self.clone().scan(stop, expire_others));
     }
 
-    async fn dispatch(
-        self: Arc<Self>,
-        mut rx: mpsc::Receiver<Job>,
-        slots: Arc<Semaphore>,
-        tasks: TaskTracker,
-        stop: CancellationToken,
-    ) {
+    /// Takes triggers off the queue in batches (a window of `batch_window` from the first one)
+    /// and drives their deliveries, at most `in_flight` at once, until `stop` (which abandons
+    /// those in flight: a logged one stays in the outbox for the next run or another node).
+    async fn pump(self: Arc<Self>, mut rx: mpsc::Receiver<Job>, stop: CancellationToken) {
+        use futures_util::StreamExt as _;
+        let this: &Self = &self;
+        let in_flight = self.config.in_flight.max(1);
+        let mut delivering = futures_util::stream::FuturesUnordered::new();
+        let mut batch: Vec<Job> = Vec::new();
+        let window = tokio::time::sleep(Duration::ZERO);
+        tokio::pin!(window);
+        let mut open = false;
         loop {
-            let job = tokio::select! {
-                () = stop.cancelled() => return,
-                job = rx.recv() => match job { Some(j) => j, None => return },
-            };
-            let permit = tokio::select! {
-                () = stop.cancelled() => return,
-                p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
-            };
-            self.clone().start(job, permit, &tasks, &stop);
-        }
-    }
-
-    /// Runs `job` as its own task, holding `permit` (a delivery slot) until it ends.
-    fn start(
-        self: Arc<Self>,
-        job: Job,
-        permit: tokio::sync::OwnedSemaphorePermit,
-        tasks: &TaskTracker,
-        stop: &CancellationToken,
-    ) {
-        let stop = stop.clone();
-        tasks.spawn(async move {
+            let room = in_flight.saturating_sub(delivering.len() + batch.len());
             tokio::select! {
-                () = stop.cancelled() => {}
-                () = self.deliver(job) => {}
+                biased;
+                () = stop.cancelled() => return,
+                Some(()) = delivering.next(), if !delivering.is_empty() => {}
+                () = &mut window, if open => {
+                    open = false;
+                    for job in batch.drain(..) {
+                        delivering.push(this.deliver(job));
+                    }
+                }
+                n = rx.recv_many(&mut batch, room), if room > 0 => {
+                    if n == 0 {
+                        return;
+                    }
+                    if !open {
+                        open = true;
+                        window.as_mut().reset(tokio::time::Instant::now() + self.config.batch_window);
+                    }
+                }
             }
-            drop(permit);
-        });
+        }
     }
 
     /// Delivers one trigger: attempts with waits between them, then a dead letter.
@@ -637,17 +619,6 @@ impl Triggers {
         let logged = p.msg_id.is_some();
         let (url, timeout) = (target.url, target.timeout);
         let job = Job { delivery_id, topic: p.topic.clone(), url, timeout, body, logged, attempts: 0 };
-        // A free slot: started now, on a task of its own (no hop through the queue and its
-        // dispatcher). Slots a queued trigger waits for go to it first (the semaphore is fair).
-        if let Some(r) = self.running.get()
-            && !r.stop.is_cancelled()
-            && tokio::runtime::Handle::try_current().is_ok()
-            && let Ok(permit) = r.slots.clone().try_acquire_owned()
-        {
-            self.metrics.queued.fetch_add(1, Ordering::Relaxed);
-            self.clone().start(job, permit, &r.tasks, &r.stop);
-            return;
-        }
         self.enqueue(job);
     }
 }

@@ -213,6 +213,9 @@ pub struct Settings {
     /// How long a node holds a logged topic's trigger beyond its current attempt [default 30s].
     #[arg(long, env = "SKUA_TRIGGER_LEASE")]
     pub trigger_lease: Option<String>,
+    /// How long the first queued trigger waits for others to start with it, 0s: at once; at most 1s [default 5ms].
+    #[arg(long, env = "SKUA_TRIGGER_BATCH_WINDOW")]
+    pub trigger_batch_window: Option<String>,
     /// How often each node claims outbox triggers whose lease ran out [default 5s].
     #[arg(long, env = "SKUA_TRIGGER_SCAN_INTERVAL")]
     pub trigger_scan_interval: Option<String>,
@@ -418,7 +421,7 @@ impl Settings {
         layer!(self, over; tls_cert, tls_key, grpc_tls_cert, grpc_tls_key, tls_reload_interval, grpc_reflection_public,
             admin_key_max_failures, admin_key_failure_window, admin_key_backoff_max, bus_tls_ca, bus_tls_cert,
             bus_tls_key, presence_tls_ca, presence_tls_cert, presence_tls_key);
-        layer!(self, over; trigger_lease, trigger_scan_interval, webhook_dead_letters_per_project, trigger_overflow_queue);
+        layer!(self, over; trigger_lease, trigger_batch_window, trigger_scan_interval, webhook_dead_letters_per_project, trigger_overflow_queue);
         layer!(self, over; webhook_allow_link_local, webhook_allowed_hosts, webhook_queue, webhook_max_pending,
             webhook_concurrency_per_target, webhook_max_response_bytes, webhook_connect_timeout,
             webhook_trigger_attempts, webhook_trigger_first_retry, webhook_recent_deliveries);
@@ -849,6 +852,8 @@ mod tests {
             ("idempotency_window = \"0s\"", "idempotency_window"),
             ("idempotency_max_key_length = 2000", "idempotency_max_key_length"),
             ("idempotency_max_keys = 0", "idempotency_max_keys"),
+            ("trigger_batch_window = \"2s\"", "trigger_batch_window"),
+            ("trigger_batch_window = \"soon\"", "trigger_batch_window"),
         ] {
             let s = Settings::from_toml(line).unwrap();
             match ServerConfig::from_layers(&[&s]) {

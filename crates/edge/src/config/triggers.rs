@@ -9,6 +9,8 @@ pub struct TriggerConfig {
     pub queue: usize,
     /// Triggers being delivered (or waiting between attempts) at once.
     pub in_flight: usize,
+    /// How long the first queued trigger waits for others to start with it (0: at once).
+    pub batch_window: Duration,
     /// Waits between attempts; attempts = `retry_delays.len() + 1`.
     pub retry_delays: Vec<Duration>,
     /// How long a node holds an outbox trigger beyond its current attempt and wait.
@@ -32,6 +34,7 @@ impl Default for TriggerConfig {
         Self {
             queue: 10_000,
             in_flight: 1024,
+            batch_window: Duration::from_millis(5),
             retry_delays: [2, 6, 15, 37].into_iter().map(Duration::from_secs).collect(),
             lease: Duration::from_secs(30),
             attempt_timeout: Duration::from_secs(30),

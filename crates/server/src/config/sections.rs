@@ -50,6 +50,12 @@ fn nonzero_duration(k: Key<'_, String>) -> Result<Duration, ConfigError> {
     if d.is_zero() { Err(invalid(k.0, "must be above 0")) } else { Ok(d) }
 }
 
+/// A duration of at most `max` (0 allowed).
+fn at_most(k: Key<'_, String>, max: Duration) -> Result<Duration, ConfigError> {
+    let d = duration(k)?;
+    if d > max { Err(invalid(k.0, format!("must be at most {}ms", max.as_millis()))) } else { Ok(d) }
+}
+
 /// A count of at least 1.
 fn positive<T: Copy + Default + PartialEq>(k: Key<'_, T>) -> Result<T, ConfigError> {
     let v = required(k)?;
@@ -478,6 +484,8 @@ impl Durable {
 pub struct Triggers {
     /// How long a node holds a logged topic's trigger beyond its current attempt and wait.
     pub lease: Duration,
+    /// How long the first queued trigger waits for others to start with it.
+    pub batch_window: Duration,
     /// How often each node claims outbox triggers whose lease ran out.
     pub scan_interval: Duration,
     /// Dead letters kept per project.
@@ -494,6 +502,7 @@ impl Triggers {
     pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
         Ok(Self {
             lease: nonzero_duration(key!(s, trigger_lease))?,
+            batch_window: at_most(key!(s, trigger_batch_window), Duration::from_secs(1))?,
             scan_interval: nonzero_duration(key!(s, trigger_scan_interval))?,
             dead_letters_per_project: positive(key!(s, webhook_dead_letters_per_project))?,
             overflow_queue: positive(key!(s, trigger_overflow_queue))?,
@@ -936,6 +945,7 @@ impl Sections {
             triggers: skua_edge::config::TriggerConfig {
                 queue: webhooks.engine.queue,
                 in_flight: webhooks.engine.max_pending,
+                batch_window: triggers.batch_window,
                 retry_delays: webhooks.engine.trigger_retry.delays.clone(),
                 lease: triggers.lease,
                 attempt_timeout: skua_core::webhook::WebhookKind::Trigger.max_timeout(),
