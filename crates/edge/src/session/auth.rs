@@ -215,12 +215,13 @@ impl Session {
             RestoreKey::Session(_) => self.st.store.load_restore(&a.restore).await,
             RestoreKey::Connection(mine) => {
                 let (project, actor) = (mine.project.clone(), mine.actor.clone());
+                let cap = self.st.config.max_subscriptions_per_connection;
                 self.claim_connection_record(&project, &actor).await.map(|claimed| {
                     claimed.map(|c| {
                         if let Some(Authed { restore: RestoreKey::Connection(mine), .. }) = &mut self.auth {
                             mine.id = c.id;
                         }
-                        c.record
+                        merge_together(c.record, c.together, cap)
                     })
                 })
             }
@@ -334,7 +335,9 @@ impl Session {
                 }
             }
         }
-        self.st.store.claim_restore(project, actor, &self.st.node).await
+        let window = self.st.config.restore_merge_window;
+        let together_s = (!window.is_zero()).then(|| window.as_secs().max(1));
+        self.st.store.claim_restore(project, actor, &self.st.node, together_s).await
     }
 
     /// Whether a node other than this one holds one of the actor's connection records in use
@@ -396,6 +399,38 @@ impl Session {
             self.auth_failed();
         }
     }
+}
+
+/// The claimed record with the plain subscriptions (and lobbies) of the records that ended
+/// together with it added after its own, each address once, up to `cap` entries in all (issue 31):
+/// two tabs of one actor that dropped at the same moment cannot be told apart, so each
+/// reconnect gets the union rather than maybe the other tab's set, and no tab's handlers listen
+/// on a topic its socket lacks. Load-balanced memberships stay with their own record: a union
+/// would put the actor in the group twice.
+fn merge_together(
+    mut record: skua_core::RestoreRecord,
+    together: Vec<skua_core::RestoreRecord>,
+    cap: usize,
+) -> skua_core::RestoreRecord {
+    for other in together {
+        for t in other.topics {
+            if record.topics.len() + record.lobbies.len() >= cap {
+                return record;
+            }
+            if !t.load_balance && !record.topics.iter().any(|mine| mine.pattern == t.pattern) {
+                record.topics.push(t);
+            }
+        }
+        for l in other.lobbies {
+            if record.topics.len() + record.lobbies.len() >= cap {
+                return record;
+            }
+            if !record.lobbies.contains(&l) {
+                record.lobbies.push(l);
+            }
+        }
+    }
+    record
 }
 
 /// A fresh connection record id: a random UUID, so ids never repeat across nodes and restarts.
