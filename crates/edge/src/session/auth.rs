@@ -439,3 +439,54 @@ fn new_record_id() -> RecordId {
     // Invariant: 32 hex digits are a slug.
     RecordId::parse(&id).expect("a UUID's hex digits are a slug")
 }
+
+#[cfg(test)]
+mod tests {
+    use skua_core::{RestoreRecord, RestoredTopic};
+
+    use super::merge_together;
+
+    fn topic(pattern: &str, load_balance: bool) -> RestoredTopic {
+        RestoredTopic {
+            pattern: pattern.to_owned(),
+            qos: 0,
+            load_balance,
+            load_balance_group: None,
+            raw_filters: None,
+            history: None,
+        }
+    }
+
+    fn record(topics: &[(&str, bool)], lobbies: &[&str]) -> RestoreRecord {
+        RestoreRecord {
+            topics: topics.iter().map(|(p, lb)| topic(p, *lb)).collect(),
+            lobbies: lobbies.iter().map(|l| (*l).to_owned()).collect(),
+            holder_last_seen_ms: None,
+        }
+    }
+
+    fn patterns(r: &RestoreRecord) -> Vec<(&str, bool)> {
+        r.topics.iter().map(|t| (t.pattern.as_str(), t.load_balance)).collect()
+    }
+
+    #[test]
+    fn together_adds_plain_subscriptions_and_lobbies_once_never_load_balanced_ones() {
+        let mine = record(&[("a/r/x", false), ("a/r/jobs", true)], &["l1"]);
+        let other = record(&[("a/r/y", false), ("a/r/x", false), ("a/r/work", true)], &["l1", "l2"]);
+        let third = record(&[("a/r/z", false), ("a/r/y", false)], &[]);
+        let merged = merge_together(mine, vec![other, third], 100);
+        assert_eq!(patterns(&merged), [("a/r/x", false), ("a/r/jobs", true), ("a/r/y", false), ("a/r/z", false)]);
+        assert_eq!(merged.lobbies, ["l1", "l2"]);
+    }
+
+    #[test]
+    fn together_stops_at_the_subscription_cap_with_the_claimed_record_first() {
+        let mine = record(&[("a/r/x", false), ("a/r/w", false)], &[]);
+        let other = record(&[("a/r/y", false), ("a/r/z", false)], &["l"]);
+        let merged = merge_together(mine.clone(), vec![other.clone()], 3);
+        assert_eq!(patterns(&merged), [("a/r/x", false), ("a/r/w", false), ("a/r/y", false)]);
+        assert!(merged.lobbies.is_empty());
+        assert_eq!(merge_together(mine.clone(), vec![other], 1), mine, "over the cap already: unchanged");
+        assert_eq!(merge_together(mine.clone(), Vec::new(), 100), mine, "nothing ended together");
+    }
+}

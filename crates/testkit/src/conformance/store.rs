@@ -371,7 +371,10 @@ pub async fn claim_takes_only_the_actor_s_connection_records<H: StoreHarness>(h:
         release(&s, &k, T0, 60).await;
     }
     assert_eq!(claim(&s, "alice").await, None);
-    assert_eq!(claim(&s, "bob").await, Some(ClaimedRecord { id: record_id("b"), record: rich_record(), together: Vec::new() }));
+    assert_eq!(
+        claim(&s, "bob").await,
+        Some(ClaimedRecord { id: record_id("b"), record: rich_record(), together: Vec::new() })
+    );
 }
 
 /// Contract 4: many claims at once, through two handles, take each released record once.
@@ -478,14 +481,16 @@ pub async fn claim_returns_the_records_that_ended_together<H: StoreHarness>(h: H
     // The first claimant saves its (merged) record: the end it had is kept.
     save(&s, &conn("alice", "tab-c"), &lobbies("tab-c-saved")).await;
 
-    let second = claim_together_on(&s, "alice", "node-1", Some(1)).await.unwrap_or_else(|| panic!("tab-b is claimable"));
+    let second =
+        claim_together_on(&s, "alice", "node-1", Some(1)).await.unwrap_or_else(|| panic!("tab-b is claimable"));
     assert_eq!(second.id, record_id("tab-b"));
     assert_eq!(together_names(&second), ["tab-a", "tab-c-saved"], "a record claimed since still ended together");
 
     let narrow = claim_together_on(&s, "alice", "node-1", None).await.unwrap_or_else(|| panic!("tab-a is claimable"));
     assert_eq!(narrow.id, record_id("tab-a"));
     assert!(narrow.together.is_empty(), "no window, no together: {:?}", narrow.together);
-    let wide = claim_together_on(&s, "alice", "node-1", Some(200)).await.unwrap_or_else(|| panic!("early is claimable"));
+    let wide =
+        claim_together_on(&s, "alice", "node-1", Some(200)).await.unwrap_or_else(|| panic!("early is claimable"));
     assert_eq!(wide.id, record_id("early"));
     assert_eq!(together_names(&wide), ["tab-a", "tab-b", "tab-c-saved"], "never `open`, which never ended");
 }
