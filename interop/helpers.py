@@ -9,8 +9,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import re
 import time
+import urllib.request
 from typing import Any, Callable, Optional
+from urllib.parse import urlparse
 
 import jwt
 import msgpack
@@ -218,3 +221,91 @@ def sentinel(**extra: Any) -> dict:
 def mint_jwt(sub: str, expires_in: float = 3600, secret: str = DEV_JWT_SECRET, **claims: Any) -> str:
     payload: dict[str, Any] = {"sub": sub, "exp": int(time.time() + expires_in), **claims}
     return jwt.encode(payload, secret, algorithm="HS256")
+
+
+class TcpProxy:
+    """Pipes TCP connections to `target` (a ws URL, changeable with `retarget`); `cut()` closes
+    every piped connection at once, as a network change does to a browser's tabs. While
+    `hold()` is on, new connections are accepted but not piped until `release()`, so a test
+    decides when a reconnect reaches the server."""
+
+    def __init__(self, target: str):
+        self.retarget(target)
+        self.pipes: list[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = []
+        self.server: Optional[asyncio.base_events.Server] = None
+        self.open = asyncio.Event()
+        self.open.set()
+
+    def hold(self) -> None:
+        self.open.clear()
+
+    def release(self) -> None:
+        self.open.set()
+
+    def retarget(self, target: str) -> None:
+        url = urlparse(target)
+        self.target = (url.hostname, url.port)
+
+    async def start(self) -> str:
+        """Listens on an ephemeral port; returns the ws URL clients use."""
+        self.server = await asyncio.start_server(self._client, "127.0.0.1", 0)
+        return f"ws://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/ws"
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await self.open.wait()
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.target)
+        except OSError:
+            writer.close()
+            return
+        self.pipes.append((writer, up_writer))
+
+        async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            try:
+                while data := await r.read(65536):
+                    w.write(data)
+                    await w.drain()
+            except (ConnectionError, OSError):
+                pass
+            finally:
+                w.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    def cut(self) -> None:
+        """Closes both sides of every piped connection (the listener stays open)."""
+        pipes, self.pipes = self.pipes, []
+        for down, up in pipes:
+            down.transport.abort()
+            up.transport.abort()
+
+    async def stop(self) -> None:
+        self.release()
+        self.cut()
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+
+
+def metric(ws_url: str, name: str) -> float:
+    """The value of the unlabelled sample `name` on the /metrics of the node at `ws_url`;
+    an error when it is missing (a renamed metric must not read as 0)."""
+    base = ws_url.replace("ws://", "http://", 1).rsplit("/", 1)[0]
+    with urllib.request.urlopen(base + "/metrics", timeout=T) as r:
+        text = r.read().decode()
+    m = re.search(r"^%s (\S+)$" % re.escape(name), text, re.M)
+    assert m, f"metric {name} missing from {base}/metrics"
+    return float(m.group(1))
+
+
+async def until_metric(ws_url: str, name: str, pred: Callable[[float], bool], timeout: float = T) -> float:
+    """Polls `name` on the node at `ws_url` until `pred` holds (an event the node exposes only
+    through /metrics), failing after `timeout`."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        value = await loop.run_in_executor(None, metric, ws_url, name)
+        if pred(value):
+            return value
+        assert loop.time() < deadline, f"{name} = {value} after {timeout}s"
+        await asyncio.sleep(0.05)

@@ -61,7 +61,15 @@ pub struct ClaimedRecord {
     pub id: RecordId,
     /// The record.
     pub record: RestoreRecord,
+    /// The actor's other connection records that ended together with this one (contract 4:
+    /// asked for with a window), newest release first, at most [`MAX_ENDED_TOGETHER`]. Two tabs
+    /// of one actor that drop at the same moment cannot be told apart on reconnect; the edge
+    /// gives each the union of their plain subscriptions (docs/protocol.md).
+    pub together: Vec<RestoreRecord>,
 }
+
+/// At most this many records come back in [`ClaimedRecord::together`].
+pub const MAX_ENDED_TOGETHER: usize = 16;
 
 /// One recorded topic subscription.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -260,7 +268,12 @@ pub const MAX_ENDED_RECORDS_PER_ACTOR: usize = 64;
 ///    that returned before another began is the earlier one) and makes it in use again, as a
 ///    save would; it never takes a record in use, a session record, or another actor's. Each
 ///    release makes a record claimable once: concurrent claims, through any handles, never
-///    return the same record. The claiming node holds it.
+///    return the same record. The claiming node holds it. With a window of `w` seconds, the
+///    claim also returns (in `together`) the actor's other connection records, in use or
+///    claimable but not expired, whose last release happened within `w` seconds of the claimed
+///    record's last release (by the `now_unix_s` the releases were given; the claim does not
+///    change them, and neither does a save); it never returns a session record, another actor's,
+///    or a record that was never released.
 /// 5. `release_node_restores` releases every record in use that a node holds, as if each of its
 ///    connections had closed then; records other nodes hold, and records already released, are
 ///    left as they are. `release_other_nodes_restores` does the same for every node but one.
@@ -293,7 +306,8 @@ pub trait Store:
     async fn release_restore(&self, key: &RestoreKey, now_unix_s: u64, ttl_s: u64) -> Result<(), StoreError>;
 
     /// Takes over, for a connection on `node`, the connection record of `project`/`actor`
-    /// released last and not expired or claimed since (contract 4), or `None` when there is none.
+    /// released last and not expired or claimed since (contract 4), or `None` when there is none;
+    /// with `together_s`, also the records that ended within that many seconds of it.
     ///
     /// # Errors
     /// [`StoreError`] when the backend failed; then nothing was claimed.
@@ -302,6 +316,7 @@ pub trait Store:
         project: &ProjectId,
         actor: &ActorId,
         node: &NodeId,
+        together_s: Option<u64>,
     ) -> Result<Option<ClaimedRecord>, StoreError>;
 
     /// The nodes, other than `except`, holding connection records of `project`/`actor` in use:

@@ -43,6 +43,10 @@ pub struct EdgeConfig {
     /// A `reconnect:true` without clientId, while a node suspected dead still holds one of the
     /// actor's records, waits up to this long for that node's release (issue 19); zero: never.
     pub restore_wait: Duration,
+    /// A `reconnect:true` without clientId also gets the plain subscriptions of the actor's
+    /// other connection records that ended within this long of the one it claims (two tabs that
+    /// dropped together, issue 31); zero: never.
+    pub restore_merge_window: Duration,
     /// Logged messages older than this are deleted (`--log-max-age`).
     pub log_max_age: Duration,
     /// Most logged messages kept per topic; the oldest go first (`--log-max-per-topic`).
@@ -202,6 +206,7 @@ impl Default for EdgeConfig {
             fd_reserve: 256,
             restore_ttl: Duration::from_secs(24 * 3600),
             restore_wait: Duration::from_secs(8),
+            restore_merge_window: Duration::from_secs(2),
             log_max_age: Duration::from_secs(7 * 24 * 3600),
             log_max_per_topic: 100_000,
             log_prune_interval: Duration::from_secs(60),

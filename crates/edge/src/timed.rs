@@ -183,8 +183,9 @@ impl Store for TimedStore {
         project: &ProjectId,
         actor: &ActorId,
         node: &NodeId,
+        together_s: Option<u64>,
     ) -> Result<Option<ClaimedRecord>, StoreError> {
-        timed(&self.metrics, "store", "claim_restore", self.inner.claim_restore(project, actor, node)).await
+        timed(&self.metrics, "store", "claim_restore", self.inner.claim_restore(project, actor, node, together_s)).await
     }
 
     async fn restore_holders(

@@ -88,6 +88,9 @@ pub struct Settings {
     /// How long a reconnect waits for a node suspected dead to release its restore record; 0s = never [default 8s].
     #[arg(long, env = "SKUA_RESTORE_WAIT")]
     pub restore_wait: Option<String>,
+    /// A reconnect also restores the plain subscriptions of the actor's records that ended within this long of the one it claims (tabs that dropped together); 0s = never [default 2s].
+    #[arg(long, env = "SKUA_RESTORE_MERGE_WINDOW")]
+    pub restore_merge_window: Option<String>,
     /// How long connections get to close on shutdown [default 10s].
     #[arg(long, env = "SKUA_SHUTDOWN_GRACE")]
     pub shutdown_grace: Option<String>,
@@ -410,7 +413,7 @@ impl Settings {
     pub fn overlay(&mut self, over: &Settings) {
         layer!(self, over; listen, bus, presence, store, namespace, node_id, fixtures, idle_timeout, rate_limit,
             rate_limit_window, max_message_size, outbound_queue_messages, outbound_queue_bytes, max_connections, fd_reserve,
-            max_subscriptions_per_connection, publish_topic_cache, max_retained_per_topic, restore_ttl, restore_wait, shutdown_grace, drain_delay, bus_queue, dispatch_shards, node_ttl,
+            max_subscriptions_per_connection, publish_topic_cache, max_retained_per_topic, restore_ttl, restore_wait, restore_merge_window, shutdown_grace, drain_delay, bus_queue, dispatch_shards, node_ttl,
             node_refresh, bus_publish_buffer, log_max_age, log_max_per_topic, log_prune_interval, replay_page_size,
             durable_queue, durable_sweep_interval, grpc_listen, admin_key, revalidate_interval, registry_poll_interval, max_apps_per_project,
             max_rooms_per_app, max_actors_per_project, max_grants_per_room, max_lobbies_per_project, max_page_size, otlp_endpoint,
@@ -708,6 +711,7 @@ mod tests {
         assert_eq!(c.edge.max_retained_per_topic, d.max_retained_per_topic);
         assert_eq!(c.edge.restore_ttl, d.restore_ttl);
         assert_eq!(c.edge.restore_wait, d.restore_wait);
+        assert_eq!(c.edge.restore_merge_window, d.restore_merge_window);
         assert_eq!(c.edge.history_recovery_margin, d.history_recovery_margin);
         assert_eq!(c.edge.history_receipt_interval, d.history_receipt_interval);
         assert_eq!(c.edge.shutdown_grace, d.shutdown_grace);

@@ -23,8 +23,8 @@ pub(crate) const QUEUE: usize = 4096;
 pub(crate) enum Write {
     /// `SAVE`: (project, actor, client_id, record, node).
     Save(String, String, String, Vec<u8>, String),
-    /// `RELEASE`: (expires_at, released_seq, project, actor, client_id).
-    Release(i64, i64, String, String, String),
+    /// `RELEASE`: (expires_at, released_seq, ended_s, project, actor, client_id).
+    Release(i64, i64, i64, String, String, String),
 }
 
 type Job = (Write, oneshot::Sender<Result<(), String>>);
@@ -104,14 +104,14 @@ enum Final<'a> {
     /// The record is upserted, held by this node, with this (expiry, release order) (`None`:
     /// held by a live connection).
     Upsert(&'a [u8], &'a str, Option<Ended>),
-    /// Only a release: the existing row, if any, gets this expiry and release order.
-    Release(i64, i64),
+    /// Only a release: the existing row, if any, gets this expiry, release order and end.
+    Release(i64, i64, i64),
 }
 
 type Key<'a> = (&'a str, &'a str, &'a str);
 
-/// A release's columns: (expires_at, released_seq).
-type Ended = (i64, i64);
+/// A release's columns: (expires_at, released_seq, ended_s).
+type Ended = (i64, i64, i64);
 
 /// Folds the batch into one final write per key, keeping the order in which keys first appear.
 /// A save followed by a release (a connection that subscribed and left within one batch)
@@ -122,7 +122,7 @@ fn fold(batch: &[Job]) -> Vec<(Key<'_>, Final<'_>)> {
     for (w, _) in batch {
         let (key, next) = match w {
             Write::Save(p, a, c, r, n) => ((p.as_str(), a.as_str(), c.as_str()), Final::Upsert(r, n, None)),
-            Write::Release(t, n, p, a, c) => ((p.as_str(), a.as_str(), c.as_str()), Final::Release(*t, *n)),
+            Write::Release(t, n, e, p, a, c) => ((p.as_str(), a.as_str(), c.as_str()), Final::Release(*t, *n, *e)),
         };
         match at.get(&key) {
             None => {
@@ -132,7 +132,7 @@ fn fold(batch: &[Job]) -> Vec<(Key<'_>, Final<'_>)> {
             Some(&i) => {
                 let slot = &mut out[i].1;
                 *slot = match (&*slot, next) {
-                    (Final::Upsert(r, node, _), Final::Release(t, n)) => Final::Upsert(r, node, Some((t, n))),
+                    (Final::Upsert(r, node, _), Final::Release(t, n, e)) => Final::Upsert(r, node, Some((t, n, e))),
                     (_, later) => later,
                 };
             }
@@ -148,15 +148,15 @@ static UPSERTS: std::sync::LazyLock<Vec<&'static str>> =
 /// `INSERT … VALUES (…), (…) … ON CONFLICT DO UPDATE` for `rows` rows.
 fn upsert_sql(rows: usize) -> String {
     let mut sql = String::from(
-        "INSERT INTO restore_records (project, actor, client_id, record, expires_at, released_seq, node) VALUES ",
+        "INSERT INTO restore_records (project, actor, client_id, record, expires_at, released_seq, node, ended_s) VALUES ",
     );
     for i in 0..rows {
-        sql.push_str(if i == 0 { "(?, ?, ?, ?, ?, ?, ?)" } else { ", (?, ?, ?, ?, ?, ?, ?)" });
+        sql.push_str(if i == 0 { "(?, ?, ?, ?, ?, ?, ?, ?)" } else { ", (?, ?, ?, ?, ?, ?, ?, ?)" });
     }
     sql.push_str(
         " ON CONFLICT (project, actor, client_id) DO UPDATE SET record = excluded.record, \
          expires_at = excluded.expires_at, released_seq = excluded.released_seq, node = excluded.node, \
-         holder_seen_ms = NULL",
+         holder_seen_ms = NULL, ended_s = COALESCE(excluded.ended_s, restore_records.ended_s)",
     );
     sql
 }
@@ -176,13 +176,21 @@ async fn apply(conn: &mut SqliteConnection, batch: &[Job], release: &'static str
     for chunk in upserts.chunks(ROWS_PER_UPSERT) {
         let mut q = sqlx::query(UPSERTS[chunk.len() - 1]);
         for ((p, a, c), r, node, at) in chunk {
-            q = q.bind(*p).bind(*a).bind(*c).bind(*r).bind(at.map(|(t, _)| t)).bind(at.map(|(_, n)| n)).bind(*node);
+            q = q
+                .bind(*p)
+                .bind(*a)
+                .bind(*c)
+                .bind(*r)
+                .bind(at.map(|(t, _, _)| t))
+                .bind(at.map(|(_, n, _)| n))
+                .bind(*node)
+                .bind(at.map(|(_, _, e)| e));
         }
         q.execute(&mut *tx).await.map_err(|e| e.to_string())?;
     }
     for ((p, a, c), f) in &finals {
-        if let Final::Release(at, n) = f {
-            let q = sqlx::query(release).bind(at).bind(n).bind(p).bind(a).bind(c);
+        if let Final::Release(at, n, e) = f {
+            let q = sqlx::query(release).bind(at).bind(n).bind(e).bind(p).bind(a).bind(c);
             q.execute(&mut *tx).await.map_err(|e| e.to_string())?;
         }
     }
@@ -202,7 +210,7 @@ mod tests {
     }
 
     fn release(c: &str, at: i64) -> Job {
-        job(Write::Release(at, at + 1, "p".into(), "a".into(), c.into()))
+        job(Write::Release(at, at + 1, at - 9, "p".into(), "a".into(), c.into()))
     }
 
     #[test]
@@ -221,9 +229,9 @@ mod tests {
         assert_eq!(
             got,
             [
-                ("1", &Final::Upsert(b"x", "n", Some((50, 51)))),
+                ("1", &Final::Upsert(b"x", "n", Some((50, 51, 41)))),
                 ("2", &Final::Upsert(b"y", "n", None)),
-                ("3", &Final::Release(70, 71)),
+                ("3", &Final::Release(70, 71, 61)),
                 ("4", &Final::Upsert(b"w", "n", None)),
             ]
         );
@@ -232,6 +240,6 @@ mod tests {
     #[test]
     fn the_upsert_has_one_placeholder_group_per_row() {
         let sql = upsert_sql(3);
-        assert_eq!(sql.matches("(?, ?, ?, ?, ?, ?, ?)").count(), 3);
+        assert_eq!(sql.matches("(?, ?, ?, ?, ?, ?, ?, ?)").count(), 3);
     }
 }

@@ -59,6 +59,8 @@ struct Kept {
     released: Option<u64>,
     /// The node whose connection saved or claimed it last.
     node: NodeId,
+    /// Unix seconds of its last release (kept through claims and saves), `None` if never released.
+    ended_s: Option<u64>,
 }
 
 impl Kept {
@@ -69,12 +71,19 @@ impl Kept {
     }
 
     fn in_use(record: RestoreRecord, node: NodeId) -> Self {
-        Self { record: RestoreRecord { holder_last_seen_ms: None, ..record }, expires_at: None, released: None, node }
+        Self {
+            record: RestoreRecord { holder_last_seen_ms: None, ..record },
+            expires_at: None,
+            released: None,
+            node,
+            ended_s: None,
+        }
     }
 
     /// Starts the expiry; a connection record also takes its place in the release order.
     fn release(&mut self, connection: bool, now_unix_s: u64, ttl_s: u64, next_release: &mut u64) {
         self.expires_at = Some(now_unix_s.saturating_add(ttl_s));
+        self.ended_s = Some(now_unix_s);
         self.record.holder_last_seen_ms = None;
         self.released = connection.then_some(*next_release);
         *next_release += 1;
@@ -214,7 +223,9 @@ impl Store for MemoryStore {
     async fn save_restore(&self, key: &RestoreKey, node: &NodeId, record: &RestoreRecord) -> Result<(), StoreError> {
         let now = (self.clock)();
         let mut state = self.lock();
-        state.insert(key, Kept::in_use(record.clone(), node.clone()));
+        // A save keeps when the record last ended (contract 4's window).
+        let ended_s = state.get_mut(key).and_then(|k| k.ended_s);
+        state.insert(key, Kept { ended_s, ..Kept::in_use(record.clone(), node.clone()) });
         if state.len() >= state.sweep_at {
             state.sweep(now);
             state.sweep_at = (state.len() * 2).max(MIN_SWEEP_LEN);
@@ -261,6 +272,7 @@ impl Store for MemoryStore {
         project: &ProjectId,
         actor: &ActorId,
         node: &NodeId,
+        together_s: Option<u64>,
     ) -> Result<Option<ClaimedRecord>, StoreError> {
         let now = (self.clock)();
         let mut state = self.lock();
@@ -269,12 +281,24 @@ impl Store for MemoryStore {
             .iter_mut()
             .filter(|(_, kept)| kept.released.is_some() && !kept.is_expired(now))
             .max_by_key(|(_, kept)| kept.released);
-        Ok(last.map(|(id, kept)| {
-            kept.expires_at = None;
-            kept.released = None;
-            kept.node = node.clone();
-            ClaimedRecord { id: id.clone(), record: kept.record.clone() }
-        }))
+        let Some((id, kept)) = last else { return Ok(None) };
+        kept.expires_at = None;
+        kept.released = None;
+        kept.node = node.clone();
+        let (id, record, ended_s) = (id.clone(), kept.record.clone(), kept.ended_s);
+        let together = match (together_s, ended_s) {
+            (Some(w), Some(ended)) => {
+                let mut near: Vec<(u64, &Kept)> = records
+                    .iter()
+                    .filter(|(other, k)| **other != id && !k.is_expired(now))
+                    .filter_map(|(_, k)| k.ended_s.filter(|e| e.abs_diff(ended) <= w).map(|e| (e, k)))
+                    .collect();
+                near.sort_by_key(|(e, _)| std::cmp::Reverse(*e));
+                near.into_iter().take(skua_core::store::MAX_ENDED_TOGETHER).map(|(_, k)| k.record.clone()).collect()
+            }
+            _ => Vec::new(),
+        };
+        Ok(Some(ClaimedRecord { id, record, together }))
     }
 
     /// # Errors

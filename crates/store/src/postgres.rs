@@ -51,7 +51,7 @@ const LOAD: &str = "SELECT record, holder_seen_ms FROM restore_records \
                     WHERE project = $1 AND actor = $2 AND client_id = $3 \
                     AND (expires_at IS NULL OR expires_at > $4)";
 const RELEASE: &str = "UPDATE restore_records SET expires_at = $4, released_seq = nextval('restore_records_release_seq'), \
-                       holder_seen_ms = NULL \
+                       holder_seen_ms = NULL, ended_s = $5 \
                        WHERE project = $1 AND actor = $2 AND client_id = $3";
 /// Takes the actor's connection record released last. `SKIP LOCKED`: a concurrent claim that
 /// locked that row first gets it, and this one takes the next, so no row is claimed twice.
@@ -61,17 +61,24 @@ const CLAIM: &str = "UPDATE restore_records SET expires_at = NULL, released_seq 
                          WHERE project = $1 AND actor = $2 AND client_id LIKE $3 \
                          AND released_seq IS NOT NULL AND expires_at > $4 \
                          ORDER BY released_seq DESC LIMIT 1 FOR UPDATE SKIP LOCKED) \
-                     RETURNING client_id, record, holder_seen_ms";
+                     RETURNING client_id, record, holder_seen_ms, ended_s";
+/// The actor's other connection records, in use or claimable, that ended within a window
+/// (contract 4's `together`): the primary key's (project, actor) prefix, at most 64 ended rows
+/// and the actor's open connections.
+const TOGETHER: &str = "SELECT record FROM restore_records \
+                        WHERE project = $1 AND actor = $2 AND client_id LIKE $3 AND client_id <> $4 \
+                        AND ended_s BETWEEN $5 AND $6 AND (expires_at IS NULL OR expires_at > $7) \
+                        ORDER BY ended_s DESC LIMIT $8";
 /// The nodes holding an actor's connection records in use, but one.
 const HOLDERS: &str = "SELECT DISTINCT node FROM restore_records \
                        WHERE project = $1 AND actor = $2 AND client_id LIKE $3 \
                        AND expires_at IS NULL AND node <> $4 ORDER BY node LIMIT $5";
 const RELEASE_NODE: &str = "UPDATE restore_records \
                             SET expires_at = $2, released_seq = nextval('restore_records_release_seq'), \
-                            holder_seen_ms = $3 WHERE node = $1 AND expires_at IS NULL";
+                            holder_seen_ms = $3, ended_s = $4 WHERE node = $1 AND expires_at IS NULL";
 const RELEASE_OTHER_NODES: &str = "UPDATE restore_records \
                                    SET expires_at = $2, released_seq = nextval('restore_records_release_seq'), \
-                                   holder_seen_ms = $3 WHERE node <> $1 AND expires_at IS NULL";
+                                   holder_seen_ms = $3, ended_s = $4 WHERE node <> $1 AND expires_at IS NULL";
 const PRUNE: &str = "DELETE FROM restore_records WHERE expires_at IS NOT NULL AND expires_at <= $1";
 /// Ended connection records beyond the newest `$1` of their actor ([`crate::MAX_ENDED_RECORDS_PER_ACTOR`]).
 const PRUNE_EXCESS: &str = "DELETE FROM restore_records WHERE ctid IN ( \
@@ -274,6 +281,7 @@ impl Store for PostgresStore {
             .bind(actor)
             .bind(&*client_id)
             .bind(unix_to_sql(now_unix_s.saturating_add(ttl_s)))
+            .bind(unix_to_sql(now_unix_s))
             .execute(&self.pool)
             .await
             .map_err(sql(BACKEND, "release_restore"))?;
@@ -300,17 +308,39 @@ impl Store for PostgresStore {
         project: &ProjectId,
         actor: &ActorId,
         node: &NodeId,
+        together_s: Option<u64>,
     ) -> Result<Option<ClaimedRecord>, StoreError> {
-        let row: Option<(String, Vec<u8>, Option<i64>)> = sqlx::query_as(CLAIM)
+        let now = unix_to_sql((self.clock)());
+        let row: Option<(String, Vec<u8>, Option<i64>, Option<i64>)> = sqlx::query_as(CLAIM)
             .bind(project.as_str())
             .bind(actor.as_str())
             .bind(CONNECTION_PATTERN)
-            .bind(unix_to_sql((self.clock)()))
+            .bind(now)
             .bind(node.as_str())
             .fetch_optional(&self.pool)
             .await
             .map_err(sql(BACKEND, "claim_restore"))?;
-        Ok(row.and_then(|(column, bytes, seen)| crate::sql::claimed(BACKEND, project, actor, &column, &bytes, seen)))
+        let Some((column, bytes, seen, ended)) = row else { return Ok(None) };
+        let Some(mut claimed) = crate::sql::claimed(BACKEND, project, actor, &column, &bytes, seen) else {
+            return Ok(None);
+        };
+        if let (Some(w), Some(ended)) = (together_s, ended) {
+            let w = unix_to_sql(w);
+            let rows: Vec<(Vec<u8>,)> = sqlx::query_as(TOGETHER)
+                .bind(project.as_str())
+                .bind(actor.as_str())
+                .bind(CONNECTION_PATTERN)
+                .bind(&column)
+                .bind(ended.saturating_sub(w))
+                .bind(ended.saturating_add(w))
+                .bind(now)
+                .bind(i64::try_from(skua_core::store::MAX_ENDED_TOGETHER).unwrap_or(i64::MAX))
+                .fetch_all(&self.pool)
+                .await
+                .map_err(sql(BACKEND, "claim_restore"))?;
+            claimed.together = crate::sql::together(BACKEND, project, actor, rows);
+        }
+        Ok(Some(claimed))
     }
 
     /// A node column that is not a valid node id (written by hand) is skipped.
@@ -372,6 +402,7 @@ impl PostgresStore {
             .bind(node.as_str())
             .bind(unix_to_sql(now_unix_s.saturating_add(ttl_s)))
             .bind(last_seen_ms.map(unix_to_sql))
+            .bind(unix_to_sql(now_unix_s))
             .execute(&self.pool)
             .await
             .map_err(sql(BACKEND, "release_node_restores"))?;

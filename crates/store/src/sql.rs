@@ -49,7 +49,26 @@ pub(crate) fn claimed(
     let key =
         RestoreKey::Connection(ConnectionRecord { project: project.clone(), actor: actor.clone(), id: id.clone() });
     let record = decode_loaded(backend, &key, bytes, holder_seen_ms).unwrap_or_default();
-    Some(ClaimedRecord { id, record })
+    Some(ClaimedRecord { id, record, together: Vec::new() })
+}
+
+/// The records of a claim's `together` query (contract 4); one that does not decode is logged
+/// and left out.
+pub(crate) fn together(
+    backend: &'static str,
+    project: &ProjectId,
+    actor: &ActorId,
+    rows: Vec<(Vec<u8>,)>,
+) -> Vec<skua_core::RestoreRecord> {
+    rows.into_iter()
+        .filter_map(|(bytes,)| match crate::record::decode(&bytes) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                tracing::warn!(backend, %project, %actor, error = %e, "A restore record ended together with a claimed one does not decode; left out.");
+                None
+            }
+        })
+        .collect()
 }
 
 /// Unix seconds as a SQL `BIGINT`; past `i64::MAX` (year 292 billion) it saturates.

@@ -48,8 +48,8 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 const LOAD: &str = "SELECT record, holder_seen_ms FROM restore_records \
                     WHERE project = ? AND actor = ? AND client_id = ? \
                     AND (expires_at IS NULL OR expires_at > ?)";
-const RELEASE: &str = "UPDATE restore_records SET expires_at = ?, released_seq = ?, holder_seen_ms = NULL \
-                       WHERE project = ? AND actor = ? AND client_id = ?";
+const RELEASE: &str = "UPDATE restore_records SET expires_at = ?, released_seq = ?, holder_seen_ms = NULL, \
+                       ended_s = ? WHERE project = ? AND actor = ? AND client_id = ?";
 /// Takes the actor's connection record released last; one statement, so SQLite's write lock
 /// makes it atomic against every other claim.
 const CLAIM: &str = "UPDATE restore_records SET expires_at = NULL, released_seq = NULL, node = ? \
@@ -58,15 +58,22 @@ const CLAIM: &str = "UPDATE restore_records SET expires_at = NULL, released_seq 
                          WHERE project = ? AND actor = ? AND client_id LIKE ? \
                          AND released_seq IS NOT NULL AND expires_at > ? \
                          ORDER BY released_seq DESC LIMIT 1) \
-                     RETURNING client_id, record, holder_seen_ms";
+                     RETURNING client_id, record, holder_seen_ms, ended_s";
+/// The actor's other connection records, in use or claimable, that ended within a window
+/// (contract 4's `together`): the primary key's (project, actor) prefix, at most 64 ended rows
+/// and the actor's open connections.
+const TOGETHER: &str = "SELECT record FROM restore_records \
+                        WHERE project = ? AND actor = ? AND client_id LIKE ? AND client_id <> ? \
+                        AND ended_s BETWEEN ? AND ? AND (expires_at IS NULL OR expires_at > ?) \
+                        ORDER BY ended_s DESC LIMIT ?";
 /// The nodes holding an actor's connection records in use, but one.
 const HOLDERS: &str = "SELECT DISTINCT node FROM restore_records \
                        WHERE project = ? AND actor = ? AND client_id LIKE ? \
                        AND expires_at IS NULL AND node <> ? ORDER BY node LIMIT ?";
 /// Releases a lapsed node's rows; they share one place in the release order.
-const RELEASE_NODE: &str = "UPDATE restore_records SET expires_at = ?, released_seq = ?, holder_seen_ms = ? \
+const RELEASE_NODE: &str = "UPDATE restore_records SET expires_at = ?, released_seq = ?, holder_seen_ms = ?, ended_s = ? \
                             WHERE node = ? AND expires_at IS NULL";
-const RELEASE_OTHER_NODES: &str = "UPDATE restore_records SET expires_at = ?, released_seq = ?, holder_seen_ms = ? \
+const RELEASE_OTHER_NODES: &str = "UPDATE restore_records SET expires_at = ?, released_seq = ?, holder_seen_ms = ?, ended_s = ? \
                                    WHERE node <> ? AND expires_at IS NULL";
 const PRUNE: &str = "DELETE FROM restore_records WHERE expires_at IS NOT NULL AND expires_at <= ?";
 /// Ended connection records beyond the newest `?` of their actor ([`crate::MAX_ENDED_RECORDS_PER_ACTOR`]).
@@ -250,7 +257,14 @@ impl Store for SqliteStore {
     async fn release_restore(&self, key: &RestoreKey, now_unix_s: u64, ttl_s: u64) -> Result<(), StoreError> {
         let (project, actor, client_id) = key_columns(key);
         let at = unix_to_sql(now_unix_s.saturating_add(ttl_s));
-        let w = Write::Release(at, next_release_seq(), project.to_owned(), actor.to_owned(), client_id.into_owned());
+        let w = Write::Release(
+            at,
+            next_release_seq(),
+            unix_to_sql(now_unix_s),
+            project.to_owned(),
+            actor.to_owned(),
+            client_id.into_owned(),
+        );
         self.writer.write(w).await.map_err(writer_error("release_restore"))?;
         let now = (self.clock)();
         if self.prune.claim(now)
@@ -275,19 +289,41 @@ impl Store for SqliteStore {
         project: &ProjectId,
         actor: &ActorId,
         node: &NodeId,
+        together_s: Option<u64>,
     ) -> Result<Option<ClaimedRecord>, StoreError> {
-        let row: Option<(String, Vec<u8>, Option<i64>)> = sqlx::query_as(CLAIM)
+        let now = unix_to_sql((self.clock)());
+        let row: Option<(String, Vec<u8>, Option<i64>, Option<i64>)> = sqlx::query_as(CLAIM)
             .bind(node.as_str())
             .bind(project.as_str())
             .bind(actor.as_str())
             .bind(project.as_str())
             .bind(actor.as_str())
             .bind(CONNECTION_PATTERN)
-            .bind(unix_to_sql((self.clock)()))
+            .bind(now)
             .fetch_optional(&self.pool)
             .await
             .map_err(sql(BACKEND, "claim_restore"))?;
-        Ok(row.and_then(|(column, bytes, seen)| crate::sql::claimed(BACKEND, project, actor, &column, &bytes, seen)))
+        let Some((column, bytes, seen, ended)) = row else { return Ok(None) };
+        let Some(mut claimed) = crate::sql::claimed(BACKEND, project, actor, &column, &bytes, seen) else {
+            return Ok(None);
+        };
+        if let (Some(w), Some(ended)) = (together_s, ended) {
+            let w = unix_to_sql(w);
+            let rows: Vec<(Vec<u8>,)> = sqlx::query_as(TOGETHER)
+                .bind(project.as_str())
+                .bind(actor.as_str())
+                .bind(CONNECTION_PATTERN)
+                .bind(&column)
+                .bind(ended.saturating_sub(w))
+                .bind(ended.saturating_add(w))
+                .bind(now)
+                .bind(i64::try_from(skua_core::store::MAX_ENDED_TOGETHER).unwrap_or(i64::MAX))
+                .fetch_all(&self.pool)
+                .await
+                .map_err(sql(BACKEND, "claim_restore"))?;
+            claimed.together = crate::sql::together(BACKEND, project, actor, rows);
+        }
+        Ok(Some(claimed))
     }
 
     /// A node column that is not a valid node id (written by hand) is skipped.
@@ -349,6 +385,7 @@ impl SqliteStore {
             .bind(unix_to_sql(now_unix_s.saturating_add(ttl_s)))
             .bind(next_release_seq())
             .bind(last_seen_ms.map(unix_to_sql))
+            .bind(unix_to_sql(now_unix_s))
             .bind(node.as_str())
             .execute(&self.pool)
             .await

@@ -215,12 +215,13 @@ impl Session {
             RestoreKey::Session(_) => self.st.store.load_restore(&a.restore).await,
             RestoreKey::Connection(mine) => {
                 let (project, actor) = (mine.project.clone(), mine.actor.clone());
+                let cap = self.st.config.max_subscriptions_per_connection;
                 self.claim_connection_record(&project, &actor).await.map(|claimed| {
                     claimed.map(|c| {
                         if let Some(Authed { restore: RestoreKey::Connection(mine), .. }) = &mut self.auth {
                             mine.id = c.id;
                         }
-                        c.record
+                        merge_together(c.record, c.together, cap)
                     })
                 })
             }
@@ -334,7 +335,9 @@ impl Session {
                 }
             }
         }
-        self.st.store.claim_restore(project, actor, &self.st.node).await
+        let window = self.st.config.restore_merge_window;
+        let together_s = (!window.is_zero()).then(|| window.as_secs().max(1));
+        self.st.store.claim_restore(project, actor, &self.st.node, together_s).await
     }
 
     /// Whether a node other than this one holds one of the actor's connection records in use
@@ -398,9 +401,92 @@ impl Session {
     }
 }
 
+/// The claimed record with the plain subscriptions (and lobbies) of the records that ended
+/// together with it added after its own, each address once, up to `cap` entries in all (issue 31):
+/// two tabs of one actor that dropped at the same moment cannot be told apart, so each
+/// reconnect gets the union rather than maybe the other tab's set, and no tab's handlers listen
+/// on a topic its socket lacks. Load-balanced memberships stay with their own record: a union
+/// would put the actor in the group twice.
+fn merge_together(
+    mut record: skua_core::RestoreRecord,
+    together: Vec<skua_core::RestoreRecord>,
+    cap: usize,
+) -> skua_core::RestoreRecord {
+    for other in together {
+        for t in other.topics {
+            if record.topics.len() + record.lobbies.len() >= cap {
+                return record;
+            }
+            if !t.load_balance && !record.topics.iter().any(|mine| mine.pattern == t.pattern) {
+                record.topics.push(t);
+            }
+        }
+        for l in other.lobbies {
+            if record.topics.len() + record.lobbies.len() >= cap {
+                return record;
+            }
+            if !record.lobbies.contains(&l) {
+                record.lobbies.push(l);
+            }
+        }
+    }
+    record
+}
+
 /// A fresh connection record id: a random UUID, so ids never repeat across nodes and restarts.
 fn new_record_id() -> RecordId {
     let id = uuid::Uuid::new_v4().simple().to_string();
     // Invariant: 32 hex digits are a slug.
     RecordId::parse(&id).expect("a UUID's hex digits are a slug")
+}
+
+#[cfg(test)]
+mod tests {
+    use skua_core::{RestoreRecord, RestoredTopic};
+
+    use super::merge_together;
+
+    fn topic(pattern: &str, load_balance: bool) -> RestoredTopic {
+        RestoredTopic {
+            pattern: pattern.to_owned(),
+            qos: 0,
+            load_balance,
+            load_balance_group: None,
+            raw_filters: None,
+            history: None,
+        }
+    }
+
+    fn record(topics: &[(&str, bool)], lobbies: &[&str]) -> RestoreRecord {
+        RestoreRecord {
+            topics: topics.iter().map(|(p, lb)| topic(p, *lb)).collect(),
+            lobbies: lobbies.iter().map(|l| (*l).to_owned()).collect(),
+            holder_last_seen_ms: None,
+        }
+    }
+
+    fn patterns(r: &RestoreRecord) -> Vec<(&str, bool)> {
+        r.topics.iter().map(|t| (t.pattern.as_str(), t.load_balance)).collect()
+    }
+
+    #[test]
+    fn together_adds_plain_subscriptions_and_lobbies_once_never_load_balanced_ones() {
+        let mine = record(&[("a/r/x", false), ("a/r/jobs", true)], &["l1"]);
+        let other = record(&[("a/r/y", false), ("a/r/x", false), ("a/r/work", true)], &["l1", "l2"]);
+        let third = record(&[("a/r/z", false), ("a/r/y", false)], &[]);
+        let merged = merge_together(mine, vec![other, third], 100);
+        assert_eq!(patterns(&merged), [("a/r/x", false), ("a/r/jobs", true), ("a/r/y", false), ("a/r/z", false)]);
+        assert_eq!(merged.lobbies, ["l1", "l2"]);
+    }
+
+    #[test]
+    fn together_stops_at_the_subscription_cap_with_the_claimed_record_first() {
+        let mine = record(&[("a/r/x", false), ("a/r/w", false)], &[]);
+        let other = record(&[("a/r/y", false), ("a/r/z", false)], &["l"]);
+        let merged = merge_together(mine.clone(), vec![other.clone()], 3);
+        assert_eq!(patterns(&merged), [("a/r/x", false), ("a/r/w", false), ("a/r/y", false)]);
+        assert!(merged.lobbies.is_empty());
+        assert_eq!(merge_together(mine.clone(), vec![other], 1), mine, "over the cap already: unchanged");
+        assert_eq!(merge_together(mine.clone(), Vec::new(), 100), mine, "nothing ended together");
+    }
 }

@@ -441,6 +441,8 @@ pub struct Durable {
     pub restore_ttl: Duration,
     /// How long a reconnect waits for a node suspected dead to release its restore record.
     pub restore_wait: Duration,
+    /// Records of one actor that ended within this long of each other restore together.
+    pub restore_merge_window: Duration,
     /// Logged messages older than this are deleted.
     pub log_max_age: Duration,
     /// Most logged messages kept per topic.
@@ -466,6 +468,7 @@ impl Durable {
         Ok(Self {
             restore_ttl: duration(key!(s, restore_ttl))?,
             restore_wait: duration(key!(s, restore_wait))?,
+            restore_merge_window: duration(key!(s, restore_merge_window))?,
             log_max_age: duration(key!(s, log_max_age))?,
             log_max_per_topic: positive(key!(s, log_max_per_topic))? as u64,
             log_prune_interval: duration(key!(s, log_prune_interval))?,
@@ -925,6 +928,7 @@ impl Sections {
             history_receipt_interval: history.receipt_interval,
             restore_ttl: durable.restore_ttl,
             restore_wait: durable.restore_wait,
+            restore_merge_window: durable.restore_merge_window,
             log_max_age: durable.log_max_age,
             log_max_per_topic: durable.log_max_per_topic,
             log_prune_interval: durable.log_prune_interval,

@@ -74,6 +74,7 @@ macro_rules! store_conformance {
             claim_skips_expired_records,
             claim_takes_only_the_actor_s_connection_records,
             concurrent_claims_never_take_the_same_record,
+            claim_returns_the_records_that_ended_together,
             releasing_a_node_ends_the_records_it_holds,
             releasing_other_nodes_keeps_only_the_survivor_s_records,
             a_lapsed_node_s_records_keep_when_it_was_last_seen,
@@ -370,7 +371,10 @@ pub async fn claim_takes_only_the_actor_s_connection_records<H: StoreHarness>(h:
         release(&s, &k, T0, 60).await;
     }
     assert_eq!(claim(&s, "alice").await, None);
-    assert_eq!(claim(&s, "bob").await, Some(ClaimedRecord { id: record_id("b"), record: rich_record() }));
+    assert_eq!(
+        claim(&s, "bob").await,
+        Some(ClaimedRecord { id: record_id("b"), record: rich_record(), together: Vec::new() })
+    );
 }
 
 /// Contract 4: many claims at once, through two handles, take each released record once.
@@ -425,10 +429,70 @@ async fn claim(s: &Arc<dyn Store>, actor: &str) -> Option<ClaimedRecord> {
 }
 
 async fn claim_on(s: &Arc<dyn Store>, actor: &str, node: &str) -> Option<ClaimedRecord> {
+    claim_together_on(s, actor, node, None).await
+}
+
+async fn claim_together_on(
+    s: &Arc<dyn Store>,
+    actor: &str,
+    node: &str,
+    together_s: Option<u64>,
+) -> Option<ClaimedRecord> {
     let actor = ActorId::parse(actor).unwrap_or_else(|e| panic!("test actor: {e}"));
-    within(format_args!("claim_restore of {actor:?}"), s.claim_restore(&project("proj"), &actor, &node_id(node)))
-        .await
-        .unwrap_or_else(|e| panic!("claim_restore of {actor:?}: {e}"))
+    within(
+        format_args!("claim_restore of {actor:?}"),
+        s.claim_restore(&project("proj"), &actor, &node_id(node), together_s),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("claim_restore of {actor:?}: {e}"))
+}
+
+/// The `lobbies` of the records a claim returned as ended together, sorted.
+fn together_names(c: &ClaimedRecord) -> Vec<String> {
+    let mut names: Vec<String> = c.together.iter().flat_map(|r| r.lobbies.clone()).collect();
+    names.sort();
+    names
+}
+
+/// Contract 4, with a window (issue 31, two tabs that drop together): the claim also returns the
+/// actor's other records that ended within the window of the claimed one's end, whether still
+/// claimable or claimed since (and saved again since: a save keeps the end); never one that ended
+/// outside it, one never released, a session record or another actor's. Without a window,
+/// nothing.
+pub async fn claim_returns_the_records_that_ended_together<H: StoreHarness>(h: H) {
+    let s = h.open().await;
+    h.set_now(T0);
+    for id in ["early", "tab-a", "tab-b", "tab-c", "open"] {
+        save(&s, &conn("alice", id), &lobbies(id)).await;
+    }
+    save(&s, &conn("bob", "bob-tab"), &lobbies("bob-tab")).await;
+    save(&s, &key("alice", Some("w1")), &lobbies("w1")).await;
+    release(&s, &conn("alice", "early"), T0, 600).await;
+    release(&s, &conn("alice", "tab-a"), T0 + 100, 600).await;
+    release(&s, &conn("alice", "tab-b"), T0 + 100, 600).await;
+    release(&s, &conn("alice", "tab-c"), T0 + 101, 600).await;
+    release(&s, &conn("bob", "bob-tab"), T0 + 100, 600).await;
+    release(&s, &key("alice", Some("w1")), T0 + 100, 600).await;
+    h.set_now(T0 + 102);
+
+    let first = claim_together_on(&s, "alice", "node-1", Some(1)).await.unwrap_or_else(|| panic!("tab-c is claimable"));
+    assert_eq!(first.id, record_id("tab-c"), "the record released last");
+    assert_eq!(together_names(&first), ["tab-a", "tab-b"], "ended within 1 s of tab-c: not early, open, bob's or w1");
+    // The first claimant saves its (merged) record: the end it had is kept.
+    save(&s, &conn("alice", "tab-c"), &lobbies("tab-c-saved")).await;
+
+    let second =
+        claim_together_on(&s, "alice", "node-1", Some(1)).await.unwrap_or_else(|| panic!("tab-b is claimable"));
+    assert_eq!(second.id, record_id("tab-b"));
+    assert_eq!(together_names(&second), ["tab-a", "tab-c-saved"], "a record claimed since still ended together");
+
+    let narrow = claim_together_on(&s, "alice", "node-1", None).await.unwrap_or_else(|| panic!("tab-a is claimable"));
+    assert_eq!(narrow.id, record_id("tab-a"));
+    assert!(narrow.together.is_empty(), "no window, no together: {:?}", narrow.together);
+    let wide =
+        claim_together_on(&s, "alice", "node-1", Some(200)).await.unwrap_or_else(|| panic!("early is claimable"));
+    assert_eq!(wide.id, record_id("early"));
+    assert_eq!(together_names(&wide), ["tab-a", "tab-b", "tab-c-saved"], "never `open`, which never ended");
 }
 
 fn node_id(node: &str) -> NodeId {
@@ -592,7 +656,7 @@ fn lobbies(name: &str) -> RestoreRecord {
 
 /// What claiming record `id` (saved as `lobbies(id)`) returns.
 fn claimed(id: &str) -> ClaimedRecord {
-    ClaimedRecord { id: record_id(id), record: lobbies(id) }
+    ClaimedRecord { id: record_id(id), record: lobbies(id), together: Vec::new() }
 }
 
 async fn save(s: &Arc<dyn Store>, k: &RestoreKey, record: &RestoreRecord) {
