@@ -15,6 +15,8 @@ use skua_testkit::{TestCluster, TestServer, frame};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+mod startup;
+
 const KEY: &str = "skua-dev-api-key";
 
 /// One HTTP reply.
