@@ -145,12 +145,13 @@ fn room_json(rest: &Rest, r: &pb::Room) -> Room {
 }
 
 /// A RoomCreate body checked: the room's slug, display name and annotations; 400 for what a
-/// room cannot be ([`check_room_keys`]).
+/// room cannot be ([`check_room_keys`]; `ensure` of an existing room checks against it).
 async fn new_room(
     rest: &Rest,
     project: &str,
     app: &str,
     b: Result<Bytes, BytesRejection>,
+    ensure: bool,
 ) -> Result<(String, String, AnnotationsUpdate), ApiError> {
     let c: RoomCreate = body::parse(b)?;
     let name = c.name.filter(|n| !n.trim().is_empty());
@@ -161,7 +162,9 @@ async fn new_room(
     };
     let annotations = c.annotations.update()?;
     let served = app_topics(rest, project, app).await?;
-    check_room_keys(c.topics.as_deref(), c.is_enabled, c.config.as_ref(), &served, false)?;
+    let get = pb::GetRoomRequest { project_id: project.to_owned(), app: app.to_owned(), slug: slug.clone() };
+    let private = ensure && rooms::get(&rest.svc, get).await.is_ok_and(|r| r.private);
+    check_room_keys(c.topics.as_deref(), c.is_enabled, c.config.as_ref(), &served, private)?;
     Ok((slug, name.unwrap_or_default(), annotations))
 }
 
@@ -202,7 +205,7 @@ pub(crate) async fn create(
     Path(app): Path<String>,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let (slug, name, annotations) = new_room(&rest, &caller.project, &app, b).await?;
+    let (slug, name, annotations) = new_room(&rest, &caller.project, &app, b, false).await?;
     let req = pb::CreateRoomRequest { project_id: caller.project.clone(), app, slug, name };
     let r = rooms::create_as(&rest.svc, req, true, &annotations).await?;
     caller.audit("rooms.create", &format!("{}/{}", r.app_id, r.slug));
@@ -218,7 +221,7 @@ pub(crate) async fn ensure(
     Path(app): Path<String>,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let (slug, name, annotations) = new_room(&rest, &caller.project, &app, b).await?;
+    let (slug, name, annotations) = new_room(&rest, &caller.project, &app, b, true).await?;
     let req = pb::EnsureRoomRequest { project_id: caller.project.clone(), app, slug, name };
     let e = rooms::ensure_annotated(&rest.svc, req, &annotations).await?;
     let r = e.room.unwrap_or_default();

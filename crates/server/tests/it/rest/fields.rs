@@ -78,6 +78,12 @@ async fn rooms_refuse_topics_disabling_and_privacy_they_cannot_honour_on_post_en
     call(a, "POST", "/v1/apps/rooms/rooms/r2/actors", Some(g)).await.ok(201);
     assert_eq!(patch(json!({"config": {"isPrivate": true}})).await.ok(200)["config"]["isPrivate"], json!(true));
     refused(&patch(json!({"config": {"isPrivate": false}})).await, 400, "config.isPrivate");
+    // ensure of an existing room compares with what that room is.
+    let ensure = |private: bool| {
+        call(a, "POST", "/v1/apps/rooms/rooms/ensure", Some(json!({"name": "r2", "config": {"isPrivate": private}})))
+    };
+    assert_eq!(ensure(true).await.ok(200)["config"]["isPrivate"], json!(true));
+    refused(&ensure(false).await, 400, "config.isPrivate");
 }
 
 #[tokio::test]
