@@ -10,6 +10,7 @@
 //! `service/convert.rs`.
 
 pub(crate) mod actors;
+pub(crate) mod annotations;
 pub(crate) mod api_keys;
 pub(crate) mod apps;
 mod connections;

@@ -17,6 +17,14 @@ pub const MAX_WEBHOOK_EVENTS: usize = 32;
 pub const MAX_LOBBY_ROOMS: usize = 1000;
 /// Most entries in a lobby's allow lists, or a grant's topic subset.
 pub const MAX_LIST_LEN: usize = 256;
+/// Longest `description` of an app, room or actor, in bytes.
+pub const MAX_DESCRIPTION_BYTES: usize = 1024;
+/// Longest `externalId` of an app, room or actor, in bytes.
+pub const MAX_EXTERNAL_ID_BYTES: usize = 256;
+/// Largest `metadata` (of an app, room, actor or grant) as compact JSON, in bytes.
+pub const MAX_METADATA_BYTES: usize = 16_384;
+/// Longest grant `role`, in bytes.
+pub const MAX_ROLE_BYTES: usize = 64;
 
 /// At most 64 characters of `v`, for echoing bad input back safely.
 fn echo(v: &str) -> String {
@@ -56,6 +64,50 @@ pub fn name(field: &str, v: &str) -> Result<(), Status> {
         return Err(Status::invalid_argument(format!("{field} contains control characters")));
     }
     Ok(())
+}
+
+/// `v` must be a description: at most [`MAX_DESCRIPTION_BYTES`], no control characters but
+/// line breaks and tabs.
+///
+/// # Errors
+/// `INVALID_ARGUMENT` naming `field`.
+pub fn description(field: &str, v: &str) -> Result<(), Status> {
+    if v.len() > MAX_DESCRIPTION_BYTES {
+        return Err(Status::invalid_argument(format!("{field} is longer than {MAX_DESCRIPTION_BYTES} bytes")));
+    }
+    if v.chars().any(|c| c.is_control() && !matches!(c, '\n' | '\r' | '\t')) {
+        return Err(Status::invalid_argument(format!("{field} contains control characters")));
+    }
+    Ok(())
+}
+
+/// `v` must be at most `max` bytes without control characters (`externalId`, `role`).
+///
+/// # Errors
+/// `INVALID_ARGUMENT` naming `field`.
+pub fn short_text(field: &str, v: &str, max: usize) -> Result<(), Status> {
+    if v.len() > max {
+        return Err(Status::invalid_argument(format!("{field} is longer than {max} bytes")));
+    }
+    if v.chars().any(char::is_control) {
+        return Err(Status::invalid_argument(format!("{field} contains control characters")));
+    }
+    Ok(())
+}
+
+/// `v` must be a JSON object of at most [`MAX_METADATA_BYTES`] (as given: the REST API
+/// gives compact JSON).
+///
+/// # Errors
+/// `INVALID_ARGUMENT` naming `field`.
+pub fn metadata(field: &str, v: &str) -> Result<(), Status> {
+    if v.len() > MAX_METADATA_BYTES {
+        return Err(Status::invalid_argument(format!("{field} is larger than {MAX_METADATA_BYTES} bytes as JSON")));
+    }
+    match serde_json::from_str::<serde_json::Value>(v) {
+        Ok(serde_json::Value::Object(_)) => Ok(()),
+        _ => Err(Status::invalid_argument(format!("{field} must be a JSON object"))),
+    }
 }
 
 /// `items` must be slugs, each once, at most `max`.

@@ -147,6 +147,22 @@ impl HistoryRecord {
     }
 }
 
+/// Free-form fields of an app, room or actor that the API keeps and returns but never
+/// interprets (issue 31): each absent from the stored JSON while unset, so records written
+/// before them read back unchanged and an older node ignores them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AnnotationsRecord {
+    /// `description`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// `externalId`: the caller's own id for the object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_id: Option<String>,
+    /// `metadata`: a JSON object, as compact JSON text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<String>,
+}
+
 /// An app.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AppRecord {
@@ -175,6 +191,9 @@ pub struct AppRecord {
     /// The secret webhook requests are signed with (N42); shown once when generated.
     #[serde(default)]
     pub webhook_secret: Option<String>,
+    /// Description, external id and metadata.
+    #[serde(flatten)]
+    pub annotations: AnnotationsRecord,
 }
 
 // Not derived: the webhook secret never goes to logs.
@@ -192,6 +211,7 @@ impl std::fmt::Debug for AppRecord {
             .field("hydration_webhook", &self.hydration_webhook)
             .field("trigger_webhook", &self.trigger_webhook)
             .field("webhook_secret", &self.webhook_secret.as_ref().map(|_| "<redacted>"))
+            .field("annotations", &self.annotations)
             .finish()
     }
 }
@@ -211,6 +231,9 @@ pub struct RoomRecord {
     pub dynamic: bool,
     /// Unix ms of creation.
     pub created_at_ms: u64,
+    /// Description, external id and metadata.
+    #[serde(flatten)]
+    pub annotations: AnnotationsRecord,
 }
 
 /// Who a grant or lobby allowance names.
@@ -244,6 +267,12 @@ pub struct GrantRecord {
     pub expires_at: Option<u64>,
     /// Unix ms of creation.
     pub created_at_ms: u64,
+    /// `role`: free-form, never interpreted (issue 31).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// `metadata`: a JSON object as compact JSON text, never interpreted (issue 31).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<String>,
 }
 
 /// A lobby.
@@ -283,6 +312,9 @@ pub struct ActorRecord {
     /// The access scope (its id) the actor belongs to, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope: Option<String>,
+    /// Description, external id and metadata.
+    #[serde(flatten)]
+    pub annotations: AnnotationsRecord,
 }
 
 /// An access scope: tenant isolation inside a project. A scoped actor's addresses get the
@@ -969,6 +1001,26 @@ mod tests {
     }
 
     #[test]
+    fn annotations_are_absent_from_records_without_them_and_round_trip_with_them() {
+        // A room as stored before annotations existed reads back with none, and writes back
+        // the same JSON (so older nodes and the registry's change detection see no change).
+        let before = r#"{"project":"p","app":"a","slug":"r","name":"R","dynamic":true,"created_at_ms":5}"#;
+        let Object::Room(room) = Object::from_spec(ObjectKind::Room, before).unwrap() else { panic!("a room") };
+        assert_eq!(room.annotations, AnnotationsRecord::default());
+        assert_eq!(Object::Room(room.clone()).spec_json().unwrap(), before);
+        let noted = RoomRecord {
+            annotations: AnnotationsRecord {
+                description: Some("d".into()),
+                external_id: Some("x-1".into()),
+                metadata: Some(r#"{"k":[1]}"#.into()),
+            },
+            ..room
+        };
+        let o = Object::Room(noted);
+        assert_eq!(Object::from_spec(ObjectKind::Room, &o.spec_json().unwrap()).unwrap(), o);
+    }
+
+    #[test]
     fn objects_round_trip_through_json() {
         let o = Object::Grant(GrantRecord {
             id: "g1".into(),
@@ -980,6 +1032,8 @@ mod tests {
             topics: Some(vec!["t".into()]),
             expires_at: None,
             created_at_ms: 5,
+            role: Some("host".into()),
+            metadata: Some(r#"{"seat":1}"#.into()),
         });
         let back = Object::from_spec(ObjectKind::Grant, &o.spec_json().unwrap()).unwrap();
         assert_eq!(back, o);

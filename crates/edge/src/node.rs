@@ -3,7 +3,8 @@
 //! [`EdgeNode::start`] builds the shared [`EdgeState`], then starts, each with the narrow
 //! handles it uses: the hub's dispatcher, the node-to-node control handler, liveness,
 //! revalidation, log retention, the release of what a previous run under the same node id
-//! held, and the listeners. [`EdgeNode::drain`] and [`EdgeNode::stop`] take them down in order.
+//! held; [`EdgeNode::open`] then starts the listeners, once the caller has installed every
+//! route (issue 31: nothing answers before the node serves it). [`EdgeNode::drain`] and [`EdgeNode::stop`] take them down in order.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -56,6 +57,8 @@ impl std::fmt::Debug for Listeners {
 pub struct EdgeNode {
     state: Arc<EdgeState>,
     server: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    /// The listeners until [`Self::open`] starts accepting on them.
+    pending: Option<Listeners>,
     /// Node-level tasks (dispatcher, control, liveness, revalidation, retention, releases).
     background: TaskTracker,
     /// Cancelled once connections have drained: stops the node-level tasks.
@@ -69,7 +72,10 @@ impl std::fmt::Debug for EdgeNode {
 }
 
 impl EdgeNode {
-    /// Builds the node's state over `backends` and starts its tasks and listeners.
+    /// Builds the node's state over `backends` and starts its tasks; the listeners stay bound
+    /// but accept nothing until [`Self::open`], so that the routes installed on the state after
+    /// this call ([`EdgeState::api`], [`EdgeState::admin`]) are in place before any request is
+    /// answered (issue 31): a connection made meanwhile waits in the listen backlog.
     pub fn start(
         config: EdgeConfig,
         node: NodeId,
@@ -219,6 +225,14 @@ impl EdgeNode {
         let me = state.node.clone();
         background.spawn(async move { d.release_node(&me).await });
         background.spawn(crate::revalidate::run(connections, registry, revalidate_every, dispatcher_stop.clone()));
+        Self { state, server: None, pending: Some(listeners), background, dispatcher_stop }
+    }
+
+    /// Starts accepting on the listeners given to [`Self::start`]: from now on `/readyz`,
+    /// `/ws` and every installed route answer. Later calls do nothing.
+    pub fn open(&mut self) {
+        let Some(listeners) = self.pending.take() else { return };
+        let state = &self.state;
         if let Some(l) = listeners.metrics {
             let st = state.clone();
             state.tracker.spawn(async move {
@@ -227,8 +241,7 @@ impl EdgeNode {
                 }
             });
         }
-        let server = tokio::spawn(serve(listeners.client, state.clone(), listeners.tls));
-        Self { state, server: Some(server), background, dispatcher_stop }
+        self.server = Some(tokio::spawn(serve(listeners.client, state.clone(), listeners.tls)));
     }
 
     /// The node's shared state.

@@ -4,8 +4,8 @@
 use serde::Deserialize;
 use skua_core::registry::{Registry, digest};
 use skua_core::registry_store::{
-    ActorRecord, AppRecord, GrantRecord, LimitsRecord, LobbyRecord, Object, ProjectRecord, RoomRecord, SubjectRecord,
-    TokenRecord, TopicRecord, WebhookTargetRecord, hex,
+    ActorRecord, AnnotationsRecord, AppRecord, GrantRecord, LimitsRecord, LobbyRecord, Object, ProjectRecord,
+    RoomRecord, SubjectRecord, TokenRecord, TopicRecord, WebhookTargetRecord, hex,
 };
 use skua_core::webhook::WebhookKind;
 use skua_core::{ActorId, ActorType, AppId, ProjectId, RegistryData};
@@ -233,6 +233,7 @@ pub fn load_data(sources: &[(&str, &str)]) -> Result<RegistryData, FixturesError
                 disconnect_before_ms: None,
                 created_at_ms: seq,
                 scope: None,
+                annotations: AnnotationsRecord::default(),
             }));
         }
     }
@@ -360,6 +361,8 @@ fn project(p: ProjectDef, data: &mut RegistryData, seq: &mut u64) -> Result<(), 
                     topics: g.topics,
                     expires_at: g.expires_at,
                     created_at_ms: *seq,
+                    role: None,
+                    metadata: None,
                 }));
             }
             *seq += 1;
@@ -370,6 +373,7 @@ fn project(p: ProjectDef, data: &mut RegistryData, seq: &mut u64) -> Result<(), 
                 name: r.slug,
                 dynamic: false,
                 created_at_ms: *seq,
+                annotations: AnnotationsRecord::default(),
             }));
         }
         *seq += 1;
@@ -385,6 +389,7 @@ fn project(p: ProjectDef, data: &mut RegistryData, seq: &mut u64) -> Result<(), 
             hydration_webhook,
             trigger_webhook,
             webhook_secret: a.webhook_secret,
+            annotations: AnnotationsRecord::default(),
         });
     }
     for l in p.lobbies {

@@ -647,13 +647,14 @@ impl std::fmt::Debug for RunningNode {
 }
 
 impl RunningNode {
-    /// Starts a node on `listener` (over TLS when `tls_cert` is configured) and its metrics
-    /// listener, when configured.
+    /// Builds a node on `listener` (over TLS when `tls_cert` is configured) and binds its
+    /// metrics listener, when configured; neither accepts until [`Self::launch`] has installed
+    /// every route and opens the edge.
     ///
     /// # Errors
     /// When the listener's address cannot be read, the certificate files do not load or the
     /// metrics listener cannot be bound.
-    pub fn start(
+    fn start(
         config: &ServerConfig,
         registry: Arc<SharedRegistry>,
         mut backends: Backends,
@@ -689,7 +690,6 @@ impl RunningNode {
         let listeners = Listeners { client: listener, tls: tls.client.as_ref().map(|t| t.acceptor.clone()), metrics };
         let edge = EdgeNode::start(config.edge.clone(), config.node_id.clone(), registry, backends, listeners);
         let state = edge.state().clone();
-        tracing::info!(%addr, node = %config.node_id, tls = tls.client.is_some(), "Skua node listening.");
         if !tls.reload_interval.is_zero() {
             for reloader in tls.reloaders() {
                 control_tasks.spawn(reloader.watch(tls.reload_interval, control_stop.clone()));
@@ -824,6 +824,10 @@ impl RunningNode {
             let _ = node.state.api.set(skua_control::rest::router(service, config.rest));
         }
         node.propagator = Some(propagator);
+        // Only now, with every route in place: until then connections wait in the backlog
+        // rather than meet a `/v1` or `/admin` that answers 404 (issue 31).
+        node.edge.open();
+        tracing::info!(addr = %node.addr, node = %config.node_id, tls = node.tls.client.is_some(), "Skua node listening.");
         Ok(node)
     }
 

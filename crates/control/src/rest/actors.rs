@@ -14,12 +14,12 @@ use utoipa::ToSchema;
 
 use super::Rest;
 use super::auth::Caller;
-use super::body::{self, Actor, ActorWithToken, json_response, no_content};
+use super::body::{self, Actor, ActorWithToken, AnnotationsIn, json_response, no_content, present};
 use super::error::{ApiError, ErrorBody};
 use crate::pb;
 use crate::service::{actors, scopes};
 
-/// The body of `POST /v1/actors` (other keys of the SDKs' ActorCreate are accepted and ignored).
+/// The body of `POST /v1/actors`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct ActorCreate {
@@ -27,6 +27,9 @@ pub(crate) struct ActorCreate {
     name: Option<String>,
     /// `user`, `device`, `agent`, `orchestrator`, `observer` or `server` (required).
     actor_type: Option<String>,
+    /// `description`, `externalId`, `metadata`.
+    #[serde(flatten)]
+    annotations: AnnotationsIn,
 }
 
 /// The body of `PATCH /v1/actors/{actorTokenId}`.
@@ -41,11 +44,9 @@ pub(crate) struct ActorUpdate {
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<String>)]
     access_scope_id: Option<Value>,
-}
-
-/// A key that is present, even as `null`, is `Some` (absent keys take the default, `None`).
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
-    Value::deserialize(d).map(Some)
+    /// `description`, `externalId`, `metadata`: only the keys given change, `null` clears.
+    #[serde(flatten)]
+    annotations: AnnotationsIn,
 }
 
 /// The actor `id` when it belongs to the caller's project; 404 otherwise (as missing).
@@ -91,6 +92,7 @@ pub(crate) async fn create(
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let c: ActorCreate = body::parse(b)?;
+    let annotations = c.annotations.update()?;
     let req = pb::CreateActorRequest {
         project_id: caller.project.clone(),
         id: String::new(),
@@ -98,7 +100,7 @@ pub(crate) async fn create(
         name: c.name.unwrap_or_default(),
         rate_limit: 0,
     };
-    let r = actors::create(&rest.svc, req).await?;
+    let r = actors::create_annotated(&rest.svc, req, &annotations).await?;
     let a = r.actor.unwrap_or_default();
     caller.audit("actors.create", &a.id);
     Ok(json_response(StatusCode::CREATED, &ActorWithToken { actor: body::actor(&a), access_token: r.access_token }))
@@ -114,6 +116,8 @@ pub(crate) async fn update(
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let u: ActorUpdate = body::parse(b)?;
+    let annotations = u.annotations.update()?;
+    annotations.check()?;
     let scope = match &u.access_scope_id {
         None => None,
         Some(Value::Null) => Some(String::new()),
@@ -126,6 +130,9 @@ pub(crate) async fn update(
     }
     if let Some(n) = &u.name {
         a = actors::rename(&rest.svc, &id, n).await?;
+    }
+    if !annotations.is_empty() {
+        a = actors::annotate(&rest.svc, &id, &annotations).await?;
     }
     match u.is_active {
         Some(true) => a = actors::activate(&rest.svc, pb::ActorRef { actor_id: id.clone() }).await?,

@@ -13,7 +13,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::Rest;
 use super::auth::Caller;
-use super::body::{self, App, Deleted, json_response};
+use super::body::{self, AnnotationsIn, App, Deleted, json_response};
 use super::error::{ApiError, ErrorBody};
 use crate::pb;
 use crate::service::{apps, convert};
@@ -120,6 +120,9 @@ pub(crate) struct AppCreate {
     hydration_webhook: Option<WebhookIn>,
     /// App-level trigger webhook (topics without their own `onPublish` use it).
     trigger_webhook: Option<WebhookIn>,
+    /// `description`, `externalId`, `metadata`.
+    #[serde(flatten)]
+    annotations: AnnotationsIn,
 }
 
 /// The body of `PATCH /v1/apps/{appId}` (only the keys given change).
@@ -139,6 +142,9 @@ pub(crate) struct AppUpdate {
     hydration_webhook: Option<WebhookIn>,
     /// New app-level trigger webhook; an empty `url` removes it.
     trigger_webhook: Option<WebhookIn>,
+    /// `description`, `externalId`, `metadata`: only the keys given change, `null` clears.
+    #[serde(flatten)]
+    annotations: AnnotationsIn,
 }
 
 /// `{data, pagination: {total, page, pageCount}}` as the Python SDK reads it.
@@ -315,7 +321,7 @@ pub(crate) async fn create(
         hydration_webhook: c.hydration_webhook.as_ref().map(WebhookIn::target),
         trigger_webhook: c.trigger_webhook.as_ref().map(WebhookIn::target),
     };
-    let a = apps::create(&rest.svc, r).await?;
+    let a = apps::create_annotated(&rest.svc, r, &c.annotations.update()?).await?;
     caller.audit("apps.create", &a.id);
     Ok(json_response(StatusCode::CREATED, &body::app(&a)))
 }
@@ -332,6 +338,8 @@ pub(crate) async fn update(
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let u: AppUpdate = body::parse(b)?;
+    let annotations = u.annotations.update()?;
+    annotations.check()?;
     check_webhooks(&rest, u.hydration_webhook.as_ref(), u.trigger_webhook.as_ref(), u.topic_configs.as_ref())?;
     let current = if u.slug.is_some() || u.topics.is_some() || u.topic_configs.is_some() {
         Some(apps::get(&rest.svc, pb::GetAppRequest { project_id: caller.project.clone(), app: app.clone() }).await?)
@@ -373,7 +381,10 @@ pub(crate) async fn update(
         hydration_webhook: u.hydration_webhook.as_ref().map(WebhookIn::target),
         trigger_webhook: u.trigger_webhook.as_ref().map(WebhookIn::target),
     };
-    let a = apps::update(&rest.svc, r).await?;
+    let mut a = apps::update(&rest.svc, r).await?;
+    if !annotations.is_empty() {
+        a = apps::annotate(&rest.svc, &caller.project, &a.id, &annotations).await?;
+    }
     caller.audit("apps.update", &a.id);
     Ok(json_response(StatusCode::OK, &body::app(&a)))
 }

@@ -8,8 +8,8 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
@@ -17,6 +17,7 @@ use utoipa::ToSchema;
 
 use super::error::ApiError;
 use crate::pb;
+use crate::service::annotations::AnnotationsUpdate;
 
 /// A reply with `value` as `application/json`.
 pub(crate) fn json_response(status: StatusCode, value: &impl Serialize) -> Response {
@@ -41,6 +42,75 @@ pub(crate) fn parse<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) ->
     let b = bytes(body)?;
     let b: &[u8] = if b.iter().all(u8::is_ascii_whitespace) { b"{}" } else { &b };
     serde_json::from_slice(b).map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+}
+
+/// A key that is present, even as `null`, is `Some` (absent keys take the default, `None`).
+pub(crate) fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+/// `description`, `externalId` and `metadata` of a create or update body (issue 31): an
+/// absent key keeps the field, `null` clears it.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct AnnotationsIn {
+    /// At most 1024 bytes; line breaks and tabs are the only control characters allowed.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>)]
+    description: Option<Value>,
+    /// Your own id for the object: at most 256 bytes, not checked for uniqueness.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>)]
+    external_id: Option<Value>,
+    /// A JSON object, at most 16384 bytes as compact JSON.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<Object>)]
+    metadata: Option<Value>,
+}
+
+impl AnnotationsIn {
+    /// The change it asks for; 400 naming a field of the wrong JSON type.
+    pub(crate) fn update(&self) -> Result<AnnotationsUpdate, ApiError> {
+        Ok(AnnotationsUpdate {
+            description: text_key("description", self.description.as_ref())?,
+            external_id: text_key("externalId", self.external_id.as_ref())?,
+            metadata: metadata_key("metadata", self.metadata.as_ref())?,
+        })
+    }
+}
+
+/// A string key of a body: absent `None`, `null` `Some(None)`, a string `Some(Some(_))`.
+pub(crate) fn text_key(field: &str, v: Option<&Value>) -> Result<Option<Option<String>>, ApiError> {
+    match v {
+        None => Ok(None),
+        Some(Value::Null) => Ok(Some(None)),
+        Some(Value::String(s)) => Ok(Some(Some(s.clone()))),
+        Some(_) => Err(ApiError::bad_request(format!("{field} must be a string or null"))),
+    }
+}
+
+/// A `metadata` key: a JSON object, as compact JSON text (or `null`, or absent).
+pub(crate) fn metadata_key(field: &str, v: Option<&Value>) -> Result<Option<Option<String>>, ApiError> {
+    match v {
+        None => Ok(None),
+        Some(Value::Null) => Ok(Some(None)),
+        Some(v @ Value::Object(_)) => Ok(Some(Some(v.to_string()))),
+        Some(_) => Err(ApiError::bad_request(format!("{field} must be a JSON object or null"))),
+    }
+}
+
+/// Stored metadata text as JSON (`null` when unset or, never expected, unreadable).
+fn metadata_out(text: &str) -> Option<Value> {
+    if text.is_empty() { None } else { serde_json::from_str(text).ok() }
+}
+
+/// `description`, `externalId` and `metadata` of a reply.
+fn annotations_out(a: Option<&pb::Annotations>) -> (Option<String>, Option<String>, Option<Value>) {
+    let opt = |s: &str| Some(s.to_owned()).filter(|s| !s.is_empty());
+    match a {
+        None => (None, None, None),
+        Some(a) => (opt(&a.description), opt(&a.external_id), metadata_out(&a.metadata_json)),
+    }
 }
 
 /// Unix ms as an RFC 3339 (ISO 8601) string.
@@ -106,6 +176,9 @@ pub(crate) struct App {
     /// Unique in the project; the first segment of every topic address.
     pub(crate) slug: String,
     description: Option<String>,
+    external_id: Option<String>,
+    #[schema(value_type = Option<Object>)]
+    metadata: Option<Value>,
     blueprint_id: Option<String>,
     config: AppConfigOut,
     /// The topics actors may address in the app's rooms.
@@ -172,12 +245,15 @@ fn webhook_out(t: Option<&pb::WebhookTarget>) -> Option<WebhookOut> {
 
 /// The App shape.
 pub(crate) fn app(a: &pb::App) -> App {
+    let (description, external_id, metadata) = annotations_out(a.annotations.as_ref());
     App {
         app_id: a.id.clone(),
         project_id: a.project_id.clone(),
         name: a.name.clone(),
         slug: a.slug.clone(),
-        description: None,
+        description,
+        external_id,
+        metadata,
         blueprint_id: None,
         config: AppConfigOut {
             auto_provision_rooms: a.auto_provision_rooms,
@@ -226,6 +302,9 @@ pub(crate) struct Room {
     name: String,
     slug: String,
     description: Option<String>,
+    external_id: Option<String>,
+    #[schema(value_type = Option<Object>)]
+    metadata: Option<Value>,
     /// `static` (provisioned by the operator) or `dynamic` (created over REST or by `ensure`).
     #[schema(pattern = "^(static|dynamic)$")]
     room_type: &'static str,
@@ -239,12 +318,15 @@ pub(crate) struct Room {
 
 /// The Room shape, with its app's `topics`.
 pub(crate) fn room(r: &pb::Room, topics: &[String]) -> Room {
+    let (description, external_id, metadata) = annotations_out(r.annotations.as_ref());
     Room {
         room_id: r.slug.clone(),
         app_id: r.app_id.clone(),
         name: r.name.clone(),
         slug: r.slug.clone(),
-        description: None,
+        description,
+        external_id,
+        metadata,
         room_type: if r.dynamic { "dynamic" } else { "static" },
         is_enabled: true,
         topics: topics.to_vec(),
@@ -291,8 +373,8 @@ pub(crate) fn grant(g: &pb::Grant) -> RoomActorAccess {
         topics: Some(g.topics.clone()).filter(|t| !t.is_empty()),
         is_active: true,
         expires_at: if g.expires_at == 0 { None } else { iso(g.expires_at.saturating_mul(1000)) },
-        role: None,
-        metadata: None,
+        role: opt(&g.role),
+        metadata: metadata_out(&g.metadata_json),
         created_at: iso(g.created_at_ms),
         updated_at: iso(g.created_at_ms),
     }
@@ -323,14 +405,15 @@ pub(crate) struct Actor {
 
 /// The Actor shape.
 pub(crate) fn actor(a: &pb::Actor) -> Actor {
+    let (description, external_id, metadata) = annotations_out(a.annotations.as_ref());
     Actor {
         actor_token_id: a.id.clone(),
         project_id: a.project_id.clone(),
         name: a.name.clone(),
         actor_type: a.actor_type.clone(),
-        description: None,
-        external_id: None,
-        metadata: None,
+        description,
+        external_id,
+        metadata,
         is_active: a.active,
         last_connected_at: None,
         access_scope_id: Some(a.scope_id.clone()).filter(|s| !s.is_empty()),

@@ -107,16 +107,41 @@ mod tests {
         for key in ["appId", "projectId", "name", "slug", "config", "createdAt"] {
             assert!(app[key].is_object(), "App.{key}: {app}");
         }
+        let notes = ["description", "externalId", "metadata"];
         for (schema, keys) in [
             ("App", &["hydrationWebhook", "triggerWebhook", "topicConfigs", "webhookSecret"][..]),
             ("AppCreate", &["hydrationWebhook", "triggerWebhook", "topicConfigs"]),
             ("AppUpdate", &["hydrationWebhook", "triggerWebhook", "topicConfigs"]),
             ("WebhookIn", &["url", "headers", "timeoutMs"]),
+            ("App", &notes),
+            ("AppCreate", &notes),
+            ("AppUpdate", &notes),
+            ("Room", &notes),
+            ("RoomCreate", &["topics", "isEnabled", "config", "description", "externalId", "metadata"]),
+            ("RoomUpdate", &["topics", "isEnabled", "config", "description", "externalId", "metadata"]),
+            ("Actor", &notes),
+            ("ActorCreate", &notes),
+            ("ActorUpdate", &notes),
+            ("RoomActorAccess", &["role", "metadata"]),
+            ("RoomActorAccessCreate", &["role", "metadata"]),
         ] {
-            let props = &doc["components"]["schemas"][schema]["properties"];
+            let props = properties(&doc, &doc["components"]["schemas"][schema]);
             for key in keys {
-                assert!(props[key].is_object(), "{schema}.{key}: {props}");
+                assert!(props.get(*key).is_some_and(Value::is_object), "{schema}.{key}: {props:?}");
             }
         }
+    }
+
+    /// The properties of `schema`, those of its `allOf` parts (serde's `flatten`) included.
+    fn properties(doc: &Value, schema: &Value) -> serde_json::Map<String, Value> {
+        let mut out = schema["properties"].as_object().cloned().unwrap_or_default();
+        for part in schema["allOf"].as_array().into_iter().flatten() {
+            let part = match part["$ref"].as_str().and_then(|r| r.strip_prefix("#/components/schemas/")) {
+                Some(name) => &doc["components"]["schemas"][name],
+                None => part,
+            };
+            out.extend(properties(doc, part));
+        }
+        out
     }
 }

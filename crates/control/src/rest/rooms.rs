@@ -14,12 +14,23 @@ use utoipa::ToSchema;
 
 use super::Rest;
 use super::auth::Caller;
-use super::body::{self, Room, RoomActorAccess, json_response, no_content};
+use super::body::{self, AnnotationsIn, Room, RoomActorAccess, json_response, no_content};
 use super::error::{ApiError, ErrorBody};
 use crate::pb;
+use crate::service::annotations::AnnotationsUpdate;
 use crate::service::{apps, grants, rooms};
 
-/// The body of `POST …/rooms` and `…/rooms/ensure`.
+/// A room's `config` in a body (other keys are ignored).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RoomConfigIn {
+    /// Must be what the room is: a room is private while a grant names it (a new room is
+    /// public), so add a grant rather than set it.
+    is_private: Option<bool>,
+}
+
+/// The body of `POST …/rooms` and `…/rooms/ensure` (`topics`, `isEnabled` and `config` as in
+/// RoomUpdate).
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct RoomCreate {
@@ -27,17 +38,79 @@ pub(crate) struct RoomCreate {
     name: Option<String>,
     /// Slug [default: the name lower-cased, other characters as `-`].
     slug: Option<String>,
+    /// Only the app's topics (in any order): rooms serve their app's topics.
+    topics: Option<Vec<String>>,
+    /// Only `true` (Skua rooms cannot be disabled).
+    is_enabled: Option<bool>,
+    /// Only `isPrivate: false` (a new room is public until its first grant).
+    config: Option<RoomConfigIn>,
+    /// `description`, `externalId`, `metadata`.
+    #[serde(flatten)]
+    annotations: AnnotationsIn,
 }
 
-/// The body of `PATCH …/rooms/{roomId}`.
+/// The body of `PATCH …/rooms/{roomId}`: a key that asks for what the room cannot be is 400.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct RoomUpdate {
     name: Option<String>,
     /// Only `true` (Skua rooms cannot be disabled).
     is_enabled: Option<bool>,
-    /// Not accepted: rooms serve their app's topics.
+    /// Only the app's topics (in any order): rooms serve their app's topics.
     topics: Option<Vec<String>>,
+    /// Only what the room is: `isPrivate` true while a grant names it.
+    config: Option<RoomConfigIn>,
+    /// `description`, `externalId`, `metadata`: only the keys given change, `null` clears.
+    #[serde(flatten)]
+    annotations: AnnotationsIn,
+}
+
+/// Refuses (400, naming the field) what a room body asks that the room cannot be (issue 31):
+/// `isEnabled: false`, `topics` other than the app's `app_topics`, and a `config.isPrivate`
+/// other than `private` (what the room is, or would be: a new room is public). The same for
+/// `POST`, `ensure` and `PATCH`.
+fn check_room_keys(
+    topics: Option<&[String]>,
+    is_enabled: Option<bool>,
+    config: Option<&RoomConfigIn>,
+    app_topics: &[String],
+    private: bool,
+) -> Result<(), ApiError> {
+    if is_enabled == Some(false) {
+        return Err(ApiError::bad_request(
+            "isEnabled: Skua rooms cannot be disabled; delete the room or make it private",
+        ));
+    }
+    if let Some(topics) = topics {
+        let mut asked: Vec<&str> = topics.iter().map(String::as_str).collect();
+        let mut served: Vec<&str> = app_topics.iter().map(String::as_str).collect();
+        asked.sort_unstable();
+        asked.dedup();
+        served.sort_unstable();
+        if asked != served {
+            return Err(ApiError::bad_request(format!(
+                "topics: Skua rooms serve their app's topics ({}); give those or omit the key, and \
+                 narrow an actor's topics with a grant's topics",
+                app_topics.join(", ")
+            )));
+        }
+    }
+    if let Some(want) = config.and_then(|c| c.is_private)
+        && want != private
+    {
+        return Err(ApiError::bad_request(if want {
+            "config.isPrivate: a room is private while a grant names it; add one with POST …/rooms/{roomId}/actors"
+        } else {
+            "config.isPrivate: this room has grants; it becomes public when the last one is revoked"
+        }));
+    }
+    Ok(())
+}
+
+/// The topic names of `app` (an id or slug) of the caller's project.
+async fn app_topics(rest: &Rest, project: &str, app: &str) -> Result<Vec<String>, ApiError> {
+    let a = apps::get(&rest.svc, pb::GetAppRequest { project_id: project.to_owned(), app: app.to_owned() }).await?;
+    Ok(a.topics.into_iter().map(|t| t.name).collect())
 }
 
 /// The body of `POST …/rooms/{roomId}/actors`: exactly one of `actorTokenId` / `actorType`.
@@ -55,6 +128,12 @@ pub(crate) struct RoomActorAccessCreate {
     /// ISO 8601 timestamp (or unix seconds) after which the grant no longer applies.
     #[schema(value_type = Option<String>)]
     expires_at: Option<Value>,
+    /// Free-form, at most 64 bytes; kept and returned, never interpreted.
+    #[schema(value_type = Option<String>)]
+    role: Option<Value>,
+    /// A JSON object, at most 16384 bytes as compact JSON; kept and returned, never interpreted.
+    #[schema(value_type = Option<Object>)]
+    metadata: Option<Value>,
 }
 
 /// The Room shape of `r`, with its app's topics.
@@ -65,8 +144,15 @@ fn room_json(rest: &Rest, r: &pb::Room) -> Room {
     body::room(r, &topics)
 }
 
-/// The room's slug and display name from a RoomCreate body.
-fn slug_and_name(b: Result<Bytes, BytesRejection>) -> Result<(String, String), ApiError> {
+/// A RoomCreate body checked: the room's slug, display name and annotations; 400 for what a
+/// room cannot be ([`check_room_keys`]; `ensure` of an existing room checks against it).
+async fn new_room(
+    rest: &Rest,
+    project: &str,
+    app: &str,
+    b: Result<Bytes, BytesRejection>,
+    ensure: bool,
+) -> Result<(String, String, AnnotationsUpdate), ApiError> {
     let c: RoomCreate = body::parse(b)?;
     let name = c.name.filter(|n| !n.trim().is_empty());
     let slug = match (c.slug.filter(|s| !s.is_empty()), &name) {
@@ -74,7 +160,12 @@ fn slug_and_name(b: Result<Bytes, BytesRejection>) -> Result<(String, String), A
         (None, Some(n)) => body::slugify(n),
         (None, None) => return Err(ApiError::bad_request("name is required")),
     };
-    Ok((slug, name.unwrap_or_default()))
+    let annotations = c.annotations.update()?;
+    let served = app_topics(rest, project, app).await?;
+    let get = pb::GetRoomRequest { project_id: project.to_owned(), app: app.to_owned(), slug: slug.clone() };
+    let private = ensure && rooms::get(&rest.svc, get).await.is_ok_and(|r| r.private);
+    check_room_keys(c.topics.as_deref(), c.is_enabled, c.config.as_ref(), &served, private)?;
+    Ok((slug, name.unwrap_or_default(), annotations))
 }
 
 /// List an app's rooms (a bare array, at most max_page_size).
@@ -114,9 +205,9 @@ pub(crate) async fn create(
     Path(app): Path<String>,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let (slug, name) = slug_and_name(b)?;
+    let (slug, name, annotations) = new_room(&rest, &caller.project, &app, b, false).await?;
     let req = pb::CreateRoomRequest { project_id: caller.project.clone(), app, slug, name };
-    let r = rooms::create_as(&rest.svc, req, true).await?;
+    let r = rooms::create_as(&rest.svc, req, true, &annotations).await?;
     caller.audit("rooms.create", &format!("{}/{}", r.app_id, r.slug));
     Ok(json_response(StatusCode::CREATED, &room_json(&rest, &r)))
 }
@@ -130,9 +221,9 @@ pub(crate) async fn ensure(
     Path(app): Path<String>,
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let (slug, name) = slug_and_name(b)?;
+    let (slug, name, annotations) = new_room(&rest, &caller.project, &app, b, true).await?;
     let req = pb::EnsureRoomRequest { project_id: caller.project.clone(), app, slug, name };
-    let e = rooms::ensure(&rest.svc, req).await?;
+    let e = rooms::ensure_annotated(&rest.svc, req, &annotations).await?;
     let r = e.room.unwrap_or_default();
     if e.created {
         caller.audit("rooms.ensure", &format!("{}/{}", r.app_id, r.slug));
@@ -150,16 +241,19 @@ pub(crate) async fn update(
     b: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let u: RoomUpdate = body::parse(b)?;
-    if u.is_enabled == Some(false) {
-        return Err(ApiError::bad_request(
-            "isEnabled: Skua rooms cannot be disabled; delete the room or make it private",
-        ));
+    let annotations = u.annotations.update()?;
+    annotations.check()?;
+    let get = pb::GetRoomRequest { project_id: caller.project.clone(), app: app.clone(), slug: slug.clone() };
+    let mut r = rooms::get(&rest.svc, get.clone()).await?;
+    let served = app_topics(&rest, &caller.project, &app).await?;
+    check_room_keys(u.topics.as_deref(), u.is_enabled, u.config.as_ref(), &served, r.private)?;
+    if u.name.is_some() {
+        let req = pb::UpdateRoomRequest { project_id: caller.project.clone(), app, slug, name: u.name };
+        r = rooms::update(&rest.svc, req).await?;
     }
-    if u.topics.is_some() {
-        return Err(ApiError::bad_request("topics: Skua rooms serve their app's topics; update the app's topics"));
+    if !annotations.is_empty() {
+        r = rooms::annotate(&rest.svc, &get, &annotations).await?;
     }
-    let req = pb::UpdateRoomRequest { project_id: caller.project.clone(), app, slug, name: u.name };
-    let r = rooms::update(&rest.svc, req).await?;
     caller.audit("rooms.update", &format!("{}/{}", r.app_id, r.slug));
     Ok(json_response(StatusCode::OK, &room_json(&rest, &r)))
 }
@@ -214,6 +308,8 @@ pub(crate) async fn grant(
     }
     let expires_at =
         c.expires_at.as_ref().filter(|v| !v.is_null()).map(|v| body::unix_s("expiresAt", v)).transpose()?;
+    let role = body::text_key("role", c.role.as_ref())?.flatten();
+    let metadata = body::metadata_key("metadata", c.metadata.as_ref())?.flatten();
     let req = pb::CreateGrantRequest {
         project_id: caller.project.clone(),
         app,
@@ -224,7 +320,7 @@ pub(crate) async fn grant(
         topics: c.topics.unwrap_or_default(),
         expires_at: expires_at.unwrap_or(0),
     };
-    let g = grants::create(&rest.svc, req).await?;
+    let g = grants::create_with(&rest.svc, req, role, metadata).await?;
     caller.audit("grants.create", &g.id);
     Ok(json_response(StatusCode::CREATED, &body::grant(&g)))
 }

@@ -4,6 +4,7 @@
 use skua_core::registry_store::{ActorRecord, Change, Object, ObjectKind};
 use tonic::Status;
 
+use super::annotations::AnnotationsUpdate;
 use super::shared::{
     actor, below_cap, del, delete_actor_changes, deleted, deletes, name_or, new_token, page_after, project,
 };
@@ -13,6 +14,16 @@ use crate::sync::now_ms;
 use crate::validate;
 
 pub(crate) async fn create(svc: &ControlService, r: pb::CreateActorRequest) -> Result<pb::CreateActorResponse, Status> {
+    create_annotated(svc, r, &AnnotationsUpdate::default()).await
+}
+
+/// [`create`] with the actor's description, external id and metadata (the REST API's).
+pub(crate) async fn create_annotated(
+    svc: &ControlService,
+    r: pb::CreateActorRequest,
+    annotations: &AnnotationsUpdate,
+) -> Result<pb::CreateActorResponse, Status> {
+    annotations.check()?;
     if !r.id.is_empty() {
         validate::slug("id", &r.id)?;
     }
@@ -49,6 +60,7 @@ pub(crate) async fn create(svc: &ControlService, r: pb::CreateActorRequest) -> R
                 disconnect_before_ms: None,
                 created_at_ms: now,
                 scope: None,
+                annotations: annotations.record(),
             };
             Ok((vec![Change::Put(Object::Actor(a.clone())), Change::Put(Object::Token(token_record.clone()))], a))
         })
@@ -102,6 +114,19 @@ pub(crate) async fn rename(svc: &ControlService, id: &str, name: &str) -> Result
                 return Ok((Vec::new(), a));
             }
             a.name = name;
+            Ok((vec![Change::Put(Object::Actor(a.clone()))], a))
+        })
+        .await?;
+    Ok(convert::actor(&svc.sync.snapshot().data, &a))
+}
+
+/// Changes an actor's description, external id or metadata (the REST API's `PATCH`).
+pub(crate) async fn annotate(svc: &ControlService, id: &str, u: &AnnotationsUpdate) -> Result<pb::Actor, Status> {
+    u.check()?;
+    let a = svc
+        .mutate(|d| {
+            let mut a = actor(d, id)?.clone();
+            u.apply(&mut a.annotations);
             Ok((vec![Change::Put(Object::Actor(a.clone()))], a))
         })
         .await?;

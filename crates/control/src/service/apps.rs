@@ -5,6 +5,7 @@ use skua_core::registry_store::{AppRecord, Change, Object};
 use skua_core::webhook::WebhookKind;
 use tonic::Status;
 
+use super::annotations::AnnotationsUpdate;
 use super::shared::{app, below_cap, delete_app_changes, deleted, name_or, project};
 use super::{ControlService, convert};
 use crate::pb;
@@ -32,7 +33,7 @@ fn check_topics(svc: &ControlService, topics: &[pb::Topic]) -> Result<(), Status
         return Err(Status::invalid_argument(format!("topics: at most {}", validate::MAX_TOPICS_PER_APP)));
     }
     for (i, t) in topics.iter().enumerate() {
-        validate::slug("topics.name", &t.name)?;
+        validate::slug(&format!("topics[{i}].name"), &t.name)?;
         if topics[..i].iter().any(|o| o.name == t.name) {
             return Err(Status::invalid_argument(format!("topics lists {:?} twice", t.name)));
         }
@@ -58,6 +59,16 @@ fn check_topics(svc: &ControlService, topics: &[pb::Topic]) -> Result<(), Status
 }
 
 pub(crate) async fn create(svc: &ControlService, r: pb::CreateAppRequest) -> Result<pb::App, Status> {
+    create_annotated(svc, r, &AnnotationsUpdate::default()).await
+}
+
+/// [`create`] with the app's description, external id and metadata (the REST API's).
+pub(crate) async fn create_annotated(
+    svc: &ControlService,
+    r: pb::CreateAppRequest,
+    annotations: &AnnotationsUpdate,
+) -> Result<pb::App, Status> {
+    annotations.check()?;
     validate::slug("slug", &r.slug)?;
     if !r.id.is_empty() {
         validate::slug("id", &r.id)?;
@@ -73,7 +84,9 @@ pub(crate) async fn create(svc: &ControlService, r: pb::CreateAppRequest) -> Res
             let p = project(d, &r.project_id)?;
             let id = if r.id.is_empty() { format!("{}-{}", p.id, r.slug) } else { r.id.clone() };
             validate::slug("id", &id).map_err(|_| {
-                Status::invalid_argument("the generated app id (<project>-<slug>) is too long; give an id")
+                Status::invalid_argument(
+                    "slug is too long: the generated app id (<project>-<slug>) must be at most 64 characters",
+                )
             })?;
             if d.apps.contains_key(&id) {
                 return Err(Status::already_exists(format!("app id {id:?} already exists")));
@@ -101,6 +114,7 @@ pub(crate) async fn create(svc: &ControlService, r: pb::CreateAppRequest) -> Res
                 hydration_webhook: convert::target_record(r.hydration_webhook.as_ref()),
                 trigger_webhook: convert::target_record(r.trigger_webhook.as_ref()),
                 webhook_secret: Some(secret.clone()),
+                annotations: annotations.record(),
             };
             Ok((vec![Change::Put(Object::App(a.clone()))], a))
         })
@@ -121,6 +135,25 @@ pub(crate) async fn list(svc: &ControlService, r: pb::ListAppsRequest) -> Result
     let mut apps: Vec<&AppRecord> = snap.data.apps.values().filter(|a| a.project == p.id).collect();
     apps.sort_by_key(|a| (a.created_at_ms, a.id.clone()));
     Ok(pb::ListAppsResponse { apps: apps.into_iter().map(|a| convert::app(&snap.data, a)).collect() })
+}
+
+/// Changes an app's description, external id or metadata (the REST API's `PATCH`).
+pub(crate) async fn annotate(
+    svc: &ControlService,
+    project_id: &str,
+    app_ref: &str,
+    u: &AnnotationsUpdate,
+) -> Result<pb::App, Status> {
+    u.check()?;
+    let a = svc
+        .mutate(|d| {
+            let p = project(d, project_id)?;
+            let mut a = app(d, &p.id, app_ref)?.clone();
+            u.apply(&mut a.annotations);
+            Ok((vec![Change::Put(Object::App(a.clone()))], a))
+        })
+        .await?;
+    Ok(convert::app(&svc.sync.snapshot().data, &a))
 }
 
 pub(crate) async fn update(svc: &ControlService, r: pb::UpdateAppRequest) -> Result<pb::App, Status> {

@@ -101,6 +101,7 @@ pub(crate) fn app(d: &RegistryData, a: &AppRecord) -> pb::App {
         has_webhook_secret: a.webhook_secret.is_some(),
         // Shown once: only the replies of CreateApp and RotateWebhookSecret set it.
         webhook_secret: String::new(),
+        annotations: super::annotations::message(&a.annotations),
     }
 }
 
@@ -119,6 +120,7 @@ pub(crate) fn room(d: &RegistryData, r: &RoomRecord, private: bool) -> pb::Room 
         dynamic: r.dynamic,
         private,
         created_at_ms: r.created_at_ms,
+        annotations: super::annotations::message(&r.annotations),
     }
 }
 
@@ -133,6 +135,7 @@ pub(crate) fn actor(d: &RegistryData, a: &ActorRecord) -> pb::Actor {
         token_key_ids: d.tokens.values().filter(|t| t.actor == a.id).map(|t| t.key_id.clone()).collect(),
         created_at_ms: a.created_at_ms,
         scope_id: a.scope.clone().unwrap_or_default(),
+        annotations: super::annotations::message(&a.annotations),
     }
 }
 
@@ -152,6 +155,8 @@ pub(crate) fn grant(g: &GrantRecord) -> pb::Grant {
         topics: g.topics.clone().unwrap_or_default(),
         expires_at: g.expires_at.unwrap_or(0),
         created_at_ms: g.created_at_ms,
+        role: g.role.clone().unwrap_or_default(),
+        metadata_json: g.metadata.clone().unwrap_or_default(),
     }
 }
 

@@ -11,6 +11,22 @@ use crate::sync::now_ms;
 use crate::validate;
 
 pub(crate) async fn create(svc: &ControlService, r: pb::CreateGrantRequest) -> Result<pb::Grant, Status> {
+    create_with(svc, r, None, None).await
+}
+
+/// [`create`] with a free-form `role` and `metadata` (a JSON object as text; the REST API's).
+pub(crate) async fn create_with(
+    svc: &ControlService,
+    r: pb::CreateGrantRequest,
+    role: Option<String>,
+    metadata: Option<String>,
+) -> Result<pb::Grant, Status> {
+    if let Some(role) = &role {
+        validate::short_text("role", role, validate::MAX_ROLE_BYTES)?;
+    }
+    if let Some(m) = &metadata {
+        validate::metadata("metadata", m)?;
+    }
     validate::slug("room", &r.room)?;
     let subject = match (r.actor_id.is_empty(), r.actor_type.is_empty()) {
         (false, true) => {
@@ -60,6 +76,8 @@ pub(crate) async fn create(svc: &ControlService, r: pb::CreateGrantRequest) -> R
                 topics: Some(r.topics.clone()).filter(|t| !t.is_empty()),
                 expires_at: Some(r.expires_at).filter(|e| *e > 0),
                 created_at_ms: now,
+                role: role.clone().filter(|r| !r.is_empty()),
+                metadata: metadata.clone(),
             };
             Ok((vec![Change::Put(Object::Grant(g.clone()))], g))
         })

@@ -5,6 +5,7 @@ use skua_core::RegistryData;
 use skua_core::registry_store::{AppRecord, Change, Object, ProjectRecord, RoomRecord};
 use tonic::Status;
 
+use super::annotations::AnnotationsUpdate;
 use super::shared::{app, below_cap, delete_room_changes, deleted, deletes, name_or, page_after, project, room};
 use super::{ControlService, convert};
 use crate::pb;
@@ -18,15 +19,24 @@ fn check_room_cap(svc: &ControlService, d: &RegistryData, a: &AppRecord) -> Resu
     below_cap(format_args!("app {:?}", a.slug), count, "rooms", cap, &cap)
 }
 
-/// A new room `slug` of `a`, named `name` (or its slug).
-fn new_room(p: &ProjectRecord, a: &AppRecord, slug: &str, name: &str, dynamic: bool, now: u64) -> RoomRecord {
+/// What a new room is: its slug, display name (empty: the slug), kind and annotations.
+struct NewRoom<'a> {
+    slug: &'a str,
+    name: &'a str,
+    dynamic: bool,
+    annotations: &'a AnnotationsUpdate,
+}
+
+/// The new room `n` of `a`.
+fn new_room(p: &ProjectRecord, a: &AppRecord, n: &NewRoom<'_>, now: u64) -> RoomRecord {
     RoomRecord {
         project: p.id.clone(),
         app: a.id.clone(),
-        slug: slug.to_owned(),
-        name: name_or(name, slug),
-        dynamic,
+        slug: n.slug.to_owned(),
+        name: name_or(n.name, n.slug),
+        dynamic: n.dynamic,
         created_at_ms: now,
+        annotations: n.annotations.record(),
     }
 }
 
@@ -36,15 +46,18 @@ fn reply(d: &RegistryData, room: &RoomRecord) -> pb::Room {
 }
 
 pub(crate) async fn create(svc: &ControlService, r: pb::CreateRoomRequest) -> Result<pb::Room, Status> {
-    create_as(svc, r, false).await
+    create_as(svc, r, false, &AnnotationsUpdate::default()).await
 }
 
-/// Creates a room, `dynamic` (the REST API's rooms, which may be deleted there) or static.
+/// Creates a room, `dynamic` (the REST API's rooms, which may be deleted there) or static,
+/// with `annotations`.
 pub(crate) async fn create_as(
     svc: &ControlService,
     r: pb::CreateRoomRequest,
     dynamic: bool,
+    annotations: &AnnotationsUpdate,
 ) -> Result<pb::Room, Status> {
+    annotations.check()?;
     validate::slug("slug", &r.slug)?;
     validate::name("name", &r.name)?;
     let now = now_ms();
@@ -56,7 +69,7 @@ pub(crate) async fn create_as(
                 return Err(Status::already_exists(format!("room {:?} already exists in app {:?}", r.slug, a.slug)));
             }
             check_room_cap(svc, d, a)?;
-            let room = new_room(p, a, &r.slug, &r.name, dynamic, now);
+            let room = new_room(p, a, &NewRoom { slug: &r.slug, name: &r.name, dynamic, annotations }, now);
             Ok((vec![Change::Put(Object::Room(room.clone()))], room))
         })
         .await?;
@@ -64,6 +77,16 @@ pub(crate) async fn create_as(
 }
 
 pub(crate) async fn ensure(svc: &ControlService, r: pb::EnsureRoomRequest) -> Result<pb::EnsureRoomResponse, Status> {
+    ensure_annotated(svc, r, &AnnotationsUpdate::default()).await
+}
+
+/// [`ensure`], a room it creates getting `annotations` (an existing room keeps its own).
+pub(crate) async fn ensure_annotated(
+    svc: &ControlService,
+    r: pb::EnsureRoomRequest,
+    annotations: &AnnotationsUpdate,
+) -> Result<pb::EnsureRoomResponse, Status> {
+    annotations.check()?;
     validate::slug("slug", &r.slug)?;
     validate::name("name", &r.name)?;
     let now = now_ms();
@@ -81,7 +104,7 @@ pub(crate) async fn ensure(svc: &ControlService, r: pb::EnsureRoomRequest) -> Re
                 )));
             }
             check_room_cap(svc, d, a)?;
-            let room = new_room(p, a, &r.slug, &r.name, true, now);
+            let room = new_room(p, a, &NewRoom { slug: &r.slug, name: &r.name, dynamic: true, annotations }, now);
             Ok((vec![Change::Put(Object::Room(room.clone()))], (room, true)))
         })
         .await?;
@@ -121,6 +144,25 @@ pub(crate) async fn list_where(
     let (page, next) = page_after(items, &r.page_token, svc.page_size(r.page_size))?;
     let rooms = page.into_iter().map(|room| convert::room(d, room, private.contains(room.slug.as_str()))).collect();
     Ok(pb::ListRoomsResponse { rooms, next_page_token: next })
+}
+
+/// Changes a room's description, external id or metadata (the REST API's `PATCH`).
+pub(crate) async fn annotate(
+    svc: &ControlService,
+    r: &pb::GetRoomRequest,
+    u: &AnnotationsUpdate,
+) -> Result<pb::Room, Status> {
+    u.check()?;
+    let room = svc
+        .mutate(|d| {
+            let p = project(d, &r.project_id)?;
+            let a = app(d, &p.id, &r.app)?;
+            let mut room = room(d, a, &r.slug)?.clone();
+            u.apply(&mut room.annotations);
+            Ok((vec![Change::Put(Object::Room(room.clone()))], room))
+        })
+        .await?;
+    Ok(reply(&svc.sync.snapshot().data, &room))
 }
 
 pub(crate) async fn update(svc: &ControlService, r: pb::UpdateRoomRequest) -> Result<pb::Room, Status> {

@@ -15,6 +15,9 @@ use skua_testkit::{TestCluster, TestServer, frame};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+mod fields;
+mod startup;
+
 const KEY: &str = "skua-dev-api-key";
 
 /// One HTTP reply.
@@ -149,7 +152,7 @@ async fn every_error_status_has_the_api_error_shape() {
         .await
         .error(400, "invalid JSON");
     call(a, "POST", "/v1/apps", Some(json!({"slug": "x"}))).await.error(400, "name is required");
-    call(a, "POST", "/v1/actors", Some(json!({"name": "x", "actorType": "robot"}))).await.error(400, "actor_type");
+    call(a, "POST", "/v1/actors", Some(json!({"name": "x", "actorType": "robot"}))).await.error(400, "actorType");
     call(a, "POST", "/v1/apps", Some(json!({"name": "Demo", "slug": "demo"}))).await.error(409, "already exists");
     call(a, "POST", "/v1/apps/demo/rooms/ensure", Some(json!({"name": "x"}))).await.error(403, "auto");
     call(a, "DELETE", "/v1/apps/demo/rooms/general", None).await.error(403, "static");

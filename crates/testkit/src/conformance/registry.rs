@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use skua_core::RegistryStore;
 use skua_core::registry_store::{
-    ActorRecord, ApplyError, Change, ConnectionRecord, LimitsRecord, Object, ObjectKey, ObjectKind, ProjectRecord,
-    RoomRecord, TokenRecord,
+    ActorRecord, AnnotationsRecord, ApplyError, Change, ConnectionRecord, LimitsRecord, Object, ObjectKey, ObjectKind,
+    ProjectRecord, RoomRecord, TokenRecord,
 };
 
 use super::within;
@@ -61,6 +61,12 @@ fn room(slug: &str) -> Object {
         name: slug.into(),
         dynamic: true,
         created_at_ms: 2,
+        // Free-form fields ride in the stored JSON (issue 31): the round trip keeps them.
+        annotations: AnnotationsRecord {
+            description: Some(format!("room {slug}")),
+            external_id: Some("ext-1".into()),
+            metadata: Some(r#"{"k":[1,"two"]}"#.into()),
+        },
     })
 }
 
@@ -75,6 +81,7 @@ fn actor(id: &str) -> Object {
         disconnect_before_ms: None,
         created_at_ms: 3,
         scope: None,
+        annotations: AnnotationsRecord::default(),
     })
 }
 
