@@ -23,7 +23,7 @@ fn call(kind: WebhookKind, url: &str, timeout_ms: Option<u32>) -> WebhookCall {
 }
 
 /// The engine's defaults with hydration allowed on loopback (the receivers here are local).
-fn open() -> WebhookConfig {
+fn loopback_allowed() -> WebhookConfig {
     WebhookConfig { allow_loopback: true, ..WebhookConfig::default() }
 }
 
@@ -44,7 +44,7 @@ fn payload() -> serde_json::Map<String, serde_json::Value> {
 #[tokio::test]
 async fn request_is_signed_posted_with_headers_and_answer_returned() {
     let rx = WebhookReceiver::start(ReceiverMode::Ok(json!({"items": [1, 2]}))).await;
-    let (s, _stop) = sender(open());
+    let (s, _stop) = sender(loopback_allowed());
     let req = WebhookRequest::new(call(WebhookKind::Hydration, &rx.url("/h"), None), payload());
     let r = s.call(&req, &RetrySchedule::hydration(), Duration::from_secs(5)).await.expect("delivered");
     assert_eq!(r.status, 200);
@@ -75,7 +75,7 @@ async fn request_is_signed_posted_with_headers_and_answer_returned() {
 #[tokio::test]
 async fn server_errors_are_retried_with_the_same_delivery_id_then_fail() {
     let rx = WebhookReceiver::start(ReceiverMode::Status(503)).await;
-    let (s, _stop) = sender(open());
+    let (s, _stop) = sender(loopback_allowed());
     let req = WebhookRequest::new(call(WebhookKind::Hydration, &rx.url("/h"), None), payload());
     let e = s.call(&req, &fast_retries(), Duration::from_secs(5)).await.unwrap_err();
     assert!(matches!(e, DeliveryError::Status { status: 503 }), "{e:?}");
@@ -88,7 +88,7 @@ async fn server_errors_are_retried_with_the_same_delivery_id_then_fail() {
 #[tokio::test]
 async fn client_errors_are_not_retried() {
     let rx = WebhookReceiver::start(ReceiverMode::Status(404)).await;
-    let (s, _stop) = sender(open());
+    let (s, _stop) = sender(loopback_allowed());
     let req = WebhookRequest::new(call(WebhookKind::Hydration, &rx.url("/h"), None), payload());
     let e = s.call(&req, &fast_retries(), Duration::from_secs(5)).await.unwrap_err();
     assert!(matches!(e, DeliveryError::Status { status: 404 }), "{e:?}");
@@ -98,7 +98,7 @@ async fn client_errors_are_not_retried() {
 #[tokio::test]
 async fn refused_connections_are_transport_errors() {
     let url = refusing_url("/h").await;
-    let (s, _stop) = sender(open());
+    let (s, _stop) = sender(loopback_allowed());
     let req = WebhookRequest::new(call(WebhookKind::Hydration, &url, None), payload());
     let e = s.call(&req, &fast_retries(), Duration::from_secs(5)).await.unwrap_err();
     assert!(matches!(e, DeliveryError::Transport(_)), "{e:?}");
@@ -108,7 +108,7 @@ async fn refused_connections_are_transport_errors() {
 #[tokio::test]
 async fn a_huge_answer_is_cut_at_the_cap() {
     let rx = WebhookReceiver::start(ReceiverMode::Huge(10 << 20)).await;
-    let (s, _stop) = sender(WebhookConfig { max_response_bytes: 64 * 1024, ..open() });
+    let (s, _stop) = sender(WebhookConfig { max_response_bytes: 64 * 1024, ..loopback_allowed() });
     let req = WebhookRequest::new(call(WebhookKind::Hydration, &rx.url("/h"), None), payload());
     let e = s.call(&req, &fast_retries(), Duration::from_secs(5)).await.unwrap_err();
     assert!(matches!(e, DeliveryError::TooLarge { limit: 65536 }), "{e:?}");
@@ -118,7 +118,7 @@ async fn a_huge_answer_is_cut_at_the_cap() {
 #[tokio::test]
 async fn a_hanging_receiver_times_out_within_the_budget() {
     let rx = WebhookReceiver::start(ReceiverMode::Hang).await;
-    let (s, _stop) = sender(open());
+    let (s, _stop) = sender(loopback_allowed());
     let req = WebhookRequest::new(call(WebhookKind::Hydration, &rx.url("/h"), Some(300)), payload());
     let e = s.call(&req, &RetrySchedule::hydration(), Duration::from_millis(300)).await.unwrap_err();
     assert!(matches!(e, DeliveryError::Timeout { .. }), "{e:?}");
@@ -126,14 +126,14 @@ async fn a_hanging_receiver_times_out_within_the_budget() {
 
 #[tokio::test]
 async fn link_local_addresses_are_refused_at_send_time() {
-    let (s, _stop) = sender(open());
+    let (s, _stop) = sender(loopback_allowed());
     for url in ["http://169.254.169.254/latest", "http://[fe80::1]/x", "http://[::ffff:169.254.169.254]/"] {
         let req = WebhookRequest::new(call(WebhookKind::Trigger, url, Some(500)), payload());
         let e = s.call(&req, &fast_retries(), Duration::from_secs(1)).await.unwrap_err();
         assert!(matches!(e, DeliveryError::Refused { .. }), "{url}: {e:?}");
     }
     let (s, _stop) =
-        sender(WebhookConfig { allowed_hosts: vec!["hooks.example.com".into()], ..open() });
+        sender(WebhookConfig { allowed_hosts: vec!["hooks.example.com".into()], ..loopback_allowed() });
     let rx = WebhookReceiver::start(ReceiverMode::Status(200)).await;
     let req = WebhookRequest::new(call(WebhookKind::Trigger, &rx.url("/t"), None), payload());
     let e = s.call(&req, &fast_retries(), Duration::from_secs(1)).await.unwrap_err();
@@ -144,7 +144,7 @@ async fn link_local_addresses_are_refused_at_send_time() {
 #[tokio::test]
 async fn queued_requests_are_delivered_and_reported_and_a_full_queue_refuses() {
     let rx = WebhookReceiver::start(ReceiverMode::Status(204)).await;
-    let (s, _stop) = sender(open());
+    let (s, _stop) = sender(loopback_allowed());
     let (tx, mut done) = tokio::sync::mpsc::channel(4);
     let req = WebhookRequest::new(call(WebhookKind::Trigger, &rx.url("/t"), None), payload());
     let id = req.delivery_id;
@@ -163,7 +163,7 @@ async fn queued_requests_are_delivered_and_reported_and_a_full_queue_refuses() {
 
     // A queue of one, its one delivery slot held by a hanging receiver: the third is refused.
     let hang = WebhookReceiver::start(ReceiverMode::Hang).await;
-    let (s, stop) = sender(WebhookConfig { queue: 1, max_pending: 1, ..open() });
+    let (s, stop) = sender(WebhookConfig { queue: 1, max_pending: 1, ..loopback_allowed() });
     let mk = || WebhookRequest::new(call(WebhookKind::Trigger, &hang.url("/t"), Some(30_000)), payload());
     s.enqueue(mk(), fast_retries(), None).expect("first taken");
     hang.wait_for(1).await;
@@ -181,10 +181,10 @@ async fn address_rules_apply_to_every_request_to_the_same_url() {
     let rx = WebhookReceiver::start(ReceiverMode::Ok(json!({}))).await;
     let url = rx.url("/h");
     let once = RetrySchedule { delays: Vec::new() };
-    let (open, _s1) = sender(open());
+    let (open, _s1) = sender(loopback_allowed());
     let req = WebhookRequest::new(call(WebhookKind::Trigger, &url, None), payload());
     open.call(&req, &once, Duration::from_secs(5)).await.expect("delivered");
-    let config = WebhookConfig { allowed_hosts: vec!["example.com".into()], ..open() };
+    let config = WebhookConfig { allowed_hosts: vec!["example.com".into()], ..loopback_allowed() };
     let (closed, _s2) = sender(config);
     for _ in 0..2 {
         let e = closed.call(&req, &once, Duration::from_secs(5)).await.unwrap_err();
@@ -278,7 +278,7 @@ type Counter = Arc<std::sync::atomic::AtomicUsize>;
 #[tokio::test]
 async fn requests_to_one_target_reuse_a_kept_connection() {
     let (url, conns, answered, _) = counting_receiver(Close::Never).await;
-    let (s, _stop) = sender(open());
+    let (s, _stop) = sender(loopback_allowed());
     let once = RetrySchedule { delays: Vec::new() };
     for _ in 0..5 {
         let req = WebhookRequest::new(call(WebhookKind::Trigger, &url, None), payload());
@@ -291,7 +291,7 @@ async fn requests_to_one_target_reuse_a_kept_connection() {
 #[tokio::test]
 async fn a_connection_the_receiver_closes_is_not_kept_and_costs_no_failed_attempt() {
     let (url, conns, answered, _) = counting_receiver(Close::Announced).await;
-    let (s, _stop) = sender(open());
+    let (s, _stop) = sender(loopback_allowed());
     // No retries: each request must succeed at its one attempt, although the receiver closes
     // every connection after its answer.
     let once = RetrySchedule { delays: Vec::new() };
@@ -309,7 +309,7 @@ async fn a_connection_the_receiver_closes_is_not_kept_and_costs_no_failed_attemp
 #[tokio::test]
 async fn post_once_signs_counts_and_reuses_the_connection() {
     let rx = WebhookReceiver::start(ReceiverMode::Ok(json!({}))).await;
-    let (s, _stop) = sender(open());
+    let (s, _stop) = sender(loopback_allowed());
     let c = call(WebhookKind::Trigger, &rx.url("/t"), None);
     for i in 0..3 {
         let body = bytes::Bytes::from(format!("{{\"deliveryId\":\"d{i}\"}}"));
@@ -358,7 +358,7 @@ async fn post_once_signs_counts_and_reuses_the_connection() {
 #[tokio::test]
 async fn a_kept_connection_closed_while_idle_is_replaced() {
     let (url, conns, answered, closed) = counting_receiver(Close::Silently).await;
-    let (s, _stop) = sender(open());
+    let (s, _stop) = sender(loopback_allowed());
     let c = call(WebhookKind::Trigger, &url, None);
     for i in 0..3 {
         let body = bytes::Bytes::from_static(b"{}");
@@ -408,7 +408,7 @@ async fn loopback_hydration_and_internal_wake_urls_are_refused_unless_allowed() 
     s.call(&req, &RetrySchedule::hydration(), budget).await.expect("triggers keep the operator's choice");
     assert_eq!(rx.wait_for(1).await.len(), 1);
 
-    let allowed = WebhookConfig { wake_allowed_hosts: vec!["127.0.0.0/8".into()], ..open() };
+    let allowed = WebhookConfig { wake_allowed_hosts: vec!["127.0.0.0/8".into()], ..loopback_allowed() };
     let (s, _stop) = sender(allowed);
     for url in [rx.url("/w"), format!("http://0x7f000001:{port}/w"), format!("http://[::ffff:127.0.0.1]:{port}/w")] {
         let req = WebhookRequest::new(call(WebhookKind::Wake, &url, None), payload());
