@@ -318,3 +318,45 @@ async fn wakes_are_bounded_per_actor_per_period() {
     assert_eq!(metrics.started.load(Ordering::Relaxed), 3);
     assert_eq!(rx.requests().len(), 3, "at most wake_limit_per_actor requests per period");
 }
+
+/// The next presence event of agent-1 that `observer` gets: (`event`, `status`).
+async fn member_event(observer: &mut WsClient) -> (String, String) {
+    loop {
+        let f = observer.next_of("presence").await;
+        let data = f.get("data");
+        if data["actor_token_id"].as_str() == Some("agent-1") {
+            return (f.str("event").to_owned(), data["status"].as_str().unwrap_or_default().to_owned());
+        }
+    }
+}
+
+/// Issue 33: `wake.timeoutMs` below `wake_timeout_min` is raised to it, so a member asking for
+/// `timeoutMs: 1` is not woken again at every publish: it stays `waking` for the floor.
+#[tokio::test]
+async fn a_tiny_wake_timeout_is_raised_to_the_floor() {
+    use skua_testkit::webhook::{Mode, WebhookReceiver};
+    use std::time::{Duration, Instant};
+    let rx = WebhookReceiver::start(Mode::Ok(serde_json::json!({}))).await;
+    let server = TestServer::builder().settings(|s| s.wake_timeout_min = Some("3s".into())).spawn().await;
+    let mut alice = server.auth("dev-token-alice").await;
+    announce(&mut alice, "general", frame! {"who" => "alice"}).await;
+    alice.expect("presence").await;
+    let mut worker = agent(&server, "w1").await;
+    let wake = frame! {"persistent" => true, "wake" => frame! {"url" => rx.url("/wake"), "timeoutMs" => 1}};
+    announce(&mut worker, "general", wake).await;
+    assert_eq!(member_event(&mut alice).await, ("join".into(), "online".into()));
+    drop(worker);
+    assert_eq!(member_event(&mut alice).await, ("update".into(), "offline".into()));
+    alice.send(frame! {"type" => "publish", "topic" => "demo/general/messages", "data" => 1}).await;
+    assert_eq!(member_event(&mut alice).await.0, "waking");
+    let woken = Instant::now();
+    rx.wait_for(1).await;
+    let back = loop {
+        let f = alice.next_of_within("presence", Duration::from_secs(10)).await;
+        if f.get("data")["status"].as_str() == Some("offline") {
+            break woken.elapsed();
+        }
+    };
+    assert!(back >= Duration::from_millis(2500), "back offline after {back:?}, before the 3 s floor");
+    assert_eq!(rx.requests().len(), 1);
+}
