@@ -360,3 +360,38 @@ async fn a_tiny_wake_timeout_is_raised_to_the_floor() {
     assert!(back >= Duration::from_millis(2500), "back offline after {back:?}, before the 3 s floor");
     assert_eq!(rx.requests().len(), 1);
 }
+
+/// Issue 33: the address rule of wake URLs applies again when the request is made: a member
+/// stored with a loopback wake URL (say, by a node with another `wake_allowed_hosts`) is not
+/// called; the publisher gets `42950 wake_failed` and the member is offline again.
+#[tokio::test]
+async fn an_internal_wake_url_is_refused_again_when_the_wake_is_sent() {
+    use skua_testkit::webhook::{Mode, WebhookReceiver};
+    let rx = WebhookReceiver::start(Mode::Ok(serde_json::json!({}))).await;
+    let server = TestServer::builder().settings(|s| s.wake_allowed_hosts = Some(Vec::new())).spawn().await;
+    let store: &dyn Store = &*server.state.store;
+    let now = skua_testkit::now_s();
+    let wake = serde_json::json!({"url": rx.url("/wake"), "headers": {}, "timeoutMs": 5000}).to_string();
+    let w = MemberWrite {
+        room: "demo-project/demo-app/general",
+        actor: "agent-1",
+        client_id: "w1",
+        data: &[0x81, 0xaa, b'p', b'e', b'r', b's', b'i', b's', b't', b'e', b'n', b't', 0xc3],
+        advertisement: b"",
+        wake: Some(&wake),
+        node: "elsewhere",
+        now_s: now,
+        expires_at_s: now + 3600,
+    };
+    store.upsert_member(&w).await.unwrap();
+    store.other_nodes_members_offline("", now + 3600).await.unwrap();
+    let mut alice = server.connect().await;
+    alice.auth_ok("dev-token-alice", 2).await;
+    alice.send(frame! {"type" => "publish", "topic" => "demo/general/messages", "data" => 1, "msgRef" => "m1"}).await;
+    alice.expect("published").await;
+    let e = alice.expect_error("wake_failed").await;
+    assert_eq!((e.int("code"), e.str("msgRef")), (42950, "m1"), "{e:?}");
+    assert!(rx.requests().is_empty(), "the internal wake URL was called");
+    let m = stored(&server, "general").await;
+    assert_eq!(m[0].status, skua_core::MemberStatus::Offline, "{m:?}");
+}
