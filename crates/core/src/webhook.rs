@@ -410,8 +410,7 @@ mod tests {
         assert!(!none.allows_host("127.0.0.1") && !none.allows_host("[::ffff:7f00:1]"));
         assert!(!none.allows_host("localhost") && !none.allows_host("a.localhost.") && !none.allows_host("metadata"));
         assert!(none.allows_host("hooks.example.com") && none.allows_host("8.8.8.8"));
-        let list =
-            InternalAllowList::parse(&["127.0.0.0/8".into(), "::1".into(), "Wake.Internal".into()]).unwrap();
+        let list = InternalAllowList::parse(&["127.0.0.0/8".into(), "::1".into(), "Wake.Internal".into()]).unwrap();
         assert!(list.allows_host("127.0.0.1") && list.allows_host("[::1]") && list.allows_host("[::ffff:7f00:1]"));
         assert!(list.allows_host("wake.internal.") && !list.allows_host("10.0.0.1"));
         assert!(list.allows_name("WAKE.internal") && !list.allows_name("other.internal"));

@@ -149,8 +149,8 @@ fn wake_json(v: &rmpv::Value) -> Result<Option<String>, &'static str> {
 }
 
 /// Why a wake URL is refused at announce (the hint of the error frame; names `wake`).
-const WAKE_ADDRESS_REFUSED: &str = "presence wake url names a loopback, private, link-local, CGNAT, multicast, reserved \
-     or metadata address, which the server does not allow (wake_allowed_hosts)";
+const WAKE_ADDRESS_REFUSED: &str = "presence wake url names a loopback, private, link-local, CGNAT, multicast, \
+     reserved or metadata address, which the server does not allow (wake_allowed_hosts)";
 
 /// The rule of a client-supplied wake URL at announce (issue 33): an http(s) URL without
 /// credentials whose host `allowed` lets through ([`InternalAllowList::allows_host`]: a host

@@ -143,7 +143,9 @@ impl AddressRule {
     fn name(&self) -> &'static str {
         match self {
             Self::Open => "",
-            Self::NoLoopback => "a loopback address; refused for hydration unless the server sets webhook_allow_loopback",
+            Self::NoLoopback => {
+                "a loopback address; refused for hydration unless the server sets webhook_allow_loopback"
+            }
             Self::NoInternal(_) => {
                 "a loopback, private, link-local, CGNAT, multicast or reserved address; refused for a \
                  wake URL unless the server's wake_allowed_hosts allows it"

@@ -247,7 +247,8 @@ impl WebhookSender {
         ];
         let (tx, rx) = mpsc::channel(config.queue.max(1));
         let recent = crate::recent::RecentDeliveries::new(config.recent_deliveries);
-        let inner = Arc::new(Inner { clients, config, metrics: Arc::new(WebhookMetrics::default()), queue: tx, recent });
+        let inner =
+            Arc::new(Inner { clients, config, metrics: Arc::new(WebhookMetrics::default()), queue: tx, recent });
         let sender = Self { inner };
         tracker.spawn(sender.clone().sweep(shutdown.clone()));
         tracker.spawn(sender.clone().dispatch(rx, tracker.clone(), shutdown));

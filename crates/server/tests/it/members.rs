@@ -238,7 +238,8 @@ async fn internal_wake_urls_are_refused_at_announce_unless_allowed() {
     }
     assert!(stored(&server, "general").await.is_empty());
 
-    let allowed = vec!["127.0.0.0/8".to_owned(), "10.0.0.0/8".to_owned(), "100.64.0.0/10".to_owned(), "localhost".into()];
+    let allowed =
+        vec!["127.0.0.0/8".to_owned(), "10.0.0.0/8".to_owned(), "100.64.0.0/10".to_owned(), "localhost".into()];
     let server = TestServer::builder().settings(move |s| s.wake_allowed_hosts = Some(allowed)).spawn().await;
     let mut worker = agent(&server, "w1").await;
     for url in urls {

@@ -132,8 +132,7 @@ async fn link_local_addresses_are_refused_at_send_time() {
         let e = s.call(&req, &fast_retries(), Duration::from_secs(1)).await.unwrap_err();
         assert!(matches!(e, DeliveryError::Refused { .. }), "{url}: {e:?}");
     }
-    let (s, _stop) =
-        sender(WebhookConfig { allowed_hosts: vec!["hooks.example.com".into()], ..loopback_allowed() });
+    let (s, _stop) = sender(WebhookConfig { allowed_hosts: vec!["hooks.example.com".into()], ..loopback_allowed() });
     let rx = WebhookReceiver::start(ReceiverMode::Status(200)).await;
     let req = WebhookRequest::new(call(WebhookKind::Trigger, &rx.url("/t"), None), payload());
     let e = s.call(&req, &fast_retries(), Duration::from_secs(1)).await.unwrap_err();
@@ -325,13 +324,13 @@ async fn post_once_signs_counts_and_reuses_the_connection() {
         assert_eq!(g.header("x-tenant"), Some("acme"));
         assert_eq!(g.header("content-type"), Some("application/json"));
         assert!(g.signature_valid("whsec_test"), "{:?}", g.header("x-nolag-signature"));
-    // The timestamped signature: `t=<unix s>,v1=<hex HMAC of "t.body">`, t within a minute.
-    let v2 = g.header("x-nolag-signature-v2").expect("X-NoLag-Signature-V2");
-    let (t, _) = v2.strip_prefix("t=").and_then(|r| r.split_once(",v1=")).expect("t=…,v1=…");
-    let t: u64 = t.parse().unwrap();
-    assert_eq!(v2, skua_webhooks::sign_v2(b"whsec_test", t, &g.body));
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
-    assert!(now.abs_diff(t) < 60, "{t} vs {now}");
+        // The timestamped signature: `t=<unix s>,v1=<hex HMAC of "t.body">`, t within a minute.
+        let v2 = g.header("x-nolag-signature-v2").expect("X-NoLag-Signature-V2");
+        let (t, _) = v2.strip_prefix("t=").and_then(|r| r.split_once(",v1=")).expect("t=…,v1=…");
+        let t: u64 = t.parse().unwrap();
+        assert_eq!(v2, skua_webhooks::sign_v2(b"whsec_test", t, &g.body));
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+        assert!(now.abs_diff(t) < 60, "{t} vs {now}");
         assert_eq!(g.json()["deliveryId"], format!("d{i}"));
     }
     assert_eq!(s.metrics().attempts(WebhookKind::Trigger), 3);
