@@ -17,11 +17,15 @@ use skua_core::webhook::{
 /// Longest webhook URL.
 pub const MAX_URL_LEN: usize = 2048;
 
-/// The node's rules for webhook URLs (`webhook_allow_link_local`, `webhook_allowed_hosts`).
+/// The node's rules for webhook URLs (`webhook_allow_link_local`, `webhook_allow_loopback`,
+/// `webhook_allowed_hosts`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WebhookPolicy {
     /// Allow link-local and cloud-metadata addresses (169.254.0.0/16, fe80::/10, …).
     pub allow_link_local: bool,
+    /// Allow hydration webhooks on loopback addresses (127.0.0.0/8, ::1, `localhost`): a
+    /// hydration answer reaches clients, so a tenant could read the node's local services.
+    pub allow_loopback: bool,
     /// When not empty, only these hosts (`name`, `*.parent`, or an address) are allowed.
     pub allowed_hosts: Vec<String>,
 }
@@ -63,6 +67,17 @@ impl WebhookPolicy {
     /// [`WebhookConfigError`] naming the first problem.
     pub fn check(&self, field: &str, kind: WebhookKind, t: &WebhookTargetRecord) -> Result<(), WebhookConfigError> {
         self.check_url(field, &t.url)?;
+        if kind == WebhookKind::Hydration && !self.allow_loopback && names_loopback(&t.url) {
+            return Err(refuse(
+                field,
+                "url",
+                format!(
+                    "{:?} names a loopback address (127.0.0.0/8, ::1, localhost); refused for hydration unless the \
+                     server sets webhook_allow_loopback",
+                    echo(&t.url)
+                ),
+            ));
+        }
         if t.headers.len() > MAX_HEADERS {
             return Err(refuse(field, "headers", format!("{} headers; at most {MAX_HEADERS}", t.headers.len())));
         }
@@ -149,6 +164,22 @@ impl WebhookPolicy {
     }
 }
 
+/// Whether `v` (a URL that parsed) names a loopback or unspecified address, in any spelling the
+/// URL parser accepts (decimal, hex, octal, IPv4-mapped), or `localhost`.
+fn names_loopback(v: &str) -> bool {
+    let Ok(url) = url::Url::parse(v) else { return false };
+    let ip = match url.host() {
+        Some(url::Host::Domain(d)) => {
+            let d = d.trim_end_matches('.').to_ascii_lowercase();
+            return d == "localhost" || d.ends_with(".localhost");
+        }
+        Some(url::Host::Ipv4(a)) => IpAddr::V4(a),
+        Some(url::Host::Ipv6(a)) => a.to_ipv4_mapped().map_or(IpAddr::V6(a), IpAddr::V4),
+        None => return false,
+    };
+    ip.is_loopback() || ip.is_unspecified() || matches!(ip, IpAddr::V4(a) if a.octets()[0] == 0)
+}
+
 /// A fresh webhook secret, `whsec_` and 64 hex digits (two v4 UUIDs: 244 random bits from the
 /// OS generator).
 pub fn new_secret() -> String {
@@ -165,7 +196,7 @@ mod tests {
 
     #[test]
     fn urls_are_http_and_not_link_local() {
-        let p = WebhookPolicy::default();
+        let p = WebhookPolicy { allow_loopback: true, ..Default::default() };
         let h = WebhookKind::Hydration;
         assert!(p.check("w", h, &target("https://hooks.example.com/x")).is_ok());
         assert!(p.check("w", h, &target("http://127.0.0.1:9000/x")).is_ok());
@@ -188,6 +219,29 @@ mod tests {
         let listed = WebhookPolicy { allowed_hosts: vec!["*.example.com".into()], ..Default::default() };
         assert!(listed.check("w", h, &target("https://a.example.com/")).is_ok());
         assert!(listed.check("w", h, &target("https://example.org/")).unwrap_err().reason.contains("allowed_hosts"));
+    }
+
+    // Issue 33: a hydration answer reaches the subscriber, so loopback is refused for it unless
+    // the operator allows it; triggers keep the operator's choice.
+    #[test]
+    fn hydration_on_loopback_is_refused_unless_allowed() {
+        let p = WebhookPolicy::default();
+        for url in [
+            "http://127.0.0.1:9090/metrics",
+            "http://2130706433/",
+            "http://0x7f000001/",
+            "http://[::1]/",
+            "http://[::ffff:127.0.0.1]/",
+            "http://0.0.0.0/",
+            "http://LOCALHOST./x",
+        ] {
+            let e = p.check("hydration_webhook", WebhookKind::Hydration, &target(url)).unwrap_err();
+            assert!(e.reason.contains("webhook_allow_loopback"), "{url}: {e}");
+            assert!(p.check("trigger_webhook", WebhookKind::Trigger, &target(url)).is_ok(), "{url}");
+        }
+        assert!(p.check("w", WebhookKind::Hydration, &target("http://10.0.0.5/h")).is_ok());
+        let allowed = WebhookPolicy { allow_loopback: true, ..Default::default() };
+        assert!(allowed.check("w", WebhookKind::Hydration, &target("http://127.0.0.1/h")).is_ok());
     }
 
     #[test]

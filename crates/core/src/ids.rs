@@ -164,6 +164,12 @@ impl ActorType {
     pub fn may_publish(self) -> bool {
         self != Self::Observer
     }
+
+    /// Whether a persistent presence of this type may carry a `wake` (N47; issue 33): the types
+    /// that are woken, `agent`, `orchestrator` and `device`.
+    pub fn may_be_woken(self) -> bool {
+        matches!(self, Self::Agent | Self::Orchestrator | Self::Device)
+    }
 }
 
 #[cfg(test)]

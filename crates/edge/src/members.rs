@@ -48,6 +48,8 @@ use skua_protocol::codes::{code, error};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use skua_core::webhook::InternalAllowList;
+
 use crate::clock::{now_unix_ms, now_unix_s};
 use crate::config::MembersConfig;
 use crate::hub::Hub;
@@ -128,6 +130,12 @@ fn wake_json(v: &rmpv::Value) -> Result<Option<String>, &'static str> {
             {
                 return Err("presence wake header is reserved or too long");
             }
+            // Refused here rather than when the request is made (issue 33): CR/LF would split
+            // the request, and a name that is no HTTP token could never be sent.
+            let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+            if k.is_empty() || !k.chars().all(token) || v.chars().any(|c| c.is_control() && c != '\t') {
+                return Err("presence wake header name must be an HTTP token and its value hold no control characters");
+            }
             headers.insert(k.to_owned(), Value::String(v.to_owned()));
         }
     }
@@ -138,6 +146,44 @@ fn wake_json(v: &rmpv::Value) -> Result<Option<String>, &'static str> {
         out.insert("timeoutMs".into(), Value::from(t));
     }
     Ok(Some(Value::Object(out).to_string()))
+}
+
+/// Why a wake URL is refused at announce (the hint of the error frame; names `wake`).
+const WAKE_ADDRESS_REFUSED: &str = "presence wake url names a loopback, private, link-local, CGNAT, multicast, \
+     reserved or metadata address, which the server does not allow (wake_allowed_hosts)";
+
+/// The rule of a client-supplied wake URL at announce (issue 33): an http(s) URL without
+/// credentials whose host `allowed` lets through ([`InternalAllowList::allows_host`]: a host
+/// name is checked again on every address it resolves to when the request is made).
+///
+/// # Errors
+/// The error frame's hint, naming `wake`.
+pub fn check_wake_url(url: &str, allowed: &InternalAllowList) -> Result<(), &'static str> {
+    let parsed = url::Url::parse(url).map_err(|_| "presence wake url does not parse")?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err("presence wake url must be http(s)");
+    }
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        return Err("presence wake url may not carry credentials; send them as a wake header");
+    }
+    let host = parsed.host_str().ok_or("presence wake url has no host")?;
+    if !allowed.allows_host(host) {
+        return Err(WAKE_ADDRESS_REFUSED);
+    }
+    Ok(())
+}
+
+/// `scheme://host:port` of a URL: what logs show of it (a path or query may carry a secret).
+pub fn url_origin(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(u) => format!(
+            "{}://{}:{}",
+            u.scheme(),
+            u.host_str().unwrap_or_default(),
+            u.port_or_known_default().unwrap_or_default()
+        ),
+        Err(_) => "<invalid url>".to_owned(),
+    }
 }
 
 /// Where and how one wake request goes (from the member's `wake` object).
@@ -199,6 +245,8 @@ pub struct WakeMetrics {
     pub skipped: AtomicU64,
     /// Wake checks kept for a retry because the store did not answer.
     pub deferred: AtomicU64,
+    /// Wakes not started because the actor or the URL used up its wakes for the period.
+    pub limited: AtomicU64,
     /// Members whose going offline waited for the store (`skua_members_offline_deferred_total`).
     pub offline_deferred: AtomicU64,
 }
@@ -216,6 +264,7 @@ impl crate::metrics::MetricsSource for Members {
             ("dropped", &m.dropped),
             ("skipped", &m.skipped),
             ("deferred", &m.deferred),
+            ("limited", &m.limited),
         ] {
             let _ = writeln!(out, "{name}{{outcome=\"{label}\"}} {}", c.load(Ordering::Relaxed));
         }
@@ -264,6 +313,11 @@ pub struct Members {
     offline_pending: Mutex<HashSet<(RoomKey, ActorId)>>,
     /// Who is present (to tell a member back since from one still away).
     presence: Arc<dyn Presence>,
+    /// Wakes started in the current period per (project, actor) and per (project, URL
+    /// origin); emptied of past periods by the sweep.
+    limits: Mutex<WakeLimits>,
+    /// The log lines about failed or limited wakes this period, and those left out.
+    log_budget: Mutex<LogBudget>,
     /// Counters.
     pub metrics: WakeMetrics,
 }
@@ -288,7 +342,71 @@ fn room_key(column: &str) -> Option<RoomKey> {
     Some(RoomKey { project, app, room: room.into() })
 }
 
+/// Wakes started per key in the current period (fixed windows).
+#[derive(Debug, Default)]
+struct WakeLimits {
+    by_actor: HashMap<(ProjectId, String), (Instant, u32)>,
+    by_url: HashMap<(ProjectId, String), (Instant, u32)>,
+}
+
+/// Whether `key` has a wake left under `max` this `period`.
+fn has_room<K: std::hash::Hash + Eq>(map: &HashMap<K, (Instant, u32)>, key: &K, period: Duration, max: u32) -> bool {
+    map.get(key).is_none_or(|(since, n)| since.elapsed() >= period || *n < max)
+}
+
+/// Counts a wake of `key` this `period`.
+fn count<K: std::hash::Hash + Eq>(map: &mut HashMap<K, (Instant, u32)>, key: K, period: Duration) {
+    let e = map.entry(key).or_insert((Instant::now(), 0));
+    if e.0.elapsed() >= period {
+        *e = (Instant::now(), 0);
+    }
+    e.1 = e.1.saturating_add(1);
+}
+
+/// The wake log lines written this period and those left out (issue 33: a client controls how
+/// often a wake fails, so it must not control how much the node logs).
+#[derive(Debug)]
+struct LogBudget {
+    since: Instant,
+    written: u32,
+    left_out: u64,
+}
+
 impl Members {
+    /// Whether a wake log line may be written now: `Some(lines left out since the last one)`.
+    fn log_line(&self) -> Option<u64> {
+        let mut b = self.log_budget.lock().unwrap_or_else(PoisonError::into_inner);
+        if b.since.elapsed() >= self.config.wake_limit_period {
+            b.since = Instant::now();
+            b.written = 0;
+        }
+        if b.written >= self.config.wake_log_limit {
+            b.left_out = b.left_out.saturating_add(1);
+            return None;
+        }
+        b.written += 1;
+        Some(std::mem::take(&mut b.left_out))
+    }
+
+    /// Splits a presence map with `persistent: true` as [`parse`] does, and applies the wake
+    /// rules of a client-supplied URL (issue 33): only an actor of a type that is woken
+    /// (`agent`, `orchestrator`, `device`) may carry a `wake`, and its URL must pass
+    /// [`check_wake_url`] with `wake_allowed_hosts`.
+    ///
+    /// # Errors
+    /// The error frame's hint, naming `wake` for a wake that is refused.
+    pub fn parse(&self, data: &[u8], actor_type: skua_core::ActorType) -> Result<Option<Persistent>, &'static str> {
+        let Some(p) = parse(data)? else { return Ok(None) };
+        if let Some(wake) = &p.wake {
+            if !actor_type.may_be_woken() {
+                return Err("presence wake is only for agent, orchestrator and device actors");
+            }
+            let v: Value = serde_json::from_str(wake).map_err(|_| "presence wake is malformed")?;
+            check_wake_url(v.get("url").and_then(Value::as_str).unwrap_or_default(), &self.config.wake_allowed)?;
+        }
+        Ok(Some(p))
+    }
+
     /// Members of `node`, posting wakes through `poster` (`None`: nothing is woken).
     pub fn new(
         config: MembersConfig,
@@ -314,6 +432,8 @@ impl Members {
             deferred: Mutex::new(HashMap::new()),
             offline_pending: Mutex::new(HashSet::new()),
             presence,
+            limits: Mutex::new(WakeLimits::default()),
+            log_budget: Mutex::new(LogBudget { since: Instant::now(), written: 0, left_out: 0 }),
             metrics: WakeMetrics::default(),
         }
     }
@@ -518,6 +638,10 @@ impl Members {
         {
             let ttl = self.config.wake_negative_cache;
             self.negative.lock().unwrap_or_else(PoisonError::into_inner).retain(|_, at| at.elapsed() < ttl);
+            let period = self.config.wake_limit_period;
+            let mut limits = self.limits.lock().unwrap_or_else(PoisonError::into_inner);
+            limits.by_actor.retain(|_, (since, _)| since.elapsed() < period);
+            limits.by_url.retain(|_, (since, _)| since.elapsed() < period);
         }
         match self.store.expired_wakes(now_unix_ms(), SWEEP_BATCH).await {
             Ok(back) => {
@@ -625,9 +749,36 @@ impl Members {
                 self.metrics.skipped.fetch_add(1, Ordering::Relaxed);
                 continue;
             };
+            // Bounded per actor and per URL (issue 33): one actor with many clientIds, or many
+            // actors naming one receiver, cannot turn a publish into unbounded requests.
+            let project = cause.room.project.clone();
+            let actor_key = (project.clone(), m.actor.clone());
+            let url_key = (project, url_origin(&target.url));
+            let period = self.config.wake_limit_period;
+            let admitted = {
+                let limits = self.limits.lock().unwrap_or_else(PoisonError::into_inner);
+                has_room(&limits.by_actor, &actor_key, period, self.config.wake_limit_per_actor)
+                    && has_room(&limits.by_url, &url_key, period, self.config.wake_limit_per_url)
+            };
+            if !admitted {
+                self.metrics.limited.fetch_add(1, Ordering::Relaxed);
+                if let Some(left_out) = self.log_line() {
+                    tracing::warn!(
+                        origin = %url_key.1,
+                        actor = %m.actor,
+                        left_out,
+                        "A wake was not started: its actor or URL used up its wakes for the period."
+                    );
+                }
+                continue;
+            }
             let until = now_unix_ms().saturating_add(u64::try_from(target.timeout.as_millis()).unwrap_or(u64::MAX));
             match self.store.begin_wake(column, &m.actor, &m.client_id, until).await {
-                Ok(true) => {}
+                Ok(true) => {
+                    let mut limits = self.limits.lock().unwrap_or_else(PoisonError::into_inner);
+                    count(&mut limits.by_actor, actor_key, period);
+                    count(&mut limits.by_url, url_key, period);
+                }
                 Ok(false) => continue,
                 // The members not woken yet are still offline: the retry wakes them.
                 Err(e) => return Err((e, replies)),
@@ -656,7 +807,9 @@ impl Members {
             .and_then(Value::as_u64)
             .filter(|ms| *ms > 0)
             .map_or(self.config.wake_timeout, Duration::from_millis)
-            .min(self.config.wake_timeout_max);
+            .min(self.config.wake_timeout_max)
+            // A member is woken at most once per its timeout: a floor (issue 33).
+            .max(self.config.wake_timeout_min);
         Some(WakeTarget { url, headers, timeout })
     }
 
@@ -684,7 +837,12 @@ impl Members {
             }
             Err(why) => {
                 self.metrics.failed.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(url = %target.url, actor = %m.actor, error = %why, "A wake request failed.");
+                // The origin only (a path or query may carry a secret), and at most
+                // `wake_log_limit` lines per period: a client controls how often this happens.
+                if let Some(left_out) = self.log_line() {
+                    let origin = url_origin(&target.url);
+                    tracing::warn!(%origin, actor = %m.actor, error = %why, left_out, "A wake request failed.");
+                }
                 if matches!(self.store.end_wake(&key.0, &key.1, &key.2).await, Ok(true)) {
                     self.publish_stored(&m, PresenceChange::Update, MemberStatus::Offline).await;
                 }
@@ -745,6 +903,49 @@ mod tests {
         assert_eq!(p.wake, None);
         let bad = map(vec![("url", "ftp://x/".into())]);
         assert!(parse(&pack(&map(vec![("persistent", true.into()), ("wake", bad)]))).is_err());
+    }
+
+    // Issue 33: CR/LF (and other control characters) in a wake header, or a header name that
+    // is no HTTP token, is refused at announce.
+    #[test]
+    fn wake_headers_with_control_characters_are_refused() {
+        for (k, v) in [("X-A", "a\r\nInjected: 1"), ("X-A", "a\nb"), ("X A", "v"), ("X-A\r\nB", "v"), ("", "v")] {
+            let wake = map(vec![("url", "http://x.example/".into()), ("headers", map(vec![(k, v.into())]))]);
+            let e = parse(&pack(&map(vec![("persistent", true.into()), ("wake", wake)]))).unwrap_err();
+            assert!(e.contains("wake"), "{k:?}: {e}");
+        }
+        let wake = map(vec![("url", "http://x.example/".into()), ("headers", map(vec![("X-A", "a\tb".into())]))]);
+        assert!(parse(&pack(&map(vec![("persistent", true.into()), ("wake", wake)]))).is_ok());
+    }
+
+    #[test]
+    fn wake_urls_are_checked_against_the_allow_list() {
+        let none = InternalAllowList::default();
+        for bad in [
+            "http://127.0.0.1:9/w",
+            "http://10.0.0.1/w",
+            "http://2130706433/w",
+            "http://0x7f000001/w",
+            "http://0177.0.0.1/w",
+            "http://[::ffff:127.0.0.1]/w",
+            "http://[::1]/w",
+            "http://100.64.0.1/w",
+            "http://169.254.169.254/w",
+            "http://localhost/w",
+            "http://metadata.google.internal/w",
+            "http://user:pw@hooks.example.com/w",
+            "ftp://hooks.example.com/w",
+        ] {
+            let e = check_wake_url(bad, &none).unwrap_err();
+            assert!(e.contains("wake"), "{bad}: {e}");
+        }
+        assert!(check_wake_url("https://hooks.example.com/w?token=x", &none).is_ok());
+        let dev = InternalAllowList::parse(&["127.0.0.0/8".into(), "::1".into(), "localhost".into()]).unwrap();
+        for ok in ["http://127.0.0.1:9/w", "http://0x7f000001/w", "http://[::ffff:127.0.0.1]/w", "http://localhost/w"] {
+            assert!(check_wake_url(ok, &dev).is_ok(), "{ok}");
+        }
+        assert!(check_wake_url("http://10.0.0.1/w", &dev).is_err());
+        assert_eq!(url_origin("https://h.example/p?secret=1"), "https://h.example:443");
     }
 
     #[test]

@@ -306,6 +306,9 @@ pub struct Settings {
     /// Hosts webhooks may call (comma-separated; `name`, `*.parent` or an address); empty = any [default empty].
     #[arg(long, env = "SKUA_WEBHOOK_ALLOWED_HOSTS", value_delimiter = ',')]
     pub webhook_allowed_hosts: Option<Vec<String>>,
+    /// Hydration webhooks may call loopback addresses (127.0.0.0/8, ::1, localhost): their answer reaches clients [default false; --dev true].
+    #[arg(long, env = "SKUA_WEBHOOK_ALLOW_LOOPBACK")]
+    pub webhook_allow_loopback: Option<bool>,
     /// Fire-and-forget webhook requests (triggers) waiting on this node; beyond it they are refused [default 10000].
     #[arg(long, env = "SKUA_WEBHOOK_QUEUE")]
     pub webhook_queue: Option<usize>,
@@ -393,6 +396,24 @@ pub struct Settings {
     /// How long a room without wakeable members is not checked again by a node [default 1s].
     #[arg(long, env = "SKUA_WAKE_NEGATIVE_CACHE")]
     pub wake_negative_cache: Option<String>,
+    /// Internal addresses wake URLs may name (comma-separated exact host names, addresses or CIDR ranges); loopback, private, link-local, CGNAT, multicast and metadata addresses are refused otherwise [default empty; --dev 127.0.0.0/8,::1,localhost].
+    #[arg(long, env = "SKUA_WAKE_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub wake_allowed_hosts: Option<Vec<String>>,
+    /// The shortest wake.timeoutMs honoured: a member is woken at most once per this long [default 1s].
+    #[arg(long, env = "SKUA_WAKE_TIMEOUT_MIN")]
+    pub wake_timeout_min: Option<String>,
+    /// The period of the wake limits (wake_limit_per_actor, wake_limit_per_url, wake_log_limit) [default 1m].
+    #[arg(long, env = "SKUA_WAKE_LIMIT_PERIOD")]
+    pub wake_limit_period: Option<String>,
+    /// Wakes a node starts per actor (all its clientIds) per wake_limit_period; beyond it members stay offline [default 64].
+    #[arg(long, env = "SKUA_WAKE_LIMIT_PER_ACTOR")]
+    pub wake_limit_per_actor: Option<u32>,
+    /// Wakes a node starts per project and wake URL origin (scheme, host, port) per wake_limit_period [default 256].
+    #[arg(long, env = "SKUA_WAKE_LIMIT_PER_URL")]
+    pub wake_limit_per_url: Option<u32>,
+    /// Log lines about failed or limited wakes a node writes per wake_limit_period; the rest are counted [default 10].
+    #[arg(long, env = "SKUA_WAKE_LOG_LIMIT")]
+    pub wake_log_limit: Option<u32>,
     /// A publish repeating an idempotencyKey (per project) within this window is acknowledged as a duplicate and not delivered [default 2m].
     #[arg(long, env = "SKUA_IDEMPOTENCY_WINDOW")]
     pub idempotency_window: Option<String>,
@@ -436,7 +457,8 @@ impl Settings {
         layer!(self, over; history_max_size, history_max_topics, history_max_topic_bytes, history_max_replay,
             history_max_page, history_recovery_margin, history_receipt_interval);
         layer!(self, over; presence_ttl, presence_list_limit, wake_timeout, wake_timeout_max, wake_queue, wake_batch,
-            wake_negative_cache);
+            wake_negative_cache, wake_allowed_hosts, wake_timeout_min, wake_limit_period, wake_limit_per_actor,
+            wake_limit_per_url, wake_log_limit, webhook_allow_loopback);
         layer!(self, over; idempotency_window, idempotency_max_key_length, idempotency_max_keys);
     }
 
@@ -672,6 +694,7 @@ impl ServerConfig {
     pub fn webhook_policy(&self) -> skua_control::WebhookPolicy {
         skua_control::WebhookPolicy {
             allow_link_local: self.webhooks.allow_link_local,
+            allow_loopback: self.webhooks.allow_loopback,
             allowed_hosts: self.webhooks.allowed_hosts.clone(),
         }
     }

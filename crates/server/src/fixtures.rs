@@ -103,12 +103,13 @@ struct TopicWebhooksDef {
 }
 
 /// A fixtures webhook, checked for form (URL, headers, timeout). Fixtures come from the operator,
-/// so the address rules (`webhook_allow_link_local`, `webhook_allowed_hosts`) apply when a call is
+/// so the address rules (`webhook_allow_link_local`, `webhook_allow_loopback`, `webhook_allowed_hosts`) apply when a call is
 /// made rather than here.
 fn webhook(field: &str, kind: WebhookKind, w: Option<WebhookDef>) -> Result<Option<WebhookTargetRecord>, String> {
     let Some(w) = w else { return Ok(None) };
     let r = WebhookTargetRecord { url: w.url, headers: w.headers, timeout_ms: w.timeout_ms };
-    let form_only = skua_control::WebhookPolicy { allow_link_local: true, allowed_hosts: Vec::new() };
+    let form_only =
+        skua_control::WebhookPolicy { allow_link_local: true, allow_loopback: true, allowed_hosts: Vec::new() };
     form_only.check(field, kind, &r).map_err(|e| e.to_string())?;
     Ok(Some(r))
 }

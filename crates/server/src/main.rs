@@ -126,6 +126,8 @@ fn migrate(args: MigrateArgs) -> ExitCode {
 
 /// The admin API key `--dev` uses unless one is configured (printed in the dev banner).
 const DEV_ADMIN_KEY: &str = "skua-dev-admin-key";
+/// The internal addresses `--dev` lets wake URLs name unless configured: loopback.
+const DEV_WAKE_ALLOWED_HOSTS: [&str; 3] = ["127.0.0.0/8", "::1", "localhost"];
 /// The gRPC listener `--dev` uses unless one is configured.
 const DEV_GRPC_LISTEN: &str = "127.0.0.1:50051";
 
@@ -139,6 +141,9 @@ fn serve(args: ServeArgs) -> ExitCode {
         grpc_listen: Some(DEV_GRPC_LISTEN.into()),
         admin_key: Some(DEV_ADMIN_KEY.into()),
         grpc_reflection_public: Some(true),
+        // The demo's and the tests' receivers are local (issue 33; CONTRACT.md).
+        webhook_allow_loopback: Some(true),
+        wake_allowed_hosts: Some(DEV_WAKE_ALLOWED_HOSTS.iter().map(|h| (*h).to_owned()).collect()),
         ..Settings::default()
     };
     // The default listener is best effort; a configured one must work (CONTRACT.md: default

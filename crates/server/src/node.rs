@@ -819,7 +819,10 @@ impl RunningNode {
             let _ = node.state.admin.set(skua_control::dashboard::router(dashboard));
         }
         if config.rest.enabled {
-            let service = skua_control::ControlService::new(propagator.clone(), config.control);
+            // The same address rules as gRPC and the dashboard (issue 33): a tenant's API key
+            // configures webhooks here.
+            let service = skua_control::ControlService::new(propagator.clone(), config.control)
+                .with_webhook_policy(config.webhook_policy());
             // Set once per node: `launch` is the only writer.
             let _ = node.state.api.set(skua_control::rest::router(service, config.rest));
         }

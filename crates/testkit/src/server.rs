@@ -74,6 +74,13 @@ impl TestServerBuilder {
         if settings.store.is_none() {
             settings.store = Some("memory".into());
         }
+        // As `--dev` does: the tests' webhook and wake receivers are local.
+        if settings.webhook_allow_loopback.is_none() {
+            settings.webhook_allow_loopback = Some(true);
+        }
+        if settings.wake_allowed_hosts.is_none() {
+            settings.wake_allowed_hosts = Some(vec!["127.0.0.0/8".into(), "::1".into(), "localhost".into()]);
+        }
         let mut config = ServerConfig::from_layers(&[&settings]).expect("test configuration");
         for f in &self.edge {
             f(&mut config.edge);

@@ -5,6 +5,8 @@
 //! - the address rules: a URL whose host is a link-local or metadata address, or outside the
 //!   allowlist, is refused; host names are resolved when a connection is made and answers that
 //!   are link-local or metadata addresses are dropped (refused when none is left) unless allowed;
+//!   each kind's client adds its own rule ([`AddressRule`]): hydration refuses loopback unless
+//!   allowed, wake (a client-supplied URL) refuses every internal address unless allowed;
 //! - no redirects (a 3xx answer is a non-2xx status), no proxy;
 //! - at most `concurrency_per_target` requests in flight per origin, and at most as many idle
 //!   keep-alive connections kept for it, each for at most [`IDLE_TIMEOUT`];
@@ -33,7 +35,7 @@ use hyper::client::conn::http1;
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::{Method, Request, Uri};
 use hyper_util::rt::TokioIo;
-use skua_core::webhook::{host_allowed, is_link_local_or_metadata};
+use skua_core::webhook::{InternalAllowList, host_allowed, is_link_local_or_metadata};
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
@@ -100,11 +102,73 @@ struct Route {
     path: Uri,
 }
 
-/// The client (one per [`crate::WebhookSender`]).
+/// The rule a kind's client adds to the link-local rule and the allow-list.
+#[derive(Debug, Clone)]
+pub(crate) enum AddressRule {
+    /// Nothing more (triggers: the operator's documented choice).
+    Open,
+    /// Loopback and unspecified addresses (and `localhost`) are refused (hydration, whose
+    /// answer reaches clients, without `webhook_allow_loopback`).
+    NoLoopback,
+    /// Every internal address ([`skua_core::webhook::is_internal`]) is refused unless the list
+    /// allows it (wake: the URL is a client's).
+    NoInternal(InternalAllowList),
+}
+
+impl AddressRule {
+    /// Whether a URL's host (normalised by the `url` crate, brackets trimmed) passes.
+    fn allows_host(&self, bare: &str) -> bool {
+        match self {
+            Self::Open => true,
+            Self::NoLoopback => match bare.parse::<IpAddr>() {
+                Ok(ip) => !is_loopback(ip),
+                Err(_) => {
+                    let name = bare.trim_end_matches('.').to_ascii_lowercase();
+                    !(name == "localhost" || name.ends_with(".localhost"))
+                }
+            },
+            Self::NoInternal(list) => list.allows_host(bare),
+        }
+    }
+
+    /// Whether a resolved address of the host name `name` may be connected to.
+    pub(crate) fn allows_resolved(&self, name: &str, ip: IpAddr) -> bool {
+        match self {
+            Self::Open => true,
+            Self::NoLoopback => !is_loopback(ip),
+            Self::NoInternal(list) => list.allows_name(name) || list.allows_ip(ip),
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Self::Open => "",
+            Self::NoLoopback => {
+                "a loopback address; refused for hydration unless the server sets webhook_allow_loopback"
+            }
+            Self::NoInternal(_) => {
+                "a loopback, private, link-local, CGNAT, multicast or reserved address; refused for a \
+                 wake URL unless the server's wake_allowed_hosts allows it"
+            }
+        }
+    }
+}
+
+/// Loopback or unspecified, also written IPv4-mapped.
+fn is_loopback(ip: IpAddr) -> bool {
+    let ip = match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 @ IpAddr::V4(_) => v4,
+    };
+    ip.is_loopback() || ip.is_unspecified() || matches!(ip, IpAddr::V4(v4) if v4.octets()[0] == 0)
+}
+
+/// The client (one per kind of a [`crate::WebhookSender`]).
 pub(crate) struct Client {
     tls: tokio_rustls::TlsConnector,
     connect_timeout: Duration,
     allow_link_local: bool,
+    rule: AddressRule,
     allowed_hosts: Vec<String>,
     max_idle: usize,
     concurrency: usize,
@@ -126,8 +190,9 @@ struct Maps {
 pub(crate) struct ClientError(pub(crate) String);
 
 impl Client {
-    /// A client with `config`'s limits; `https` is verified against the system's roots.
-    pub(crate) fn new(config: &WebhookConfig) -> Result<Self, ClientError> {
+    /// A client with `config`'s limits and `rule`; `https` is verified against the system's
+    /// roots.
+    pub(crate) fn new(config: &WebhookConfig, rule: AddressRule) -> Result<Self, ClientError> {
         let mut roots = rustls::RootCertStore::empty();
         for c in rustls_native_certs::load_native_certs().certs {
             // Skipping a malformed system root is what every TLS client does; with no roots at
@@ -146,6 +211,7 @@ impl Client {
             tls: tokio_rustls::TlsConnector::from(Arc::new(tls)),
             connect_timeout: config.connect_timeout,
             allow_link_local: config.allow_link_local,
+            rule,
             allowed_hosts: config.allowed_hosts.clone(),
             max_idle: concurrency,
             concurrency,
@@ -297,6 +363,9 @@ impl Client {
         if !self.allow_link_local && bare.parse::<IpAddr>().is_ok_and(is_link_local_or_metadata) {
             return Err(DeliveryError::Refused { reason: format!("{bare} is a link-local or cloud metadata address") });
         }
+        if !self.rule.allows_host(bare) {
+            return Err(DeliveryError::Refused { reason: format!("{bare} is {}", self.rule.name()) });
+        }
         if !self.allowed_hosts.is_empty() && !host_allowed(&self.allowed_hosts, bare) {
             return Err(DeliveryError::Refused { reason: format!("host {bare} is not in webhook_allowed_hosts") });
         }
@@ -374,7 +443,7 @@ impl Client {
         let addrs: Vec<SocketAddr> = match origin.host.parse::<IpAddr>() {
             // A literal address passed the rules in `check_address`.
             Ok(ip) => vec![SocketAddr::new(ip, origin.port)],
-            Err(_) => match resolve_guarded(&origin.host, origin.port, self.allow_link_local).await {
+            Err(_) => match resolve_guarded(&origin.host, origin.port, self.allow_link_local, &self.rule).await {
                 Ok(a) => a,
                 Err(e) if e.is::<RefusedAddress>() => return Err(DeliveryError::Refused { reason: e.to_string() }),
                 Err(e) => return Err(DeliveryError::Transport(e)),
@@ -400,7 +469,11 @@ impl Client {
 ///
 /// # Errors
 /// [`DeliveryError::Refused`] for a header name or value that is not valid HTTP.
-pub(crate) fn headers(extra: &[(String, String)], signature: Option<HeaderValue>) -> Result<HeaderMap, DeliveryError> {
+pub(crate) fn headers(
+    extra: &[(String, String)],
+    signature: Option<HeaderValue>,
+    signature_v2: Option<HeaderValue>,
+) -> Result<HeaderMap, DeliveryError> {
     let mut map = HeaderMap::with_capacity(4 + extra.len());
     for (name, value) in extra {
         let n = HeaderName::from_bytes(name.as_bytes())
@@ -411,6 +484,9 @@ pub(crate) fn headers(extra: &[(String, String)], signature: Option<HeaderValue>
     }
     if let Some(v) = signature {
         map.insert(HeaderName::from_static("x-nolag-signature"), v);
+    }
+    if let Some(v) = signature_v2 {
+        map.insert(HeaderName::from_static("x-nolag-signature-v2"), v);
     }
     Ok(map)
 }

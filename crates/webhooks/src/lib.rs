@@ -24,7 +24,7 @@ pub mod sender;
 
 pub use metrics::WebhookMetrics;
 pub use recent::{RecentDeliveries, RecentDelivery};
-pub use request::{SIGNATURE_HEADER, WebhookRequest, sign};
+pub use request::{SIGNATURE_HEADER, SIGNATURE_V2_HEADER, WebhookRequest, sign, sign_v2};
 pub use sender::{
     DeliveryError, DeliveryReport, OnDone, QueueFull, RetrySchedule, WebhookConfig, WebhookResponse, WebhookSender,
 };

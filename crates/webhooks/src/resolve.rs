@@ -15,7 +15,7 @@ pub struct GuardedResolver {
 
 /// Why a name was refused.
 #[derive(Debug, thiserror::Error)]
-#[error("{name} resolves only to link-local or cloud metadata addresses; refused (webhook_allow_link_local)")]
+#[error("{name} resolves only to refused addresses (link-local or cloud metadata, or what the kind's rule refuses)")]
 pub struct RefusedAddress {
     /// The name.
     pub name: String,
@@ -31,19 +31,22 @@ impl GuardedResolver {
         host: &str,
         port: u16,
     ) -> Result<Vec<SocketAddr>, Box<dyn std::error::Error + Send + Sync>> {
-        resolve_guarded(host, port, self.allow_link_local).await
+        resolve_guarded(host, port, self.allow_link_local, &crate::client::AddressRule::Open).await
     }
 }
 
-/// [`GuardedResolver::resolve`].
+/// [`GuardedResolver::resolve`], also dropping the addresses `rule` refuses (every address the
+/// name resolves to is checked).
 pub(crate) async fn resolve_guarded(
     host: &str,
     port: u16,
     allow_link_local: bool,
+    rule: &crate::client::AddressRule,
 ) -> Result<Vec<SocketAddr>, Box<dyn std::error::Error + Send + Sync>> {
     let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
         .await?
         .filter(|a| allow_link_local || !is_link_local_or_metadata(a.ip()))
+        .filter(|a| rule.allows_resolved(host, a.ip()))
         .collect();
     if addrs.is_empty() {
         return Err(Box::new(RefusedAddress { name: host.to_owned() }));
@@ -69,5 +72,25 @@ mod tests {
         assert!(resolve(false, "fe80::1").await.is_err());
         assert_eq!(resolve(true, "169.254.169.254").await.unwrap()[0].ip().to_string(), "169.254.169.254");
         assert!(resolve(false, "localhost").await.unwrap().iter().all(|a| a.ip().is_loopback()));
+    }
+
+    // Issue 33: a wake URL's host name is checked on every address it resolves to, when the
+    // request is made: `localhost` resolves to loopback and is refused unless the operator
+    // allows the name or the range.
+    #[tokio::test]
+    async fn a_name_resolving_to_loopback_is_refused_for_a_wake_unless_allowed() {
+        use crate::client::AddressRule;
+        use skua_core::webhook::InternalAllowList;
+        let wake = |list: &[&str]| {
+            let list: Vec<String> = list.iter().map(|s| (*s).to_owned()).collect();
+            AddressRule::NoInternal(InternalAllowList::parse(&list).unwrap())
+        };
+        let e = resolve_guarded("localhost", 80, false, &wake(&[])).await.unwrap_err();
+        assert!(e.is::<RefusedAddress>(), "{e}");
+        assert!(resolve_guarded("localhost", 80, false, &AddressRule::NoLoopback).await.is_err());
+        for allowed in [&["localhost"][..], &["127.0.0.0/8", "::1"][..]] {
+            let a = resolve_guarded("localhost", 80, false, &wake(allowed)).await.unwrap();
+            assert!(!a.is_empty() && a.iter().all(|a| a.ip().is_loopback()), "{allowed:?}");
+        }
     }
 }

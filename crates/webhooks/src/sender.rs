@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
 
-use crate::client::{Client, IDLE_TIMEOUT, TransportError};
+use crate::client::{AddressRule, Client, IDLE_TIMEOUT, TransportError};
 use crate::metrics::{Outcome, WebhookMetrics};
 use crate::request::{SIGNATURE_LEN, WebhookRequest, sign_bytes};
 
@@ -43,6 +43,12 @@ pub struct WebhookConfig {
     pub allow_link_local: bool,
     /// When not empty, only these hosts (`name`, `*.parent`, an address) are called.
     pub allowed_hosts: Vec<String>,
+    /// Allow hydration webhooks on loopback addresses (127.0.0.0/8, ::1, `localhost`): a
+    /// hydration answer reaches clients, so a loopback service could be read through it.
+    pub allow_loopback: bool,
+    /// The exceptions to the rule of wake URLs (a client's): exact host names, addresses and
+    /// CIDR ranges whose internal addresses (loopback, private, …) may be called.
+    pub wake_allowed_hosts: Vec<String>,
     /// The retry schedule of queued trigger requests.
     pub trigger_retry: RetrySchedule,
     /// Deliveries whose outcome the node keeps for the admin dashboard (the last ones).
@@ -59,6 +65,8 @@ impl Default for WebhookConfig {
             connect_timeout: Duration::from_secs(5),
             allow_link_local: false,
             allowed_hosts: Vec::new(),
+            allow_loopback: false,
+            wake_allowed_hosts: Vec::new(),
             trigger_retry: RetrySchedule::trigger(),
             recent_deliveries: 100,
         }
@@ -193,7 +201,9 @@ struct Job {
 }
 
 struct Inner {
-    client: Client,
+    /// One client per kind ([`WebhookKind::ALL`] order): each has its own address rule, pool
+    /// and routes, so a URL allowed for one kind is never reached through another's.
+    clients: [Client; 3],
     config: WebhookConfig,
     metrics: Arc<WebhookMetrics>,
     queue: mpsc::Sender<Job>,
@@ -227,10 +237,18 @@ impl WebhookSender {
     pub fn new(config: WebhookConfig, tracker: &TaskTracker, shutdown: CancellationToken) -> Result<Self, BuildError> {
         // Err means a provider is installed already, which is what we want.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = Client::new(&config).map_err(BuildError)?;
+        let wake = skua_core::webhook::InternalAllowList::parse(&config.wake_allowed_hosts)
+            .map_err(|e| BuildError(crate::client::ClientError(format!("wake_allowed_hosts: {e}"))))?;
+        let hydration = if config.allow_loopback { AddressRule::Open } else { AddressRule::NoLoopback };
+        let clients = [
+            Client::new(&config, hydration).map_err(BuildError)?,
+            Client::new(&config, AddressRule::Open).map_err(BuildError)?,
+            Client::new(&config, AddressRule::NoInternal(wake)).map_err(BuildError)?,
+        ];
         let (tx, rx) = mpsc::channel(config.queue.max(1));
         let recent = crate::recent::RecentDeliveries::new(config.recent_deliveries);
-        let inner = Arc::new(Inner { client, config, metrics: Arc::new(WebhookMetrics::default()), queue: tx, recent });
+        let inner =
+            Arc::new(Inner { clients, config, metrics: Arc::new(WebhookMetrics::default()), queue: tx, recent });
         let sender = Self { inner };
         tracker.spawn(sender.clone().sweep(shutdown.clone()));
         tracker.spawn(sender.clone().dispatch(rx, tracker.clone(), shutdown));
@@ -302,7 +320,7 @@ impl WebhookSender {
         let attempt = async {
             let (timeout, started) = (target.timeout(kind), Instant::now());
             self.inner.metrics.attempt(kind, false);
-            let result = match tokio::time::timeout(timeout, self.post_signed(target, secret, body)).await {
+            let result = match tokio::time::timeout(timeout, self.post_signed(kind, target, secret, body)).await {
                 Ok(r) => r,
                 Err(_) => Err(DeliveryError::Timeout { after: timeout }),
             };
@@ -318,13 +336,23 @@ impl WebhookSender {
 
     async fn post_signed(
         &self,
+        kind: WebhookKind,
         target: &WebhookTarget,
         secret: Option<&WebhookSecret>,
         body: Bytes,
     ) -> Result<WebhookResponse, DeliveryError> {
         let signature = secret.map(|s| signature_value(&sign_bytes(s.expose(), &body)));
-        let headers = crate::client::headers(&target.headers, signature)?;
-        self.inner.client.post(&target.url, headers, body, self.inner.config.max_response_bytes).await
+        let headers = crate::client::headers(&target.headers, signature, signature_v2(secret, &body))?;
+        self.client(kind).post(&target.url, headers, body, self.inner.config.max_response_bytes).await
+    }
+
+    /// The client of `kind`.
+    fn client(&self, kind: WebhookKind) -> &Client {
+        match kind {
+            WebhookKind::Hydration => &self.inner.clients[0],
+            WebhookKind::Trigger => &self.inner.clients[1],
+            WebhookKind::Wake => &self.inner.clients[2],
+        }
     }
 
     /// Puts `request` on the node's queue, delivered on `schedule` (normally
@@ -361,7 +389,7 @@ impl WebhookSender {
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => return,
-                _ = tick.tick() => self.inner.client.sweep(),
+                _ = tick.tick() => self.inner.clients.iter().for_each(Client::sweep),
             }
         }
     }
@@ -490,9 +518,20 @@ impl WebhookSender {
             ),
             None => None,
         };
-        let headers = crate::client::headers(&target.headers, signature)?;
-        self.inner.client.post(&target.url, headers, request.body.clone(), self.inner.config.max_response_bytes).await
+        let v2 = signature_v2(request.call.secret.as_ref(), &request.body);
+        let headers = crate::client::headers(&target.headers, signature, v2)?;
+        let limit = self.inner.config.max_response_bytes;
+        self.client(request.call.kind).post(&target.url, headers, request.body.clone(), limit).await
     }
+}
+
+/// The `X-NoLag-Signature-V2` value of `body` now (made per attempt: its time is the
+/// attempt's), when there is a secret.
+fn signature_v2(secret: Option<&WebhookSecret>, body: &[u8]) -> Option<HeaderValue> {
+    let secret = secret?;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    // Digits, `t=`, `,v1=` and hex: always a valid value.
+    HeaderValue::from_str(&crate::request::sign_v2(secret.expose(), now, body)).ok()
 }
 
 /// The signature's header value (hex digits and `sha256=`: always a valid value).

@@ -20,6 +20,19 @@ pub struct MembersConfig {
     pub wake_batch: u32,
     /// How long a room found without wakeable members is not checked again by this node.
     pub wake_negative_cache: Duration,
+    /// The shortest `wake.timeoutMs` honoured: a member is woken at most once per this long.
+    pub wake_timeout_min: Duration,
+    /// The internal addresses wake URLs may name (`wake_allowed_hosts`); checked at announce,
+    /// and by the webhook engine when the request is made.
+    pub wake_allowed: skua_core::webhook::InternalAllowList,
+    /// The period of the wake limits.
+    pub wake_limit_period: Duration,
+    /// Wakes started per actor (all its clientIds) per period.
+    pub wake_limit_per_actor: u32,
+    /// Wakes started per project and wake URL origin per period.
+    pub wake_limit_per_url: u32,
+    /// Log lines about failed or limited wakes per period.
+    pub wake_log_limit: u32,
     /// At start, set offline every member another node run left online: a single node (nothing
     /// of an earlier run is connected).
     pub offline_others_at_start: bool,
@@ -35,6 +48,12 @@ impl Default for MembersConfig {
             wake_queue: 4096,
             wake_batch: 64,
             wake_negative_cache: Duration::from_secs(1),
+            wake_timeout_min: Duration::from_secs(1),
+            wake_allowed: skua_core::webhook::InternalAllowList::default(),
+            wake_limit_period: Duration::from_secs(60),
+            wake_limit_per_actor: 64,
+            wake_limit_per_url: 256,
+            wake_log_limit: 10,
             offline_others_at_start: false,
         }
     }

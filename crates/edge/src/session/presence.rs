@@ -119,7 +119,7 @@ impl Session {
             }
             return;
         };
-        let persistent = match crate::members::parse(&data) {
+        let persistent = match self.st.members.parse(&data, a.actor.actor_type) {
             Ok(p) => p,
             Err(hint) => {
                 return self.error(ErrorFrame {

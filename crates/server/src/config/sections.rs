@@ -527,6 +527,13 @@ fn members(s: &Settings) -> Result<MembersConfig, ConfigError> {
         wake_queue: positive(key!(s, wake_queue))?,
         wake_batch: positive(key!(s, wake_batch))?,
         wake_negative_cache: duration(key!(s, wake_negative_cache))?,
+        wake_timeout_min: duration(key!(s, wake_timeout_min))?,
+        wake_allowed: skua_core::webhook::InternalAllowList::parse(&required(key!(s, wake_allowed_hosts))?)
+            .map_err(|e| invalid("wake_allowed_hosts", e))?,
+        wake_limit_period: nonzero_duration(key!(s, wake_limit_period))?,
+        wake_limit_per_actor: positive(key!(s, wake_limit_per_actor))?,
+        wake_limit_per_url: positive(key!(s, wake_limit_per_url))?,
+        wake_log_limit: required(key!(s, wake_log_limit))?,
         offline_others_at_start: false,
     })
 }
@@ -796,6 +803,8 @@ impl Webhooks {
                 connect_timeout: nonzero_duration(key!(s, webhook_connect_timeout))?,
                 allow_link_local: required(key!(s, webhook_allow_link_local))?,
                 allowed_hosts,
+                allow_loopback: required(key!(s, webhook_allow_loopback))?,
+                wake_allowed_hosts: required(key!(s, wake_allowed_hosts))?,
                 trigger_retry: skua_webhooks::RetrySchedule::exponential(
                     attempts,
                     nonzero_duration(key!(s, webhook_trigger_first_retry))?,

@@ -172,3 +172,227 @@ async fn ordinary_presence_never_touches_the_member_store() {
         .collect();
     assert!(ops.is_empty(), "ordinary presence used the member store: {ops:?}");
 }
+
+/// `room`'s stored members.
+async fn stored(server: &TestServer, room: &str) -> Vec<skua_core::StoredMember> {
+    let store: &dyn Store = &*server.state.store;
+    store.list_members(&format!("demo-project/demo-app/{room}"), skua_testkit::now_s(), 100).await.unwrap()
+}
+
+/// Issue 33: only the actor types that are woken (agent, orchestrator, device) may carry a
+/// `wake`; a user's or an observer's persistent presence with one is refused with an error frame
+/// naming `wake`, and nothing is stored or announced.
+#[tokio::test]
+async fn a_wake_from_a_user_or_an_observer_is_refused_and_nothing_is_stored() {
+    let server = TestServer::start().await;
+    for token in ["dev-token-alice", "dev-token-viewer"] {
+        let mut c = server.auth(token).await;
+        announce(&mut c, "general", persistent(1)).await;
+        let e = c.expect_error("invalid_frame").await;
+        assert!(e.str("hint").contains("wake"), "{token}: {e:?}");
+        assert_eq!(e.str("roomId"), "general");
+        // The connection is intact, and nothing was announced.
+        c.send(frame! {"type" => "getPresence", "roomId" => "general"}).await;
+        let list = c.next_of("presenceList").await;
+        assert!(list.get("data").as_array().unwrap().is_empty(), "{token}: {list:?}");
+    }
+    assert!(stored(&server, "general").await.is_empty());
+    // Without a wake, or with it disabled, a user's persistent presence is accepted.
+    let mut alice = server.auth("dev-token-alice").await;
+    let off = frame! {"persistent" => true, "wake" => frame! {"url" => "http://127.0.0.1:9/", "enabled" => false}};
+    announce(&mut alice, "general", off).await;
+    assert_eq!(alice.next_of("presence").await.str("event"), "join");
+    // An agent's is accepted.
+    let mut worker = agent(&server, "w1").await;
+    announce(&mut worker, "general", persistent(1)).await;
+    worker.send(frame! {"type" => "getPresence", "roomId" => "general"}).await;
+    worker.next_of("presenceList").await;
+    let members = stored(&server, "general").await;
+    assert!(members.iter().any(|m| m.actor == "agent-1" && m.wake.is_some()), "{members:?}");
+    assert!(members.iter().all(|m| m.actor != "alice" || m.wake.is_none()), "{members:?}");
+}
+
+/// Issue 33: outside `--dev` a wake URL naming a loopback or private address, in any spelling
+/// (decimal, hex, octal, IPv4-mapped), is refused at announce with an error frame naming `wake`
+/// and nothing is stored; `wake_allowed_hosts` allows exact hosts and ranges.
+#[tokio::test]
+async fn internal_wake_urls_are_refused_at_announce_unless_allowed() {
+    let urls = [
+        "http://127.0.0.1:9/w",
+        "http://10.1.2.3/w",
+        "http://2130706433:9/w",
+        "http://0x7f000001:9/w",
+        "http://0177.0.0.1:9/w",
+        "http://[::ffff:127.0.0.1]:9/w",
+        "http://[::ffff:a01:203]/w",
+        "http://100.64.0.1/w",
+        "http://localhost:9/w",
+    ];
+    let server = TestServer::builder().settings(|s| s.wake_allowed_hosts = Some(Vec::new())).spawn().await;
+    let mut worker = agent(&server, "w1").await;
+    for url in urls {
+        let wake = frame! {"persistent" => true, "wake" => frame! {"url" => url, "timeoutMs" => 5000}};
+        announce(&mut worker, "general", wake).await;
+        let e = worker.expect_error("invalid_frame").await;
+        assert!(e.str("hint").contains("wake") && e.str("hint").contains("wake_allowed_hosts"), "{url}: {e:?}");
+    }
+    assert!(stored(&server, "general").await.is_empty());
+
+    let allowed =
+        vec!["127.0.0.0/8".to_owned(), "10.0.0.0/8".to_owned(), "100.64.0.0/10".to_owned(), "localhost".into()];
+    let server = TestServer::builder().settings(move |s| s.wake_allowed_hosts = Some(allowed)).spawn().await;
+    let mut worker = agent(&server, "w1").await;
+    for url in urls {
+        let wake = frame! {"persistent" => true, "wake" => frame! {"url" => url, "timeoutMs" => 5000}};
+        announce(&mut worker, "general", wake).await;
+        worker.send(frame! {"type" => "getPresence", "roomId" => "general"}).await;
+        let f = worker.next_of_within_any(&["presenceList", "error"], std::time::Duration::from_secs(5)).await;
+        assert_eq!(f.ty(), "presenceList", "{url}: {f:?}");
+        let members = stored(&server, "general").await;
+        assert!(members[0].wake.as_deref().is_some_and(|w| w.contains(url)), "{url}: {members:?}");
+    }
+}
+
+/// Issue 33: a wake header carrying CR/LF is refused at announce (error frame naming `wake`).
+#[tokio::test]
+async fn a_wake_header_with_cr_lf_is_refused_at_announce() {
+    let server = TestServer::start().await;
+    let mut worker = agent(&server, "w1").await;
+    let wake = frame! {"url" => "http://127.0.0.1:9/", "headers" => frame! {"X-A" => "a\r\nCookie: stolen=1"}};
+    announce(&mut worker, "general", frame! {"persistent" => true, "wake" => wake}).await;
+    let e = worker.expect_error("invalid_frame").await;
+    assert!(e.str("hint").contains("wake"), "{e:?}");
+    assert!(stored(&server, "general").await.is_empty());
+}
+
+/// Issue 33: one agent with many clientIds and `timeoutMs: 1` gets at most
+/// `wake_limit_per_actor` wake requests per period, however often the room is published to.
+#[tokio::test]
+async fn wakes_are_bounded_per_actor_per_period() {
+    use skua_testkit::webhook::{Mode, WebhookReceiver};
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
+    let rx = WebhookReceiver::start(Mode::Ok(serde_json::json!({}))).await;
+    let server = TestServer::builder().settings(|s| s.wake_limit_per_actor = Some(3)).spawn().await;
+    let mut alice = server.auth("dev-token-alice").await;
+    let mut workers = Vec::new();
+    for i in 0..6 {
+        let mut w = agent(&server, &format!("w{i}")).await;
+        let wake = frame! {"persistent" => true, "wake" => frame! {"url" => rx.url("/wake"), "timeoutMs" => 1}};
+        announce(&mut w, "general", wake).await;
+        w.send(frame! {"type" => "getPresence", "roomId" => "general"}).await;
+        w.next_of("presenceList").await;
+        workers.push(w);
+    }
+    for w in workers {
+        server.close_settled(w).await;
+    }
+    let d = skua_testkit::control::Deadline::new("six offline members", Duration::from_secs(10));
+    while !{
+        let m = stored(&server, "general").await;
+        m.len() == 6 && m.iter().all(|m| m.status == skua_core::MemberStatus::Offline)
+    } {
+        d.tick().await;
+    }
+    let metrics = &server.state.members.metrics;
+    for i in 0..10 {
+        alice.send(frame! {"type" => "publish", "topic" => "demo/general/messages", "data" => i}).await;
+    }
+    let d = skua_testkit::control::Deadline::new("wakes limited", Duration::from_secs(10));
+    while metrics.limited.load(Ordering::Relaxed) < 3 {
+        d.tick().await;
+    }
+    assert_eq!(rx.wait_for(3).await.len(), 3);
+    // Past the members' 1 s floor, every publish finds them offline again: still limited.
+    let before = metrics.limited.load(Ordering::Relaxed);
+    let d = skua_testkit::control::Deadline::new("the woken members offline again", Duration::from_secs(10));
+    while metrics.timed_out.load(Ordering::Relaxed) < 3 {
+        d.tick().await;
+    }
+    for i in 0..10 {
+        alice.send(frame! {"type" => "publish", "topic" => "demo/general/messages", "data" => i}).await;
+    }
+    let d = skua_testkit::control::Deadline::new("later wakes limited", Duration::from_secs(10));
+    while metrics.limited.load(Ordering::Relaxed) < before + 6 {
+        d.tick().await;
+    }
+    assert_eq!(metrics.started.load(Ordering::Relaxed), 3);
+    assert_eq!(rx.requests().len(), 3, "at most wake_limit_per_actor requests per period");
+}
+
+/// The next presence event of agent-1 that `observer` gets: (`event`, `status`).
+async fn member_event(observer: &mut WsClient) -> (String, String) {
+    loop {
+        let f = observer.next_of("presence").await;
+        let data = f.get("data");
+        if data["actor_token_id"].as_str() == Some("agent-1") {
+            return (f.str("event").to_owned(), data["status"].as_str().unwrap_or_default().to_owned());
+        }
+    }
+}
+
+/// Issue 33: `wake.timeoutMs` below `wake_timeout_min` is raised to it, so a member asking for
+/// `timeoutMs: 1` is not woken again at every publish: it stays `waking` for the floor.
+#[tokio::test]
+async fn a_tiny_wake_timeout_is_raised_to_the_floor() {
+    use skua_testkit::webhook::{Mode, WebhookReceiver};
+    use std::time::{Duration, Instant};
+    let rx = WebhookReceiver::start(Mode::Ok(serde_json::json!({}))).await;
+    let server = TestServer::builder().settings(|s| s.wake_timeout_min = Some("3s".into())).spawn().await;
+    let mut alice = server.auth("dev-token-alice").await;
+    announce(&mut alice, "general", frame! {"who" => "alice"}).await;
+    alice.expect("presence").await;
+    let mut worker = agent(&server, "w1").await;
+    let wake = frame! {"persistent" => true, "wake" => frame! {"url" => rx.url("/wake"), "timeoutMs" => 1}};
+    announce(&mut worker, "general", wake).await;
+    assert_eq!(member_event(&mut alice).await, ("join".into(), "online".into()));
+    drop(worker);
+    assert_eq!(member_event(&mut alice).await, ("update".into(), "offline".into()));
+    alice.send(frame! {"type" => "publish", "topic" => "demo/general/messages", "data" => 1}).await;
+    assert_eq!(member_event(&mut alice).await.0, "waking");
+    let woken = Instant::now();
+    rx.wait_for(1).await;
+    let back = loop {
+        let f = alice.next_of_within("presence", Duration::from_secs(10)).await;
+        if f.get("data")["status"].as_str() == Some("offline") {
+            break woken.elapsed();
+        }
+    };
+    assert!(back >= Duration::from_millis(2500), "back offline after {back:?}, before the 3 s floor");
+    assert_eq!(rx.requests().len(), 1);
+}
+
+/// Issue 33: the address rule of wake URLs applies again when the request is made: a member
+/// stored with a loopback wake URL (say, by a node with another `wake_allowed_hosts`) is not
+/// called; the publisher gets `42950 wake_failed` and the member is offline again.
+#[tokio::test]
+async fn an_internal_wake_url_is_refused_again_when_the_wake_is_sent() {
+    use skua_testkit::webhook::{Mode, WebhookReceiver};
+    let rx = WebhookReceiver::start(Mode::Ok(serde_json::json!({}))).await;
+    let server = TestServer::builder().settings(|s| s.wake_allowed_hosts = Some(Vec::new())).spawn().await;
+    let store: &dyn Store = &*server.state.store;
+    let now = skua_testkit::now_s();
+    let wake = serde_json::json!({"url": rx.url("/wake"), "headers": {}, "timeoutMs": 5000}).to_string();
+    let w = MemberWrite {
+        room: "demo-project/demo-app/general",
+        actor: "agent-1",
+        client_id: "w1",
+        data: &[0x81, 0xaa, b'p', b'e', b'r', b's', b'i', b's', b't', b'e', b'n', b't', 0xc3],
+        advertisement: b"",
+        wake: Some(&wake),
+        node: "elsewhere",
+        now_s: now,
+        expires_at_s: now + 3600,
+    };
+    store.upsert_member(&w).await.unwrap();
+    store.other_nodes_members_offline("", now + 3600).await.unwrap();
+    let mut alice = server.connect().await;
+    alice.auth_ok("dev-token-alice", 2).await;
+    alice.send(frame! {"type" => "publish", "topic" => "demo/general/messages", "data" => 1, "msgRef" => "m1"}).await;
+    alice.expect("published").await;
+    let e = alice.expect_error("wake_failed").await;
+    assert_eq!((e.int("code"), e.str("msgRef")), (42950, "m1"), "{e:?}");
+    assert!(rx.requests().is_empty(), "the internal wake URL was called");
+    let m = stored(&server, "general").await;
+    assert_eq!(m[0].status, skua_core::MemberStatus::Offline, "{m:?}");
+}

@@ -770,3 +770,36 @@ async fn apps_take_and_show_topic_history_over_rest() {
     let now = call(a, "GET", &format!("/v1/apps/{id}"), None).await.ok(200);
     assert_eq!(now["topicConfigs"]["chat"]["history"], json!({"size": 5, "ttl": 1}));
 }
+
+/// Issue 33: the REST API (a tenant's API key) applies the node's webhook address rules as gRPC
+/// and the dashboard do: a host outside `webhook_allowed_hosts` and, without
+/// `webhook_allow_loopback`, a loopback hydration URL are refused, naming the field; nothing is
+/// stored.
+#[tokio::test]
+async fn rest_applies_the_node_s_webhook_host_rules_like_grpc() {
+    let s = builder()
+        .settings(|s| {
+            s.webhook_allowed_hosts = Some(vec!["hooks.example.com".into(), "127.0.0.1".into()]);
+            s.webhook_allow_loopback = Some(false);
+        })
+        .spawn()
+        .await;
+    let a = s.addr;
+    let outside = json!({"name": "O", "topics": ["t"], "triggerWebhook": {"url": "https://evil.example.org/x"}});
+    let r = call(a, "POST", "/v1/apps", Some(outside)).await;
+    r.error(400, "triggerWebhook.url");
+    r.error(400, "webhook_allowed_hosts");
+    call(a, "GET", "/v1/apps/o", None).await.error(404, "not found");
+    let app = call(a, "POST", "/v1/apps", Some(json!({"name": "Ok", "topics": ["t"]}))).await.ok(201);
+    let id = app["appId"].as_str().unwrap().to_owned();
+    let outside = json!({"topicConfigs": {"t": {"webhooks": {"onPublish": {"url": "http://other.example/x"}}}}});
+    call(a, "PATCH", &format!("/v1/apps/{id}"), Some(outside)).await.error(400, "webhook_allowed_hosts");
+    let loopback = json!({"hydrationWebhook": {"url": "http://127.0.0.1:9/metrics"}});
+    let r = call(a, "PATCH", &format!("/v1/apps/{id}"), Some(loopback)).await;
+    r.error(400, "hydrationWebhook.url");
+    r.error(400, "webhook_allow_loopback");
+    let listed = json!({"triggerWebhook": {"url": "https://hooks.example.com/x"}});
+    let app = call(a, "PATCH", &format!("/v1/apps/{id}"), Some(listed)).await.ok(200);
+    assert_eq!(app["triggerWebhook"]["url"], "https://hooks.example.com/x", "{app}");
+    assert!(app["hydrationWebhook"].is_null(), "{app}");
+}

@@ -22,6 +22,11 @@ fn call(kind: WebhookKind, url: &str, timeout_ms: Option<u32>) -> WebhookCall {
     }
 }
 
+/// The engine's defaults with hydration allowed on loopback (the receivers here are local).
+fn loopback_allowed() -> WebhookConfig {
+    WebhookConfig { allow_loopback: true, ..WebhookConfig::default() }
+}
+
 fn sender(config: WebhookConfig) -> (WebhookSender, CancellationToken) {
     let stop = CancellationToken::new();
     let s = WebhookSender::new(config, &TaskTracker::new(), stop.clone()).expect("client builds");
@@ -39,7 +44,7 @@ fn payload() -> serde_json::Map<String, serde_json::Value> {
 #[tokio::test]
 async fn request_is_signed_posted_with_headers_and_answer_returned() {
     let rx = WebhookReceiver::start(ReceiverMode::Ok(json!({"items": [1, 2]}))).await;
-    let (s, _stop) = sender(WebhookConfig::default());
+    let (s, _stop) = sender(loopback_allowed());
     let req = WebhookRequest::new(call(WebhookKind::Hydration, &rx.url("/h"), None), payload());
     let r = s.call(&req, &RetrySchedule::hydration(), Duration::from_secs(5)).await.expect("delivered");
     assert_eq!(r.status, 200);
@@ -52,6 +57,13 @@ async fn request_is_signed_posted_with_headers_and_answer_returned() {
     assert_eq!(g.header("content-type"), Some("application/json"));
     assert_eq!(g.header("x-tenant"), Some("acme"));
     assert!(g.signature_valid("whsec_test"), "{:?}", g.header("x-nolag-signature"));
+    // The timestamped signature: `t=<unix s>,v1=<hex HMAC of "t.body">`, t within a minute.
+    let v2 = g.header("x-nolag-signature-v2").expect("X-NoLag-Signature-V2");
+    let (t, _) = v2.strip_prefix("t=").and_then(|r| r.split_once(",v1=")).expect("t=…,v1=…");
+    let t: u64 = t.parse().unwrap();
+    assert_eq!(v2, skua_webhooks::sign_v2(b"whsec_test", t, &g.body));
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    assert!(now.abs_diff(t) < 60, "{t} vs {now}");
     assert!(!g.signature_valid("other"));
     let body = g.json();
     assert_eq!(body["deliveryId"], req.delivery_id.to_string());
@@ -63,7 +75,7 @@ async fn request_is_signed_posted_with_headers_and_answer_returned() {
 #[tokio::test]
 async fn server_errors_are_retried_with_the_same_delivery_id_then_fail() {
     let rx = WebhookReceiver::start(ReceiverMode::Status(503)).await;
-    let (s, _stop) = sender(WebhookConfig::default());
+    let (s, _stop) = sender(loopback_allowed());
     let req = WebhookRequest::new(call(WebhookKind::Hydration, &rx.url("/h"), None), payload());
     let e = s.call(&req, &fast_retries(), Duration::from_secs(5)).await.unwrap_err();
     assert!(matches!(e, DeliveryError::Status { status: 503 }), "{e:?}");
@@ -76,7 +88,7 @@ async fn server_errors_are_retried_with_the_same_delivery_id_then_fail() {
 #[tokio::test]
 async fn client_errors_are_not_retried() {
     let rx = WebhookReceiver::start(ReceiverMode::Status(404)).await;
-    let (s, _stop) = sender(WebhookConfig::default());
+    let (s, _stop) = sender(loopback_allowed());
     let req = WebhookRequest::new(call(WebhookKind::Hydration, &rx.url("/h"), None), payload());
     let e = s.call(&req, &fast_retries(), Duration::from_secs(5)).await.unwrap_err();
     assert!(matches!(e, DeliveryError::Status { status: 404 }), "{e:?}");
@@ -86,7 +98,7 @@ async fn client_errors_are_not_retried() {
 #[tokio::test]
 async fn refused_connections_are_transport_errors() {
     let url = refusing_url("/h").await;
-    let (s, _stop) = sender(WebhookConfig::default());
+    let (s, _stop) = sender(loopback_allowed());
     let req = WebhookRequest::new(call(WebhookKind::Hydration, &url, None), payload());
     let e = s.call(&req, &fast_retries(), Duration::from_secs(5)).await.unwrap_err();
     assert!(matches!(e, DeliveryError::Transport(_)), "{e:?}");
@@ -96,7 +108,7 @@ async fn refused_connections_are_transport_errors() {
 #[tokio::test]
 async fn a_huge_answer_is_cut_at_the_cap() {
     let rx = WebhookReceiver::start(ReceiverMode::Huge(10 << 20)).await;
-    let (s, _stop) = sender(WebhookConfig { max_response_bytes: 64 * 1024, ..WebhookConfig::default() });
+    let (s, _stop) = sender(WebhookConfig { max_response_bytes: 64 * 1024, ..loopback_allowed() });
     let req = WebhookRequest::new(call(WebhookKind::Hydration, &rx.url("/h"), None), payload());
     let e = s.call(&req, &fast_retries(), Duration::from_secs(5)).await.unwrap_err();
     assert!(matches!(e, DeliveryError::TooLarge { limit: 65536 }), "{e:?}");
@@ -106,7 +118,7 @@ async fn a_huge_answer_is_cut_at_the_cap() {
 #[tokio::test]
 async fn a_hanging_receiver_times_out_within_the_budget() {
     let rx = WebhookReceiver::start(ReceiverMode::Hang).await;
-    let (s, _stop) = sender(WebhookConfig::default());
+    let (s, _stop) = sender(loopback_allowed());
     let req = WebhookRequest::new(call(WebhookKind::Hydration, &rx.url("/h"), Some(300)), payload());
     let e = s.call(&req, &RetrySchedule::hydration(), Duration::from_millis(300)).await.unwrap_err();
     assert!(matches!(e, DeliveryError::Timeout { .. }), "{e:?}");
@@ -114,14 +126,13 @@ async fn a_hanging_receiver_times_out_within_the_budget() {
 
 #[tokio::test]
 async fn link_local_addresses_are_refused_at_send_time() {
-    let (s, _stop) = sender(WebhookConfig::default());
+    let (s, _stop) = sender(loopback_allowed());
     for url in ["http://169.254.169.254/latest", "http://[fe80::1]/x", "http://[::ffff:169.254.169.254]/"] {
         let req = WebhookRequest::new(call(WebhookKind::Trigger, url, Some(500)), payload());
         let e = s.call(&req, &fast_retries(), Duration::from_secs(1)).await.unwrap_err();
         assert!(matches!(e, DeliveryError::Refused { .. }), "{url}: {e:?}");
     }
-    let (s, _stop) =
-        sender(WebhookConfig { allowed_hosts: vec!["hooks.example.com".into()], ..WebhookConfig::default() });
+    let (s, _stop) = sender(WebhookConfig { allowed_hosts: vec!["hooks.example.com".into()], ..loopback_allowed() });
     let rx = WebhookReceiver::start(ReceiverMode::Status(200)).await;
     let req = WebhookRequest::new(call(WebhookKind::Trigger, &rx.url("/t"), None), payload());
     let e = s.call(&req, &fast_retries(), Duration::from_secs(1)).await.unwrap_err();
@@ -132,7 +143,7 @@ async fn link_local_addresses_are_refused_at_send_time() {
 #[tokio::test]
 async fn queued_requests_are_delivered_and_reported_and_a_full_queue_refuses() {
     let rx = WebhookReceiver::start(ReceiverMode::Status(204)).await;
-    let (s, _stop) = sender(WebhookConfig::default());
+    let (s, _stop) = sender(loopback_allowed());
     let (tx, mut done) = tokio::sync::mpsc::channel(4);
     let req = WebhookRequest::new(call(WebhookKind::Trigger, &rx.url("/t"), None), payload());
     let id = req.delivery_id;
@@ -151,7 +162,7 @@ async fn queued_requests_are_delivered_and_reported_and_a_full_queue_refuses() {
 
     // A queue of one, its one delivery slot held by a hanging receiver: the third is refused.
     let hang = WebhookReceiver::start(ReceiverMode::Hang).await;
-    let (s, stop) = sender(WebhookConfig { queue: 1, max_pending: 1, ..WebhookConfig::default() });
+    let (s, stop) = sender(WebhookConfig { queue: 1, max_pending: 1, ..loopback_allowed() });
     let mk = || WebhookRequest::new(call(WebhookKind::Trigger, &hang.url("/t"), Some(30_000)), payload());
     s.enqueue(mk(), fast_retries(), None).expect("first taken");
     hang.wait_for(1).await;
@@ -169,10 +180,10 @@ async fn address_rules_apply_to_every_request_to_the_same_url() {
     let rx = WebhookReceiver::start(ReceiverMode::Ok(json!({}))).await;
     let url = rx.url("/h");
     let once = RetrySchedule { delays: Vec::new() };
-    let (open, _s1) = sender(WebhookConfig::default());
+    let (open, _s1) = sender(loopback_allowed());
     let req = WebhookRequest::new(call(WebhookKind::Trigger, &url, None), payload());
     open.call(&req, &once, Duration::from_secs(5)).await.expect("delivered");
-    let config = WebhookConfig { allowed_hosts: vec!["example.com".into()], ..WebhookConfig::default() };
+    let config = WebhookConfig { allowed_hosts: vec!["example.com".into()], ..loopback_allowed() };
     let (closed, _s2) = sender(config);
     for _ in 0..2 {
         let e = closed.call(&req, &once, Duration::from_secs(5)).await.unwrap_err();
@@ -266,7 +277,7 @@ type Counter = Arc<std::sync::atomic::AtomicUsize>;
 #[tokio::test]
 async fn requests_to_one_target_reuse_a_kept_connection() {
     let (url, conns, answered, _) = counting_receiver(Close::Never).await;
-    let (s, _stop) = sender(WebhookConfig::default());
+    let (s, _stop) = sender(loopback_allowed());
     let once = RetrySchedule { delays: Vec::new() };
     for _ in 0..5 {
         let req = WebhookRequest::new(call(WebhookKind::Trigger, &url, None), payload());
@@ -279,7 +290,7 @@ async fn requests_to_one_target_reuse_a_kept_connection() {
 #[tokio::test]
 async fn a_connection_the_receiver_closes_is_not_kept_and_costs_no_failed_attempt() {
     let (url, conns, answered, _) = counting_receiver(Close::Announced).await;
-    let (s, _stop) = sender(WebhookConfig::default());
+    let (s, _stop) = sender(loopback_allowed());
     // No retries: each request must succeed at its one attempt, although the receiver closes
     // every connection after its answer.
     let once = RetrySchedule { delays: Vec::new() };
@@ -297,7 +308,7 @@ async fn a_connection_the_receiver_closes_is_not_kept_and_costs_no_failed_attemp
 #[tokio::test]
 async fn post_once_signs_counts_and_reuses_the_connection() {
     let rx = WebhookReceiver::start(ReceiverMode::Ok(json!({}))).await;
-    let (s, _stop) = sender(WebhookConfig::default());
+    let (s, _stop) = sender(loopback_allowed());
     let c = call(WebhookKind::Trigger, &rx.url("/t"), None);
     for i in 0..3 {
         let body = bytes::Bytes::from(format!("{{\"deliveryId\":\"d{i}\"}}"));
@@ -313,6 +324,13 @@ async fn post_once_signs_counts_and_reuses_the_connection() {
         assert_eq!(g.header("x-tenant"), Some("acme"));
         assert_eq!(g.header("content-type"), Some("application/json"));
         assert!(g.signature_valid("whsec_test"), "{:?}", g.header("x-nolag-signature"));
+        // The timestamped signature: `t=<unix s>,v1=<hex HMAC of "t.body">`, t within a minute.
+        let v2 = g.header("x-nolag-signature-v2").expect("X-NoLag-Signature-V2");
+        let (t, _) = v2.strip_prefix("t=").and_then(|r| r.split_once(",v1=")).expect("t=…,v1=…");
+        let t: u64 = t.parse().unwrap();
+        assert_eq!(v2, skua_webhooks::sign_v2(b"whsec_test", t, &g.body));
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+        assert!(now.abs_diff(t) < 60, "{t} vs {now}");
         assert_eq!(g.json()["deliveryId"], format!("d{i}"));
     }
     assert_eq!(s.metrics().attempts(WebhookKind::Trigger), 3);
@@ -339,7 +357,7 @@ async fn post_once_signs_counts_and_reuses_the_connection() {
 #[tokio::test]
 async fn a_kept_connection_closed_while_idle_is_replaced() {
     let (url, conns, answered, closed) = counting_receiver(Close::Silently).await;
-    let (s, _stop) = sender(WebhookConfig::default());
+    let (s, _stop) = sender(loopback_allowed());
     let c = call(WebhookKind::Trigger, &url, None);
     for i in 0..3 {
         let body = bytes::Bytes::from_static(b"{}");
@@ -350,4 +368,52 @@ async fn a_kept_connection_closed_while_idle_is_replaced() {
     }
     assert_eq!(conns.load(std::sync::atomic::Ordering::SeqCst), 3, "a new connection each time");
     assert_eq!(s.metrics().attempts(WebhookKind::Trigger), 3, "no failed attempt");
+}
+
+/// Issue 33: hydration (whose answer reaches clients) is refused on loopback unless
+/// `webhook_allow_loopback`; wake URLs (a client's) are refused on every internal address,
+/// in every spelling the URL parser accepts, unless `wake_allowed_hosts` allows it; triggers
+/// keep the operator's choice. Nothing reaches the receiver when refused.
+#[tokio::test]
+async fn loopback_hydration_and_internal_wake_urls_are_refused_unless_allowed() {
+    let rx = WebhookReceiver::start(ReceiverMode::Ok(json!({}))).await;
+    let port = rx.url("/").trim_start_matches("http://127.0.0.1:").trim_end_matches('/').to_owned();
+    let (s, _stop) = sender(WebhookConfig::default());
+    let budget = Duration::from_secs(2);
+    let refused = |r: Result<skua_webhooks::WebhookResponse, DeliveryError>| match r {
+        Err(DeliveryError::Refused { reason }) => reason,
+        other => panic!("not refused: {other:?}"),
+    };
+    let req = WebhookRequest::new(call(WebhookKind::Hydration, &rx.url("/h"), None), payload());
+    assert!(refused(s.call(&req, &RetrySchedule::hydration(), budget).await).contains("webhook_allow_loopback"));
+    let req = WebhookRequest::new(call(WebhookKind::Hydration, &format!("http://localhost:{port}/h"), None), payload());
+    refused(s.call(&req, &RetrySchedule::hydration(), budget).await);
+    for url in [
+        rx.url("/w"),
+        format!("http://2130706433:{port}/w"),
+        format!("http://0x7f000001:{port}/w"),
+        format!("http://0177.0.0.1:{port}/w"),
+        format!("http://[::ffff:127.0.0.1]:{port}/w"),
+        format!("http://localhost:{port}/w"),
+        "http://10.1.2.3/w".to_owned(),
+        "http://100.64.0.1/w".to_owned(),
+        "http://[fd00::1]/w".to_owned(),
+    ] {
+        let req = WebhookRequest::new(call(WebhookKind::Wake, &url, None), payload());
+        let why = refused(s.call(&req, &RetrySchedule::hydration(), budget).await);
+        assert!(why.contains("wake_allowed_hosts"), "{url}: {why}");
+    }
+    let req = WebhookRequest::new(call(WebhookKind::Trigger, &rx.url("/t"), None), payload());
+    s.call(&req, &RetrySchedule::hydration(), budget).await.expect("triggers keep the operator's choice");
+    assert_eq!(rx.wait_for(1).await.len(), 1);
+
+    let allowed = WebhookConfig { wake_allowed_hosts: vec!["127.0.0.0/8".into()], ..loopback_allowed() };
+    let (s, _stop) = sender(allowed);
+    for url in [rx.url("/w"), format!("http://0x7f000001:{port}/w"), format!("http://[::ffff:127.0.0.1]:{port}/w")] {
+        let req = WebhookRequest::new(call(WebhookKind::Wake, &url, None), payload());
+        s.call(&req, &RetrySchedule::hydration(), budget).await.unwrap_or_else(|e| panic!("{url}: {e}"));
+    }
+    let req = WebhookRequest::new(call(WebhookKind::Hydration, &rx.url("/h"), None), payload());
+    s.call(&req, &RetrySchedule::hydration(), budget).await.expect("webhook_allow_loopback");
+    assert_eq!(rx.wait_for(5).await.len(), 5);
 }
