@@ -377,6 +377,8 @@ pub struct Retained {
     pub max_retained_bytes_per_topic: usize,
     /// Most retained bytes on this node.
     pub max_retained_bytes: usize,
+    /// Most retained bytes of one project on this node.
+    pub max_retained_bytes_per_project: usize,
 }
 
 impl Retained {
@@ -389,6 +391,7 @@ impl Retained {
             max_retained_per_topic: positive(key!(s, max_retained_per_topic))?,
             max_retained_bytes_per_topic: positive(key!(s, max_retained_bytes_per_topic))?,
             max_retained_bytes: positive(key!(s, max_retained_bytes))?,
+            max_retained_bytes_per_project: positive(key!(s, max_retained_bytes_per_project))?,
         })
     }
 }
@@ -492,6 +495,16 @@ pub struct Triggers {
     pub dead_letters_per_project: u64,
     /// Non-logged triggers waiting to become dead letters after the queue was full.
     pub overflow_queue: usize,
+    /// Longest trigger body.
+    pub max_body_bytes: usize,
+    /// Bytes of trigger bodies queued or being delivered on a node.
+    pub queue_bytes: usize,
+    /// The part of `queue_bytes` one project may take.
+    pub queue_bytes_per_project: usize,
+    /// Bytes of bodies waiting to become dead letters.
+    pub overflow_bytes: usize,
+    /// Bytes of dead-letter bodies kept per project.
+    pub dead_letter_bytes_per_project: u64,
 }
 
 impl Triggers {
@@ -506,6 +519,11 @@ impl Triggers {
             scan_interval: nonzero_duration(key!(s, trigger_scan_interval))?,
             dead_letters_per_project: positive(key!(s, webhook_dead_letters_per_project))?,
             overflow_queue: positive(key!(s, trigger_overflow_queue))?,
+            max_body_bytes: positive(key!(s, trigger_max_body_bytes))?,
+            queue_bytes: positive(key!(s, trigger_queue_bytes))?,
+            queue_bytes_per_project: positive(key!(s, trigger_queue_bytes_per_project))?,
+            overflow_bytes: positive(key!(s, trigger_overflow_bytes))?,
+            dead_letter_bytes_per_project: positive(key!(s, webhook_dead_letter_bytes_per_project))?,
         })
     }
 }
@@ -916,6 +934,7 @@ impl Sections {
             max_retained_per_topic: retained.max_retained_per_topic,
             max_retained_bytes_per_topic: retained.max_retained_bytes_per_topic,
             max_retained_bytes: retained.max_retained_bytes,
+            max_retained_bytes_per_project: retained.max_retained_bytes_per_project,
             history_max_size: history.max_size,
             history_max_topics: history.max_topics,
             history_max_topic_bytes: history.max_topic_bytes,
@@ -952,6 +971,11 @@ impl Sections {
                 scan_interval: triggers.scan_interval,
                 dead_letters_per_project: triggers.dead_letters_per_project,
                 overflow_queue: triggers.overflow_queue,
+                max_body_bytes: triggers.max_body_bytes,
+                queue_bytes: triggers.queue_bytes,
+                queue_bytes_per_project: triggers.queue_bytes_per_project,
+                overflow_bytes: triggers.overflow_bytes,
+                dead_letter_bytes_per_project: triggers.dead_letter_bytes_per_project,
                 // A single node on a durable store sends what an earlier run left, at once.
                 take_over_at_start: backends.bus == BusConfig::Memory && matches!(backends.store, StoreConfig::Url(_)),
             },
