@@ -733,8 +733,17 @@ impl Triggers {
         let (body, too_large) = self.body(registry, &facts);
         let logged = p.msg_id.is_some();
         let (url, timeout) = (target.url, target.timeout);
-        let job =
-            Job { delivery_id, topic: p.topic.clone(), url, timeout, body, logged, attempts: 0, too_large, charge: None };
+        let job = Job {
+            delivery_id,
+            topic: p.topic.clone(),
+            url,
+            timeout,
+            body,
+            logged,
+            attempts: 0,
+            too_large,
+            charge: None,
+        };
         if too_large {
             self.too_large(job);
         } else {

@@ -180,8 +180,13 @@ impl MemoryLog {
         );
         self.finish_outbox(l.delivery_id);
         // Newest first: keep while both caps hold, drop the rest (as the SQL stores do).
-        let mine: Vec<(u64, u64)> =
-            self.dead.iter().rev().filter(|(_, d)| d.project == l.project).map(|(id, d)| (*id, d.body.len() as u64)).collect();
+        let mine: Vec<(u64, u64)> = self
+            .dead
+            .iter()
+            .rev()
+            .filter(|(_, d)| d.project == l.project)
+            .map(|(id, d)| (*id, d.body.len() as u64))
+            .collect();
         let (mut kept, mut bytes, mut dropped) = (0u64, 0u64, 0u64);
         for (id, len) in mine {
             bytes = bytes.saturating_add(len);

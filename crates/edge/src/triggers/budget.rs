@@ -98,7 +98,8 @@ mod tests {
     #[test]
     fn a_project_is_held_to_its_share_and_dropped_charges_give_their_bytes_back() {
         let b = ByteBudget::new(1000, 600);
-        let (p, q, r) = (ProjectId::parse("p").unwrap(), ProjectId::parse("q").unwrap(), ProjectId::parse("r").unwrap());
+        let (p, q, r) =
+            (ProjectId::parse("p").unwrap(), ProjectId::parse("q").unwrap(), ProjectId::parse("r").unwrap());
         let p1 = b.charge(&p, 500).unwrap();
         assert_eq!(b.charge(&p, 200).unwrap_err(), Over::Project, "p's share is 600");
         let q1 = b.charge(&q, 450).unwrap();

@@ -150,7 +150,8 @@ async fn deleting_a_tenant_s_rooms_gives_their_retained_bytes_back_to_the_others
     assert_eq!(alice.expect_error("retained_limit_exceeded").await.str("msgRef"), "a1", "the pool is full");
     let mut control = server.control().await;
     for room in ["r1", "r2", "r3"] {
-        let r = skua_control::pb::DeleteRoomRequest { project_id: "tenant-b".into(), app: "b".into(), slug: room.into() };
+        let r =
+            skua_control::pb::DeleteRoomRequest { project_id: "tenant-b".into(), app: "b".into(), slug: room.into() };
         control.delete_room(r).await.expect("delete_room");
     }
     // The control plane installs the change on this node before answering: the bytes are back.
