@@ -873,6 +873,11 @@ mod tests {
             ("idempotency_max_key_length = 2000", "idempotency_max_key_length"),
             ("idempotency_max_keys = 0", "idempotency_max_keys"),
             ("trigger_batch_window = \"2s\"", "trigger_batch_window"),
+            ("trigger_max_body_bytes = 16777217", "trigger_max_body_bytes"),
+            ("trigger_queue_bytes_per_project = 1024", "trigger_max_body_bytes"),
+            ("trigger_queue_bytes = 0", "trigger_queue_bytes"),
+            ("webhook_dead_letter_bytes_per_project = 0", "webhook_dead_letter_bytes_per_project"),
+            ("max_retained_bytes_per_project = 0", "max_retained_bytes_per_project"),
             ("trigger_batch_window = \"soon\"", "trigger_batch_window"),
         ] {
             let s = Settings::from_toml(line).unwrap();

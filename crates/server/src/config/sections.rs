@@ -513,7 +513,7 @@ impl Triggers {
     /// # Errors
     /// [`ConfigError::Invalid`] naming the first bad key.
     pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
-        Ok(Self {
+        let t = Self {
             lease: nonzero_duration(key!(s, trigger_lease))?,
             batch_window: at_most(key!(s, trigger_batch_window), Duration::from_secs(1))?,
             scan_interval: nonzero_duration(key!(s, trigger_scan_interval))?,
@@ -524,7 +524,19 @@ impl Triggers {
             queue_bytes_per_project: positive(key!(s, trigger_queue_bytes_per_project))?,
             overflow_bytes: positive(key!(s, trigger_overflow_bytes))?,
             dead_letter_bytes_per_project: positive(key!(s, webhook_dead_letter_bytes_per_project))?,
-        })
+        };
+        // A body that could never fit a queue would never be sent nor dead-lettered (a logged
+        // one would wait in the outbox for ever).
+        let fits = t.queue_bytes_per_project.min(t.queue_bytes).min(t.overflow_bytes);
+        if t.max_body_bytes > fits {
+            return Err(invalid(
+                "trigger_max_body_bytes",
+                format!(
+                    "must be at most trigger_queue_bytes, trigger_queue_bytes_per_project and trigger_overflow_bytes ({fits})"
+                ),
+            ));
+        }
+        Ok(t)
     }
 }
 

@@ -427,6 +427,7 @@ async fn a_trigger_queue_full_in_bytes_refuses_more_and_counts_them() {
             // Room for 10 000 entries, but only 8 KiB of bodies.
             s.webhook_max_pending = Some(1);
             s.trigger_queue_bytes = Some(BUDGET);
+            s.trigger_max_body_bytes = Some(4096);
         })
         .spawn()
         .await;
@@ -486,6 +487,7 @@ async fn one_project_cannot_take_the_whole_trigger_queue() {
             s.webhook_max_pending = Some(1);
             s.trigger_queue_bytes = Some(64 * 1024);
             s.trigger_queue_bytes_per_project = Some(SHARE);
+            s.trigger_max_body_bytes = Some(2048);
         })
         .spawn()
         .await;
