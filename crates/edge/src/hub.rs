@@ -453,6 +453,7 @@ impl Hub {
     pub fn release_retained(&self, exists: impl Fn(&skua_core::RoomKey) -> bool) -> usize {
         let gone = self.retained.release_gone(exists);
         if !gone.is_empty() {
+            self.bus.forget_retained(&gone);
             let topics = read(&self.topics);
             for topic in &gone {
                 if let Some(entry) = topics.get(topic) {

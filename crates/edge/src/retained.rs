@@ -12,7 +12,9 @@
 //! Entries are forgotten by replacement (a replacement may always shrink a topic) and when
 //! their room, app or project is deleted ([`RetainedLedger::release_gone`], called when the
 //! node installs a registry): the deleted room's messages can no longer be read through this
-//! node, so its bytes go back to the pool. Each project may take at most
+//! node, so its bytes go back to the pool, and the bus is told to drop them
+//! ([`skua_core::Bus::forget_retained`]: the in-process bus does; an MQTT broker keeps them
+//! within its own limits). Each project may take at most
 //! `max_retained_bytes_per_project` of the node's pool (issue 33), so one tenant cannot fill it
 //! for all.
 

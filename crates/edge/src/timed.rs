@@ -83,6 +83,10 @@ impl Bus for TimedBus {
         self.inner.is_available()
     }
 
+    fn forget_retained(&self, topics: &[skua_core::TopicAddress]) {
+        self.inner.forget_retained(topics);
+    }
+
     fn set_sink(&self, sink: std::sync::Weak<dyn skua_core::DeliverySink>) -> bool {
         self.inner.set_sink(sink)
     }

@@ -101,7 +101,8 @@ async fn the_node_wide_retained_cap_refuses_new_keys_anywhere() {
 // Issue 33, item 4: the retained pool is shared by tenants; deleting rooms gives their bytes
 // back, and each project may take only its share.
 
-/// A second tenant, `tenant-b`, with rooms `r1`..`r3` (topic `t`) and a publisher `b-token`.
+/// A second tenant, `tenant-b`, with rooms `r1`..`r3` (topic `t`), a publisher `b-token` and a
+/// subscriber `b-sub-token`.
 const TENANT_B: &str = r#"
 [[projects]]
 id = "tenant-b"
@@ -125,6 +126,12 @@ id = "b-pub"
 project = "tenant-b"
 type = "device"
 tokens = ["b-token"]
+
+[[actors]]
+id = "b-sub"
+project = "tenant-b"
+type = "user"
+tokens = ["b-sub-token"]
 "#;
 
 fn retained_on(topic: &str, fill: u8, msg_ref: &str) -> Value {
@@ -160,6 +167,20 @@ async fn deleting_a_tenant_s_rooms_gives_their_retained_bytes_back_to_the_others
     let m = skua_testkit::http::Scrape::of(server.addr).await;
     let kept = m.value("skua_retained_bytes", &[]);
     assert!(kept < 2.0 * BIG as f64, "only alice's message is counted: {kept}");
+    // And the messages themselves are gone: a room made again with the same name replays nothing.
+    let r = skua_control::pb::CreateRoomRequest {
+        project_id: "tenant-b".into(),
+        app: "b".into(),
+        slug: "r1".into(),
+        ..Default::default()
+    };
+    control.create_room(r).await.expect("create_room");
+    let mut watcher = server.auth("b-sub-token").await;
+    watcher.subscribe("b/r1/t").await;
+    // A replay is queued when the subscription is made, so it would come before a live message.
+    b.publish_acked("b/r1/t", "live".into()).await;
+    let first = watcher.expect("message").await;
+    assert!(first.get("data").as_str() == Some("live"), "the deleted room's retained message was replayed");
 }
 
 #[tokio::test]
