@@ -61,7 +61,8 @@ impl InProcessBus {
     /// is full, a retained publication for a *new* (topic, filter key) is still delivered live
     /// but not kept, so later subscribers do not get it replayed; refusals are counted and logged
     /// at WARN on the 1st, 2nd, 4th, 8th, … occurrence. Kept publications are never evicted:
-    /// the bus cannot know which of them still matter.
+    /// the bus cannot know which of them still matter; [`Bus::forget_retained`] drops those of
+    /// deleted rooms.
     pub fn with_max_retained(max_retained: usize) -> Self {
         Self { shared: Arc::new(Shared { state: Mutex::new(State::default()), max_retained }) }
     }
@@ -571,6 +572,18 @@ impl Bus for NodeHandle {
                 }
             }
             return Ok(());
+        }
+    }
+
+    /// Drops the retained publications of `topics` (every node's: they are shared).
+    fn forget_retained(&self, topics: &[TopicAddress]) {
+        let mut state = self.shared.lock();
+        for topic in topics {
+            let Some(c) = state.topics.get_mut(topic) else { continue };
+            let n = usize::from(c.retained_plain.take().is_some()) + c.retained_keys.len();
+            c.retained_keys.clear();
+            state.retained_len = state.retained_len.saturating_sub(n);
+            state.drop_if_unused(ChannelRef::Topic(topic));
         }
     }
 

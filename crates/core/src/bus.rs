@@ -124,6 +124,14 @@ pub trait Bus: Send + Sync + 'static {
         false
     }
 
+    /// Drops the retained publications kept for `topics`, whose room, app or project was
+    /// deleted, so they are neither held nor replayed (to a room made again with the same
+    /// name). The default keeps them: an external broker's retained store is bounded by its
+    /// own settings.
+    fn forget_retained(&self, topics: &[TopicAddress]) {
+        let _ = topics;
+    }
+
     /// Sends what is still buffered (waiting at most `grace`) and disconnects; called once when
     /// the node stops, after its connections drained, so an acknowledged publish is not lost to
     /// a graceful shutdown.

@@ -46,4 +46,6 @@ pub use store::{
     Claim, ClaimedRecord, ConnectionRecord, Consumer, ConsumerBacklog, Holder, MessageLog, NewMessage, Release,
     RestoreKey, RestoreRecord, RestoredTopic, Retention, SessionKey, Store, StoreError, StoredMessage,
 };
-pub use trigger_store::{DeadLetter, DeadLetterFilter, NewDeadLetter, OutboxLease, OutboxTrigger, TriggerStore};
+pub use trigger_store::{
+    DeadLetter, DeadLetterCap, DeadLetterFilter, NewDeadLetter, OutboxLease, OutboxTrigger, TriggerStore,
+};

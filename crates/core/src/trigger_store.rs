@@ -87,6 +87,24 @@ pub struct DeadLetter {
     pub failed_at_ms: u64,
 }
 
+/// How many dead letters a project keeps: after each write the project's oldest records are
+/// dropped until both caps hold (`webhook_dead_letters_per_project`,
+/// `webhook_dead_letter_bytes_per_project`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeadLetterCap {
+    /// Records per project.
+    pub count: u64,
+    /// Bytes of bodies per project (a record whose body alone is larger is dropped too).
+    pub bytes: u64,
+}
+
+impl DeadLetterCap {
+    /// A cap on the number of records only.
+    pub fn count(count: u64) -> Self {
+        Self { count, bytes: u64::MAX }
+    }
+}
+
 /// Which dead letters a list or purge applies to.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct DeadLetterFilter<'a> {
@@ -106,8 +124,9 @@ pub struct DeadLetterFilter<'a> {
 /// 3. `renew_outbox` extends the lease and counts an attempt only while `owner` holds the trigger.
 /// 4. A trigger leaves the outbox by `finish_outbox`, by `dead_letter` of its delivery id, or with
 ///    its message (retention).
-/// 5. `dead_letter` replaces a record of the same delivery id and then keeps at most `cap`
-///    records per project, dropping the oldest; it returns how many it dropped.
+/// 5. `dead_letter` replaces a record of the same delivery id and then keeps at most
+///    `cap.count` records and `cap.bytes` bytes of bodies per project, dropping the oldest; it
+///    returns how many it dropped.
 #[async_trait]
 pub trait TriggerStore: Send + Sync {
     /// Takes up to `limit` outbox triggers whose lease has ended at `now_ms`, oldest first, for
@@ -146,11 +165,12 @@ pub trait TriggerStore: Send + Sync {
 
     /// Records a final failure: replaces any record of its delivery id, removes the outbox
     /// trigger of that id if any (one transaction), then drops the project's oldest records
-    /// beyond `cap`; returns how many were dropped.
+    /// beyond `cap` (records, then body bytes counted from the newest); returns how many were
+    /// dropped.
     ///
     /// # Errors
     /// [`StoreError`] when the backend failed; then nothing changed.
-    async fn dead_letter(&self, letter: &NewDeadLetter<'_>, cap: u64) -> Result<u64, StoreError>;
+    async fn dead_letter(&self, letter: &NewDeadLetter<'_>, cap: DeadLetterCap) -> Result<u64, StoreError>;
 
     /// [`Self::dead_letter`] of several letters in one transaction (the overflow writer's
     /// batches: one commit for many); returns how many the caps dropped. This default writes
@@ -159,7 +179,7 @@ pub trait TriggerStore: Send + Sync {
     /// # Errors
     /// [`StoreError`] when the backend failed; then nothing changed (the default: the letters
     /// before the failing one stay written).
-    async fn dead_letters(&self, letters: &[NewDeadLetter<'_>], cap: u64) -> Result<u64, StoreError> {
+    async fn dead_letters(&self, letters: &[NewDeadLetter<'_>], cap: DeadLetterCap) -> Result<u64, StoreError> {
         let mut dropped = 0;
         for l in letters {
             dropped += self.dead_letter(l, cap).await?;

@@ -104,6 +104,9 @@ pub struct EdgeConfig {
     pub max_retained_bytes_per_topic: usize,
     /// Most bytes of retained messages this node keeps over all topics (same behaviour).
     pub max_retained_bytes: usize,
+    /// Most bytes of retained messages one project keeps on this node (its share of
+    /// `max_retained_bytes`; same behaviour).
+    pub max_retained_bytes_per_project: usize,
     /// Topic history (issue 19, docs/recovery.md): largest `size` a topic may use (larger
     /// configured sizes saturate).
     pub history_max_size: u32,
@@ -231,6 +234,7 @@ impl Default for EdgeConfig {
             max_presence_size: 64 * 1024,
             max_retained_bytes_per_topic: 4 * 1024 * 1024,
             max_retained_bytes: 256 * 1024 * 1024,
+            max_retained_bytes_per_project: 64 * 1024 * 1024,
             history_max_size: 10_000,
             history_max_topics: 10_000,
             history_max_topic_bytes: 16 * 1024 * 1024,

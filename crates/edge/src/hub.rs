@@ -442,6 +442,28 @@ impl Hub {
         self.retained.bytes()
     }
 
+    /// Bytes charged for `project`'s retained messages on this node.
+    pub fn retained_bytes_of(&self, project: &skua_core::ProjectId) -> usize {
+        self.retained.project_bytes(project)
+    }
+
+    /// Forgets the retained messages of rooms that `exists` says are gone (deleted, or their
+    /// app or project deleted): their bytes go back to the pools and the copies this node
+    /// keeps for replay are dropped. Returns how many topics were forgotten.
+    pub fn release_retained(&self, exists: impl Fn(&skua_core::RoomKey) -> bool) -> usize {
+        let gone = self.retained.release_gone(exists);
+        if !gone.is_empty() {
+            self.bus.forget_retained(&gone);
+            let topics = read(&self.topics);
+            for topic in &gone {
+                if let Some(entry) = topics.get(topic) {
+                    lock(&entry.retained).clear();
+                }
+            }
+        }
+        gone.len()
+    }
+
     /// The bus this hub uses.
     pub fn bus(&self) -> &Arc<dyn Bus> {
         &self.bus

@@ -89,6 +89,7 @@ impl EdgeNode {
             keys_per_topic: config.max_retained_per_topic,
             bytes_per_topic: config.max_retained_bytes_per_topic,
             bytes: config.max_retained_bytes,
+            bytes_per_project: config.max_retained_bytes_per_project,
         };
         let hub = Arc::new(Hub::new(backends.bus, metrics.clone(), limits));
         let auth_throttle = crate::auth::AuthThrottle::new(config.auth_backoff_after, config.auth_backoff_max);

@@ -211,13 +211,38 @@ pub fn render(st: &EdgeState) -> String {
         load(&m.logged_appends),
     );
     if let Some(t) = &st.triggers {
+        let (queue_bytes, overflow_bytes) = t.queued_bytes();
+        o.scalar(
+            "skua_trigger_queue_bytes",
+            "gauge",
+            "Bytes of trigger bodies queued or being delivered on this node (trigger_queue_bytes).",
+            queue_bytes as u64,
+        );
+        o.scalar(
+            "skua_trigger_overflow_bytes",
+            "gauge",
+            "Bytes of trigger bodies waiting to be written as dead letters (trigger_overflow_bytes).",
+            overflow_bytes as u64,
+        );
         let t = &t.metrics;
+        o.family(
+            "skua_trigger_budget_refusals_total",
+            "budget",
+            "Triggers a byte budget refused: queue (trigger_queue_bytes), project (trigger_queue_bytes_per_project), \
+             overflow (trigger_overflow_bytes).",
+            &[
+                ("queue", load(&t.over_queue_bytes)),
+                ("project", load(&t.over_project_bytes)),
+                ("overflow", load(&t.over_overflow_bytes)),
+            ],
+        );
         o.family(
             "skua_triggers_total",
             "outcome",
             "Trigger webhooks by outcome: queued, delivered, dead_lettered (failed for good), overflowed (queue full, \
              dead-lettered), deferred (queue full, left in the outbox), lost (dropped: overflow queue full, or its dead letter not written), taken_over (claimed from the outbox), \
-             no_target (outbox trigger whose webhook was removed).",
+             no_target (outbox trigger whose webhook was removed), too_large (body beyond trigger_max_body_bytes: \
+             dead-lettered with data omitted, not sent).",
             &[
                 ("queued", load(&t.queued)),
                 ("delivered", load(&t.delivered)),
@@ -227,6 +252,7 @@ pub fn render(st: &EdgeState) -> String {
                 ("lost", load(&t.lost)),
                 ("taken_over", load(&t.taken_over)),
                 ("no_target", load(&t.no_target)),
+                ("too_large", load(&t.too_large)),
             ],
         );
         o.scalar(
@@ -238,7 +264,8 @@ pub fn render(st: &EdgeState) -> String {
         o.scalar(
             "skua_webhook_dead_letters_dropped_total",
             "counter",
-            "Dead letters dropped because their project had webhook_dead_letters_per_project already.",
+            "Dead letters dropped because their project had webhook_dead_letters_per_project or \
+             webhook_dead_letter_bytes_per_project already.",
             load(&t.dead_letters_dropped),
         );
     }

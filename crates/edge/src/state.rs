@@ -163,6 +163,13 @@ impl EdgeState {
         let new = self.registry.load();
         self.connections.sweep(&new);
         self.connections.notify(old.delta(&new));
+        // Deleted rooms (apps, projects) give their retained bytes back (issue 33).
+        let released = self.hub.release_retained(|room| {
+            crate::triggers::payload::app_of(&new, room).is_some_and(|a| a.rooms.contains_key(room.slug()))
+        });
+        if released > 0 {
+            tracing::debug!(topics = released, "Released the retained messages of deleted rooms.");
+        }
     }
 }
 

@@ -83,6 +83,10 @@ impl Bus for TimedBus {
         self.inner.is_available()
     }
 
+    fn forget_retained(&self, topics: &[skua_core::TopicAddress]) {
+        self.inner.forget_retained(topics);
+    }
+
     fn set_sink(&self, sink: std::sync::Weak<dyn skua_core::DeliverySink>) -> bool {
         self.inner.set_sink(sink)
     }
@@ -303,11 +307,19 @@ impl TriggerStore for TimedStore {
         timed(&self.metrics, "store", "expire_outbox_leases", self.inner.expire_outbox_leases(keep)).await
     }
 
-    async fn dead_letter(&self, letter: &skua_core::NewDeadLetter<'_>, cap: u64) -> Result<u64, StoreError> {
+    async fn dead_letter(
+        &self,
+        letter: &skua_core::NewDeadLetter<'_>,
+        cap: skua_core::DeadLetterCap,
+    ) -> Result<u64, StoreError> {
         timed(&self.metrics, "store", "dead_letter", self.inner.dead_letter(letter, cap)).await
     }
 
-    async fn dead_letters(&self, letters: &[skua_core::NewDeadLetter<'_>], cap: u64) -> Result<u64, StoreError> {
+    async fn dead_letters(
+        &self,
+        letters: &[skua_core::NewDeadLetter<'_>],
+        cap: skua_core::DeadLetterCap,
+    ) -> Result<u64, StoreError> {
         timed(&self.metrics, "store", "dead_letters", self.inner.dead_letters(letters, cap)).await
     }
 

@@ -12,6 +12,14 @@
 //!   letters in batches (one store transaction per batch); one that does not fit that either is
 //!   dropped and counted (`lost`). Neither logs a line per trigger: a WARN at most every
 //!   [`LOG_EVERY`] with the count since the last one.
+//! - Both queues are bounded in entries and in bytes of bodies ([`budget`]): the delivery queue
+//!   by `queue_bytes` for the node and `queue_bytes_per_project` per project (a trigger holds
+//!   its bytes until it is delivered or dead-lettered), the overflow queue by `overflow_bytes`.
+//!   A trigger beyond a byte budget is treated as one beyond the entry count.
+//! - A body is built only up to `max_body_bytes` ([`payload::body_bounded`]: a small
+//!   MessagePack value can expand a lot as JSON). A trigger whose body would be longer is not
+//!   sent: it goes through the overflow queue to a dead letter whose body has its `data`
+//!   omitted ([`payload::omitted_body`]), counted as `too_large`; the publish still succeeds.
 //!
 //! Delivery: one task per node (the pump) takes triggers off the queue and drives their
 //! deliveries, at most `in_flight` at once (including those waiting between attempts). It
@@ -27,6 +35,7 @@
 //! How a trigger is posted (the webhook configuration, signing, the HTTP client) is the
 //! [`TriggerHooks`] the server gives: this module decides what, when and how often.
 
+pub mod budget;
 pub mod payload;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -150,6 +159,14 @@ pub struct TriggerMetrics {
     pub taken_over: AtomicU64,
     /// Outbox triggers whose topic no longer has a trigger webhook (removed, not sent).
     pub no_target: AtomicU64,
+    /// Triggers whose body would exceed `max_body_bytes` (dead-lettered with `data` omitted).
+    pub too_large: AtomicU64,
+    /// Triggers refused by the node's queue byte budget (`trigger_queue_bytes`).
+    pub over_queue_bytes: AtomicU64,
+    /// Triggers refused by their project's queue byte budget (`trigger_queue_bytes_per_project`).
+    pub over_project_bytes: AtomicU64,
+    /// Triggers refused by the overflow byte budget (`trigger_overflow_bytes`; then lost).
+    pub over_overflow_bytes: AtomicU64,
 }
 
 /// One trigger to deliver.
@@ -165,6 +182,11 @@ struct Job {
     logged: bool,
     /// Attempts made before (by an earlier owner).
     attempts: u32,
+    /// Its body would exceed `max_body_bytes`: `body` is [`payload::omitted_body`], and it goes
+    /// to a dead letter without being sent.
+    too_large: bool,
+    /// The bytes it holds of a queue's budget.
+    charge: Option<budget::Charge>,
 }
 
 /// A node's trigger sender: the publish observer, the delivery tasks and the outbox scan.
@@ -177,6 +199,14 @@ pub struct Triggers {
     queue: mpsc::Sender<Job>,
     overflow: mpsc::Sender<Job>,
     receivers: Mutex<Option<(mpsc::Receiver<Job>, mpsc::Receiver<Job>)>>,
+    /// Bytes of bodies queued or being delivered.
+    queue_bytes: Arc<budget::ByteBudget>,
+    /// Bytes of bodies waiting in the overflow queue.
+    overflow_bytes: Arc<budget::ByteBudget>,
+    /// The dead letter's error of a trigger whose body was too large.
+    too_large_error: String,
+    /// WARNs of triggers whose body was too large.
+    too_large_log: Throttle,
     /// WARNs of overflows kept as dead letters.
     overflow_log: Throttle,
     /// WARNs of dropped triggers (and of overflow batches the store refused).
@@ -218,10 +248,17 @@ impl Triggers {
             registry,
             store,
             hooks,
-            config,
             queue,
             overflow,
             receivers: Mutex::new(Some((rx, orx))),
+            queue_bytes: budget::ByteBudget::new(config.queue_bytes, config.queue_bytes_per_project),
+            overflow_bytes: budget::ByteBudget::new(config.overflow_bytes, config.overflow_bytes),
+            too_large_error: format!(
+                "the trigger body would exceed trigger_max_body_bytes ({} bytes); not sent, data omitted",
+                config.max_body_bytes
+            ),
+            too_large_log: Throttle::default(),
+            config,
             overflow_log: Throttle::default(),
             lost_log: Throttle::default(),
             metrics: TriggerMetrics::default(),
@@ -238,6 +275,16 @@ impl Triggers {
     pub fn queued(&self) -> (usize, usize) {
         let waiting = |q: &mpsc::Sender<Job>| q.max_capacity().saturating_sub(q.capacity());
         (waiting(&self.queue), waiting(&self.overflow))
+    }
+
+    /// Bytes of bodies held now: queued or being delivered, and in the overflow queue.
+    pub fn queued_bytes(&self) -> (usize, usize) {
+        (self.queue_bytes.used(), self.overflow_bytes.used())
+    }
+
+    /// Bytes of bodies `project`'s triggers hold in the delivery queue (or in delivery) now.
+    pub fn queued_bytes_of(&self, project: &ProjectId) -> usize {
+        self.queue_bytes.used_by(project)
     }
 
     /// The outbox lease a logged message of `topic` is appended with, or `None` when the topic
@@ -362,7 +409,7 @@ impl Triggers {
             attempts,
             failed_at_ms: now_unix_ms(),
         };
-        match self.store.dead_letter(&letter, self.config.dead_letters_per_project).await {
+        match self.store.dead_letter(&letter, self.config.dead_letter_cap()).await {
             Ok(dropped) => {
                 self.metrics.dead_lettered.fetch_add(1, Ordering::Relaxed);
                 self.metrics.dead_letters_dropped.fetch_add(dropped, Ordering::Relaxed);
@@ -377,9 +424,11 @@ impl Triggers {
     }
 
     /// Writes the overflow queue's triggers as dead letters, up to [`OVERFLOW_BATCH`] per store
-    /// transaction (whatever is waiting when the previous batch is done).
+    /// transaction (whatever is waiting when the previous batch is done). Writing one also
+    /// takes it out of the outbox (a logged trigger whose body was too large).
     async fn write_overflows(self: Arc<Self>, mut rx: mpsc::Receiver<Job>, stop: CancellationToken) {
         const ERROR: &str = "the node's trigger queue was full";
+        let this: &Self = &self;
         let mut jobs = Vec::with_capacity(OVERFLOW_BATCH);
         loop {
             jobs.clear();
@@ -402,17 +451,20 @@ impl Triggers {
                     topic,
                     target: &job.url,
                     body: &job.body,
-                    last_error: ERROR,
+                    last_error: if job.too_large { &this.too_large_error } else { ERROR },
                     attempts: 0,
                     failed_at_ms,
                 })
                 .collect();
             let count = n as u64;
-            match self.store.dead_letters(&letters, self.config.dead_letters_per_project).await {
+            let full = jobs.iter().filter(|j| !j.too_large).count() as u64;
+            match self.store.dead_letters(&letters, self.config.dead_letter_cap()).await {
                 Ok(dropped) => {
                     self.metrics.dead_lettered.fetch_add(count, Ordering::Relaxed);
                     self.metrics.dead_letters_dropped.fetch_add(dropped, Ordering::Relaxed);
-                    if let Some(since) = self.overflow_log.note(count) {
+                    if full > 0
+                        && let Some(since) = self.overflow_log.note(full)
+                    {
                         tracing::warn!(
                             triggers = since,
                             "Trigger queue full: triggers of non-logged topics kept as dead letters (count since the last such line)."
@@ -420,7 +472,9 @@ impl Triggers {
                     }
                 }
                 Err(e) => {
-                    self.metrics.lost.fetch_add(count, Ordering::Relaxed);
+                    // A logged one stays in the outbox and is tried again after its lease.
+                    let lost = jobs.iter().filter(|j| !j.logged).count() as u64;
+                    self.metrics.lost.fetch_add(lost, Ordering::Relaxed);
                     if let Some(since) = self.lost_log.note(count) {
                         tracing::error!(error = %e, triggers = since, "Writing overflowed triggers as dead letters failed; they were dropped (count since the last such line).");
                     }
@@ -429,30 +483,76 @@ impl Triggers {
         }
     }
 
-    /// Queues `job`; a full queue defers a logged trigger to the outbox scan and turns any
-    /// other into a dead letter.
-    fn enqueue(&self, job: Job) {
-        match self.queue.try_send(job) {
-            Ok(()) => {
-                self.metrics.queued.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(mpsc::error::TrySendError::Full(job)) if job.logged => {
-                self.metrics.deferred.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(mpsc::error::TrySendError::Full(job)) => {
-                self.metrics.overflowed.fetch_add(1, Ordering::Relaxed);
-                if self.overflow.try_send(job).is_err() {
-                    self.metrics.lost.fetch_add(1, Ordering::Relaxed);
-                    if let Some(since) = self.lost_log.note(1) {
-                        tracing::warn!(
-                            triggers = since,
-                            "Trigger queue and overflow queue full: triggers dropped (count since the last such line; skua_triggers_total{{outcome=\"lost\"}})."
-                        );
+    /// Queues `job`; a full queue (in entries, or in bytes for the node or for its project)
+    /// defers a logged trigger to the outbox scan and turns any other into a dead letter.
+    fn enqueue(&self, mut job: Job) {
+        match self.queue_bytes.charge(&job.topic.room.project, job.body.len()) {
+            Ok(charge) => {
+                job.charge = Some(charge);
+                match self.queue.try_send(job) {
+                    Ok(()) => {
+                        self.metrics.queued.fetch_add(1, Ordering::Relaxed);
+                        return;
                     }
+                    Err(mpsc::error::TrySendError::Full(back)) => job = back,
+                    Err(mpsc::error::TrySendError::Closed(_)) => return,
+                }
+                job.charge = None;
+            }
+            Err(budget::Over::Node) => {
+                self.metrics.over_queue_bytes.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(budget::Over::Project) => {
+                self.metrics.over_project_bytes.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if job.logged {
+            self.metrics.deferred.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        self.metrics.overflowed.fetch_add(1, Ordering::Relaxed);
+        self.to_overflow(job);
+    }
+
+    /// Puts `job` on the overflow queue (to become a dead letter), or drops it (counted as
+    /// `lost` unless the outbox still has it) when that is full in entries or in bytes.
+    fn to_overflow(&self, mut job: Job) {
+        match self.overflow_bytes.charge(&job.topic.room.project, job.body.len()) {
+            Ok(charge) => {
+                job.charge = Some(charge);
+                match self.overflow.try_send(job) {
+                    Ok(()) => return,
+                    Err(mpsc::error::TrySendError::Full(back) | mpsc::error::TrySendError::Closed(back)) => job = back,
                 }
             }
-            Err(mpsc::error::TrySendError::Closed(_)) => {}
+            Err(_) => {
+                self.metrics.over_overflow_bytes.fetch_add(1, Ordering::Relaxed);
+            }
         }
+        if job.logged {
+            return;
+        }
+        self.metrics.lost.fetch_add(1, Ordering::Relaxed);
+        if let Some(since) = self.lost_log.note(1) {
+            tracing::warn!(
+                triggers = since,
+                "Trigger queue and overflow queue full: triggers dropped (count since the last such line; skua_triggers_total{{outcome=\"lost\"}})."
+            );
+        }
+    }
+
+    /// A trigger whose body would exceed `max_body_bytes`: counted, logged (throttled) and
+    /// sent to the overflow queue to become a dead letter with `data` omitted.
+    fn too_large(&self, job: Job) {
+        self.metrics.too_large.fetch_add(1, Ordering::Relaxed);
+        if let Some(since) = self.too_large_log.note(1) {
+            tracing::warn!(
+                triggers = since,
+                max_body_bytes = self.config.max_body_bytes,
+                "Trigger bodies longer than trigger_max_body_bytes: not sent, kept as dead letters with data omitted (count since the last such line)."
+            );
+        }
+        self.to_overflow(job);
     }
 
     /// Every `scan_interval`: claims outbox triggers whose lease ran out, as many as the queue
@@ -502,6 +602,10 @@ impl Triggers {
                 }
                 continue;
             };
+            if job.too_large {
+                self.too_large(job);
+                continue;
+            }
             self.enqueue(job);
             queued += 1;
         }
@@ -520,7 +624,7 @@ impl Triggers {
             msg_id: Some(&t.msg_id),
             data: &t.data,
         };
-        let body = Bytes::from(payload::body(registry, &facts));
+        let (body, too_large) = self.body(registry, &facts);
         Some(Job {
             delivery_id: t.msg_id.clone(),
             topic,
@@ -529,7 +633,18 @@ impl Triggers {
             body,
             logged: true,
             attempts: t.attempts,
+            too_large,
+            charge: None,
         })
+    }
+
+    /// The body of `facts`, or when it would exceed `max_body_bytes` its body with `data`
+    /// omitted and `true`.
+    fn body(&self, registry: &Registry, facts: &payload::TriggerFacts<'_>) -> (Bytes, bool) {
+        match payload::body_bounded(registry, facts, self.config.max_body_bytes) {
+            Ok(body) => (Bytes::from(body), false),
+            Err(payload::TooLarge) => (Bytes::from(payload::omitted_body(registry, facts)), true),
+        }
     }
 
     /// Retries the dead letters `filter` selects (at most `limit`), one attempt each (16 at
@@ -584,7 +699,7 @@ impl Triggers {
                     attempts: d.attempts.saturating_add(1),
                     failed_at_ms: now_unix_ms(),
                 };
-                let dropped = self.store.dead_letter(&again, self.config.dead_letters_per_project).await?;
+                let dropped = self.store.dead_letter(&again, self.config.dead_letter_cap()).await?;
                 self.metrics.dead_letters_dropped.fetch_add(dropped, Ordering::Relaxed);
             }
         }
@@ -615,11 +730,25 @@ impl Triggers {
             msg_id: p.msg_id.as_deref(),
             data: &p.data,
         };
-        let body = Bytes::from(payload::body(registry, &facts));
+        let (body, too_large) = self.body(registry, &facts);
         let logged = p.msg_id.is_some();
         let (url, timeout) = (target.url, target.timeout);
-        let job = Job { delivery_id, topic: p.topic.clone(), url, timeout, body, logged, attempts: 0 };
-        self.enqueue(job);
+        let job = Job {
+            delivery_id,
+            topic: p.topic.clone(),
+            url,
+            timeout,
+            body,
+            logged,
+            attempts: 0,
+            too_large,
+            charge: None,
+        };
+        if too_large {
+            self.too_large(job);
+        } else {
+            self.enqueue(job);
+        }
     }
 }
 

@@ -175,6 +175,9 @@ pub struct Settings {
     /// Most bytes of retained messages kept by this node [default 268435456].
     #[arg(long, env = "SKUA_MAX_RETAINED_BYTES")]
     pub max_retained_bytes: Option<usize>,
+    /// Most bytes of retained messages one project may keep on this node [default 67108864].
+    #[arg(long, env = "SKUA_MAX_RETAINED_BYTES_PER_PROJECT")]
+    pub max_retained_bytes_per_project: Option<usize>,
     /// Topic history: largest `size` a topic may use; larger saturate [default 10000].
     #[arg(long, env = "SKUA_HISTORY_MAX_SIZE")]
     pub history_max_size: Option<u32>,
@@ -228,6 +231,21 @@ pub struct Settings {
     /// Non-logged triggers waiting to become dead letters after the trigger queue was full; beyond it they are dropped (counted) [default 1024].
     #[arg(long, env = "SKUA_TRIGGER_OVERFLOW_QUEUE")]
     pub trigger_overflow_queue: Option<usize>,
+    /// Longest trigger body (JSON); a longer one is not sent but dead-lettered with its data omitted [default 2097152].
+    #[arg(long, env = "SKUA_TRIGGER_MAX_BODY_BYTES")]
+    pub trigger_max_body_bytes: Option<usize>,
+    /// Bytes of trigger bodies queued or being delivered on a node [default 67108864].
+    #[arg(long, env = "SKUA_TRIGGER_QUEUE_BYTES")]
+    pub trigger_queue_bytes: Option<usize>,
+    /// Bytes of trigger bodies one project may have queued or being delivered on a node [default 16777216].
+    #[arg(long, env = "SKUA_TRIGGER_QUEUE_BYTES_PER_PROJECT")]
+    pub trigger_queue_bytes_per_project: Option<usize>,
+    /// Bytes of trigger bodies waiting to be written as dead letters; beyond it they are dropped (counted) [default 16777216].
+    #[arg(long, env = "SKUA_TRIGGER_OVERFLOW_BYTES")]
+    pub trigger_overflow_bytes: Option<usize>,
+    /// Bytes of webhook dead-letter bodies kept per project; the oldest are dropped beyond it [default 67108864].
+    #[arg(long, env = "SKUA_WEBHOOK_DEAD_LETTER_BYTES_PER_PROJECT")]
+    pub webhook_dead_letter_bytes_per_project: Option<u64>,
     /// Close a socket that has not sent a complete HTTP request head (or TLS handshake, PROXY header) in this time [default 10s].
     #[arg(long, env = "SKUA_HTTP_HEADER_TIMEOUT")]
     pub http_header_timeout: Option<String>,
@@ -438,14 +456,16 @@ impl Settings {
             node_refresh, bus_publish_buffer, log_max_age, log_max_per_topic, log_prune_interval, replay_page_size,
             durable_queue, durable_sweep_interval, grpc_listen, admin_key, revalidate_interval, registry_poll_interval, max_apps_per_project,
             max_rooms_per_app, max_actors_per_project, max_grants_per_room, max_lobbies_per_project, max_page_size, otlp_endpoint,
-            max_presence_size, max_retained_bytes_per_topic, max_retained_bytes, max_auth_failures, auth_timeout,
+            max_presence_size, max_retained_bytes_per_topic, max_retained_bytes, max_retained_bytes_per_project, max_auth_failures, auth_timeout,
             auth_backoff_after, auth_backoff_max, jwt_audiences,
             http_header_timeout, max_connections_per_ip, max_new_connections_per_ip_per_second, trusted_proxies,
             proxy_protocol, allowed_origins, metrics_listen, metrics_token);
         layer!(self, over; tls_cert, tls_key, grpc_tls_cert, grpc_tls_key, tls_reload_interval, grpc_reflection_public,
             admin_key_max_failures, admin_key_failure_window, admin_key_backoff_max, bus_tls_ca, bus_tls_cert,
             bus_tls_key, presence_tls_ca, presence_tls_cert, presence_tls_key);
-        layer!(self, over; trigger_lease, trigger_batch_window, trigger_scan_interval, webhook_dead_letters_per_project, trigger_overflow_queue);
+        layer!(self, over; trigger_lease, trigger_batch_window, trigger_scan_interval, webhook_dead_letters_per_project, trigger_overflow_queue,
+            trigger_max_body_bytes, trigger_queue_bytes, trigger_queue_bytes_per_project, trigger_overflow_bytes,
+            webhook_dead_letter_bytes_per_project);
         layer!(self, over; webhook_allow_link_local, webhook_allowed_hosts, webhook_queue, webhook_max_pending,
             webhook_concurrency_per_target, webhook_max_response_bytes, webhook_connect_timeout,
             webhook_trigger_attempts, webhook_trigger_first_retry, webhook_recent_deliveries);
@@ -880,6 +900,11 @@ mod tests {
             ("idempotency_max_key_length = 2000", "idempotency_max_key_length"),
             ("idempotency_max_keys = 0", "idempotency_max_keys"),
             ("trigger_batch_window = \"2s\"", "trigger_batch_window"),
+            ("trigger_max_body_bytes = 16777217", "trigger_max_body_bytes"),
+            ("trigger_queue_bytes_per_project = 1024", "trigger_max_body_bytes"),
+            ("trigger_queue_bytes = 0", "trigger_queue_bytes"),
+            ("webhook_dead_letter_bytes_per_project = 0", "webhook_dead_letter_bytes_per_project"),
+            ("max_retained_bytes_per_project = 0", "max_retained_bytes_per_project"),
             ("trigger_batch_window = \"soon\"", "trigger_batch_window"),
         ] {
             let s = Settings::from_toml(line).unwrap();

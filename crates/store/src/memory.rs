@@ -512,11 +512,15 @@ impl TriggerStore for MemoryStore {
         Ok(self.lock().log.expire_outbox_leases(keep))
     }
 
-    async fn dead_letter(&self, letter: &NewDeadLetter<'_>, cap: u64) -> Result<u64, StoreError> {
+    async fn dead_letter(&self, letter: &NewDeadLetter<'_>, cap: skua_core::DeadLetterCap) -> Result<u64, StoreError> {
         Ok(self.lock().log.dead_letter(letter, cap))
     }
 
-    async fn dead_letters(&self, letters: &[NewDeadLetter<'_>], cap: u64) -> Result<u64, StoreError> {
+    async fn dead_letters(
+        &self,
+        letters: &[NewDeadLetter<'_>],
+        cap: skua_core::DeadLetterCap,
+    ) -> Result<u64, StoreError> {
         let mut store = self.lock();
         Ok(letters.iter().map(|l| store.log.dead_letter(l, cap)).sum())
     }

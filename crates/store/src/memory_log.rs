@@ -157,7 +157,7 @@ impl MemoryLog {
         n
     }
 
-    pub(crate) fn dead_letter(&mut self, l: &NewDeadLetter<'_>, cap: u64) -> u64 {
+    pub(crate) fn dead_letter(&mut self, l: &NewDeadLetter<'_>, cap: skua_core::DeadLetterCap) -> u64 {
         let existing = self.dead.iter().find(|(_, d)| d.delivery_id == l.delivery_id).map(|(id, _)| *id);
         let id = existing.unwrap_or_else(|| {
             self.next_dead += 1;
@@ -179,12 +179,25 @@ impl MemoryLog {
             },
         );
         self.finish_outbox(l.delivery_id);
-        let ids: Vec<u64> = self.dead.iter().filter(|(_, d)| d.project == l.project).map(|(id, _)| *id).collect();
-        let over = ids.len().saturating_sub(usize::try_from(cap).unwrap_or(usize::MAX));
-        for id in &ids[..over] {
-            self.dead.remove(id);
+        // Newest first: keep while both caps hold, drop the rest (as the SQL stores do).
+        let mine: Vec<(u64, u64)> = self
+            .dead
+            .iter()
+            .rev()
+            .filter(|(_, d)| d.project == l.project)
+            .map(|(id, d)| (*id, d.body.len() as u64))
+            .collect();
+        let (mut kept, mut bytes, mut dropped) = (0u64, 0u64, 0u64);
+        for (id, len) in mine {
+            bytes = bytes.saturating_add(len);
+            if kept < cap.count && bytes <= cap.bytes {
+                kept += 1;
+            } else {
+                self.dead.remove(&id);
+                dropped += 1;
+            }
         }
-        over as u64
+        dropped
     }
 
     pub(crate) fn list_dead_letters(&self, f: DeadLetterFilter<'_>, after: u64, limit: u32) -> Vec<DeadLetter> {

@@ -26,6 +26,11 @@ pub(crate) const UPSERT_DEAD_LETTER: &str = "INSERT INTO webhook_dead_letters \
 /// A project's dead letters beyond the newest `$2`.
 pub(crate) const CAP_DEAD_LETTERS: &str = "DELETE FROM webhook_dead_letters WHERE project = $1 AND id <= ( \
      SELECT id FROM webhook_dead_letters WHERE project = $1 ORDER BY id DESC LIMIT 1 OFFSET $2)";
+/// A project's dead letters from the newest whose bodies, summed from the newest, pass `$2`
+/// bytes (records only: the newest are kept).
+pub(crate) const CAP_DEAD_LETTER_BYTES: &str = "DELETE FROM webhook_dead_letters WHERE id IN ( \
+     SELECT id FROM (SELECT id, SUM(LENGTH(body)) OVER (ORDER BY id DESC) AS total \
+     FROM webhook_dead_letters WHERE project = $1) AS running WHERE total > $2)";
 const DEAD_LETTER_COLUMNS: &str =
     "id, delivery_id, project, kind, topic, target, body, last_error, attempts, failed_at";
 pub(crate) const LIST_DEAD_LETTERS: &str = "SELECT id, delivery_id, project, kind, topic, target, body, last_error, \
@@ -184,7 +189,7 @@ macro_rules! sql_trigger_store {
             async fn dead_letter(
                 &self,
                 letter: &skua_core::NewDeadLetter<'_>,
-                cap: u64,
+                cap: skua_core::DeadLetterCap,
             ) -> Result<u64, skua_core::StoreError> {
                 // A batch of one: the same transaction (upsert, outbox row finished, cap).
                 self.dead_letters(std::slice::from_ref(letter), cap).await
@@ -193,7 +198,7 @@ macro_rules! sql_trigger_store {
             async fn dead_letters(
                 &self,
                 letters: &[skua_core::NewDeadLetter<'_>],
-                cap: u64,
+                cap: skua_core::DeadLetterCap,
             ) -> Result<u64, skua_core::StoreError> {
                 use crate::error::sql;
                 use crate::sql::unix_to_sql;
@@ -231,11 +236,20 @@ macro_rules! sql_trigger_store {
                 for project in projects {
                     dropped += sqlx::query(CAP_DEAD_LETTERS)
                         .bind(project)
-                        .bind(unix_to_sql(cap))
+                        .bind(unix_to_sql(cap.count))
                         .execute(&mut *tx)
                         .await
                         .map_err(sql($backend, "dead_letters"))?
                         .rows_affected();
+                    if cap.bytes < u64::MAX {
+                        dropped += sqlx::query(CAP_DEAD_LETTER_BYTES)
+                            .bind(project)
+                            .bind(unix_to_sql(cap.bytes))
+                            .execute(&mut *tx)
+                            .await
+                            .map_err(sql($backend, "dead_letters"))?
+                            .rows_affected();
+                    }
                 }
                 tx.commit().await.map_err(sql($backend, "dead_letters"))?;
                 Ok(dropped)

@@ -24,9 +24,27 @@ pub struct TriggerConfig {
     /// Non-logged triggers waiting to be written as dead letters after the queue was full;
     /// beyond it they are dropped (counted as `lost`).
     pub overflow_queue: usize,
+    /// Longest trigger body (JSON) built; a longer one is not sent but kept as a dead letter
+    /// with its `data` omitted (`trigger_max_body_bytes`).
+    pub max_body_bytes: usize,
+    /// Bytes of trigger bodies queued or being delivered on the node (`trigger_queue_bytes`).
+    pub queue_bytes: usize,
+    /// The part of `queue_bytes` one project may take (`trigger_queue_bytes_per_project`).
+    pub queue_bytes_per_project: usize,
+    /// Bytes of bodies waiting to be written as dead letters (`trigger_overflow_bytes`).
+    pub overflow_bytes: usize,
+    /// Bytes of dead-letter bodies kept per project (`webhook_dead_letter_bytes_per_project`).
+    pub dead_letter_bytes_per_project: u64,
     /// At start, end every other node run's outbox leases: a single node on a durable store
     /// (nobody else would send what an earlier run left).
     pub take_over_at_start: bool,
+}
+
+impl TriggerConfig {
+    /// The per-project dead-letter caps.
+    pub fn dead_letter_cap(&self) -> skua_core::DeadLetterCap {
+        skua_core::DeadLetterCap { count: self.dead_letters_per_project, bytes: self.dead_letter_bytes_per_project }
+    }
 }
 
 impl Default for TriggerConfig {
@@ -41,6 +59,11 @@ impl Default for TriggerConfig {
             scan_interval: Duration::from_secs(5),
             dead_letters_per_project: 10_000,
             overflow_queue: 1024,
+            max_body_bytes: 2 * 1024 * 1024,
+            queue_bytes: 64 * 1024 * 1024,
+            queue_bytes_per_project: 16 * 1024 * 1024,
+            overflow_bytes: 16 * 1024 * 1024,
+            dead_letter_bytes_per_project: 64 * 1024 * 1024,
             take_over_at_start: false,
         }
     }

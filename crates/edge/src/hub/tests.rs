@@ -28,7 +28,12 @@ fn delivery(envelope: Envelope) -> BusDelivery {
 #[test]
 fn control_messages_go_to_the_control_queue_and_never_to_a_connection() {
     let metrics = Arc::new(Metrics::default());
-    let limits = crate::retained::RetainedLimits { keys_per_topic: 8, bytes_per_topic: 1 << 20, bytes: 1 << 20 };
+    let limits = crate::retained::RetainedLimits {
+        keys_per_topic: 8,
+        bytes_per_topic: 1 << 20,
+        bytes: 1 << 20,
+        bytes_per_project: 1 << 20,
+    };
     let hub = Hub::new(Arc::new(NullBus), metrics.clone(), limits);
     let (tx, mut rx) = mpsc::channel(4);
     hub.set_control(tx);
@@ -113,7 +118,12 @@ fn seq_delivery(topic: &TopicAddress, i: u64) -> BusDelivery {
 async fn a_topic_keeps_its_order_while_it_crosses_the_split_size_with_deliveries_queued() {
     const N: u64 = 2_000;
     let metrics = Arc::new(Metrics::default());
-    let limits = crate::retained::RetainedLimits { keys_per_topic: 8, bytes_per_topic: 1 << 20, bytes: 1 << 20 };
+    let limits = crate::retained::RetainedLimits {
+        keys_per_topic: 8,
+        bytes_per_topic: 1 << 20,
+        bytes: 1 << 20,
+        bytes_per_project: 1 << 20,
+    };
     let hub = Arc::new(Hub::new(Arc::new(NullBus), metrics.clone(), limits));
     let topic = TopicAddress {
         room: RoomKey {

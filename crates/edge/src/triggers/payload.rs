@@ -42,13 +42,51 @@ pub struct TriggerFacts<'a> {
 /// them, so the bytes are those of the `serde_json` map this replaced), `data` straight from the
 /// MessagePack ([`write_data`]): no value tree, no intermediate strings.
 pub fn body(registry: &Registry, f: &TriggerFacts<'_>) -> Vec<u8> {
+    body_with(registry, f, usize::MAX, |out| write_data_bounded(out, f.data, usize::MAX)).unwrap_or_default()
+}
+
+/// The body of a trigger whose JSON would exceed `max` bytes (`trigger_max_body_bytes`):
+/// [`body`] with every field but `data`, which is replaced by
+/// `{"$omitted":"trigger_max_body_bytes","size":<its MessagePack length>}`.
+pub fn omitted_body(registry: &Registry, f: &TriggerFacts<'_>) -> Vec<u8> {
+    body_with(registry, f, usize::MAX, |out| {
+        out.extend_from_slice(b"{\"$omitted\":\"trigger_max_body_bytes\",\"size\":");
+        json_value(out, &f.data.len());
+        out.push(b'}');
+        Ok(())
+    })
+    .unwrap_or_default()
+}
+
+/// The JSON of a trigger would exceed its bound (`trigger_max_body_bytes`); conversion stopped
+/// as soon as it was known, without writing the rest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooLarge;
+
+/// [`body`], unless it would be longer than `max` bytes: the MessagePack `data` is converted
+/// only until the output passes `max` (a small MessagePack value can expand a lot: an array of
+/// `nil`s five times), so a too large body is never held whole.
+///
+/// # Errors
+/// [`TooLarge`] when the body would exceed `max`.
+pub fn body_bounded(registry: &Registry, f: &TriggerFacts<'_>, max: usize) -> Result<Vec<u8>, TooLarge> {
+    body_with(registry, f, max, |out| write_data_bounded(out, f.data, max))
+}
+
+/// The body with `data` written by `data`, at most `max` bytes.
+fn body_with(
+    registry: &Registry,
+    f: &TriggerFacts<'_>,
+    max: usize,
+    data: impl FnOnce(&mut Vec<u8>) -> Result<(), TooLarge>,
+) -> Result<Vec<u8>, TooLarge> {
     let room = &f.topic.room;
     let slug = room.slug();
     let app_rec = app_of(registry, room);
     let app = app_rec.map_or_else(|| room.app.as_str(), |a| a.slug.as_str());
     let room_name = app_rec.and_then(|a| a.rooms.get(slug)).map_or(slug, |r| &*r.name);
     let actor_type = registry.actor(f.publisher).map_or("server", |a| a.actor_type.as_str());
-    let mut out = Vec::with_capacity(320 + f.data.len() * 2);
+    let mut out = Vec::with_capacity((320 + f.data.len().saturating_mul(2)).min(max.saturating_add(1)));
     out.extend_from_slice(b"{\"actorId\":");
     json_str(&mut out, f.publisher);
     out.extend_from_slice(b",\"actorType\":");
@@ -56,7 +94,7 @@ pub fn body(registry: &Registry, f: &TriggerFacts<'_>) -> Vec<u8> {
     out.extend_from_slice(b",\"app\":");
     json_str(&mut out, app);
     out.extend_from_slice(b",\"data\":");
-    write_data(&mut out, f.data);
+    data(&mut out)?;
     out.extend_from_slice(b",\"deliveryId\":");
     json_str(&mut out, f.delivery_id);
     if let Some(filter) = f.filter {
@@ -90,7 +128,10 @@ pub fn body(registry: &Registry, f: &TriggerFacts<'_>) -> Vec<u8> {
     out.extend_from_slice(b"\",\"topicName\":");
     json_str(&mut out, &f.topic.topic);
     out.push(b'}');
-    out
+    if out.len() > max {
+        return Err(TooLarge);
+    }
+    Ok(out)
 }
 
 /// The registered app of `room`, if it is still there.
@@ -156,28 +197,85 @@ fn json_value<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
 /// one whole MessagePack value, or nested past the decoder's cap, go as `{"$base64": …}` of
 /// the whole.
 pub fn write_data(out: &mut Vec<u8>, data: &[u8]) {
+    let _ = write_data_bounded(out, data, usize::MAX);
+}
+
+/// [`write_data`], stopping as soon as `out` would grow past `max` bytes (then what was
+/// written of `data` is truncated away).
+///
+/// # Errors
+/// [`TooLarge`] when `out` would be longer than `max`.
+pub fn write_data_bounded(out: &mut Vec<u8>, data: &[u8], max: usize) -> Result<(), TooLarge> {
+    let start = out.len();
     let mut check = skua_protocol::msgpack::Reader::new(data);
     if check.skip_value().is_err() || !check.is_empty() {
-        base64_into(out, data);
-        return;
+        return base64_bounded(out, data, max);
     }
-    let start = out.len();
     let mut pos = 0;
-    match write_value(out, data, &mut pos, MAX_DEPTH) {
-        Ok(()) if pos == data.len() => {}
+    let mut w = Writer { out: &mut *out, max };
+    match w.value(data, &mut pos, MAX_DEPTH) {
+        Ok(()) if pos == data.len() => Ok(()),
+        Err(Bad::TooLarge) => {
+            out.truncate(start);
+            Err(TooLarge)
+        }
         _ => {
             out.truncate(start);
-            base64_into(out, data);
+            base64_bounded(out, data, max)
         }
     }
 }
 
-/// Why a value could not be written (the caller falls back to base64).
-struct Bad;
+/// `{"$base64": …}` of `data`, unless `out` would then be longer than `max`.
+fn base64_bounded(out: &mut Vec<u8>, data: &[u8], max: usize) -> Result<(), TooLarge> {
+    let b64 = base64::encoded_len(data.len(), true).unwrap_or(usize::MAX);
+    if out.len().saturating_add(b64).saturating_add(16) > max {
+        return Err(TooLarge);
+    }
+    base64_into(out, data);
+    Ok(())
+}
+
+/// Why a value could not be written.
+enum Bad {
+    /// Not what the decoder takes (the caller falls back to base64).
+    Invalid,
+    /// The output would pass its bound.
+    TooLarge,
+}
+
+/// The output and its bound.
+struct Writer<'o> {
+    out: &'o mut Vec<u8>,
+    max: usize,
+}
+
+impl Writer<'_> {
+    /// Fails when `more` bytes would take the output past its bound.
+    fn room(&self, more: usize) -> Result<(), Bad> {
+        if self.out.len().saturating_add(more) > self.max { Err(Bad::TooLarge) } else { Ok(()) }
+    }
+
+    fn value(&mut self, data: &[u8], pos: &mut usize, budget: usize) -> Result<(), Bad> {
+        self.room(0)?;
+        write_value(self, data, pos, budget)
+    }
+}
+
+/// The length of `s` as the contents of a JSON string.
+fn escaped_len(s: &str) -> usize {
+    s.bytes()
+        .map(|b| match b {
+            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
+            0x00..=0x1f => 6,
+            _ => 1,
+        })
+        .sum()
+}
 
 fn take<'a>(data: &'a [u8], pos: &mut usize, n: usize) -> Result<&'a [u8], Bad> {
-    let end = pos.checked_add(n).ok_or(Bad)?;
-    let s = data.get(*pos..end).ok_or(Bad)?;
+    let end = pos.checked_add(n).ok_or(Bad::Invalid)?;
+    let s = data.get(*pos..end).ok_or(Bad::Invalid)?;
     *pos = end;
     Ok(s)
 }
@@ -187,7 +285,7 @@ fn be(data: &[u8], pos: &mut usize, n: usize) -> Result<u64, Bad> {
 }
 
 fn len(data: &[u8], pos: &mut usize, n: usize) -> Result<usize, Bad> {
-    usize::try_from(be(data, pos, n)?).map_err(|_| Bad)
+    usize::try_from(be(data, pos, n)?).map_err(|_| Bad::Invalid)
 }
 
 /// The length of the `str` whose marker `m` was just read.
@@ -203,10 +301,12 @@ fn str_len(m: u8, data: &[u8], pos: &mut usize) -> Result<usize, Bad> {
 /// Writes the value at `pos` (advancing past it) within the depth `budget` of the decoder
 /// [`data_json`] uses (`rmpv` with [`MAX_DEPTH`]): every value takes 1, a container 1 more
 /// for its elements, a `str` or an extension 2 more and a `bin` 1 more; a value the budget
-/// does not cover fails (and the whole goes as base64, as there).
-fn write_value(out: &mut Vec<u8>, data: &[u8], pos: &mut usize, budget: usize) -> Result<(), Bad> {
-    let budget = budget.checked_sub(1).ok_or(Bad)?;
+/// does not cover fails (and the whole goes as base64, as there). A `str`, `bin` or extension
+/// that would take the output past its bound fails before it is written.
+fn write_value(w: &mut Writer<'_>, data: &[u8], pos: &mut usize, budget: usize) -> Result<(), Bad> {
+    let budget = budget.checked_sub(1).ok_or(Bad::Invalid)?;
     let m = take(data, pos, 1)?[0];
+    let out = &mut *w.out;
     match m {
         0x00..=0x7f => json_value(out, &u64::from(m)),
         // Negative fixint.
@@ -228,19 +328,27 @@ fn write_value(out: &mut Vec<u8>, data: &[u8], pos: &mut usize, budget: usize) -
         0xa0..=0xbf | 0xd9..=0xdb => {
             let n = str_len(m, data, pos)?;
             if budget < 2 {
-                return Err(Bad);
+                return Err(Bad::Invalid);
             }
             match std::str::from_utf8(take(data, pos, n)?) {
-                Ok(s) => json_str(out, s),
+                Ok(s) => {
+                    // Escapes at most sextuple a string: count them only when that could matter.
+                    if w.room(n.saturating_mul(6).saturating_add(2)).is_err() {
+                        w.room(escaped_len(s).saturating_add(2))?;
+                    }
+                    json_str(w.out, s);
+                }
                 Err(_) => out.extend_from_slice(b"null"),
             }
         }
         0xc4..=0xc6 => {
             let n = len(data, pos, 1 << (m - 0xc4))?;
             if budget < 1 {
-                return Err(Bad);
+                return Err(Bad::Invalid);
             }
-            base64_into(out, take(data, pos, n)?);
+            let bytes = take(data, pos, n)?;
+            w.room(base64::encoded_len(n, true).unwrap_or(usize::MAX).saturating_add(16))?;
+            base64_into(w.out, bytes);
         }
         0xd4..=0xd8 | 0xc7..=0xc9 => {
             let n = match m {
@@ -250,10 +358,12 @@ fn write_value(out: &mut Vec<u8>, data: &[u8], pos: &mut usize, budget: usize) -
                 _ => 1 << (m - 0xd4),
             };
             if budget < 2 {
-                return Err(Bad);
+                return Err(Bad::Invalid);
             }
             take(data, pos, 1)?; // the extension type
-            base64_into(out, take(data, pos, n)?);
+            let bytes = take(data, pos, n)?;
+            w.room(base64::encoded_len(n, true).unwrap_or(usize::MAX).saturating_add(16))?;
+            base64_into(w.out, bytes);
         }
         0x90..=0x9f | 0xdc | 0xdd => {
             let n = match m {
@@ -261,15 +371,15 @@ fn write_value(out: &mut Vec<u8>, data: &[u8], pos: &mut usize, budget: usize) -
                 0xdd => len(data, pos, 4)?,
                 _ => usize::from(m & 0x0f),
             };
-            let inner = budget.checked_sub(1).ok_or(Bad)?;
+            let inner = budget.checked_sub(1).ok_or(Bad::Invalid)?;
             out.push(b'[');
             for i in 0..n {
                 if i > 0 {
-                    out.push(b',');
+                    w.out.push(b',');
                 }
-                write_value(out, data, pos, inner)?;
+                w.value(data, pos, inner)?;
             }
-            out.push(b']');
+            w.out.push(b']');
         }
         0x80..=0x8f | 0xde | 0xdf => {
             let n = match m {
@@ -277,63 +387,65 @@ fn write_value(out: &mut Vec<u8>, data: &[u8], pos: &mut usize, budget: usize) -
                 0xdf => len(data, pos, 4)?,
                 _ => usize::from(m & 0x0f),
             };
-            let inner = budget.checked_sub(1).ok_or(Bad)?;
-            write_map(out, data, pos, n, inner)?;
+            let inner = budget.checked_sub(1).ok_or(Bad::Invalid)?;
+            write_map(w, data, pos, n, inner)?;
         }
         // 0xc1, reserved (already refused by the check in `write_data`).
-        _ => return Err(Bad),
+        _ => return Err(Bad::Invalid),
     }
     Ok(())
 }
 
 /// A map of `n` entries at `pos`, each key and value within `budget`: keys sorted, a repeated
 /// key's last value kept (as a JSON object map keeps them).
-fn write_map(out: &mut Vec<u8>, data: &[u8], pos: &mut usize, n: usize, budget: usize) -> Result<(), Bad> {
+fn write_map(w: &mut Writer<'_>, data: &[u8], pos: &mut usize, n: usize, budget: usize) -> Result<(), Bad> {
     // `n` was checked against the input by `write_data`'s skip; bounded again all the same.
     let mut entries: Vec<(Cow<'_, str>, usize)> = Vec::with_capacity(n.min(data.len()));
     for _ in 0..n {
-        let key = map_key(data, pos, budget)?;
+        let key = map_key(data, pos, budget, w.max)?;
         let at = *pos;
         let mut skip = skua_protocol::msgpack::Reader::new(&data[at..]);
-        skip.skip_value().map_err(|_| Bad)?;
+        skip.skip_value().map_err(|_| Bad::Invalid)?;
         *pos = at + skip.position();
         entries.push((key, at));
     }
     entries.sort_by(|a, b| a.0.cmp(&b.0));
-    out.push(b'{');
+    w.out.push(b'{');
     let mut first = true;
     for (i, (key, at)) in entries.iter().enumerate() {
         if entries.get(i + 1).is_some_and(|next| next.0 == *key) {
             continue; // a later value of the same key wins
         }
         if !first {
-            out.push(b',');
+            w.out.push(b',');
         }
         first = false;
-        json_str(out, key);
-        out.push(b':');
+        w.room(key.len())?;
+        json_str(w.out, key);
+        w.out.push(b':');
         let mut p = *at;
-        write_value(out, data, &mut p, budget)?;
+        w.value(data, &mut p, budget)?;
     }
-    out.push(b'}');
+    w.out.push(b'}');
     Ok(())
 }
 
-/// A map key: a `str` as itself (`""` when not UTF-8), anything else as its JSON text.
-fn map_key<'a>(data: &'a [u8], pos: &mut usize, budget: usize) -> Result<Cow<'a, str>, Bad> {
-    let m = *data.get(*pos).ok_or(Bad)?;
+/// A map key: a `str` as itself (`""` when not UTF-8), anything else as its JSON text (at
+/// most `max` bytes of it).
+fn map_key<'a>(data: &'a [u8], pos: &mut usize, budget: usize, max: usize) -> Result<Cow<'a, str>, Bad> {
+    let m = *data.get(*pos).ok_or(Bad::Invalid)?;
     if matches!(m, 0xa0..=0xbf | 0xd9..=0xdb) {
-        let b = budget.checked_sub(1).ok_or(Bad)?;
+        let b = budget.checked_sub(1).ok_or(Bad::Invalid)?;
         *pos += 1;
         let n = str_len(m, data, pos)?;
         if b < 2 {
-            return Err(Bad);
+            return Err(Bad::Invalid);
         }
         return Ok(Cow::Borrowed(std::str::from_utf8(take(data, pos, n)?).unwrap_or_default()));
     }
     let mut text = Vec::new();
-    write_value(&mut text, data, pos, budget)?;
-    String::from_utf8(text).map(Cow::Owned).map_err(|_| Bad)
+    Writer { out: &mut text, max }.value(data, pos, budget)?;
+    String::from_utf8(text).map(Cow::Owned).map_err(|_| Bad::Invalid)
 }
 
 /// Appends `{"$base64":"…"}` of `bytes`.
@@ -631,6 +743,55 @@ pub(crate) mod tests {
             assert_eq!(v.get("filter").is_some(), with_optional);
             assert_eq!(v.get("msgId").is_some(), with_optional);
         }
+    }
+
+    #[test]
+    fn a_bounded_body_is_the_body_when_it_fits_and_stops_early_when_it_does_not() {
+        use rmpv::Value as M;
+        let topic = crate::triggers::parse_topic_key("proj/app/room/t").unwrap();
+        let registry = Registry::default();
+        let facts = |data: &'static [u8]| TriggerFacts {
+            delivery_id: "d",
+            topic: &topic,
+            publisher: "alice",
+            timestamp_ms: 7,
+            filter: None,
+            msg_id: None,
+            data,
+        };
+        // 100 000 nils (about 100 KB packed) are 500 KB of JSON.
+        let nils: &'static [u8] = Box::leak(pack(&M::Array(vec![M::Nil; 100_000])).into_boxed_slice());
+        let full = body(&registry, &facts(nils));
+        assert!(full.len() > 500_000);
+        assert_eq!(body_bounded(&registry, &facts(nils), full.len()), Ok(full.clone()));
+        assert_eq!(body_bounded(&registry, &facts(nils), full.len() - 1), Err(TooLarge));
+        assert_eq!(body_bounded(&registry, &facts(nils), 64 * 1024), Err(TooLarge));
+        // Strings full of escapes, bin, ext and non-string map keys stop too.
+        let cases: Vec<M> = vec![
+            M::from("\u{1}".repeat(50_000)),
+            M::Binary(vec![7; 50_000]),
+            M::Ext(3, vec![7; 50_000]),
+            M::Map(vec![(M::Array(vec![M::Nil; 20_000]), M::from(1))]),
+            M::Map(vec![(M::from("k".repeat(50_000)), M::from(1))]),
+        ];
+        for v in cases {
+            let data: &'static [u8] = Box::leak(pack(&v).into_boxed_slice());
+            let full = body(&registry, &facts(data));
+            assert_eq!(body_bounded(&registry, &facts(data), full.len()), Ok(full.clone()));
+            assert_eq!(body_bounded(&registry, &facts(data), full.len() - 1), Err(TooLarge), "{v:.40?}");
+            let mut out = Vec::new();
+            assert_eq!(write_data_bounded(&mut out, data, 1000), Err(TooLarge));
+            assert!(out.is_empty(), "what was written is taken back");
+        }
+        // Not one MessagePack value: base64 of the whole, bounded as well.
+        let junk: &'static [u8] = Box::leak(vec![0xc1; 30_000].into_boxed_slice());
+        let full = body(&registry, &facts(junk));
+        assert_eq!(body_bounded(&registry, &facts(junk), full.len()), Ok(full.clone()));
+        assert_eq!(body_bounded(&registry, &facts(junk), 30_000), Err(TooLarge));
+        // The omitted body is small and says what was left out.
+        let omitted: Value = serde_json::from_slice(&omitted_body(&registry, &facts(nils))).unwrap();
+        assert_eq!(omitted["data"], json!({"$omitted": "trigger_max_body_bytes", "size": nils.len()}));
+        assert_eq!(omitted["deliveryId"], "d");
     }
 
     #[test]

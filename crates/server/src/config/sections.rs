@@ -377,6 +377,8 @@ pub struct Retained {
     pub max_retained_bytes_per_topic: usize,
     /// Most retained bytes on this node.
     pub max_retained_bytes: usize,
+    /// Most retained bytes of one project on this node.
+    pub max_retained_bytes_per_project: usize,
 }
 
 impl Retained {
@@ -389,6 +391,7 @@ impl Retained {
             max_retained_per_topic: positive(key!(s, max_retained_per_topic))?,
             max_retained_bytes_per_topic: positive(key!(s, max_retained_bytes_per_topic))?,
             max_retained_bytes: positive(key!(s, max_retained_bytes))?,
+            max_retained_bytes_per_project: positive(key!(s, max_retained_bytes_per_project))?,
         })
     }
 }
@@ -495,6 +498,16 @@ pub struct Triggers {
     pub dead_letters_per_project: u64,
     /// Non-logged triggers waiting to become dead letters after the queue was full.
     pub overflow_queue: usize,
+    /// Longest trigger body.
+    pub max_body_bytes: usize,
+    /// Bytes of trigger bodies queued or being delivered on a node.
+    pub queue_bytes: usize,
+    /// The part of `queue_bytes` one project may take.
+    pub queue_bytes_per_project: usize,
+    /// Bytes of bodies waiting to become dead letters.
+    pub overflow_bytes: usize,
+    /// Bytes of dead-letter bodies kept per project.
+    pub dead_letter_bytes_per_project: u64,
 }
 
 impl Triggers {
@@ -503,13 +516,30 @@ impl Triggers {
     /// # Errors
     /// [`ConfigError::Invalid`] naming the first bad key.
     pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
-        Ok(Self {
+        let t = Self {
             lease: nonzero_duration(key!(s, trigger_lease))?,
             batch_window: at_most(key!(s, trigger_batch_window), Duration::from_secs(1))?,
             scan_interval: nonzero_duration(key!(s, trigger_scan_interval))?,
             dead_letters_per_project: positive(key!(s, webhook_dead_letters_per_project))?,
             overflow_queue: positive(key!(s, trigger_overflow_queue))?,
-        })
+            max_body_bytes: positive(key!(s, trigger_max_body_bytes))?,
+            queue_bytes: positive(key!(s, trigger_queue_bytes))?,
+            queue_bytes_per_project: positive(key!(s, trigger_queue_bytes_per_project))?,
+            overflow_bytes: positive(key!(s, trigger_overflow_bytes))?,
+            dead_letter_bytes_per_project: positive(key!(s, webhook_dead_letter_bytes_per_project))?,
+        };
+        // A body that could never fit a queue would never be sent nor dead-lettered (a logged
+        // one would wait in the outbox for ever).
+        let fits = t.queue_bytes_per_project.min(t.queue_bytes).min(t.overflow_bytes);
+        if t.max_body_bytes > fits {
+            return Err(invalid(
+                "trigger_max_body_bytes",
+                format!(
+                    "must be at most trigger_queue_bytes, trigger_queue_bytes_per_project and trigger_overflow_bytes ({fits})"
+                ),
+            ));
+        }
+        Ok(t)
     }
 }
 
@@ -928,6 +958,7 @@ impl Sections {
             max_retained_per_topic: retained.max_retained_per_topic,
             max_retained_bytes_per_topic: retained.max_retained_bytes_per_topic,
             max_retained_bytes: retained.max_retained_bytes,
+            max_retained_bytes_per_project: retained.max_retained_bytes_per_project,
             history_max_size: history.max_size,
             history_max_topics: history.max_topics,
             history_max_topic_bytes: history.max_topic_bytes,
@@ -965,6 +996,11 @@ impl Sections {
                 scan_interval: triggers.scan_interval,
                 dead_letters_per_project: triggers.dead_letters_per_project,
                 overflow_queue: triggers.overflow_queue,
+                max_body_bytes: triggers.max_body_bytes,
+                queue_bytes: triggers.queue_bytes,
+                queue_bytes_per_project: triggers.queue_bytes_per_project,
+                overflow_bytes: triggers.overflow_bytes,
+                dead_letter_bytes_per_project: triggers.dead_letter_bytes_per_project,
                 // A single node on a durable store sends what an earlier run left, at once.
                 take_over_at_start: backends.bus == BusConfig::Memory && matches!(backends.store, StoreConfig::Url(_)),
             },

@@ -96,3 +96,118 @@ async fn the_node_wide_retained_cap_refuses_new_keys_anywhere() {
     let m = skua_testkit::http::Scrape::of(server.addr).await;
     assert_eq!(m.value("skua_retained_refused_total", &[("cap", "node_bytes")]), 1.0);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Issue 33, item 4: the retained pool is shared by tenants; deleting rooms gives their bytes
+// back, and each project may take only its share.
+
+/// A second tenant, `tenant-b`, with rooms `r1`..`r3` (topic `t`), a publisher `b-token` and a
+/// subscriber `b-sub-token`.
+const TENANT_B: &str = r#"
+[[projects]]
+id = "tenant-b"
+
+[[projects.apps]]
+id = "tenant-b-app"
+slug = "b"
+topics = ["t"]
+
+[[projects.apps.rooms]]
+slug = "r1"
+
+[[projects.apps.rooms]]
+slug = "r2"
+
+[[projects.apps.rooms]]
+slug = "r3"
+
+[[actors]]
+id = "b-pub"
+project = "tenant-b"
+type = "device"
+tokens = ["b-token"]
+
+[[actors]]
+id = "b-sub"
+project = "tenant-b"
+type = "user"
+tokens = ["b-sub-token"]
+"#;
+
+fn retained_on(topic: &str, fill: u8, msg_ref: &str) -> Value {
+    frame! {"type" => "publish", "topic" => topic, "data" => Value::Binary(vec![fill; BIG]),
+    "retain" => true, "msgRef" => msg_ref}
+}
+
+#[tokio::test]
+async fn deleting_a_tenant_s_rooms_gives_their_retained_bytes_back_to_the_others() {
+    let server = TestServer::builder()
+        .fixtures(TENANT_B)
+        .grpc()
+        .settings(|s| s.max_retained_bytes = Some(3 * 1024 * 1024))
+        .spawn()
+        .await;
+    let mut b = server.auth("b-token").await;
+    for room in ["r1", "r2", "r3"] {
+        b.send(retained_on(&format!("b/{room}/t"), 1, room)).await;
+        assert_eq!(b.expect("published").await.str("msgRef"), room);
+    }
+    let mut alice = server.auth("dev-token-alice").await;
+    alice.send(retained_on(TOPIC, 2, "a1")).await;
+    assert_eq!(alice.expect_error("retained_limit_exceeded").await.str("msgRef"), "a1", "the pool is full");
+    let mut control = server.control().await;
+    for room in ["r1", "r2", "r3"] {
+        let r =
+            skua_control::pb::DeleteRoomRequest { project_id: "tenant-b".into(), app: "b".into(), slug: room.into() };
+        control.delete_room(r).await.expect("delete_room");
+    }
+    // The control plane installs the change on this node before answering: the bytes are back.
+    alice.send(retained_on(TOPIC, 2, "a2")).await;
+    assert_eq!(alice.expect("published").await.str("msgRef"), "a2");
+    let m = skua_testkit::http::Scrape::of(server.addr).await;
+    let kept = m.value("skua_retained_bytes", &[]);
+    assert!(kept < 2.0 * BIG as f64, "only alice's message is counted: {kept}");
+    // And the messages themselves are gone: a room made again with the same name replays nothing.
+    let r = skua_control::pb::CreateRoomRequest {
+        project_id: "tenant-b".into(),
+        app: "b".into(),
+        slug: "r1".into(),
+        ..Default::default()
+    };
+    control.create_room(r).await.expect("create_room");
+    let mut watcher = server.auth("b-sub-token").await;
+    watcher.subscribe("b/r1/t").await;
+    // A replay is queued when the subscription is made, so it would come before a live message.
+    b.publish_acked("b/r1/t", "live".into()).await;
+    let first = watcher.expect("message").await;
+    assert!(first.get("data").as_str() == Some("live"), "the deleted room's retained message was replayed");
+}
+
+#[tokio::test]
+async fn one_project_cannot_take_the_whole_retained_pool() {
+    let server = TestServer::builder()
+        .fixtures(TENANT_B)
+        .settings(|s| {
+            s.max_retained_bytes = Some(4 * 1024 * 1024);
+            s.max_retained_bytes_per_project = Some(2 * 1024 * 1024);
+        })
+        .spawn()
+        .await;
+    let mut b = server.auth("b-token").await;
+    for room in ["r1", "r2"] {
+        b.send(retained_on(&format!("b/{room}/t"), 1, room)).await;
+        assert_eq!(b.expect("published").await.str("msgRef"), room);
+    }
+    b.send(retained_on("b/r3/t", 1, "r3")).await;
+    let e = b.expect_error("retained_limit_exceeded").await;
+    assert_eq!(e.str("msgRef"), "r3");
+    assert!(e.str("hint").contains("max_retained_bytes_per_project"), "{}", e.str("hint"));
+    // The other tenant still has its share.
+    let mut alice = server.auth("dev-token-alice").await;
+    for (topic, r) in [(TOPIC, "a1"), ("demo/random/messages", "a2")] {
+        alice.send(retained_on(topic, 2, r)).await;
+        assert_eq!(alice.expect("published").await.str("msgRef"), r);
+    }
+    let m = skua_testkit::http::Scrape::of(server.addr).await;
+    assert_eq!(m.value("skua_retained_refused_total", &[("cap", "project_bytes")]), 1.0);
+}

@@ -359,3 +359,180 @@ async fn a_control_plane_publish_triggers_too() {
     assert_eq!(body["data"], "from the backend");
     assert_eq!(body["msgId"], body["deliveryId"]);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Byte budgets (issue 33, item 1): a trigger body is bounded before it is queued, the queues are
+// bounded in bytes (for the node and per project), dead letters in bytes per project.
+
+/// Dead letters of the node's store, once there are at least `n`.
+async fn dead_letters_reach(server: &TestServer, n: usize) -> Vec<skua_core::DeadLetter> {
+    let d = Deadline::new("the dead letters", Duration::from_secs(10));
+    loop {
+        let all = skua_core::DeadLetterFilter::default();
+        let l = server.state.store.list_dead_letters(all, 0, 1000).await.unwrap();
+        if l.len() >= n {
+            return l;
+        }
+        d.tick().await;
+    }
+}
+
+/// 1 000 `nil`s: 1 003 bytes of MessagePack (within the project's 1 024), 5 001 of JSON.
+fn nils() -> Value {
+    Value::Array(vec![Value::Nil; 1000])
+}
+
+#[tokio::test]
+async fn a_trigger_whose_json_would_pass_the_bound_is_dead_lettered_with_data_omitted_never_queued_whole() {
+    let receiver = WebhookReceiver::start(Mode::Ok(serde_json::json!({}))).await;
+    let server = builder(&receiver).settings(|s| s.trigger_max_body_bytes = Some(4096)).spawn().await;
+    let mut c = server.auth("hooks-token-pub").await;
+    // The publishes themselves succeed, logged or not.
+    c.publish_acked("h/r/events", nils()).await;
+    c.publish_acked("h/r/jobs", nils()).await;
+    c.publish_acked("h/r/events", "small".into()).await;
+    let letters = dead_letters_reach(&server, 2).await;
+    let got = receiver.wait_for(1).await;
+    delivered_reaches(&server, 1).await;
+    assert_eq!(json(&got[0])["data"], "small");
+    let t = server.state.triggers.as_ref().unwrap();
+    assert_eq!(t.metrics.too_large.load(Ordering::Relaxed), 2);
+    assert_eq!(t.metrics.queued.load(Ordering::Relaxed), 1, "only the small one was queued");
+    assert_eq!(letters.len(), 2);
+    let mut topics = BTreeSet::new();
+    for l in &letters {
+        topics.insert(l.topic.clone());
+        assert!(l.last_error.contains("trigger_max_body_bytes"), "{}", l.last_error);
+        assert!(l.body.len() < 1024, "the dead letter keeps no expanded data: {} bytes", l.body.len());
+        let body: serde_json::Value = serde_json::from_slice(&l.body).unwrap();
+        assert_eq!(body["data"], serde_json::json!({"$omitted": "trigger_max_body_bytes", "size": 1003}));
+        assert_eq!(body["deliveryId"], l.delivery_id.as_str());
+        assert_eq!(l.attempts, 0, "never sent");
+    }
+    assert_eq!(topics, BTreeSet::from(["hooks/hooks-app/r/events".to_owned(), "hooks/hooks-app/r/jobs".to_owned()]));
+    // The logged one left the outbox with its dead letter: no scan sends it later.
+    let far = u64::MAX / 4;
+    assert!(server.state.store.claim_outbox("someone", far, far + 1, 10).await.unwrap().is_empty());
+    assert_eq!(receiver.requests().len(), 1, "nothing else was posted");
+    let m = skua_testkit::http::Scrape::of(server.addr).await;
+    assert_eq!(m.value("skua_triggers_total", &[("outcome", "too_large")]), 2.0);
+}
+
+#[tokio::test]
+async fn a_trigger_queue_full_in_bytes_refuses_more_and_counts_them() {
+    const BUDGET: usize = 8 * 1024;
+    let receiver = WebhookReceiver::start(Mode::Hang).await;
+    let server = builder(&receiver)
+        .settings(|s| {
+            // Room for 10 000 entries, but only 8 KiB of bodies.
+            s.webhook_max_pending = Some(1);
+            s.trigger_queue_bytes = Some(BUDGET);
+            s.trigger_max_body_bytes = Some(4096);
+        })
+        .spawn()
+        .await;
+    let mut c = server.auth("hooks-token-pub").await;
+    // Bodies of about 1.3 KB each: six fit.
+    for i in 0..20u64 {
+        c.publish_acked("h/r/events", Value::from(format!("{i:04}{}", "x".repeat(900)))).await;
+    }
+    let t = server.state.triggers.as_ref().unwrap();
+    let (queued, overflowed) = (t.metrics.queued.load(Ordering::Relaxed), t.metrics.overflowed.load(Ordering::Relaxed));
+    assert_eq!(queued + overflowed, 20);
+    assert!((4..=7).contains(&queued), "about 8 KiB of 1.3 KB bodies queued: {queued}");
+    assert!(t.queued_bytes().0 <= BUDGET, "{} bytes held", t.queued_bytes().0);
+    assert_eq!(t.metrics.over_queue_bytes.load(Ordering::Relaxed), overflowed, "each refusal counted");
+    let m = skua_testkit::http::Scrape::of(server.addr).await;
+    assert_eq!(m.value("skua_trigger_budget_refusals_total", &[("budget", "queue")]), overflowed as f64);
+    assert!(m.value("skua_trigger_queue_bytes", &[]) <= BUDGET as f64);
+    // The refused ones became dead letters, as with a queue full in entries.
+    let letters = dead_letters_reach(&server, overflowed as usize).await;
+    assert!(letters.iter().all(|l| l.last_error.contains("queue was full")));
+}
+
+/// Two projects posting triggers to `url`: `hooks` (as [`fixtures`]) and `quiet`.
+fn two_projects(url: &str) -> String {
+    format!(
+        r#"{}
+[[projects]]
+id = "quiet"
+
+[[projects.apps]]
+id = "quiet-app"
+slug = "q"
+topics = ["events"]
+webhook_secret = "{SECRET}"
+trigger_webhook = {{ url = "{url}" }}
+
+[[projects.apps.rooms]]
+slug = "r"
+
+[[actors]]
+id = "quiet-pub"
+project = "quiet"
+type = "device"
+tokens = ["quiet-token-pub"]
+"#,
+        fixtures(url, url)
+    )
+}
+
+#[tokio::test]
+async fn one_project_cannot_take_the_whole_trigger_queue() {
+    const SHARE: usize = 4 * 1024;
+    let receiver = WebhookReceiver::start(Mode::Hang).await;
+    let server = TestServer::builder()
+        .fixtures(&two_projects(&receiver.url("/t")))
+        .settings(|s| {
+            s.webhook_max_pending = Some(1);
+            s.trigger_queue_bytes = Some(64 * 1024);
+            s.trigger_queue_bytes_per_project = Some(SHARE);
+            s.trigger_max_body_bytes = Some(2048);
+        })
+        .spawn()
+        .await;
+    let mut noisy = server.auth("hooks-token-pub").await;
+    for i in 0..20u64 {
+        noisy.publish_acked("h/r/events", Value::from(format!("{i:04}{}", "x".repeat(900)))).await;
+    }
+    let t = server.state.triggers.as_ref().unwrap();
+    let hooks = skua_core::ProjectId::parse("hooks").unwrap();
+    assert!(t.queued_bytes_of(&hooks) <= SHARE, "{}", t.queued_bytes_of(&hooks));
+    let refused = t.metrics.over_project_bytes.load(Ordering::Relaxed);
+    assert!(refused >= 14, "refused by the project's share: {refused}");
+    assert_eq!(t.metrics.over_queue_bytes.load(Ordering::Relaxed), 0, "the node had room");
+    // The other project's triggers are still queued.
+    let before = t.metrics.queued.load(Ordering::Relaxed);
+    let mut quiet = server.auth("quiet-token-pub").await;
+    for _ in 0..3 {
+        quiet.publish_acked("q/r/events", Value::from("x".repeat(900))).await;
+    }
+    assert_eq!(t.metrics.queued.load(Ordering::Relaxed), before + 3);
+    assert_eq!(t.metrics.over_project_bytes.load(Ordering::Relaxed), refused);
+    assert!(t.queued_bytes_of(&skua_core::ProjectId::parse("quiet").unwrap()) > 0);
+}
+
+#[tokio::test]
+async fn dead_letters_are_capped_in_bytes_per_project_dropping_the_oldest() {
+    const CAP: u64 = 5000;
+    let receiver = WebhookReceiver::start(Mode::Status(404)).await;
+    let server = builder(&receiver).settings(|s| s.webhook_dead_letter_bytes_per_project = Some(CAP)).spawn().await;
+    let mut c = server.auth("hooks-token-pub").await;
+    for i in 0..10u64 {
+        c.publish_acked("h/r/events", Value::from(format!("{i:04}{}", "x".repeat(900)))).await;
+    }
+    let t = server.state.triggers.as_ref().unwrap();
+    let d = Deadline::new("ten dead letters written", Duration::from_secs(10));
+    while t.metrics.dead_lettered.load(Ordering::Relaxed) < 10 {
+        d.tick().await;
+    }
+    let all = skua_core::DeadLetterFilter::default();
+    let letters = server.state.store.list_dead_letters(all, 0, 100).await.unwrap();
+    let bytes: usize = letters.iter().map(|l| l.body.len()).sum();
+    assert!(bytes as u64 <= CAP, "{bytes} bytes kept");
+    assert!((2..=4).contains(&letters.len()), "about 5000 bytes of 1.3 KB bodies: {}", letters.len());
+    assert_eq!(letters.len() as u64 + t.metrics.dead_letters_dropped.load(Ordering::Relaxed), 10);
+    // The newest are the ones kept.
+    let last = letters.last().map(|l| serde_json::from_slice::<serde_json::Value>(&l.body).unwrap());
+    assert!(last.is_some_and(|b| b["data"].as_str().is_some_and(|d| d.starts_with("0009"))));
+}

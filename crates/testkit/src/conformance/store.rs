@@ -103,6 +103,7 @@ macro_rules! store_conformance {
             trigger_expire_leases_of_other_owners,
             trigger_dead_letters_list_replace_cap_and_delete,
             trigger_dead_letter_batches_write_all_and_cap,
+            trigger_dead_letters_cap_bytes_per_project,
             member_upsert_versions_offline_and_delete,
             member_wake_is_won_once,
             member_expiry_other_nodes_and_limit,

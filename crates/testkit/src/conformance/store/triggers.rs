@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use skua_core::{DeadLetterFilter, NewDeadLetter, NewMessage, OutboxLease, Retention, Store};
+use skua_core::{DeadLetterCap, DeadLetterFilter, NewDeadLetter, NewMessage, OutboxLease, Retention, Store};
 
 use super::{StoreHarness, T0};
 
@@ -119,7 +119,7 @@ pub async fn trigger_finish_and_dead_letter_leave_the_outbox<H: StoreHarness>(h:
     append_with(&s, "left", lease("n1", 0)).await;
     assert!(s.finish_outbox("done").await.unwrap());
     assert!(!s.finish_outbox("done").await.unwrap(), "already gone");
-    assert_eq!(s.dead_letter(&letter("failed", "p", "HTTP 500"), 100).await.unwrap(), 0);
+    assert_eq!(s.dead_letter(&letter("failed", "p", "HTTP 500"), DeadLetterCap::count(100)).await.unwrap(), 0);
     assert_eq!(claim_ids(&s, "n2", NOW, 10).await, ["left"]);
 }
 
@@ -147,7 +147,7 @@ pub async fn trigger_expire_leases_of_other_owners<H: StoreHarness>(h: H) {
 pub async fn trigger_dead_letters_list_replace_cap_and_delete<H: StoreHarness>(h: H) {
     let s = h.open().await;
     for (id, p) in [("d1", "p1"), ("d2", "p2"), ("d3", "p1")] {
-        assert_eq!(s.dead_letter(&letter(id, p, "timeout"), 10).await.unwrap(), 0);
+        assert_eq!(s.dead_letter(&letter(id, p, "timeout"), DeadLetterCap::count(10)).await.unwrap(), 0);
     }
     let list = |f: DeadLetterFilter<'static>, after: u64| {
         let s = s.clone();
@@ -171,13 +171,13 @@ pub async fn trigger_dead_letters_list_replace_cap_and_delete<H: StoreHarness>(h
     // A retry that failed again replaces the record in place.
     let mut again = letter("d1", "p1", "HTTP 503");
     again.attempts = 6;
-    s.dead_letter(&again, 10).await.unwrap();
+    s.dead_letter(&again, DeadLetterCap::count(10)).await.unwrap();
     let got = s.list_dead_letters(all, 0, 100).await.unwrap();
     assert_eq!(got.iter().map(|d| d.delivery_id.as_str()).collect::<Vec<_>>(), ["d1", "d2", "d3"]);
     assert_eq!((got[0].id, got[0].last_error.as_str(), got[0].attempts), (d1.id, "HTTP 503", 6));
 
     // The cap counts per project and drops the oldest.
-    assert_eq!(s.dead_letter(&letter("d4", "p1", "x"), 2).await.unwrap(), 1, "p1 had 3, keeps 2");
+    assert_eq!(s.dead_letter(&letter("d4", "p1", "x"), DeadLetterCap::count(2)).await.unwrap(), 1, "p1 had 3, keeps 2");
     assert_eq!(list(all, 0).await, ["d2", "d3", "d4"]);
 
     let ids = ["d3".to_owned(), "d2".to_owned()];
@@ -197,13 +197,41 @@ pub async fn trigger_dead_letter_batches_write_all_and_cap<H: StoreHarness>(h: H
     let s = h.open().await;
     append_with(&s, "b2", lease("n1#a", NOW + 60_000)).await;
     let batch = [letter("b1", "p1", "full"), letter("b2", "p1", "full"), letter("b3", "p2", "full")];
-    assert_eq!(s.dead_letters(&batch, 10).await.unwrap(), 0);
-    assert_eq!(s.dead_letters(&[], 10).await.unwrap(), 0, "an empty batch is nothing");
+    assert_eq!(s.dead_letters(&batch, DeadLetterCap::count(10)).await.unwrap(), 0);
+    assert_eq!(s.dead_letters(&[], DeadLetterCap::count(10)).await.unwrap(), 0, "an empty batch is nothing");
     let got = s.list_dead_letters(DeadLetterFilter::default(), 0, 100).await.unwrap();
     assert_eq!(got.iter().map(|d| d.delivery_id.as_str()).collect::<Vec<_>>(), ["b1", "b2", "b3"]);
     assert_eq!(claim_ids(&s, "n1#b", NOW + 120_000, 10).await, Vec::<String>::new(), "b2 left the outbox");
     let more = [letter("b4", "p1", "full"), letter("b5", "p1", "full"), letter("b6", "p2", "full")];
-    assert_eq!(s.dead_letters(&more, 2).await.unwrap(), 2, "p1 had 4, keeps 2");
+    assert_eq!(s.dead_letters(&more, DeadLetterCap::count(2)).await.unwrap(), 2, "p1 had 4, keeps 2");
     let got = s.list_dead_letters(DeadLetterFilter::default(), 0, 100).await.unwrap();
     assert_eq!(got.iter().map(|d| d.delivery_id.as_str()).collect::<Vec<_>>(), ["b3", "b4", "b5", "b6"]);
+}
+
+/// Contract 5, bytes: the project's bodies, summed from the newest, stay within `cap.bytes`;
+/// the oldest go first, other projects are not touched, and a body larger than the cap alone
+/// is not kept.
+pub async fn trigger_dead_letters_cap_bytes_per_project<H: StoreHarness>(h: H) {
+    let s = h.open().await;
+    let with_body = |id: &'static str, p: &'static str, body: &'static [u8]| {
+        let mut l = letter(id, p, "full");
+        l.body = body;
+        l
+    };
+    let body: &'static [u8] = &[b'x'; 100];
+    let cap = DeadLetterCap { count: 100, bytes: 250 };
+    for id in ["a1", "a2"] {
+        assert_eq!(s.dead_letter(&with_body(id, "p1", body), cap).await.unwrap(), 0);
+    }
+    assert_eq!(s.dead_letter(&with_body("b1", "p2", body), cap).await.unwrap(), 0);
+    assert_eq!(s.dead_letter(&with_body("a3", "p1", body), cap).await.unwrap(), 1, "300 bytes > 250: a1 goes");
+    let ids = |got: Vec<skua_core::DeadLetter>| got.into_iter().map(|d| d.delivery_id).collect::<Vec<_>>();
+    let all = DeadLetterFilter::default();
+    assert_eq!(ids(s.list_dead_letters(all, 0, 100).await.unwrap()), ["a2", "b1", "a3"]);
+    let batch = [with_body("a4", "p1", body), with_body("a5", "p1", body)];
+    assert_eq!(s.dead_letters(&batch, cap).await.unwrap(), 2, "a batch is capped as a whole");
+    assert_eq!(ids(s.list_dead_letters(all, 0, 100).await.unwrap()), ["b1", "a4", "a5"]);
+    let huge: &'static [u8] = &[b'y'; 300];
+    assert_eq!(s.dead_letter(&with_body("a6", "p1", huge), cap).await.unwrap(), 3, "larger than the cap alone");
+    assert_eq!(ids(s.list_dead_letters(all, 0, 100).await.unwrap()), ["b1"]);
 }
