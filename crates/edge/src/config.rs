@@ -122,7 +122,7 @@ pub struct EdgeConfig {
     /// Failed `auth`s one connection may make; the next failure closes it 1008.
     pub max_auth_failures: u32,
     /// Close a connection that has not authenticated within this long (1008); `None`: no
-    /// deadline beyond the idle timeout, as the wire documents set none.
+    /// deadline beyond the idle timeout. On by default (10 s, issue 33, item 12).
     pub auth_timeout: Option<Duration>,
     /// Failed `auth`s one source address may make before its further attempts are delayed.
     pub auth_backoff_after: u32,
@@ -134,6 +134,9 @@ pub struct EdgeConfig {
     /// How long a socket may take to send a complete HTTP request head (also the limit for
     /// its TLS handshake plus PROXY header, and for an idle keep-alive socket); then it is closed.
     pub http_header_timeout: Duration,
+    /// How long a request's body may take to arrive in full after its head; then the request
+    /// is answered 408 and its socket closed (issue 33, item 6).
+    pub http_body_timeout: Duration,
     /// Most sockets (pending or upgraded) per client address, IPv6 per /64; 0 = no limit.
     pub max_connections_per_ip: u32,
     /// Most new sockets per second per client address, also the burst; 0 = no limit.
@@ -234,11 +237,12 @@ impl Default for EdgeConfig {
             history_recovery_margin: Duration::from_secs(30),
             history_receipt_interval: Duration::from_secs(1),
             max_auth_failures: 10,
-            auth_timeout: None,
+            auth_timeout: Some(Duration::from_secs(10)),
             auth_backoff_after: 5,
             auth_backoff_max: Duration::from_secs(10),
             jwt_audiences: Vec::new(),
             http_header_timeout: Duration::from_secs(10),
+            http_body_timeout: Duration::from_secs(10),
             max_connections_per_ip: 1000,
             max_new_connections_per_ip_per_second: 100,
             trusted_proxies: Vec::new(),

@@ -228,6 +228,9 @@ pub struct Settings {
     /// Close a socket that has not sent a complete HTTP request head (or TLS handshake, PROXY header) in this time [default 10s].
     #[arg(long, env = "SKUA_HTTP_HEADER_TIMEOUT")]
     pub http_header_timeout: Option<String>,
+    /// A request whose body has not arrived in full this long after its head is answered 408 and its socket closed [default 10s].
+    #[arg(long, env = "SKUA_HTTP_BODY_TIMEOUT")]
+    pub http_body_timeout: Option<String>,
     /// Most sockets per client address (IPv6: per /64), pending or upgraded; 0 = no limit [default 1000].
     #[arg(long, env = "SKUA_MAX_CONNECTIONS_PER_IP")]
     pub max_connections_per_ip: Option<u32>,
@@ -249,6 +252,9 @@ pub struct Settings {
     /// Bearer token /metrics requires (`Authorization: Bearer TOKEN`); empty = none [default empty].
     #[arg(long, env = "SKUA_METRICS_TOKEN", hide_env_values = true)]
     pub metrics_token: Option<String>,
+    /// Serve /metrics without a token on purpose; outside --dev, `skua serve` refuses to start with neither this nor metrics_token [default false].
+    #[arg(long, env = "SKUA_METRICS_PUBLIC")]
+    pub metrics_public: Option<bool>,
     /// OTLP/gRPC endpoint spans are exported to, `http://host:4317`; empty: OTEL_EXPORTER_OTLP_ENDPOINT, else none [default empty].
     #[arg(long, env = "SKUA_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
@@ -416,8 +422,8 @@ impl Settings {
             max_rooms_per_app, max_actors_per_project, max_grants_per_room, max_lobbies_per_project, max_page_size, otlp_endpoint,
             max_presence_size, max_retained_bytes_per_topic, max_retained_bytes, max_auth_failures, auth_timeout,
             auth_backoff_after, auth_backoff_max, jwt_audiences,
-            http_header_timeout, max_connections_per_ip, max_new_connections_per_ip_per_second, trusted_proxies,
-            proxy_protocol, allowed_origins, metrics_listen, metrics_token);
+            http_header_timeout, http_body_timeout, max_connections_per_ip, max_new_connections_per_ip_per_second, trusted_proxies,
+            proxy_protocol, allowed_origins, metrics_listen, metrics_token, metrics_public);
         layer!(self, over; tls_cert, tls_key, grpc_tls_cert, grpc_tls_key, tls_reload_interval, grpc_reflection_public,
             admin_key_max_failures, admin_key_failure_window, admin_key_backoff_max, bus_tls_ca, bus_tls_cert,
             bus_tls_key, presence_tls_ca, presence_tls_cert, presence_tls_key);
@@ -605,6 +611,9 @@ pub struct ServerConfig {
     pub otlp_endpoint: Option<String>,
     /// The separate `/metrics` listener, if any.
     pub metrics_listen: Option<SocketAddr>,
+    /// `/metrics` may be served without a token (outside `--dev`, `skua serve` refuses a
+    /// tokenless `/metrics` unless this is set: issue 33, item 12).
+    pub metrics_public: bool,
     /// TLS of the client and control-plane listeners.
     pub tls: crate::tls::ListenerTlsConfig,
     /// Whether gRPC reflection needs no admin key.
@@ -654,6 +663,7 @@ impl ServerConfig {
             control: control.limits,
             otlp_endpoint: telemetry.otlp_endpoint,
             metrics_listen: front.metrics_listen,
+            metrics_public: front.metrics_public,
             tls: tls.listeners,
             grpc_reflection_public: control.grpc_reflection_public,
             admin_key_throttle: control.admin_key_throttle,
@@ -728,6 +738,7 @@ mod tests {
         assert_eq!(c.registry_poll_interval, std::time::Duration::from_millis(250));
         assert!(c.node_id.as_str().starts_with("node-"));
         assert_eq!(c.edge.http_header_timeout, d.http_header_timeout);
+        assert_eq!(c.edge.http_body_timeout, d.http_body_timeout);
         assert_eq!(c.edge.max_connections_per_ip, d.max_connections_per_ip);
         assert_eq!(c.edge.max_new_connections_per_ip_per_second, d.max_new_connections_per_ip_per_second);
         assert_eq!(c.edge.trusted_proxies, d.trusted_proxies);

@@ -108,11 +108,14 @@ async fn auth_timeout_closes_sockets_that_only_send_heartbeats() {
     c.assert_nothing_pending().await;
 }
 
+/// Issue 33, item 12: sockets that never authenticate are closed after 10 s by default (NATS
+/// 2 s, EMQX 15 s); `--dev` turns it off (crates/server/tests/cli.rs).
 #[tokio::test]
-async fn auth_timeout_is_off_by_default() {
-    assert_eq!(skua_edge::EdgeConfig::default().auth_timeout, None);
+async fn auth_timeout_is_on_by_default() {
+    let ten = Some(std::time::Duration::from_secs(10));
+    assert_eq!(skua_edge::EdgeConfig::default().auth_timeout, ten);
     let c = skua_server::config::ServerConfig::from_layers(&[]).expect("defaults");
-    assert_eq!(c.edge.auth_timeout, None);
+    assert_eq!(c.edge.auth_timeout, ten);
 }
 
 #[tokio::test]

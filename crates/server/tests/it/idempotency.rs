@@ -137,12 +137,12 @@ async fn a_publish_the_store_refused_does_not_block_its_retry() {
 async fn keys_do_not_cross_access_scopes() {
     let server = TestServer::builder().grpc().spawn().await;
     let mut c = server.control().await;
-    let red = scoped_token(&mut c, "red").await;
-    let blue = scoped_token(&mut c, "blue").await;
-    let mut red = server.auth(&red).await;
-    let mut blue_sub = server.auth(&blue).await;
+    scope(&mut c, "red").await;
+    scope(&mut c, "blue").await;
+    let mut red = server.auth(&scoped_token(&mut c, "red").await).await;
+    let mut blue_sub = server.auth(&scoped_token(&mut c, "blue").await).await;
     blue_sub.subscribe(TASKS).await;
-    let mut blue = server.auth(&blue).await;
+    let mut blue = server.auth(&scoped_token(&mut c, "blue").await).await;
     let first = publish(&mut red, TASKS, "red".into(), "order-1").await;
     assert!(first.ty() == "published" && !duplicate(&first), "{first:?}");
     let f = publish(&mut blue, TASKS, "blue".into(), "order-1").await;
@@ -156,17 +156,31 @@ async fn keys_do_not_cross_access_scopes() {
     assert!(duplicate(&publish(&mut blue, TASKS, "blue".into(), "order-1").await));
 }
 
-/// A new user actor of the demo project in a new access scope `scope`: its access token.
+/// A new access scope `scope` of the demo project.
+async fn scope(c: &mut skua_testkit::control::Control, scope: &str) {
+    use skua_control::pb;
+    let r = c
+        .create_scope(pb::CreateScopeRequest {
+            project_id: "demo-project".into(),
+            slug: scope.into(),
+            ..Default::default()
+        })
+        .await;
+    r.unwrap_or_else(|s| panic!("{:?}: {}", s.code(), s.message()));
+}
+
+/// A new user actor of the demo project in the access scope `scope`: its access token.
 async fn scoped_token(c: &mut skua_testkit::control::Control, scope: &str) -> String {
     use skua_control::pb;
     fn ok<T>(r: Result<tonic::Response<T>, tonic::Status>) -> T {
         r.unwrap_or_else(|s| panic!("{:?}: {}", s.code(), s.message())).into_inner()
     }
-    let project_id = "demo-project".to_owned();
-    ok(c.create_scope(pb::CreateScopeRequest { project_id: project_id.clone(), slug: scope.into(), ..Default::default() })
-        .await);
     let made = ok(c
-        .create_actor(pb::CreateActorRequest { project_id, actor_type: "user".into(), ..Default::default() })
+        .create_actor(pb::CreateActorRequest {
+            project_id: "demo-project".into(),
+            actor_type: "user".into(),
+            ..Default::default()
+        })
         .await);
     let id = made.actor.expect("an actor").id;
     ok(c.set_actor_scope(pb::SetActorScopeRequest { actor_id: id, scope: scope.into() }).await);
