@@ -23,8 +23,18 @@ pub struct EdgeConfig {
     pub idle_timeout: Duration,
     /// Publishes per `rate_limit_window` per connection; also the burst (N18).
     pub rate_limit: u32,
-    /// The window the rate limit refills over (1 s in production).
+    /// The window the rate limit refills over (1 s in production); also the window of the
+    /// other per-connection rate limits below.
     pub rate_limit_window: Duration,
+    /// `presence` updates per `rate_limit_window` per connection, also the burst; more get
+    /// 42910 `rate_limit_exceeded` (issue 33, item 5).
+    pub presence_rate_limit: u32,
+    /// `subscribe`, `unsubscribe`, `setFilters`, `lobbySubscribe` and `lobbyUnsubscribe`
+    /// frames per `rate_limit_window` per connection, also the burst.
+    pub subscribe_rate_limit: u32,
+    /// `getPresence`, `getLobbyPresence` and `history` requests per `rate_limit_window` per
+    /// connection, also the burst.
+    pub query_rate_limit: u32,
     /// Largest publish `data` in bytes (N4).
     pub max_message_size: usize,
     /// Largest inbound WebSocket frame; larger closes 1009 (N4).
@@ -197,6 +207,9 @@ impl Default for EdgeConfig {
             idle_timeout: Duration::from_secs(60),
             rate_limit: 50,
             rate_limit_window: Duration::from_secs(1),
+            presence_rate_limit: 10,
+            subscribe_rate_limit: 100,
+            query_rate_limit: 20,
             max_message_size: skua_protocol::DEFAULT_MAX_PAYLOAD_BYTES,
             max_frame_size: skua_protocol::MAX_INBOUND_FRAME_BYTES,
             outbound_queue_messages: 1024,

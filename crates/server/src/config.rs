@@ -58,6 +58,15 @@ pub struct Settings {
     /// The window the rate limit refills over [default 1s].
     #[arg(long, env = "SKUA_RATE_LIMIT_WINDOW")]
     pub rate_limit_window: Option<String>,
+    /// `presence` updates per connection per rate_limit_window, also the burst; more get 42910 rate_limit_exceeded [default 10].
+    #[arg(long, env = "SKUA_PRESENCE_RATE_LIMIT")]
+    pub presence_rate_limit: Option<u32>,
+    /// `subscribe`, `unsubscribe`, `setFilters`, `lobbySubscribe` and `lobbyUnsubscribe` frames per connection per rate_limit_window, also the burst [default 100].
+    #[arg(long, env = "SKUA_SUBSCRIBE_RATE_LIMIT")]
+    pub subscribe_rate_limit: Option<u32>,
+    /// `getPresence`, `getLobbyPresence` and `history` requests per connection per rate_limit_window, also the burst [default 20].
+    #[arg(long, env = "SKUA_QUERY_RATE_LIMIT")]
+    pub query_rate_limit: Option<u32>,
     /// Largest publish `data` in bytes [default 921600].
     #[arg(long, env = "SKUA_MAX_MESSAGE_SIZE")]
     pub max_message_size: Option<usize>,
@@ -415,7 +424,7 @@ impl Settings {
     /// Lays `over` on top of `self`: every setting `over` has wins.
     pub fn overlay(&mut self, over: &Settings) {
         layer!(self, over; listen, bus, presence, store, namespace, node_id, fixtures, idle_timeout, rate_limit,
-            rate_limit_window, max_message_size, outbound_queue_messages, outbound_queue_bytes, max_connections, fd_reserve,
+            rate_limit_window, presence_rate_limit, subscribe_rate_limit, query_rate_limit, max_message_size, outbound_queue_messages, outbound_queue_bytes, max_connections, fd_reserve,
             max_subscriptions_per_connection, publish_topic_cache, max_retained_per_topic, restore_ttl, restore_wait, shutdown_grace, drain_delay, bus_queue, dispatch_shards, node_ttl,
             node_refresh, bus_publish_buffer, log_max_age, log_max_per_topic, log_prune_interval, replay_page_size,
             durable_queue, durable_sweep_interval, grpc_listen, admin_key, revalidate_interval, registry_poll_interval, max_apps_per_project,

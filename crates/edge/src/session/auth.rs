@@ -102,6 +102,7 @@ impl Session {
             key,
             restore,
             bucket: TokenBucket::new(rate, self.st.config.rate_limit_window),
+            frame_buckets: super::FrameBuckets::new(&self.st.config),
             max_message_size,
             _slot: slot,
             registration,

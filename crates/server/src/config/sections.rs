@@ -308,6 +308,12 @@ pub struct Limits {
     pub rate_limit: u32,
     /// The window the rate limit refills over.
     pub rate_limit_window: Duration,
+    /// `presence` updates per window, also the burst.
+    pub presence_rate_limit: u32,
+    /// Subscription changes per window, also the burst.
+    pub subscribe_rate_limit: u32,
+    /// Presence and history queries per window, also the burst.
+    pub query_rate_limit: u32,
     /// Largest publish payload in bytes.
     pub max_message_size: usize,
     /// Largest presence payload in bytes.
@@ -332,6 +338,9 @@ impl Limits {
             idle_timeout: duration(key!(s, idle_timeout))?,
             rate_limit: positive(key!(s, rate_limit))?,
             rate_limit_window: duration(key!(s, rate_limit_window))?,
+            presence_rate_limit: positive(key!(s, presence_rate_limit))?,
+            subscribe_rate_limit: positive(key!(s, subscribe_rate_limit))?,
+            query_rate_limit: positive(key!(s, query_rate_limit))?,
             max_message_size: payload_cap("max_message_size", positive(key!(s, max_message_size))?)?,
             max_presence_size: payload_cap("max_presence_size", positive(key!(s, max_presence_size))?)?,
             outbound_queue_messages: positive(key!(s, outbound_queue_messages))?,
@@ -898,6 +907,9 @@ impl Sections {
             idle_timeout: limits.idle_timeout,
             rate_limit: limits.rate_limit,
             rate_limit_window: limits.rate_limit_window,
+            presence_rate_limit: limits.presence_rate_limit,
+            subscribe_rate_limit: limits.subscribe_rate_limit,
+            query_rate_limit: limits.query_rate_limit,
             max_message_size: limits.max_message_size,
             max_presence_size: limits.max_presence_size,
             outbound_queue_messages: limits.outbound_queue_messages,
