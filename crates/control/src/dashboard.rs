@@ -387,7 +387,8 @@ async fn login(State(d): State<Arc<Dashboard>>, req: Request) -> Response {
     {
         d.throttle.failed(ip, now);
         let secs = wait.as_secs().max(1);
-        let mut r = html::login(Some(&format!("Too many failed sign-ins; retry in {secs}s.")), StatusCode::TOO_MANY_REQUESTS);
+        let mut r =
+            html::login(Some(&format!("Too many failed sign-ins; retry in {secs}s.")), StatusCode::TOO_MANY_REQUESTS);
         r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
         return r;
     }

@@ -231,10 +231,9 @@ impl Front {
             let metrics = metrics.clone();
             async move {
                 let Some(info) = info else {
-                    return Ok::<_, Infallible>(refused.map_or_else(
-                        || refusal(StatusCode::TOO_MANY_REQUESTS, "refused"),
-                        Refusal::respond,
-                    ));
+                    return Ok::<_, Infallible>(
+                        refused.map_or_else(|| refusal(StatusCode::TOO_MANY_REQUESTS, "refused"), Refusal::respond),
+                    );
                 };
                 // The body must arrive in full within `http_body_timeout` of the head (issue 33,
                 // item 6): a handler reading it past then gets an error, and whatever it answered

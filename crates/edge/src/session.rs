@@ -283,10 +283,14 @@ impl Session {
         };
         match frame {
             ClientFrame::Subscribe(s) => e.topic = Some(&s.topic),
-            ClientFrame::Unsubscribe { topic } | ClientFrame::SetFilters { topic, .. } | ClientFrame::History { topic, .. } => {
+            ClientFrame::Unsubscribe { topic }
+            | ClientFrame::SetFilters { topic, .. }
+            | ClientFrame::History { topic, .. } => {
                 e.topic = Some(topic);
             }
-            ClientFrame::Presence { room_id, .. } | ClientFrame::GetPresence { room_id } => e.room_id = room_id.as_deref(),
+            ClientFrame::Presence { room_id, .. } | ClientFrame::GetPresence { room_id } => {
+                e.room_id = room_id.as_deref()
+            }
             ClientFrame::LobbySubscribe { lobby_id }
             | ClientFrame::LobbyUnsubscribe { lobby_id }
             | ClientFrame::GetLobbyPresence { lobby_id } => e.lobby_id = Some(lobby_id),

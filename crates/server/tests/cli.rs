@@ -642,10 +642,8 @@ fn migrate_after_a_rollback_succeeds_and_names_the_newer_migrations() {
 /// `metrics_public` says so; the auth deadline is on by default, off under `--dev`.
 #[test]
 fn serve_refuses_a_public_metrics_outside_dev_and_the_auth_deadline_is_on_by_default() {
-    let out = skua()
-        .args(["serve", "--listen", "127.0.0.1:0", "--store", "memory", "--grpc-listen", ""])
-        .output()
-        .unwrap();
+    let out =
+        skua().args(["serve", "--listen", "127.0.0.1:0", "--store", "memory", "--grpc-listen", ""]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(64), "{err}");
     assert!(err.contains("metrics_token") && err.contains("metrics_public = true"), "{err}");
