@@ -748,6 +748,11 @@ mod tests {
         assert!(c.node_id.as_str().starts_with("node-"));
         assert_eq!(c.edge.http_header_timeout, d.http_header_timeout);
         assert_eq!(c.edge.http_body_timeout, d.http_body_timeout);
+        assert_eq!(c.edge.presence_rate_limit, d.presence_rate_limit);
+        assert_eq!(c.edge.subscribe_rate_limit, d.subscribe_rate_limit);
+        assert_eq!(c.edge.query_rate_limit, d.query_rate_limit);
+        assert_eq!(c.edge.auth_timeout, d.auth_timeout);
+        assert!(!c.metrics_public, "a tokenless /metrics is refused outside --dev unless asked for");
         assert_eq!(c.edge.max_connections_per_ip, d.max_connections_per_ip);
         assert_eq!(c.edge.max_new_connections_per_ip_per_second, d.max_new_connections_per_ip_per_second);
         assert_eq!(c.edge.trusted_proxies, d.trusted_proxies);
