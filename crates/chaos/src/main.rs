@@ -362,6 +362,9 @@ async fn run(args: &Args, dir: &std::path::Path, net: Option<Arc<Netns>>, abort:
             "1000",
             "--webhook-trigger-first-retry",
             "1s",
+            // The harness scrapes nothing it has to authenticate to (issue 33, item 12).
+            "--metrics-public",
+            "true",
         ]
         .iter()
         .map(|s| (*s).to_owned()),

@@ -37,7 +37,7 @@ use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
 use crate::service::ControlService;
-use crate::throttle::{AdminKeyThrottle, ThrottleConfig};
+use crate::throttle::AdminKeyThrottle;
 
 /// The cookie holding the session token.
 const COOKIE: &str = "skua_admin";
@@ -112,7 +112,7 @@ pub struct Dashboard {
     svc: ControlService,
     config: DashboardConfig,
     key_digest: [u8; 32],
-    throttle: AdminKeyThrottle,
+    throttle: Arc<AdminKeyThrottle>,
     secure: bool,
     started: Instant,
     sessions: Mutex<HashMap<String, Session>>,
@@ -137,19 +137,20 @@ fn random_token() -> String {
 
 impl Dashboard {
     /// A dashboard over `svc` accepting `admin_key`; `secure` marks the cookie `Secure` (the
-    /// listener has TLS); failed sign-ins back off per address as `throttle` says.
+    /// listener has TLS); failed sign-ins back off per address in `throttle` (the table the
+    /// gRPC listener's key check shares, so an address gets one budget of tries: issue 33).
     pub fn new(
         svc: ControlService,
         admin_key: &str,
         config: DashboardConfig,
-        throttle: ThrottleConfig,
+        throttle: Arc<AdminKeyThrottle>,
         secure: bool,
     ) -> Arc<Self> {
         Arc::new(Self {
             svc,
             config,
             key_digest: Sha256::digest(admin_key.as_bytes()).into(),
-            throttle: AdminKeyThrottle::new(throttle),
+            throttle,
             secure,
             started: Instant::now(),
             sessions: Mutex::new(HashMap::new()),
@@ -385,8 +386,11 @@ async fn login(State(d): State<Arc<Dashboard>>, req: Request) -> Response {
         && let Err(wait) = d.throttle.check(ip, now)
     {
         d.throttle.failed(ip, now);
-        let msg = format!("Too many failed sign-ins; retry in {}s.", wait.as_secs().max(1));
-        return html::login(Some(&msg), StatusCode::TOO_MANY_REQUESTS);
+        let secs = wait.as_secs().max(1);
+        let mut r =
+            html::login(Some(&format!("Too many failed sign-ins; retry in {secs}s.")), StatusCode::TOO_MANY_REQUESTS);
+        r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        return r;
     }
     if !d.key_matches(form.raw("admin_key")) {
         if let Some(ip) = ip
@@ -540,7 +544,21 @@ pub fn router(d: Arc<Dashboard>) -> Router {
         .route("/admin/assets/app.js", get(|| async { html::asset("text/javascript; charset=utf-8", html::JS) }))
         .fallback(|| async { (StatusCode::NOT_FOUND, "no such page").into_response() })
         .layer(DefaultBodyLimit::max(MAX_FORM_BYTES))
+        .layer(axum::middleware::map_response_with_state(d.secure, security_headers))
         .with_state(d)
+}
+
+/// Headers on every dashboard answer (issue 33, item 11): no MIME sniffing, no referrer beyond
+/// the dashboard's own origin (`same-origin` keeps the `Origin` header the CSRF check reads),
+/// and HSTS when the listener has TLS (`secure`).
+async fn security_headers(State(secure): State<bool>, mut r: Response) -> Response {
+    let h = r.headers_mut();
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
+    if secure {
+        h.insert(header::STRICT_TRANSPORT_SECURITY, HeaderValue::from_static("max-age=31536000"));
+    }
+    r
 }
 
 #[cfg(test)]

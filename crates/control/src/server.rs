@@ -36,17 +36,15 @@ impl std::fmt::Debug for AdminKeyCheck {
 }
 
 impl AdminKeyCheck {
-    /// A check accepting `key`, with the default throttle.
+    /// A check accepting `key`, with a throttle of its own with the default settings.
     pub fn new(key: &str) -> Self {
-        Self::with_throttle(key, ThrottleConfig::default())
+        Self::with_throttle(key, Arc::new(AdminKeyThrottle::new(ThrottleConfig::default())))
     }
 
-    /// A check accepting `key`, backing off failing addresses as `throttle` says.
-    pub fn with_throttle(key: &str, throttle: ThrottleConfig) -> Self {
-        Self {
-            digest: Arc::new(Sha256::digest(key.as_bytes()).into()),
-            throttle: Arc::new(AdminKeyThrottle::new(throttle)),
-        }
+    /// A check accepting `key`, backing off failing addresses in `throttle` (the table the
+    /// dashboard's sign-in shares: issue 33, item 11).
+    pub fn with_throttle(key: &str, throttle: Arc<AdminKeyThrottle>) -> Self {
+        Self { digest: Arc::new(Sha256::digest(key.as_bytes()).into()), throttle }
     }
 
     fn key_matches(&self, req: &Request<()>) -> Result<(), Status> {
@@ -103,8 +101,9 @@ pub struct ServeOptions {
     pub tls: Option<tokio_rustls::TlsAcceptor>,
     /// Serves reflection without the admin key (development).
     pub reflection_public: bool,
-    /// Backing off addresses that fail the key check.
-    pub throttle: ThrottleConfig,
+    /// Backing off addresses that fail the key check: the node's one table, shared with the
+    /// dashboard's sign-in.
+    pub throttle: Arc<AdminKeyThrottle>,
 }
 
 impl std::fmt::Debug for ServeOptions {
@@ -113,15 +112,19 @@ impl std::fmt::Debug for ServeOptions {
             .field("admin_key", &"<redacted>")
             .field("tls", &self.tls.is_some())
             .field("reflection_public", &self.reflection_public)
-            .field("throttle", &self.throttle)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
 impl ServeOptions {
-    /// Plain TCP, reflection behind the key, the default throttle.
+    /// Plain TCP, reflection behind the key, a throttle of its own with the default settings.
     pub fn new(admin_key: impl Into<String>) -> Self {
-        Self { admin_key: admin_key.into(), tls: None, reflection_public: false, throttle: ThrottleConfig::default() }
+        Self {
+            admin_key: admin_key.into(),
+            tls: None,
+            reflection_public: false,
+            throttle: Arc::new(AdminKeyThrottle::new(ThrottleConfig::default())),
+        }
     }
 }
 
@@ -141,7 +144,7 @@ pub async fn serve(
         .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()?;
-    let check = AdminKeyCheck::with_throttle(&options.admin_key, options.throttle);
+    let check = AdminKeyCheck::with_throttle(&options.admin_key, options.throttle.clone());
     let control = InterceptedService::new(ControlServer::new(service), check.clone());
     let router = tonic::transport::Server::builder().trace_fn(rpc_span).add_service(health).add_service(control);
     let router = if options.reflection_public {

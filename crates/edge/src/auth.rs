@@ -84,8 +84,8 @@ pub fn verify(
 }
 
 /// Failed `auth`s per source address (issue 12, item 6): after `after` failures in a row, each
-/// further `auth` from that address waits before it is checked, 250 ms doubling per failure up
-/// to `max`. An address is forgotten a minute after its last failure; at most
+/// further failed `auth` from that address is answered late, 250 ms doubling per failure up to
+/// `max` (a valid credential is answered at once: issue 33, item 10). An address is forgotten a minute after its last failure; at most
 /// [`AuthThrottle::MAX_ADDRESSES`] are tracked (beyond that new addresses are not throttled,
 /// so memory stays bounded whatever the number of sources).
 #[derive(Debug)]
@@ -115,7 +115,7 @@ impl AuthThrottle {
         self.failures.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// How long an `auth` from `ip` waits before it is checked (zero when not throttled).
+    /// How long a failed `auth` from `ip` waits before it is answered (zero when not throttled).
     pub fn delay(&self, ip: std::net::IpAddr) -> std::time::Duration {
         let now = tokio::time::Instant::now();
         let Some(&(n, last)) = self.lock().get(&ip) else { return std::time::Duration::ZERO };

@@ -23,8 +23,18 @@ pub struct EdgeConfig {
     pub idle_timeout: Duration,
     /// Publishes per `rate_limit_window` per connection; also the burst (N18).
     pub rate_limit: u32,
-    /// The window the rate limit refills over (1 s in production).
+    /// The window the rate limit refills over (1 s in production); also the window of the
+    /// other per-connection rate limits below.
     pub rate_limit_window: Duration,
+    /// `presence` updates per `rate_limit_window` per connection, also the burst; more get
+    /// 42910 `rate_limit_exceeded` (issue 33, item 5).
+    pub presence_rate_limit: u32,
+    /// `subscribe`, `unsubscribe`, `setFilters`, `lobbySubscribe` and `lobbyUnsubscribe`
+    /// frames per `rate_limit_window` per connection, also the burst.
+    pub subscribe_rate_limit: u32,
+    /// `getPresence`, `getLobbyPresence` and `history` requests per `rate_limit_window` per
+    /// connection, also the burst.
+    pub query_rate_limit: u32,
     /// Largest publish `data` in bytes (N4).
     pub max_message_size: usize,
     /// Largest inbound WebSocket frame; larger closes 1009 (N4).
@@ -129,7 +139,7 @@ pub struct EdgeConfig {
     /// Failed `auth`s one connection may make; the next failure closes it 1008.
     pub max_auth_failures: u32,
     /// Close a connection that has not authenticated within this long (1008); `None`: no
-    /// deadline beyond the idle timeout, as the wire documents set none.
+    /// deadline beyond the idle timeout. On by default (10 s, issue 33, item 12).
     pub auth_timeout: Option<Duration>,
     /// Failed `auth`s one source address may make before its further attempts are delayed.
     pub auth_backoff_after: u32,
@@ -141,6 +151,9 @@ pub struct EdgeConfig {
     /// How long a socket may take to send a complete HTTP request head (also the limit for
     /// its TLS handshake plus PROXY header, and for an idle keep-alive socket); then it is closed.
     pub http_header_timeout: Duration,
+    /// How long a request's body may take to arrive in full after its head; then the request
+    /// is answered 408 and its socket closed (issue 33, item 6).
+    pub http_body_timeout: Duration,
     /// Most sockets (pending or upgraded) per client address, IPv6 per /64; 0 = no limit.
     pub max_connections_per_ip: u32,
     /// Most new sockets per second per client address, also the burst; 0 = no limit.
@@ -201,6 +214,9 @@ impl Default for EdgeConfig {
             idle_timeout: Duration::from_secs(60),
             rate_limit: 50,
             rate_limit_window: Duration::from_secs(1),
+            presence_rate_limit: 10,
+            subscribe_rate_limit: 100,
+            query_rate_limit: 20,
             max_message_size: skua_protocol::DEFAULT_MAX_PAYLOAD_BYTES,
             max_frame_size: skua_protocol::MAX_INBOUND_FRAME_BYTES,
             outbound_queue_messages: 1024,
@@ -243,11 +259,12 @@ impl Default for EdgeConfig {
             history_recovery_margin: Duration::from_secs(30),
             history_receipt_interval: Duration::from_secs(1),
             max_auth_failures: 10,
-            auth_timeout: None,
+            auth_timeout: Some(Duration::from_secs(10)),
             auth_backoff_after: 5,
             auth_backoff_max: Duration::from_secs(10),
             jwt_audiences: Vec::new(),
             http_header_timeout: Duration::from_secs(10),
+            http_body_timeout: Duration::from_secs(10),
             max_connections_per_ip: 1000,
             max_new_connections_per_ip_per_second: 100,
             trusted_proxies: Vec::new(),

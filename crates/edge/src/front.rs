@@ -25,8 +25,12 @@ mod proxy;
 mod spill;
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
@@ -67,6 +71,8 @@ pub(crate) mod reason {
     pub const FD_LIMIT: &str = "fd_limit";
     /// `/metrics` without the configured bearer token.
     pub const METRICS_UNAUTHORIZED: &str = "metrics_unauthorized";
+    /// A request body not in full within `http_body_timeout` of its head (answered 408).
+    pub const BODY_TIMEOUT: &str = "body_timeout";
 }
 
 /// Serves `router` (the client routes) on `listener` until the state's shutdown token is
@@ -217,17 +223,31 @@ impl Front {
             Mode::Refused(r, p) => (None, Some(r), Some(p)),
         };
         let router = self.router.clone();
-        let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+        let body_timeout = self.state.config.http_body_timeout;
+        let metrics = self.state.metrics.clone();
+        let service = hyper::service::service_fn(move |req: Request<Incoming>| {
             let mut router = router.clone();
             let info = info.clone();
+            let metrics = metrics.clone();
             async move {
                 let Some(info) = info else {
-                    let text = refused.map_or("refused", Refusal::text);
-                    return Ok::<_, Infallible>(refusal(StatusCode::TOO_MANY_REQUESTS, text));
+                    return Ok::<_, Infallible>(
+                        refused.map_or_else(|| refusal(StatusCode::TOO_MANY_REQUESTS, "refused"), Refusal::respond),
+                    );
                 };
+                // The body must arrive in full within `http_body_timeout` of the head (issue 33,
+                // item 6): a handler reading it past then gets an error, and whatever it answered
+                // becomes 408 with the socket closed (freeing its connection slot).
+                let timed_out = Arc::new(AtomicBool::new(false));
+                let mut req = req.map(|b| TimedBody::new(b, Instant::now() + body_timeout, timed_out.clone()));
                 req.extensions_mut().insert(info);
                 // The router is always ready (axum::Router::poll_ready).
-                tower_service::Service::call(&mut router, req).await
+                let r = tower_service::Service::call(&mut router, req).await;
+                if timed_out.load(Ordering::Relaxed) {
+                    metrics.front_refusals.inc(reason::BODY_TIMEOUT);
+                    return Ok(refusal(StatusCode::REQUEST_TIMEOUT, "request body not received in time"));
+                }
+                r
             }
         });
         // Small reads (tungstenite's, after the upgrade) are served from large socket reads.
@@ -374,7 +394,7 @@ impl UpgradeRefusal {
             }
             Self::Ip(r) => {
                 metrics.front_refusals.inc(r.label());
-                refusal(StatusCode::TOO_MANY_REQUESTS, r.text())
+                r.respond()
             }
         }
     }
@@ -439,5 +459,71 @@ impl Refusal {
             Self::Connections => "too many connections from this address",
             Self::Rate => "too many new connections from this address",
         }
+    }
+
+    /// Seconds a client should wait before trying again (the 429's `Retry-After`, issue 33):
+    /// the new-connection budget refills every second; open connections take longer to end.
+    pub(crate) fn retry_after(self) -> &'static str {
+        match self {
+            Self::Connections => "5",
+            Self::Rate => "1",
+        }
+    }
+
+    /// The 429 answer, closing the socket after it.
+    pub(crate) fn respond(self) -> Response {
+        (
+            StatusCode::TOO_MANY_REQUESTS,
+            [(header::CONNECTION, "close"), (header::RETRY_AFTER, self.retry_after())],
+            self.text(),
+        )
+            .into_response()
+    }
+}
+
+/// A request body that must arrive in full by a deadline (issue 33, item 6). Past it, the next
+/// read fails and `timed_out` is set, so that the front answers 408 whatever the handler made
+/// of the error. The timer is armed only when a read has to wait (most bodies are empty or
+/// already buffered).
+struct TimedBody {
+    inner: Incoming,
+    deadline: Instant,
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+    timed_out: Arc<AtomicBool>,
+}
+
+impl TimedBody {
+    fn new(inner: Incoming, deadline: Instant, timed_out: Arc<AtomicBool>) -> Self {
+        Self { inner, deadline, sleep: None, timed_out }
+    }
+}
+
+impl hyper::body::Body for TimedBody {
+    type Data = bytes::Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        let this = self.get_mut();
+        if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
+            return Poll::Ready(frame.map(|r| r.map_err(Into::into)));
+        }
+        let deadline = this.deadline;
+        let sleep = this.sleep.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        if sleep.as_mut().poll(cx).is_ready() {
+            this.timed_out.store(true, Ordering::Relaxed);
+            return Poll::Ready(Some(Err("request body not received within http_body_timeout".into())));
+        }
+        Poll::Pending
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
     }
 }

@@ -1,8 +1,10 @@
 //! Idempotent publish (issue 19, item 4): the publish pipeline's gate over the
 //! [`skua_core::Idempotency`] slot.
 //!
-//! A publish carrying an idempotency key claims `<project>:<key>` for the window after its
-//! checks passed and before anything is stored or published. A repeat within the window is
+//! A publish carrying an idempotency key claims `<project>:<key>` (outside any access scope) or
+//! `<project>~<scope>:<key>` (in a room of an access scope: issue 33, item 7) for the window after
+//! its checks passed and before anything is stored or published. Project ids and scope slugs
+//! never contain `~` or `:`, so no key of one scope can be spelled from another. A repeat within the window is
 //! answered as published with `duplicate: true` and goes no further: no delivery, no logged
 //! row, no trigger, no wake, no quota. A first publish that fails after its claim (store, bus)
 //! releases the claim, so the key does not block the retry. The claim's value is the first
@@ -11,7 +13,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use skua_core::{Idempotency, IdempotencyError, ProjectId};
+use skua_core::address::{RoomKey, SCOPE_SEPARATOR};
+use skua_core::{Idempotency, IdempotencyError};
 
 /// The gate: the slot, the window and the longest key accepted.
 #[derive(Debug, Clone)]
@@ -59,16 +62,17 @@ impl IdempotencyGate {
         !key.is_empty() && key.len() <= self.max_key_length
     }
 
-    /// Claims `key` of `project` for a publish stamped `timestamp_ms` whose stored msgId is
-    /// `tag` (a fresh nonce for a topic that is not logged).
+    /// Claims `key` in the key space of `room` (its project and access scope) for a publish
+    /// stamped `timestamp_ms` whose stored msgId is `tag` (a fresh nonce for a topic that is not
+    /// logged).
     pub(crate) async fn claim(
         &self,
-        project: &ProjectId,
+        room: &RoomKey,
         key: &str,
         timestamp_ms: u64,
         tag: &str,
     ) -> Result<Gate, IdempotencyError> {
-        let key = format!("{}:{key}", project.as_str());
+        let key = scoped_key(room, key);
         let value = format!("{timestamp_ms} {tag}");
         Ok(match self.store.claim(&key, &value, self.window).await? {
             None => Gate::Claimed(Claimed { key, value }),
@@ -85,5 +89,38 @@ impl IdempotencyGate {
         if let Err(e) = self.store.release(&claimed.key, &claimed.value).await {
             tracing::warn!(error = %e, "Releasing a failed publish's idempotency key failed; it lapses with its window.");
         }
+    }
+}
+
+/// The slot's key for the client's `key` published into `room`: `<project>:<key>` outside any
+/// access scope, `<project>~<scope>:<key>` inside one (two scopes never share a key).
+fn scoped_key(room: &RoomKey, key: &str) -> String {
+    match room.room.split_once(SCOPE_SEPARATOR) {
+        Some((scope, _)) => format!("{}{SCOPE_SEPARATOR}{scope}:{key}", room.project.as_str()),
+        None => format!("{}:{key}", room.project.as_str()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use skua_core::address::RoomKey;
+    use skua_core::{AppId, ProjectId};
+
+    use super::scoped_key;
+
+    fn room(room: &str) -> RoomKey {
+        RoomKey { project: ProjectId::parse("p").unwrap(), app: AppId::parse("a").unwrap(), room: Arc::from(room) }
+    }
+
+    #[test]
+    fn keys_are_per_project_and_access_scope_and_cannot_be_spelled_across_scopes() {
+        assert_eq!(scoped_key(&room("r"), "k"), "p:k");
+        assert_eq!(scoped_key(&room("red~r"), "k"), "p~red:k");
+        assert_ne!(scoped_key(&room("blue~r"), "k"), scoped_key(&room("red~r"), "k"));
+        // An unscoped client key that looks like a scope prefix stays in the unscoped space.
+        assert_ne!(scoped_key(&room("r"), "~red:k"), scoped_key(&room("red~r"), "k"));
+        assert_ne!(scoped_key(&room("r"), "red:k"), scoped_key(&room("red~r"), "k"));
     }
 }

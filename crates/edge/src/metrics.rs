@@ -57,6 +57,9 @@ pub struct Metrics {
     pub log_pruned: AtomicU64,
     /// `auth`s delayed because their source address kept failing (issue 12, item 6).
     pub auths_throttled: AtomicU64,
+    /// Frames other than `publish` refused by their per-connection rate limit
+    /// (`presence_rate_limit`, `subscribe_rate_limit`, `query_rate_limit`; issue 33).
+    pub frames_rate_limited: AtomicU64,
     /// `reconnect:true` auths that waited for a node suspected dead to release a restore
     /// record (`restore_wait`, issue 19).
     pub restore_waits: AtomicU64,

@@ -103,6 +103,12 @@ pub fn render(st: &EdgeState) -> String {
         load(&m.auths_throttled),
     );
     o.scalar(
+        "skua_frames_rate_limited_total",
+        "counter",
+        "presence, subscription and query frames refused by their per-connection rate limit.",
+        load(&m.frames_rate_limited),
+    );
+    o.scalar(
         "skua_restore_waits_total",
         "counter",
         "reconnects that waited for a node suspected dead to release a restore record (restore_wait).",

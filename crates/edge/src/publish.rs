@@ -424,8 +424,7 @@ impl Publisher {
         let claimed = match gate {
             Some((g, key)) => {
                 let tag = uuid::Uuid::now_v7().to_string();
-                let project = &resolved.address.room.project;
-                match g.claim(project, key, timestamp_ms, &tag).await.map_err(Refused::Idempotency)? {
+                match g.claim(&resolved.address.room, key, timestamp_ms, &tag).await.map_err(Refused::Idempotency)? {
                     Gate::Claimed(c) => {
                         logged_id = resolved.logged.then_some(tag);
                         Some((g, c))

@@ -51,6 +51,8 @@ pub(crate) struct Authed {
     /// This connection's restore record (N23): the session's with a clientId, else its own.
     restore: RestoreKey,
     bucket: TokenBucket,
+    /// The rate limits of the other frames that cost the node work (issue 33, item 5).
+    frame_buckets: FrameBuckets,
     max_message_size: usize,
     _slot: ProjectSlot,
     /// This connection's entry in the node's table (control-plane effects, issue 5).
@@ -58,6 +60,74 @@ pub(crate) struct Authed {
     subscriptions: Arc<std::sync::atomic::AtomicU32>,
     /// Topics resolved for its publishes (dropped on registry and actor changes).
     topics: crate::publish::TopicCache,
+}
+
+/// The kinds of frame with a per-connection rate limit of their own besides `publish` (issue
+/// 33, item 5): each costs the node work beyond the connection (fan-out to a room, a store
+/// write, a bus subscription, a presence or history read).
+#[derive(Debug, Clone, Copy)]
+enum Limited {
+    /// `presence` (`presence_rate_limit`).
+    Presence,
+    /// `subscribe`, `unsubscribe`, `setFilters`, `lobbySubscribe`, `lobbyUnsubscribe`
+    /// (`subscribe_rate_limit`).
+    Subscribe,
+    /// `getPresence`, `getLobbyPresence`, `history` (`query_rate_limit`).
+    Query,
+}
+
+impl Limited {
+    /// The limit `frame` counts against, if any.
+    fn of(frame: &ClientFrame) -> Option<Self> {
+        match frame {
+            ClientFrame::Presence { .. } => Some(Self::Presence),
+            ClientFrame::Subscribe(_)
+            | ClientFrame::Unsubscribe { .. }
+            | ClientFrame::SetFilters { .. }
+            | ClientFrame::LobbySubscribe { .. }
+            | ClientFrame::LobbyUnsubscribe { .. } => Some(Self::Subscribe),
+            ClientFrame::GetPresence { .. } | ClientFrame::GetLobbyPresence { .. } | ClientFrame::History { .. } => {
+                Some(Self::Query)
+            }
+            _ => None,
+        }
+    }
+
+    /// The hint of the refusal.
+    fn hint(self) -> &'static str {
+        match self {
+            Self::Presence => "too many presence updates on this connection; slow down",
+            Self::Subscribe => "too many subscription changes on this connection; slow down",
+            Self::Query => "too many presence or history requests on this connection; slow down",
+        }
+    }
+}
+
+/// One token bucket per [`Limited`] kind, refilled over `rate_limit_window`.
+#[derive(Debug)]
+struct FrameBuckets {
+    presence: TokenBucket,
+    subscribe: TokenBucket,
+    query: TokenBucket,
+}
+
+impl FrameBuckets {
+    fn new(c: &crate::config::EdgeConfig) -> Self {
+        let w = c.rate_limit_window;
+        Self {
+            presence: TokenBucket::new(c.presence_rate_limit, w),
+            subscribe: TokenBucket::new(c.subscribe_rate_limit, w),
+            query: TokenBucket::new(c.query_rate_limit, w),
+        }
+    }
+
+    fn try_take(&mut self, kind: Limited) -> bool {
+        match kind {
+            Limited::Presence => self.presence.try_take(),
+            Limited::Subscribe => self.subscribe.try_take(),
+            Limited::Query => self.query.try_take(),
+        }
+    }
 }
 
 /// The state machine of one connection.
@@ -166,6 +236,13 @@ impl Session {
             self.push(&ServerFrame::Error(ErrorFrame { error: error::NOT_AUTHENTICATED, ..ErrorFrame::default() }));
             return;
         }
+        if let Some(kind) = Limited::of(&frame)
+            && let Some(a) = &mut self.auth
+            && !a.frame_buckets.try_take(kind)
+        {
+            self.frame_rate_limited(&frame, kind);
+            return;
+        }
         match frame {
             ClientFrame::Auth(a) => self.on_auth(a).await,
             ClientFrame::Reauth { token } => self.on_reauth(&token),
@@ -193,6 +270,34 @@ impl Session {
             ClientFrame::GetLobbyPresence { lobby_id } => self.on_get_lobby_presence(&lobby_id).await,
             ClientFrame::History { topic, since, limit } => self.on_history(&topic, since, limit).await,
         }
+    }
+
+    /// Answers a frame over its kind's rate limit: 42910 `rate_limit_exceeded` naming what the
+    /// frame named (topic, room or lobby); the frame does nothing.
+    fn frame_rate_limited(&self, frame: &ClientFrame, kind: Limited) {
+        let mut e = ErrorFrame {
+            error: error::RATE_LIMIT_EXCEEDED,
+            code: Some(code::RATE_LIMIT_EXCEEDED),
+            hint: Some(kind.hint()),
+            ..ErrorFrame::default()
+        };
+        match frame {
+            ClientFrame::Subscribe(s) => e.topic = Some(&s.topic),
+            ClientFrame::Unsubscribe { topic }
+            | ClientFrame::SetFilters { topic, .. }
+            | ClientFrame::History { topic, .. } => {
+                e.topic = Some(topic);
+            }
+            ClientFrame::Presence { room_id, .. } | ClientFrame::GetPresence { room_id } => {
+                e.room_id = room_id.as_deref()
+            }
+            ClientFrame::LobbySubscribe { lobby_id }
+            | ClientFrame::LobbyUnsubscribe { lobby_id }
+            | ClientFrame::GetLobbyPresence { lobby_id } => e.lobby_id = Some(lobby_id),
+            _ => {}
+        }
+        self.st.metrics.frames_rate_limited.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.error(e);
     }
 
     fn actor_id(&self) -> Option<&ActorId> {

@@ -58,6 +58,15 @@ pub struct Settings {
     /// The window the rate limit refills over [default 1s].
     #[arg(long, env = "SKUA_RATE_LIMIT_WINDOW")]
     pub rate_limit_window: Option<String>,
+    /// `presence` updates per connection per rate_limit_window, also the burst; more get 42910 rate_limit_exceeded [default 10].
+    #[arg(long, env = "SKUA_PRESENCE_RATE_LIMIT")]
+    pub presence_rate_limit: Option<u32>,
+    /// `subscribe`, `unsubscribe`, `setFilters`, `lobbySubscribe` and `lobbyUnsubscribe` frames per connection per rate_limit_window, also the burst [default 100].
+    #[arg(long, env = "SKUA_SUBSCRIBE_RATE_LIMIT")]
+    pub subscribe_rate_limit: Option<u32>,
+    /// `getPresence`, `getLobbyPresence` and `history` requests per connection per rate_limit_window, also the burst [default 20].
+    #[arg(long, env = "SKUA_QUERY_RATE_LIMIT")]
+    pub query_rate_limit: Option<u32>,
     /// Largest publish `data` in bytes [default 921600].
     #[arg(long, env = "SKUA_MAX_MESSAGE_SIZE")]
     pub max_message_size: Option<usize>,
@@ -249,6 +258,9 @@ pub struct Settings {
     /// Close a socket that has not sent a complete HTTP request head (or TLS handshake, PROXY header) in this time [default 10s].
     #[arg(long, env = "SKUA_HTTP_HEADER_TIMEOUT")]
     pub http_header_timeout: Option<String>,
+    /// A request whose body has not arrived in full this long after its head is answered 408 and its socket closed [default 10s].
+    #[arg(long, env = "SKUA_HTTP_BODY_TIMEOUT")]
+    pub http_body_timeout: Option<String>,
     /// Most sockets per client address (IPv6: per /64), pending or upgraded; 0 = no limit [default 1000].
     #[arg(long, env = "SKUA_MAX_CONNECTIONS_PER_IP")]
     pub max_connections_per_ip: Option<u32>,
@@ -270,6 +282,9 @@ pub struct Settings {
     /// Bearer token /metrics requires (`Authorization: Bearer TOKEN`); empty = none [default empty].
     #[arg(long, env = "SKUA_METRICS_TOKEN", hide_env_values = true)]
     pub metrics_token: Option<String>,
+    /// Serve /metrics without a token on purpose; outside --dev, `skua serve` refuses to start with neither this nor metrics_token [default false].
+    #[arg(long, env = "SKUA_METRICS_PUBLIC")]
+    pub metrics_public: Option<bool>,
     /// OTLP/gRPC endpoint spans are exported to, `http://host:4317`; empty: OTEL_EXPORTER_OTLP_ENDPOINT, else none [default empty].
     #[arg(long, env = "SKUA_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
@@ -451,15 +466,15 @@ impl Settings {
     /// Lays `over` on top of `self`: every setting `over` has wins.
     pub fn overlay(&mut self, over: &Settings) {
         layer!(self, over; listen, bus, presence, store, namespace, node_id, fixtures, idle_timeout, rate_limit,
-            rate_limit_window, max_message_size, outbound_queue_messages, outbound_queue_bytes, max_connections, fd_reserve,
+            rate_limit_window, presence_rate_limit, subscribe_rate_limit, query_rate_limit, max_message_size, outbound_queue_messages, outbound_queue_bytes, max_connections, fd_reserve,
             max_subscriptions_per_connection, publish_topic_cache, max_retained_per_topic, restore_ttl, restore_wait, restore_merge_window, shutdown_grace, drain_delay, bus_queue, dispatch_shards, node_ttl,
             node_refresh, bus_publish_buffer, log_max_age, log_max_per_topic, log_prune_interval, replay_page_size,
             durable_queue, durable_sweep_interval, grpc_listen, admin_key, revalidate_interval, registry_poll_interval, max_apps_per_project,
             max_rooms_per_app, max_actors_per_project, max_grants_per_room, max_lobbies_per_project, max_page_size, otlp_endpoint,
             max_presence_size, max_retained_bytes_per_topic, max_retained_bytes, max_retained_bytes_per_project, max_auth_failures, auth_timeout,
             auth_backoff_after, auth_backoff_max, jwt_audiences,
-            http_header_timeout, max_connections_per_ip, max_new_connections_per_ip_per_second, trusted_proxies,
-            proxy_protocol, allowed_origins, metrics_listen, metrics_token);
+            http_header_timeout, http_body_timeout, max_connections_per_ip, max_new_connections_per_ip_per_second, trusted_proxies,
+            proxy_protocol, allowed_origins, metrics_listen, metrics_token, metrics_public);
         layer!(self, over; tls_cert, tls_key, grpc_tls_cert, grpc_tls_key, tls_reload_interval, grpc_reflection_public,
             admin_key_max_failures, admin_key_failure_window, admin_key_backoff_max, bus_tls_ca, bus_tls_cert,
             bus_tls_key, presence_tls_ca, presence_tls_cert, presence_tls_key);
@@ -650,6 +665,9 @@ pub struct ServerConfig {
     pub otlp_endpoint: Option<String>,
     /// The separate `/metrics` listener, if any.
     pub metrics_listen: Option<SocketAddr>,
+    /// `/metrics` may be served without a token (outside `--dev`, `skua serve` refuses a
+    /// tokenless `/metrics` unless this is set: issue 33, item 12).
+    pub metrics_public: bool,
     /// TLS of the client and control-plane listeners.
     pub tls: crate::tls::ListenerTlsConfig,
     /// Whether gRPC reflection needs no admin key.
@@ -699,6 +717,7 @@ impl ServerConfig {
             control: control.limits,
             otlp_endpoint: telemetry.otlp_endpoint,
             metrics_listen: front.metrics_listen,
+            metrics_public: front.metrics_public,
             tls: tls.listeners,
             grpc_reflection_public: control.grpc_reflection_public,
             admin_key_throttle: control.admin_key_throttle,
@@ -775,6 +794,12 @@ mod tests {
         assert_eq!(c.registry_poll_interval, std::time::Duration::from_millis(250));
         assert!(c.node_id.as_str().starts_with("node-"));
         assert_eq!(c.edge.http_header_timeout, d.http_header_timeout);
+        assert_eq!(c.edge.http_body_timeout, d.http_body_timeout);
+        assert_eq!(c.edge.presence_rate_limit, d.presence_rate_limit);
+        assert_eq!(c.edge.subscribe_rate_limit, d.subscribe_rate_limit);
+        assert_eq!(c.edge.query_rate_limit, d.query_rate_limit);
+        assert_eq!(c.edge.auth_timeout, d.auth_timeout);
+        assert!(!c.metrics_public, "a tokenless /metrics is refused outside --dev unless asked for");
         assert_eq!(c.edge.max_connections_per_ip, d.max_connections_per_ip);
         assert_eq!(c.edge.max_new_connections_per_ip_per_second, d.max_new_connections_per_ip_per_second);
         assert_eq!(c.edge.trusted_proxies, d.trusted_proxies);

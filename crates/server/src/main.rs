@@ -144,6 +144,8 @@ fn serve(args: ServeArgs) -> ExitCode {
         // The demo's and the tests' receivers are local (issue 33; CONTRACT.md).
         webhook_allow_loopback: Some(true),
         wake_allowed_hosts: Some(DEV_WAKE_ALLOWED_HOSTS.iter().map(|h| (*h).to_owned()).collect()),
+        // Clients typed by hand (wscat) take their time to send `auth`.
+        auth_timeout: Some("0s".into()),
         ..Settings::default()
     };
     // The default listener is best effort; a configured one must work (CONTRACT.md: default
@@ -235,6 +237,15 @@ fn serve(args: ServeArgs) -> ExitCode {
         && let Err(e) = skua_server::config::secrets::check(&config, fixtures.as_ref())
     {
         eprintln!("skua: {e}");
+        return ExitCode::from(64);
+    }
+    // A tokenless /metrics lists every project id to whoever reaches it (issue 33, item 12):
+    // outside `--dev` the operator chooses it explicitly.
+    if !args.dev && config.edge.metrics_token.is_none() && !config.metrics_public {
+        eprintln!(
+            "skua: /metrics would be served without a token: set metrics_token (SKUA_METRICS_TOKEN), or \
+             metrics_public = true (--metrics-public true, SKUA_METRICS_PUBLIC=true) to serve it without one"
+        );
         return ExitCode::from(64);
     }
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {

@@ -783,6 +783,9 @@ impl RunningNode {
         node.control_tasks.spawn(propagator.clone().run(node.control_stop.clone()));
         // Set once: `launch` is the only writer.
         let _ = node.server_metrics.propagator.set(propagator.clone());
+        // One table of failed admin-key checks for the gRPC listener and the dashboard's
+        // sign-in: an address gets `admin_key_max_failures` tries in all (issue 33, item 11).
+        let admin_throttle = Arc::new(skua_control::throttle::AdminKeyThrottle::new(config.admin_key_throttle));
         if let Some(grpc) = grpc {
             let key = config
                 .admin_key
@@ -796,7 +799,7 @@ impl RunningNode {
                 admin_key: key.0,
                 tls: node.tls.grpc.as_ref().map(|t| t.acceptor.clone()),
                 reflection_public: config.grpc_reflection_public,
-                throttle: config.admin_key_throttle,
+                throttle: admin_throttle.clone(),
             };
             node.control_tasks.spawn(async move {
                 if let Err(e) = skua_control::server::serve(grpc, service, options, stop).await {
@@ -811,7 +814,7 @@ impl RunningNode {
                 service,
                 &key.0,
                 config.dashboard,
-                config.admin_key_throttle,
+                admin_throttle,
                 node.tls.client.is_some(),
             );
             node.control_tasks.spawn(dashboard.clone().run(node.control_stop.clone()));

@@ -386,7 +386,7 @@ fn sighup_reloads_changed_certificate_files_at_once() {
     let (cert, key) = (files.cert.display().to_string(), files.key.display().to_string());
     let args = ["--store", "memory", "--grpc-listen", "", "--tls-cert", &cert, "--tls-key", &key];
     let mut child = skua()
-        .args(["serve", "--listen", "127.0.0.1:0", "--tls-reload-interval", "0s"])
+        .args(["serve", "--listen", "127.0.0.1:0", "--tls-reload-interval", "0s", "--metrics-public", "true"])
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -636,4 +636,34 @@ fn migrate_after_a_rollback_succeeds_and_names_the_newer_migrations() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("29991231000001") && stdout.contains("newer release"), "{stdout}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 33, item 12: outside `--dev`, a `/metrics` without a token is refused at start unless
+/// `metrics_public` says so; the auth deadline is on by default, off under `--dev`.
+#[test]
+fn serve_refuses_a_public_metrics_outside_dev_and_the_auth_deadline_is_on_by_default() {
+    let out =
+        skua().args(["serve", "--listen", "127.0.0.1:0", "--store", "memory", "--grpc-listen", ""]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{err}");
+    assert!(err.contains("metrics_token") && err.contains("metrics_public = true"), "{err}");
+    // Asked explicitly, or with a token: it starts.
+    let node = skua_testkit::process::SkuaProcess::spawn(
+        env!("CARGO_BIN_EXE_skua"),
+        &["--store", "memory", "--grpc-listen", "", "--metrics-public", "true"],
+    );
+    drop(node);
+    let node = skua_testkit::process::SkuaProcess::spawn(
+        env!("CARGO_BIN_EXE_skua"),
+        &["--store", "memory", "--grpc-listen", "", "--metrics-token", "a-metrics-token-of-some-length"],
+    );
+    drop(node);
+    let (code, out, err) = print_config(&[], &[]);
+    assert_eq!(code, 0, "{err}");
+    let at = out.find("auth_timeout: ").expect("auth_timeout printed");
+    let shown: String = out[at..].chars().take(40).collect();
+    assert!(shown.starts_with("auth_timeout: Some(") && shown.contains("10s"), "on by default: {shown}");
+    let (code, out, err) = print_config(&["--dev"], &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("auth_timeout: None"), "--dev keeps hand-typed clients convenient: {out}");
 }

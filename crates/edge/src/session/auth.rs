@@ -36,20 +36,23 @@ impl Session {
         if !self.st.hub.bus().is_available() {
             return fail(self, auth_err::BROKER_UNAVAILABLE);
         }
-        // An address that keeps failing waits before each further check (issue 12, item 6).
-        let delay = self.st.auth_throttle.delay(self.client_ip);
-        if !delay.is_zero() {
-            self.st.metrics.auths_throttled.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            tokio::select! {
-                () = tokio::time::sleep(delay) => {}
-                () = self.st.shutdown.cancelled() => return,
-                () = self.conn.closed() => return,
-            }
-        }
         let registry = self.st.registry.load();
         let cred = match verify(&registry, &a.token, now_unix_s(), &self.st.config.jwt_audiences) {
             Ok(c) => c,
             Err(e) => {
+                // An address that keeps failing gets each further failure answered late, and
+                // this connection reads nothing meanwhile (issue 12, item 6). A valid credential
+                // is never delayed: clients sharing the address (a NAT) are not held up by
+                // another's failures (issue 33, item 10).
+                let delay = self.st.auth_throttle.delay(self.client_ip);
+                if !delay.is_zero() {
+                    self.st.metrics.auths_throttled.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => {}
+                        () = self.st.shutdown.cancelled() => return,
+                        () = self.conn.closed() => return,
+                    }
+                }
                 fail(self, e);
                 return self.auth_failed();
             }
@@ -99,6 +102,7 @@ impl Session {
             key,
             restore,
             bucket: TokenBucket::new(rate, self.st.config.rate_limit_window),
+            frame_buckets: super::FrameBuckets::new(&self.st.config),
             max_message_size,
             _slot: slot,
             registration,

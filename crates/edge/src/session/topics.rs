@@ -338,15 +338,23 @@ impl Session {
                 }
             }
         }
-        // Oldest first, as many as fit in one frame below 1 MiB.
+        // Oldest first, as many as fit in one frame below 1 MiB. The first message always goes,
+        // alone if need be (a payload of at most the ceiling plus its names fits one frame), so
+        // paging with `since` passes every message (issue 33, item 9). One larger than the
+        // ceiling (stored under an older, looser limit) can never be sent: it is skipped and the
+        // reply says `complete: false`.
         let mut budget = skua_protocol::MAX_PAYLOAD_CEILING_BYTES;
         let mut items = Vec::with_capacity(read.entries.len());
         for e in &read.entries {
+            if e.data.len() > skua_protocol::MAX_PAYLOAD_CEILING_BYTES {
+                complete = false;
+                continue;
+            }
             let cost = 64 + e.data.len() + e.publisher.as_str().len() + e.filter.as_ref().map_or(0, String::len);
-            if cost > budget {
+            if cost > budget && !items.is_empty() {
                 break;
             }
-            budget -= cost;
+            budget = budget.saturating_sub(cost);
             items.push(skua_protocol::HistoryItem {
                 offset: e.offset,
                 data: &e.data,

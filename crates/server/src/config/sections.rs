@@ -238,6 +238,8 @@ pub struct FrontDoor {
     pub fd_reserve: usize,
     /// How long a socket may take to send its request head.
     pub http_header_timeout: Duration,
+    /// How long a request's body may take to arrive after its head.
+    pub http_body_timeout: Duration,
     /// Most sockets per client address; 0 = no limit.
     pub max_connections_per_ip: u32,
     /// New sockets per second per client address; 0 = no limit.
@@ -252,6 +254,8 @@ pub struct FrontDoor {
     pub metrics_listen: Option<SocketAddr>,
     /// The bearer token `/metrics` requires, if any.
     pub metrics_token: Option<MetricsToken>,
+    /// `/metrics` is served without a token on purpose.
+    pub metrics_public: bool,
 }
 
 impl FrontDoor {
@@ -274,6 +278,7 @@ impl FrontDoor {
             max_connections: positive(key!(s, max_connections))?,
             fd_reserve: required(key!(s, fd_reserve))?,
             http_header_timeout: nonzero_duration(key!(s, http_header_timeout))?,
+            http_body_timeout: nonzero_duration(key!(s, http_body_timeout))?,
             max_connections_per_ip: required(key!(s, max_connections_per_ip))?,
             max_new_connections_per_ip_per_second: required(key!(s, max_new_connections_per_ip_per_second))?,
             trusted_proxies: each(key!(s, trusted_proxies), Cidr::parse)?,
@@ -281,6 +286,7 @@ impl FrontDoor {
             allowed_origins: each(key!(s, allowed_origins), OriginPattern::parse)?,
             metrics_listen: optional_address(key!(s, metrics_listen))?,
             metrics_token,
+            metrics_public: required(key!(s, metrics_public))?,
         };
         if front.proxy_protocol && front.trusted_proxies.is_empty() {
             return Err(invalid(
@@ -302,6 +308,12 @@ pub struct Limits {
     pub rate_limit: u32,
     /// The window the rate limit refills over.
     pub rate_limit_window: Duration,
+    /// `presence` updates per window, also the burst.
+    pub presence_rate_limit: u32,
+    /// Subscription changes per window, also the burst.
+    pub subscribe_rate_limit: u32,
+    /// Presence and history queries per window, also the burst.
+    pub query_rate_limit: u32,
     /// Largest publish payload in bytes.
     pub max_message_size: usize,
     /// Largest presence payload in bytes.
@@ -326,6 +338,9 @@ impl Limits {
             idle_timeout: duration(key!(s, idle_timeout))?,
             rate_limit: positive(key!(s, rate_limit))?,
             rate_limit_window: duration(key!(s, rate_limit_window))?,
+            presence_rate_limit: positive(key!(s, presence_rate_limit))?,
+            subscribe_rate_limit: positive(key!(s, subscribe_rate_limit))?,
+            query_rate_limit: positive(key!(s, query_rate_limit))?,
             max_message_size: payload_cap("max_message_size", positive(key!(s, max_message_size))?)?,
             max_presence_size: payload_cap("max_presence_size", positive(key!(s, max_presence_size))?)?,
             outbound_queue_messages: positive(key!(s, outbound_queue_messages))?,
@@ -934,6 +949,9 @@ impl Sections {
             idle_timeout: limits.idle_timeout,
             rate_limit: limits.rate_limit,
             rate_limit_window: limits.rate_limit_window,
+            presence_rate_limit: limits.presence_rate_limit,
+            subscribe_rate_limit: limits.subscribe_rate_limit,
+            query_rate_limit: limits.query_rate_limit,
             max_message_size: limits.max_message_size,
             max_presence_size: limits.max_presence_size,
             outbound_queue_messages: limits.outbound_queue_messages,
@@ -943,6 +961,7 @@ impl Sections {
             max_connections: front.max_connections,
             fd_reserve: front.fd_reserve,
             http_header_timeout: front.http_header_timeout,
+            http_body_timeout: front.http_body_timeout,
             max_connections_per_ip: front.max_connections_per_ip,
             max_new_connections_per_ip_per_second: front.max_new_connections_per_ip_per_second,
             trusted_proxies: front.trusted_proxies.clone(),

@@ -1190,3 +1190,47 @@ async fn every_list_page_is_searched_ignoring_case_before_paging() {
     assert!(r.body.contains("<input type=\"hidden\" name=\"project\" value=\"demo-project\">"), "{}", r.body);
     assert!(!r.body.contains("<td>alice ("), "no list under the refusal");
 }
+
+/// Issue 33, item 11: the dashboard's answers carry nosniff and a referrer policy (HSTS only
+/// with TLS).
+#[tokio::test]
+async fn dashboard_answers_carry_nosniff_and_a_referrer_policy() {
+    let s = TestServer::start().await;
+    for path in ["/admin/login", "/admin", "/admin/assets/app.css", "/admin/nope"] {
+        let r = http(s.addr, "GET", path, &[], "").await;
+        assert_eq!(r.header("x-content-type-options"), Some("nosniff"), "{path}: {r:?}");
+        assert_eq!(r.header("referrer-policy"), Some("same-origin"), "{path}: {r:?}");
+        assert_eq!(r.header("strict-transport-security"), None, "no TLS, no HSTS: {path}");
+    }
+    // The policy keeps the Origin header same-origin forms send: signing in still works.
+    Browser::sign_in(s.addr).await;
+}
+
+/// Issue 33, item 11: gRPC and the dashboard's sign-in share one table of failed admin keys,
+/// so an address gets `admin_key_max_failures` tries in all, not that many per door.
+#[tokio::test]
+async fn grpc_and_the_dashboard_share_the_admin_key_failures() {
+    use skua_control::pb;
+    let s = TestServer::builder()
+        .grpc()
+        .settings(|s| {
+            s.admin_key_max_failures = Some(3);
+            s.admin_key_backoff_max = Some("1m".into());
+        })
+        .spawn()
+        .await;
+    let mut wrong = skua_testkit::control::connect(s.grpc_addr.unwrap(), Some("not-the-key-at-all")).await;
+    for _ in 0..2 {
+        let r = wrong.list_projects(pb::ListProjectsRequest {}).await;
+        assert_eq!(r.expect_err("a wrong key").code(), tonic::Code::Unauthenticated);
+    }
+    let r = http(s.addr, "POST", "/admin/login", &[], "admin_key=not-the-key-either").await;
+    assert_eq!(r.status, 401, "{r:?}");
+    // Three failures in all: blocked on both doors, even with the right key.
+    let r = http(s.addr, "POST", "/admin/login", &[], &format!("admin_key={ADMIN_KEY}")).await;
+    assert_eq!(r.status, 429, "{r:?}");
+    assert!(r.header("retry-after").is_some_and(|v| v.parse::<u64>().is_ok_and(|n| n >= 1)), "{r:?}");
+    let mut right = skua_testkit::control::connect(s.grpc_addr.unwrap(), Some(ADMIN_KEY)).await;
+    let r = right.list_projects(pb::ListProjectsRequest {}).await;
+    assert_eq!(r.expect_err("blocked").code(), tonic::Code::ResourceExhausted);
+}

@@ -486,3 +486,44 @@ async fn upgrades_are_refused_503_before_the_open_file_limit() {
     auth(&mut again, "dev-token-carol").await;
     assert_eq!(get(addr, "/readyz").await.0, 503, "at the limit again");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Issue 33: body timeout (item 6) and Retry-After on 429 (item 11)
+
+/// A request whose body never arrives (here `POST /admin/login` with a Content-Length and no
+/// body) is answered 408 after `http_body_timeout` and its socket closed, freeing its slot.
+#[tokio::test]
+async fn a_body_that_never_arrives_is_answered_408_after_the_body_timeout() {
+    let server = spawn_server(|s| {
+        s.max_connections = Some(1);
+        s.http_body_timeout = Some("1s".into());
+    })
+    .await;
+    let mut s = TcpStream::connect(server.addr).await.expect("connect");
+    let started = Instant::now();
+    s.write_all(b"POST /admin/login HTTP/1.1\r\nHost: skua\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\nadmin_key=")
+        .await
+        .expect("write");
+    let (bytes, closed_at) = read_to_close(&mut s).await;
+    let text = String::from_utf8_lossy(&bytes);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(closed_at - started >= Duration::from_millis(950), "answered after {:?}", closed_at - started);
+    // The slot is free again: the one connection the node allows is taken by a WebSocket.
+    let mut ws = ws_eventually(server.addr, &[]).await;
+    auth(&mut ws, "dev-token-alice").await;
+    let scrape = Scrape::of(metrics_addr(&server)).await;
+    assert_eq!(refusals(&scrape, "body_timeout"), 1.0, "{}", scrape.text);
+}
+
+/// The front door's 429 tells the client when to come back.
+#[tokio::test]
+async fn the_per_address_429_carries_retry_after() {
+    let server = spawn_server(|s| s.max_connections_per_ip = Some(1)).await;
+    let _held = try_ws(server.addr, &[]).await.expect("first");
+    let mut s = TcpStream::connect(server.addr).await.expect("connect");
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: skua\r\nConnection: close\r\n\r\n").await.expect("write");
+    let (bytes, _) = read_to_close(&mut s).await;
+    let text = String::from_utf8_lossy(&bytes).to_ascii_lowercase();
+    assert!(text.starts_with("http/1.1 429"), "{text}");
+    assert!(text.contains("\r\nretry-after: 5\r\n"), "{text}");
+}

@@ -129,3 +129,60 @@ async fn a_publish_the_store_refused_does_not_block_its_retry() {
         d.tick().await;
     }
 }
+
+/// Issue 33, item 7: an actor of the red access scope publishing key `k` first neither turns a
+/// blue-scope actor's publish with `k` into a duplicate that reaches nobody nor learns whether
+/// blue used it; within one scope the key still holds.
+#[tokio::test]
+async fn keys_do_not_cross_access_scopes() {
+    let server = TestServer::builder().grpc().spawn().await;
+    let mut c = server.control().await;
+    scope(&mut c, "red").await;
+    scope(&mut c, "blue").await;
+    let mut red = server.auth(&scoped_token(&mut c, "red").await).await;
+    let mut blue_sub = server.auth(&scoped_token(&mut c, "blue").await).await;
+    blue_sub.subscribe(TASKS).await;
+    let mut blue = server.auth(&scoped_token(&mut c, "blue").await).await;
+    let first = publish(&mut red, TASKS, "red".into(), "order-1").await;
+    assert!(first.ty() == "published" && !duplicate(&first), "{first:?}");
+    let f = publish(&mut blue, TASKS, "blue".into(), "order-1").await;
+    assert!(f.ty() == "published" && !duplicate(&f), "red's key answered blue's publish: {f:?}");
+    assert_eq!(blue_sub.next_of("message").await.str("data"), "blue");
+    // Red learns nothing of blue's keys: a key blue used is fresh for red.
+    let f = publish(&mut blue, TASKS, "blue".into(), "order-2").await;
+    assert!(!duplicate(&f), "{f:?}");
+    assert!(!duplicate(&publish(&mut red, TASKS, "red".into(), "order-2").await), "red saw blue's key");
+    // Within a scope the key still holds.
+    assert!(duplicate(&publish(&mut blue, TASKS, "blue".into(), "order-1").await));
+}
+
+/// A new access scope `scope` of the demo project.
+async fn scope(c: &mut skua_testkit::control::Control, scope: &str) {
+    use skua_control::pb;
+    let r = c
+        .create_scope(pb::CreateScopeRequest {
+            project_id: "demo-project".into(),
+            slug: scope.into(),
+            ..Default::default()
+        })
+        .await;
+    r.unwrap_or_else(|s| panic!("{:?}: {}", s.code(), s.message()));
+}
+
+/// A new user actor of the demo project in the access scope `scope`: its access token.
+async fn scoped_token(c: &mut skua_testkit::control::Control, scope: &str) -> String {
+    use skua_control::pb;
+    fn ok<T>(r: Result<tonic::Response<T>, tonic::Status>) -> T {
+        r.unwrap_or_else(|s| panic!("{:?}: {}", s.code(), s.message())).into_inner()
+    }
+    let made = ok(c
+        .create_actor(pb::CreateActorRequest {
+            project_id: "demo-project".into(),
+            actor_type: "user".into(),
+            ..Default::default()
+        })
+        .await);
+    let id = made.actor.expect("an actor").id;
+    ok(c.set_actor_scope(pb::SetActorScopeRequest { actor_id: id, scope: scope.into() }).await);
+    made.access_token
+}

@@ -366,3 +366,129 @@ async fn next_binary(
 fn decode(b: &[u8]) -> Value {
     rmpv::decode::read_value(&mut &b[..]).expect("server frames are msgpack")
 }
+
+/// Asserts `f` is the 42910 refusal of a frame over its kind's rate limit.
+fn rate_limited(f: &skua_testkit::Frame, hint: &str) {
+    assert_eq!((f.ty(), f.str("error"), f.int("code")), ("error", "rate_limit_exceeded", 42910), "{f:?}");
+    assert!(f.str("hint").contains(hint), "{f:?}");
+}
+
+/// Issue 33, item 5: presence updates, subscription changes and presence queries each have a
+/// per-connection rate limit (here 3 per hour, so nothing refills during the test); the frame
+/// over it gets 42910 `rate_limit_exceeded` naming its room or topic, does nothing, and the
+/// connection goes on.
+#[tokio::test]
+async fn presence_subscription_and_query_frames_are_rate_limited_per_connection() {
+    let server = TestServer::builder()
+        .settings(|s| {
+            s.rate_limit_window = Some("1h".into());
+            s.presence_rate_limit = Some(3);
+            s.subscribe_rate_limit = Some(3);
+            s.query_rate_limit = Some(3);
+        })
+        .spawn()
+        .await;
+    let mut bob = server.auth("dev-token-bob").await;
+    bob.send(frame! {"type" => "presence", "roomId" => "general", "data" => frame! {"n" => 0}}).await;
+    bob.expect("presence").await;
+    // Even an observer's presence costs a fan-out to every member.
+    let mut viewer = server.auth("dev-token-viewer").await;
+    for n in 1..=3 {
+        viewer.send(frame! {"type" => "presence", "roomId" => "general", "data" => frame! {"n" => n}}).await;
+        viewer.next_of("presence").await;
+    }
+    viewer.send(frame! {"type" => "presence", "roomId" => "general", "data" => frame! {"n" => 4}}).await;
+    let f = viewer.next_of_within_any(&["error"], Duration::from_secs(5)).await;
+    rate_limited(&f, "presence updates");
+    assert_eq!(f.str("roomId"), "general");
+    // Bob saw the viewer's join and two updates, never the fourth.
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let p = bob.expect("presence").await;
+        seen.push(p.get("data")["presence"]["n"].as_i64());
+    }
+    assert_eq!(seen, [Some(1), Some(2), Some(3)]);
+    bob.assert_nothing_pending().await;
+
+    // Subscription changes: subscribe, unsubscribe, subscribe, then the fourth is refused.
+    let mut c = server.auth("dev-token-alice").await;
+    c.subscribe(TOPIC).await;
+    c.send(frame! {"type" => "unsubscribe", "topic" => TOPIC}).await;
+    c.expect("unsubscribed").await;
+    c.subscribe("demo/general/status").await;
+    c.send(frame! {"type" => "subscribe", "topic" => "demo/general/events"}).await;
+    let f = c.next_of_within_any(&["error", "subscribed"], Duration::from_secs(5)).await;
+    rate_limited(&f, "subscription changes");
+    assert_eq!(f.str("topic"), "demo/general/events");
+
+    // Queries.
+    for _ in 0..3 {
+        c.send(frame! {"type" => "getPresence", "roomId" => "general"}).await;
+        c.next_of("presenceList").await;
+    }
+    c.send(frame! {"type" => "getPresence", "roomId" => "general"}).await;
+    let f = c.next_of_within_any(&["error", "presenceList"], Duration::from_secs(5)).await;
+    rate_limited(&f, "presence or history requests");
+    assert_eq!(f.str("roomId"), "general");
+    // The connection goes on: publishes have their own limit.
+    c.publish_acked(TOPIC, "still here".into()).await;
+    let scrape = skua_testkit::http::Scrape::of(server.addr).await;
+    assert_eq!(scrape.value("skua_frames_rate_limited_total", &[]), 3.0, "{}", scrape.text);
+}
+
+/// The `history` reply for `topic` after `since` (offset, epoch), if any.
+async fn history(c: &mut WsClient, topic: &str, since: Option<(u64, &str)>) -> skua_testkit::Frame {
+    let f = match since {
+        Some((offset, epoch)) => {
+            frame! {"type" => "history", "topic" => topic, "since" => frame! {"offset" => offset, "epoch" => epoch}}
+        }
+        None => frame! {"type" => "history", "topic" => topic},
+    };
+    c.send(f).await;
+    c.next_of_within_any(&["history", "error"], Duration::from_secs(20)).await
+}
+
+/// The `data` of a history reply's messages (a bin payload as its length) and the last offset.
+fn page(f: &skua_testkit::Frame) -> (Vec<String>, Option<u64>) {
+    let msgs = f.get("messages").as_array().expect("messages");
+    let data = msgs
+        .iter()
+        .map(|m| match &m["data"] {
+            Value::Binary(b) => format!("{} bytes", b.len()),
+            other => other.as_str().unwrap_or_default().to_owned(),
+        })
+        .collect();
+    (data, msgs.last().and_then(|m| m["offset"].as_u64()))
+}
+
+/// Issue 33, item 9: a message too large to share a `history` reply with others is sent in a
+/// reply of its own, so paging with `since` passes it instead of getting `messages: []`
+/// forever.
+#[tokio::test]
+async fn history_pages_pass_a_message_too_large_to_share_a_reply() {
+    let ceiling = skua_protocol::MAX_PAYLOAD_CEILING_BYTES;
+    let server = TestServer::builder().settings(|s| s.max_message_size = Some(ceiling)).spawn().await;
+    let mut c = server.auth("dev-token-alice").await;
+    let feed = "demo/general/feed";
+    c.publish_acked(feed, "small".into()).await;
+    c.publish_acked(feed, bin_packed(ceiling)).await;
+    c.publish_acked(feed, "after".into()).await;
+    let first = history(&mut c, feed, None).await;
+    assert_eq!(first.ty(), "history", "{first:?}");
+    let epoch = first.str("epoch").to_owned();
+    let (data, mut last) = page(&first);
+    let mut got = data;
+    // Page on from the last offset received until the topic's head.
+    for _ in 0..5 {
+        let head = first.get("offset").as_u64();
+        if last == head {
+            break;
+        }
+        let f = history(&mut c, feed, Some((last.expect("an offset to page from"), &epoch))).await;
+        let (data, l) = page(&f);
+        assert!(!data.is_empty(), "a page with no message cannot be passed: {:?}", f.get("complete"));
+        got.extend(data);
+        last = l;
+    }
+    assert_eq!(got, ["small".to_owned(), format!("{} bytes", ceiling - 5), "after".to_owned()]);
+}
