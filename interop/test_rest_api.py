@@ -2,7 +2,8 @@
 base URL and key: apps (both pagination forms), rooms with `ensure`, grants with their effect on
 WebSocket clients, actors whose token connects and whose deletion closes 4001, access scopes
 (two scopes on the same room slug isolated, deactivation closing 4001 scope_inactive), errors
-(bad key, another project's ids, validation), and the README's REST example."""
+(bad key, another project's ids, validation), free-form fields and rooms refusing what they
+cannot be (issue 31), and the README's REST example."""
 
 import asyncio
 import json
@@ -130,6 +131,43 @@ async def test_apps_rooms_grants_and_actors_lifecycle(skua):
         await fails(api.rooms.delete(app.app_id, "nope"), 404)
         assert (await api.apps.delete(app.app_id))["success"] is True
         await fails(api.apps.get(app.app_id), 404)
+
+
+async def test_free_form_fields_are_kept_and_rooms_refuse_what_they_cannot_be(skua):
+    """Issue 31: description, externalId, metadata and a grant's role round-trip through the
+    SDK's own types; a room asked for fewer topics than its app serves, or to be private before
+    any grant, is refused 400 naming the field rather than created as something else."""
+    async with api_for(skua) as api:
+        slug = unique("noted")
+        app = await api.apps.create(AppCreate(name="Noted", slug=slug, topics=["a", "b"], description="an app"))
+        assert (await api.apps.get(app.app_id)).description == "an app"
+        err = await fails(api.rooms.create(app.app_id, RoomCreate(name="Narrow", topics=["a"])), 400)
+        assert "topics" in str(err), err
+        err = await fails(api.rooms.create(app.app_id, RoomCreate(name="Secret", config={"isPrivate": True})), 400)
+        assert "config.isPrivate" in str(err), err
+        await fails(api.rooms.get(app.app_id, "narrow"), 404)
+        room = await api.rooms.create(app.app_id, RoomCreate(name="Hall", description="the hall"))
+        assert (await api.rooms.get(app.app_id, room.room_id)).description == "the hall"
+
+        made = await api.actors.create(
+            ActorCreate(name="S", actor_type="device", description="sensor", external_id="u-1", metadata={"k": [1]})
+        )
+        got = await api.actors.get(made.actor_token_id)
+        assert (got.description, got.external_id, got.metadata) == ("sensor", "u-1", {"k": [1]})
+        got = await api.actors.update(made.actor_token_id, ActorUpdate(external_id="u-2"))
+        assert (got.description, got.external_id) == ("sensor", "u-2")
+        grant = await api.rooms.grant_actor(
+            app.app_id,
+            room.room_id,
+            RoomActorAccessCreate(
+                permission="subscribe", actor_token_id=made.actor_token_id, role="viewer", metadata={"seat": 1}
+            ),
+        )
+        assert (grant.role, grant.metadata) == ("viewer", {"seat": 1})
+        err = await fails(api.actors.create(ActorCreate(name="x", actor_type="")), 400)
+        assert "actorType is required" in str(err), err
+        await api.actors.delete(made.actor_token_id)
+        await api.apps.delete(app.app_id)
 
 
 async def test_errors_bad_key_other_projects_and_validation(skua_factory):
