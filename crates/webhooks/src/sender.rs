@@ -1,4 +1,4 @@
-//! [`WebhookSender`]: the node's one pooled HTTP client for webhooks, the per-target
+//! [`WebhookSender`]: the node's pooled HTTP clients for webhooks (one per kind, each with its address rule), the per-target
 //! concurrency limit, retries, and the bounded fire-and-forget queue.
 //!
 //! Two ways to send:
