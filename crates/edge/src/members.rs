@@ -22,6 +22,12 @@
 //!   good, the member goes back to `offline` and each v2 publisher that caused the wake on this
 //!   node gets `42950 wake_failed`. A member still `waking` after its timeout goes back to
 //!   `offline` (any node's sweep, once a second).
+//! - A wake is a client's (issue 33; `guard`): only agents, orchestrators and devices may
+//!   carry one ([`Members::parse`]), its URL must pass the address rule ([`check_wake_url`],
+//!   `wake_allowed_hosts`; the engine checks it again on every resolved address), its
+//!   `timeoutMs` is raised to `wake_timeout_min`, a node starts at most `wake_limit_per_actor`
+//!   wakes per actor and `wake_limit_per_url` per URL origin per `wake_limit_period`, and logs
+//!   show a URL's origin only, at most `wake_log_limit` lines per period.
 //! - The store unreachable (a Postgres restart): a wake check it cannot answer is kept, one per
 //!   room (at most `wake_queue` rooms), and run again by the sweep once the store answers, so a
 //!   publish made during the outage still wakes the room's members, once. A member left
@@ -48,12 +54,15 @@ use skua_protocol::codes::{code, error};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use skua_core::webhook::InternalAllowList;
-
 use crate::clock::{now_unix_ms, now_unix_s};
 use crate::config::MembersConfig;
 use crate::hub::Hub;
 use crate::outbound::ConnHandle;
+
+mod guard;
+
+use guard::{LogBudget, WakeLimits, count, has_room};
+pub use guard::{check_wake_url, url_origin};
 
 /// Longest wake URL accepted, in bytes.
 pub const MAX_WAKE_URL_LEN: usize = 2048;
@@ -146,44 +155,6 @@ fn wake_json(v: &rmpv::Value) -> Result<Option<String>, &'static str> {
         out.insert("timeoutMs".into(), Value::from(t));
     }
     Ok(Some(Value::Object(out).to_string()))
-}
-
-/// Why a wake URL is refused at announce (the hint of the error frame; names `wake`).
-const WAKE_ADDRESS_REFUSED: &str = "presence wake url names a loopback, private, link-local, CGNAT, multicast, \
-     reserved or metadata address, which the server does not allow (wake_allowed_hosts)";
-
-/// The rule of a client-supplied wake URL at announce (issue 33): an http(s) URL without
-/// credentials whose host `allowed` lets through ([`InternalAllowList::allows_host`]: a host
-/// name is checked again on every address it resolves to when the request is made).
-///
-/// # Errors
-/// The error frame's hint, naming `wake`.
-pub fn check_wake_url(url: &str, allowed: &InternalAllowList) -> Result<(), &'static str> {
-    let parsed = url::Url::parse(url).map_err(|_| "presence wake url does not parse")?;
-    if !matches!(parsed.scheme(), "http" | "https") {
-        return Err("presence wake url must be http(s)");
-    }
-    if !parsed.username().is_empty() || parsed.password().is_some() {
-        return Err("presence wake url may not carry credentials; send them as a wake header");
-    }
-    let host = parsed.host_str().ok_or("presence wake url has no host")?;
-    if !allowed.allows_host(host) {
-        return Err(WAKE_ADDRESS_REFUSED);
-    }
-    Ok(())
-}
-
-/// `scheme://host:port` of a URL: what logs show of it (a path or query may carry a secret).
-pub fn url_origin(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(u) => format!(
-            "{}://{}:{}",
-            u.scheme(),
-            u.host_str().unwrap_or_default(),
-            u.port_or_known_default().unwrap_or_default()
-        ),
-        Err(_) => "<invalid url>".to_owned(),
-    }
 }
 
 /// Where and how one wake request goes (from the member's `wake` object).
@@ -342,50 +313,11 @@ fn room_key(column: &str) -> Option<RoomKey> {
     Some(RoomKey { project, app, room: room.into() })
 }
 
-/// Wakes started per key in the current period (fixed windows).
-#[derive(Debug, Default)]
-struct WakeLimits {
-    by_actor: HashMap<(ProjectId, String), (Instant, u32)>,
-    by_url: HashMap<(ProjectId, String), (Instant, u32)>,
-}
-
-/// Whether `key` has a wake left under `max` this `period`.
-fn has_room<K: std::hash::Hash + Eq>(map: &HashMap<K, (Instant, u32)>, key: &K, period: Duration, max: u32) -> bool {
-    map.get(key).is_none_or(|(since, n)| since.elapsed() >= period || *n < max)
-}
-
-/// Counts a wake of `key` this `period`.
-fn count<K: std::hash::Hash + Eq>(map: &mut HashMap<K, (Instant, u32)>, key: K, period: Duration) {
-    let e = map.entry(key).or_insert((Instant::now(), 0));
-    if e.0.elapsed() >= period {
-        *e = (Instant::now(), 0);
-    }
-    e.1 = e.1.saturating_add(1);
-}
-
-/// The wake log lines written this period and those left out (issue 33: a client controls how
-/// often a wake fails, so it must not control how much the node logs).
-#[derive(Debug)]
-struct LogBudget {
-    since: Instant,
-    written: u32,
-    left_out: u64,
-}
-
 impl Members {
     /// Whether a wake log line may be written now: `Some(lines left out since the last one)`.
     fn log_line(&self) -> Option<u64> {
         let mut b = self.log_budget.lock().unwrap_or_else(PoisonError::into_inner);
-        if b.since.elapsed() >= self.config.wake_limit_period {
-            b.since = Instant::now();
-            b.written = 0;
-        }
-        if b.written >= self.config.wake_log_limit {
-            b.left_out = b.left_out.saturating_add(1);
-            return None;
-        }
-        b.written += 1;
-        Some(std::mem::take(&mut b.left_out))
+        b.take(self.config.wake_limit_period, self.config.wake_log_limit)
     }
 
     /// Splits a presence map with `persistent: true` as [`parse`] does, and applies the wake
@@ -916,36 +848,6 @@ mod tests {
         }
         let wake = map(vec![("url", "http://x.example/".into()), ("headers", map(vec![("X-A", "a\tb".into())]))]);
         assert!(parse(&pack(&map(vec![("persistent", true.into()), ("wake", wake)]))).is_ok());
-    }
-
-    #[test]
-    fn wake_urls_are_checked_against_the_allow_list() {
-        let none = InternalAllowList::default();
-        for bad in [
-            "http://127.0.0.1:9/w",
-            "http://10.0.0.1/w",
-            "http://2130706433/w",
-            "http://0x7f000001/w",
-            "http://0177.0.0.1/w",
-            "http://[::ffff:127.0.0.1]/w",
-            "http://[::1]/w",
-            "http://100.64.0.1/w",
-            "http://169.254.169.254/w",
-            "http://localhost/w",
-            "http://metadata.google.internal/w",
-            "http://user:pw@hooks.example.com/w",
-            "ftp://hooks.example.com/w",
-        ] {
-            let e = check_wake_url(bad, &none).unwrap_err();
-            assert!(e.contains("wake"), "{bad}: {e}");
-        }
-        assert!(check_wake_url("https://hooks.example.com/w?token=x", &none).is_ok());
-        let dev = InternalAllowList::parse(&["127.0.0.0/8".into(), "::1".into(), "localhost".into()]).unwrap();
-        for ok in ["http://127.0.0.1:9/w", "http://0x7f000001/w", "http://[::ffff:127.0.0.1]/w", "http://localhost/w"] {
-            assert!(check_wake_url(ok, &dev).is_ok(), "{ok}");
-        }
-        assert!(check_wake_url("http://10.0.0.1/w", &dev).is_err());
-        assert_eq!(url_origin("https://h.example/p?secret=1"), "https://h.example:443");
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! [`WebhookSender`]: the node's one pooled HTTP client for webhooks, the per-target
-//! concurrency limit, retries, and the bounded fire-and-forget queue.
+//! [`WebhookSender`]: the node's pooled HTTP clients for webhooks (one per kind, each with its
+//! address rule), the per-target concurrency limit, retries, and the bounded fire-and-forget
+//! queue.
 //!
 //! Two ways to send:
 //! - [`WebhookSender::call`]: the caller waits for the outcome (hydration): attempts on the
