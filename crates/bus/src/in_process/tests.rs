@@ -129,6 +129,24 @@ async fn full_retained_store_keeps_replacing_but_refuses_new_keys() {
 }
 
 #[tokio::test]
+async fn forgotten_retained_publications_free_their_slots_and_are_not_replayed() {
+    let bus = InProcessBus::with_max_retained(3);
+    let (a, _a_rx) = bus.connect(node("a"), 4);
+    let (b, mut b_rx) = bus.connect(node("b"), 8);
+    let (t, u) = (topic("t"), topic("u"));
+    a.publish(publication(&t, None, 1, true)).await.unwrap();
+    a.publish(publication(&t, Some("k"), 2, true)).await.unwrap();
+    a.publish(publication(&u, None, 3, true)).await.unwrap();
+    a.forget_retained(std::slice::from_ref(&t));
+    assert_eq!(bus.retained_len(), 1, "t's two are gone, u's stays");
+    a.publish(publication(&t, Some("j"), 4, true)).await.unwrap();
+    assert_eq!((bus.retained_len(), bus.retained_refused()), (2, 0), "their slots are free again");
+    b.subscribe(&BusSubscription::Topic(t.clone())).await.unwrap();
+    assert_eq!(data(&b_rx.recv().await.unwrap()), "4", "only what was retained after");
+    assert!(b_rx.try_recv().is_err());
+}
+
+#[tokio::test]
 async fn unused_channels_are_dropped() {
     let bus = InProcessBus::new();
     let (a, _a_rx) = bus.connect(node("a"), 4);
