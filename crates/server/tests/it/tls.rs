@@ -238,6 +238,9 @@ async fn the_dashboards_session_cookie_is_secure_over_tls() {
     assert!(reply.starts_with("HTTP/1.1 303"), "{reply}");
     let cookie = reply.lines().find(|l| l.to_ascii_lowercase().starts_with("set-cookie:")).expect("a session cookie");
     assert!(cookie.ends_with("; Path=/admin; HttpOnly; SameSite=Strict; Secure"), "{cookie}");
+    // With TLS the dashboard asks browsers to keep to HTTPS (issue 33, item 11).
+    let hsts = reply.lines().find(|l| l.to_ascii_lowercase().starts_with("strict-transport-security:"));
+    assert_eq!(hsts.map(str::to_ascii_lowercase).as_deref(), Some("strict-transport-security: max-age=31536000"));
     let _ = node.shutdown().await;
     let _ = std::fs::remove_dir_all(dir);
 }
