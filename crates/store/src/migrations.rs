@@ -37,6 +37,8 @@ pub(crate) const SQLITE: &[Embedded] = embedded!("sqlite":
     "20261202000001_presence_members.sql",
     "20261202013000_log_prune_state.sql",
     "20261202091500_restore_holder_seen.sql",
+    "20261207200000_restore_prune_state.sql",
+    "20261207200001_restore_records_released_seq.sql",
 );
 
 /// `migrations/postgres/`, oldest first. Append only (migrations/README.md).
@@ -49,6 +51,8 @@ pub(crate) const POSTGRES: &[Embedded] = embedded!("postgres":
     "20261202000001_presence_members.sql",
     "20261202013000_log_prune_state.sql",
     "20261202091500_restore_holder_seen.sql",
+    "20261207200000_restore_prune_state.sql",
+    "20261207200001_restore_records_released_seq.sql",
 );
 
 /// A migrator over `files`. It ignores applied migrations it does not know (`ignore_missing`):

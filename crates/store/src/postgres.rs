@@ -26,13 +26,14 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 use crate::clock::UnixClock;
 use crate::error::{self, SchemaNotMigrated, sql};
 use crate::migrations;
+pub use crate::postgres_migrate::MigrateOptions;
 use crate::prune::PruneSchedule;
 use crate::record;
 use crate::sql::{CONNECTION_PATTERN, decode_loaded, key_columns, unix_to_sql};
 
 const BACKEND: &str = "postgres";
 
-/// Connections per store handle (per node).
+/// Connections per store handle (per node) unless `store_pool_size` says otherwise.
 pub const POOL_SIZE: u32 = 8;
 
 /// How long an operation waits for a connection (a new one included, so also how long it
@@ -102,7 +103,16 @@ impl PostgresStore {
     /// refuses the login within [`ACQUIRE_TIMEOUT`], or the schema is behind: then the source
     /// is a [`SchemaNotMigrated`].
     pub async fn connect(url: &str, clock: UnixClock) -> Result<Self, StoreError> {
-        let store = Self::connect_unchecked(url, clock, POOL_SIZE).await?;
+        Self::connect_with_pool(url, clock, POOL_SIZE).await
+    }
+
+    /// [`connect`](Self::connect) on a pool of `pool_size` connections (`store_pool_size`;
+    /// at least 1).
+    ///
+    /// # Errors
+    /// As [`connect`](Self::connect).
+    pub async fn connect_with_pool(url: &str, clock: UnixClock, pool_size: u32) -> Result<Self, StoreError> {
+        let store = Self::connect_unchecked(url, clock, pool_size.max(1)).await?;
         store.check_schema().await?;
         Ok(store)
     }
@@ -121,13 +131,25 @@ impl PostgresStore {
     /// Applies the migrations of `migrations/postgres/` that the database lacks; running it
     /// again does nothing. Safe to run from several nodes at once (sqlx holds an advisory lock).
     /// Migrations applied by a newer release (a rollback) are left alone and returned (and
-    /// logged): they only add, so this build runs on the schema.
+    /// logged): they only add, so this build runs on the schema. Lock waits are bounded and
+    /// retried with the default [`MigrateOptions`] ([`migrate_with`](Self::migrate_with)).
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] when Postgres failed, a migration failed (it is rolled back),
     /// or the database has applied a migration whose file has since changed.
     pub async fn migrate(&self) -> Result<Vec<i64>, StoreError> {
-        migrations::migrator(migrations::POSTGRES).run(&self.pool).await.map_err(error::migrate(BACKEND))?;
+        self.migrate_with(MigrateOptions::default()).await
+    }
+
+    /// [`migrate`](Self::migrate) with `options`: each statement waits at most
+    /// `options.lock_timeout` for a lock, then the attempt gives way and is repeated for up to
+    /// `options.retry_for` (`crate::postgres_migrate`).
+    ///
+    /// # Errors
+    /// As [`migrate`](Self::migrate), and when the locks were still not granted after
+    /// `options.retry_for`.
+    pub async fn migrate_with(&self, options: MigrateOptions) -> Result<Vec<i64>, StoreError> {
+        crate::postgres_migrate::run(&self.pool.connect_options(), options).await?;
         let applied = self.applied().await?;
         let unknown = migrations::unknown(migrations::POSTGRES, &applied);
         migrations::warn_unknown(BACKEND, &unknown);

@@ -352,3 +352,131 @@ async fn appends_commit_in_order_and_a_failed_batch_fails_every_append() {
     let store = PostgresStore::connect(&db.url, TestClock::new().clock()).await.unwrap();
     append_batch::appends_commit_in_order_and_a_failed_batch_fails_every_append(&store, T0).await;
 }
+
+/// Makes migration `version` pending again in a migrated database, after `undo` removed what
+/// it created.
+async fn unapply(db: &TestDatabase, version: i64, undo: &str) {
+    let mut conn = PgConnection::connect(&db.url).await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(undo.to_owned())).execute(&mut conn).await.unwrap();
+    sqlx::query("DELETE FROM _sqlx_migrations WHERE version = $1").bind(version).execute(&mut conn).await.unwrap();
+    let _ = conn.close().await;
+}
+
+/// Waits until some session waits for a lock on `table` (the migration queued behind `holder`).
+async fn until_a_lock_waits(url: &str, table: &str) {
+    let mut conn = PgConnection::connect(url).await.unwrap();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_locks l LEFT JOIN pg_class c ON c.oid = l.relation \
+             WHERE NOT l.granted AND (c.relname = $1 OR l.locktype = 'virtualxid')",
+        )
+        .bind(table)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+        if waiting > 0 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the migration never waited for a lock on {table}");
+        tokio::task::yield_now().await;
+    }
+    let _ = conn.close().await;
+}
+
+/// `count` reads and writes of `restore_records`, each on a new connection that gives up after
+/// 3 s: none may queue behind the waiting migration for longer than its lock_timeout.
+async fn readers_and_writers_go_on(url: &str, count: usize) {
+    for i in 0..count {
+        let mut conn = PgConnection::connect(url).await.unwrap();
+        sqlx::query("SET statement_timeout = '3s'").execute(&mut conn).await.unwrap();
+        let started = std::time::Instant::now();
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM restore_records")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("read {i} blocked behind the migration: {e}"));
+        sqlx::query("INSERT INTO restore_records (project, actor, client_id, record) VALUES ('p', $1, '', '\\x80')")
+            .bind(format!("reader-{i}"))
+            .execute(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("write {i} blocked behind the migration: {e}"));
+        assert!(started.elapsed() < std::time::Duration::from_secs(2), "read {i} took {:?}", started.elapsed());
+        let _ = conn.close().await;
+    }
+}
+
+/// Issue 36: an `ALTER TABLE` migration behind a lock another session holds (a `pg_dump`'s
+/// `ACCESS SHARE`, a long transaction) gives way after `lock_timeout` and retries, so readers
+/// and writers queued behind it go on, instead of every node stalling; once the lock is
+/// released it completes.
+#[tokio::test]
+async fn a_migration_behind_a_held_lock_retries_and_readers_go_on() {
+    let Some(db) = TestDatabase::migrated().await else { return };
+    unapply(&db, 20_261_202_091_500, "ALTER TABLE restore_records DROP COLUMN holder_seen_ms").await;
+    let mut holder = PgConnection::connect(&db.url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
+    sqlx::query("LOCK TABLE restore_records IN ACCESS SHARE MODE").execute(&mut holder).await.unwrap();
+
+    let options = skua_store::MigrateOptions {
+        lock_timeout: std::time::Duration::from_millis(200),
+        retry_for: std::time::Duration::from_secs(60),
+    };
+    let migrate = skua_store::migrate_with(&db.url, options);
+    tokio::pin!(migrate);
+    let meanwhile = async {
+        until_a_lock_waits(&db.url, "restore_records").await;
+        readers_and_writers_go_on(&db.url, 5).await;
+    };
+    tokio::select! {
+        r = &mut migrate => panic!("the migration waits while the lock is held, yet it ended: {r:?}"),
+        () = meanwhile => {}
+    }
+    sqlx::query("COMMIT").execute(&mut holder).await.unwrap();
+    let _ = holder.close().await;
+    let done = tokio::time::timeout(std::time::Duration::from_secs(20), migrate).await;
+    done.expect("the migration completes once the lock is released").expect("and succeeds");
+    let store = PostgresStore::connect(&db.url, TestClock::new().clock()).await.expect("schema complete");
+    store.save_restore(&key("alice"), &node(), &record()).await.unwrap();
+    assert_eq!(store.load_restore(&key("alice")).await.unwrap(), Some(record()), "holder_seen_ms is back");
+}
+
+/// Issue 36: an index is built `CONCURRENTLY`: writers are never blocked by the build; a build
+/// that gave up waiting for an open writing transaction leaves an invalid index, which the next
+/// attempt drops and builds again, so the migration ends with a valid index.
+#[tokio::test]
+async fn a_concurrent_index_build_retries_past_an_open_writer_and_ends_valid() {
+    let Some(db) = TestDatabase::migrated().await else { return };
+    unapply(&db, 20_261_207_200_001, "DROP INDEX restore_records_released_seq").await;
+    let mut holder = PgConnection::connect(&db.url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
+    sqlx::query("UPDATE restore_records SET node = node WHERE FALSE").execute(&mut holder).await.unwrap();
+
+    let options = skua_store::MigrateOptions {
+        lock_timeout: std::time::Duration::from_millis(200),
+        retry_for: std::time::Duration::from_secs(60),
+    };
+    let migrate = skua_store::migrate_with(&db.url, options);
+    tokio::pin!(migrate);
+    let meanwhile = async {
+        until_a_lock_waits(&db.url, "restore_records").await;
+        readers_and_writers_go_on(&db.url, 5).await;
+    };
+    tokio::select! {
+        r = &mut migrate => panic!("the build waits for the open writer, yet it ended: {r:?}"),
+        () = meanwhile => {}
+    }
+    sqlx::query("COMMIT").execute(&mut holder).await.unwrap();
+    let _ = holder.close().await;
+    let done = tokio::time::timeout(std::time::Duration::from_secs(20), migrate).await;
+    done.expect("the migration completes once the writer is done").expect("and succeeds");
+    let mut conn = PgConnection::connect(&db.url).await.unwrap();
+    let valid: Vec<bool> = sqlx::query_scalar(
+        "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid \
+         WHERE c.relname = 'restore_records_released_seq'",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(valid, vec![true], "one index, valid");
+    let _ = conn.close().await;
+}
