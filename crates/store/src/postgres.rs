@@ -11,8 +11,9 @@
 //! uses `verify-full`), `sslrootcert`, `sslcert`, `sslkey` (docs/security.md).
 //!
 //! The pool reconnects by itself after Postgres restarts; while it is down, each operation
-//! fails within [`ACQUIRE_TIMEOUT`]. Expired rows are deleted as described in [`crate::prune`];
-//! every node prunes, and concurrent prunes only contend for the same rows. Logged messages
+//! fails within [`ACQUIRE_TIMEOUT`]. Restore records are pruned as described in [`crate::prune`]:
+//! one node at a time (an advisory lock of its own), about once per `restore_prune_interval` for
+//! the whole cluster, never on a connection's release. Logged messages
 //! are pruned by one node at a time (an advisory lock), at most about once per
 //! `log_prune_interval` for the whole cluster, in batches (`log_prune_batch`).
 
@@ -27,7 +28,6 @@ use crate::clock::UnixClock;
 use crate::error::{self, SchemaNotMigrated, sql};
 use crate::migrations;
 pub use crate::postgres_migrate::MigrateOptions;
-use crate::prune::PruneSchedule;
 use crate::record;
 use crate::sql::{CONNECTION_PATTERN, decode_loaded, key_columns, unix_to_sql};
 
@@ -73,14 +73,6 @@ const RELEASE_NODE: &str = "UPDATE restore_records \
 const RELEASE_OTHER_NODES: &str = "UPDATE restore_records \
                                    SET expires_at = $2, released_seq = nextval('restore_records_release_seq'), \
                                    holder_seen_ms = $3 WHERE node <> $1 AND expires_at IS NULL";
-const PRUNE: &str = "DELETE FROM restore_records WHERE expires_at IS NOT NULL AND expires_at <= $1";
-/// Ended connection records beyond the newest `$1` of their actor ([`crate::MAX_ENDED_RECORDS_PER_ACTOR`]).
-const PRUNE_EXCESS: &str = "DELETE FROM restore_records WHERE ctid IN ( \
-                                SELECT ctid FROM ( \
-                                    SELECT ctid, ROW_NUMBER() OVER ( \
-                                        PARTITION BY project, actor ORDER BY released_seq DESC) AS n \
-                                    FROM restore_records WHERE released_seq IS NOT NULL) AS ranked \
-                                WHERE n > $1)";
 
 /// Restore records in Postgres. Holds a connection pool: create one per node and share it
 /// (behind an `Arc`); every node connected to the database sees the same records.
@@ -89,7 +81,6 @@ pub struct PostgresStore {
     /// Message log appends, group-committed (`crate::append_batch`).
     appends: crate::append_batch::Appender,
     clock: UnixClock,
-    prune: PruneSchedule,
 }
 
 impl PostgresStore {
@@ -165,20 +156,6 @@ impl PostgresStore {
         }
     }
 
-    /// Deletes every record that has expired at `now_unix_s` and returns how many. The store
-    /// already does this from `release_restore` once per
-    /// [`PRUNE_INTERVAL_S`](crate::PRUNE_INTERVAL_S); call it to prune on another schedule.
-    ///
-    /// # Errors
-    /// [`StoreError::Unavailable`] when Postgres failed.
-    pub async fn prune(&self, now_unix_s: u64) -> Result<u64, StoreError> {
-        let done = sqlx::query(PRUNE).bind(unix_to_sql(now_unix_s)).execute(&self.pool).await;
-        let expired = done.map_err(sql(BACKEND, "prune"))?.rows_affected();
-        let cap = i64::try_from(crate::MAX_ENDED_RECORDS_PER_ACTOR).unwrap_or(i64::MAX);
-        let done = sqlx::query(PRUNE_EXCESS).bind(cap).execute(&self.pool).await;
-        Ok(expired + done.map_err(sql(BACKEND, "prune"))?.rows_affected())
-    }
-
     /// Closes the pool, waiting for operations in flight; later operations fail. Dropping the
     /// store also closes it, without waiting.
     pub async fn close(&self) {
@@ -198,7 +175,7 @@ impl PostgresStore {
             let pool = writer.clone();
             async move { crate::append_batch::apply_postgres(&pool, batch).await }
         });
-        Ok(Self { pool, appends, clock, prune: PruneSchedule::default() })
+        Ok(Self { pool, appends, clock })
     }
 
     async fn check_schema(&self) -> Result<(), StoreError> {
@@ -226,16 +203,43 @@ impl PostgresStore {
     }
 
     /// Releases the pruning lock; if that fails the connection is closed, which releases it.
-    async fn prune_end(&self, mut conn: sqlx::pool::PoolConnection<sqlx::Postgres>) {
-        let unlocked: Result<bool, _> =
-            sqlx::query_scalar("SELECT pg_advisory_unlock($1)").bind(PRUNE_LOCK).fetch_one(&mut *conn).await;
-        if !matches!(unlocked, Ok(true)) {
-            conn.close_on_drop();
-        }
+    async fn prune_end(&self, conn: sqlx::pool::PoolConnection<sqlx::Postgres>) {
+        unlock(conn, PRUNE_LOCK).await;
+    }
+
+    /// A connection holding the restore-record pruning lock, or `None` when another node is
+    /// pruning them. A lock of its own, so that log and restore pruning never skip each other.
+    async fn restore_prune_begin(&self) -> Result<Option<sqlx::pool::PoolConnection<sqlx::Postgres>>, StoreError> {
+        let mut conn = self.pool.acquire().await.map_err(sql(BACKEND, "prune_restores"))?;
+        let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+            .bind(RESTORE_PRUNE_LOCK)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(sql(BACKEND, "prune_restores"))?;
+        Ok(locked.then_some(conn))
+    }
+
+    /// Releases the restore-record pruning lock.
+    async fn restore_prune_end(&self, conn: sqlx::pool::PoolConnection<sqlx::Postgres>) {
+        unlock(conn, RESTORE_PRUNE_LOCK).await;
+    }
+}
+
+/// The advisory lock restore-record pruning holds (`skuarstp` in ASCII).
+const RESTORE_PRUNE_LOCK: i64 = 0x736b_7561_7273_7470;
+
+/// Releases advisory lock `key` held by `conn`; if that fails the connection is closed, which
+/// releases it.
+async fn unlock(mut conn: sqlx::pool::PoolConnection<sqlx::Postgres>, key: i64) {
+    let unlocked: Result<bool, _> =
+        sqlx::query_scalar("SELECT pg_advisory_unlock($1)").bind(key).fetch_one(&mut *conn).await;
+    if !matches!(unlocked, Ok(true)) {
+        conn.close_on_drop();
     }
 }
 
 crate::log::sql_message_log!(PostgresStore, BACKEND);
+crate::prune::prune_restores!(PostgresStore, BACKEND);
 crate::triggers::sql_trigger_store!(PostgresStore, BACKEND);
 crate::members::sql_member_store!(PostgresStore, BACKEND);
 
@@ -251,6 +255,12 @@ impl fmt::Debug for PostgresStore {
 
 #[async_trait]
 impl Store for PostgresStore {
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the database failed.
+    async fn prune_restores(&self, now_unix_s: u64, min_interval_s: u64, batch: u64) -> Result<u64, StoreError> {
+        self.prune_restores_sql(now_unix_s, min_interval_s, batch).await
+    }
+
     /// # Errors
     /// [`StoreError::Unavailable`] when Postgres failed.
     async fn save_restore(&self, key: &RestoreKey, node: &NodeId, record: &RestoreRecord) -> Result<(), StoreError> {
@@ -284,8 +294,7 @@ impl Store for PostgresStore {
         Ok(row.and_then(|(bytes, seen)| decode_loaded(BACKEND, key, &bytes, seen)))
     }
 
-    /// Releasing a key without a record does nothing. May also prune expired records
-    /// ([`crate::prune`]); a failed prune is logged and does not fail the release.
+    /// Releasing a key without a record does nothing. Never prunes ([`crate::prune`]).
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] when Postgres failed.
@@ -299,16 +308,6 @@ impl Store for PostgresStore {
             .execute(&self.pool)
             .await
             .map_err(sql(BACKEND, "release_restore"))?;
-        let now = (self.clock)();
-        if self.prune.claim(now)
-            && let Err(error) = self.prune(now).await
-        {
-            tracing::warn!(
-                backend = BACKEND,
-                error = &error as &dyn std::error::Error,
-                "Pruning restore records failed."
-            );
-        }
         Ok(())
     }
 

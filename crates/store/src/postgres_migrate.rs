@@ -93,10 +93,7 @@ async fn attempt(connect: &PgConnectOptions, lock_timeout: Duration) -> Result<(
     let mut conn = connect.connect().await?;
     let result = async {
         let ms = u64::try_from(lock_timeout.as_millis()).unwrap_or(u64::MAX);
-        sqlx::query("SELECT set_config('lock_timeout', $1, false)")
-            .bind(format!("{ms}ms"))
-            .execute(&mut conn)
-            .await?;
+        sqlx::query("SELECT set_config('lock_timeout', $1, false)").bind(format!("{ms}ms")).execute(&mut conn).await?;
         conn.lock().await?;
         drop_invalid_indexes(&mut conn).await?;
         let mut migrator = migrations::migrator(migrations::POSTGRES);

@@ -253,25 +253,78 @@ async fn open_picks_postgres_for_both_schemes() {
     }
 }
 
+fn conn_key(actor: &str, id: &str) -> RestoreKey {
+    RestoreKey::Connection(skua_core::ConnectionRecord {
+        project: ProjectId::parse("proj").unwrap(),
+        actor: ActorId::parse(actor).unwrap(),
+        id: skua_core::RecordId::parse(id).unwrap(),
+    })
+}
+
+/// Issue 36: restore records are pruned by one node per interval (two stores on one database
+/// tick at once: one prunes, in batches, the other gets 0, also within half the interval), and
+/// never by a connection's release.
 #[tokio::test]
-async fn prune_deletes_expired_records_only_and_release_prunes_by_itself() {
+async fn restore_pruning_runs_on_one_node_per_interval_and_never_on_release() {
     let Some(db) = TestDatabase::migrated().await else { return };
     let clock = TestClock::new();
-    let store = PostgresStore::connect(&db.url, clock.clock()).await.unwrap();
-    for actor in ["a", "b", "c"] {
-        store.save_restore(&key(actor), &node(), &record()).await.unwrap();
+    let a: Arc<dyn Store> = Arc::new(PostgresStore::connect(&db.url, clock.clock()).await.unwrap());
+    let b: Arc<dyn Store> = Arc::new(PostgresStore::connect(&db.url, clock.clock()).await.unwrap());
+    for i in 0..10 {
+        let k = key(&format!("x{i}"));
+        a.save_restore(&k, &node(), &record()).await.unwrap();
+        a.release_restore(&k, T0, 10).await.unwrap();
     }
-    store.release_restore(&key("a"), T0, 10).await.unwrap();
-    store.release_restore(&key("b"), T0, 1_000).await.unwrap();
-    assert_eq!(store.prune(T0 + 9).await.unwrap(), 0);
-    assert_eq!(store.prune(T0 + 10).await.unwrap(), 1, "a expired at T0 + 10");
-    assert_eq!(store.load_restore(&key("b")).await.unwrap(), Some(record()));
-    assert_eq!(store.load_restore(&key("c")).await.unwrap(), Some(record()), "never released");
+    let now = T0 + 1_000;
+    clock.set(now);
+    let later = key("later");
+    b.save_restore(&later, &node(), &record()).await.unwrap();
+    b.release_restore(&later, T0, 10).await.unwrap();
+    let (x, y) = tokio::join!(a.prune_restores(now, 60, 3), b.prune_restores(now, 60, 3));
+    let (x, y) = (x.unwrap(), y.unwrap());
+    assert_eq!((x.min(y), x.max(y)), (0, 11), "one node pruned every expired record (batches of 3), one skipped");
+    for i in 0..4 {
+        let k = key(&format!("y{i}"));
+        b.save_restore(&k, &node(), &record()).await.unwrap();
+        b.release_restore(&k, T0, 10).await.unwrap();
+    }
+    assert_eq!(b.prune_restores(now + 29, 60, 3).await.unwrap(), 0, "within half the interval of the last run");
+    assert_eq!(a.prune_restores(now + 29, 60, 3).await.unwrap(), 0, "on every node");
+    assert_eq!(b.prune_restores(now + 30, 60, 3).await.unwrap(), 4, "then the next turn prunes");
+}
 
-    clock.set(T0 + 2_000);
-    store.release_restore(&key("c"), T0 + 2_000, 10).await.unwrap();
-    assert_eq!(store.prune(T0 + 2_000).await.unwrap(), 0, "release already pruned b");
-    assert_eq!(store.prune(T0 + 2_010).await.unwrap(), 1, "then c");
+/// Issue 36: the per-actor cap of ended connection records only looks at actors released since
+/// the last prune (`restore_records_released_seq`), not at the whole table: rows over the cap
+/// released before the last prune stay until their actor's next release.
+#[tokio::test]
+async fn the_ended_record_cap_looks_only_at_actors_released_since_the_last_prune() {
+    let Some(db) = TestDatabase::migrated().await else { return };
+    let store = PostgresStore::connect(&db.url, TestClock::new().clock()).await.unwrap();
+    let fresh = conn_key("fresh", "f-1");
+    store.save_restore(&fresh, &node(), &record()).await.unwrap();
+    store.release_restore(&fresh, T0, 3_600).await.unwrap();
+    assert_eq!(store.prune_restores(T0, 1, 100).await.unwrap(), 0, "nothing expired, nobody over the cap");
+    let max = skua_core::store::MAX_ENDED_RECORDS_PER_ACTOR;
+    let mut conn = PgConnection::connect(&db.url).await.unwrap();
+    // Ended records released "before" that prune: seqs at or under its watermark.
+    sqlx::query(
+        "INSERT INTO restore_records (project, actor, client_id, record, expires_at, released_seq, node) \
+         SELECT 'proj', 'old', '#o-' || i, '\\x80', $1, 0, 'node-1' FROM generate_series(1, $2) AS i",
+    )
+    .bind(i64::try_from(T0 + 3_600).unwrap())
+    .bind(i32::try_from(max + 6).unwrap())
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let _ = conn.close().await;
+    assert_eq!(store.prune_restores(T0 + 1, 1, 100).await.unwrap(), 0, "not released since: not looked at");
+    let last = conn_key("old", "o-last");
+    store.save_restore(&last, &node(), &record()).await.unwrap();
+    store.release_restore(&last, T0 + 2, 3_600).await.unwrap();
+    assert_eq!(store.prune_restores(T0 + 2, 1, 100).await.unwrap(), 7, "released now: capped at {max}");
+    let (project, actor) = (ProjectId::parse("proj").unwrap(), ActorId::parse("old").unwrap());
+    let kept = store.claim_restore(&project, &actor, &node()).await;
+    assert_eq!(kept.unwrap().map(|c| c.id.as_str().to_owned()), Some("o-last".to_owned()), "newest kept");
 }
 
 #[tokio::test]
