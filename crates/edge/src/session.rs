@@ -249,6 +249,8 @@ impl Session {
                 tracing::warn!(error = %e, "Releasing the restore record failed.");
             }
         }
+        // Committed: the close frame (1012 on a drain) may go out now (issue 36).
+        self.conn.mark_released();
         for (_, sub) in std::mem::take(&mut self.subs) {
             self.st.hub.remove(&sub.address, self.conn.id);
             self.st.hub.release(&bus_subscription(&sub.address, sub.group.as_ref())).await;

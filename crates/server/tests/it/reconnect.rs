@@ -217,3 +217,49 @@ async fn records_expire_after_the_restore_ttl() {
     let (_a, reply) = auth_with(&server, "dev-token-alice", true, None).await;
     assert_eq!(restored(&reply), vec![]);
 }
+
+/// The topics every tab of [`a_reconnect_on_1012_always_gets_its_subscriptions_back`] holds.
+const BOTH_TOPICS: [&str; 2] = ["demo/general/messages", "demo/random/tasks"];
+
+/// Issue 36: a drain commits each connection's restore-record release before its 1012, so a
+/// client that reconnects to another node the moment it reads the 1012 always gets its
+/// subscriptions back. Node A's store pool has one connection, so its releases queue as they
+/// do when a node drains thousands of connections: a 1012 sent before its release commits
+/// loses the race (the reconnect finds no released record, and A is alive, so it does not
+/// wait for one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnect_on_1012_always_gets_its_subscriptions_back() {
+    let Some(db) = TestDatabase::migrated().await else { return };
+    let embedded = skua_server::node::Embedded::default();
+    let url = db.url.clone();
+    let a = TestServer::builder()
+        .settings(move |s| {
+            s.store = Some(url);
+            s.store_pool_size = Some(1);
+        })
+        .spawn_with(&embedded)
+        .await;
+    let url = db.url.clone();
+    let b = TestServer::builder().settings(move |s| s.store = Some(url)).spawn_with(&embedded).await;
+    const TABS: usize = 24;
+    let mut tabs = Vec::new();
+    for _ in 0..TABS {
+        let (mut c, reply) = auth_with(&a, "dev-token-alice", true, None).await;
+        assert_eq!(restored(&reply), vec![], "nothing released yet");
+        for t in BOTH_TOPICS {
+            c.subscribe(t).await;
+        }
+        tabs.push(c);
+    }
+    let b = &b;
+    let reconnects = tabs.into_iter().map(|mut c| async move {
+        let (code, _) = c.expect_close().await;
+        assert_eq!(code, 1012, "the drain closes with server_restart");
+        reconnect(b).await
+    });
+    let (back, drained) = tokio::join!(futures_util::future::join_all(reconnects), a.shutdown());
+    assert!(drained, "node A drained within the grace");
+    for (i, (_c, got)) in back.iter().enumerate() {
+        assert_eq!(got, &BOTH_TOPICS, "reconnect {i} of {TABS} got its subscriptions back");
+    }
+}
