@@ -399,9 +399,12 @@ pub struct Settings {
     /// Offline members one wake check wakes at most [default 64].
     #[arg(long, env = "SKUA_WAKE_BATCH")]
     pub wake_batch: Option<u32>,
-    /// How long a room without wakeable members is not checked again by a node [default 1s].
+    /// In a cluster, how long a room without wakeable members is not checked again by a node (a single node: until a member changes) [default 1s].
     #[arg(long, env = "SKUA_WAKE_NEGATIVE_CACHE")]
     pub wake_negative_cache: Option<String>,
+    /// Most rooms a node remembers as having no wakeable members; beyond it it forgets them all [default 65536].
+    #[arg(long, env = "SKUA_WAKE_NEGATIVE_ROOMS")]
+    pub wake_negative_rooms: Option<usize>,
     /// A publish repeating an idempotencyKey (per project) within this window is acknowledged as a duplicate and not delivered [default 2m].
     #[arg(long, env = "SKUA_IDEMPOTENCY_WINDOW")]
     pub idempotency_window: Option<String>,
@@ -446,7 +449,7 @@ impl Settings {
         layer!(self, over; history_max_size, history_max_topics, history_max_topic_bytes, history_max_replay,
             history_max_page, history_recovery_margin, history_receipt_interval);
         layer!(self, over; presence_ttl, presence_list_limit, wake_timeout, wake_timeout_max, wake_queue, wake_batch,
-            wake_negative_cache);
+            wake_negative_cache, wake_negative_rooms);
         layer!(self, over; idempotency_window, idempotency_max_key_length, idempotency_max_keys);
     }
 
@@ -734,6 +737,8 @@ mod tests {
         assert_eq!(c.edge.drain_spread, d.drain_spread);
         assert_eq!(c.edge.log_prune_batch, d.log_prune_batch);
         assert_eq!(c.edge.restore_prune_interval, d.restore_prune_interval);
+        assert_eq!(c.edge.members.wake_negative_cache, d.members.wake_negative_cache);
+        assert_eq!(c.edge.members.wake_negative_rooms, d.members.wake_negative_rooms);
         assert_eq!(c.store_pool_size, skua_store::postgres::POOL_SIZE);
         assert_eq!(c.migrate, skua_store::MigrateOptions::default());
         assert!(!c.cluster);

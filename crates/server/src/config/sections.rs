@@ -537,7 +537,9 @@ fn members(s: &Settings) -> Result<MembersConfig, ConfigError> {
         wake_queue: positive(key!(s, wake_queue))?,
         wake_batch: positive(key!(s, wake_batch))?,
         wake_negative_cache: duration(key!(s, wake_negative_cache))?,
+        wake_negative_rooms: positive(key!(s, wake_negative_rooms))?,
         offline_others_at_start: false,
+        negative_until_changed: false,
     })
 }
 
@@ -972,6 +974,8 @@ impl Sections {
             members: MembersConfig {
                 // A single node: whatever an earlier run left online is offline now.
                 offline_others_at_start: backends.bus == BusConfig::Memory,
+                // A single node sees every member change: no time bound on wake's negative answers.
+                negative_until_changed: backends.bus == BusConfig::Memory,
                 ..members.clone()
             },
             ..EdgeConfig::default()
