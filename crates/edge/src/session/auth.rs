@@ -161,7 +161,7 @@ impl Session {
             }
         }
         self.restore_lobbies().await;
-        self.save_restore().await;
+        self.save_restore_after_restore().await;
     }
 
     /// A clientId session (N25) belongs to one connection: the newest. Older ones close with
@@ -234,6 +234,9 @@ impl Session {
             }
         };
         let Some(a) = &self.auth else { return Vec::new() };
+        if matches!(a.restore, RestoreKey::Connection(_)) {
+            self.claimed = Some(record.clone());
+        }
         self.pending_lobbies = record.lobbies.clone();
         // Released for a node that died (issue 19): its offsets are older than what it
         // delivered; what history stamped before it was last seen alive, less the margin, is

@@ -263,3 +263,29 @@ async fn a_reconnect_on_1012_always_gets_its_subscriptions_back() {
         assert_eq!(got, &BOTH_TOPICS, "reconnect {i} of {TABS} got its subscriptions back");
     }
 }
+
+/// The store operations `op` a node made so far.
+fn store_ops(node: &TestServer, op: &str) -> u64 {
+    let ops = node.state.metrics.backend_latency.snapshot();
+    ops.into_iter().filter(|((slot, o), _)| *slot == "store" && *o == op).map(|(_, h)| h.count).sum()
+}
+
+/// Issue 36: a reconnect that restores a claimed record as it was stored costs the new node one
+/// commit (the claim), no save; the record stays claimable by the next reconnect.
+#[tokio::test]
+async fn a_reconnect_that_restores_the_record_unchanged_does_not_save_it_again() {
+    let server = TestServer::start().await;
+    let tab = open_tab(&server, 0).await;
+    server.close_settled(tab).await;
+    let (saves, claims) = (store_ops(&server, "save_restore"), store_ops(&server, "claim_restore"));
+    let (back, got) = reconnect(&server).await;
+    assert_eq!(got, [TAB_TOPICS[0]]);
+    assert_eq!(store_ops(&server, "claim_restore"), claims + 1, "one claim");
+    assert_eq!(store_ops(&server, "save_restore"), saves, "and no save of the unchanged record");
+    server.close_settled(back).await;
+    let (mut again, got) = reconnect(&server).await;
+    assert_eq!(got, [TAB_TOPICS[0]], "the claimed record is still whole for the next reconnect");
+    let mut bob = server.auth("dev-token-bob").await;
+    bob.publish_acked(TAB_TOPICS[0], "m".into()).await;
+    assert_eq!(again.expect("message").await.str("topic"), TAB_TOPICS[0]);
+}
