@@ -269,9 +269,10 @@ pub const MAX_ENDED_RECORDS_PER_ACTOR: usize = 64;
 /// 6. An actor keeps at most [`MAX_ENDED_RECORDS_PER_ACTOR`] ended connection records: the older
 ///    ones are deleted (by the durable stores in `prune_restores`; by the memory store at once).
 /// 7. `prune_restores` deletes the records expired at its `now_unix_s` and the ended connection
-///    records beyond contract 6's cap, at most one caller at a time per store (for Postgres, per
-///    cluster) and not again within half of `min_interval_s` of the last prune by any handle on
-///    the same store (those calls return 0). `release_restore` never prunes.
+///    records beyond contract 6's cap. The durable stores let one caller at a time prune (for
+///    Postgres, one node of the cluster) and not again within half of `min_interval_s` of the
+///    last prune by any handle on the same database (those calls return 0); the memory store
+///    sweeps at every call. `release_restore` never prunes.
 #[async_trait]
 pub trait Store:
     MessageLog + crate::trigger_store::TriggerStore + crate::member_store::MemberStore + Send + Sync + 'static
