@@ -280,8 +280,12 @@ pub const MAX_ENDED_RECORDS_PER_ACTOR: usize = 64;
 ///    Records they release load and claim with `holder_last_seen_ms` set to the `last_seen_ms`
 ///    given (`None`: unknown); `save_restore` and `release_restore` clear it, a claim keeps it.
 /// 6. An actor keeps at most [`MAX_ENDED_RECORDS_PER_ACTOR`] ended connection records: the older
-///    ones are deleted (by the durable stores when they prune, about once a minute; by the
-///    memory store at once).
+///    ones are deleted (by the durable stores in `prune_restores`; by the memory store at once).
+/// 7. `prune_restores` deletes the records expired at its `now_unix_s` and the ended connection
+///    records beyond contract 6's cap. The durable stores let one caller at a time prune (for
+///    Postgres, one node of the cluster) and not again within half of `min_interval_s` of the
+///    last prune by any handle on the same database (those calls return 0); the memory store
+///    sweeps at every call. `release_restore` never prunes.
 #[async_trait]
 pub trait Store:
     MessageLog + crate::trigger_store::TriggerStore + crate::member_store::MemberStore + Send + Sync + 'static
@@ -355,6 +359,15 @@ pub trait Store:
     /// [`StoreError`] when the backend failed.
     async fn release_other_nodes_restores(&self, keep: &NodeId, now_unix_s: u64, ttl_s: u64)
     -> Result<u64, StoreError>;
+
+    /// Deletes expired restore records and ended connection records beyond
+    /// [`MAX_ENDED_RECORDS_PER_ACTOR`] per actor (contract 7), `batch` rows per statement;
+    /// returns how many. Each node calls it every `min_interval_s` (`restore_prune_interval`);
+    /// on a shared store one of them prunes per interval and the others get 0.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the backend failed.
+    async fn prune_restores(&self, now_unix_s: u64, min_interval_s: u64, batch: u64) -> Result<u64, StoreError>;
 
     /// Whether the backend is reachable, as far as it can tell; `false` fails the node's readiness.
     fn is_available(&self) -> bool {

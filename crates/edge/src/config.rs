@@ -65,6 +65,10 @@ pub struct EdgeConfig {
     pub log_prune_interval: Duration,
     /// Logged messages deleted per statement while pruning.
     pub log_prune_batch: u64,
+    /// How often expired restore records, and ended connection records beyond
+    /// `MAX_ENDED_RECORDS_PER_ACTOR` per actor, are deleted: each node ticks at this interval,
+    /// the store lets one node of a cluster prune about once per interval.
+    pub restore_prune_interval: Duration,
     /// Pending messages read from the store per page of a replay.
     pub replay_page_size: u32,
     /// Live logged messages queued per connection for its durable delivery; beyond it they are
@@ -230,6 +234,7 @@ impl Default for EdgeConfig {
             log_max_per_topic: 100_000,
             log_prune_interval: Duration::from_secs(60),
             log_prune_batch: 5_000,
+            restore_prune_interval: Duration::from_secs(60),
             replay_page_size: 256,
             durable_queue: 1024,
             durable_sweep_interval: Duration::from_secs(5),

@@ -23,6 +23,7 @@
 //! - [`node`]: starting and stopping the node: every task and listener, the drain;
 //! - [`state`]: the shared data every connection sees (no tasks);
 //! - [`durable`]: durable delivery and node-to-node control (takeovers, kicks);
+//! - `restore_prune`: the periodic restore-record prune (never on a connection's release);
 //! - [`triggers`]: trigger webhooks after accepted publishes: outbox, retries, dead letters;
 //! - [`clock`], [`ids`], [`config`], [`ratelimit`].
 
@@ -46,6 +47,7 @@ pub mod process;
 pub mod prom;
 pub mod publish;
 pub mod ratelimit;
+mod restore_prune;
 pub mod retained;
 pub mod revalidate;
 mod session;

@@ -15,7 +15,12 @@
 //! - Wake: every accepted publish into a room is offered to [`Members::on_publish`], which only
 //!   queues it (bounded, `wake_queue`; a full queue drops the check, counted). The wake task asks
 //!   the store for the room's offline wake-enabled members; a room without any is not asked
-//!   again for `wake_negative_cache`. Each candidate is moved to `waking` by
+//!   again until a member of it changes (issue 36): announced, gone offline (its connection
+//!   ended, its wake failed or timed out), removed. On a single node every such change passes
+//!   through this node, so the answer stays until then; in a cluster a change on another node
+//!   is not seen here, so the answer is also bounded in time there (`wake_negative_cache`).
+//!   At most `wake_negative_rooms` answers are kept (then they are all forgotten). A check
+//!   whose store query overlapped a change keeps no answer. Each candidate is moved to `waking` by
 //!   [`skua_core::MemberStore::begin_wake`], which succeeds for exactly one caller in the
 //!   cluster; that node sends the `waking` event and posts the wake request through the
 //!   server's [`WakePoster`] (signed with the project's wake secret, N42). When the post fails for
@@ -261,6 +266,14 @@ struct Deferred {
     replies: Vec<WakeReply>,
 }
 
+/// The rooms known to have no wakeable members.
+#[derive(Debug, Default)]
+struct Negative {
+    rooms: HashMap<RoomKey, Instant>,
+    /// Bumped by every invalidation.
+    generation: u64,
+}
+
 /// Persistent presence and wake of one node.
 pub struct Members {
     config: MembersConfig,
@@ -271,8 +284,9 @@ pub struct Members {
     poster: Option<Arc<dyn WakePoster>>,
     queue: mpsc::Sender<WakeCause>,
     rx: Mutex<Option<mpsc::Receiver<WakeCause>>>,
-    /// Rooms found without wakeable members, and when.
-    negative: Mutex<HashMap<RoomKey, Instant>>,
+    /// Rooms found without wakeable members, and when, with the number of invalidations so
+    /// far (a check keeps its answer only if none happened while it asked the store).
+    negative: Mutex<Negative>,
     /// Wakes in flight on this node, with the publishes that caused them.
     waking: Mutex<HashMap<MemberKey, Vec<WakeReply>>>,
     /// Wake checks the store could not answer (it was unreachable), by room, with the
@@ -359,7 +373,7 @@ impl Members {
             poster,
             queue,
             rx: Mutex::new(Some(rx)),
-            negative: Mutex::new(HashMap::new()),
+            negative: Mutex::new(Negative::default()),
             waking: Mutex::new(HashMap::new()),
             deferred: Mutex::new(HashMap::new()),
             offline_pending: Mutex::new(HashSet::new()),
@@ -493,6 +507,11 @@ impl Members {
         change: PresenceChange,
         status: MemberStatus,
     ) {
+        if status == MemberStatus::Offline {
+            // Offline members are what a wake check looks for: a wake that failed or timed
+            // out, an expiry, a member gone offline.
+            self.forget_negative(&room);
+        }
         let ev = PresenceEvent {
             room,
             actor,
@@ -513,7 +532,32 @@ impl Members {
     }
 
     fn forget_negative(&self, room: &RoomKey) {
-        self.negative.lock().unwrap_or_else(PoisonError::into_inner).remove(room);
+        let mut negative = self.negative.lock().unwrap_or_else(PoisonError::into_inner);
+        negative.generation = negative.generation.wrapping_add(1);
+        negative.rooms.remove(room);
+    }
+
+    /// The invalidations so far, read before a wake check asks the store.
+    fn negative_generation(&self) -> u64 {
+        self.negative.lock().unwrap_or_else(PoisonError::into_inner).generation
+    }
+
+    /// Keeps "no wakeable members" for `room`, unless a change happened since `generation`.
+    fn remember_negative(&self, room: &RoomKey, generation: u64) {
+        let mut negative = self.negative.lock().unwrap_or_else(PoisonError::into_inner);
+        if negative.generation != generation {
+            return;
+        }
+        if negative.rooms.len() >= self.config.wake_negative_rooms.max(1) && !negative.rooms.contains_key(room) {
+            negative.rooms.clear();
+        }
+        negative.rooms.insert(room.clone(), Instant::now());
+    }
+
+    /// Whether a "no wakeable members" answer from `at` still holds: on a single node until a
+    /// change removes it, in a cluster also for at most `wake_negative_cache`.
+    fn negative_holds(&self, at: Instant) -> bool {
+        self.config.negative_until_changed || at.elapsed() < self.config.wake_negative_cache
     }
 
     /// Whether a publish into `room` should be checked for members to wake: a poster is
@@ -524,7 +568,7 @@ impl Members {
             return false;
         }
         let negative = self.negative.lock().unwrap_or_else(PoisonError::into_inner);
-        negative.get(room).is_none_or(|at| at.elapsed() >= self.config.wake_negative_cache)
+        negative.rooms.get(room).is_none_or(|at| !self.negative_holds(*at))
     }
 
     /// An accepted publish into `cause.room`: queues a wake check. Never waits.
@@ -568,8 +612,9 @@ impl Members {
     /// negative-cache entries go (the map stays bounded by the rooms published to lately).
     async fn sweep(self: &Arc<Self>) {
         {
-            let ttl = self.config.wake_negative_cache;
-            self.negative.lock().unwrap_or_else(PoisonError::into_inner).retain(|_, at| at.elapsed() < ttl);
+            let mut negative = self.negative.lock().unwrap_or_else(PoisonError::into_inner);
+            negative.rooms.retain(|_, at| self.negative_holds(*at));
+            drop(negative);
             let period = self.config.wake_limit_period;
             let mut limits = self.limits.lock().unwrap_or_else(PoisonError::into_inner);
             limits.by_actor.retain(|_, (since, _)| since.elapsed() < period);
@@ -668,12 +713,13 @@ impl Members {
         column: &str,
         replies: Vec<WakeReply>,
     ) -> Result<(), (StoreError, Vec<WakeReply>)> {
+        let generation = self.negative_generation();
         let candidates = match self.store.wake_candidates(column, now_unix_s(), self.config.wake_batch).await {
             Ok(c) => c,
             Err(e) => return Err((e, replies)),
         };
         if candidates.is_empty() {
-            self.negative.lock().unwrap_or_else(PoisonError::into_inner).insert(cause.room.clone(), Instant::now());
+            self.remember_negative(&cause.room, generation);
             return Ok(());
         }
         for m in candidates {

@@ -169,6 +169,7 @@ impl EdgeNode {
             batch: config.log_prune_batch,
         };
         let (prune_every, revalidate_every) = (config.log_prune_interval, config.revalidate_interval);
+        let (restore_prune_every, prune_batch) = (config.restore_prune_interval, config.log_prune_batch);
         let fd_budget = crate::fds::budget(crate::fds::soft_limit(), config.fd_reserve);
         if let Some(budget) = fd_budget.filter(|&b| b < config.max_connections) {
             tracing::warn!(
@@ -219,6 +220,12 @@ impl EdgeNode {
             metrics,
             prune_every,
             retention,
+            dispatcher_stop.clone(),
+        ));
+        background.spawn(crate::restore_prune::run(
+            state.store.clone(),
+            restore_prune_every,
+            prune_batch,
             dispatcher_stop.clone(),
         ));
         // A node restarted under the same id frees what its previous run's connections held.

@@ -101,6 +101,10 @@ pub struct ConnHandle {
     proven: std::sync::atomic::AtomicU64,
     /// A tracked frame was queued since the last receipt ping.
     receipt_wanted: AtomicBool,
+    /// The session released its restore record (or had none): the close frame may go out
+    /// (issue 36: a client reconnecting on a 1012 must find its record released).
+    released: AtomicBool,
+    released_notify: Notify,
 }
 
 /// The receiving half, owned by the writer task: the frames it has taken from the queue.
@@ -135,6 +139,8 @@ impl ConnHandle {
             metrics,
             proven: std::sync::atomic::AtomicU64::new(0),
             receipt_wanted: AtomicBool::new(false),
+            released: AtomicBool::new(false),
+            released_notify: Notify::new(),
         };
         (handle, Outbox::default())
     }
@@ -281,6 +287,27 @@ impl ConnHandle {
     pub fn poll_closed_reader(&self, cx: &mut Context<'_>) -> Poll<()> {
         self.reader.register(cx.waker());
         if self.is_closing() { Poll::Ready(()) } else { Poll::Pending }
+    }
+
+    /// The session has released (committed) what a reconnect claims, its restore record, or
+    /// holds none: the writer may send the close frame now.
+    pub fn mark_released(&self) {
+        self.released.store(true, Ordering::Release);
+        self.released_notify.notify_waiters();
+    }
+
+    /// Waits until [`Self::mark_released`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn released(&self) {
+        let notified = self.released_notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if self.released.load(Ordering::Acquire) {
+            return;
+        }
+        notified.await;
     }
 
     /// The close that was requested, if any.

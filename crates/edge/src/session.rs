@@ -155,6 +155,9 @@ pub(crate) struct Session {
     pub(crate) client_ip: std::net::IpAddr,
     /// Failed `auth`/`reauth` attempts on this connection (issue 12, item 6).
     auth_failures: u32,
+    /// The connection record this connection's auth claimed, as stored: when the restore
+    /// leaves it unchanged, the claim already made it this connection's and no save follows.
+    claimed: Option<RestoreRecord>,
 }
 
 impl Session {
@@ -173,6 +176,7 @@ impl Session {
             persistent: None,
             client_ip,
             auth_failures: 0,
+            claimed: None,
         }
     }
 
@@ -328,6 +332,17 @@ impl Session {
         }
     }
 
+    /// Saves the restore record after a restore, unless it restored a claimed record as it was
+    /// stored (issue 36: the claim already holds it for this node, so a reconnect costs the new
+    /// node one commit, not two).
+    async fn save_restore_after_restore(&mut self) {
+        let claimed = self.claimed.take();
+        if claimed.is_some_and(|c| same_record(c, self.restore_record())) {
+            return;
+        }
+        self.save_restore().await;
+    }
+
     /// Saves the restore record after a subscription change.
     async fn save_restore(&self) {
         let Some(a) = &self.auth else { return };
@@ -354,6 +369,8 @@ impl Session {
                 tracing::warn!(error = %e, "Releasing the restore record failed.");
             }
         }
+        // Committed: the close frame (1012 on a drain) may go out now (issue 36).
+        self.conn.mark_released();
         for (_, sub) in std::mem::take(&mut self.subs) {
             self.st.hub.remove(&sub.address, self.conn.id);
             self.st.hub.release(&bus_subscription(&sub.address, sub.group.as_ref())).await;
@@ -422,4 +439,15 @@ impl Session {
     fn at_subscription_limit(&self) -> bool {
         self.subs.len() + self.lobbies.len() >= self.st.config.max_subscriptions_per_connection
     }
+}
+
+/// Whether two restore records hold the same subscriptions and lobbies, in any order (what
+/// the store would keep; `holder_last_seen_ms` is the row's, not the record's).
+fn same_record(mut a: RestoreRecord, mut b: RestoreRecord) -> bool {
+    for r in [&mut a, &mut b] {
+        r.holder_last_seen_ms = None;
+        r.topics.sort_by(|x, y| x.pattern.cmp(&y.pattern));
+        r.lobbies.sort();
+    }
+    a == b
 }

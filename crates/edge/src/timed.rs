@@ -224,6 +224,11 @@ impl Store for TimedStore {
         timed(&self.metrics, "store", "release_other_nodes_restores", released).await
     }
 
+    async fn prune_restores(&self, now_unix_s: u64, min_interval_s: u64, batch: u64) -> Result<u64, StoreError> {
+        let pruned = self.inner.prune_restores(now_unix_s, min_interval_s, batch);
+        timed(&self.metrics, "store", "prune_restores", pruned).await
+    }
+
     fn is_available(&self) -> bool {
         self.inner.is_available()
     }

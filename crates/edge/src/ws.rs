@@ -198,6 +198,8 @@ async fn run_connection(socket: Box<WebSocket>, st: Arc<EdgeState>, id: skua_cor
     }
     // Release subscriptions and presence (sending leaves) before the socket goes.
     let _ = contained(Box::pin(session.cleanup()), &st.metrics, "cleanup").await;
+    // Also after a cleanup that panicked: the writer must not wait for it.
+    handle.mark_released();
     handle.request_close(CloseRequest::GONE);
     let _ = writer.await;
     st.metrics.connections_closed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -496,6 +498,12 @@ async fn write_loop(
     }
     let req = handle.close_requested().unwrap_or(CloseRequest::GONE);
     handle.count_close(req);
+    if req != CloseRequest::GONE {
+        // The close frame (a 1012 above all) only once the session's restore record is
+        // released: a client reconnecting the moment it reads it must find the record
+        // claimable (issue 36). Bounded: a cleanup stuck on the store does not hold the socket.
+        let _ = tokio::time::timeout(close_timeout, handle.released()).await;
+    }
     let _ = tokio::time::timeout(close_timeout, async {
         if req != CloseRequest::GONE {
             // Frames queued before the close (a `disconnect` before 4003) still go out, except

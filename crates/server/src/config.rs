@@ -37,6 +37,15 @@ pub struct Settings {
     /// Session store: `sqlite://PATH`, `sqlite::memory:`, `postgres://…` or `memory` [default sqlite://skua-data/skua.db].
     #[arg(long, env = "SKUA_STORE")]
     pub store: Option<String>,
+    /// Connections of the node's Postgres store pool (SQLite keeps its own small pool) [default 8].
+    #[arg(long, env = "SKUA_STORE_POOL_SIZE")]
+    pub store_pool_size: Option<u32>,
+    /// `skua migrate` on Postgres: how long one statement waits for a lock before the attempt gives way; 0s = forever [default 2s].
+    #[arg(long, env = "SKUA_MIGRATE_LOCK_TIMEOUT")]
+    pub migrate_lock_timeout: Option<String>,
+    /// `skua migrate` on Postgres: how long attempts are repeated after lock timeouts [default 5m].
+    #[arg(long, env = "SKUA_MIGRATE_RETRY_FOR")]
+    pub migrate_retry_for: Option<String>,
     /// One node of a cluster: refuse to start without an MQTT bus, Redis presence and a Postgres store [default false].
     #[arg(long, env = "SKUA_CLUSTER")]
     pub cluster: Option<bool>,
@@ -133,6 +142,9 @@ pub struct Settings {
     /// How often logged messages past retention are deleted (by one node of a cluster at a time) [default 60s].
     #[arg(long, env = "SKUA_LOG_PRUNE_INTERVAL")]
     pub log_prune_interval: Option<String>,
+    /// How often expired and surplus restore records are deleted (by one node of a cluster at a time) [default 60s].
+    #[arg(long, env = "SKUA_RESTORE_PRUNE_INTERVAL")]
+    pub restore_prune_interval: Option<String>,
     /// Logged messages deleted per statement while pruning; a prune repeats until done [default 5000].
     #[arg(long, env = "SKUA_LOG_PRUNE_BATCH")]
     pub log_prune_batch: Option<u64>,
@@ -426,7 +438,7 @@ pub struct Settings {
     /// Offline members one wake check wakes at most [default 64].
     #[arg(long, env = "SKUA_WAKE_BATCH")]
     pub wake_batch: Option<u32>,
-    /// How long a room without wakeable members is not checked again by a node [default 1s].
+    /// In a cluster, how long a room without wakeable members is not checked again by a node (a single node: until a member changes) [default 1s].
     #[arg(long, env = "SKUA_WAKE_NEGATIVE_CACHE")]
     pub wake_negative_cache: Option<String>,
     /// Internal addresses wake URLs may name (comma-separated exact host names, addresses or CIDR ranges); loopback, private, link-local, CGNAT, multicast and metadata addresses are refused otherwise [default empty; --dev 127.0.0.0/8,::1,localhost].
@@ -447,6 +459,9 @@ pub struct Settings {
     /// Log lines about failed or limited wakes a node writes per wake_limit_period; the rest are counted [default 10].
     #[arg(long, env = "SKUA_WAKE_LOG_LIMIT")]
     pub wake_log_limit: Option<u32>,
+    /// Most rooms a node remembers as having no wakeable members; beyond it it forgets them all [default 65536].
+    #[arg(long, env = "SKUA_WAKE_NEGATIVE_ROOMS")]
+    pub wake_negative_rooms: Option<usize>,
     /// A publish repeating an idempotencyKey (per project) within this window is acknowledged as a duplicate and not delivered [default 2m].
     #[arg(long, env = "SKUA_IDEMPOTENCY_WINDOW")]
     pub idempotency_window: Option<String>,
@@ -489,11 +504,12 @@ impl Settings {
             dashboard_max_live_views, dashboard_live_idle, dashboard_sample_interval, dashboard_history,
             dashboard_page_size, dashboard_search_max_chars);
         layer!(self, over; cluster, drain_spread, log_prune_batch);
+        layer!(self, over; store_pool_size, migrate_lock_timeout, migrate_retry_for, restore_prune_interval);
         layer!(self, over; history_max_size, history_max_topics, history_max_topic_bytes, history_max_replay,
             history_max_page, history_recovery_margin, history_receipt_interval);
         layer!(self, over; presence_ttl, presence_list_limit, wake_timeout, wake_timeout_max, wake_queue, wake_batch,
             wake_negative_cache, wake_allowed_hosts, wake_timeout_min, wake_limit_period, wake_limit_per_actor,
-            wake_limit_per_url, wake_log_limit, webhook_allow_loopback);
+            wake_limit_per_url, wake_log_limit, webhook_allow_loopback, wake_negative_rooms);
         layer!(self, over; idempotency_window, idempotency_max_key_length, idempotency_max_keys);
     }
 
@@ -641,6 +657,10 @@ pub struct ServerConfig {
     pub presence: PresenceConfig,
     /// Session store.
     pub store: StoreConfig,
+    /// Connections of a Postgres store's pool.
+    pub store_pool_size: u32,
+    /// How `skua migrate` waits for Postgres' locks.
+    pub migrate: skua_store::MigrateOptions,
     /// This node.
     pub node_id: NodeId,
     /// Fixtures file, if any.
@@ -705,6 +725,8 @@ impl ServerConfig {
             bus: backends.bus,
             presence: backends.presence,
             store: backends.store,
+            store_pool_size: backends.store_pool_size,
+            migrate: backends.migrate,
             node_id: backends.node_id,
             fixtures: backends.fixtures,
             cluster: backends.cluster,
@@ -780,6 +802,11 @@ mod tests {
         assert_eq!(c.edge.drain_delay, d.drain_delay);
         assert_eq!(c.edge.drain_spread, d.drain_spread);
         assert_eq!(c.edge.log_prune_batch, d.log_prune_batch);
+        assert_eq!(c.edge.restore_prune_interval, d.restore_prune_interval);
+        assert_eq!(c.edge.members.wake_negative_cache, d.members.wake_negative_cache);
+        assert_eq!(c.edge.members.wake_negative_rooms, d.members.wake_negative_rooms);
+        assert_eq!(c.store_pool_size, skua_store::postgres::POOL_SIZE);
+        assert_eq!(c.migrate, skua_store::MigrateOptions::default());
         assert!(!c.cluster);
         assert_eq!(c.edge.bus_queue, d.bus_queue);
         assert_eq!(c.edge.dispatch_shards, d.dispatch_shards);

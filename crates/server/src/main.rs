@@ -104,7 +104,7 @@ fn migrate(args: MigrateArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(node::migrate(url)) {
+    match rt.block_on(node::migrate_with(url, config.migrate)) {
         Ok(unknown) => {
             println!("skua: migrations applied");
             if !unknown.is_empty() {

@@ -97,7 +97,7 @@ pub async fn backends(config: &ServerConfig, embedded: &Embedded) -> anyhow::Res
         StoreConfig::Memory => embedded.store.clone(),
         StoreConfig::Url(url) => {
             create_sqlite_dir(url)?;
-            skua_store::open(url, skua_store::system_clock())
+            skua_store::open_with(url, skua_store::system_clock(), config.store_pool_size)
                 .await
                 .map_err(|e| anyhow::anyhow!("while opening the store {}: {}", redact(url), error_chain(&e)))?
         }
@@ -249,8 +249,19 @@ pub async fn registry_store(
 /// # Errors
 /// When the store cannot be reached or a migration fails.
 pub async fn migrate(url: &str) -> anyhow::Result<Vec<i64>> {
+    migrate_with(url, skua_store::MigrateOptions::default()).await
+}
+
+/// [`migrate`] with Postgres' lock waits bounded and retried as `options` say
+/// (`migrate_lock_timeout`, `migrate_retry_for`).
+///
+/// # Errors
+/// As [`migrate`].
+pub async fn migrate_with(url: &str, options: skua_store::MigrateOptions) -> anyhow::Result<Vec<i64>> {
     create_sqlite_dir(url)?;
-    skua_store::migrate(url).await.map_err(|e| anyhow::anyhow!("while migrating {}: {}", redact(url), error_chain(&e)))
+    skua_store::migrate_with(url, options)
+        .await
+        .map_err(|e| anyhow::anyhow!("while migrating {}: {}", redact(url), error_chain(&e)))
 }
 
 /// `a: b: c` for an error and its sources.

@@ -13,6 +13,7 @@
 //! - [`prune`]: when the durable stores delete expired records;
 //! - [`registry`]: the control plane's registry ([`skua_core::RegistryStore`]) in the same database;
 //! - [`open`] and [`migrate`]: a store by its `--store` URL; errors in [`error`].
+//!   `postgres_migrate` (private) bounds and retries the lock waits of Postgres migrations.
 //!
 //! Private modules: `record` (the byte form of a record in the `record` column), `migrations`
 //! (`migrations/{sqlite,postgres}/` compiled in), `sql` (what the two SQL stores share),
@@ -35,6 +36,7 @@ mod memory_members;
 mod migrations;
 mod open;
 pub mod postgres;
+mod postgres_migrate;
 pub mod prune;
 mod record;
 pub mod registry;
@@ -45,8 +47,8 @@ mod triggers;
 pub use clock::{UnixClock, system_clock};
 pub use error::{SchemaNotMigrated, UnsupportedStoreUrl};
 pub use memory::MemoryStore;
-pub use open::{migrate, open};
-pub use postgres::PostgresStore;
+pub use open::{migrate, migrate_with, open, open_with};
+pub use postgres::{MigrateOptions, PostgresStore};
 pub use prune::{MAX_ENDED_RECORDS_PER_ACTOR, PRUNE_INTERVAL_S};
 pub use registry::{PostgresRegistryStore, SqliteRegistryStore, open_registry};
 pub use sqlite::SqliteStore;

@@ -265,6 +265,18 @@ impl Store for MemoryStore {
         Ok(())
     }
 
+    /// Sweeps out every expired record (the cap of contract 6 is kept at each release already).
+    ///
+    /// # Errors
+    /// None.
+    async fn prune_restores(&self, now_unix_s: u64, _min_interval_s: u64, _batch: u64) -> Result<u64, StoreError> {
+        let mut state = self.lock();
+        let before = state.sessions.len() + state.connection_count;
+        state.sweep(now_unix_s);
+        let after = state.sessions.len() + state.connection_count;
+        Ok(u64::try_from(before.saturating_sub(after)).unwrap_or(u64::MAX))
+    }
+
     /// # Errors
     /// None.
     async fn claim_restore(

@@ -37,6 +37,8 @@ pub(crate) const SQLITE: &[Embedded] = embedded!("sqlite":
     "20261202000001_presence_members.sql",
     "20261202013000_log_prune_state.sql",
     "20261202091500_restore_holder_seen.sql",
+    "20261207200000_restore_prune_state.sql",
+    "20261207200001_restore_records_released_seq.sql",
     "20261207300000_restore_ended.sql",
 );
 
@@ -50,6 +52,8 @@ pub(crate) const POSTGRES: &[Embedded] = embedded!("postgres":
     "20261202000001_presence_members.sql",
     "20261202013000_log_prune_state.sql",
     "20261202091500_restore_holder_seen.sql",
+    "20261207200000_restore_prune_state.sql",
+    "20261207200001_restore_records_released_seq.sql",
     "20261207300000_restore_ended.sql",
 );
 

@@ -6,7 +6,7 @@ use skua_core::{Store, StoreError};
 
 use crate::clock::{UnixClock, system_clock};
 use crate::error::{UnsupportedStoreUrl, unavailable};
-use crate::postgres::PostgresStore;
+use crate::postgres::{MigrateOptions, PostgresStore};
 use crate::sqlite::SqliteStore;
 
 /// The backend a store URL names.
@@ -36,9 +36,18 @@ impl Backend {
 /// [`StoreError::Unavailable`] with an [`UnsupportedStoreUrl`] source for any other URL, and as
 /// [`SqliteStore::connect`] or [`PostgresStore::connect`] otherwise.
 pub async fn open(url: &str, clock: UnixClock) -> Result<Arc<dyn Store>, StoreError> {
+    open_with(url, clock, crate::postgres::POOL_SIZE).await
+}
+
+/// [`open`], with a Postgres pool of `pool_size` connections (`store_pool_size`; SQLite keeps
+/// its own fixed pool: one writer and a few readers).
+///
+/// # Errors
+/// As [`open`].
+pub async fn open_with(url: &str, clock: UnixClock, pool_size: u32) -> Result<Arc<dyn Store>, StoreError> {
     Ok(match Backend::of(url)? {
         Backend::Sqlite => Arc::new(SqliteStore::connect(url, clock).await?),
-        Backend::Postgres => Arc::new(PostgresStore::connect(url, clock).await?),
+        Backend::Postgres => Arc::new(PostgresStore::connect_with_pool(url, clock, pool_size).await?),
     })
 }
 
@@ -52,6 +61,15 @@ pub async fn open(url: &str, clock: UnixClock) -> Result<Arc<dyn Store>, StoreEr
 /// [`StoreError::Unavailable`] with an [`UnsupportedStoreUrl`] source for an unknown URL, and as
 /// [`SqliteStore::connect`] or [`PostgresStore::migrate`] otherwise.
 pub async fn migrate(url: &str) -> Result<Vec<i64>, StoreError> {
+    migrate_with(url, MigrateOptions::default()).await
+}
+
+/// [`migrate`] with Postgres' lock waits bounded and retried as `options` say
+/// (`migrate_lock_timeout`, `migrate_retry_for`); SQLite ignores them.
+///
+/// # Errors
+/// As [`migrate`].
+pub async fn migrate_with(url: &str, options: MigrateOptions) -> Result<Vec<i64>, StoreError> {
     match Backend::of(url)? {
         Backend::Sqlite => {
             let store = SqliteStore::connect(url, system_clock()).await?;
@@ -62,7 +80,7 @@ pub async fn migrate(url: &str) -> Result<Vec<i64>, StoreError> {
         Backend::Postgres => {
             // One connection: the migrator runs on one anyway.
             let store = PostgresStore::connect_unchecked(url, system_clock(), 1).await?;
-            let migrated = store.migrate().await;
+            let migrated = store.migrate_with(options).await;
             store.close().await;
             migrated
         }

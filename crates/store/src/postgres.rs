@@ -11,8 +11,9 @@
 //! uses `verify-full`), `sslrootcert`, `sslcert`, `sslkey` (docs/security.md).
 //!
 //! The pool reconnects by itself after Postgres restarts; while it is down, each operation
-//! fails within [`ACQUIRE_TIMEOUT`]. Expired rows are deleted as described in [`crate::prune`];
-//! every node prunes, and concurrent prunes only contend for the same rows. Logged messages
+//! fails within [`ACQUIRE_TIMEOUT`]. Restore records are pruned as described in [`crate::prune`]:
+//! one node at a time (an advisory lock of its own), about once per `restore_prune_interval` for
+//! the whole cluster, never on a connection's release. Logged messages
 //! are pruned by one node at a time (an advisory lock), at most about once per
 //! `log_prune_interval` for the whole cluster, in batches (`log_prune_batch`).
 
@@ -26,13 +27,13 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 use crate::clock::UnixClock;
 use crate::error::{self, SchemaNotMigrated, sql};
 use crate::migrations;
-use crate::prune::PruneSchedule;
+pub use crate::postgres_migrate::MigrateOptions;
 use crate::record;
 use crate::sql::{CONNECTION_PATTERN, decode_loaded, key_columns, unix_to_sql};
 
 const BACKEND: &str = "postgres";
 
-/// Connections per store handle (per node).
+/// Connections per store handle (per node) unless `store_pool_size` says otherwise.
 pub const POOL_SIZE: u32 = 8;
 
 /// How long an operation waits for a connection (a new one included, so also how long it
@@ -79,14 +80,6 @@ const RELEASE_NODE: &str = "UPDATE restore_records \
 const RELEASE_OTHER_NODES: &str = "UPDATE restore_records \
                                    SET expires_at = $2, released_seq = nextval('restore_records_release_seq'), \
                                    holder_seen_ms = $3, ended_s = $4 WHERE node <> $1 AND expires_at IS NULL";
-const PRUNE: &str = "DELETE FROM restore_records WHERE expires_at IS NOT NULL AND expires_at <= $1";
-/// Ended connection records beyond the newest `$1` of their actor ([`crate::MAX_ENDED_RECORDS_PER_ACTOR`]).
-const PRUNE_EXCESS: &str = "DELETE FROM restore_records WHERE ctid IN ( \
-                                SELECT ctid FROM ( \
-                                    SELECT ctid, ROW_NUMBER() OVER ( \
-                                        PARTITION BY project, actor ORDER BY released_seq DESC) AS n \
-                                    FROM restore_records WHERE released_seq IS NOT NULL) AS ranked \
-                                WHERE n > $1)";
 
 /// Restore records in Postgres. Holds a connection pool: create one per node and share it
 /// (behind an `Arc`); every node connected to the database sees the same records.
@@ -95,7 +88,6 @@ pub struct PostgresStore {
     /// Message log appends, group-committed (`crate::append_batch`).
     appends: crate::append_batch::Appender,
     clock: UnixClock,
-    prune: PruneSchedule,
 }
 
 impl PostgresStore {
@@ -109,7 +101,16 @@ impl PostgresStore {
     /// refuses the login within [`ACQUIRE_TIMEOUT`], or the schema is behind: then the source
     /// is a [`SchemaNotMigrated`].
     pub async fn connect(url: &str, clock: UnixClock) -> Result<Self, StoreError> {
-        let store = Self::connect_unchecked(url, clock, POOL_SIZE).await?;
+        Self::connect_with_pool(url, clock, POOL_SIZE).await
+    }
+
+    /// [`connect`](Self::connect) on a pool of `pool_size` connections (`store_pool_size`;
+    /// at least 1).
+    ///
+    /// # Errors
+    /// As [`connect`](Self::connect).
+    pub async fn connect_with_pool(url: &str, clock: UnixClock, pool_size: u32) -> Result<Self, StoreError> {
+        let store = Self::connect_unchecked(url, clock, pool_size.max(1)).await?;
         store.check_schema().await?;
         Ok(store)
     }
@@ -128,13 +129,25 @@ impl PostgresStore {
     /// Applies the migrations of `migrations/postgres/` that the database lacks; running it
     /// again does nothing. Safe to run from several nodes at once (sqlx holds an advisory lock).
     /// Migrations applied by a newer release (a rollback) are left alone and returned (and
-    /// logged): they only add, so this build runs on the schema.
+    /// logged): they only add, so this build runs on the schema. Lock waits are bounded and
+    /// retried with the default [`MigrateOptions`] ([`migrate_with`](Self::migrate_with)).
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] when Postgres failed, a migration failed (it is rolled back),
     /// or the database has applied a migration whose file has since changed.
     pub async fn migrate(&self) -> Result<Vec<i64>, StoreError> {
-        migrations::migrator(migrations::POSTGRES).run(&self.pool).await.map_err(error::migrate(BACKEND))?;
+        self.migrate_with(MigrateOptions::default()).await
+    }
+
+    /// [`migrate`](Self::migrate) with `options`: each statement waits at most
+    /// `options.lock_timeout` for a lock, then the attempt gives way and is repeated for up to
+    /// `options.retry_for` (`crate::postgres_migrate`).
+    ///
+    /// # Errors
+    /// As [`migrate`](Self::migrate), and when the locks were still not granted after
+    /// `options.retry_for`.
+    pub async fn migrate_with(&self, options: MigrateOptions) -> Result<Vec<i64>, StoreError> {
+        crate::postgres_migrate::run(&self.pool.connect_options(), options).await?;
         let applied = self.applied().await?;
         let unknown = migrations::unknown(migrations::POSTGRES, &applied);
         migrations::warn_unknown(BACKEND, &unknown);
@@ -148,20 +161,6 @@ impl PostgresStore {
             Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(UNDEFINED_TABLE) => Ok(Vec::new()),
             Err(e) => Err(sql(BACKEND, "read the applied migrations")(e)),
         }
-    }
-
-    /// Deletes every record that has expired at `now_unix_s` and returns how many. The store
-    /// already does this from `release_restore` once per
-    /// [`PRUNE_INTERVAL_S`](crate::PRUNE_INTERVAL_S); call it to prune on another schedule.
-    ///
-    /// # Errors
-    /// [`StoreError::Unavailable`] when Postgres failed.
-    pub async fn prune(&self, now_unix_s: u64) -> Result<u64, StoreError> {
-        let done = sqlx::query(PRUNE).bind(unix_to_sql(now_unix_s)).execute(&self.pool).await;
-        let expired = done.map_err(sql(BACKEND, "prune"))?.rows_affected();
-        let cap = i64::try_from(crate::MAX_ENDED_RECORDS_PER_ACTOR).unwrap_or(i64::MAX);
-        let done = sqlx::query(PRUNE_EXCESS).bind(cap).execute(&self.pool).await;
-        Ok(expired + done.map_err(sql(BACKEND, "prune"))?.rows_affected())
     }
 
     /// Closes the pool, waiting for operations in flight; later operations fail. Dropping the
@@ -183,7 +182,7 @@ impl PostgresStore {
             let pool = writer.clone();
             async move { crate::append_batch::apply_postgres(&pool, batch).await }
         });
-        Ok(Self { pool, appends, clock, prune: PruneSchedule::default() })
+        Ok(Self { pool, appends, clock })
     }
 
     async fn check_schema(&self) -> Result<(), StoreError> {
@@ -211,16 +210,43 @@ impl PostgresStore {
     }
 
     /// Releases the pruning lock; if that fails the connection is closed, which releases it.
-    async fn prune_end(&self, mut conn: sqlx::pool::PoolConnection<sqlx::Postgres>) {
-        let unlocked: Result<bool, _> =
-            sqlx::query_scalar("SELECT pg_advisory_unlock($1)").bind(PRUNE_LOCK).fetch_one(&mut *conn).await;
-        if !matches!(unlocked, Ok(true)) {
-            conn.close_on_drop();
-        }
+    async fn prune_end(&self, conn: sqlx::pool::PoolConnection<sqlx::Postgres>) {
+        unlock(conn, PRUNE_LOCK).await;
+    }
+
+    /// A connection holding the restore-record pruning lock, or `None` when another node is
+    /// pruning them. A lock of its own, so that log and restore pruning never skip each other.
+    async fn restore_prune_begin(&self) -> Result<Option<sqlx::pool::PoolConnection<sqlx::Postgres>>, StoreError> {
+        let mut conn = self.pool.acquire().await.map_err(sql(BACKEND, "prune_restores"))?;
+        let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+            .bind(RESTORE_PRUNE_LOCK)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(sql(BACKEND, "prune_restores"))?;
+        Ok(locked.then_some(conn))
+    }
+
+    /// Releases the restore-record pruning lock.
+    async fn restore_prune_end(&self, conn: sqlx::pool::PoolConnection<sqlx::Postgres>) {
+        unlock(conn, RESTORE_PRUNE_LOCK).await;
+    }
+}
+
+/// The advisory lock restore-record pruning holds (`skuarstp` in ASCII).
+const RESTORE_PRUNE_LOCK: i64 = 0x736b_7561_7273_7470;
+
+/// Releases advisory lock `key` held by `conn`; if that fails the connection is closed, which
+/// releases it.
+async fn unlock(mut conn: sqlx::pool::PoolConnection<sqlx::Postgres>, key: i64) {
+    let unlocked: Result<bool, _> =
+        sqlx::query_scalar("SELECT pg_advisory_unlock($1)").bind(key).fetch_one(&mut *conn).await;
+    if !matches!(unlocked, Ok(true)) {
+        conn.close_on_drop();
     }
 }
 
 crate::log::sql_message_log!(PostgresStore, BACKEND);
+crate::prune::prune_restores!(PostgresStore, BACKEND);
 crate::triggers::sql_trigger_store!(PostgresStore, BACKEND);
 crate::members::sql_member_store!(PostgresStore, BACKEND);
 
@@ -236,6 +262,12 @@ impl fmt::Debug for PostgresStore {
 
 #[async_trait]
 impl Store for PostgresStore {
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the database failed.
+    async fn prune_restores(&self, now_unix_s: u64, min_interval_s: u64, batch: u64) -> Result<u64, StoreError> {
+        self.prune_restores_sql(now_unix_s, min_interval_s, batch).await
+    }
+
     /// # Errors
     /// [`StoreError::Unavailable`] when Postgres failed.
     async fn save_restore(&self, key: &RestoreKey, node: &NodeId, record: &RestoreRecord) -> Result<(), StoreError> {
@@ -269,8 +301,7 @@ impl Store for PostgresStore {
         Ok(row.and_then(|(bytes, seen)| decode_loaded(BACKEND, key, &bytes, seen)))
     }
 
-    /// Releasing a key without a record does nothing. May also prune expired records
-    /// ([`crate::prune`]); a failed prune is logged and does not fail the release.
+    /// Releasing a key without a record does nothing. Never prunes ([`crate::prune`]).
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] when Postgres failed.
@@ -285,16 +316,6 @@ impl Store for PostgresStore {
             .execute(&self.pool)
             .await
             .map_err(sql(BACKEND, "release_restore"))?;
-        let now = (self.clock)();
-        if self.prune.claim(now)
-            && let Err(error) = self.prune(now).await
-        {
-            tracing::warn!(
-                backend = BACKEND,
-                error = &error as &dyn std::error::Error,
-                "Pruning restore records failed."
-            );
-        }
         Ok(())
     }
 

@@ -12,7 +12,7 @@
 //! as long as the store: one connection that is never recycled, since the database vanishes with
 //! its last connection.
 //!
-//! Expired rows are deleted as described in [`crate::prune`].
+//! Expired rows are deleted as described in [`crate::prune`], never on a connection's release.
 
 use std::fmt;
 use std::str::FromStr;
@@ -29,7 +29,6 @@ use crate::clock::UnixClock;
 use crate::error::{self, sql};
 use crate::group_commit::{Target, Write, Writer};
 use crate::migrations;
-use crate::prune::PruneSchedule;
 use crate::record;
 use crate::sql::{CONNECTION_PATTERN, decode_loaded, key_columns, unix_to_sql};
 
@@ -75,14 +74,6 @@ const RELEASE_NODE: &str = "UPDATE restore_records SET expires_at = ?, released_
                             WHERE node = ? AND expires_at IS NULL";
 const RELEASE_OTHER_NODES: &str = "UPDATE restore_records SET expires_at = ?, released_seq = ?, holder_seen_ms = ?, ended_s = ? \
                                    WHERE node <> ? AND expires_at IS NULL";
-const PRUNE: &str = "DELETE FROM restore_records WHERE expires_at IS NOT NULL AND expires_at <= ?";
-/// Ended connection records beyond the newest `?` of their actor ([`crate::MAX_ENDED_RECORDS_PER_ACTOR`]).
-const PRUNE_EXCESS: &str = "DELETE FROM restore_records WHERE rowid IN ( \
-                                SELECT rowid FROM ( \
-                                    SELECT rowid, ROW_NUMBER() OVER ( \
-                                        PARTITION BY project, actor ORDER BY released_seq DESC) AS n \
-                                    FROM restore_records WHERE released_seq IS NOT NULL) \
-                                WHERE n > ?)";
 
 /// Restore records in SQLite. Holds a connection pool: create one per database and share it
 /// (behind an `Arc`); handles onto the same file see each other's records.
@@ -93,7 +84,6 @@ pub struct SqliteStore {
     /// Message log appends, group-committed (`crate::append_batch`).
     appends: crate::append_batch::Appender,
     clock: UnixClock,
-    prune: PruneSchedule,
 }
 
 impl SqliteStore {
@@ -121,21 +111,7 @@ impl SqliteStore {
             let pool = log_pool.clone();
             async move { crate::append_batch::apply_sqlite(&pool, batch).await }
         });
-        Ok(Self { pool, writer, appends, clock, prune: PruneSchedule::default() })
-    }
-
-    /// Deletes every record that has expired at `now_unix_s` and returns how many. The store
-    /// already does this from `release_restore` once per
-    /// [`PRUNE_INTERVAL_S`](crate::PRUNE_INTERVAL_S); call it to prune on another schedule.
-    ///
-    /// # Errors
-    /// [`StoreError::Unavailable`] when the database failed.
-    pub async fn prune(&self, now_unix_s: u64) -> Result<u64, StoreError> {
-        let done = sqlx::query(PRUNE).bind(unix_to_sql(now_unix_s)).execute(&self.pool).await;
-        let expired = done.map_err(sql(BACKEND, "prune"))?.rows_affected();
-        let cap = i64::try_from(crate::MAX_ENDED_RECORDS_PER_ACTOR).unwrap_or(i64::MAX);
-        let done = sqlx::query(PRUNE_EXCESS).bind(cap).execute(&self.pool).await;
-        Ok(expired + done.map_err(sql(BACKEND, "prune"))?.rows_affected())
+        Ok(Self { pool, writer, appends, clock })
     }
 
     /// The migrations applied in the database that this build does not know (a newer
@@ -208,9 +184,20 @@ impl SqliteStore {
     async fn prune_end(&self, conn: sqlx::pool::PoolConnection<sqlx::Sqlite>) {
         drop(conn);
     }
+
+    /// The connection restore-record pruning runs on (no lock, as for [`Self::prune_begin`]).
+    async fn restore_prune_begin(&self) -> Result<Option<sqlx::pool::PoolConnection<sqlx::Sqlite>>, StoreError> {
+        self.pool.acquire().await.map(Some).map_err(sql(BACKEND, "prune_restores"))
+    }
+
+    /// Nothing to release.
+    async fn restore_prune_end(&self, conn: sqlx::pool::PoolConnection<sqlx::Sqlite>) {
+        drop(conn);
+    }
 }
 
 crate::log::sql_message_log!(SqliteStore, BACKEND);
+crate::prune::prune_restores!(SqliteStore, BACKEND);
 crate::triggers::sql_trigger_store!(SqliteStore, BACKEND);
 crate::members::sql_member_store!(SqliteStore, BACKEND);
 
@@ -223,6 +210,12 @@ impl fmt::Debug for SqliteStore {
 
 #[async_trait]
 impl Store for SqliteStore {
+    /// # Errors
+    /// [`StoreError::Unavailable`] when the database failed.
+    async fn prune_restores(&self, now_unix_s: u64, min_interval_s: u64, batch: u64) -> Result<u64, StoreError> {
+        self.prune_restores_sql(now_unix_s, min_interval_s, batch).await
+    }
+
     /// # Errors
     /// [`StoreError::Unavailable`] when the database failed.
     async fn save_restore(&self, key: &RestoreKey, node: &NodeId, record: &RestoreRecord) -> Result<(), StoreError> {
@@ -249,8 +242,7 @@ impl Store for SqliteStore {
         Ok(row.and_then(|(bytes, seen)| decode_loaded(BACKEND, key, &bytes, seen)))
     }
 
-    /// Releasing a key without a record does nothing. May also prune expired records
-    /// ([`crate::prune`]); a failed prune is logged and does not fail the release.
+    /// Releasing a key without a record does nothing. Never prunes ([`crate::prune`]).
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] when the database failed.
@@ -266,16 +258,6 @@ impl Store for SqliteStore {
             client_id.into_owned(),
         );
         self.writer.write(w).await.map_err(writer_error("release_restore"))?;
-        let now = (self.clock)();
-        if self.prune.claim(now)
-            && let Err(error) = self.prune(now).await
-        {
-            tracing::warn!(
-                backend = BACKEND,
-                error = &error as &dyn std::error::Error,
-                "Pruning restore records failed."
-            );
-        }
         Ok(())
     }
 

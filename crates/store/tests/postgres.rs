@@ -253,25 +253,78 @@ async fn open_picks_postgres_for_both_schemes() {
     }
 }
 
+fn conn_key(actor: &str, id: &str) -> RestoreKey {
+    RestoreKey::Connection(skua_core::ConnectionRecord {
+        project: ProjectId::parse("proj").unwrap(),
+        actor: ActorId::parse(actor).unwrap(),
+        id: skua_core::RecordId::parse(id).unwrap(),
+    })
+}
+
+/// Issue 36: restore records are pruned by one node per interval (two stores on one database
+/// tick at once: one prunes, in batches, the other gets 0, also within half the interval), and
+/// never by a connection's release.
 #[tokio::test]
-async fn prune_deletes_expired_records_only_and_release_prunes_by_itself() {
+async fn restore_pruning_runs_on_one_node_per_interval_and_never_on_release() {
     let Some(db) = TestDatabase::migrated().await else { return };
     let clock = TestClock::new();
-    let store = PostgresStore::connect(&db.url, clock.clock()).await.unwrap();
-    for actor in ["a", "b", "c"] {
-        store.save_restore(&key(actor), &node(), &record()).await.unwrap();
+    let a: Arc<dyn Store> = Arc::new(PostgresStore::connect(&db.url, clock.clock()).await.unwrap());
+    let b: Arc<dyn Store> = Arc::new(PostgresStore::connect(&db.url, clock.clock()).await.unwrap());
+    for i in 0..10 {
+        let k = key(&format!("x{i}"));
+        a.save_restore(&k, &node(), &record()).await.unwrap();
+        a.release_restore(&k, T0, 10).await.unwrap();
     }
-    store.release_restore(&key("a"), T0, 10).await.unwrap();
-    store.release_restore(&key("b"), T0, 1_000).await.unwrap();
-    assert_eq!(store.prune(T0 + 9).await.unwrap(), 0);
-    assert_eq!(store.prune(T0 + 10).await.unwrap(), 1, "a expired at T0 + 10");
-    assert_eq!(store.load_restore(&key("b")).await.unwrap(), Some(record()));
-    assert_eq!(store.load_restore(&key("c")).await.unwrap(), Some(record()), "never released");
+    let now = T0 + 1_000;
+    clock.set(now);
+    let later = key("later");
+    b.save_restore(&later, &node(), &record()).await.unwrap();
+    b.release_restore(&later, T0, 10).await.unwrap();
+    let (x, y) = tokio::join!(a.prune_restores(now, 60, 3), b.prune_restores(now, 60, 3));
+    let (x, y) = (x.unwrap(), y.unwrap());
+    assert_eq!((x.min(y), x.max(y)), (0, 11), "one node pruned every expired record (batches of 3), one skipped");
+    for i in 0..4 {
+        let k = key(&format!("y{i}"));
+        b.save_restore(&k, &node(), &record()).await.unwrap();
+        b.release_restore(&k, T0, 10).await.unwrap();
+    }
+    assert_eq!(b.prune_restores(now + 29, 60, 3).await.unwrap(), 0, "within half the interval of the last run");
+    assert_eq!(a.prune_restores(now + 29, 60, 3).await.unwrap(), 0, "on every node");
+    assert_eq!(b.prune_restores(now + 30, 60, 3).await.unwrap(), 4, "then the next turn prunes");
+}
 
-    clock.set(T0 + 2_000);
-    store.release_restore(&key("c"), T0 + 2_000, 10).await.unwrap();
-    assert_eq!(store.prune(T0 + 2_000).await.unwrap(), 0, "release already pruned b");
-    assert_eq!(store.prune(T0 + 2_010).await.unwrap(), 1, "then c");
+/// Issue 36: the per-actor cap of ended connection records only looks at actors released since
+/// the last prune (`restore_records_released_seq`), not at the whole table: rows over the cap
+/// released before the last prune stay until their actor's next release.
+#[tokio::test]
+async fn the_ended_record_cap_looks_only_at_actors_released_since_the_last_prune() {
+    let Some(db) = TestDatabase::migrated().await else { return };
+    let store = PostgresStore::connect(&db.url, TestClock::new().clock()).await.unwrap();
+    let fresh = conn_key("fresh", "f-1");
+    store.save_restore(&fresh, &node(), &record()).await.unwrap();
+    store.release_restore(&fresh, T0, 3_600).await.unwrap();
+    assert_eq!(store.prune_restores(T0, 1, 100).await.unwrap(), 0, "nothing expired, nobody over the cap");
+    let max = skua_core::store::MAX_ENDED_RECORDS_PER_ACTOR;
+    let mut conn = PgConnection::connect(&db.url).await.unwrap();
+    // Ended records released "before" that prune: seqs at or under its watermark.
+    sqlx::query(
+        "INSERT INTO restore_records (project, actor, client_id, record, expires_at, released_seq, node) \
+         SELECT 'proj', 'old', '#o-' || i, '\\x80', $1, 0, 'node-1' FROM generate_series(1, $2) AS i",
+    )
+    .bind(i64::try_from(T0 + 3_600).unwrap())
+    .bind(i32::try_from(max + 6).unwrap())
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let _ = conn.close().await;
+    assert_eq!(store.prune_restores(T0 + 1, 1, 100).await.unwrap(), 0, "not released since: not looked at");
+    let last = conn_key("old", "o-last");
+    store.save_restore(&last, &node(), &record()).await.unwrap();
+    store.release_restore(&last, T0 + 2, 3_600).await.unwrap();
+    assert_eq!(store.prune_restores(T0 + 2, 1, 100).await.unwrap(), 7, "released now: capped at {max}");
+    let (project, actor) = (ProjectId::parse("proj").unwrap(), ActorId::parse("old").unwrap());
+    let kept = store.claim_restore(&project, &actor, &node(), None).await;
+    assert_eq!(kept.unwrap().map(|c| c.id.as_str().to_owned()), Some("o-last".to_owned()), "newest kept");
 }
 
 #[tokio::test]
@@ -351,4 +404,132 @@ async fn appends_commit_in_order_and_a_failed_batch_fails_every_append() {
     let Some(db) = TestDatabase::migrated().await else { return };
     let store = PostgresStore::connect(&db.url, TestClock::new().clock()).await.unwrap();
     append_batch::appends_commit_in_order_and_a_failed_batch_fails_every_append(&store, T0).await;
+}
+
+/// Makes migration `version` pending again in a migrated database, after `undo` removed what
+/// it created.
+async fn unapply(db: &TestDatabase, version: i64, undo: &str) {
+    let mut conn = PgConnection::connect(&db.url).await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(undo.to_owned())).execute(&mut conn).await.unwrap();
+    sqlx::query("DELETE FROM _sqlx_migrations WHERE version = $1").bind(version).execute(&mut conn).await.unwrap();
+    let _ = conn.close().await;
+}
+
+/// Waits until some session waits for a lock on `table` (the migration queued behind `holder`).
+async fn until_a_lock_waits(url: &str, table: &str) {
+    let mut conn = PgConnection::connect(url).await.unwrap();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_locks l LEFT JOIN pg_class c ON c.oid = l.relation \
+             WHERE NOT l.granted AND (c.relname = $1 OR l.locktype = 'virtualxid')",
+        )
+        .bind(table)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+        if waiting > 0 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the migration never waited for a lock on {table}");
+        tokio::task::yield_now().await;
+    }
+    let _ = conn.close().await;
+}
+
+/// `count` reads and writes of `restore_records`, each on a new connection that gives up after
+/// 3 s: none may queue behind the waiting migration for longer than its lock_timeout.
+async fn readers_and_writers_go_on(url: &str, count: usize) {
+    for i in 0..count {
+        let mut conn = PgConnection::connect(url).await.unwrap();
+        sqlx::query("SET statement_timeout = '3s'").execute(&mut conn).await.unwrap();
+        let started = std::time::Instant::now();
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM restore_records")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("read {i} blocked behind the migration: {e}"));
+        sqlx::query("INSERT INTO restore_records (project, actor, client_id, record) VALUES ('p', $1, '', '\\x80')")
+            .bind(format!("reader-{i}"))
+            .execute(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("write {i} blocked behind the migration: {e}"));
+        assert!(started.elapsed() < std::time::Duration::from_secs(2), "read {i} took {:?}", started.elapsed());
+        let _ = conn.close().await;
+    }
+}
+
+/// Issue 36: an `ALTER TABLE` migration behind a lock another session holds (a `pg_dump`'s
+/// `ACCESS SHARE`, a long transaction) gives way after `lock_timeout` and retries, so readers
+/// and writers queued behind it go on, instead of every node stalling; once the lock is
+/// released it completes.
+#[tokio::test]
+async fn a_migration_behind_a_held_lock_retries_and_readers_go_on() {
+    let Some(db) = TestDatabase::migrated().await else { return };
+    unapply(&db, 20_261_202_091_500, "ALTER TABLE restore_records DROP COLUMN holder_seen_ms").await;
+    let mut holder = PgConnection::connect(&db.url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
+    sqlx::query("LOCK TABLE restore_records IN ACCESS SHARE MODE").execute(&mut holder).await.unwrap();
+
+    let options = skua_store::MigrateOptions {
+        lock_timeout: std::time::Duration::from_millis(200),
+        retry_for: std::time::Duration::from_secs(60),
+    };
+    let migrate = skua_store::migrate_with(&db.url, options);
+    tokio::pin!(migrate);
+    let meanwhile = async {
+        until_a_lock_waits(&db.url, "restore_records").await;
+        readers_and_writers_go_on(&db.url, 5).await;
+    };
+    tokio::select! {
+        r = &mut migrate => panic!("the migration waits while the lock is held, yet it ended: {r:?}"),
+        () = meanwhile => {}
+    }
+    sqlx::query("COMMIT").execute(&mut holder).await.unwrap();
+    let _ = holder.close().await;
+    let done = tokio::time::timeout(std::time::Duration::from_secs(20), migrate).await;
+    done.expect("the migration completes once the lock is released").expect("and succeeds");
+    let store = PostgresStore::connect(&db.url, TestClock::new().clock()).await.expect("schema complete");
+    store.save_restore(&key("alice"), &node(), &record()).await.unwrap();
+    assert_eq!(store.load_restore(&key("alice")).await.unwrap(), Some(record()), "holder_seen_ms is back");
+}
+
+/// Issue 36: an index is built `CONCURRENTLY`: writers are never blocked by the build; a build
+/// that gave up waiting for an open writing transaction leaves an invalid index, which the next
+/// attempt drops and builds again, so the migration ends with a valid index.
+#[tokio::test]
+async fn a_concurrent_index_build_retries_past_an_open_writer_and_ends_valid() {
+    let Some(db) = TestDatabase::migrated().await else { return };
+    unapply(&db, 20_261_207_200_001, "DROP INDEX restore_records_released_seq").await;
+    let mut holder = PgConnection::connect(&db.url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
+    sqlx::query("UPDATE restore_records SET node = node WHERE FALSE").execute(&mut holder).await.unwrap();
+
+    let options = skua_store::MigrateOptions {
+        lock_timeout: std::time::Duration::from_millis(200),
+        retry_for: std::time::Duration::from_secs(60),
+    };
+    let migrate = skua_store::migrate_with(&db.url, options);
+    tokio::pin!(migrate);
+    let meanwhile = async {
+        until_a_lock_waits(&db.url, "restore_records").await;
+        readers_and_writers_go_on(&db.url, 5).await;
+    };
+    tokio::select! {
+        r = &mut migrate => panic!("the build waits for the open writer, yet it ended: {r:?}"),
+        () = meanwhile => {}
+    }
+    sqlx::query("COMMIT").execute(&mut holder).await.unwrap();
+    let _ = holder.close().await;
+    let done = tokio::time::timeout(std::time::Duration::from_secs(20), migrate).await;
+    done.expect("the migration completes once the writer is done").expect("and succeeds");
+    let mut conn = PgConnection::connect(&db.url).await.unwrap();
+    let valid: Vec<bool> = sqlx::query_scalar(
+        "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid \
+         WHERE c.relname = 'restore_records_released_seq'",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(valid, vec![true], "one index, valid");
+    let _ = conn.close().await;
 }

@@ -162,26 +162,26 @@ async fn records_survive_closing_and_reopening_the_file() {
     assert_eq!(reopened.load_restore(&key("bob", Some("w1"))).await.unwrap(), None, "the expiry was kept too");
 }
 
+/// Issue 36: `prune_restores` deletes expired records only; a release never prunes.
 #[tokio::test]
-async fn prune_deletes_expired_records_only_and_release_prunes_by_itself() {
+async fn prune_restores_deletes_expired_records_only_and_release_never_prunes() {
     let clock = TestClock::new();
     let store = SqliteStore::connect("sqlite::memory:", clock.clock()).await.unwrap();
     for actor in ["a", "b", "c"] {
         store.save_restore(&key(actor, None), &node(), &record()).await.unwrap();
     }
-    // The first release of a handle prunes (nothing has expired yet).
     store.release_restore(&key("a", None), T0, 10).await.unwrap();
     store.release_restore(&key("b", None), T0, 1_000).await.unwrap();
-    assert_eq!(store.prune(T0 + 9).await.unwrap(), 0);
-    assert_eq!(store.prune(T0 + 10).await.unwrap(), 1, "a expired at T0 + 10");
+    // An interval under 2 s: no turn is skipped.
+    assert_eq!(store.prune_restores(T0 + 9, 1, 100).await.unwrap(), 0);
+    assert_eq!(store.prune_restores(T0 + 10, 1, 100).await.unwrap(), 1, "a expired at T0 + 10");
     assert_eq!(store.load_restore(&key("b", None)).await.unwrap(), Some(record()));
     assert_eq!(store.load_restore(&key("c", None)).await.unwrap(), Some(record()), "never released");
 
-    // An interval later, the next release prunes b (expired) on its own.
     clock.set(T0 + 2_000);
     store.release_restore(&key("c", None), T0 + 2_000, 10).await.unwrap();
-    assert_eq!(store.prune(T0 + 2_000).await.unwrap(), 0, "release already pruned b");
-    assert_eq!(store.prune(T0 + 2_010).await.unwrap(), 1, "then c");
+    assert_eq!(store.prune_restores(T0 + 2_000, 1, 100).await.unwrap(), 1, "the release left b (expired) alone");
+    assert_eq!(store.prune_restores(T0 + 2_010, 1, 100).await.unwrap(), 1, "then c");
 }
 
 #[tokio::test]

@@ -18,7 +18,9 @@ pub struct MembersConfig {
     pub wake_queue: usize,
     /// Offline members woken per room and check at most.
     pub wake_batch: u32,
-    /// How long a room found without wakeable members is not checked again by this node.
+    /// In a cluster: how long a room found without wakeable members is not checked again by
+    /// this node (a change on another node is not seen here). A single node keeps the answer
+    /// until a member of the room changes ([`Self::negative_until_changed`]).
     pub wake_negative_cache: Duration,
     /// The shortest `wake.timeoutMs` honoured: a member is woken at most once per this long.
     pub wake_timeout_min: Duration,
@@ -33,6 +35,11 @@ pub struct MembersConfig {
     pub wake_limit_per_url: u32,
     /// Log lines about failed or limited wakes per period.
     pub wake_log_limit: u32,
+    /// Most rooms remembered without wakeable members; beyond it every answer is forgotten.
+    pub wake_negative_rooms: usize,
+    /// A single node: every member change passes through it, so a room's "no wakeable members"
+    /// holds until one invalidates it, with no time bound.
+    pub negative_until_changed: bool,
     /// At start, set offline every member another node run left online: a single node (nothing
     /// of an earlier run is connected).
     pub offline_others_at_start: bool,
@@ -54,6 +61,8 @@ impl Default for MembersConfig {
             wake_limit_per_actor: 64,
             wake_limit_per_url: 256,
             wake_log_limit: 10,
+            wake_negative_rooms: 65_536,
+            negative_until_changed: false,
             offline_others_at_start: false,
         }
     }

@@ -165,7 +165,7 @@ impl Session {
             }
         }
         self.restore_lobbies().await;
-        self.save_restore().await;
+        self.save_restore_after_restore().await;
     }
 
     /// A clientId session (N25) belongs to one connection: the newest. Older ones close with
@@ -225,6 +225,9 @@ impl Session {
                         if let Some(Authed { restore: RestoreKey::Connection(mine), .. }) = &mut self.auth {
                             mine.id = c.id;
                         }
+                        // As stored: a restore that merged records ended together differs
+                        // from it, so the merged record is saved (the next claim finds it).
+                        self.claimed = Some(c.record.clone());
                         merge_together(c.record, c.together, cap)
                     })
                 })

@@ -117,6 +117,10 @@ pub struct Backends {
     pub presence_tls: BackendTlsFiles,
     /// Session store.
     pub store: StoreConfig,
+    /// Connections of a Postgres store's pool (`store_pool_size`).
+    pub store_pool_size: u32,
+    /// How `skua migrate` waits for Postgres' locks (`migrate_lock_timeout`, `migrate_retry_for`).
+    pub migrate: skua_store::MigrateOptions,
     /// Root of internal topics and key prefixes.
     pub namespace: String,
     /// This node (random when not set).
@@ -211,12 +215,18 @@ impl Backends {
                 ));
             }
         }
+        let migrate = skua_store::MigrateOptions {
+            lock_timeout: duration(key!(s, migrate_lock_timeout))?,
+            retry_for: duration(key!(s, migrate_retry_for))?,
+        };
         Ok(Self {
             bus,
             presence,
             bus_tls,
             presence_tls,
             store,
+            store_pool_size: positive(key!(s, store_pool_size))?,
+            migrate,
             namespace,
             node_id,
             fixtures: s.fixtures.clone(),
@@ -469,6 +479,8 @@ pub struct Durable {
     pub log_prune_interval: Duration,
     /// Messages deleted per statement while pruning.
     pub log_prune_batch: u64,
+    /// How often expired and surplus restore records are deleted.
+    pub restore_prune_interval: Duration,
     /// Pending messages read per store page of a replay.
     pub replay_page_size: u32,
     /// Live logged messages queued per connection.
@@ -491,6 +503,7 @@ impl Durable {
             log_max_per_topic: positive(key!(s, log_max_per_topic))? as u64,
             log_prune_interval: duration(key!(s, log_prune_interval))?,
             log_prune_batch: positive(key!(s, log_prune_batch))?,
+            restore_prune_interval: nonzero_duration(key!(s, restore_prune_interval))?,
             replay_page_size: positive(key!(s, replay_page_size))?,
             durable_queue: positive(key!(s, durable_queue))?,
             durable_sweep_interval: duration(key!(s, durable_sweep_interval))?,
@@ -579,7 +592,9 @@ fn members(s: &Settings) -> Result<MembersConfig, ConfigError> {
         wake_limit_per_actor: positive(key!(s, wake_limit_per_actor))?,
         wake_limit_per_url: positive(key!(s, wake_limit_per_url))?,
         wake_log_limit: required(key!(s, wake_log_limit))?,
+        wake_negative_rooms: positive(key!(s, wake_negative_rooms))?,
         offline_others_at_start: false,
+        negative_until_changed: false,
     })
 }
 
@@ -992,6 +1007,7 @@ impl Sections {
             log_max_per_topic: durable.log_max_per_topic,
             log_prune_interval: durable.log_prune_interval,
             log_prune_batch: durable.log_prune_batch,
+            restore_prune_interval: durable.restore_prune_interval,
             replay_page_size: durable.replay_page_size,
             durable_queue: durable.durable_queue,
             durable_sweep_interval: durable.durable_sweep_interval,
@@ -1026,6 +1042,8 @@ impl Sections {
             members: MembersConfig {
                 // A single node: whatever an earlier run left online is offline now.
                 offline_others_at_start: backends.bus == BusConfig::Memory,
+                // A single node sees every member change: no time bound on wake's negative answers.
+                negative_until_changed: backends.bus == BusConfig::Memory,
                 ..members.clone()
             },
             ..EdgeConfig::default()

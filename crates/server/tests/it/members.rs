@@ -396,3 +396,56 @@ async fn an_internal_wake_url_is_refused_again_when_the_wake_is_sent() {
     let m = stored(&server, "general").await;
     assert_eq!(m[0].status, skua_core::MemberStatus::Offline, "{m:?}");
 }
+
+/// The wake checks that asked the store so far (`wake_candidates` calls).
+fn wake_queries(server: &TestServer) -> u64 {
+    let ops = server.state.metrics.backend_latency.snapshot();
+    ops.into_iter().filter(|((slot, op), _)| *slot == "store" && *op == "wake_candidates").map(|(_, h)| h.count).sum()
+}
+
+/// Waits until at least `n` wake checks asked the store.
+async fn until_wake_queries(server: &TestServer, n: u64) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    while wake_queries(server) < n {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} wake checks asked the store, not {n}",
+            wake_queries(server)
+        );
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Issue 36: a room found without wakeable members is not asked about again, whenever the next
+/// publish comes (on a single node `wake_negative_cache` does not bound it: every member change
+/// passes through the node), until a member of the room changes: one announced later with a
+/// wake, once offline, is woken by the next publish.
+#[tokio::test]
+async fn a_room_without_wakeable_members_costs_no_store_query_until_a_member_changes() {
+    let server = TestServer::builder().settings(|s| s.wake_negative_cache = Some("0s".into())).spawn().await;
+    let mut alice = server.auth("dev-token-alice").await;
+    alice.publish_acked("demo/general/messages", "first".into()).await;
+    until_wake_queries(&server, 1).await;
+    for i in 0..10 {
+        alice.publish_acked("demo/general/messages", format!("again {i}").into()).await;
+    }
+    // Checks run in order: once another room's has run, every one before it has.
+    alice.publish_acked("demo/random/tasks", "barrier".into()).await;
+    until_wake_queries(&server, 2).await;
+    assert_eq!(wake_queries(&server), 2, "publishes into a room without wakeable members asked the store");
+
+    announce(&mut alice, "general", frame! {"who" => "alice"}).await;
+    alice.expect("presence").await;
+    let mut worker = agent(&server, "w1").await;
+    announce(&mut worker, "general", persistent(1)).await;
+    alice.next_of("presence").await;
+    drop(worker);
+    let off = alice.next_of("presence").await;
+    assert_eq!(data_of(&off)["status"].as_str(), Some("offline"), "{off:?}");
+    alice.publish_acked("demo/general/messages", "wake up".into()).await;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    while server.state.members.metrics.started.load(std::sync::atomic::Ordering::Relaxed) < 1 {
+        assert!(tokio::time::Instant::now() < deadline, "the member that went offline was not woken");
+        tokio::task::yield_now().await;
+    }
+}

@@ -217,3 +217,75 @@ async fn records_expire_after_the_restore_ttl() {
     let (_a, reply) = auth_with(&server, "dev-token-alice", true, None).await;
     assert_eq!(restored(&reply), vec![]);
 }
+
+/// The topics every tab of [`a_reconnect_on_1012_always_gets_its_subscriptions_back`] holds.
+const BOTH_TOPICS: [&str; 2] = ["demo/general/messages", "demo/random/tasks"];
+
+/// Issue 36: a drain commits each connection's restore-record release before its 1012, so a
+/// client that reconnects to another node the moment it reads the 1012 always gets its
+/// subscriptions back. Node A's store pool has one connection, so its releases queue as they
+/// do when a node drains thousands of connections: a 1012 sent before its release commits
+/// loses the race (the reconnect finds no released record, and A is alive, so it does not
+/// wait for one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnect_on_1012_always_gets_its_subscriptions_back() {
+    let Some(db) = TestDatabase::migrated().await else { return };
+    let embedded = skua_server::node::Embedded::default();
+    let url = db.url.clone();
+    let a = TestServer::builder()
+        .settings(move |s| {
+            s.store = Some(url);
+            s.store_pool_size = Some(1);
+        })
+        .spawn_with(&embedded)
+        .await;
+    let url = db.url.clone();
+    let b = TestServer::builder().settings(move |s| s.store = Some(url)).spawn_with(&embedded).await;
+    const TABS: usize = 24;
+    let mut tabs = Vec::new();
+    for _ in 0..TABS {
+        let (mut c, reply) = auth_with(&a, "dev-token-alice", true, None).await;
+        assert_eq!(restored(&reply), vec![], "nothing released yet");
+        for t in BOTH_TOPICS {
+            c.subscribe(t).await;
+        }
+        tabs.push(c);
+    }
+    let b = &b;
+    let reconnects = tabs.into_iter().map(|mut c| async move {
+        let (code, _) = c.expect_close().await;
+        assert_eq!(code, 1012, "the drain closes with server_restart");
+        reconnect(b).await
+    });
+    let (back, drained) = tokio::join!(futures_util::future::join_all(reconnects), a.shutdown());
+    assert!(drained, "node A drained within the grace");
+    for (i, (_c, got)) in back.iter().enumerate() {
+        assert_eq!(got, &BOTH_TOPICS, "reconnect {i} of {TABS} got its subscriptions back");
+    }
+}
+
+/// The store operations `op` a node made so far.
+fn store_ops(node: &TestServer, op: &str) -> u64 {
+    let ops = node.state.metrics.backend_latency.snapshot();
+    ops.into_iter().filter(|((slot, o), _)| *slot == "store" && *o == op).map(|(_, h)| h.count).sum()
+}
+
+/// Issue 36: a reconnect that restores a claimed record as it was stored costs the new node one
+/// commit (the claim), no save; the record stays claimable by the next reconnect.
+#[tokio::test]
+async fn a_reconnect_that_restores_the_record_unchanged_does_not_save_it_again() {
+    let server = TestServer::start().await;
+    let tab = open_tab(&server, 0).await;
+    server.close_settled(tab).await;
+    let (saves, claims) = (store_ops(&server, "save_restore"), store_ops(&server, "claim_restore"));
+    let (back, got) = reconnect(&server).await;
+    assert_eq!(got, [TAB_TOPICS[0]]);
+    assert_eq!(store_ops(&server, "claim_restore"), claims + 1, "one claim");
+    assert_eq!(store_ops(&server, "save_restore"), saves, "and no save of the unchanged record");
+    server.close_settled(back).await;
+    let (mut again, got) = reconnect(&server).await;
+    assert_eq!(got, [TAB_TOPICS[0]], "the claimed record is still whole for the next reconnect");
+    let mut bob = server.auth("dev-token-bob").await;
+    bob.publish_acked(TAB_TOPICS[0], "m".into()).await;
+    assert_eq!(again.expect("message").await.str("topic"), TAB_TOPICS[0]);
+}

@@ -581,8 +581,8 @@ pub async fn restore_holders_are_the_other_nodes_holding_records_in_use<H: Store
 }
 
 /// Contract 6: an actor's ended connection records beyond the latest
-/// `MAX_ENDED_RECORDS_PER_ACTOR` go (the durable stores prune on release, once a minute of
-/// their clock); the latest are kept, newest claimed first; other actors' are untouched.
+/// `MAX_ENDED_RECORDS_PER_ACTOR` go (the durable stores in `prune_restores`, contract 7); the
+/// latest are kept, newest claimed first; other actors' are untouched.
 pub async fn an_actor_keeps_only_its_latest_ended_records<H: StoreHarness>(h: H) {
     let max = skua_core::store::MAX_ENDED_RECORDS_PER_ACTOR;
     let s = h.open().await;
@@ -594,11 +594,12 @@ pub async fn an_actor_keeps_only_its_latest_ended_records<H: StoreHarness>(h: H)
         save(&s, &conn("alice", &id), &lobbies(&id)).await;
         release(&s, &conn("alice", &id), T0, 3600).await;
     }
-    // A minute later one more release: every store has pruned by now.
+    // A minute later one more release, then the periodic prune: every store has capped by now.
     h.set_now(T0 + 61);
     let last = format!("c-{:03}", max + 10);
     save(&s, &conn("alice", &last), &lobbies(&last)).await;
     release(&s, &conn("alice", &last), T0 + 61, 3600).await;
+    within("prune_restores", s.prune_restores(T0 + 61, 60, 1_000)).await.unwrap_or_else(|e| panic!("prune: {e}"));
     let mut claimed_ids = Vec::new();
     while let Some(c) = claim(&s, "alice").await {
         claimed_ids.push(c.id.as_str().to_owned());
