@@ -39,7 +39,12 @@ cluster_cases!(
 );
 
 fn builder() -> skua_testkit::server::TestServerBuilder {
-    TestServer::builder().settings(|s| s.rate_limit = Some(1000))
+    // One restore record per connection (`two_tabs_restore_their_own_subscriptions_on_other_nodes`
+    // closes tabs within one second: see `reconnect::one_record_each`).
+    TestServer::builder().settings(|s| {
+        s.rate_limit = Some(1000);
+        s.restore_merge_window = Some("0s".into());
+    })
 }
 
 async fn publish_on_one_node_reaches_subscribers_on_every_node(c: TestCluster) {

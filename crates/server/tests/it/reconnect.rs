@@ -21,6 +21,30 @@ fn patterns(reply: &Frame) -> Vec<String> {
     p
 }
 
+/// A node that restores each connection's own record only (`restore_merge_window` 0s): these
+/// tests close and reconnect tabs within the same second, which the default window would treat
+/// as tabs that dropped together and give the union of their subscriptions (issue 31; tested
+/// by `two_tabs_that_drop_together_each_get_the_union`).
+pub(crate) fn one_record_each() -> skua_testkit::server::TestServerBuilder {
+    TestServer::builder().settings(|s| s.restore_merge_window = Some("0s".into()))
+}
+
+/// Issue 31, defect 5: two tabs that drop at the same moment cannot be told apart on reconnect,
+/// so each gets the union of their plain subscriptions, whichever order they come back in; a
+/// tab reconnecting after the window gets only its own record's.
+#[tokio::test]
+async fn two_tabs_that_drop_together_each_get_the_union() {
+    let server = TestServer::start().await;
+    let tabs = [open_tab(&server, 0).await, open_tab(&server, 1).await];
+    for tab in tabs {
+        server.close_settled(tab).await;
+    }
+    let (_first, got) = reconnect(&server).await;
+    assert_eq!(got, TAB_TOPICS, "the first tab back");
+    let (_second, got) = reconnect(&server).await;
+    assert_eq!(got, TAB_TOPICS, "the second tab back");
+}
+
 /// The topics of alice's two tabs: one each.
 const TAB_TOPICS: [&str; 2] = ["demo/general/messages", "demo/random/tasks"];
 
@@ -75,7 +99,7 @@ pub(crate) async fn two_tabs_each_get_their_own_subscriptions_back(
 
 #[tokio::test]
 async fn two_connections_of_one_actor_each_get_their_own_subscriptions_back() {
-    let server = TestServer::start().await;
+    let server = one_record_each().spawn().await;
     two_tabs_each_get_their_own_subscriptions_back([&server, &server], [&server, &server]).await;
 }
 
@@ -87,7 +111,7 @@ async fn two_connections_on_an_sqlite_file_each_get_their_own_subscriptions_back
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("scratch directory");
     let store = format!("sqlite://{}/skua.db", dir.display());
-    let server = TestServer::builder().settings(|s| s.store = Some(store.clone())).spawn().await;
+    let server = one_record_each().settings(|s| s.store = Some(store.clone())).spawn().await;
     two_tabs_each_get_their_own_subscriptions_back([&server, &server], [&server, &server]).await;
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
@@ -110,7 +134,7 @@ async fn a_fresh_auth_leaves_another_connection_s_record_alone() {
 #[tokio::test]
 async fn two_nodes_on_postgres_restore_each_connection_s_own_record() {
     let Some(db) = TestDatabase::migrated().await else { return };
-    let builder = TestServer::builder().settings(|s| s.store = Some(db.url.clone()));
+    let builder = one_record_each().settings(|s| s.store = Some(db.url.clone()));
     let embedded = skua_server::node::Embedded::default();
     let (n0, n1) = (builder.spawn_with(&embedded).await, builder.spawn_with(&embedded).await);
     two_tabs_each_get_their_own_subscriptions_back([&n0, &n0], [&n1, &n1]).await;
@@ -170,7 +194,7 @@ async fn reconnect_restores_topics_and_lobbies_without_resubscribing() {
 
 #[tokio::test]
 async fn fresh_connect_restores_nothing_and_starts_a_new_record() {
-    let server = TestServer::start().await;
+    let server = one_record_each().spawn().await;
     let (mut a, _) = auth_with(&server, "dev-token-alice", false, None).await;
     a.subscribe("demo/general/messages").await;
     server.close_settled(a).await;
