@@ -16,6 +16,7 @@ mod idempotency;
 mod limits;
 mod lobby;
 mod members;
+mod pipeline;
 mod ops;
 mod presence;
 mod promises;
