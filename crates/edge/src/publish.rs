@@ -682,7 +682,7 @@ impl Staged {
     }
 
     /// The data's size in bytes.
-    pub fn len(&self) -> usize {
+    pub fn data_len(&self) -> usize {
         self.rest.data.len()
     }
 

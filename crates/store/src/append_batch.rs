@@ -85,12 +85,7 @@ impl Appender {
     /// not cap the store's appends); a publisher's appends all go to one lane, so they commit
     /// in the order they were queued. The tasks stop once `closed` (the pool's close event)
     /// fires.
-    pub(crate) fn start<F, Fut>(
-        backend: &'static str,
-        lanes: usize,
-        closed: impl Fn() -> CloseEvent,
-        apply: F,
-    ) -> Self
+    pub(crate) fn start<F, Fut>(backend: &'static str, lanes: usize, closed: impl Fn() -> CloseEvent, apply: F) -> Self
     where
         F: Fn(Vec<Append>) -> Fut + Clone + Send + 'static,
         Fut: Future<Output = Result<Vec<i64>, sqlx::Error>> + Send + 'static,

@@ -180,10 +180,15 @@ impl PostgresStore {
             .await
             .map_err(sql(BACKEND, "connect"))?;
         let writer = pool.clone();
-        let appends = crate::append_batch::Appender::start(BACKEND, append_lanes(size), || pool.close_event(), move |batch| {
-            let pool = writer.clone();
-            async move { crate::append_batch::apply_postgres(&pool, batch).await }
-        });
+        let appends = crate::append_batch::Appender::start(
+            BACKEND,
+            append_lanes(size),
+            || pool.close_event(),
+            move |batch| {
+                let pool = writer.clone();
+                async move { crate::append_batch::apply_postgres(&pool, batch).await }
+            },
+        );
         Ok(Self { pool, appends, clock, prune: PruneSchedule::default() })
     }
 

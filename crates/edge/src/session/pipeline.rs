@@ -132,7 +132,7 @@ impl Session {
             }
             Begun::Done(r) => Box::pin(std::future::ready(Outcome::Done(r))),
             Begun::Staged(s) => {
-                let bytes = s.len();
+                let bytes = s.data_len();
                 self.pipeline.bytes += bytes;
                 self.pipeline.replies.push_back(Reply {
                     topic: p.topic,
