@@ -165,6 +165,10 @@ pub struct NewMessage<'a> {
     pub trigger: Option<crate::trigger_store::OutboxLease<'a>>,
 }
 
+/// The commit of a queued append ([`MessageLog::append_queued`]): resolves to the message's
+/// `seq` once its transaction committed, or to the error that rolled it back.
+pub type AppendCommit = std::pin::Pin<Box<dyn std::future::Future<Output = Result<u64, StoreError>> + Send + 'static>>;
+
 /// A stored message handed out by [`Store::claim_page`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredMessage {
@@ -386,6 +390,21 @@ pub trait MessageLog: Send + Sync {
     /// # Errors
     /// [`StoreError`] when the backend failed; then nothing was stored.
     async fn append(&self, message: &NewMessage<'_>, now_unix_s: u64) -> Result<u64, StoreError>;
+
+    /// [`append`](Self::append) in two halves, for a publisher that keeps going while its
+    /// messages commit (pipelining): returns once `message` has its place in the store's append
+    /// order (waiting only for room in the store's queue), and the returned [`AppendCommit`]
+    /// resolves to its `seq` once it is committed, or to the error that failed it (then nothing
+    /// of it was stored). Messages of one publisher queued one after another are committed in
+    /// that order, so they get increasing `seq`s. The default appends at once and returns the
+    /// result, already resolved.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the message cannot be queued at all (the store is closing).
+    async fn append_queued(&self, message: &NewMessage<'_>, now_unix_s: u64) -> Result<AppendCommit, StoreError> {
+        let r = self.append(message, now_unix_s).await;
+        Ok(Box::pin(std::future::ready(r)))
+    }
 
     /// Creates or updates a consumer (its filters are replaced) and keeps it for `ttl_s`
     /// seconds from `now_unix_s`. Messages appended afterwards become pending for it.

@@ -102,6 +102,13 @@ pub struct EdgeConfig {
     /// and access, dropped on any registry or actor change and at the earliest grant expiry);
     /// a publish to a topic not kept resolves it again. 0 turns the cache off. Default 8.
     pub publish_topic_cache: usize,
+    /// Most publishes one connection has in flight (issue 36): read and submitted while earlier
+    /// logged ones commit, answered in order once each committed. When full, the connection is
+    /// not read until one finished (backpressure). Default 256.
+    pub publish_pipeline: usize,
+    /// Most bytes of publish data one connection has in flight (a single larger publish is
+    /// still taken when nothing else is). Default 4 MiB.
+    pub publish_pipeline_bytes: usize,
     /// Most topic plus lobby subscriptions one connection may hold.
     pub max_subscriptions_per_connection: usize,
     /// How long this node's presence registration lives without a refresh; after it lapses a
@@ -248,6 +255,8 @@ impl Default for EdgeConfig {
             bus_queue: 8192,
             dispatch_shards: 1,
             publish_topic_cache: 8,
+            publish_pipeline: 256,
+            publish_pipeline_bytes: 4 << 20,
             max_subscriptions_per_connection: 1000,
             node_ttl: Duration::from_secs(10),
             node_refresh: Duration::from_secs(3),

@@ -359,8 +359,45 @@ impl Publisher {
     /// # Errors
     /// [`Refused`] with the first step that failed (see [`Refused`] for what it leaves behind).
     pub async fn publish(&self, req: PublishRequest<'_>) -> Result<Accepted, Refused> {
-        let r = self.run(req).await;
-        match &r {
+        match self.begin(req).await {
+            Begun::Done(r) => r,
+            Begun::Staged(staged) => {
+                let committed = staged.committed().await;
+                self.finish(committed).await
+            }
+        }
+    }
+
+    /// The first half of [`publish`](Self::publish), for a publisher that keeps going while
+    /// its logged messages commit (a connection's pipeline): every check, the idempotency
+    /// claim, and the logged message queued in the store's append order. A publish refused
+    /// here (or a duplicate) is [`Begun::Done`] and counted; one that passed is
+    /// [`Begun::Staged`]: await [`Staged::committed`], then hand it to
+    /// [`finish`](Self::finish). Staged publishes must be finished in the order they were
+    /// begun: that is the order of their bus publishes (and of their messages in the log).
+    pub async fn begin(&self, req: PublishRequest<'_>) -> Begun {
+        match self.stage(req).await {
+            Ok(staged) => Begun::Staged(staged),
+            Err(r) => {
+                self.count(&r);
+                Begun::Done(r)
+            }
+        }
+    }
+
+    /// The second half of [`publish`](Self::publish): once the logged message (if any)
+    /// committed, the history, the bus publish and the observers; counts the result.
+    ///
+    /// # Errors
+    /// [`Refused`]: [`Refused::Store`] when the commit failed, else as the bus or history did.
+    pub async fn finish(&self, committed: Committed) -> Result<Accepted, Refused> {
+        let r = self.complete(committed).await;
+        self.count(&r);
+        r
+    }
+
+    fn count(&self, r: &Result<Accepted, Refused>) {
+        match r {
             Ok(a) if a.duplicate => {
                 self.metrics.publishes_duplicate.fetch_add(1, Ordering::Relaxed);
             }
@@ -372,35 +409,36 @@ impl Publisher {
                 }
             },
         }
-        r
     }
 
-    async fn run(&self, req: PublishRequest<'_>) -> Result<Accepted, Refused> {
+    /// Checks, claims and queues; `Err(Ok(..))` is a duplicate's answer.
+    async fn stage(&self, req: PublishRequest<'_>) -> Result<Staged, Result<Accepted, Refused>> {
         let PublishRequest { origin, filter, data, retain, qos, idempotency_key } = req;
         let gate = self.idempotency.as_ref().zip(idempotency_key);
         if let Some((g, key)) = gate
             && !g.valid(key)
         {
-            return Err(Refused::InvalidIdempotencyKey { max_length: g.max_key_length() });
+            return Err(Err(Refused::InvalidIdempotencyKey { max_length: g.max_key_length() }));
         }
         let registry = self.registry.load();
         let (source, publisher, resolved, timestamp_ms, project) = match origin {
             Origin::Connection { actor, conn, topic, topics, bucket, max_message_size } => {
                 // A publish refused for rate takes no token; one refused later has used its token.
                 if !bucket.try_take() {
-                    return Err(Refused::RateLimited);
+                    return Err(Err(Refused::RateLimited));
                 }
                 if data.len() > max_message_size {
-                    return Err(Refused::TooLarge { max_size_bytes: max_message_size as u64 });
+                    return Err(Err(Refused::TooLarge { max_size_bytes: max_message_size as u64 }));
                 }
                 if let Some(quota) = registry.project(&actor.project).and_then(|p| p.limits.monthly_message_quota)
                     && self.usage.over_quota(&actor.project, quota)
                 {
-                    return Err(Refused::QuotaExceeded);
+                    return Err(Err(Refused::QuotaExceeded));
                 }
-                let resolved =
-                    topics.resolve(&registry, actor, topic, crate::clock::now_unix_s()).map_err(Refused::Access)?;
-                (Source::Connection(conn), actor.id.clone(), resolved, None, Some(&actor.project))
+                let resolved = topics
+                    .resolve(&registry, actor, topic, crate::clock::now_unix_s())
+                    .map_err(|e| Err(Refused::Access(e)))?;
+                (Source::Connection(conn), actor.id.clone(), resolved, None, Some(actor.project.clone()))
             }
             Origin::Server { from, topic, timestamp_ms } => {
                 let logged = registry
@@ -412,10 +450,12 @@ impl Publisher {
                 (Source::Server, from, resolved, Some(timestamp_ms), None)
             }
         };
-        let filter = filter.map_err(Refused::Filter)?;
+        let filter = filter.map_err(|e| Err(Refused::Filter(e)))?;
         // Retained caps before anything is stored or published (issue 12).
         if retain {
-            self.hub.admit_retained(&resolved.address, &filter, data.len()).map_err(Refused::RetainedLimit)?;
+            self.hub
+                .admit_retained(&resolved.address, &filter, data.len())
+                .map_err(|e| Err(Refused::RetainedLimit(e)))?;
         }
         let timestamp_ms = timestamp_ms.unwrap_or_else(now_unix_ms);
         // A repeated idempotency key goes no further (issue 19): the claim's tag is the stored
@@ -424,27 +464,33 @@ impl Publisher {
         let claimed = match gate {
             Some((g, key)) => {
                 let tag = uuid::Uuid::now_v7().to_string();
-                match g.claim(&resolved.address.room, key, timestamp_ms, &tag).await.map_err(Refused::Idempotency)? {
+                match g
+                    .claim(&resolved.address.room, key, timestamp_ms, &tag)
+                    .await
+                    .map_err(|e| Err(Refused::Idempotency(e)))?
+                {
                     Gate::Claimed(c) => {
                         logged_id = resolved.logged.then_some(tag);
-                        Some((g, c))
+                        Some(c)
                     }
                     Gate::Duplicate { timestamp_ms, tag } => {
                         let msg_id = resolved.logged.then_some(tag).filter(|t| !t.is_empty());
-                        return Ok(Accepted {
+                        return Err(Ok(Accepted {
                             id: self.next_envelope_id(),
                             timestamp_ms,
                             msg_id,
                             topic: resolved.address,
                             duplicate: true,
-                        });
+                        }));
                     }
                 }
             }
             None => None,
         };
-        // A logged topic's message is stored before anything else sees it (N24).
+        // A logged topic's message is stored before anything else sees it (N24): queued here,
+        // in the order of this publisher's publishes; `finish` goes on once it committed.
         let mut outboxed: Option<String> = None;
+        let mut commit = None;
         let msg_id = if resolved.logged {
             let id = logged_id.take().unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
             let key = crate::durable::topic_key(&resolved.address);
@@ -459,14 +505,16 @@ impl Publisher {
                 // The trigger goes to the outbox with the message (N45).
                 trigger: self.triggers.as_ref().and_then(|t| t.lease_for(&registry, &resolved.address)),
             };
-            if let Err(e) = self.store.append(&m, timestamp_ms / 1000).await {
-                tracing::warn!(error = %e, "Storing a logged message failed; publish refused.");
-                if let Some((g, c)) = claimed {
-                    g.release(c).await;
+            match self.store.append_queued(&m, timestamp_ms / 1000).await {
+                Ok(c) => commit = Some(c),
+                Err(e) => {
+                    tracing::warn!(error = %e, "Storing a logged message failed; publish refused.");
+                    if let (Some(g), Some(c)) = (self.idempotency.as_ref(), claimed) {
+                        g.release(c).await;
+                    }
+                    return Err(Err(Refused::Store(e)));
                 }
-                return Err(Refused::Store(e));
             }
-            self.metrics.logged_appends.fetch_add(1, Ordering::Relaxed);
             if m.trigger.is_some() {
                 outboxed = Some(id.clone());
             }
@@ -474,8 +522,56 @@ impl Publisher {
         } else {
             None
         };
+        Ok(Staged {
+            commit,
+            rest: Box::new(Rest {
+                source,
+                publisher,
+                address: resolved.address,
+                filter,
+                data,
+                retain,
+                qos,
+                timestamp_ms,
+                msg_id,
+                outboxed,
+                claimed,
+                registry,
+                project,
+            }),
+        })
+    }
+
+    async fn complete(&self, committed: Committed) -> Result<Accepted, Refused> {
+        let Committed { store, rest } = committed;
+        let Rest {
+            source,
+            publisher,
+            address: topic,
+            filter,
+            data,
+            retain,
+            qos,
+            timestamp_ms,
+            msg_id,
+            outboxed,
+            claimed,
+            registry,
+            project,
+        } = *rest;
+        let claimed = self.idempotency.as_ref().zip(claimed);
+        if let Err(e) = store {
+            tracing::warn!(error = %e, "Storing a logged message failed; publish refused.");
+            if let Some((g, c)) = claimed {
+                g.release(c).await;
+            }
+            return Err(Refused::Store(e));
+        }
+        if msg_id.is_some() {
+            self.metrics.logged_appends.fetch_add(1, Ordering::Relaxed);
+        }
         // A topic with history: its offset, assigned once here, before the bus (issue 19).
-        let history = match (&self.history, registry.history(&resolved.address)) {
+        let history = match (&self.history, registry.history(&topic)) {
             (Some(h), Some(config)) => {
                 let entry = skua_core::history::NewHistoryEntry {
                     timestamp_ms,
@@ -484,7 +580,7 @@ impl Publisher {
                     msg_id: msg_id.as_deref(),
                     data: &data,
                 };
-                match h.append(&resolved.address, &config, entry).await {
+                match h.append(&topic, &config, entry).await {
                     Ok(pos) => Some(pos),
                     Err(e) => {
                         tracing::warn!(error = %e, "Appending to a topic's history failed; publish refused.");
@@ -505,10 +601,10 @@ impl Publisher {
             _ => None,
         };
         let id = self.next_envelope_id();
-        let address = resolved.address.clone();
+        let address = topic.clone();
         let envelope = Arc::new(Envelope::Publication(Publication {
             id,
-            topic: resolved.address,
+            topic,
             filter,
             publisher,
             // Connection ids start at 1: no client connection is a server publish's.
@@ -540,7 +636,7 @@ impl Publisher {
             return Err(Refused::Bus(e));
         }
         self.metrics.publishes_accepted.fetch_add(1, Ordering::Relaxed);
-        if let Some(project) = project {
+        if let Some(project) = &project {
             self.usage.count_publish(project);
         }
         if let Some(env) = observed
@@ -556,6 +652,85 @@ impl Publisher {
         }
         Ok(Accepted { id, timestamp_ms, msg_id, topic: address, duplicate: false })
     }
+}
+
+/// What [`Publisher::begin`] made of a publish.
+#[derive(Debug)]
+pub enum Begun {
+    /// Refused, or a duplicate's answer: nothing more to do.
+    Done(Result<Accepted, Refused>),
+    /// Past its checks (a logged message queued in the store): wait for
+    /// [`Staged::committed`], then [`Publisher::finish`] it, in the order publishes were begun.
+    Staged(Staged),
+}
+
+/// A publish past its checks whose logged message (if any) is queued in the store.
+pub struct Staged {
+    /// The logged message's commit; `None`: nothing is stored (not a logged topic).
+    commit: Option<skua_core::AppendCommit>,
+    rest: Box<Rest>,
+}
+
+impl std::fmt::Debug for Staged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Staged").field("logged", &self.commit.is_some()).finish_non_exhaustive()
+    }
+}
+
+impl Staged {
+    /// Whether it waits for a commit (a logged topic's message); `false`: it can be finished
+    /// at once.
+    pub fn waits(&self) -> bool {
+        self.commit.is_some()
+    }
+
+    /// The data's size in bytes.
+    pub fn data_len(&self) -> usize {
+        self.rest.data.len()
+    }
+
+    /// Waits for the logged message's commit (at once for other topics). Owns everything it
+    /// needs: this future can wait in a connection's pipeline.
+    pub async fn committed(self) -> Committed {
+        let store = match self.commit {
+            Some(c) => c.await.map(|_| ()),
+            None => Ok(()),
+        };
+        Committed { store, rest: self.rest }
+    }
+}
+
+/// A staged publish whose commit is over, to hand to [`Publisher::finish`].
+pub struct Committed {
+    /// What the commit came to.
+    store: Result<(), StoreError>,
+    rest: Box<Rest>,
+}
+
+impl std::fmt::Debug for Committed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Committed").field("stored", &self.store.is_ok()).finish_non_exhaustive()
+    }
+}
+
+/// What the second half of a publish needs from the first.
+struct Rest {
+    source: Source,
+    publisher: ActorId,
+    address: TopicAddress,
+    filter: Option<String>,
+    data: Bytes,
+    retain: bool,
+    qos: u8,
+    timestamp_ms: u64,
+    msg_id: Option<String>,
+    /// The msgId whose trigger went to the outbox with the message.
+    outboxed: Option<String>,
+    /// The idempotency claim, released when the publish fails.
+    claimed: Option<crate::idempotency::Claimed>,
+    registry: Arc<Registry>,
+    /// The publisher's project, counted for its quota (connections only).
+    project: Option<skua_core::ProjectId>,
 }
 
 #[cfg(test)]

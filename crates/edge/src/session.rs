@@ -2,6 +2,7 @@
 //! subscriptions, lobby subscriptions and presence. Frame handlers live in the submodules.
 
 mod auth;
+mod pipeline;
 mod presence;
 mod revalidate;
 mod topics;
@@ -158,6 +159,8 @@ pub(crate) struct Session {
     /// The connection record this connection's auth claimed, as stored: when the restore
     /// leaves it unchanged, the claim already made it this connection's and no save follows.
     claimed: Option<RestoreRecord>,
+    /// Publishes in flight (issue 36): waiting for their commit, finished in order.
+    pipeline: pipeline::Pipeline,
 }
 
 impl Session {
@@ -177,6 +180,7 @@ impl Session {
             client_ip,
             auth_failures: 0,
             claimed: None,
+            pipeline: pipeline::Pipeline::default(),
         }
     }
 
@@ -239,6 +243,10 @@ impl Session {
         if self.auth.is_none() && !matches!(frame, ClientFrame::Auth(_)) {
             self.push(&ServerFrame::Error(ErrorFrame { error: error::NOT_AUTHENTICATED, ..ErrorFrame::default() }));
             return;
+        }
+        // Publishes in flight finish first: only publishes overtake nothing while they wait.
+        if !matches!(frame, ClientFrame::Publish(_)) && self.publishing() {
+            self.drain_publishes().await;
         }
         if let Some(kind) = Limited::of(&frame)
             && let Some(a) = &mut self.auth
@@ -355,6 +363,9 @@ impl Session {
     /// connection record claimable), then subscriptions, lobbies, presence (sending `leave` when
     /// it was the actor's last connection in the room).
     pub(crate) async fn cleanup(&mut self) {
+        // Publishes in flight are stored or failing anyway: finish them (their bus publish),
+        // so subscribers get what the store kept.
+        self.drain_publishes().await;
         // First: a connection record becomes claimable once released (N23), and a client that
         // reconnects at once should find it.
         // The offsets delivered on history topics go with the record (issue 19); not from a

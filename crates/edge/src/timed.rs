@@ -348,6 +348,31 @@ impl MessageLog for TimedStore {
         timed(&self.metrics, "store", "append", self.inner.append(message, now_unix_s)).await
     }
 
+    async fn append_queued(
+        &self,
+        message: &NewMessage<'_>,
+        now_unix_s: u64,
+    ) -> Result<skua_core::AppendCommit, StoreError> {
+        // Timed from queueing to commit, as `append`.
+        let start = Instant::now();
+        let commit = match self.inner.append_queued(message, now_unix_s).await {
+            Ok(c) => c,
+            Err(e) => {
+                self.metrics.backend_errors.inc("store", "append");
+                return Err(e);
+            }
+        };
+        let metrics = self.metrics.clone();
+        Ok(Box::pin(async move {
+            let r = commit.await;
+            metrics.backend_latency.observe("store", "append", start.elapsed());
+            if r.is_err() {
+                metrics.backend_errors.inc("store", "append");
+            }
+            r
+        }))
+    }
+
     async fn open_consumer(&self, consumer: &Consumer, now_unix_s: u64, ttl_s: u64) -> Result<(), StoreError> {
         timed(&self.metrics, "store", "open_consumer", self.inner.open_consumer(consumer, now_unix_s, ttl_s)).await
     }

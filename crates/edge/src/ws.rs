@@ -314,7 +314,12 @@ async fn read_loop(
                 // Boxed like the frame handlers: only alive while a change is applied.
                 Box::pin(session.revalidate(&delta)).await;
             }
-            msg = stream.next() => {
+            // The oldest publish in flight committed (issue 36): its bus publish and receipt.
+            outcome = session.next_publish(), if session.publishing() => {
+                Box::pin(session.finish_publish(outcome)).await;
+            }
+            // A full publish pipeline is not read: the client waits (backpressure).
+            msg = stream.next(), if !session.pipeline_full() => {
                 let Some(msg) = msg else { return };
                 let msg = match msg {
                     Ok(m) => m,
@@ -355,11 +360,14 @@ async fn read_loop(
                         }
                         Err(e) => {
                             st.metrics.frames_in_by_type.inc("invalid");
+                            // Its error frame comes after the receipts of earlier publishes.
+                            Box::pin(session.drain_publishes()).await;
                             session.invalid_frame(&e);
                         }
                     },
                     Message::Text(_) => {
                         st.metrics.frames_in_by_type.inc("invalid");
+                        Box::pin(session.drain_publishes()).await;
                         session.invalid_frame(&DecodeError {
                             hint: "text frames are not supported; send MessagePack in binary frames",
                             topic: None,

@@ -97,6 +97,12 @@ pub struct Settings {
     /// Most topics a connection keeps resolved for its publishes; 0: none [default 8].
     #[arg(long, env = "SKUA_PUBLISH_TOPIC_CACHE")]
     pub publish_topic_cache: Option<usize>,
+    /// Most publishes one connection has in flight while earlier ones commit [default 256].
+    #[arg(long, env = "SKUA_PUBLISH_PIPELINE")]
+    pub publish_pipeline: Option<usize>,
+    /// Most bytes of publish data one connection has in flight [default 4194304].
+    #[arg(long, env = "SKUA_PUBLISH_PIPELINE_BYTES")]
+    pub publish_pipeline_bytes: Option<usize>,
     /// Most retained messages kept per topic [default 1024].
     #[arg(long, env = "SKUA_MAX_RETAINED_PER_TOPIC")]
     pub max_retained_per_topic: Option<usize>,
@@ -482,7 +488,7 @@ impl Settings {
     pub fn overlay(&mut self, over: &Settings) {
         layer!(self, over; listen, bus, presence, store, namespace, node_id, fixtures, idle_timeout, rate_limit,
             rate_limit_window, presence_rate_limit, subscribe_rate_limit, query_rate_limit, max_message_size, outbound_queue_messages, outbound_queue_bytes, max_connections, fd_reserve,
-            max_subscriptions_per_connection, publish_topic_cache, max_retained_per_topic, restore_ttl, restore_wait, restore_merge_window, shutdown_grace, drain_delay, bus_queue, dispatch_shards, node_ttl,
+            max_subscriptions_per_connection, publish_topic_cache, publish_pipeline, publish_pipeline_bytes, max_retained_per_topic, restore_ttl, restore_wait, restore_merge_window, shutdown_grace, drain_delay, bus_queue, dispatch_shards, node_ttl,
             node_refresh, bus_publish_buffer, log_max_age, log_max_per_topic, log_prune_interval, replay_page_size,
             durable_queue, durable_sweep_interval, grpc_listen, admin_key, revalidate_interval, registry_poll_interval, max_apps_per_project,
             max_rooms_per_app, max_actors_per_project, max_grants_per_room, max_lobbies_per_project, max_page_size, otlp_endpoint,
@@ -792,6 +798,8 @@ mod tests {
         assert_eq!(c.edge.fd_reserve, d.fd_reserve);
         assert_eq!(c.edge.max_subscriptions_per_connection, d.max_subscriptions_per_connection);
         assert_eq!(c.edge.publish_topic_cache, d.publish_topic_cache);
+        assert_eq!(c.edge.publish_pipeline, d.publish_pipeline);
+        assert_eq!(c.edge.publish_pipeline_bytes, d.publish_pipeline_bytes);
         assert_eq!(c.edge.max_retained_per_topic, d.max_retained_per_topic);
         assert_eq!(c.edge.restore_ttl, d.restore_ttl);
         assert_eq!(c.edge.restore_wait, d.restore_wait);

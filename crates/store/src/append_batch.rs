@@ -16,7 +16,7 @@
 
 use std::future::Future;
 
-use skua_core::{NewMessage, StoreError};
+use skua_core::{AppendCommit, NewMessage, StoreError};
 use sqlx::pool::CloseEvent;
 use tokio::sync::{mpsc, oneshot};
 
@@ -63,33 +63,61 @@ impl Append {
 
 type Job = (Append, oneshot::Sender<Result<i64, String>>);
 
-/// The sending side of a store's append writer; the writer stops when the store's pool closes.
+/// The sending side of a store's append writers; the writers stop when the store's pool closes.
 #[derive(Debug, Clone)]
 pub(crate) struct Appender {
-    tx: mpsc::Sender<Job>,
+    /// One queue per writer ("lane"); a publisher's appends always go to the same lane.
+    lanes: Vec<mpsc::Sender<Job>>,
     backend: &'static str,
 }
 
+/// The lane of `publisher`'s appends among `lanes`.
+fn lane_of(publisher: &str, lanes: usize) -> usize {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    let h = BuildHasherDefault::<DefaultHasher>::default().hash_one(publisher);
+    usize::try_from(h % lanes.max(1) as u64).unwrap_or(0)
+}
+
 impl Appender {
-    /// Starts the writer task: `apply` writes one batch in one transaction and returns each
-    /// message's `seq`, in order. The task stops once `closed` (the pool's close event) fires.
-    pub(crate) fn start<F, Fut>(backend: &'static str, closed: CloseEvent, apply: F) -> Self
+    /// Starts `lanes` writer tasks (at least one), each with its own share of [`QUEUE`]:
+    /// `apply` writes one batch in one transaction and returns each message's `seq`, in
+    /// order. The lanes' batches are in flight at the same time (so one commit's latency does
+    /// not cap the store's appends); a publisher's appends all go to one lane, so they commit
+    /// in the order they were queued. The tasks stop once `closed` (the pool's close event)
+    /// fires.
+    pub(crate) fn start<F, Fut>(backend: &'static str, lanes: usize, closed: impl Fn() -> CloseEvent, apply: F) -> Self
     where
-        F: Fn(Vec<Append>) -> Fut + Send + 'static,
+        F: Fn(Vec<Append>) -> Fut + Clone + Send + 'static,
         Fut: Future<Output = Result<Vec<i64>, sqlx::Error>> + Send + 'static,
     {
-        let (tx, rx) = mpsc::channel(QUEUE);
-        tokio::spawn(run(closed, rx, apply));
-        Self { tx, backend }
+        let lanes = lanes.max(1);
+        let senders = (0..lanes)
+            .map(|_| {
+                let (tx, rx) = mpsc::channel((QUEUE / lanes).max(MAX_BATCH));
+                tokio::spawn(run(closed(), rx, apply.clone()));
+                tx
+            })
+            .collect();
+        Self { lanes: senders, backend }
     }
 
     /// Appends `m` and waits until it is committed; returns its `seq`.
     pub(crate) async fn append(&self, m: &NewMessage<'_>, now_unix_s: u64) -> Result<u64, StoreError> {
+        self.enqueue(m, now_unix_s).await?.await
+    }
+
+    /// Queues `m` (waiting only for room in its lane's queue); the returned future resolves
+    /// once it is committed.
+    pub(crate) async fn enqueue(&self, m: &NewMessage<'_>, now_unix_s: u64) -> Result<AppendCommit, StoreError> {
+        let backend = self.backend;
+        let fail = move |why: String| crate::error::failed(backend, "append", why);
         let (done, wait) = oneshot::channel();
-        let fail = |why: String| crate::error::failed(self.backend, "append", why);
-        self.tx.send((Append::of(m, now_unix_s), done)).await.map_err(|_| fail("the store's writer stopped".into()))?;
-        let seq = wait.await.map_err(|_| fail("the store's writer stopped".into()))?.map_err(fail)?;
-        Ok(u64::try_from(seq).unwrap_or(0))
+        let lane = &self.lanes[lane_of(m.publisher, self.lanes.len())];
+        lane.send((Append::of(m, now_unix_s), done)).await.map_err(|_| fail("the store's writer stopped".into()))?;
+        Ok(Box::pin(async move {
+            let seq = wait.await.map_err(|_| fail("the store's writer stopped".into()))?.map_err(fail)?;
+            Ok(u64::try_from(seq).unwrap_or(0))
+        }))
     }
 }
 
@@ -224,38 +252,88 @@ impl Columns {
     }
 }
 
-/// Writes a batch on SQLite: the message, its pending rows and its outbox row per message, all
-/// in one transaction (statements are cheap in process; the commit is what is shared).
+/// Messages in one multi-row insert on SQLite; a fixed set of statement shapes keeps sqlx's
+/// statement cache small.
+const SQLITE_ROWS_PER_INSERT: usize = 32;
+
+/// The message insert for 1, 2, … [`SQLITE_ROWS_PER_INSERT`] rows (index `rows - 1`), built once.
+static SQLITE_INSERTS: std::sync::LazyLock<Vec<&'static str>> = std::sync::LazyLock::new(|| {
+    (1..=SQLITE_ROWS_PER_INSERT).map(|n| &*Box::leak(sqlite_insert_sql(n).into_boxed_str())).collect()
+});
+
+/// `INSERT INTO log_messages … VALUES (…), (…) … RETURNING seq, msg_id` for `rows` rows.
+fn sqlite_insert_sql(rows: usize) -> String {
+    let mut sql = String::from(
+        "INSERT INTO log_messages (msg_id, topic, filter_key, publisher, timestamp_ms, qos, data, created_at) VALUES ",
+    );
+    for i in 0..rows {
+        sql.push_str(if i == 0 { "(?, ?, ?, ?, ?, ?, ?, ?)" } else { ", (?, ?, ?, ?, ?, ?, ?, ?)" });
+    }
+    sql.push_str(" RETURNING seq, msg_id");
+    sql
+}
+
+/// The pending rows of every message with `seq` in `$1..=$2` (one insert's rows: the
+/// transaction holds SQLite's write lock, so no other writer's rows are in that range), as
+/// Postgres' [`PG_APPEND_BATCH`] makes them: consumers of the topic, live at the message's
+/// time, not the publisher's, whose filters match.
+const SQLITE_PENDING_RANGE: &str = "INSERT INTO log_pending (consumer_id, seq, msg_id) \
+     SELECT c.id, m.seq, m.msg_id FROM log_messages m JOIN log_consumers c ON c.topic = m.topic \
+     WHERE m.seq BETWEEN ?1 AND ?2 AND c.expires_at > m.created_at AND c.actor <> m.publisher \
+     AND (c.wildcard OR EXISTS (SELECT 1 FROM log_consumer_filters f \
+                                WHERE f.consumer_id = c.id AND f.filter_key = m.filter_key))";
+
+/// Writes a batch on SQLite in one transaction: the messages [`SQLITE_ROWS_PER_INSERT`] at a
+/// time, each insert's pending rows in one statement, and the outbox row of each message with
+/// a trigger. Every statement is a round trip to sqlx's SQLite worker thread, which costs more
+/// than the statement itself (docs/benchmarks.md), hence the multi-row statements.
 pub(crate) async fn apply_sqlite(pool: &sqlx::SqlitePool, batch: Vec<Append>) -> Result<Vec<i64>, sqlx::Error> {
-    use crate::log::{INSERT_MESSAGE, INSERT_OUTBOX, INSERT_PENDING};
+    use crate::log::INSERT_OUTBOX;
     let mut tx = pool.begin().await?;
     let mut seqs = Vec::with_capacity(batch.len());
-    for a in &batch {
-        let seq: i64 = sqlx::query_scalar(INSERT_MESSAGE)
-            .bind(&a.msg_id)
-            .bind(&a.topic)
-            .bind(&a.filter)
-            .bind(&a.publisher)
-            .bind(a.timestamp_ms)
-            .bind(a.qos)
-            .bind(&a.data)
-            .bind(a.now)
-            .fetch_one(&mut *tx)
-            .await?;
-        sqlx::query(INSERT_PENDING)
-            .bind(seq)
-            .bind(&a.msg_id)
-            .bind(&a.topic)
-            .bind(a.now)
-            .bind(&a.filter)
-            .bind(&a.publisher)
-            .execute(&mut *tx)
-            .await?;
-        if let Some((owner, lease)) = &a.trigger {
-            sqlx::query(INSERT_OUTBOX).bind(seq).bind(&a.msg_id).bind(owner).bind(lease).execute(&mut *tx).await?;
+    for chunk in batch.chunks(SQLITE_ROWS_PER_INSERT) {
+        let mut q = sqlx::query_as::<_, (i64, String)>(SQLITE_INSERTS[chunk.len() - 1]);
+        for a in chunk {
+            q = q
+                .bind(&a.msg_id)
+                .bind(&a.topic)
+                .bind(&a.filter)
+                .bind(&a.publisher)
+                .bind(a.timestamp_ms)
+                .bind(a.qos)
+                .bind(&a.data)
+                .bind(a.now);
         }
-        seqs.push(seq);
+        let rows = q.fetch_all(&mut *tx).await?;
+        // RETURNING's row order is not promised: match the seqs to the chunk by msgId.
+        let by_id: std::collections::HashMap<&str, i64> = rows.iter().map(|(seq, id)| (id.as_str(), *seq)).collect();
+        let chunk_seqs: Vec<i64> = chunk.iter().map(|a| by_id.get(a.msg_id.as_str()).copied().unwrap_or(0)).collect();
+        let (lo, hi) = chunk_seqs.iter().fold((i64::MAX, i64::MIN), |(lo, hi), s| (lo.min(*s), hi.max(*s)));
+        sqlx::query(SQLITE_PENDING_RANGE).bind(lo).bind(hi).execute(&mut *tx).await?;
+        for (a, seq) in chunk.iter().zip(&chunk_seqs) {
+            if let Some((owner, lease)) = &a.trigger {
+                sqlx::query(INSERT_OUTBOX).bind(seq).bind(&a.msg_id).bind(owner).bind(lease).execute(&mut *tx).await?;
+            }
+        }
+        seqs.extend(chunk_seqs);
     }
     tx.commit().await?;
     Ok(seqs)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_sqlite_insert_has_one_placeholder_group_per_row() {
+        let sql = super::sqlite_insert_sql(3);
+        assert_eq!(sql.matches("(?, ?, ?, ?, ?, ?, ?, ?)").count(), 3);
+    }
+
+    #[test]
+    fn a_publisher_always_gets_the_same_lane() {
+        let a = super::lane_of("alice", 4);
+        assert!((0..10).all(|_| super::lane_of("alice", 4) == a));
+        assert!(a < 4);
+        assert_eq!(super::lane_of("alice", 1), 0);
+    }
 }

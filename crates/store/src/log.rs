@@ -14,14 +14,6 @@ use skua_core::{Retention, StoredMessage};
 
 use crate::sql::unix_to_sql;
 
-pub(crate) const INSERT_MESSAGE: &str = "INSERT INTO log_messages \
-     (msg_id, topic, filter_key, publisher, timestamp_ms, qos, data, created_at) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING seq";
-pub(crate) const INSERT_PENDING: &str = "INSERT INTO log_pending (consumer_id, seq, msg_id) \
-     SELECT c.id, $1, $2 FROM log_consumers c \
-     WHERE c.topic = $3 AND c.expires_at > $4 AND c.actor <> $6 \
-     AND (c.wildcard OR EXISTS (SELECT 1 FROM log_consumer_filters f \
-                                WHERE f.consumer_id = c.id AND f.filter_key = $5))";
 /// The message's trigger into the outbox (N45), in the append's transaction.
 pub(crate) const INSERT_OUTBOX: &str = "INSERT INTO trigger_outbox (seq, msg_id, owner, lease_until) \
      VALUES ($1, $2, $3, $4)";
@@ -166,6 +158,14 @@ macro_rules! sql_message_log {
                 now_unix_s: u64,
             ) -> Result<u64, skua_core::StoreError> {
                 self.appends.append(message, now_unix_s).await
+            }
+
+            async fn append_queued(
+                &self,
+                message: &skua_core::NewMessage<'_>,
+                now_unix_s: u64,
+            ) -> Result<skua_core::AppendCommit, skua_core::StoreError> {
+                self.appends.enqueue(message, now_unix_s).await
             }
 
             async fn open_consumer(

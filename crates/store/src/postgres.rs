@@ -36,6 +36,14 @@ const BACKEND: &str = "postgres";
 /// Connections per store handle (per node) unless `store_pool_size` says otherwise.
 pub const POOL_SIZE: u32 = 8;
 
+/// Append writers ("lanes", `crate::append_batch`) on a pool of `pool_size` connections: half
+/// of the pool, at least one, so group commits of different publishers are in flight at the
+/// same time (each waits for its own WAL flush) and the other half serves claims, acks and
+/// restore records.
+fn append_lanes(pool_size: u32) -> usize {
+    usize::try_from(pool_size / 2).unwrap_or(1).max(1)
+}
+
 /// How long an operation waits for a connection (a new one included, so also how long it
 /// takes to report that Postgres is down) before it fails.
 pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -178,10 +186,15 @@ impl PostgresStore {
             .await
             .map_err(sql(BACKEND, "connect"))?;
         let writer = pool.clone();
-        let appends = crate::append_batch::Appender::start(BACKEND, pool.close_event(), move |batch| {
-            let pool = writer.clone();
-            async move { crate::append_batch::apply_postgres(&pool, batch).await }
-        });
+        let appends = crate::append_batch::Appender::start(
+            BACKEND,
+            append_lanes(size),
+            || pool.close_event(),
+            move |batch| {
+                let pool = writer.clone();
+                async move { crate::append_batch::apply_postgres(&pool, batch).await }
+            },
+        );
         Ok(Self { pool, appends, clock })
     }
 

@@ -107,10 +107,15 @@ impl SqliteStore {
         };
         let writer = Writer::start(target, pool.close_event(), RELEASE);
         let log_pool = pool.clone();
-        let appends = crate::append_batch::Appender::start(BACKEND, pool.close_event(), move |batch| {
-            let pool = log_pool.clone();
-            async move { crate::append_batch::apply_sqlite(&pool, batch).await }
-        });
+        let appends = crate::append_batch::Appender::start(
+            BACKEND,
+            1,
+            || pool.close_event(),
+            move |batch| {
+                let pool = log_pool.clone();
+                async move { crate::append_batch::apply_sqlite(&pool, batch).await }
+            },
+        );
         Ok(Self { pool, writer, appends, clock })
     }
 

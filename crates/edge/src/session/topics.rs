@@ -7,14 +7,14 @@ use skua_core::registry::Operation;
 use skua_core::webhook::WebhookKind;
 use skua_protocol::codes::{code, error};
 use skua_protocol::filters::{FilterError, FilterSpec, is_valid_value};
-use skua_protocol::{ErrorFrame, PublishFrame, ServerFrame, SubscribeFrame};
+use skua_protocol::{ErrorFrame, ServerFrame, SubscribeFrame};
 
 use super::{Session, SessionSub};
 use crate::clock::now_unix_s;
 use crate::durable::Cmd;
 use crate::hub::{LocalSub, bus_subscription};
 use crate::hydrate::{Hold, HydrationRequest};
-use crate::publish::{Origin, PublishRequest, Refused};
+use crate::publish::Refused;
 
 /// Longest load-balancing group name.
 const MAX_GROUP_LEN: usize = 128;
@@ -419,58 +419,8 @@ impl Session {
         self.save_restore().await;
     }
 
-    pub(super) async fn on_publish(&mut self, p: PublishFrame) {
-        let v2 = self.v2();
-        let Some(a) = &mut self.auth else { return };
-        let msg_ref = if v2 { p.msg_ref.as_deref() } else { None };
-        let req = PublishRequest {
-            origin: Origin::Connection {
-                actor: &a.actor,
-                conn: self.conn.id,
-                topic: &p.topic,
-                topics: &mut a.topics,
-                bucket: &mut a.bucket,
-                max_message_size: a.max_message_size,
-            },
-            filter: p.filter,
-            data: p.data,
-            retain: p.retain,
-            qos: p.qos,
-            idempotency_key: p.idempotency_key.as_deref(),
-        };
-        match self.st.publisher.publish(req).await {
-            // A repeated idempotency key: acknowledged, nothing published, nobody woken.
-            Ok(accepted) if accepted.duplicate => {
-                if let Some(r) = msg_ref {
-                    self.push(&ServerFrame::Published { topic: &p.topic, msg_ref: r, duplicate: true });
-                }
-            }
-            // `published` only for v2 publishes that carried a msgRef (N7).
-            Ok(accepted) => {
-                if let Some(r) = msg_ref {
-                    self.push(&ServerFrame::Published { topic: &p.topic, msg_ref: r, duplicate: false });
-                }
-                // Offline members of the room may be woken (N47); a v2 publisher hears of a failure.
-                let address = accepted.topic;
-                if self.st.members.wants(&address.room) {
-                    let reply = v2.then(|| crate::members::WakeReply {
-                        conn: Arc::downgrade(&self.conn),
-                        topic: p.topic.clone(),
-                        msg_ref: msg_ref.map(str::to_owned),
-                    });
-                    self.st.members.on_publish(crate::members::WakeCause {
-                        room: address.room,
-                        topic: address.topic,
-                        reply,
-                    });
-                }
-            }
-            Err(refused) => self.publish_refused(refused, &p.topic, msg_ref),
-        }
-    }
-
     /// The error frame of a refused publish.
-    fn publish_refused(&self, refused: Refused, topic: &str, msg_ref: Option<&str>) {
+    pub(super) fn publish_refused(&self, refused: Refused, topic: &str, msg_ref: Option<&str>) {
         let e = ErrorFrame { topic: Some(topic), msg_ref, ..ErrorFrame::default() };
         match refused {
             Refused::RateLimited => self.error(ErrorFrame {

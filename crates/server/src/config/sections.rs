@@ -336,6 +336,10 @@ pub struct Limits {
     pub max_subscriptions_per_connection: usize,
     /// Most topics a connection keeps resolved for its publishes (0: none).
     pub publish_topic_cache: usize,
+    /// Most publishes a connection has in flight (issue 36).
+    pub publish_pipeline: usize,
+    /// Most bytes of publish data a connection has in flight.
+    pub publish_pipeline_bytes: usize,
 }
 
 impl Limits {
@@ -357,6 +361,8 @@ impl Limits {
             outbound_queue_bytes: positive(key!(s, outbound_queue_bytes))?,
             max_subscriptions_per_connection: positive(key!(s, max_subscriptions_per_connection))?,
             publish_topic_cache: required(key!(s, publish_topic_cache))?,
+            publish_pipeline: positive(key!(s, publish_pipeline))?,
+            publish_pipeline_bytes: positive(key!(s, publish_pipeline_bytes))?,
         })
     }
 }
@@ -973,6 +979,8 @@ impl Sections {
             outbound_queue_bytes: limits.outbound_queue_bytes,
             max_subscriptions_per_connection: limits.max_subscriptions_per_connection,
             publish_topic_cache: limits.publish_topic_cache,
+            publish_pipeline: limits.publish_pipeline,
+            publish_pipeline_bytes: limits.publish_pipeline_bytes,
             max_connections: front.max_connections,
             fd_reserve: front.fd_reserve,
             http_header_timeout: front.http_header_timeout,

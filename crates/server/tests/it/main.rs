@@ -17,6 +17,7 @@ mod limits;
 mod lobby;
 mod members;
 mod ops;
+mod pipeline;
 mod presence;
 mod promises;
 mod propagation;
