@@ -359,20 +359,8 @@ impl Store for PostgresStore {
             return Ok(None);
         };
         if let (Some(w), Some(ended)) = (together_s, ended) {
-            let w = unix_to_sql(w);
-            let rows: Vec<(Vec<u8>,)> = sqlx::query_as(TOGETHER)
-                .bind(project.as_str())
-                .bind(actor.as_str())
-                .bind(CONNECTION_PATTERN)
-                .bind(&column)
-                .bind(ended.saturating_sub(w))
-                .bind(ended.saturating_add(w))
-                .bind(now)
-                .bind(i64::try_from(skua_core::store::MAX_ENDED_TOGETHER).unwrap_or(i64::MAX))
-                .fetch_all(&self.pool)
-                .await
-                .map_err(sql(BACKEND, "claim_restore"))?;
-            claimed.together = crate::sql::together(BACKEND, project, actor, rows);
+            claimed.together =
+                crate::sql::claim_together!(BACKEND, &self.pool, TOGETHER, project, actor, &column, ended, w, now);
         }
         Ok(Some(claimed))
     }

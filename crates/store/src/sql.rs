@@ -52,6 +52,29 @@ pub(crate) fn claimed(
     Some(ClaimedRecord { id, record, together: Vec::new() })
 }
 
+/// Runs a backend's `TOGETHER` query (contract 4: the actor's other connection records that ended
+/// within `$w` seconds of `$ended`, the claimed row `$column` excluded) on `$pool` and decodes
+/// the rows with [`together`]; the same binds in both SQL stores.
+macro_rules! claim_together {
+    ($backend:expr, $pool:expr, $query:expr, $project:expr, $actor:expr, $column:expr, $ended:expr, $w:expr, $now:expr) => {{
+        let w = $crate::sql::unix_to_sql($w);
+        let rows: Vec<(Vec<u8>,)> = sqlx::query_as($query)
+            .bind($project.as_str())
+            .bind($actor.as_str())
+            .bind($crate::sql::CONNECTION_PATTERN)
+            .bind($column)
+            .bind($ended.saturating_sub(w))
+            .bind($ended.saturating_add(w))
+            .bind($now)
+            .bind(i64::try_from(skua_core::store::MAX_ENDED_TOGETHER).unwrap_or(i64::MAX))
+            .fetch_all($pool)
+            .await
+            .map_err($crate::error::sql($backend, "claim_restore"))?;
+        $crate::sql::together($backend, $project, $actor, rows)
+    }};
+}
+pub(crate) use claim_together;
+
 /// The records of a claim's `together` query (contract 4); one that does not decode is logged
 /// and left out.
 pub(crate) fn together(
