@@ -230,20 +230,28 @@ pub struct IpRange {
 }
 
 impl IpRange {
-    /// Parses `ADDR` or `ADDR/PREFIX`; `None` when it is neither.
-    pub fn parse(s: &str) -> Option<Self> {
-        let s = s.trim().trim_start_matches('[');
-        let (addr, prefix) = match s.split_once('/') {
-            None => (s.trim_end_matches(']'), None),
+    /// Parses `ADDR` or `ADDR/PREFIX` (an IPv6 address may stand in brackets).
+    ///
+    /// # Errors
+    /// A message naming what is wrong.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        let bare = s.trim_start_matches('[');
+        let (addr, prefix) = match bare.split_once('/') {
+            None => (bare.trim_end_matches(']'), None),
             Some((a, p)) => (a.trim_end_matches(']'), Some(p)),
         };
-        let addr = canonical(addr.parse().ok()?);
+        let addr: IpAddr = addr.parse().map_err(|_| format!("{s:?}: not an IP address or CIDR range"))?;
+        let addr = canonical(addr);
         let max = if addr.is_ipv4() { 32 } else { 128 };
         let prefix = match prefix {
             None => max,
-            Some(p) => p.parse::<u8>().ok().filter(|p| *p <= max)?,
+            Some(p) => match p.parse::<u8>() {
+                Ok(p) if p <= max => p,
+                _ => return Err(format!("{s:?}: the prefix length must be 0-{max}")),
+            },
         };
-        Some(Self { addr, prefix })
+        Ok(Self { addr, prefix })
     }
 
     /// Whether `ip` is in the range.
@@ -259,6 +267,12 @@ impl IpRange {
             }
             _ => false,
         }
+    }
+}
+
+impl std::fmt::Display for IpRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
     }
 }
 
@@ -287,7 +301,7 @@ impl InternalAllowList {
         let mut out = Self::default();
         for e in entries {
             let e = e.trim();
-            if let Some(r) = IpRange::parse(e) {
+            if let Ok(r) = IpRange::parse(e) {
                 out.ranges.push(r);
             } else if e.is_empty() || e.contains(['/', ':', '@', ' ', '*']) {
                 return Err(format!("{e:?}: give an exact host name, an address or a CIDR range"));

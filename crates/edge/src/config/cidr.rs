@@ -3,12 +3,9 @@
 use std::net::IpAddr;
 
 /// An address range in CIDR notation (`10.0.0.0/8`, `fd00::/8`); a bare address is a range of
-/// one.
+/// one. The same ranges as the wake allow-list's ([`skua_core::webhook::IpRange`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cidr {
-    addr: IpAddr,
-    prefix: u8,
-}
+pub struct Cidr(skua_core::webhook::IpRange);
 
 impl Cidr {
     /// Parses `ADDR` or `ADDR/PREFIX`.
@@ -16,42 +13,18 @@ impl Cidr {
     /// # Errors
     /// A message naming what is wrong.
     pub fn parse(s: &str) -> Result<Self, String> {
-        let s = s.trim();
-        let (addr, prefix) = match s.split_once('/') {
-            None => (s, None),
-            Some((a, p)) => (a, Some(p)),
-        };
-        let addr: IpAddr = addr.parse().map_err(|_| format!("{s:?}: not an IP address or CIDR range"))?;
-        let max = if addr.is_ipv4() { 32 } else { 128 };
-        let prefix = match prefix {
-            None => max,
-            Some(p) => match p.parse::<u8>() {
-                Ok(p) if p <= max => p,
-                _ => return Err(format!("{s:?}: the prefix length must be 0-{max}")),
-            },
-        };
-        Ok(Self { addr: canonical(addr), prefix })
+        skua_core::webhook::IpRange::parse(s).map(Self)
     }
 
-    /// Whether `ip` is in the range.
+    /// Whether `ip` is in the range (an IPv4-mapped address as its IPv4 address).
     pub fn contains(&self, ip: IpAddr) -> bool {
-        match (self.addr, canonical(ip)) {
-            (IpAddr::V4(net), IpAddr::V4(ip)) => {
-                let mask = u32::MAX.checked_shl(32 - u32::from(self.prefix)).unwrap_or(0);
-                u32::from(net) & mask == u32::from(ip) & mask
-            }
-            (IpAddr::V6(net), IpAddr::V6(ip)) => {
-                let mask = u128::MAX.checked_shl(128 - u32::from(self.prefix)).unwrap_or(0);
-                u128::from(net) & mask == u128::from(ip) & mask
-            }
-            _ => false,
-        }
+        self.0.contains(ip)
     }
 }
 
 impl std::fmt::Display for Cidr {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.addr, self.prefix)
+        self.0.fmt(f)
     }
 }
 
