@@ -35,12 +35,13 @@ use hyper::client::conn::http1;
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::{Method, Request, Uri};
 use hyper_util::rt::TokioIo;
-use skua_core::webhook::{InternalAllowList, host_allowed, is_link_local_or_metadata};
+use skua_core::webhook::{host_allowed, is_link_local_or_metadata};
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::resolve::{RefusedAddress, resolve_guarded};
+use crate::rule::AddressRule;
 use crate::sender::{DeliveryError, WebhookConfig, WebhookResponse};
 
 /// How long an unused keep-alive connection is kept.
@@ -100,67 +101,6 @@ struct Origin {
 struct Route {
     origin: Arc<Origin>,
     path: Uri,
-}
-
-/// The rule a kind's client adds to the link-local rule and the allow-list.
-#[derive(Debug, Clone)]
-pub(crate) enum AddressRule {
-    /// Nothing more (triggers: the operator's documented choice).
-    Open,
-    /// Loopback and unspecified addresses (and `localhost`) are refused (hydration, whose
-    /// answer reaches clients, without `webhook_allow_loopback`).
-    NoLoopback,
-    /// Every internal address ([`skua_core::webhook::is_internal`]) is refused unless the list
-    /// allows it (wake: the URL is a client's).
-    NoInternal(InternalAllowList),
-}
-
-impl AddressRule {
-    /// Whether a URL's host (normalised by the `url` crate, brackets trimmed) passes.
-    fn allows_host(&self, bare: &str) -> bool {
-        match self {
-            Self::Open => true,
-            Self::NoLoopback => match bare.parse::<IpAddr>() {
-                Ok(ip) => !is_loopback(ip),
-                Err(_) => {
-                    let name = bare.trim_end_matches('.').to_ascii_lowercase();
-                    !(name == "localhost" || name.ends_with(".localhost"))
-                }
-            },
-            Self::NoInternal(list) => list.allows_host(bare),
-        }
-    }
-
-    /// Whether a resolved address of the host name `name` may be connected to.
-    pub(crate) fn allows_resolved(&self, name: &str, ip: IpAddr) -> bool {
-        match self {
-            Self::Open => true,
-            Self::NoLoopback => !is_loopback(ip),
-            Self::NoInternal(list) => list.allows_name(name) || list.allows_ip(ip),
-        }
-    }
-
-    fn name(&self) -> &'static str {
-        match self {
-            Self::Open => "",
-            Self::NoLoopback => {
-                "a loopback address; refused for hydration unless the server sets webhook_allow_loopback"
-            }
-            Self::NoInternal(_) => {
-                "a loopback, private, link-local, CGNAT, multicast or reserved address; refused for a \
-                 wake URL unless the server's wake_allowed_hosts allows it"
-            }
-        }
-    }
-}
-
-/// Loopback or unspecified, also written IPv4-mapped.
-fn is_loopback(ip: IpAddr) -> bool {
-    let ip = match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 @ IpAddr::V4(_) => v4,
-    };
-    ip.is_loopback() || ip.is_unspecified() || matches!(ip, IpAddr::V4(v4) if v4.octets()[0] == 0)
 }
 
 /// The client (one per kind of a [`crate::WebhookSender`]).

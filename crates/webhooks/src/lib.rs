@@ -10,6 +10,7 @@
 //!   ([`WebhookSender::enqueue`]);
 //! - `client`: the HTTP/1.1 client (keep-alive pool per origin, address rules, bounded answers);
 //! - [`resolve`]: the DNS resolver that refuses link-local and metadata addresses at send time;
+//! - `rule`: the address rule each kind adds (hydration, triggers, wake), read by both;
 //! - [`metrics`]: [`WebhookMetrics`], rendered in the Prometheus text format.
 //!
 //! `https` uses ring explicitly (whatever provider the process installed) and the system's
@@ -20,6 +21,7 @@ pub mod metrics;
 pub mod recent;
 pub mod request;
 pub mod resolve;
+mod rule;
 pub mod sender;
 
 pub use metrics::WebhookMetrics;

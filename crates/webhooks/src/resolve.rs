@@ -31,7 +31,7 @@ impl GuardedResolver {
         host: &str,
         port: u16,
     ) -> Result<Vec<SocketAddr>, Box<dyn std::error::Error + Send + Sync>> {
-        resolve_guarded(host, port, self.allow_link_local, &crate::client::AddressRule::Open).await
+        resolve_guarded(host, port, self.allow_link_local, &crate::rule::AddressRule::Open).await
     }
 }
 
@@ -41,7 +41,7 @@ pub(crate) async fn resolve_guarded(
     host: &str,
     port: u16,
     allow_link_local: bool,
-    rule: &crate::client::AddressRule,
+    rule: &crate::rule::AddressRule,
 ) -> Result<Vec<SocketAddr>, Box<dyn std::error::Error + Send + Sync>> {
     let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
         .await?
@@ -79,7 +79,7 @@ mod tests {
     // allows the name or the range.
     #[tokio::test]
     async fn a_name_resolving_to_loopback_is_refused_for_a_wake_unless_allowed() {
-        use crate::client::AddressRule;
+        use crate::rule::AddressRule;
         use skua_core::webhook::InternalAllowList;
         let wake = |list: &[&str]| {
             let list: Vec<String> = list.iter().map(|s| (*s).to_owned()).collect();

@@ -22,9 +22,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
 
-use crate::client::{AddressRule, Client, IDLE_TIMEOUT, TransportError};
+use crate::client::{Client, IDLE_TIMEOUT, TransportError};
 use crate::metrics::{Outcome, WebhookMetrics};
 use crate::request::{SIGNATURE_LEN, WebhookRequest, sign_bytes};
+use crate::rule::AddressRule;
 
 /// The engine's settings (`webhook_*` in config/default.toml).
 #[derive(Debug, Clone, PartialEq, Eq)]
