@@ -360,6 +360,7 @@ OLD_AGE_S = 6.0
 
 
 @pytest.mark.timeout(90)
+@pytest.mark.cluster_only
 async def test_a_node_killed_with_subscribers_connected_loses_nothing_history_holds(skua_factory):
     """Issue 19: a node `kill -9`ed while a stock-SDK subscriber is connected to it, publishes
     flowing: the subscriber reconnects to the other node and gets, in order and with no gap,
@@ -372,6 +373,7 @@ async def test_a_node_killed_with_subscribers_connected_loses_nothing_history_ho
 
 
 @pytest.mark.timeout(90)
+@pytest.mark.cluster_only
 async def test_a_reconnect_right_after_a_node_kill_waits_for_its_release(skua_factory):
     """The same, reconnecting to the survivor at once, before it has seen the dead node lapse
     (as the stock SDK does: it reconnects 5 s after the drop, within `node_ttl` + one
@@ -396,8 +398,8 @@ WAIT_FLAGS = tuple("6s" if f == "2s" and KILL_FLAGS[i - 1] == "--node-ttl" else 
 async def _kill_and_reconnect(skua_factory, *, after_release: bool, extra: tuple[str, ...] = ()) -> None:
     skua = skua_factory(*(KILL_FLAGS if after_release else WAIT_FLAGS), *extra)
     nodes = getattr(skua, "nodes", None)
-    if not nodes:
-        pytest.skip("needs a cluster (SKUA_INTEROP_CLUSTER=1): the subscriber reconnects to another node")
+    # Its tests are `cluster_only` (conftest.py deselects them in the one-node run).
+    assert nodes, "needs a cluster (SKUA_INTEROP_CLUSTER=1): the subscriber reconnects to another node"
     doomed, survivor = nodes
     proxy = Proxy([doomed.url, survivor.url])
     url = await proxy.start()
@@ -486,13 +488,14 @@ def _assert_recovered_from_last_seen(alice) -> None:
 
 
 @pytest.mark.timeout(90)
+@pytest.mark.one_node_only
 async def test_a_node_restarted_under_its_node_id_recovers_from_when_it_was_last_seen(skua_factory, tmp_path):
     """The same on one node that is `kill -9`ed and started again under the same `--node-id`
     (on its SQLite file and Redis, which keeps the history): before it serves, it releases the
     records its earlier run held, with when that run was last seen alive."""
     redis = os.environ.get("SKUA_TEST_REDIS_URL")
-    if os.environ.get("SKUA_INTEROP_CLUSTER") == "1" or not redis:
-        pytest.skip("one node with Redis presence (SKUA_TEST_REDIS_URL), not the cluster run")
+    if not redis:
+        helpers.skip_loudly("test_recovery.py: needs Redis presence (SKUA_TEST_REDIS_URL)")
     flags = (
         *KILL_FLAGS,
         "--store", f"sqlite://{tmp_path}/store.db",

@@ -118,7 +118,7 @@ fn config_file_is_read_and_unknown_keys_or_flags_exit_2() {
 #[tokio::test]
 async fn sigterm_closes_sockets_with_1012_and_exits_zero() {
     let mut child = skua()
-        .args(["serve", "--dev", "--listen", "127.0.0.1:0", "--shutdown-grace", "5s", "--store", "memory"])
+        .args(["serve", "--dev", "--listen", "127.0.0.1:0", "--shutdown-grace", "5s", "--store", "memory", "--grpc-listen", ""])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
