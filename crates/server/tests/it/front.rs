@@ -88,7 +88,7 @@ async fn auth<S: AsyncRead + AsyncWrite + Unpin>(ws: &mut WebSocketStream<S>, to
 }
 
 fn refusals(scrape: &Scrape, reason: &str) -> f64 {
-    scrape.value("skua_front_refusals_total", &[("reason", reason)])
+    scrape.value_or_zero("skua_front_refusals_total", &[("reason", reason)])
 }
 
 /// A server with its metrics on a separate listener (so scraping takes no slot and counts
