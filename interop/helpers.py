@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import re
+import sys
 import time
 import urllib.request
 from typing import Any, Callable, Optional
@@ -285,6 +287,21 @@ class TcpProxy:
         if self.server is not None:
             self.server.close()
             await self.server.wait_closed()
+
+
+def skip_loudly(why: str) -> None:
+    """Skips the calling test for a missing tool or service, saying so on stderr and in the run's
+    skip report ($SKUA_TEST_SKIP_LOG, listed by scripts/test.sh); under CI=true it fails instead."""
+    import pytest
+
+    if os.environ.get("CI") == "true":
+        pytest.fail(why, pytrace=False)
+    print(f"\n!!! SKIPPED: {why}", file=sys.stderr)
+    log = os.environ.get("SKUA_TEST_SKIP_LOG")
+    if log:
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(f"{why}\n")
+    pytest.skip(why)
 
 
 def metric(ws_url: str, name: str) -> float:

@@ -285,7 +285,9 @@ mq=$( (mosquitto -h 2>/dev/null || true) | sed -n 's/^mosquitto version //p' | h
 nats=$(nats-server --version 2>/dev/null || echo 'nats-server n/a')
 rev=$(git describe --always --dirty 2>/dev/null || echo unknown)
 info="Run $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores ($model), Linux $(uname -r); mosquitto $mq, $nats;"
-info="$info skua $rev ($SKUA); ${DURATION} s measured after ${WARMUP} s warm-up per run."
+# The build is named by commit, never by a directory of the machine it ran on (issue 35).
+if [ -n "${SKUA_BIN:-}" ]; then built="a binary given by SKUA_BIN, checkout at $rev"; else built="release build of $rev"; fi
+info="$info skua: $built; ${DURATION} s measured after ${WARMUP} s warm-up per run."
 if [ -n "$DOC" ]; then
   "$BENCH" report --input "$OUT" --doc "$DOC" --run-info "$info"
   echo "bench-compare: results in $OUT, tables written to $DOC (logs in $LOGS)" >&2

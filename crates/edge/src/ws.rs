@@ -357,6 +357,11 @@ async fn read_loop(
                             st.metrics.frames_in_by_type.inc(frame.type_str());
                             Box::pin(session.handle(frame)).await;
                             session.sync_subscription_count();
+                            // The idle clock runs from the end of the handling, not the frame's
+                            // arrival: a reply that waited on the store (an `auth` whose restore
+                            // claim took longer than `idle_timeout`) must not be followed by an
+                            // idle close before the client could answer it (issue 35).
+                            last_activity = Instant::now();
                         }
                         Err(e) => {
                             st.metrics.frames_in_by_type.inc("invalid");

@@ -118,10 +118,22 @@ fn config_file_is_read_and_unknown_keys_or_flags_exit_2() {
 #[tokio::test]
 async fn sigterm_closes_sockets_with_1012_and_exits_zero() {
     let mut child = skua()
-        .args(["serve", "--dev", "--listen", "127.0.0.1:0", "--shutdown-grace", "5s", "--store", "memory"])
+        .args([
+            "serve",
+            "--dev",
+            "--listen",
+            "127.0.0.1:0",
+            "--shutdown-grace",
+            "5s",
+            "--store",
+            "memory",
+            "--grpc-listen",
+            "",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
+        .map(Reaped)
         .expect("spawn skua");
     let stdout = child.stdout.take().unwrap();
     let line = tokio::task::spawn_blocking(move || {
@@ -148,13 +160,14 @@ async fn sigterm_closes_sockets_with_1012_and_exits_zero() {
 }
 
 /// A `skua serve --dev` child with a gRPC listener on port 0: (child, ws address, grpc address).
-async fn dev_server_with_grpc(extra: &[&str]) -> (std::process::Child, String, String) {
+async fn dev_server_with_grpc(extra: &[&str]) -> (Reaped, String, String) {
     let mut child = skua()
         .args(["serve", "--dev", "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0", "--store", "memory"])
         .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
+        .map(Reaped)
         .expect("spawn skua");
     let stdout = child.stdout.take().unwrap();
     let (ws, grpc) = tokio::task::spawn_blocking(move || {
@@ -192,9 +205,35 @@ fn admin(grpc: &str, args: &[&str]) -> (i32, String, String) {
     )
 }
 
-fn stop(mut child: std::process::Child) {
+fn stop(mut child: Reaped) {
     let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
     let _ = child.wait();
+}
+
+/// A `skua` child that is killed when dropped, so a failed assertion never leaves it running
+/// after the test (issue 35).
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+impl std::ops::Deref for Reaped {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Reaped {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
 }
 
 #[tokio::test]
@@ -391,6 +430,7 @@ fn sighup_reloads_changed_certificate_files_at_once() {
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
+        .map(Reaped)
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let addr: std::net::SocketAddr = loop {

@@ -452,7 +452,7 @@ async fn wait_for_wakes(node: &SkuaProcess, outcome: &str, at_least: f64) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         let scrape = skua_testkit::http::Scrape::of(node.addr).await;
-        if scrape.value("skua_wakes_total", &[("outcome", outcome)]) >= at_least {
+        if scrape.value_or_zero("skua_wakes_total", &[("outcome", outcome)]) >= at_least {
             return;
         }
         assert!(tokio::time::Instant::now() < deadline, "skua_wakes_total{{outcome={outcome:?}}} < {at_least}");

@@ -102,12 +102,39 @@ impl Scrape {
         Self { text, samples }
     }
 
-    /// The value of the sample `name` whose labels include every one of `labels`; 0 when absent.
+    /// The value of the sample `name` whose labels include every one of `labels`.
+    ///
+    /// # Panics
+    /// When the exposition has no such sample: a renamed metric or label value must fail the
+    /// test that reads it, never read as 0 (issue 35). [`Self::value_or_zero`] is for a labelled
+    /// series that appears only once counted.
     pub fn value(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.find(name, labels)
+            .unwrap_or_else(|| panic!("no sample {name}{labels:?} in the exposition:\n{}", self.text))
+    }
+
+    /// The value of the sample `name` with `labels`, 0 when the family `name` is declared
+    /// (`# TYPE name`) but has no sample with those labels yet.
+    ///
+    /// # Panics
+    /// When the family is not declared at all (a renamed or removed metric).
+    pub fn value_or_zero(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.find(name, labels).unwrap_or_else(|| {
+            assert!(self.declares(name), "metric family {name} is not in the exposition:\n{}", self.text);
+            0.0
+        })
+    }
+
+    /// Whether the exposition declares the family `name` (a `# TYPE` line).
+    pub fn declares(&self, name: &str) -> bool {
+        self.text.lines().any(|l| l.strip_prefix("# TYPE ").and_then(|r| r.split(' ').next()) == Some(name))
+    }
+
+    fn find(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
         self.samples
             .iter()
             .find(|(n, ls, _)| n == name && labels.iter().all(|(k, v)| ls.iter().any(|(lk, lv)| lk == k && lv == v)))
-            .map_or(0.0, |(_, _, v)| *v)
+            .map(|(_, _, v)| *v)
     }
 
     /// Every label value of every sample.

@@ -39,6 +39,13 @@ pub struct SkuaProcess {
     pub addr: SocketAddr,
 }
 
+/// `--dev` binds the gRPC listener on the fixed 127.0.0.1:50051, which every node of every test
+/// (and of other runs on the machine) would race for (issue 35): a node whose arguments name no
+/// `--grpc-listen` gets none.
+fn no_default_grpc(args: &[&str]) -> &'static [&'static str] {
+    if args.contains(&"--dev") && !args.contains(&"--grpc-listen") { &["--grpc-listen", ""] } else { &[] }
+}
+
 impl SkuaProcess {
     /// Spawns `bin serve --listen 127.0.0.1:0 <args>` and waits for its listening line.
     ///
@@ -46,7 +53,7 @@ impl SkuaProcess {
     /// When it does not start.
     pub fn spawn(bin: &str, args: &[&str]) -> Self {
         let mut cmd = Command::new(bin);
-        cmd.arg("serve").args(["--listen", "127.0.0.1:0"]).args(args);
+        cmd.arg("serve").args(["--listen", "127.0.0.1:0"]).args(args).args(no_default_grpc(args));
         Self::start(cmd)
     }
 
@@ -58,7 +65,8 @@ impl SkuaProcess {
     pub fn spawn_with_open_file_limit(bin: &str, limit: u32, args: &[&str]) -> Self {
         let mut cmd = Command::new("sh");
         cmd.args(["-c", &format!("ulimit -n {limit} && exec \"$0\" \"$@\""), bin, "serve", "--listen", "127.0.0.1:0"])
-            .args(args);
+            .args(args)
+            .args(no_default_grpc(args));
         Self::start(cmd)
     }
 

@@ -25,8 +25,17 @@ fn path(kind: &str, name: &str) -> PathBuf {
 
 /// Whether `SKUA_BLESS=1` asks us to rewrite the server fixtures instead of comparing.
 /// The variable is only read, never set (clippy.toml bans `set_var`).
+///
+/// # Panics
+/// Under `CI=true`: a CI run that blesses would rewrite the fixtures instead of checking them,
+/// and pass whatever the encoder does (issue 35).
 pub fn blessing() -> bool {
-    std::env::var_os("SKUA_BLESS").is_some_and(|v| v == "1")
+    let bless = std::env::var_os("SKUA_BLESS").is_some_and(|v| v == "1");
+    assert!(
+        !(bless && std::env::var_os("CI").is_some_and(|v| v == "true")),
+        "SKUA_BLESS=1 under CI=true: the golden tests would rewrite their fixtures instead of comparing"
+    );
+    bless
 }
 
 /// Formats bytes the way fixtures are stored.

@@ -16,14 +16,15 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 
 const TOPIC: &str = "demo/general/messages";
-/// The idle timeout of these tests, and the gap between a client's keep-alives: five to one, so
-/// a loaded machine delaying a keep-alive by up to 800 ms does not close the socket, while a
-/// server that ignores keep-alives still closes it within the 3 s the loops last.
-const IDLE: Duration = Duration::from_secs(1);
-const KEEP_ALIVE_EVERY: Duration = Duration::from_millis(200);
+/// The idle timeout of these tests, and the gap between a client's keep-alives: a loaded
+/// machine delaying a keep-alive by up to 1.7 s does not close the socket (issue 35: 1 s and
+/// 200 ms left 800 ms), while a server that ignores keep-alives still closes it within the 4.5 s
+/// the 16-tick loops last.
+const IDLE: Duration = Duration::from_secs(2);
+const KEEP_ALIVE_EVERY: Duration = Duration::from_millis(300);
 
 async fn idle_server() -> TestServer {
-    TestServer::builder().settings(|s| s.idle_timeout = Some("1s".into())).spawn().await
+    TestServer::builder().settings(|s| s.idle_timeout = Some("2s".into())).spawn().await
 }
 
 fn binary(v: &Value) -> Message {
@@ -115,8 +116,8 @@ async fn heartbeats_keep_the_socket_open_and_are_echoed_before_and_after_auth() 
         c.heartbeat().await;
         assert_eq!(c.next_event().await, Event::Heartbeat, "heartbeat {i} is echoed with an empty binary frame");
     }
-    // 3 s of heartbeats, three idle timeouts, and the socket is still there.
-    assert!(start.elapsed() >= IDLE * 3);
+    // 4.5 s of heartbeats, two idle timeouts, and the socket is still there.
+    assert!(start.elapsed() >= IDLE * 2);
     let stopped = Instant::now();
     assert_eq!(c.expect_close().await, (4000, "idle_timeout".to_owned()));
     assert!(stopped.elapsed() >= IDLE - Duration::from_millis(50));
@@ -145,7 +146,7 @@ async fn websocket_pings_are_answered_and_count_as_activity() {
             }
         }
     }
-    assert!(start.elapsed() >= IDLE * 3);
+    assert!(start.elapsed() >= IDLE * 2);
     loop {
         match raw_next(&mut ws).await {
             Message::Close(f) => return assert_close(f, 4000, "idle_timeout"),

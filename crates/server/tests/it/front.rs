@@ -88,7 +88,7 @@ async fn auth<S: AsyncRead + AsyncWrite + Unpin>(ws: &mut WebSocketStream<S>, to
 }
 
 fn refusals(scrape: &Scrape, reason: &str) -> f64 {
-    scrape.value("skua_front_refusals_total", &[("reason", reason)])
+    scrape.value_or_zero("skua_front_refusals_total", &[("reason", reason)])
 }
 
 /// A server with its metrics on a separate listener (so scraping takes no slot and counts
@@ -265,11 +265,12 @@ async fn connections_per_address_over_the_limit_get_429() {
 #[tokio::test]
 async fn new_connections_per_address_over_the_rate_get_429() {
     let server = spawn_server(|s| s.max_new_connections_per_ip_per_second = Some(2)).await;
+    // All ten at once: however slow the machine, they arrive well within the first second's
+    // refill, so some must be refused (issue 35: sequential requests could take longer than the
+    // refill on a loaded machine and all pass).
     let started = Instant::now();
-    let mut statuses = Vec::new();
-    for _ in 0..10 {
-        statuses.push(get(server.addr, "/healthz").await.0);
-    }
+    let statuses: Vec<u16> =
+        futures_util::future::join_all((0..10).map(|_| async { get(server.addr, "/healthz").await.0 })).await;
     let elapsed = started.elapsed().as_secs_f64();
     let ok = statuses.iter().filter(|s| **s == 200).count();
     let refused = statuses.iter().filter(|s| **s == 429).count();
@@ -279,7 +280,6 @@ async fn new_connections_per_address_over_the_rate_get_429() {
     let allowed = 2 + (elapsed * 2.0).ceil() as usize;
     assert!(ok >= 2 && ok <= allowed, "{ok} accepted in {elapsed:.2} s: {statuses:?}");
     assert!(refused >= 1, "{elapsed:.2} s for 10 connections: too slow to tell");
-    assert_eq!(statuses[..2], [200, 200], "the burst");
     let scrape = Scrape::of(metrics_addr(&server)).await;
     assert_eq!(refusals(&scrape, "ip_rate"), refused as f64);
 }

@@ -32,7 +32,7 @@ async fn metrics_counters_move_for_a_scripted_session() {
     assert_eq!(mid.value("skua_connections", &[("project", "demo-project")]), 2.0, "bob and alice");
     assert_eq!(mid.value("skua_connections_open", &[]), 3.0, "bob, alice and the stranger");
     // A client token expiring closes 4003; the close is counted before the close frame goes out.
-    let mut expiring = server.auth(&dev_jwt("carol", now_s() + 1)).await;
+    let mut expiring = server.auth(&dev_jwt("carol", now_s() + 3)).await;
     assert_eq!(expiring.expect_close().await.0, 4003);
 
     let m = Scrape::of(server.addr).await;

@@ -1,8 +1,10 @@
 //! Restoring subscriptions with `reconnect:true` (N22, N23, N36).
 
+use std::time::Duration;
+
 use rmpv::Value;
 use skua_testkit::postgres::TestDatabase;
-use skua_testkit::{Frame, TestServer, WsClient, frame};
+use skua_testkit::{Event, Frame, TestServer, WsClient, frame};
 
 async fn auth_with(server: &TestServer, token: &str, reconnect: bool, client_id: Option<&str>) -> (WsClient, Frame) {
     let mut c = server.connect().await;
@@ -312,4 +314,42 @@ async fn a_reconnect_that_restores_the_record_unchanged_does_not_save_it_again()
     let mut bob = server.auth("dev-token-bob").await;
     bob.publish_acked(TAB_TOPICS[0], "m".into()).await;
     assert_eq!(again.expect("message").await.str("topic"), TAB_TOPICS[0]);
+}
+
+/// Issue 35: the idle clock starts when the `auth` reply is sent, not when `auth` arrived. The
+/// restore claim waits behind a lock held on `restore_records` (a slow store) for longer than
+/// `idle_timeout`; the client answers the reply at once with a keep-alive and stays connected.
+/// Before, the node closed it 4000 right after the reply: the frame's arrival was the last
+/// activity, already more than an idle timeout ago.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_idle_clock_starts_after_an_auth_reply_that_waited_on_the_store() {
+    use sqlx::Connection as _;
+    let Some(db) = TestDatabase::migrated().await else { return };
+    let url = db.url.clone();
+    let server = TestServer::builder()
+        .settings(move |s| {
+            s.store = Some(url);
+            s.idle_timeout = Some("2s".into());
+        })
+        .spawn()
+        .await;
+    let mut locker = sqlx::PgConnection::connect(&db.url).await.expect("connect");
+    let mut tx = locker.begin().await.expect("begin");
+    sqlx::query("LOCK TABLE restore_records IN ACCESS EXCLUSIVE MODE").execute(&mut *tx).await.expect("lock");
+    let mut c = server.connect().await;
+    let auth = async {
+        let reply = c.auth_session("dev-token-alice", None, true).await;
+        // At once: the keep-alive answers the reply; the echo proves the socket is still served.
+        c.heartbeat().await;
+        let echo = c.next_event_within(Duration::from_secs(5)).await;
+        (reply, echo)
+    };
+    // The claim waits for the lock; release it only after twice the idle timeout has passed.
+    let release = async {
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        tx.rollback().await.expect("rollback");
+    };
+    let ((reply, echo), ()) = tokio::join!(auth, release);
+    assert_eq!(reply.get("success"), &Value::Boolean(true), "{reply:?}");
+    assert!(matches!(echo, Some(Event::Heartbeat)), "got {echo:?} instead of the keep-alive's echo");
 }

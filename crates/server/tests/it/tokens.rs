@@ -45,7 +45,7 @@ async fn auth_failures_use_the_documented_strings() {
 async fn expired_client_token_gets_disconnect_then_4003() {
     let server = TestServer::start().await;
     let mut c = server.connect().await;
-    c.auth_ok(&dev_jwt("bob", now_s() + 2), 2).await;
+    c.auth_ok(&dev_jwt("bob", now_s() + 3), 2).await;
     // Idle on purpose: the timer, not a heartbeat, must catch it (N27).
     let d = c.expect("disconnect").await;
     assert_eq!(d.str("reason"), "token_expired");
@@ -56,7 +56,7 @@ async fn expired_client_token_gets_disconnect_then_4003() {
 async fn reauth_renews_the_token_in_band() {
     let server = TestServer::start().await;
     let mut c = server.connect().await;
-    c.auth_ok(&dev_jwt("alice", now_s() + 2), 2).await;
+    c.auth_ok(&dev_jwt("alice", now_s() + 3), 2).await;
     c.subscribe("demo/general/messages").await;
     let exp = now_s() + 3600;
     c.send(frame! {"type" => "reauth", "token" => dev_jwt("bob", exp)}).await;
