@@ -800,3 +800,31 @@ async fn the_admin_verbs_no_other_test_runs_each_do_what_they_say() {
     assert!(piped.wait().unwrap().success() && !err.contains("panicked"), "{err}");
     stop(child);
 }
+
+/// Issue 35: `SKUA_LOG_FORMAT=json` (README, docs/operations.md) makes every log line one JSON
+/// object with the level and the message, from the first line to the drain's last.
+#[tokio::test]
+async fn skua_log_format_json_writes_every_log_line_as_one_json_object() {
+    let mut child = skua()
+        .args(["serve", "--dev", "--listen", "127.0.0.1:0", "--grpc-listen", "", "--store", "memory"])
+        .env("SKUA_LOG_FORMAT", "json")
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map(Reaped)
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    assert!(first.starts_with("skua listening on "), "{first:?}");
+    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+    let stderr = child.stderr.take().unwrap();
+    stop(child);
+    let lines: Vec<String> = BufReader::new(stderr).lines().map(Result::unwrap).collect();
+    assert!(lines.len() >= 2, "a start and a drain at least: {lines:?}");
+    for line in &lines {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        assert!(v["level"].is_string() && v["fields"]["message"].is_string(), "{line}");
+    }
+}
