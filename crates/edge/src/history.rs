@@ -356,6 +356,16 @@ impl Recovery {
             } else if read.first > cursor + 1 && read.head > cursor {
                 recovered = false;
             }
+            // More than `max` to replay: the newest `max` of them, so the replay still runs
+            // without a gap into the live messages (before, the oldest `max` were replayed and
+            // the rest up to the head skipped, a gap the client could not place).
+            let max = u64::try_from(self.max).unwrap_or(u64::MAX);
+            if replayed == 0 && read.head.saturating_sub(cursor) > max {
+                recovered = false;
+                cursor = read.head - max;
+                from = ReadFrom::After(cursor);
+                continue;
+            }
             let n = read.entries.len();
             let mut batch = 0u64;
             for e in read.entries {

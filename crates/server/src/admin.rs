@@ -597,8 +597,16 @@ pub fn run(args: AdminArgs) -> ExitCode {
     };
     match rt.block_on(execute(args)) {
         Ok(out) => {
-            println!("{out}");
-            ExitCode::SUCCESS
+            // Not `println!`: it panics when stdout is a closed pipe (`skua admin … | head`).
+            use std::io::Write as _;
+            match writeln!(std::io::stdout().lock(), "{out}") {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("skua admin: cannot write the output: {e}");
+                    ExitCode::FAILURE
+                }
+            }
         }
         Err(e) => {
             eprintln!("skua admin: {e}");

@@ -707,3 +707,124 @@ fn serve_refuses_a_public_metrics_outside_dev_and_the_auth_deadline_is_on_by_def
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("auth_timeout: None"), "--dev keeps hand-typed clients convenient: {out}");
 }
+
+/// `skua admin --json --project demo-project ARGS`, parsed; fails the test on a non-zero exit.
+fn admin_json(grpc: &str, args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["--json", "--project", "demo-project"];
+    all.extend_from_slice(args);
+    let (code, out, err) = admin(grpc, &all);
+    assert_eq!(code, 0, "skua admin {args:?}: {err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("skua admin {args:?} printed no JSON ({e}): {out}"))
+}
+
+/// Issue 35: the admin verbs that no other test ran (projects update/delete, apps list/delete/
+/// set-topic-history/set-topic-webhooks, rooms get/update, actors list/activate/rotate/disconnect,
+/// grants list/delete, lobbies create/list/set-rooms/delete), each checked for its effect.
+#[tokio::test]
+async fn the_admin_verbs_no_other_test_runs_each_do_what_they_say() {
+    let (child, ws, grpc) = dev_server_with_grpc(&[]).await;
+    let g = grpc.as_str();
+    // Projects.
+    admin_json(g, &["projects", "create", "p2", "--name", "P2"]);
+    let p = admin_json(g, &["projects", "update", "p2", "--name", "P2b", "--max-connections", "5"]);
+    assert_eq!((p["name"].as_str(), p["limits"]["max_connections"].as_u64()), (Some("P2b"), Some(5)), "{p}");
+    assert_eq!(admin_json(g, &["projects", "delete", "p2"])["deleted"], 1);
+    let (code, _, err) = admin(g, &["projects", "get", "p2"]);
+    assert_eq!(code, 1, "deleted: {err}");
+    // Apps.
+    admin_json(g, &["apps", "create", "a2"]);
+    let slugs = |v: &serde_json::Value| -> Vec<String> {
+        let mut s: Vec<String> = v.as_array().unwrap().iter().map(|a| a["slug"].as_str().unwrap().to_owned()).collect();
+        s.sort();
+        s
+    };
+    assert_eq!(slugs(&admin_json(g, &["apps", "list"])), ["a2", "demo"]);
+    let topic = |app: &serde_json::Value, name: &str| -> serde_json::Value {
+        app["topics"].as_array().unwrap().iter().find(|t| t["name"] == name).cloned().unwrap_or_default()
+    };
+    let app = admin_json(g, &["apps", "set-topic-history", "demo", "messages", "--size", "10", "--ttl", "1m"]);
+    assert_eq!(topic(&app, "messages")["history"], serde_json::json!({"size": 10, "ttl_ms": 60000}), "{app}");
+    let app = admin_json(g, &["apps", "set-topic-history", "demo", "messages", "--off"]);
+    assert!(topic(&app, "messages")["history"].is_null(), "{app}");
+    let app =
+        admin_json(g, &["apps", "set-topic-webhooks", "demo", "messages", "--on-publish", "http://127.0.0.1:9/x"]);
+    assert_eq!(topic(&app, "messages")["webhooks"]["on_publish"]["url"], "http://127.0.0.1:9/x", "{app}");
+    assert_eq!(admin_json(g, &["apps", "delete", "a2"])["deleted"], 1);
+    assert_eq!(slugs(&admin_json(g, &["apps", "list"])), ["demo"]);
+    // Rooms.
+    assert_eq!(admin_json(g, &["rooms", "update", "demo", "general", "--name", "Gen"])["name"], "Gen");
+    assert_eq!(admin_json(g, &["rooms", "get", "demo", "general"])["name"], "Gen");
+    // Actors.
+    let page = admin_json(g, &["actors", "list", "--page-size", "2"]);
+    assert_eq!(page["actors"].as_array().unwrap().len(), 2, "{page}");
+    assert!(!page["next_page_token"].as_str().unwrap_or_default().is_empty(), "{page}");
+    let mut alice = WsClient::connect(&format!("ws://{ws}/ws")).await;
+    alice.auth_ok("dev-token-alice", 2).await;
+    assert_eq!(admin_json(g, &["actors", "disconnect", "alice"])["closed_on_this_node"], 1);
+    assert_eq!(alice.expect_close().await.0, 4001, "disconnected by the admin");
+    admin_json(g, &["actors", "deactivate", "alice"]);
+    assert_eq!(admin_json(g, &["actors", "activate", "alice"])["active"], true);
+    let mut again = WsClient::connect(&format!("ws://{ws}/ws")).await;
+    again.auth_ok("dev-token-alice", 2).await;
+    let rotated = admin_json(g, &["actors", "rotate", "bob"]);
+    let token = rotated["access_token"].as_str().expect("a new token").to_owned();
+    let mut old = WsClient::connect(&format!("ws://{ws}/ws")).await;
+    assert_eq!(old.auth("dev-token-bob", Some(2)).await.str("error"), "access_denied", "the old token is replaced");
+    let mut new = WsClient::connect(&format!("ws://{ws}/ws")).await;
+    assert_eq!(new.auth_ok(&token, 2).await.str("actorTokenId"), "bob");
+    // Grants.
+    let grant = admin_json(g, &["grants", "create", "demo", "random", "--actor", "alice", "--permission", "pubSub"]);
+    let id = grant["id"].as_str().unwrap().to_owned();
+    assert_eq!(admin_json(g, &["grants", "list", "demo", "random"]).as_array().unwrap().len(), 1);
+    admin_json(g, &["grants", "delete", &id]);
+    assert_eq!(admin_json(g, &["grants", "list", "demo", "random"]), serde_json::json!([]));
+    // Lobbies.
+    let lobby = admin_json(g, &["lobbies", "create", "lob2", "--app", "demo", "--room", "general"]);
+    assert_eq!(lobby["rooms"], serde_json::json!(["general"]));
+    let lobby = admin_json(g, &["lobbies", "set-rooms", "lob2", "--room", "general", "--room", "random"]);
+    assert_eq!(lobby["rooms"], serde_json::json!(["general", "random"]));
+    assert_eq!(admin_json(g, &["lobbies", "list"]).as_array().unwrap().len(), 2, "lob2 and the fixtures' online");
+    assert_eq!(admin_json(g, &["lobbies", "delete", "lob2"])["deleted"], 1);
+    assert_eq!(admin_json(g, &["lobbies", "list"]).as_array().unwrap().len(), 1);
+    // Output into a pipe nobody reads any more (`skua admin … | head`): no panic, exit 0.
+    let mut piped = skua()
+        .args(["admin", "--server", &format!("http://{g}"), "--admin-key", "skua-dev-admin-key", "actors", "list"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map(Reaped)
+        .unwrap();
+    drop(piped.stdout.take());
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut piped.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(piped.wait().unwrap().success() && !err.contains("panicked"), "{err}");
+    stop(child);
+}
+
+/// Issue 35: `SKUA_LOG_FORMAT=json` (README, docs/operations.md) makes every log line one JSON
+/// object with the level and the message, from the first line to the drain's last.
+#[tokio::test]
+async fn skua_log_format_json_writes_every_log_line_as_one_json_object() {
+    let mut child = skua()
+        .args(["serve", "--dev", "--listen", "127.0.0.1:0", "--grpc-listen", "", "--store", "memory"])
+        .env("SKUA_LOG_FORMAT", "json")
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map(Reaped)
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    assert!(first.starts_with("skua listening on "), "{first:?}");
+    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+    let stderr = child.stderr.take().unwrap();
+    stop(child);
+    let lines: Vec<String> = BufReader::new(stderr).lines().map(Result::unwrap).collect();
+    assert!(lines.len() >= 2, "a start and a drain at least: {lines:?}");
+    for line in &lines {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        assert!(v["level"].is_string() && v["fields"]["message"].is_string(), "{line}");
+    }
+}

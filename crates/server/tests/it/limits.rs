@@ -492,3 +492,46 @@ async fn history_pages_pass_a_message_too_large_to_share_a_reply() {
     }
     assert_eq!(got, ["small".to_owned(), format!("{} bytes", ceiling - 5), "after".to_owned()]);
 }
+
+/// Issue 35: `history_max_page` bounds one `history` reply (a larger `limit` saturates) and
+/// `history_max_replay` bounds one recovery: a `since` further back than that gets the newest
+/// messages up to the bound and `recovered: false` (docs/recovery.md, docs/protocol.md). Found
+/// by this test: the oldest were replayed and the rest up to the head skipped.
+#[tokio::test]
+async fn history_max_page_and_history_max_replay_bound_replies_and_recoveries() {
+    let server = TestServer::builder()
+        .settings(|s| {
+            s.history_max_page = Some(2);
+            s.history_max_replay = Some(3);
+        })
+        .spawn()
+        .await;
+    let feed = "demo/general/feed";
+    let mut alice = server.auth("dev-token-alice").await;
+    let mut bob = server.auth("dev-token-bob").await;
+    alice.publish_acked(feed, "m0".into()).await;
+    let first = history(&mut bob, feed, None).await;
+    let (epoch, start) = (first.str("epoch").to_owned(), first.get("offset").as_u64().expect("offset"));
+    for i in 1..6 {
+        alice.publish_acked(feed, format!("m{i}").into()).await;
+    }
+    // A page: the latest two, whatever the limit asked.
+    bob.send(frame! {"type" => "history", "topic" => feed, "limit" => 50}).await;
+    let reply = bob.next_of_within_any(&["history", "error"], Duration::from_secs(20)).await;
+    assert_eq!(page(&reply).0, ["m4", "m5"], "{reply:?}");
+    // Five messages after `start`: more than the three one recovery replays.
+    let since = frame! {"offset" => start, "epoch" => epoch.as_str()};
+    bob.send(frame! {"type" => "subscribe", "topic" => feed, "since" => since}).await;
+    let mut replayed = Vec::new();
+    let recovery = loop {
+        let f = bob.next_of_within_any(&["message", "recovery", "error"], Duration::from_secs(20)).await;
+        match f.ty() {
+            "message" => replayed.push(f.str("data").to_owned()),
+            _ => break f,
+        }
+    };
+    assert_eq!(recovery.ty(), "recovery", "{recovery:?}");
+    assert_eq!(recovery.get("recovered"), &Value::Boolean(false), "{recovery:?}");
+    // The newest three, so the replay runs into the live messages without a gap.
+    assert_eq!(replayed, ["m3", "m4", "m5"], "the newest history_max_replay messages");
+}
