@@ -514,3 +514,54 @@ async fn persistent_members_are_limited_per_project() {
     }
     assert_eq!(store.list_members("demo-project/demo-app/general", skua_testkit::now_s(), 100).await.unwrap().len(), 2);
 }
+
+/// Issue 33: with Redis presence the wake limits hold for the cluster, not per node: after
+/// node 0 started `wake_limit_per_actor` wakes of an agent, publishes on node 1 wake none of
+/// its other offline members in the period (each node counting alone would start as many
+/// again). Needs the external MQTT broker and Redis (skips loudly without, fails under CI).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wake_limits_hold_for_the_cluster_with_redis_presence() {
+    use skua_testkit::webhook::{Mode, WebhookReceiver};
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
+    let rx = WebhookReceiver::start(Mode::Ok(serde_json::json!({}))).await;
+    let builder = TestServer::builder().settings(|s| s.wake_limit_per_actor = Some(3));
+    let Some(c) = skua_testkit::TestCluster::external(2, builder).await else { return };
+    let (n0, n1) = (c.node(0), c.node(1));
+    let mut workers = Vec::new();
+    for i in 0..6 {
+        let mut w = agent(n0, &format!("w{i}")).await;
+        let wake = frame! {"persistent" => true, "wake" => frame! {"url" => rx.url("/wake"), "timeoutMs" => 60_000}};
+        announce(&mut w, "general", wake).await;
+        w.send(frame! {"type" => "getPresence", "roomId" => "general"}).await;
+        w.next_of("presenceList").await;
+        workers.push(w);
+    }
+    for w in workers {
+        n0.close_settled(w).await;
+    }
+    let d = skua_testkit::control::Deadline::new("six offline members", Duration::from_secs(10));
+    while !{
+        let m = stored(n0, "general").await;
+        m.len() == 6 && m.iter().all(|m| m.status == skua_core::MemberStatus::Offline)
+    } {
+        d.tick().await;
+    }
+    let mut alice = n0.auth("dev-token-alice").await;
+    alice.publish_acked("demo/general/messages", "wake up".into()).await;
+    let (m0, m1) = (&n0.state.members.metrics, &n1.state.members.metrics);
+    let d = skua_testkit::control::Deadline::new("node 0 limited", Duration::from_secs(10));
+    while m0.limited.load(Ordering::Relaxed) < 3 {
+        d.tick().await;
+    }
+    assert_eq!(rx.wait_for(3).await.len(), 3);
+    // Node 1 finds the other three offline; the cluster's count has none left for agent-1.
+    let mut bob = n1.auth("dev-token-bob").await;
+    bob.publish_acked("demo/general/messages", "wake up too".into()).await;
+    let d = skua_testkit::control::Deadline::new("node 1 limited", Duration::from_secs(10));
+    while m1.limited.load(Ordering::Relaxed) < 3 {
+        d.tick().await;
+    }
+    assert_eq!(m0.started.load(Ordering::Relaxed) + m1.started.load(Ordering::Relaxed), 3);
+    assert_eq!(rx.requests().len(), 3, "wake_limit_per_actor for the cluster, not per node");
+}
