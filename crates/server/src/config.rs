@@ -863,6 +863,144 @@ mod tests {
         assert_eq!(c.edge.idempotency_window, d.idempotency_window);
         assert_eq!(c.edge.idempotency_max_key_length, d.idempotency_max_key_length);
         assert_eq!(c.idempotency_max_keys, 100_000);
+        assert_eq!(c.edge.history_max_bytes_per_project, d.history_max_bytes_per_project);
+        assert_eq!(c.edge.history_max_bytes_per_project, skua_presence::history::DEFAULT_MAX_PROJECT_BYTES);
+        assert_eq!(c.edge.members.max_per_project, d.members.max_per_project);
+        assert_eq!(c.grpc_request_timeout, skua_control::server::DEFAULT_REQUEST_TIMEOUT);
+    }
+
+    /// docs/security.md: its tables list every budget and rate limit with its default.
+    const SECURITY_MD: &str = include_str!("../../../docs/security.md");
+
+    /// Settings that bound nothing a client or tenant can grow (addresses, identities, the
+    /// pace of background work, TLS material, switches documented elsewhere): docs/security.md
+    /// need not list them. Every other key of config/default.toml must be in its tables.
+    const NOT_BUDGETS: &[&str] = &[
+        "listen",
+        "bus",
+        "presence",
+        "store",
+        "cluster",
+        "namespace",
+        "node_id",
+        "fixtures",
+        "config",
+        "history_recovery_margin",
+        "history_receipt_interval",
+        "restore_wait",
+        "restore_merge_window",
+        "log_prune_interval",
+        "log_prune_batch",
+        "durable_sweep_interval",
+        "shutdown_grace",
+        "drain_delay",
+        "drain_spread",
+        "dispatch_shards",
+        "node_ttl",
+        "node_refresh",
+        "grpc_listen",
+        "revalidate_interval",
+        "registry_poll_interval",
+        "otlp_endpoint",
+        "webhook_trigger_first_retry",
+        "dashboard_live_idle",
+        "dashboard_sample_interval",
+        "trigger_lease",
+        "trigger_batch_window",
+        "trigger_scan_interval",
+        "wake_negative_cache",
+        "tls_cert",
+        "tls_key",
+        "grpc_tls_cert",
+        "grpc_tls_key",
+        "tls_reload_interval",
+        "bus_tls_ca",
+        "bus_tls_cert",
+        "bus_tls_key",
+        "presence_tls_ca",
+        "presence_tls_cert",
+        "presence_tls_key",
+        "log_level",
+        "log_format",
+        "migrate_lock_timeout",
+        "migrate_retry_for",
+    ];
+
+    /// The first `n` values of a default cell, separated by ` / ` or ` per `: `` `10s` ``, a
+    /// number, or `N MiB` / `N KiB` (as bytes). `None` when the cell does not start so.
+    fn cell_values(cell: &str, n: usize) -> Option<Vec<String>> {
+        let mut out = Vec::new();
+        let mut rest = cell;
+        for i in 0..n {
+            let (v, r) = if let Some(r) = rest.strip_prefix('`') {
+                let (v, r) = r.split_once('`')?;
+                (v.to_owned(), r)
+            } else {
+                let end = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+                let num: u64 = rest[..end].parse().ok()?;
+                let r = &rest[end..];
+                match (r.strip_prefix(" MiB"), r.strip_prefix(" KiB")) {
+                    (Some(r), _) => ((num << 20).to_string(), r),
+                    (_, Some(r)) => ((num << 10).to_string(), r),
+                    _ => (num.to_string(), r),
+                }
+            };
+            out.push(v);
+            if i + 1 < n {
+                rest = r.strip_prefix(" / ").or_else(|| r.strip_prefix(" per "))?;
+            }
+        }
+        Some(out)
+    }
+
+    #[test]
+    fn security_md_lists_every_budget_and_rate_limit_with_its_default() {
+        let defaults: std::collections::HashMap<String, String> =
+            documented_keys().into_iter().map(|(k, v)| (k, v.trim_matches('"').to_owned())).collect();
+        let mut listed = std::collections::BTreeSet::new();
+        let mut compared = 0;
+        let mut wrong = Vec::new();
+        // Lists and empty strings are described in words ("none", "any").
+        let in_words = |v: &str| v.starts_with('[') || v.is_empty();
+        for line in SECURITY_MD.lines().filter(|l| l.starts_with("| `")) {
+            let cells: Vec<&str> = line.trim_start_matches("| ").split(" | ").collect();
+            let [keys_cell, default_cell, ..] = cells.as_slice() else { continue };
+            let keys: Vec<&str> =
+                keys_cell.split('`').skip(1).step_by(2).filter(|k| defaults.contains_key(*k)).collect();
+            listed.extend(keys.iter().map(|k| (*k).to_owned()));
+            // A cell of settings only (`a` / `b` per `c`): its defaults are given in order.
+            let only_keys = {
+                let mut rebuilt = keys_cell.to_string();
+                for k in &keys {
+                    rebuilt = rebuilt.replacen(&format!("`{k}`"), "", 1);
+                }
+                !keys.is_empty() && rebuilt.split([' ', '/']).all(|w| w.is_empty() || w == "per")
+            };
+            if !only_keys || keys.iter().all(|k| in_words(&defaults[*k])) {
+                continue;
+            }
+            let Some(values) = cell_values(default_cell, keys.len()) else {
+                wrong.push(format!("the defaults of {keys:?} do not parse: {default_cell}"));
+                continue;
+            };
+            for (k, v) in keys.iter().zip(values) {
+                let want = &defaults[*k];
+                if !in_words(want) {
+                    if v != *want {
+                        wrong.push(format!("{k}: {v}, config/default.toml {want}"));
+                    }
+                    compared += 1;
+                }
+            }
+        }
+        assert!(wrong.is_empty(), "docs/security.md vs config/default.toml:\n{}", wrong.join("\n"));
+        assert!(compared > 60, "only {compared} defaults compared: did the tables' layout change?");
+        let missing: Vec<&String> =
+            defaults.keys().filter(|k| !listed.contains(*k) && !NOT_BUDGETS.contains(&k.as_str())).collect();
+        assert!(
+            missing.is_empty(),
+            "settings docs/security.md does not list (or add them to NOT_BUDGETS): {missing:?}"
+        );
     }
 
     #[test]
