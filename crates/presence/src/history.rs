@@ -190,7 +190,8 @@ impl History for MemoryHistory {
         let quota = self.limits.max_project_bytes;
         if ring.gone || (quota != 0 && ring.project.load(Ordering::Relaxed).saturating_add(len) > quota) {
             // Not kept, and neither is anything older of this topic: a reader must not take
-            // the gap for a complete history.
+            // the gap for a complete history. (A ring evicted while this append held it keeps
+            // nothing either: its epoch is gone from the map, so readers already see a new one.)
             ring.clear();
             return Ok(Appended { pos: HistoryPos { offset, epoch: ring.epoch.clone() }, kept: false });
         }
