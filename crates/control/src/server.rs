@@ -92,6 +92,9 @@ impl tonic::service::Interceptor for AdminKeyCheck {
     }
 }
 
+/// Default of `grpc_request_timeout`.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// How [`serve`] runs the control plane.
 #[derive(Clone)]
 pub struct ServeOptions {
@@ -104,6 +107,10 @@ pub struct ServeOptions {
     /// Backing off addresses that fail the key check: the node's one table, shared with the
     /// dashboard's sign-in.
     pub throttle: Arc<AdminKeyThrottle>,
+    /// Longest a call may take, reading its request body included (`grpc_request_timeout`,
+    /// issue 33): a request whose body never arrives is answered `CANCELLED` and its stream
+    /// freed within it.
+    pub request_timeout: Duration,
 }
 
 impl std::fmt::Debug for ServeOptions {
@@ -112,6 +119,7 @@ impl std::fmt::Debug for ServeOptions {
             .field("admin_key", &"<redacted>")
             .field("tls", &self.tls.is_some())
             .field("reflection_public", &self.reflection_public)
+            .field("request_timeout", &self.request_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -124,6 +132,7 @@ impl ServeOptions {
             tls: None,
             reflection_public: false,
             throttle: Arc::new(AdminKeyThrottle::new(ThrottleConfig::default())),
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
         }
     }
 }
@@ -146,7 +155,14 @@ pub async fn serve(
         .build_v1()?;
     let check = AdminKeyCheck::with_throttle(&options.admin_key, options.throttle.clone());
     let control = InterceptedService::new(ControlServer::new(service), check.clone());
-    let router = tonic::transport::Server::builder().trace_fn(rpc_span).add_service(health).add_service(control);
+    // The timeout wraps each call's whole handling, which for a unary call includes reading its
+    // request body: a client that sends the headers and never the body no longer holds the
+    // stream (issue 33, item 6). A health `Watch` stream ends after it too.
+    let router = tonic::transport::Server::builder()
+        .timeout(options.request_timeout)
+        .trace_fn(rpc_span)
+        .add_service(health)
+        .add_service(control);
     let router = if options.reflection_public {
         router.add_service(reflection)
     } else {

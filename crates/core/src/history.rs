@@ -29,6 +29,18 @@ pub struct HistoryPos {
     pub epoch: Arc<str>,
 }
 
+/// What an append did: the message's position, and whether it is kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Appended {
+    /// Its position (assigned even when it is not kept).
+    pub pos: HistoryPos,
+    /// `false` when the project's history quota (`history_max_bytes_per_project`) left no
+    /// room: the message was not kept, and the topic's older entries were dropped with it, so
+    /// that no reader takes the gap for a complete history (a recovery across it reports
+    /// `recovered:false`).
+    pub kept: bool,
+}
+
 /// One kept message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HistoryEntry {
@@ -103,7 +115,7 @@ pub trait History: std::fmt::Debug + Send + Sync + 'static {
         topic: &TopicAddress,
         config: &HistoryConfig,
         entry: NewHistoryEntry<'_>,
-    ) -> Result<HistoryPos, HistoryError>;
+    ) -> Result<Appended, HistoryError>;
 
     /// Reads up to `limit` entries of `topic` from `from`, stamped not before `now_ms - ttl`.
     ///

@@ -9,6 +9,7 @@
 //! - [`consumer`]: typed keys of durable delivery (consumers, session holders);
 //! - [`bus`], [`presence`], [`store`]: the slot traits whose contracts every backend honours;
 //! - [`idempotency`]: the slot remembering publish idempotency keys (issue 19);
+//! - [`limits`]: fixed-window counters shared by a cluster's nodes (the wake limits, issue 33);
 //! - [`member_store`]: the store's persistent presence members (N46, N47);
 //! - [`trigger_store`]: the store's trigger outbox and webhook dead letters (N44, N45);
 //! - [`trace`]: trace-context propagation across the bus;
@@ -21,6 +22,7 @@ pub mod envelope;
 pub mod history;
 pub mod idempotency;
 pub mod ids;
+pub mod limits;
 pub mod member_store;
 pub mod presence;
 pub mod registry;

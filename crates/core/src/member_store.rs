@@ -61,6 +61,16 @@ pub struct MemberWrite<'a> {
     pub now_s: u64,
     /// Unix seconds the record expires if it is never seen again (now + TTL).
     pub expires_at_s: u64,
+    /// Most records the room's project may hold (`presence_max_members_per_project`, issue 33;
+    /// 0: no limit): a new record beyond it is not written (contract 4).
+    pub project_limit: u64,
+}
+
+impl MemberWrite<'_> {
+    /// The `<project>/` prefix of the room: every record of the project starts with it.
+    pub fn project_prefix(&self) -> &str {
+        self.room.find('/').map_or(self.room, |i| &self.room[..=i])
+    }
 }
 
 /// A stored persistent member.
@@ -93,13 +103,18 @@ pub struct StoredMember {
 ///    try at once through any handles (the wake arbiter of N47).
 /// 3. Records whose `expires_at` passed while not online are removed by `expire_members` and
 ///    never listed.
+/// 4. `upsert_member` of a record that does not exist yet, while the room's project already
+///    holds `project_limit` records (of any status, until they are removed), writes nothing
+///    and answers `None`; replacing an existing record is never refused. Announces racing on
+///    other connections of the store may pass the limit by as many as run at once.
 #[async_trait]
 pub trait MemberStore: Send + Sync {
-    /// Creates or replaces a member's record and sets it online (contract 1).
+    /// Creates or replaces a member's record and sets it online (contract 1); `None` when the
+    /// project is at its limit and the record is new (contract 4).
     ///
     /// # Errors
     /// [`StoreError`] when the backend failed.
-    async fn upsert_member(&self, write: &MemberWrite<'_>) -> Result<StoredMember, StoreError>;
+    async fn upsert_member(&self, write: &MemberWrite<'_>) -> Result<Option<StoredMember>, StoreError>;
 
     /// Sets every `online` or `waking` record of `actor` in `room` offline, expiring at
     /// `expires_at_s`; returns the records changed.

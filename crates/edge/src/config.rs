@@ -135,6 +135,9 @@ pub struct EdgeConfig {
     pub history_max_topics: usize,
     /// Most payload bytes one in-memory (room, topic) history keeps (oldest go first).
     pub history_max_topic_bytes: usize,
+    /// Most payload bytes one project's histories keep together (per node in memory, per
+    /// cluster in Redis; issue 33): a message beyond it is delivered but not kept.
+    pub history_max_bytes_per_project: usize,
     /// Most messages one subscription's recovery replays.
     pub history_max_replay: usize,
     /// Most messages one `history` reply carries (a larger `limit` saturates).
@@ -268,6 +271,7 @@ impl Default for EdgeConfig {
             history_max_size: 10_000,
             history_max_topics: 10_000,
             history_max_topic_bytes: 16 * 1024 * 1024,
+            history_max_bytes_per_project: 64 * 1024 * 1024,
             history_max_replay: 10_000,
             history_max_page: 100,
             history_recovery_margin: Duration::from_secs(30),

@@ -30,9 +30,11 @@
 //! - A wake is a client's (issue 33; `guard`): only agents, orchestrators and devices may
 //!   carry one ([`Members::parse`]), its URL must pass the address rule ([`check_wake_url`],
 //!   `wake_allowed_hosts`; the engine checks it again on every resolved address), its
-//!   `timeoutMs` is raised to `wake_timeout_min`, a node starts at most `wake_limit_per_actor`
-//!   wakes per actor and `wake_limit_per_url` per URL origin per `wake_limit_period`, and logs
-//!   show a URL's origin only, at most `wake_log_limit` lines per period.
+//!   `timeoutMs` is raised to `wake_timeout_min`, at most `wake_limit_per_actor` wakes start per
+//!   actor and `wake_limit_per_url` per URL origin per `wake_limit_period` (counted in Redis for
+//!   the whole cluster when presence is in Redis, [`Members::with_shared_limits`]; per node
+//!   otherwise, and while Redis does not answer), and logs show a URL's origin only, at most
+//!   `wake_log_limit` lines per period.
 //! - The store unreachable (a Postgres restart): a wake check it cannot answer is kept, one per
 //!   room (at most `wake_queue` rooms), and run again by the sweep once the store answers, so a
 //!   publish made during the outage still wakes the room's members, once. A member left
@@ -299,8 +301,12 @@ pub struct Members {
     /// Who is present (to tell a member back since from one still away).
     presence: Arc<dyn Presence>,
     /// Wakes started in the current period per (project, actor) and per (project, URL
-    /// origin); emptied of past periods by the sweep.
+    /// origin); emptied of past periods by the sweep. With [`Self::shared_limits`] only the
+    /// fallback while those do not answer.
     limits: Mutex<WakeLimits>,
+    /// The cluster's counters of the wake limits (Redis, when presence is in Redis): the
+    /// limits then hold for the cluster, not per node (issue 33).
+    shared_limits: Option<Arc<dyn skua_core::limits::SharedLimits>>,
     /// The log lines about failed or limited wakes this period, and those left out.
     log_budget: Mutex<LogBudget>,
     /// Counters.
@@ -379,16 +385,47 @@ impl Members {
             offline_pending: Mutex::new(HashSet::new()),
             presence,
             limits: Mutex::new(WakeLimits::default()),
+            shared_limits: None,
             log_budget: Mutex::new(LogBudget { since: Instant::now(), written: 0, left_out: 0 }),
             metrics: WakeMetrics::default(),
         }
+    }
+
+    /// Counts the wake limits in `limits`, shared by the cluster's nodes; `None`: per node.
+    #[must_use]
+    pub fn with_shared_limits(mut self, limits: Option<Arc<dyn skua_core::limits::SharedLimits>>) -> Self {
+        self.shared_limits = limits;
+        self
+    }
+
+    /// Whether a wake of `actor_key` to `url_key` is within the wake limits: the cluster's
+    /// counters when there are any (which take it at once), this node's otherwise or when they
+    /// do not answer.
+    async fn wake_admitted(&self, actor_key: &(ProjectId, String), url_key: &(ProjectId, String)) -> bool {
+        let period = self.config.wake_limit_period;
+        if let Some(shared) = &self.shared_limits {
+            let actor = format!("wake:actor:{}/{}", actor_key.0, actor_key.1);
+            let url = format!("wake:url:{}/{}", url_key.0, url_key.1);
+            let keys =
+                [(actor.as_str(), self.config.wake_limit_per_actor), (url.as_str(), self.config.wake_limit_per_url)];
+            match shared.take_all(&keys, period).await {
+                Ok(taken) => return taken,
+                Err(e) => {
+                    tracing::debug!(error = %e, "The cluster's wake limits did not answer; this node counts alone.")
+                }
+            }
+        }
+        let limits = self.limits.lock().unwrap_or_else(PoisonError::into_inner);
+        has_room(&limits.by_actor, actor_key, period, self.config.wake_limit_per_actor)
+            && has_room(&limits.by_url, url_key, period, self.config.wake_limit_per_url)
     }
 
     fn expires_at(&self) -> u64 {
         now_unix_s().saturating_add(self.config.ttl.as_secs())
     }
 
-    /// Writes a persistent announce; the stored record (status online).
+    /// Writes a persistent announce; the stored record (status online), or `None` when the
+    /// record is new and its project holds `presence_max_members_per_project` already.
     ///
     /// # Errors
     /// The store's.
@@ -398,7 +435,7 @@ impl Members {
         actor: &ActorId,
         client_id: &str,
         p: &Persistent,
-    ) -> Result<StoredMember, StoreError> {
+    ) -> Result<Option<StoredMember>, StoreError> {
         let column = room_column(room);
         let write = MemberWrite {
             room: &column,
@@ -410,12 +447,13 @@ impl Members {
             node: self.node.as_str(),
             now_s: now_unix_s(),
             expires_at_s: self.expires_at(),
+            project_limit: self.config.max_per_project,
         };
         // Back on this node: a going offline still waiting for the store is void.
         self.offline_pending.lock().unwrap_or_else(PoisonError::into_inner).remove(&(room.clone(), actor.clone()));
-        let m = self.store.upsert_member(&write).await?;
+        let Some(m) = self.store.upsert_member(&write).await? else { return Ok(None) };
         self.forget_negative(room);
-        Ok(m)
+        Ok(Some(m))
     }
 
     /// The actor's last connection left `room`: its records go offline. `true` when it had any
@@ -733,12 +771,7 @@ impl Members {
             let actor_key = (project.clone(), m.actor.clone());
             let url_key = (project, url_origin(&target.url));
             let period = self.config.wake_limit_period;
-            let admitted = {
-                let limits = self.limits.lock().unwrap_or_else(PoisonError::into_inner);
-                has_room(&limits.by_actor, &actor_key, period, self.config.wake_limit_per_actor)
-                    && has_room(&limits.by_url, &url_key, period, self.config.wake_limit_per_url)
-            };
-            if !admitted {
+            if !self.wake_admitted(&actor_key, &url_key).await {
                 self.metrics.limited.fetch_add(1, Ordering::Relaxed);
                 if let Some(left_out) = self.log_line() {
                     tracing::warn!(

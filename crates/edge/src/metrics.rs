@@ -60,6 +60,9 @@ pub struct Metrics {
     /// Frames other than `publish` refused by their per-connection rate limit
     /// (`presence_rate_limit`, `subscribe_rate_limit`, `query_rate_limit`; issue 33).
     pub frames_rate_limited: AtomicU64,
+    /// Messages of a history topic given an offset but not kept, because their project's
+    /// history was at `history_max_bytes_per_project` (issue 33).
+    pub history_not_kept: AtomicU64,
     /// `reconnect:true` auths that waited for a node suspected dead to release a restore
     /// record (`restore_wait`, issue 19).
     pub restore_waits: AtomicU64,

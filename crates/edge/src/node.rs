@@ -139,15 +139,18 @@ impl EdgeNode {
             &config,
         ));
         let deferred_removals = Arc::new(DeferredRemovals::default());
-        let members = Arc::new(crate::members::Members::new(
-            config.members.clone(),
-            node.clone(),
-            backends.store.clone(),
-            hub.clone(),
-            registry.clone(),
-            backends.presence.clone(),
-            backends.wake_poster,
-        ));
+        let members = Arc::new(
+            crate::members::Members::new(
+                config.members.clone(),
+                node.clone(),
+                backends.store.clone(),
+                hub.clone(),
+                registry.clone(),
+                backends.presence.clone(),
+                backends.wake_poster,
+            )
+            .with_shared_limits(backends.shared_limits),
+        );
         let mut metrics_sources = backends.metrics_sources;
         metrics_sources.push(members.clone());
         let liveness = Liveness {

@@ -194,6 +194,12 @@ pub fn render(st: &EdgeState) -> String {
         "Hydrations of new subscriptions (N43), by result: ok, gone, or why no frame was sent.",
         &m.hydrations.snapshot(),
     );
+    o.scalar(
+        "skua_history_not_kept_total",
+        "counter",
+        "Messages of history topics delivered but not kept: their project's history was at history_max_bytes_per_project.",
+        load(&m.history_not_kept),
+    );
     let mut replays = m.replays_by_kind.snapshot();
     replays.push(("group", load(&m.replays)));
     replays.sort_unstable();

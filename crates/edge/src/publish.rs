@@ -285,6 +285,8 @@ pub struct Publisher {
     triggers: Option<Arc<Triggers>>,
     /// The history slot (issue 19): a topic with history gets its offset here.
     history: Option<Arc<dyn skua_core::history::History>>,
+    /// Throttles the WARN about messages a project's history quota did not keep.
+    history_not_kept_log: crate::triggers::Throttle,
     /// Idempotent publish (issue 19); `None`: keys are ignored.
     idempotency: Option<IdempotencyGate>,
 }
@@ -319,6 +321,7 @@ impl Publisher {
             observers,
             triggers: None,
             history: None,
+            history_not_kept_log: crate::triggers::Throttle::default(),
             idempotency: None,
         }
     }
@@ -581,7 +584,20 @@ impl Publisher {
                     data: &data,
                 };
                 match h.append(&topic, &config, entry).await {
-                    Ok(pos) => Some(pos),
+                    Ok(a) => {
+                        if !a.kept {
+                            // Delivered, with its offset, but not kept (issue 33).
+                            self.metrics.history_not_kept.fetch_add(1, Ordering::Relaxed);
+                            if let Some(n) = self.history_not_kept_log.note(1) {
+                                tracing::warn!(
+                                    project = %topic.room.project,
+                                    not_kept = n,
+                                    "A project's history is at history_max_bytes_per_project: messages are delivered but not kept (count since the last line)."
+                                );
+                            }
+                        }
+                        Some(a.pos)
+                    }
                     Err(e) => {
                         tracing::warn!(error = %e, "Appending to a topic's history failed; publish refused.");
                         // As for a refused bus publish below: the trigger leaves the outbox, the

@@ -39,6 +39,8 @@ pub struct Backends {
     pub hydrator: Option<Arc<dyn crate::hydrate::Hydrator>>,
     /// Posts wake requests of persistent members (N47); `None`: nobody is woken.
     pub wake_poster: Option<Arc<dyn crate::members::WakePoster>>,
+    /// The cluster's counters of the wake limits (issue 33); `None`: each node counts alone.
+    pub shared_limits: Option<Arc<dyn skua_core::limits::SharedLimits>>,
     /// Topic history (issue 19); `None`: no topic keeps history on this node.
     pub history: Option<Arc<dyn skua_core::history::History>>,
     /// Remembers publish idempotency keys (issue 19): in memory on one node, Redis in a

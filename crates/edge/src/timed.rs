@@ -236,7 +236,7 @@ impl Store for TimedStore {
 
 #[async_trait]
 impl MemberStore for TimedStore {
-    async fn upsert_member(&self, write: &MemberWrite<'_>) -> Result<StoredMember, StoreError> {
+    async fn upsert_member(&self, write: &MemberWrite<'_>) -> Result<Option<StoredMember>, StoreError> {
         timed(&self.metrics, "store", "upsert_member", self.inner.upsert_member(write)).await
     }
 
@@ -437,6 +437,7 @@ pub fn wrap(backends: crate::Backends, metrics: &Arc<Metrics>) -> crate::Backend
         metrics_sources: backends.metrics_sources,
         hydrator: backends.hydrator,
         wake_poster: backends.wake_poster,
+        shared_limits: backends.shared_limits,
         history: backends.history,
         idempotency: backends.idempotency,
     }

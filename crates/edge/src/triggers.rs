@@ -67,7 +67,7 @@ pub const LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// A WARN at most every [`LOG_EVERY`], carrying how many events happened since the last one.
 #[derive(Debug, Default)]
-struct Throttle {
+pub(crate) struct Throttle {
     /// Events not yet logged.
     pending: AtomicU64,
     /// Unix ms of the last line (0: none yet).
@@ -76,7 +76,7 @@ struct Throttle {
 
 impl Throttle {
     /// Counts `n` events; `Some(count)` when a line is due now (the caller logs it).
-    fn note(&self, n: u64) -> Option<u64> {
+    pub(crate) fn note(&self, n: u64) -> Option<u64> {
         self.pending.fetch_add(n, Ordering::Relaxed);
         let now = now_unix_ms();
         let last = self.last_ms.load(Ordering::Relaxed);

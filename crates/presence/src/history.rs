@@ -11,9 +11,18 @@
 //! The stream expires `ttl` after the last append; the hash a day (or 2 × ttl) after it. When
 //! the hash is lost (expired, evicted, flushed) the next append or read makes a new epoch and
 //! drops whatever the stream still held.
+//!
+//! Per-project quota (issue 33, `history_max_bytes_per_project`), per project under the prefix:
+//! `<prefix>:histq:<project>` is a hash of the payload bytes each topic's stream holds (field:
+//! the topic's hash key) plus their sum (field `*`), and `…:x` a sorted set of those topics
+//! scored by when their stream expires (Redis's own clock, `TIME`). The scripts keep both in
+//! step with every append, trim and age drop; an append first forgets up to 16 topics whose
+//! stream has expired, so each write costs O(1) amortized. A message that would take the sum
+//! past the quota gets its offset but is not kept, and its topic's stream goes with it (see
+//! [`Appended::kept`]).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 
 use ::redis::aio::ConnectionManager;
@@ -21,7 +30,8 @@ use ::redis::{Script, Value};
 use async_trait::async_trait;
 use bytes::Bytes;
 use skua_core::history::{
-    History, HistoryConfig, HistoryEntry, HistoryError, HistoryPos, HistoryRead, NewHistoryEntry, ReadFrom, history_key,
+    Appended, History, HistoryConfig, HistoryEntry, HistoryError, HistoryPos, HistoryRead, NewHistoryEntry, ReadFrom,
+    history_key,
 };
 use skua_core::{ActorId, TopicAddress};
 
@@ -34,13 +44,24 @@ pub struct HistoryLimits {
     pub max_topics: usize,
     /// Most payload bytes one (room, topic) history keeps; the oldest entries go first.
     pub max_topic_bytes: usize,
+    /// Most payload bytes the histories of one project keep together (issue 33); a message
+    /// beyond it is not kept ([`Appended::kept`]). 0: no quota.
+    pub max_project_bytes: usize,
 }
 
 impl Default for HistoryLimits {
     fn default() -> Self {
-        Self { max_size: 10_000, max_topics: 10_000, max_topic_bytes: 16 * 1024 * 1024 }
+        Self {
+            max_size: 10_000,
+            max_topics: 10_000,
+            max_topic_bytes: 16 * 1024 * 1024,
+            max_project_bytes: DEFAULT_MAX_PROJECT_BYTES,
+        }
     }
 }
+
+/// Default of `history_max_bytes_per_project`: 64 MiB.
+pub const DEFAULT_MAX_PROJECT_BYTES: usize = 64 * 1024 * 1024;
 
 /// A fresh epoch: 16 random hex digits.
 fn new_epoch() -> Arc<str> {
@@ -55,14 +76,19 @@ struct Ring {
     entries: VecDeque<HistoryEntry>,
     bytes: usize,
     used: u64,
+    /// The payload bytes its project's rings keep together.
+    project: Arc<AtomicUsize>,
+    /// Evicted: no longer in the map, so it keeps nothing more (an append that still held it).
+    gone: bool,
 }
 
 impl Ring {
-    fn new() -> Self {
-        Self { epoch: new_epoch(), head: 0, entries: VecDeque::new(), bytes: 0, used: 0 }
+    fn new(project: Arc<AtomicUsize>) -> Self {
+        Self { epoch: new_epoch(), head: 0, entries: VecDeque::new(), bytes: 0, used: 0, project, gone: false }
     }
 
     fn trim(&mut self, size: usize, max_bytes: usize, min_ts: u64) {
+        let before = self.bytes;
         while let Some(front) = self.entries.front() {
             if self.entries.len() > size || self.bytes > max_bytes || front.timestamp_ms < min_ts {
                 self.bytes -= front.data.len();
@@ -71,6 +97,14 @@ impl Ring {
                 break;
             }
         }
+        self.project.fetch_sub(before - self.bytes, Ordering::Relaxed);
+    }
+
+    /// Drops every entry, giving their bytes back to the project.
+    fn clear(&mut self) {
+        self.project.fetch_sub(self.bytes, Ordering::Relaxed);
+        self.bytes = 0;
+        self.entries.clear();
     }
 }
 
@@ -81,6 +115,8 @@ pub struct MemoryHistory {
     limits: HistoryLimits,
     // std Mutex: short map and ring updates, never across an await.
     rings: Mutex<HashMap<String, Arc<Mutex<Ring>>>>,
+    /// Payload bytes kept per project (a project's entry stays once made: projects are few).
+    projects: Mutex<HashMap<String, Arc<AtomicUsize>>>,
     tick: AtomicU64,
 }
 
@@ -91,7 +127,17 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl MemoryHistory {
     /// An empty history within `limits`.
     pub fn new(limits: HistoryLimits) -> Self {
-        Self { limits, rings: Mutex::new(HashMap::new()), tick: AtomicU64::new(0) }
+        Self {
+            limits,
+            rings: Mutex::new(HashMap::new()),
+            projects: Mutex::new(HashMap::new()),
+            tick: AtomicU64::new(0),
+        }
+    }
+
+    /// Payload bytes the histories of `project` keep.
+    pub fn project_bytes(&self, project: &str) -> usize {
+        lock(&self.projects).get(project).map_or(0, |b| b.load(Ordering::Relaxed))
     }
 
     fn ring(&self, topic: &TopicAddress) -> Arc<Mutex<Ring>> {
@@ -104,11 +150,16 @@ impl MemoryHistory {
         }
         if rings.len() >= self.limits.max_topics.max(1) {
             let oldest = rings.iter().min_by_key(|(_, r)| lock(r).used).map(|(k, _)| k.clone());
-            if let Some(k) = oldest {
-                rings.remove(&k);
+            if let Some(k) = oldest
+                && let Some(r) = rings.remove(&k)
+            {
+                let mut r = lock(&r);
+                r.clear();
+                r.gone = true;
             }
         }
-        let ring = Arc::new(Mutex::new(Ring { used, ..Ring::new() }));
+        let project = lock(&self.projects).entry(topic.room.project.as_str().to_owned()).or_default().clone();
+        let ring = Arc::new(Mutex::new(Ring { used, ..Ring::new(project) }));
         rings.insert(key, ring.clone());
         ring
     }
@@ -130,12 +181,22 @@ impl History for MemoryHistory {
         topic: &TopicAddress,
         config: &HistoryConfig,
         entry: NewHistoryEntry<'_>,
-    ) -> Result<HistoryPos, HistoryError> {
+    ) -> Result<Appended, HistoryError> {
         let ring = self.ring(topic);
         let mut ring = lock(&ring);
         ring.head += 1;
         let offset = ring.head;
-        ring.bytes += entry.data.len();
+        let len = entry.data.len();
+        let quota = self.limits.max_project_bytes;
+        if ring.gone || (quota != 0 && ring.project.load(Ordering::Relaxed).saturating_add(len) > quota) {
+            // Not kept, and neither is anything older of this topic: a reader must not take
+            // the gap for a complete history. (A ring evicted while this append held it keeps
+            // nothing either: its epoch is gone from the map, so readers already see a new one.)
+            ring.clear();
+            return Ok(Appended { pos: HistoryPos { offset, epoch: ring.epoch.clone() }, kept: false });
+        }
+        ring.bytes += len;
+        ring.project.fetch_add(len, Ordering::Relaxed);
         ring.entries.push_back(HistoryEntry {
             offset,
             timestamp_ms: entry.timestamp_ms,
@@ -147,7 +208,7 @@ impl History for MemoryHistory {
         let min_ts = entry.timestamp_ms.saturating_sub(config.ttl_ms);
         let size = self.size(config);
         ring.trim(size, self.limits.max_topic_bytes, min_ts);
-        Ok(HistoryPos { offset, epoch: ring.epoch.clone() })
+        Ok(Appended { pos: HistoryPos { offset, epoch: ring.epoch.clone() }, kept: true })
     }
 
     async fn read(
@@ -179,31 +240,96 @@ impl History for MemoryHistory {
     }
 }
 
-/// Appends one message: KEYS = hash, stream; ARGV = fresh epoch, size, t, p, f, m, d, stream
-/// ttl ms, hash ttl ms. Returns `{offset, epoch}`.
+/// Forgets up to 16 of the project's topics whose stream has expired (KEYS[3] the quota hash,
+/// KEYS[4] the expiry set, `now` Redis's clock in ms); shared by both scripts.
+const REAP: &str = r"
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function reap(now)
+  for _, t in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', '(' .. now, 'LIMIT', 0, 16)) do
+    local b = tonumber(redis.call('HGET', KEYS[3], t) or '0')
+    redis.call('HINCRBY', KEYS[3], '*', -b)
+    redis.call('HDEL', KEYS[3], t)
+    redis.call('ZREM', KEYS[4], t)
+  end
+end
+local function data_len(ent)
+  local f = ent[2]
+  for i = 1, #f, 2 do
+    if f[i] == 'd' then return string.len(f[i + 1]) end
+  end
+  return 0
+end
+-- This topic's stream gave back `n` bytes (at most what it is charged).
+local function give_back(n)
+  local mine = tonumber(redis.call('HGET', KEYS[3], KEYS[1]) or '0')
+  n = math.min(n, mine)
+  if n > 0 then
+    redis.call('HINCRBY', KEYS[3], KEYS[1], -n)
+    redis.call('HINCRBY', KEYS[3], '*', -n)
+  end
+end
+-- The stream is gone (expired, lost, dropped): its charge goes.
+local function forget_stream()
+  redis.call('ZREM', KEYS[4], KEYS[1])
+  local mine = redis.call('HGET', KEYS[3], KEYS[1])
+  if not mine then return end
+  redis.call('HINCRBY', KEYS[3], '*', -tonumber(mine))
+  redis.call('HDEL', KEYS[3], KEYS[1])
+end
+";
+
+/// Appends one message: KEYS = hash, stream, quota hash, expiry set; ARGV = fresh epoch, size,
+/// t, p, f, m, d, stream ttl ms, hash ttl ms, quota bytes (0: none). Returns `{offset, epoch,
+/// kept}`.
 static APPEND: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(&format!(
+        "{REAP}{}",
         r"
+local now = now_ms()
+reap(now)
 local e = redis.call('HGET', KEYS[1], 'e')
 if not e then
   e = ARGV[1]
   redis.call('HSET', KEYS[1], 'e', e, 'o', 0)
   redis.call('DEL', KEYS[2])
 end
+if redis.call('EXISTS', KEYS[2]) == 0 then forget_stream() end
 local o = redis.call('HINCRBY', KEYS[1], 'o', 1)
-redis.call('XADD', KEYS[2], o .. '-1', 't', ARGV[3], 'p', ARGV[4], 'f', ARGV[5], 'm', ARGV[6], 'd', ARGV[7])
-local keep = tonumber(ARGV[2])
-if o > keep then
-  redis.call('XTRIM', KEYS[2], 'MINID', (o - keep + 1) .. '-0')
+local len = string.len(ARGV[7])
+local quota = tonumber(ARGV[10])
+local kept = 1
+if quota > 0 and tonumber(redis.call('HGET', KEYS[3], '*') or '0') + len > quota then
+  -- Not kept, nor anything older of this topic: no reader takes the gap for a whole history.
+  kept = 0
+  redis.call('DEL', KEYS[2])
+  forget_stream()
+else
+  redis.call('XADD', KEYS[2], o .. '-1', 't', ARGV[3], 'p', ARGV[4], 'f', ARGV[5], 'm', ARGV[6], 'd', ARGV[7])
+  redis.call('HINCRBY', KEYS[3], KEYS[1], len)
+  redis.call('HINCRBY', KEYS[3], '*', len)
+  local keep = tonumber(ARGV[2])
+  if o > keep then
+    local freed = 0
+    for _, ent in ipairs(redis.call('XRANGE', KEYS[2], '-', (o - keep) .. '-1')) do freed = freed + data_len(ent) end
+    redis.call('XTRIM', KEYS[2], 'MINID', (o - keep + 1) .. '-0')
+    give_back(freed)
+  end
+  redis.call('PEXPIRE', KEYS[2], ARGV[8])
+  redis.call('ZADD', KEYS[4], now + tonumber(ARGV[8]), KEYS[1])
 end
-redis.call('PEXPIRE', KEYS[2], ARGV[8])
 redis.call('PEXPIRE', KEYS[1], ARGV[9])
-return {o, e}
-",
-    )
+local qttl = tonumber(ARGV[9])
+if redis.call('PTTL', KEYS[3]) < qttl then redis.call('PEXPIRE', KEYS[3], qttl) end
+if redis.call('PTTL', KEYS[4]) < qttl then redis.call('PEXPIRE', KEYS[4], qttl) end
+return {o, e, kept}
+"
+    ))
 });
 
-/// Reads: KEYS = hash, stream; ARGV = fresh epoch, hash ttl ms, oldest kept unix ms, mode
+/// Reads: KEYS = hash, stream, quota hash, expiry set; ARGV = fresh epoch, hash ttl ms, oldest kept unix ms, mode
 /// (`after`, `latest`, `since`), offset (`since`: unix ms), limit, size. Drops entries older
 /// than the ttl first. Returns `{epoch, head, first, entries}` (entries as XRANGE returns them,
 /// oldest first except `latest`, which is newest first). `since` scans from the oldest entry in
@@ -211,7 +337,8 @@ return {o, e}
 /// offsets (what the reader keeps of a stream a smaller `size` has not trimmed yet), so only
 /// those travel.
 static READ: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(&format!(
+        "{REAP}{}",
         r"
 local e = redis.call('HGET', KEYS[1], 'e')
 if not e then
@@ -220,18 +347,22 @@ if not e then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   redis.call('DEL', KEYS[2])
 end
+if redis.call('EXISTS', KEYS[2]) == 0 then forget_stream() end
 local head = tonumber(redis.call('HGET', KEYS[1], 'o'))
 local min_ts = tonumber(ARGV[3])
+local freed = 0
 while true do
   local batch = redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', 32)
   if #batch == 0 then break end
   local stop = false
   for _, ent in ipairs(batch) do
     if tonumber(ent[2][2]) >= min_ts then stop = true break end
+    freed = freed + data_len(ent)
     redis.call('XDEL', KEYS[2], ent[1])
   end
   if stop then break end
 end
+give_back(freed)
 local first = 0
 local f = redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', 1)
 if #f > 0 then first = tonumber(string.match(f[1][1], '^(%d+)')) end
@@ -255,8 +386,8 @@ else
   end
 end
 return {e, head, first, entries}
-",
-    )
+"
+    ))
 });
 
 /// History in Redis streams, shared by every node of a cluster (see the module docs).
@@ -264,6 +395,7 @@ return {e, head, first, entries}
 pub struct RedisHistory {
     conn: ConnectionManager,
     prefix: Arc<str>,
+    max_project_bytes: u64,
 }
 
 impl std::fmt::Debug for RedisHistory {
@@ -338,13 +470,24 @@ fn entry(v: &Value) -> Result<HistoryEntry, HistoryError> {
 impl RedisHistory {
     /// History over `conn`, keeping its keys under `prefix` (the cluster's namespace).
     pub fn new(conn: ConnectionManager, prefix: &str) -> Self {
-        Self { conn, prefix: Arc::from(prefix) }
+        Self { conn, prefix: Arc::from(prefix), max_project_bytes: DEFAULT_MAX_PROJECT_BYTES as u64 }
     }
 
-    fn keys(&self, topic: &TopicAddress) -> (Vec<u8>, Vec<u8>) {
+    /// The same history with a per-project quota of `bytes` of payload (0: none), shared by
+    /// every node of the cluster (`history_max_bytes_per_project`).
+    #[must_use]
+    pub fn with_max_project_bytes(mut self, bytes: u64) -> Self {
+        self.max_project_bytes = bytes;
+        self
+    }
+
+    /// The topic's hash and stream, its project's quota hash and expiry set.
+    fn keys(&self, topic: &TopicAddress) -> [Vec<u8>; 4] {
         let hash = format!("{}:hist:{}", self.prefix, history_key(topic));
         let stream = format!("{hash}:s");
-        (hash.into_bytes(), stream.into_bytes())
+        let quota = format!("{}:histq:{}", self.prefix, topic.room.project.as_str());
+        let expiry = format!("{quota}:x");
+        [hash.into_bytes(), stream.into_bytes(), quota.into_bytes(), expiry.into_bytes()]
     }
 }
 
@@ -355,10 +498,10 @@ impl History for RedisHistory {
         topic: &TopicAddress,
         config: &HistoryConfig,
         entry: NewHistoryEntry<'_>,
-    ) -> Result<HistoryPos, HistoryError> {
-        let (hash, stream) = self.keys(topic);
+    ) -> Result<Appended, HistoryError> {
+        let [hash, stream, quota, expiry] = self.keys(topic);
         let mut inv = APPEND.prepare_invoke();
-        inv.key(hash).key(stream);
+        inv.key(hash).key(stream).key(quota).key(expiry);
         inv.arg(&*new_epoch())
             .arg(config.size.max(1))
             .arg(entry.timestamp_ms)
@@ -367,10 +510,11 @@ impl History for RedisHistory {
             .arg(entry.msg_id.unwrap_or(""))
             .arg(&entry.data[..])
             .arg(config.ttl_ms.max(1))
-            .arg(hash_ttl_ms(config));
+            .arg(hash_ttl_ms(config))
+            .arg(self.max_project_bytes);
         let mut conn = self.conn.clone();
-        let (offset, epoch): (u64, String) = inv.invoke_async(&mut conn).await.map_err(unavailable)?;
-        Ok(HistoryPos { offset, epoch: Arc::from(epoch) })
+        let (offset, epoch, kept): (u64, String, u8) = inv.invoke_async(&mut conn).await.map_err(unavailable)?;
+        Ok(Appended { pos: HistoryPos { offset, epoch: Arc::from(epoch) }, kept: kept == 1 })
     }
 
     async fn read(
@@ -381,14 +525,14 @@ impl History for RedisHistory {
         limit: usize,
         now_ms: u64,
     ) -> Result<HistoryRead, HistoryError> {
-        let (hash, stream) = self.keys(topic);
+        let [hash, stream, quota, expiry] = self.keys(topic);
         let (mode, offset) = match from {
             ReadFrom::After(a) => ("after", a),
             ReadFrom::Latest => ("latest", 0),
             ReadFrom::Since(t) => ("since", t),
         };
         let mut inv = READ.prepare_invoke();
-        inv.key(hash).key(stream);
+        inv.key(hash).key(stream).key(quota).key(expiry);
         inv.arg(&*new_epoch())
             .arg(hash_ttl_ms(config))
             .arg(now_ms.saturating_sub(config.ttl_ms))

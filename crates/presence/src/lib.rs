@@ -6,6 +6,8 @@
 //! - [`memory`]: [`MemoryPresence`], presence in this process's memory, for a single node;
 //! - [`idempotency`]: [`MemoryIdempotency`] and [`RedisIdempotency`], publish idempotency keys
 //!   (issue 19) in memory for a single node and in Redis for a cluster;
+//! - [`limits`]: [`RedisSharedLimits`], fixed-window counters in Redis shared by a cluster's
+//!   nodes (the wake limits, issue 33);
 //! - [`redis`]: [`RedisPresence`], presence in Redis 7, shared by the nodes of a cluster (its
 //!   docs give the key layout).
 //!
@@ -13,9 +15,11 @@
 
 pub mod history;
 pub mod idempotency;
+pub mod limits;
 pub mod memory;
 pub mod redis;
 
 pub use self::idempotency::{MemoryIdempotency, RedisIdempotency};
+pub use self::limits::RedisSharedLimits;
 pub use self::memory::MemoryPresence;
 pub use self::redis::{RedisPresence, RedisTls};

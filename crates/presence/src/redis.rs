@@ -132,6 +132,12 @@ impl RedisPresence {
         crate::idempotency::RedisIdempotency::new(self.conn.clone(), key_prefix)
     }
 
+    /// Fixed-window counters on this presence's Redis connection, keys under
+    /// `<key_prefix>:limit:` (the wake limits, issue 33).
+    pub fn shared_limits(&self, key_prefix: &str) -> crate::limits::RedisSharedLimits {
+        crate::limits::RedisSharedLimits::new(self.conn.clone(), key_prefix)
+    }
+
     /// The history slot on this presence's Redis connection, keys under `key_prefix` (issue 19).
     pub fn history(&self, key_prefix: &str) -> crate::history::RedisHistory {
         crate::history::RedisHistory::new(self.conn.clone(), key_prefix)

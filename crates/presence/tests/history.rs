@@ -17,9 +17,13 @@ const URL_VAR: &str = "SKUA_TEST_REDIS_URL";
 const NOW: u64 = 1_800_000_000_000;
 
 fn topic(room: &str) -> TopicAddress {
+    topic_of("p", room)
+}
+
+fn topic_of(project: &str, room: &str) -> TopicAddress {
     TopicAddress {
         room: RoomKey {
-            project: ProjectId::parse("p").unwrap(),
+            project: ProjectId::parse(project).unwrap(),
             app: AppId::parse("a").unwrap(),
             room: Arc::from(room),
         },
@@ -31,7 +35,7 @@ async fn append(h: &dyn History, t: &TopicAddress, c: &HistoryConfig, ts: u64, n
     let publisher = ActorId::parse("bob").unwrap();
     let data = Bytes::from(n.to_be_bytes().to_vec());
     let entry = NewHistoryEntry { timestamp_ms: ts, publisher: &publisher, filter: None, msg_id: None, data: &data };
-    h.append(t, c, entry).await.unwrap().offset
+    h.append(t, c, entry).await.unwrap().pos.offset
 }
 
 fn offsets(r: &skua_core::history::HistoryRead) -> Vec<u64> {
@@ -102,7 +106,7 @@ async fn behaves(h: &dyn History) {
         msg_id: Some("m-1"),
         data: &data,
     };
-    let pos = h.append(&t4, &big, entry).await.unwrap();
+    let pos = h.append(&t4, &big, entry).await.unwrap().pos;
     let r = h.read(&t4, &big, ReadFrom::After(0), 10, NOW).await.unwrap();
     assert_eq!(r.epoch, pos.epoch, "reads name the epoch appends gave");
     let e = &r.entries[0];
@@ -114,6 +118,84 @@ async fn behaves(h: &dyn History) {
     assert_ne!(h.read(&t, &big, ReadFrom::Latest, 1, NOW).await.unwrap().epoch, r.epoch);
 }
 
+/// Appends `len` bytes to `t`; whether they were kept.
+async fn append_bytes(h: &dyn History, t: &TopicAddress, c: &HistoryConfig, len: usize) -> (u64, bool) {
+    let publisher = ActorId::parse("bob").unwrap();
+    let data = Bytes::from(vec![7u8; len]);
+    let entry = NewHistoryEntry { timestamp_ms: NOW, publisher: &publisher, filter: None, msg_id: None, data: &data };
+    let a = h.append(t, c, entry).await.unwrap();
+    (a.pos.offset, a.kept)
+}
+
+/// The per-project quota (issue 33), built with 1000 bytes per project: one project filling
+/// its quota keeps the other's history untouched, a message beyond it gets its offset but is
+/// not kept (and a recovery across it is incomplete), trims and age drops give bytes back.
+async fn project_quota(h: &dyn History) {
+    let c = HistoryConfig { size: 100, ttl_ms: 60_000 };
+    let (a1, a2, b) = (topic_of("pa", "r1"), topic_of("pa", "r2"), topic_of("pb", "r1"));
+    assert_eq!(append_bytes(h, &b, &c, 100).await, (1, true));
+    for n in 1..=4 {
+        assert_eq!(append_bytes(h, &a1, &c, 200).await, (n, true));
+    }
+    assert_eq!(append_bytes(h, &a2, &c, 200).await, (1, true), "1000 bytes: exactly the quota");
+    // Full: the next message of project pa is not kept, and its topic's older entries go.
+    assert_eq!(append_bytes(h, &a1, &c, 1).await, (5, false));
+    let r = h.read(&a1, &c, ReadFrom::After(0), 100, NOW).await.unwrap();
+    assert_eq!((r.head, r.entries.len()), (5, 0));
+    assert!(!r.reaches_back_to(3, &r.epoch), "a recovery across a message not kept is incomplete");
+    // Project pb is not affected by pa's quota: its history keeps growing.
+    for n in 2..=9 {
+        assert_eq!(append_bytes(h, &b, &c, 100).await, (n, true), "another project's history is its own");
+    }
+    assert_eq!(offsets(&h.read(&b, &c, ReadFrom::After(0), 100, NOW).await.unwrap()).len(), 9);
+    // What a1 held was given back: pa keeps 200 bytes (a2), so 800 more fit.
+    assert_eq!(append_bytes(h, &a1, &c, 800).await, (6, true));
+    assert_eq!(append_bytes(h, &a2, &c, 1).await, (2, false));
+    let r = h.read(&a1, &c, ReadFrom::After(5), 100, NOW).await.unwrap();
+    assert!(r.reaches_back_to(5, &r.epoch) && offsets(&r) == [6]);
+    // A size trim gives back what it drops: a size-1 topic replaces its message in place.
+    let one = HistoryConfig { size: 1, ttl_ms: 60_000 };
+    let (c1, c2) = (topic_of("pc", "r1"), topic_of("pc", "r2"));
+    for n in 1..=20 {
+        assert_eq!(append_bytes(h, &c1, &one, 400).await, (n, true), "trimmed bytes are given back");
+    }
+    assert_eq!(append_bytes(h, &c2, &c, 600).await, (1, true));
+    // An age drop on read gives back too.
+    let short = HistoryConfig { size: 100, ttl_ms: 1_000 };
+    let publisher = ActorId::parse("bob").unwrap();
+    let data = Bytes::from(vec![1u8; 600]);
+    let old =
+        NewHistoryEntry { timestamp_ms: NOW - 5_000, publisher: &publisher, filter: None, msg_id: None, data: &data };
+    let d1 = topic_of("pd", "r1");
+    assert!(h.append(&d1, &short, old).await.unwrap().kept);
+    assert!(h.read(&d1, &short, ReadFrom::After(0), 100, NOW).await.unwrap().entries.is_empty());
+    assert_eq!(append_bytes(h, &topic_of("pd", "r2"), &c, 1000).await, (1, true), "the aged entry's bytes came back");
+}
+
+#[tokio::test]
+async fn memory_history_keeps_a_quota_per_project() {
+    let h = MemoryHistory::new(HistoryLimits { max_project_bytes: 1000, ..HistoryLimits::default() });
+    project_quota(&h).await;
+    // a1's 800; a2's 200 went with the message it did not keep.
+    assert_eq!((h.project_bytes("pa"), h.project_bytes("pb")), (800, 900));
+}
+
+#[tokio::test]
+async fn redis_history_keeps_a_quota_per_project_for_the_whole_cluster() {
+    let Some(p) = Prefix::from_env() else { return };
+    project_quota(&p.open().await.with_max_project_bytes(1000)).await;
+    // Two nodes share one quota: what one kept counts for the other.
+    let (x, y) = (p.open().await.with_max_project_bytes(300), p.open().await.with_max_project_bytes(300));
+    let c = HistoryConfig { size: 100, ttl_ms: 60_000 };
+    assert!(append_bytes(&x, &topic_of("pe", "r1"), &c, 200).await.1);
+    assert!(!append_bytes(&y, &topic_of("pe", "r2"), &c, 200).await.1, "the quota is the cluster's");
+    // A stream that expired (here: deleted, as Redis does) gives its bytes back.
+    let client = redis::Client::open(p.url.as_str()).unwrap();
+    let mut conn = client.get_connection_with_timeout(Duration::from_secs(1)).unwrap();
+    let _: i64 = redis::cmd("DEL").arg(format!("{}:hist:pe/a/r1/feed:s", p.prefix)).query(&mut conn).unwrap();
+    assert!(append_bytes(&y, &topic_of("pe", "r1"), &c, 250).await.1, "an expired stream is no longer charged");
+}
+
 #[tokio::test]
 async fn memory_history_behaves() {
     behaves(&MemoryHistory::new(HistoryLimits::default())).await;
@@ -122,7 +204,7 @@ async fn memory_history_behaves() {
 #[tokio::test]
 async fn memory_history_is_bounded_and_a_restart_changes_the_epoch() {
     let c = HistoryConfig { size: 1_000_000, ttl_ms: 60_000 };
-    let limits = HistoryLimits { max_size: 4, max_topics: 2, max_topic_bytes: 1024 };
+    let limits = HistoryLimits { max_size: 4, max_topics: 2, max_topic_bytes: 1024, ..HistoryLimits::default() };
     let h = MemoryHistory::new(limits);
     let t = topic("r1");
     for n in 1..=10 {
@@ -131,7 +213,12 @@ async fn memory_history_is_bounded_and_a_restart_changes_the_epoch() {
     let r = h.read(&t, &c, ReadFrom::After(0), 100, NOW).await.unwrap();
     assert_eq!(offsets(&r), [7, 8, 9, 10], "a configured size saturates at max_size");
     // Bytes: 4-byte payloads, 12 bytes per topic at most.
-    let big = MemoryHistory::new(HistoryLimits { max_size: 1000, max_topics: 2, max_topic_bytes: 12 });
+    let big = MemoryHistory::new(HistoryLimits {
+        max_size: 1000,
+        max_topics: 2,
+        max_topic_bytes: 12,
+        ..HistoryLimits::default()
+    });
     for n in 1..=10 {
         append(&big, &t, &c, NOW, n).await;
     }
@@ -214,8 +301,9 @@ async fn redis_history_offsets_are_shared_by_nodes_and_a_flush_changes_the_epoch
     let ra = a.read(&t, &c, ReadFrom::After(0), 10, NOW).await.unwrap();
     let rb = b.read(&t, &c, ReadFrom::After(0), 10, NOW).await.unwrap();
     assert_eq!((offsets(&ra), &ra.epoch), (vec![1, 2, 3], &rb.epoch));
-    // The stream and counter expire with the ttl; both exist now.
-    assert_eq!(p.keys().len(), 2);
+    // The stream and counter expire with the ttl; both exist now, with the project's quota
+    // hash and expiry set.
+    assert_eq!(p.keys().len(), 4);
     // Redis loses the keys (a flush, an eviction): a new epoch, counting from 1 again.
     p.del(&p.keys());
     let r = a.read(&t, &c, ReadFrom::After(3), 10, NOW).await.unwrap();
@@ -234,6 +322,7 @@ async fn redis_history_offsets_are_shared_by_nodes_and_a_flush_changes_the_epoch
             },
         )
         .await
-        .unwrap();
+        .unwrap()
+        .pos;
     assert_eq!((pos.offset, &pos.epoch), (1, &r.epoch));
 }

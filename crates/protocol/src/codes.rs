@@ -38,6 +38,10 @@ pub mod error {
     /// (`max_retained_per_topic`, `max_retained_bytes_per_topic`, `max_retained_bytes`);
     /// nothing was published. The hint names the cap.
     pub const RETAINED_LIMIT_EXCEEDED: &str = "retained_limit_exceeded";
+    /// Skua addition (issue 33): a `persistent: true` presence that would add a stored member
+    /// while its project holds `presence_max_members_per_project`; nothing was announced or
+    /// stored. Replacing a member's own record is never refused.
+    pub const PRESENCE_LIMIT_EXCEEDED: &str = "presence_limit_exceeded";
     /// Skua addition: the message store is unreachable, so a logged-topic publish (or a
     /// persistent session's subscribe to one) was refused; nothing was stored.
     pub const STORE_UNAVAILABLE: &str = "store_unavailable";

@@ -214,6 +214,9 @@ pub struct Settings {
     /// Topic history: most payload bytes per in-memory history [default 16777216].
     #[arg(long, env = "SKUA_HISTORY_MAX_TOPIC_BYTES")]
     pub history_max_topic_bytes: Option<usize>,
+    /// Topic history: most payload bytes one project's histories keep (per node in memory, per cluster in Redis); beyond it messages are delivered but not kept [default 67108864].
+    #[arg(long, env = "SKUA_HISTORY_MAX_BYTES_PER_PROJECT")]
+    pub history_max_bytes_per_project: Option<usize>,
     /// Topic history: most messages one recovery replays [default 10000].
     #[arg(long, env = "SKUA_HISTORY_MAX_REPLAY")]
     pub history_max_replay: Option<usize>,
@@ -324,6 +327,9 @@ pub struct Settings {
     /// Serve gRPC reflection without the admin key [default false; --dev true].
     #[arg(long, env = "SKUA_GRPC_REFLECTION_PUBLIC")]
     pub grpc_reflection_public: Option<bool>,
+    /// Longest a gRPC call may take, reading its request body included; beyond it the call is answered CANCELLED and its stream freed [default 30s].
+    #[arg(long, env = "SKUA_GRPC_REQUEST_TIMEOUT")]
+    pub grpc_request_timeout: Option<String>,
     /// Failed admin-key checks from one address before it is blocked; 0: never [default 5].
     #[arg(long, env = "SKUA_ADMIN_KEY_MAX_FAILURES")]
     pub admin_key_max_failures: Option<u32>,
@@ -432,6 +438,9 @@ pub struct Settings {
     /// Most persistent members a presenceList adds beside the live ones [default 1000].
     #[arg(long, env = "SKUA_PRESENCE_LIST_LIMIT")]
     pub presence_list_limit: Option<u32>,
+    /// Most stored persistent presence members per project, cluster-wide; a new one beyond it is refused presence_limit_exceeded [default 10000].
+    #[arg(long, env = "SKUA_PRESENCE_MAX_MEMBERS_PER_PROJECT")]
+    pub presence_max_members_per_project: Option<u64>,
     /// How long a woken member has to connect when its wake.timeoutMs gives nothing (N47) [default 30s].
     #[arg(long, env = "SKUA_WAKE_TIMEOUT")]
     pub wake_timeout: Option<String>,
@@ -456,10 +465,10 @@ pub struct Settings {
     /// The period of the wake limits (wake_limit_per_actor, wake_limit_per_url, wake_log_limit) [default 1m].
     #[arg(long, env = "SKUA_WAKE_LIMIT_PERIOD")]
     pub wake_limit_period: Option<String>,
-    /// Wakes a node starts per actor (all its clientIds) per wake_limit_period; beyond it members stay offline [default 64].
+    /// Wakes started per actor (all its clientIds) per wake_limit_period, for the cluster with Redis presence (per node otherwise); beyond it members stay offline [default 64].
     #[arg(long, env = "SKUA_WAKE_LIMIT_PER_ACTOR")]
     pub wake_limit_per_actor: Option<u32>,
-    /// Wakes a node starts per project and wake URL origin (scheme, host, port) per wake_limit_period [default 256].
+    /// Wakes started per project and wake URL origin (scheme, host, port) per wake_limit_period, for the cluster with Redis presence (per node otherwise) [default 256].
     #[arg(long, env = "SKUA_WAKE_LIMIT_PER_URL")]
     pub wake_limit_per_url: Option<u32>,
     /// Log lines about failed or limited wakes a node writes per wake_limit_period; the rest are counted [default 10].
@@ -497,6 +506,7 @@ impl Settings {
             http_header_timeout, http_body_timeout, max_connections_per_ip, max_new_connections_per_ip_per_second, trusted_proxies,
             proxy_protocol, allowed_origins, metrics_listen, metrics_token, metrics_public);
         layer!(self, over; tls_cert, tls_key, grpc_tls_cert, grpc_tls_key, tls_reload_interval, grpc_reflection_public,
+            grpc_request_timeout,
             admin_key_max_failures, admin_key_failure_window, admin_key_backoff_max, bus_tls_ca, bus_tls_cert,
             bus_tls_key, presence_tls_ca, presence_tls_cert, presence_tls_key);
         layer!(self, over; trigger_lease, trigger_batch_window, trigger_scan_interval, webhook_dead_letters_per_project, trigger_overflow_queue,
@@ -511,9 +521,10 @@ impl Settings {
             dashboard_page_size, dashboard_search_max_chars);
         layer!(self, over; cluster, drain_spread, log_prune_batch);
         layer!(self, over; store_pool_size, migrate_lock_timeout, migrate_retry_for, restore_prune_interval);
-        layer!(self, over; history_max_size, history_max_topics, history_max_topic_bytes, history_max_replay,
+        layer!(self, over; history_max_size, history_max_topics, history_max_topic_bytes,
+            history_max_bytes_per_project, history_max_replay,
             history_max_page, history_recovery_margin, history_receipt_interval);
-        layer!(self, over; presence_ttl, presence_list_limit, wake_timeout, wake_timeout_max, wake_queue, wake_batch,
+        layer!(self, over; presence_ttl, presence_list_limit, presence_max_members_per_project, wake_timeout, wake_timeout_max, wake_queue, wake_batch,
             wake_negative_cache, wake_allowed_hosts, wake_timeout_min, wake_limit_period, wake_limit_per_actor,
             wake_limit_per_url, wake_log_limit, webhook_allow_loopback, wake_negative_rooms);
         layer!(self, over; idempotency_window, idempotency_max_key_length, idempotency_max_keys);
@@ -698,6 +709,8 @@ pub struct ServerConfig {
     pub tls: crate::tls::ListenerTlsConfig,
     /// Whether gRPC reflection needs no admin key.
     pub grpc_reflection_public: bool,
+    /// Longest a gRPC call may take, its request body included.
+    pub grpc_request_timeout: std::time::Duration,
     /// Backing off addresses that fail the admin-key check.
     pub admin_key_throttle: skua_control::throttle::ThrottleConfig,
     /// Certificates of an `mqtts://` bus.
@@ -748,6 +761,7 @@ impl ServerConfig {
             metrics_public: front.metrics_public,
             tls: tls.listeners,
             grpc_reflection_public: control.grpc_reflection_public,
+            grpc_request_timeout: control.grpc_request_timeout,
             admin_key_throttle: control.admin_key_throttle,
             bus_tls: backends.bus_tls,
             presence_tls: backends.presence_tls,
@@ -849,6 +863,144 @@ mod tests {
         assert_eq!(c.edge.idempotency_window, d.idempotency_window);
         assert_eq!(c.edge.idempotency_max_key_length, d.idempotency_max_key_length);
         assert_eq!(c.idempotency_max_keys, 100_000);
+        assert_eq!(c.edge.history_max_bytes_per_project, d.history_max_bytes_per_project);
+        assert_eq!(c.edge.history_max_bytes_per_project, skua_presence::history::DEFAULT_MAX_PROJECT_BYTES);
+        assert_eq!(c.edge.members.max_per_project, d.members.max_per_project);
+        assert_eq!(c.grpc_request_timeout, skua_control::server::DEFAULT_REQUEST_TIMEOUT);
+    }
+
+    /// docs/security.md: its tables list every budget and rate limit with its default.
+    const SECURITY_MD: &str = include_str!("../../../docs/security.md");
+
+    /// Settings that bound nothing a client or tenant can grow (addresses, identities, the
+    /// pace of background work, TLS material, switches documented elsewhere): docs/security.md
+    /// need not list them. Every other key of config/default.toml must be in its tables.
+    const NOT_BUDGETS: &[&str] = &[
+        "listen",
+        "bus",
+        "presence",
+        "store",
+        "cluster",
+        "namespace",
+        "node_id",
+        "fixtures",
+        "config",
+        "history_recovery_margin",
+        "history_receipt_interval",
+        "restore_wait",
+        "restore_merge_window",
+        "log_prune_interval",
+        "log_prune_batch",
+        "durable_sweep_interval",
+        "shutdown_grace",
+        "drain_delay",
+        "drain_spread",
+        "dispatch_shards",
+        "node_ttl",
+        "node_refresh",
+        "grpc_listen",
+        "revalidate_interval",
+        "registry_poll_interval",
+        "otlp_endpoint",
+        "webhook_trigger_first_retry",
+        "dashboard_live_idle",
+        "dashboard_sample_interval",
+        "trigger_lease",
+        "trigger_batch_window",
+        "trigger_scan_interval",
+        "wake_negative_cache",
+        "tls_cert",
+        "tls_key",
+        "grpc_tls_cert",
+        "grpc_tls_key",
+        "tls_reload_interval",
+        "bus_tls_ca",
+        "bus_tls_cert",
+        "bus_tls_key",
+        "presence_tls_ca",
+        "presence_tls_cert",
+        "presence_tls_key",
+        "log_level",
+        "log_format",
+        "migrate_lock_timeout",
+        "migrate_retry_for",
+    ];
+
+    /// The first `n` values of a default cell, separated by ` / ` or ` per `: `` `10s` ``, a
+    /// number, or `N MiB` / `N KiB` (as bytes). `None` when the cell does not start so.
+    fn cell_values(cell: &str, n: usize) -> Option<Vec<String>> {
+        let mut out = Vec::new();
+        let mut rest = cell;
+        for i in 0..n {
+            let (v, r) = if let Some(r) = rest.strip_prefix('`') {
+                let (v, r) = r.split_once('`')?;
+                (v.to_owned(), r)
+            } else {
+                let end = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+                let num: u64 = rest[..end].parse().ok()?;
+                let r = &rest[end..];
+                match (r.strip_prefix(" MiB"), r.strip_prefix(" KiB")) {
+                    (Some(r), _) => ((num << 20).to_string(), r),
+                    (_, Some(r)) => ((num << 10).to_string(), r),
+                    _ => (num.to_string(), r),
+                }
+            };
+            out.push(v);
+            if i + 1 < n {
+                rest = r.strip_prefix(" / ").or_else(|| r.strip_prefix(" per "))?;
+            }
+        }
+        Some(out)
+    }
+
+    #[test]
+    fn security_md_lists_every_budget_and_rate_limit_with_its_default() {
+        let defaults: std::collections::HashMap<String, String> =
+            documented_keys().into_iter().map(|(k, v)| (k, v.trim_matches('"').to_owned())).collect();
+        let mut listed = std::collections::BTreeSet::new();
+        let mut compared = 0;
+        let mut wrong = Vec::new();
+        // Lists and empty strings are described in words ("none", "any").
+        let in_words = |v: &str| v.starts_with('[') || v.is_empty();
+        for line in SECURITY_MD.lines().filter(|l| l.starts_with("| `")) {
+            let cells: Vec<&str> = line.trim_start_matches("| ").split(" | ").collect();
+            let [keys_cell, default_cell, ..] = cells.as_slice() else { continue };
+            let keys: Vec<&str> =
+                keys_cell.split('`').skip(1).step_by(2).filter(|k| defaults.contains_key(*k)).collect();
+            listed.extend(keys.iter().map(|k| (*k).to_owned()));
+            // A cell of settings only (`a` / `b` per `c`): its defaults are given in order.
+            let only_keys = {
+                let mut rebuilt = keys_cell.to_string();
+                for k in &keys {
+                    rebuilt = rebuilt.replacen(&format!("`{k}`"), "", 1);
+                }
+                !keys.is_empty() && rebuilt.split([' ', '/']).all(|w| w.is_empty() || w == "per")
+            };
+            if !only_keys || keys.iter().all(|k| in_words(&defaults[*k])) {
+                continue;
+            }
+            let Some(values) = cell_values(default_cell, keys.len()) else {
+                wrong.push(format!("the defaults of {keys:?} do not parse: {default_cell}"));
+                continue;
+            };
+            for (k, v) in keys.iter().zip(values) {
+                let want = &defaults[*k];
+                if !in_words(want) {
+                    if v != *want {
+                        wrong.push(format!("{k}: {v}, config/default.toml {want}"));
+                    }
+                    compared += 1;
+                }
+            }
+        }
+        assert!(wrong.is_empty(), "docs/security.md vs config/default.toml:\n{}", wrong.join("\n"));
+        assert!(compared > 60, "only {compared} defaults compared: did the tables' layout change?");
+        let missing: Vec<&String> =
+            defaults.keys().filter(|k| !listed.contains(*k) && !NOT_BUDGETS.contains(&k.as_str())).collect();
+        assert!(
+            missing.is_empty(),
+            "settings docs/security.md does not list (or add them to NOT_BUDGETS): {missing:?}"
+        );
     }
 
     #[test]

@@ -61,12 +61,15 @@ pub async fn backends(config: &ServerConfig, embedded: &Embedded) -> anyhow::Res
         max_size: e.history_max_size,
         max_topics: e.history_max_topics,
         max_topic_bytes: e.history_max_topic_bytes,
+        max_project_bytes: e.history_max_bytes_per_project,
     };
     // Topic history (issue 19): in memory on one node, Redis streams with Redis presence.
     let mut history: Arc<dyn skua_core::history::History> =
         Arc::new(skua_presence::history::MemoryHistory::new(limits));
     // Idempotency keys live where presence does: in memory on one node, in Redis in a cluster.
     let mut memory_idempotency = None;
+    // So do the wake limits' counters (issue 33): per node in memory, the cluster's in Redis.
+    let mut shared_limits: Option<Arc<dyn skua_core::limits::SharedLimits>> = None;
     let (presence, idempotency): (Arc<dyn skua_core::Presence>, Arc<dyn skua_core::Idempotency>) = match &config
         .presence
     {
@@ -88,7 +91,10 @@ pub async fn backends(config: &ServerConfig, embedded: &Embedded) -> anyhow::Res
             let presence = skua_presence::RedisPresence::connect_with_tls(url, &config.edge.namespace, tls)
                 .await
                 .map_err(|e| anyhow::anyhow!("while connecting to Redis presence at {}: {e}", redact(url)))?;
-            history = Arc::new(presence.history(&config.edge.namespace));
+            shared_limits = Some(Arc::new(presence.shared_limits(&config.edge.namespace)));
+            history = Arc::new(
+                presence.history(&config.edge.namespace).with_max_project_bytes(e.history_max_bytes_per_project as u64),
+            );
             let keys = presence.idempotency(&config.edge.namespace);
             (Arc::new(presence), Arc::new(keys))
         }
@@ -112,6 +118,7 @@ pub async fn backends(config: &ServerConfig, embedded: &Embedded) -> anyhow::Res
         metrics_sources: vec![Arc::new(BusMetrics(mqtt_bus)), Arc::new(IdempotencyMetrics(memory_idempotency))],
         hydrator: None,
         wake_poster: None,
+        shared_limits,
         history: Some(history),
         idempotency,
     })
@@ -811,6 +818,7 @@ impl RunningNode {
                 tls: node.tls.grpc.as_ref().map(|t| t.acceptor.clone()),
                 reflection_public: config.grpc_reflection_public,
                 throttle: admin_throttle.clone(),
+                request_timeout: config.grpc_request_timeout,
             };
             node.control_tasks.spawn(async move {
                 if let Err(e) = skua_control::server::serve(grpc, service, options, stop).await {

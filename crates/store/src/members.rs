@@ -12,9 +12,17 @@ use skua_core::{MemberStatus, StoredMember};
 
 const COLUMNS: &str = "room, actor, client_id, data, wake, status, advertisement_version, joined_at";
 
+/// `$10` the project's limit (0: none), `$11` its `<project>/` prefix: a new record is written
+/// only within the limit (contract 4). The count runs only for a record that does not exist
+/// yet, and reads the project's records (a scan of the table: `room` is compared by prefix,
+/// which no collation-dependent index range can answer portably).
 pub(crate) const UPSERT: &str = "INSERT INTO presence_members (room, actor, client_id, data, advertisement, \
      advertisement_version, wake, status, node, joined_at, waking_until, expires_at) \
-     VALUES ($1, $2, $3, $4, $5, 1, $6, 'online', $7, $8, 0, $9) \
+     SELECT $1, $2, $3, $4, $5, 1, $6, 'online', $7, $8, 0, $9 \
+     WHERE CASE WHEN $10 = 0 THEN 1 \
+         WHEN EXISTS (SELECT 1 FROM presence_members WHERE room = $1 AND actor = $2 AND client_id = $3) THEN 1 \
+         WHEN (SELECT COUNT(*) FROM presence_members WHERE substr(room, 1, length($11)) = $11) < $10 THEN 1 \
+         ELSE 0 END = 1 \
      ON CONFLICT (room, actor, client_id) DO UPDATE SET data = excluded.data, \
      advertisement_version = CASE WHEN presence_members.advertisement = excluded.advertisement \
          THEN presence_members.advertisement_version ELSE presence_members.advertisement_version + 1 END, \
@@ -87,11 +95,11 @@ macro_rules! sql_member_store {
             async fn upsert_member(
                 &self,
                 w: &skua_core::MemberWrite<'_>,
-            ) -> Result<skua_core::StoredMember, skua_core::StoreError> {
+            ) -> Result<Option<skua_core::StoredMember>, skua_core::StoreError> {
                 use crate::error::sql;
                 use crate::members::*;
                 use crate::sql::unix_to_sql;
-                let row: MemberRow = sqlx::query_as(UPSERT)
+                let row: Option<MemberRow> = sqlx::query_as(UPSERT)
                     .bind(w.room)
                     .bind(w.actor)
                     .bind(w.client_id)
@@ -101,10 +109,12 @@ macro_rules! sql_member_store {
                     .bind(w.node)
                     .bind(unix_to_sql(w.now_s))
                     .bind(unix_to_sql(w.expires_at_s))
-                    .fetch_one(&self.pool)
+                    .bind(i64::try_from(w.project_limit).unwrap_or(i64::MAX))
+                    .bind(w.project_prefix())
+                    .fetch_optional(&self.pool)
                     .await
                     .map_err(sql($backend, "upsert_member"))?;
-                Ok(member(row))
+                Ok(row.map(member))
             }
 
             async fn members_offline(

@@ -450,7 +450,7 @@ impl MessageLog for MemoryStore {
 
 #[async_trait]
 impl MemberStore for MemoryStore {
-    async fn upsert_member(&self, write: &MemberWrite<'_>) -> Result<StoredMember, StoreError> {
+    async fn upsert_member(&self, write: &MemberWrite<'_>) -> Result<Option<StoredMember>, StoreError> {
         Ok(self.members.upsert(write))
     }
 

@@ -31,7 +31,7 @@ impl MemoryMembers {
         self.rows.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub(crate) fn upsert(&self, w: &MemberWrite<'_>) -> StoredMember {
+    pub(crate) fn upsert(&self, w: &MemberWrite<'_>) -> Option<StoredMember> {
         let mut rows = self.lock();
         let key = (w.room.to_owned(), w.actor.to_owned(), w.client_id.to_owned());
         let (version, joined_at) = match rows.get(&key) {
@@ -40,7 +40,16 @@ impl MemoryMembers {
                 let renewed = r.member.status != MemberStatus::Online && r.expires_at_s <= w.now_s;
                 (version, if renewed { w.now_s } else { r.member.joined_at })
             }
-            None => (1, w.now_s),
+            None => {
+                // A new record: within the project's limit (contract 4)?
+                let prefix = w.project_prefix();
+                let start = (prefix.to_owned(), String::new(), String::new());
+                let held = rows.range(start..).take_while(|(k, _)| k.0.starts_with(prefix)).count();
+                if w.project_limit != 0 && held as u64 >= w.project_limit {
+                    return None;
+                }
+                (1, w.now_s)
+            }
         };
         let member = StoredMember {
             room: key.0.clone(),
@@ -62,7 +71,7 @@ impl MemoryMembers {
                 expires_at_s: w.expires_at_s,
             },
         );
-        member
+        Some(member)
     }
 
     /// Sets offline the online rows `pick` selects.

@@ -9,6 +9,9 @@ pub struct MembersConfig {
     pub ttl: Duration,
     /// Most persistent members a `presenceList` adds beside the live ones (docs/protocol.md).
     pub list_limit: u32,
+    /// Most stored persistent members per project, cluster-wide (issue 33): a new one beyond
+    /// it is refused with `presence_limit_exceeded`.
+    pub max_per_project: u64,
     /// A member that does not connect this long after its wake goes back to offline, when its
     /// `wake.timeoutMs` gives no other value (N47).
     pub wake_timeout: Duration,
@@ -50,6 +53,7 @@ impl Default for MembersConfig {
         Self {
             ttl: Duration::from_secs(7 * 24 * 3600),
             list_limit: 1000,
+            max_per_project: 10_000,
             wake_timeout: Duration::from_secs(30),
             wake_timeout_max: Duration::from_secs(300),
             wake_queue: 4096,

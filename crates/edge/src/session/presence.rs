@@ -149,7 +149,17 @@ impl Session {
                 (data, None)
             }
             Some(p) => match self.st.members.announce(&room, &actor, &client_id, &p).await {
-                Ok(m) => {
+                Ok(None) => {
+                    return self.error(ErrorFrame {
+                        error: error::PRESENCE_LIMIT_EXCEEDED,
+                        hint: Some(
+                            "the project holds presence_max_members_per_project persistent members; remove some (data: null) or announce without persistent",
+                        ),
+                        room_id: Some(&room_id),
+                        ..ErrorFrame::default()
+                    });
+                }
+                Ok(Some(m)) => {
                     self.presence_persistent = true;
                     let status = skua_core::MemberStatus::Online;
                     (p.data, Some(skua_core::Persistence { status, advertisement_version: m.advertisement_version }))

@@ -428,7 +428,7 @@ impl Retained {
 }
 
 /// Topic history (issue 19, docs/recovery.md): `history_max_size`, `history_max_topics`,
-/// `history_max_topic_bytes`, `history_max_replay`, `history_max_page`,
+/// `history_max_topic_bytes`, `history_max_bytes_per_project`, `history_max_replay`, `history_max_page`,
 /// `history_recovery_margin`, `history_receipt_interval`.
 #[derive(Debug, Clone)]
 pub struct History {
@@ -438,6 +438,8 @@ pub struct History {
     pub max_topics: usize,
     /// Most payload bytes of one in-memory history.
     pub max_topic_bytes: usize,
+    /// Most payload bytes one project's histories keep.
+    pub max_bytes_per_project: usize,
     /// Most messages one recovery replays.
     pub max_replay: usize,
     /// Most messages one `history` reply carries.
@@ -459,6 +461,7 @@ impl History {
             max_size: positive(key!(s, history_max_size))?,
             max_topics: positive(key!(s, history_max_topics))?,
             max_topic_bytes: positive(key!(s, history_max_topic_bytes))?,
+            max_bytes_per_project: positive(key!(s, history_max_bytes_per_project))?,
             max_replay: positive(key!(s, history_max_replay))?,
             max_page: positive(key!(s, history_max_page))?,
             recovery_margin: duration(key!(s, history_recovery_margin))?,
@@ -577,7 +580,8 @@ impl Triggers {
     }
 }
 
-/// Persistent presence and wake (`presence_ttl`, `presence_list_limit`, `wake_*`; N46, N47),
+/// Persistent presence and wake (`presence_ttl`, `presence_list_limit`,
+/// `presence_max_members_per_project`, `wake_*`; N46, N47),
 /// checked: the edge's own settings, `offline_others_at_start` left to [`Sections::edge`].
 ///
 /// # Errors
@@ -586,6 +590,7 @@ fn members(s: &Settings) -> Result<MembersConfig, ConfigError> {
     Ok(MembersConfig {
         ttl: nonzero_duration(key!(s, presence_ttl))?,
         list_limit: required(key!(s, presence_list_limit))?,
+        max_per_project: positive(key!(s, presence_max_members_per_project))?,
         wake_timeout: nonzero_duration(key!(s, wake_timeout))?,
         wake_timeout_max: nonzero_duration(key!(s, wake_timeout_max))?,
         wake_queue: positive(key!(s, wake_queue))?,
@@ -736,6 +741,8 @@ pub struct ControlPlane {
     pub admin_key_throttle: skua_control::throttle::ThrottleConfig,
     /// Whether gRPC reflection needs no admin key.
     pub grpc_reflection_public: bool,
+    /// Longest a gRPC call may take, reading its request body included.
+    pub grpc_request_timeout: Duration,
     /// How often every connection is revalidated.
     pub revalidate_interval: Duration,
     /// How often the store's registry version is polled.
@@ -779,6 +786,7 @@ impl ControlPlane {
             admin_key,
             admin_key_throttle,
             grpc_reflection_public: required(key!(s, grpc_reflection_public))?,
+            grpc_request_timeout: nonzero_duration(key!(s, grpc_request_timeout))?,
             revalidate_interval: nonzero_duration(key!(s, revalidate_interval))?,
             registry_poll_interval,
             limits: skua_control::ControlLimits {
@@ -1004,6 +1012,7 @@ impl Sections {
             history_max_size: history.max_size,
             history_max_topics: history.max_topics,
             history_max_topic_bytes: history.max_topic_bytes,
+            history_max_bytes_per_project: history.max_bytes_per_project,
             history_max_replay: history.max_replay,
             history_max_page: history.max_page,
             history_recovery_margin: history.recovery_margin,

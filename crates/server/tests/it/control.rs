@@ -813,3 +813,48 @@ async fn a_publish_observer_sees_every_accepted_publish_once_from_both_entry_poi
         ]
     );
 }
+
+/// Issue 33, item 6: a gRPC request whose body never arrives does not hold its stream: a raw
+/// HTTP/2 client sends a unary call's HEADERS (no END_STREAM) and nothing more; within
+/// `grpc_request_timeout` the server answers it `CANCELLED` and ends the stream, and the
+/// connection still serves a complete call.
+#[tokio::test]
+async fn a_grpc_request_whose_body_never_arrives_is_ended_within_the_request_timeout() {
+    let s = TestServer::builder().grpc().settings(|s| s.grpc_request_timeout = Some("1s".into())).spawn().await;
+    let tcp = tokio::net::TcpStream::connect(s.grpc_addr.expect("grpc")).await.expect("connect");
+    let (mut h2, conn) = h2::client::handshake(tcp).await.expect("HTTP/2 handshake");
+    tokio::spawn(conn);
+    let request = |path: &str| {
+        http::Request::post(format!("http://localhost{path}"))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(())
+            .unwrap()
+    };
+    let started = std::time::Instant::now();
+    // The body stream is kept open and never written to.
+    let (answer, _body) = h2.send_request(request("/grpc.health.v1.Health/Check"), false).expect("send HEADERS");
+    let answer = tokio::time::timeout(std::time::Duration::from_secs(6), answer)
+        .await
+        .expect("the call was still waiting for its body after 6 s")
+        .expect("an answer");
+    let took = started.elapsed();
+    assert!(took >= std::time::Duration::from_millis(900), "answered before the timeout: {took:?}");
+    let status = answer.headers().get("grpc-status").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let mut body = answer.into_body();
+    let trailers =
+        tokio::time::timeout(std::time::Duration::from_secs(5), body.trailers()).await.expect("stream ended");
+    let status =
+        status.or_else(|| trailers.ok().flatten().and_then(|t| t.get("grpc-status")?.to_str().ok().map(str::to_owned)));
+    assert_eq!(status.as_deref(), Some("1"), "CANCELLED");
+    // The connection is still usable: a complete Check on it is answered SERVING.
+    let mut h2 = h2.ready().await.expect("connection still open");
+    let (answer, mut send) = h2.send_request(request("/grpc.health.v1.Health/Check"), false).expect("send");
+    // An empty HealthCheckRequest: a gRPC frame with no message bytes.
+    send.send_data(bytes::Bytes::from_static(&[0, 0, 0, 0, 0]), true).expect("send body");
+    let answer = tokio::time::timeout(std::time::Duration::from_secs(5), answer).await.expect("answered").expect("ok");
+    let mut body = answer.into_body();
+    let message = tokio::time::timeout(std::time::Duration::from_secs(5), body.data()).await.expect("a message");
+    // HealthCheckResponse { status: SERVING (1) }: field 1, varint 1.
+    assert_eq!(&message.expect("data").expect("frame")[..], &[0, 0, 0, 0, 2, 8, 1]);
+}

@@ -535,3 +535,65 @@ async fn history_max_page_and_history_max_replay_bound_replies_and_recoveries() 
     // The newest three, so the replay runs into the live messages without a gap.
     assert_eq!(replayed, ["m3", "m4", "m5"], "the newest history_max_replay messages");
 }
+
+/// A second project whose topic `t` keeps history, for the per-project history quota.
+const TENANT_B_HISTORY: &str = r#"
+[[projects]]
+id = "tenant-b"
+
+[[projects.apps]]
+id = "tenant-b-app"
+slug = "b"
+topics = ["t"]
+topic_configs.t.history = { size = 1000, ttl = "10m" }
+
+[[projects.apps.rooms]]
+slug = "r1"
+
+[[actors]]
+id = "b-pub"
+project = "tenant-b"
+type = "device"
+tokens = ["b-token"]
+
+[[actors]]
+id = "b-sub"
+project = "tenant-b"
+type = "user"
+tokens = ["b-sub-token"]
+"#;
+
+/// Issue 33, item 4: `history_max_bytes_per_project` bounds what one project's histories keep.
+/// A message past it is still delivered, with its offset, but not kept (nor its topic's older
+/// entries), it is counted, and another project's history keeps everything.
+#[tokio::test]
+async fn one_project_filling_its_history_quota_leaves_the_others_history_alone() {
+    let server = TestServer::builder()
+        .fixtures(TENANT_B_HISTORY)
+        .settings(|s| s.history_max_bytes_per_project = Some(3000))
+        .spawn()
+        .await;
+    let mut b = server.auth("b-token").await;
+    for _ in 0..3 {
+        b.publish_acked("b/r1/t", bin_packed(1000)).await;
+    }
+    let kept = history(&mut b, "b/r1/t", None).await;
+    assert_eq!(page(&kept).0.len(), 3, "3000 payload bytes are kept: {kept:?}");
+    // The fourth passes the quota: delivered with offset 4, not kept.
+    let mut watcher = server.auth("b-sub-token").await;
+    watcher.subscribe("b/r1/t").await;
+    b.publish_acked("b/r1/t", bin_packed(1000)).await;
+    let live = watcher.next_of("message").await;
+    assert_eq!(live.get("offset").as_u64(), Some(4), "delivered with its offset");
+    let after = history(&mut b, "b/r1/t", None).await;
+    assert_eq!(after.get("offset").as_u64(), Some(4));
+    assert!(page(&after).0.is_empty(), "neither it nor the older entries are kept: {after:?}");
+    // The demo project's history is untouched by tenant-b's quota: it has its own 3000 bytes.
+    let mut alice = server.auth("dev-token-alice").await;
+    for _ in 0..3 {
+        alice.publish_acked("demo/general/feed", bin_packed(1000)).await;
+    }
+    assert_eq!(page(&history(&mut alice, "demo/general/feed", None).await).0.len(), 3);
+    let m = skua_testkit::http::Scrape::of(server.addr).await;
+    assert_eq!(m.value("skua_history_not_kept_total", &[]), 1.0, "{}", m.text);
+}

@@ -128,6 +128,7 @@ async fn a_room_of_10000_sleeping_members_lists_at_most_the_limit() {
                 node: "elsewhere",
                 now_s: now,
                 expires_at_s: now + 3600,
+                project_limit: 0,
             };
             store.upsert_member(&w).await.unwrap();
         }
@@ -383,6 +384,7 @@ async fn an_internal_wake_url_is_refused_again_when_the_wake_is_sent() {
         node: "elsewhere",
         now_s: now,
         expires_at_s: now + 3600,
+        project_limit: 0,
     };
     store.upsert_member(&w).await.unwrap();
     store.other_nodes_members_offline("", now + 3600).await.unwrap();
@@ -448,4 +450,118 @@ async fn a_room_without_wakeable_members_costs_no_store_query_until_a_member_cha
         assert!(tokio::time::Instant::now() < deadline, "the member that went offline was not woken");
         tokio::task::yield_now().await;
     }
+}
+
+/// A second project with an agent, for the per-project limit.
+const TENANT_B: &str = r#"
+[[projects]]
+id = "tenant-b"
+
+[[projects.apps]]
+id = "tenant-b-app"
+slug = "b"
+topics = ["t"]
+
+[[projects.apps.rooms]]
+slug = "r1"
+
+[[actors]]
+id = "b-agent"
+project = "tenant-b"
+type = "agent"
+tokens = ["b-agent-token"]
+"#;
+
+/// Issue 33, item 4: `presence_max_members_per_project` bounds the stored members of one
+/// project; an announce beyond it is refused with `presence_limit_exceeded` and stores
+/// nothing, a member's own record is still replaced, and another project is not affected.
+#[tokio::test]
+async fn persistent_members_are_limited_per_project() {
+    let server = TestServer::builder()
+        .fixtures(TENANT_B)
+        .settings(|s| s.presence_max_members_per_project = Some(2))
+        .spawn()
+        .await;
+    let mut b = Vec::new();
+    for id in ["b1", "b2", "b3"] {
+        let mut c = server.connect().await;
+        c.auth_session("b-agent-token", Some(id), false).await;
+        b.push(c);
+    }
+    for c in &mut b[..2] {
+        announce(c, "r1", frame! {"persistent" => true}).await;
+        c.expect("presence").await;
+    }
+    announce(&mut b[2], "r1", frame! {"persistent" => true}).await;
+    let e = b[2].expect_error("presence_limit_exceeded").await;
+    assert_eq!(e.str("roomId"), "r1");
+    assert!(e.str("hint").contains("presence_max_members_per_project"), "{}", e.str("hint"));
+    let store: &dyn Store = &*server.state.store;
+    assert_eq!(store.list_members("tenant-b/tenant-b-app/r1", skua_testkit::now_s(), 100).await.unwrap().len(), 2);
+    // A member at the limit still replaces its own record (frames of one connection are
+    // handled in order: the list answers after the announce was stored).
+    announce(&mut b[0], "r1", frame! {"persistent" => true, "advertisement" => 2}).await;
+    b[0].send(frame! {"type" => "getPresence", "roomId" => "r1"}).await;
+    b[0].next_of("presenceList").await;
+    let stored = store.list_members("tenant-b/tenant-b-app/r1", skua_testkit::now_s(), 100).await.unwrap();
+    let b1 = stored.iter().find(|m| m.client_id == "b1").expect("b1's record");
+    assert_eq!(b1.advertisement_version, 2);
+    // The demo project has its own two.
+    for id in ["w1", "w2"] {
+        let mut worker = agent(&server, id).await;
+        announce(&mut worker, "general", frame! {"persistent" => true}).await;
+        worker.next_of_within_any(&["presence", "error"], std::time::Duration::from_secs(10)).await;
+    }
+    assert_eq!(store.list_members("demo-project/demo-app/general", skua_testkit::now_s(), 100).await.unwrap().len(), 2);
+}
+
+/// Issue 33: with Redis presence the wake limits hold for the cluster, not per node: after
+/// node 0 started `wake_limit_per_actor` wakes of an agent, publishes on node 1 wake none of
+/// its other offline members in the period (each node counting alone would start as many
+/// again). Needs the external MQTT broker and Redis (skips loudly without, fails under CI).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wake_limits_hold_for_the_cluster_with_redis_presence() {
+    use skua_testkit::webhook::{Mode, WebhookReceiver};
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
+    let rx = WebhookReceiver::start(Mode::Ok(serde_json::json!({}))).await;
+    let builder = TestServer::builder().settings(|s| s.wake_limit_per_actor = Some(3));
+    let Some(c) = skua_testkit::TestCluster::external(2, builder).await else { return };
+    let (n0, n1) = (c.node(0), c.node(1));
+    let mut workers = Vec::new();
+    for i in 0..6 {
+        let mut w = agent(n0, &format!("w{i}")).await;
+        let wake = frame! {"persistent" => true, "wake" => frame! {"url" => rx.url("/wake"), "timeoutMs" => 60_000}};
+        announce(&mut w, "general", wake).await;
+        w.send(frame! {"type" => "getPresence", "roomId" => "general"}).await;
+        w.next_of("presenceList").await;
+        workers.push(w);
+    }
+    for w in workers {
+        n0.close_settled(w).await;
+    }
+    let d = skua_testkit::control::Deadline::new("six offline members", Duration::from_secs(10));
+    while !{
+        let m = stored(n0, "general").await;
+        m.len() == 6 && m.iter().all(|m| m.status == skua_core::MemberStatus::Offline)
+    } {
+        d.tick().await;
+    }
+    let mut alice = n0.auth("dev-token-alice").await;
+    alice.publish_acked("demo/general/messages", "wake up".into()).await;
+    let (m0, m1) = (&n0.state.members.metrics, &n1.state.members.metrics);
+    let d = skua_testkit::control::Deadline::new("node 0 limited", Duration::from_secs(10));
+    while m0.limited.load(Ordering::Relaxed) < 3 {
+        d.tick().await;
+    }
+    assert_eq!(rx.wait_for(3).await.len(), 3);
+    // Node 1 finds the other three offline; the cluster's count has none left for agent-1.
+    let mut bob = n1.auth("dev-token-bob").await;
+    bob.publish_acked("demo/general/messages", "wake up too".into()).await;
+    let d = skua_testkit::control::Deadline::new("node 1 limited", Duration::from_secs(10));
+    while m1.limited.load(Ordering::Relaxed) < 3 {
+        d.tick().await;
+    }
+    assert_eq!(m0.started.load(Ordering::Relaxed) + m1.started.load(Ordering::Relaxed), 3);
+    assert_eq!(rx.requests().len(), 3, "wake_limit_per_actor for the cluster, not per node");
 }

@@ -107,6 +107,7 @@ macro_rules! store_conformance {
             member_upsert_versions_offline_and_delete,
             member_wake_is_won_once,
             member_expiry_other_nodes_and_limit,
+            member_project_limit_is_per_project,
         );
     };
     ($harness:expr $(,)?) => {

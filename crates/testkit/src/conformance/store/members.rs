@@ -21,6 +21,7 @@ fn write<'a>(actor: &'a str, client: &'a str, data: &'a [u8], advert: &'a [u8], 
         node,
         now_s: T0,
         expires_at_s: T0 + TTL,
+        project_limit: 0,
     }
 }
 
@@ -32,13 +33,13 @@ async fn list(s: &Arc<dyn Store>, now: u64) -> Vec<StoredMember> {
 /// advertisement version only when the advertisement changed; offline, list, delete.
 pub async fn member_upsert_versions_offline_and_delete<H: StoreHarness>(h: H) {
     let s = h.open().await;
-    let m = s.upsert_member(&write("a1", "c1", b"d1", b"v1", "n1")).await.unwrap();
+    let m = s.upsert_member(&write("a1", "c1", b"d1", b"v1", "n1")).await.unwrap().unwrap();
     assert_eq!((m.status, m.advertisement_version, m.joined_at), (MemberStatus::Online, 1, T0));
     assert_eq!(m.wake.as_deref(), Some(r#"{"url":"http://127.0.0.1:9/wake","headers":{}}"#));
     let later = MemberWrite { now_s: T0 + 5, ..write("a1", "c1", b"d2", b"v1", "n1") };
-    let m = s.upsert_member(&later).await.unwrap();
+    let m = s.upsert_member(&later).await.unwrap().unwrap();
     assert_eq!((m.advertisement_version, m.joined_at, &m.data[..]), (1, T0, &b"d2"[..]), "same advertisement");
-    let m = s.upsert_member(&write("a1", "c1", b"d3", b"v2", "n1")).await.unwrap();
+    let m = s.upsert_member(&write("a1", "c1", b"d3", b"v2", "n1")).await.unwrap().unwrap();
     assert_eq!(m.advertisement_version, 2, "a new advertisement");
     s.upsert_member(&write("a1", "c2", b"x", b"", "n1")).await.unwrap();
     s.upsert_member(&write("a2", "", b"y", b"", "n2")).await.unwrap();
@@ -113,4 +114,34 @@ pub async fn member_expiry_other_nodes_and_limit<H: StoreHarness>(h: H) {
     assert_eq!(gone.len(), 2);
     let left: Vec<_> = list(&s, T0 + 10).await.into_iter().map(|m| m.actor).collect();
     assert_eq!(left, ["a2"], "an online member never expires");
+}
+
+/// Contract 4 (issue 33): a project at its limit gets no new record, while its members still
+/// replace their own and another project is not affected; a removed record makes room.
+pub async fn member_project_limit_is_per_project<H: StoreHarness>(h: H) {
+    let s = h.open().await;
+    let limited = |actor: &'static str, room: &'static str| MemberWrite {
+        room,
+        project_limit: 2,
+        ..write(actor, "c", b"d", b"", "n1")
+    };
+    // `p/…` and `p2/…`: one project's name is a prefix of the other's.
+    assert!(s.upsert_member(&limited("a1", ROOM)).await.unwrap().is_some());
+    assert!(s.upsert_member(&limited("a2", "p/app/other")).await.unwrap().is_some());
+    assert!(s.upsert_member(&limited("a3", ROOM)).await.unwrap().is_none(), "a third record of p");
+    assert_eq!(list(&s, T0).await.len(), 1, "nothing written");
+    let again = MemberWrite { data: b"d2", ..limited("a1", ROOM) };
+    let m = s.upsert_member(&again).await.unwrap().expect("a member replaces its own record at the limit");
+    assert_eq!(&m.data[..], b"d2");
+    for actor in ["b1", "b2"] {
+        assert!(s.upsert_member(&limited(actor, "p2/app/room")).await.unwrap().is_some(), "p2 has its own limit");
+    }
+    assert!(s.upsert_member(&limited("b3", "p2/app/room")).await.unwrap().is_none());
+    // Offline records still count; a removed one makes room.
+    s.members_offline("p/app/other", "a2", T0 + TTL).await.unwrap();
+    assert!(s.upsert_member(&limited("a3", ROOM)).await.unwrap().is_none(), "offline records count");
+    assert_eq!(s.delete_members("p/app/other", "a2").await.unwrap(), 1);
+    assert!(s.upsert_member(&limited("a3", ROOM)).await.unwrap().is_some());
+    // Without a limit (0) nothing is refused.
+    assert!(s.upsert_member(&write("a4", "c", b"d", b"", "n1")).await.unwrap().is_some());
 }
