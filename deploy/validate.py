@@ -6,8 +6,9 @@
    resource but custom resources against the bundled Kubernetes JSON schemas
    (kubernetes-validate --strict, oldest and newest supported release), and checks what a safe
    rollout needs: probes; drain timing (preStop, drain delay, spread, grace) within the grace
-   period and against the load balancer's health check; minReadySeconds; no `replicas` on an
-   HPA-managed Deployment; an HPA on CPU and memory; edges' memory request equal to their limit;
+   period; the production NLB (AWS Load Balancer Controller, IP targets, pod readiness gates,
+   deregistration delay >= the grace, no connection termination, /readyz health check, wss://
+   on 443); minReadySeconds; no `replicas` on an HPA-managed Deployment; an HPA on CPU and memory; edges' memory request equal to their limit;
    PDB; resources; security context; generated (hash-suffixed) config.
 2. Credentials: the admin key on the control plane only; the schema owner's credential in the
    migrate init containers only, the nodes on the DML-only one; the edges' bus, presence and
@@ -274,23 +275,88 @@ def drain_budget(config, pre_stop_s):
     return pre_stop_s + drain + spread + grace + BUS_FLUSH_S + MARGIN_S
 
 
-def lb_health_check(svc):
-    """(interval, unhealthy threshold, healthy threshold) of the cloud load balancer's health
-    check, from the Service's annotations (AWS shown in the production overlay), or None."""
-    a = svc.get("metadata", {}).get("annotations", {})
-    pre = "service.beta.kubernetes.io/aws-load-balancer-healthcheck-"
+AWS = "service.beta.kubernetes.io/aws-load-balancer-"
+# Seconds from a pod's termination until the AWS Load Balancer Controller has deregistered its
+# IP target and the NLB sends it no new connection: the endpoint change, the controller's
+# reconcile and the NLB's propagation (often 10-20 s; AWS states no bound). The preStop sleep,
+# during which the pod still serves, must cover it.
+NLB_DEREGISTRATION_S = 20
+
+
+def target_group_attributes(svc):
+    """The AWS target-group attributes annotation as a dict (`k=v,k=v`)."""
+    raw = svc.get("metadata", {}).get("annotations", {}).get(AWS + "target-group-attributes", "")
+    return dict(kv.strip().split("=", 1) for kv in raw.split(",") if "=" in kv)
+
+
+def check_load_balancer(name, docs, config, edge, svc, pre_stop_s, tgps):
+    """The production edge Service on AWS (issue 32, items 1 and 5): an NLB of the AWS Load
+    Balancer Controller with IP targets and pod readiness gates, target-group attributes that
+    let Skua's drain finish (deregistration delay >= the termination grace, no connection
+    termination at its end nor on an unhealthy target), a health check on /readyz in the
+    listener's scheme, a preStop covering the deregistration, and wss:// on port 443."""
     if svc["spec"].get("type") != "LoadBalancer":
-        return None
-    if pre + "interval" not in a:
-        print(f"  note Service {svc['metadata']['name']}: a LoadBalancer without health-check annotations; size the "
-              "edges' preStop and minReadySeconds to your balancer's check (deploy/README.md, \"Rolling restarts\")")
-        return None
+        return
+    a = svc.get("metadata", {}).get("annotations", {})
+    where = f"{name}: Service skua-edge"
+    tls = bool(config.get("SKUA_TLS_CERT"))
+    # Item 5: with TLS passed through, clients dial wss://host/ws, i.e. port 443.
+    ports = svc["spec"].get("ports", [])
+    listener = {p.get("name"): p["containerPort"] for c in edge["spec"]["template"]["spec"]["containers"]
+                if c["name"] == "skua" for p in c.get("ports", [])}
+    if tls:
+        https = [p for p in ports if p["port"] == 443]
+        if not https or https[0].get("targetPort") not in ("http", listener.get("http")):
+            problem(f"{where}: with TLS on the edges (SKUA_TLS_CERT) the Service must listen on 443 and pass it to "
+                    f"the edges' TLS listener (targetPort http): wss://host/ws finds nothing on another port")
+        if any(p["port"] == 80 for p in ports):
+            problem(f"{where}: port 80 with TLS passed through serves TLS on the plain-HTTP port; expose 443 only")
+    if not any(k.startswith(AWS) for k in a):
+        print(f"  note {where}: a LoadBalancer without AWS annotations; give yours pod targets, connection "
+              "draining >= terminationGracePeriodSeconds and a /readyz health check (deploy/README.md, \"Rolling restarts\")")
+        return
+    before = len(problems)
+    if svc["spec"].get("loadBalancerClass") != "service.k8s.aws/nlb" and a.get(AWS + "type") != "external":
+        problem(f"{where}: the NLB must be the AWS Load Balancer Controller's (loadBalancerClass service.k8s.aws/nlb), "
+                "not the in-tree controller's (no IP targets, no readiness gates, no target-group attributes)")
+    if a.get(AWS + "nlb-target-type") != "ip":
+        problem(f"{where}: aws-load-balancer-nlb-target-type must be ip: with instance targets a node's health check "
+                "fails when its edge terminates and the NLB resets its connections before the drain")
+    if svc["spec"].get("externalTrafficPolicy") == "Local" and a.get(AWS + "nlb-target-type") != "ip":
+        problem(f"{where}: externalTrafficPolicy Local with instance targets resets connections of terminating edges")
+    ns = edge["metadata"].get("namespace")
+    namespace = find(docs, "Namespace", ns) if ns else None
+    gate = (namespace or {}).get("metadata", {}).get("labels", {}).get("elbv2.k8s.aws/pod-readiness-gate-inject")
+    if gate != "enabled":
+        problem(f"{name}: Namespace {ns} needs the label elbv2.k8s.aws/pod-readiness-gate-inject: enabled (pod readiness "
+                "gates: a new edge is ready only once its NLB target is healthy)")
+    attrs = target_group_attributes(svc)
     try:
-        return (int(a[pre + "interval"]), int(a.get(pre + "unhealthy-threshold", "3")),
-                int(a.get(pre + "healthy-threshold", "3")))
+        delay = int(attrs.get("deregistration_delay.timeout_seconds", "300"))
     except ValueError:
-        problem(f"Service {svc['metadata']['name']}: health check annotations must be integers")
-        return None
+        problem(f"{where}: deregistration_delay.timeout_seconds must be an integer")
+        delay = 0
+    if delay < tgps:
+        problem(f"{where}: deregistration_delay.timeout_seconds {delay} < terminationGracePeriodSeconds {tgps}: the "
+                "NLB would drop a terminating edge's connections before Skua's drain closed them 1012")
+    for attr in ("deregistration_delay.connection_termination.enabled",
+                 "target_health_state.unhealthy.connection_termination.enabled"):
+        # The second defaults to true on AWS: it must be set to false.
+        default = "false" if attr.startswith("deregistration") else "true"
+        if attrs.get(attr, default).lower() != "false":
+            problem(f"{where}: target-group attribute {attr}=false is required (a draining edge answers /readyz 503; "
+                    "its connections must not be reset)")
+    if a.get(AWS + "healthcheck-path") != "/readyz":
+        problem(f"{where}: the NLB health check must ask /readyz (503 only while an edge drains)")
+    want = "HTTPS" if tls else "HTTP"
+    if a.get(AWS + "healthcheck-protocol", "TCP").upper() != want:
+        problem(f"{where}: aws-load-balancer-healthcheck-protocol must be {want} (the listener's scheme)")
+    if pre_stop_s < NLB_DEREGISTRATION_S:
+        problem(f"{name}: skua-edge preStop {pre_stop_s:g} s < {NLB_DEREGISTRATION_S} s, the time the NLB takes to stop "
+                "sending new connections to a deregistered target")
+    if len(problems) == before:
+        ok(f"{name}: AWS NLB with IP targets and readiness gates, deregistration delay {delay} s >= grace {tgps} s, "
+           f"no connection termination, /readyz over {want}, preStop {pre_stop_s:g} s >= {NLB_DEREGISTRATION_S} s")
 
 
 def check_rollout(name, docs, known):
@@ -384,18 +450,7 @@ def check_rollout(name, docs, known):
     min_ready = edge["spec"].get("minReadySeconds", 0)
     if min_ready < 5:
         problem(f"{name}: skua-edge needs minReadySeconds (>= 5) so a rollout waits for a new edge to settle")
-    hc = lb_health_check(svc)
-    if hc is not None:
-        interval, unhealthy, healthy = hc
-        if pre_stop_s < interval * unhealthy + 5:
-            problem(f"{name}: skua-edge preStop {pre_stop_s:g} s < the load balancer's {interval} s x {unhealthy} "
-                    f"unhealthy checks + 5 s: new connections would reach a draining edge")
-        if min_ready < interval * healthy:
-            problem(f"{name}: skua-edge minReadySeconds {min_ready} < the load balancer's {interval} s x {healthy} "
-                    f"healthy checks: a rollout would drain old edges before the balancer uses the new ones")
-        else:
-            ok(f"{name}: preStop {pre_stop_s:g} s and minReadySeconds {min_ready} cover the load balancer's health check "
-               f"({interval} s x {unhealthy}/{healthy})")
+    check_load_balancer(name, docs, config, edge, svc, pre_stop_s, tgps)
     strategy = edge["spec"].get("strategy", {}).get("rollingUpdate", {})
     if strategy.get("maxUnavailable") != 0:
         problem(f"{name}: skua-edge rolling updates must keep maxUnavailable 0")
@@ -1082,6 +1137,17 @@ def mutation_selftest(rendered, known):
         docs.append({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "skua-admin-key", "namespace": "skua"},
                      "type": "Opaque", "stringData": {"SKUA_ADMIN_KEY": value}})
 
+    def svc_ann(docs):
+        return find(docs, "Service", "skua-edge")["metadata"]["annotations"]
+
+    def set_tg(docs, key, value):
+        attrs = target_group_attributes(find(docs, "Service", "skua-edge"))
+        if value is None:
+            attrs.pop(key, None)
+        else:
+            attrs[key] = value
+        svc_ann(docs)[AWS + "target-group-attributes"] = ",".join(f"{k}={v}" for k, v in attrs.items())
+
     cases = [
         ("replicas on the HPA-managed edge Deployment",
          lambda d: find(d, "Deployment", "skua-edge")["spec"].__setitem__("replicas", 3), check_rollout),
@@ -1093,6 +1159,23 @@ def mutation_selftest(rendered, known):
         ("a preStop shorter than the load balancer's health check",
          lambda d: skua(edge_pod(d))["lifecycle"]["preStop"]["exec"].__setitem__("command", ["/bin/sleep", "5"]),
          check_rollout),
+        ("NLB instance targets", lambda d: svc_ann(d).__setitem__(AWS + "nlb-target-type", "instance"), check_rollout),
+        ("the in-tree NLB controller",
+         lambda d: find(d, "Service", "skua-edge")["spec"].pop("loadBalancerClass"), check_rollout),
+        ("no pod readiness gates",
+         lambda d: find(d, "Namespace", "skua")["metadata"].pop("labels"), check_rollout),
+        ("a deregistration delay shorter than the drain",
+         lambda d: set_tg(d, "deregistration_delay.timeout_seconds", "30"), check_rollout),
+        ("connections reset on unhealthy targets",
+         lambda d: set_tg(d, "target_health_state.unhealthy.connection_termination.enabled", None), check_rollout),
+        ("connections reset at the end of the deregistration delay",
+         lambda d: set_tg(d, "deregistration_delay.connection_termination.enabled", "true"), check_rollout),
+        ("a health check on /healthz", lambda d: svc_ann(d).__setitem__(AWS + "healthcheck-path", "/healthz"),
+         check_rollout),
+        ("a plain-HTTP health check of the TLS listener",
+         lambda d: svc_ann(d).__setitem__(AWS + "healthcheck-protocol", "HTTP"), check_rollout),
+        ("wss:// on port 80 instead of 443",
+         lambda d: find(d, "Service", "skua-edge")["spec"]["ports"][0].__setitem__("port", 80), check_rollout),
         ("a grace period shorter than the drain",
          lambda d: edge_pod(d).__setitem__("terminationGracePeriodSeconds", 30), check_rollout),
         ("no minReadySeconds", lambda d: find(d, "Deployment", "skua-edge")["spec"].pop("minReadySeconds"), check_rollout),

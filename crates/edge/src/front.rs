@@ -4,8 +4,9 @@
 //! nothing before the upgrade (issue 12, item 4). Every accepted socket:
 //! 1. takes a connection slot (`max_connections`) at once; the slot stays with the socket until
 //!    it closes or becomes a WebSocket, which then holds it. With no slot left a socket is still
-//!    served (so `/healthz` answers on a full node) from a small overflow pool, but its upgrade
-//!    is refused 503; with the pool empty too it is closed at once;
+//!    served (so `/healthz` and `/readyz`, which stays 200, answer on a full node) from a small
+//!    overflow pool, but its upgrade is refused 503 with `Retry-After`; with the pool empty too
+//!    it is closed at once;
 //! 2. with `proxy_protocol`, must come from `trusted_proxies` and start with a PROXY header;
 //! 3. unless its client is a trusted proxy, is counted against its client address
 //!    ([`ip`]): over `max_connections_per_ip` or `max_new_connections_per_ip_per_second` it
@@ -344,15 +345,21 @@ pub(crate) fn refusal(status: StatusCode, text: &'static str) -> Response {
     (status, [(header::CONNECTION, "close")], text).into_response()
 }
 
+/// Seconds a client refused by a full node should wait (`Retry-After`): the SDKs reconnect
+/// through the load balancer, most likely to another edge, which stays ready meanwhile.
+const FULL_RETRY_AFTER: &str = "5";
+
+/// The 503 for an upgrade a full node cannot take (`max_connections`, the open-file budget):
+/// `Retry-After` and the socket closed. The node stays ready (`/readyz` 200, issue 32 item 1).
+fn full_refusal(text: &'static str) -> Response {
+    (StatusCode::SERVICE_UNAVAILABLE, [(header::CONNECTION, "close"), (header::RETRY_AFTER, FULL_RETRY_AFTER)], text)
+        .into_response()
+}
+
 /// The 503 for an upgrade beyond the open-file budget, counted as [`reason::FD_LIMIT`].
 pub(crate) fn fd_limit_refusal(metrics: &crate::metrics::Metrics) -> Response {
     metrics.front_refusals.inc(reason::FD_LIMIT);
-    (
-        StatusCode::SERVICE_UNAVAILABLE,
-        [(header::CONNECTION, "close"), (header::RETRY_AFTER, "5")],
-        "node is at its open-file limit",
-    )
-        .into_response()
+    full_refusal("node is at its open-file limit")
 }
 
 /// What requests learn about their socket (a request extension).
@@ -390,7 +397,7 @@ impl UpgradeRefusal {
         match self {
             Self::ConnectionLimit => {
                 metrics.front_refusals.inc(reason::MAX_CONNECTIONS);
-                refusal(StatusCode::SERVICE_UNAVAILABLE, "node is at its connection limit")
+                full_refusal("node is at its connection limit")
             }
             Self::Ip(r) => {
                 metrics.front_refusals.inc(r.label());
@@ -423,12 +430,6 @@ impl ConnInfo {
     /// The client's address: the TCP peer, or the PROXY header's source.
     pub(crate) fn client(&self) -> IpAddr {
         self.0.client
-    }
-
-    /// Whether the socket still holds a connection slot (it is not served from the overflow
-    /// pool and has not been upgraded).
-    pub(crate) fn holds_slot(&self) -> bool {
-        self.0.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner).slot.is_some()
     }
 
     /// Admits the socket's upgrade: resolves the client address (from `X-Forwarded-For` when

@@ -68,12 +68,11 @@ pub fn render(st: &EdgeState) -> String {
     let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
     let mut o = Out(String::with_capacity(8 * 1024));
 
-    // As `/readyz` answers a probe arriving now: it gets a slot when one is left.
-    let ready = u8::from(st.not_ready(st.conn_slots.available_permits() > 0).is_none());
+    let ready = u8::from(st.not_ready().is_none());
     o.scalar(
         "skua_ready",
         "gauge",
-        "1 when /readyz answers 200 (not draining, a connection slot left, below the open-file limit; backends are not asked).",
+        "1 when /readyz answers 200 (not draining; a full node stays ready and refuses upgrades 503; backends are not asked).",
         ready,
     );
     o.scalar("skua_draining", "gauge", "1 once the node started draining.", u8::from(st.is_draining()));

@@ -115,20 +115,13 @@ impl EdgeState {
         self.fd_budget.is_some_and(|budget| self.slots_used() > budget)
     }
 
-    /// Why the node cannot take new clients now, or `None` when it can (`/readyz`): it drains,
-    /// it is full (`has_slot`: the asking socket holds a connection slot, so one upgrade
-    /// would still succeed), or the open-file limit is reached. Backends are not asked.
-    pub(crate) fn not_ready(&self, has_slot: bool) -> Option<&'static str> {
-        if self.is_draining() {
-            Some("draining")
-        } else if !has_slot {
-            Some("connection limit reached")
-        } else if self.over_fd_budget() {
-            // Counting the asking socket, as an upgrade counts its own.
-            Some("open-file limit reached")
-        } else {
-            None
-        }
+    /// Why the node must leave its load balancer now, or `None` (`/readyz`): only while it
+    /// drains. A full node (`max_connections`, the open-file budget) stays ready and refuses
+    /// new upgrades with 503 and `Retry-After` instead: a readiness that flapped at the cap
+    /// would make load balancers that reset an unhealthy target's connections drop every
+    /// client of a busy edge (issue 32, item 1). Backends are not asked either.
+    pub(crate) fn not_ready(&self) -> Option<&'static str> {
+        self.is_draining().then_some("draining")
     }
 
     /// Whether each backend slot is reachable now, by slot name (`bus`, `presence`, `store`).
