@@ -44,6 +44,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, timeout_at};
 use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 pub(crate) use ip::{IpLimits, IpSlot, Refusal};
 pub(crate) use origin::allowed as origin_allowed;
@@ -84,12 +86,22 @@ pub(crate) async fn serve(
     router: Router,
     tls: Option<TlsAcceptor>,
 ) -> std::io::Result<()> {
-    accept_loop(listener, Front::new(state, router, tls, Kind::Client)).await
+    let (stop, tasks) = (state.shutdown.clone(), state.tracker.clone());
+    accept_loop(listener, Front::new(state, router, tls, Kind::Client, stop, tasks)).await
 }
 
-/// Serves `router` (`/metrics` alone) on `listener` until the shutdown token is cancelled.
-pub(crate) async fn serve_metrics(listener: TcpListener, state: Arc<EdgeState>, router: Router) -> std::io::Result<()> {
-    accept_loop(listener, Front::new(state, router, None, Kind::Metrics)).await
+/// Serves `router` (`/metrics` alone) on `listener` until `stop` is cancelled: through the
+/// whole drain (not only until the client listener stops), so that `skua_draining` and
+/// `skua_drain_seconds` are scraped while the connections close (issue 32, item 4). Its
+/// sockets are spawned on `tasks`, not on the connection tracker the drain waits for.
+pub(crate) async fn serve_metrics(
+    listener: TcpListener,
+    state: Arc<EdgeState>,
+    router: Router,
+    stop: CancellationToken,
+    tasks: TaskTracker,
+) -> std::io::Result<()> {
+    accept_loop(listener, Front::new(state, router, None, Kind::Metrics, stop, tasks)).await
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,10 +120,22 @@ struct Front {
     /// Sockets served without a connection slot.
     overflow: Arc<Semaphore>,
     http: hyper::server::conn::http1::Builder,
+    /// Stops accepting and ends the sockets' HTTP gracefully: the state's shutdown token for
+    /// the client listener, the node's stop for the metrics listener.
+    stop: CancellationToken,
+    /// Where the sockets' tasks are spawned.
+    tasks: TaskTracker,
 }
 
 impl Front {
-    fn new(state: Arc<EdgeState>, router: Router, tls: Option<TlsAcceptor>, kind: Kind) -> Arc<Self> {
+    fn new(
+        state: Arc<EdgeState>,
+        router: Router,
+        tls: Option<TlsAcceptor>,
+        kind: Kind,
+        stop: CancellationToken,
+        tasks: TaskTracker,
+    ) -> Arc<Self> {
         let c = &state.config;
         let mut http = hyper::server::conn::http1::Builder::new();
         http.timer(TokioTimer::new()).header_read_timeout(c.http_header_timeout).keep_alive(true);
@@ -120,6 +144,8 @@ impl Front {
             Kind::Metrics => METRICS_SOCKETS,
         };
         Arc::new(Self {
+            stop,
+            tasks,
             limits: IpLimits::new(c.max_connections_per_ip, c.max_new_connections_per_ip_per_second),
             overflow: Arc::new(Semaphore::new(overflow)),
             state,
@@ -255,7 +281,7 @@ impl Front {
         let io = TokioIo::new(spill::SpillReader::new(io));
         let conn = self.http.serve_connection(io, service).with_upgrades();
         let mut conn = std::pin::pin!(conn);
-        let shutdown = self.state.shutdown.clone();
+        let shutdown = self.stop.clone();
         let result = tokio::select! {
             r = conn.as_mut() => r,
             () = shutdown.cancelled() => {
@@ -275,7 +301,7 @@ impl Front {
 }
 
 async fn accept_loop(listener: TcpListener, front: Arc<Front>) -> std::io::Result<()> {
-    let shutdown = front.state.shutdown.clone();
+    let shutdown = front.stop.clone();
     loop {
         let accepted = tokio::select! {
             biased;
@@ -304,7 +330,7 @@ async fn accept_loop(listener: TcpListener, front: Arc<Front>) -> std::io::Resul
             front.refuse(reason::MAX_CONNECTIONS);
             continue;
         };
-        front.state.tracker.spawn(front.clone().serve_socket(tcp, peer, slot));
+        front.tasks.spawn(front.clone().serve_socket(tcp, peer, slot));
     }
 }
 

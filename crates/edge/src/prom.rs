@@ -76,6 +76,12 @@ pub fn render(st: &EdgeState) -> String {
         ready,
     );
     o.scalar("skua_draining", "gauge", "1 once the node started draining.", u8::from(st.is_draining()));
+    o.scalar(
+        "skua_drain_seconds",
+        "gauge",
+        "Seconds since the node started draining (0 when not); scraped on metrics_listen until the process exits.",
+        st.drain_seconds(),
+    );
     let slots = st.backends_up();
     o.header(
         "skua_backend_up",
@@ -123,6 +129,12 @@ pub fn render(st: &EdgeState) -> String {
     for (project, n) in st.connections_by_project() {
         o.sample("skua_connections", &[("project", project.as_str())], n);
     }
+    o.scalar(
+        "skua_max_connections",
+        "gauge",
+        "Connection slots of the node (max_connections): upgrades beyond get 503 with Retry-After.",
+        st.config.max_connections,
+    );
     o.scalar(
         "skua_connection_slots_used",
         "gauge",

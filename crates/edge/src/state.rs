@@ -93,6 +93,8 @@ pub struct EdgeState {
     /// plane runs with an admin key; unset, `/admin` answers 404.
     pub admin: std::sync::OnceLock<axum::Router>,
     pub(crate) draining: AtomicBool,
+    /// When the drain began (`skua_drain_seconds`).
+    pub(crate) drain_started: std::sync::OnceLock<std::time::Instant>,
     pub(crate) next_conn: AtomicU64,
     /// Connection slots: a permit per open WebSocket.
     pub(crate) conn_slots: Arc<Semaphore>,
@@ -183,6 +185,11 @@ impl EdgeState {
         self.publisher.next_envelope_id()
     }
 
+    /// Seconds since the drain began; 0 when the node is not draining.
+    pub(crate) fn drain_seconds(&self) -> f64 {
+        self.drain_started.get().map_or(0.0, |t| t.elapsed().as_secs_f64())
+    }
+
     /// Whether the node is draining (readiness fails, upgrades are refused).
     pub fn is_draining(&self) -> bool {
         self.draining.load(Ordering::Acquire)
@@ -191,6 +198,7 @@ impl EdgeState {
     /// Fails readiness and refuses new upgrades (503) while open connections carry on: the
     /// first step of a drain, held for `drain_delay` so load balancers stop routing here.
     pub fn mark_draining(&self) {
+        self.drain_started.get_or_init(std::time::Instant::now);
         self.draining.store(true, Ordering::Release);
     }
 
