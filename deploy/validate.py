@@ -760,6 +760,14 @@ EXTERNAL_METRICS = {
     "up",
     "kube_horizontalpodautoscaler_status_current_replicas",
     "kube_horizontalpodautoscaler_spec_max_replicas",
+    # Memory against the limit and OOM kills: cAdvisor (kubelet) and kube-state-metrics.
+    "container_memory_working_set_bytes",
+    "kube_pod_container_resource_limits",
+    "kube_pod_container_status_restarts_total",
+    "kube_pod_container_status_last_terminated_reason",
+    # The wss:// probe and certificate expiry: the blackbox exporter (monitoring/probe.yaml).
+    "probe_success",
+    "probe_ssl_earliest_cert_expiry",
 }
 SEVERITIES = {"critical", "warning", "info"}
 
@@ -964,6 +972,7 @@ def check_monitoring(rendered):
             ok("monitoring: identical to kubectl kustomize")
     used = {}
     rules = check_rules(used)
+    check_promtool()
     check_prometheus_rule(rules, docs)
     check_pod_monitor(docs, rendered)
     check_dashboard(used)
@@ -981,6 +990,80 @@ def check_monitoring(rendered):
     ]
     if all([caught(label, check) for label, check in cases]):
         ok(f"monitoring self-test: {len(cases)} broken queries are each refused")
+    if shutil.which("promtool"):
+        broken_rules = [
+            ("a no-ready-edge alert that is silent when every edge is gone",
+             "expr: sum by (namespace) (skua_ready{component=\"edge\"}) == 0 or absent(skua_ready{component=\"edge\"})",
+             "expr: count by (namespace) (skua_ready{component=\"edge\"} == 1) < 1"),
+            ("a drain alert that cannot fire before the kubelet's kill",
+             "expr: max by (namespace, pod) (max_over_time(skua_drain_seconds[2m])) > 30",
+             "expr: skua_draining == 1\n        for: 5m"),
+            ("SkuaTargetDown as a warning", "severity: critical\n        annotations:\n          summary: \"Prometheus cannot",
+             "severity: warning\n        annotations:\n          summary: \"Prometheus cannot"),
+        ]
+        passed = 0
+        for label, old_text, new_text in broken_rules:
+            with tempfile.TemporaryDirectory() as tmp:
+                with open(os.path.join(MONITORING, "skua-alerts.yaml"), encoding="utf-8") as f:
+                    text = f.read()
+                if old_text not in text:
+                    problem(f"self-test: {label}: the rule text to break is not in skua-alerts.yaml")
+                    continue
+                with open(os.path.join(tmp, "skua-alerts.yaml"), "w", encoding="utf-8") as f:
+                    f.write(text.replace(old_text, new_text))
+                shutil.copy(os.path.join(MONITORING, "skua-alerts.test.yaml"), tmp)
+                passed += caught(label, lambda t=tmp: check_promtool(t))
+        if passed == len(broken_rules):
+            ok(f"monitoring self-test: {len(broken_rules)} broken alert rules each fail promtool's unit tests")
+
+
+# Alerts that must exist (issue 32, item 4): removing one, or making it unable to fire, fails
+# the promtool unit tests too (monitoring/skua-alerts.test.yaml).
+REQUIRED_ALERTS = {
+    "SkuaNoReadyEdge": "critical",
+    "SkuaTargetDown": "critical",
+    "SkuaDrainStuck": "warning",
+    "SkuaMemoryNearLimit": "warning",
+    "SkuaOOMKilled": "critical",
+    "SkuaCertificateExpiring": "critical",
+}
+
+
+def check_promtool(directory=None):
+    """`promtool check rules` and `promtool test rules` on the rule file and its unit tests.
+    Without promtool the check is skipped loudly, and fails under CI=true (install it with
+    `apt-get install prometheus`, Debian's package carries it)."""
+    promtool = shutil.which("promtool")
+    directory = directory or MONITORING
+    rules = os.path.join(directory, "skua-alerts.yaml")
+    tests = os.path.join(directory, "skua-alerts.test.yaml")
+    with open(rules, encoding="utf-8") as f:
+        alerts = {r["alert"]: r.get("labels", {}).get("severity") for g in yaml.safe_load(f)["groups"]
+                  for r in g["rules"] if "alert" in r}
+    for alert, severity in REQUIRED_ALERTS.items():
+        if alerts.get(alert) != severity:
+            problem(f"monitoring/skua-alerts.yaml: alert {alert} with severity {severity} is required "
+                    f"(has {alerts.get(alert)!r})")
+    with open(tests, encoding="utf-8") as f:
+        tested = {a.get("alertname") for t in yaml.safe_load(f).get("tests", []) for a in t.get("alert_rule_test", [])}
+    for alert in sorted(set(REQUIRED_ALERTS) - tested):
+        problem(f"monitoring/skua-alerts.test.yaml: no unit test for {alert}")
+    if not promtool:
+        msg = "promtool not installed: the alert rules' unit tests did not run (apt-get install prometheus)"
+        if os.environ.get("CI", "").lower() == "true":
+            problem(msg + "; CI=true requires them")
+        else:
+            print(f"  SKIP {msg}")
+        return
+    r = run([promtool, "check", "rules", rules])
+    if r.returncode != 0:
+        problem(f"monitoring/skua-alerts.yaml: promtool check rules:\n{r.stdout}{r.stderr}")
+    r = run([promtool, "test", "rules", os.path.basename(tests)], cwd=directory)
+    if r.returncode != 0:
+        problem(f"monitoring/skua-alerts.test.yaml: promtool test rules:\n{r.stdout}{r.stderr}")
+    else:
+        ok(f"monitoring/skua-alerts.test.yaml: promtool test rules passes ({len(tested)} alerts tested, "
+           "all edges down included)")
 
 
 def check_metrics_exist(used, registered):
