@@ -359,6 +359,36 @@ def check_load_balancer(name, docs, config, edge, svc, pre_stop_s, tgps):
            f"no connection termination, /readyz over {want}, preStop {pre_stop_s:g} s >= {NLB_DEREGISTRATION_S} s")
 
 
+# The custom metric the production HPA scales on, served by prometheus-adapter
+# (monitoring/prometheus-adapter-values.yaml).
+CONNECTIONS_METRIC = "skua_connections_open"
+
+
+def check_connections_metric(name, config, hpa):
+    """A production HPA scales on open connections per pod too (issue 32, item 2), with a target
+    at most half of max_connections, so the last old edges of a rollout stay below the cap."""
+    pods = [m["pods"] for m in hpa["spec"].get("metrics", []) if m["type"] == "Pods"]
+    metric = [p for p in pods if p.get("metric", {}).get("name") == CONNECTIONS_METRIC]
+    if not metric:
+        problem(f"{name}: the edge HPA must also scale on {CONNECTIONS_METRIC} per pod (a Pods metric through "
+                "prometheus-adapter): CPU and memory do not follow idle WebSockets")
+        return
+    cap = int(config.get("SKUA_MAX_CONNECTIONS", "100000"))
+    try:
+        target = float(quantity_bytes(metric[0]["target"]["averageValue"]))
+    except (KeyError, ValueError):
+        problem(f"{name}: the HPA's {CONNECTIONS_METRIC} target must be an averageValue")
+        return
+    if target > cap / 2:
+        problem(f"{name}: the HPA's {CONNECTIONS_METRIC} target {target:g} is above half of max_connections "
+                f"({cap}): rollouts and reconnect waves would push edges to the cap")
+    with open(os.path.join(HERE, "monitoring", "prometheus-adapter-values.yaml"), encoding="utf-8") as f:
+        adapter = yaml.safe_load(f)
+    served = {r.get("name", {}).get("as") for r in adapter.get("rules", {}).get("custom", [])}
+    if CONNECTIONS_METRIC not in served:
+        problem(f"monitoring/prometheus-adapter-values.yaml: no rule serves {CONNECTIONS_METRIC} to the HPA")
+
+
 def check_rollout(name, docs, known):
     before = len(problems)
     cm = find(docs, "ConfigMap", "skua-config")
@@ -454,6 +484,12 @@ def check_rollout(name, docs, known):
     strategy = edge["spec"].get("strategy", {}).get("rollingUpdate", {})
     if strategy.get("maxUnavailable") != 0:
         problem(f"{name}: skua-edge rolling updates must keep maxUnavailable 0")
+    surge = re.fullmatch(r"(\d+)%", str(strategy.get("maxSurge", "")))
+    if not surge or not 25 <= int(surge.group(1)) <= 50:
+        problem(f"{name}: skua-edge maxSurge must be 25-50 % (one edge at a time makes each client reconnect "
+                f"~1.6 times per rollout and overloads the last old edges), not {strategy.get('maxSurge')!r}")
+    if name not in DEV_OVERLAYS:
+        check_connections_metric(name, config, hpa)
     check_pod_hygiene(f"{name} skua-edge", pod)
 
     if not matches({"matchLabels": svc["spec"]["selector"]}, labels):
@@ -1259,6 +1295,16 @@ def mutation_selftest(rendered, known):
          lambda d: svc_ann(d).__setitem__(AWS + "healthcheck-protocol", "HTTP"), check_rollout),
         ("wss:// on port 80 instead of 443",
          lambda d: find(d, "Service", "skua-edge")["spec"]["ports"][0].__setitem__("port", 80), check_rollout),
+        ("maxSurge 1 (one edge at a time)",
+         lambda d: find(d, "Deployment", "skua-edge")["spec"]["strategy"]["rollingUpdate"].__setitem__("maxSurge", 1),
+         check_rollout),
+        ("an HPA without the connections metric",
+         lambda d: find(d, "HorizontalPodAutoscaler", "skua-edge")["spec"].__setitem__(
+             "metrics", [m for m in find(d, "HorizontalPodAutoscaler", "skua-edge")["spec"]["metrics"] if m["type"] != "Pods"]),
+         check_rollout),
+        ("a connections target at the cap",
+         lambda d: next(m for m in find(d, "HorizontalPodAutoscaler", "skua-edge")["spec"]["metrics"]
+                        if m["type"] == "Pods")["pods"]["target"].__setitem__("averageValue", "100000"), check_rollout),
         ("a grace period shorter than the drain",
          lambda d: edge_pod(d).__setitem__("terminationGracePeriodSeconds", 30), check_rollout),
         ("no minReadySeconds", lambda d: find(d, "Deployment", "skua-edge")["spec"].pop("minReadySeconds"), check_rollout),
