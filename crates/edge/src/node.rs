@@ -179,6 +179,7 @@ impl EdgeNode {
                 "The open-file limit leaves room for fewer sockets than max_connections: upgrades beyond it get 503 (fd_limit)."
             );
         }
+        let outbound_budget = crate::outbound::OutboundBudget::new(config.outbound_budget_bytes);
         let state = Arc::new(EdgeState {
             conn_slots: Arc::new(Semaphore::new(config.max_connections)),
             fd_budget,
@@ -205,10 +206,16 @@ impl EdgeNode {
             admin: std::sync::OnceLock::new(),
             draining: std::sync::atomic::AtomicBool::new(false),
             drain_started: std::sync::OnceLock::new(),
+            outbound_budget,
             next_conn: std::sync::atomic::AtomicU64::new(1),
             project_conns: std::sync::Mutex::new(std::collections::HashMap::new()),
         });
         background.spawn(crate::liveness::run(liveness, dispatcher_stop.clone()));
+        background.spawn(crate::outbound::enforce_budget(
+            state.outbound_budget.clone(),
+            state.connections.clone(),
+            dispatcher_stop.clone(),
+        ));
         background.spawn(members.run(dispatcher_stop.clone()));
         if let Some(t) = &triggers {
             t.run(&background, dispatcher_stop.clone(), state.config.triggers.take_over_at_start);

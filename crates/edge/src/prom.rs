@@ -325,6 +325,24 @@ pub fn render(st: &EdgeState) -> String {
         "Bytes waiting in the authenticated connections' outbound queues.",
         bytes,
     );
+    o.scalar(
+        "skua_outbound_budget_bytes",
+        "gauge",
+        "The node-wide bound on queued outbound bytes (outbound_budget_bytes; 0: none).",
+        st.outbound_budget.limit(),
+    );
+    o.scalar(
+        "skua_outbound_budget_queued_bytes",
+        "gauge",
+        "Bytes queued in the outbound queues of connections that are not closing, as the budget counts them.",
+        st.outbound_budget.queued(),
+    );
+    o.scalar(
+        "skua_outbound_budget_closes_total",
+        "counter",
+        "Connections closed 4008 slow_consumer, largest queue first, because the node's queued bytes passed outbound_budget_bytes.",
+        st.outbound_budget.closes(),
+    );
 
     let name = "skua_backend_operation_duration_seconds";
     o.header(name, "histogram", "Latency of bus, store and presence operations, by slot and operation.");

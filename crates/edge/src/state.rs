@@ -93,6 +93,8 @@ pub struct EdgeState {
     /// plane runs with an admin key; unset, `/admin` answers 404.
     pub admin: std::sync::OnceLock<axum::Router>,
     pub(crate) draining: AtomicBool,
+    /// The node-wide bound on queued outbound bytes (`outbound_budget_bytes`).
+    pub(crate) outbound_budget: Arc<crate::outbound::OutboundBudget>,
     /// When the drain began (`skua_drain_seconds`).
     pub(crate) drain_started: std::sync::OnceLock<std::time::Instant>,
     pub(crate) next_conn: AtomicU64,

@@ -174,7 +174,7 @@ async fn run_connection(socket: Box<WebSocket>, st: Arc<EdgeState>, id: skua_cor
     st.metrics.connections_opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let (handle, outbox) =
         ConnHandle::new(id, st.config.outbound_queue_messages, st.config.outbound_queue_bytes, st.metrics.clone());
-    let handle = Arc::new(handle);
+    let handle = Arc::new(handle.with_budget(st.outbound_budget.clone()));
     // Out of the box at once: the box's memory is freed here, not when the function returns.
     let socket = *socket;
     let (sink, stream) = socket.split();
