@@ -359,6 +359,82 @@ def check_load_balancer(name, docs, config, edge, svc, pre_stop_s, tgps):
            f"no connection termination, /readyz over {want}, preStop {pre_stop_s:g} s >= {NLB_DEREGISTRATION_S} s")
 
 
+# The longest a node may take to start serving (a large registry loads before the listener
+# accepts): the startupProbe must allow at least this before liveness takes over.
+STARTUP_BUDGET_S = 120
+
+
+def check_probes(where, c, tls):
+    """A startupProbe on /healthz with a budget of STARTUP_BUDGET_S (issue 32, item 8: without
+    it, liveness killed nodes whose registry took longer than ~35 s to load), and every probe in
+    the listener's scheme (HTTPS when SKUA_TLS_CERT puts the listener on TLS)."""
+    sp = c.get("startupProbe", {})
+    if sp.get("httpGet", {}).get("path") != "/healthz":
+        problem(f"{where} needs a startupProbe on /healthz (a large registry loads before the listener accepts)")
+    elif sp.get("periodSeconds", 10) * sp.get("failureThreshold", 3) < STARTUP_BUDGET_S:
+        problem(f"{where}: the startupProbe allows {sp.get('periodSeconds', 10) * sp.get('failureThreshold', 3)} s, "
+                f"below {STARTUP_BUDGET_S} s")
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        scheme = c.get(probe, {}).get("httpGet", {}).get("scheme", "HTTP")
+        if probe in c and scheme != ("HTTPS" if tls else "HTTP"):
+            problem(f"{where}: {probe} must use {'HTTPS' if tls else 'HTTP'} (the listener {'serves TLS' if tls else 'is plain'})")
+
+
+def check_placement(name, edge, control):
+    """Production placement (issue 32, item 8): edges spread over zones with DoNotSchedule (a
+    zone's outage takes only its share), control-plane pods never on one node."""
+    spread = edge["spec"]["template"]["spec"].get("topologySpreadConstraints", [])
+    zone = [t for t in spread if t.get("topologyKey") == "topology.kubernetes.io/zone"]
+    if not zone or zone[0].get("whenUnsatisfiable") != "DoNotSchedule":
+        problem(f"{name}: skua-edge needs a zone topologySpreadConstraint with whenUnsatisfiable DoNotSchedule")
+    labels = control["spec"]["template"]["metadata"]["labels"]
+    anti = control["spec"]["template"]["spec"].get("affinity", {}).get("podAntiAffinity", {})
+    terms = anti.get("requiredDuringSchedulingIgnoredDuringExecution", []) + [
+        t.get("podAffinityTerm", {}) for t in anti.get("preferredDuringSchedulingIgnoredDuringExecution", [])]
+    if not any(t.get("topologyKey") == "kubernetes.io/hostname" and matches(t.get("labelSelector", {}), labels)
+               and t.get("labelSelector", {}).get("matchLabels", {}).get("app.kubernetes.io/component") == "control"
+               for t in terms):
+        problem(f"{name}: skua-control needs a podAntiAffinity on kubernetes.io/hostname against its own pods")
+
+
+METADATA_V4 = "169.254.169.254"
+METADATA_V6 = "fd00:ec2::254"
+
+
+def reaches_metadata(rule):
+    """Whether a NetworkPolicy egress rule lets pods reach the cloud's instance metadata
+    endpoint: no `to` (any address) or an ipBlock covering it without excepting it; a rule for
+    DNS only (port 53) is not counted."""
+    import ipaddress
+
+    ports = {p.get("port") for p in rule.get("ports", [])}
+    if ports and ports <= {53}:
+        return False
+    if "to" not in rule:
+        return True
+    for peer in rule["to"]:
+        block = peer.get("ipBlock")
+        if not block:
+            continue
+        net = ipaddress.ip_network(block["cidr"], strict=False)
+        for addr in (METADATA_V4, METADATA_V6):
+            ip = ipaddress.ip_address(addr)
+            if ip.version == net.version and ip in net and not any(
+                    ip in ipaddress.ip_network(e, strict=False) for e in block.get("except", [])
+                    if ipaddress.ip_network(e, strict=False).version == ip.version):
+                return True
+    return False
+
+
+def check_metadata_egress(name, docs):
+    """No NetworkPolicy lets a pod reach 169.254.169.254 (the cloud's credentials)."""
+    for p in (d for d in docs if d["kind"] == "NetworkPolicy"):
+        for i, rule in enumerate(p["spec"].get("egress", [])):
+            if reaches_metadata(rule):
+                problem(f"{name}: NetworkPolicy {p['metadata']['name']} egress rule {i} reaches the cloud's metadata "
+                        f"endpoint ({METADATA_V4}): give it `to: ipBlock` with `except: [{METADATA_V4}/32]`")
+
+
 # The custom metric the production HPA scales on, served by prometheus-adapter
 # (monitoring/prometheus-adapter-values.yaml).
 CONNECTIONS_METRIC = "skua_connections_open"
@@ -451,6 +527,12 @@ def check_rollout(name, docs, known):
         problem(f"{name}: skua-edge readiness must probe /readyz")
     if c.get("livenessProbe", {}).get("httpGet", {}).get("path") != "/healthz":
         problem(f"{name}: skua-edge liveness must probe /healthz")
+    tls = bool(config.get("SKUA_TLS_CERT"))
+    for dep, d in (("skua-edge", edge), ("skua-control", control)):
+        (dc,) = [x for x in d["spec"]["template"]["spec"]["containers"] if x["name"] == "skua"]
+        check_probes(f"{name}: {dep}", dc, tls)
+    if name not in DEV_OVERLAYS:
+        check_placement(name, edge, control)
     mem = c.get("resources", {})
     try:
         req, lim = quantity_bytes(mem["requests"]["memory"]), quantity_bytes(mem["limits"]["memory"])
@@ -630,6 +712,7 @@ def check_network_policies(name, docs):
             for port, what in ((5432, "Postgres"), (8883, "MQTT over TLS"), (6379, "Redis")):
                 if port not in egress and "*" not in egress:
                     problem(f"{name}: {w['kind']} {wname}: no NetworkPolicy allows egress to {what} ({port})")
+    check_metadata_egress(name, docs)
     if len(problems) == before:
         ok(f"{name}: default-deny NetworkPolicy and explicit allows for every workload ({len(policies)} policies)")
 
@@ -1187,6 +1270,12 @@ def check_dockerfile():
         problem("Dockerfile: the runtime stage must not carry build tools")
     if "rust" in runtime[0]:
         problem("Dockerfile: the runtime stage must not be based on a Rust image")
+    build = lines[stages[0]:stages[-1]]
+    if not any(re.fullmatch(r"ARG SKUA_GIT_SHA(=.*)?", ln) for ln in build):
+        problem("Dockerfile: the build stage must take ARG SKUA_GIT_SHA (skua_build_info's git_sha is read at build time)")
+    health = " ".join(ln for ln in runtime if ln.upper().startswith("HEALTHCHECK") or ln.startswith("CMD ["))
+    if "HEALTHCHECK" not in health.upper() or "SKUA_TLS_CERT" not in health:
+        problem("Dockerfile: the HEALTHCHECK must work with TLS on (SKUA_TLS_CERT): plain HTTP to a TLS listener fails")
     ok("Dockerfile: multi-stage, non-root runtime without build tools")
 
 
@@ -1305,6 +1394,20 @@ def mutation_selftest(rendered, known):
         ("a connections target at the cap",
          lambda d: next(m for m in find(d, "HorizontalPodAutoscaler", "skua-edge")["spec"]["metrics"]
                         if m["type"] == "Pods")["pods"]["target"].__setitem__("averageValue", "100000"), check_rollout),
+        ("no startupProbe on the edges", lambda d: skua(edge_pod(d)).pop("startupProbe"), check_rollout),
+        ("a plain-HTTP startupProbe on the TLS listener",
+         lambda d: skua(edge_pod(d))["startupProbe"]["httpGet"].pop("scheme"), check_rollout),
+        ("zone spread ScheduleAnyway",
+         lambda d: next(t for t in edge_pod(d)["topologySpreadConstraints"] if t["topologyKey"].endswith("zone"))
+         .__setitem__("whenUnsatisfiable", "ScheduleAnyway"), check_rollout),
+        ("no control-plane anti-affinity",
+         lambda d: find(d, "Deployment", "skua-control")["spec"]["template"]["spec"].pop("affinity"), check_rollout),
+        ("egress to any address on port 80 (the metadata endpoint)",
+         lambda d: find(d, "NetworkPolicy", "skua-egress")["spec"]["egress"][0].pop("to"),
+         lambda n, docs, k: check_network_policies(n, docs)),
+        ("egress that no longer excepts the metadata endpoint",
+         lambda d: find(d, "NetworkPolicy", "skua-egress")["spec"]["egress"][0]["to"][0]["ipBlock"].pop("except"),
+         lambda n, docs, k: check_network_policies(n, docs)),
         ("a grace period shorter than the drain",
          lambda d: edge_pod(d).__setitem__("terminationGracePeriodSeconds", 30), check_rollout),
         ("no minReadySeconds", lambda d: find(d, "Deployment", "skua-edge")["spec"].pop("minReadySeconds"), check_rollout),
