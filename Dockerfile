@@ -4,7 +4,7 @@
 # No `# syntax=` line: the Dockerfile frontend built into Docker Engine 20.10 and later (BuildKit,
 # DOCKER_BUILDKIT=1 or buildx) reads it without pulling one. The base images are build arguments,
 # so a machine that reaches no registry can name images it built itself
-# (deploy/standin-images.sh; deploy/README.md "Offline").
+# (deploy/standin-images.sh; deploy/README.md "Compose on this machine").
 ARG BUILDER_IMAGE=rust:1.95-bookworm
 ARG RUNTIME_IMAGE=debian:bookworm-slim
 

@@ -1242,11 +1242,52 @@ def check_compose(known):
         )
         if parse_duration_s(s.get("stop_grace_period", "10s")) < needed + BUS_FLUSH_S:
             problem(f"docker-compose.yml: {svc} stop_grace_period must exceed drain delay + grace + flush")
+    # deploy/compose/cluster.yml copies edge-1 as edge-3 (YAML anchors do not cross files): the
+    # copy must not drift (issue 32, item 11: it had lost SKUA_CLUSTER).
+    with open(os.path.join(HERE, "compose", "cluster.yml"), encoding="utf-8") as f:
+        cluster = yaml.safe_load(f)
+    e1 = dict(services.get("edge-1", {}).get("environment", {}))
+    e3 = dict(cluster.get("services", {}).get("edge-3", {}).get("environment", {}))
+    e1.pop("SKUA_NODE_ID", None)
+    e3.pop("SKUA_NODE_ID", None)
+    if e1 != e3:
+        diff = sorted(k for k in set(e1) | set(e3) if e1.get(k) != e3.get(k))
+        problem(f"deploy/compose/cluster.yml: edge-3's environment differs from edge-1's in {diff}")
     if services.get("control", {}).get("environment", {}).get("SKUA_GRPC_LISTEN") != "0.0.0.0:50051":
         problem("docker-compose.yml: control must listen for gRPC on 0.0.0.0:50051")
     if len(problems) == before:
         ok("docker-compose.yml: cluster shape (2 edges, control, health-checked deps, pki and migrate first)")
     return compose
+
+
+def check_readme_references():
+    """Every `deploy/README.md "Section"` (or `README "Section"`) named in the repository's
+    deployment files, scripts and docs is a heading of that file (issue 32, item 11: three
+    pointed at sections that did not exist)."""
+    headings = {}
+    for readme, key in ((os.path.join(HERE, "README.md"), "deploy/README.md"), (os.path.join(ROOT, "README.md"), "README")):
+        with open(readme, encoding="utf-8") as f:
+            headings[key] = [ln.lstrip("#").strip() for ln in f if ln.startswith("#")]
+    files = [os.path.join(ROOT, p) for p in ("Dockerfile", "docker-compose.yml", "README.md")]
+    for pattern in ("*.sh", "*.py", "*.md", "compose/*", "kubernetes/**/*.yaml", "monitoring/*"):
+        files += glob.glob(os.path.join(HERE, pattern), recursive=True)
+    files += glob.glob(os.path.join(ROOT, "docs", "*.md"))
+    before, count = len(problems), 0
+    for path in sorted(set(files)):
+        if not os.path.isfile(path) or ".venv" in path or path == os.path.abspath(__file__):
+            continue
+        with open(path, encoding="utf-8", errors="replace") as f:
+            # Comments wrap: a reference may span lines (with the comment marker between).
+            text = re.sub(r"\s*\n\s*(#\s*)?", " ", f.read())
+        for m in re.finditer(r'(deploy/README\.md|\bREADME)(?:,|\'s)? \(?"([^"]{3,80})"', text):
+            key = "deploy/README.md" if m.group(1).startswith("deploy") else "README"
+            if key == "README" and os.path.basename(path) == "README.md" and os.path.dirname(path) == HERE:
+                continue
+            count += 1
+            if not any(h.startswith(m.group(2)) for h in headings[key]):
+                problem(f"{os.path.relpath(path, ROOT)}: {key} has no section \"{m.group(2)}\"")
+    if len(problems) == before:
+        ok(f"{count} references to README sections name existing headings")
 
 
 def check_dockerfile():
@@ -1464,6 +1505,8 @@ def main():
     check_backend_tls(rendered, compose)
     print("== Dockerfile")
     check_dockerfile()
+    print("== README references")
+    check_readme_references()
     if problems:
         print(f"deploy validation: {len(problems)} problem(s)")
         return 1
