@@ -29,13 +29,13 @@
    sslmode=verify-full (or verify-ca), Redis with rediss:// and MQTT with mqtts://; the dev
    overlay's copies of deploy/compose's PKI script, mosquitto.conf and pg_hba.conf are identical
    to them.
-
 9. Issue 32: the production HPA on connections per pod (prometheus-adapter) and maxSurge 25-50 %;
    startupProbes and probe schemes; zone spread DoNotSchedule and control-plane anti-affinity;
    no egress to the cloud metadata endpoint; `promtool test rules` on the alert rules' unit
    tests (skipped loudly without promtool, failing under CI=true); the Dockerfile's
    SKUA_GIT_SHA argument and a HEALTHCHECK that works with TLS; compose's edge-3 mirroring
    edge-1; every `deploy/README.md "Section"` reference naming an existing heading.
+
 Self-tests re-introduce each guarded mistake into the rendered files and check it is refused.
 Exits non-zero with every problem listed.
 """
