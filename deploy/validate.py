@@ -850,6 +850,17 @@ def check_mqtt_tier(rendered):
         for f in mqtt_from
     ):
         problem(f"kubernetes/emqx: only the {skua_namespace} namespace may reach MQTT (8883)")
+    # Issue 32, item 6: the broker is not stateless. Its core nodes keep the built-in
+    # database (the cluster's MQTT user): a volume each, resources, a disruption budget.
+    core = emqx["spec"].get("coreTemplate", {}).get("spec", {})
+    if not core.get("volumeClaimTemplates", {}).get("resources", {}).get("requests", {}).get("storage"):
+        problem("kubernetes/emqx: core nodes need volumeClaimTemplates (a full restart would lose the MQTT users)")
+    res = core.get("resources", {})
+    if not res.get("requests", {}).get("memory") or res.get("requests", {}).get("memory") != res.get("limits", {}).get("memory"):
+        problem("kubernetes/emqx: core nodes need resources with the memory request equal to the limit")
+    labels = {"apps.emqx.io/instance": emqx["metadata"]["name"]}
+    if not any(d["kind"] == "PodDisruptionBudget" and matches(d["spec"].get("selector", {}), labels) for d in docs):
+        problem("kubernetes/emqx: no PodDisruptionBudget selects the EMQX pods")
     if len(problems) == before:
         ok(f"kubernetes/emqx: TLS with client certificates, authentication, ACL confined to {ns}/, "
            f"deny by default; 8883 from namespace {skua_namespace} only")
@@ -866,11 +877,20 @@ def mqtt_selftest(rendered):
         emqx["spec"]["config"]["data"] = edit(emqx["spec"]["config"]["data"])
         return {**rendered, "emqx": docs}
 
+    def reshaped(edit):
+        docs = copy.deepcopy(rendered["emqx"])
+        edit(docs)
+        return {**rendered, "emqx": docs}
+
     cases = [
         ("anonymous MQTT clients", broken(lambda c: c.replace("backend = built_in_database", ""))),
         ("an ACL that allows everything", broken(lambda c: c.replace("{deny, all}.", "{allow, all}."))),
         ("a cluster user reaching another namespace", broken(lambda c: c.replace('"skua-prod/#"', '"#"'))),
         ("the plain-text listener on", broken(lambda c: c.replace("listeners.tcp.default.enable = false", ""))),
+        ("core nodes without volumes", reshaped(lambda d: next(x for x in d if x["kind"] == "EMQX")["spec"]["coreTemplate"]
+                                                 ["spec"].pop("volumeClaimTemplates"))),
+        ("no PodDisruptionBudget for the broker",
+         reshaped(lambda d: d.remove(next(x for x in d if x["kind"] == "PodDisruptionBudget")))),
     ]
     if all([caught(label, lambda r=r: check_mqtt_tier(r)) for label, r in cases]):
         ok(f"self-test: {len(cases)} ways of opening the broker are each refused")
@@ -1030,6 +1050,30 @@ def check_pod_monitor(docs, rendered):
         ok("monitoring/podmonitor.yaml: selects the edges and the control plane on their metrics port")
 
 
+def check_emqx_scrape(docs, rendered):
+    """The broker is scraped (issue 32, item 6): a PodMonitor selects the EMQX pods in their
+    namespace, and the broker's NetworkPolicy admits the monitoring namespace on its port."""
+    emqx_docs = rendered.get("emqx", [])
+    emqx = next((d for d in emqx_docs if d["kind"] == "EMQX"), None)
+    if emqx is None:
+        return
+    ns = emqx["metadata"].get("namespace")
+    labels = {"apps.emqx.io/instance": emqx["metadata"]["name"]}
+    pms = [d for d in docs if d["kind"] == "PodMonitor" and matches(d["spec"].get("selector", {}), labels)
+           and ns in d["spec"].get("namespaceSelector", {}).get("matchNames", [])]
+    if not pms:
+        problem(f"monitoring: no PodMonitor scrapes the EMQX pods in namespace {ns}")
+        return
+    ports = {e.get("targetPort") or e.get("portNumber") for e in pms[0]["spec"].get("podMetricsEndpoints", [])}
+    admitted = {p.get("port") for pol in emqx_docs if pol["kind"] == "NetworkPolicy" for r in pol["spec"].get("ingress", [])
+                if any(f.get("namespaceSelector", {}).get("matchLabels", {}).get("kubernetes.io/metadata.name") == "monitoring"
+                       for f in r.get("from", [])) for p in r.get("ports", [])}
+    if not ports & admitted:
+        problem(f"kubernetes/emqx: no NetworkPolicy admits the monitoring namespace on the scraped port {sorted(ports)}")
+    else:
+        ok(f"monitoring/emqx-podmonitor.yaml: scrapes EMQX in {ns} on {sorted(ports)}, admitted by its NetworkPolicy")
+
+
 def check_dashboard(used):
     path = os.path.join(MONITORING, "skua-dashboard.json")
     before = len(problems)
@@ -1100,6 +1144,7 @@ def check_monitoring(rendered):
     check_promtool()
     check_prometheus_rule(rules, docs)
     check_pod_monitor(docs, rendered)
+    check_emqx_scrape(docs, rendered)
     check_dashboard(used)
     registered = registered_metrics()
     if check_metrics_exist(used, registered):
