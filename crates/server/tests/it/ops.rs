@@ -87,6 +87,7 @@ async fn build_process_bus_registry_and_backend_series_are_exported() {
     for series in [
         "skua_bus_reconnects_total",
         "skua_bus_buffered_messages",
+        "skua_bus_decode_errors_total",
         "skua_registry_lag_seconds",
         "skua_registry_version",
     ] {
