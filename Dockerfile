@@ -4,18 +4,21 @@
 # No `# syntax=` line: the Dockerfile frontend built into Docker Engine 20.10 and later (BuildKit,
 # DOCKER_BUILDKIT=1 or buildx) reads it without pulling one. The base images are build arguments,
 # so a machine that reaches no registry can name images it built itself
-# (deploy/standin-images.sh; deploy/README.md "Offline").
+# (deploy/standin-images.sh; deploy/README.md "Compose on this machine").
 ARG BUILDER_IMAGE=rust:1.95-bookworm
 ARG RUNTIME_IMAGE=debian:bookworm-slim
 
 FROM ${BUILDER_IMAGE} AS build
+# The commit built, for skua_build_info{git_sha} (read by the compiler: a new value rebuilds
+# skua-server): `docker build --build-arg SKUA_GIT_SHA="$(git rev-parse HEAD)" …`.
+ARG SKUA_GIT_SHA=unknown
 WORKDIR /src
 COPY . .
 # Cache mounts keep the crates.io index, downloaded crates and compiled dependencies between
 # builds, which is what makes a rebuild after a source change take seconds instead of minutes.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked -p skua-server \
+    SKUA_GIT_SHA="${SKUA_GIT_SHA}" cargo build --release --locked -p skua-server \
     && cp target/release/skua /usr/local/bin/skua \
     && strip /usr/local/bin/skua
 
@@ -38,10 +41,12 @@ WORKDIR /var/lib/skua
 # 8080: WebSocket /ws, /healthz, /readyz, /metrics. 50051: control-plane gRPC (when enabled).
 EXPOSE 8080 50051
 STOPSIGNAL SIGTERM
-# Liveness only (the process answers HTTP); orchestrators check /readyz themselves. bash's
-# /dev/tcp needs no curl in the image.
+# Liveness only; orchestrators check /readyz themselves. bash's /dev/tcp needs no curl in the
+# image, and speaks no TLS: on the listener's port (SKUA_LISTEN, default 8080) it asks
+# /healthz for a 200 over plain HTTP, or, with TLS on (SKUA_TLS_CERT set), checks that the
+# listener accepts (a plain-HTTP request would fail the handshake).
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
-    CMD ["/bin/bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/8080 && printf 'GET /healthz HTTP/1.0\\r\\n\\r\\n' >&3 && grep -q ' 200 ' <&3"]
+    CMD ["/bin/bash", "-c", "port=\"${SKUA_LISTEN##*:}\"; exec 3<>\"/dev/tcp/127.0.0.1/${port:-8080}\" || exit 1; if [ -n \"${SKUA_TLS_CERT:-}\" ]; then exit 0; fi; printf 'GET /healthz HTTP/1.0\\r\\n\\r\\n' >&3 && grep -q ' 200 ' <&3"]
 ENTRYPOINT ["/usr/local/bin/skua"]
 # Plain `serve`: with no arguments the image loads no demo project and no well-known dev tokens
 # into the store it is given. The demo (`serve --dev`) is asked for explicitly, as

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# A partition test of a Skua cluster in containers (issue 17 item 5; deploy/README.md "Cluster
-# partition run"): docker-compose.yml plus deploy/compose/cluster.yml, i.e. three edges, the
+# A partition test of a Skua cluster in containers (issue 17 item 5; deploy/README.md "Compose
+# on this machine"): docker-compose.yml plus deploy/compose/cluster.yml, i.e. three edges, the
 # control node, Mosquitto, Redis and Postgres on one private Docker network at fixed addresses,
 # with the SDK clients on the host (a bridge network is routed to its host) behind a small load
 # balancer (deploy/compose/smoke_check.py). Then:
@@ -47,5 +47,5 @@ step "edge-2 cut off while clients publish: they reconnect elsewhere, no acknowl
     --stop "$(cut_cmd 2)" --heal "$(heal_cmd 2)"
 step "edge-2 healthy again after it was connected again" wait_healthy edge-2
 
-step "compose down -v: nothing left" down_clean
+take_down
 finish

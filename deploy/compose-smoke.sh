@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The compose cluster for real (README "Run a cluster"; deploy/README.md "Compose smoke run"):
+# The compose cluster for real (README "Run a cluster"; deploy/README.md "Compose on this machine"):
 # on a machine of the project's kind (Debian, root, no image registry), starts Docker if needed
 # (installing Debian's packages), builds the stand-in base images (deploy/standin-images.sh;
 # kept between runs) and Skua's image from the real Dockerfile, runs `docker compose up` (or
@@ -77,5 +77,5 @@ drained() {
 }
 step "stop edge-1: drained, SDK clients reconnect to edge-2, no acknowledged logged message lost" drained
 
-step "compose down -v: nothing left" down_clean
+take_down
 finish

@@ -6,8 +6,9 @@
    resource but custom resources against the bundled Kubernetes JSON schemas
    (kubernetes-validate --strict, oldest and newest supported release), and checks what a safe
    rollout needs: probes; drain timing (preStop, drain delay, spread, grace) within the grace
-   period and against the load balancer's health check; minReadySeconds; no `replicas` on an
-   HPA-managed Deployment; an HPA on CPU and memory; edges' memory request equal to their limit;
+   period; the production NLB (AWS Load Balancer Controller, IP targets, pod readiness gates,
+   deregistration delay >= the grace, no connection termination, /readyz health check, wss://
+   on 443); minReadySeconds; no `replicas` on an HPA-managed Deployment; an HPA on CPU and memory; edges' memory request equal to their limit;
    PDB; resources; security context; generated (hash-suffixed) config.
 2. Credentials: the admin key on the control plane only; the schema owner's credential in the
    migrate init containers only, the nodes on the DML-only one; the edges' bus, presence and
@@ -28,6 +29,12 @@
    sslmode=verify-full (or verify-ca), Redis with rediss:// and MQTT with mqtts://; the dev
    overlay's copies of deploy/compose's PKI script, mosquitto.conf and pg_hba.conf are identical
    to them.
+9. Issue 32: the production HPA on connections per pod (prometheus-adapter) and maxSurge 25-50 %;
+   startupProbes and probe schemes; zone spread DoNotSchedule and control-plane anti-affinity;
+   no egress to the cloud metadata endpoint; `promtool test rules` on the alert rules' unit
+   tests (skipped loudly without promtool, failing under CI=true); the Dockerfile's
+   SKUA_GIT_SHA argument and a HEALTHCHECK that works with TLS; compose's edge-3 mirroring
+   edge-1; every `deploy/README.md "Section"` reference naming an existing heading.
 
 Self-tests re-introduce each guarded mistake into the rendered files and check it is refused.
 Exits non-zero with every problem listed.
@@ -274,23 +281,194 @@ def drain_budget(config, pre_stop_s):
     return pre_stop_s + drain + spread + grace + BUS_FLUSH_S + MARGIN_S
 
 
-def lb_health_check(svc):
-    """(interval, unhealthy threshold, healthy threshold) of the cloud load balancer's health
-    check, from the Service's annotations (AWS shown in the production overlay), or None."""
-    a = svc.get("metadata", {}).get("annotations", {})
-    pre = "service.beta.kubernetes.io/aws-load-balancer-healthcheck-"
+AWS = "service.beta.kubernetes.io/aws-load-balancer-"
+# Seconds from a pod's termination until the AWS Load Balancer Controller has deregistered its
+# IP target and the NLB sends it no new connection: the endpoint change, the controller's
+# reconcile and the NLB's propagation (often 10-20 s; AWS states no bound). The preStop sleep,
+# during which the pod still serves, must cover it.
+NLB_DEREGISTRATION_S = 20
+
+
+def target_group_attributes(svc):
+    """The AWS target-group attributes annotation as a dict (`k=v,k=v`)."""
+    raw = svc.get("metadata", {}).get("annotations", {}).get(AWS + "target-group-attributes", "")
+    return dict(kv.strip().split("=", 1) for kv in raw.split(",") if "=" in kv)
+
+
+def check_load_balancer(name, docs, config, edge, svc, pre_stop_s, tgps):
+    """The production edge Service on AWS (issue 32, items 1 and 5): an NLB of the AWS Load
+    Balancer Controller with IP targets and pod readiness gates, target-group attributes that
+    let Skua's drain finish (deregistration delay >= the termination grace, no connection
+    termination at its end nor on an unhealthy target), a health check on /readyz in the
+    listener's scheme, a preStop covering the deregistration, and wss:// on port 443."""
     if svc["spec"].get("type") != "LoadBalancer":
-        return None
-    if pre + "interval" not in a:
-        print(f"  note Service {svc['metadata']['name']}: a LoadBalancer without health-check annotations; size the "
-              "edges' preStop and minReadySeconds to your balancer's check (deploy/README.md, \"Rolling restarts\")")
-        return None
+        return
+    a = svc.get("metadata", {}).get("annotations", {})
+    where = f"{name}: Service skua-edge"
+    tls = bool(config.get("SKUA_TLS_CERT"))
+    # Item 5: with TLS passed through, clients dial wss://host/ws, i.e. port 443.
+    ports = svc["spec"].get("ports", [])
+    listener = {p.get("name"): p["containerPort"] for c in edge["spec"]["template"]["spec"]["containers"]
+                if c["name"] == "skua" for p in c.get("ports", [])}
+    if tls:
+        https = [p for p in ports if p["port"] == 443]
+        if not https or https[0].get("targetPort") not in ("http", listener.get("http")):
+            problem(f"{where}: with TLS on the edges (SKUA_TLS_CERT) the Service must listen on 443 and pass it to "
+                    f"the edges' TLS listener (targetPort http): wss://host/ws finds nothing on another port")
+        if any(p["port"] == 80 for p in ports):
+            problem(f"{where}: port 80 with TLS passed through serves TLS on the plain-HTTP port; expose 443 only")
+    if not any(k.startswith(AWS) for k in a):
+        print(f"  note {where}: a LoadBalancer without AWS annotations; give yours pod targets, connection "
+              "draining >= terminationGracePeriodSeconds and a /readyz health check (deploy/README.md, \"Rolling restarts\")")
+        return
+    before = len(problems)
+    if svc["spec"].get("loadBalancerClass") != "service.k8s.aws/nlb" and a.get(AWS + "type") != "external":
+        problem(f"{where}: the NLB must be the AWS Load Balancer Controller's (loadBalancerClass service.k8s.aws/nlb), "
+                "not the in-tree controller's (no IP targets, no readiness gates, no target-group attributes)")
+    if a.get(AWS + "nlb-target-type") != "ip":
+        problem(f"{where}: aws-load-balancer-nlb-target-type must be ip: with instance targets a node's health check "
+                "fails when its edge terminates and the NLB resets its connections before the drain")
+    if svc["spec"].get("externalTrafficPolicy") == "Local" and a.get(AWS + "nlb-target-type") != "ip":
+        problem(f"{where}: externalTrafficPolicy Local with instance targets resets connections of terminating edges")
+    ns = edge["metadata"].get("namespace")
+    namespace = find(docs, "Namespace", ns) if ns else None
+    gate = (namespace or {}).get("metadata", {}).get("labels", {}).get("elbv2.k8s.aws/pod-readiness-gate-inject")
+    if gate != "enabled":
+        problem(f"{name}: Namespace {ns} needs the label elbv2.k8s.aws/pod-readiness-gate-inject: enabled (pod readiness "
+                "gates: a new edge is ready only once its NLB target is healthy)")
+    attrs = target_group_attributes(svc)
     try:
-        return (int(a[pre + "interval"]), int(a.get(pre + "unhealthy-threshold", "3")),
-                int(a.get(pre + "healthy-threshold", "3")))
+        delay = int(attrs.get("deregistration_delay.timeout_seconds", "300"))
     except ValueError:
-        problem(f"Service {svc['metadata']['name']}: health check annotations must be integers")
-        return None
+        problem(f"{where}: deregistration_delay.timeout_seconds must be an integer")
+        delay = 0
+    if delay < tgps:
+        problem(f"{where}: deregistration_delay.timeout_seconds {delay} < terminationGracePeriodSeconds {tgps}: the "
+                "NLB would drop a terminating edge's connections before Skua's drain closed them 1012")
+    for attr in ("deregistration_delay.connection_termination.enabled",
+                 "target_health_state.unhealthy.connection_termination.enabled"):
+        # The second defaults to true on AWS: it must be set to false.
+        default = "false" if attr.startswith("deregistration") else "true"
+        if attrs.get(attr, default).lower() != "false":
+            problem(f"{where}: target-group attribute {attr}=false is required (a draining edge answers /readyz 503; "
+                    "its connections must not be reset)")
+    if a.get(AWS + "healthcheck-path") != "/readyz":
+        problem(f"{where}: the NLB health check must ask /readyz (503 only while an edge drains)")
+    want = "HTTPS" if tls else "HTTP"
+    if a.get(AWS + "healthcheck-protocol", "TCP").upper() != want:
+        problem(f"{where}: aws-load-balancer-healthcheck-protocol must be {want} (the listener's scheme)")
+    if pre_stop_s < NLB_DEREGISTRATION_S:
+        problem(f"{name}: skua-edge preStop {pre_stop_s:g} s < {NLB_DEREGISTRATION_S} s, the time the NLB takes to stop "
+                "sending new connections to a deregistered target")
+    if len(problems) == before:
+        ok(f"{name}: AWS NLB with IP targets and readiness gates, deregistration delay {delay} s >= grace {tgps} s, "
+           f"no connection termination, /readyz over {want}, preStop {pre_stop_s:g} s >= {NLB_DEREGISTRATION_S} s")
+
+
+# The longest a node may take to start serving (a large registry loads before the listener
+# accepts): the startupProbe must allow at least this before liveness takes over.
+STARTUP_BUDGET_S = 120
+
+
+def check_probes(where, c, tls):
+    """A startupProbe on /healthz with a budget of STARTUP_BUDGET_S (issue 32, item 8: without
+    it, liveness killed nodes whose registry took longer than ~35 s to load), and every probe in
+    the listener's scheme (HTTPS when SKUA_TLS_CERT puts the listener on TLS)."""
+    sp = c.get("startupProbe", {})
+    if sp.get("httpGet", {}).get("path") != "/healthz":
+        problem(f"{where} needs a startupProbe on /healthz (a large registry loads before the listener accepts)")
+    elif sp.get("periodSeconds", 10) * sp.get("failureThreshold", 3) < STARTUP_BUDGET_S:
+        problem(f"{where}: the startupProbe allows {sp.get('periodSeconds', 10) * sp.get('failureThreshold', 3)} s, "
+                f"below {STARTUP_BUDGET_S} s")
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        scheme = c.get(probe, {}).get("httpGet", {}).get("scheme", "HTTP")
+        if probe in c and scheme != ("HTTPS" if tls else "HTTP"):
+            problem(f"{where}: {probe} must use {'HTTPS' if tls else 'HTTP'} (the listener {'serves TLS' if tls else 'is plain'})")
+
+
+def check_placement(name, edge, control):
+    """Production placement (issue 32, item 8): edges spread over zones with DoNotSchedule (a
+    zone's outage takes only its share), control-plane pods never on one node."""
+    spread = edge["spec"]["template"]["spec"].get("topologySpreadConstraints", [])
+    zone = [t for t in spread if t.get("topologyKey") == "topology.kubernetes.io/zone"]
+    if not zone or zone[0].get("whenUnsatisfiable") != "DoNotSchedule":
+        problem(f"{name}: skua-edge needs a zone topologySpreadConstraint with whenUnsatisfiable DoNotSchedule")
+    labels = control["spec"]["template"]["metadata"]["labels"]
+    anti = control["spec"]["template"]["spec"].get("affinity", {}).get("podAntiAffinity", {})
+    terms = anti.get("requiredDuringSchedulingIgnoredDuringExecution", []) + [
+        t.get("podAffinityTerm", {}) for t in anti.get("preferredDuringSchedulingIgnoredDuringExecution", [])]
+    if not any(t.get("topologyKey") == "kubernetes.io/hostname" and matches(t.get("labelSelector", {}), labels)
+               and t.get("labelSelector", {}).get("matchLabels", {}).get("app.kubernetes.io/component") == "control"
+               for t in terms):
+        problem(f"{name}: skua-control needs a podAntiAffinity on kubernetes.io/hostname against its own pods")
+
+
+METADATA_V4 = "169.254.169.254"
+METADATA_V6 = "fd00:ec2::254"
+
+
+def reaches_metadata(rule):
+    """Whether a NetworkPolicy egress rule lets pods reach the cloud's instance metadata
+    endpoint: no `to` (any address) or an ipBlock covering it without excepting it; a rule for
+    DNS only (port 53) is not counted."""
+    import ipaddress
+
+    ports = {p.get("port") for p in rule.get("ports", [])}
+    if ports and ports <= {53}:
+        return False
+    if "to" not in rule:
+        return True
+    for peer in rule["to"]:
+        block = peer.get("ipBlock")
+        if not block:
+            continue
+        net = ipaddress.ip_network(block["cidr"], strict=False)
+        for addr in (METADATA_V4, METADATA_V6):
+            ip = ipaddress.ip_address(addr)
+            if ip.version == net.version and ip in net and not any(
+                    ip in ipaddress.ip_network(e, strict=False) for e in block.get("except", [])
+                    if ipaddress.ip_network(e, strict=False).version == ip.version):
+                return True
+    return False
+
+
+def check_metadata_egress(name, docs):
+    """No NetworkPolicy lets a pod reach 169.254.169.254 (the cloud's credentials)."""
+    for p in (d for d in docs if d["kind"] == "NetworkPolicy"):
+        for i, rule in enumerate(p["spec"].get("egress", [])):
+            if reaches_metadata(rule):
+                problem(f"{name}: NetworkPolicy {p['metadata']['name']} egress rule {i} reaches the cloud's metadata "
+                        f"endpoint ({METADATA_V4}): give it `to: ipBlock` with `except: [{METADATA_V4}/32]`")
+
+
+# The custom metric the production HPA scales on, served by prometheus-adapter
+# (monitoring/prometheus-adapter-values.yaml).
+CONNECTIONS_METRIC = "skua_connections_open"
+
+
+def check_connections_metric(name, config, hpa):
+    """A production HPA scales on open connections per pod too (issue 32, item 2), with a target
+    at most half of max_connections, so the last old edges of a rollout stay below the cap."""
+    pods = [m["pods"] for m in hpa["spec"].get("metrics", []) if m["type"] == "Pods"]
+    metric = [p for p in pods if p.get("metric", {}).get("name") == CONNECTIONS_METRIC]
+    if not metric:
+        problem(f"{name}: the edge HPA must also scale on {CONNECTIONS_METRIC} per pod (a Pods metric through "
+                "prometheus-adapter): CPU and memory do not follow idle WebSockets")
+        return
+    cap = int(config.get("SKUA_MAX_CONNECTIONS", "100000"))
+    try:
+        target = float(quantity_bytes(metric[0]["target"]["averageValue"]))
+    except (KeyError, ValueError):
+        problem(f"{name}: the HPA's {CONNECTIONS_METRIC} target must be an averageValue")
+        return
+    if target > cap / 2:
+        problem(f"{name}: the HPA's {CONNECTIONS_METRIC} target {target:g} is above half of max_connections "
+                f"({cap}): rollouts and reconnect waves would push edges to the cap")
+    with open(os.path.join(HERE, "monitoring", "prometheus-adapter-values.yaml"), encoding="utf-8") as f:
+        adapter = yaml.safe_load(f)
+    served = {r.get("name", {}).get("as") for r in adapter.get("rules", {}).get("custom", [])}
+    if CONNECTIONS_METRIC not in served:
+        problem(f"monitoring/prometheus-adapter-values.yaml: no rule serves {CONNECTIONS_METRIC} to the HPA")
 
 
 def check_rollout(name, docs, known):
@@ -355,6 +533,12 @@ def check_rollout(name, docs, known):
         problem(f"{name}: skua-edge readiness must probe /readyz")
     if c.get("livenessProbe", {}).get("httpGet", {}).get("path") != "/healthz":
         problem(f"{name}: skua-edge liveness must probe /healthz")
+    tls = bool(config.get("SKUA_TLS_CERT"))
+    for dep, d in (("skua-edge", edge), ("skua-control", control)):
+        (dc,) = [x for x in d["spec"]["template"]["spec"]["containers"] if x["name"] == "skua"]
+        check_probes(f"{name}: {dep}", dc, tls)
+    if name not in DEV_OVERLAYS:
+        check_placement(name, edge, control)
     mem = c.get("resources", {})
     try:
         req, lim = quantity_bytes(mem["requests"]["memory"]), quantity_bytes(mem["limits"]["memory"])
@@ -384,21 +568,16 @@ def check_rollout(name, docs, known):
     min_ready = edge["spec"].get("minReadySeconds", 0)
     if min_ready < 5:
         problem(f"{name}: skua-edge needs minReadySeconds (>= 5) so a rollout waits for a new edge to settle")
-    hc = lb_health_check(svc)
-    if hc is not None:
-        interval, unhealthy, healthy = hc
-        if pre_stop_s < interval * unhealthy + 5:
-            problem(f"{name}: skua-edge preStop {pre_stop_s:g} s < the load balancer's {interval} s x {unhealthy} "
-                    f"unhealthy checks + 5 s: new connections would reach a draining edge")
-        if min_ready < interval * healthy:
-            problem(f"{name}: skua-edge minReadySeconds {min_ready} < the load balancer's {interval} s x {healthy} "
-                    f"healthy checks: a rollout would drain old edges before the balancer uses the new ones")
-        else:
-            ok(f"{name}: preStop {pre_stop_s:g} s and minReadySeconds {min_ready} cover the load balancer's health check "
-               f"({interval} s x {unhealthy}/{healthy})")
+    check_load_balancer(name, docs, config, edge, svc, pre_stop_s, tgps)
     strategy = edge["spec"].get("strategy", {}).get("rollingUpdate", {})
     if strategy.get("maxUnavailable") != 0:
         problem(f"{name}: skua-edge rolling updates must keep maxUnavailable 0")
+    surge = re.fullmatch(r"(\d+)%", str(strategy.get("maxSurge", "")))
+    if not surge or not 25 <= int(surge.group(1)) <= 50:
+        problem(f"{name}: skua-edge maxSurge must be 25-50 % (one edge at a time makes each client reconnect "
+                f"~1.6 times per rollout and overloads the last old edges), not {strategy.get('maxSurge')!r}")
+    if name not in DEV_OVERLAYS:
+        check_connections_metric(name, config, hpa)
     check_pod_hygiene(f"{name} skua-edge", pod)
 
     if not matches({"matchLabels": svc["spec"]["selector"]}, labels):
@@ -539,6 +718,7 @@ def check_network_policies(name, docs):
             for port, what in ((5432, "Postgres"), (8883, "MQTT over TLS"), (6379, "Redis")):
                 if port not in egress and "*" not in egress:
                     problem(f"{name}: {w['kind']} {wname}: no NetworkPolicy allows egress to {what} ({port})")
+    check_metadata_egress(name, docs)
     if len(problems) == before:
         ok(f"{name}: default-deny NetworkPolicy and explicit allows for every workload ({len(policies)} policies)")
 
@@ -670,6 +850,17 @@ def check_mqtt_tier(rendered):
         for f in mqtt_from
     ):
         problem(f"kubernetes/emqx: only the {skua_namespace} namespace may reach MQTT (8883)")
+    # Issue 32, item 6: the broker is not stateless. Its core nodes keep the built-in
+    # database (the cluster's MQTT user): a volume each, resources, a disruption budget.
+    core = emqx["spec"].get("coreTemplate", {}).get("spec", {})
+    if not core.get("volumeClaimTemplates", {}).get("resources", {}).get("requests", {}).get("storage"):
+        problem("kubernetes/emqx: core nodes need volumeClaimTemplates (a full restart would lose the MQTT users)")
+    res = core.get("resources", {})
+    if not res.get("requests", {}).get("memory") or res.get("requests", {}).get("memory") != res.get("limits", {}).get("memory"):
+        problem("kubernetes/emqx: core nodes need resources with the memory request equal to the limit")
+    labels = {"apps.emqx.io/instance": emqx["metadata"]["name"]}
+    if not any(d["kind"] == "PodDisruptionBudget" and matches(d["spec"].get("selector", {}), labels) for d in docs):
+        problem("kubernetes/emqx: no PodDisruptionBudget selects the EMQX pods")
     if len(problems) == before:
         ok(f"kubernetes/emqx: TLS with client certificates, authentication, ACL confined to {ns}/, "
            f"deny by default; 8883 from namespace {skua_namespace} only")
@@ -686,11 +877,20 @@ def mqtt_selftest(rendered):
         emqx["spec"]["config"]["data"] = edit(emqx["spec"]["config"]["data"])
         return {**rendered, "emqx": docs}
 
+    def reshaped(edit):
+        docs = copy.deepcopy(rendered["emqx"])
+        edit(docs)
+        return {**rendered, "emqx": docs}
+
     cases = [
         ("anonymous MQTT clients", broken(lambda c: c.replace("backend = built_in_database", ""))),
         ("an ACL that allows everything", broken(lambda c: c.replace("{deny, all}.", "{allow, all}."))),
         ("a cluster user reaching another namespace", broken(lambda c: c.replace('"skua-prod/#"', '"#"'))),
         ("the plain-text listener on", broken(lambda c: c.replace("listeners.tcp.default.enable = false", ""))),
+        ("core nodes without volumes", reshaped(lambda d: next(x for x in d if x["kind"] == "EMQX")["spec"]["coreTemplate"]
+                                                 ["spec"].pop("volumeClaimTemplates"))),
+        ("no PodDisruptionBudget for the broker",
+         reshaped(lambda d: d.remove(next(x for x in d if x["kind"] == "PodDisruptionBudget")))),
     ]
     if all([caught(label, lambda r=r: check_mqtt_tier(r)) for label, r in cases]):
         ok(f"self-test: {len(cases)} ways of opening the broker are each refused")
@@ -705,6 +905,14 @@ EXTERNAL_METRICS = {
     "up",
     "kube_horizontalpodautoscaler_status_current_replicas",
     "kube_horizontalpodautoscaler_spec_max_replicas",
+    # Memory against the limit and OOM kills: cAdvisor (kubelet) and kube-state-metrics.
+    "container_memory_working_set_bytes",
+    "kube_pod_container_resource_limits",
+    "kube_pod_container_status_restarts_total",
+    "kube_pod_container_status_last_terminated_reason",
+    # The wss:// probe and certificate expiry: the blackbox exporter (monitoring/probe.yaml).
+    "probe_success",
+    "probe_ssl_earliest_cert_expiry",
 }
 SEVERITIES = {"critical", "warning", "info"}
 
@@ -842,6 +1050,30 @@ def check_pod_monitor(docs, rendered):
         ok("monitoring/podmonitor.yaml: selects the edges and the control plane on their metrics port")
 
 
+def check_emqx_scrape(docs, rendered):
+    """The broker is scraped (issue 32, item 6): a PodMonitor selects the EMQX pods in their
+    namespace, and the broker's NetworkPolicy admits the monitoring namespace on its port."""
+    emqx_docs = rendered.get("emqx", [])
+    emqx = next((d for d in emqx_docs if d["kind"] == "EMQX"), None)
+    if emqx is None:
+        return
+    ns = emqx["metadata"].get("namespace")
+    labels = {"apps.emqx.io/instance": emqx["metadata"]["name"]}
+    pms = [d for d in docs if d["kind"] == "PodMonitor" and matches(d["spec"].get("selector", {}), labels)
+           and ns in d["spec"].get("namespaceSelector", {}).get("matchNames", [])]
+    if not pms:
+        problem(f"monitoring: no PodMonitor scrapes the EMQX pods in namespace {ns}")
+        return
+    ports = {e.get("targetPort") or e.get("portNumber") for e in pms[0]["spec"].get("podMetricsEndpoints", [])}
+    admitted = {p.get("port") for pol in emqx_docs if pol["kind"] == "NetworkPolicy" for r in pol["spec"].get("ingress", [])
+                if any(f.get("namespaceSelector", {}).get("matchLabels", {}).get("kubernetes.io/metadata.name") == "monitoring"
+                       for f in r.get("from", [])) for p in r.get("ports", [])}
+    if not ports & admitted:
+        problem(f"kubernetes/emqx: no NetworkPolicy admits the monitoring namespace on the scraped port {sorted(ports)}")
+    else:
+        ok(f"monitoring/emqx-podmonitor.yaml: scrapes EMQX in {ns} on {sorted(ports)}, admitted by its NetworkPolicy")
+
+
 def check_dashboard(used):
     path = os.path.join(MONITORING, "skua-dashboard.json")
     before = len(problems)
@@ -909,8 +1141,10 @@ def check_monitoring(rendered):
             ok("monitoring: identical to kubectl kustomize")
     used = {}
     rules = check_rules(used)
+    check_promtool()
     check_prometheus_rule(rules, docs)
     check_pod_monitor(docs, rendered)
+    check_emqx_scrape(docs, rendered)
     check_dashboard(used)
     registered = registered_metrics()
     if check_metrics_exist(used, registered):
@@ -926,6 +1160,80 @@ def check_monitoring(rendered):
     ]
     if all([caught(label, check) for label, check in cases]):
         ok(f"monitoring self-test: {len(cases)} broken queries are each refused")
+    if shutil.which("promtool"):
+        broken_rules = [
+            ("a no-ready-edge alert that is silent when every edge is gone",
+             "expr: sum by (namespace) (skua_ready{component=\"edge\"}) == 0 or absent(skua_ready{component=\"edge\"})",
+             "expr: count by (namespace) (skua_ready{component=\"edge\"} == 1) < 1"),
+            ("a drain alert that cannot fire before the kubelet's kill",
+             "expr: max by (namespace, pod) (max_over_time(skua_drain_seconds[2m])) > 30",
+             "expr: skua_draining == 1\n        for: 5m"),
+            ("SkuaTargetDown as a warning", "severity: critical\n        annotations:\n          summary: \"Prometheus cannot",
+             "severity: warning\n        annotations:\n          summary: \"Prometheus cannot"),
+        ]
+        passed = 0
+        for label, old_text, new_text in broken_rules:
+            with tempfile.TemporaryDirectory() as tmp:
+                with open(os.path.join(MONITORING, "skua-alerts.yaml"), encoding="utf-8") as f:
+                    text = f.read()
+                if old_text not in text:
+                    problem(f"self-test: {label}: the rule text to break is not in skua-alerts.yaml")
+                    continue
+                with open(os.path.join(tmp, "skua-alerts.yaml"), "w", encoding="utf-8") as f:
+                    f.write(text.replace(old_text, new_text))
+                shutil.copy(os.path.join(MONITORING, "skua-alerts.test.yaml"), tmp)
+                passed += caught(label, lambda t=tmp: check_promtool(t))
+        if passed == len(broken_rules):
+            ok(f"monitoring self-test: {len(broken_rules)} broken alert rules each fail promtool's unit tests")
+
+
+# Alerts that must exist (issue 32, item 4): removing one, or making it unable to fire, fails
+# the promtool unit tests too (monitoring/skua-alerts.test.yaml).
+REQUIRED_ALERTS = {
+    "SkuaNoReadyEdge": "critical",
+    "SkuaTargetDown": "critical",
+    "SkuaDrainStuck": "warning",
+    "SkuaMemoryNearLimit": "warning",
+    "SkuaOOMKilled": "critical",
+    "SkuaCertificateExpiring": "critical",
+}
+
+
+def check_promtool(directory=None):
+    """`promtool check rules` and `promtool test rules` on the rule file and its unit tests.
+    Without promtool the check is skipped loudly, and fails under CI=true (install it with
+    `apt-get install prometheus`, Debian's package carries it)."""
+    promtool = shutil.which("promtool")
+    directory = directory or MONITORING
+    rules = os.path.join(directory, "skua-alerts.yaml")
+    tests = os.path.join(directory, "skua-alerts.test.yaml")
+    with open(rules, encoding="utf-8") as f:
+        alerts = {r["alert"]: r.get("labels", {}).get("severity") for g in yaml.safe_load(f)["groups"]
+                  for r in g["rules"] if "alert" in r}
+    for alert, severity in REQUIRED_ALERTS.items():
+        if alerts.get(alert) != severity:
+            problem(f"monitoring/skua-alerts.yaml: alert {alert} with severity {severity} is required "
+                    f"(has {alerts.get(alert)!r})")
+    with open(tests, encoding="utf-8") as f:
+        tested = {a.get("alertname") for t in yaml.safe_load(f).get("tests", []) for a in t.get("alert_rule_test", [])}
+    for alert in sorted(set(REQUIRED_ALERTS) - tested):
+        problem(f"monitoring/skua-alerts.test.yaml: no unit test for {alert}")
+    if not promtool:
+        msg = "promtool not installed: the alert rules' unit tests did not run (apt-get install prometheus)"
+        if os.environ.get("CI", "").lower() == "true":
+            problem(msg + "; CI=true requires them")
+        else:
+            print(f"  SKIP {msg}")
+        return
+    r = run([promtool, "check", "rules", rules])
+    if r.returncode != 0:
+        problem(f"monitoring/skua-alerts.yaml: promtool check rules:\n{r.stdout}{r.stderr}")
+    r = run([promtool, "test", "rules", os.path.basename(tests)], cwd=directory)
+    if r.returncode != 0:
+        problem(f"monitoring/skua-alerts.test.yaml: promtool test rules:\n{r.stdout}{r.stderr}")
+    else:
+        ok(f"monitoring/skua-alerts.test.yaml: promtool test rules passes ({len(tested)} alerts tested, "
+           "all edges down included)")
 
 
 def check_metrics_exist(used, registered):
@@ -985,11 +1293,52 @@ def check_compose(known):
         )
         if parse_duration_s(s.get("stop_grace_period", "10s")) < needed + BUS_FLUSH_S:
             problem(f"docker-compose.yml: {svc} stop_grace_period must exceed drain delay + grace + flush")
+    # deploy/compose/cluster.yml copies edge-1 as edge-3 (YAML anchors do not cross files): the
+    # copy must not drift (issue 32, item 11: it had lost SKUA_CLUSTER).
+    with open(os.path.join(HERE, "compose", "cluster.yml"), encoding="utf-8") as f:
+        cluster = yaml.safe_load(f)
+    e1 = dict(services.get("edge-1", {}).get("environment", {}))
+    e3 = dict(cluster.get("services", {}).get("edge-3", {}).get("environment", {}))
+    e1.pop("SKUA_NODE_ID", None)
+    e3.pop("SKUA_NODE_ID", None)
+    if e1 != e3:
+        diff = sorted(k for k in set(e1) | set(e3) if e1.get(k) != e3.get(k))
+        problem(f"deploy/compose/cluster.yml: edge-3's environment differs from edge-1's in {diff}")
     if services.get("control", {}).get("environment", {}).get("SKUA_GRPC_LISTEN") != "0.0.0.0:50051":
         problem("docker-compose.yml: control must listen for gRPC on 0.0.0.0:50051")
     if len(problems) == before:
         ok("docker-compose.yml: cluster shape (2 edges, control, health-checked deps, pki and migrate first)")
     return compose
+
+
+def check_readme_references():
+    """Every `deploy/README.md "Section"` (or `README "Section"`) named in the repository's
+    deployment files, scripts and docs is a heading of that file (issue 32, item 11: three
+    pointed at sections that did not exist)."""
+    headings = {}
+    for readme, key in ((os.path.join(HERE, "README.md"), "deploy/README.md"), (os.path.join(ROOT, "README.md"), "README")):
+        with open(readme, encoding="utf-8") as f:
+            headings[key] = [ln.lstrip("#").strip() for ln in f if ln.startswith("#")]
+    files = [os.path.join(ROOT, p) for p in ("Dockerfile", "docker-compose.yml", "README.md")]
+    for pattern in ("*.sh", "*.py", "*.md", "compose/*", "kubernetes/**/*.yaml", "monitoring/*"):
+        files += glob.glob(os.path.join(HERE, pattern), recursive=True)
+    files += glob.glob(os.path.join(ROOT, "docs", "*.md"))
+    before, count = len(problems), 0
+    for path in sorted(set(files)):
+        if not os.path.isfile(path) or ".venv" in path or path == os.path.abspath(__file__):
+            continue
+        with open(path, encoding="utf-8", errors="replace") as f:
+            # Comments wrap: a reference may span lines (with the comment marker between).
+            text = re.sub(r"\s*\n\s*(#\s*)?", " ", f.read())
+        for m in re.finditer(r'(deploy/README\.md|\bREADME)(?:,|\'s)? \(?"([^"]{3,80})"', text):
+            key = "deploy/README.md" if m.group(1).startswith("deploy") else "README"
+            if key == "README" and os.path.basename(path) == "README.md" and os.path.dirname(path) == HERE:
+                continue
+            count += 1
+            if not any(h.startswith(m.group(2)) for h in headings[key]):
+                problem(f"{os.path.relpath(path, ROOT)}: {key} has no section \"{m.group(2)}\"")
+    if len(problems) == before:
+        ok(f"{count} references to README sections name existing headings")
 
 
 def check_dockerfile():
@@ -1013,6 +1362,12 @@ def check_dockerfile():
         problem("Dockerfile: the runtime stage must not carry build tools")
     if "rust" in runtime[0]:
         problem("Dockerfile: the runtime stage must not be based on a Rust image")
+    build = lines[stages[0]:stages[-1]]
+    if not any(re.fullmatch(r"ARG SKUA_GIT_SHA(=.*)?", ln) for ln in build):
+        problem("Dockerfile: the build stage must take ARG SKUA_GIT_SHA (skua_build_info's git_sha is read at build time)")
+    health = " ".join(ln for ln in runtime if ln.upper().startswith("HEALTHCHECK") or ln.startswith("CMD ["))
+    if "HEALTHCHECK" not in health.upper() or "SKUA_TLS_CERT" not in health:
+        problem("Dockerfile: the HEALTHCHECK must work with TLS on (SKUA_TLS_CERT): plain HTTP to a TLS listener fails")
     ok("Dockerfile: multi-stage, non-root runtime without build tools")
 
 
@@ -1082,6 +1437,17 @@ def mutation_selftest(rendered, known):
         docs.append({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "skua-admin-key", "namespace": "skua"},
                      "type": "Opaque", "stringData": {"SKUA_ADMIN_KEY": value}})
 
+    def svc_ann(docs):
+        return find(docs, "Service", "skua-edge")["metadata"]["annotations"]
+
+    def set_tg(docs, key, value):
+        attrs = target_group_attributes(find(docs, "Service", "skua-edge"))
+        if value is None:
+            attrs.pop(key, None)
+        else:
+            attrs[key] = value
+        svc_ann(docs)[AWS + "target-group-attributes"] = ",".join(f"{k}={v}" for k, v in attrs.items())
+
     cases = [
         ("replicas on the HPA-managed edge Deployment",
          lambda d: find(d, "Deployment", "skua-edge")["spec"].__setitem__("replicas", 3), check_rollout),
@@ -1093,6 +1459,47 @@ def mutation_selftest(rendered, known):
         ("a preStop shorter than the load balancer's health check",
          lambda d: skua(edge_pod(d))["lifecycle"]["preStop"]["exec"].__setitem__("command", ["/bin/sleep", "5"]),
          check_rollout),
+        ("NLB instance targets", lambda d: svc_ann(d).__setitem__(AWS + "nlb-target-type", "instance"), check_rollout),
+        ("the in-tree NLB controller",
+         lambda d: find(d, "Service", "skua-edge")["spec"].pop("loadBalancerClass"), check_rollout),
+        ("no pod readiness gates",
+         lambda d: find(d, "Namespace", "skua")["metadata"].pop("labels"), check_rollout),
+        ("a deregistration delay shorter than the drain",
+         lambda d: set_tg(d, "deregistration_delay.timeout_seconds", "30"), check_rollout),
+        ("connections reset on unhealthy targets",
+         lambda d: set_tg(d, "target_health_state.unhealthy.connection_termination.enabled", None), check_rollout),
+        ("connections reset at the end of the deregistration delay",
+         lambda d: set_tg(d, "deregistration_delay.connection_termination.enabled", "true"), check_rollout),
+        ("a health check on /healthz", lambda d: svc_ann(d).__setitem__(AWS + "healthcheck-path", "/healthz"),
+         check_rollout),
+        ("a plain-HTTP health check of the TLS listener",
+         lambda d: svc_ann(d).__setitem__(AWS + "healthcheck-protocol", "HTTP"), check_rollout),
+        ("wss:// on port 80 instead of 443",
+         lambda d: find(d, "Service", "skua-edge")["spec"]["ports"][0].__setitem__("port", 80), check_rollout),
+        ("maxSurge 1 (one edge at a time)",
+         lambda d: find(d, "Deployment", "skua-edge")["spec"]["strategy"]["rollingUpdate"].__setitem__("maxSurge", 1),
+         check_rollout),
+        ("an HPA without the connections metric",
+         lambda d: find(d, "HorizontalPodAutoscaler", "skua-edge")["spec"].__setitem__(
+             "metrics", [m for m in find(d, "HorizontalPodAutoscaler", "skua-edge")["spec"]["metrics"] if m["type"] != "Pods"]),
+         check_rollout),
+        ("a connections target at the cap",
+         lambda d: next(m for m in find(d, "HorizontalPodAutoscaler", "skua-edge")["spec"]["metrics"]
+                        if m["type"] == "Pods")["pods"]["target"].__setitem__("averageValue", "100000"), check_rollout),
+        ("no startupProbe on the edges", lambda d: skua(edge_pod(d)).pop("startupProbe"), check_rollout),
+        ("a plain-HTTP startupProbe on the TLS listener",
+         lambda d: skua(edge_pod(d))["startupProbe"]["httpGet"].pop("scheme"), check_rollout),
+        ("zone spread ScheduleAnyway",
+         lambda d: next(t for t in edge_pod(d)["topologySpreadConstraints"] if t["topologyKey"].endswith("zone"))
+         .__setitem__("whenUnsatisfiable", "ScheduleAnyway"), check_rollout),
+        ("no control-plane anti-affinity",
+         lambda d: find(d, "Deployment", "skua-control")["spec"]["template"]["spec"].pop("affinity"), check_rollout),
+        ("egress to any address on port 80 (the metadata endpoint)",
+         lambda d: find(d, "NetworkPolicy", "skua-egress")["spec"]["egress"][0].pop("to"),
+         lambda n, docs, k: check_network_policies(n, docs)),
+        ("egress that no longer excepts the metadata endpoint",
+         lambda d: find(d, "NetworkPolicy", "skua-egress")["spec"]["egress"][0]["to"][0]["ipBlock"].pop("except"),
+         lambda n, docs, k: check_network_policies(n, docs)),
         ("a grace period shorter than the drain",
          lambda d: edge_pod(d).__setitem__("terminationGracePeriodSeconds", 30), check_rollout),
         ("no minReadySeconds", lambda d: find(d, "Deployment", "skua-edge")["spec"].pop("minReadySeconds"), check_rollout),
@@ -1149,6 +1556,8 @@ def main():
     check_backend_tls(rendered, compose)
     print("== Dockerfile")
     check_dockerfile()
+    print("== README references")
+    check_readme_references()
     if problems:
         print(f"deploy validation: {len(problems)} problem(s)")
         return 1

@@ -58,8 +58,11 @@ ensure_docker() {
         { ! command -v docker-compose >/dev/null && ! "$DOCKER" compose version >/dev/null 2>&1; }; then
         if ((as_root)) && command -v apt-get >/dev/null; then
             echo "docker: installing Debian's docker.io, docker-compose, debootstrap"
-            DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker.io docker-compose debootstrap >/dev/null ||
-                { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker.io docker-compose debootstrap >/dev/null; }
+            # Waits up to 5 minutes for the dpkg lock (unattended-upgrades or another install on a
+            # fresh machine) instead of failing at once.
+            local apt=(apt-get -o DPkg::Lock::Timeout=300)
+            DEBIAN_FRONTEND=noninteractive "${apt[@]}" install -y -q docker.io docker-compose debootstrap >/dev/null ||
+                { "${apt[@]}" update -q >/dev/null && DEBIAN_FRONTEND=noninteractive "${apt[@]}" install -y -q docker.io docker-compose debootstrap >/dev/null; }
         else
             echo "docker: /usr/bin/docker, docker-compose or debootstrap missing (as root this script installs them)" >&2
             return 1
@@ -145,8 +148,31 @@ down_clean() {
     PROJECT_DOWN=1
 }
 
+# last_logs: the nodes' last log lines, while the project still exists (after a failure).
+last_logs() {
+    ((failed)) || return 0
+    [[ -z ${PROJECT_DOWN:-} && -n ${PROJECT:-} && -n ${COMPOSE:-} ]] || return 0
+    [[ -z ${LOGS_SHOWN:-} ]] || return 0
+    LOGS_SHOWN=1
+    echo "== last logs"
+    compose logs --no-color --tail 30 2>&1 | tail -n 150 || true
+}
+
+# take_down: the scripts' last step. After a failure the last logs first (the project must
+# still exist to have any); with SKUA_SMOKE_KEEP=1 the cluster is left running and the report
+# says so; otherwise `down -v` and nothing of the project may be left.
+take_down() {
+    last_logs
+    if [[ ${SKUA_SMOKE_KEEP:-} == 1 ]]; then
+        note "kept SKUA_SMOKE_KEEP=1: the cluster $PROJECT is left running (${COMPOSE[*]} -p $PROJECT ${COMPOSE_FILES[*]} down -v)"
+        KEPT=1
+        return 0
+    fi
+    step "compose down -v: nothing left" down_clean
+}
+
 cluster_down() {
-    [[ -z ${PROJECT_DOWN:-} ]] || return 0
+    [[ -z ${PROJECT_DOWN:-} && -z ${KEPT:-} ]] || return 0
     [[ -n ${PROJECT:-} && -n ${COMPOSE:-} ]] || return 0
     if [[ ${SKUA_SMOKE_KEEP:-} == 1 ]]; then
         echo "SKUA_SMOKE_KEEP=1: the cluster $PROJECT is left running (${COMPOSE[*]} -p $PROJECT ${COMPOSE_FILES[*]} down -v)"
@@ -156,10 +182,8 @@ cluster_down() {
 }
 
 finish() {
-    if ((failed)) && [[ -n ${PROJECT:-} && -n ${COMPOSE:-} ]]; then
-        echo "== last logs"
-        compose logs --no-color --tail 30 2>&1 | tail -n 150 || true
-    fi
+    # An early exit (a failed set-up step, an interrupt) has not shown them yet.
+    last_logs
     cluster_down
     print_report
     trap - EXIT

@@ -111,7 +111,9 @@ pub trait Bus: Send + Sync + 'static {
     async fn unsubscribe(&self, sub: &BusSubscription) -> Result<(), BusError>;
 
     /// Whether the bus is connected and accepting publishes right now. While it is `false`,
-    /// edges refuse new authentications with `broker_unavailable` and readiness fails.
+    /// edges refuse new authentications with `broker_unavailable` and export
+    /// `skua_backend_up{backend="bus"} 0`; readiness does not follow it (the broker is every
+    /// node's: docs/operations.md, "Health and readiness").
     fn is_available(&self) -> bool {
         true
     }

@@ -43,6 +43,9 @@ pub struct EdgeConfig {
     pub outbound_queue_messages: usize,
     /// Outbound queue bound per connection, in bytes.
     pub outbound_queue_bytes: usize,
+    /// Node-wide bound on the bytes queued in all outbound queues; past it the largest queues
+    /// are closed 4008 first (0: none).
+    pub outbound_budget_bytes: usize,
     /// Most WebSocket connections this node holds; more are refused with HTTP 503.
     pub max_connections: usize,
     /// Open files kept free of client sockets (store, bus, webhooks, gRPC, accepts): upgrades are
@@ -235,6 +238,7 @@ impl Default for EdgeConfig {
             max_frame_size: skua_protocol::MAX_INBOUND_FRAME_BYTES,
             outbound_queue_messages: 1024,
             outbound_queue_bytes: 4 * 1024 * 1024,
+            outbound_budget_bytes: 1024 * 1024 * 1024,
             max_connections: 100_000,
             fd_reserve: 256,
             restore_ttl: Duration::from_secs(24 * 3600),

@@ -4,8 +4,9 @@
 //! nothing before the upgrade (issue 12, item 4). Every accepted socket:
 //! 1. takes a connection slot (`max_connections`) at once; the slot stays with the socket until
 //!    it closes or becomes a WebSocket, which then holds it. With no slot left a socket is still
-//!    served (so `/healthz` answers on a full node) from a small overflow pool, but its upgrade
-//!    is refused 503; with the pool empty too it is closed at once;
+//!    served (so `/healthz` and `/readyz`, which stays 200, answer on a full node) from a small
+//!    overflow pool, but its upgrade is refused 503 with `Retry-After`; with the pool empty too
+//!    it is closed at once;
 //! 2. with `proxy_protocol`, must come from `trusted_proxies` and start with a PROXY header;
 //! 3. unless its client is a trusted proxy, is counted against its client address
 //!    ([`ip`]): over `max_connections_per_ip` or `max_new_connections_per_ip_per_second` it
@@ -43,6 +44,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, timeout_at};
 use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 pub(crate) use ip::{IpLimits, IpSlot, Refusal};
 pub(crate) use origin::allowed as origin_allowed;
@@ -83,12 +86,22 @@ pub(crate) async fn serve(
     router: Router,
     tls: Option<TlsAcceptor>,
 ) -> std::io::Result<()> {
-    accept_loop(listener, Front::new(state, router, tls, Kind::Client)).await
+    let (stop, tasks) = (state.shutdown.clone(), state.tracker.clone());
+    accept_loop(listener, Front::new(state, router, tls, Kind::Client, stop, tasks)).await
 }
 
-/// Serves `router` (`/metrics` alone) on `listener` until the shutdown token is cancelled.
-pub(crate) async fn serve_metrics(listener: TcpListener, state: Arc<EdgeState>, router: Router) -> std::io::Result<()> {
-    accept_loop(listener, Front::new(state, router, None, Kind::Metrics)).await
+/// Serves `router` (`/metrics` alone) on `listener` until `stop` is cancelled: through the
+/// whole drain (not only until the client listener stops), so that `skua_draining` and
+/// `skua_drain_seconds` are scraped while the connections close (issue 32, item 4). Its
+/// sockets are spawned on `tasks`, not on the connection tracker the drain waits for.
+pub(crate) async fn serve_metrics(
+    listener: TcpListener,
+    state: Arc<EdgeState>,
+    router: Router,
+    stop: CancellationToken,
+    tasks: TaskTracker,
+) -> std::io::Result<()> {
+    accept_loop(listener, Front::new(state, router, None, Kind::Metrics, stop, tasks)).await
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,10 +120,22 @@ struct Front {
     /// Sockets served without a connection slot.
     overflow: Arc<Semaphore>,
     http: hyper::server::conn::http1::Builder,
+    /// Stops accepting and ends the sockets' HTTP gracefully: the state's shutdown token for
+    /// the client listener, the node's stop for the metrics listener.
+    stop: CancellationToken,
+    /// Where the sockets' tasks are spawned.
+    tasks: TaskTracker,
 }
 
 impl Front {
-    fn new(state: Arc<EdgeState>, router: Router, tls: Option<TlsAcceptor>, kind: Kind) -> Arc<Self> {
+    fn new(
+        state: Arc<EdgeState>,
+        router: Router,
+        tls: Option<TlsAcceptor>,
+        kind: Kind,
+        stop: CancellationToken,
+        tasks: TaskTracker,
+    ) -> Arc<Self> {
         let c = &state.config;
         let mut http = hyper::server::conn::http1::Builder::new();
         http.timer(TokioTimer::new()).header_read_timeout(c.http_header_timeout).keep_alive(true);
@@ -119,6 +144,8 @@ impl Front {
             Kind::Metrics => METRICS_SOCKETS,
         };
         Arc::new(Self {
+            stop,
+            tasks,
             limits: IpLimits::new(c.max_connections_per_ip, c.max_new_connections_per_ip_per_second),
             overflow: Arc::new(Semaphore::new(overflow)),
             state,
@@ -254,7 +281,7 @@ impl Front {
         let io = TokioIo::new(spill::SpillReader::new(io));
         let conn = self.http.serve_connection(io, service).with_upgrades();
         let mut conn = std::pin::pin!(conn);
-        let shutdown = self.state.shutdown.clone();
+        let shutdown = self.stop.clone();
         let result = tokio::select! {
             r = conn.as_mut() => r,
             () = shutdown.cancelled() => {
@@ -274,7 +301,7 @@ impl Front {
 }
 
 async fn accept_loop(listener: TcpListener, front: Arc<Front>) -> std::io::Result<()> {
-    let shutdown = front.state.shutdown.clone();
+    let shutdown = front.stop.clone();
     loop {
         let accepted = tokio::select! {
             biased;
@@ -303,7 +330,7 @@ async fn accept_loop(listener: TcpListener, front: Arc<Front>) -> std::io::Resul
             front.refuse(reason::MAX_CONNECTIONS);
             continue;
         };
-        front.state.tracker.spawn(front.clone().serve_socket(tcp, peer, slot));
+        front.tasks.spawn(front.clone().serve_socket(tcp, peer, slot));
     }
 }
 
@@ -344,15 +371,21 @@ pub(crate) fn refusal(status: StatusCode, text: &'static str) -> Response {
     (status, [(header::CONNECTION, "close")], text).into_response()
 }
 
+/// Seconds a client refused by a full node should wait (`Retry-After`): the SDKs reconnect
+/// through the load balancer, most likely to another edge, which stays ready meanwhile.
+const FULL_RETRY_AFTER: &str = "5";
+
+/// The 503 for an upgrade a full node cannot take (`max_connections`, the open-file budget):
+/// `Retry-After` and the socket closed. The node stays ready (`/readyz` 200, issue 32 item 1).
+fn full_refusal(text: &'static str) -> Response {
+    (StatusCode::SERVICE_UNAVAILABLE, [(header::CONNECTION, "close"), (header::RETRY_AFTER, FULL_RETRY_AFTER)], text)
+        .into_response()
+}
+
 /// The 503 for an upgrade beyond the open-file budget, counted as [`reason::FD_LIMIT`].
 pub(crate) fn fd_limit_refusal(metrics: &crate::metrics::Metrics) -> Response {
     metrics.front_refusals.inc(reason::FD_LIMIT);
-    (
-        StatusCode::SERVICE_UNAVAILABLE,
-        [(header::CONNECTION, "close"), (header::RETRY_AFTER, "5")],
-        "node is at its open-file limit",
-    )
-        .into_response()
+    full_refusal("node is at its open-file limit")
 }
 
 /// What requests learn about their socket (a request extension).
@@ -390,7 +423,7 @@ impl UpgradeRefusal {
         match self {
             Self::ConnectionLimit => {
                 metrics.front_refusals.inc(reason::MAX_CONNECTIONS);
-                refusal(StatusCode::SERVICE_UNAVAILABLE, "node is at its connection limit")
+                full_refusal("node is at its connection limit")
             }
             Self::Ip(r) => {
                 metrics.front_refusals.inc(r.label());
@@ -423,12 +456,6 @@ impl ConnInfo {
     /// The client's address: the TCP peer, or the PROXY header's source.
     pub(crate) fn client(&self) -> IpAddr {
         self.0.client
-    }
-
-    /// Whether the socket still holds a connection slot (it is not served from the overflow
-    /// pool and has not been upgraded).
-    pub(crate) fn holds_slot(&self) -> bool {
-        self.0.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner).slot.is_some()
     }
 
     /// Admits the socket's upgrade: resolves the client address (from `X-Forwarded-For` when

@@ -182,6 +182,7 @@ impl EdgeNode {
                 "The open-file limit leaves room for fewer sockets than max_connections: upgrades beyond it get 503 (fd_limit)."
             );
         }
+        let outbound_budget = crate::outbound::OutboundBudget::new(config.outbound_budget_bytes);
         let state = Arc::new(EdgeState {
             conn_slots: Arc::new(Semaphore::new(config.max_connections)),
             fd_budget,
@@ -207,10 +208,17 @@ impl EdgeNode {
             api: std::sync::OnceLock::new(),
             admin: std::sync::OnceLock::new(),
             draining: std::sync::atomic::AtomicBool::new(false),
+            drain_started: std::sync::OnceLock::new(),
+            outbound_budget,
             next_conn: std::sync::atomic::AtomicU64::new(1),
             project_conns: std::sync::Mutex::new(std::collections::HashMap::new()),
         });
         background.spawn(crate::liveness::run(liveness, dispatcher_stop.clone()));
+        background.spawn(crate::outbound::enforce_budget(
+            state.outbound_budget.clone(),
+            state.connections.clone(),
+            dispatcher_stop.clone(),
+        ));
         background.spawn(members.run(dispatcher_stop.clone()));
         if let Some(t) = &triggers {
             t.run(&background, dispatcher_stop.clone(), state.config.triggers.take_over_at_start);
@@ -245,9 +253,17 @@ impl EdgeNode {
         let Some(listeners) = self.pending.take() else { return };
         let state = &self.state;
         if let Some(l) = listeners.metrics {
-            let st = state.clone();
-            state.tracker.spawn(async move {
-                if let Err(e) = serve_metrics(l, st).await {
+            // Scraped through the drain: it stops with the node-level tasks (Self::stop).
+            let router = crate::ws::metrics_router(state.clone());
+            let serve = crate::front::serve_metrics(
+                l,
+                state.clone(),
+                router,
+                self.dispatcher_stop.clone(),
+                self.background.clone(),
+            );
+            self.background.spawn(async move {
+                if let Err(e) = serve.await {
                     tracing::error!(error = %e, "Metrics listener stopped.");
                 }
             });
@@ -336,11 +352,12 @@ pub async fn serve(listener: TcpListener, state: Arc<EdgeState>, tls: Option<Tls
     crate::front::serve(listener, state.clone(), crate::ws::router(state), tls).await
 }
 
-/// Serves `/metrics` alone on `listener` (`metrics_listen`), until the shutdown token is
-/// cancelled.
+/// Serves `/metrics` alone on `listener` (`metrics_listen`), until the state's shutdown token
+/// is cancelled (a running [`EdgeNode`] keeps its own metrics listener until it stops).
 ///
 /// # Errors
 /// None today; the result is kept for listener failures.
 pub async fn serve_metrics(listener: TcpListener, state: Arc<EdgeState>) -> std::io::Result<()> {
-    crate::front::serve_metrics(listener, state.clone(), crate::ws::metrics_router(state)).await
+    let (stop, tasks) = (state.shutdown.clone(), state.tracker.clone());
+    crate::front::serve_metrics(listener, state.clone(), crate::ws::metrics_router(state), stop, tasks).await
 }

@@ -75,6 +75,101 @@ struct Queue {
     /// How many times the writer took frames: a frame queued while this is `n` is written in
     /// batch `n + 1` (receipts of history frames, issue 19).
     takes: u64,
+    /// The queue's bytes were given back to the node's [`OutboundBudget`] when its close was
+    /// requested (they are freed with the connection): later writes do not give them again.
+    budget_released: bool,
+}
+
+/// The node-wide bound on the bytes waiting in every connection's outbound queue
+/// (`outbound_budget_bytes`, issue 32 item 3): each connection is bounded by
+/// `outbound_queue_bytes`, but many slow consumers together could still fill the pod's memory
+/// limit, and an OOM kill drops every client at once without a 1012. Past the budget,
+/// [`enforce_budget`] closes the largest queues 4008 `slow_consumer` first until the rest fits.
+/// Counts the queues of connections that are not closing (a closing one's bytes are freed with
+/// it).
+#[derive(Debug)]
+pub struct OutboundBudget {
+    /// Bytes allowed in all; 0: no budget (nothing is closed for it).
+    limit: usize,
+    queued: AtomicUsize,
+    over: Notify,
+    closes: std::sync::atomic::AtomicU64,
+}
+
+impl OutboundBudget {
+    /// A budget of `limit` bytes (0: none).
+    pub fn new(limit: usize) -> std::sync::Arc<Self> {
+        std::sync::Arc::new(Self {
+            limit,
+            queued: AtomicUsize::new(0),
+            over: Notify::new(),
+            closes: std::sync::atomic::AtomicU64::new(0),
+        })
+    }
+
+    /// The budget in bytes (0: none).
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Bytes queued now in the connections that are not closing.
+    pub fn queued(&self) -> usize {
+        self.queued.load(Ordering::Relaxed)
+    }
+
+    /// Connections closed 4008 for the budget so far.
+    pub fn closes(&self) -> u64 {
+        self.closes.load(Ordering::Relaxed)
+    }
+
+    /// Adds `n` queued bytes; whether the total is now past the budget.
+    fn add(&self, n: usize) -> bool {
+        let now = self.queued.fetch_add(n, Ordering::Relaxed) + n;
+        self.limit > 0 && now > self.limit
+    }
+
+    fn sub(&self, n: usize) {
+        self.queued.fetch_sub(n, Ordering::Relaxed);
+    }
+}
+
+/// Closes the largest outbound queues 4008 `slow_consumer` whenever the node's queued bytes pass
+/// `outbound_budget_bytes`, until the rest fits; runs until `stop`. Woken by the push that went
+/// past the budget, so it costs nothing below it.
+pub(crate) async fn enforce_budget(
+    budget: std::sync::Arc<OutboundBudget>,
+    connections: std::sync::Arc<crate::revalidate::Connections>,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    if budget.limit == 0 {
+        return;
+    }
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = budget.over.notified() => {}
+        }
+        if budget.queued() <= budget.limit {
+            continue;
+        }
+        let mut conns: Vec<(usize, std::sync::Arc<ConnHandle>)> =
+            connections.all().into_iter().map(|(_, e)| (e.handle.queued_bytes(), e.handle)).collect();
+        conns.sort_unstable_by_key(|c| std::cmp::Reverse(c.0));
+        for (bytes, handle) in conns {
+            if budget.queued() <= budget.limit || bytes == 0 {
+                break;
+            }
+            if handle.overflow() {
+                budget.closes.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(
+                    conn = %handle.id,
+                    queued_bytes = bytes,
+                    budget = budget.limit,
+                    "The node's outbound budget is exceeded; closing the largest queue as slow consumer."
+                );
+            }
+        }
+    }
 }
 
 /// The sending half of a connection, shared by the session and the hub.
@@ -105,6 +200,19 @@ pub struct ConnHandle {
     /// (issue 36: a client reconnecting on a 1012 must find its record released).
     released: AtomicBool,
     released_notify: Notify,
+    /// The node-wide budget its queued bytes count against, if any.
+    budget: Option<std::sync::Arc<OutboundBudget>>,
+}
+
+impl Drop for ConnHandle {
+    fn drop(&mut self) {
+        let q = self.queue.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(b) = &self.budget
+            && !q.budget_released
+        {
+            b.sub(q.bytes);
+        }
+    }
 }
 
 /// The receiving half, owned by the writer task: the frames it has taken from the queue.
@@ -141,8 +249,16 @@ impl ConnHandle {
             receipt_wanted: AtomicBool::new(false),
             released: AtomicBool::new(false),
             released_notify: Notify::new(),
+            budget: None,
         };
         (handle, Outbox::default())
+    }
+
+    /// Counts this connection's queued bytes against the node-wide `budget`; before any push.
+    #[must_use]
+    pub fn with_budget(mut self, budget: std::sync::Arc<OutboundBudget>) -> Self {
+        self.budget = Some(budget);
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
@@ -229,12 +345,17 @@ impl ConnHandle {
         }
         q.count += 1;
         q.bytes += len;
+        // Under the lock, so a close requested meanwhile gives back exactly what was added.
+        let over = self.budget.as_ref().is_some_and(|b| b.add(len));
         q.frames.push_back(frame);
         let batch = q.takes;
         let writer = q.writer.take();
         drop(q);
         if let Some(w) = writer {
             w.wake();
+        }
+        if over && let Some(b) = &self.budget {
+            b.over.notify_one();
         }
         Some(batch)
     }
@@ -250,15 +371,18 @@ impl ConnHandle {
     /// Starts the 4008 slow-consumer close (what a full queue does) for a frame that did not
     /// fit. That frame and every frame still queued or not yet written are dropped: the close
     /// is reported to the writer first (`skua_drops_total{reason="slow_consumer"}`).
-    pub(crate) fn overflow(&self) {
+    /// Returns whether this started the close.
+    pub(crate) fn overflow(&self) -> bool {
         let queued = self.lock().count as u64;
         if self.request_close(CloseRequest::SLOW_CONSUMER) {
             self.slow.store(true, Ordering::Release);
             self.metrics.slow_consumer_closes.fetch_add(1, Ordering::Relaxed);
             self.metrics.slow_consumer_drops.fetch_add(queued + 1, Ordering::Relaxed);
             tracing::info!(conn = %self.id, "Outbound queue overflowed; closing as slow consumer.");
+            true
         } else {
             self.count_refused();
+            false
         }
     }
 
@@ -270,6 +394,12 @@ impl ConnHandle {
             return false;
         }
         q.close_request = Some(req);
+        if let Some(b) = &self.budget
+            && !q.budget_released
+        {
+            q.budget_released = true;
+            b.sub(q.bytes);
+        }
         self.closing.store(true, Ordering::Release);
         let writer = q.writer.take();
         drop(q);
@@ -357,7 +487,13 @@ impl ConnHandle {
         {
             let mut q = self.lock();
             q.count = q.count.saturating_sub(frames);
-            q.bytes = q.bytes.saturating_sub(bytes);
+            let freed = q.bytes.min(bytes);
+            q.bytes -= freed;
+            if let Some(b) = &self.budget
+                && !q.budget_released
+            {
+                b.sub(freed);
+            }
         }
         if self.room_waiters.load(Ordering::Acquire) > 0 {
             self.drained.notify_waiters();
@@ -479,6 +615,36 @@ mod tests {
     use super::*;
 
     const MSG: ServerFrameKind = ServerFrameKind::Message;
+
+    /// The node's budget counts what is queued and gives it back exactly once: as frames are
+    /// written, when the close is requested (the rest is freed with the connection), or when
+    /// the handle goes.
+    #[test]
+    fn the_outbound_budget_counts_queued_bytes_and_gives_them_back_once() {
+        let m = std::sync::Arc::new(Metrics::default());
+        let budget = OutboundBudget::new(10);
+        let (a, mut out) = ConnHandle::new(ConnId(1), 100, 1000, m.clone());
+        let a = a.with_budget(budget.clone());
+        let (b, _rx) = ConnHandle::new(ConnId(2), 100, 1000, m);
+        let b = b.with_budget(budget.clone());
+        assert!(a.push(MSG, Bytes::from_static(b"12345")));
+        assert!(b.push(MSG, Bytes::from_static(b"1234")));
+        assert_eq!(budget.queued(), 9);
+        assert!(!budget.add(0), "at 9 of 10 bytes the budget is not passed");
+        assert!(out.try_take(&a));
+        a.written(1, 5);
+        assert_eq!(budget.queued(), 4, "written bytes are given back");
+        assert!(b.push(MSG, Bytes::from_static(b"1234567")));
+        assert_eq!(budget.queued(), 11);
+        assert!(b.overflow());
+        assert_eq!(budget.queued(), 0, "a closing connection's bytes are given back at once");
+        b.written(1, 4);
+        drop(b);
+        assert!(a.push(MSG, Bytes::from_static(b"12")));
+        drop(out);
+        drop(a);
+        assert_eq!(budget.queued(), 0, "nothing is given back twice, nothing is kept");
+    }
 
     #[test]
     fn overflow_by_count_and_by_bytes_requests_slow_consumer_close() {

@@ -68,15 +68,20 @@ pub fn render(st: &EdgeState) -> String {
     let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
     let mut o = Out(String::with_capacity(8 * 1024));
 
-    // As `/readyz` answers a probe arriving now: it gets a slot when one is left.
-    let ready = u8::from(st.not_ready(st.conn_slots.available_permits() > 0).is_none());
+    let ready = u8::from(st.not_ready().is_none());
     o.scalar(
         "skua_ready",
         "gauge",
-        "1 when /readyz answers 200 (not draining, a connection slot left, below the open-file limit; backends are not asked).",
+        "1 when /readyz answers 200 (not draining; a full node stays ready and refuses upgrades 503; backends are not asked).",
         ready,
     );
     o.scalar("skua_draining", "gauge", "1 once the node started draining.", u8::from(st.is_draining()));
+    o.scalar(
+        "skua_drain_seconds",
+        "gauge",
+        "Seconds since the node started draining (0 when not); scraped on metrics_listen until the process exits.",
+        st.drain_seconds(),
+    );
     let slots = st.backends_up();
     o.header(
         "skua_backend_up",
@@ -124,6 +129,12 @@ pub fn render(st: &EdgeState) -> String {
     for (project, n) in st.connections_by_project() {
         o.sample("skua_connections", &[("project", project.as_str())], n);
     }
+    o.scalar(
+        "skua_max_connections",
+        "gauge",
+        "Connection slots of the node (max_connections): upgrades beyond get 503 with Retry-After.",
+        st.config.max_connections,
+    );
     o.scalar(
         "skua_connection_slots_used",
         "gauge",
@@ -319,6 +330,24 @@ pub fn render(st: &EdgeState) -> String {
         "gauge",
         "Bytes waiting in the authenticated connections' outbound queues.",
         bytes,
+    );
+    o.scalar(
+        "skua_outbound_budget_bytes",
+        "gauge",
+        "The node-wide bound on queued outbound bytes (outbound_budget_bytes; 0: none).",
+        st.outbound_budget.limit(),
+    );
+    o.scalar(
+        "skua_outbound_budget_queued_bytes",
+        "gauge",
+        "Bytes queued in the outbound queues of connections that are not closing, as the budget counts them.",
+        st.outbound_budget.queued(),
+    );
+    o.scalar(
+        "skua_outbound_budget_closes_total",
+        "counter",
+        "Connections closed 4008 slow_consumer, largest queue first, because the node's queued bytes passed outbound_budget_bytes.",
+        st.outbound_budget.closes(),
     );
 
     let name = "skua_backend_operation_duration_seconds";

@@ -95,6 +95,10 @@ pub struct EdgeState {
     /// plane runs with an admin key; unset, `/admin` answers 404.
     pub admin: std::sync::OnceLock<axum::Router>,
     pub(crate) draining: AtomicBool,
+    /// The node-wide bound on queued outbound bytes (`outbound_budget_bytes`).
+    pub(crate) outbound_budget: Arc<crate::outbound::OutboundBudget>,
+    /// When the drain began (`skua_drain_seconds`).
+    pub(crate) drain_started: std::sync::OnceLock<std::time::Instant>,
     pub(crate) next_conn: AtomicU64,
     /// Connection slots: a permit per open WebSocket.
     pub(crate) conn_slots: Arc<Semaphore>,
@@ -117,20 +121,13 @@ impl EdgeState {
         self.fd_budget.is_some_and(|budget| self.slots_used() > budget)
     }
 
-    /// Why the node cannot take new clients now, or `None` when it can (`/readyz`): it drains,
-    /// it is full (`has_slot`: the asking socket holds a connection slot, so one upgrade
-    /// would still succeed), or the open-file limit is reached. Backends are not asked.
-    pub(crate) fn not_ready(&self, has_slot: bool) -> Option<&'static str> {
-        if self.is_draining() {
-            Some("draining")
-        } else if !has_slot {
-            Some("connection limit reached")
-        } else if self.over_fd_budget() {
-            // Counting the asking socket, as an upgrade counts its own.
-            Some("open-file limit reached")
-        } else {
-            None
-        }
+    /// Why the node must leave its load balancer now, or `None` (`/readyz`): only while it
+    /// drains. A full node (`max_connections`, the open-file budget) stays ready and refuses
+    /// new upgrades with 503 and `Retry-After` instead: a readiness that flapped at the cap
+    /// would make load balancers that reset an unhealthy target's connections drop every
+    /// client of a busy edge (issue 32, item 1). Backends are not asked either.
+    pub(crate) fn not_ready(&self) -> Option<&'static str> {
+        self.is_draining().then_some("draining")
     }
 
     /// Whether each backend slot is reachable now, by slot name (`bus`, `presence`, `store`).
@@ -192,6 +189,11 @@ impl EdgeState {
         self.publisher.next_envelope_id()
     }
 
+    /// Seconds since the drain began; 0 when the node is not draining.
+    pub(crate) fn drain_seconds(&self) -> f64 {
+        self.drain_started.get().map_or(0.0, |t| t.elapsed().as_secs_f64())
+    }
+
     /// Whether the node is draining (readiness fails, upgrades are refused).
     pub fn is_draining(&self) -> bool {
         self.draining.load(Ordering::Acquire)
@@ -200,6 +202,7 @@ impl EdgeState {
     /// Fails readiness and refuses new upgrades (503) while open connections carry on: the
     /// first step of a drain, held for `drain_delay` so load balancers stop routing here.
     pub fn mark_draining(&self) {
+        self.drain_started.get_or_init(std::time::Instant::now);
         self.draining.store(true, Ordering::Release);
     }
 

@@ -78,13 +78,15 @@ async fn api(State(st): State<Arc<EdgeState>>, mut req: axum::extract::Request) 
     }
 }
 
-/// `/readyz`: whether this node can take new clients: not draining, a connection slot left
-/// (the probe's own socket holds one unless the node is full) and below the open-file limit.
+/// `/readyz`: whether load balancers should send this node new clients: 503 `draining` once
+/// it drains, 200 otherwise. A full node (`max_connections`, the open-file budget) stays
+/// ready: its upgrades get 503 with `Retry-After`, and clients retry through the balancer to
+/// another edge, while a balancer that saw it unhealthy might reset its open connections.
 /// Backend health is deliberately not part of it: the bus, Redis and the store are shared by
 /// every node, so failing readiness for them would empty every endpoint at once; they are
 /// exported as `skua_backend_up` and shown by `/healthz/backends` instead.
-async fn readyz(State(st): State<Arc<EdgeState>>, Extension(conn): Extension<ConnInfo>) -> Response {
-    match st.not_ready(conn.holds_slot()) {
+async fn readyz(State(st): State<Arc<EdgeState>>) -> Response {
+    match st.not_ready() {
         Some(why) => (StatusCode::SERVICE_UNAVAILABLE, why).into_response(),
         None => "ready".into_response(),
     }
@@ -172,7 +174,7 @@ async fn run_connection(socket: Box<WebSocket>, st: Arc<EdgeState>, id: skua_cor
     st.metrics.connections_opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let (handle, outbox) =
         ConnHandle::new(id, st.config.outbound_queue_messages, st.config.outbound_queue_bytes, st.metrics.clone());
-    let handle = Arc::new(handle);
+    let handle = Arc::new(handle.with_budget(st.outbound_budget.clone()));
     // Out of the box at once: the box's memory is freed here, not when the function returns.
     let socket = *socket;
     let (sink, stream) = socket.split();

@@ -85,6 +85,9 @@ pub struct Settings {
     /// Outbound queue bound per connection, in bytes [default 4194304].
     #[arg(long, env = "SKUA_OUTBOUND_QUEUE_BYTES")]
     pub outbound_queue_bytes: Option<usize>,
+    /// Node-wide bound on all outbound queues' bytes; past it the largest are closed 4008 first; 0: none [default 1073741824].
+    #[arg(long, env = "SKUA_OUTBOUND_BUDGET_BYTES")]
+    pub outbound_budget_bytes: Option<usize>,
     /// Most WebSocket connections on this node [default 100000].
     #[arg(long, env = "SKUA_MAX_CONNECTIONS")]
     pub max_connections: Option<usize>,
@@ -496,7 +499,7 @@ impl Settings {
     /// Lays `over` on top of `self`: every setting `over` has wins.
     pub fn overlay(&mut self, over: &Settings) {
         layer!(self, over; listen, bus, presence, store, namespace, node_id, fixtures, idle_timeout, rate_limit,
-            rate_limit_window, presence_rate_limit, subscribe_rate_limit, query_rate_limit, max_message_size, outbound_queue_messages, outbound_queue_bytes, max_connections, fd_reserve,
+            rate_limit_window, presence_rate_limit, subscribe_rate_limit, query_rate_limit, max_message_size, outbound_queue_messages, outbound_queue_bytes, outbound_budget_bytes, max_connections, fd_reserve,
             max_subscriptions_per_connection, publish_topic_cache, publish_pipeline, publish_pipeline_bytes, max_retained_per_topic, restore_ttl, restore_wait, restore_merge_window, shutdown_grace, drain_delay, bus_queue, dispatch_shards, node_ttl,
             node_refresh, bus_publish_buffer, log_max_age, log_max_per_topic, log_prune_interval, replay_page_size,
             durable_queue, durable_sweep_interval, grpc_listen, admin_key, revalidate_interval, registry_poll_interval, max_apps_per_project,
@@ -808,6 +811,7 @@ mod tests {
         assert_eq!(c.edge.max_message_size, d.max_message_size);
         assert_eq!(c.edge.outbound_queue_messages, d.outbound_queue_messages);
         assert_eq!(c.edge.outbound_queue_bytes, d.outbound_queue_bytes);
+        assert_eq!(c.edge.outbound_budget_bytes, d.outbound_budget_bytes);
         assert_eq!(c.edge.max_connections, d.max_connections);
         assert_eq!(c.edge.fd_reserve, d.fd_reserve);
         assert_eq!(c.edge.max_subscriptions_per_connection, d.max_subscriptions_per_connection);

@@ -147,8 +147,8 @@ impl skua_edge::prom::MetricsSource for BusMetrics {
     fn render(&self, out: &mut String) {
         use std::fmt::Write as _;
         let stats = self.0.as_ref().map(|b| b.stats());
-        let (reconnects, failures, held) =
-            stats.map_or((0, 0, 0), |s| (s.connects.saturating_sub(1), s.connection_failures, s.held));
+        let (reconnects, failures, held, decode_errors) = stats
+            .map_or((0, 0, 0, 0), |s| (s.connects.saturating_sub(1), s.connection_failures, s.held, s.decode_errors));
         let _ = write!(
             out,
             "# HELP skua_bus_reconnects_total Connections to the MQTT broker made again after one was lost.\n\
@@ -156,7 +156,9 @@ impl skua_edge::prom::MetricsSource for BusMetrics {
              # HELP skua_bus_connection_failures_total Connections to the MQTT broker lost, or attempts that failed.\n\
              # TYPE skua_bus_connection_failures_total counter\nskua_bus_connection_failures_total {failures}\n\
              # HELP skua_bus_buffered_messages Publications held for the broker (waiting, or sent and not yet acknowledged).\n\
-             # TYPE skua_bus_buffered_messages gauge\nskua_bus_buffered_messages {held}\n"
+             # TYPE skua_bus_buffered_messages gauge\nskua_bus_buffered_messages {held}\n\
+             # HELP skua_bus_decode_errors_total Inbound MQTT messages dropped because they were not an envelope this node reads.\n\
+             # TYPE skua_bus_decode_errors_total counter\nskua_bus_decode_errors_total {decode_errors}\n"
         );
     }
 }

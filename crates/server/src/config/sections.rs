@@ -332,6 +332,8 @@ pub struct Limits {
     pub outbound_queue_messages: usize,
     /// Outbound queue bound in bytes.
     pub outbound_queue_bytes: usize,
+    /// Node-wide bound on queued outbound bytes (0: none).
+    pub outbound_budget_bytes: usize,
     /// Most topic plus lobby subscriptions.
     pub max_subscriptions_per_connection: usize,
     /// Most topics a connection keeps resolved for its publishes (0: none).
@@ -359,6 +361,7 @@ impl Limits {
             max_presence_size: payload_cap("max_presence_size", positive(key!(s, max_presence_size))?)?,
             outbound_queue_messages: positive(key!(s, outbound_queue_messages))?,
             outbound_queue_bytes: positive(key!(s, outbound_queue_bytes))?,
+            outbound_budget_bytes: required(key!(s, outbound_budget_bytes))?,
             max_subscriptions_per_connection: positive(key!(s, max_subscriptions_per_connection))?,
             publish_topic_cache: required(key!(s, publish_topic_cache))?,
             publish_pipeline: positive(key!(s, publish_pipeline))?,
@@ -985,6 +988,7 @@ impl Sections {
             max_presence_size: limits.max_presence_size,
             outbound_queue_messages: limits.outbound_queue_messages,
             outbound_queue_bytes: limits.outbound_queue_bytes,
+            outbound_budget_bytes: limits.outbound_budget_bytes,
             max_subscriptions_per_connection: limits.max_subscriptions_per_connection,
             publish_topic_cache: limits.publish_topic_cache,
             publish_pipeline: limits.publish_pipeline,

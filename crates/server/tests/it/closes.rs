@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use rmpv::Value;
+use skua_testkit::http::Scrape;
 use skua_testkit::{Event, TestServer, encode, frame};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -232,6 +233,149 @@ async fn slow_subscriber_is_closed_with_4008_and_the_others_get_every_message_in
     // carol and alice are unaffected
     alice.publish_acked(TOPIC, frame! {"seq" => sent}).await;
     assert_eq!(carol.expect("message").await.get("data")["seq"].as_u64(), Some(sent));
+}
+
+/// A subscriber of `topic` that never reads: a small receive buffer makes TCP fill up quickly,
+/// and then its frames wait in the server's outbound queue.
+async fn non_reading_subscriber(
+    server: &TestServer,
+    token: &str,
+    topic: &str,
+) -> tokio_tungstenite::WebSocketStream<tokio::net::TcpStream> {
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_recv_buffer_size(8 * 1024).expect("SO_RCVBUF");
+    let stream = socket.connect(server.addr).await.expect("connect");
+    let (mut ws, _) = tokio_tungstenite::client_async(server.url(), stream).await.expect("handshake");
+    raw_auth(&mut ws, token).await;
+    ws.send(binary(&frame! {"type" => "subscribe", "topic" => topic})).await.expect("send");
+    assert_eq!(raw_frame(&mut ws).await["type"].as_str(), Some("subscribed"));
+    ws
+}
+
+/// Reads a socket to its close frame: the number of `message` frames before it, and the close.
+async fn read_to_close_frame<S>(ws: &mut WebSocketStream<S>) -> (usize, Option<CloseFrame>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let mut n = 0;
+    loop {
+        match raw_next(ws).await {
+            Message::Binary(b) if !b.is_empty() => {
+                assert_eq!(decode(&b)["type"].as_str(), Some("message"));
+                n += 1;
+            }
+            Message::Close(f) => return (n, f),
+            Message::Binary(_) | Message::Ping(_) | Message::Pong(_) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+/// Issue 32, item 3: the node-wide outbound budget. Each connection's own bound
+/// (`outbound_queue_bytes`) is far above what is queued here; only the node's budget is
+/// passed. Past it, the largest queue is closed 4008 `slow_consumer` first, then (once the
+/// budget is passed again) the next largest; a smaller slow consumer below the budget and a
+/// fast subscriber of every topic keep everything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_consumers_past_the_node_outbound_budget_are_closed_4008_largest_first() {
+    const BUDGET: f64 = 4.0 * 1024.0 * 1024.0;
+    let server = TestServer::builder()
+        .settings(|s| {
+            s.rate_limit = Some(100_000);
+            s.outbound_queue_messages = Some(100_000);
+            s.outbound_queue_bytes = Some(256 << 20);
+            s.outbound_budget_bytes = Some(4 << 20);
+            // Scraped after every publish: on its own listener, which counts against no address.
+            s.metrics_listen = Some("127.0.0.1:0".into());
+        })
+        .spawn()
+        .await;
+    let topics = ["demo/general/messages", "demo/general/status", "demo/general/events"];
+    let mut big = non_reading_subscriber(&server, "dev-token-bob", topics[0]).await;
+    let mut mid = non_reading_subscriber(&server, "dev-token-carol", topics[1]).await;
+    let mut small = non_reading_subscriber(&server, "dev-token-agent", topics[2]).await;
+    let mut fast = server.auth("dev-token-viewer").await;
+    for t in topics {
+        fast.subscribe(t).await;
+    }
+    let mut alice = server.auth("dev-token-alice").await;
+    let pad = Value::Binary(vec![0x42; 64 * 1024]);
+    let mut sent = [0_u64; 3];
+    let metrics = server.metrics_addr.expect("metrics listener");
+
+    // Publishes one 64 KiB message to topics[i], in lock-step with the fast subscriber (so only
+    // the non-reading ones fall behind), and scrapes after it.
+    macro_rules! publish {
+        ($i:expr) => {{
+            let i: usize = $i;
+            let seq = sent[i];
+            let data = frame! {"seq" => seq, "pad" => pad.clone()};
+            alice.send(frame! {"type" => "publish", "topic" => topics[i], "data" => data}).await;
+            let m = fast.expect("message").await;
+            assert_eq!(m.get("data")["seq"].as_u64(), Some(seq), "the fast subscriber gets every message, in order");
+            sent[i] += 1;
+            Scrape::of(metrics).await
+        }};
+    }
+    let queued = |m: &Scrape| m.value("skua_outbound_budget_queued_bytes", &[]);
+    let closes = |m: &Scrape| m.value("skua_outbound_budget_closes_total", &[]);
+
+    // 1. The first slow consumer's queue grows to well over half the budget, not past it.
+    loop {
+        let m = publish!(0);
+        assert_eq!(closes(&m), 0.0, "closed below the budget: {}", m.text);
+        if queued(&m) > 0.6 * BUDGET {
+            break;
+        }
+        assert!(sent[0] < 200, "its queue never grew: {}", m.text);
+    }
+    // 2. The second one's queue grows until the node passes the budget: the first, the largest,
+    //    is closed, and only it.
+    loop {
+        let m = publish!(1);
+        if closes(&m) > 0.0 {
+            assert_eq!(closes(&m), 1.0, "{}", m.text);
+            break;
+        }
+        assert!(sent[1] < 200, "the budget was never enforced: {}", m.text);
+    }
+    let (got, close) = read_to_close_frame(&mut big).await;
+    assert_close(close, 4008, "slow_consumer");
+    assert!((got as u64) < sent[0], "the closed consumer cannot have had everything");
+    // 3. The second's queue grows on past half the budget (the first's bytes no longer count),
+    //    then the third's until the budget is passed again: the second, now the largest, goes.
+    loop {
+        let m = publish!(1);
+        assert_eq!(closes(&m), 1.0, "{}", m.text);
+        if queued(&m) > 0.6 * BUDGET {
+            break;
+        }
+        assert!(sent[1] < 400, "{}", m.text);
+    }
+    let before_small = sent[2];
+    loop {
+        let m = publish!(2);
+        if closes(&m) > 1.0 {
+            assert_eq!(closes(&m), 2.0, "{}", m.text);
+            break;
+        }
+        assert!(sent[2] < 200, "the budget was never enforced again: {}", m.text);
+    }
+    let (_, close) = read_to_close_frame(&mut mid).await;
+    assert_close(close, 4008, "slow_consumer");
+    let m = Scrape::of(metrics).await;
+    assert_eq!(m.value("skua_slow_consumer_disconnects_total", &[]), 2.0, "{}", m.text);
+    assert_eq!(m.value("skua_outbound_budget_bytes", &[]), BUDGET);
+    assert!(sent[2] > before_small);
+
+    // The smallest slow consumer was not closed: once it reads, it gets every message.
+    for seq in 0..sent[2] {
+        let v = raw_frame(&mut small).await;
+        assert_eq!(v["data"]["seq"].as_u64(), Some(seq), "{v:?}");
+    }
+    // And the fast subscriber is untouched.
+    alice.publish_acked(topics[2], frame! {"seq" => sent[2]}).await;
+    assert_eq!(fast.expect("message").await.get("data")["seq"].as_u64(), Some(sent[2]));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -126,10 +126,11 @@ async fn slowloris_sockets_hold_connection_slots_and_are_closed_after_the_header
         slow.push(s);
     }
     assert_eq!(try_ws(server.addr, &[]).await.err(), Some(503), "pending sockets count toward max_connections");
-    // A full node still answers its liveness probe, and is not ready (issue 23, item 3).
+    // A full node still answers its probes, and stays ready (issue 32, item 1: it refuses the
+    // upgrades instead, so a balancer never resets its connections for being full).
     assert_eq!(get(server.addr, "/healthz").await.0, 200);
-    assert_eq!(get(server.addr, "/readyz").await, (503, "connection limit reached".into()), "a full node");
-    assert_eq!(Scrape::of(metrics_addr(&server)).await.value("skua_ready", &[]), 0.0);
+    assert_eq!(get(server.addr, "/readyz").await, (200, "ready".into()), "a full node");
+    assert_eq!(Scrape::of(metrics_addr(&server)).await.value("skua_ready", &[]), 1.0);
     for s in &mut slow {
         let (bytes, closed_at) = read_to_close(s).await;
         let after = closed_at - started;
@@ -145,6 +146,42 @@ async fn slowloris_sockets_hold_connection_slots_and_are_closed_after_the_header
     assert!(refusals(&scrape, "header_timeout") >= 2.0, "{}", scrape.text);
     assert!(refusals(&scrape, "max_connections") >= 1.0, "{}", scrape.text);
     assert_eq!(scrape.value("skua_connection_slots_used", &[]), 1.0, "the WebSocket holds its slot");
+}
+
+/// Issue 32, item 1: a node at `max_connections` refuses new upgrades with 503, `Retry-After`
+/// and `Connection: close`, while `/readyz` stays 200 and `skua_ready` 1 (a readiness that
+/// failed at the cap made load balancers reset every connection of a busy edge). The
+/// WebSockets already open keep working, and a freed slot takes the next upgrade.
+#[tokio::test]
+async fn a_full_edge_refuses_upgrades_503_with_retry_after_and_readyz_stays_200() {
+    let server = spawn_server(|s| s.max_connections = Some(2)).await;
+    let mut alice = ws_eventually(server.addr, &[]).await;
+    auth(&mut alice, "dev-token-alice").await;
+    let mut bob = ws_eventually(server.addr, &[]).await;
+    auth(&mut bob, "dev-token-bob").await;
+
+    let mut raw = TcpStream::connect(server.addr).await.expect("connect");
+    raw.write_all(upgrade_head("").as_bytes()).await.expect("write");
+    let (bytes, _) = read_to_close(&mut raw).await;
+    let answer = String::from_utf8_lossy(&bytes).to_ascii_lowercase();
+    assert!(answer.starts_with("http/1.1 503"), "{answer}");
+    assert!(answer.contains("retry-after: 5"), "{answer}");
+    assert!(answer.contains("connection: close"), "{answer}");
+    assert!(answer.contains("node is at its connection limit"), "{answer}");
+
+    assert_eq!(get(server.addr, "/readyz").await, (200, "ready".into()), "a full edge stays ready");
+    let scrape = Scrape::of(metrics_addr(&server)).await;
+    assert_eq!(scrape.value("skua_ready", &[]), 1.0, "{}", scrape.text);
+    assert_eq!(scrape.value("skua_connection_slots_used", &[]), 2.0, "{}", scrape.text);
+    assert!(refusals(&scrape, "max_connections") >= 1.0, "{}", scrape.text);
+
+    assert_eq!(scrape.value("skua_connections_open", &[]), 2.0, "the open WebSockets are untouched");
+
+    // A freed slot takes the next upgrade.
+    alice.close(None).await.expect("close");
+    let mut carol = ws_eventually(server.addr, &[]).await;
+    auth(&mut carol, "dev-token-carol").await;
+    drop(bob);
 }
 
 #[tokio::test]
@@ -469,22 +506,20 @@ async fn upgrades_are_refused_503_before_the_open_file_limit() {
     let fds = scrape.value("process_open_fds", &[]);
     assert!((open.len() as f64..=f64::from(LIMIT)).contains(&fds), "process_open_fds {fds}: {}", scrape.text);
     assert_eq!(scrape.value("skua_fd_budget", &[]), (LIMIT as usize - RESERVE) as f64, "{}", scrape.text);
-    assert_eq!(scrape.value("skua_ready", &[]), 0.0, "{}", scrape.text);
-    assert_eq!(get(addr, "/readyz").await, (503, "open-file limit reached".into()), "not ready at the limit");
-    assert_eq!(get(addr, "/healthz").await.0, 200, "but alive");
+    // At the limit the node stays ready (issue 32, item 1): it refuses upgrades, 503 with
+    // Retry-After, instead of leaving the load balancer.
+    assert_eq!(scrape.value("skua_ready", &[]), 1.0, "{}", scrape.text);
+    assert_eq!(get(addr, "/readyz").await, (200, "ready".into()), "ready at the limit");
+    assert_eq!(get(addr, "/healthz").await.0, 200, "and alive");
 
-    // A WebSocket closing makes room for another: ready again, and the next upgrade succeeds.
+    // A WebSocket closing makes room for another: the next upgrade succeeds (retried: the
+    // server frees the slot when it sees the close).
     let mut gone = open.pop().expect("a WebSocket");
     gone.close(None).await.expect("close");
-    let deadline = Instant::now() + WAIT;
-    while get(addr, "/readyz").await.0 != 200 {
-        assert!(Instant::now() < deadline, "not ready 5 s after a WebSocket closed");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    // The probe's own slot is given back just after its socket closes: retried.
     let mut again = ws_eventually(addr, &[]).await;
     auth(&mut again, "dev-token-carol").await;
-    assert_eq!(get(addr, "/readyz").await.0, 503, "at the limit again");
+    assert_eq!(try_ws(addr, &[]).await.err(), Some(503), "at the limit again");
+    assert_eq!(get(addr, "/readyz").await.0, 200, "and still ready");
 }
 
 // ---------------------------------------------------------------------------------------------

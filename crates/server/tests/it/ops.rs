@@ -14,6 +14,8 @@ async fn metrics_counters_move_for_a_scripted_session() {
     let before = Scrape::of(server.addr).await;
     assert_eq!(before.value("skua_ready", &[]), 1.0);
     assert_eq!(before.value("skua_connections_open", &[]), 0.0);
+    // The capacity an HPA on connections per pod divides by (issue 32, item 2).
+    assert_eq!(before.value("skua_max_connections", &[]), 100_000.0, "the default max_connections");
 
     let mut bob = server.auth("dev-token-bob").await;
     bob.subscribe(TOPIC).await;
@@ -85,6 +87,7 @@ async fn build_process_bus_registry_and_backend_series_are_exported() {
     for series in [
         "skua_bus_reconnects_total",
         "skua_bus_buffered_messages",
+        "skua_bus_decode_errors_total",
         "skua_registry_lag_seconds",
         "skua_registry_version",
     ] {
@@ -136,6 +139,34 @@ async fn drain_delay_fails_readiness_and_refuses_upgrades_before_sockets_close()
     assert_eq!(alice.expect_close().await, (1012, "server_restart".to_owned()));
     assert_eq!(bob.expect_close().await.0, 1012);
     assert!(started.elapsed() >= delay, "closed after {:?}, before the {delay:?} delay", started.elapsed());
+    assert!(shutdown.await.expect("shutdown task"), "drained within the grace");
+}
+
+/// Issue 32, item 4: `skua_drain_seconds` counts from the start of the drain, on the separate
+/// metrics listener, which keeps serving while the client listener refuses upgrades (the
+/// `SkuaDrainStuck` alert reads it; deploy/monitoring/skua-alerts.test.yaml).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_seconds_count_from_the_start_of_the_drain_on_the_metrics_listener() {
+    let server = TestServer::builder()
+        .settings(|s| {
+            s.metrics_listen = Some("127.0.0.1:0".into());
+            s.drain_delay = Some("1500ms".into());
+            s.shutdown_grace = Some("5s".into());
+        })
+        .spawn()
+        .await;
+    let (addr, metrics) = (server.addr, server.metrics_addr.expect("metrics listener"));
+    let before = Scrape::of(metrics).await;
+    assert_eq!((before.value("skua_draining", &[]), before.value("skua_drain_seconds", &[])), (0.0, 0.0));
+    let mut alice = server.auth("dev-token-alice").await;
+    let shutdown = tokio::spawn(server.shutdown());
+    wait_for_status(addr, "/readyz", 503, Duration::from_secs(5)).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let m = Scrape::of(metrics).await;
+    assert_eq!(m.value("skua_draining", &[]), 1.0, "{}", m.text);
+    let secs = m.value("skua_drain_seconds", &[]);
+    assert!((0.2..1.5).contains(&secs), "skua_drain_seconds {secs} during the 1.5 s delay, 0.2 s in");
+    assert_eq!(alice.expect_close().await.0, 1012);
     assert!(shutdown.await.expect("shutdown task"), "drained within the grace");
 }
 
