@@ -542,3 +542,35 @@ async fn dead_letters_are_capped_in_bytes_per_project_dropping_the_oldest() {
     let last = letters.last().map(|l| serde_json::from_slice::<serde_json::Value>(&l.body).unwrap());
     assert!(last.is_some_and(|b| b["data"].as_str().is_some_and(|d| d.starts_with("0009"))));
 }
+
+/// docs/webhooks.md, Retries: a failing trigger's attempts are spaced by
+/// `webhook_trigger_first_retry`, doubling after each failure (here 300 ms, 600 ms, 1.2 s).
+/// Each gap is at least its delay (never early) and at most its delay plus 1 s of slack for a
+/// loaded machine (a schedule that did not double would be 1.2 s short on the last gap).
+#[tokio::test]
+async fn a_failing_trigger_s_attempts_follow_the_documented_doubling_schedule() {
+    let receiver = WebhookReceiver::start(Mode::Status(503)).await;
+    let server = builder(&receiver)
+        .settings(|s| {
+            s.webhook_trigger_attempts = Some(4);
+            s.webhook_trigger_first_retry = Some("300ms".into());
+        })
+        .spawn()
+        .await;
+    let mut c = server.auth("hooks-token-pub").await;
+    c.publish_acked("h/r/events", "will fail".into()).await;
+    let arrivals: Vec<_> = receiver.wait_for(4).await.iter().map(|r| r.at).collect();
+    let nominal = [300u64, 600, 1200].map(Duration::from_millis);
+    for (i, want) in nominal.iter().enumerate() {
+        let gap = arrivals[i + 1] - arrivals[i];
+        assert!(gap >= *want, "attempt {} came {gap:?} after the previous one, before its {want:?}", i + 2);
+        assert!(
+            gap < *want + Duration::from_secs(1),
+            "attempt {} came {gap:?} after the previous one (want {want:?})",
+            i + 2
+        );
+    }
+    let ids: BTreeSet<String> =
+        receiver.requests().iter().map(|r| json(r)["deliveryId"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(ids.len(), 1, "four attempts of one trigger");
+}
