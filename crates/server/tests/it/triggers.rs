@@ -573,4 +573,17 @@ async fn a_failing_trigger_s_attempts_follow_the_documented_doubling_schedule() 
     let ids: BTreeSet<String> =
         receiver.requests().iter().map(|r| json(r)["deliveryId"].as_str().unwrap().to_owned()).collect();
     assert_eq!(ids.len(), 1, "four attempts of one trigger");
+    // On /metrics (docs/operations.md): four failed attempts, three of them retries.
+    let d = Deadline::new("the failed attempts counted", Duration::from_secs(5));
+    loop {
+        let m = skua_testkit::http::Scrape::of(server.addr).await;
+        let failed = m.value_or_zero("skua_trigger_attempts_failed_total", &[]);
+        let attempts = m.value_or_zero("skua_webhook_attempts_total", &[("kind", "trigger")]);
+        let retries = m.value_or_zero("skua_webhook_retries_total", &[("kind", "trigger")]);
+        if (failed, attempts, retries) == (4.0, 4.0, 3.0) {
+            break;
+        }
+        assert!(d.elapsed() < Duration::from_secs(4), "failed {failed}, attempts {attempts}, retries {retries}");
+        d.tick().await;
+    }
 }

@@ -313,7 +313,7 @@ async fn post_once_signs_counts_and_reuses_the_connection() {
     for i in 0..3 {
         let body = bytes::Bytes::from(format!("{{\"deliveryId\":\"d{i}\"}}"));
         let r = s
-            .post_once(WebhookKind::Trigger, &c.target, c.secret.as_ref(), &format!("d{i}"), body)
+            .post_once(WebhookKind::Trigger, &c.target, c.secret.as_ref(), &format!("d{i}"), body, false)
             .await
             .expect("delivered");
         assert_eq!(r.status, 200);
@@ -337,7 +337,7 @@ async fn post_once_signs_counts_and_reuses_the_connection() {
     assert_eq!(s.metrics().deliveries(WebhookKind::Trigger, skua_webhooks::metrics::Outcome::Ok), 3);
 
     // Without a secret: no signature header.
-    let r = s.post_once(WebhookKind::Trigger, &c.target, None, "d3", bytes::Bytes::from_static(b"{}")).await;
+    let r = s.post_once(WebhookKind::Trigger, &c.target, None, "d3", bytes::Bytes::from_static(b"{}"), false).await;
     assert!(r.is_ok());
     assert_eq!(rx.wait_for(4).await[3].header("x-nolag-signature"), None);
 
@@ -345,7 +345,7 @@ async fn post_once_signs_counts_and_reuses_the_connection() {
     let c = call(WebhookKind::Trigger, &url, None);
     for i in 0..5 {
         let body = bytes::Bytes::from_static(b"{}");
-        s.post_once(WebhookKind::Trigger, &c.target, None, &i.to_string(), body).await.expect("delivered");
+        s.post_once(WebhookKind::Trigger, &c.target, None, &i.to_string(), body, false).await.expect("delivered");
     }
     assert_eq!(answered.load(std::sync::atomic::Ordering::SeqCst), 5);
     assert_eq!(conns.load(std::sync::atomic::Ordering::SeqCst), 1, "one keep-alive connection for all five");
@@ -361,7 +361,7 @@ async fn a_kept_connection_closed_while_idle_is_replaced() {
     let c = call(WebhookKind::Trigger, &url, None);
     for i in 0..3 {
         let body = bytes::Bytes::from_static(b"{}");
-        s.post_once(WebhookKind::Trigger, &c.target, None, &i.to_string(), body).await.expect("delivered");
+        s.post_once(WebhookKind::Trigger, &c.target, None, &i.to_string(), body, false).await.expect("delivered");
         // The next request starts once the receiver has closed this one's connection.
         closed.notified().await;
         assert_eq!(answered.load(std::sync::atomic::Ordering::SeqCst), i + 1);
