@@ -538,6 +538,12 @@ async fn dead_letters_are_capped_in_bytes_per_project_dropping_the_oldest() {
     assert!(bytes as u64 <= CAP, "{bytes} bytes kept");
     assert!((2..=4).contains(&letters.len()), "about 5000 bytes of 1.3 KB bodies: {}", letters.len());
     assert_eq!(letters.len() as u64 + t.metrics.dead_letters_dropped.load(Ordering::Relaxed), 10);
+    let m = skua_testkit::http::Scrape::of(server.addr).await;
+    assert_eq!(
+        m.value("skua_webhook_dead_letters_dropped_total", &[]),
+        (10 - letters.len()) as f64,
+        "the drops are on /metrics"
+    );
     // The newest are the ones kept.
     let last = letters.last().map(|l| serde_json::from_slice::<serde_json::Value>(&l.body).unwrap());
     assert!(last.is_some_and(|b| b["data"].as_str().is_some_and(|d| d.starts_with("0009"))));
