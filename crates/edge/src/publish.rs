@@ -864,6 +864,10 @@ mod tests {
             assert!(cache.entries.len() <= 2);
         }
         assert_eq!(cache.entries.len(), 2);
+        // The oldest were replaced (docs/security.md, `publish_topic_cache`): the newest two stay.
+        let mut kept: Vec<&str> = cache.entries.iter().map(|(t, ..)| &**t).collect();
+        kept.sort_unstable();
+        assert_eq!(kept, ["demo/general/messages", "demo/general/other"]);
         // Refusals are never kept.
         assert!(cache.resolve(&r, &a, "demo/nowhere/messages", 10).is_err());
         assert!(cache.entries.iter().all(|(t, ..)| !t.contains("nowhere")));

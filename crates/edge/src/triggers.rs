@@ -104,8 +104,9 @@ pub trait TriggerHooks: Send + Sync + 'static {
 
     /// One attempt: posts `body` (whose `deliveryId` is `delivery_id`) to `url` for `topic`,
     /// signed with its app's secret and with the headers and timeout of its configuration in
-    /// `registry` (none when the configured URL is no longer `url`). `Ok` on a 2xx answer;
-    /// otherwise why not.
+    /// `registry` (none when the configured URL is no longer `url`); `retry` when an earlier
+    /// attempt of this delivery was made (counted in `skua_webhook_retries_total`). `Ok` on a
+    /// 2xx answer; otherwise why not.
     async fn post(
         &self,
         registry: &Registry,
@@ -113,6 +114,7 @@ pub trait TriggerHooks: Send + Sync + 'static {
         url: &str,
         delivery_id: &str,
         body: Bytes,
+        retry: bool,
     ) -> Result<(), PostFailure>;
 }
 
@@ -370,7 +372,8 @@ impl Triggers {
                 attempts += 1;
             }
             let registry = self.registry.load();
-            match self.hooks.post(&registry, &job.topic, &job.url, &job.delivery_id, job.body.clone()).await {
+            let retry = attempts > 1;
+            match self.hooks.post(&registry, &job.topic, &job.url, &job.delivery_id, job.body.clone(), retry).await {
                 Ok(()) => {
                     self.metrics.delivered.fetch_add(1, Ordering::Relaxed);
                     if job.logged
@@ -673,7 +676,7 @@ impl Triggers {
             Some(topic) => {
                 let registry = self.registry.load();
                 self.hooks
-                    .post(&registry, &topic, &d.target, &d.delivery_id, d.body.clone())
+                    .post(&registry, &topic, &d.target, &d.delivery_id, d.body.clone(), true)
                     .await
                     .err()
                     .map(|f| f.error)

@@ -800,6 +800,23 @@ impl ServerConfig {
 mod tests {
     use super::*;
 
+    /// The webhook engine's settings reach the engine (its own tests check what it does with
+    /// them: `crates/webhooks/tests/it/engine.rs`), and the trigger schedule doubles.
+    #[test]
+    fn webhook_settings_reach_the_engine() {
+        let s = Settings {
+            webhook_connect_timeout: Some("750ms".into()),
+            webhook_concurrency_per_target: Some(3),
+            webhook_trigger_attempts: Some(4),
+            webhook_trigger_first_retry: Some("2s".into()),
+            ..Settings::default()
+        };
+        let c = ServerConfig::from_layers(&[&s]).unwrap();
+        assert_eq!(c.webhooks.connect_timeout, std::time::Duration::from_millis(750));
+        assert_eq!(c.webhooks.concurrency_per_target, 3);
+        assert_eq!(c.webhooks.trigger_retry.delays, [2, 4, 8].map(std::time::Duration::from_secs));
+    }
+
     #[test]
     fn compiled_defaults_are_the_documented_ones() {
         let c = ServerConfig::from_layers(&[]).unwrap();

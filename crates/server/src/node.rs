@@ -355,6 +355,7 @@ impl skua_edge::triggers::TriggerHooks for EngineHooks {
         url: &str,
         delivery_id: &str,
         body: bytes::Bytes,
+        retry: bool,
     ) -> Result<(), skua_edge::triggers::PostFailure> {
         use skua_core::webhook::{WebhookKind, WebhookTarget};
         let kind = WebhookKind::Trigger;
@@ -374,7 +375,7 @@ impl skua_edge::triggers::TriggerHooks for EngineHooks {
                 &stored
             }
         };
-        match self.0.post_once(kind, target, secret, delivery_id, body).await {
+        match self.0.post_once(kind, target, secret, delivery_id, body, retry).await {
             Ok(_) => Ok(()),
             Err(e) => Err(skua_edge::triggers::PostFailure { retryable: e.is_retryable(), error: error_chain(&e) }),
         }

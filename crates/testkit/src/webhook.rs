@@ -43,6 +43,8 @@ pub struct RecordedRequest {
     pub headers: Vec<(String, String)>,
     /// The raw body.
     pub body: Bytes,
+    /// When the whole request had arrived (before it was answered).
+    pub at: std::time::Instant,
 }
 
 impl RecordedRequest {
@@ -171,6 +173,7 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
         path: path.clone(),
         headers,
         body,
+        at: std::time::Instant::now(),
     });
     shared.arrived.notify_waiters();
     let mode = {

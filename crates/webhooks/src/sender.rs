@@ -301,8 +301,8 @@ impl WebhookSender {
 
     /// One attempt on the caller's task, for a caller that runs its own retries (triggers):
     /// `body` (whose `deliveryId` is `delivery_id`) posted to `target` with its headers and its
-    /// timeout for `kind`, signed with `secret` (N42), counted as one attempt and one delivery
-    /// of `kind` like a [`Self::call`] with a single attempt. Unlike [`Self::call`] it builds no
+    /// timeout for `kind`, signed with `secret` (N42), counted as one attempt (a retry when
+    /// `retry`: an earlier attempt of this delivery was made) and one delivery of `kind`. Unlike [`Self::call`] it builds no
     /// [`WebhookRequest`] and opens a `webhook` span only when traces are exported
     /// ([`skua_core::trace::enabled`]): it runs once per publish on a topic with a trigger.
     ///
@@ -318,10 +318,11 @@ impl WebhookSender {
         secret: Option<&WebhookSecret>,
         delivery_id: &str,
         body: Bytes,
+        retry: bool,
     ) -> Result<WebhookResponse, DeliveryError> {
         let attempt = async {
             let (timeout, started) = (target.timeout(kind), Instant::now());
-            self.inner.metrics.attempt(kind, false);
+            self.inner.metrics.attempt(kind, retry);
             let result = match tokio::time::timeout(timeout, self.post_signed(kind, target, secret, body)).await {
                 Ok(r) => r,
                 Err(_) => Err(DeliveryError::Timeout { after: timeout }),

@@ -548,3 +548,70 @@ async fn close_reason_with_invalid_utf8_is_closed_1007_invalid_payload() {
     let close = close_after_raw_frames(&masked(0x88, &[0x03, 0xe8, 0xff, 0xfe]), "invalid_payload").await;
     assert_close(close, 1007, "invalid_payload");
 }
+
+/// Panics on the publisher's task when it sees a publish with the filter key `boom`: the only
+/// way from outside the edge to make a connection task panic (a [`PublishObserver`] runs on
+/// the publisher's task), standing in for a defect in frame handling.
+///
+/// [`PublishObserver`]: skua_edge::publish::PublishObserver
+#[derive(Debug)]
+struct PanicOnBoom;
+
+impl skua_edge::publish::PublishObserver for PanicOnBoom {
+    fn accepted(&self, e: &skua_edge::publish::PublishEvent<'_>) {
+        if e.publication.filter.as_deref() == Some("boom") {
+            panic!("the test's observer panics on purpose");
+        }
+    }
+}
+
+/// Issue 12, defect 1 (docs/operations.md, `skua_connection_panics_total`): a connection task
+/// that panics closes its socket 1011 and releases what the session held: its connection
+/// slot, its bus subscriptions and its presence (the room sees it leave).
+#[tokio::test]
+async fn a_connection_task_that_panics_closes_1011_and_releases_its_slot_subscriptions_and_presence() {
+    use skua_testkit::control::Deadline;
+    use skua_testkit::http::Scrape;
+    let server = TestServer::builder().publish_observer(std::sync::Arc::new(PanicOnBoom)).spawn().await;
+    let mut bob = server.auth("dev-token-bob").await;
+    bob.send(frame! {"type" => "presence", "roomId" => "general", "data" => frame! {"s" => 1}}).await;
+    bob.expect("presence").await;
+    let bobs = server.state.hub.bus_subscriptions().await.len();
+    let mut alice = server.auth("dev-token-alice").await;
+    alice.subscribe(TOPIC).await;
+    alice.send(frame! {"type" => "presence", "roomId" => "general", "data" => frame! {"s" => 1}}).await;
+    alice.expect("presence").await;
+    assert_eq!(bob.next_of("presence").await.str("event"), "join");
+    assert!(server.state.hub.bus_subscriptions().await.len() > bobs, "alice's subscription holds one");
+    let before = Scrape::of(server.addr).await;
+    // Bob, alice and the scrape's own request.
+    let slots = before.value("skua_connection_slots_used", &[]);
+    assert_eq!(slots, 3.0);
+    assert_eq!(before.value("skua_connection_panics_total", &[]), 0.0);
+
+    alice.send(frame! {"type" => "publish", "topic" => TOPIC, "data" => 1, "filter" => "boom"}).await;
+    assert_eq!(alice.expect_close().await.0, 1011, "a panicking connection task closes internal_error");
+
+    // Presence: the room sees alice leave.
+    let leave = bob.next_of("presence").await;
+    assert_eq!(leave.str("event"), "leave", "{leave:?}");
+    assert_eq!(leave.get("data")["actor_token_id"].as_str(), Some("alice"));
+    // Subscriptions and the slot: released once the cleanup ran (asynchronously).
+    let d = Deadline::new("alice's subscription and slot released after the panic", Duration::from_secs(5));
+    loop {
+        let m = Scrape::of(server.addr).await;
+        let subs = server.state.hub.bus_subscriptions().await.len();
+        let used = m.value("skua_connection_slots_used", &[]);
+        let authed = m.value("skua_connections", &[("project", "demo-project")]);
+        if subs == bobs && used == slots - 1.0 && authed == 1.0 {
+            assert_eq!(m.value("skua_connection_panics_total", &[]), 1.0);
+            break;
+        }
+        d.tick().await;
+    }
+    let local = server.state.hub.local_presence();
+    assert_eq!(local.len(), 1, "only bob's presence is left on the node: {local:?}");
+    bob.send(frame! {"type" => "getPresence", "roomId" => "general"}).await;
+    let list = bob.expect("presenceList").await;
+    assert!(format!("{list:?}").find("alice").is_none(), "alice is not listed: {list:?}");
+}

@@ -1234,3 +1234,81 @@ async fn grpc_and_the_dashboard_share_the_admin_key_failures() {
     let r = right.list_projects(pb::ListProjectsRequest {}).await;
     assert_eq!(r.expect_err("blocked").code(), tonic::Code::ResourceExhausted);
 }
+
+/// docs/dashboard.md: at most `dashboard_max_sessions` sessions; a sign-in beyond it ends the
+/// oldest. A session lasts `dashboard_session_ttl`, not longer.
+#[tokio::test]
+async fn sessions_are_capped_ending_the_oldest_and_expire_after_their_ttl() {
+    let s = TestServer::builder().settings(|s| s.dashboard_max_sessions = Some(2)).spawn().await;
+    let first = Browser::sign_in(s.addr).await;
+    let second = Browser::sign_in(s.addr).await;
+    assert_eq!(first.get("/admin").await.status, 200);
+    let third = Browser::sign_in(s.addr).await;
+    assert_eq!(first.get("/admin").await.status, 303, "the oldest session was ended");
+    assert_eq!(second.get("/admin").await.status, 200);
+    assert_eq!(third.get("/admin").await.status, 200);
+
+    let s = TestServer::builder().settings(|s| s.dashboard_session_ttl = Some("1s".into())).spawn().await;
+    let started = std::time::Instant::now();
+    let b = Browser::sign_in(s.addr).await;
+    let d = skua_testkit::control::Deadline::new("the session expires", Duration::from_secs(5));
+    while b.get("/admin").await.status == 200 {
+        d.tick().await;
+    }
+    assert!(started.elapsed() >= Duration::from_secs(1), "ended after {:?}, before its ttl", started.elapsed());
+    assert_eq!(b.get("/admin").await.status, 303);
+}
+
+/// Opens a live view of `demo/general/messages`; returns the answer's status and the view id.
+async fn open_view(b: &Browser) -> (u16, Option<String>) {
+    let r = b.post("/admin/live", "project=demo-project&topic=demo%2Fgeneral%2Fmessages").await;
+    let view = r.header("location").and_then(|l| l.strip_prefix("/admin/live?view=")).map(str::to_owned);
+    (r.status, view)
+}
+
+/// docs/dashboard.md: at most `dashboard_max_live_views` views per node (429 beyond, naming the
+/// setting); a view nobody polls for `dashboard_live_idle` is closed, which makes room; a view
+/// keeps the last `dashboard_live_buffer` messages.
+#[tokio::test]
+async fn live_views_are_capped_closed_when_idle_and_keep_the_last_messages() {
+    let s = TestServer::builder()
+        .settings(|s| {
+            s.dashboard_max_live_views = Some(2);
+            s.dashboard_live_buffer = Some(3);
+            s.dashboard_live_idle = Some("1s".into());
+            s.dashboard_sample_interval = Some("100ms".into());
+        })
+        .spawn()
+        .await;
+    let b = Browser::sign_in(s.addr).await;
+    let (status, one) = open_view(&b).await;
+    assert_eq!(status, 303);
+    let one = one.unwrap();
+    assert_eq!(open_view(&b).await.0, 303);
+    let r = b.post("/admin/live", "project=demo-project&topic=demo%2Fgeneral%2Fmessages").await;
+    assert_eq!(r.status, 429, "{r:?}");
+    assert!(r.body.contains("dashboard_max_live_views"), "{}", r.body);
+
+    // The buffer: five messages, each seen by the view, leave the last three.
+    let mut alice = s.auth("dev-token-alice").await;
+    for n in 1..=5 {
+        alice.publish_acked("demo/general/messages", frame! {"n" => format!("m{n}")}).await;
+        live_message(&b, &one, &format!("m{n}")).await;
+    }
+    let r = b.get(&format!("/admin/live/poll?view={one}&after=0")).await;
+    let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+    let texts: Vec<&str> = v["messages"].as_array().unwrap().iter().map(|m| m["text"].as_str().unwrap()).collect();
+    assert_eq!(texts.len(), 3, "{texts:?}");
+    for (t, n) in texts.iter().zip(3..=5) {
+        assert!(t.contains(&format!("m{n}")), "{texts:?}");
+    }
+
+    // Left alone, both views close after the idle time, and a new one may be opened.
+    let d = skua_testkit::control::Deadline::new("an idle view closes and makes room", Duration::from_secs(10));
+    while open_view(&b).await.0 == 429 {
+        d.tick().await;
+    }
+    let r = b.get(&format!("/admin/live/poll?view={one}&after=0")).await;
+    let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!(v["closed"], true, "{v}");
+}

@@ -39,6 +39,29 @@ fn is_replay(f: &Frame) -> bool {
     f.get("isReplay") == &Value::Boolean(true)
 }
 
+/// Polls `/metrics` until every `(name, kind label, value)` is reached (counters move after the
+/// frame that caused them was answered), failing after 5 s with what was last read.
+async fn metrics_reach(server: &TestServer, want: &[(&str, Option<&str>, f64)]) {
+    let d = skua_testkit::control::Deadline::new("the counters on /metrics", Duration::from_secs(5));
+    loop {
+        let m = skua_testkit::http::Scrape::of(server.addr).await;
+        let got: Vec<f64> = want
+            .iter()
+            .map(|(name, kind, _)| match kind {
+                Some(k) => m.value(name, &[("kind", k)]),
+                None => m.value(name, &[]),
+            })
+            .collect();
+        if want.iter().zip(&got).all(|((_, _, w), g)| w == g) {
+            return;
+        }
+        if d.elapsed() > Duration::from_secs(4) {
+            panic!("want {want:?}, got {got:?}");
+        }
+        d.tick().await;
+    }
+}
+
 async fn ack(c: &mut WsClient, f: &Frame) {
     c.send(frame! {"type" => "ack", "msgId" => f.str("msgId")}).await;
 }
@@ -119,6 +142,18 @@ async fn a_persistent_session_gets_what_was_published_while_away_and_unacked_mes
     // Everything was acked: the next return delivers nothing.
     let mut w = agent(&server, "worker-1", true).await;
     assert_marker_comes_first(&mut w, &mut alice, 5).await;
+    // On /metrics (docs/operations.md): five stored and acked, one delivered again, two returns
+    // that restored the subscription.
+    metrics_reach(
+        &server,
+        &[
+            ("skua_logged_appends_total", None, 5.0),
+            ("skua_acks_total", None, 5.0),
+            ("skua_redeliveries_total", None, 1.0),
+            ("skua_replays_total", Some("restored_subscription"), 2.0),
+        ],
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -213,6 +248,18 @@ async fn a_group_replays_what_accumulated_while_every_member_was_gone() {
     server.close_settled(w1).await;
     let mut w2 = agent(&server, "w2", true).await;
     assert_marker_comes_first(&mut w2, &mut alice, 7).await;
+    // On /metrics (docs/operations.md): one group replay of five messages, nothing delivered
+    // twice.
+    metrics_reach(
+        &server,
+        &[
+            ("skua_replays_total", Some("group"), 1.0),
+            ("skua_replayed_messages_total", None, 5.0),
+            ("skua_acks_total", None, 7.0),
+            ("skua_redeliveries_total", None, 0.0),
+        ],
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -488,6 +535,8 @@ async fn a_member_whose_durable_queue_overflowed_still_gets_messages_in_order() 
     }
     assert_eq!(got, (0..N).collect::<Vec<_>>(), "in publish order");
     assert!(server.state.metrics.durable_overflows.load(Ordering::Relaxed) > 0, "the queue overflowed at least once");
+    let m = skua_testkit::http::Scrape::of(server.addr).await;
+    assert!(m.value("skua_durable_overflows_total", &[]) > 0.0, "the overflow is on /metrics");
 }
 
 /// Found by the soak (docs/reliability.md, issue 18): in a group with a slow member, the other

@@ -562,3 +562,55 @@ async fn the_per_address_429_carries_retry_after() {
     assert!(text.starts_with("http/1.1 429"), "{text}");
     assert!(text.contains("\r\nretry-after: 5\r\n"), "{text}");
 }
+
+/// Whether the node closed `s` without answering: a read ends (or fails) with nothing read.
+async fn closed_unanswered(mut s: TcpStream) -> bool {
+    let req = b"GET /healthz HTTP/1.1\r\nHost: skua\r\nConnection: close\r\n\r\n";
+    if s.write_all(req).await.is_err() {
+        return true;
+    }
+    let mut buf = Vec::new();
+    match tokio::time::timeout(WAIT, s.read_to_end(&mut buf)).await.expect("the socket ends within 5 s") {
+        Ok(_) => buf.is_empty(),
+        Err(_) => true,
+    }
+}
+
+/// docs/security.md (`max_connections`): on a full node 256 more sockets are served from an
+/// overflow pool (its health probe answers); with the pool taken too, a socket is closed at
+/// accept, counted in `skua_front_refusals_total{reason="max_connections"}`; a socket leaving
+/// the pool makes room again.
+#[tokio::test]
+async fn past_max_connections_256_overflow_sockets_are_served_and_the_next_is_closed_at_accept() {
+    let server = spawn_server(|s| {
+        s.max_connections = Some(1);
+        s.max_connections_per_ip = Some(100_000);
+        s.max_new_connections_per_ip_per_second = Some(100_000);
+        s.http_header_timeout = Some("30s".into());
+    })
+    .await;
+    let mut ws = ws_eventually(server.addr, &[]).await;
+    auth(&mut ws, "dev-token-alice").await;
+    // 256 sockets with an unfinished request head hold the whole pool (taken at accept, in
+    // order: the next socket is accepted after them).
+    let mut held = Vec::new();
+    for _ in 0..256 {
+        let mut s = TcpStream::connect(server.addr).await.expect("connect");
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: skua\r\n").await.expect("write");
+        held.push(s);
+    }
+    let before = refusals(&Scrape::of(metrics_addr(&server)).await, "max_connections");
+    let next = TcpStream::connect(server.addr).await.expect("the kernel accepts it");
+    assert!(closed_unanswered(next).await, "the 257th socket past max_connections is closed at accept");
+    let after = refusals(&Scrape::of(metrics_addr(&server)).await, "max_connections");
+    assert!(after > before, "counted: {before} -> {after}");
+
+    // Every one of the 256 is served.
+    for mut s in held {
+        s.write_all(b"Connection: close\r\n\r\n").await.expect("finish the request");
+        assert_eq!(skua_testkit::http::read_response(s).await.0, 200, "an overflow socket's health probe");
+    }
+    // Their sockets closed, the pool serves again.
+    skua_testkit::http::wait_for_status(server.addr, "/healthz", 200, WAIT).await;
+    assert!(ws.send(Message::Ping(Vec::new().into())).await.is_ok(), "the WebSocket kept its slot");
+}

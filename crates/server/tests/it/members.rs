@@ -276,25 +276,7 @@ async fn wakes_are_bounded_per_actor_per_period() {
     let rx = WebhookReceiver::start(Mode::Ok(serde_json::json!({}))).await;
     let server = TestServer::builder().settings(|s| s.wake_limit_per_actor = Some(3)).spawn().await;
     let mut alice = server.auth("dev-token-alice").await;
-    let mut workers = Vec::new();
-    for i in 0..6 {
-        let mut w = agent(&server, &format!("w{i}")).await;
-        let wake = frame! {"persistent" => true, "wake" => frame! {"url" => rx.url("/wake"), "timeoutMs" => 1}};
-        announce(&mut w, "general", wake).await;
-        w.send(frame! {"type" => "getPresence", "roomId" => "general"}).await;
-        w.next_of("presenceList").await;
-        workers.push(w);
-    }
-    for w in workers {
-        server.close_settled(w).await;
-    }
-    let d = skua_testkit::control::Deadline::new("six offline members", Duration::from_secs(10));
-    while !{
-        let m = stored(&server, "general").await;
-        m.len() == 6 && m.iter().all(|m| m.status == skua_core::MemberStatus::Offline)
-    } {
-        d.tick().await;
-    }
+    six_offline_members(&server, &rx.url("/wake")).await;
     let metrics = &server.state.members.metrics;
     for i in 0..10 {
         alice.send(frame! {"type" => "publish", "topic" => "demo/general/messages", "data" => i}).await;
@@ -319,6 +301,81 @@ async fn wakes_are_bounded_per_actor_per_period() {
     }
     assert_eq!(metrics.started.load(Ordering::Relaxed), 3);
     assert_eq!(rx.requests().len(), 3, "at most wake_limit_per_actor requests per period");
+    wakes_on_metrics(&server, 3, metrics.limited.load(Ordering::Relaxed)).await;
+}
+
+/// Six persistent members of `general` (agent-1, six clientIds) with a wake to `url`, all
+/// offline.
+async fn six_offline_members(server: &TestServer, url: &str) {
+    use std::time::Duration;
+    let mut workers = Vec::new();
+    for i in 0..6 {
+        let mut w = agent(server, &format!("w{i}")).await;
+        let wake = frame! {"persistent" => true, "wake" => frame! {"url" => url, "timeoutMs" => 1}};
+        announce(&mut w, "general", wake).await;
+        w.send(frame! {"type" => "getPresence", "roomId" => "general"}).await;
+        w.next_of("presenceList").await;
+        workers.push(w);
+    }
+    for w in workers {
+        server.close_settled(w).await;
+    }
+    let d = skua_testkit::control::Deadline::new("six offline members", Duration::from_secs(10));
+    while !{
+        let m = stored(server, "general").await;
+        m.len() == 6 && m.iter().all(|m| m.status == skua_core::MemberStatus::Offline)
+    } {
+        d.tick().await;
+    }
+}
+
+/// docs/operations.md: `skua_wakes_total{outcome}` on /metrics shows `started` wakes, all
+/// answered (`sent`), and at least `limited` limited ones (publishes still being handled add
+/// more).
+async fn wakes_on_metrics(server: &TestServer, started: u64, limited: u64) {
+    use std::time::Duration;
+    let d = skua_testkit::control::Deadline::new("the wakes on /metrics", Duration::from_secs(5));
+    loop {
+        let m = skua_testkit::http::Scrape::of(server.addr).await;
+        let got = ["started", "sent", "limited"].map(|o| m.value_or_zero("skua_wakes_total", &[("outcome", o)]));
+        if got[..2] == [started as f64, started as f64] && got[2] >= limited as f64 {
+            return;
+        }
+        assert!(
+            d.elapsed() < Duration::from_secs(4),
+            "started, sent, limited: {got:?}, want {started}, {started}, {limited}+"
+        );
+        d.tick().await;
+    }
+}
+
+/// docs/agents.md: `wake_limit_per_url` wakes per project and wake URL origin per period, for
+/// members of any actor; the others are counted `limited`.
+#[tokio::test]
+async fn wakes_are_bounded_per_url_origin_per_period() {
+    use skua_testkit::webhook::{Mode, WebhookReceiver};
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
+    let rx = WebhookReceiver::start(Mode::Ok(serde_json::json!({}))).await;
+    let server = TestServer::builder()
+        .settings(|s| {
+            s.wake_limit_per_actor = Some(100);
+            s.wake_limit_per_url = Some(2);
+        })
+        .spawn()
+        .await;
+    let mut alice = server.auth("dev-token-alice").await;
+    six_offline_members(&server, &rx.url("/wake")).await;
+    alice.send(frame! {"type" => "publish", "topic" => "demo/general/messages", "data" => 1}).await;
+    let metrics = &server.state.members.metrics;
+    let d = skua_testkit::control::Deadline::new("four wakes limited", Duration::from_secs(10));
+    while metrics.limited.load(Ordering::Relaxed) < 4 {
+        d.tick().await;
+    }
+    assert_eq!(rx.wait_for(2).await.len(), 2);
+    assert_eq!(metrics.started.load(Ordering::Relaxed), 2);
+    wakes_on_metrics(&server, 2, 4).await;
+    assert_eq!(rx.requests().len(), 2, "at most wake_limit_per_url requests to one origin per period");
 }
 
 /// The next presence event of agent-1 that `observer` gets: (`event`, `status`).

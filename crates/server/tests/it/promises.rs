@@ -272,9 +272,13 @@ async fn a_persistent_session_s_logged_subscribe_while_the_store_is_down_gets_st
     let mut alice = server.auth("dev-token-alice").await;
     proxy.cut();
     store_is_down(&mut alice).await;
+    let failures =
+        || async { skua_testkit::http::Scrape::of(server.addr).await.value("skua_store_failures_total", &[]) };
+    let before = failures().await;
     agent.send(frame! {"type" => "subscribe", "topic" => TASKS}).await;
     let f = agent.expect_error("store_unavailable").await;
     assert_eq!(f.str("topic"), TASKS, "{f:?}");
+    assert_eq!(failures().await, before + 1.0, "the refused subscribe is in skua_store_failures_total");
     agent.subscribe("demo/general/messages").await;
     let mut bob = server.auth("dev-token-bob").await;
     bob.subscribe(TASKS).await;

@@ -803,3 +803,58 @@ async fn rest_applies_the_node_s_webhook_host_rules_like_grpc() {
     assert_eq!(app["triggerWebhook"]["url"], "https://hooks.example.com/x", "{app}");
     assert!(app["hydrationWebhook"].is_null(), "{app}");
 }
+
+/// docs/rest-api.md: at most 100 API keys per project; the 101st is refused with a message
+/// naming the cap, and a revoke makes room again.
+#[tokio::test]
+async fn a_project_holds_at_most_100_api_keys() {
+    let s = builder().spawn().await;
+    let mut c = s.control().await;
+    let create = || pb::CreateApiKeyRequest { project_id: "demo-project".into(), name: "k".into() };
+    let list = || pb::ListApiKeysRequest { project_id: "demo-project".into() };
+    let have = ok(c.list_api_keys(list()).await).api_keys.len();
+    assert!(have < 100, "the dev fixtures hold {have} keys");
+    let mut last = String::new();
+    for _ in have..100 {
+        last = ok(c.create_api_key(create()).await).api_key.unwrap().key_id;
+    }
+    assert_eq!(ok(c.list_api_keys(list()).await).api_keys.len(), 100);
+    let refused = c.create_api_key(create()).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition, "{refused:?}");
+    assert!(refused.message().contains("(100)"), "the message names the cap: {}", refused.message());
+    assert_eq!(ok(c.list_api_keys(list()).await).api_keys.len(), 100, "nothing was created");
+    // Another project is not affected; a revoke makes room.
+    ok(c.create_project(pb::CreateProjectRequest { id: "other".into(), ..Default::default() }).await);
+    ok(c.create_api_key(pb::CreateApiKeyRequest { project_id: "other".into(), name: "k".into() }).await);
+    ok(c.revoke_api_key(pb::RevokeApiKeyRequest { project_id: "demo-project".into(), key_id: last }).await);
+    ok(c.create_api_key(create()).await);
+}
+
+/// docs/rest-api.md: the bare-array lists (here rooms and actors) return at most
+/// `max_page_size` items; the same lists are longer without the cap.
+#[tokio::test]
+async fn bare_array_lists_return_at_most_max_page_size_items() {
+    let paths = ["/v1/actors", "/v1/apps/demo/rooms"];
+    let open = builder().spawn().await;
+    for path in paths {
+        let all = call(open.addr, "GET", path, None).await.ok(200);
+        assert!(all.as_array().unwrap().len() > 2, "{path}: the dev fixtures have more than two: {all}");
+    }
+    let capped = builder().settings(|s| s.max_page_size = Some(2)).spawn().await;
+    for path in paths {
+        let page = call(capped.addr, "GET", path, None).await.ok(200);
+        assert_eq!(page.as_array().unwrap().len(), 2, "{path}: {page}");
+    }
+}
+
+/// docs/rest-api.md: `reset-to-blueprint` returns the app unchanged (Skua apps have no
+/// blueprint); an unknown app is a 404 like everywhere else.
+#[tokio::test]
+async fn reset_to_blueprint_returns_the_app_unchanged() {
+    let s = builder().spawn().await;
+    let before = call(s.addr, "GET", "/v1/apps/demo", None).await.ok(200);
+    let reset = call(s.addr, "POST", "/v1/apps/demo/reset-to-blueprint", None).await.ok(200);
+    assert_eq!(reset, before);
+    assert_eq!(call(s.addr, "GET", "/v1/apps/demo", None).await.ok(200), before, "nothing changed");
+    call(s.addr, "POST", "/v1/apps/nope/reset-to-blueprint", None).await.error(404, "");
+}

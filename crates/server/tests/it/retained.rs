@@ -211,3 +211,56 @@ async fn one_project_cannot_take_the_whole_retained_pool() {
     let m = skua_testkit::http::Scrape::of(server.addr).await;
     assert_eq!(m.value("skua_retained_refused_total", &[("cap", "project_bytes")]), 1.0);
 }
+
+// ---------------------------------------------------------------------------------------------
+// docs/security.md: across nodes, a retained publication another node sent that would break
+// this node's cap is delivered live but not kept, and the older one of its key is dropped
+// (never served stale).
+
+/// The `data` of every retained message a new subscriber of `TOPIC` on `node` is sent.
+async fn retained_seen_by_a_new_subscriber(node: &TestServer) -> Vec<Value> {
+    let mut carol = node.auth("dev-token-alice").await;
+    carol.subscribe(TOPIC).await;
+    let got = carol.drain_frames().await.into_iter().filter(|f| f.ty() == "message").map(|f| f.get("data").clone());
+    got.collect()
+}
+
+#[tokio::test]
+async fn a_retained_publication_from_another_node_over_this_node_s_cap_is_delivered_live_but_not_kept() {
+    let embedded = skua_server::node::Embedded::default();
+    let namespace = skua_testkit::cluster::unique_namespace();
+    let node = |id: &str, cap: Option<usize>| {
+        let (ns, id) = (namespace.clone(), id.to_owned());
+        TestServer::builder().settings(move |s| {
+            s.namespace = Some(ns);
+            s.node_id = Some(id);
+            s.max_retained_bytes_per_topic = cap;
+        })
+    };
+    // Node 0 keeps the default 4 MiB per topic; node 1 only 2000 bytes.
+    let n0 = node("node-0", None).spawn_with(&embedded).await;
+    let n1 = node("node-1", Some(2000)).spawn_with(&embedded).await;
+    let mut alice = n1.auth("dev-token-alice").await;
+    alice.subscribe(TOPIC).await;
+    let mut bob = n0.auth("dev-token-bob").await;
+    let publish = |key: &str, data: Value| {
+        frame! {"type" => "publish", "topic" => TOPIC, "data" => data, "filter" => key, "retain" => true, "msgRef" => key}
+    };
+
+    // Small: kept on both nodes.
+    bob.send(publish("k", Value::from("small"))).await;
+    bob.expect("published").await;
+    assert_eq!(alice.next_of("message").await.get("data"), &Value::from("small"));
+    assert_eq!(retained_seen_by_a_new_subscriber(&n1).await, [Value::from("small")]);
+
+    // Over node 1's cap: node 0 accepts and keeps it; node 1 delivers it live, does not keep
+    // it, and drops the older value of the key rather than serve it stale.
+    let big = Value::Binary(vec![7; 3000]);
+    bob.send(publish("k", big.clone())).await;
+    bob.expect("published").await;
+    assert_eq!(alice.next_of("message").await.get("data"), &big, "delivered live on node 1");
+    assert_eq!(retained_seen_by_a_new_subscriber(&n0).await, [big], "kept on node 0");
+    assert_eq!(retained_seen_by_a_new_subscriber(&n1).await, Vec::<Value>::new(), "neither kept nor stale on node 1");
+    let m = skua_testkit::http::Scrape::of(n1.addr).await;
+    assert!(m.value("skua_retained_bytes", &[]) < 2000.0, "node 1 keeps nothing of it");
+}

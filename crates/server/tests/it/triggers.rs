@@ -538,7 +538,58 @@ async fn dead_letters_are_capped_in_bytes_per_project_dropping_the_oldest() {
     assert!(bytes as u64 <= CAP, "{bytes} bytes kept");
     assert!((2..=4).contains(&letters.len()), "about 5000 bytes of 1.3 KB bodies: {}", letters.len());
     assert_eq!(letters.len() as u64 + t.metrics.dead_letters_dropped.load(Ordering::Relaxed), 10);
+    let m = skua_testkit::http::Scrape::of(server.addr).await;
+    assert_eq!(
+        m.value("skua_webhook_dead_letters_dropped_total", &[]),
+        (10 - letters.len()) as f64,
+        "the drops are on /metrics"
+    );
     // The newest are the ones kept.
     let last = letters.last().map(|l| serde_json::from_slice::<serde_json::Value>(&l.body).unwrap());
     assert!(last.is_some_and(|b| b["data"].as_str().is_some_and(|d| d.starts_with("0009"))));
+}
+
+/// docs/webhooks.md, Retries: a failing trigger's attempts are spaced by
+/// `webhook_trigger_first_retry`, doubling after each failure (here 300 ms, 600 ms, 1.2 s).
+/// Each gap is at least its delay (never early) and at most its delay plus 1 s of slack for a
+/// loaded machine (a schedule that did not double would be 1.2 s short on the last gap).
+#[tokio::test]
+async fn a_failing_trigger_s_attempts_follow_the_documented_doubling_schedule() {
+    let receiver = WebhookReceiver::start(Mode::Status(503)).await;
+    let server = builder(&receiver)
+        .settings(|s| {
+            s.webhook_trigger_attempts = Some(4);
+            s.webhook_trigger_first_retry = Some("300ms".into());
+        })
+        .spawn()
+        .await;
+    let mut c = server.auth("hooks-token-pub").await;
+    c.publish_acked("h/r/events", "will fail".into()).await;
+    let arrivals: Vec<_> = receiver.wait_for(4).await.iter().map(|r| r.at).collect();
+    let nominal = [300u64, 600, 1200].map(Duration::from_millis);
+    for (i, want) in nominal.iter().enumerate() {
+        let gap = arrivals[i + 1] - arrivals[i];
+        assert!(gap >= *want, "attempt {} came {gap:?} after the previous one, before its {want:?}", i + 2);
+        assert!(
+            gap < *want + Duration::from_secs(1),
+            "attempt {} came {gap:?} after the previous one (want {want:?})",
+            i + 2
+        );
+    }
+    let ids: BTreeSet<String> =
+        receiver.requests().iter().map(|r| json(r)["deliveryId"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(ids.len(), 1, "four attempts of one trigger");
+    // On /metrics (docs/operations.md): four failed attempts, three of them retries.
+    let d = Deadline::new("the failed attempts counted", Duration::from_secs(5));
+    loop {
+        let m = skua_testkit::http::Scrape::of(server.addr).await;
+        let failed = m.value_or_zero("skua_trigger_attempts_failed_total", &[]);
+        let attempts = m.value_or_zero("skua_webhook_attempts_total", &[("kind", "trigger")]);
+        let retries = m.value_or_zero("skua_webhook_retries_total", &[("kind", "trigger")]);
+        if (failed, attempts, retries) == (4.0, 4.0, 3.0) {
+            break;
+        }
+        assert!(d.elapsed() < Duration::from_secs(4), "failed {failed}, attempts {attempts}, retries {retries}");
+        d.tick().await;
+    }
 }

@@ -313,7 +313,7 @@ async fn post_once_signs_counts_and_reuses_the_connection() {
     for i in 0..3 {
         let body = bytes::Bytes::from(format!("{{\"deliveryId\":\"d{i}\"}}"));
         let r = s
-            .post_once(WebhookKind::Trigger, &c.target, c.secret.as_ref(), &format!("d{i}"), body)
+            .post_once(WebhookKind::Trigger, &c.target, c.secret.as_ref(), &format!("d{i}"), body, false)
             .await
             .expect("delivered");
         assert_eq!(r.status, 200);
@@ -337,7 +337,7 @@ async fn post_once_signs_counts_and_reuses_the_connection() {
     assert_eq!(s.metrics().deliveries(WebhookKind::Trigger, skua_webhooks::metrics::Outcome::Ok), 3);
 
     // Without a secret: no signature header.
-    let r = s.post_once(WebhookKind::Trigger, &c.target, None, "d3", bytes::Bytes::from_static(b"{}")).await;
+    let r = s.post_once(WebhookKind::Trigger, &c.target, None, "d3", bytes::Bytes::from_static(b"{}"), false).await;
     assert!(r.is_ok());
     assert_eq!(rx.wait_for(4).await[3].header("x-nolag-signature"), None);
 
@@ -345,7 +345,7 @@ async fn post_once_signs_counts_and_reuses_the_connection() {
     let c = call(WebhookKind::Trigger, &url, None);
     for i in 0..5 {
         let body = bytes::Bytes::from_static(b"{}");
-        s.post_once(WebhookKind::Trigger, &c.target, None, &i.to_string(), body).await.expect("delivered");
+        s.post_once(WebhookKind::Trigger, &c.target, None, &i.to_string(), body, false).await.expect("delivered");
     }
     assert_eq!(answered.load(std::sync::atomic::Ordering::SeqCst), 5);
     assert_eq!(conns.load(std::sync::atomic::Ordering::SeqCst), 1, "one keep-alive connection for all five");
@@ -361,7 +361,7 @@ async fn a_kept_connection_closed_while_idle_is_replaced() {
     let c = call(WebhookKind::Trigger, &url, None);
     for i in 0..3 {
         let body = bytes::Bytes::from_static(b"{}");
-        s.post_once(WebhookKind::Trigger, &c.target, None, &i.to_string(), body).await.expect("delivered");
+        s.post_once(WebhookKind::Trigger, &c.target, None, &i.to_string(), body, false).await.expect("delivered");
         // The next request starts once the receiver has closed this one's connection.
         closed.notified().await;
         assert_eq!(answered.load(std::sync::atomic::Ordering::SeqCst), i + 1);
@@ -416,4 +416,181 @@ async fn loopback_hydration_and_internal_wake_urls_are_refused_unless_allowed() 
     let req = WebhookRequest::new(call(WebhookKind::Hydration, &rx.url("/h"), None), payload());
     s.call(&req, &RetrySchedule::hydration(), budget).await.expect("webhook_allow_loopback");
     assert_eq!(rx.wait_for(5).await.len(), 5);
+}
+
+/// Reads one whole HTTP/1.1 request (headers, then `Content-Length` bytes of body) from
+/// `sock`; false when the peer closed first.
+async fn read_request(sock: &mut tokio::net::TcpStream) -> bool {
+    use tokio::io::AsyncReadExt as _;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            if buf.len() >= end + 4 + len {
+                return true;
+            }
+        }
+        match sock.read(&mut chunk).await {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+/// docs/webhooks.md: redirects are not followed; a 3xx answer is a failure (not retried), and
+/// the URL it names is never requested.
+#[tokio::test]
+async fn a_redirect_is_a_failure_and_is_not_followed() {
+    use tokio::io::AsyncWriteExt as _;
+    let elsewhere = WebhookReceiver::start(ReceiverMode::Ok(json!({}))).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/h", listener.local_addr().unwrap());
+    let answer = format!(
+        "HTTP/1.1 307 Temporary Redirect\r\nlocation: {}\r\ncontent-length: 0\r\n\r\n",
+        elsewhere.url("/moved")
+    );
+    let answered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let a = answered.clone();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            while read_request(&mut sock).await {
+                a.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                if sock.write_all(answer.as_bytes()).await.is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    let (s, _stop) = sender(loopback_allowed());
+    for kind in [WebhookKind::Hydration, WebhookKind::Trigger] {
+        let req = WebhookRequest::new(call(kind, &url, None), payload());
+        let e = s.call(&req, &fast_retries(), Duration::from_secs(5)).await.unwrap_err();
+        assert!(matches!(e, DeliveryError::Status { status: 307 }), "{kind:?}: {e:?}");
+    }
+    assert_eq!(answered.load(std::sync::atomic::Ordering::SeqCst), 2, "one attempt each: a 3xx is not retried");
+    assert!(elsewhere.requests().is_empty(), "the redirect's target was never requested");
+}
+
+/// `webhook_concurrency_per_target`: at most that many requests are in flight to one target
+/// at once, the others wait their turn (within their timeout) and are then delivered. The
+/// receiver holds each request 300 ms, so without the limit all eight would be in flight
+/// together.
+#[tokio::test]
+async fn no_more_than_concurrency_per_target_requests_are_in_flight_to_one_target() {
+    use std::sync::atomic::Ordering::SeqCst;
+    use tokio::io::AsyncWriteExt as _;
+    const LIMIT: usize = 2;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/t", listener.local_addr().unwrap());
+    let in_flight = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let most = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (now, max) = (in_flight.clone(), most.clone());
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            let (now, max) = (now.clone(), max.clone());
+            tokio::spawn(async move {
+                while read_request(&mut sock).await {
+                    let n = now.fetch_add(1, SeqCst) + 1;
+                    max.fetch_max(n, SeqCst);
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    now.fetch_sub(1, SeqCst);
+                    if sock.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let (s, _stop) = sender(WebhookConfig { concurrency_per_target: LIMIT, ..loopback_allowed() });
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let req = WebhookRequest::new(call(WebhookKind::Trigger, &url, Some(20_000)), payload());
+        let s = s.clone();
+        calls.spawn(async move { s.call(&req, &RetrySchedule { delays: Vec::new() }, Duration::from_secs(20)).await });
+    }
+    while let Some(r) = calls.join_next().await {
+        assert_eq!(r.unwrap().expect("every request is delivered in its turn").status, 200);
+    }
+    assert_eq!(most.load(SeqCst), LIMIT, "at most (and, with eight waiting, exactly) {LIMIT} in flight");
+}
+
+/// `webhook_connect_timeout`: a target that never completes the TCP handshake (a listener whose
+/// backlog is full drops the SYNs) fails after the connect timeout, well inside the request's
+/// own 20 s timeout.
+#[tokio::test]
+async fn a_target_that_never_accepts_fails_within_the_connect_timeout() {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(1).unwrap();
+    let addr = listener.local_addr().unwrap();
+    // Fill the accept queue (never accepted) until a connection attempt hangs.
+    let mut held = Vec::new();
+    loop {
+        assert!(held.len() < 64, "the listener's backlog never filled");
+        match tokio::time::timeout(Duration::from_millis(300), tokio::net::TcpStream::connect(addr)).await {
+            Ok(Ok(c)) => held.push(c),
+            Ok(Err(e)) => panic!("connecting to the full listener: {e}"),
+            Err(_) => break,
+        }
+    }
+    let connect_timeout = Duration::from_millis(500);
+    let (s, _stop) = sender(WebhookConfig { connect_timeout, ..loopback_allowed() });
+    let once = RetrySchedule { delays: Vec::new() };
+    let req = WebhookRequest::new(call(WebhookKind::Trigger, &format!("http://{addr}/t"), Some(20_000)), payload());
+    let started = std::time::Instant::now();
+    let e = s.call(&req, &once, Duration::from_secs(20)).await.unwrap_err();
+    let took = started.elapsed();
+    assert!(matches!(e, DeliveryError::Timeout { after } if after == connect_timeout), "{e:?}");
+    assert!(took >= connect_timeout && took < Duration::from_secs(5), "failed after {took:?}");
+    drop(listener);
+}
+
+/// Run by [`no_proxy_is_used_even_when_the_environment_names_one`] in a child process whose
+/// environment names a proxy (`SKUA_TEST_PROXY_CHILD` set): the request goes straight to the
+/// receiver. Without that variable it does nothing.
+#[tokio::test]
+async fn proxy_child() {
+    if std::env::var_os("SKUA_TEST_PROXY_CHILD").is_none() {
+        return;
+    }
+    let rx = WebhookReceiver::start(ReceiverMode::Ok(json!({}))).await;
+    let (s, _stop) = sender(loopback_allowed());
+    let once = RetrySchedule { delays: Vec::new() };
+    for kind in [WebhookKind::Hydration, WebhookKind::Trigger] {
+        let req = WebhookRequest::new(call(kind, &rx.url("/direct"), Some(3_000)), payload());
+        let r = s.call(&req, &once, Duration::from_secs(3)).await.expect("delivered directly");
+        assert_eq!(r.status, 200);
+    }
+    assert_eq!(rx.wait_for(2).await.len(), 2);
+}
+
+/// docs/webhooks.md: no HTTP proxy is used, whatever the environment says (the usual proxy
+/// variables point at a listener; the requests still reach the receiver directly and the
+/// "proxy" sees no connection). The environment is set on a child run of this test binary, as
+/// a test process cannot change its own environment safely.
+#[tokio::test]
+async fn no_proxy_is_used_even_when_the_environment_names_one() {
+    let proxy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    proxy.set_nonblocking(true).unwrap();
+    let proxy_url = format!("http://{}", proxy.local_addr().unwrap());
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap());
+    child.args(["engine::proxy_child", "--exact", "--nocapture", "--test-threads=1"]).env("SKUA_TEST_PROXY_CHILD", "1");
+    for var in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"] {
+        child.env(var, &proxy_url);
+    }
+    child.env_remove("NO_PROXY").env_remove("no_proxy");
+    let out = tokio::task::spawn_blocking(move || child.output()).await.unwrap().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "the child run failed: {text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("1 passed"), "the child ran the test: {text}");
+    match proxy.accept() {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("the proxy was connected to: {other:?}"),
+    }
 }
