@@ -5,9 +5,10 @@
 //! `reconnect: true` and checks that the `auth` reply's `restoredSubscriptions` holds both its
 //! topics. Reported: the time from the SIGTERM until the last client had its subscriptions
 //! back, the restored / partial / failed clients and the errors, and what the store did per
-//! reconnect: Postgres' transactions, write transactions (transaction ids assigned) and rows
-//! (from `pg_stat_database`, with `--pg-url`) and node B's store operations by name (its
-//! `/metrics`). Node A's share is the rest (A's metrics end with its drain).
+//! reconnect: Postgres' transactions and rows written (`pg_stat_database`,
+//! `pg_stat_user_tables`, with `--pg-url`) and node B's store operations by name (its
+//! `/metrics`). Node A's share is the rest (A's metrics end with its drain): its restore record
+//! writes are the `restore_records` rows B did not write.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -345,25 +346,27 @@ pub fn parse_store_ops(text: &str) -> BTreeMap<String, f64> {
     out
 }
 
-/// Postgres counters of the store's database: transactions (commits + rollbacks), rows
-/// inserted, updated and deleted, and the next transaction id (so write transactions are the
-/// difference; read-only ones get no id).
+/// Postgres counters of the store's database (all per database: the transaction id counter
+/// is the server's, shared with every other database, so it is not used).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct PgStats {
-    /// `xact_commit + xact_rollback`.
+    /// `xact_commit + xact_rollback` of the database: every statement run outside a
+    /// transaction block is one, reads included.
     pub xacts: f64,
-    /// `tup_inserted`.
-    pub inserted: f64,
-    /// `tup_updated`.
-    pub updated: f64,
-    /// `tup_deleted`.
-    pub deleted: f64,
-    /// `pg_snapshot_xmax(pg_current_snapshot())`: the next transaction id.
-    pub next_xid: f64,
+    /// Rows inserted, updated and deleted in `restore_records`: each restore statement (a
+    /// release, a claim, a save) writes one row in a transaction of its own.
+    pub restore_rows: f64,
+    /// Rows written in the control plane's `registry_*` tables (the nodes' connection lists,
+    /// written in one transaction per node and registry poll).
+    pub registry_rows: f64,
+    /// Rows written in all tables.
+    pub all_rows: f64,
 }
 
-const PG_QUERY: &str = "SELECT xact_commit + xact_rollback, tup_inserted, tup_updated, tup_deleted, \
-     pg_snapshot_xmax(pg_current_snapshot())::text::bigint FROM pg_stat_database WHERE datname = current_database()";
+const PG_QUERY: &str = "SELECT (SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()), \
+     (SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0) FROM pg_stat_user_tables WHERE relname = 'restore_records'), \
+     (SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0) FROM pg_stat_user_tables WHERE relname LIKE 'registry\\_%'), \
+     (SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0) FROM pg_stat_user_tables)";
 
 /// Reads [`PgStats`] with `psql` (one session, one transaction: counted in the next read).
 fn pg_stats(url: &str) -> anyhow::Result<PgStats> {
@@ -377,14 +380,14 @@ fn pg_stats(url: &str) -> anyhow::Result<PgStats> {
     parse_pg(&String::from_utf8_lossy(&out.stdout))
 }
 
-/// Parses `psql -tA`'s `a|b|c|d|e` line.
+/// Parses `psql -tA`'s `a|b|c|d` line.
 ///
 /// # Errors
-/// Not five numbers.
+/// Not four numbers.
 pub fn parse_pg(line: &str) -> anyhow::Result<PgStats> {
     let v: Vec<f64> = line.trim().split('|').map(str::parse).collect::<Result<_, _>>().context("bad psql output")?;
-    let [xacts, inserted, updated, deleted, next_xid] = v[..] else { bail!("expected 5 columns, got {line:?}") };
-    Ok(PgStats { xacts, inserted, updated, deleted, next_xid })
+    let [xacts, restore_rows, registry_rows, all_rows] = v[..] else { bail!("expected 4 columns, got {line:?}") };
+    Ok(PgStats { xacts, restore_rows, registry_rows, all_rows })
 }
 
 /// Reads [`PgStats`] until two reads 1 s apart agree (backends report their counters when
@@ -398,7 +401,7 @@ async fn pg_settled(url: &str, tries: usize) -> anyhow::Result<(PgStats, u32)> {
         let now = pg_stats(url)?;
         reads += 1;
         // The previous read's own transaction shows up in this one.
-        let same = (now.xacts - last.xacts - 1.0).abs() < 0.5 && now.next_xid == last.next_xid;
+        let same = (now.xacts - last.xacts - 1.0).abs() < 0.5 && now.all_rows == last.all_rows;
         last = now;
         if same {
             break;
@@ -450,14 +453,29 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> anyhow::Result<Summary> {
         bail!("no client could be set up on A: {}", first.unwrap_or_default());
     }
 
-    // The store's counters before the storm (Postgres after its counters settled).
+    // The store's counters before the storm, once node A's store work of the setup is done
+    // (a subscription's record is saved after its `subscribed` went out) and Postgres'
+    // counters settled.
+    let quiet = Instant::now();
+    let mut a_ops = f64::NAN;
+    for _ in 0..60 {
+        // The restore record operations only: the node's periodic work (outbox, wakes) never stops.
+        let ops = store_ops(&ctx.target).await.context("while reading node A's /metrics")?;
+        let now: f64 = ops.iter().filter(|(op, _)| op.contains("restore")).map(|(_, v)| v).sum();
+        if now == a_ops {
+            break;
+        }
+        a_ops = now;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     let b_ops0 = store_ops(&plan.node_b).await.context("while reading node B's /metrics")?;
     let pg0 = match &plan.pg_url {
-        Some(u) => Some(pg_settled(u, 5).await?),
+        Some(u) => Some(pg_settled(u, 30).await?),
         None => None,
     };
     let (b_cpu0, cli0) = (plan.node_b_pid.and_then(|p| crate::procfs::cpu_us(p).ok()), client_cpu());
 
+    let quiet_s = secs(quiet.elapsed());
     let t0 = Instant::now();
     if let Some(pid) = plan.kill_pid {
         let st = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status()?;
@@ -491,6 +509,7 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> anyhow::Result<Summary> {
     s.set("connected", up);
     s.set("setup_errors", down);
     s.set("setup_s", setup_s);
+    s.set("quiet_wait_s", quiet_s);
     let (mut closed_1012, mut closed_other, mut restored, mut partial, mut failed, mut errors) =
         (0usize, 0usize, 0usize, 0usize, 0usize, 0u64);
     let (mut close_h, mut restore_h, mut gap_h) = (histogram(), histogram(), histogram());
@@ -556,23 +575,26 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> anyhow::Result<Summary> {
         }
     }
     s.set("b_store_ops_per_reconnect", per(b_total));
-    // B's write transactions: each claim that found a record locks and updates its row, each
-    // save writes one; the rest are reads.
+    // B's restore writes: each claim that found a record updates its row, each save or
+    // release writes one; its statements: the operations, plus the claim's second statement
+    // (the records that ended together with the claimed one, restore_merge_window).
     let claims_found = outcomes.iter().filter(|o| !o.restored.is_empty()).count() as f64;
     let delta = |op: &str| b_ops1.get(op).copied().unwrap_or(0.0) - b_ops0.get(op).copied().unwrap_or(0.0);
     let b_writes = claims_found + delta("save_restore") + delta("release_restore");
     s.set("b_writes_per_reconnect", per(b_writes));
+    s.set("b_statements_per_reconnect", per(b_total + claims_found));
     if let (Some((p0, _)), Some((p1, reads))) = (pg0, pg1) {
         // Every psql read is one transaction, counted by the reads after it.
         let xacts = p1.xacts - p0.xacts - f64::from(reads);
-        let writes = p1.next_xid - p0.next_xid;
+        let restore_rows = p1.restore_rows - p0.restore_rows;
         s.set("pg_xacts_per_reconnect", per(xacts));
-        s.set("pg_write_xacts_per_reconnect", per(writes));
-        s.set("pg_rows_inserted_per_reconnect", per(p1.inserted - p0.inserted));
-        s.set("pg_rows_updated_per_reconnect", per(p1.updated - p0.updated));
-        s.set("pg_rows_deleted_per_reconnect", per(p1.deleted - p0.deleted));
-        s.set("a_writes_per_reconnect", per(writes - b_writes));
-        s.set("a_b_xacts_note", "A's share: Postgres' totals minus B's");
+        s.set("pg_restore_rows_per_reconnect", per(restore_rows));
+        s.set("pg_registry_rows_per_reconnect", per(p1.registry_rows - p0.registry_rows));
+        s.set("pg_rows_per_reconnect", per(p1.all_rows - p0.all_rows));
+        // A's share: the restore rows B did not write (its releases), and the transactions
+        // B's statements do not account for (A's, and both nodes' registry and periodic work).
+        s.set("a_writes_per_reconnect", per(restore_rows - b_writes));
+        s.set("a_xacts_per_reconnect", per(xacts - b_total - claims_found));
     } else {
         s.notes.push("no --pg-url: Postgres' transactions are not measured".into());
     }
@@ -616,8 +638,8 @@ mod tests {
         let ops = parse_store_ops(text);
         assert_eq!(ops.len(), 1);
         assert_eq!(ops["claim_restore"], 12.0);
-        let p = parse_pg("10|1|2|3|900\n").unwrap();
-        assert_eq!(p, PgStats { xacts: 10.0, inserted: 1.0, updated: 2.0, deleted: 3.0, next_xid: 900.0 });
+        let p = parse_pg("10|1|2|3\n").unwrap();
+        assert_eq!(p, PgStats { xacts: 10.0, restore_rows: 1.0, registry_rows: 2.0, all_rows: 3.0 });
         assert!(parse_pg("1|2").is_err());
     }
 }
