@@ -495,7 +495,12 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> anyhow::Result<Summary> {
     let (b_cpu1, cli1) = (plan.node_b_pid.and_then(|p| crate::procfs::cpu_us(p).ok()), client_cpu());
     let b_ops1 = store_ops(&plan.node_b).await.context("while reading node B's /metrics")?;
     let pg1 = match &plan.pg_url {
-        Some(u) => Some(pg_settled(u, 12).await?),
+        Some(u) => {
+            // A backend whose report met a busy lock reports again only after 10 s idle
+            // (PGSTAT_IDLE_INTERVAL): wait that out, or a storm's transactions show short.
+            tokio::time::sleep(Duration::from_secs(11)).await;
+            Some(pg_settled(u, 12).await?)
+        }
         None => None,
     };
     let _ = close_tx.send(true);
