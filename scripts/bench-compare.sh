@@ -10,10 +10,16 @@
 # Environment:
 #   SKUA_BIN=path      use this skua binary instead of building skua-server
 #   BENCH_DURATION=10  measured seconds per run      BENCH_WARMUP=2  warm-up seconds
-#   BENCH_CASES="fanout100 fanout1000 fanout1000r1000 pairs idle churn logged logged20k cluster cluster3"
+#   BENCH_CASES="fanout100 fanout1000 fanout1000r1000 pairs idle churn logged logged20k cluster cluster3 storm"
 #     subset to run (fanout1000r1000: one node at the cluster runs' load, their reference;
 #     logged: 10 subscribers at 5 000 logged publishes/s; logged20k: 20 000/s offered from one
-#     publisher connection and from 400, the server's rate limit raised; cluster3: three nodes)
+#     publisher connection and from 400, the server's rate limit raised; cluster3: three nodes;
+#     storm: below)
+#   storm (issue 36): two Skua nodes in cluster mode on the machine's Mosquitto and Redis
+#     (BENCH_MQTT_URL, default mqtt://127.0.0.1:1883; BENCH_REDIS_URL, default
+#     redis://127.0.0.1:6379; a namespace of its own) and a fresh Postgres database (as skua-pg;
+#     needs skua-pg in BENCH_SERVERS); BENCH_STORM_N=10000 clients with two subscriptions each on
+#     node A, then skua-bench sends A SIGTERM and every client restores on node B (label skua-pg)
 #   BENCH_SERVERS="skua skua-shards skua-mem skua-pg bare bare-nagle bare-rb4k nats mosquitto" subset of servers
 #     skua        skua serve --dev, default settings (SQLite session store in a fresh directory)
 #     skua-shards the same with --dispatch-shards 0 (one fan-out shard per worker thread; fanout cases)
@@ -32,7 +38,7 @@ cd "$(dirname "$0")/.."
 
 DURATION=${BENCH_DURATION:-10}
 WARMUP=${BENCH_WARMUP:-2}
-CASES=${BENCH_CASES:-fanout100 fanout1000 fanout1000r1000 pairs idle churn logged logged20k cluster cluster3}
+CASES=${BENCH_CASES:-fanout100 fanout1000 fanout1000r1000 pairs idle churn logged logged20k cluster cluster3 storm}
 SERVERS=${BENCH_SERVERS:-skua skua-shards skua-mem skua-pg bare bare-nagle bare-rb4k nats mosquitto}
 PG_BASE=${BENCH_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432}
 # Extra server arguments for the current case (skua variants only).
@@ -245,6 +251,43 @@ bench_case() {
   done
 }
 
+# storm_case N: two cluster nodes on a fresh Postgres database, `skua-bench storm` (which stops
+# node A with SIGTERM), then node B is stopped and the database dropped.
+storm_case() {
+  local n=$1 ns="bench$$x$RANDOM" node a_pid b_pid a_url b_url
+  local mqtt=${BENCH_MQTT_URL:-mqtt://127.0.0.1:1883} redis=${BENCH_REDIS_URL:-redis://127.0.0.1:6379}
+  for u in "$mqtt" "$redis"; do
+    local hp=${u#*://}
+    hp=${hp%%/*}
+    port_up "${hp##*:}" || { echo "bench-compare: storm needs $u; left out" >&2; return 0; }
+  done
+  PG_DB="skua_bench_$$_$RANDOM"
+  psql "$PG_BASE/postgres" -qc "CREATE DATABASE $PG_DB" >/dev/null
+  "$SKUA" migrate --store "$PG_BASE/$PG_DB" >/dev/null
+  "$BENCH" fixtures --rooms 1 --churn-actors "$n" >"$WORK/storm-fixtures.toml"
+  for node in a b; do
+    mkdir -p "$WORK/storm-$node"
+    # As in start_server: every client comes from 127.0.0.1, so the per-address limits are off.
+    (cd "$WORK/storm-$node" && SKUA_MAX_CONNECTIONS_PER_IP=0 SKUA_MAX_NEW_CONNECTIONS_PER_IP_PER_SECOND=0 \
+      exec "$SKUA" serve --dev --cluster true --listen 127.0.0.1:0 --grpc-listen '' \
+        --fixtures "$WORK/storm-fixtures.toml" --bus "$mqtt" --presence "$redis" --store "$PG_BASE/$PG_DB" \
+        --namespace "$ns" --node-id "storm-$node") >"$WORK/storm-$node.out" 2>>"$WORK/skua-storm-$node.log" &
+    if [ "$node" = a ]; then a_pid=$!; else b_pid=$!; fi
+  done
+  SERVER_PID=$b_pid
+  a_url="ws://$(wait_addr "$WORK/storm-a.out")/ws"
+  b_url="ws://$(wait_addr "$WORK/storm-b.out")/ws"
+  echo "bench-compare: storm N=$n: node A $a_url (pid $a_pid), node B $b_url (pid $b_pid)" >&2
+  : >"$WORK/last.json"
+  "$BENCH" storm --node-a "$a_url" --node-b "$b_url" --kill-pid "$a_pid" --node-b-pid "$b_pid" \
+    --connections "$n" --pg-url "$PG_BASE/$PG_DB" --label skua-pg --json "$WORK/last.json" \
+    || echo "bench-compare: storm run failed" >&2
+  kill "$a_pid" 2>/dev/null || true
+  wait "$a_pid" 2>/dev/null || true
+  stop_server
+  cat "$WORK/last.json" >>"$OUT"
+}
+
 T=(--duration "$DURATION" --warmup "$WARMUP")
 ALL="skua bare bare-nagle nats mosquitto"
 for c in $CASES; do
@@ -275,6 +318,11 @@ for c in $CASES; do
         "$BENCH" cluster --spawn-skua "$SKUA" --nodes "$nodes" --subscribers 1000 --rate 1000 --payload 100 "${T[@]}" \
           --json "$WORK/last.json" 2>>"$WORK/skua.log" || echo "bench-compare: cluster run failed" >&2
         cat "$WORK/last.json" >>"$OUT" ;;
+      esac ;;
+    storm)
+      case " $SERVERS " in *" skua-pg "*)
+        wait_quiet
+        storm_case "${BENCH_STORM_N:-10000}" ;;
       esac ;;
     *) echo "bench-compare: unknown case $c" >&2; exit 2 ;;
   esac

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};
-use skua_bench::scenario::{Ctx, churn, idle, traffic};
+use skua_bench::scenario::{Ctx, churn, idle, storm, traffic};
 use skua_bench::target::{SpawnedSkua, Target};
 use skua_bench::wire::{self, TopicKey, nolag::Nolag};
 use skua_bench::{fixtures, report};
@@ -177,6 +177,46 @@ enum Cmd {
         /// Most msg/s per publisher connection.
         #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=100_000))]
         max_rate_per_conn: u32,
+        /// Append the JSON result line to this file.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Exit with status 3 unless the run was clean.
+        #[arg(long)]
+        strict: bool,
+    },
+    /// Reconnect storm (issue 36): N clients with two subscriptions each on node A, then SIGTERM
+    /// to A; every client reconnects to node B with `reconnect: true` and must get both back.
+    /// Both nodes share a store (Postgres: --pg-url reads its counters) and load the bench
+    /// fixtures with at least N churn actors (`fixtures --churn-actors N`).
+    Storm {
+        /// Node A's WebSocket URL (where the clients start).
+        #[arg(long)]
+        node_a: String,
+        /// Node B's WebSocket URL (where they reconnect; its /metrics is read there too).
+        #[arg(long)]
+        node_b: String,
+        /// Node A's PID: the bench sends it SIGTERM once every client is set up. Without it
+        /// someone else stops A and the times count from the first close.
+        #[arg(long)]
+        kill_pid: Option<u32>,
+        /// Node B's PID, for its CPU.
+        #[arg(long)]
+        node_b_pid: Option<u32>,
+        /// Clients (N), each its own actor (bench-token-churn-<i>).
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        connections: u32,
+        /// Clients set up per second on node A.
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        setup_rate: u32,
+        /// Seconds a client keeps trying to restore on B after its close.
+        #[arg(long, default_value_t = 60.0, value_parser = secs(1.0, 600.0))]
+        restore_timeout: f64,
+        /// The nodes' Postgres store (postgres://…), for pg_stat_database (read with psql).
+        #[arg(long)]
+        pg_url: Option<String>,
+        /// Name of the setup in results.
+        #[arg(long, default_value = "skua-pg")]
+        label: String,
         /// Append the JSON result line to this file.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -510,6 +550,45 @@ async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             let code = finish(&s, json.as_deref(), strict)?;
             drop(cluster);
             return Ok(code);
+        }
+        Cmd::Storm {
+            node_a,
+            node_b,
+            kill_pid,
+            node_b_pid,
+            connections,
+            setup_rate,
+            restore_timeout,
+            pg_url,
+            label,
+            json,
+            strict,
+        } => {
+            let ctx = Ctx {
+                target: Target::parse(&node_a)?,
+                wire: wire::by_name("nolag", Nolag::default())?,
+                server_pid: kill_pid,
+                label,
+                warmup: Duration::ZERO,
+                duration: Duration::ZERO,
+                drain: Duration::ZERO,
+                peers: vec![Target::parse(&node_b)?],
+                peer_pids: node_b_pid.into_iter().collect(),
+                broker_pid: None,
+                window_cmd: None,
+                triggers: None,
+            };
+            let plan = storm::Plan {
+                connections: connections as usize,
+                node_b: Target::parse(&node_b)?,
+                node_b_pid,
+                kill_pid,
+                setup_rate: f64::from(setup_rate),
+                restore_timeout: Duration::from_secs_f64(restore_timeout),
+                pg_url,
+            };
+            let s = storm::run(&ctx, &plan).await?;
+            return finish(&s, json.as_deref(), strict);
         }
         Cmd::Logged { t, run, subscribers, rate, payload, max_rate_per_conn } => {
             no_triggers(&t, "logged")?;

@@ -324,6 +324,87 @@ fn targets_round2(rows: &[Row]) -> Vec<Check> {
     out
 }
 
+/// The `storm` rows (issue 36): restore time, outcome counts, the store's work per
+/// reconnect, then the issue's targets checked for each row.
+fn storm_table(out: &mut String, rows: &[&Row]) {
+    out.push_str("| setup | clients | restored (both topics) | partial | failed | errors | closes not 1012 | **all restored s** | restored p50 / p99 s | A transactions (commits) / reconnect | B statements (commits) / reconnect | Postgres transactions / reconnect | B CPU µs / reconnect |\n");
+    out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    let secs = |v: Option<f64>| fmt_n(v.map(|us| us / 1e6), 2);
+    for r in rows {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | **{}** | {} / {} | {} ({}) | {} ({}) | {} | {} |",
+            s(r, "label"),
+            fmt_count(num(r, "connected")),
+            fmt_count(num(r, "restored")),
+            fmt_count(num(r, "partial")),
+            fmt_count(num(r, "failed")),
+            fmt_count(num(r, "reconnect_errors").zip(num(r, "setup_errors")).map(|(a, b)| a + b)),
+            fmt_count(num(r, "closed_other")),
+            fmt_n(num(r, "restore_all_s"), 2),
+            secs(num(r, "restored_p50_us")),
+            secs(num(r, "restored_p99_us")),
+            fmt_n(num(r, "a_xacts_per_reconnect"), 2),
+            fmt_n(num(r, "a_writes_per_reconnect"), 2),
+            fmt_n(num(r, "b_statements_per_reconnect"), 2),
+            fmt_n(num(r, "b_writes_per_reconnect"), 2),
+            fmt_n(num(r, "pg_xacts_per_reconnect"), 2),
+            fmt_n(num(r, "node_b_cpu_us_per_reconnect"), 0),
+        );
+    }
+    out.push_str("\nTargets (issue 36):\n\n| setup | target | measured | met |\n|---|---|---|---|\n");
+    for (label, what, shown, met) in storm_targets(rows) {
+        let m = match met {
+            Some(true) => "yes",
+            Some(false) => "**no**",
+            None => "not measured",
+        };
+        let _ = writeln!(out, "| {label} | {what} | {shown} | {m} |");
+    }
+}
+
+/// Issue 36's storm targets for each row: (label, target, measured, met).
+fn storm_targets(rows: &[&Row]) -> Vec<Check> {
+    let mut out = Vec::new();
+    for r in rows {
+        let label = s(r, "label").to_owned();
+        let t = num(r, "restore_all_s");
+        out.push((
+            label.clone(),
+            "every client restored within 10 s of the SIGTERM".into(),
+            format!("{} s", fmt_n(t, 2)),
+            t.map(|t| t <= 10.0),
+        ));
+        let (n, ok) = (num(r, "connected"), num(r, "restored"));
+        let errs = [
+            num(r, "partial"),
+            num(r, "failed"),
+            num(r, "reconnect_errors"),
+            num(r, "setup_errors"),
+            num(r, "closed_other"),
+        ]
+        .into_iter()
+        .try_fold(0.0, |sum, v| Some(sum + v?));
+        out.push((
+            label.clone(),
+            "both subscriptions back for every client, 0 errors".into(),
+            format!("{} of {}, {} errors", fmt_count(ok), fmt_count(n), fmt_count(errs)),
+            n.zip(ok).zip(errs).map(|((n, ok), e)| n > 0.0 && ok == n && e == 0.0),
+        ));
+        for (side, key) in [("A", "a_writes_per_reconnect"), ("B", "b_writes_per_reconnect")] {
+            let w = num(r, key);
+            out.push((
+                label.clone(),
+                format!("≤ 1 commit (restore record write) per reconnect on {side}"),
+                fmt_n(w, 2),
+                // As shown: 1.004 (a background write among thousands) is 1.00.
+                w.map(|w| w < 1.005),
+            ));
+        }
+    }
+    out
+}
+
 /// The generated markdown section (without markers).
 pub fn render(rows: &[Row], run_info: &str) -> String {
     let mut out = String::new();
@@ -343,6 +424,7 @@ pub fn render(rows: &[Row], run_info: &str) -> String {
             "idle" => idle_table(&mut out, &group),
             "churn" => churn_table(&mut out, &group),
             "cluster" => cluster_table(&mut out, &group),
+            "storm" => storm_table(&mut out, &group),
             _ => traffic_table(&mut out, &group),
         }
         let notes: Vec<String> = group
@@ -446,5 +528,16 @@ mod tests {
         assert_eq!(get("publishers=1"), Some(Some(true)));
         assert_eq!(get("publishers=400"), Some(Some(false)));
         assert!(render(&rows, "").contains("Targets (issue 21, round 2)"));
+    }
+
+    #[test]
+    fn storm_rows_show_restore_time_and_check_the_targets() {
+        let text = r#"{"bench":"skua-bench","scenario":"storm","case":"storm N=100 subs=2","label":"skua-pg","connected":100,"restored":100,"partial":0,"failed":0,"reconnect_errors":0,"setup_errors":0,"closed_other":0,"restore_all_s":2.5,"restored_p50_us":1500000,"restored_p99_us":2400000,"a_xacts_per_reconnect":1.1,"a_writes_per_reconnect":1.0,"b_writes_per_reconnect":1.02,"b_statements_per_reconnect":3.0,"pg_xacts_per_reconnect":4.1,"node_b_cpu_us_per_reconnect":800}"#;
+        let rows = parse_lines(text).unwrap();
+        let md = render(&rows, "");
+        assert!(md.contains("| skua-pg | 100 | 100 | 0 | 0 | 0 | 0 | **2.50** | 1.50 / 2.40 | 1.10 (1.00) | 3.00 (1.02) | 4.10 | 800 |"), "{md}");
+        let refs: Vec<&Row> = rows.iter().collect();
+        let met: Vec<Option<bool>> = storm_targets(&refs).into_iter().map(|c| c.3).collect();
+        assert_eq!(met, vec![Some(true), Some(true), Some(true), Some(false)], "B's 1.02 writes are above 1");
     }
 }

@@ -4,10 +4,12 @@
 //! - [`traffic`]: `fanout`, `pairs` and `logged` — publishers at a fixed rate, subscribers that
 //!   check every sequence number and time every delivery;
 //! - [`idle`]: many logged-in, subscribed connections, then the server's RSS per connection;
-//! - [`churn`]: connect → login → subscribe → close at a target rate.
+//! - [`churn`]: connect → login → subscribe → close at a target rate;
+//! - [`storm`]: a two-node cluster's reconnect storm: node A stops, every client restores on B.
 
 pub mod churn;
 pub mod idle;
+pub mod storm;
 pub mod traffic;
 
 use std::sync::Arc;

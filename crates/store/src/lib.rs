@@ -19,7 +19,8 @@
 //! (`migrations/{sqlite,postgres}/` compiled in), `sql` (what the two SQL stores share),
 //! `log`, `triggers` and `members` (the message log, the trigger outbox/dead letters and the
 //! persistent presence members in SQL); `memory_members` (the memory store's members);
-//! `append_batch` (group commit of the log's appends).
+//! `append_batch` (group commit of the log's appends); `release_batch` (group commit of
+//! Postgres' restore record releases).
 //! The schema and the forward-only rule are in `migrations/README.md`.
 //!
 //! Every implementation passes `skua_testkit::store_conformance!`.
@@ -40,6 +41,7 @@ mod postgres_migrate;
 pub mod prune;
 mod record;
 pub mod registry;
+mod release_batch;
 mod sql;
 pub mod sqlite;
 mod triggers;

@@ -59,9 +59,6 @@ const SAVE: &str = "INSERT INTO restore_records (project, actor, client_id, reco
 const LOAD: &str = "SELECT record, holder_seen_ms FROM restore_records \
                     WHERE project = $1 AND actor = $2 AND client_id = $3 \
                     AND (expires_at IS NULL OR expires_at > $4)";
-const RELEASE: &str = "UPDATE restore_records SET expires_at = $4, released_seq = nextval('restore_records_release_seq'), \
-                       holder_seen_ms = NULL, ended_s = $5 \
-                       WHERE project = $1 AND actor = $2 AND client_id = $3";
 /// Takes the actor's connection record released last. `SKIP LOCKED`: a concurrent claim that
 /// locked that row first gets it, and this one takes the next, so no row is claimed twice.
 const CLAIM: &str = "UPDATE restore_records SET expires_at = NULL, released_seq = NULL, node = $5 \
@@ -95,6 +92,8 @@ pub struct PostgresStore {
     pool: PgPool,
     /// Message log appends, group-committed (`crate::append_batch`).
     appends: crate::append_batch::Appender,
+    /// Restore record releases, group-committed (`crate::release_batch`).
+    releases: crate::release_batch::Releaser,
     clock: UnixClock,
 }
 
@@ -195,7 +194,8 @@ impl PostgresStore {
                 async move { crate::append_batch::apply_postgres(&pool, batch).await }
             },
         );
-        Ok(Self { pool, appends, clock })
+        let releases = crate::release_batch::Releaser::start(pool.clone(), pool.close_event());
+        Ok(Self { pool, appends, releases, clock })
     }
 
     async fn check_schema(&self) -> Result<(), StoreError> {
@@ -315,21 +315,20 @@ impl Store for PostgresStore {
     }
 
     /// Releasing a key without a record does nothing. Never prunes ([`crate::prune`]).
+    /// Group-committed with the releases waiting beside it (`crate::release_batch`).
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] when Postgres failed.
     async fn release_restore(&self, key: &RestoreKey, now_unix_s: u64, ttl_s: u64) -> Result<(), StoreError> {
         let (project, actor, client_id) = key_columns(key);
-        sqlx::query(RELEASE)
-            .bind(project)
-            .bind(actor)
-            .bind(&*client_id)
-            .bind(unix_to_sql(now_unix_s.saturating_add(ttl_s)))
-            .bind(unix_to_sql(now_unix_s))
-            .execute(&self.pool)
-            .await
-            .map_err(sql(BACKEND, "release_restore"))?;
-        Ok(())
+        let release = (
+            project.to_owned(),
+            actor.to_owned(),
+            client_id.into_owned(),
+            unix_to_sql(now_unix_s.saturating_add(ttl_s)),
+            unix_to_sql(now_unix_s),
+        );
+        self.releases.release(release).await.map_err(|why| crate::error::failed(BACKEND, "release_restore", why))
     }
 
     /// A claimed row whose record does not decode is logged and restores nothing; the claimer

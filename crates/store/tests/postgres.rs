@@ -538,3 +538,40 @@ async fn a_concurrent_index_build_retries_past_an_open_writer_and_ends_valid() {
     assert_eq!(valid, vec![true], "one index, valid");
     let _ = conn.close().await;
 }
+
+/// Issue 36: a node draining its connections releases all their restore records at once;
+/// the releases waiting together are one statement (one commit), so 500 of them on a pool of
+/// two connections all commit (they used to queue one commit each behind the pool and fail
+/// after its acquire timeout at scale), and each record is claimable afterwards.
+#[tokio::test]
+async fn releases_waiting_together_commit_in_one_statement() {
+    let Some(db) = TestDatabase::migrated().await else { return };
+    let clock = TestClock::new();
+    let store = Arc::new(PostgresStore::connect_with_pool(&db.url, clock.clock(), 2).await.unwrap());
+    let n = 500;
+    let keys: Vec<RestoreKey> = (0..n).map(|i| conn_key(&format!("a{i}"), &format!("r{i}"))).collect();
+    for k in &keys {
+        store.save_restore(k, &node(), &record()).await.unwrap();
+    }
+    let releases = keys.iter().map(|k| {
+        let store = store.clone();
+        async move { store.release_restore(k, T0, 600).await }
+    });
+    for r in futures_util::future::join_all(releases).await {
+        r.unwrap();
+    }
+    // Each row's xmin is the transaction that released it: a handful, not one per release.
+    let mut conn = PgConnection::connect(&db.url).await.unwrap();
+    let transactions: i64 =
+        sqlx::query_scalar("SELECT count(DISTINCT xmin::text) FROM restore_records WHERE released_seq IS NOT NULL")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+    assert!(transactions < 50, "{n} releases took {transactions} transactions; batched, they take a handful");
+    let other = NodeId::parse("node-2").unwrap();
+    for i in 0..n {
+        let actor = ActorId::parse(&format!("a{i}")).unwrap();
+        let claimed = store.claim_restore(&ProjectId::parse("proj").unwrap(), &actor, &other, None).await.unwrap();
+        assert!(claimed.is_some(), "actor a{i}'s released record is claimable");
+    }
+}
