@@ -39,6 +39,10 @@ use crate::outbound::ConnHandle;
 /// remember is tried on each of the connection's consumers.
 const MAX_INFLIGHT_INDEX: usize = 4096;
 
+/// Most commands a durable task takes off its queue in one go: their live messages are claimed
+/// with one statement per consumer, their acks stored with one per consumer.
+const MAX_BATCH: usize = skua_core::MAX_BATCH_IDS;
+
 /// A connection's release that failed (store unreachable) is retried this often…
 const RELEASE_RETRY_EVERY: Duration = Duration::from_secs(5);
 /// …this many times; after that the session's next connection, or the node's restart, frees them.
@@ -239,6 +243,33 @@ pub(crate) enum Cmd {
     Shutdown(oneshot::Sender<()>),
 }
 
+/// The msgId of a live message (empty for anything else: never claimed).
+fn msg_id(env: &Envelope) -> &str {
+    match env {
+        Envelope::Publication(p) => p.msg_id.as_deref().unwrap_or(""),
+        _ => "",
+    }
+}
+
+/// Live messages and acks a durable task took off its queue together ([`DurableTask::take_batch`]).
+#[derive(Debug, Default)]
+struct Batch {
+    /// Live messages, in queue order.
+    live: Vec<(ConsumerId, Arc<Envelope>)>,
+    /// Acked msgIds, in queue order.
+    acks: Vec<String>,
+}
+
+impl Batch {
+    fn add(&mut self, cmd: Cmd) {
+        match cmd {
+            Cmd::Live { consumer, env } => self.live.push((consumer, env)),
+            Cmd::Ack(ids) => self.acks.extend(ids),
+            _ => {}
+        }
+    }
+}
+
 /// How the hub reaches a connection's durable task.
 #[derive(Debug, Clone)]
 pub struct DurableRoute {
@@ -358,6 +389,17 @@ impl DurableTask {
                 _ = sweep.tick(), if sweeping => { self.sweep().await; continue; }
             };
             let Some(cmd) = cmd else { break };
+            let next = match cmd {
+                Cmd::Live { .. } | Cmd::Ack(_) => {
+                    let (batch, next) = self.take_batch(cmd, &mut rx);
+                    self.live_batch(batch.live).await;
+                    self.ack(batch.acks).await;
+                    self.catch_up_after_overflow().await;
+                    next
+                }
+                other => Some(other),
+            };
+            let Some(cmd) = next else { continue };
             if let Cmd::Shutdown(done) = cmd {
                 self.shutdown().await;
                 let _ = done.send(());
@@ -372,9 +414,29 @@ impl DurableTask {
         self.shutdown().await;
     }
 
+    /// `first` (a live message or an ack) and the live messages and acks queued right behind
+    /// it, up to [`MAX_BATCH`] commands: whatever waits already, never waiting for more. Stops
+    /// at any other command (returned, to handle after the batch) and as soon as a live message
+    /// was dropped (queue full): what is queued from then on may be newer than the dropped one,
+    /// which the catch-up after this batch delivers first.
+    fn take_batch(&self, first: Cmd, rx: &mut mpsc::Receiver<Cmd>) -> (Batch, Option<Cmd>) {
+        let mut batch = Batch::default();
+        batch.add(first);
+        let mut taken = 1;
+        while taken < MAX_BATCH && !self.overflow.load(Ordering::Acquire) {
+            match rx.try_recv() {
+                Ok(cmd @ (Cmd::Live { .. } | Cmd::Ack(_))) => batch.add(cmd),
+                Ok(other) => return (batch, Some(other)),
+                Err(_) => break,
+            }
+            taken += 1;
+        }
+        (batch, None)
+    }
+
     async fn handle(&mut self, cmd: Cmd) {
         match cmd {
-            Cmd::Live { consumer, env } => self.live(&consumer, &env).await,
+            Cmd::Live { consumer, env } => self.live_batch(vec![(consumer, env)]).await,
             Cmd::Start { consumer, echo, replay, held } => {
                 self.d.register_consumer_task(&consumer, self.conn.id, &self.self_tx);
                 let state = ConsumerState { echo, held: held.then_some(replay), last_seq: 0, sweep_mark: 0 };
@@ -399,44 +461,80 @@ impl DurableTask {
         }
     }
 
-    async fn live(&mut self, consumer: &ConsumerId, env: &Arc<Envelope>) {
+    /// Delivers live messages, in the order given, each once this connection holds it in the
+    /// store: one [`claim_many`](skua_core::MessageLog::claim_many) per consumer for the whole
+    /// batch (usually one statement), instead of a claim per message.
+    async fn live_batch(&mut self, live: Vec<(ConsumerId, Arc<Envelope>)>) {
         // A held subscription's messages stay pending; its resume delivers them.
-        let Some(state) = self.consumers.get(consumer).filter(|s| s.held.is_none()) else { return };
-        let echo = state.echo.clone();
-        let Envelope::Publication(p) = &**env else { return };
-        let Some(msg_id) = p.msg_id.as_deref() else { return };
-        let is_replay = match self.d.store.claim(consumer.as_str(), msg_id, self.holder()).await {
-            Ok(Claim::Claimed { redelivered, seq }) => {
-                self.remember(msg_id, consumer);
-                if let Some(s) = self.consumers.get_mut(consumer) {
-                    s.last_seq = s.last_seq.max(seq);
+        let live: Vec<(ConsumerId, Arc<Envelope>)> = live
+            .into_iter()
+            .filter(|(c, env)| {
+                self.consumers.get(c).is_some_and(|s| s.held.is_none())
+                    && matches!(&**env, Envelope::Publication(p) if p.msg_id.is_some())
+            })
+            .collect();
+        // Per message: deliver it (and whether as a redelivery) or not.
+        let mut verdicts: Vec<Option<bool>> = vec![None; live.len()];
+        let mut consumers: Vec<&ConsumerId> = Vec::new();
+        for (c, _) in &live {
+            if !consumers.contains(&c) {
+                consumers.push(c);
+            }
+        }
+        let mut claimed: Vec<(usize, u64)> = Vec::new();
+        for consumer in consumers {
+            let at: Vec<usize> = (0..live.len()).filter(|&i| live[i].0 == *consumer).collect();
+            let ids: Vec<&str> = at.iter().map(|&i| msg_id(&live[i].1)).collect();
+            match self.d.store.claim_many(consumer.as_str(), &ids, self.holder()).await {
+                Ok(claims) => {
+                    for (&i, claim) in at.iter().zip(claims) {
+                        verdicts[i] = match claim {
+                            Claim::Claimed { redelivered, seq } => {
+                                claimed.push((i, seq));
+                                Some(redelivered)
+                            }
+                            Claim::Held => None,
+                            // Nothing pending for a group: another member was given it (a replay
+                            // or catch-up got there before this live copy) and acked it, or
+                            // retention pruned it, or it was appended before the group's
+                            // consumer existed. Delivering it again would hand an acked message
+                            // to a second member (N26); groups never get retained copies.
+                            Claim::Absent if matches!(consumer.of(), ConsumerOf::Group(_)) => None,
+                            Claim::Absent => Some(false),
+                        };
+                    }
                 }
-                redelivered
+                Err(e) => {
+                    // At least once: deliver them; they stay pending and may come again.
+                    tracing::warn!(error = %e, "Claiming logged messages failed; delivering them untracked.");
+                    for i in at {
+                        verdicts[i] = Some(false);
+                    }
+                }
             }
-            Ok(Claim::Held) => return,
-            // Nothing pending for a group: another member was given it (a replay or catch-up
-            // got there before this live copy) and acked it, or retention pruned it, or it was
-            // appended before the group's consumer existed. Delivering it again would hand an
-            // acked message to a second member (N26); groups never get retained copies.
-            Ok(Claim::Absent) if matches!(consumer.of(), ConsumerOf::Group(_)) => return,
-            Ok(Claim::Absent) => false,
-            Err(e) => {
-                // At least once: deliver it; it stays pending and may come again.
-                tracing::warn!(error = %e, "Claiming a logged message failed; delivering it untracked.");
-                false
+        }
+        for (i, seq) in claimed {
+            let (consumer, env) = &live[i];
+            self.remember(msg_id(env), consumer);
+            if let Some(s) = self.consumers.get_mut(consumer) {
+                s.last_seq = s.last_seq.max(seq);
             }
-        };
-        let frame = MessageFrame {
-            topic: &echo,
-            data: &p.data,
-            filter: p.filter.as_deref(),
-            from: p.publisher.as_str(),
-            timestamp: p.timestamp_ms,
-            msg_id: Some(msg_id),
-            is_replay,
-            history: p.history.as_ref().map(|h| (h.offset, &*h.epoch)),
-        };
-        self.push(&ServerFrame::Message(frame)).await;
+        }
+        for ((consumer, env), verdict) in live.iter().zip(verdicts) {
+            let (Some(is_replay), Envelope::Publication(p)) = (verdict, &**env) else { continue };
+            let Some(echo) = self.consumers.get(consumer).map(|s| s.echo.clone()) else { continue };
+            let frame = MessageFrame {
+                topic: &echo,
+                data: &p.data,
+                filter: p.filter.as_deref(),
+                from: p.publisher.as_str(),
+                timestamp: p.timestamp_ms,
+                msg_id: p.msg_id.as_deref(),
+                is_replay,
+                history: p.history.as_ref().map(|h| (h.offset, &*h.epoch)),
+            };
+            self.push(&ServerFrame::Message(frame)).await;
+        }
     }
 
     /// Delivers what is pending and unheld for `consumer`, oldest first, in pages. As a group
@@ -574,21 +672,48 @@ impl DurableTask {
         }
     }
 
+    /// Stores acks: those of messages this task delivered on their consumer, one
+    /// [`ack_many`](skua_core::MessageLog::ack_many) per consumer; ids it does not remember on
+    /// each consumer in turn until one had them pending.
     async fn ack(&mut self, ids: Vec<String>) {
+        if ids.is_empty() {
+            return;
+        }
+        let mut known: Vec<(ConsumerId, Vec<String>)> = Vec::new();
+        let mut unknown: Vec<String> = Vec::new();
         for id in ids {
-            let consumers: Vec<ConsumerId> = match self.inflight.remove(&id) {
-                Some(c) => vec![c],
-                None => self.consumers.keys().cloned().collect(),
-            };
-            for c in consumers {
-                match self.d.store.ack(c.as_str(), &id).await {
-                    Ok(true) => {
-                        self.d.metrics.acks.fetch_add(1, Ordering::Relaxed);
-                        break;
-                    }
-                    Ok(false) => {}
-                    Err(e) => tracing::warn!(error = %e, "Storing an ack failed; the message may be delivered again."),
-                }
+            match self.inflight.remove(&id) {
+                Some(c) => match known.iter_mut().find(|(k, _)| *k == c) {
+                    Some((_, list)) => list.push(id),
+                    None => known.push((c, vec![id])),
+                },
+                None => unknown.push(id),
+            }
+        }
+        for (c, list) in &known {
+            self.ack_on(c, list).await;
+        }
+        let consumers: Vec<ConsumerId> = self.consumers.keys().cloned().collect();
+        for c in consumers {
+            if unknown.is_empty() {
+                break;
+            }
+            let acked = self.ack_on(&c, &unknown).await;
+            unknown.retain(|id| !acked.contains(id));
+        }
+    }
+
+    /// Acks `ids` on `consumer`; returns those that were pending.
+    async fn ack_on(&self, consumer: &ConsumerId, ids: &[String]) -> Vec<String> {
+        let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+        match self.d.store.ack_many(consumer.as_str(), &refs).await {
+            Ok(acked) => {
+                self.d.metrics.acks.fetch_add(acked.len() as u64, Ordering::Relaxed);
+                acked
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "Storing acks failed; the messages may be delivered again.");
+                Vec::new()
             }
         }
     }

@@ -77,6 +77,73 @@ pub(crate) const PRUNE_CAP: &str = "DELETE FROM log_messages WHERE seq IN ( \
      SELECT seq FROM log_messages WHERE topic = $1 AND seq <= $2 ORDER BY seq LIMIT $3)";
 pub(crate) const PRUNE_CONSUMERS: &str = "DELETE FROM log_consumers WHERE expires_at <= $1";
 
+/// The `IN` list of a batched statement over `n` message ids whose first placeholder is
+/// `$first`, padded to the next power of two (at least 8) so the statement comes in a few
+/// shapes only (the prepared-statement cache stays small); [`padded`] repeats the last id to
+/// fill it, which an `IN` list ignores.
+pub(crate) fn id_list(first: usize, n: usize) -> String {
+    use std::fmt::Write as _;
+    let slots = n.max(8).next_power_of_two();
+    let mut list = String::with_capacity(slots * 5);
+    for i in 0..slots {
+        if i > 0 {
+            list.push_str(", ");
+        }
+        let _ = write!(list, "${}", first + i);
+    }
+    list
+}
+
+/// `ids` padded as [`id_list`] counts them.
+pub(crate) fn padded<'a>(ids: &[&'a str]) -> impl Iterator<Item = &'a str> {
+    let slots = ids.len().max(8).next_power_of_two();
+    let last = ids.last().copied().unwrap_or("");
+    ids.iter().copied().chain(std::iter::repeat(last)).take(slots)
+}
+
+/// Claims the unheld ones of up to [`skua_core::MAX_BATCH_IDS`] message ids of a consumer.
+pub(crate) fn claim_many_sql(n: usize) -> String {
+    format!(
+        "UPDATE log_pending \
+         SET holder_session = $2, holder_node = $3, holder_conn = $4, deliveries = deliveries + 1 \
+         WHERE consumer_id = $1 AND holder_session IS NULL AND msg_id IN ({}) RETURNING msg_id, deliveries, seq",
+        id_list(5, n)
+    )
+}
+
+/// Which of up to [`skua_core::MAX_BATCH_IDS`] message ids are pending for a consumer.
+pub(crate) fn pending_of_sql(n: usize) -> String {
+    format!("SELECT msg_id FROM log_pending WHERE consumer_id = $1 AND msg_id IN ({})", id_list(2, n))
+}
+
+/// Deletes the pending rows of up to [`skua_core::MAX_BATCH_IDS`] message ids of a consumer.
+pub(crate) fn ack_many_sql(n: usize) -> String {
+    format!("DELETE FROM log_pending WHERE consumer_id = $1 AND msg_id IN ({}) RETURNING msg_id", id_list(2, n))
+}
+
+/// The outcome of [`skua_core::MessageLog::claim_many`] for `ids`, from what the claims
+/// returned (`claimed`: id → (deliveries, seq)) and which of the others are pending.
+pub(crate) fn claim_outcomes(
+    ids: &[&str],
+    claimed: &std::collections::HashMap<String, (i32, i64)>,
+    pending: &std::collections::HashSet<String>,
+) -> Vec<skua_core::Claim> {
+    let mut seen = std::collections::HashSet::with_capacity(ids.len());
+    ids.iter()
+        .map(|id| {
+            let first = seen.insert(*id);
+            match claimed.get(*id) {
+                Some(&(d, seq)) if first => {
+                    skua_core::Claim::Claimed { redelivered: d > 1, seq: u64::try_from(seq).unwrap_or(0) }
+                }
+                Some(_) => skua_core::Claim::Held,
+                None if pending.contains(*id) => skua_core::Claim::Held,
+                None => skua_core::Claim::Absent,
+            }
+        })
+        .collect()
+}
+
 /// One row of `SELECT_MESSAGES`.
 pub(crate) type MessageRow = (i64, String, Option<String>, String, i64, Vec<u8>);
 
@@ -266,6 +333,58 @@ macro_rules! sql_message_log {
                     .await
                     .map_err(sql($backend, "claim"))?;
                 Ok(if n > 0 { skua_core::Claim::Held } else { skua_core::Claim::Absent })
+            }
+
+            async fn claim_many(
+                &self,
+                consumer: &str,
+                msg_ids: &[&str],
+                holder: skua_core::Holder<'_>,
+            ) -> Result<Vec<skua_core::Claim>, skua_core::StoreError> {
+                use crate::error::sql;
+                use crate::log::*;
+                let h = holder;
+                let mut claimed = std::collections::HashMap::new();
+                for ids in msg_ids.chunks(skua_core::MAX_BATCH_IDS) {
+                    let text = claim_many_sql(ids.len());
+                    let mut q = sqlx::query_as::<_, (String, i32, i64)>(sqlx::AssertSqlSafe(text))
+                        .bind(consumer)
+                        .bind(h.session)
+                        .bind(h.node)
+                        .bind(i64::try_from(h.conn).unwrap_or(i64::MAX));
+                    for id in padded(ids) {
+                        q = q.bind(id);
+                    }
+                    let rows = q.fetch_all(&self.pool).await.map_err(sql($backend, "claim_many"))?;
+                    claimed.extend(rows.into_iter().map(|(id, d, seq)| (id, (d, seq))));
+                }
+                // Those not claimed: held by another connection (skip) or not pending (absent).
+                let rest: Vec<&str> = msg_ids.iter().copied().filter(|id| !claimed.contains_key(*id)).collect();
+                let mut pending = std::collections::HashSet::new();
+                for ids in rest.chunks(skua_core::MAX_BATCH_IDS) {
+                    let mut q =
+                        sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(pending_of_sql(ids.len()))).bind(consumer);
+                    for id in padded(ids) {
+                        q = q.bind(id);
+                    }
+                    pending.extend(q.fetch_all(&self.pool).await.map_err(sql($backend, "claim_many"))?);
+                }
+                Ok(claim_outcomes(msg_ids, &claimed, &pending))
+            }
+
+            async fn ack_many(&self, consumer: &str, msg_ids: &[&str]) -> Result<Vec<String>, skua_core::StoreError> {
+                use crate::error::sql;
+                use crate::log::*;
+                let mut acked = Vec::new();
+                for ids in msg_ids.chunks(skua_core::MAX_BATCH_IDS) {
+                    let mut q =
+                        sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(ack_many_sql(ids.len()))).bind(consumer);
+                    for id in padded(ids) {
+                        q = q.bind(id);
+                    }
+                    acked.extend(q.fetch_all(&self.pool).await.map_err(sql($backend, "ack_many"))?);
+                }
+                Ok(acked)
             }
 
             async fn backlog(&self, consumer: &str) -> Result<(u64, u64), skua_core::StoreError> {
@@ -467,6 +586,17 @@ mod tests {
             "SELECT seq, msg_id, filter_key, publisher, timestamp_ms, data FROM log_messages WHERE seq IN (3,-1,42) \
              ORDER BY seq"
         );
+    }
+
+    #[test]
+    fn id_lists_come_in_powers_of_two_and_padding_repeats_the_last_id() {
+        assert_eq!(id_list(2, 1), "$2, $3, $4, $5, $6, $7, $8, $9");
+        assert_eq!(id_list(5, 9).matches('$').count(), 16);
+        assert_eq!(padded(&["a", "b"]).collect::<Vec<_>>(), ["a", "b", "b", "b", "b", "b", "b", "b"]);
+        let ids: Vec<String> = (0..9).map(|i| i.to_string()).collect();
+        let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+        let p: Vec<&str> = padded(&refs).collect();
+        assert_eq!((p.len(), p[8], p[15]), (16, "8", "8"));
     }
 
     #[test]

@@ -412,6 +412,11 @@ impl MessageLog for MemoryStore {
         Ok(self.lock().log.claim(consumer, msg_id, holder))
     }
 
+    async fn claim_many(&self, consumer: &str, msg_ids: &[&str], holder: Holder<'_>) -> Result<Vec<Claim>, StoreError> {
+        let mut g = self.lock();
+        Ok(msg_ids.iter().map(|id| g.log.claim(consumer, id, holder)).collect())
+    }
+
     async fn list_consumers(
         &self,
         prefix: &str,
@@ -437,6 +442,11 @@ impl MessageLog for MemoryStore {
 
     async fn ack(&self, consumer: &str, msg_id: &str) -> Result<bool, StoreError> {
         Ok(self.lock().log.ack(consumer, msg_id))
+    }
+
+    async fn ack_many(&self, consumer: &str, msg_ids: &[&str]) -> Result<Vec<String>, StoreError> {
+        let mut g = self.lock();
+        Ok(msg_ids.iter().filter(|id| g.log.ack(consumer, id)).map(|id| (*id).to_owned()).collect())
     }
 
     async fn release(&self, scope: Release<'_>) -> Result<Vec<String>, StoreError> {

@@ -83,8 +83,11 @@ macro_rules! store_conformance {
             log_messages_before_a_consumer_are_not_pending,
             log_pending_follows_topic_and_filters,
             log_claim_hands_a_message_to_one_holder,
+            log_claim_many_hands_each_message_to_one_holder,
+            log_concurrent_claim_many_hand_each_message_once,
             log_claim_page_pages_in_seq_order_with_every_field,
             log_ack_ends_pending,
+            log_ack_many_ends_pending_of_those_given,
             log_release_scopes,
             log_consumer_expires_unless_touched,
             log_prune_by_age_and_per_topic_cap,
@@ -833,6 +836,74 @@ pub async fn log_claim_hands_a_message_to_one_holder<H: StoreHarness>(h: H) {
     assert_eq!(redelivered(s.claim("g", "m1", b).await.unwrap()), Some(true));
 }
 
+/// `claim_many` claims several messages in one call: one outcome per id in order, each message
+/// to one holder, held and absent ones told apart, a repeated id claimed once; more ids than
+/// one statement carries ([`skua_core::MAX_BATCH_IDS`]) are all claimed.
+pub async fn log_claim_many_hands_each_message_to_one_holder<H: StoreHarness>(h: H) {
+    let s = h.open().await;
+    open_consumer(&s, &consumer("c", TOPIC, &[])).await;
+    let mut seqs = Vec::new();
+    for i in 1..=4 {
+        seqs.push(append(&s, TOPIC, &format!("m{i}"), None).await);
+    }
+    let (a, b) = (holder("sa", "n1", 1), holder("sb", "n2", 2));
+    assert_eq!(redelivered(s.claim("c", "m2", b).await.unwrap()), Some(false));
+    let got = s.claim_many("c", &["m3", "m1", "m2", "nope", "m3"], a).await.expect("claim_many");
+    assert_eq!(
+        got,
+        [
+            Claim::Claimed { redelivered: false, seq: seqs[2] },
+            Claim::Claimed { redelivered: false, seq: seqs[0] },
+            Claim::Held,
+            Claim::Absent,
+            Claim::Held,
+        ],
+        "in the order given; m2 is b's, nope was never pending, m3 is claimed once"
+    );
+    assert_eq!(s.claim("c", "m1", b).await.unwrap(), Claim::Held, "claimed by a");
+    assert_eq!(s.claim_many("c", &[], a).await.unwrap(), [], "nothing to claim");
+    assert_eq!(s.claim_many("nobody", &["m4"], a).await.unwrap(), [Claim::Absent]);
+    assert_eq!(s.release(Release::Conn { node: "n1", conn: 1 }).await.unwrap(), ["c"]);
+    let again = s.claim_many("c", &["m1", "m4"], b).await.unwrap();
+    assert_eq!(
+        again,
+        [Claim::Claimed { redelivered: true, seq: seqs[0] }, Claim::Claimed { redelivered: false, seq: seqs[3] }]
+    );
+
+    open_consumer(&s, &consumer("big", TOPIC, &[])).await;
+    let n = skua_core::MAX_BATCH_IDS + 3;
+    let ids: Vec<String> = (0..n).map(|i| format!("big-{i}")).collect();
+    for id in &ids {
+        append(&s, TOPIC, id, None).await;
+    }
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let all = s.claim_many("big", &refs, a).await.unwrap();
+    assert_eq!(all.len(), n);
+    assert!(all.iter().all(|c| matches!(c, Claim::Claimed { redelivered: false, .. })), "{all:?}");
+    assert_eq!(backlog(&s, "big").await, 0, "every one is held");
+}
+
+/// Two holders claiming the same messages at once with `claim_many` (through separate handles
+/// where the harness has them) never both get one.
+pub async fn log_concurrent_claim_many_hand_each_message_once<H: StoreHarness>(h: H) {
+    let s = h.open().await;
+    let t = h.open().await;
+    open_consumer(&s, &consumer("g", TOPIC, &[])).await;
+    let ids: Vec<String> = (0..40).map(|i| format!("m{i}")).collect();
+    for id in &ids {
+        append(&s, TOPIC, id, None).await;
+    }
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let (a, b) = (holder("sa", "n1", 1), holder("sb", "n2", 2));
+    let (x, y) = tokio::join!(s.claim_many("g", &refs, a), t.claim_many("g", &refs, b));
+    let (x, y) = (x.expect("claim_many a"), y.expect("claim_many b"));
+    for (i, (cx, cy)) in x.iter().zip(&y).enumerate() {
+        let won = usize::from(matches!(cx, Claim::Claimed { .. })) + usize::from(matches!(cy, Claim::Claimed { .. }));
+        assert_eq!(won, 1, "m{i} claimed by exactly one: {cx:?} / {cy:?}");
+        assert!(!matches!(cx, Claim::Absent) && !matches!(cy, Claim::Absent), "m{i} is pending");
+    }
+}
+
 /// `claim_page` takes the oldest unheld messages up to a seq, in order, with every field.
 pub async fn log_claim_page_pages_in_seq_order_with_every_field<H: StoreHarness>(h: H) {
     let s = h.open().await;
@@ -928,6 +999,34 @@ pub async fn log_ack_ends_pending<H: StoreHarness>(h: H) {
     assert_eq!(backlog(&s, "c2").await, 2, "another consumer's ack changes nothing here");
     assert!(s.ack("c1", "m2").await.unwrap(), "a held message can be acked");
     assert_eq!(s.claim("c1", "m2", holder("s", "n", 1)).await.unwrap(), Claim::Absent);
+}
+
+/// `ack_many` ends the pending state of the given messages that were pending, for that
+/// consumer only, and says which they were; more ids than one statement carries are all acked.
+pub async fn log_ack_many_ends_pending_of_those_given<H: StoreHarness>(h: H) {
+    let s = h.open().await;
+    open_consumer(&s, &consumer("c1", TOPIC, &[])).await;
+    open_consumer(&s, &consumer("c2", TOPIC, &[])).await;
+    for i in 1..=4 {
+        append(&s, TOPIC, &format!("m{i}"), None).await;
+    }
+    assert_eq!(redelivered(s.claim("c1", "m2", holder("s", "n", 1)).await.unwrap()), Some(false));
+    let mut acked = s.ack_many("c1", &["m2", "m1", "unknown", "m1"]).await.expect("ack_many");
+    acked.sort();
+    assert_eq!(acked, ["m1", "m2"], "each pending one once, held or not");
+    assert!(s.ack_many("c1", &["m1", "m2"]).await.unwrap().is_empty(), "a second ack finds nothing");
+    assert!(s.ack_many("c1", &[]).await.unwrap().is_empty());
+    assert_eq!(page_ids(&s, "c1", holder("s", "n", 1), 10).await, ["m3", "m4"]);
+    assert_eq!(backlog(&s, "c2").await, 4, "another consumer's acks change nothing here");
+
+    let n = skua_core::MAX_BATCH_IDS + 3;
+    let ids: Vec<String> = (0..n).map(|i| format!("big-{i}")).collect();
+    for id in &ids {
+        append(&s, TOPIC, id, None).await;
+    }
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    assert_eq!(s.ack_many("c2", &refs).await.unwrap().len(), n);
+    assert_eq!(backlog(&s, "c2").await, 4, "m1 … m4 are left");
 }
 
 /// Release by connection, by session except the current connection, and by node.
