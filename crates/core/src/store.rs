@@ -216,6 +216,17 @@ pub enum Claim {
     Absent,
 }
 
+/// One live message to hand to a connection ([`MessageLog::claim_many`]).
+#[derive(Debug, Clone, Copy)]
+pub struct LiveClaim<'a> {
+    /// The consumer it is pending for.
+    pub consumer: &'a str,
+    /// Its `msgId`.
+    pub msg_id: &'a str,
+    /// The connection to hand it to.
+    pub holder: Holder<'a>,
+}
+
 /// Most message ids one statement of [`MessageLog::claim_many`] or [`MessageLog::ack_many`]
 /// carries; longer lists take several statements.
 pub const MAX_BATCH_IDS: usize = 256;
@@ -435,16 +446,17 @@ pub trait MessageLog: Send + Sync {
     /// [`StoreError`] when the backend failed.
     async fn claim(&self, consumer: &str, msg_id: &str, holder: Holder<'_>) -> Result<Claim, StoreError>;
 
-    /// [`claim`](Self::claim) for several messages of `consumer` at once (the live messages a
-    /// durable task found waiting together): one [`Claim`] per id of `msg_ids`, in their order.
-    /// Each message is handed to one caller only, however many claim at once; an id given
-    /// twice is claimed once (its second place gets [`Claim::Held`]). One statement per
-    /// [`MAX_BATCH_IDS`] ids when all are claimed, one more when some are not.
+    /// [`claim`](Self::claim) for several messages at once, of any consumers and for any
+    /// holders (the live messages a node's durable tasks found waiting together): one [`Claim`]
+    /// per entry of `claims`, in their order. Each message is handed to one holder only,
+    /// however many claim at once; a message given twice is claimed once (by the first entry
+    /// naming its holder; every other entry gets [`Claim::Held`]). One statement per
+    /// [`MAX_BATCH_IDS`] entries when all are claimed, one more when some are not.
     ///
     /// # Errors
     /// [`StoreError`] when the backend failed; then the claims of earlier statements of the
-    /// same call may have been made (they are released with the connection's holds).
-    async fn claim_many(&self, consumer: &str, msg_ids: &[&str], holder: Holder<'_>) -> Result<Vec<Claim>, StoreError>;
+    /// same call may have been made (they are released with their connections' holds).
+    async fn claim_many(&self, claims: &[LiveClaim<'_>]) -> Result<Vec<Claim>, StoreError>;
 
     /// How many messages are pending and unheld for `consumer`, and the highest `seq` among
     /// them (0 when none).
@@ -482,14 +494,14 @@ pub trait MessageLog: Send + Sync {
     /// [`StoreError`] when the backend failed.
     async fn ack(&self, consumer: &str, msg_id: &str) -> Result<bool, StoreError>;
 
-    /// [`ack`](Self::ack) for several messages of `consumer` at once (acks that arrived
-    /// together); returns the ids of `msg_ids` that were pending, each once, in no particular
-    /// order. One statement per [`MAX_BATCH_IDS`] ids.
+    /// [`ack`](Self::ack) for several `(consumer, msg_id)` pairs at once (acks that arrived
+    /// together, on any connections): whether each was pending, in their order (a pair given
+    /// twice: its second place is `false`). One statement per [`MAX_BATCH_IDS`] pairs.
     ///
     /// # Errors
     /// [`StoreError`] when the backend failed; then acks of earlier statements of the same call
     /// may have been stored.
-    async fn ack_many(&self, consumer: &str, msg_ids: &[&str]) -> Result<Vec<String>, StoreError>;
+    async fn ack_many(&self, acks: &[(&str, &str)]) -> Result<Vec<bool>, StoreError>;
 
     /// Makes the held messages `scope` names unheld again (they stay pending and count as
     /// redeliveries from then on); returns the ids of the consumers that had any.

@@ -4,7 +4,9 @@
 //! Each connection with a durable subscription (a persistent session's subscription to a logged
 //! topic) gets one [`DurableTask`]. The hub's dispatcher hands it the live messages of those
 //! subscriptions instead of queueing frames itself; the task claims each one in the store before
-//! it sends it, so a message pending for a load-balanced group reaches one connection only, and
+//! it sends it (the live messages waiting together in one request to the node's writer, which
+//! claims what all the node's tasks wait for in one statement: [`crate::durable_writer`]), so a
+//! message pending for a load-balanced group reaches one connection only, and
 //! a message the task could not take in time (its queue full) is simply picked up from the store
 //! later ("catch-up"). The task waits for room in the connection's outbound queue before each
 //! frame, so a backlog of any size is paged from the store, never loaded at once, and never
@@ -75,6 +77,8 @@ pub struct Durable {
     sweep: Duration,
     restore_ttl: Duration,
     replay_page_size: u32,
+    /// The node's batched claims and acks.
+    writer: crate::durable_writer::Writer,
     // std Mutex: map updates only, never across an await.
     /// Local connections of each clientId session (normally one), for takeovers.
     sessions: Mutex<HashMap<SessionKey, Vec<Arc<ConnHandle>>>>,
@@ -100,9 +104,11 @@ impl Durable {
         tasks: TaskTracker,
         config: &EdgeConfig,
     ) -> Self {
+        let writer = crate::durable_writer::Writer::spawn(store.clone(), node.clone());
         Self {
             node,
             store,
+            writer,
             bus,
             ids,
             metrics,
@@ -462,8 +468,9 @@ impl DurableTask {
     }
 
     /// Delivers live messages, in the order given, each once this connection holds it in the
-    /// store: one [`claim_many`](skua_core::MessageLog::claim_many) per consumer for the whole
-    /// batch (usually one statement), instead of a claim per message.
+    /// store: all of them are claimed by one request to the node's writer
+    /// ([`crate::durable_writer`]), which claims them together with what the node's other
+    /// connections wait to claim, instead of a claim per message and subscriber.
     async fn live_batch(&mut self, live: Vec<(ConsumerId, Arc<Envelope>)>) {
         // A held subscription's messages stay pending; its resume delivers them.
         let live: Vec<(ConsumerId, Arc<Envelope>)> = live
@@ -473,45 +480,34 @@ impl DurableTask {
                     && matches!(&**env, Envelope::Publication(p) if p.msg_id.is_some())
             })
             .collect();
-        // Per message: deliver it (and whether as a redelivery) or not.
+        // Per message: deliver it (and whether as a redelivery) or not. One request to the
+        // node's writer for all of them, stored with what other connections wait to claim.
         let mut verdicts: Vec<Option<bool>> = vec![None; live.len()];
-        let mut consumers: Vec<&ConsumerId> = Vec::new();
-        for (c, _) in &live {
-            if !consumers.contains(&c) {
-                consumers.push(c);
-            }
-        }
         let mut claimed: Vec<(usize, u64)> = Vec::new();
-        for consumer in consumers {
-            let at: Vec<usize> = (0..live.len()).filter(|&i| live[i].0 == *consumer).collect();
-            let ids: Vec<&str> = at.iter().map(|&i| msg_id(&live[i].1)).collect();
-            match self.d.store.claim_many(consumer.as_str(), &ids, self.holder()).await {
-                Ok(claims) => {
-                    for (&i, claim) in at.iter().zip(claims) {
-                        verdicts[i] = match claim {
-                            Claim::Claimed { redelivered, seq } => {
-                                claimed.push((i, seq));
-                                Some(redelivered)
-                            }
-                            Claim::Held => None,
-                            // Nothing pending for a group: another member was given it (a replay
-                            // or catch-up got there before this live copy) and acked it, or
-                            // retention pruned it, or it was appended before the group's
-                            // consumer existed. Delivering it again would hand an acked message
-                            // to a second member (N26); groups never get retained copies.
-                            Claim::Absent if matches!(consumer.of(), ConsumerOf::Group(_)) => None,
-                            Claim::Absent => Some(false),
-                        };
-                    }
-                }
-                Err(e) => {
-                    // At least once: deliver them; they stay pending and may come again.
-                    tracing::warn!(error = %e, "Claiming logged messages failed; delivering them untracked.");
-                    for i in at {
-                        verdicts[i] = Some(false);
-                    }
+        let wanted: Vec<(ConsumerId, String)> =
+            live.iter().map(|(c, env)| (c.clone(), msg_id(env).to_owned())).collect();
+        match self.d.writer.claim(wanted, &self.session, self.conn.id.0).await {
+            Some(claims) => {
+                for (i, claim) in claims.into_iter().enumerate() {
+                    verdicts[i] = match claim {
+                        Claim::Claimed { redelivered, seq } => {
+                            claimed.push((i, seq));
+                            Some(redelivered)
+                        }
+                        Claim::Held => None,
+                        // Nothing pending for a group: another member was given it (a replay
+                        // or catch-up got there before this live copy) and acked it, or
+                        // retention pruned it, or it was appended before the group's
+                        // consumer existed. Delivering it again would hand an acked message
+                        // to a second member (N26); groups never get retained copies.
+                        Claim::Absent if matches!(live[i].0.of(), ConsumerOf::Group(_)) => None,
+                        Claim::Absent => Some(false),
+                    };
                 }
             }
+            // At least once: deliver them; they stay pending and may come again (the writer
+            // logged the failure).
+            None => verdicts.iter_mut().for_each(|v| *v = Some(false)),
         }
         for (i, seq) in claimed {
             let (consumer, env) = &live[i];
@@ -672,49 +668,23 @@ impl DurableTask {
         }
     }
 
-    /// Stores acks: those of messages this task delivered on their consumer, one
-    /// [`ack_many`](skua_core::MessageLog::ack_many) per consumer; ids it does not remember on
-    /// each consumer in turn until one had them pending.
+    /// Stores acks, with those other connections of the node wait to store: each on the
+    /// consumer this task delivered it for, an id it does not remember on each of its
+    /// consumers (a msgId is pending for one of them at most).
     async fn ack(&mut self, ids: Vec<String>) {
         if ids.is_empty() {
             return;
         }
-        let mut known: Vec<(ConsumerId, Vec<String>)> = Vec::new();
-        let mut unknown: Vec<String> = Vec::new();
+        let mut acks: Vec<(ConsumerId, String)> = Vec::with_capacity(ids.len());
         for id in ids {
             match self.inflight.remove(&id) {
-                Some(c) => match known.iter_mut().find(|(k, _)| *k == c) {
-                    Some((_, list)) => list.push(id),
-                    None => known.push((c, vec![id])),
-                },
-                None => unknown.push(id),
+                Some(c) => acks.push((c, id)),
+                None => acks.extend(self.consumers.keys().map(|c| (c.clone(), id.clone()))),
             }
         }
-        for (c, list) in &known {
-            self.ack_on(c, list).await;
-        }
-        let consumers: Vec<ConsumerId> = self.consumers.keys().cloned().collect();
-        for c in consumers {
-            if unknown.is_empty() {
-                break;
-            }
-            let acked = self.ack_on(&c, &unknown).await;
-            unknown.retain(|id| !acked.contains(id));
-        }
-    }
-
-    /// Acks `ids` on `consumer`; returns those that were pending.
-    async fn ack_on(&self, consumer: &ConsumerId, ids: &[String]) -> Vec<String> {
-        let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
-        match self.d.store.ack_many(consumer.as_str(), &refs).await {
-            Ok(acked) => {
-                self.d.metrics.acks.fetch_add(acked.len() as u64, Ordering::Relaxed);
-                acked
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "Storing acks failed; the messages may be delivered again.");
-                Vec::new()
-            }
+        if let Some(done) = self.d.writer.ack(acks).await {
+            let n = done.iter().filter(|d| **d).count();
+            self.d.metrics.acks.fetch_add(n as u64, Ordering::Relaxed);
         }
     }
 

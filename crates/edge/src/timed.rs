@@ -389,8 +389,8 @@ impl MessageLog for TimedStore {
         timed(&self.metrics, "store", "claim", self.inner.claim(consumer, msg_id, holder)).await
     }
 
-    async fn claim_many(&self, consumer: &str, msg_ids: &[&str], holder: Holder<'_>) -> Result<Vec<Claim>, StoreError> {
-        timed(&self.metrics, "store", "claim_many", self.inner.claim_many(consumer, msg_ids, holder)).await
+    async fn claim_many(&self, claims: &[skua_core::LiveClaim<'_>]) -> Result<Vec<Claim>, StoreError> {
+        timed(&self.metrics, "store", "claim_many", self.inner.claim_many(claims)).await
     }
 
     async fn list_consumers(
@@ -420,8 +420,8 @@ impl MessageLog for TimedStore {
         timed(&self.metrics, "store", "ack", self.inner.ack(consumer, msg_id)).await
     }
 
-    async fn ack_many(&self, consumer: &str, msg_ids: &[&str]) -> Result<Vec<String>, StoreError> {
-        timed(&self.metrics, "store", "ack_many", self.inner.ack_many(consumer, msg_ids)).await
+    async fn ack_many(&self, acks: &[(&str, &str)]) -> Result<Vec<bool>, StoreError> {
+        timed(&self.metrics, "store", "ack_many", self.inner.ack_many(acks)).await
     }
 
     async fn release(&self, scope: Release<'_>) -> Result<Vec<String>, StoreError> {

@@ -77,71 +77,112 @@ pub(crate) const PRUNE_CAP: &str = "DELETE FROM log_messages WHERE seq IN ( \
      SELECT seq FROM log_messages WHERE topic = $1 AND seq <= $2 ORDER BY seq LIMIT $3)";
 pub(crate) const PRUNE_CONSUMERS: &str = "DELETE FROM log_consumers WHERE expires_at <= $1";
 
-/// The `IN` list of a batched statement over `n` message ids whose first placeholder is
-/// `$first`, padded to the next power of two (at least 8) so the statement comes in a few
-/// shapes only (the prepared-statement cache stays small); [`padded`] repeats the last id to
-/// fill it, which an `IN` list ignores.
-pub(crate) fn id_list(first: usize, n: usize) -> String {
+/// Rows a batched statement over `n` entries carries: `n` padded to the next power of two (at
+/// least 8), so the statement comes in a few shapes only (the prepared-statement cache stays
+/// small); the padding repeats the last entry, which changes nothing.
+pub(crate) fn slots(n: usize) -> usize {
+    n.max(8).next_power_of_two()
+}
+
+/// The `VALUES` rows of a batched statement over `n` entries of `width` parameters each
+/// (`$1` first), padded as [`slots`] counts; with `conn_last`, each row's last parameter is
+/// cast to `BIGINT` (a holder's connection; Postgres types bare parameters in `VALUES` as text).
+pub(crate) fn values_rows(n: usize, width: usize, conn_last: bool) -> String {
     use std::fmt::Write as _;
-    let slots = n.max(8).next_power_of_two();
-    let mut list = String::with_capacity(slots * 5);
-    for i in 0..slots {
-        if i > 0 {
-            list.push_str(", ");
+    let mut rows = String::with_capacity(slots(n) * width * 6);
+    for r in 0..slots(n) {
+        rows.push_str(if r == 0 { "(" } else { ", (" });
+        for c in 0..width {
+            let p = r * width + c + 1;
+            if c > 0 {
+                rows.push_str(", ");
+            }
+            if conn_last && c + 1 == width {
+                let _ = write!(rows, "CAST(${p} AS BIGINT)");
+            } else {
+                let _ = write!(rows, "${p}");
+            }
         }
-        let _ = write!(list, "${}", first + i);
+        rows.push(')');
     }
-    list
+    rows
 }
 
-/// `ids` padded as [`id_list`] counts them.
-pub(crate) fn padded<'a>(ids: &[&'a str]) -> impl Iterator<Item = &'a str> {
-    let slots = ids.len().max(8).next_power_of_two();
-    let last = ids.last().copied().unwrap_or("");
-    ids.iter().copied().chain(std::iter::repeat(last)).take(slots)
+/// `entries` padded as [`slots`] counts, by repeating the last one.
+pub(crate) fn padded<T: Copy>(entries: &[T]) -> impl Iterator<Item = T> + '_ {
+    let n = if entries.is_empty() { 0 } else { slots(entries.len()) };
+    let last = entries.last().copied();
+    entries.iter().copied().chain(std::iter::from_fn(move || last)).take(n)
 }
 
-/// Claims the unheld ones of up to [`skua_core::MAX_BATCH_IDS`] message ids of a consumer.
+/// Claims the unheld ones of up to [`skua_core::MAX_BATCH_IDS`] `(consumer, msg_id, session,
+/// node, conn)` rows, each for its holder; returns what it claimed and for whom.
 pub(crate) fn claim_many_sql(n: usize) -> String {
     format!(
         "UPDATE log_pending \
-         SET holder_session = $2, holder_node = $3, holder_conn = $4, deliveries = deliveries + 1 \
-         WHERE consumer_id = $1 AND holder_session IS NULL AND msg_id IN ({}) RETURNING msg_id, deliveries, seq",
-        id_list(5, n)
+         SET holder_session = v.column3, holder_node = v.column4, holder_conn = v.column5, \
+         deliveries = deliveries + 1 \
+         FROM (VALUES {}) AS v \
+         WHERE log_pending.consumer_id = v.column1 AND log_pending.msg_id = v.column2 \
+         AND log_pending.holder_session IS NULL \
+         RETURNING log_pending.consumer_id, log_pending.msg_id, log_pending.deliveries, log_pending.seq, \
+         log_pending.holder_node, log_pending.holder_conn",
+        values_rows(n, 5, true)
     )
 }
 
-/// Which of up to [`skua_core::MAX_BATCH_IDS`] message ids are pending for a consumer.
+/// Which of up to [`skua_core::MAX_BATCH_IDS`] `(consumer, msg_id)` pairs are pending.
 pub(crate) fn pending_of_sql(n: usize) -> String {
-    format!("SELECT msg_id FROM log_pending WHERE consumer_id = $1 AND msg_id IN ({})", id_list(2, n))
+    format!(
+        "SELECT consumer_id, msg_id FROM log_pending WHERE (consumer_id, msg_id) IN (VALUES {})",
+        values_rows(n, 2, false)
+    )
 }
 
-/// Deletes the pending rows of up to [`skua_core::MAX_BATCH_IDS`] message ids of a consumer.
+/// Deletes the pending rows of up to [`skua_core::MAX_BATCH_IDS`] `(consumer, msg_id)` pairs.
 pub(crate) fn ack_many_sql(n: usize) -> String {
-    format!("DELETE FROM log_pending WHERE consumer_id = $1 AND msg_id IN ({}) RETURNING msg_id", id_list(2, n))
+    format!(
+        "DELETE FROM log_pending WHERE (consumer_id, msg_id) IN (VALUES {}) RETURNING consumer_id, msg_id",
+        values_rows(n, 2, false)
+    )
 }
 
-/// The outcome of [`skua_core::MessageLog::claim_many`] for `ids`, from what the claims
-/// returned (`claimed`: id → (deliveries, seq)) and which of the others are pending.
+/// What a batched claim returned for one message: deliveries, seq, holder node, holder conn.
+pub(crate) type ClaimedRow = (i32, i64, String, i64);
+
+/// The outcome of [`skua_core::MessageLog::claim_many`] for `claims`, from what the claims
+/// returned (`claimed`: (consumer, msg_id) → row) and which of the others are pending.
 pub(crate) fn claim_outcomes(
-    ids: &[&str],
-    claimed: &std::collections::HashMap<String, (i32, i64)>,
-    pending: &std::collections::HashSet<String>,
+    claims: &[skua_core::LiveClaim<'_>],
+    claimed: &std::collections::HashMap<(String, String), ClaimedRow>,
+    pending: &std::collections::HashSet<(String, String)>,
 ) -> Vec<skua_core::Claim> {
-    let mut seen = std::collections::HashSet::with_capacity(ids.len());
-    ids.iter()
-        .map(|id| {
-            let first = seen.insert(*id);
-            match claimed.get(*id) {
-                Some(&(d, seq)) if first => {
-                    skua_core::Claim::Claimed { redelivered: d > 1, seq: u64::try_from(seq).unwrap_or(0) }
+    let mut given = std::collections::HashSet::new();
+    claims
+        .iter()
+        .map(|c| {
+            let key = (c.consumer.to_owned(), c.msg_id.to_owned());
+            match claimed.get(&key) {
+                Some((d, seq, node, conn))
+                    if *node == c.holder.node
+                        && u64::try_from(*conn).ok() == Some(c.holder.conn)
+                        && given.insert(key.clone()) =>
+                {
+                    skua_core::Claim::Claimed { redelivered: *d > 1, seq: u64::try_from(*seq).unwrap_or(0) }
                 }
                 Some(_) => skua_core::Claim::Held,
-                None if pending.contains(*id) => skua_core::Claim::Held,
+                None if pending.contains(&key) => skua_core::Claim::Held,
                 None => skua_core::Claim::Absent,
             }
         })
         .collect()
+}
+
+/// Whether each of `acks` was deleted, by the `(consumer, msg_id)` pairs a batched ack returned
+/// (a pair given twice: its second place is `false`).
+pub(crate) fn ack_outcomes(acks: &[(&str, &str)], deleted: Vec<(String, String)>) -> Vec<bool> {
+    let mut deleted: std::collections::HashSet<(String, String)> = deleted.into_iter().collect();
+    acks.iter().map(|(c, m)| deleted.remove(&((*c).to_owned(), (*m).to_owned()))).collect()
 }
 
 /// One row of `SELECT_MESSAGES`.
@@ -337,54 +378,55 @@ macro_rules! sql_message_log {
 
             async fn claim_many(
                 &self,
-                consumer: &str,
-                msg_ids: &[&str],
-                holder: skua_core::Holder<'_>,
+                claims: &[skua_core::LiveClaim<'_>],
             ) -> Result<Vec<skua_core::Claim>, skua_core::StoreError> {
                 use crate::error::sql;
                 use crate::log::*;
-                let h = holder;
+                let conn = |c: u64| i64::try_from(c).unwrap_or(i64::MAX);
                 let mut claimed = std::collections::HashMap::new();
-                for ids in msg_ids.chunks(skua_core::MAX_BATCH_IDS) {
-                    let text = claim_many_sql(ids.len());
-                    let mut q = sqlx::query_as::<_, (String, i32, i64)>(sqlx::AssertSqlSafe(text))
-                        .bind(consumer)
-                        .bind(h.session)
-                        .bind(h.node)
-                        .bind(i64::try_from(h.conn).unwrap_or(i64::MAX));
-                    for id in padded(ids) {
-                        q = q.bind(id);
+                // A message given twice goes to its first entry's holder: only that one is sent.
+                let mut seen = std::collections::HashSet::new();
+                let unique: Vec<skua_core::LiveClaim<'_>> =
+                    claims.iter().copied().filter(|c| seen.insert((c.consumer, c.msg_id))).collect();
+                for chunk in unique.chunks(skua_core::MAX_BATCH_IDS) {
+                    let text = claim_many_sql(chunk.len());
+                    let mut q = sqlx::query_as::<_, (String, String, i32, i64, String, i64)>(sqlx::AssertSqlSafe(text));
+                    for c in padded(chunk) {
+                        q = q.bind(c.consumer).bind(c.msg_id).bind(c.holder.session).bind(c.holder.node);
+                        q = q.bind(conn(c.holder.conn));
                     }
                     let rows = q.fetch_all(&self.pool).await.map_err(sql($backend, "claim_many"))?;
-                    claimed.extend(rows.into_iter().map(|(id, d, seq)| (id, (d, seq))));
+                    claimed.extend(rows.into_iter().map(|(c, m, d, seq, node, hc)| ((c, m), (d, seq, node, hc))));
                 }
-                // Those not claimed: held by another connection (skip) or not pending (absent).
-                let rest: Vec<&str> = msg_ids.iter().copied().filter(|id| !claimed.contains_key(*id)).collect();
+                // Those not claimed: held by a connection (skip) or not pending (absent).
+                let rest: Vec<(&str, &str)> = claims
+                    .iter()
+                    .filter(|c| !claimed.contains_key(&(c.consumer.to_owned(), c.msg_id.to_owned())))
+                    .map(|c| (c.consumer, c.msg_id))
+                    .collect();
                 let mut pending = std::collections::HashSet::new();
-                for ids in rest.chunks(skua_core::MAX_BATCH_IDS) {
-                    let mut q =
-                        sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(pending_of_sql(ids.len()))).bind(consumer);
-                    for id in padded(ids) {
-                        q = q.bind(id);
+                for chunk in rest.chunks(skua_core::MAX_BATCH_IDS) {
+                    let mut q = sqlx::query_as::<_, (String, String)>(sqlx::AssertSqlSafe(pending_of_sql(chunk.len())));
+                    for (c, m) in padded(chunk) {
+                        q = q.bind(c).bind(m);
                     }
                     pending.extend(q.fetch_all(&self.pool).await.map_err(sql($backend, "claim_many"))?);
                 }
-                Ok(claim_outcomes(msg_ids, &claimed, &pending))
+                Ok(claim_outcomes(claims, &claimed, &pending))
             }
 
-            async fn ack_many(&self, consumer: &str, msg_ids: &[&str]) -> Result<Vec<String>, skua_core::StoreError> {
+            async fn ack_many(&self, acks: &[(&str, &str)]) -> Result<Vec<bool>, skua_core::StoreError> {
                 use crate::error::sql;
                 use crate::log::*;
-                let mut acked = Vec::new();
-                for ids in msg_ids.chunks(skua_core::MAX_BATCH_IDS) {
-                    let mut q =
-                        sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(ack_many_sql(ids.len()))).bind(consumer);
-                    for id in padded(ids) {
-                        q = q.bind(id);
+                let mut deleted = Vec::new();
+                for chunk in acks.chunks(skua_core::MAX_BATCH_IDS) {
+                    let mut q = sqlx::query_as::<_, (String, String)>(sqlx::AssertSqlSafe(ack_many_sql(chunk.len())));
+                    for (c, m) in padded(chunk) {
+                        q = q.bind(c).bind(m);
                     }
-                    acked.extend(q.fetch_all(&self.pool).await.map_err(sql($backend, "ack_many"))?);
+                    deleted.extend(q.fetch_all(&self.pool).await.map_err(sql($backend, "ack_many"))?);
                 }
-                Ok(acked)
+                Ok(ack_outcomes(acks, deleted))
             }
 
             async fn backlog(&self, consumer: &str) -> Result<(u64, u64), skua_core::StoreError> {
@@ -589,14 +631,21 @@ mod tests {
     }
 
     #[test]
-    fn id_lists_come_in_powers_of_two_and_padding_repeats_the_last_id() {
-        assert_eq!(id_list(2, 1), "$2, $3, $4, $5, $6, $7, $8, $9");
-        assert_eq!(id_list(5, 9).matches('$').count(), 16);
+    fn batched_rows_come_in_powers_of_two_and_padding_repeats_the_last_entry() {
+        assert_eq!(values_rows(1, 2, false).matches('(').count(), 8);
+        assert!(values_rows(1, 2, false).starts_with("($1, $2), ($3, $4)"));
+        assert!(values_rows(9, 5, true).starts_with("($1, $2, $3, $4, CAST($5 AS BIGINT)), ($6,"));
+        assert_eq!(values_rows(9, 5, true).matches("CAST").count(), 16);
         assert_eq!(padded(&["a", "b"]).collect::<Vec<_>>(), ["a", "b", "b", "b", "b", "b", "b", "b"]);
-        let ids: Vec<String> = (0..9).map(|i| i.to_string()).collect();
-        let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
-        let p: Vec<&str> = padded(&refs).collect();
-        assert_eq!((p.len(), p[8], p[15]), (16, "8", "8"));
+        let p: Vec<u32> = padded(&(0..9).collect::<Vec<u32>>()).collect();
+        assert_eq!((p.len(), p[8], p[15]), (16, 8, 8));
+        assert_eq!(padded::<u32>(&[]).count(), 0, "nothing to pad");
+    }
+
+    #[test]
+    fn a_pair_acked_twice_counts_once() {
+        let got = ack_outcomes(&[("c", "m1"), ("c", "m2"), ("c", "m1")], vec![("c".into(), "m1".into())]);
+        assert_eq!(got, [true, false, false]);
     }
 
     #[test]

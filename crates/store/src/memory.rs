@@ -412,9 +412,9 @@ impl MessageLog for MemoryStore {
         Ok(self.lock().log.claim(consumer, msg_id, holder))
     }
 
-    async fn claim_many(&self, consumer: &str, msg_ids: &[&str], holder: Holder<'_>) -> Result<Vec<Claim>, StoreError> {
+    async fn claim_many(&self, claims: &[skua_core::LiveClaim<'_>]) -> Result<Vec<Claim>, StoreError> {
         let mut g = self.lock();
-        Ok(msg_ids.iter().map(|id| g.log.claim(consumer, id, holder)).collect())
+        Ok(claims.iter().map(|c| g.log.claim(c.consumer, c.msg_id, c.holder)).collect())
     }
 
     async fn list_consumers(
@@ -444,9 +444,9 @@ impl MessageLog for MemoryStore {
         Ok(self.lock().log.ack(consumer, msg_id))
     }
 
-    async fn ack_many(&self, consumer: &str, msg_ids: &[&str]) -> Result<Vec<String>, StoreError> {
+    async fn ack_many(&self, acks: &[(&str, &str)]) -> Result<Vec<bool>, StoreError> {
         let mut g = self.lock();
-        Ok(msg_ids.iter().filter(|id| g.log.ack(consumer, id)).map(|id| (*id).to_owned()).collect())
+        Ok(acks.iter().map(|(consumer, msg_id)| g.log.ack(consumer, msg_id)).collect())
     }
 
     async fn release(&self, scope: Release<'_>) -> Result<Vec<String>, StoreError> {
