@@ -4,7 +4,7 @@
 # (S persistent sessions, each with its own durable subscription to the logged topic, acking
 # every delivery) against each skua binary given, on SQLite and on a fresh Postgres database.
 # Per run it prints one line: store operations per delivery over the measured window (Skua's
-# /metrics, by operation) and, on Postgres, commits and tuples written per delivery over the
+# /metrics, by operation, with each operation's mean duration) and, on Postgres, commits and tuples written per delivery over the
 # whole run (pg_stat_database of the run's database, read before the server starts and after it
 # stopped, divided by every delivery of the run). Counts, unlike CPU time, do not depend on what
 # else the machine is doing; they do depend on how far the server falls behind (batches grow).
@@ -77,7 +77,8 @@ for bin in "$@"; do
     line+=" store_ops/delivery=$(field "$run" store_ops_per_delivery)"
     for op in claim claim_many claim_page ack ack_many append; do
       v=$(field "$run" "store_${op}_per_delivery")
-      if [ -n "$v" ]; then line+=" $op=$v"; fi
+      m=$(field "$run" "store_${op}_mean_us")
+      if [ -n "$v" ]; then line+=" $op=$v (${m%.*} µs)"; fi
     done
     if [ "$store" = postgres ]; then
       # The server has stopped: its backends flushed their statistics when they exited.

@@ -14,15 +14,20 @@ use crate::target::Target;
 
 /// The series whose `_count` counts store operations.
 const SERIES: &str = "skua_backend_operation_duration_seconds_count{";
+/// The series whose `_sum` adds up their seconds.
+const SUM_SERIES: &str = "skua_backend_operation_duration_seconds_sum{";
 
 /// Most bytes of `/metrics` read.
 const MAX_BYTES: usize = 8 * 1024 * 1024;
 
-/// Store operations so far, by operation name (`claim`, `ack`, `append`…); `None` when the
-/// target serves no such metrics (not Skua, a separate metrics listener, a metrics token).
-pub async fn store_ops(target: &Target) -> Option<BTreeMap<String, u64>> {
+/// Store operations so far, by operation name (`claim`, `ack`, `append`…): how many, and
+/// their seconds in all; `None` when the target serves no such metrics (not Skua, a separate
+/// metrics listener, a metrics token).
+pub async fn store_ops(target: &Target) -> Option<BTreeMap<String, (u64, f64)>> {
     let text = tokio::time::timeout(Duration::from_secs(5), get_metrics(target)).await.ok()??;
-    Some(parse(&text))
+    let counts = parse(&text, SERIES);
+    let sums = parse(&text, SUM_SERIES);
+    Some(counts.into_iter().map(|(op, n)| (op.clone(), (n as u64, sums.get(&op).copied().unwrap_or(0.0)))).collect())
 }
 
 async fn get_metrics(target: &Target) -> Option<String> {
@@ -42,31 +47,31 @@ async fn get_metrics(target: &Target) -> Option<String> {
     text.starts_with("HTTP/1.1 200").then_some(text)
 }
 
-/// The store operation counts of a Prometheus exposition (chunked transfer framing, if any, is
-/// harmless: only whole sample lines match).
-pub fn parse(text: &str) -> BTreeMap<String, u64> {
+/// The store operations' values of `series` in a Prometheus exposition (chunked transfer
+/// framing, if any, is harmless: only whole sample lines match).
+fn parse(text: &str, series: &str) -> BTreeMap<String, f64> {
     let mut ops = BTreeMap::new();
     for line in text.lines() {
-        let Some(rest) = line.strip_prefix(SERIES) else { continue };
+        let Some(rest) = line.strip_prefix(series) else { continue };
         let Some((labels, value)) = rest.split_once("} ") else { continue };
         if !labels.split(',').any(|l| l == "slot=\"store\"") {
             continue;
         }
         let op = labels.split(',').find_map(|l| l.strip_prefix("op=\"")?.strip_suffix('"'));
         if let (Some(op), Ok(n)) = (op, value.trim().parse::<f64>()) {
-            ops.insert(op.to_owned(), n as u64);
+            ops.insert(op.to_owned(), n);
         }
     }
     ops
 }
 
 /// Sets `store_ops` (store operations in the window), `store_ops_per_delivery` and, per
-/// operation, `store_<op>_per_delivery` from the counts at the window's edges and the
-/// deliveries received in it.
+/// operation, `store_<op>_per_delivery` and `store_<op>_mean_us` from the counts at the
+/// window's edges and the deliveries received in it.
 pub fn set_store_ops(
     s: &mut Summary,
-    before: Option<&BTreeMap<String, u64>>,
-    after: Option<&BTreeMap<String, u64>>,
+    before: Option<&BTreeMap<String, (u64, f64)>>,
+    after: Option<&BTreeMap<String, (u64, f64)>>,
     delivered: u64,
 ) {
     let (Some(before), Some(after)) = (before, after) else {
@@ -75,13 +80,19 @@ pub fn set_store_ops(
         return;
     };
     let per = |n: u64| (delivered > 0).then(|| n as f64 / delivered as f64);
-    let diff: Vec<(&String, u64)> =
-        after.iter().map(|(op, n)| (op, n.saturating_sub(before.get(op).copied().unwrap_or(0)))).collect();
-    let total: u64 = diff.iter().map(|(_, n)| n).sum();
+    let diff: Vec<(&String, u64, f64)> = after
+        .iter()
+        .map(|(op, (n, secs))| {
+            let (n0, s0) = before.get(op).copied().unwrap_or((0, 0.0));
+            (op, n.saturating_sub(n0), (secs - s0).max(0.0))
+        })
+        .collect();
+    let total: u64 = diff.iter().map(|(_, n, _)| n).sum();
     s.set("store_ops", total);
     s.set("store_ops_per_delivery", per(total));
-    for (op, n) in diff.into_iter().filter(|(_, n)| *n > 0) {
+    for (op, n, secs) in diff.into_iter().filter(|(_, n, _)| *n > 0) {
         s.set(&format!("store_{op}_per_delivery"), per(n));
+        s.set(&format!("store_{op}_mean_us"), secs * 1e6 / n as f64);
     }
 }
 
@@ -94,8 +105,8 @@ mod tests {
             skua_backend_operation_duration_seconds_count{slot=\"store\",op=\"claim\"} 7\n\
             skua_backend_operation_duration_seconds_count{slot=\"store\",op=\"ack\"} 5\n\
             skua_backend_operation_duration_seconds_count{slot=\"bus\",op=\"publish\"} 9\n";
-        let ops = super::parse(text);
+        let ops = super::parse(text, super::SERIES);
         assert_eq!(ops.len(), 2);
-        assert_eq!((ops["claim"], ops["ack"]), (7, 5));
+        assert_eq!((ops["claim"], ops["ack"]), (7.0, 5.0));
     }
 }

@@ -15,6 +15,11 @@ use tokio::sync::{mpsc, oneshot};
 /// Requests waiting for the writer at most; a durable task waits for room beyond that.
 const QUEUE: usize = 1024;
 
+/// Batches in the store at the same time at most. One writer takes what waits while the others
+/// are busy, so under light load one batch holds everything (fewest statements) and under heavy
+/// load the batches overlap; each uses up to two store connections (its claims and its acks).
+const WRITERS: usize = 2;
+
 /// What a durable task asks the writer.
 #[derive(Debug)]
 enum Request {
@@ -44,7 +49,10 @@ impl Writer {
     /// Starts the writer of `node`'s claims and acks in `store`.
     pub(crate) fn spawn(store: Arc<dyn Store>, node: NodeId) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE);
-        tokio::spawn(run(store, node, rx));
+        let rx = Arc::new(tokio::sync::Mutex::new(rx));
+        for _ in 0..WRITERS {
+            tokio::spawn(run(store.clone(), node.clone(), rx.clone()));
+        }
         Self { tx }
     }
 
@@ -76,19 +84,29 @@ impl Writer {
     }
 }
 
-async fn run(store: Arc<dyn Store>, node: NodeId, mut rx: mpsc::Receiver<Request>) {
-    while let Some(first) = rx.recv().await {
-        let mut rows = first.rows();
-        let mut batch = vec![first];
-        while rows < skua_core::MAX_BATCH_IDS {
-            match rx.try_recv() {
-                Ok(r) => {
-                    rows += r.rows();
-                    batch.push(r);
+/// One writer: takes what waits (up to [`skua_core::MAX_BATCH_IDS`] rows) and stores it, until
+/// the queue closes.
+async fn run(store: Arc<dyn Store>, node: NodeId, rx: Arc<tokio::sync::Mutex<mpsc::Receiver<Request>>>) {
+    loop {
+        let batch = {
+            let mut rx = rx.lock().await;
+            let Some(first) = rx.recv().await else { return };
+            // One pass of the scheduler: the other durable tasks woken by the same fan-out
+            // queue their claims now and join this batch instead of starting the next one.
+            tokio::task::yield_now().await;
+            let mut rows = first.rows();
+            let mut batch = vec![first];
+            while rows < skua_core::MAX_BATCH_IDS {
+                match rx.try_recv() {
+                    Ok(r) => {
+                        rows += r.rows();
+                        batch.push(r);
+                    }
+                    Err(_) => break,
                 }
-                Err(_) => break,
             }
-        }
+            batch
+        };
         let (mut claims, mut acks) = (Vec::new(), Vec::new());
         for r in batch {
             match r {
