@@ -41,8 +41,8 @@ use crate::outbound::ConnHandle;
 /// remember is tried on each of the connection's consumers.
 const MAX_INFLIGHT_INDEX: usize = 4096;
 
-/// Most commands a durable task takes off its queue in one go: their live messages are claimed
-/// with one statement per consumer, their acks stored with one per consumer.
+/// Most commands a durable task takes off its queue in one go: their live messages go to the
+/// node's writer as one claim request, their acks as one ack request.
 const MAX_BATCH: usize = skua_core::MAX_BATCH_IDS;
 
 /// A connection's release that failed (store unreachable) is retried this often…
