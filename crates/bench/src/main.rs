@@ -541,7 +541,8 @@ async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             plan.ack_stored = durable;
             plan.store_ops = plan.acks;
             if durable {
-                plan.case.push_str(" durable");
+                // Its own case name, which no plain `logged …` case prefix matches (the report's targets).
+                plan.case = plan.case.replacen("logged ", "logged-durable ", 1);
             }
             let mut s = traffic::run(&st.ctx, &plan).await?;
             let stored = s.num("stored_deliveries").unwrap_or(0.0);
