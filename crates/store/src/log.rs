@@ -386,8 +386,11 @@ macro_rules! sql_message_log {
                 let mut claimed = std::collections::HashMap::new();
                 // A message given twice goes to its first entry's holder: only that one is sent.
                 let mut seen = std::collections::HashSet::new();
-                let unique: Vec<skua_core::LiveClaim<'_>> =
+                let mut unique: Vec<skua_core::LiveClaim<'_>> =
                     claims.iter().copied().filter(|c| seen.insert((c.consumer, c.msg_id))).collect();
+                // Rows in one global order, so two batches (two writers, two nodes) that share
+                // rows lock them in the same order and never deadlock each other.
+                unique.sort_unstable_by(|a, b| (a.consumer, a.msg_id).cmp(&(b.consumer, b.msg_id)));
                 for chunk in unique.chunks(skua_core::MAX_BATCH_IDS) {
                     let text = claim_many_sql(chunk.len());
                     let mut q = sqlx::query_as::<_, (String, String, i32, i64, String, i64)>(sqlx::AssertSqlSafe(text));
@@ -419,7 +422,11 @@ macro_rules! sql_message_log {
                 use crate::error::sql;
                 use crate::log::*;
                 let mut deleted = Vec::new();
-                for chunk in acks.chunks(skua_core::MAX_BATCH_IDS) {
+                // In one global order, as the claims (no deadlock between overlapping batches).
+                let mut sorted = acks.to_vec();
+                sorted.sort_unstable();
+                sorted.dedup();
+                for chunk in sorted.chunks(skua_core::MAX_BATCH_IDS) {
                     let mut q = sqlx::query_as::<_, (String, String)>(sqlx::AssertSqlSafe(ack_many_sql(chunk.len())));
                     for (c, m) in padded(chunk) {
                         q = q.bind(c).bind(m);
