@@ -643,3 +643,48 @@ async fn postgres_claims_and_acks_a_burst_of_live_deliveries_in_batches() {
     let server = burst_server(&db.url).await;
     a_burst_is_claimed_and_acked_in_batches(&server).await;
 }
+
+/// One message fanned out to several durable subscribers of a node is claimed for them together
+/// (the node's writer, issue 36): messages published one at a time to [`FANOUT_SUBS`] persistent
+/// sessions cost far fewer claim and ack statements than deliveries, though each connection's
+/// durable task has only one message at a time to claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_message_to_many_durable_subscribers_is_claimed_together() {
+    const FANOUT_SUBS: usize = 8;
+    const MESSAGES: i64 = 30;
+    let path = std::env::temp_dir().join(format!("skua-durable-fanout-{}.db", uuid::Uuid::new_v4().simple()));
+    let server = burst_server(&format!("sqlite://{}", path.display())).await;
+    let mut workers = Vec::new();
+    for i in 0..FANOUT_SUBS {
+        let mut w = agent(&server, &format!("fan-{i}"), false).await;
+        w.subscribe(TASKS).await;
+        workers.push(w);
+    }
+    let mut alice = server.auth("dev-token-alice").await;
+    for n in 0..MESSAGES {
+        publish(&mut alice, n).await;
+        let mut got = Vec::new();
+        for w in &mut workers {
+            let m = w.expect("message").await;
+            assert_eq!(data(&m), n, "{m:?}");
+            got.push(m);
+        }
+        for (w, m) in workers.iter_mut().zip(&got) {
+            ack(w, m).await;
+        }
+    }
+    let deliveries = MESSAGES as u64 * FANOUT_SUBS as u64;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while server.state.metrics.acks.load(Ordering::Relaxed) < deliveries {
+        assert!(tokio::time::Instant::now() < deadline, "not every ack was stored");
+        tokio::task::yield_now().await;
+    }
+    let (claims, acks) = (store_ops(&server, "claim_many"), store_ops(&server, "ack_many"));
+    eprintln!("{deliveries} deliveries: {claims} claim_many, {acks} ack_many");
+    assert!(claims * 2 <= deliveries, "{claims} claim statements for {deliveries} live deliveries");
+    assert!(acks * 2 <= deliveries, "{acks} ack statements for {deliveries} acks");
+    drop(server);
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+}
