@@ -14,7 +14,8 @@
 //! - [`summary`]: the result of a run, as a human summary and one JSON line;
 //! - [`report`]: turns collected JSON lines into the markdown tables of `docs/benchmarks.md`;
 //! - [`fixtures`]: the bench fixtures TOML that `skua serve --fixtures` loads next to `--dev`;
-//! - [`receiver`]: the always-ok trigger webhook receiver of `--triggers`.
+//! - [`receiver`]: the always-ok trigger webhook receiver of `--triggers`;
+//! - [`metrics`]: Skua's store operation counts from its `/metrics` (`logged`).
 //!
 //! It depends on `skua-protocol` for the MessagePack reader and writer only; nothing here knows
 //! Skua's internals, so the same code measures every server the same way.
@@ -22,6 +23,7 @@
 pub mod conn;
 pub mod fixtures;
 pub mod json;
+pub mod metrics;
 pub mod payload;
 pub mod procfs;
 pub mod receiver;

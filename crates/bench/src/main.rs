@@ -87,6 +87,13 @@ enum Cmd {
         /// Most msg/s per publisher connection.
         #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=100_000))]
         max_rate_per_conn: u32,
+        /// nolag: subscribers are persistent sessions (the demo agent, --durable-token, each with
+        /// its own clientId) with durable subscriptions, and ack every delivery (`batchAck`).
+        #[arg(long)]
+        durable: bool,
+        /// Token of the durable subscribers (an agent or orchestrator of the demo project).
+        #[arg(long, default_value = "dev-token-agent", requires = "durable")]
+        durable_token: String,
     },
     /// C logged-in, subscribed connections; the server's RSS growth per connection.
     Idle {
@@ -329,7 +336,7 @@ struct Setup {
 
 /// Which fixtures a run uses: the bench app's actors (pairs, `fanout --bench-app`) and its
 /// topic for fanout.
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, PartialEq)]
 enum Fixture {
     /// The demo fixtures' actors and topics.
     Demo,
@@ -339,6 +346,9 @@ enum Fixture {
     BenchFanout,
     /// The demo fixtures' actors; fanout on demo/general/feed (a topic with history).
     DemoHistory,
+    /// The demo fixtures; subscribers log in with this token and a clientId each (persistent
+    /// sessions, `logged --durable`).
+    DemoDurable(String),
 }
 
 async fn setup(
@@ -351,6 +361,11 @@ async fn setup(
     let mut nolag = Nolag::default();
     if fixture == Fixture::DemoHistory {
         nolag.fanout_topic = "demo/general/feed".into();
+    } else if let Fixture::DemoDurable(token) = &fixture {
+        nolag.sub_token.clone_from(token);
+        // Unique per run, so a reused server's consumers of earlier runs are not reopened.
+        let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        nolag.sub_client_ids = Some(format!("bench-{}-{}-", std::process::id(), started.as_millis()));
     } else if fixture != Fixture::Demo {
         nolag.pub_token = fixtures::PUB_TOKEN.into();
         nolag.sub_token = fixtures::SUB_TOKEN.into();
@@ -475,6 +490,8 @@ fn fanout_plan(scenario: &'static str, subscribers: u32, rate: u32, payload: u32
         payload: payload as usize,
         topic: |_| TopicKey::Fanout,
         acks: false,
+        ack_stored: false,
+        store_ops: false,
     }
 }
 
@@ -590,12 +607,22 @@ async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             let s = storm::run(&ctx, &plan).await?;
             return finish(&s, json.as_deref(), strict);
         }
-        Cmd::Logged { t, run, subscribers, rate, payload, max_rate_per_conn } => {
+        Cmd::Logged { t, run, subscribers, rate, payload, max_rate_per_conn, durable, durable_token } => {
             no_triggers(&t, "logged")?;
-            let st = setup(&t, Some(run), Fixture::Demo, 0, 0).await?;
+            if durable && t.proto != "nolag" {
+                bail!("--durable needs --proto nolag (durable subscriptions are Skua's)");
+            }
+            let fixture = if durable { Fixture::DemoDurable(durable_token) } else { Fixture::Demo };
+            let st = setup(&t, Some(run), fixture, 0, 0).await?;
             let mut plan = fanout_plan("logged", subscribers, rate, payload, max_rate_per_conn);
             plan.topic = |_| TopicKey::Logged;
             plan.acks = st.ctx.wire.name() == "nolag";
+            plan.ack_stored = durable;
+            plan.store_ops = plan.acks;
+            if durable {
+                // Its own case name, which no plain `logged …` case prefix matches (the report's targets).
+                plan.case = plan.case.replacen("logged ", "logged-durable ", 1);
+            }
             let mut s = traffic::run(&st.ctx, &plan).await?;
             let stored = s.num("stored_deliveries").unwrap_or(0.0);
             s.notes.push(if stored == 0.0 {
@@ -603,7 +630,11 @@ async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                  so the logged topic measured the same path as fanout; rerun when stored delivery lands"
                     .into()
             } else {
-                format!("{stored:.0} deliveries came from the store (msgId + requiresAck); the bench does not ack them")
+                if durable {
+                    format!("{stored:.0} deliveries came from the store (msgId + requiresAck) to durable subscriptions; each was acked")
+                } else {
+                    format!("{stored:.0} deliveries came from the store (msgId + requiresAck); the bench does not ack them")
+                }
             });
             (st, s)
         }
@@ -619,6 +650,8 @@ async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 payload: payload as usize,
                 topic: TopicKey::Pair,
                 acks: false,
+                ack_stored: false,
+                store_ops: false,
             };
             let s = traffic::run(&st.ctx, &plan).await?;
             (st, s)

@@ -41,8 +41,8 @@ pub enum Event<'a> {
     Subscribed,
     /// A delivered message's payload, exactly the bytes the publisher sent.
     Payload(&'a [u8]),
-    /// The message just reported came from the store (NoLag `msgId` + `requiresAck`).
-    Stored,
+    /// The message just reported came from the store (NoLag `msgId` + `requiresAck`); its id.
+    Stored(&'a str),
     /// The server accepted the publish with this sequence number (NoLag `published`).
     Acked(u64),
     /// The server refused something: a login, a subscription or a publish.
@@ -80,6 +80,12 @@ pub trait Wire: Send + Sync + 'static {
     fn publish(&self, topic: &str, payload: &[u8], ack: Option<u64>) -> Bytes;
     /// A keep-alive frame, sent every [`HEARTBEAT_EVERY`] by long-lived connections.
     fn heartbeat(&self) -> Bytes;
+    /// One frame acknowledging the stored deliveries `msg_ids` ([`Event::Stored`]), where the
+    /// protocol has acks (NoLag `batchAck`); `None` otherwise.
+    fn ack(&self, msg_ids: &[String]) -> Option<Bytes> {
+        let _ = msg_ids;
+        None
+    }
     /// A fresh decoder for one connection.
     fn decoder(&self) -> Box<dyn Decoder>;
 }

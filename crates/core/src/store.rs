@@ -216,6 +216,21 @@ pub enum Claim {
     Absent,
 }
 
+/// One live message to hand to a connection ([`MessageLog::claim_many`]).
+#[derive(Debug, Clone, Copy)]
+pub struct LiveClaim<'a> {
+    /// The consumer it is pending for.
+    pub consumer: &'a str,
+    /// Its `msgId`.
+    pub msg_id: &'a str,
+    /// The connection to hand it to.
+    pub holder: Holder<'a>,
+}
+
+/// Most message ids one statement of [`MessageLog::claim_many`] or [`MessageLog::ack_many`]
+/// carries; longer lists take several statements.
+pub const MAX_BATCH_IDS: usize = 256;
+
 /// Which held messages [`Store::release`] hands back.
 #[derive(Debug, Clone, Copy)]
 pub enum Release<'a> {
@@ -431,6 +446,18 @@ pub trait MessageLog: Send + Sync {
     /// [`StoreError`] when the backend failed.
     async fn claim(&self, consumer: &str, msg_id: &str, holder: Holder<'_>) -> Result<Claim, StoreError>;
 
+    /// [`claim`](Self::claim) for several messages at once, of any consumers and for any
+    /// holders (the live messages a node's durable tasks found waiting together): one [`Claim`]
+    /// per entry of `claims`, in their order. Each message is handed to one holder only,
+    /// however many claim at once; a message given twice is claimed once (by the first entry
+    /// naming its holder; every other entry gets [`Claim::Held`]). One statement per
+    /// [`MAX_BATCH_IDS`] entries when all are claimed, one more when some are not.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the backend failed; then the claims of earlier statements of the
+    /// same call may have been made (they are released with their connections' holds).
+    async fn claim_many(&self, claims: &[LiveClaim<'_>]) -> Result<Vec<Claim>, StoreError>;
+
     /// How many messages are pending and unheld for `consumer`, and the highest `seq` among
     /// them (0 when none).
     ///
@@ -466,6 +493,15 @@ pub trait MessageLog: Send + Sync {
     /// # Errors
     /// [`StoreError`] when the backend failed.
     async fn ack(&self, consumer: &str, msg_id: &str) -> Result<bool, StoreError>;
+
+    /// [`ack`](Self::ack) for several `(consumer, msg_id)` pairs at once (acks that arrived
+    /// together, on any connections): whether each was pending, in their order (a pair given
+    /// twice: its second place is `false`). One statement per [`MAX_BATCH_IDS`] pairs.
+    ///
+    /// # Errors
+    /// [`StoreError`] when the backend failed; then acks of earlier statements of the same call
+    /// may have been stored.
+    async fn ack_many(&self, acks: &[(&str, &str)]) -> Result<Vec<bool>, StoreError>;
 
     /// Makes the held messages `scope` names unheld again (they stay pending and count as
     /// redeliveries from then on); returns the ids of the consumers that had any.

@@ -4,7 +4,9 @@
 //! Each connection with a durable subscription (a persistent session's subscription to a logged
 //! topic) gets one [`DurableTask`]. The hub's dispatcher hands it the live messages of those
 //! subscriptions instead of queueing frames itself; the task claims each one in the store before
-//! it sends it, so a message pending for a load-balanced group reaches one connection only, and
+//! it sends it (the live messages waiting together in one request to the node's writer, which
+//! claims what all the node's tasks wait for in one statement: [`crate::durable_writer`]), so a
+//! message pending for a load-balanced group reaches one connection only, and
 //! a message the task could not take in time (its queue full) is simply picked up from the store
 //! later ("catch-up"). The task waits for room in the connection's outbound queue before each
 //! frame, so a backlog of any size is paged from the store, never loaded at once, and never
@@ -39,6 +41,10 @@ use crate::outbound::ConnHandle;
 /// remember is tried on each of the connection's consumers.
 const MAX_INFLIGHT_INDEX: usize = 4096;
 
+/// Most commands a durable task takes off its queue in one go: their live messages go to the
+/// node's writer as one claim request, their acks as one ack request.
+const MAX_BATCH: usize = skua_core::MAX_BATCH_IDS;
+
 /// A connection's release that failed (store unreachable) is retried this often…
 const RELEASE_RETRY_EVERY: Duration = Duration::from_secs(5);
 /// …this many times; after that the session's next connection, or the node's restart, frees them.
@@ -71,6 +77,8 @@ pub struct Durable {
     sweep: Duration,
     restore_ttl: Duration,
     replay_page_size: u32,
+    /// The node's batched claims and acks.
+    writer: crate::durable_writer::Writer,
     // std Mutex: map updates only, never across an await.
     /// Local connections of each clientId session (normally one), for takeovers.
     sessions: Mutex<HashMap<SessionKey, Vec<Arc<ConnHandle>>>>,
@@ -96,9 +104,11 @@ impl Durable {
         tasks: TaskTracker,
         config: &EdgeConfig,
     ) -> Self {
+        let writer = crate::durable_writer::Writer::spawn(store.clone(), node.clone());
         Self {
             node,
             store,
+            writer,
             bus,
             ids,
             metrics,
@@ -239,6 +249,33 @@ pub(crate) enum Cmd {
     Shutdown(oneshot::Sender<()>),
 }
 
+/// The msgId of a live message (empty for anything else: never claimed).
+fn msg_id(env: &Envelope) -> &str {
+    match env {
+        Envelope::Publication(p) => p.msg_id.as_deref().unwrap_or(""),
+        _ => "",
+    }
+}
+
+/// Live messages and acks a durable task took off its queue together ([`DurableTask::take_batch`]).
+#[derive(Debug, Default)]
+struct Batch {
+    /// Live messages, in queue order.
+    live: Vec<(ConsumerId, Arc<Envelope>)>,
+    /// Acked msgIds, in queue order.
+    acks: Vec<String>,
+}
+
+impl Batch {
+    fn add(&mut self, cmd: Cmd) {
+        match cmd {
+            Cmd::Live { consumer, env } => self.live.push((consumer, env)),
+            Cmd::Ack(ids) => self.acks.extend(ids),
+            _ => {}
+        }
+    }
+}
+
 /// How the hub reaches a connection's durable task.
 #[derive(Debug, Clone)]
 pub struct DurableRoute {
@@ -358,6 +395,17 @@ impl DurableTask {
                 _ = sweep.tick(), if sweeping => { self.sweep().await; continue; }
             };
             let Some(cmd) = cmd else { break };
+            let next = match cmd {
+                Cmd::Live { .. } | Cmd::Ack(_) => {
+                    let (batch, next) = self.take_batch(cmd, &mut rx);
+                    self.live_batch(batch.live).await;
+                    self.ack(batch.acks).await;
+                    self.catch_up_after_overflow().await;
+                    next
+                }
+                other => Some(other),
+            };
+            let Some(cmd) = next else { continue };
             if let Cmd::Shutdown(done) = cmd {
                 self.shutdown().await;
                 let _ = done.send(());
@@ -372,9 +420,29 @@ impl DurableTask {
         self.shutdown().await;
     }
 
+    /// `first` (a live message or an ack) and the live messages and acks queued right behind
+    /// it, up to [`MAX_BATCH`] commands: whatever waits already, never waiting for more. Stops
+    /// at any other command (returned, to handle after the batch) and as soon as a live message
+    /// was dropped (queue full): what is queued from then on may be newer than the dropped one,
+    /// which the catch-up after this batch delivers first.
+    fn take_batch(&self, first: Cmd, rx: &mut mpsc::Receiver<Cmd>) -> (Batch, Option<Cmd>) {
+        let mut batch = Batch::default();
+        batch.add(first);
+        let mut taken = 1;
+        while taken < MAX_BATCH && !self.overflow.load(Ordering::Acquire) {
+            match rx.try_recv() {
+                Ok(cmd @ (Cmd::Live { .. } | Cmd::Ack(_))) => batch.add(cmd),
+                Ok(other) => return (batch, Some(other)),
+                Err(_) => break,
+            }
+            taken += 1;
+        }
+        (batch, None)
+    }
+
     async fn handle(&mut self, cmd: Cmd) {
         match cmd {
-            Cmd::Live { consumer, env } => self.live(&consumer, &env).await,
+            Cmd::Live { consumer, env } => self.live_batch(vec![(consumer, env)]).await,
             Cmd::Start { consumer, echo, replay, held } => {
                 self.d.register_consumer_task(&consumer, self.conn.id, &self.self_tx);
                 let state = ConsumerState { echo, held: held.then_some(replay), last_seq: 0, sweep_mark: 0 };
@@ -399,44 +467,70 @@ impl DurableTask {
         }
     }
 
-    async fn live(&mut self, consumer: &ConsumerId, env: &Arc<Envelope>) {
+    /// Delivers live messages, in the order given, each once this connection holds it in the
+    /// store: all of them are claimed by one request to the node's writer
+    /// ([`crate::durable_writer`]), which claims them together with what the node's other
+    /// connections wait to claim, instead of a claim per message and subscriber.
+    async fn live_batch(&mut self, live: Vec<(ConsumerId, Arc<Envelope>)>) {
         // A held subscription's messages stay pending; its resume delivers them.
-        let Some(state) = self.consumers.get(consumer).filter(|s| s.held.is_none()) else { return };
-        let echo = state.echo.clone();
-        let Envelope::Publication(p) = &**env else { return };
-        let Some(msg_id) = p.msg_id.as_deref() else { return };
-        let is_replay = match self.d.store.claim(consumer.as_str(), msg_id, self.holder()).await {
-            Ok(Claim::Claimed { redelivered, seq }) => {
-                self.remember(msg_id, consumer);
-                if let Some(s) = self.consumers.get_mut(consumer) {
-                    s.last_seq = s.last_seq.max(seq);
+        let live: Vec<(ConsumerId, Arc<Envelope>)> = live
+            .into_iter()
+            .filter(|(c, env)| {
+                self.consumers.get(c).is_some_and(|s| s.held.is_none())
+                    && matches!(&**env, Envelope::Publication(p) if p.msg_id.is_some())
+            })
+            .collect();
+        // Per message: deliver it (and whether as a redelivery) or not. One request to the
+        // node's writer for all of them, stored with what other connections wait to claim.
+        let mut verdicts: Vec<Option<bool>> = vec![None; live.len()];
+        let mut claimed: Vec<(usize, u64)> = Vec::new();
+        let wanted: Vec<(ConsumerId, String)> =
+            live.iter().map(|(c, env)| (c.clone(), msg_id(env).to_owned())).collect();
+        match self.d.writer.claim(wanted, &self.session, self.conn.id.0).await {
+            Some(claims) => {
+                for (i, claim) in claims.into_iter().enumerate() {
+                    verdicts[i] = match claim {
+                        Claim::Claimed { redelivered, seq } => {
+                            claimed.push((i, seq));
+                            Some(redelivered)
+                        }
+                        Claim::Held => None,
+                        // Nothing pending for a group: another member was given it (a replay
+                        // or catch-up got there before this live copy) and acked it, or
+                        // retention pruned it, or it was appended before the group's
+                        // consumer existed. Delivering it again would hand an acked message
+                        // to a second member (N26); groups never get retained copies.
+                        Claim::Absent if matches!(live[i].0.of(), ConsumerOf::Group(_)) => None,
+                        Claim::Absent => Some(false),
+                    };
                 }
-                redelivered
             }
-            Ok(Claim::Held) => return,
-            // Nothing pending for a group: another member was given it (a replay or catch-up
-            // got there before this live copy) and acked it, or retention pruned it, or it was
-            // appended before the group's consumer existed. Delivering it again would hand an
-            // acked message to a second member (N26); groups never get retained copies.
-            Ok(Claim::Absent) if matches!(consumer.of(), ConsumerOf::Group(_)) => return,
-            Ok(Claim::Absent) => false,
-            Err(e) => {
-                // At least once: deliver it; it stays pending and may come again.
-                tracing::warn!(error = %e, "Claiming a logged message failed; delivering it untracked.");
-                false
+            // At least once: deliver them; they stay pending and may come again (the writer
+            // logged the failure).
+            None => verdicts.iter_mut().for_each(|v| *v = Some(false)),
+        }
+        for (i, seq) in claimed {
+            let (consumer, env) = &live[i];
+            self.remember(msg_id(env), consumer);
+            if let Some(s) = self.consumers.get_mut(consumer) {
+                s.last_seq = s.last_seq.max(seq);
             }
-        };
-        let frame = MessageFrame {
-            topic: &echo,
-            data: &p.data,
-            filter: p.filter.as_deref(),
-            from: p.publisher.as_str(),
-            timestamp: p.timestamp_ms,
-            msg_id: Some(msg_id),
-            is_replay,
-            history: p.history.as_ref().map(|h| (h.offset, &*h.epoch)),
-        };
-        self.push(&ServerFrame::Message(frame)).await;
+        }
+        for ((consumer, env), verdict) in live.iter().zip(verdicts) {
+            let (Some(is_replay), Envelope::Publication(p)) = (verdict, &**env) else { continue };
+            let Some(echo) = self.consumers.get(consumer).map(|s| s.echo.clone()) else { continue };
+            let frame = MessageFrame {
+                topic: &echo,
+                data: &p.data,
+                filter: p.filter.as_deref(),
+                from: p.publisher.as_str(),
+                timestamp: p.timestamp_ms,
+                msg_id: p.msg_id.as_deref(),
+                is_replay,
+                history: p.history.as_ref().map(|h| (h.offset, &*h.epoch)),
+            };
+            self.push(&ServerFrame::Message(frame)).await;
+        }
     }
 
     /// Delivers what is pending and unheld for `consumer`, oldest first, in pages. As a group
@@ -574,22 +668,23 @@ impl DurableTask {
         }
     }
 
+    /// Stores acks, with those other connections of the node wait to store: each on the
+    /// consumer this task delivered it for, an id it does not remember on each of its
+    /// consumers (a msgId is pending for one of them at most).
     async fn ack(&mut self, ids: Vec<String>) {
+        if ids.is_empty() {
+            return;
+        }
+        let mut acks: Vec<(ConsumerId, String)> = Vec::with_capacity(ids.len());
         for id in ids {
-            let consumers: Vec<ConsumerId> = match self.inflight.remove(&id) {
-                Some(c) => vec![c],
-                None => self.consumers.keys().cloned().collect(),
-            };
-            for c in consumers {
-                match self.d.store.ack(c.as_str(), &id).await {
-                    Ok(true) => {
-                        self.d.metrics.acks.fetch_add(1, Ordering::Relaxed);
-                        break;
-                    }
-                    Ok(false) => {}
-                    Err(e) => tracing::warn!(error = %e, "Storing an ack failed; the message may be delivered again."),
-                }
+            match self.inflight.remove(&id) {
+                Some(c) => acks.push((c, id)),
+                None => acks.extend(self.consumers.keys().map(|c| (c.clone(), id.clone()))),
             }
+        }
+        if let Some(done) = self.d.writer.ack(acks).await {
+            let n = done.iter().filter(|d| **d).count();
+            self.d.metrics.acks.fetch_add(n as u64, Ordering::Relaxed);
         }
     }
 

@@ -31,6 +31,7 @@ pub mod auth;
 pub mod clock;
 pub mod config;
 pub mod durable;
+mod durable_writer;
 pub mod fds;
 pub mod front;
 pub mod history;

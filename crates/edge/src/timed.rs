@@ -389,6 +389,10 @@ impl MessageLog for TimedStore {
         timed(&self.metrics, "store", "claim", self.inner.claim(consumer, msg_id, holder)).await
     }
 
+    async fn claim_many(&self, claims: &[skua_core::LiveClaim<'_>]) -> Result<Vec<Claim>, StoreError> {
+        timed(&self.metrics, "store", "claim_many", self.inner.claim_many(claims)).await
+    }
+
     async fn list_consumers(
         &self,
         prefix: &str,
@@ -414,6 +418,10 @@ impl MessageLog for TimedStore {
 
     async fn ack(&self, consumer: &str, msg_id: &str) -> Result<bool, StoreError> {
         timed(&self.metrics, "store", "ack", self.inner.ack(consumer, msg_id)).await
+    }
+
+    async fn ack_many(&self, acks: &[(&str, &str)]) -> Result<Vec<bool>, StoreError> {
+        timed(&self.metrics, "store", "ack_many", self.inner.ack_many(acks)).await
     }
 
     async fn release(&self, scope: Release<'_>) -> Result<Vec<String>, StoreError> {

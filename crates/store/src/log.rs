@@ -77,6 +77,114 @@ pub(crate) const PRUNE_CAP: &str = "DELETE FROM log_messages WHERE seq IN ( \
      SELECT seq FROM log_messages WHERE topic = $1 AND seq <= $2 ORDER BY seq LIMIT $3)";
 pub(crate) const PRUNE_CONSUMERS: &str = "DELETE FROM log_consumers WHERE expires_at <= $1";
 
+/// Rows a batched statement over `n` entries carries: `n` padded to the next power of two (at
+/// least 8), so the statement comes in a few shapes only (the prepared-statement cache stays
+/// small); the padding repeats the last entry, which changes nothing.
+pub(crate) fn slots(n: usize) -> usize {
+    n.max(8).next_power_of_two()
+}
+
+/// The `VALUES` rows of a batched statement over `n` entries of `width` parameters each
+/// (`$1` first), padded as [`slots`] counts; with `conn_last`, each row's last parameter is
+/// cast to `BIGINT` (a holder's connection; Postgres types bare parameters in `VALUES` as text).
+pub(crate) fn values_rows(n: usize, width: usize, conn_last: bool) -> String {
+    use std::fmt::Write as _;
+    let mut rows = String::with_capacity(slots(n) * width * 6);
+    for r in 0..slots(n) {
+        rows.push_str(if r == 0 { "(" } else { ", (" });
+        for c in 0..width {
+            let p = r * width + c + 1;
+            if c > 0 {
+                rows.push_str(", ");
+            }
+            if conn_last && c + 1 == width {
+                let _ = write!(rows, "CAST(${p} AS BIGINT)");
+            } else {
+                let _ = write!(rows, "${p}");
+            }
+        }
+        rows.push(')');
+    }
+    rows
+}
+
+/// `entries` padded as [`slots`] counts, by repeating the last one.
+pub(crate) fn padded<T: Copy>(entries: &[T]) -> impl Iterator<Item = T> + '_ {
+    let n = if entries.is_empty() { 0 } else { slots(entries.len()) };
+    let last = entries.last().copied();
+    entries.iter().copied().chain(std::iter::from_fn(move || last)).take(n)
+}
+
+/// Claims the unheld ones of up to [`skua_core::MAX_BATCH_IDS`] `(consumer, msg_id, session,
+/// node, conn)` rows, each for its holder; returns what it claimed and for whom.
+pub(crate) fn claim_many_sql(n: usize) -> String {
+    format!(
+        "UPDATE log_pending \
+         SET holder_session = v.column3, holder_node = v.column4, holder_conn = v.column5, \
+         deliveries = deliveries + 1 \
+         FROM (VALUES {}) AS v \
+         WHERE log_pending.consumer_id = v.column1 AND log_pending.msg_id = v.column2 \
+         AND log_pending.holder_session IS NULL \
+         RETURNING log_pending.consumer_id, log_pending.msg_id, log_pending.deliveries, log_pending.seq, \
+         log_pending.holder_node, log_pending.holder_conn",
+        values_rows(n, 5, true)
+    )
+}
+
+/// Which of up to [`skua_core::MAX_BATCH_IDS`] `(consumer, msg_id)` pairs are pending.
+pub(crate) fn pending_of_sql(n: usize) -> String {
+    format!(
+        "SELECT consumer_id, msg_id FROM log_pending WHERE (consumer_id, msg_id) IN (VALUES {})",
+        values_rows(n, 2, false)
+    )
+}
+
+/// Deletes the pending rows of up to [`skua_core::MAX_BATCH_IDS`] `(consumer, msg_id)` pairs.
+pub(crate) fn ack_many_sql(n: usize) -> String {
+    format!(
+        "DELETE FROM log_pending WHERE (consumer_id, msg_id) IN (VALUES {}) RETURNING consumer_id, msg_id",
+        values_rows(n, 2, false)
+    )
+}
+
+/// What a batched claim returned for one message: deliveries, seq, holder node, holder conn.
+pub(crate) type ClaimedRow = (i32, i64, String, i64);
+
+/// The outcome of [`skua_core::MessageLog::claim_many`] for `claims`, from what the claims
+/// returned (`claimed`: (consumer, msg_id) → row) and which of the others are pending.
+pub(crate) fn claim_outcomes(
+    claims: &[skua_core::LiveClaim<'_>],
+    claimed: &std::collections::HashMap<(String, String), ClaimedRow>,
+    pending: &std::collections::HashSet<(String, String)>,
+) -> Vec<skua_core::Claim> {
+    let mut given = std::collections::HashSet::new();
+    claims
+        .iter()
+        .map(|c| {
+            let key = (c.consumer.to_owned(), c.msg_id.to_owned());
+            match claimed.get(&key) {
+                Some((d, seq, node, conn))
+                    if *node == c.holder.node
+                        && u64::try_from(*conn).ok() == Some(c.holder.conn)
+                        && given.insert(key.clone()) =>
+                {
+                    skua_core::Claim::Claimed { redelivered: *d > 1, seq: u64::try_from(*seq).unwrap_or(0) }
+                }
+                Some(_) => skua_core::Claim::Held,
+                None if pending.contains(&key) => skua_core::Claim::Held,
+                None => skua_core::Claim::Absent,
+            }
+        })
+        .collect()
+}
+
+/// Whether each of `acks` was deleted, by the `(consumer, msg_id)` pairs a batched ack returned
+/// (a pair given twice: its second place is `false`).
+pub(crate) fn ack_outcomes(acks: &[(&str, &str)], deleted: Vec<(String, String)>) -> Vec<bool> {
+    let mut deleted: std::collections::HashSet<(String, String)> = deleted.into_iter().collect();
+    acks.iter().map(|(c, m)| deleted.remove(&((*c).to_owned(), (*m).to_owned()))).collect()
+}
+
 /// One row of `SELECT_MESSAGES`.
 pub(crate) type MessageRow = (i64, String, Option<String>, String, i64, Vec<u8>);
 
@@ -266,6 +374,66 @@ macro_rules! sql_message_log {
                     .await
                     .map_err(sql($backend, "claim"))?;
                 Ok(if n > 0 { skua_core::Claim::Held } else { skua_core::Claim::Absent })
+            }
+
+            async fn claim_many(
+                &self,
+                claims: &[skua_core::LiveClaim<'_>],
+            ) -> Result<Vec<skua_core::Claim>, skua_core::StoreError> {
+                use crate::error::sql;
+                use crate::log::*;
+                let conn = |c: u64| i64::try_from(c).unwrap_or(i64::MAX);
+                let mut claimed = std::collections::HashMap::new();
+                // A message given twice goes to its first entry's holder: only that one is sent.
+                let mut seen = std::collections::HashSet::new();
+                let mut unique: Vec<skua_core::LiveClaim<'_>> =
+                    claims.iter().copied().filter(|c| seen.insert((c.consumer, c.msg_id))).collect();
+                // Rows in one global order, so two batches (two writers, two nodes) that share
+                // rows lock them in the same order and never deadlock each other.
+                unique.sort_unstable_by(|a, b| (a.consumer, a.msg_id).cmp(&(b.consumer, b.msg_id)));
+                for chunk in unique.chunks(skua_core::MAX_BATCH_IDS) {
+                    let text = claim_many_sql(chunk.len());
+                    let mut q = sqlx::query_as::<_, (String, String, i32, i64, String, i64)>(sqlx::AssertSqlSafe(text));
+                    for c in padded(chunk) {
+                        q = q.bind(c.consumer).bind(c.msg_id).bind(c.holder.session).bind(c.holder.node);
+                        q = q.bind(conn(c.holder.conn));
+                    }
+                    let rows = q.fetch_all(&self.pool).await.map_err(sql($backend, "claim_many"))?;
+                    claimed.extend(rows.into_iter().map(|(c, m, d, seq, node, hc)| ((c, m), (d, seq, node, hc))));
+                }
+                // Those not claimed: held by a connection (skip) or not pending (absent).
+                let rest: Vec<(&str, &str)> = claims
+                    .iter()
+                    .filter(|c| !claimed.contains_key(&(c.consumer.to_owned(), c.msg_id.to_owned())))
+                    .map(|c| (c.consumer, c.msg_id))
+                    .collect();
+                let mut pending = std::collections::HashSet::new();
+                for chunk in rest.chunks(skua_core::MAX_BATCH_IDS) {
+                    let mut q = sqlx::query_as::<_, (String, String)>(sqlx::AssertSqlSafe(pending_of_sql(chunk.len())));
+                    for (c, m) in padded(chunk) {
+                        q = q.bind(c).bind(m);
+                    }
+                    pending.extend(q.fetch_all(&self.pool).await.map_err(sql($backend, "claim_many"))?);
+                }
+                Ok(claim_outcomes(claims, &claimed, &pending))
+            }
+
+            async fn ack_many(&self, acks: &[(&str, &str)]) -> Result<Vec<bool>, skua_core::StoreError> {
+                use crate::error::sql;
+                use crate::log::*;
+                let mut deleted = Vec::new();
+                // In one global order, as the claims (no deadlock between overlapping batches).
+                let mut sorted = acks.to_vec();
+                sorted.sort_unstable();
+                sorted.dedup();
+                for chunk in sorted.chunks(skua_core::MAX_BATCH_IDS) {
+                    let mut q = sqlx::query_as::<_, (String, String)>(sqlx::AssertSqlSafe(ack_many_sql(chunk.len())));
+                    for (c, m) in padded(chunk) {
+                        q = q.bind(c).bind(m);
+                    }
+                    deleted.extend(q.fetch_all(&self.pool).await.map_err(sql($backend, "ack_many"))?);
+                }
+                Ok(ack_outcomes(acks, deleted))
             }
 
             async fn backlog(&self, consumer: &str) -> Result<(u64, u64), skua_core::StoreError> {
@@ -467,6 +635,24 @@ mod tests {
             "SELECT seq, msg_id, filter_key, publisher, timestamp_ms, data FROM log_messages WHERE seq IN (3,-1,42) \
              ORDER BY seq"
         );
+    }
+
+    #[test]
+    fn batched_rows_come_in_powers_of_two_and_padding_repeats_the_last_entry() {
+        assert_eq!(values_rows(1, 2, false).matches('(').count(), 8);
+        assert!(values_rows(1, 2, false).starts_with("($1, $2), ($3, $4)"));
+        assert!(values_rows(9, 5, true).starts_with("($1, $2, $3, $4, CAST($5 AS BIGINT)), ($6,"));
+        assert_eq!(values_rows(9, 5, true).matches("CAST").count(), 16);
+        assert_eq!(padded(&["a", "b"]).collect::<Vec<_>>(), ["a", "b", "b", "b", "b", "b", "b", "b"]);
+        let p: Vec<u32> = padded(&(0..9).collect::<Vec<u32>>()).collect();
+        assert_eq!((p.len(), p[8], p[15]), (16, 8, 8));
+        assert_eq!(padded::<u32>(&[]).count(), 0, "nothing to pad");
+    }
+
+    #[test]
+    fn a_pair_acked_twice_counts_once() {
+        let got = ack_outcomes(&[("c", "m1"), ("c", "m2"), ("c", "m1")], vec![("c".into(), "m1".into())]);
+        assert_eq!(got, [true, false, false]);
     }
 
     #[test]

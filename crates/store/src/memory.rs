@@ -412,6 +412,11 @@ impl MessageLog for MemoryStore {
         Ok(self.lock().log.claim(consumer, msg_id, holder))
     }
 
+    async fn claim_many(&self, claims: &[skua_core::LiveClaim<'_>]) -> Result<Vec<Claim>, StoreError> {
+        let mut g = self.lock();
+        Ok(claims.iter().map(|c| g.log.claim(c.consumer, c.msg_id, c.holder)).collect())
+    }
+
     async fn list_consumers(
         &self,
         prefix: &str,
@@ -437,6 +442,11 @@ impl MessageLog for MemoryStore {
 
     async fn ack(&self, consumer: &str, msg_id: &str) -> Result<bool, StoreError> {
         Ok(self.lock().log.ack(consumer, msg_id))
+    }
+
+    async fn ack_many(&self, acks: &[(&str, &str)]) -> Result<Vec<bool>, StoreError> {
+        let mut g = self.lock();
+        Ok(acks.iter().map(|(consumer, msg_id)| g.log.ack(consumer, msg_id)).collect())
     }
 
     async fn release(&self, scope: Release<'_>) -> Result<Vec<String>, StoreError> {

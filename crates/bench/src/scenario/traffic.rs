@@ -43,6 +43,11 @@ pub struct Plan {
     pub topic: fn(usize) -> TopicKey,
     /// Ask for acceptance receipts and time them (NoLag `msgRef` → `published`).
     pub acks: bool,
+    /// Subscribers acknowledge the stored deliveries they get (NoLag `batchAck`, one per read).
+    pub ack_stored: bool,
+    /// Read the server's store operation counts (`/metrics` on the target's address) at the
+    /// window's edges and report them per delivered message.
+    pub store_ops: bool,
 }
 
 impl Plan {
@@ -96,7 +101,10 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> anyhow::Result<Summary> {
     let sub_tasks: Vec<_> = subs
         .into_iter()
         .enumerate()
-        .map(|(j, c)| tokio::spawn(subscriber(c, wire.heartbeat(), window, unique.clone(), j, stop_rx.clone())))
+        .map(|(j, c)| {
+            let acks = plan.ack_stored.then(|| wire.clone());
+            tokio::spawn(subscriber(c, wire.heartbeat(), acks, window, unique.clone(), j, stop_rx.clone()))
+        })
         .collect();
     let period = Duration::from_secs_f64(1.0 / plan.rate_per_pub);
     let pub_tasks: Vec<_> = pubs
@@ -120,6 +128,8 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> anyhow::Result<Summary> {
 
     let triggers = || ctx.triggers.as_ref().map(|c| c.requests());
     sleep_until(window.start.into()).await;
+    let ops = || async { if plan.store_ops { crate::metrics::store_ops(&ctx.target).await } else { None } };
+    let ops0 = ops().await;
     let (srv0, cli0, m0, cl0) = (ctx.server_cpu(), client_cpu(), machine_cpu(), ctx.cluster_cpu());
     let trig0 = triggers();
     ctx.mark_window("start").await;
@@ -127,6 +137,7 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> anyhow::Result<Summary> {
     ctx.mark_window("end").await;
     let (srv1, cli1, m1, cl1) = (ctx.server_cpu(), client_cpu(), machine_cpu(), ctx.cluster_cpu());
     let trig1 = triggers();
+    let ops1 = ops().await;
 
     // Publishers stop at the window's end; wait until each has (bounded, in case one is stuck).
     let give_up = Instant::now() + Duration::from_secs(5);
@@ -212,6 +223,9 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> anyhow::Result<Summary> {
     s.set("server_cpu_pct", cpu_pct(srv_used, secs));
     s.set("server_cpu_us_per_msg", srv_used.filter(|_| recv.in_window > 0).map(|u| u as f64 / recv.in_window as f64));
     s.set("client_cpu_pct", cpu_pct(used(cli0, cli1), secs));
+    if plan.store_ops {
+        crate::metrics::set_store_ops(&mut s, ops0.as_ref(), ops1.as_ref(), recv.in_window);
+    }
     if !ctx.peers.is_empty() {
         // Node 0 is in server_cpu_*; each peer, then the broker, gets its own figures.
         let per_msg = |u: Option<u64>| u.filter(|_| recv.in_window > 0).map(|u| u as f64 / recv.in_window as f64);
@@ -268,6 +282,7 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> anyhow::Result<Summary> {
 async fn subscriber(
     mut c: Conn,
     heartbeat: Bytes,
+    acks: Option<Arc<dyn Wire>>,
     window: Window,
     unique: Arc<[AtomicU64]>,
     idx: usize,
@@ -275,6 +290,7 @@ async fn subscriber(
 ) -> SubOutcome {
     let mut stats = RecvStats::default();
     let (mut rejected, mut error, mut replies) = (0u64, None::<String>, Vec::<Bytes>::new());
+    let mut to_ack: Vec<String> = Vec::new();
     let mut beat = interval_at(Instant::now() + HEARTBEAT_EVERY, HEARTBEAT_EVERY);
     let Conn { ws, decoder } = &mut c;
     loop {
@@ -294,7 +310,12 @@ async fn subscriber(
         let drained = ws.drain(&mut |frame| {
             let r = decoder.feed(frame, &mut |e| match e {
                 Event::Payload(p) => stats.record(p, now, &window),
-                Event::Stored => stats.stored += 1,
+                Event::Stored(id) => {
+                    stats.stored += 1;
+                    if acks.is_some() {
+                        to_ack.push(id.to_owned());
+                    }
+                }
                 Event::Reply(r) => replies.push(r),
                 Event::Rejected(_) => rejected += 1,
                 _ => {}
@@ -317,6 +338,10 @@ async fn subscriber(
         }
         for r in replies.drain(..) {
             ws.queue(&r);
+        }
+        if let Some(frame) = acks.as_ref().filter(|_| !to_ack.is_empty()).and_then(|w| w.ack(&to_ack)) {
+            ws.queue(&frame);
+            to_ack.clear();
         }
         if ws.has_pending()
             && let Err(e) = ws.flush().await

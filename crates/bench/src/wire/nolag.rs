@@ -19,6 +19,11 @@ pub struct Nolag {
     pub fanout_topic: String,
     /// Topic of `logged`.
     pub logged_topic: String,
+    /// `logged --durable`: subscribers log in with this prefix plus a number as `clientId`
+    /// (persistent sessions, each with its own durable subscription, docs/durable.md).
+    pub sub_client_ids: Option<String>,
+    /// The next subscriber's number (shared by the clones of this adapter).
+    pub next_client: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Default for Nolag {
@@ -29,6 +34,8 @@ impl Default for Nolag {
             sub_token: "dev-token-alice".into(),
             fanout_topic: "demo/general/messages".into(),
             logged_topic: "demo/general/tasks".into(),
+            sub_client_ids: None,
+            next_client: std::sync::Arc::default(),
         }
     }
 }
@@ -81,8 +88,17 @@ impl Wire for Nolag {
             Role::Publisher => &self.pub_token,
             Role::Subscriber => &self.sub_token,
         };
-        let mut w = Writer::with_capacity(64);
-        w.map(3).str("type").str("auth").str("token").str(token).str("protocolVersion").uint(2);
+        let mut w = Writer::with_capacity(96);
+        match (&self.sub_client_ids, role) {
+            (Some(prefix), Role::Subscriber) => {
+                let n = self.next_client.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                w.map(4).str("type").str("auth").str("token").str(token).str("protocolVersion").uint(2);
+                w.str("clientId").str(&format!("{prefix}{n}"));
+            }
+            _ => {
+                w.map(3).str("type").str("auth").str("token").str(token).str("protocolVersion").uint(2);
+            }
+        }
         vec![Bytes::from(w.into_vec())]
     }
 
@@ -107,6 +123,15 @@ impl Wire for Nolag {
         Bytes::new()
     }
 
+    fn ack(&self, msg_ids: &[String]) -> Option<Bytes> {
+        let mut w = Writer::with_capacity(32 + msg_ids.iter().map(|m| m.len() + 2).sum::<usize>());
+        w.map(2).str("type").str("batchAck").str("msgIds").array(msg_ids.len());
+        for m in msg_ids {
+            w.str(m);
+        }
+        Some(Bytes::from(w.into_vec()))
+    }
+
     fn decoder(&self) -> Box<dyn Decoder> {
         Box::new(NolagDecoder)
     }
@@ -123,7 +148,7 @@ impl Decoder for NolagDecoder {
         let mut r = Reader::new(frame);
         let n = r.read_map_len()?;
         let (mut ty, mut data, mut success, mut error, mut msg_ref) = ("", None, false, None, None);
-        let mut requires_ack = false;
+        let (mut requires_ack, mut msg_id) = (false, None);
         for _ in 0..n {
             let key = r.read_str()?;
             let value = r.skip_value()?;
@@ -134,6 +159,7 @@ impl Decoder for NolagDecoder {
                 "error" => error = Reader::new(value).read_str().ok(),
                 "msgRef" => msg_ref = Reader::new(value).read_str().ok(),
                 "requiresAck" => requires_ack = Reader::new(value).read_bool().unwrap_or(false),
+                "msgId" => msg_id = Reader::new(value).read_str().ok(),
                 _ => {}
             }
         }
@@ -141,7 +167,7 @@ impl Decoder for NolagDecoder {
             "message" => {
                 out(Event::Payload(unbin(data.context("message without data")?)?));
                 if requires_ack {
-                    out(Event::Stored);
+                    out(Event::Stored(msg_id.unwrap_or("")));
                 }
             }
             "auth" if success => out(Event::Ready),

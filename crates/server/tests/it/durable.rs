@@ -80,6 +80,135 @@ async fn assert_marker_comes_first(w: &mut WsClient, alice: &mut WsClient, marke
     w.assert_nothing_pending().await;
 }
 
+/// Store operations `op` (by the store's latency metrics) so far.
+fn store_op_count(server: &TestServer, op: &str) -> u64 {
+    let ops = server.state.metrics.backend_latency.snapshot();
+    ops.into_iter().filter(|((slot, o), _)| *slot == "store" && *o == op).map(|(_, h)| h.count).sum()
+}
+
+/// Messages in a burst of live deliveries to one durable subscription.
+const BURST: i64 = 300;
+
+async fn burst_server(store: &str) -> TestServer {
+    let store = store.to_owned();
+    TestServer::builder()
+        .settings(move |s| {
+            s.store = Some(store);
+            // The burst goes out at once: no rate limit in the way.
+            s.rate_limit = Some(1_000_000);
+        })
+        .spawn()
+        .await
+}
+
+/// Live deliveries that wait together on a durable subscription are claimed together, and acks
+/// that arrive together are stored together (issue 36): a burst of [`BURST`] messages, each
+/// acked with a frame of its own, costs far fewer claim and ack statements than messages, and
+/// still reaches the subscriber once each, in order, and nothing stays pending.
+async fn a_burst_is_claimed_and_acked_in_batches(server: &TestServer) {
+    let mut w = agent(server, "batch", false).await;
+    w.subscribe(TASKS).await;
+    let mut alice = server.auth("dev-token-alice").await;
+    for n in 0..BURST {
+        alice.send(frame! {"type" => "publish", "topic" => TASKS, "data" => n, "msgRef" => n.to_string()}).await;
+    }
+    for _ in 0..BURST {
+        alice.expect("published").await;
+    }
+    let mut ids = Vec::new();
+    for n in 0..BURST {
+        let m = w.expect("message").await;
+        assert_eq!(data(&m), n, "live deliveries in order, once each: {m:?}");
+        assert!(!is_replay(&m), "{m:?}");
+        ids.push(m.str("msgId").to_owned());
+    }
+    for id in &ids {
+        w.send(frame! {"type" => "ack", "msgId" => id.as_str()}).await;
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while server.state.metrics.acks.load(Ordering::Relaxed) < BURST as u64 {
+        assert!(tokio::time::Instant::now() < deadline, "not every ack was stored");
+        tokio::task::yield_now().await;
+    }
+    let (claims, single) = (store_op_count(server, "claim_many"), store_op_count(server, "claim"));
+    let acks = (store_op_count(server, "ack_many"), store_op_count(server, "ack"));
+    eprintln!("{BURST} deliveries: {claims} claim_many, {single} claim, {acks:?} ack_many/ack");
+    assert_eq!(single, 0, "live deliveries are claimed in batches only");
+    assert!(claims * 4 <= BURST as u64, "{claims} claim statements for {BURST} live deliveries");
+    assert_eq!(acks.1, 0, "acks are stored in batches only");
+    assert!(acks.0 * 4 <= BURST as u64, "{} ack statements for {BURST} acks", acks.0);
+    let consumers = server.state.store.list_consumers("s/", "", 10).await.expect("list_consumers");
+    let mine: Vec<_> = consumers.iter().filter(|c| c.id.ends_with("/agent-1/batch")).collect();
+    assert_eq!(mine.len(), 1, "{consumers:?}");
+    assert_eq!((mine[0].pending, mine[0].held), (0, 0), "every message acked: {mine:?}");
+    server.close_settled(w).await;
+    let mut w = agent(server, "batch", true).await;
+    assert_marker_comes_first(&mut w, &mut alice, BURST).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_claims_and_acks_a_burst_of_live_deliveries_in_batches() {
+    let path = std::env::temp_dir().join(format!("skua-durable-batch-{}.db", uuid::Uuid::new_v4().simple()));
+    let server = burst_server(&format!("sqlite://{}", path.display())).await;
+    a_burst_is_claimed_and_acked_in_batches(&server).await;
+    drop(server);
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_claims_and_acks_a_burst_of_live_deliveries_in_batches() {
+    let Some(db) = skua_testkit::postgres::TestDatabase::migrated().await else { return };
+    let server = burst_server(&db.url).await;
+    a_burst_is_claimed_and_acked_in_batches(&server).await;
+}
+
+/// One message fanned out to several durable subscribers of a node is claimed for them together
+/// (the node's writer, issue 36): messages published one at a time to [`FANOUT_SUBS`] persistent
+/// sessions cost far fewer claim and ack statements than deliveries, though each connection's
+/// durable task has only one message at a time to claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_message_to_many_durable_subscribers_is_claimed_together() {
+    const FANOUT_SUBS: usize = 8;
+    const MESSAGES: i64 = 30;
+    let path = std::env::temp_dir().join(format!("skua-durable-fanout-{}.db", uuid::Uuid::new_v4().simple()));
+    let server = burst_server(&format!("sqlite://{}", path.display())).await;
+    let mut workers = Vec::new();
+    for i in 0..FANOUT_SUBS {
+        let mut w = agent(&server, &format!("fan-{i}"), false).await;
+        w.subscribe(TASKS).await;
+        workers.push(w);
+    }
+    let mut alice = server.auth("dev-token-alice").await;
+    for n in 0..MESSAGES {
+        publish(&mut alice, n).await;
+        let mut got = Vec::new();
+        for w in &mut workers {
+            let m = w.expect("message").await;
+            assert_eq!(data(&m), n, "{m:?}");
+            got.push(m);
+        }
+        for (w, m) in workers.iter_mut().zip(&got) {
+            ack(w, m).await;
+        }
+    }
+    let deliveries = MESSAGES as u64 * FANOUT_SUBS as u64;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while server.state.metrics.acks.load(Ordering::Relaxed) < deliveries {
+        assert!(tokio::time::Instant::now() < deadline, "not every ack was stored");
+        tokio::task::yield_now().await;
+    }
+    let (claims, acks) = (store_op_count(&server, "claim_many"), store_op_count(&server, "ack_many"));
+    eprintln!("{deliveries} deliveries: {claims} claim_many, {acks} ack_many");
+    assert!(claims * 2 <= deliveries, "{claims} claim statements for {deliveries} live deliveries");
+    assert!(acks * 2 <= deliveries, "{acks} ack statements for {deliveries} acks");
+    drop(server);
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+}
+
 #[tokio::test]
 async fn logged_messages_carry_a_uuid_v7_msg_id_and_require_ack() {
     let server = TestServer::start().await;

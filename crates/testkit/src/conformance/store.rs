@@ -13,8 +13,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use skua_core::{
-    ActorId, Claim, ClaimedRecord, ClientId, ConnectionRecord, Consumer, Holder, NewMessage, NodeId, ProjectId,
-    RecordId, Release, RestoreKey, RestoreRecord, RestoredTopic, Retention, SessionKey, Store,
+    ActorId, Claim, ClaimedRecord, ClientId, ConnectionRecord, Consumer, Holder, LiveClaim, NewMessage, NodeId,
+    ProjectId, RecordId, Release, RestoreKey, RestoreRecord, RestoredTopic, Retention, SessionKey, Store,
 };
 
 use super::within;
@@ -83,8 +83,11 @@ macro_rules! store_conformance {
             log_messages_before_a_consumer_are_not_pending,
             log_pending_follows_topic_and_filters,
             log_claim_hands_a_message_to_one_holder,
+            log_claim_many_hands_each_message_to_one_holder,
+            log_concurrent_claim_many_hand_each_message_once,
             log_claim_page_pages_in_seq_order_with_every_field,
             log_ack_ends_pending,
+            log_ack_many_ends_pending_of_those_given,
             log_release_scopes,
             log_consumer_expires_unless_touched,
             log_prune_by_age_and_per_topic_cap,
@@ -834,6 +837,99 @@ pub async fn log_claim_hands_a_message_to_one_holder<H: StoreHarness>(h: H) {
     assert_eq!(redelivered(s.claim("g", "m1", b).await.unwrap()), Some(true));
 }
 
+fn live<'a>(consumer: &'a str, msg_id: &'a str, holder: Holder<'a>) -> LiveClaim<'a> {
+    LiveClaim { consumer, msg_id, holder }
+}
+
+/// `claim_many` claims several messages, of several consumers and for several holders, in one
+/// call: one outcome per entry in order, each message to one holder, held and absent ones told
+/// apart, a message given twice claimed once; more entries than one statement carries
+/// ([`skua_core::MAX_BATCH_IDS`]) are all claimed.
+pub async fn log_claim_many_hands_each_message_to_one_holder<H: StoreHarness>(h: H) {
+    let s = h.open().await;
+    open_consumer(&s, &consumer("c", TOPIC, &[])).await;
+    open_consumer(&s, &consumer("d", TOPIC, &[])).await;
+    let mut seqs = Vec::new();
+    for i in 1..=4 {
+        seqs.push(append(&s, TOPIC, &format!("m{i}"), None).await);
+    }
+    let (a, b) = (holder("sa", "n1", 1), holder("sb", "n2", 2));
+    assert_eq!(redelivered(s.claim("c", "m2", b).await.unwrap()), Some(false));
+    let got = s
+        .claim_many(&[
+            live("c", "m3", a),
+            live("c", "m1", a),
+            live("d", "m1", b),
+            live("c", "m2", a),
+            live("c", "nope", a),
+            live("c", "m3", a),
+            live("c", "m4", b),
+            live("c", "m4", a),
+        ])
+        .await
+        .expect("claim_many");
+    assert_eq!(
+        got,
+        [
+            Claim::Claimed { redelivered: false, seq: seqs[2] },
+            Claim::Claimed { redelivered: false, seq: seqs[0] },
+            Claim::Claimed { redelivered: false, seq: seqs[0] },
+            Claim::Held,
+            Claim::Absent,
+            Claim::Held,
+            Claim::Claimed { redelivered: false, seq: seqs[3] },
+            Claim::Held,
+        ],
+        "in the order given; m1 is pending for c and d apart; m2 is b's; nope was never pending; \
+         m3 is claimed once; m4 goes to the first holder that asked"
+    );
+    assert_eq!(s.claim("c", "m1", b).await.unwrap(), Claim::Held, "claimed by a");
+    assert_eq!(s.claim("d", "m1", a).await.unwrap(), Claim::Held, "claimed by b");
+    assert_eq!(s.claim_many(&[]).await.unwrap(), [], "nothing to claim");
+    assert_eq!(s.claim_many(&[live("nobody", "m4", a)]).await.unwrap(), [Claim::Absent]);
+    assert_eq!(s.release(Release::Conn { node: "n1", conn: 1 }).await.unwrap(), ["c"]);
+    let again = s.claim_many(&[live("c", "m1", b), live("d", "m4", b)]).await.unwrap();
+    assert_eq!(
+        again,
+        [Claim::Claimed { redelivered: true, seq: seqs[0] }, Claim::Claimed { redelivered: false, seq: seqs[3] }]
+    );
+
+    open_consumer(&s, &consumer("big", TOPIC, &[])).await;
+    let n = skua_core::MAX_BATCH_IDS + 3;
+    let ids: Vec<String> = (0..n).map(|i| format!("big-{i}")).collect();
+    for id in &ids {
+        append(&s, TOPIC, id, None).await;
+    }
+    let claims: Vec<LiveClaim<'_>> = ids.iter().map(|id| live("big", id, a)).collect();
+    let all = s.claim_many(&claims).await.unwrap();
+    assert_eq!(all.len(), n);
+    assert!(all.iter().all(|c| matches!(c, Claim::Claimed { redelivered: false, .. })), "{all:?}");
+    assert_eq!(backlog(&s, "big").await, 0, "every one is held");
+}
+
+/// Two holders claiming the same messages at once with `claim_many` (through separate handles
+/// where the harness has them) never both get one.
+pub async fn log_concurrent_claim_many_hand_each_message_once<H: StoreHarness>(h: H) {
+    let s = h.open().await;
+    let t = h.open().await;
+    open_consumer(&s, &consumer("g", TOPIC, &[])).await;
+    let ids: Vec<String> = (0..40).map(|i| format!("m{i}")).collect();
+    for id in &ids {
+        append(&s, TOPIC, id, None).await;
+    }
+    let (a, b) = (holder("sa", "n1", 1), holder("sb", "n2", 2));
+    let for_a: Vec<LiveClaim<'_>> = ids.iter().map(|id| live("g", id, a)).collect();
+    let for_b: Vec<LiveClaim<'_>> = ids.iter().rev().map(|id| live("g", id, b)).collect();
+    let (x, y) = tokio::join!(s.claim_many(&for_a), t.claim_many(&for_b));
+    let (x, mut y) = (x.expect("claim_many a"), y.expect("claim_many b"));
+    y.reverse();
+    for (i, (cx, cy)) in x.iter().zip(&y).enumerate() {
+        let won = usize::from(matches!(cx, Claim::Claimed { .. })) + usize::from(matches!(cy, Claim::Claimed { .. }));
+        assert_eq!(won, 1, "m{i} claimed by exactly one: {cx:?} / {cy:?}");
+        assert!(!matches!(cx, Claim::Absent) && !matches!(cy, Claim::Absent), "m{i} is pending");
+    }
+}
+
 /// `claim_page` takes the oldest unheld messages up to a seq, in order, with every field.
 pub async fn log_claim_page_pages_in_seq_order_with_every_field<H: StoreHarness>(h: H) {
     let s = h.open().await;
@@ -929,6 +1025,38 @@ pub async fn log_ack_ends_pending<H: StoreHarness>(h: H) {
     assert_eq!(backlog(&s, "c2").await, 2, "another consumer's ack changes nothing here");
     assert!(s.ack("c1", "m2").await.unwrap(), "a held message can be acked");
     assert_eq!(s.claim("c1", "m2", holder("s", "n", 1)).await.unwrap(), Claim::Absent);
+}
+
+/// `ack_many` ends the pending state of the given `(consumer, msg_id)` pairs that were
+/// pending, for those consumers only, and says which they were; more pairs than one statement
+/// carries are all acked.
+pub async fn log_ack_many_ends_pending_of_those_given<H: StoreHarness>(h: H) {
+    let s = h.open().await;
+    open_consumer(&s, &consumer("c1", TOPIC, &[])).await;
+    open_consumer(&s, &consumer("c2", TOPIC, &[])).await;
+    for i in 1..=4 {
+        append(&s, TOPIC, &format!("m{i}"), None).await;
+    }
+    assert_eq!(redelivered(s.claim("c1", "m2", holder("s", "n", 1)).await.unwrap()), Some(false));
+    let acked = s
+        .ack_many(&[("c1", "m2"), ("c1", "m1"), ("c1", "unknown"), ("c1", "m1"), ("c2", "m3"), ("nobody", "m4")])
+        .await
+        .expect("ack_many");
+    assert_eq!(acked, [true, true, false, false, true, false], "each pending one once, held or not");
+    assert_eq!(s.ack_many(&[("c1", "m1"), ("c1", "m2")]).await.unwrap(), [false, false], "a second ack finds nothing");
+    assert!(s.ack_many(&[]).await.unwrap().is_empty());
+    assert_eq!(page_ids(&s, "c1", holder("s", "n", 1), 10).await, ["m3", "m4"]);
+    assert_eq!(page_ids(&s, "c2", holder("s", "n", 1), 10).await, ["m1", "m2", "m4"], "c2 acked m3 only");
+    s.release(Release::Conn { node: "n", conn: 1 }).await.unwrap();
+
+    let n = skua_core::MAX_BATCH_IDS + 3;
+    let ids: Vec<String> = (0..n).map(|i| format!("big-{i}")).collect();
+    for id in &ids {
+        append(&s, TOPIC, id, None).await;
+    }
+    let pairs: Vec<(&str, &str)> = ids.iter().map(|id| ("c2", id.as_str())).collect();
+    assert!(s.ack_many(&pairs).await.unwrap().into_iter().all(|a| a));
+    assert_eq!(backlog(&s, "c2").await, 3, "m1, m2 and m4 are left");
 }
 
 /// Release by connection, by session except the current connection, and by node.
