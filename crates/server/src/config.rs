@@ -97,7 +97,7 @@ pub struct Settings {
     /// Most topics a connection keeps resolved for its publishes; 0: none [default 8].
     #[arg(long, env = "SKUA_PUBLISH_TOPIC_CACHE")]
     pub publish_topic_cache: Option<usize>,
-    /// Most publishes one connection has in flight while earlier ones commit [default 256].
+    /// Most publishes one connection has in flight while earlier ones commit [default 1024].
     #[arg(long, env = "SKUA_PUBLISH_PIPELINE")]
     pub publish_pipeline: Option<usize>,
     /// Most bytes of publish data one connection has in flight [default 4194304].
