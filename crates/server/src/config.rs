@@ -79,7 +79,7 @@ pub struct Settings {
     /// Largest publish `data` in bytes [default 921600].
     #[arg(long, env = "SKUA_MAX_MESSAGE_SIZE")]
     pub max_message_size: Option<usize>,
-    /// Outbound queue bound per connection, in frames [default 1024].
+    /// Outbound queue bound per connection, in frames [default 4096].
     #[arg(long, env = "SKUA_OUTBOUND_QUEUE_MESSAGES")]
     pub outbound_queue_messages: Option<usize>,
     /// Outbound queue bound per connection, in bytes [default 4194304].

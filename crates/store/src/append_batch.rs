@@ -20,13 +20,16 @@ use skua_core::{AppendCommit, NewMessage, StoreError};
 use sqlx::pool::CloseEvent;
 use tokio::sync::{mpsc, oneshot};
 
-/// Most messages in one transaction.
-pub(crate) const MAX_BATCH: usize = 256;
+/// Most messages in one transaction. Where commits are slow (a busy disk or CPU), rows per
+/// commit carry one connection's rate: at 256, a lane's ~40 ms commit cycle held one
+/// connection to ~4 500 publishes/s on Postgres; at 1024 it took 20 000/s (docs/benchmarks.md,
+/// issue 36). Connections pipeline four batches' worth (`publish_pipeline`).
+pub(crate) const MAX_BATCH: usize = 1024;
 /// A batch stops growing once its messages' data reach this many bytes (it may pass it by one
 /// message).
 pub(crate) const MAX_BATCH_BYTES: usize = 4 << 20;
 /// Appends waiting for the writer; callers beyond it wait for room.
-pub(crate) const QUEUE: usize = 4096;
+pub(crate) const QUEUE: usize = 8192;
 
 /// An append, owned, as the writer task holds it.
 #[derive(Debug)]
