@@ -202,6 +202,29 @@ impl Service {
         }
     }
 
+    /// SIGKILL to the server and, at the same moment, to every process it started (for
+    /// Postgres: the backends, WAL writer, checkpointer): a crash of the whole server, as
+    /// `kill -9` of a machine's Postgres processes, or the OOM killer, leaves it. What the
+    /// server only held in its shared memory (WAL not yet written) is gone; what it had
+    /// written is in the kernel and survives, as after a real crash. Waits for the server;
+    /// once its children are gone too, it restarts cleanly on the same data directory
+    /// (crash recovery), which [`Self::restart`] waits for.
+    pub fn crash(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let pid = c.id();
+            let mut all: Vec<String> = children(pid).iter().map(u32::to_string).collect();
+            all.push(pid.to_string());
+            let _ = Command::new("kill").arg("-KILL").args(&all).stdout(Stdio::null()).stderr(Stdio::null()).status();
+            let _ = c.wait();
+            // The children are reaped by init: wait until none is left (their shared memory
+            // would make the restart refuse the data directory).
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !children_gone(&all) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+
     /// Its URL as the nodes take it.
     pub fn url(&self) -> String {
         let (host, port) = (self.host, self.port);
@@ -217,6 +240,33 @@ impl Drop for Service {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The processes whose parent is `pid` (from `/proc/*/stat`).
+fn children(pid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
+        .filter(|p| parent_of(*p) == Some(pid))
+        .collect()
+}
+
+/// The parent of process `pid`: the field after the state, past the command's closing `)`
+/// (the command may hold spaces and parentheses).
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Whether none of `pids` is still a live process (a zombie counts as gone).
+fn children_gone(pids: &[String]) -> bool {
+    pids.iter().all(|p| {
+        std::fs::read_to_string(format!("/proc/{p}/stat"))
+            .ok()
+            .and_then(|s| s.rfind(')').map(|i| s[i + 1..].trim_start().starts_with('Z')))
+            .unwrap_or(true)
+    })
 }
 
 fn running_as_root() -> bool {

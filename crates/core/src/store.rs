@@ -154,6 +154,10 @@ pub struct NewMessage<'a> {
     pub filter: Option<&'a str>,
     /// The publisher's actor id (`from`).
     pub publisher: &'a str,
+    /// The publisher's stream whose order the log keeps: the publishing connection's id (0 for
+    /// a server's publish). Appends of one publisher and stream commit, and take their `seq`s,
+    /// in the order they were queued; different streams may commit side by side.
+    pub stream: u64,
     /// Publish time, unix milliseconds (`timestamp`).
     pub timestamp_ms: u64,
     /// Requested QoS.

@@ -107,7 +107,8 @@ pub struct EdgeConfig {
     pub publish_topic_cache: usize,
     /// Most publishes one connection has in flight (issue 36): read and submitted while earlier
     /// logged ones commit, answered in order once each committed. When full, the connection is
-    /// not read until one finished (backpressure). Default 256.
+    /// not read until one finished (backpressure). Default 4096: four of the store's group
+    /// commits (1024 appends each), so one batch commits while the next ones fill.
     pub publish_pipeline: usize,
     /// Most bytes of publish data one connection has in flight (a single larger publish is
     /// still taken when nothing else is). Default 4 MiB.
@@ -262,7 +263,7 @@ impl Default for EdgeConfig {
             bus_queue: 8192,
             dispatch_shards: 1,
             publish_topic_cache: 8,
-            publish_pipeline: 256,
+            publish_pipeline: 4096,
             publish_pipeline_bytes: 4 << 20,
             max_subscriptions_per_connection: 1000,
             node_ttl: Duration::from_secs(10),

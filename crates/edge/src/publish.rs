@@ -502,6 +502,11 @@ impl Publisher {
                 topic: &key,
                 filter: filter.as_deref(),
                 publisher: publisher.as_str(),
+                // Order is kept per connection: another connection's appends may commit beside.
+                stream: match source {
+                    Source::Connection(c) => c.0,
+                    Source::Server => 0,
+                },
                 timestamp_ms,
                 qos,
                 data: &data,

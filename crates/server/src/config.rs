@@ -79,7 +79,7 @@ pub struct Settings {
     /// Largest publish `data` in bytes [default 921600].
     #[arg(long, env = "SKUA_MAX_MESSAGE_SIZE")]
     pub max_message_size: Option<usize>,
-    /// Outbound queue bound per connection, in frames [default 1024].
+    /// Outbound queue bound per connection, in frames [default 4096].
     #[arg(long, env = "SKUA_OUTBOUND_QUEUE_MESSAGES")]
     pub outbound_queue_messages: Option<usize>,
     /// Outbound queue bound per connection, in bytes [default 4194304].
@@ -100,7 +100,7 @@ pub struct Settings {
     /// Most topics a connection keeps resolved for its publishes; 0: none [default 8].
     #[arg(long, env = "SKUA_PUBLISH_TOPIC_CACHE")]
     pub publish_topic_cache: Option<usize>,
-    /// Most publishes one connection has in flight while earlier ones commit [default 256].
+    /// Most publishes one connection has in flight while earlier ones commit [default 1024].
     #[arg(long, env = "SKUA_PUBLISH_PIPELINE")]
     pub publish_pipeline: Option<usize>,
     /// Most bytes of publish data one connection has in flight [default 4194304].

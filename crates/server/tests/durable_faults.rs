@@ -1,8 +1,9 @@
 //! Durable-delivery faults against real Postgres (durable-delivery issue): a node SIGKILLed
 //! while a persistent load-balanced group consumes a stream of logged messages, Postgres
-//! restarting under publishers, and Postgres restarting during a wake (issue 16). They need Postgres (`SKUA_TEST_POSTGRES_URL`, or its binaries
-//! for a private restartable instance), Mosquitto and Redis; without them they skip loudly,
-//! under CI=true they fail.
+//! restarting under publishers, a Postgres crash (`kill -9`) right after a burst of
+//! acknowledged publishes (issue 36), and Postgres restarting during a wake (issue 16). They
+//! need Postgres (`SKUA_TEST_POSTGRES_URL`, or its binaries for a private restartable
+//! instance), Mosquitto and Redis; without them they skip loudly, under CI=true they fail.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -157,6 +158,69 @@ async fn publishes_to_logged_topics_fail_clearly_while_postgres_is_down_and_resu
     let m = w.next_of_within("message", Duration::from_secs(10)).await;
     assert_eq!(m.get("data").as_u64(), Some(n), "only the publish that was acknowledged arrives");
     assert!(m.has("msgId"));
+}
+
+/// Issue 36, no durability trade: one connection pipelines a burst of logged publishes, and the
+/// moment [`CRASH_AFTER`] `published` receipts are in, the whole Postgres server is SIGKILLed
+/// (postmaster, backends and WAL writer at once: what it held only in memory is gone) and
+/// started again on the same data directory (crash recovery). Every publish is answered exactly
+/// once, in order: `published`, or `store_unavailable` for those whose commit the crash cut
+/// short; and every message that got `published` is in `log_messages` after the restart. A
+/// receipt sent before the commit's WAL flush (`synchronous_commit = off`, a receipt before
+/// the commit, an answer for the wrong message) fails it. The private server runs with
+/// `fsync = off`: a process crash keeps what Postgres wrote to the kernel (only a machine
+/// crash needs the fsync), so the test is about when skua answers, not about the disk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_acknowledged_logged_publish_survives_a_postgres_crash() {
+    use sqlx::Connection;
+    const BURST: u64 = 3000;
+    const CRASH_AFTER: usize = 300;
+    let Some(mut pg) = private_postgres().await else { return };
+    let store = pg.url();
+    let server = TestServer::builder()
+        .settings(move |s| {
+            s.store = Some(store);
+            // The burst goes out at once: no rate limit in the way.
+            s.rate_limit = Some(1_000_000);
+        })
+        .spawn()
+        .await;
+    let mut alice = server.auth("dev-token-alice").await;
+    for i in 0..BURST {
+        alice.send(frame! {"type" => "publish", "topic" => TASKS, "data" => i, "msgRef" => i.to_string()}).await;
+    }
+    let (mut acked, mut refused, mut crashed) = (BTreeSet::new(), 0u64, false);
+    for i in 0..BURST {
+        let f = alice.next_of_within_any(&["published", "error"], Duration::from_secs(60)).await;
+        assert_eq!(f.str("msgRef"), i.to_string(), "one answer per publish, in order: {f:?}");
+        if f.ty() == "published" {
+            acked.insert(i);
+        } else {
+            assert_eq!(f.str("error"), "store_unavailable", "{f:?}");
+            assert!(crashed, "refused before the crash: {f:?}");
+            refused += 1;
+        }
+        if !crashed && acked.len() == CRASH_AFTER {
+            pg.crash();
+            crashed = true;
+            pg.restart();
+        }
+    }
+    alice.assert_nothing_pending().await;
+    assert!(crashed, "the crash came after {CRASH_AFTER} receipts");
+
+    let mut conn = sqlx::PgConnection::connect(&pg.url()).await.expect("connect after the restart");
+    let rows: Vec<Vec<u8>> =
+        sqlx::query_scalar("SELECT data FROM log_messages").fetch_all(&mut conn).await.expect("read");
+    let stored: Vec<u64> = rows
+        .iter()
+        .map(|d| rmpv::decode::read_value(&mut d.as_slice()).ok().and_then(|v| v.as_u64()).expect("integer data"))
+        .collect();
+    let distinct: BTreeSet<u64> = stored.iter().copied().collect();
+    assert_eq!(distinct.len(), stored.len(), "a message stored twice");
+    let lost: Vec<&u64> = acked.difference(&distinct).collect();
+    assert!(lost.is_empty(), "{} acknowledged messages lost in the crash: {lost:?}", lost.len());
+    eprintln!("{} acknowledged, {refused} refused (store_unavailable), {} stored", acked.len(), stored.len());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,7 +8,7 @@
 //! message inside one transaction. Each caller still returns only once its message is
 //! committed, so `published` still follows the commit (N24) and a trigger's outbox row is still
 //! written with its message (N45); a lone append waits for no one. Messages are written in the
-//! order they were queued, so each publisher's messages keep their order in the log. When a
+//! order they were queued, so each connection's messages keep their order in the log. When a
 //! batch fails (the transaction is rolled back), every append of the batch gets the error.
 //!
 //! The queue holds [`QUEUE`] appends; callers beyond it wait for room (backpressure onto the
@@ -20,13 +20,16 @@ use skua_core::{AppendCommit, NewMessage, StoreError};
 use sqlx::pool::CloseEvent;
 use tokio::sync::{mpsc, oneshot};
 
-/// Most messages in one transaction.
-pub(crate) const MAX_BATCH: usize = 256;
+/// Most messages in one transaction. Where commits are slow (a busy disk or CPU), rows per
+/// commit carry one connection's rate: at 256, a lane's ~40 ms commit cycle held one
+/// connection to ~4 500 publishes/s on Postgres; at 1024 it took 20 000/s (docs/benchmarks.md,
+/// issue 36). Connections pipeline four batches' worth (`publish_pipeline`).
+pub(crate) const MAX_BATCH: usize = 1024;
 /// A batch stops growing once its messages' data reach this many bytes (it may pass it by one
 /// message).
 pub(crate) const MAX_BATCH_BYTES: usize = 4 << 20;
 /// Appends waiting for the writer; callers beyond it wait for room.
-pub(crate) const QUEUE: usize = 4096;
+pub(crate) const QUEUE: usize = 8192;
 
 /// An append, owned, as the writer task holds it.
 #[derive(Debug)]
@@ -66,15 +69,15 @@ type Job = (Append, oneshot::Sender<Result<i64, String>>);
 /// The sending side of a store's append writers; the writers stop when the store's pool closes.
 #[derive(Debug, Clone)]
 pub(crate) struct Appender {
-    /// One queue per writer ("lane"); a publisher's appends always go to the same lane.
+    /// One queue per writer ("lane"); a connection's appends always go to the same lane.
     lanes: Vec<mpsc::Sender<Job>>,
     backend: &'static str,
 }
 
-/// The lane of `publisher`'s appends among `lanes`.
-fn lane_of(publisher: &str, lanes: usize) -> usize {
+/// The lane of the appends of `publisher`'s `stream` (its connection) among `lanes`.
+fn lane_of(publisher: &str, stream: u64, lanes: usize) -> usize {
     use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
-    let h = BuildHasherDefault::<DefaultHasher>::default().hash_one(publisher);
+    let h = BuildHasherDefault::<DefaultHasher>::default().hash_one((publisher, stream));
     usize::try_from(h % lanes.max(1) as u64).unwrap_or(0)
 }
 
@@ -82,7 +85,7 @@ impl Appender {
     /// Starts `lanes` writer tasks (at least one), each with its own share of [`QUEUE`]:
     /// `apply` writes one batch in one transaction and returns each message's `seq`, in
     /// order. The lanes' batches are in flight at the same time (so one commit's latency does
-    /// not cap the store's appends); a publisher's appends all go to one lane, so they commit
+    /// not cap the store's appends); a connection's appends all go to one lane, so they commit
     /// in the order they were queued. The tasks stop once `closed` (the pool's close event)
     /// fires.
     pub(crate) fn start<F, Fut>(backend: &'static str, lanes: usize, closed: impl Fn() -> CloseEvent, apply: F) -> Self
@@ -112,7 +115,7 @@ impl Appender {
         let backend = self.backend;
         let fail = move |why: String| crate::error::failed(backend, "append", why);
         let (done, wait) = oneshot::channel();
-        let lane = &self.lanes[lane_of(m.publisher, self.lanes.len())];
+        let lane = &self.lanes[lane_of(m.publisher, m.stream, self.lanes.len())];
         lane.send((Append::of(m, now_unix_s), done)).await.map_err(|_| fail("the store's writer stopped".into()))?;
         Ok(Box::pin(async move {
             let seq = wait.await.map_err(|_| fail("the store's writer stopped".into()))?.map_err(fail)?;
@@ -330,10 +333,13 @@ mod tests {
     }
 
     #[test]
-    fn a_publisher_always_gets_the_same_lane() {
-        let a = super::lane_of("alice", 4);
-        assert!((0..10).all(|_| super::lane_of("alice", 4) == a));
+    fn a_publishers_connection_always_gets_the_same_lane() {
+        let a = super::lane_of("alice", 7, 4);
+        assert!((0..10).all(|_| super::lane_of("alice", 7, 4) == a));
         assert!(a < 4);
-        assert_eq!(super::lane_of("alice", 1), 0);
+        assert_eq!(super::lane_of("alice", 7, 1), 0);
+        // One actor's connections spread over the lanes.
+        let used: std::collections::BTreeSet<usize> = (0..64).map(|c| super::lane_of("alice", c, 4)).collect();
+        assert!(used.len() > 1, "{used:?}");
     }
 }

@@ -206,6 +206,7 @@ async fn retention_runs_on_one_node_per_interval() {
             topic: "p/app/room/t",
             filter: None,
             publisher: "alice",
+            stream: 0,
             timestamp_ms: at * 1000,
             qos: 1,
             data: b"x",

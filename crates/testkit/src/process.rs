@@ -188,6 +188,13 @@ impl ServiceProcess {
         self.service.kill9();
     }
 
+    /// SIGKILL to the process and every process it started, at once: for Postgres a crash of
+    /// the whole server (its backends and WAL writer too), after which [`Self::restart`]
+    /// runs crash recovery on the same data directory (the harness's `Service::crash`).
+    pub fn crash(&mut self) {
+        self.service.crash();
+    }
+
     /// `mqtt://127.0.0.1:PORT`, `redis://127.0.0.1:PORT` or `postgres://postgres@127.0.0.1:PORT/postgres`.
     pub fn url(&self) -> String {
         self.service.url()

@@ -13,6 +13,7 @@ fn message<'a>(id: &'a str, i: u64, owner: Option<&'a str>) -> NewMessage<'a> {
         topic: TOPIC,
         filter: None,
         publisher: "bob",
+        stream: 0,
         timestamp_ms: 1_000 + i,
         qos: 1,
         data: b"payload",

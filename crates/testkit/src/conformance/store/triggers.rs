@@ -19,6 +19,7 @@ async fn append_with(s: &Arc<dyn Store>, id: &str, trigger: Option<OutboxLease<'
         topic: TOPIC,
         filter: Some("eu"),
         publisher: "alice",
+        stream: 0,
         timestamp_ms: NOW + 7,
         qos: 1,
         data: id.as_bytes(),
