@@ -214,9 +214,10 @@ impl EdgeNode {
             project_conns: std::sync::Mutex::new(std::collections::HashMap::new()),
         });
         background.spawn(crate::liveness::run(liveness, dispatcher_stop.clone()));
+        let all = state.connections.clone();
         background.spawn(crate::outbound::enforce_budget(
             state.outbound_budget.clone(),
-            state.connections.clone(),
+            move || all.all().into_iter().map(|(_, e)| e.handle).collect(),
             dispatcher_stop.clone(),
         ));
         background.spawn(members.run(dispatcher_stop.clone()));

@@ -135,10 +135,11 @@ impl OutboundBudget {
 
 /// Closes the largest outbound queues 4008 `slow_consumer` whenever the node's queued bytes pass
 /// `outbound_budget_bytes`, until the rest fits; runs until `stop`. Woken by the push that went
-/// past the budget, so it costs nothing below it.
+/// past the budget, so it costs nothing below it. `handles` lists the node's connections (a
+/// closure, so this module does not depend on the registry of connections that uses it).
 pub(crate) async fn enforce_budget(
     budget: std::sync::Arc<OutboundBudget>,
-    connections: std::sync::Arc<crate::revalidate::Connections>,
+    handles: impl Fn() -> Vec<std::sync::Arc<ConnHandle>>,
     stop: tokio_util::sync::CancellationToken,
 ) {
     if budget.limit == 0 {
@@ -153,7 +154,7 @@ pub(crate) async fn enforce_budget(
             continue;
         }
         let mut conns: Vec<(usize, std::sync::Arc<ConnHandle>)> =
-            connections.all().into_iter().map(|(_, e)| (e.handle.queued_bytes(), e.handle)).collect();
+            handles().into_iter().map(|h| (h.queued_bytes(), h)).collect();
         conns.sort_unstable_by_key(|c| std::cmp::Reverse(c.0));
         for (bytes, handle) in conns {
             if budget.queued() <= budget.limit || bytes == 0 {
