@@ -7,24 +7,12 @@ use std::time::{Duration, Instant};
 
 use skua_core::limits::SharedLimits;
 use skua_presence::RedisSharedLimits;
-use skua_testkit::skip::skip;
 
-const URL_VAR: &str = "SKUA_TEST_REDIS_URL";
+mod common;
 
 /// Two handles (two nodes) on one fresh prefix, or `None` after saying why.
 async fn pair() -> Option<(RedisSharedLimits, RedisSharedLimits)> {
-    let Some(url) = std::env::var(URL_VAR).ok().filter(|u| !u.is_empty()) else {
-        skip(&format!("{URL_VAR} not set"));
-        return None;
-    };
-    let prefix = format!("skua-test-{}", uuid::Uuid::new_v4().simple());
-    let open = || async {
-        skua_presence::RedisPresence::connect(&url, &prefix)
-            .await
-            .unwrap_or_else(|e| panic!("connecting to {url}: {e:?}"))
-            .shared_limits(&prefix)
-    };
-    Some((open().await, open().await))
+    common::pair(|presence, prefix| presence.shared_limits(prefix)).await
 }
 
 #[tokio::test]
