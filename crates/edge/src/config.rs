@@ -77,6 +77,10 @@ pub struct EdgeConfig {
     /// Live logged messages queued per connection for its durable delivery; beyond it they are
     /// read back from the store.
     pub durable_queue: usize,
+    /// Claim and ack requests waiting for the node's durable writer; a task waits for room.
+    pub durable_writer_queue: usize,
+    /// Batches of claims and acks in the store at the same time (at least 1).
+    pub durable_writers: usize,
     /// How often each connection's durable task delivers pending messages nobody holds (a
     /// logged message that missed the bus); zero: only on subscribe, restore and kicks.
     pub durable_sweep_interval: Duration,
@@ -252,6 +256,8 @@ impl Default for EdgeConfig {
             restore_prune_interval: Duration::from_secs(60),
             replay_page_size: 256,
             durable_queue: 1024,
+            durable_writer_queue: 1024,
+            durable_writers: 2,
             durable_sweep_interval: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(10),
             idempotency_window: Duration::from_secs(120),

@@ -104,7 +104,12 @@ impl Durable {
         tasks: TaskTracker,
         config: &EdgeConfig,
     ) -> Self {
-        let writer = crate::durable_writer::Writer::spawn(store.clone(), node.clone());
+        let writer = crate::durable_writer::Writer::spawn(
+            store.clone(),
+            node.clone(),
+            config.durable_writer_queue,
+            config.durable_writers,
+        );
         Self {
             node,
             store,

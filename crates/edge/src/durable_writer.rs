@@ -12,13 +12,11 @@ use std::sync::Arc;
 use skua_core::{Claim, ConsumerId, Holder, LiveClaim, NodeId, Store};
 use tokio::sync::{mpsc, oneshot};
 
-/// Requests waiting for the writer at most; a durable task waits for room beyond that.
-const QUEUE: usize = 1024;
-
-/// Batches in the store at the same time at most. One writer takes what waits while the others
-/// are busy, so under light load one batch holds everything (fewest statements) and under heavy
-/// load the batches overlap; each uses up to two store connections (its claims and its acks).
-const WRITERS: usize = 2;
+// Requests waiting for the writer at most (`durable_writer_queue`): a durable task waits for
+// room beyond that. Batches in the store at the same time (`durable_writers`): one writer takes
+// what waits while the others are busy, so under light load one batch holds everything (fewest
+// statements) and under heavy load the batches overlap; each uses up to two store connections
+// (its claims and its acks).
 
 /// What a durable task asks the writer.
 #[derive(Debug)]
@@ -46,11 +44,12 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
-    /// Starts the writer of `node`'s claims and acks in `store`.
-    pub(crate) fn spawn(store: Arc<dyn Store>, node: NodeId) -> Self {
-        let (tx, rx) = mpsc::channel(QUEUE);
+    /// Starts the `writers` writers of `node`'s claims and acks in `store`, with room for
+    /// `queue` waiting requests.
+    pub(crate) fn spawn(store: Arc<dyn Store>, node: NodeId, queue: usize, writers: usize) -> Self {
+        let (tx, rx) = mpsc::channel(queue.max(1));
         let rx = Arc::new(tokio::sync::Mutex::new(rx));
-        for _ in 0..WRITERS {
+        for _ in 0..writers.max(1) {
             tokio::spawn(run(store.clone(), node.clone(), rx.clone()));
         }
         Self { tx }

@@ -163,6 +163,14 @@ pub struct Settings {
     /// Live logged messages queued per connection for durable delivery [default 1024].
     #[arg(long, env = "SKUA_DURABLE_QUEUE")]
     pub durable_queue: Option<usize>,
+    /// Claim and ack requests of the node's durable tasks waiting for the store writer; beyond it
+    /// a task waits for room [default 1024].
+    #[arg(long, env = "SKUA_DURABLE_WRITER_QUEUE")]
+    pub durable_writer_queue: Option<usize>,
+    /// Batches of claims and acks in the store at the same time (each uses up to two store
+    /// connections) [default 2].
+    #[arg(long, env = "SKUA_DURABLE_WRITERS")]
+    pub durable_writers: Option<usize>,
     /// How often durable deliveries look for pending messages nobody holds; 0s = off [default 5s].
     #[arg(long, env = "SKUA_DURABLE_SWEEP_INTERVAL")]
     pub durable_sweep_interval: Option<String>,
@@ -502,7 +510,7 @@ impl Settings {
             rate_limit_window, presence_rate_limit, subscribe_rate_limit, query_rate_limit, max_message_size, outbound_queue_messages, outbound_queue_bytes, outbound_budget_bytes, max_connections, fd_reserve,
             max_subscriptions_per_connection, publish_topic_cache, publish_pipeline, publish_pipeline_bytes, max_retained_per_topic, restore_ttl, restore_wait, restore_merge_window, shutdown_grace, drain_delay, bus_queue, dispatch_shards, node_ttl,
             node_refresh, bus_publish_buffer, log_max_age, log_max_per_topic, log_prune_interval, replay_page_size,
-            durable_queue, durable_sweep_interval, grpc_listen, admin_key, revalidate_interval, registry_poll_interval, max_apps_per_project,
+            durable_queue, durable_writer_queue, durable_writers, durable_sweep_interval, grpc_listen, admin_key, revalidate_interval, registry_poll_interval, max_apps_per_project,
             max_rooms_per_app, max_actors_per_project, max_grants_per_room, max_lobbies_per_project, max_page_size, otlp_endpoint,
             max_presence_size, max_retained_bytes_per_topic, max_retained_bytes, max_retained_bytes_per_project, max_auth_failures, auth_timeout,
             auth_backoff_after, auth_backoff_max, jwt_audiences,

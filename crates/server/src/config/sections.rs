@@ -497,6 +497,10 @@ pub struct Durable {
     pub replay_page_size: u32,
     /// Live logged messages queued per connection.
     pub durable_queue: usize,
+    /// Claim and ack requests waiting for the node's durable writer.
+    pub durable_writer_queue: usize,
+    /// Batches of claims and acks in the store at the same time.
+    pub durable_writers: usize,
     /// How often durable deliveries look for pending messages nobody holds (zero: never).
     pub durable_sweep_interval: Duration,
 }
@@ -518,6 +522,8 @@ impl Durable {
             restore_prune_interval: nonzero_duration(key!(s, restore_prune_interval))?,
             replay_page_size: positive(key!(s, replay_page_size))?,
             durable_queue: positive(key!(s, durable_queue))?,
+            durable_writer_queue: positive(key!(s, durable_writer_queue))?,
+            durable_writers: positive(key!(s, durable_writers))?,
             durable_sweep_interval: duration(key!(s, durable_sweep_interval))?,
         })
     }
@@ -1031,6 +1037,8 @@ impl Sections {
             restore_prune_interval: durable.restore_prune_interval,
             replay_page_size: durable.replay_page_size,
             durable_queue: durable.durable_queue,
+            durable_writer_queue: durable.durable_writer_queue,
+            durable_writers: durable.durable_writers,
             durable_sweep_interval: durable.durable_sweep_interval,
             bus_queue: cluster.bus_queue,
             dispatch_shards: cluster.dispatch_shards,
