@@ -28,36 +28,21 @@
 //! - [`clock`], [`ids`], [`config`], [`ratelimit`].
 
 pub mod auth;
-pub mod clock;
-pub mod config;
-pub mod durable;
-mod durable_writer;
 pub mod fds;
 pub mod front;
-pub mod history;
-pub mod hub;
-pub mod hydrate;
-pub mod idempotency;
-pub mod ids;
-pub mod liveness;
-pub mod members;
-pub mod metrics;
 pub mod node;
-pub mod outbound;
 pub mod process;
 pub mod prom;
-pub mod publish;
-pub mod ratelimit;
-mod restore_prune;
-pub mod retained;
-pub mod revalidate;
 mod session;
-pub mod small_map;
 pub mod state;
-pub mod timed;
-pub mod trace;
-pub mod triggers;
 pub mod ws;
+
+// The broker core lives in `skua-engine`; its modules stay reachable under the edge's paths
+// (`skua_edge::publish::...`) for the crates and branches that name them there.
+pub use skua_engine::{
+    clock, config, durable, history, hub, hydrate, idempotency, ids, liveness, members, metrics, outbound, publish,
+    ratelimit, restore_prune, retained, revalidate, small_map, timed, trace, triggers,
+};
 
 pub use config::EdgeConfig;
 pub use node::{EdgeNode, Listeners, serve, serve_metrics};

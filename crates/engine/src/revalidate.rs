@@ -106,14 +106,14 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Removes its connection from the table when dropped (the session ends).
 #[derive(Debug)]
-pub(crate) struct Registration {
+pub struct Registration {
     connections: Arc<Connections>,
     conn: ConnId,
 }
 
 impl Registration {
     /// Records the access token the connection now uses (after `reauth`).
-    pub(crate) fn set_token_digest(&self, digest: Option<[u8; 32]>) {
+    pub fn set_token_digest(&self, digest: Option<[u8; 32]>) {
         if let Some(e) = lock(&self.connections.conns).get_mut(&self.conn) {
             e.token_digest = digest;
         }
@@ -268,7 +268,7 @@ impl Connections {
 
 impl Connections {
     /// Adds an authenticated connection to the table until the returned guard drops.
-    pub(crate) fn register(self: &Arc<Self>, id: ConnId, mut entry: ConnEntry) -> Registration {
+    pub fn register(self: &Arc<Self>, id: ConnId, mut entry: ConnEntry) -> Registration {
         entry.connected_at_ms = now_unix_ms();
         lock(&self.conns).insert(id, entry);
         Registration { connections: self.clone(), conn: id }
