@@ -50,4 +50,4 @@ pub mod trace;
 pub mod triggers;
 
 pub use config::EdgeConfig;
-pub use engine::Backends;
+pub use engine::{Backends, Engine, EngineTasks, ProjectSlot};

@@ -1,7 +1,7 @@
 //! Applying control-plane changes to open connections (issue 5, N15, N28).
 //!
 //! The node keeps a table of its authenticated connections ([`Connections`]). When a new
-//! registry is installed (`EdgeState::install_registry`) and on every revalidation tick
+//! registry is installed (`Engine::install_registry`) and on every revalidation tick
 //! (`revalidate_interval`, default 10 min, a timer rather than heartbeats so idle clients are
 //! checked too), the node:
 //! - closes connections whose actor was deleted (4001 `token_not_found`), deactivated or
