@@ -1,18 +1,16 @@
-//! The engine's handle ([`Engine`]), what it is built from ([`Backends`]) and the node-level
-//! tasks it starts ([`EngineTasks`]).
+//! The engine's handle ([`Engine`]) and the node-level tasks it starts ([`EngineTasks`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use skua_core::{
-    Bus, BusDelivery, ConnId, EnvelopeId, NodeId, Presence, ProjectId, Registry, SessionKey, SharedRegistry, Store,
-};
+use skua_core::{ConnId, EnvelopeId, NodeId, Presence, ProjectId, Registry, SessionKey, SharedRegistry, Store};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::backends::Backends;
 use crate::config::EdgeConfig;
 use crate::durable::Durable;
 use crate::hub::Hub;
@@ -24,35 +22,6 @@ use crate::outbound::{ConnHandle, OutboundBudget};
 use crate::publish::Publisher;
 use crate::revalidate::{ConnEntry, Connections, Registration};
 use crate::triggers::Triggers;
-
-/// The backends a node runs on, chosen by the server crate.
-pub struct Backends {
-    /// This node's bus client.
-    pub bus: Arc<dyn Bus>,
-    /// Deliveries the bus sends to this node.
-    pub bus_deliveries: mpsc::Receiver<BusDelivery>,
-    /// Presence store.
-    pub presence: Arc<dyn Presence>,
-    /// Session store.
-    pub store: Arc<dyn Store>,
-    /// Told of every accepted publish, in this order ([`crate::publish`]).
-    pub publish_observers: Vec<Arc<dyn crate::publish::PublishObserver>>,
-    /// Trigger webhooks' configuration and delivery engine; `None`: this node posts no triggers.
-    pub trigger_hooks: Option<Arc<dyn crate::triggers::TriggerHooks>>,
-    /// Further series for `/metrics` (e.g. the webhook engine's), appended in this order.
-    pub metrics_sources: Vec<Arc<dyn crate::metrics::MetricsSource>>,
-    /// Calls hydration webhooks (N43); `None`: no hydration frames.
-    pub hydrator: Option<Arc<dyn crate::hydrate::Hydrator>>,
-    /// Posts wake requests of persistent members (N47); `None`: nobody is woken.
-    pub wake_poster: Option<Arc<dyn crate::members::WakePoster>>,
-    /// The cluster's counters of the wake limits (issue 33); `None`: each node counts alone.
-    pub shared_limits: Option<Arc<dyn skua_core::limits::SharedLimits>>,
-    /// Topic history (issue 19); `None`: no topic keeps history on this node.
-    pub history: Option<Arc<dyn skua_core::history::History>>,
-    /// Remembers publish idempotency keys (issue 19): in memory on one node, Redis in a
-    /// cluster.
-    pub idempotency: Arc<dyn skua_core::Idempotency>,
-}
 
 /// Control messages (takeovers, kicks) queued between the dispatcher and their handler; beyond
 /// it they are dropped with a warning (a kick is retried by the next release, a takeover by the

@@ -2,7 +2,9 @@
 //! the control plane's REST and gRPC APIs, later MQTT) has accepted it.
 //!
 //! Depends on the slot *traits* of `skua-core` and the codec of `skua-protocol`, never on a
-//! concrete backend nor on a door's transport. Modules:
+//! concrete backend nor on a door's transport (no axum, hyper or tungstenite). Modules:
+//! - `engine`: the [`Engine`] handle every door holds, and [`Engine::start`], which builds it
+//!   over the [`Backends`] and starts its node-level tasks ([`EngineTasks`]);
 //! - [`publish`]: the publish pipeline every entry point uses, and its observer seam;
 //! - [`hub`]: the node's local fan-out (the hot path) and its bus subscriptions;
 //! - [`retained`]: the retained message of each topic and their byte budget;
@@ -25,6 +27,7 @@
 //! - [`restore_prune`]: the periodic restore-record prune (never on a connection's release);
 //! - [`clock`], [`ids`], [`config`], [`ratelimit`], [`small_map`].
 
+mod backends;
 pub mod clock;
 pub mod config;
 pub mod durable;
@@ -49,5 +52,6 @@ pub mod timed;
 pub mod trace;
 pub mod triggers;
 
+pub use backends::Backends;
 pub use config::EdgeConfig;
-pub use engine::{Backends, Engine, EngineTasks, ProjectSlot};
+pub use engine::{Engine, EngineTasks, ProjectSlot};
