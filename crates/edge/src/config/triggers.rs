@@ -11,7 +11,8 @@ pub struct TriggerConfig {
     pub in_flight: usize,
     /// How long the first queued trigger waits for others to start with it (0: at once).
     pub batch_window: Duration,
-    /// Waits between attempts; attempts = `retry_delays.len() + 1`.
+    /// Waits between attempts; attempts = `retry_delays.len() + 1` (default: 4 s, 8 s, 16 s,
+    /// 32 s, [`skua_core::webhook::trigger_retry_delays`]).
     pub retry_delays: Vec<Duration>,
     /// How long a node holds an outbox trigger beyond its current attempt and wait.
     pub lease: Duration,
@@ -53,7 +54,7 @@ impl Default for TriggerConfig {
             queue: 10_000,
             in_flight: 1024,
             batch_window: Duration::from_millis(5),
-            retry_delays: [2, 6, 15, 37].into_iter().map(Duration::from_secs).collect(),
+            retry_delays: skua_core::webhook::trigger_retry_delays(),
             lease: Duration::from_secs(30),
             attempt_timeout: Duration::from_secs(30),
             scan_interval: Duration::from_secs(5),
