@@ -38,6 +38,39 @@ impl SettingDoc {
     }
 }
 
+/// A setting's value made from the default written in its declaration: a string literal for
+/// a `String`, a number of the field's own type, `Vec::new()`.
+pub trait SettingValue<D> {
+    /// The value of default `d`.
+    fn from_default(d: D) -> Self;
+}
+
+impl SettingValue<&str> for String {
+    fn from_default(d: &str) -> Self {
+        d.to_owned()
+    }
+}
+
+impl SettingValue<&str> for std::path::PathBuf {
+    fn from_default(d: &str) -> Self {
+        d.into()
+    }
+}
+
+/// Defaults of these types are written as values of the type itself (so that a number
+/// literal takes the field's type).
+macro_rules! same_type_defaults {
+    ($($t:ty),*) => {
+        $(impl SettingValue<$t> for $t {
+            fn from_default(d: $t) -> Self {
+                d
+            }
+        })*
+    };
+}
+
+same_type_defaults!(bool, u16, u32, u64, usize, String, Vec<String>);
+
 /// Declares a struct of settings, each field written once:
 ///
 /// ```ignore
@@ -56,7 +89,8 @@ impl SettingDoc {
 /// }
 /// ```
 ///
-/// Each field becomes an `Option<T>` with `clap` (the `#[arg]` given) and `serde` derives;
+/// A field's type is a name with at most one type argument (`u32`, `String`, `PathBuf`,
+/// `Vec<String>`) so that `clap` sees through it. Each field becomes an `Option<T>` with `clap` (the `#[arg]` given) and `serde` derives;
 /// the struct gets `KEYS`, `DOCS`, `defaults()` (every default given) and `overlay`. The
 /// crate using it depends on `clap` and `serde`.
 #[macro_export]
@@ -67,7 +101,7 @@ macro_rules! settings {
             $(
                 $(#[doc = $doc:literal])*
                 #[arg($($arg:tt)*)]
-                $fvis:vis $field:ident : $ty:ty $(= $default:expr)?
+                $fvis:vis $field:ident : $ty:ident $(<$targ:ident>)? $(= $default:expr)?
             ),* $(,)?
         }
     ) => {
@@ -78,7 +112,7 @@ macro_rules! settings {
                 $(#[doc = $doc])*
                 #[arg($($arg)*)]
                 #[serde(default, skip_serializing_if = "Option::is_none")]
-                $fvis $field: ::std::option::Option<$ty>,
+                $fvis $field: Option<$ty $(<$targ>)?>,
             )*
         }
 
@@ -93,7 +127,7 @@ macro_rules! settings {
 
             /// The compiled-in defaults: every setting declared with one.
             pub fn defaults() -> Self {
-                Self { $($field: $crate::__setting_default!($($default)?),)* }
+                Self { $($field: $crate::__setting_default!([$ty $(<$targ>)?] $($default)?),)* }
             }
 
             /// Lays `over` on top of `self`: every setting `over` has wins.
@@ -110,10 +144,10 @@ macro_rules! settings {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __setting_default {
-    () => {
+    ([$($ty:tt)+]) => {
         ::std::option::Option::None
     };
-    ($default:expr) => {
-        ::std::option::Option::Some(::std::convert::Into::into($default))
+    ([$($ty:tt)+] $default:expr) => {
+        ::std::option::Option::Some(<$($ty)+ as $crate::settings::SettingValue<_>>::from_default($default))
     };
 }
