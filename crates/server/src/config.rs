@@ -229,7 +229,7 @@ macro_rules! composed {
         #[derive(Debug, Clone, Default, PartialEq, Args)]
         pub struct Settings {
             $(
-                #[allow(missing_docs)]
+                #[doc = concat!("The settings of [`", stringify!($ty), "`].")]
                 #[command(flatten)]
                 pub $part: $ty,
             )*

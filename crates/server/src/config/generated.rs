@@ -174,6 +174,59 @@ mod tests {
         assert_eq!(read, Settings::defaults());
     }
 
+    /// The README's table of common flags: every flag it names is a setting (or one of
+    /// `serve`'s own flags), and every default it gives in backticks is the declared one.
+    #[test]
+    fn readme_flags_and_defaults_are_the_declared_ones() {
+        let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+        let defaults: std::collections::HashMap<&str, String> = Settings::parts()
+            .iter()
+            .flat_map(|p| p.docs.iter().map(move |d| (d.key, p.default_toml(d.key).unwrap_or_default())))
+            .map(|(k, v)| (k, v.trim_matches('"').to_owned()))
+            .collect();
+        let own = ["dev", "config", "print-config", "tls-self-signed"];
+        let (mut wrong, mut compared) = (Vec::new(), 0);
+        for row in readme.lines().filter(|l| l.starts_with("| `--")) {
+            let cells: Vec<&str> = row.trim_matches('|').split(" | ").map(str::trim).collect();
+            let [flags_cell, default_cell, ..] = cells.as_slice() else { continue };
+            let flags: Vec<&str> = flags_cell.split("`--").skip(1).filter_map(|f| f.split([' ', '`']).next()).collect();
+            // The defaults, one per flag, separated by ", " outside parentheses.
+            let mut items = Vec::new();
+            let (mut depth, mut start) = (0, 0);
+            for (i, ch) in default_cell.char_indices() {
+                match ch {
+                    '(' => depth += 1,
+                    ')' => depth -= 1,
+                    ',' if depth == 0 => {
+                        items.push(default_cell[start..i].trim());
+                        start = i + 1;
+                    }
+                    _ => {}
+                }
+            }
+            items.push(default_cell[start..].trim());
+            for (n, flag) in flags.iter().enumerate() {
+                if own.contains(flag) {
+                    continue;
+                }
+                let key = flag.replace('-', "_");
+                let Some(declared) = defaults.get(key.as_str()) else {
+                    wrong.push(format!("README names --{flag}, which is no setting"));
+                    continue;
+                };
+                let item = if items.len() == flags.len() { items[n] } else { items[0] };
+                if let Some(said) = item.strip_prefix('`').and_then(|v| v.split('`').next()) {
+                    if said != declared {
+                        wrong.push(format!("README gives --{flag} the default {said}, declared {declared}"));
+                    }
+                    compared += 1;
+                }
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+        assert!(compared > 60, "only {compared} README defaults compared: did the table's layout change?");
+    }
+
     /// A help line's `[default X]` names the declared default (or, for an empty one, says so).
     #[test]
     fn every_help_default_is_the_declared_one() {
