@@ -227,6 +227,43 @@ mod tests {
         assert!(compared > 60, "only {compared} README defaults compared: did the table's layout change?");
     }
 
+    /// The settings tables of docs/ (a row per key: `` | `key` | `default` | … ``) give the
+    /// declared defaults. docs/security.md's tables, which group keys, have their own check
+    /// (`config::tests::security_md_lists_every_budget_and_rate_limit_with_its_default`).
+    #[test]
+    fn docs_tables_give_the_declared_defaults() {
+        let defaults: std::collections::HashMap<&str, String> = Settings::parts()
+            .iter()
+            .flat_map(|p| p.docs.iter().map(move |d| (d.key, p.default_toml(d.key).unwrap_or_default())))
+            .map(|(k, v)| (k, v.trim_matches('"').to_owned()))
+            .collect();
+        let (mut wrong, mut compared) = (Vec::new(), 0);
+        for entry in std::fs::read_dir(root().join("docs")).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if !name.ends_with(".md") || name == "settings.md" || name == "security.md" {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            for row in text.lines().filter(|l| l.starts_with("| `")) {
+                let cells: Vec<&str> = row.trim_matches('|').split(" | ").map(str::trim).collect();
+                let [key_cell, default_cell, ..] = cells.as_slice() else { continue };
+                let Some(key) = key_cell.strip_prefix('`').and_then(|k| k.strip_suffix('`')) else { continue };
+                let (Some(declared), Some(said)) =
+                    (defaults.get(key), default_cell.strip_prefix('`').and_then(|v| v.split('`').next()))
+                else {
+                    continue;
+                };
+                if said.trim_matches('"') != declared {
+                    wrong.push(format!("docs/{name}: {key} {said}, declared {declared}"));
+                }
+                compared += 1;
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+        assert!(compared > 20, "only {compared} docs defaults compared");
+    }
+
     /// A help line's `[default X]` names the declared default (or, for an empty one, says so).
     #[test]
     fn every_help_default_is_the_declared_one() {
