@@ -14,7 +14,9 @@ pub use members::{MembersConfig, MembersSettings};
 pub use origin::OriginPattern;
 pub use triggers::{TriggerConfig, TriggerSettings};
 
-/// Limits and behaviour of one edge node. Every limit is documented in `config/default.toml`.
+/// Limits and behaviour of one edge node. Its settings are declared (with their defaults) in
+/// [`EdgeSettings`], [`TriggerSettings`] and [`MembersSettings`]; `Default` gives the same
+/// values (the server's `config::tests::typed_defaults_are_the_declared_ones` checks it).
 #[derive(Debug, Clone)]
 pub struct EdgeConfig {
     /// Root of internal topics and keys (`--namespace`).

@@ -27,7 +27,8 @@ use crate::metrics::{Outcome, WebhookMetrics};
 use crate::request::{SIGNATURE_LEN, WebhookRequest, sign_bytes};
 use crate::rule::AddressRule;
 
-/// The engine's settings (`webhook_*` in config/default.toml).
+/// The engine's settings, checked from [`WebhookSettings`](crate::WebhookSettings) (declared
+/// there with their defaults; `Default` gives the same values, a server test checks it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WebhookConfig {
     /// Fire-and-forget requests waiting for delivery on this node; when full, `enqueue`
