@@ -25,7 +25,7 @@ const IDLE: Duration = Duration::from_secs(2);
 const KEEP_ALIVE_EVERY: Duration = Duration::from_millis(300);
 
 async fn idle_server() -> TestServer {
-    TestServer::builder().settings(|s| s.idle_timeout = Some("2s".into())).spawn().await
+    TestServer::builder().settings(|s| s.edge.idle_timeout = Some("2s".into())).spawn().await
 }
 
 fn binary(v: &Value) -> Message {
@@ -165,8 +165,8 @@ async fn slow_subscriber_is_closed_with_4008_and_the_others_get_every_message_in
     const MAX_MESSAGES: u64 = 600;
     let server = TestServer::builder()
         .settings(|s| {
-            s.rate_limit = Some(100_000);
-            s.outbound_queue_messages = Some(16);
+            s.edge.rate_limit = Some(100_000);
+            s.edge.outbound_queue_messages = Some(16);
         })
         .spawn()
         .await;
@@ -281,12 +281,12 @@ async fn slow_consumers_past_the_node_outbound_budget_are_closed_4008_largest_fi
     const BUDGET: f64 = 4.0 * 1024.0 * 1024.0;
     let server = TestServer::builder()
         .settings(|s| {
-            s.rate_limit = Some(100_000);
-            s.outbound_queue_messages = Some(100_000);
-            s.outbound_queue_bytes = Some(256 << 20);
-            s.outbound_budget_bytes = Some(4 << 20);
+            s.edge.rate_limit = Some(100_000);
+            s.edge.outbound_queue_messages = Some(100_000);
+            s.edge.outbound_queue_bytes = Some(256 << 20);
+            s.edge.outbound_budget_bytes = Some(4 << 20);
             // Scraped after every publish: on its own listener, which counts against no address.
-            s.metrics_listen = Some("127.0.0.1:0".into());
+            s.node.metrics_listen = Some("127.0.0.1:0".into());
         })
         .spawn()
         .await;
@@ -400,7 +400,7 @@ async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_closes_every_socket_1012_fails_readiness_and_refuses_upgrades() {
-    let server = TestServer::builder().settings(|s| s.shutdown_grace = Some("5s".into())).spawn().await;
+    let server = TestServer::builder().settings(|s| s.edge.shutdown_grace = Some("5s".into())).spawn().await;
     let addr = server.addr;
     let url = server.url();
     assert_eq!(http_get(addr, "/healthz").await.0, 200);
