@@ -133,7 +133,7 @@ async fn ws_upgrade(
 ) -> Response {
     let hs = match handshake::check(&mut req) {
         Ok(hs) => hs,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     let headers = req.headers();
     if st.is_draining() {
