@@ -62,11 +62,26 @@ impl RecordedRequest {
         serde_json::from_slice(&self.body).expect("webhook body is JSON")
     }
 
-    /// Whether `X-NoLag-Signature` is the HMAC-SHA256 of the raw body with `secret` (N42).
+    /// Whether `X-NoLag-Signature` is `sha256=<hex>` of the HMAC-SHA256 of the raw body with
+    /// `secret` (N42), checked here as a receiver would, independently of the signing code.
     pub fn signature_valid(&self, secret: &str) -> bool {
-        self.header(skua_webhooks::SIGNATURE_HEADER)
-            == Some(skua_webhooks::sign(secret.as_bytes(), &self.body).as_str())
+        let Some(hex) = self.header("x-nolag-signature").and_then(|v| v.strip_prefix("sha256=")) else {
+            return false;
+        };
+        let Some(tag) = unhex(hex) else { return false };
+        let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret.as_bytes());
+        ring::hmac::verify(&key, &self.body, &tag).is_ok()
     }
+}
+
+/// Lower-case or upper-case hex digits as bytes; `None` for an odd length or another character.
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    let digit = |c: u8| char::from(c).to_digit(16).and_then(|d| u8::try_from(d).ok());
+    let s = s.as_bytes();
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    s.chunks(2).map(|p| Some(digit(p[0])? << 4 | digit(p[1])?)).collect()
 }
 
 #[derive(Default)]
