@@ -78,7 +78,7 @@ impl RecordedRequest {
 fn unhex(s: &str) -> Option<Vec<u8>> {
     let digit = |c: u8| char::from(c).to_digit(16).and_then(|d| u8::try_from(d).ok());
     let s = s.as_bytes();
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     s.chunks(2).map(|p| Some(digit(p[0])? << 4 | digit(p[1])?)).collect()
@@ -225,5 +225,33 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
             r
         }
         Mode::Hang => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RecordedRequest;
+
+    fn signed(header: &str) -> RecordedRequest {
+        RecordedRequest {
+            method: "POST".into(),
+            path: "/hook".into(),
+            headers: vec![("x-nolag-signature".into(), header.into())],
+            body: bytes::Bytes::from_static(b"{\"a\":1}"),
+            at: std::time::Instant::now(),
+        }
+    }
+
+    #[test]
+    fn signature_is_checked_against_the_secret_and_the_body() {
+        let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, b"s3cret");
+        let tag = ring::hmac::sign(&key, b"{\"a\":1}");
+        let hex: String = tag.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+        assert!(signed(&format!("sha256={hex}")).signature_valid("s3cret"));
+        assert!(signed(&format!("sha256={}", hex.to_uppercase())).signature_valid("s3cret"));
+        assert!(!signed(&format!("sha256={hex}")).signature_valid("other"));
+        assert!(!signed(&hex).signature_valid("s3cret"), "the sha256= prefix is required");
+        assert!(!signed(&format!("sha256={}", &hex[1..])).signature_valid("s3cret"), "odd length");
+        assert!(!signed("sha256=zz").signature_valid("s3cret"));
     }
 }
