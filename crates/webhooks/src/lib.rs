@@ -6,14 +6,15 @@
 //! Depends on `skua-core` only (for [`WebhookCall`] and the address rule); it knows nothing of
 //! the edge, the store or the wire. Modules:
 //! - [`request`]: [`WebhookRequest`], the body with `deliveryId` and `timestamp`, and signing;
-//! - [`config`]: [`WebhookConfig`], the engine's settings, and [`RetrySchedule`];
+//! - [`config`]: [`WebhookConfig`], the engine's checked configuration, and [`RetrySchedule`];
 //! - [`outcome`]: how a delivery ends, [`WebhookResponse`] or [`DeliveryError`];
 //! - [`sender`]: [`WebhookSender`], calls ([`WebhookSender::call`]) and the queue
 //!   ([`WebhookSender::enqueue`]);
 //! - `client`: the HTTP/1.1 client (keep-alive pool per origin, address rules, bounded answers);
 //! - [`resolve`]: the DNS resolver that refuses link-local and metadata addresses at send time;
 //! - `rule`: the address rule each kind adds (hydration, triggers, wake), read by both;
-//! - [`metrics`]: [`WebhookMetrics`], rendered in the Prometheus text format.
+//! - [`metrics`]: [`WebhookMetrics`], rendered in the Prometheus text format;
+//! - [`settings`]: [`WebhookSettings`], the engine's settings as flags, variables and keys.
 //!
 //! `https` uses ring explicitly (whatever provider the process installed) and the system's
 //! root certificates.
@@ -27,6 +28,7 @@ pub mod request;
 pub mod resolve;
 mod rule;
 pub mod sender;
+pub mod settings;
 
 pub use config::{RetrySchedule, WebhookConfig};
 pub use metrics::WebhookMetrics;
@@ -34,4 +36,5 @@ pub use outcome::{DeliveryError, WebhookResponse};
 pub use recent::{RecentDeliveries, RecentDelivery};
 pub use request::{SIGNATURE_HEADER, SIGNATURE_V2_HEADER, WebhookRequest, sign, sign_v2};
 pub use sender::{DeliveryReport, OnDone, QueueFull, WebhookSender};
+pub use settings::WebhookSettings;
 pub use skua_core::webhook::{WebhookCall, WebhookKind, WebhookTarget};
