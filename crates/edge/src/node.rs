@@ -1,32 +1,21 @@
 //! Starting and stopping one edge node: the only place that spawns or stops the node's tasks.
 //!
-//! [`EdgeNode::start`] builds the shared [`EdgeState`], then starts, each with the narrow
-//! handles it uses: the hub's dispatcher, the node-to-node control handler, liveness,
-//! revalidation, log retention, the release of what a previous run under the same node id
-//! held; [`EdgeNode::open`] then starts the listeners, once the caller has installed every
+//! [`EdgeNode::start`] starts the node's [`Engine`] (its node-level tasks: the hub's dispatcher,
+//! the node-to-node control handler, liveness, revalidation, log retention, the release of what
+//! a previous run under the same node id held) and builds the door's [`EdgeState`] over it;
+//! [`EdgeNode::open`] then starts the listeners, once the caller has installed every
 //! route (issue 31: nothing answers before the node serves it). [`EdgeNode::drain`] and [`EdgeNode::stop`] take them down in order.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use skua_core::{NodeId, SharedRegistry};
+use skua_engine::{Engine, EngineTasks};
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, mpsc};
 use tokio_rustls::TlsAcceptor;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use crate::config::EdgeConfig;
-use crate::durable::Durable;
-use crate::hub::Hub;
-use crate::liveness::{DeferredRemovals, Liveness};
-use crate::metrics::Metrics;
 use crate::state::{Backends, EdgeState};
-
-/// Control messages (takeovers, kicks) queued between the dispatcher and their handler; beyond
-/// it they are dropped with a warning (a kick is retried by the next release, a takeover by the
-/// older connection's next reconnect).
-const CONTROL_QUEUE: usize = 1024;
 
 /// How long the bus gets to send what it still buffers once connections have drained.
 const BUS_FLUSH: Duration = Duration::from_secs(2);
@@ -59,10 +48,9 @@ pub struct EdgeNode {
     server: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
     /// The listeners until [`Self::open`] starts accepting on them.
     pending: Option<Listeners>,
-    /// Node-level tasks (dispatcher, control, liveness, revalidation, retention, releases).
-    background: TaskTracker,
-    /// Cancelled once connections have drained: stops the node-level tasks.
-    dispatcher_stop: CancellationToken,
+    /// The engine's node-level tasks (dispatcher, control, liveness, revalidation, retention,
+    /// releases), stopped once connections have drained; the metrics listener runs among them.
+    tasks: EngineTasks,
 }
 
 impl std::fmt::Debug for EdgeNode {
@@ -83,96 +71,8 @@ impl EdgeNode {
         backends: Backends,
         listeners: Listeners,
     ) -> Self {
-        let metrics = Arc::new(Metrics::default());
-        let backends = crate::timed::wrap(backends, &metrics);
-        let limits = crate::retained::RetainedLimits {
-            keys_per_topic: config.max_retained_per_topic,
-            bytes_per_topic: config.max_retained_bytes_per_topic,
-            bytes: config.max_retained_bytes,
-            bytes_per_project: config.max_retained_bytes_per_project,
-        };
-        let hub = Arc::new(Hub::new(backends.bus, metrics.clone(), limits));
-        let auth_throttle = crate::auth::AuthThrottle::new(config.auth_backoff_after, config.auth_backoff_max);
-        // The dispatcher outlives the drain (closing sessions still publish their presence
-        // leaves); it stops when the bus closes or `dispatcher_stop` is cancelled.
-        let dispatcher_stop = CancellationToken::new();
-        let background = TaskTracker::new();
-        hub.attach_sink();
-        let shards = match config.dispatch_shards {
-            0 => tokio::runtime::Handle::current().metrics().num_workers(),
-            n => n,
-        };
-        hub.start_dispatch(backends.bus_deliveries, dispatcher_stop.clone(), shards, config.bus_queue, &background);
-        let connections = Arc::new(crate::revalidate::Connections::default());
-        let triggers = backends.trigger_hooks.map(|hooks| {
-            crate::triggers::Triggers::new(
-                &node,
-                registry.clone(),
-                backends.store.clone(),
-                hooks,
-                config.triggers.clone(),
-            )
-        });
-        let publisher = crate::publish::Publisher::new(
-            node.clone(),
-            registry.clone(),
-            hub.clone(),
-            backends.store.clone(),
-            metrics.clone(),
-            connections.clone(),
-            backends.publish_observers,
-        )
-        .with_triggers(triggers.clone())
-        .with_history(backends.history.clone())
-        .with_idempotency(Some(crate::idempotency::IdempotencyGate::new(
-            backends.idempotency,
-            config.idempotency_window,
-            config.idempotency_max_key_length,
-        )));
-        let durable = Arc::new(Durable::new(
-            node.clone(),
-            backends.store.clone(),
-            hub.bus().clone(),
-            publisher.ids(),
-            metrics.clone(),
-            background.clone(),
-            &config,
-        ));
-        let deferred_removals = Arc::new(DeferredRemovals::default());
-        let members = Arc::new(
-            crate::members::Members::new(
-                config.members.clone(),
-                node.clone(),
-                backends.store.clone(),
-                hub.clone(),
-                registry.clone(),
-                backends.presence.clone(),
-                backends.wake_poster,
-            )
-            .with_shared_limits(backends.shared_limits),
-        );
-        let mut metrics_sources = backends.metrics_sources;
-        metrics_sources.push(members.clone());
-        let liveness = Liveness {
-            node: node.clone(),
-            presence: backends.presence.clone(),
-            hub: hub.clone(),
-            durable: durable.clone(),
-            store: backends.store.clone(),
-            restore_ttl: config.restore_ttl,
-            deferred: deferred_removals.clone(),
-            refresh: config.node_refresh,
-            ttl: config.node_ttl,
-            members: members.clone(),
-        };
-        let retention = skua_core::Retention {
-            max_age_s: config.log_max_age.as_secs(),
-            max_per_topic: config.log_max_per_topic,
-            min_interval_s: config.log_prune_interval.as_secs(),
-            batch: config.log_prune_batch,
-        };
-        let (prune_every, revalidate_every) = (config.log_prune_interval, config.revalidate_interval);
-        let (restore_prune_every, prune_batch) = (config.restore_prune_interval, config.log_prune_batch);
+        let (engine, tasks) = Engine::start(config, node, registry, backends);
+        let config = &engine.config;
         let fd_budget = crate::fds::budget(crate::fds::soft_limit(), config.fd_reserve);
         if let Some(budget) = fd_budget.filter(|&b| b < config.max_connections) {
             tracing::warn!(
@@ -182,70 +82,8 @@ impl EdgeNode {
                 "The open-file limit leaves room for fewer sockets than max_connections: upgrades beyond it get 503 (fd_limit)."
             );
         }
-        let outbound_budget = crate::outbound::OutboundBudget::new(config.outbound_budget_bytes);
-        let state = Arc::new(EdgeState {
-            conn_slots: Arc::new(Semaphore::new(config.max_connections)),
-            fd_budget,
-            config,
-            node,
-            registry: registry.clone(),
-            presence: backends.presence,
-            store: backends.store.clone(),
-            hub: hub.clone(),
-            metrics: metrics.clone(),
-            tracker: TaskTracker::new(),
-            shutdown: CancellationToken::new(),
-            connections: connections.clone(),
-            publisher,
-            durable: durable.clone(),
-            deferred_removals,
-            triggers: triggers.clone(),
-            auth_throttle,
-            metrics_sources,
-            hydrator: backends.hydrator,
-            members: members.clone(),
-            history: backends.history,
-            api: std::sync::OnceLock::new(),
-            admin: std::sync::OnceLock::new(),
-            draining: std::sync::atomic::AtomicBool::new(false),
-            drain_started: std::sync::OnceLock::new(),
-            outbound_budget,
-            next_conn: std::sync::atomic::AtomicU64::new(1),
-            project_conns: std::sync::Mutex::new(std::collections::HashMap::new()),
-        });
-        background.spawn(crate::liveness::run(liveness, dispatcher_stop.clone()));
-        let all = state.connections.clone();
-        background.spawn(crate::outbound::enforce_budget(
-            state.outbound_budget.clone(),
-            move || all.all().into_iter().map(|(_, e)| e.handle).collect(),
-            dispatcher_stop.clone(),
-        ));
-        background.spawn(members.run(dispatcher_stop.clone()));
-        if let Some(t) = &triggers {
-            t.run(&background, dispatcher_stop.clone(), state.config.triggers.take_over_at_start);
-        }
-        let (control_tx, control_rx) = mpsc::channel(CONTROL_QUEUE);
-        hub.set_control(control_tx);
-        background.spawn(crate::durable::run_control(durable.clone(), control_rx));
-        background.spawn(crate::durable::run_retention(
-            backends.store,
-            metrics,
-            prune_every,
-            retention,
-            dispatcher_stop.clone(),
-        ));
-        background.spawn(crate::restore_prune::run(
-            state.store.clone(),
-            restore_prune_every,
-            prune_batch,
-            dispatcher_stop.clone(),
-        ));
-        // A node restarted under the same id frees what its previous run's connections held.
-        let d = durable.clone();
-        let me = state.node.clone();
-        background.spawn(async move { d.release_node(&me).await });
-        background.spawn(crate::revalidate::run(connections, registry, revalidate_every, dispatcher_stop.clone()));
-        Self { state, server: None, pending: Some(listeners), background, dispatcher_stop }
+        let state = Arc::new(EdgeState::new(engine, fd_budget));
+        Self { state, server: None, pending: Some(listeners), tasks }
     }
 
     /// Starts accepting on the listeners given to [`Self::start`]: from now on `/readyz`,
@@ -260,10 +98,10 @@ impl EdgeNode {
                 l,
                 state.clone(),
                 router,
-                self.dispatcher_stop.clone(),
-                self.background.clone(),
+                self.tasks.stop_token().clone(),
+                self.tasks.tracker().clone(),
             );
-            self.background.spawn(async move {
+            self.tasks.tracker().spawn(async move {
                 if let Err(e) = serve.await {
                     tracing::error!(error = %e, "Metrics listener stopped.");
                 }
@@ -307,9 +145,7 @@ impl EdgeNode {
     /// Stops the node-level tasks (dispatcher, control, liveness, revalidation, retention),
     /// waiting a moment for them.
     pub async fn stop(self) {
-        self.dispatcher_stop.cancel();
-        self.background.close();
-        let _ = tokio::time::timeout(BACKGROUND_STOP, self.background.wait()).await;
+        self.tasks.stop(BACKGROUND_STOP).await;
     }
 
     /// [`Self::drain`] then [`Self::stop`]; returns whether the connections drained in `grace`.

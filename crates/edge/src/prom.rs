@@ -369,7 +369,7 @@ pub fn render(st: &EdgeState) -> String {
     for ((slot, op), n) in m.backend_errors.snapshot() {
         o.sample("skua_backend_errors_total", &[("slot", slot), ("op", op)], n);
     }
-    for source in &st.metrics_sources {
+    for source in st.metrics_sources() {
         source.render(&mut o.0);
     }
     o.0

@@ -1,93 +1,23 @@
-//! Everything a node's connections share: configuration, registry, backends, hub, counters.
+//! Everything the WebSocket door's connections share: the [`Engine`] they talk to, and the
+//! door's own slots, throttles, drain flag and late-installed routes.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use skua_core::{
-    Bus, BusDelivery, ConnId, EnvelopeId, NodeId, Presence, ProjectId, Registry, SessionKey, SharedRegistry, Store,
-};
-use tokio::sync::{Semaphore, mpsc};
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
+use skua_core::ProjectId;
+use tokio::sync::Semaphore;
 
-use crate::config::EdgeConfig;
-use crate::durable::Durable;
-use crate::hub::Hub;
-use crate::liveness::DeferredRemovals;
-use crate::metrics::Metrics;
-use crate::outbound::ConnHandle;
-use crate::revalidate::{ConnEntry, Registration};
+pub(crate) use skua_engine::ProjectSlot;
+pub use skua_engine::{Backends, Engine};
 
-/// The backends an edge runs on, chosen by the server crate.
-pub struct Backends {
-    /// This node's bus client.
-    pub bus: Arc<dyn Bus>,
-    /// Deliveries the bus sends to this node.
-    pub bus_deliveries: mpsc::Receiver<BusDelivery>,
-    /// Presence store.
-    pub presence: Arc<dyn Presence>,
-    /// Session store.
-    pub store: Arc<dyn Store>,
-    /// Told of every accepted publish, in this order ([`crate::publish`]).
-    pub publish_observers: Vec<Arc<dyn crate::publish::PublishObserver>>,
-    /// Trigger webhooks' configuration and delivery engine; `None`: this node posts no triggers.
-    pub trigger_hooks: Option<Arc<dyn crate::triggers::TriggerHooks>>,
-    /// Further series for `/metrics` (e.g. the webhook engine's), appended in this order.
-    pub metrics_sources: Vec<Arc<dyn crate::metrics::MetricsSource>>,
-    /// Calls hydration webhooks (N43); `None`: no hydration frames.
-    pub hydrator: Option<Arc<dyn crate::hydrate::Hydrator>>,
-    /// Posts wake requests of persistent members (N47); `None`: nobody is woken.
-    pub wake_poster: Option<Arc<dyn crate::members::WakePoster>>,
-    /// The cluster's counters of the wake limits (issue 33); `None`: each node counts alone.
-    pub shared_limits: Option<Arc<dyn skua_core::limits::SharedLimits>>,
-    /// Topic history (issue 19); `None`: no topic keeps history on this node.
-    pub history: Option<Arc<dyn skua_core::history::History>>,
-    /// Remembers publish idempotency keys (issue 19): in memory on one node, Redis in a
-    /// cluster.
-    pub idempotency: Arc<dyn skua_core::Idempotency>,
-}
-
-/// Shared state of one edge node: plain data, no tasks ([`crate::node`] starts and stops them).
+/// Shared state of the WebSocket door of one node: plain data, no tasks ([`crate::node`] starts
+/// and stops them). Derefs to the node's [`Engine`], so `state.hub`, `state.publisher`... name
+/// the engine's parts.
 pub struct EdgeState {
-    /// Settings.
-    pub config: EdgeConfig,
-    /// This node.
-    pub node: NodeId,
-    /// Apps, rooms, actors; swapped at run time (N15).
-    pub registry: Arc<SharedRegistry>,
-    /// Presence store.
-    pub presence: Arc<dyn Presence>,
-    /// Session store.
-    pub store: Arc<dyn Store>,
-    /// Local fan-out.
-    pub hub: Arc<Hub>,
-    /// Counters.
-    pub metrics: Arc<Metrics>,
-    /// Connection tasks; waited for on shutdown.
-    pub tracker: TaskTracker,
-    /// Cancelled when the node starts draining.
-    pub shutdown: CancellationToken,
-    /// Authenticated connections, for control-plane changes (`revalidate`).
-    pub connections: Arc<crate::revalidate::Connections>,
-    /// The publish pipeline every entry point uses.
-    pub publisher: crate::publish::Publisher,
-    /// Durable delivery, local clientId sessions and node-to-node control.
-    pub durable: Arc<Durable>,
-    /// Presence removals that failed, for the liveness loop to retry.
-    pub deferred_removals: Arc<DeferredRemovals>,
-    /// Trigger webhooks (N44, N45), when the server gave their hooks.
-    pub triggers: Option<Arc<crate::triggers::Triggers>>,
+    /// The broker core every door of the node shares.
+    pub engine: Arc<Engine>,
     /// Failed auths per source address (issue 12, item 6).
     pub auth_throttle: crate::auth::AuthThrottle,
-    /// Further series for `/metrics`.
-    pub metrics_sources: Vec<Arc<dyn crate::metrics::MetricsSource>>,
-    /// Calls hydration webhooks (N43).
-    pub hydrator: Option<Arc<dyn crate::hydrate::Hydrator>>,
-    /// Persistent presence and wake (N46, N47).
-    pub members: Arc<crate::members::Members>,
-    /// Topic history (issue 19).
-    pub history: Option<Arc<dyn skua_core::history::History>>,
     /// The routes served under `/v1` (the REST API), installed once the control plane runs;
     /// unset, `/v1` answers 404.
     pub api: std::sync::OnceLock<axum::Router>,
@@ -95,21 +25,40 @@ pub struct EdgeState {
     /// plane runs with an admin key; unset, `/admin` answers 404.
     pub admin: std::sync::OnceLock<axum::Router>,
     pub(crate) draining: AtomicBool,
-    /// The node-wide bound on queued outbound bytes (`outbound_budget_bytes`).
-    pub(crate) outbound_budget: Arc<crate::outbound::OutboundBudget>,
     /// When the drain began (`skua_drain_seconds`).
     pub(crate) drain_started: std::sync::OnceLock<std::time::Instant>,
-    pub(crate) next_conn: AtomicU64,
     /// Connection slots: a permit per open WebSocket.
     pub(crate) conn_slots: Arc<Semaphore>,
     /// Connection slots the open-file limit leaves room for (soft limit less `fd_reserve`),
     /// read once at start; [`None`] when unlimited or unknown.
     pub(crate) fd_budget: Option<usize>,
-    // std Mutex: counter updates only, never across an await.
-    pub(crate) project_conns: Mutex<HashMap<ProjectId, u32>>,
+}
+
+impl std::ops::Deref for EdgeState {
+    type Target = Engine;
+
+    fn deref(&self) -> &Engine {
+        &self.engine
+    }
 }
 
 impl EdgeState {
+    /// The door's state over `engine`: `config.max_connections` slots, `fd_budget` of them
+    /// backed by file descriptors ([`None`]: unlimited or unknown).
+    pub(crate) fn new(engine: Arc<Engine>, fd_budget: Option<usize>) -> Self {
+        let config = &engine.config;
+        Self {
+            conn_slots: Arc::new(Semaphore::new(config.max_connections)),
+            fd_budget,
+            auth_throttle: crate::auth::AuthThrottle::new(config.auth_backoff_after, config.auth_backoff_max),
+            api: std::sync::OnceLock::new(),
+            admin: std::sync::OnceLock::new(),
+            draining: AtomicBool::new(false),
+            drain_started: std::sync::OnceLock::new(),
+            engine,
+        }
+    }
+
     /// Connection slots held now: sockets still in HTTP plus WebSockets.
     pub(crate) fn slots_used(&self) -> usize {
         self.config.max_connections.saturating_sub(self.conn_slots.available_permits())
@@ -130,63 +79,9 @@ impl EdgeState {
         self.is_draining().then_some("draining")
     }
 
-    /// Whether each backend slot is reachable now, by slot name (`bus`, `presence`, `store`).
-    pub fn backends_up(&self) -> [(&'static str, bool); 3] {
-        [
-            ("bus", self.hub.bus().is_available()),
-            ("presence", self.presence.is_available()),
-            ("store", self.store.is_available()),
-        ]
-    }
-
-    /// Records `conn` as a local connection of `session`; returns the others (to close).
-    pub(crate) fn register_session(&self, session: &SessionKey, conn: &Arc<ConnHandle>) -> Vec<Arc<ConnHandle>> {
-        self.durable.register_session(session, conn)
-    }
-
-    /// Forgets `conn` as a connection of `session`.
-    pub(crate) fn unregister_session(&self, session: &SessionKey, conn: ConnId) {
-        self.durable.unregister_session(session, conn);
-    }
-
-    /// Adds an authenticated connection to the table until the returned guard drops.
-    pub(crate) fn register_connection(&self, id: ConnId, entry: ConnEntry) -> Registration {
-        self.connections.register(id, entry)
-    }
-
-    /// Installs a new registry: swaps the snapshot, closes what it no longer allows, and has
-    /// every session re-check its subscriptions (N15).
-    pub fn install_registry(&self, registry: Registry) {
-        let old = self.registry.load();
-        self.registry.store(registry);
-        let new = self.registry.load();
-        self.connections.sweep(&new);
-        self.connections.notify(old.delta(&new));
-        // Deleted rooms (apps, projects) give their retained bytes back (issue 33).
-        let released = self.hub.release_retained(|room| {
-            crate::triggers::payload::app_of(&new, room).is_some_and(|a| a.rooms.contains_key(room.slug()))
-        });
-        if released > 0 {
-            tracing::debug!(topics = released, "Released the retained messages of deleted rooms.");
-        }
-    }
-}
-
-impl std::fmt::Debug for EdgeState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EdgeState").field("node", &self.node).field("config", &self.config).finish_non_exhaustive()
-    }
-}
-
-impl EdgeState {
-    /// A fresh connection id.
-    pub fn next_conn_id(&self) -> ConnId {
-        ConnId(self.next_conn.fetch_add(1, Ordering::Relaxed))
-    }
-
-    /// A fresh cluster-unique envelope id.
-    pub fn next_envelope_id(&self) -> EnvelopeId {
-        self.publisher.next_envelope_id()
+    /// Claims a connection of `project` against `max`; `None` when the project is full.
+    pub(crate) fn claim_project_slot(&self, project: &ProjectId, max: Option<u32>) -> Option<ProjectSlot> {
+        self.engine.claim_project_slot(project, max)
     }
 
     /// Seconds since the drain began; 0 when the node is not draining.
@@ -211,56 +106,10 @@ impl EdgeState {
         self.mark_draining();
         self.shutdown.cancel();
     }
-
-    /// Open authenticated connections per project.
-    pub fn connections_by_project(&self) -> Vec<(ProjectId, u32)> {
-        let m = self.project_conns.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut v: Vec<(ProjectId, u32)> = m.iter().map(|(p, n)| (p.clone(), *n)).collect();
-        v.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
-        v
-    }
-
-    /// Claims a connection of `project` against `max`; `None` when the project is full.
-    pub(crate) fn claim_project_slot(self: &Arc<Self>, project: &ProjectId, max: Option<u32>) -> Option<ProjectSlot> {
-        let mut m = self.project_conns.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let n = m.entry(project.clone()).or_insert(0);
-        if max.is_some_and(|max| *n >= max) {
-            return None;
-        }
-        *n += 1;
-        Some(ProjectSlot { state: self.clone(), project: project.clone() })
-    }
-
-    /// Queues a presence removal that failed, for the liveness loop to retry.
-    pub fn defer_presence_removal(
-        &self,
-        room: skua_core::RoomKey,
-        actor: skua_core::ActorId,
-        conn: skua_core::ConnRef,
-    ) {
-        self.deferred_removals.push(room, actor, conn);
-    }
-
-    /// Open connections of `project` on this node.
-    pub fn project_connections(&self, project: &ProjectId) -> u32 {
-        self.project_conns.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(project).copied().unwrap_or(0)
-    }
 }
 
-/// One authenticated connection counted against its project; released on drop.
-pub(crate) struct ProjectSlot {
-    state: Arc<EdgeState>,
-    project: ProjectId,
-}
-
-impl Drop for ProjectSlot {
-    fn drop(&mut self) {
-        let mut m = self.state.project_conns.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(n) = m.get_mut(&self.project) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                m.remove(&self.project);
-            }
-        }
+impl std::fmt::Debug for EdgeState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EdgeState").field("node", &self.node).field("config", &self.config).finish_non_exhaustive()
     }
 }

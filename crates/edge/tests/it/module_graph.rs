@@ -1,5 +1,5 @@
-//! The edge's modules form layers: no top-level module reaches itself through `crate::` paths
-//! (issue 13, item 3).
+//! The edge's modules, and the engine's below them, form layers: no top-level module of either
+//! crate reaches itself through `crate::` paths (issue 13, item 3).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -16,15 +16,19 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// Top-level module → the top-level modules it names as `crate::<module>`, comment lines
-/// (`//`, `///`, `//!`) ignored.
-fn module_graph() -> BTreeMap<String, BTreeSet<String>> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+/// The `src` folder of the crate `name` of this workspace (`edge`, `engine`).
+fn crate_src(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(name).join("src")
+}
+
+/// Top-level module of the crate whose sources are in `src` → the top-level modules it names as
+/// `crate::<module>`, comment lines (`//`, `///`, `//!`) ignored.
+fn module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
     let mut files = Vec::new();
-    rust_files(&src, &mut files);
+    rust_files(src, &mut files);
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for file in files {
-        let rel = file.strip_prefix(&src).expect("under src");
+        let rel = file.strip_prefix(src).expect("under src");
         let first = rel.components().next().expect("a component").as_os_str().to_string_lossy().into_owned();
         let module = first.trim_end_matches(".rs").to_owned();
         if module == "lib" {
@@ -72,9 +76,11 @@ fn cycles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<BTreeSet<String>> {
     groups
 }
 
-#[test]
-fn edge_modules_import_each_other_without_a_cycle() {
-    let graph = module_graph();
+/// Fails with the modules of the crate `name` that import each other in a circle.
+fn assert_no_cycle(name: &str) {
+    let src = crate_src(name);
+    let graph = module_graph(&src);
+    assert!(graph.len() > 5, "read only {} modules under {}", graph.len(), src.display());
     let found = cycles(&graph);
     let mut report = String::new();
     for group in &found {
@@ -85,5 +91,40 @@ fn edge_modules_import_each_other_without_a_cycle() {
         }
         report.push('\n');
     }
-    assert!(found.is_empty(), "the edge's modules import each other in a circle:\n{report}");
+    assert!(found.is_empty(), "the {name} crate's modules import each other in a circle:\n{report}");
+}
+
+#[test]
+fn edge_modules_import_each_other_without_a_cycle() {
+    assert_no_cycle("edge");
+}
+
+#[test]
+fn engine_modules_import_each_other_without_a_cycle() {
+    assert_no_cycle("engine");
+}
+
+#[test]
+fn a_cycle_is_found() {
+    let graph: BTreeMap<String, BTreeSet<String>> = [
+        ("a".to_owned(), BTreeSet::from(["b".to_owned()])),
+        ("b".to_owned(), BTreeSet::from(["c".to_owned()])),
+        ("c".to_owned(), BTreeSet::from(["a".to_owned()])),
+        ("d".to_owned(), BTreeSet::from(["a".to_owned()])),
+    ]
+    .into();
+    assert_eq!(cycles(&graph), vec![BTreeSet::from(["a".to_owned(), "b".to_owned(), "c".to_owned()])]);
+}
+
+#[test]
+fn the_engine_depends_on_no_transport() {
+    let manifest =
+        std::fs::read_to_string(crate_src("engine").join("../Cargo.toml")).expect("read the engine's manifest");
+    for line in manifest.lines() {
+        let name = line.split(['.', ' ', '=']).next().unwrap_or_default();
+        assert!(
+            !["axum", "tungstenite", "tokio-tungstenite", "hyper", "hyper-util", "skua-edge"].contains(&name),
+            "the engine depends on a door's transport: {line}"
+        );
+    }
 }

@@ -29,7 +29,7 @@ impl std::fmt::Display for Cidr {
 }
 
 /// An IPv4-mapped IPv6 address (a dual-stack listener's view of an IPv4 client) as IPv4.
-pub(crate) fn canonical(ip: IpAddr) -> IpAddr {
+pub fn canonical(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
         v4 @ IpAddr::V4(_) => v4,

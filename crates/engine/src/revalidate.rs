@@ -1,7 +1,7 @@
 //! Applying control-plane changes to open connections (issue 5, N15, N28).
 //!
 //! The node keeps a table of its authenticated connections ([`Connections`]). When a new
-//! registry is installed (`EdgeState::install_registry`) and on every revalidation tick
+//! registry is installed (`Engine::install_registry`) and on every revalidation tick
 //! (`revalidate_interval`, default 10 min, a timer rather than heartbeats so idle clients are
 //! checked too), the node:
 //! - closes connections whose actor was deleted (4001 `token_not_found`), deactivated or
@@ -106,14 +106,14 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Removes its connection from the table when dropped (the session ends).
 #[derive(Debug)]
-pub(crate) struct Registration {
+pub struct Registration {
     connections: Arc<Connections>,
     conn: ConnId,
 }
 
 impl Registration {
     /// Records the access token the connection now uses (after `reauth`).
-    pub(crate) fn set_token_digest(&self, digest: Option<[u8; 32]>) {
+    pub fn set_token_digest(&self, digest: Option<[u8; 32]>) {
         if let Some(e) = lock(&self.connections.conns).get_mut(&self.conn) {
             e.token_digest = digest;
         }
@@ -268,7 +268,7 @@ impl Connections {
 
 impl Connections {
     /// Adds an authenticated connection to the table until the returned guard drops.
-    pub(crate) fn register(self: &Arc<Self>, id: ConnId, mut entry: ConnEntry) -> Registration {
+    pub fn register(self: &Arc<Self>, id: ConnId, mut entry: ConnEntry) -> Registration {
         entry.connected_at_ms = now_unix_ms();
         lock(&self.conns).insert(id, entry);
         Registration { connections: self.clone(), conn: id }

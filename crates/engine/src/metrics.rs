@@ -1,5 +1,5 @@
-//! Counters, gauges and latency histograms the edge keeps; [`crate::prom`] renders them at
-//! `/metrics`. Label values come from fixed sets (frame types, error strings, close reasons,
+//! Counters, gauges and latency histograms the node keeps; a door renders them (the edge at
+//! `/metrics`). Label values come from fixed sets (frame types, error strings, close reasons,
 //! backend operations) or are project ids; never topic, actor or connection ids.
 
 use std::collections::BTreeMap;
@@ -94,7 +94,7 @@ pub struct Metrics {
     /// `refused`, `too_large`, `not_json`, `shutdown`).
     pub hydrations: Family,
     /// Sockets and requests refused or closed at the front door, by reason
-    /// (`crate::front::reason`, `ip_connections`, `ip_rate`).
+    /// (the edge's `front::reason`, `ip_connections`, `ip_rate`).
     pub front_refusals: Family,
 }
 
@@ -106,7 +106,7 @@ impl Metrics {
     }
 }
 
-/// A source of further series (e.g. the webhook engine's), rendered by [`crate::prom`] after
+/// A source of further series (e.g. the webhook engine's), rendered by the edge's `prom` after
 /// the edge's own on every scrape.
 pub trait MetricsSource: Send + Sync + 'static {
     /// Appends complete `# HELP` / `# TYPE` / sample lines to `out`.

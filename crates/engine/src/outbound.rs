@@ -137,7 +137,7 @@ impl OutboundBudget {
 /// `outbound_budget_bytes`, until the rest fits; runs until `stop`. Woken by the push that went
 /// past the budget, so it costs nothing below it. `handles` lists the node's connections (a
 /// closure, so this module does not depend on the registry of connections that uses it).
-pub(crate) async fn enforce_budget(
+pub async fn enforce_budget(
     budget: std::sync::Arc<OutboundBudget>,
     handles: impl Fn() -> Vec<std::sync::Arc<ConnHandle>>,
     stop: tokio_util::sync::CancellationToken,
@@ -294,7 +294,7 @@ impl ConnHandle {
     }
 
     /// [`Self::push`] without the metrics: for the hub, which counts a whole fan-out at once.
-    pub(crate) fn push_uncounted(&self, frame: Bytes) -> bool {
+    pub fn push_uncounted(&self, frame: Bytes) -> bool {
         self.push_batch(frame).is_some()
     }
 
@@ -373,7 +373,7 @@ impl ConnHandle {
     /// fit. That frame and every frame still queued or not yet written are dropped: the close
     /// is reported to the writer first (`skua_drops_total{reason="slow_consumer"}`).
     /// Returns whether this started the close.
-    pub(crate) fn overflow(&self) -> bool {
+    pub fn overflow(&self) -> bool {
         let queued = self.lock().count as u64;
         if self.request_close(CloseRequest::SLOW_CONSUMER) {
             self.slow.store(true, Ordering::Release);

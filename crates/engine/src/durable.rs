@@ -128,7 +128,7 @@ impl Durable {
     }
 
     /// Records `conn` as a local connection of `session`; returns the others (to close).
-    pub(crate) fn register_session(&self, session: &SessionKey, conn: &Arc<ConnHandle>) -> Vec<Arc<ConnHandle>> {
+    pub fn register_session(&self, session: &SessionKey, conn: &Arc<ConnHandle>) -> Vec<Arc<ConnHandle>> {
         let mut map = guard(&self.sessions);
         let list = map.entry(session.clone()).or_default();
         let others = list.iter().filter(|c| c.id != conn.id).cloned().collect();
@@ -137,7 +137,7 @@ impl Durable {
     }
 
     /// Forgets `conn` as a connection of `session`.
-    pub(crate) fn unregister_session(&self, session: &SessionKey, conn: ConnId) {
+    pub fn unregister_session(&self, session: &SessionKey, conn: ConnId) {
         let mut map = guard(&self.sessions);
         if let Some(list) = map.get_mut(session) {
             list.retain(|c| c.id != conn);
@@ -148,7 +148,7 @@ impl Durable {
     }
 
     /// The local connections of `session`.
-    pub(crate) fn session_conns(&self, session: &SessionKey) -> Vec<Arc<ConnHandle>> {
+    pub fn session_conns(&self, session: &SessionKey) -> Vec<Arc<ConnHandle>> {
         guard(&self.sessions).get(session).cloned().unwrap_or_default()
     }
 
@@ -181,7 +181,7 @@ impl Durable {
     }
 
     /// Publishes a control message on its project's control channel.
-    pub(crate) async fn publish_control(&self, message: ControlMessage) {
+    pub async fn publish_control(&self, message: ControlMessage) {
         let env = Envelope::Control(Control { id: self.ids.next(), node: self.node.clone(), message });
         if let Err(e) = self.bus.publish(Arc::new(env)).await {
             tracing::warn!(error = %e, "Control message not published; other nodes learn of it later or not at all.");
@@ -190,7 +190,7 @@ impl Durable {
 
     /// Tells the connected members of each released consumer (ids as the store returns them)
     /// to take its messages.
-    pub(crate) async fn kick(&self, consumers: &[String]) {
+    pub async fn kick(&self, consumers: &[String]) {
         for c in consumers {
             match ConsumerId::parse(c) {
                 Ok(consumer) => self.publish_control(ControlMessage::Kick { consumer }).await,
@@ -202,7 +202,7 @@ impl Durable {
     }
 
     /// Releases what a lapsed node's connections held, so other members take it.
-    pub(crate) async fn release_node(&self, node: &NodeId) {
+    pub async fn release_node(&self, node: &NodeId) {
         match self.store.release(Release::Node(node.as_str())).await {
             Ok(released) => self.kick(&released).await,
             Err(e) => tracing::warn!(error = %e, %node, "Releasing a lapsed node's messages failed."),
@@ -211,7 +211,7 @@ impl Durable {
 }
 
 /// Handles control messages arriving from the bus, until `rx` closes.
-pub(crate) async fn run_control(d: Arc<Durable>, mut rx: mpsc::Receiver<Control>) {
+pub async fn run_control(d: Arc<Durable>, mut rx: mpsc::Receiver<Control>) {
     while let Some(c) = rx.recv().await {
         match c.message {
             ControlMessage::Takeover { session, conn } => {
@@ -233,7 +233,8 @@ pub(crate) async fn run_control(d: Arc<Durable>, mut rx: mpsc::Receiver<Control>
 
 /// What a durable task is told.
 #[derive(Debug)]
-pub(crate) enum Cmd {
+#[allow(missing_docs)] // each variant's doc names its fields
+pub enum Cmd {
     /// A live message of a durable subscription.
     Live { consumer: ConsumerId, env: Arc<Envelope> },
     /// A durable subscription started (subscribe or restore): deliver what is pending; for a
@@ -293,7 +294,7 @@ pub struct DurableRoute {
 impl DurableRoute {
     /// Hands a live message to the task; when its queue is full the message stays pending in
     /// the store and the task catches up from there.
-    pub(crate) fn offer(&self, env: &Arc<Envelope>) {
+    pub fn offer(&self, env: &Arc<Envelope>) {
         let cmd = Cmd::Live { consumer: self.consumer.clone(), env: env.clone() };
         if self.tx.try_send(cmd).is_err() {
             self.overflow.store(true, Ordering::Release);
@@ -301,21 +302,21 @@ impl DurableRoute {
     }
 
     /// Ends the hold of a subscription started `held` ([`Cmd::Resume`]).
-    pub(crate) async fn resume(&self) {
+    pub async fn resume(&self) {
         let _ = self.tx.send(Cmd::Resume { consumer: self.consumer.clone() }).await;
     }
 }
 
 /// The session side of a connection's durable task.
 #[derive(Debug)]
-pub(crate) struct DurableHandle {
+pub struct DurableHandle {
     tx: mpsc::Sender<Cmd>,
     overflow: Arc<AtomicBool>,
 }
 
 impl DurableHandle {
     /// Starts the task of `conn` (session `key`).
-    pub(crate) fn spawn(d: &Arc<Durable>, conn: &Arc<ConnHandle>, key: &SessionKey) -> Self {
+    pub fn spawn(d: &Arc<Durable>, conn: &Arc<ConnHandle>, key: &SessionKey) -> Self {
         let (tx, rx) = mpsc::channel(d.queue);
         let overflow = Arc::new(AtomicBool::new(false));
         let task = DurableTask {
@@ -332,17 +333,17 @@ impl DurableHandle {
     }
 
     /// The route the hub uses for `consumer`'s subscription.
-    pub(crate) fn route(&self, consumer: &ConsumerId) -> DurableRoute {
+    pub fn route(&self, consumer: &ConsumerId) -> DurableRoute {
         DurableRoute { consumer: consumer.clone(), tx: self.tx.clone(), overflow: self.overflow.clone() }
     }
 
     /// Sends a command, waiting for queue room (the reader applies backpressure).
-    pub(crate) async fn send(&self, cmd: Cmd) {
+    pub async fn send(&self, cmd: Cmd) {
         let _ = self.tx.send(cmd).await;
     }
 
     /// Releases what the connection holds and stops the task, waiting at most `grace`.
-    pub(crate) async fn shutdown(self, grace: Duration) {
+    pub async fn shutdown(self, grace: Duration) {
         let (done, wait) = oneshot::channel();
         if self.tx.send(Cmd::Shutdown(done)).await.is_ok() {
             let _ = tokio::time::timeout(grace, wait).await;
@@ -743,7 +744,7 @@ impl DurableTask {
 }
 
 /// Deletes logged messages past `retention` every `every`, on every node, until `stop` fires.
-pub(crate) async fn run_retention(
+pub async fn run_retention(
     store: Arc<dyn Store>,
     metrics: Arc<Metrics>,
     every: Duration,

@@ -12,7 +12,7 @@ use crate::clock::now_unix_s;
 
 /// Prunes restore records every `every` (at least 1 s), `batch` rows per statement, until
 /// `stop` fires. A failed prune is logged and retried at the next tick.
-pub(crate) async fn run(store: Arc<dyn Store>, every: Duration, batch: u64, stop: CancellationToken) {
+pub async fn run(store: Arc<dyn Store>, every: Duration, batch: u64, stop: CancellationToken) {
     let every = every.max(Duration::from_secs(1));
     let mut tick = tokio::time::interval(every);
     loop {

@@ -9,7 +9,7 @@ mod triggers;
 use std::time::Duration;
 
 pub use cidr::Cidr;
-pub(crate) use cidr::canonical;
+pub use cidr::canonical;
 pub use members::{MembersConfig, MembersSettings};
 pub use origin::OriginPattern;
 pub use triggers::{TriggerConfig, TriggerSettings};
@@ -214,7 +214,7 @@ impl MetricsToken {
     }
 
     /// Whether an `Authorization` header carries the token as `Bearer TOKEN`.
-    pub fn verify(&self, authorization: Option<&axum::http::HeaderValue>) -> bool {
+    pub fn verify(&self, authorization: Option<&http::HeaderValue>) -> bool {
         use subtle::ConstantTimeEq;
         let Some(v) = authorization else { return false };
         let v = v.as_bytes();
