@@ -10,7 +10,7 @@
 //!   (Mosquitto, EMQX, VerneMQ); topic layout and envelope format in `docs/cluster.md`.
 //!
 //! Both are always compiled: one binary serves every role. Every implementation passes
-//! `skua_testkit::bus_conformance!`.
+//! `skua_conformance::bus_conformance!`.
 
 pub mod in_process;
 pub mod mqtt;

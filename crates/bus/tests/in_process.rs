@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use skua_bus::InProcessBus;
+use skua_conformance::bus::BusHarness;
 use skua_core::{Bus, BusDelivery, NodeId};
-use skua_testkit::conformance::bus::BusHarness;
 use tokio::sync::mpsc::Receiver;
 
 /// Small receivers, so the suite also exercises `publish` waiting on full ones.
@@ -27,4 +27,4 @@ impl BusHarness for InProcessHarness {
     }
 }
 
-skua_testkit::bus_conformance!(InProcessHarness::new());
+skua_conformance::bus_conformance!(InProcessHarness::new());

@@ -18,12 +18,12 @@ use bytes::Bytes;
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::{AsyncClient, MqttOptions};
 use skua_bus::{MqttBus, MqttBusConfig, MqttError};
+use skua_conformance::bus::BusHarness;
+use skua_conformance::skip::skip;
 use skua_core::{
     ActorId, AppId, Bus, BusDelivery, BusError, BusSubscription, ConnId, Envelope, EnvelopeId, NodeId, PresenceChange,
     PresenceEvent, ProjectId, Publication, RoomKey, Route, TopicAddress,
 };
-use skua_testkit::conformance::bus::BusHarness;
-use skua_testkit::skip::skip;
 use tokio::sync::mpsc::Receiver;
 use tokio::sync::watch;
 
@@ -79,7 +79,7 @@ async fn open(config: MqttBusConfig, name: &str) -> (Arc<MqttBus>, Receiver<BusD
     MqttBus::open(config, node, CAPACITY).await.unwrap_or_else(|e| panic!("node {name} could not connect: {e:?}"))
 }
 
-skua_testkit::bus_conformance!(setup = MqttHarness::from_env());
+skua_conformance::bus_conformance!(setup = MqttHarness::from_env());
 
 // ----------------------------------------------------------------------------------------------
 // MQTT-specific tests.

@@ -10,12 +10,14 @@
 //! `Sec-Fetch-Site`). A page without a session redirects to the sign-in form; a form post
 //! without one is refused 403.
 //!
-//! Modules: [`html`] (escaping, layout, embedded CSS and JS), [`pages`] (overview, the
+//! Modules: [`html`] (escaping, layout, embedded CSS and JS), [`common`] (what the pages share:
+//! notices, refusals, parameters, the error page, the chooser), [`pages`] (overview, the
 //! registry pages, presence of a room, webhook dead letters), [`live`] (the live topic view and
 //! test publish), [`durable`] (durable groups' backlogs), [`edit`] (projects' limits, actors,
 //! scopes' names, and the webhook fields of the app and topic forms), [`search`] (the list
 //! pages' search box and matching).
 
+mod common;
 mod durable;
 mod edit;
 mod html;

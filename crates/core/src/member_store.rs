@@ -7,7 +7,7 @@
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use crate::store::StoreError;
+use crate::store::error::StoreError;
 
 /// A persistent member's status (N46), as presence events and lists carry it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -14,7 +14,7 @@ use crate::registry::{
     Actor, ActorScope, App, Grant, GrantSubject, Lobby, Permission, Project, ProjectLimits, Registry, RegistryError,
     Room, ScopeInfo, TopicConfig,
 };
-use crate::store::StoreError;
+use crate::store::error::StoreError;
 use crate::webhook::{TopicWebhooks, WebhookSecret, WebhookTarget};
 
 /// Per-project limits as stored; `None` falls back to the node's configuration.

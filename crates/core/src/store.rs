@@ -4,6 +4,10 @@
 use async_trait::async_trait;
 use bytes::Bytes;
 
+pub mod error;
+
+pub use error::StoreError;
+
 use crate::ids::{ActorId, ClientId, NodeId, ProjectId, RecordId};
 
 /// A session: the actor, or (actor, clientId) when a clientId is given (N23, N25). With a
@@ -102,15 +106,6 @@ pub struct RestoreRecord {
     /// the node's `history_recovery_margin` (docs/recovery.md). Not part of the record's byte
     /// form: the stores keep it in a column of its own, and a save or a release clears it.
     pub holder_last_seen_ms: Option<u64>,
-}
-
-/// Why a store operation failed.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum StoreError {
-    /// The backend is unreachable.
-    #[error("store unavailable")]
-    Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// A consumer of a logged topic: who stored messages are kept for until acked. A persistent

@@ -7,7 +7,7 @@
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use crate::store::StoreError;
+use crate::store::error::StoreError;
 
 /// A logged message's trigger as [`MessageLog::append`](crate::MessageLog::append) writes it to
 /// the outbox, in the message's transaction: held by `owner` until `lease_until_ms`.

@@ -11,7 +11,7 @@
 //! - [`redis`]: [`RedisPresence`], presence in Redis 7, shared by the nodes of a cluster (its
 //!   docs give the key layout).
 //!
-//! Every implementation passes `skua_testkit::presence_conformance!`.
+//! Every implementation passes `skua_conformance::presence_conformance!`.
 
 pub mod history;
 pub mod idempotency;

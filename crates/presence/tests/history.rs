@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use skua_conformance::skip::skip;
 use skua_core::history::{History, HistoryConfig, NewHistoryEntry, ReadFrom};
 use skua_core::{ActorId, AppId, ProjectId, RoomKey, TopicAddress};
 use skua_presence::RedisPresence;
 use skua_presence::history::{HistoryLimits, MemoryHistory};
-use skua_testkit::skip::skip;
 
 const URL_VAR: &str = "SKUA_TEST_REDIS_URL";
 const NOW: u64 = 1_800_000_000_000;

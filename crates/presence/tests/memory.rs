@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
+use skua_conformance::presence::PresenceHarness;
 use skua_core::Presence;
 use skua_presence::MemoryPresence;
-use skua_testkit::conformance::presence::PresenceHarness;
 
 struct MemoryHarness {
     presence: Arc<MemoryPresence>,
@@ -27,4 +27,4 @@ impl PresenceHarness for MemoryHarness {
     }
 }
 
-skua_testkit::presence_conformance!(MemoryHarness::new());
+skua_conformance::presence_conformance!(MemoryHarness::new());

@@ -13,10 +13,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use skua_conformance::presence::PresenceHarness;
+use skua_conformance::skip::skip;
 use skua_core::{ActorId, AppId, ConnId, ConnRef, NodeId, Presence, PresenceChange, PresenceError, ProjectId, RoomKey};
 use skua_presence::RedisPresence;
-use skua_testkit::conformance::presence::PresenceHarness;
-use skua_testkit::skip::skip;
 use tokio::process::{Child, Command};
 
 const URL_VAR: &str = "SKUA_TEST_REDIS_URL";
@@ -77,7 +77,7 @@ impl Drop for RedisHarness {
     }
 }
 
-skua_testkit::presence_conformance!(setup = RedisHarness::from_env());
+skua_conformance::presence_conformance!(setup = RedisHarness::from_env());
 
 // ----------------------------------------------------------------------------------------------
 // Redis restarts.

@@ -680,7 +680,7 @@ async fn connect(args: &AdminArgs) -> Result<Client, Failure> {
         endpoint = endpoint.tls_config(tls).map_err(|e| Failure(format!("TLS settings: {e}")))?;
     }
     let channel = endpoint.connect().await.map_err(|e| {
-        Failure(format!("cannot reach the control plane at {}: {}", args.server, crate::node::error_chain(&e)))
+        Failure(format!("cannot reach the control plane at {}: {}", args.server, crate::errors::error_chain(&e)))
     })?;
     let key = match args.admin_key.as_deref() {
         None | Some("") => None,

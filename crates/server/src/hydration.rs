@@ -56,7 +56,7 @@ impl Hydrator for WebhookHydrator {
             .0
             .call(&request, &RetrySchedule::hydration(), budget)
             .await
-            .map_err(|e| HydrationError { reason: e.outcome().as_str(), detail: crate::node::error_chain(&e) })?;
+            .map_err(|e| HydrationError { reason: e.outcome().as_str(), detail: crate::errors::error_chain(&e) })?;
         let json: Json = serde_json::from_slice(&answer.body).map_err(|e| HydrationError {
             reason: "not_json",
             detail: format!("HTTP {} answer ({} bytes) is not JSON: {e}", answer.status, answer.body.len()),

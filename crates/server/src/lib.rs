@@ -5,6 +5,7 @@
 pub mod admin;
 pub mod config;
 pub mod duration;
+pub mod errors;
 pub mod fixtures;
 pub mod hydration;
 pub mod node;

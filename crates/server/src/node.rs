@@ -273,17 +273,7 @@ pub async fn migrate_with(url: &str, options: skua_store::MigrateOptions) -> any
         .map_err(|e| anyhow::anyhow!("while migrating {}: {}", redact(url), error_chain(&e)))
 }
 
-/// `a: b: c` for an error and its sources.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(c) = src {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        src = c.source();
-    }
-    s
-}
+pub use crate::errors::error_chain;
 
 /// Creates the directory of a `sqlite://PATH` store file.
 fn create_sqlite_dir(url: &str) -> anyhow::Result<()> {

@@ -23,7 +23,7 @@
 //! Postgres' restore record releases).
 //! The schema and the forward-only rule are in `migrations/README.md`.
 //!
-//! Every implementation passes `skua_testkit::store_conformance!`.
+//! Every implementation passes `skua_conformance::store_conformance!`.
 
 mod append_batch;
 pub mod clock;

@@ -8,7 +8,7 @@
 //! Both keep one row per object in `registry_objects` and a version counter in
 //! `registry_version` (migrations `20261201000003_registry.sql`). The SQL is the same for both
 //! backends (`$n` placeholders work in SQLite too), so it is written once, in
-//! `registry_store_impl!`. Every implementation passes `skua_testkit::registry_store_conformance!`.
+//! `registry_store_impl!`. Every implementation passes `skua_conformance::registry_store_conformance!`.
 
 pub mod postgres;
 pub mod sqlite;

@@ -3,9 +3,9 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use skua_conformance::store::{StoreHarness, T0};
 use skua_core::Store;
 use skua_store::MemoryStore;
-use skua_testkit::conformance::store::{StoreHarness, T0};
 
 struct MemoryHarness {
     now: Arc<AtomicU64>,
@@ -36,4 +36,4 @@ impl StoreHarness for MemoryHarness {
     }
 }
 
-skua_testkit::store_conformance!(MemoryHarness::new());
+skua_conformance::store_conformance!(MemoryHarness::new());

@@ -6,9 +6,10 @@
 //! under `CI=true`, where it fails.
 //!
 //! Isolation: each test creates its own database, `skua_test_<uuid>`, through the admin URL,
-//! migrates it through `skua migrate`'s path (`skua_testkit::postgres::TestDatabase`) and drops it when the
-//! test ends, pass or panic (best-effort, `DROP DATABASE … WITH (FORCE)`; a killed run can
-//! leave `skua_test_*` databases behind, harmless and safe to drop). A database rather than a
+//! migrates it as `skua migrate` does (`skua_store::migrate`, through
+//! `skua_conformance::postgres::TestDatabase`) and drops it when the test ends, pass or panic
+//! (best-effort, `DROP DATABASE … WITH (FORCE)`; a killed run can leave `skua_test_*` databases
+//! behind, harmless and safe to drop). A database rather than a
 //! schema, so that migrations, `_sqlx_migrations` and the advisory lock are exercised exactly as
 //! in production. A Postgres restart is out of scope here.
 
@@ -16,12 +17,20 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
+use skua_conformance::postgres::{TestDatabase, with_database};
+use skua_conformance::store::{StoreHarness, T0};
 use skua_core::{ActorId, NodeId, ProjectId, RestoreKey, RestoreRecord, RestoredTopic, SessionKey, Store, StoreError};
 use skua_store::postgres::ACQUIRE_TIMEOUT;
 use skua_store::{PostgresStore, SchemaNotMigrated, UnixClock};
-use skua_testkit::conformance::store::{StoreHarness, T0};
-use skua_testkit::postgres::{TestDatabase, with_database};
 use sqlx::{Connection, PgConnection};
+
+/// A fresh database migrated as `skua migrate` does, or `None` when skipped.
+async fn migrated() -> Option<TestDatabase> {
+    TestDatabase::migrated_by(
+        |url| async move { skua_store::migrate(&url).await.map(|_| ()).map_err(|e| format!("{e:?}")) },
+    )
+    .await
+}
 
 /// A settable clock, starting at [`T0`].
 #[derive(Clone)]
@@ -60,13 +69,13 @@ impl StoreHarness for PostgresHarness {
 }
 
 async fn setup() -> Option<PostgresHarness> {
-    Some(PostgresHarness { clock: TestClock::new(), db: TestDatabase::migrated().await? })
+    Some(PostgresHarness { clock: TestClock::new(), db: migrated().await? })
 }
 
 mod conformance {
     use super::setup;
 
-    skua_testkit::store_conformance!(setup = setup());
+    skua_conformance::store_conformance!(setup = setup());
 }
 
 fn node() -> NodeId {
@@ -105,7 +114,7 @@ fn with_database_replaces_only_the_database() {
 
 #[tokio::test]
 async fn migrations_are_idempotent() {
-    let Some(db) = TestDatabase::migrated().await else { return };
+    let Some(db) = migrated().await else { return };
     skua_store::migrate(&db.url).await.expect("a second run does nothing");
     let store = PostgresStore::connect(&db.url, TestClock::new().clock()).await.unwrap();
     store.save_restore(&key("alice"), &node(), &record()).await.unwrap();
@@ -129,7 +138,7 @@ const NEWER_RELEASE_MIGRATION: i64 = 29_991_231_000_001;
 /// release's migrations; it succeeds, names them, and nodes still connect.
 #[tokio::test]
 async fn a_rollback_s_migrate_leaves_a_newer_release_s_migrations_alone() {
-    let Some(db) = TestDatabase::migrated().await else { return };
+    let Some(db) = migrated().await else { return };
     let mut conn = PgConnection::connect(&db.url).await.unwrap();
     sqlx::query(
         "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
@@ -151,7 +160,7 @@ async fn a_rollback_s_migrate_leaves_a_newer_release_s_migrations_alone() {
 /// `skua migrate` (a Job) using the owner's: connecting checks the schema and applies nothing.
 #[tokio::test]
 async fn nodes_run_with_a_role_that_cannot_change_the_schema() {
-    let Some(db) = TestDatabase::migrated().await else { return };
+    let Some(db) = migrated().await else { return };
     let role = format!("skua_dml_{}", &db.name["skua_test_".len()..]);
     let mut owner = PgConnection::connect(&db.url).await.unwrap();
     // The role name is ours (hex digits), so it is safe to splice in.
@@ -195,7 +204,7 @@ async fn nodes_run_with_a_role_that_cannot_change_the_schema() {
 /// other skips, also for a while after (half of `min_interval_s`), then prunes again.
 #[tokio::test]
 async fn retention_runs_on_one_node_per_interval() {
-    let Some(db) = TestDatabase::migrated().await else { return };
+    let Some(db) = migrated().await else { return };
     let clock = TestClock::new();
     let a: Arc<dyn Store> = Arc::new(PostgresStore::connect(&db.url, clock.clock()).await.unwrap());
     let b: Arc<dyn Store> = Arc::new(PostgresStore::connect(&db.url, clock.clock()).await.unwrap());
@@ -250,7 +259,7 @@ async fn connect_refuses_an_unmigrated_database_and_connect_and_migrate_fixes_it
 
 #[tokio::test]
 async fn open_picks_postgres_for_both_schemes() {
-    let Some(db) = TestDatabase::migrated().await else { return };
+    let Some(db) = migrated().await else { return };
     let postgresql = db.url.replacen("postgres://", "postgresql://", 1);
     for url in [&db.url, &postgresql] {
         let store = skua_store::open(url, TestClock::new().clock()).await.unwrap_or_else(|e| panic!("{url}: {e:?}"));
@@ -272,7 +281,7 @@ fn conn_key(actor: &str, id: &str) -> RestoreKey {
 /// never by a connection's release.
 #[tokio::test]
 async fn restore_pruning_runs_on_one_node_per_interval_and_never_on_release() {
-    let Some(db) = TestDatabase::migrated().await else { return };
+    let Some(db) = migrated().await else { return };
     let clock = TestClock::new();
     let a: Arc<dyn Store> = Arc::new(PostgresStore::connect(&db.url, clock.clock()).await.unwrap());
     let b: Arc<dyn Store> = Arc::new(PostgresStore::connect(&db.url, clock.clock()).await.unwrap());
@@ -304,7 +313,7 @@ async fn restore_pruning_runs_on_one_node_per_interval_and_never_on_release() {
 /// released before the last prune stay until their actor's next release.
 #[tokio::test]
 async fn the_ended_record_cap_looks_only_at_actors_released_since_the_last_prune() {
-    let Some(db) = TestDatabase::migrated().await else { return };
+    let Some(db) = migrated().await else { return };
     let store = PostgresStore::connect(&db.url, TestClock::new().clock()).await.unwrap();
     let fresh = conn_key("fresh", "f-1");
     store.save_restore(&fresh, &node(), &record()).await.unwrap();
@@ -335,7 +344,7 @@ async fn the_ended_record_cap_looks_only_at_actors_released_since_the_last_prune
 
 #[tokio::test]
 async fn a_record_this_store_did_not_write_loads_as_none() {
-    let Some(db) = TestDatabase::migrated().await else { return };
+    let Some(db) = migrated().await else { return };
     let store = PostgresStore::connect(&db.url, TestClock::new().clock()).await.unwrap();
     store.save_restore(&key("alice"), &node(), &record()).await.unwrap();
     let mut conn = PgConnection::connect(&db.url).await.unwrap();
@@ -376,7 +385,7 @@ struct PostgresRegistryHarness {
     db: TestDatabase,
 }
 
-impl skua_testkit::conformance::registry::RegistryHarness for PostgresRegistryHarness {
+impl skua_conformance::registry::RegistryHarness for PostgresRegistryHarness {
     async fn open(&self) -> Arc<dyn skua_core::RegistryStore> {
         let store = skua_store::PostgresRegistryStore::connect(&self.db.url).await;
         Arc::new(store.unwrap_or_else(|e| panic!("connecting to {}: {e:?}", self.db.name)))
@@ -384,13 +393,13 @@ impl skua_testkit::conformance::registry::RegistryHarness for PostgresRegistryHa
 }
 
 async fn registry_setup() -> Option<PostgresRegistryHarness> {
-    Some(PostgresRegistryHarness { db: TestDatabase::migrated().await? })
+    Some(PostgresRegistryHarness { db: migrated().await? })
 }
 
 mod registry_conformance {
     use super::registry_setup;
 
-    skua_testkit::registry_store_conformance!(setup = registry_setup());
+    skua_conformance::registry_store_conformance!(setup = registry_setup());
 }
 
 #[tokio::test]
@@ -407,7 +416,7 @@ mod append_batch;
 
 #[tokio::test]
 async fn appends_commit_in_order_and_a_failed_batch_fails_every_append() {
-    let Some(db) = TestDatabase::migrated().await else { return };
+    let Some(db) = migrated().await else { return };
     let store = PostgresStore::connect(&db.url, TestClock::new().clock()).await.unwrap();
     append_batch::appends_commit_in_order_and_a_failed_batch_fails_every_append(&store, T0).await;
 }
@@ -470,7 +479,7 @@ async fn readers_and_writers_go_on(url: &str, count: usize) {
 /// released it completes.
 #[tokio::test]
 async fn a_migration_behind_a_held_lock_retries_and_readers_go_on() {
-    let Some(db) = TestDatabase::migrated().await else { return };
+    let Some(db) = migrated().await else { return };
     unapply(&db, 20_261_202_091_500, "ALTER TABLE restore_records DROP COLUMN holder_seen_ms").await;
     let mut holder = PgConnection::connect(&db.url).await.unwrap();
     sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
@@ -504,7 +513,7 @@ async fn a_migration_behind_a_held_lock_retries_and_readers_go_on() {
 /// attempt drops and builds again, so the migration ends with a valid index.
 #[tokio::test]
 async fn a_concurrent_index_build_retries_past_an_open_writer_and_ends_valid() {
-    let Some(db) = TestDatabase::migrated().await else { return };
+    let Some(db) = migrated().await else { return };
     unapply(&db, 20_261_207_200_001, "DROP INDEX restore_records_released_seq").await;
     let mut holder = PgConnection::connect(&db.url).await.unwrap();
     sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
@@ -546,7 +555,7 @@ async fn a_concurrent_index_build_retries_past_an_open_writer_and_ends_valid() {
 /// after its acquire timeout at scale), and each record is claimable afterwards.
 #[tokio::test]
 async fn releases_waiting_together_commit_in_one_statement() {
-    let Some(db) = TestDatabase::migrated().await else { return };
+    let Some(db) = migrated().await else { return };
     let clock = TestClock::new();
     let store = Arc::new(PostgresStore::connect_with_pool(&db.url, clock.clock(), 2).await.unwrap());
     let n = 500;

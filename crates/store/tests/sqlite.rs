@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
+use skua_conformance::store::{StoreHarness, T0};
 use skua_core::{
     ActorId, ClientId, NodeId, ProjectId, RestoreKey, RestoreRecord, RestoredTopic, SessionKey, Store, StoreError,
 };
 use skua_store::{SqliteStore, UnixClock, UnsupportedStoreUrl};
-use skua_testkit::conformance::store::{StoreHarness, T0};
 
 /// A settable clock, starting at [`T0`].
 #[derive(Clone)]
@@ -84,7 +84,7 @@ mod memory {
         }
     }
 
-    skua_testkit::store_conformance!(setup = setup());
+    skua_conformance::store_conformance!(setup = setup());
 }
 
 mod file {
@@ -113,7 +113,7 @@ mod file {
         }
     }
 
-    skua_testkit::store_conformance!(FileHarness::new());
+    skua_conformance::store_conformance!(FileHarness::new());
 }
 
 fn node() -> NodeId {
@@ -277,7 +277,7 @@ struct SqliteRegistryHarness {
     dir: TempDir,
 }
 
-impl skua_testkit::conformance::registry::RegistryHarness for SqliteRegistryHarness {
+impl skua_conformance::registry::RegistryHarness for SqliteRegistryHarness {
     async fn open(&self) -> Arc<dyn skua_core::RegistryStore> {
         let url = self.dir.url("registry.db");
         Arc::new(skua_store::SqliteRegistryStore::connect(&url).await.unwrap_or_else(|e| panic!("{url}: {e:?}")))
@@ -287,7 +287,7 @@ impl skua_testkit::conformance::registry::RegistryHarness for SqliteRegistryHarn
 mod registry_conformance {
     use super::{SqliteRegistryHarness, TempDir};
 
-    skua_testkit::registry_store_conformance!(SqliteRegistryHarness { dir: TempDir::new() });
+    skua_conformance::registry_store_conformance!(SqliteRegistryHarness { dir: TempDir::new() });
 }
 
 #[tokio::test]

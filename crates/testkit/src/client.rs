@@ -9,7 +9,8 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
-use crate::server::FRAME_TIMEOUT;
+/// How long [`WsClient`] waits for an expected frame before failing the test.
+pub const FRAME_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Builds a msgpack map value: `frame! { "type" => "publish", "topic" => "a/b/c" }`.
 #[macro_export]

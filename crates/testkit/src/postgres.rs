@@ -1,35 +1,18 @@
-//! A fresh Postgres database per test, for tests that run nodes on Postgres (STYLE.md §8).
+//! A fresh Postgres database per test, for tests that run nodes on Postgres (STYLE.md §8):
+//! `skua-conformance`'s [`TestDatabase`](skua_conformance::postgres::TestDatabase), migrated
+//! through `skua migrate`'s path.
 //!
 //! Needs `SKUA_TEST_POSTGRES_URL`, an admin URL whose role may create databases. Unset, the
 //! test says `SKIPPED: …` and passes, except under `CI=true`, where it fails.
 
-use sqlx::{AssertSqlSafe, Connection, PgConnection};
+use std::ops::Deref;
 
-const URL_VAR: &str = "SKUA_TEST_POSTGRES_URL";
+pub use skua_conformance::postgres::with_database;
 
-/// A database of its own, dropped (best effort) with this value.
+/// A database of its own, dropped (best effort) with this value; its `name`, `url` and methods
+/// are the inner [`skua_conformance::postgres::TestDatabase`]'s.
 #[derive(Debug)]
-pub struct TestDatabase {
-    admin_url: String,
-    /// Its name, `skua_test_<uuid>`.
-    pub name: String,
-    /// Connects to this database.
-    pub url: String,
-}
-
-/// The admin URL, or `None` (after saying so) when the variable is unset.
-///
-/// # Panics
-/// When it is unset under `CI=true`.
-fn admin_url() -> Option<String> {
-    match std::env::var(URL_VAR) {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            crate::skip::skip(&format!("{URL_VAR} not set"));
-            None
-        }
-    }
-}
+pub struct TestDatabase(skua_conformance::postgres::TestDatabase);
 
 impl TestDatabase {
     /// Creates an empty database, or `None` when skipped.
@@ -37,17 +20,7 @@ impl TestDatabase {
     /// # Panics
     /// When the variable is unset under `CI=true`, or Postgres refuses.
     pub async fn create() -> Option<Self> {
-        let admin_url = admin_url()?;
-        let name = format!("skua_test_{}", uuid::Uuid::new_v4().simple());
-        let mut admin = PgConnection::connect(&admin_url).await.unwrap_or_else(|e| panic!("{URL_VAR}: {e}"));
-        // The name is ours (hex digits), so it is safe to splice in.
-        sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {name}")))
-            .execute(&mut admin)
-            .await
-            .unwrap_or_else(|e| panic!("CREATE DATABASE {name}: {e}"));
-        let _ = admin.close().await;
-        let url = with_database(&admin_url, &name);
-        Some(Self { admin_url, name, url })
+        skua_conformance::postgres::TestDatabase::create().await.map(Self)
     }
 
     /// Creates and migrates (`skua migrate`'s path) a database, or `None` when skipped.
@@ -55,67 +28,18 @@ impl TestDatabase {
     /// # Panics
     /// When the variable is unset under `CI=true`, or Postgres refuses.
     pub async fn migrated() -> Option<Self> {
-        let db = Self::create().await?;
-        skua_server::node::migrate(&db.url).await.unwrap_or_else(|e| panic!("migrating {}: {e:#}", db.name));
-        Some(db)
-    }
-}
-
-impl TestDatabase {
-    /// The server's `host:port`, as named in the URL (default port 5432).
-    ///
-    /// # Panics
-    /// When the URL names no host that resolves.
-    pub fn server_addr(&self) -> std::net::SocketAddr {
-        use std::net::ToSocketAddrs;
-        let rest = self.url.split_once("://").map_or(self.url.as_str(), |(_, r)| r);
-        let authority = rest.split('/').next().unwrap_or(rest);
-        let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-        let host_port = if host_port.contains(':') { host_port.to_owned() } else { format!("{host_port}:5432") };
-        host_port.to_socket_addrs().ok().and_then(|mut a| a.next()).expect("Postgres address")
-    }
-
-    /// This database's URL with the server replaced by `addr` (to go through a proxy).
-    pub fn url_via(&self, addr: std::net::SocketAddr) -> String {
-        let (scheme, rest) = self.url.split_once("://").unwrap_or(("postgres", &self.url));
-        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-        let user = authority.rsplit_once('@').map(|(u, _)| format!("{u}@")).unwrap_or_default();
-        format!("{scheme}://{user}{addr}/{path}")
-    }
-}
-
-impl Drop for TestDatabase {
-    fn drop(&mut self) {
-        // Drop runs inside the test's runtime, which must not be blocked on: use a thread with a
-        // runtime of its own, and wait for it.
-        let (admin_url, name) = (self.admin_url.clone(), self.name.clone());
-        let dropped = std::thread::spawn(move || -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-            runtime.block_on(async {
-                let mut admin = PgConnection::connect(&admin_url).await?;
-                sqlx::query(AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
-                    .execute(&mut admin)
-                    .await?;
-                admin.close().await?;
-                Ok(())
-            })
+        skua_conformance::postgres::TestDatabase::migrated_by(|url| async move {
+            skua_server::node::migrate(&url).await.map(|_| ())
         })
-        .join();
-        match dropped {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => eprintln!("warning: test database {} not dropped: {e}", self.name),
-            Err(_) => eprintln!("warning: test database {} not dropped: the dropping thread panicked", self.name),
-        }
+        .await
+        .map(Self)
     }
 }
 
-/// `admin_url` with its database replaced by `name` (host, user and parameters kept).
-pub fn with_database(admin_url: &str, name: &str) -> String {
-    let (base, params) = admin_url.split_once('?').map_or((admin_url, None), |(b, p)| (b, Some(p)));
-    let authority = base.find("://").map_or(0, |i| i + 3);
-    let base = base[authority..].find('/').map_or(base, |slash| &base[..authority + slash]);
-    match params {
-        Some(params) => format!("{base}/{name}?{params}"),
-        None => format!("{base}/{name}"),
+impl Deref for TestDatabase {
+    type Target = skua_conformance::postgres::TestDatabase;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0
     }
 }

@@ -242,6 +242,3 @@ pub fn jwt_with_secret(sub: &str, exp: Option<u64>, secret: &str) -> String {
 pub fn now_s() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
-
-/// How long [`WsClient`] waits for an expected frame before failing the test.
-pub const FRAME_TIMEOUT: Duration = Duration::from_secs(5);

@@ -40,9 +40,10 @@ use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
+use crate::config::WebhookConfig;
+use crate::outcome::{DeliveryError, WebhookResponse};
 use crate::resolve::{RefusedAddress, resolve_guarded};
 use crate::rule::AddressRule;
-use crate::sender::{DeliveryError, WebhookConfig, WebhookResponse};
 
 /// How long an unused keep-alive connection is kept.
 pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
@@ -55,9 +56,6 @@ const JSON: HeaderValue = HeaderValue::from_static("application/json");
 
 /// The body of a request.
 type Body = Full<Bytes>;
-
-/// A transport failure, boxed (the source of [`DeliveryError::Transport`]).
-pub(crate) type TransportError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A connection's I/O future (hyper's `Connection`, over TCP or TLS).
 type Driver = Pin<Box<dyn Future<Output = hyper::Result<()>> + Send>>;

@@ -6,6 +6,8 @@
 //! Depends on `skua-core` only (for [`WebhookCall`] and the address rule); it knows nothing of
 //! the edge, the store or the wire. Modules:
 //! - [`request`]: [`WebhookRequest`], the body with `deliveryId` and `timestamp`, and signing;
+//! - [`config`]: [`WebhookConfig`], the engine's checked configuration, and [`RetrySchedule`];
+//! - [`outcome`]: how a delivery ends, [`WebhookResponse`] or [`DeliveryError`];
 //! - [`sender`]: [`WebhookSender`], calls ([`WebhookSender::call`]) and the queue
 //!   ([`WebhookSender::enqueue`]);
 //! - `client`: the HTTP/1.1 client (keep-alive pool per origin, address rules, bounded answers);
@@ -18,7 +20,9 @@
 //! root certificates.
 
 mod client;
+pub mod config;
 pub mod metrics;
+pub mod outcome;
 pub mod recent;
 pub mod request;
 pub mod resolve;
@@ -26,11 +30,11 @@ mod rule;
 pub mod sender;
 pub mod settings;
 
+pub use config::{RetrySchedule, WebhookConfig};
 pub use metrics::WebhookMetrics;
+pub use outcome::{DeliveryError, WebhookResponse};
 pub use recent::{RecentDeliveries, RecentDelivery};
 pub use request::{SIGNATURE_HEADER, SIGNATURE_V2_HEADER, WebhookRequest, sign, sign_v2};
-pub use sender::{
-    DeliveryError, DeliveryReport, OnDone, QueueFull, RetrySchedule, WebhookConfig, WebhookResponse, WebhookSender,
-};
+pub use sender::{DeliveryReport, OnDone, QueueFull, WebhookSender};
 pub use settings::WebhookSettings;
 pub use skua_core::webhook::{WebhookCall, WebhookKind, WebhookTarget};

@@ -11,21 +11,10 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use skua_core::{ConsumerBacklog, ConsumerId, ConsumerOf, GroupKey, ProjectId};
 
-use super::html::{self, Notice, esc, q, table, time};
+use super::html::{self, Notice, age, esc, q, table, time};
 use super::{Authed, Dashboard};
 use crate::pb;
 use crate::service::{apps, projects};
-
-/// `secs` as `1d 2h`, `3h 4m`, `5m 6s` or `7s`.
-pub(crate) fn age(secs: u64) -> String {
-    let (d, h, m, s) = (secs / 86_400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
-    match (d, h, m) {
-        (0, 0, 0) => format!("{s}s"),
-        (0, 0, _) => format!("{m}m {s}s"),
-        (0, _, _) => format!("{h}h {m}m"),
-        _ => format!("{d}d {h}h"),
-    }
-}
 
 /// One row of the table: the group's address, its backlog, the local members.
 fn row(d: &Dashboard, c: &ConsumerBacklog, group: &GroupKey, app: &str, project: &str, now_ms: u64) -> Vec<String> {
@@ -70,7 +59,7 @@ pub(crate) async fn page(d: &Dashboard, a: Authed) -> Response {
     let project =
         if want.is_empty() { list.first().map(|p| p.id.clone()).unwrap_or_default() } else { want.to_owned() };
     let after = a.query.get("after");
-    let mut body = super::pages::chooser("/admin/durable", &list, &project, None, None);
+    let mut body = super::common::chooser("/admin/durable", &list, &project, None, None);
     let node = d.svc.sync.node().node_id();
     let _ = write!(
         body,
@@ -133,18 +122,4 @@ pub(crate) async fn page(d: &Dashboard, a: Authed) -> Response {
         let _ = write!(body, "<nav aria-label=\"Pages\"><p>{}</p></nav>", pager.join(" · "));
     }
     html::respond(StatusCode::OK, html::page("Durable delivery", "Durable", &a.csrf, None::<Notice<'_>>, &body))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::age;
-
-    #[test]
-    fn ages_read_at_a_glance() {
-        assert_eq!(age(0), "0s");
-        assert_eq!(age(59), "59s");
-        assert_eq!(age(61), "1m 1s");
-        assert_eq!(age(3 * 3600 + 120), "3h 2m");
-        assert_eq!(age(2 * 86_400 + 3600), "2d 1h");
-    }
 }

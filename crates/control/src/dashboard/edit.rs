@@ -11,8 +11,8 @@ use axum::response::Response;
 use skua_core::webhook::WebhookKind;
 use tonic::Status;
 
+use super::common::{done, done_redirect, error_page, param, status_of};
 use super::html::{self, Notice, button_form, checkbox, csrf_input, esc, field, q, textarea};
-use super::pages::{done, done_redirect, error_page, param, status_of};
 use super::{Authed, Dashboard, Form};
 use crate::pb;
 use crate::service::{actors, projects, scopes};

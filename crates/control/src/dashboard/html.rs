@@ -192,6 +192,17 @@ pub(crate) fn table(caption: &str, head: &[&str], rows: &[Vec<String>], empty: &
     t
 }
 
+/// `secs` as `1d 2h`, `3h 4m`, `5m 6s` or `7s`.
+pub(crate) fn age(secs: u64) -> String {
+    let (d, h, m, s) = (secs / 86_400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
+    match (d, h, m) {
+        (0, 0, 0) => format!("{s}s"),
+        (0, 0, _) => format!("{m}m {s}s"),
+        (0, _, _) => format!("{h}h {m}m"),
+        _ => format!("{d}d {h}h"),
+    }
+}
+
 /// Unix ms as `YYYY-MM-DD HH:MM:SS` UTC.
 pub(crate) fn time(ms: u64) -> String {
     let Ok(t) = time::OffsetDateTime::from_unix_timestamp(i64::try_from(ms / 1000).unwrap_or(0)) else {
@@ -324,3 +335,17 @@ function refreshSection() {
 }
 document.addEventListener("DOMContentLoaded", function () { refreshStats(); pollLive(); refreshSection(); });
 "#;
+
+#[cfg(test)]
+mod tests {
+    use super::age;
+
+    #[test]
+    fn ages_read_at_a_glance() {
+        assert_eq!(age(0), "0s");
+        assert_eq!(age(59), "59s");
+        assert_eq!(age(61), "1m 1s");
+        assert_eq!(age(3 * 3600 + 120), "3h 2m");
+        assert_eq!(age(2 * 86_400 + 3600), "2d 1h");
+    }
+}

@@ -10,29 +10,12 @@ use axum::response::{IntoResponse, Response};
 use skua_core::webhook::WebhookKind;
 use tonic::Status;
 
+use super::common::{chooser, done, done_redirect, error_page, param, status_of};
 use super::html::{self, Notice, button_form, csrf_input, esc, field, q, table, time};
 use super::search::Search;
 use super::{Authed, Dashboard, redirect};
 use crate::pb;
 use crate::service::{actors, api_keys, apps, grants, lobbies, projects, rooms, scopes, webhooks};
-
-/// The HTTP status of a refused request, as the REST API maps it.
-pub(super) fn status_of(s: &Status) -> StatusCode {
-    crate::rest::error::http_status(s.code())
-}
-
-/// The notice carried by a redirect after a change (`?done=`), or after an action that ran
-/// but failed (`?failed=`, shown as an error).
-pub(super) fn done(a: &Authed) -> Option<Notice<'_>> {
-    let failed = Some(a.query.get("failed")).filter(|m| !m.is_empty()).map(Notice::Error);
-    failed.or_else(|| Some(a.query.get("done")).filter(|m| !m.is_empty()).map(Notice::Ok))
-}
-
-/// A redirect to `path` (with its query) saying `msg`.
-pub(super) fn done_redirect(path: &str, msg: &str) -> Response {
-    let sep = if path.contains('?') { '&' } else { '?' };
-    redirect(&format!("{path}{sep}done={}", q(msg)))
-}
 
 fn uptime(secs: u64) -> String {
     let (d, h, m, s) = (secs / 86_400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
@@ -133,7 +116,7 @@ fn node_row(n: &skua_core::NodeSeen, me: &str, now_ms: u64) -> Vec<String> {
     let name = if id == me { format!("{} <small>(this node)</small>", esc(&id)) } else { esc(&id) };
     let seen = n.last_seen_unix_ms.map_or_else(
         || "unknown".to_owned(),
-        |t| format!("{} ago <small>({} UTC)</small>", super::durable::age(now_ms.saturating_sub(t) / 1000), time(t)),
+        |t| format!("{} ago <small>({} UTC)</small>", html::age(now_ms.saturating_sub(t) / 1000), time(t)),
     );
     vec![
         name,
@@ -199,38 +182,6 @@ async fn current_app(d: &Dashboard, a: &Authed, project: &str) -> (Vec<pb::App>,
     let chosen =
         if want.is_empty() { list.first().map(|x| x.slug.clone()).unwrap_or_default() } else { want.to_owned() };
     (list, chosen)
-}
-
-/// A GET form choosing the project (and app, and room) a page shows.
-pub(crate) fn chooser(
-    path: &str,
-    projects: &[pb::Project],
-    project: &str,
-    apps: Option<(&[pb::App], &str)>,
-    room: Option<&str>,
-) -> String {
-    let mut f = format!("<form method=\"get\" action=\"{path}\" class=\"create\" aria-label=\"Choose what to show\">");
-    f.push_str(
-        "<div class=\"field\"><label for=\"c-project\">Project</label><select id=\"c-project\" name=\"project\">",
-    );
-    for p in projects {
-        let sel = if p.id == project { " selected" } else { "" };
-        let _ = write!(f, "<option value=\"{0}\"{sel}>{0}</option>", esc(&p.id));
-    }
-    f.push_str("</select></div>");
-    if let Some((apps, app)) = apps {
-        f.push_str("<div class=\"field\"><label for=\"c-app\">App</label><select id=\"c-app\" name=\"app\">");
-        for x in apps {
-            let sel = if x.slug == app { " selected" } else { "" };
-            let _ = write!(f, "<option value=\"{0}\"{sel}>{0}</option>", esc(&x.slug));
-        }
-        f.push_str("</select></div>");
-    }
-    if let Some(room) = room {
-        f.push_str(&field("room", "Room", room, false, "room slug"));
-    }
-    f.push_str("<button type=\"submit\">Show</button></form>");
-    f
 }
 
 /// Renders a page after a refused change: its list with the error, the refusal's status.
@@ -1045,16 +996,6 @@ pub(crate) async fn delete_api_key(d: &Dashboard, a: Authed) -> Response {
         Ok(_) => done_redirect(&format!("/admin/api-keys?project={}", q(&project)), &format!("API key {key} revoked.")),
         Err(s) => refused(d, a, "/admin/api-keys", &s).await,
     }
-}
-
-/// A field of the page: the posted value after a refused change, else the query's.
-pub(super) fn param<'a>(a: &'a Authed, k: &str) -> &'a str {
-    if a.form.get(k).is_empty() { a.query.get(k) } else { a.form.get(k) }
-}
-
-/// An error page with `s`'s message and the REST API's status for it.
-pub(super) fn error_page(a: &Authed, title: &str, current: &str, s: &Status) -> Response {
-    html::respond(status_of(s), html::page(title, current, &a.csrf, Some(Notice::Error(s.message())), ""))
 }
 
 /// `GET /admin/apps/edit?project=&app=`: an app's name, room auto-provisioning and app-level

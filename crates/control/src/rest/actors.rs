@@ -14,8 +14,9 @@ use utoipa::ToSchema;
 
 use super::Rest;
 use super::auth::Caller;
-use super::body::{self, Actor, ActorWithToken, AnnotationsIn, json_response, no_content, present};
+use super::body::{self, Actor, ActorWithToken, AnnotationsIn, present};
 use super::error::{ApiError, ErrorBody};
+use super::reply::{json_response, no_content};
 use crate::pb;
 use crate::service::{actors, scopes};
 

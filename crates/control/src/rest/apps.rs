@@ -13,8 +13,9 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::Rest;
 use super::auth::Caller;
-use super::body::{self, AnnotationsIn, App, Deleted, json_response};
+use super::body::{self, AnnotationsIn, App, Deleted};
 use super::error::{ApiError, ErrorBody};
+use super::reply::json_response;
 use crate::pb;
 use crate::service::{apps, convert};
 use skua_core::webhook::WebhookKind;

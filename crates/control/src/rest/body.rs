@@ -6,8 +6,6 @@ use std::collections::BTreeMap;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -18,19 +16,6 @@ use utoipa::ToSchema;
 use super::error::ApiError;
 use crate::pb;
 use crate::service::annotations::AnnotationsUpdate;
-
-/// A reply with `value` as `application/json`.
-pub(crate) fn json_response(status: StatusCode, value: &impl Serialize) -> Response {
-    let text = serde_json::to_string(value).unwrap_or_else(|_| "null".to_owned());
-    let mut r = (status, text).into_response();
-    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    r
-}
-
-/// 204, no body.
-pub(crate) fn no_content() -> Response {
-    StatusCode::NO_CONTENT.into_response()
-}
 
 /// The body as bytes, or the API's error for one over the size limit.
 pub(crate) fn bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {

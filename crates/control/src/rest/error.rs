@@ -147,7 +147,7 @@ impl IntoResponse for ApiError {
             message: self.message,
             error: self.status.canonical_reason().unwrap_or("Error").to_owned(),
         };
-        let mut r = super::body::json_response(self.status, &body);
+        let mut r = super::reply::json_response(self.status, &body);
         if let Some(secs) = self.retry_after
             && let Ok(v) = HeaderValue::from_str(&secs.to_string())
         {

@@ -17,8 +17,9 @@ use utoipa::ToSchema;
 
 use super::Rest;
 use super::auth::Caller;
-use super::body::{self, json_response};
+use super::body;
 use super::error::{ApiError, ErrorBody};
+use super::reply::json_response;
 use crate::pb;
 use crate::service::publish::{PublishError, publish_checked};
 use crate::sync::PublishRefused;

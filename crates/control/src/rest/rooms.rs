@@ -14,8 +14,9 @@ use utoipa::ToSchema;
 
 use super::Rest;
 use super::auth::Caller;
-use super::body::{self, AnnotationsIn, Room, RoomActorAccess, json_response, no_content};
+use super::body::{self, AnnotationsIn, Room, RoomActorAccess};
 use super::error::{ApiError, ErrorBody};
+use super::reply::{json_response, no_content};
 use crate::pb;
 use crate::service::annotations::AnnotationsUpdate;
 use crate::service::{apps, grants, rooms};

@@ -15,8 +15,9 @@ use utoipa::ToSchema;
 use super::Rest;
 use super::apps::{ListQuery, Listed, Pagination, filter_sort, paginated};
 use super::auth::Caller;
-use super::body::{self, Actor, json_response, no_content};
+use super::body::{self, Actor};
 use super::error::{ApiError, ErrorBody};
+use super::reply::{json_response, no_content};
 use crate::pb;
 use crate::service::{actors, scopes};
 

@@ -1,7 +1,7 @@
 //! What the Redis test files share: two handles (two nodes) on one fresh key prefix.
 
+use skua_conformance::skip::skip;
 use skua_presence::RedisPresence;
-use skua_testkit::skip::skip;
 
 /// The variable naming the Redis the tests use.
 pub const URL_VAR: &str = "SKUA_TEST_REDIS_URL";

@@ -2,8 +2,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
+use skua_conformance::{ReceiverMode, WebhookReceiver, refusing_url};
 use skua_core::webhook::{WebhookCall, WebhookKind, WebhookSecret, WebhookTarget};
-use skua_testkit::{ReceiverMode, WebhookReceiver, refusing_url};
 use skua_webhooks::{DeliveryError, RetrySchedule, WebhookConfig, WebhookRequest, WebhookSender};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;

@@ -1,3 +1,3 @@
-//! The delivery engine against a real HTTP receiver (skua_testkit::WebhookReceiver).
+//! The delivery engine against a real HTTP receiver (skua_conformance::WebhookReceiver).
 
 mod engine;

@@ -62,11 +62,26 @@ impl RecordedRequest {
         serde_json::from_slice(&self.body).expect("webhook body is JSON")
     }
 
-    /// Whether `X-NoLag-Signature` is the HMAC-SHA256 of the raw body with `secret` (N42).
+    /// Whether `X-NoLag-Signature` is `sha256=<hex>` of the HMAC-SHA256 of the raw body with
+    /// `secret` (N42), checked here as a receiver would, independently of the signing code.
     pub fn signature_valid(&self, secret: &str) -> bool {
-        self.header(skua_webhooks::SIGNATURE_HEADER)
-            == Some(skua_webhooks::sign(secret.as_bytes(), &self.body).as_str())
+        let Some(hex) = self.header("x-nolag-signature").and_then(|v| v.strip_prefix("sha256=")) else {
+            return false;
+        };
+        let Some(tag) = unhex(hex) else { return false };
+        let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret.as_bytes());
+        ring::hmac::verify(&key, &self.body, &tag).is_ok()
     }
+}
+
+/// Lower-case or upper-case hex digits as bytes; `None` for an odd length or another character.
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    let digit = |c: u8| char::from(c).to_digit(16).and_then(|d| u8::try_from(d).ok());
+    let s = s.as_bytes();
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    s.chunks(2).map(|p| Some(digit(p[0])? << 4 | digit(p[1])?)).collect()
 }
 
 #[derive(Default)]
@@ -210,5 +225,33 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
             r
         }
         Mode::Hang => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RecordedRequest;
+
+    fn signed(header: &str) -> RecordedRequest {
+        RecordedRequest {
+            method: "POST".into(),
+            path: "/hook".into(),
+            headers: vec![("x-nolag-signature".into(), header.into())],
+            body: bytes::Bytes::from_static(b"{\"a\":1}"),
+            at: std::time::Instant::now(),
+        }
+    }
+
+    #[test]
+    fn signature_is_checked_against_the_secret_and_the_body() {
+        let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, b"s3cret");
+        let tag = ring::hmac::sign(&key, b"{\"a\":1}");
+        let hex: String = tag.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+        assert!(signed(&format!("sha256={hex}")).signature_valid("s3cret"));
+        assert!(signed(&format!("sha256={}", hex.to_uppercase())).signature_valid("s3cret"));
+        assert!(!signed(&format!("sha256={hex}")).signature_valid("other"));
+        assert!(!signed(&hex).signature_valid("s3cret"), "the sha256= prefix is required");
+        assert!(!signed(&format!("sha256={}", &hex[1..])).signature_valid("s3cret"), "odd length");
+        assert!(!signed("sha256=zz").signature_valid("s3cret"));
     }
 }

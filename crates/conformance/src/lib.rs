@@ -1,5 +1,7 @@
 //! Behavioural suites for the backend slots (STYLE.md §2): one per slot trait, run against every
-//! implementation of it.
+//! implementation of it, and the few test helpers the backend crates need besides. Depends on
+//! `skua-core` only (never on the server, the edge or the control plane), so a backend crate's
+//! tests build without the node.
 //!
 //! Each suite is a module of test *bodies*, `pub async fn case<H: Harness>(h: H)`, one per
 //! sentence of the trait's contract, plus a macro that turns every body into a `#[tokio::test]`
@@ -21,15 +23,31 @@
 //!
 //! Waiting is always on an event with a deadline ([`DEADLINE`]); "nothing else arrives" is shown
 //! by publishing a sentinel afterwards and asserting that it is the next delivery.
+//!
+//! The helpers:
+//! - [`skip`]: skipping a test whose service is missing, visibly (and failing under `CI=true`);
+//! - `postgres` (feature `postgres`): a fresh Postgres database per test;
+//! - `webhook` (feature `webhook-receiver`): a recording HTTP receiver for webhook tests and a
+//!   URL that refuses connections.
+//!
+//! `skua-testkit` re-exports the helpers for the node's tests.
 
 use std::fmt::Display;
 use std::future::IntoFuture;
 use std::time::Duration;
 
 pub mod bus;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 pub mod presence;
 pub mod registry;
+pub mod skip;
 pub mod store;
+#[cfg(feature = "webhook-receiver")]
+pub mod webhook;
+
+#[cfg(feature = "webhook-receiver")]
+pub use webhook::{Mode as ReceiverMode, RecordedRequest, WebhookReceiver, refusing_url};
 
 /// How long a suite waits for one expected event before failing.
 pub const DEADLINE: Duration = Duration::from_secs(5);
@@ -52,14 +70,14 @@ macro_rules! __conformance_tests {
     ($suite:ident, make, $make:expr; $($case:ident),+ $(,)?) => {$(
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $case() {
-            $crate::conformance::$suite::$case($make).await;
+            $crate::$suite::$case($make).await;
         }
     )+};
     ($suite:ident, setup, $setup:expr; $($case:ident),+ $(,)?) => {$(
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $case() {
             let Some(harness) = $setup.await else { return };
-            $crate::conformance::$suite::$case(harness).await;
+            $crate::$suite::$case(harness).await;
         }
     )+};
 }

@@ -1,0 +1,72 @@
+//! What the pages share, below every page module: the notice a redirect carries, the status of
+//! a refusal, a page's parameters, the error page, and the project/app/room chooser.
+
+use std::fmt::Write as _;
+
+use axum::http::StatusCode;
+use axum::response::Response;
+use tonic::Status;
+
+use super::html::{self, Notice, esc, field, q};
+use super::{Authed, redirect};
+use crate::pb;
+
+/// The HTTP status of a refused request, as the REST API maps it.
+pub(super) fn status_of(s: &Status) -> StatusCode {
+    crate::rest::error::http_status(s.code())
+}
+
+/// The notice carried by a redirect after a change (`?done=`), or after an action that ran
+/// but failed (`?failed=`, shown as an error).
+pub(super) fn done(a: &Authed) -> Option<Notice<'_>> {
+    let failed = Some(a.query.get("failed")).filter(|m| !m.is_empty()).map(Notice::Error);
+    failed.or_else(|| Some(a.query.get("done")).filter(|m| !m.is_empty()).map(Notice::Ok))
+}
+
+/// A redirect to `path` (with its query) saying `msg`.
+pub(super) fn done_redirect(path: &str, msg: &str) -> Response {
+    let sep = if path.contains('?') { '&' } else { '?' };
+    redirect(&format!("{path}{sep}done={}", q(msg)))
+}
+
+/// A field of the page: the posted value after a refused change, else the query's.
+pub(super) fn param<'a>(a: &'a Authed, k: &str) -> &'a str {
+    if a.form.get(k).is_empty() { a.query.get(k) } else { a.form.get(k) }
+}
+
+/// An error page with `s`'s message and the REST API's status for it.
+pub(super) fn error_page(a: &Authed, title: &str, current: &str, s: &Status) -> Response {
+    html::respond(status_of(s), html::page(title, current, &a.csrf, Some(Notice::Error(s.message())), ""))
+}
+
+/// A GET form choosing the project (and app, and room) a page shows.
+pub(super) fn chooser(
+    path: &str,
+    projects: &[pb::Project],
+    project: &str,
+    apps: Option<(&[pb::App], &str)>,
+    room: Option<&str>,
+) -> String {
+    let mut f = format!("<form method=\"get\" action=\"{path}\" class=\"create\" aria-label=\"Choose what to show\">");
+    f.push_str(
+        "<div class=\"field\"><label for=\"c-project\">Project</label><select id=\"c-project\" name=\"project\">",
+    );
+    for p in projects {
+        let sel = if p.id == project { " selected" } else { "" };
+        let _ = write!(f, "<option value=\"{0}\"{sel}>{0}</option>", esc(&p.id));
+    }
+    f.push_str("</select></div>");
+    if let Some((apps, app)) = apps {
+        f.push_str("<div class=\"field\"><label for=\"c-app\">App</label><select id=\"c-app\" name=\"app\">");
+        for x in apps {
+            let sel = if x.slug == app { " selected" } else { "" };
+            let _ = write!(f, "<option value=\"{0}\"{sel}>{0}</option>", esc(&x.slug));
+        }
+        f.push_str("</select></div>");
+    }
+    if let Some(room) = room {
+        f.push_str(&field("room", "Room", room, false, "room slug"));
+    }
+    f.push_str("<button type=\"submit\">Show</button></form>");
+    f
+}

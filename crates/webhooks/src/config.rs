@@ -1,0 +1,83 @@
+//! The engine's settings: [`WebhookConfig`] and the [`RetrySchedule`] of a kind of request.
+
+use std::time::Duration;
+
+/// The engine's settings, checked from [`WebhookSettings`](crate::WebhookSettings) (declared
+/// there with their defaults; `Default` gives the same values, a server test checks it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookConfig {
+    /// Fire-and-forget requests waiting for delivery on this node; when full, `enqueue`
+    /// refuses (the caller dead-letters or counts it).
+    pub queue: usize,
+    /// Queued requests being delivered at once, including those waiting for a retry.
+    pub max_pending: usize,
+    /// Requests in flight at once to one target (scheme, host and port).
+    pub concurrency_per_target: usize,
+    /// Most bytes of an answer read; a longer answer fails `TooLarge` and is not read further.
+    pub max_response_bytes: usize,
+    /// Connection establishment timeout (within the call's own timeout).
+    pub connect_timeout: Duration,
+    /// Allow link-local and cloud-metadata addresses (169.254.0.0/16, fe80::/10, …).
+    pub allow_link_local: bool,
+    /// When not empty, only these hosts (`name`, `*.parent`, an address) are called.
+    pub allowed_hosts: Vec<String>,
+    /// Allow hydration webhooks on loopback addresses (127.0.0.0/8, ::1, `localhost`): a
+    /// hydration answer reaches clients, so a loopback service could be read through it.
+    pub allow_loopback: bool,
+    /// The exceptions to the rule of wake URLs (a client's): exact host names, addresses and
+    /// CIDR ranges whose internal addresses (loopback, private, …) may be called.
+    pub wake_allowed_hosts: Vec<String>,
+    /// The retry schedule of queued trigger requests.
+    pub trigger_retry: RetrySchedule,
+    /// Deliveries whose outcome the node keeps for the admin dashboard (the last ones).
+    pub recent_deliveries: usize,
+}
+
+impl Default for WebhookConfig {
+    fn default() -> Self {
+        Self {
+            queue: 10_000,
+            max_pending: 1024,
+            concurrency_per_target: 16,
+            max_response_bytes: 1 << 20,
+            connect_timeout: Duration::from_secs(5),
+            allow_link_local: false,
+            allowed_hosts: Vec::new(),
+            allow_loopback: false,
+            wake_allowed_hosts: Vec::new(),
+            trigger_retry: RetrySchedule::trigger(),
+            recent_deliveries: 100,
+        }
+    }
+}
+
+/// Delays between attempts; attempts = delays + 1. Only 5xx answers, timeouts and transport
+/// errors are retried.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetrySchedule {
+    /// The wait before attempt 2, 3, …
+    pub delays: Vec<Duration>,
+}
+
+impl RetrySchedule {
+    /// Hydration (N43): 3 attempts, 1 s then 2 s apart (within the call's timeout).
+    pub fn hydration() -> Self {
+        Self { delays: vec![Duration::from_secs(1), Duration::from_secs(2)] }
+    }
+
+    /// Triggers (N44): 5 attempts over about a minute: 4 s, 8 s, 16 s, 32 s apart
+    /// ([`skua_core::webhook::trigger_retry_delays`], the defaults' one source).
+    pub fn trigger() -> Self {
+        Self { delays: skua_core::webhook::trigger_retry_delays() }
+    }
+
+    /// `attempts` attempts, the first delay `first`, each next one doubled.
+    pub fn exponential(attempts: u32, first: Duration) -> Self {
+        Self { delays: skua_core::webhook::exponential_delays(attempts, first) }
+    }
+
+    /// How many attempts at most.
+    pub fn attempts(&self) -> usize {
+        self.delays.len() + 1
+    }
+}
