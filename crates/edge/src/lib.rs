@@ -4,6 +4,7 @@
 //! concrete backend. Modules:
 //! - [`front`]: the accept loop: connection slots, header timeout, TLS, PROXY header,
 //!   per-address limits, the `Origin` allowlist;
+//! - [`door`]: other doors (MQTT devices) driving the same session with their own packets;
 //! - [`ws`]: HTTP routes, upgrades, each connection's reader loop and writer task;
 //! - `session`: the per-connection protocol state machine and its frame handlers;
 //! - [`hub`]: the node's local fan-out (the hot path) and its bus subscriptions;
@@ -30,6 +31,7 @@
 pub mod auth;
 pub mod clock;
 pub mod config;
+pub mod door;
 pub mod durable;
 mod durable_writer;
 pub mod fds;
