@@ -311,6 +311,9 @@ pub struct Settings {
     /// Serve /metrics on this address instead of the client listener; empty = on the client listener [default empty].
     #[arg(long, env = "SKUA_METRICS_LISTEN")]
     pub metrics_listen: Option<String>,
+    /// MQTT device listener (3.1.1 and 5.0, docs/mqtt.md), e.g. 0.0.0.0:1883; empty = off [default empty].
+    #[arg(long, env = "SKUA_MQTT_LISTEN")]
+    pub mqtt_listen: Option<String>,
     /// Bearer token /metrics requires (`Authorization: Bearer TOKEN`); empty = none [default empty].
     #[arg(long, env = "SKUA_METRICS_TOKEN", hide_env_values = true)]
     pub metrics_token: Option<String>,
@@ -515,7 +518,7 @@ impl Settings {
             max_presence_size, max_retained_bytes_per_topic, max_retained_bytes, max_retained_bytes_per_project, max_auth_failures, auth_timeout,
             auth_backoff_after, auth_backoff_max, jwt_audiences,
             http_header_timeout, http_body_timeout, max_connections_per_ip, max_new_connections_per_ip_per_second, trusted_proxies,
-            proxy_protocol, allowed_origins, metrics_listen, metrics_token, metrics_public);
+            proxy_protocol, allowed_origins, metrics_listen, mqtt_listen, metrics_token, metrics_public);
         layer!(self, over; tls_cert, tls_key, grpc_tls_cert, grpc_tls_key, tls_reload_interval, grpc_reflection_public,
             grpc_request_timeout,
             admin_key_max_failures, admin_key_failure_window, admin_key_backoff_max, bus_tls_ca, bus_tls_cert,
@@ -713,6 +716,8 @@ pub struct ServerConfig {
     pub otlp_endpoint: Option<String>,
     /// The separate `/metrics` listener, if any.
     pub metrics_listen: Option<SocketAddr>,
+    /// The MQTT device listener, if any (`mqtt_listen`, issue 37).
+    pub mqtt_listen: Option<SocketAddr>,
     /// `/metrics` may be served without a token (outside `--dev`, `skua serve` refuses a
     /// tokenless `/metrics` unless this is set: issue 33, item 12).
     pub metrics_public: bool,
@@ -769,6 +774,7 @@ impl ServerConfig {
             control: control.limits,
             otlp_endpoint: telemetry.otlp_endpoint,
             metrics_listen: front.metrics_listen,
+            mqtt_listen: front.mqtt_listen,
             metrics_public: front.metrics_public,
             tls: tls.listeners,
             grpc_reflection_public: control.grpc_reflection_public,
@@ -884,6 +890,7 @@ mod tests {
         assert_eq!(c.edge.proxy_protocol, d.proxy_protocol);
         assert_eq!(c.edge.allowed_origins, d.allowed_origins);
         assert!(c.edge.metrics_token.is_none() && !c.edge.metrics_separate && c.metrics_listen.is_none());
+        assert!(c.mqtt_listen.is_none(), "no MQTT listener unless asked for");
         assert_eq!(c.tls, crate::tls::ListenerTlsConfig::default(), "plain listeners unless certificates are set");
         assert!(!c.grpc_reflection_public);
         assert_eq!(c.admin_key_throttle, skua_control::throttle::ThrottleConfig::default());
@@ -906,6 +913,7 @@ mod tests {
     /// need not list them. Every other key of config/default.toml must be in its tables.
     const NOT_BUDGETS: &[&str] = &[
         "listen",
+        "mqtt_listen",
         "bus",
         "presence",
         "store",
@@ -1036,7 +1044,7 @@ mod tests {
     fn front_door_settings_are_parsed_and_checked() {
         let file = Settings::from_toml(
             "trusted_proxies = [\"10.0.0.0/8\", \"fd00::/8\"]\nproxy_protocol = true\n\
-             allowed_origins = [\"https://*.example.com\"]\nmetrics_listen = \"127.0.0.1:9090\"\n\
+             allowed_origins = [\"https://*.example.com\"]\nmetrics_listen = \"127.0.0.1:9090\"\nmqtt_listen = \"127.0.0.1:1884\"\n\
              metrics_token = \"0123456789abcdef\"\nhttp_header_timeout = \"3s\"\nmax_connections_per_ip = 0\n",
         )
         .unwrap();
@@ -1045,6 +1053,7 @@ mod tests {
         assert!(c.edge.proxy_protocol);
         assert_eq!(c.edge.allowed_origins[0].to_string(), "https://*.example.com");
         assert_eq!(c.metrics_listen, Some("127.0.0.1:9090".parse().unwrap()));
+        assert_eq!(c.mqtt_listen, Some("127.0.0.1:1884".parse().unwrap()));
         assert!(c.edge.metrics_separate);
         assert!(!format!("{c:?}").contains("0123456789abcdef"), "the token is never printed");
         assert_eq!(c.edge.http_header_timeout, std::time::Duration::from_secs(3));
@@ -1057,6 +1066,7 @@ mod tests {
         bad(Settings { proxy_protocol: Some(true), ..Settings::default() }, "proxy_protocol");
         bad(Settings { allowed_origins: Some(vec!["example.com".into()]), ..Settings::default() }, "allowed_origins");
         bad(Settings { metrics_listen: Some("nowhere".into()), ..Settings::default() }, "metrics_listen");
+        bad(Settings { mqtt_listen: Some("nowhere".into()), ..Settings::default() }, "mqtt_listen");
         bad(Settings { metrics_token: Some("short".into()), ..Settings::default() }, "metrics_token");
         bad(Settings { http_header_timeout: Some("0s".into()), ..Settings::default() }, "http_header_timeout");
     }

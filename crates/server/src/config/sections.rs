@@ -262,6 +262,8 @@ pub struct FrontDoor {
     pub allowed_origins: Vec<OriginPattern>,
     /// The separate `/metrics` listener, if any.
     pub metrics_listen: Option<SocketAddr>,
+    /// The MQTT device listener, if any (issue 37).
+    pub mqtt_listen: Option<SocketAddr>,
     /// The bearer token `/metrics` requires, if any.
     pub metrics_token: Option<MetricsToken>,
     /// `/metrics` is served without a token on purpose.
@@ -295,6 +297,7 @@ impl FrontDoor {
             proxy_protocol: required(key!(s, proxy_protocol))?,
             allowed_origins: each(key!(s, allowed_origins), OriginPattern::parse)?,
             metrics_listen: optional_address(key!(s, metrics_listen))?,
+            mqtt_listen: optional_address(key!(s, mqtt_listen))?,
             metrics_token,
             metrics_public: required(key!(s, metrics_public))?,
         };
