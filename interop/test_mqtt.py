@@ -404,3 +404,15 @@ async def test_will_is_published_on_an_abnormal_close_only(skua_factory):
     rude.close()
     await inbox.wait_data({"state": "gone"})
     assert "polite-will" not in inbox.data
+
+
+async def test_an_expiring_client_token_disconnects_the_device(skua_factory):
+    """N49: a client JWT's expiry closes the device's connection as it closes a WebSocket's;
+    5.0 gets DISCONNECT 0x87 first."""
+    skua = start(skua_factory)
+    r = await raw(skua.mqtt_port)
+    r.send(connect_packet(5, mint_jwt("carol", expires_in=2)))
+    assert (await asyncio.to_thread(r.packet))[3] == 0
+    assert await asyncio.to_thread(r.packet) == bytes([0xE0, 1, 0x87])
+    assert await asyncio.to_thread(r.eof)
+    r.close()

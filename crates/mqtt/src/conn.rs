@@ -266,8 +266,9 @@ impl Device {
         let keep_alive = (connect.keep_alive > 0).then(|| Duration::from_millis(u64::from(connect.keep_alive) * 1500));
         let mut last = Instant::now();
         let mut expiry = self.session.expires_at();
+        let mut expiry_deadline = deadline_of(expiry);
         let idle = keep_alive.unwrap_or(FAR_FUTURE);
-        let timer = sleep_until((last + idle).min(deadline_of(expiry)));
+        let timer = sleep_until((last + idle).min(expiry_deadline));
         tokio::pin!(timer);
         let shutdown = st.shutdown.cancelled();
         tokio::pin!(shutdown);
@@ -296,8 +297,9 @@ impl Device {
             }
             if self.session.expires_at() != expiry {
                 expiry = self.session.expires_at();
+                expiry_deadline = deadline_of(expiry);
             }
-            timer.as_mut().reset((last + idle).min(deadline_of(expiry)));
+            timer.as_mut().reset((last + idle).min(expiry_deadline));
             buf.reserve(4096);
             tokio::select! {
                 biased;
@@ -313,7 +315,7 @@ impl Device {
                 }
                 () = &mut timer => {
                     let now = Instant::now();
-                    if deadline_of(expiry) <= now {
+                    if expiry_deadline <= now {
                         self.handle.send(&skua_protocol::ServerFrame::Disconnect {
                             reason: skua_protocol::codes::reason::TOKEN_EXPIRED,
                         });
