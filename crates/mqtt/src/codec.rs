@@ -258,7 +258,8 @@ pub fn read_connect(buf: &mut BytesMut, max_packet: usize) -> Result<Option<Conn
             })
         })?,
         5 => guarded(|| {
-            let v5::Packet::Connect(c, will, login) = v5::Packet::read(buf, Some(max_u32(max_packet))).map_err(v5_fault)?
+            let v5::Packet::Connect(c, will, login) =
+                v5::Packet::read(buf, Some(max_u32(max_packet))).map_err(v5_fault)?
             else {
                 return Err(Fault::Protocol("the first packet must be CONNECT"));
             };
@@ -268,8 +269,8 @@ pub fn read_connect(buf: &mut BytesMut, max_packet: usize) -> Result<Option<Conn
                 None => None,
                 Some(w) => {
                     check_props(w.properties.as_ref().map_or(0, |p| p.user_properties.len()))?;
-                    let topic = String::from_utf8(w.topic.to_vec())
-                        .map_err(|_| Fault::Malformed("will topic is not UTF-8"))?;
+                    let topic =
+                        String::from_utf8(w.topic.to_vec()).map_err(|_| Fault::Malformed("will topic is not UTF-8"))?;
                     Some(Will { topic, payload: w.message, qos: w.qos as u8, retain: w.retain })
                 }
             };

@@ -95,7 +95,11 @@ pub(crate) async fn serve_socket(
                 metrics.faults.inc(fault.label());
                 if let Fault::Version(level) = fault {
                     // 3.1.1 CONNACK 1 "unacceptable protocol version" (what a 3.1 client reads too).
-                    let answer = if level == 5 { codec::connack(Level::V5, 0x84, 0, 0) } else { codec::connack(Level::V4, 1, 0, 0) };
+                    let answer = if level == 5 {
+                        codec::connack(Level::V5, 0x84, 0, 0)
+                    } else {
+                        codec::connack(Level::V4, 1, 0, 0)
+                    };
                     let _ = timeout_at(deadline, tcp.write_all(&answer)).await;
                 }
                 return;

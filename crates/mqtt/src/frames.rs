@@ -101,7 +101,10 @@ mod tests {
         })
         .encode();
         assert_eq!(parse(&e), Frame::Error { error: "unknown_topic", msg_ref: Some("mqtt:4") });
-        assert_eq!(parse(&ServerFrame::AuthFailed { error: "token_expired" }.encode()), Frame::AuthFailed("token_expired"));
+        assert_eq!(
+            parse(&ServerFrame::AuthFailed { error: "token_expired" }.encode()),
+            Frame::AuthFailed("token_expired")
+        );
         let s = ServerFrame::Subscribed { topic: "a/b/c", load_balance: false }.encode();
         assert_eq!(parse(&s), Frame::Other);
         assert_eq!(parse(&[0x20, 2, 0, 0]), Frame::Other);

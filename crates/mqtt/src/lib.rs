@@ -67,7 +67,8 @@ impl skua_edge::metrics::MetricsSource for MqttMetrics {
             "# HELP skua_mqtt_deliveries_too_large_total Deliveries dropped: larger than the device's maximum packet size."
         );
         let _ = writeln!(out, "# TYPE skua_mqtt_deliveries_too_large_total counter");
-        let _ = writeln!(out, "skua_mqtt_deliveries_too_large_total {}", self.deliveries_too_large.load(Ordering::Relaxed));
+        let _ =
+            writeln!(out, "skua_mqtt_deliveries_too_large_total {}", self.deliveries_too_large.load(Ordering::Relaxed));
     }
 }
 
