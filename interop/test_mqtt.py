@@ -21,7 +21,7 @@ from nolag import EmitOptions
 
 from helpers import T, Recorder, connect, emit_ack, mint_jwt, sentinel, strict_equal, subscribe_ok
 
-pytestmark = pytest.mark.one_node_only
+# One node: `start` reads the node's MQTT port; the cluster run has its own test below.
 
 MESSAGES = "demo/general/messages"
 STATUS = "demo/general/status"
@@ -195,6 +195,7 @@ def refused_total(server, reason: str) -> float:
 # ---- tests ----
 
 
+@pytest.mark.one_node_only
 @pytest.mark.parametrize("v5", [False, True], ids=["3.1.1", "5.0"])
 async def test_devices_and_sdk_clients_see_each_other(skua_factory, v5):
     """N50/N51: a device's MessagePack payload arrives as that value, anything else as binary;
@@ -230,6 +231,7 @@ async def test_devices_and_sdk_clients_see_each_other(skua_factory, v5):
     device.close()
 
 
+@pytest.mark.one_node_only
 async def test_connect_refusals_have_the_documented_codes(skua_factory):
     """N49: a bad token is refused with 3.1.1 return code 5 / 5.0 0x87; no credential at all is
     a malformed credential, 4 / 0x86. A client JWT works as the password."""
@@ -252,6 +254,7 @@ async def test_connect_refusals_have_the_documented_codes(skua_factory):
     device.close()
 
 
+@pytest.mark.one_node_only
 @pytest.mark.parametrize("v5", [False, True], ids=["3.1.1", "5.0"])
 async def test_wildcards_only_below_the_room(skua_factory, v5):
     """N50: `app/room/+` and `app/room/#` receive every topic of the room; a wildcard in the app
@@ -273,6 +276,7 @@ async def test_wildcards_only_below_the_room(skua_factory, v5):
     device.close()
 
 
+@pytest.mark.one_node_only
 async def test_qos_0_1_2_each_arrive_once(skua_factory):
     """N52: every QoS is accepted and acked; a QoS 2 publish repeated with its packet id before
     PUBREL is published once."""
@@ -307,6 +311,7 @@ async def test_qos_0_1_2_each_arrive_once(skua_factory):
     r.close()
 
 
+@pytest.mark.one_node_only
 async def test_retain_flag_maps_to_retained_messages(skua_factory):
     """N53: a device's retained publish reaches a later SDK subscriber; an SDK client's retained
     message reaches a device that subscribes later."""
@@ -327,6 +332,7 @@ async def test_retain_flag_maps_to_retained_messages(skua_factory):
     device.close()
 
 
+@pytest.mark.one_node_only
 async def test_a_denied_publish_is_refused_on_5_and_acked_and_dropped_on_3_1_1(skua_factory):
     """N52: the observer may subscribe and never publish: 5.0 PUBACK 0x87; 3.1.1 cannot refuse,
     so it is acked, dropped and counted with its reason."""
@@ -363,6 +369,7 @@ async def test_a_denied_publish_is_refused_on_5_and_acked_and_dropped_on_3_1_1(s
     r.close()
 
 
+@pytest.mark.one_node_only
 @pytest.mark.parametrize("level", [4, 5])
 async def test_keep_alive_closes_a_silent_device(skua_factory, level):
     """N54: no packet for 1.5 x keep-alive closes the connection (5.0: DISCONNECT 0x8D)."""
@@ -385,6 +392,7 @@ async def test_keep_alive_closes_a_silent_device(skua_factory, level):
     device.close()
 
 
+@pytest.mark.one_node_only
 async def test_will_is_published_on_an_abnormal_close_only(skua_factory):
     """N53: the will goes out when the device vanishes, not after its DISCONNECT."""
     skua = start(skua_factory)
@@ -406,6 +414,7 @@ async def test_will_is_published_on_an_abnormal_close_only(skua_factory):
     assert "polite-will" not in inbox.data
 
 
+@pytest.mark.one_node_only
 async def test_an_expiring_client_token_disconnects_the_device(skua_factory):
     """N49: a client JWT's expiry closes the device's connection as it closes a WebSocket's;
     5.0 gets DISCONNECT 0x87 first."""
@@ -416,3 +425,26 @@ async def test_an_expiring_client_token_disconnects_the_device(skua_factory):
     assert await asyncio.to_thread(r.packet) == bytes([0xE0, 1, 0x87])
     assert await asyncio.to_thread(r.eof)
     r.close()
+
+
+@pytest.mark.cluster_only
+async def test_a_device_on_one_node_and_sdk_clients_on_another_see_each_other(skua_factory):
+    """Issue 37: the MQTT door publishes and subscribes through the node's bus like any
+    session, so a device on node A and an SDK client on node B see each other's messages."""
+    cluster = skua_factory("--mqtt-listen", "127.0.0.1:0")
+    a, b = cluster.nodes[0], cluster.nodes[1]
+    assert a.mqtt_listening.wait(T) and a.mqtt_port
+    alice = await connect(b.url, "dev-token-alice")
+    inbox = Recorder("alice messages")
+    alice.on(MESSAGES, inbox)
+    await subscribe_ok(alice, MESSAGES)
+    device = Device(a.mqtt_port, "dev-token-carol")
+    assert (await device.connack()).value == 0
+    assert await device.subscribe(MESSAGES, 1) == [1]
+    assert (await device.publish(MESSAGES, msgpack.packb({"from": "device"}), qos=1)).value == 0
+    await inbox.wait_data({"from": "device"})
+    # SUBACK follows the node's bus subscription, as `subscribed` does.
+    await alice.emit(MESSAGES, {"from": "sdk"})
+    msg = await device.message()
+    assert msgpack.unpackb(msg.payload) == {"from": "sdk"}
+    device.close()
