@@ -448,3 +448,36 @@ async def test_a_device_on_one_node_and_sdk_clients_on_another_see_each_other(sk
     msg = await device.message()
     assert msgpack.unpackb(msg.payload) == {"from": "sdk"}
     device.close()
+
+
+@pytest.mark.one_node_only
+async def test_logged_topics_too_large_payloads_and_unsubscribe(skua_factory):
+    """N52: a logged topic's PUBACK comes once stored (the SDK subscriber then gets it with a
+    msgId); a payload over the actor's message size is refused 0x97 (0x95 is no PUBACK reason
+    in MQTT 5.0, and paho drops the connection on it); after UNSUBSCRIBE nothing
+    more arrives (UNSUBACK 0x11 for a filter never subscribed)."""
+    skua = start(skua_factory)
+    alice = await connect(skua.url, "dev-token-alice")
+    tasks = Recorder("alice tasks")
+    alice.on("demo/general/tasks", tasks)
+    await subscribe_ok(alice, "demo/general/tasks")
+    device = Device(skua.mqtt_port, "dev-token-carol")
+    assert (await device.connack()).value == 0
+    assert (await device.publish("demo/general/tasks", msgpack.packb({"job": 1}), qos=1)).value == 0
+    _, meta = await tasks.wait_data({"job": 1})
+    assert meta.msg_id, "a logged topic's message carries its msgId"
+    assert (await device.publish(MESSAGES, b"x" * 950_000, qos=1)).value == 0x97
+
+    r = await raw(skua.mqtt_port)
+    r.send(connect_packet(5, "dev-token-bob"))
+    assert (await asyncio.to_thread(r.packet))[3] == 0
+    r.send(b"\x82" + varint(2 + 1 + 2 + len(MESSAGES) + 1) + b"\x00\x01\x00" + string(MESSAGES) + b"\x00")
+    assert await asyncio.to_thread(r.packet) == bytes([0x90, 4, 0, 1, 0, 0])
+    body = b"\x00\x02\x00" + string(MESSAGES) + string(STATUS)
+    r.send(b"\xa2" + varint(len(body)) + body)
+    assert await asyncio.to_thread(r.packet) == bytes([0xB0, 5, 0, 2, 0, 0, 0x11])
+    await device.publish(MESSAGES, b"after unsubscribe", qos=1)
+    r.send(b"\xc0\x00")  # PINGREQ: its PINGRESP is the next packet, no PUBLISH before it
+    assert await asyncio.to_thread(r.packet) == bytes([0xD0, 0])
+    r.close()
+    device.close()

@@ -577,14 +577,17 @@ fn connack_refusal(e: &str) -> (u8, u8) {
     }
 }
 
-/// The 5.0 reason a refused publish's `PUBACK`/`PUBREC` carries (N52), and a metric label.
+/// The 5.0 reason a refused publish's `PUBACK`/`PUBREC` carries (N52; only reasons MQTT 5.0
+/// allows there), and a metric label.
 fn publish_refusal(e: &str) -> (u8, &'static str) {
     match e {
         error::UNKNOWN_TOPIC | error::NOT_AUTHORIZED => (0x87, "not_authorized"),
         error::RATE_LIMIT_EXCEEDED => (0x97, "rate_limited"),
         error::MONTHLY_QUOTA_EXCEEDED => (0x97, "quota_exceeded"),
         error::RETAINED_LIMIT_EXCEEDED => (0x97, "retained_limit"),
-        error::MESSAGE_TOO_LARGE => (0x95, "too_large"),
+        // Not 0x95 as N52 says: "packet too large" is no PUBACK/PUBREC reason (MQTT 5.0
+        // §3.4.2.1), and clients that check (paho) drop the connection on it.
+        error::MESSAGE_TOO_LARGE => (0x97, "too_large"),
         error::STORE_UNAVAILABLE => (0x80, "store_unavailable"),
         error::BROKER_UNAVAILABLE => (0x80, "broker_unavailable"),
         _ => (0x80, "other"),
@@ -790,7 +793,7 @@ mod tests {
         assert_eq!(connack_refusal(auth_err::BROKER_UNAVAILABLE), (3, 0x88));
         assert_eq!(publish_refusal(error::UNKNOWN_TOPIC).0, 0x87);
         assert_eq!(publish_refusal(error::MONTHLY_QUOTA_EXCEEDED).0, 0x97);
-        assert_eq!(publish_refusal(error::MESSAGE_TOO_LARGE).0, 0x95);
+        assert_eq!(publish_refusal(error::MESSAGE_TOO_LARGE).0, 0x97);
         assert_eq!(disconnect_reason(CloseRequest::SERVER_RESTART), Some(0x8B));
         assert_eq!(disconnect_reason(CloseRequest::IDLE_TIMEOUT), Some(0x8D));
         assert_eq!(disconnect_reason(CloseRequest::TAKEN_OVER), Some(0x8E));
