@@ -481,3 +481,25 @@ async def test_logged_topics_too_large_payloads_and_unsubscribe(skua_factory):
     assert await asyncio.to_thread(r.packet) == bytes([0xD0, 0])
     r.close()
     device.close()
+
+
+@pytest.mark.one_node_only
+async def test_a_second_connect_with_the_client_id_takes_over(skua_factory):
+    """MQTT-3.1.4-2 (N54's takeover, on one node): a CONNECT with the client identifier of an
+    open connection closes that one (5.0: DISCONNECT 0x8E); other identifiers are untouched."""
+    skua = start(skua_factory)
+    first, other = await raw(skua.mqtt_port), await raw(skua.mqtt_port)
+    first.send(connect_packet(5, "dev-token-carol", client_id="sensor-7"))
+    other.send(connect_packet(5, "dev-token-carol", client_id="sensor-8"))
+    assert (await asyncio.to_thread(first.packet))[3] == 0
+    assert (await asyncio.to_thread(other.packet))[3] == 0
+    second = await raw(skua.mqtt_port)
+    second.send(connect_packet(5, "dev-token-carol", client_id="sensor-7"))
+    assert (await asyncio.to_thread(second.packet))[3] == 0
+    assert await asyncio.to_thread(first.packet) == bytes([0xE0, 1, 0x8E])
+    assert await asyncio.to_thread(first.eof)
+    for c in (second, other):
+        c.send(b"\xc0\x00")
+        assert await asyncio.to_thread(c.packet) == bytes([0xD0, 0])
+    for c in (first, second, other):
+        c.close()

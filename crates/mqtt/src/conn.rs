@@ -44,6 +44,36 @@ const AUTH_REFUSED: CloseRequest = CloseRequest { code: close::POLICY_VIOLATION,
 /// The close after a client's `DISCONNECT` (nothing more is sent).
 const CLIENT_DISCONNECT: CloseRequest = CloseRequest::GONE;
 
+/// The node's device connections by (project, client identifier): a `CONNECT` with the client
+/// identifier of a connection open on this node closes that one (MQTT-3.1.4-2; 5.0 `DISCONNECT`
+/// 0x8E).
+#[derive(Default)]
+pub(crate) struct Clients {
+    // std Mutex: short map updates, never held across an await.
+    open: Mutex<HashMap<(String, String), Arc<ConnHandle>>>,
+}
+
+impl Clients {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Arc<ConnHandle>>> {
+        self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Registers `conn` under `key`, closing the connection it replaces.
+    fn claim(&self, key: (String, String), conn: &Arc<ConnHandle>) {
+        if let Some(older) = self.lock().insert(key, conn.clone()) {
+            older.request_close(CloseRequest::TAKEN_OVER);
+        }
+    }
+
+    /// Forgets `key` if `conn` still holds it.
+    fn release(&self, key: &(String, String), conn: &ConnHandle) {
+        let mut open = self.lock();
+        if open.get(key).is_some_and(|c| c.id == conn.id) {
+            open.remove(key);
+        }
+    }
+}
+
 /// What reader and writer of one connection share.
 struct Shared {
     level: Level,
@@ -81,6 +111,7 @@ pub(crate) async fn serve_socket(
     admitted: DoorAdmission,
     st: Arc<EdgeState>,
     metrics: Arc<MqttMetrics>,
+    clients: Arc<Clients>,
 ) {
     let _ = tcp.set_nodelay(true);
     let max_packet = st.config.max_frame_size;
@@ -132,10 +163,11 @@ pub(crate) async fn serve_socket(
         return;
     }
     let (rd, wr) = tcp.into_split();
-    run(rd, wr, buf, connect, admitted, st, metrics).await;
+    run(rd, wr, buf, connect, admitted, st, metrics, clients).await;
 }
 
 /// Runs an accepted `CONNECT`'s connection: session, writer, reader, cleanup.
+#[allow(clippy::too_many_arguments)]
 async fn run(
     rd: OwnedReadHalf,
     wr: OwnedWriteHalf,
@@ -144,6 +176,7 @@ async fn run(
     admitted: DoorAdmission,
     st: Arc<EdgeState>,
     metrics: Arc<MqttMetrics>,
+    clients: Arc<Clients>,
 ) {
     st.metrics.connections_opened.fetch_add(1, Ordering::Relaxed);
     let id = st.next_conn_id();
@@ -178,13 +211,19 @@ async fn run(
         topic_refs: HashMap::new(),
         next_ref: 0,
     };
-    let ended = skua_edge::door::contained(Box::pin(device.main(rd, buf, &connect)), &st, "mqtt reader").await;
+    let ended =
+        skua_edge::door::contained(Box::pin(device.main(rd, buf, &connect, &clients)), &st, "mqtt reader").await;
     let ended = ended.unwrap_or_else(|| {
         handle.request_close(CloseRequest::INTERNAL_ERROR);
         Ended::Abnormal
     });
     if ended == Ended::Abnormal {
         let _ = skua_edge::door::contained(Box::pin(device.publish_will()), &st, "mqtt will").await;
+    }
+    if let Some(actor) = device.session.actor()
+        && !connect.client_id.is_empty()
+    {
+        clients.release(&(actor.project.as_str().to_owned(), connect.client_id.clone()), &handle);
     }
     let _ = skua_edge::door::contained(Box::pin(device.session.cleanup()), &st, "mqtt cleanup").await;
     handle.mark_released();
@@ -253,7 +292,7 @@ impl Device {
     }
 
     /// Authenticates, then reads packets until the connection ends.
-    async fn main(&mut self, mut rd: OwnedReadHalf, mut buf: BytesMut, connect: &Connect) -> Ended {
+    async fn main(&mut self, mut rd: OwnedReadHalf, mut buf: BytesMut, connect: &Connect, clients: &Clients) -> Ended {
         let token = connect.password.clone().or_else(|| connect.username.clone()).unwrap_or_default();
         let auth = AuthFrame { token, protocol_version: 2, reconnect: false, client_id: ClientIdField::Absent };
         self.session.handle(ClientFrame::Auth(auth)).await;
@@ -264,6 +303,11 @@ impl Device {
             return Ended::Unauthorized;
         }
         self.shared.metrics.connects.inc("ok");
+        if let Some(actor) = self.session.actor()
+            && !connect.client_id.is_empty()
+        {
+            clients.claim((actor.project.as_str().to_owned(), connect.client_id.clone()), &self.handle);
+        }
         let st = self.st.clone();
         let max_packet = st.config.max_frame_size;
         // 1.5 × keep-alive without a packet closes the connection (N54); 0: no keep-alive.

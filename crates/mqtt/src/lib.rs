@@ -77,6 +77,7 @@ impl skua_edge::metrics::MetricsSource for MqttMetrics {
 /// on the node's task tracker (a drain waits for it).
 pub async fn serve(listener: TcpListener, st: Arc<EdgeState>, metrics: Arc<MqttMetrics>) {
     let limits = skua_edge::door::DoorLimits::new(&st);
+    let clients = Arc::new(conn::Clients::default());
     loop {
         let accepted = tokio::select! {
             () = st.shutdown.cancelled() => return,
@@ -105,9 +106,9 @@ pub async fn serve(listener: TcpListener, st: Arc<EdgeState>, metrics: Arc<MqttM
             }
         };
         metrics.connections.fetch_add(1, Ordering::Relaxed);
-        let (st2, m2) = (st.clone(), metrics.clone());
+        let (st2, m2, c2) = (st.clone(), metrics.clone(), clients.clone());
         st.tracker.spawn(async move {
-            conn::serve_socket(tcp, admitted, st2, m2).await;
+            conn::serve_socket(tcp, admitted, st2, m2, c2).await;
         });
     }
 }
