@@ -755,6 +755,9 @@ async fn write_loop(
 ) {
     let mut out = BytesMut::with_capacity(4096);
     let mut disconnect_sent = false;
+    // A write cut short by a close may have left half a packet on the socket: nothing more
+    // can be written after it.
+    let mut torn = false;
     loop {
         if std::future::poll_fn(|cx| outbox.poll_take(&handle, cx)).await != Take::Frames {
             break;
@@ -762,7 +765,7 @@ async fn write_loop(
         let written = tokio::select! {
             biased;
             () = handle.closed() => break,
-            r = write_taken(&mut wr, &mut outbox, &handle, &shared, &mut out, &mut disconnect_sent) => r,
+            r = write_taken(&mut wr, &mut outbox, &handle, &shared, &mut out, &mut disconnect_sent, &mut torn) => r,
         };
         if written.is_err() {
             handle.request_close(CloseRequest::GONE);
@@ -776,7 +779,7 @@ async fn write_loop(
     let req = handle.close_requested().unwrap_or(CloseRequest::GONE);
     handle.count_close(req);
     let _ = tokio::time::timeout(close_timeout, async {
-        if req != CloseRequest::GONE {
+        if req != CloseRequest::GONE && !torn {
             // As the WebSocket writer: the close only once the session released its record.
             handle.released().await;
             if req != CloseRequest::SLOW_CONSUMER {
@@ -800,7 +803,8 @@ async fn write_loop(
     .await;
 }
 
-/// Writes the taken frames, and whatever is queued meanwhile, until the queue is empty.
+/// Writes the taken frames, and whatever is queued meanwhile, until the queue is empty;
+/// `writing` stays true if it is dropped in the middle of a write.
 async fn write_taken(
     wr: &mut OwnedWriteHalf,
     outbox: &mut Outbox,
@@ -808,6 +812,7 @@ async fn write_taken(
     shared: &Shared,
     out: &mut BytesMut,
     disconnect_sent: &mut bool,
+    writing: &mut bool,
 ) -> std::io::Result<()> {
     loop {
         let (mut frames, mut bytes) = (0, 0);
@@ -818,7 +823,10 @@ async fn write_taken(
             bytes += f.len();
             translate(&f, out, shared, disconnect_sent);
         }
+        // Left true when this future is dropped mid-write (a close cut it short).
+        *writing = true;
         wr.write_all(out).await?;
+        *writing = false;
         handle.written(frames, bytes);
         if outbox.is_empty() && !outbox.try_take(handle) {
             return Ok(());
