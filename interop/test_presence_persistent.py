@@ -196,6 +196,8 @@ class WakeReceiver:
         self.bad: list[str] = []
         self.workers: list[subprocess.Popen] = []
         self.arrived = threading.Event()
+        # Notified at each request, once it is recorded and its worker started.
+        self.changed = threading.Condition()
         receiver = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -208,10 +210,12 @@ class WakeReceiver:
                     self.end_headers()
                     return
                 wake = json.loads(body)
-                receiver.requests.append(wake)
-                if status == 200:
-                    cmd = [sys.executable, str(WORKER), worker_url, wake["clientId"], f"demo/{wake['room']}/{wake['topic']}", group, receiver.url]
-                    receiver.workers.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+                with receiver.changed:
+                    receiver.requests.append(wake)
+                    if status == 200:
+                        cmd = [sys.executable, str(WORKER), worker_url, wake["clientId"], f"demo/{wake['room']}/{wake['topic']}", group, receiver.url]
+                        receiver.workers.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+                    receiver.changed.notify_all()
                 receiver.arrived.set()
                 self.send_response(status)
                 self.send_header("Content-Length", "0")
@@ -223,6 +227,11 @@ class WakeReceiver:
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/wake"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def wait_requests(self, n: int, timeout: float) -> bool:
+        """Blocks until `n` wake requests arrived (and their workers started); false on timeout."""
+        with self.changed:
+            return self.changed.wait_for(lambda: len(self.requests) >= n, timeout)
 
     def stop(self) -> None:
         self.server.shutdown()
@@ -271,7 +280,7 @@ async def test_scale_to_zero_publish_wakes_a_worker_that_collects_the_replay(sku
         job = {"job": uuid.uuid4().hex}
         assert await emit_ack(alice, TOPIC, job) is None
         await ev["waking"].wait_for(lambda a: a.actor_token_id == "agent-1", what="the waking event")
-        assert await asyncio.to_thread(rx.arrived.wait, T * 2), "no wake request"
+        assert await asyncio.to_thread(rx.wait_requests, 1, T * 2), "no wake request"
         (wake,) = rx.requests
         assert (wake["projectId"], wake["app"], wake["room"]) == ("demo-project", "demo", ROOM)
         assert (wake["actorTokenId"], wake["clientId"], wake["reason"], wake["topic"]) == ("agent-1", client_id, "dispatch", "tasks")
@@ -297,15 +306,25 @@ async def test_scale_to_zero_publish_wakes_a_worker_that_collects_the_replay(sku
         job2 = {"job": uuid.uuid4().hex}
         assert await emit_ack(alice, TOPIC, job2) is None
         await ev["waking"].wait_count(2, timeout=T * 2)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + T * 2
-        while len(rx.workers) < 2:
-            assert loop.time() < deadline, "no second wake request"
-            await asyncio.sleep(0.05)  # the receiver thread appends the process
+        assert await asyncio.to_thread(rx.wait_requests, 2, T * 2), "no second wake request"
         out, err = await asyncio.to_thread(rx.workers[1].communicate, timeout=30)
         assert rx.workers[1].returncode == 0, err
         lines = [json.loads(line) for line in out.splitlines()]
         assert [m["data"] for m in lines[:-1]] == [job2] and lines[-1] == {"done": 1}, out
+        # Exactly one wake request per publish (issue 35: checking right after the first one
+        # arrived could not see a late duplicate). Both deliveries finished, answered 2xx (their
+        # last attempt is over, so no retry follows), and the member went offline again after
+        # the second worker: no waking period is open, so no node can start another wake.
+        await listed(alice, "agent-1", "offline")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + T
+        while wake_deliveries(server, "ok") < 2:
+            assert loop.time() < deadline, "two wake deliveries counted ok"
+            await asyncio.sleep(0.1)  # a counter, written after the receiver's answer: no event
+        assert wake_deliveries(server, "ok") == 2
+        assert len(rx.requests) == 2 and len(rx.workers) == 2, rx.requests
+        assert rx.requests[1]["deliveryId"] != wake["deliveryId"], rx.requests
+        assert rx.requests[1]["clientId"] == client_id and not rx.bad
     finally:
         rx.stop()
         await remove_member(node_b.url, client_id)

@@ -44,7 +44,7 @@ const COOKIE: &str = "skua_admin";
 /// Largest form body accepted (a test publish's data included).
 const MAX_FORM_BYTES: usize = 1_048_576;
 
-/// The dashboard's settings (`dashboard_*` in config/default.toml).
+/// The dashboard's settings (`dashboard_*`, declared in [`ControlSettings`](crate::ControlSettings)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DashboardConfig {
     /// Whether `/admin` is served (only ever with an admin key).

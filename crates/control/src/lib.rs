@@ -18,6 +18,7 @@ pub mod fixtures;
 pub mod rest;
 pub mod server;
 pub mod service;
+pub mod settings;
 pub mod sync;
 pub mod throttle;
 pub mod validate;
@@ -32,6 +33,7 @@ pub mod pb {
 }
 
 pub use service::{ControlLimits, ControlService};
+pub use settings::ControlSettings;
 pub use sync::{
     ConnectionInfo, NodeAdmin, NodeStats, Propagator, PublishRefused, RecentWebhook, ServerPublish, ServerPublished,
 };

@@ -31,7 +31,7 @@ use utoipa_axum::routes;
 
 use crate::service::ControlService;
 
-/// The REST API's settings (`rest_*` in config/default.toml).
+/// The REST API's settings (`rest_*`, declared in [`ControlSettings`](crate::ControlSettings)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RestConfig {
     /// Whether `/v1` is served on the client listener.

@@ -36,7 +36,7 @@ use crate::sync::Propagator;
 /// How often a write is retried after losing a compare-and-set race.
 const MAX_ATTEMPTS: usize = 8;
 
-/// Caps the control plane enforces; each is a `skua serve` setting (config/default.toml).
+/// Caps the control plane enforces; each is a `skua serve` setting ([`ControlSettings`](crate::ControlSettings)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ControlLimits {
     /// Most apps per project.

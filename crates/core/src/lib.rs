@@ -7,6 +7,8 @@
 //! - [`registry_store`]: the registry's stored records and the slot that keeps them;
 //! - [`envelope`]: what travels between nodes;
 //! - [`consumer`]: typed keys of durable delivery (consumers, session holders);
+//! - [`duration`]: the settings' durations (`500ms`, `5s`, `10m`);
+//! - [`settings`]: how a crate declares the settings it owns ([`settings!`]);
 //! - [`bus`], [`presence`], [`store`]: the slot traits whose contracts every backend honours;
 //! - [`idempotency`]: the slot remembering publish idempotency keys (issue 19);
 //! - [`limits`]: fixed-window counters shared by a cluster's nodes (the wake limits, issue 33);
@@ -18,6 +20,7 @@
 pub mod address;
 pub mod bus;
 pub mod consumer;
+pub mod duration;
 pub mod envelope;
 pub mod history;
 pub mod idempotency;
@@ -27,6 +30,7 @@ pub mod member_store;
 pub mod presence;
 pub mod registry;
 pub mod registry_store;
+pub mod settings;
 pub mod store;
 pub mod trace;
 pub mod trigger_store;

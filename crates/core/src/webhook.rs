@@ -25,6 +25,26 @@ pub const RESERVED_HEADERS: [&str; 8] = [
     "upgrade",
 ];
 
+/// Attempts of a trigger request unless `webhook_trigger_attempts` says otherwise (N44).
+pub const TRIGGER_ATTEMPTS: u32 = 5;
+
+/// The wait before a trigger's second attempt unless `webhook_trigger_first_retry` says
+/// otherwise; each further wait doubles: 4 s, 8 s, 16 s, 32 s, about a minute in all
+/// (docs/webhooks.md "Retries"). The one source of the trigger retry schedule's defaults: the
+/// settings, the webhook engine and the trigger delivery all read it.
+pub const TRIGGER_FIRST_RETRY: Duration = Duration::from_secs(4);
+
+/// The waits between `attempts` attempts: `first`, then each one doubled (saturating).
+pub fn exponential_delays(attempts: u32, first: Duration) -> Vec<Duration> {
+    (0..attempts.saturating_sub(1)).map(|i| first.saturating_mul(2u32.saturating_pow(i))).collect()
+}
+
+/// The default trigger retry waits: [`exponential_delays`] of [`TRIGGER_ATTEMPTS`] and
+/// [`TRIGGER_FIRST_RETRY`].
+pub fn trigger_retry_delays() -> Vec<Duration> {
+    exponential_delays(TRIGGER_ATTEMPTS, TRIGGER_FIRST_RETRY)
+}
+
 /// What a webhook call is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum WebhookKind {

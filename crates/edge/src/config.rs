@@ -10,11 +10,13 @@ use std::time::Duration;
 
 pub use cidr::Cidr;
 pub(crate) use cidr::canonical;
-pub use members::MembersConfig;
+pub use members::{MembersConfig, MembersSettings};
 pub use origin::OriginPattern;
-pub use triggers::TriggerConfig;
+pub use triggers::{TriggerConfig, TriggerSettings};
 
-/// Limits and behaviour of one edge node. Every limit is documented in `config/default.toml`.
+/// Limits and behaviour of one edge node. Its settings are declared (with their defaults) in
+/// [`EdgeSettings`], [`TriggerSettings`] and [`MembersSettings`]; `Default` gives the same
+/// values (the server's `config::tests::typed_defaults_are_the_declared_ones` checks it).
 #[derive(Debug, Clone)]
 pub struct EdgeConfig {
     /// Root of internal topics and keys (`--namespace`).
@@ -304,5 +306,426 @@ impl Default for EdgeConfig {
             triggers: TriggerConfig::default(),
             members: MembersConfig::default(),
         }
+    }
+}
+
+skua_core::settings! {
+    /// The edge's settings, as flags, `SKUA_*` variables and config-file keys (checked into an
+    /// [`EdgeConfig`] by the server, with [`TriggerSettings`] and [`MembersSettings`]).
+    pub struct EdgeSettings {
+        /// Root of internal topics and key prefixes [default skua].
+        ///
+        /// Root of internal topics and key prefixes; clusters with different namespaces never meet.
+        #[arg(long, env = "SKUA_NAMESPACE")]
+        pub namespace: String = "skua",
+        /// Close 4000 after this long without any inbound frame [default 60s].
+        ///
+        /// Close a connection (4000 idle_timeout) after this long without any inbound frame.
+        #[arg(long, env = "SKUA_IDLE_TIMEOUT")]
+        pub idle_timeout: String = "60s",
+        /// Publishes per second per connection, also the burst [default 50].
+        ///
+        /// Publishes per connection per rate_limit_window; also the burst (N18).
+        #[arg(long, env = "SKUA_RATE_LIMIT")]
+        pub rate_limit: u32 = 50,
+        /// The window the rate limit refills over [default 1s].
+        ///
+        /// The window the rate limit refills over (also the window of the three limits below).
+        #[arg(long, env = "SKUA_RATE_LIMIT_WINDOW")]
+        pub rate_limit_window: String = "1s",
+        /// `presence` updates per connection per rate_limit_window, also the burst; more get 42910 rate_limit_exceeded [default 10].
+        ///
+        /// Per connection per rate_limit_window, each also the burst; beyond it the frame is answered
+        /// 42910 rate_limit_exceeded and does nothing (docs/security.md):
+        /// `presence` updates (each is sent to every member of the room, and stored when persistent),
+        #[arg(long, env = "SKUA_PRESENCE_RATE_LIMIT")]
+        pub presence_rate_limit: u32 = 10,
+        /// `subscribe`, `unsubscribe`, `setFilters`, `lobbySubscribe` and `lobbyUnsubscribe` frames per connection per rate_limit_window, also the burst [default 100].
+        ///
+        /// `subscribe`, `unsubscribe`, `setFilters`, `lobbySubscribe`, `lobbyUnsubscribe`,
+        #[arg(long, env = "SKUA_SUBSCRIBE_RATE_LIMIT")]
+        pub subscribe_rate_limit: u32 = 100,
+        /// `getPresence`, `getLobbyPresence` and `history` requests per connection per rate_limit_window, also the burst [default 20].
+        ///
+        /// `getPresence`, `getLobbyPresence`, `history`.
+        #[arg(long, env = "SKUA_QUERY_RATE_LIMIT")]
+        pub query_rate_limit: u32 = 20,
+        /// Largest publish `data` in bytes [default 921600].
+        ///
+        /// Largest publish `data` (packed MessagePack) in bytes; larger gets 42930 message_too_large.
+        #[arg(long, env = "SKUA_MAX_MESSAGE_SIZE")]
+        pub max_message_size: usize = skua_protocol::DEFAULT_MAX_PAYLOAD_BYTES,
+        /// Outbound queue bound per connection, in frames [default 1024].
+        ///
+        /// Outbound queue bound per connection, in frames; overflow closes it 4008 slow_consumer.
+        #[arg(long, env = "SKUA_OUTBOUND_QUEUE_MESSAGES")]
+        pub outbound_queue_messages: usize = 1024,
+        /// Outbound queue bound per connection, in bytes [default 4194304].
+        ///
+        /// Outbound queue bound per connection, in bytes; overflow closes it 4008 slow_consumer.
+        #[arg(long, env = "SKUA_OUTBOUND_QUEUE_BYTES")]
+        pub outbound_queue_bytes: usize = 4_194_304,
+        /// Node-wide bound on all outbound queues' bytes; past it the largest are closed 4008 first; 0: none [default 1073741824].
+        ///
+        /// Node-wide bound on the bytes waiting in all connections' outbound queues (1 GiB). Past it the
+        /// largest queues are closed 4008 slow_consumer first, so many slow consumers together cannot
+        /// fill the pod's memory limit (an OOM kill drops every client without a 1012). Size it with the
+        /// memory limit (docs/operations.md, "Capacity"); 0: no budget.
+        #[arg(long, env = "SKUA_OUTBOUND_BUDGET_BYTES")]
+        pub outbound_budget_bytes: usize = 1_073_741_824,
+        /// Most WebSocket connections on this node [default 100000].
+        ///
+        /// Most WebSocket connections this node holds; more are refused with HTTP 503.
+        #[arg(long, env = "SKUA_MAX_CONNECTIONS")]
+        pub max_connections: usize = 100_000,
+        /// Open files kept free of client sockets; upgrades get 503 beyond the open-file limit less this [default 256].
+        ///
+        /// Open files kept free of client sockets for the store, bus, presence, webhooks, gRPC, the
+        /// /metrics listener and sockets not yet upgraded beyond max_connections. Upgrades get HTTP 503
+        /// (fd_limit, Retry-After) once the connection slots held reach the open-file soft limit (raised
+        /// to the hard limit at start) less this, and /readyz answers 503. Unlimited or unknown limits
+        /// disable the check (docs/operations.md, "Open-file limit").
+        #[arg(long, env = "SKUA_FD_RESERVE")]
+        pub fd_reserve: usize = 256,
+        /// Most topic plus lobby subscriptions per connection [default 1000].
+        ///
+        /// Most topic plus lobby subscriptions per connection; more get too_many_subscriptions.
+        #[arg(long, env = "SKUA_MAX_SUBSCRIPTIONS_PER_CONNECTION")]
+        pub max_subscriptions_per_connection: usize = 1000,
+        /// Most topics a connection keeps resolved for its publishes; 0: none [default 8].
+        ///
+        /// Most topics one connection keeps resolved for its publishes (address and access checked once,
+        /// then kept until the registry or the actor changes or a grant of the room expires); a publish
+        /// to a topic not kept is resolved again. 0: nothing is kept.
+        #[arg(long, env = "SKUA_PUBLISH_TOPIC_CACHE")]
+        pub publish_topic_cache: usize = 8,
+        /// Most publishes one connection has in flight while earlier ones commit [default 4096].
+        ///
+        /// Most publishes one connection has in flight: it keeps reading and submitting publishes while
+        /// earlier logged ones commit, and gets their `published` receipts in order once each committed.
+        /// When full (or when `publish_pipeline_bytes` of data are in flight) the connection is not read
+        /// until one finished (backpressure, nothing dropped). 1: one publish at a time. Keep it well
+        /// above the store's group commit (1024 appends), so that one batch commits while the next fills.
+        #[arg(long, env = "SKUA_PUBLISH_PIPELINE")]
+        pub publish_pipeline: usize = 4096,
+        /// Most bytes of publish data one connection has in flight [default 4194304].
+        #[arg(long, env = "SKUA_PUBLISH_PIPELINE_BYTES")]
+        pub publish_pipeline_bytes: usize = 4_194_304,
+        /// Most retained messages kept per topic [default 1024].
+        ///
+        /// Most retained messages (one per filter key) this node keeps per topic.
+        #[arg(long, env = "SKUA_MAX_RETAINED_PER_TOPIC")]
+        pub max_retained_per_topic: usize = 1024,
+        /// Most bytes of retained messages kept per topic [default 4194304].
+        ///
+        /// Most bytes of retained messages (their data) kept per topic, and by this node over all
+        /// topics. A retained publish that would go beyond either is refused with the error
+        /// `retained_limit_exceeded` (nothing is published); one arriving from another node is
+        /// delivered live but not kept. Counted in /metrics (skua_retained_bytes, skua_retained_refused_total).
+        #[arg(long, env = "SKUA_MAX_RETAINED_BYTES_PER_TOPIC")]
+        pub max_retained_bytes_per_topic: usize = 4_194_304,
+        /// Most bytes of retained messages kept by this node [default 268435456].
+        #[arg(long, env = "SKUA_MAX_RETAINED_BYTES")]
+        pub max_retained_bytes: usize = 268_435_456,
+        /// Most bytes of retained messages one project may keep on this node [default 67108864].
+        ///
+        /// Most bytes of retained messages one project may keep on this node (its share of
+        /// max_retained_bytes, so one tenant cannot take the whole pool): beyond it a retained publish
+        /// is refused the same way (skua_retained_refused_total{cap="project_bytes"}). Deleting a room,
+        /// an app or a project gives back the bytes of its retained messages.
+        #[arg(long, env = "SKUA_MAX_RETAINED_BYTES_PER_PROJECT")]
+        pub max_retained_bytes_per_project: usize = 67_108_864,
+        /// Topic history: largest `size` a topic may use; larger saturate [default 10000].
+        ///
+        /// Topic history (topics configured with `history: {size, ttl}`, docs/recovery.md). A topic's
+        /// `size` saturates at history_max_size. In memory (single node) at most history_max_topics
+        /// (room, topic) histories are kept (the least recently used goes, and its epoch with it), each
+        /// at most history_max_topic_bytes of payload. One recovery on reconnect replays at most
+        /// history_max_replay messages (then `recovery` with `recovered: false`); one `history` reply
+        /// carries at most history_max_page messages (a larger `limit` saturates).
+        #[arg(long, env = "SKUA_HISTORY_MAX_SIZE")]
+        pub history_max_size: u32 = 10_000,
+        /// Topic history: most (room, topic) histories kept in memory [default 10000].
+        #[arg(long, env = "SKUA_HISTORY_MAX_TOPICS")]
+        pub history_max_topics: usize = 10_000,
+        /// Topic history: most payload bytes per in-memory history [default 16777216].
+        #[arg(long, env = "SKUA_HISTORY_MAX_TOPIC_BYTES")]
+        pub history_max_topic_bytes: usize = 16_777_216,
+        /// Topic history: most payload bytes one project's histories keep (per node in memory, per cluster in Redis); beyond it messages are delivered but not kept [default 67108864].
+        ///
+        /// Payload bytes one project's histories keep together: per node in memory, per cluster in
+        /// Redis (so one tenant cannot fill the node's memory or the shared Redis). A message that would
+        /// pass it is delivered, with its offset, but not kept, and its topic's older entries are dropped
+        /// with it (a recovery across it gets `recovered: false`); skua_history_not_kept_total counts
+        /// them and a WARN names the project at most every 10 s.
+        #[arg(long, env = "SKUA_HISTORY_MAX_BYTES_PER_PROJECT")]
+        pub history_max_bytes_per_project: usize = 67_108_864,
+        /// Topic history: most messages one recovery replays [default 10000].
+        #[arg(long, env = "SKUA_HISTORY_MAX_REPLAY")]
+        pub history_max_replay: usize = 10_000,
+        /// Topic history: most messages one `history` reply carries [default 100].
+        #[arg(long, env = "SKUA_HISTORY_MAX_PAGE")]
+        pub history_max_page: usize = 100,
+        /// Topic history: after a node died, what history stamped before it was last seen alive
+        /// less this is taken as delivered to its clients [default 30s].
+        ///
+        /// A node that dies (kill -9, crash) writes no final offsets for its connections' history
+        /// subscriptions: their records keep the offset of the last subscription change. When such a
+        /// client reconnects, what history stamped before the dead node was last seen alive (its last
+        /// registration refresh) less this margin is taken as delivered and not replayed; what came
+        /// after is replayed (isReplay). The margin covers messages accepted before that refresh but
+        /// still on their way (bus, outbound queue, socket buffers) and clock skew between nodes; a
+        /// client lagging behind by more than it may miss messages (docs/recovery.md).
+        #[arg(long, env = "SKUA_HISTORY_RECOVERY_MARGIN")]
+        pub history_recovery_margin: String = "30s",
+        /// Topic history: least time between two receipt pings on one connection; a cut
+        /// connection replays up to this much again [default 1s].
+        ///
+        /// A connection proves which history frames it received by answering the server's WebSocket
+        /// pings (every client does by itself). At most one such ping per history_receipt_interval per
+        /// connection: frames written meanwhile are proven by the next one. A cut connection's reconnect
+        /// replays (isReplay) up to about this much that it had already received; shorter costs a ping and
+        /// a pong per message on a quiet topic.
+        #[arg(long, env = "SKUA_HISTORY_RECEIPT_INTERVAL")]
+        pub history_receipt_interval: String = "1s",
+        /// Largest presence `data` in bytes [default 65536].
+        ///
+        /// Largest presence `data` (packed MessagePack) in bytes; larger gets 42930 message_too_large.
+        #[arg(long, env = "SKUA_MAX_PRESENCE_SIZE")]
+        pub max_presence_size: usize = 65_536,
+        /// Failed auths per connection; one more closes it 1008 [default 10].
+        ///
+        /// Auth abuse (docs/security.md). A connection making more failed `auth`s than this is closed
+        /// 1008 (too_many_auth_failures).
+        #[arg(long, env = "SKUA_MAX_AUTH_FAILURES")]
+        pub max_auth_failures: u32 = 10,
+        /// Close connections not authenticated within this long; 0s = off [default 10s; --dev 0s].
+        ///
+        /// Close connections that have not authenticated within this long (1008 auth_timeout); 0s =
+        /// off. `--dev` turns it off unless set, for clients typed by hand.
+        #[arg(long, env = "SKUA_AUTH_TIMEOUT")]
+        pub auth_timeout: String = "10s",
+        /// Failed auths per source address before further attempts are delayed [default 5].
+        ///
+        /// Per source address: after this many failed auths (in a row, forgotten after a minute without
+        /// one), each further failed auth is answered late, 250ms doubling per failure up to
+        /// auth_backoff_max. A valid credential is answered at once.
+        #[arg(long, env = "SKUA_AUTH_BACKOFF_AFTER")]
+        pub auth_backoff_after: u32 = 5,
+        /// Longest delay for an auth from a failing source address [default 10s].
+        #[arg(long, env = "SKUA_AUTH_BACKOFF_MAX")]
+        pub auth_backoff_max: String = "10s",
+        /// Accepted `aud` values of client tokens, comma-separated [default none: tokens with aud are refused].
+        ///
+        /// Audiences a client token's `aud` claim may name (any one of them). Empty: a token that
+        /// carries `aud` is refused (access_denied); tokens without `aud` are always accepted.
+        #[arg(long, env = "SKUA_JWT_AUDIENCES", value_delimiter = ',')]
+        pub jwt_audiences: Vec<String> = Vec::new(),
+        /// How long subscriptions stay restorable after a disconnect [default 24h].
+        ///
+        /// How long a session outlives its connection: its subscriptions stay restorable
+        /// (reconnect:true), and a persistent session (agent/orchestrator with a clientId) keeps
+        /// collecting its logged topics' messages, for this long after it disconnects.
+        #[arg(long, env = "SKUA_RESTORE_TTL")]
+        pub restore_ttl: String = "24h",
+        /// How long a reconnect waits for a node suspected dead to release its restore record; 0s = never [default 8s].
+        ///
+        /// A reconnect:true without clientId, while a node not seen alive for over node_refresh + 1s
+        /// still holds one of the actor's records (it was killed), waits up to this long for that node's
+        /// release before it claims a record and replies to auth (issue 19; below the Python SDK's 10 s
+        /// auth timeout). "0s": never wait.
+        #[arg(long, env = "SKUA_RESTORE_WAIT")]
+        pub restore_wait: String = "8s",
+        /// A reconnect also restores the plain subscriptions of the actor's records that ended within this long of the one it claims (tabs that dropped together); 0s = never [default 2s].
+        ///
+        /// A reconnect:true without clientId claims the actor's record that ended last; two tabs of one
+        /// actor that dropped together cannot be told apart, so each such reconnect also gets the plain
+        /// (not load-balanced) subscriptions of the actor's other records that ended within this long of
+        /// the claimed one (issue 31, docs/protocol.md "Restore records"). "0s": never merge.
+        #[arg(long, env = "SKUA_RESTORE_MERGE_WINDOW")]
+        pub restore_merge_window: String = "2s",
+        /// Logged messages older than this are deleted [default 7d].
+        ///
+        /// Logged topics (N24): messages older than this are deleted, delivered or not.
+        #[arg(long, env = "SKUA_LOG_MAX_AGE")]
+        pub log_max_age: String = "7d",
+        /// Most logged messages kept per topic, oldest deleted first [default 100000].
+        ///
+        /// Logged topics: at most this many messages are kept per topic; the oldest are deleted first.
+        #[arg(long, env = "SKUA_LOG_MAX_PER_TOPIC")]
+        pub log_max_per_topic: usize = 100_000,
+        /// How often logged messages past retention are deleted (by one node of a cluster at a time) [default 60s].
+        ///
+        /// How often logged messages past log_max_age / log_max_per_topic are deleted. On a store the
+        /// nodes share (Postgres) one node prunes at a time (an advisory lock) and a node skips its turn
+        /// when another pruned less than half of this ago, so the cluster prunes once or twice per
+        /// interval whatever its size. Per-topic caps only look at topics that received messages since
+        /// the last prune (no scan of the whole table).
+        #[arg(long, env = "SKUA_LOG_PRUNE_INTERVAL")]
+        pub log_prune_interval: String = "60s",
+        /// How often expired and surplus restore records are deleted (by one node of a cluster at a time) [default 60s].
+        ///
+        /// How often expired restore records, and an actor's ended connection records beyond the 64 it
+        /// keeps, are deleted. Never done on a connection's release path; on a store the nodes share
+        /// (Postgres) one node prunes at a time (an advisory lock) and a node skips its turn when another
+        /// pruned less than half of this ago. Only actors released since the last prune are looked at.
+        #[arg(long, env = "SKUA_RESTORE_PRUNE_INTERVAL")]
+        pub restore_prune_interval: String = "60s",
+        /// Logged messages deleted per statement while pruning; a prune repeats until done [default 5000].
+        ///
+        /// Logged messages deleted per statement while pruning; a prune repeats statements until
+        /// nothing past retention is left, so no single DELETE holds locks on millions of rows.
+        #[arg(long, env = "SKUA_LOG_PRUNE_BATCH")]
+        pub log_prune_batch: u64 = 5000,
+        /// Pending messages read per store page of a replay [default 256].
+        ///
+        /// Pending messages read from the store per page while replaying a backlog.
+        #[arg(long, env = "SKUA_REPLAY_PAGE_SIZE")]
+        pub replay_page_size: u32 = 256,
+        /// Live logged messages queued per connection for durable delivery [default 1024].
+        ///
+        /// Live logged messages queued per connection for its durable delivery; beyond it they are read
+        /// back from the store (never dropped, never a slow_consumer close).
+        #[arg(long, env = "SKUA_DURABLE_QUEUE")]
+        pub durable_queue: usize = 1024,
+        /// Claim and ack requests of the node's durable tasks waiting for the store writer; beyond it
+        /// a task waits for room [default 1024].
+        ///
+        /// Claim and ack requests of all the node's durable tasks waiting for its store writer, which
+        /// stores what waits together in one statement each; beyond it a task waits for room.
+        #[arg(long, env = "SKUA_DURABLE_WRITER_QUEUE")]
+        pub durable_writer_queue: usize = 1024,
+        /// Batches of claims and acks in the store at the same time (each uses up to two store
+        /// connections) [default 2].
+        ///
+        /// Batches of claims and acks in the store at the same time (each up to two store connections).
+        #[arg(long, env = "SKUA_DURABLE_WRITERS")]
+        pub durable_writers: usize = 2,
+        /// How often durable deliveries look for pending messages nobody holds; 0s = off [default 5s].
+        ///
+        /// How often each connection's durable deliveries look in the store for pending messages nobody
+        /// holds (a logged message that missed the bus: a broker restart, a node killed with it in
+        /// flight), and deliver them. 0s = only on the usual events (subscribe, restore, a kick).
+        #[arg(long, env = "SKUA_DURABLE_SWEEP_INTERVAL")]
+        pub durable_sweep_interval: String = "5s",
+        /// How long connections get to close on shutdown [default 10s].
+        ///
+        /// On SIGTERM/SIGINT: how long connections get to close (1012) before the process exits.
+        #[arg(long, env = "SKUA_SHUTDOWN_GRACE")]
+        pub shutdown_grace: String = "10s",
+        /// On shutdown, how long readiness fails and upgrades are refused before sockets close [default 0s].
+        ///
+        /// On SIGTERM/SIGINT, before that: how long /readyz answers 503 and new WebSocket upgrades are
+        /// refused (503) while open connections carry on, so a load balancer (a Kubernetes Service)
+        /// stops routing here before the sockets close 1012. 0s closes at once (the Kubernetes base: 3s).
+        #[arg(long, env = "SKUA_DRAIN_DELAY")]
+        pub drain_delay: String = "0s",
+        /// On shutdown, after drain_delay: close the sockets 1012 spread evenly over this window; 0s = all at once [default 0s].
+        ///
+        /// On SIGTERM/SIGINT, after drain_delay: the sockets close 1012 spread evenly over this window
+        /// (lame-duck style) instead of all in the same instant, so their clients do not reconnect to
+        /// the other nodes in one burst. 0s closes every socket at once. Counted inside shutdown_grace:
+        /// keep drain_spread below it (a spread of at least shutdown_grace is refused).
+        #[arg(long, env = "SKUA_DRAIN_SPREAD")]
+        pub drain_spread: String = "0s",
+        /// Capacity of the bus → fan-out delivery queue [default 8192].
+        ///
+        /// Capacity of the bus -> local fan-out delivery queue, and of each dispatch shard's queue.
+        /// When a shard's queue is full the bus queue fills behind it and the bus's own overflow
+        /// behaviour applies (the in-process bus makes publishers wait); nothing is dropped.
+        #[arg(long, env = "SKUA_BUS_QUEUE")]
+        pub bus_queue: usize = 8192,
+        /// Dispatch tasks fan-outs are spread over; 0: one per worker thread [default 1].
+        ///
+        /// Dispatch tasks the node's fan-out is spread over (topics hashed over them; fan-outs above 64
+        /// local subscribers split by connection). 0: one per runtime worker thread. Default 1 until a
+        /// quiet-machine A/B shows more pay off (docs/benchmarks.md "Issue 21": two cost +6.6 % CPU).
+        #[arg(long, env = "SKUA_DISPATCH_SHARDS")]
+        pub dispatch_shards: usize = 1,
+        /// How long a node's presence registration lives without refresh [default 10s].
+        ///
+        /// Cluster: how long a node's presence registration lives without a refresh. After it lapses
+        /// (the node died), a surviving node removes its presence entries and sends their leaves.
+        #[arg(long, env = "SKUA_NODE_TTL")]
+        pub node_ttl: String = "10s",
+        /// How often a node refreshes its registration and reaps lapsed nodes [default 3s].
+        ///
+        /// Cluster: how often a node refreshes its registration and looks for lapsed nodes.
+        #[arg(long, env = "SKUA_NODE_REFRESH")]
+        pub node_refresh: String = "3s",
+        /// Close a socket that has not sent a complete HTTP request head (or TLS handshake, PROXY header) in this time [default 10s].
+        ///
+        /// Front door (docs/operations.md, "Front door"). A socket that has not sent a complete HTTP
+        /// request head within this time is closed; the same bound applies to the TLS handshake plus
+        /// PROXY header together, and to an idle keep-alive socket between requests. Every socket holds
+        /// one of max_connections from accept until it closes or becomes a WebSocket (which keeps it).
+        #[arg(long, env = "SKUA_HTTP_HEADER_TIMEOUT")]
+        pub http_header_timeout: String = "10s",
+        /// A request whose body has not arrived in full this long after its head is answered 408 and its socket closed [default 10s].
+        ///
+        /// A request whose body has not arrived in full this long after its head (REST, dashboard,
+        /// /admin/login ...) is answered 408 and its socket closed, freeing its connection slot.
+        #[arg(long, env = "SKUA_HTTP_BODY_TIMEOUT")]
+        pub http_body_timeout: String = "10s",
+        /// Most sockets per client address (IPv6: per /64), pending or upgraded; 0 = no limit [default 1000].
+        ///
+        /// Most sockets (pending or WebSocket) per client address (IPv6: per /64); more get HTTP 429.
+        /// 0 = no limit. Behind a proxy, set trusted_proxies (or proxy_protocol), or every client
+        /// shares the proxy's address and this becomes a limit on the whole proxy.
+        #[arg(long, env = "SKUA_MAX_CONNECTIONS_PER_IP")]
+        pub max_connections_per_ip: u32 = 1000,
+        /// Most new sockets per second per client address, also the burst; 0 = no limit [default 100].
+        ///
+        /// New sockets per second per client address, also the burst; more get HTTP 429. 0 = no limit.
+        #[arg(long, env = "SKUA_MAX_NEW_CONNECTIONS_PER_IP_PER_SECOND")]
+        pub max_new_connections_per_ip_per_second: u32 = 100,
+        /// Proxies (CIDR ranges, comma-separated) whose X-Forwarded-For / PROXY header name the client [default none].
+        ///
+        /// Proxies / load balancers, as CIDR ranges ("10.0.0.0/8", "fd00::/8", "192.0.2.7"). Only for
+        /// sockets from these is the client address read: from X-Forwarded-For (the rightmost entry
+        /// that is not itself a trusted proxy) on WebSocket upgrades, or from the PROXY header.
+        #[arg(long, env = "SKUA_TRUSTED_PROXIES", value_delimiter = ',')]
+        pub trusted_proxies: Vec<String> = Vec::new(),
+        /// Every socket starts with a PROXY protocol v1/v2 header from a trusted proxy [default false].
+        ///
+        /// true: every socket must come from trusted_proxies and start with a PROXY protocol v1 or v2
+        /// header (HAProxy, AWS NLB, ...), read within http_header_timeout; others are closed.
+        #[arg(long, env = "SKUA_PROXY_PROTOCOL")]
+        pub proxy_protocol: bool = false,
+        /// Origins (comma-separated, `https://app.example.com`, `https://*.example.com`) browsers may connect from; empty = any [default empty].
+        ///
+        /// Origins browsers may open WebSockets from: exact "https://app.example.com",
+        /// "http://localhost:3000", or "https://*.example.com" (any subdomain, not the apex). An upgrade
+        /// with another Origin gets HTTP 403; one without an Origin header (SDKs, servers, CLIs) always
+        /// passes. Empty = any origin.
+        #[arg(long, env = "SKUA_ALLOWED_ORIGINS", value_delimiter = ',')]
+        pub allowed_origins: Vec<String> = Vec::new(),
+        /// Bearer token /metrics requires (`Authorization: Bearer TOKEN`); empty = none [default empty].
+        ///
+        /// Bearer token /metrics then requires (`Authorization: Bearer TOKEN`, at least 16 characters),
+        /// on whichever listener serves it; without it: 401. Prefer SKUA_METRICS_TOKEN to a file.
+        #[arg(long, env = "SKUA_METRICS_TOKEN", hide_env_values = true)]
+        pub metrics_token: String,
+        /// How often every connection is revalidated, besides on registry changes [default 10m].
+        ///
+        /// How often every connection is revalidated against the registry (deleted or deactivated
+        /// actors close 4001, projects over their connection limit lose their newest connections
+        /// with 4002, expired grants end subscriptions), besides on every registry change.
+        #[arg(long, env = "SKUA_REVALIDATE_INTERVAL")]
+        pub revalidate_interval: String = "10m",
+        /// A publish repeating an idempotencyKey (per project) within this window is acknowledged as a duplicate and not delivered [default 2m].
+        ///
+        /// Idempotent publish (issue 19; docs/protocol.md "Idempotent publish"). A publish (the
+        /// `publish` frame, POST /v1/publish) carrying an idempotencyKey that repeats one of the same
+        /// project within this window is acknowledged as published with duplicate: true and is not
+        /// delivered, stored or triggered again. Clusters share the keys through Redis (presence).
+        #[arg(long, env = "SKUA_IDEMPOTENCY_WINDOW")]
+        pub idempotency_window: String = "2m",
+        /// Longest publish idempotencyKey in bytes; longer ones are refused [default 128].
+        ///
+        /// Longest idempotencyKey in bytes (at most 1024); longer or empty ones are refused
+        /// (invalid_idempotency_key, REST 400).
+        #[arg(long, env = "SKUA_IDEMPOTENCY_MAX_KEY_LENGTH")]
+        pub idempotency_max_key_length: usize = 128,
     }
 }

@@ -7,22 +7,35 @@ use std::task::Poll;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
+use hyper_util::rt::TokioIo;
 use skua_protocol::{ClientFrame, DecodeError};
 use tokio::time::{Instant, sleep_until};
+use tokio_tungstenite::WebSocketStream;
 use tracing::Instrument;
+use tungstenite::Message;
+use tungstenite::protocol::frame::CloseFrame;
+use tungstenite::protocol::{Role, WebSocketConfig};
 
 use crate::clock::now_unix_s;
 use crate::front::ConnInfo;
 use crate::outbound::{CloseRequest, ConnHandle, Outbox, Take};
 use crate::session::Session;
 use crate::state::EdgeState;
+
+mod close_code;
+mod handshake;
+
+use close_code::{BadCloseCode, CloseCodeCheck};
+
+/// An upgraded connection: tungstenite over the socket, with forbidden close codes caught
+/// before tungstenite answers them itself ([`close_code`]).
+type WebSocket = WebSocketStream<CloseCodeCheck<TokioIo<hyper::upgrade::Upgraded>>>;
 
 /// Most frames the writer sends before flushing the socket.
 const WRITE_BATCH: usize = 64;
@@ -116,9 +129,13 @@ async fn metrics(State(st): State<Arc<EdgeState>>, headers: HeaderMap) -> Respon
 async fn ws_upgrade(
     State(st): State<Arc<EdgeState>>,
     Extension(conn): Extension<ConnInfo>,
-    headers: HeaderMap,
-    ws: WebSocketUpgrade,
+    mut req: axum::extract::Request,
 ) -> Response {
+    let hs = match handshake::check(&mut req) {
+        Ok(hs) => hs,
+        Err(refused) => return refused.into_response(),
+    };
+    let headers = req.headers();
     if st.is_draining() {
         return crate::front::refusal(StatusCode::SERVICE_UNAVAILABLE, "node is draining");
     }
@@ -132,41 +149,54 @@ async fn ws_upgrade(
         return crate::front::fd_limit_refusal(&st.metrics);
     }
     // The connection slot (and the client address's count) taken when the socket was accepted.
-    let admitted = match conn.admit(&headers, &st.config.trusted_proxies) {
+    let admitted = match conn.admit(headers, &st.config.trusted_proxies) {
         Ok(a) => a,
         Err(refused) => return refused.respond(&st.metrics),
     };
     let max = st.config.max_frame_size;
-    ws.max_message_size(max)
-        .max_frame_size(max)
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(max))
+        .max_frame_size(Some(max))
         // tungstenite holds its read buffer for the socket's life and reads at most its size at
         // once; the front's `SpillReader` serves those reads from socket reads of up to 16 KiB, so
         // the buffer can be small (4 KiB: 26.5 -> 14.3 KiB RSS per idle connection; 1 KiB with
         // the spill reader: docs/benchmarks.md, "idle after the round-2 levers").
         .read_buffer_size(READ_BUFFER)
         .write_buffer_size(16 * 1024)
-        .max_write_buffer_size(2 * max + 64 * 1024)
-        .on_upgrade(move |socket| {
-            // Runs in axum's upgrade task itself (no second task per connection), tracked so
-            // shutdown waits for it; the slot is held for the socket's life. The socket is
-            // boxed until it is split: a future keeps the room of every value it captured,
-            // so passing it by value would hold two dead copies in every connection's task.
-            let socket = Box::new(socket);
-            let tracker = st.tracker.clone();
-            let connection = async move {
-                let id = st.next_conn_id();
-                // Entered on every poll of the connection (each frame, each wake-up): only when
-                // a subscriber wants it (trace export, or `conn` at debug level).
-                let span = crate::trace::connection_span(id, &st.node);
-                if span.is_disabled() {
-                    run_connection(socket, st, id, admitted.client_ip).await;
-                } else {
-                    run_connection(socket, st, id, admitted.client_ip).instrument(span).await;
-                }
-                drop(admitted);
-            };
-            tracker.track_future(connection)
-        })
+        .max_write_buffer_size(2 * max + 64 * 1024);
+    let response = hs.accept();
+    let on_upgrade = hs.on_upgrade;
+    // One task per connection: it waits for the 101 to be written, then serves the socket,
+    // tracked so shutdown waits for it; the slot is held for the socket's life (and released
+    // here when the upgrade fails).
+    tokio::spawn(async move {
+        let upgraded = match on_upgrade.await {
+            Ok(u) => u,
+            Err(e) => {
+                tracing::debug!(error = %e, "WebSocket upgrade failed.");
+                return;
+            }
+        };
+        let socket = CloseCodeCheck::new(TokioIo::new(upgraded));
+        // Boxed until it is split: a future keeps the room of every value it captured, so
+        // passing it by value would hold two dead copies in every connection's task.
+        let socket = Box::new(WebSocketStream::from_raw_socket(socket, Role::Server, Some(config)).await);
+        let tracker = st.tracker.clone();
+        let connection = async move {
+            let id = st.next_conn_id();
+            // Entered on every poll of the connection (each frame, each wake-up): only when
+            // a subscriber wants it (trace export, or `conn` at debug level).
+            let span = crate::trace::connection_span(id, &st.node);
+            if span.is_disabled() {
+                run_connection(socket, st, id, admitted.client_ip).await;
+            } else {
+                run_connection(socket, st, id, admitted.client_ip).instrument(span).await;
+            }
+            drop(admitted);
+        };
+        tracker.track_future(connection).await;
+    });
+    response
 }
 
 /// Serves one WebSocket until it closes.
@@ -391,7 +421,8 @@ async fn read_loop(
                             handle.receipt(u64::from_be_bytes(batch));
                         }
                     }
-                    Message::Ping(_) => {}
+                    // Pings are answered by tungstenite; raw frames are never read.
+                    Message::Ping(_) | Message::Frame(_) => {}
                 }
                 if auth_deadline.is_some() && session.is_authed() {
                     auth_deadline = None;
@@ -534,7 +565,7 @@ async fn write_loop(
                     }
                 }
             }
-            let frame = CloseFrame { code: req.code, reason: req.reason.into() };
+            let frame = CloseFrame { code: req.code.into(), reason: req.reason.into() };
             let _ = sink.send(Message::Close(Some(frame))).await;
         }
         let _ = sink.close().await;
@@ -551,7 +582,7 @@ enum Woke {
 }
 
 /// A receipt ping naming the last batch written: its pong proves every frame before it arrived.
-async fn send_receipt(sink: &mut SplitSink<WebSocket, Message>, handle: &ConnHandle) -> Result<(), axum::Error> {
+async fn send_receipt(sink: &mut SplitSink<WebSocket, Message>, handle: &ConnHandle) -> Result<(), tungstenite::Error> {
     sink.send(Message::Ping(handle.takes().to_be_bytes().to_vec().into())).await
 }
 
@@ -562,7 +593,7 @@ async fn write_taken(
     sink: &mut SplitSink<WebSocket, Message>,
     outbox: &mut Outbox,
     handle: &ConnHandle,
-) -> Result<(), axum::Error> {
+) -> Result<(), tungstenite::Error> {
     loop {
         let (mut frames, mut bytes) = (0, 0);
         while frames < WRITE_BATCH {
@@ -579,22 +610,12 @@ async fn write_taken(
     }
 }
 
-/// The close a failed read calls for, found by walking the error's sources to tungstenite's:
-/// 1009 when the frame exceeded `max_frame_size` / `max_message_size`, 1002 for a framing
-/// violation (RFC 6455 §7.4.1), 1007 for a text frame or close reason that is not UTF-8. `None`
-/// when the peer is gone or the transport failed: there is nobody to send a close frame to.
-fn read_error_close(e: &axum::Error) -> Option<CloseRequest> {
-    let mut src: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = src {
-        if let Some(ws) = err.downcast_ref::<tungstenite::Error>() {
-            return close_for(ws);
-        }
-        src = err.source();
-    }
-    None
-}
-
-fn close_for(e: &tungstenite::Error) -> Option<CloseRequest> {
+/// The close a failed read calls for: 1009 when the frame exceeded `max_frame_size` /
+/// `max_message_size`, 1002 for a framing violation (RFC 6455 §7.4.1), a client close frame
+/// with a forbidden code included ([`close_code`]), 1007 for a text frame or close reason that
+/// is not UTF-8. `None` when the peer is gone or the transport failed: there is nobody to send
+/// a close frame to.
+fn read_error_close(e: &tungstenite::Error) -> Option<CloseRequest> {
     use tungstenite::error::ProtocolError;
     match e {
         tungstenite::Error::Capacity(_) => Some(CloseRequest::TOO_BIG),
@@ -602,6 +623,7 @@ fn close_for(e: &tungstenite::Error) -> Option<CloseRequest> {
         // The TCP stream ended without a close frame: the peer is gone.
         tungstenite::Error::Protocol(ProtocolError::ResetWithoutClosingHandshake) => None,
         tungstenite::Error::Protocol(_) => Some(CloseRequest::PROTOCOL_ERROR),
+        tungstenite::Error::Io(io) if BadCloseCode::is(io) => Some(CloseRequest::PROTOCOL_ERROR),
         _ => None,
     }
 }
@@ -613,7 +635,7 @@ mod read_error_tests {
     use super::*;
 
     fn close_of(e: tungstenite::Error) -> Option<CloseRequest> {
-        read_error_close(&axum::Error::new(e))
+        read_error_close(&e)
     }
 
     #[test]
@@ -638,5 +660,7 @@ mod read_error_tests {
         assert_eq!(close_of(tungstenite::Error::ConnectionClosed), None);
         let io = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
         assert_eq!(close_of(tungstenite::Error::Io(io)), None);
+        let bad = std::io::Error::new(std::io::ErrorKind::InvalidData, close_code::BadCloseCode(1005));
+        assert_eq!(close_of(tungstenite::Error::Io(bad)), Some(CloseRequest::PROTOCOL_ERROR));
     }
 }

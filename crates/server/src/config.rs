@@ -1,556 +1,337 @@
 //! `skua serve` settings: compiled-in defaults (`config/default.toml`), then the `--config`
 //! file, then `SKUA_*` environment variables and flags (clap reads both; flags win).
 //!
-//! [`Settings`] is the flat surface (every key a flag, a variable and a TOML key, named alike);
-//! [`sections`] reads it in typed sections, each checking its own keys; [`ServerConfig`] is
-//! what the node runs with, the edge's part being [`EdgeConfig`].
+//! [`Settings`] composes the settings each crate declares ([`NodeSettings`] here, the edge's
+//! [`EdgeSettings`], [`TriggerSettings`] and [`MembersSettings`], [`WebhookSettings`],
+//! [`ControlSettings`]): every key a flag, a variable and a TOML key, named alike, declared once
+//! with its default. [`sections`] reads it in typed sections, each checking its own keys;
+//! [`ServerConfig`] is what the node runs with, the edge's part being [`EdgeConfig`].
+//! [`generated`] renders `config/default.toml` and docs/settings.md from the declarations.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::Args;
-use serde::Deserialize;
+use skua_control::ControlSettings;
 use skua_core::NodeId;
 use skua_edge::EdgeConfig;
+use skua_edge::config::{EdgeSettings, MembersSettings, TriggerSettings};
+use skua_webhooks::WebhookSettings;
 
+pub mod generated;
 pub mod secrets;
 pub mod sections;
 
 pub use sections::Sections;
 
-/// The compiled-in defaults, which double as the settings' documentation.
+/// `config/default.toml`: the compiled-in defaults with their documentation, generated from the
+/// declarations ([`generated::default_toml`]; a test keeps the two equal).
 pub const DEFAULT_TOML: &str = include_str!("../../../config/default.toml");
 
-/// Every setting, as a flag (with its `SKUA_*` variable) and as a config-file key.
-#[derive(Debug, Clone, Default, Args, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Settings {
-    /// HTTP listener: WebSocket at /ws, /healthz, /readyz [default 0.0.0.0:8080].
-    #[arg(long, env = "SKUA_LISTEN")]
-    pub listen: Option<String>,
-    /// Message bus: `memory` or `mqtt://host:port` [default memory].
-    #[arg(long, env = "SKUA_BUS")]
-    pub bus: Option<String>,
-    /// Presence store: `memory` or `redis://host:port/db` [default memory].
-    #[arg(long, env = "SKUA_PRESENCE")]
-    pub presence: Option<String>,
-    /// Session store: `sqlite://PATH`, `sqlite::memory:`, `postgres://…` or `memory` [default sqlite://skua-data/skua.db].
-    #[arg(long, env = "SKUA_STORE")]
-    pub store: Option<String>,
-    /// Connections of the node's Postgres store pool (SQLite keeps its own small pool) [default 8].
-    #[arg(long, env = "SKUA_STORE_POOL_SIZE")]
-    pub store_pool_size: Option<u32>,
-    /// `skua migrate` on Postgres: how long one statement waits for a lock before the attempt gives way; 0s = forever [default 2s].
-    #[arg(long, env = "SKUA_MIGRATE_LOCK_TIMEOUT")]
-    pub migrate_lock_timeout: Option<String>,
-    /// `skua migrate` on Postgres: how long attempts are repeated after lock timeouts [default 5m].
-    #[arg(long, env = "SKUA_MIGRATE_RETRY_FOR")]
-    pub migrate_retry_for: Option<String>,
-    /// One node of a cluster: refuse to start without an MQTT bus, Redis presence and a Postgres store [default false].
-    #[arg(long, env = "SKUA_CLUSTER")]
-    pub cluster: Option<bool>,
-    /// Root of internal topics and key prefixes [default skua].
-    #[arg(long, env = "SKUA_NAMESPACE")]
-    pub namespace: Option<String>,
-    /// This node's name [default random].
-    #[arg(long, env = "SKUA_NODE_ID")]
-    pub node_id: Option<String>,
-    /// Load apps, rooms, lobbies, actors and tokens from this TOML file.
-    #[arg(long, env = "SKUA_FIXTURES")]
-    pub fixtures: Option<PathBuf>,
-    /// Close 4000 after this long without any inbound frame [default 60s].
-    #[arg(long, env = "SKUA_IDLE_TIMEOUT")]
-    pub idle_timeout: Option<String>,
-    /// Publishes per second per connection, also the burst [default 50].
-    #[arg(long, env = "SKUA_RATE_LIMIT")]
-    pub rate_limit: Option<u32>,
-    /// The window the rate limit refills over [default 1s].
-    #[arg(long, env = "SKUA_RATE_LIMIT_WINDOW")]
-    pub rate_limit_window: Option<String>,
-    /// `presence` updates per connection per rate_limit_window, also the burst; more get 42910 rate_limit_exceeded [default 10].
-    #[arg(long, env = "SKUA_PRESENCE_RATE_LIMIT")]
-    pub presence_rate_limit: Option<u32>,
-    /// `subscribe`, `unsubscribe`, `setFilters`, `lobbySubscribe` and `lobbyUnsubscribe` frames per connection per rate_limit_window, also the burst [default 100].
-    #[arg(long, env = "SKUA_SUBSCRIBE_RATE_LIMIT")]
-    pub subscribe_rate_limit: Option<u32>,
-    /// `getPresence`, `getLobbyPresence` and `history` requests per connection per rate_limit_window, also the burst [default 20].
-    #[arg(long, env = "SKUA_QUERY_RATE_LIMIT")]
-    pub query_rate_limit: Option<u32>,
-    /// Largest publish `data` in bytes [default 921600].
-    #[arg(long, env = "SKUA_MAX_MESSAGE_SIZE")]
-    pub max_message_size: Option<usize>,
-    /// Outbound queue bound per connection, in frames [default 4096].
-    #[arg(long, env = "SKUA_OUTBOUND_QUEUE_MESSAGES")]
-    pub outbound_queue_messages: Option<usize>,
-    /// Outbound queue bound per connection, in bytes [default 4194304].
-    #[arg(long, env = "SKUA_OUTBOUND_QUEUE_BYTES")]
-    pub outbound_queue_bytes: Option<usize>,
-    /// Node-wide bound on all outbound queues' bytes; past it the largest are closed 4008 first; 0: none [default 1073741824].
-    #[arg(long, env = "SKUA_OUTBOUND_BUDGET_BYTES")]
-    pub outbound_budget_bytes: Option<usize>,
-    /// Most WebSocket connections on this node [default 100000].
-    #[arg(long, env = "SKUA_MAX_CONNECTIONS")]
-    pub max_connections: Option<usize>,
-    /// Open files kept free of client sockets; upgrades get 503 beyond the open-file limit less this [default 256].
-    #[arg(long, env = "SKUA_FD_RESERVE")]
-    pub fd_reserve: Option<usize>,
-    /// Most topic plus lobby subscriptions per connection [default 1000].
-    #[arg(long, env = "SKUA_MAX_SUBSCRIPTIONS_PER_CONNECTION")]
-    pub max_subscriptions_per_connection: Option<usize>,
-    /// Most topics a connection keeps resolved for its publishes; 0: none [default 8].
-    #[arg(long, env = "SKUA_PUBLISH_TOPIC_CACHE")]
-    pub publish_topic_cache: Option<usize>,
-    /// Most publishes one connection has in flight while earlier ones commit [default 1024].
-    #[arg(long, env = "SKUA_PUBLISH_PIPELINE")]
-    pub publish_pipeline: Option<usize>,
-    /// Most bytes of publish data one connection has in flight [default 4194304].
-    #[arg(long, env = "SKUA_PUBLISH_PIPELINE_BYTES")]
-    pub publish_pipeline_bytes: Option<usize>,
-    /// Most retained messages kept per topic [default 1024].
-    #[arg(long, env = "SKUA_MAX_RETAINED_PER_TOPIC")]
-    pub max_retained_per_topic: Option<usize>,
-    /// How long subscriptions stay restorable after a disconnect [default 24h].
-    #[arg(long, env = "SKUA_RESTORE_TTL")]
-    pub restore_ttl: Option<String>,
-    /// How long a reconnect waits for a node suspected dead to release its restore record; 0s = never [default 8s].
-    #[arg(long, env = "SKUA_RESTORE_WAIT")]
-    pub restore_wait: Option<String>,
-    /// A reconnect also restores the plain subscriptions of the actor's records that ended within this long of the one it claims (tabs that dropped together); 0s = never [default 2s].
-    #[arg(long, env = "SKUA_RESTORE_MERGE_WINDOW")]
-    pub restore_merge_window: Option<String>,
-    /// How long connections get to close on shutdown [default 10s].
-    #[arg(long, env = "SKUA_SHUTDOWN_GRACE")]
-    pub shutdown_grace: Option<String>,
-    /// On shutdown, how long readiness fails and upgrades are refused before sockets close [default 0s].
-    #[arg(long, env = "SKUA_DRAIN_DELAY")]
-    pub drain_delay: Option<String>,
-    /// On shutdown, after drain_delay: close the sockets 1012 spread evenly over this window; 0s = all at once [default 0s].
-    #[arg(long, env = "SKUA_DRAIN_SPREAD")]
-    pub drain_spread: Option<String>,
-    /// Capacity of the bus → fan-out delivery queue [default 8192].
-    #[arg(long, env = "SKUA_BUS_QUEUE")]
-    pub bus_queue: Option<usize>,
-    /// Dispatch tasks fan-outs are spread over; 0: one per worker thread [default 1].
-    #[arg(long, env = "SKUA_DISPATCH_SHARDS")]
-    pub dispatch_shards: Option<usize>,
-    /// How long a node's presence registration lives without refresh [default 10s].
-    #[arg(long, env = "SKUA_NODE_TTL")]
-    pub node_ttl: Option<String>,
-    /// How often a node refreshes its registration and reaps lapsed nodes [default 3s].
-    #[arg(long, env = "SKUA_NODE_REFRESH")]
-    pub node_refresh: Option<String>,
-    /// Publishes buffered while the MQTT broker is unreachable [default 1024].
-    #[arg(long, env = "SKUA_BUS_PUBLISH_BUFFER")]
-    pub bus_publish_buffer: Option<usize>,
-    /// Logged messages older than this are deleted [default 7d].
-    #[arg(long, env = "SKUA_LOG_MAX_AGE")]
-    pub log_max_age: Option<String>,
-    /// Most logged messages kept per topic, oldest deleted first [default 100000].
-    #[arg(long, env = "SKUA_LOG_MAX_PER_TOPIC")]
-    pub log_max_per_topic: Option<usize>,
-    /// How often logged messages past retention are deleted (by one node of a cluster at a time) [default 60s].
-    #[arg(long, env = "SKUA_LOG_PRUNE_INTERVAL")]
-    pub log_prune_interval: Option<String>,
-    /// How often expired and surplus restore records are deleted (by one node of a cluster at a time) [default 60s].
-    #[arg(long, env = "SKUA_RESTORE_PRUNE_INTERVAL")]
-    pub restore_prune_interval: Option<String>,
-    /// Logged messages deleted per statement while pruning; a prune repeats until done [default 5000].
-    #[arg(long, env = "SKUA_LOG_PRUNE_BATCH")]
-    pub log_prune_batch: Option<u64>,
-    /// Pending messages read per store page of a replay [default 256].
-    #[arg(long, env = "SKUA_REPLAY_PAGE_SIZE")]
-    pub replay_page_size: Option<u32>,
-    /// Live logged messages queued per connection for durable delivery [default 1024].
-    #[arg(long, env = "SKUA_DURABLE_QUEUE")]
-    pub durable_queue: Option<usize>,
-    /// Claim and ack requests of the node's durable tasks waiting for the store writer; beyond it
-    /// a task waits for room [default 1024].
-    #[arg(long, env = "SKUA_DURABLE_WRITER_QUEUE")]
-    pub durable_writer_queue: Option<usize>,
-    /// Batches of claims and acks in the store at the same time (each uses up to two store
-    /// connections) [default 2].
-    #[arg(long, env = "SKUA_DURABLE_WRITERS")]
-    pub durable_writers: Option<usize>,
-    /// How often durable deliveries look for pending messages nobody holds; 0s = off [default 5s].
-    #[arg(long, env = "SKUA_DURABLE_SWEEP_INTERVAL")]
-    pub durable_sweep_interval: Option<String>,
-    /// Control-plane gRPC listener, e.g. 127.0.0.1:50051; empty = none [default empty; --dev 127.0.0.1:50051].
-    #[arg(long, env = "SKUA_GRPC_LISTEN")]
-    pub grpc_listen: Option<String>,
-    /// The admin API key gRPC calls must present as `authorization: Bearer KEY` [required with grpc_listen].
-    #[arg(long, env = "SKUA_ADMIN_KEY", hide_env_values = true)]
-    pub admin_key: Option<String>,
-    /// How often every connection is revalidated, besides on registry changes [default 10m].
-    #[arg(long, env = "SKUA_REVALIDATE_INTERVAL")]
-    pub revalidate_interval: Option<String>,
-    /// How often the node checks the store for registry changes [default 250ms].
-    #[arg(long, env = "SKUA_REGISTRY_POLL_INTERVAL")]
-    pub registry_poll_interval: Option<String>,
-    /// Control plane: most apps per project [default 100].
-    #[arg(long, env = "SKUA_MAX_APPS_PER_PROJECT")]
-    pub max_apps_per_project: Option<u32>,
-    /// Control plane: most rooms per app unless the app sets its own cap [default 10000].
-    #[arg(long, env = "SKUA_MAX_ROOMS_PER_APP")]
-    pub max_rooms_per_app: Option<u32>,
-    /// Control plane: most actors per project [default 100000].
-    #[arg(long, env = "SKUA_MAX_ACTORS_PER_PROJECT")]
-    pub max_actors_per_project: Option<u32>,
-    /// Control plane: most grants per room [default 1000].
-    #[arg(long, env = "SKUA_MAX_GRANTS_PER_ROOM")]
-    pub max_grants_per_room: Option<u32>,
-    /// Control plane: most lobbies per project [default 1000].
-    #[arg(long, env = "SKUA_MAX_LOBBIES_PER_PROJECT")]
-    pub max_lobbies_per_project: Option<u32>,
-    /// Control plane: largest page of a List call [default 1000].
-    #[arg(long, env = "SKUA_MAX_PAGE_SIZE")]
-    pub max_page_size: Option<u32>,
-    /// Largest presence `data` in bytes [default 65536].
-    #[arg(long, env = "SKUA_MAX_PRESENCE_SIZE")]
-    pub max_presence_size: Option<usize>,
-    /// Most bytes of retained messages kept per topic [default 4194304].
-    #[arg(long, env = "SKUA_MAX_RETAINED_BYTES_PER_TOPIC")]
-    pub max_retained_bytes_per_topic: Option<usize>,
-    /// Most bytes of retained messages kept by this node [default 268435456].
-    #[arg(long, env = "SKUA_MAX_RETAINED_BYTES")]
-    pub max_retained_bytes: Option<usize>,
-    /// Most bytes of retained messages one project may keep on this node [default 67108864].
-    #[arg(long, env = "SKUA_MAX_RETAINED_BYTES_PER_PROJECT")]
-    pub max_retained_bytes_per_project: Option<usize>,
-    /// Topic history: largest `size` a topic may use; larger saturate [default 10000].
-    #[arg(long, env = "SKUA_HISTORY_MAX_SIZE")]
-    pub history_max_size: Option<u32>,
-    /// Topic history: most (room, topic) histories kept in memory [default 10000].
-    #[arg(long, env = "SKUA_HISTORY_MAX_TOPICS")]
-    pub history_max_topics: Option<usize>,
-    /// Topic history: most payload bytes per in-memory history [default 16777216].
-    #[arg(long, env = "SKUA_HISTORY_MAX_TOPIC_BYTES")]
-    pub history_max_topic_bytes: Option<usize>,
-    /// Topic history: most payload bytes one project's histories keep (per node in memory, per cluster in Redis); beyond it messages are delivered but not kept [default 67108864].
-    #[arg(long, env = "SKUA_HISTORY_MAX_BYTES_PER_PROJECT")]
-    pub history_max_bytes_per_project: Option<usize>,
-    /// Topic history: most messages one recovery replays [default 10000].
-    #[arg(long, env = "SKUA_HISTORY_MAX_REPLAY")]
-    pub history_max_replay: Option<usize>,
-    /// Topic history: most messages one `history` reply carries [default 100].
-    #[arg(long, env = "SKUA_HISTORY_MAX_PAGE")]
-    pub history_max_page: Option<usize>,
-    /// Topic history: after a node died, what history stamped before it was last seen alive
-    /// less this is taken as delivered to its clients [default 30s].
-    #[arg(long, env = "SKUA_HISTORY_RECOVERY_MARGIN")]
-    pub history_recovery_margin: Option<String>,
-    /// Topic history: least time between two receipt pings on one connection; a cut
-    /// connection replays up to this much again [default 1s].
-    #[arg(long, env = "SKUA_HISTORY_RECEIPT_INTERVAL")]
-    pub history_receipt_interval: Option<String>,
-    /// Failed auths per connection; one more closes it 1008 [default 10].
-    #[arg(long, env = "SKUA_MAX_AUTH_FAILURES")]
-    pub max_auth_failures: Option<u32>,
-    /// Close connections not authenticated within this long; 0s = off [default 0s].
-    #[arg(long, env = "SKUA_AUTH_TIMEOUT")]
-    pub auth_timeout: Option<String>,
-    /// Failed auths per source address before further attempts are delayed [default 5].
-    #[arg(long, env = "SKUA_AUTH_BACKOFF_AFTER")]
-    pub auth_backoff_after: Option<u32>,
-    /// Longest delay for an auth from a failing source address [default 10s].
-    #[arg(long, env = "SKUA_AUTH_BACKOFF_MAX")]
-    pub auth_backoff_max: Option<String>,
-    /// Accepted `aud` values of client tokens, comma-separated [default none: tokens with aud are refused].
-    #[arg(long, env = "SKUA_JWT_AUDIENCES", value_delimiter = ',')]
-    pub jwt_audiences: Option<Vec<String>>,
-    /// How long a node holds a logged topic's trigger beyond its current attempt [default 30s].
-    #[arg(long, env = "SKUA_TRIGGER_LEASE")]
-    pub trigger_lease: Option<String>,
-    /// How long the first queued trigger waits for others to start with it, 0s: at once; at most 1s [default 5ms].
-    #[arg(long, env = "SKUA_TRIGGER_BATCH_WINDOW")]
-    pub trigger_batch_window: Option<String>,
-    /// How often each node claims outbox triggers whose lease ran out [default 5s].
-    #[arg(long, env = "SKUA_TRIGGER_SCAN_INTERVAL")]
-    pub trigger_scan_interval: Option<String>,
-    /// Webhook dead letters kept per project; the oldest are dropped beyond it [default 10000].
-    #[arg(long, env = "SKUA_WEBHOOK_DEAD_LETTERS_PER_PROJECT")]
-    pub webhook_dead_letters_per_project: Option<u64>,
-    /// Non-logged triggers waiting to become dead letters after the trigger queue was full; beyond it they are dropped (counted) [default 1024].
-    #[arg(long, env = "SKUA_TRIGGER_OVERFLOW_QUEUE")]
-    pub trigger_overflow_queue: Option<usize>,
-    /// Longest trigger body (JSON); a longer one is not sent but dead-lettered with its data omitted [default 2097152].
-    #[arg(long, env = "SKUA_TRIGGER_MAX_BODY_BYTES")]
-    pub trigger_max_body_bytes: Option<usize>,
-    /// Bytes of trigger bodies queued or being delivered on a node [default 67108864].
-    #[arg(long, env = "SKUA_TRIGGER_QUEUE_BYTES")]
-    pub trigger_queue_bytes: Option<usize>,
-    /// Bytes of trigger bodies one project may have queued or being delivered on a node [default 16777216].
-    #[arg(long, env = "SKUA_TRIGGER_QUEUE_BYTES_PER_PROJECT")]
-    pub trigger_queue_bytes_per_project: Option<usize>,
-    /// Bytes of trigger bodies waiting to be written as dead letters; beyond it they are dropped (counted) [default 16777216].
-    #[arg(long, env = "SKUA_TRIGGER_OVERFLOW_BYTES")]
-    pub trigger_overflow_bytes: Option<usize>,
-    /// Bytes of webhook dead-letter bodies kept per project; the oldest are dropped beyond it [default 67108864].
-    #[arg(long, env = "SKUA_WEBHOOK_DEAD_LETTER_BYTES_PER_PROJECT")]
-    pub webhook_dead_letter_bytes_per_project: Option<u64>,
-    /// Close a socket that has not sent a complete HTTP request head (or TLS handshake, PROXY header) in this time [default 10s].
-    #[arg(long, env = "SKUA_HTTP_HEADER_TIMEOUT")]
-    pub http_header_timeout: Option<String>,
-    /// A request whose body has not arrived in full this long after its head is answered 408 and its socket closed [default 10s].
-    #[arg(long, env = "SKUA_HTTP_BODY_TIMEOUT")]
-    pub http_body_timeout: Option<String>,
-    /// Most sockets per client address (IPv6: per /64), pending or upgraded; 0 = no limit [default 1000].
-    #[arg(long, env = "SKUA_MAX_CONNECTIONS_PER_IP")]
-    pub max_connections_per_ip: Option<u32>,
-    /// Most new sockets per second per client address, also the burst; 0 = no limit [default 100].
-    #[arg(long, env = "SKUA_MAX_NEW_CONNECTIONS_PER_IP_PER_SECOND")]
-    pub max_new_connections_per_ip_per_second: Option<u32>,
-    /// Proxies (CIDR ranges, comma-separated) whose X-Forwarded-For / PROXY header name the client [default none].
-    #[arg(long, env = "SKUA_TRUSTED_PROXIES", value_delimiter = ',')]
-    pub trusted_proxies: Option<Vec<String>>,
-    /// Every socket starts with a PROXY protocol v1/v2 header from a trusted proxy [default false].
-    #[arg(long, env = "SKUA_PROXY_PROTOCOL")]
-    pub proxy_protocol: Option<bool>,
-    /// Origins (comma-separated, `https://app.example.com`, `https://*.example.com`) browsers may connect from; empty = any [default empty].
-    #[arg(long, env = "SKUA_ALLOWED_ORIGINS", value_delimiter = ',')]
-    pub allowed_origins: Option<Vec<String>>,
-    /// Serve /metrics on this address instead of the client listener; empty = on the client listener [default empty].
-    #[arg(long, env = "SKUA_METRICS_LISTEN")]
-    pub metrics_listen: Option<String>,
-    /// MQTT device listener (3.1.1 and 5.0, docs/mqtt.md), e.g. 0.0.0.0:1883; empty = off [default empty].
-    #[arg(long, env = "SKUA_MQTT_LISTEN")]
-    pub mqtt_listen: Option<String>,
-    /// Bearer token /metrics requires (`Authorization: Bearer TOKEN`); empty = none [default empty].
-    #[arg(long, env = "SKUA_METRICS_TOKEN", hide_env_values = true)]
-    pub metrics_token: Option<String>,
-    /// Serve /metrics without a token on purpose; outside --dev, `skua serve` refuses to start with neither this nor metrics_token [default false].
-    #[arg(long, env = "SKUA_METRICS_PUBLIC")]
-    pub metrics_public: Option<bool>,
-    /// OTLP/gRPC endpoint spans are exported to, `http://host:4317`; empty: OTEL_EXPORTER_OTLP_ENDPOINT, else none [default empty].
-    #[arg(long, env = "SKUA_OTLP_ENDPOINT")]
-    pub otlp_endpoint: Option<String>,
-    /// PEM certificate chain of the client listener; with tls_key, clients connect over wss:// [default empty: plain ws://].
-    #[arg(long, env = "SKUA_TLS_CERT")]
-    pub tls_cert: Option<String>,
-    /// PEM private key of tls_cert [default empty].
-    #[arg(long, env = "SKUA_TLS_KEY")]
-    pub tls_key: Option<String>,
-    /// PEM certificate chain of the gRPC listener [default empty: tls_cert's].
-    #[arg(long, env = "SKUA_GRPC_TLS_CERT")]
-    pub grpc_tls_cert: Option<String>,
-    /// PEM private key of grpc_tls_cert [default empty: tls_key's].
-    #[arg(long, env = "SKUA_GRPC_TLS_KEY")]
-    pub grpc_tls_key: Option<String>,
-    /// How often certificate files are checked for changes and reloaded; 0s: never [default 10s].
-    #[arg(long, env = "SKUA_TLS_RELOAD_INTERVAL")]
-    pub tls_reload_interval: Option<String>,
-    /// Serve gRPC reflection without the admin key [default false; --dev true].
-    #[arg(long, env = "SKUA_GRPC_REFLECTION_PUBLIC")]
-    pub grpc_reflection_public: Option<bool>,
-    /// Longest a gRPC call may take, reading its request body included; beyond it the call is answered CANCELLED and its stream freed [default 30s].
-    #[arg(long, env = "SKUA_GRPC_REQUEST_TIMEOUT")]
-    pub grpc_request_timeout: Option<String>,
-    /// Failed admin-key checks from one address before it is blocked; 0: never [default 5].
-    #[arg(long, env = "SKUA_ADMIN_KEY_MAX_FAILURES")]
-    pub admin_key_max_failures: Option<u32>,
-    /// A failed admin-key check this long after the previous one counts from one again [default 1m].
-    #[arg(long, env = "SKUA_ADMIN_KEY_FAILURE_WINDOW")]
-    pub admin_key_failure_window: Option<String>,
-    /// Longest block of an address failing admin-key checks [default 5m].
-    #[arg(long, env = "SKUA_ADMIN_KEY_BACKOFF_MAX")]
-    pub admin_key_backoff_max: Option<String>,
-    /// mqtts:// bus: PEM CA certificates the broker's certificate must chain to [default empty: system roots].
-    #[arg(long, env = "SKUA_BUS_TLS_CA")]
-    pub bus_tls_ca: Option<String>,
-    /// mqtts:// bus: PEM client certificate chain [default empty: none].
-    #[arg(long, env = "SKUA_BUS_TLS_CERT")]
-    pub bus_tls_cert: Option<String>,
-    /// mqtts:// bus: PEM private key of bus_tls_cert [default empty].
-    #[arg(long, env = "SKUA_BUS_TLS_KEY")]
-    pub bus_tls_key: Option<String>,
-    /// rediss:// presence: PEM CA certificates Redis's certificate must chain to [default empty: system roots].
-    #[arg(long, env = "SKUA_PRESENCE_TLS_CA")]
-    pub presence_tls_ca: Option<String>,
-    /// rediss:// presence: PEM client certificate chain [default empty: none].
-    #[arg(long, env = "SKUA_PRESENCE_TLS_CERT")]
-    pub presence_tls_cert: Option<String>,
-    /// rediss:// presence: PEM private key of presence_tls_cert [default empty].
-    #[arg(long, env = "SKUA_PRESENCE_TLS_KEY")]
-    pub presence_tls_key: Option<String>,
-    /// Webhooks may call link-local and cloud metadata addresses (169.254.0.0/16, fe80::/10) [default false].
-    #[arg(long, env = "SKUA_WEBHOOK_ALLOW_LINK_LOCAL")]
-    pub webhook_allow_link_local: Option<bool>,
-    /// Hosts webhooks may call (comma-separated; `name`, `*.parent` or an address); empty = any [default empty].
-    #[arg(long, env = "SKUA_WEBHOOK_ALLOWED_HOSTS", value_delimiter = ',')]
-    pub webhook_allowed_hosts: Option<Vec<String>>,
-    /// Hydration webhooks may call loopback addresses (127.0.0.0/8, ::1, localhost): their answer reaches clients [default false; --dev true].
-    #[arg(long, env = "SKUA_WEBHOOK_ALLOW_LOOPBACK")]
-    pub webhook_allow_loopback: Option<bool>,
-    /// Fire-and-forget webhook requests (triggers) waiting on this node; beyond it they are refused [default 10000].
-    #[arg(long, env = "SKUA_WEBHOOK_QUEUE")]
-    pub webhook_queue: Option<usize>,
-    /// Queued webhook requests being delivered at once, retry waits included [default 1024].
-    #[arg(long, env = "SKUA_WEBHOOK_MAX_PENDING")]
-    pub webhook_max_pending: Option<usize>,
-    /// Webhook requests in flight at once to one target (scheme, host, port) [default 16].
-    #[arg(long, env = "SKUA_WEBHOOK_CONCURRENCY_PER_TARGET")]
-    pub webhook_concurrency_per_target: Option<usize>,
-    /// Most bytes of a webhook answer read; longer answers fail [default 1048576].
-    #[arg(long, env = "SKUA_WEBHOOK_MAX_RESPONSE_BYTES")]
-    pub webhook_max_response_bytes: Option<usize>,
-    /// Connection timeout of webhook requests [default 5s].
-    #[arg(long, env = "SKUA_WEBHOOK_CONNECT_TIMEOUT")]
-    pub webhook_connect_timeout: Option<String>,
-    /// Attempts of a trigger webhook request before it fails [default 5].
-    #[arg(long, env = "SKUA_WEBHOOK_TRIGGER_ATTEMPTS")]
-    pub webhook_trigger_attempts: Option<u32>,
-    /// Wait before a trigger's second attempt; each further wait doubles [default 4s: 4s, 8s, 16s, 32s].
-    #[arg(long, env = "SKUA_WEBHOOK_TRIGGER_FIRST_RETRY")]
-    pub webhook_trigger_first_retry: Option<String>,
-    /// Webhook deliveries whose outcome a node keeps for the admin dashboard [default 100; 0: none].
-    #[arg(long, env = "SKUA_WEBHOOK_RECENT_DELIVERIES")]
-    pub webhook_recent_deliveries: Option<usize>,
-    /// Serve the REST API under /v1 on the client listener [default true].
-    #[arg(long, env = "SKUA_REST_API")]
-    pub rest_api: Option<bool>,
-    /// Largest REST request body in bytes; larger ones get 413 [default 1048576].
-    #[arg(long, env = "SKUA_REST_MAX_BODY_BYTES")]
-    pub rest_max_body_bytes: Option<usize>,
-    /// REST requests per second per API key, also the burst; beyond it 429 [default 50].
-    #[arg(long, env = "SKUA_REST_RATE_LIMIT")]
-    pub rest_rate_limit: Option<u32>,
-    /// Largest `limit` of a paginated REST list [default 100].
-    #[arg(long, env = "SKUA_REST_MAX_PAGE_LIMIT")]
-    pub rest_max_page_limit: Option<u32>,
-    /// Serve the admin dashboard under /admin on the client listener when an admin key is set [default true].
-    #[arg(long, env = "SKUA_DASHBOARD")]
-    pub dashboard: Option<bool>,
-    /// How long a dashboard sign-in lasts [default 8h].
-    #[arg(long, env = "SKUA_DASHBOARD_SESSION_TTL")]
-    pub dashboard_session_ttl: Option<String>,
-    /// Most dashboard sessions at once; a new sign-in beyond it ends the oldest [default 64].
-    #[arg(long, env = "SKUA_DASHBOARD_MAX_SESSIONS")]
-    pub dashboard_max_sessions: Option<usize>,
-    /// Messages a dashboard live topic view keeps [default 200].
-    #[arg(long, env = "SKUA_DASHBOARD_LIVE_BUFFER")]
-    pub dashboard_live_buffer: Option<usize>,
-    /// Dashboard live topic views open at once on a node [default 8].
-    #[arg(long, env = "SKUA_DASHBOARD_MAX_LIVE_VIEWS")]
-    pub dashboard_max_live_views: Option<usize>,
-    /// A live topic view nobody polled for this long is closed [default 1m].
-    #[arg(long, env = "SKUA_DASHBOARD_LIVE_IDLE")]
-    pub dashboard_live_idle: Option<String>,
-    /// How often the dashboard samples the node's counters for its chart [default 5s].
-    #[arg(long, env = "SKUA_DASHBOARD_SAMPLE_INTERVAL")]
-    pub dashboard_sample_interval: Option<String>,
-    /// Samples the dashboard's chart keeps [default 120: 10 minutes at 5s].
-    #[arg(long, env = "SKUA_DASHBOARD_HISTORY")]
-    pub dashboard_history: Option<usize>,
-    /// Rows a dashboard list page shows at once (durable groups, rooms, actors) [default 100].
-    #[arg(long, env = "SKUA_DASHBOARD_PAGE_SIZE")]
-    pub dashboard_page_size: Option<usize>,
-    /// Longest search term of a dashboard list page, in characters; longer ones are refused [default 200].
-    #[arg(long, env = "SKUA_DASHBOARD_SEARCH_MAX_CHARS")]
-    pub dashboard_search_max_chars: Option<usize>,
-    /// How long a persistent presence member outlives its last connection (N46) [default 7d].
-    #[arg(long, env = "SKUA_PRESENCE_TTL")]
-    pub presence_ttl: Option<String>,
-    /// Most persistent members a presenceList adds beside the live ones [default 1000].
-    #[arg(long, env = "SKUA_PRESENCE_LIST_LIMIT")]
-    pub presence_list_limit: Option<u32>,
-    /// Most stored persistent presence members per project, cluster-wide; a new one beyond it is refused presence_limit_exceeded [default 10000].
-    #[arg(long, env = "SKUA_PRESENCE_MAX_MEMBERS_PER_PROJECT")]
-    pub presence_max_members_per_project: Option<u64>,
-    /// How long a woken member has to connect when its wake.timeoutMs gives nothing (N47) [default 30s].
-    #[arg(long, env = "SKUA_WAKE_TIMEOUT")]
-    pub wake_timeout: Option<String>,
-    /// The longest wake.timeoutMs honoured [default 5m].
-    #[arg(long, env = "SKUA_WAKE_TIMEOUT_MAX")]
-    pub wake_timeout_max: Option<String>,
-    /// Publishes waiting for a wake check on a node; beyond it they wake nobody (counted) [default 4096].
-    #[arg(long, env = "SKUA_WAKE_QUEUE")]
-    pub wake_queue: Option<usize>,
-    /// Offline members one wake check wakes at most [default 64].
-    #[arg(long, env = "SKUA_WAKE_BATCH")]
-    pub wake_batch: Option<u32>,
-    /// In a cluster, how long a room without wakeable members is not checked again by a node (a single node: until a member changes) [default 1s].
-    #[arg(long, env = "SKUA_WAKE_NEGATIVE_CACHE")]
-    pub wake_negative_cache: Option<String>,
-    /// Internal addresses wake URLs may name (comma-separated exact host names, addresses or CIDR ranges); loopback, private, link-local, CGNAT, multicast and metadata addresses are refused otherwise [default empty; --dev 127.0.0.0/8,::1,localhost].
-    #[arg(long, env = "SKUA_WAKE_ALLOWED_HOSTS", value_delimiter = ',')]
-    pub wake_allowed_hosts: Option<Vec<String>>,
-    /// The shortest wake.timeoutMs honoured: a member is woken at most once per this long [default 1s].
-    #[arg(long, env = "SKUA_WAKE_TIMEOUT_MIN")]
-    pub wake_timeout_min: Option<String>,
-    /// The period of the wake limits (wake_limit_per_actor, wake_limit_per_url, wake_log_limit) [default 1m].
-    #[arg(long, env = "SKUA_WAKE_LIMIT_PERIOD")]
-    pub wake_limit_period: Option<String>,
-    /// Wakes started per actor (all its clientIds) per wake_limit_period, for the cluster with Redis presence (per node otherwise); beyond it members stay offline [default 64].
-    #[arg(long, env = "SKUA_WAKE_LIMIT_PER_ACTOR")]
-    pub wake_limit_per_actor: Option<u32>,
-    /// Wakes started per project and wake URL origin (scheme, host, port) per wake_limit_period, for the cluster with Redis presence (per node otherwise) [default 256].
-    #[arg(long, env = "SKUA_WAKE_LIMIT_PER_URL")]
-    pub wake_limit_per_url: Option<u32>,
-    /// Log lines about failed or limited wakes a node writes per wake_limit_period; the rest are counted [default 10].
-    #[arg(long, env = "SKUA_WAKE_LOG_LIMIT")]
-    pub wake_log_limit: Option<u32>,
-    /// Most rooms a node remembers as having no wakeable members; beyond it it forgets them all [default 65536].
-    #[arg(long, env = "SKUA_WAKE_NEGATIVE_ROOMS")]
-    pub wake_negative_rooms: Option<usize>,
-    /// A publish repeating an idempotencyKey (per project) within this window is acknowledged as a duplicate and not delivered [default 2m].
-    #[arg(long, env = "SKUA_IDEMPOTENCY_WINDOW")]
-    pub idempotency_window: Option<String>,
-    /// Longest publish idempotencyKey in bytes; longer ones are refused [default 128].
-    #[arg(long, env = "SKUA_IDEMPOTENCY_MAX_KEY_LENGTH")]
-    pub idempotency_max_key_length: Option<usize>,
-    /// Single node (memory presence): most idempotency keys remembered; when full the oldest is forgotten [default 100000].
-    #[arg(long, env = "SKUA_IDEMPOTENCY_MAX_KEYS")]
-    pub idempotency_max_keys: Option<usize>,
+skua_core::settings! {
+    /// The node's own settings: backends and identity, listeners and their TLS, the admin
+    /// key, tracing. The other settings are the crates': [`EdgeSettings`],
+    /// [`TriggerSettings`], [`MembersSettings`], [`WebhookSettings`], [`ControlSettings`].
+    pub struct NodeSettings {
+        /// HTTP listener: WebSocket at /ws, /healthz, /readyz [default 0.0.0.0:8080].
+        ///
+        /// HTTP listener: WebSocket at /ws, /healthz, /healthz/backends, /readyz (this node can take clients:
+        /// not draining, a connection slot left, below the open-file limit; backends are not asked).
+        #[arg(long, env = "SKUA_LISTEN")]
+        pub listen: String = "0.0.0.0:8080",
+        /// Message bus: `memory` or `mqtt://host:port` [default memory].
+        ///
+        /// Message bus between nodes: "memory" (in-process, single node) or "mqtt://host:port" (MQTT v5).
+        #[arg(long, env = "SKUA_BUS")]
+        pub bus: String = "memory",
+        /// Presence store: `memory` or `redis://host:port/db` [default memory].
+        ///
+        /// Presence store: "memory" (in-process, single node) or "redis://host:port/db".
+        #[arg(long, env = "SKUA_PRESENCE")]
+        pub presence: String = "memory",
+        /// Session store: `sqlite://PATH`, `sqlite::memory:`, `postgres://…` or `memory` [default sqlite://skua-data/skua.db].
+        ///
+        /// Session store (restore records; later stored messages): "sqlite://PATH" (the directory is
+        /// created), "sqlite::memory:", "postgres://user@host/db" (run `skua migrate` first), or "memory".
+        #[arg(long, env = "SKUA_STORE")]
+        pub store: String = "sqlite://skua-data/skua.db",
+        /// Connections of the node's Postgres store pool (SQLite keeps its own small pool) [default 8].
+        ///
+        /// Connections of the node's pool to a Postgres store (SQLite keeps its own: one writer and a
+        /// few readers). Size it from the store work per second (docs/operations.md, "Sizing the store
+        /// pool"); every node's pool counts against Postgres' max_connections.
+        #[arg(long, env = "SKUA_STORE_POOL_SIZE")]
+        pub store_pool_size: u32 = skua_store::postgres::POOL_SIZE,
+        /// `skua migrate` on Postgres: how long one statement waits for a lock before the attempt gives way; 0s = forever [default 2s].
+        ///
+        /// `skua migrate` on Postgres: how long one statement waits for a lock (held by a pg_dump, a long
+        /// transaction) before the attempt gives way, so that the reads queued behind it go on; the
+        /// attempt is repeated with a backoff. "0s" waits forever (Postgres' own default).
+        #[arg(long, env = "SKUA_MIGRATE_LOCK_TIMEOUT")]
+        pub migrate_lock_timeout: String = "2s",
+        /// `skua migrate` on Postgres: how long attempts are repeated after lock timeouts [default 5m].
+        ///
+        /// `skua migrate` on Postgres: how long attempts are repeated after lock timeouts before it fails.
+        #[arg(long, env = "SKUA_MIGRATE_RETRY_FOR")]
+        pub migrate_retry_for: String = "5m",
+        /// One node of a cluster: refuse to start without an MQTT bus, Redis presence and a Postgres store [default false].
+        ///
+        /// This node is one of a cluster: it refuses to start unless bus is mqtt(s)://, presence is
+        /// redis(s):// and store is postgres:// (instead of running alone on in-memory backends when
+        /// SKUA_BUS or SKUA_PRESENCE is missing). Set it (SKUA_CLUSTER=true) on every clustered node.
+        #[arg(long, env = "SKUA_CLUSTER")]
+        pub cluster: bool = false,
+        /// This node's name [default random].
+        ///
+        /// This node's name in logs and presence bookkeeping; empty picks a random one at start.
+        #[arg(long, env = "SKUA_NODE_ID")]
+        pub node_id: String = "",
+        /// Load apps, rooms, lobbies, actors and tokens from this TOML file.
+        ///
+        /// Apps, rooms, lobbies, actors and tokens loaded from this TOML file at start (the schema of
+        /// the demo fixtures, docs/control-plane.md); unset = none.
+        #[arg(long, env = "SKUA_FIXTURES")]
+        pub fixtures: PathBuf,
+        /// Publishes buffered while the MQTT broker is unreachable [default 1024].
+        ///
+        /// Cluster: publishes buffered while the MQTT broker is unreachable; beyond it publishes get
+        /// broker_unavailable (and never `published`).
+        #[arg(long, env = "SKUA_BUS_PUBLISH_BUFFER")]
+        pub bus_publish_buffer: usize = 1024,
+        /// Serve /metrics on this address instead of the client listener; empty = on the client listener [default empty].
+        ///
+        /// /metrics on its own listener ("127.0.0.1:9090"), and then not on the client listener.
+        /// Empty = served next to /ws, where it lists every project id to anyone who can reach it: set
+        /// this or metrics_token on any node reachable from outside.
+        #[arg(long, env = "SKUA_METRICS_LISTEN")]
+        pub metrics_listen: String = "",
+        /// MQTT device listener (3.1.1 and 5.0, docs/mqtt.md), e.g. 0.0.0.0:1883; empty = off [default empty].
+        ///
+        /// MQTT device listener (3.1.1 and 5.0 on one port, docs/mqtt.md), e.g. "0.0.0.0:1883": devices
+        /// connect with an access token or client JWT as password and reach the same rooms as the SDKs.
+        /// Empty = off (also under --dev: the machine's own Mosquitto often holds 1883).
+        #[arg(long, env = "SKUA_MQTT_LISTEN")]
+        pub mqtt_listen: String = "",
+        /// Serve /metrics without a token on purpose; outside --dev, `skua serve` refuses to start with neither this nor metrics_token [default false].
+        ///
+        /// Serve /metrics without a token on purpose (a private network, a scraper that cannot send
+        /// one). Outside `--dev`, `skua serve` refuses to start when /metrics has no token and this is
+        /// false.
+        #[arg(long, env = "SKUA_METRICS_PUBLIC")]
+        pub metrics_public: bool = false,
+        /// Control-plane gRPC listener, e.g. 127.0.0.1:50051; empty = none [default 127.0.0.1:50051, started only with an admin key].
+        ///
+        /// Control plane (docs/control-plane.md). gRPC listener of the `skua.control.v1` API, with
+        /// health and reflection; empty = no listener. Left at this default, the listener starts only
+        /// when admin_key is set (or with `--dev`, which brings a dev key), and a node whose port is
+        /// taken goes on without it (logged); set explicitly, both are errors.
+        #[arg(long, env = "SKUA_GRPC_LISTEN")]
+        pub grpc_listen: String = "127.0.0.1:50051",
+        /// The admin API key gRPC calls must present as `authorization: Bearer KEY` [required with grpc_listen].
+        ///
+        /// The admin API key gRPC calls present as `authorization: Bearer KEY`; required when
+        /// grpc_listen is set (at least 16 characters). `--dev` defaults it to "skua-dev-admin-key".
+        /// Set it through SKUA_ADMIN_KEY rather than a file where possible. Outside `--dev` a placeholder
+        /// (CHANGE-ME…, changeme, replace-me, <…>, skua-dev-…) stops the server, as it does for
+        /// metrics_token, the passwords in the bus/presence/store URLs and the fixtures' secrets.
+        #[arg(long, env = "SKUA_ADMIN_KEY", hide_env_values = true)]
+        pub admin_key: String,
+        /// How often the node checks the store for registry changes [default 250ms].
+        ///
+        /// How often the node reads the registry version from the store; a change reaches every node
+        /// within this plus the reload (at most 1s).
+        #[arg(long, env = "SKUA_REGISTRY_POLL_INTERVAL")]
+        pub registry_poll_interval: String = "250ms",
+        /// OTLP/gRPC endpoint spans are exported to, `http://host:4317`; empty: OTEL_EXPORTER_OTLP_ENDPOINT, else none [default empty].
+        ///
+        /// Traces: the OTLP/gRPC endpoint (an OpenTelemetry Collector, Jaeger, Tempo…) spans are
+        /// exported to, "http://host:4317". Empty: the standard OTEL_EXPORTER_OTLP_ENDPOINT variable,
+        /// and when that is unset too nothing is exported and no tracing work is done.
+        #[arg(long, env = "SKUA_OTLP_ENDPOINT")]
+        pub otlp_endpoint: String = "",
+        /// PEM certificate chain of the client listener; with tls_key, clients connect over wss:// [default empty: plain ws://].
+        ///
+        /// TLS (docs/security.md). The client listener serves wss:// (and https:// for /healthz,
+        /// /readyz, /metrics) when tls_cert and tls_key name a PEM certificate chain (leaf first) and its
+        /// private key (PKCS#8, PKCS#1 or SEC1); empty: plain ws://. A missing or unreadable file stops
+        /// startup (exit 2).
+        #[arg(long, env = "SKUA_TLS_CERT")]
+        pub tls_cert: String = "",
+        /// PEM private key of tls_cert [default empty].
+        #[arg(long, env = "SKUA_TLS_KEY")]
+        pub tls_key: String = "",
+        /// PEM certificate chain of the gRPC listener [default empty: tls_cert's].
+        ///
+        /// The control plane's pair; empty: the client listener's (so one pair serves both).
+        #[arg(long, env = "SKUA_GRPC_TLS_CERT")]
+        pub grpc_tls_cert: String = "",
+        /// PEM private key of grpc_tls_cert [default empty: tls_key's].
+        #[arg(long, env = "SKUA_GRPC_TLS_KEY")]
+        pub grpc_tls_key: String = "",
+        /// How often certificate files are checked for changes and reloaded; 0s: never [default 10s].
+        ///
+        /// How often the certificate files are checked (modification time and size) and, when changed,
+        /// reloaded without a restart; a pair that does not load is logged and the old one stays. 0s:
+        /// never on a timer. SIGHUP checks them at once either way.
+        #[arg(long, env = "SKUA_TLS_RELOAD_INTERVAL")]
+        pub tls_reload_interval: String = "10s",
+        /// mqtts:// bus: PEM CA certificates the broker's certificate must chain to [default empty: system roots].
+        ///
+        /// mqtts:// bus: CA certificates (PEM) the broker's certificate must chain to (empty: the
+        /// system's roots), and a client certificate chain and key for brokers that require one. The
+        /// broker user and password go in the url: mqtts://user:password@host:8883 (percent-encoded).
+        #[arg(long, env = "SKUA_BUS_TLS_CA")]
+        pub bus_tls_ca: String = "",
+        /// mqtts:// bus: PEM client certificate chain [default empty: none].
+        #[arg(long, env = "SKUA_BUS_TLS_CERT")]
+        pub bus_tls_cert: String = "",
+        /// mqtts:// bus: PEM private key of bus_tls_cert [default empty].
+        #[arg(long, env = "SKUA_BUS_TLS_KEY")]
+        pub bus_tls_key: String = "",
+        /// rediss:// presence: PEM CA certificates Redis's certificate must chain to [default empty: system roots].
+        ///
+        /// rediss:// presence: as above for Redis. An ACL user and password go in the url:
+        /// rediss://user:password@host:6380/0 (redis://:password@… for the default user).
+        #[arg(long, env = "SKUA_PRESENCE_TLS_CA")]
+        pub presence_tls_ca: String = "",
+        /// rediss:// presence: PEM client certificate chain [default empty: none].
+        #[arg(long, env = "SKUA_PRESENCE_TLS_CERT")]
+        pub presence_tls_cert: String = "",
+        /// rediss:// presence: PEM private key of presence_tls_cert [default empty].
+        #[arg(long, env = "SKUA_PRESENCE_TLS_KEY")]
+        pub presence_tls_key: String = "",
+        /// Single node (memory presence): most idempotency keys remembered; when full the oldest is forgotten [default 100000].
+        ///
+        /// Idempotent publish on a single node (memory presence): most keys remembered. When full, a new key evicts the oldest
+        /// one (whose repeat is then delivered again before its window ended); counted in
+        /// skua_idempotency_evictions_total. About 350 bytes per key (35 MB at 100000). Redis (cluster)
+        /// keeps every key for its whole window.
+        #[arg(long, env = "SKUA_IDEMPOTENCY_MAX_KEYS")]
+        pub idempotency_max_keys: usize = 100_000,
+    }
 }
 
-macro_rules! layer {
-    ($lo:expr, $hi:expr; $($f:ident),+) => { $( if $hi.$f.is_some() { $lo.$f = $hi.$f.clone(); } )+ };
+/// Calls `$m!(field, Type)` for each part of [`Settings`], in the order of `config/default.toml`.
+macro_rules! parts {
+    ($m:ident) => {
+        $m! {
+            node: NodeSettings,
+            edge: EdgeSettings,
+            triggers: TriggerSettings,
+            members: MembersSettings,
+            webhooks: WebhookSettings,
+            control: ControlSettings
+        }
+    };
+}
+
+/// Defines [`Settings`] over the parts [`parts!`] lists.
+macro_rules! composed {
+    ($($part:ident: $ty:ident),*) => {
+        /// Every setting of `skua serve`: the parts each crate owns, composed. Each setting is a
+        /// flag (`--idle-timeout`), a `SKUA_*` variable (`SKUA_IDLE_TIMEOUT`) and a
+        /// config-file key (`idle_timeout`), named alike. Adding one is one field, with its
+        /// doc comment and default, in the part of the crate that uses it; `config/default.toml`
+        /// and docs/settings.md are generated from the parts ([`generated`]).
+        #[derive(Debug, Clone, Default, PartialEq, Args)]
+        pub struct Settings {
+            $(
+                #[doc = concat!("The settings of [`", stringify!($ty), "`].")]
+                #[command(flatten)]
+                pub $part: $ty,
+            )*
+        }
+
+        impl Settings {
+            /// The compiled-in defaults (what `config/default.toml` shows).
+            pub fn defaults() -> Self {
+                Self { $($part: $ty::defaults(),)* }
+            }
+
+            /// Lays `over` on top of `self`: every setting `over` has wins.
+            pub fn overlay(&mut self, over: &Settings) {
+                $(self.$part.overlay(&over.$part);)*
+            }
+
+            /// Every part: the name of its struct, its settings' docs and its defaults (as
+            /// JSON values), in order.
+            pub fn parts() -> Vec<generated::Part> {
+                vec![$(generated::Part {
+                    name: stringify!($ty),
+                    docs: $ty::DOCS,
+                    defaults: serde_json::to_value($ty::defaults()).unwrap_or_default(),
+                },)*]
+            }
+
+            /// Every key, in order.
+            pub fn keys() -> impl Iterator<Item = &'static str> {
+                [$($ty::KEYS,)*].into_iter().flatten().copied()
+            }
+
+            /// The settings of a parsed config file, each part reading its own keys.
+            fn from_table(table: &toml::Table) -> Result<Self, toml::de::Error> {
+                Ok(Self { $($part: part(table)?,)* })
+            }
+        }
+    };
+}
+
+parts!(composed);
+
+/// One part of [`Settings`] from a config file's table (other parts' keys are ignored).
+fn part<T: serde::de::DeserializeOwned>(table: &toml::Table) -> Result<T, toml::de::Error> {
+    T::deserialize(toml::Value::Table(table.clone()))
 }
 
 impl Settings {
-    /// Lays `over` on top of `self`: every setting `over` has wins.
-    pub fn overlay(&mut self, over: &Settings) {
-        layer!(self, over; listen, bus, presence, store, namespace, node_id, fixtures, idle_timeout, rate_limit,
-            rate_limit_window, presence_rate_limit, subscribe_rate_limit, query_rate_limit, max_message_size, outbound_queue_messages, outbound_queue_bytes, outbound_budget_bytes, max_connections, fd_reserve,
-            max_subscriptions_per_connection, publish_topic_cache, publish_pipeline, publish_pipeline_bytes, max_retained_per_topic, restore_ttl, restore_wait, restore_merge_window, shutdown_grace, drain_delay, bus_queue, dispatch_shards, node_ttl,
-            node_refresh, bus_publish_buffer, log_max_age, log_max_per_topic, log_prune_interval, replay_page_size,
-            durable_queue, durable_writer_queue, durable_writers, durable_sweep_interval, grpc_listen, admin_key, revalidate_interval, registry_poll_interval, max_apps_per_project,
-            max_rooms_per_app, max_actors_per_project, max_grants_per_room, max_lobbies_per_project, max_page_size, otlp_endpoint,
-            max_presence_size, max_retained_bytes_per_topic, max_retained_bytes, max_retained_bytes_per_project, max_auth_failures, auth_timeout,
-            auth_backoff_after, auth_backoff_max, jwt_audiences,
-            http_header_timeout, http_body_timeout, max_connections_per_ip, max_new_connections_per_ip_per_second, trusted_proxies,
-            proxy_protocol, allowed_origins, metrics_listen, mqtt_listen, metrics_token, metrics_public);
-        layer!(self, over; tls_cert, tls_key, grpc_tls_cert, grpc_tls_key, tls_reload_interval, grpc_reflection_public,
-            grpc_request_timeout,
-            admin_key_max_failures, admin_key_failure_window, admin_key_backoff_max, bus_tls_ca, bus_tls_cert,
-            bus_tls_key, presence_tls_ca, presence_tls_cert, presence_tls_key);
-        layer!(self, over; trigger_lease, trigger_batch_window, trigger_scan_interval, webhook_dead_letters_per_project, trigger_overflow_queue,
-            trigger_max_body_bytes, trigger_queue_bytes, trigger_queue_bytes_per_project, trigger_overflow_bytes,
-            webhook_dead_letter_bytes_per_project);
-        layer!(self, over; webhook_allow_link_local, webhook_allowed_hosts, webhook_queue, webhook_max_pending,
-            webhook_concurrency_per_target, webhook_max_response_bytes, webhook_connect_timeout,
-            webhook_trigger_attempts, webhook_trigger_first_retry, webhook_recent_deliveries);
-        layer!(self, over; rest_api, rest_max_body_bytes, rest_rate_limit, rest_max_page_limit);
-        layer!(self, over; dashboard, dashboard_session_ttl, dashboard_max_sessions, dashboard_live_buffer,
-            dashboard_max_live_views, dashboard_live_idle, dashboard_sample_interval, dashboard_history,
-            dashboard_page_size, dashboard_search_max_chars);
-        layer!(self, over; cluster, drain_spread, log_prune_batch);
-        layer!(self, over; store_pool_size, migrate_lock_timeout, migrate_retry_for, restore_prune_interval);
-        layer!(self, over; history_max_size, history_max_topics, history_max_topic_bytes,
-            history_max_bytes_per_project, history_max_replay,
-            history_max_page, history_recovery_margin, history_receipt_interval);
-        layer!(self, over; presence_ttl, presence_list_limit, presence_max_members_per_project, wake_timeout, wake_timeout_max, wake_queue, wake_batch,
-            wake_negative_cache, wake_allowed_hosts, wake_timeout_min, wake_limit_period, wake_limit_per_actor,
-            wake_limit_per_url, wake_log_limit, webhook_allow_loopback, wake_negative_rooms);
-        layer!(self, over; idempotency_window, idempotency_max_key_length, idempotency_max_keys);
-    }
-
     /// Parses a TOML config file's text.
     ///
     /// # Errors
-    /// [`ConfigError::UnknownOrInvalid`] for unknown keys or wrongly typed values.
+    /// [`ConfigError::UnknownOrInvalid`] for unknown keys or wrongly typed values, pointing at
+    /// the line as the TOML parser does.
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
-        toml::from_str(text).map_err(|e| ConfigError::UnknownOrInvalid(e.to_string()))
+        let table: toml::Table = toml::from_str(text).map_err(|e| ConfigError::UnknownOrInvalid(e.to_string()))?;
+        if let Some(unknown) = table.keys().find(|k| !Self::keys().any(|known| known == k.as_str())) {
+            let expected: Vec<String> = Self::keys().map(|k| format!("`{k}`")).collect();
+            let message = format!("unknown field `{unknown}`, expected one of {}", expected.join(", "));
+            return Err(ConfigError::UnknownOrInvalid(at_key(text, unknown, false, &message)));
+        }
+        Self::from_table(&table).map_err(|e| {
+            // Name the key whose value is wrong, and where it is.
+            let bad = table.iter().find_map(|(k, v)| {
+                let one: toml::Table = [(k.clone(), v.clone())].into_iter().collect();
+                Self::from_table(&one).err().map(|e| (k, e))
+            });
+            match bad {
+                Some((key, e)) => ConfigError::UnknownOrInvalid(at_key(text, key, true, e.message())),
+                None => ConfigError::UnknownOrInvalid(e.to_string()),
+            }
+        })
     }
+}
+
+/// `message` located at `key`'s line of `text` (its key, or with `value` its value, underlined),
+/// in the TOML parser's own format; the message alone naming the key when the line is not found.
+fn at_key(text: &str, key: &str, value: bool, message: &str) -> String {
+    let found = text.lines().enumerate().find_map(|(n, line)| {
+        let rest = line.trim_start().strip_prefix(key)?;
+        let after = rest.trim_start().strip_prefix('=')?;
+        let key_col = line.len() - line.trim_start().len();
+        Some((n + 1, line, key_col, line.len() - after.trim_start().len()))
+    });
+    let Some((n, line, key_col, value_col)) = found else { return format!("{message}\nin `{key}`\n") };
+    let (col, len) = if value {
+        let v = line[value_col..].split(" #").next().unwrap_or("").trim_end();
+        (value_col, v.chars().count().max(1))
+    } else {
+        (key_col, key.len())
+    };
+    let pad = " ".repeat(n.to_string().len());
+    let marks = format!("{}{}", " ".repeat(line[..col].chars().count()), "^".repeat(len));
+    format!(
+        "TOML parse error at line {n}, column {}\n{pad} |\n{n} | {line}\n{pad} | {marks}\n{message}\n",
+        line[..col].chars().count() + 1
+    )
 }
 
 /// Why the configuration was refused.
@@ -802,7 +583,7 @@ impl ServerConfig {
     /// # Errors
     /// As [`Self::resolve`]; also when the compiled-in defaults do not parse (a build defect).
     pub fn from_layers(layers: &[&Settings]) -> Result<Self, ConfigError> {
-        let mut s = Settings::from_toml(DEFAULT_TOML)?;
+        let mut s = Settings::defaults();
         for l in layers {
             s.overlay(l);
         }
@@ -818,12 +599,13 @@ mod tests {
     /// them: `crates/webhooks/tests/it/engine.rs`), and the trigger schedule doubles.
     #[test]
     fn webhook_settings_reach_the_engine() {
-        let s = Settings {
-            webhook_connect_timeout: Some("750ms".into()),
-            webhook_concurrency_per_target: Some(3),
-            webhook_trigger_attempts: Some(4),
-            webhook_trigger_first_retry: Some("2s".into()),
-            ..Settings::default()
+        let s = {
+            let mut layer = Settings::default();
+            layer.webhooks.webhook_connect_timeout = Some("750ms".into());
+            layer.webhooks.webhook_concurrency_per_target = Some(3);
+            layer.webhooks.webhook_trigger_attempts = Some(4);
+            layer.webhooks.webhook_trigger_first_retry = Some("2s".into());
+            layer
         };
         let c = ServerConfig::from_layers(&[&s]).unwrap();
         assert_eq!(c.webhooks.connect_timeout, std::time::Duration::from_millis(750));
@@ -903,6 +685,63 @@ mod tests {
         assert_eq!(c.edge.history_max_bytes_per_project, skua_presence::history::DEFAULT_MAX_PROJECT_BYTES);
         assert_eq!(c.edge.members.max_per_project, d.members.max_per_project);
         assert_eq!(c.grpc_request_timeout, skua_control::server::DEFAULT_REQUEST_TIMEOUT);
+    }
+
+    /// The crates' typed configurations (`Default`, used by their own tests) agree with the
+    /// declared settings' defaults, field by field: the whole `EdgeConfig`, triggers and
+    /// members included, the webhook engine's, the control plane's.
+    #[test]
+    fn typed_defaults_are_the_declared_ones() {
+        let c = ServerConfig::from_layers(&[]).unwrap();
+        let mut edge = EdgeConfig::default();
+        // Not settings: what the server derives from the backends in use.
+        edge.triggers.take_over_at_start = c.edge.triggers.take_over_at_start;
+        edge.members.offline_others_at_start = c.edge.members.offline_others_at_start;
+        edge.members.negative_until_changed = c.edge.members.negative_until_changed;
+        let (got, want) = (format!("{:#?}", c.edge), format!("{edge:#?}"));
+        let wrong: Vec<String> = got
+            .lines()
+            .zip(want.lines())
+            .filter(|(g, w)| g != w)
+            .map(|(g, w)| format!("settings give {}, EdgeConfig::default() {}", g.trim(), w.trim()))
+            .collect();
+        assert!(wrong.is_empty() && got.lines().count() == want.lines().count(), "{}", wrong.join("\n"));
+        assert_eq!(c.webhooks, skua_webhooks::WebhookConfig::default());
+        assert_eq!(c.control, skua_control::ControlLimits::default());
+        assert_eq!(c.rest, skua_control::rest::RestConfig::default());
+        assert_eq!(c.dashboard, skua_control::dashboard::DashboardConfig::default());
+        assert_eq!(c.admin_key_throttle, skua_control::throttle::ThrottleConfig::default());
+    }
+
+    /// The trigger retry schedule has one source (`skua_core::webhook::TRIGGER_FIRST_RETRY`,
+    /// doubling): the settings' defaults, the webhook engine, the trigger delivery and
+    /// docs/webhooks.md all give 4 s, 8 s, 16 s, 32 s.
+    #[test]
+    fn the_trigger_retry_schedule_has_one_source() {
+        let want = skua_core::webhook::trigger_retry_delays();
+        assert_eq!(want, [4, 8, 16, 32].map(std::time::Duration::from_secs));
+        let c = ServerConfig::from_layers(&[]).unwrap();
+        assert_eq!(c.webhooks.trigger_retry.delays, want, "the engine's, from the settings");
+        assert_eq!(c.edge.triggers.retry_delays, want, "the trigger delivery's, from the settings");
+        assert_eq!(skua_edge::config::TriggerConfig::default().retry_delays, want);
+        assert_eq!(skua_webhooks::RetrySchedule::trigger().delays, want);
+        let spelled: Vec<String> = want.iter().map(|d| format!("{} s", d.as_secs())).collect();
+        let docs = include_str!("../../../docs/webhooks.md");
+        assert!(docs.contains(&spelled.join(", ")), "docs/webhooks.md gives the schedule as {}", spelled.join(", "));
+    }
+
+    /// A config file's unknown key or wrongly typed value is reported where it is, as the TOML
+    /// parser reports its own errors.
+    #[test]
+    fn file_errors_point_at_the_key() {
+        let e = Settings::from_toml("listen = \"0.0.0.0:1\"\n\nrate_limit = \"x\"\n").unwrap_err().to_string();
+        assert!(e.contains("line 3, column 14") && e.contains("3 | rate_limit = \"x\"\n  |              ^^^\n"), "{e}");
+        assert!(e.contains("invalid type: string \"x\", expected u32"), "{e}");
+        let e = Settings::from_toml("idle_timeut = \"5s\"").unwrap_err().to_string();
+        assert!(
+            e.contains("line 1, column 1") && e.contains("unknown field `idle_timeut`, expected one of `listen`"),
+            "{e}"
+        );
     }
 
     /// docs/security.md: its tables list every budget and rate limit with its default.
@@ -1062,13 +901,62 @@ mod tests {
             Err(ConfigError::Invalid { key: k, .. }) => assert_eq!(k, key),
             other => panic!("{key}: {other:?}"),
         };
-        bad(Settings { trusted_proxies: Some(vec!["10.0.0.0/40".into()]), ..Settings::default() }, "trusted_proxies");
-        bad(Settings { proxy_protocol: Some(true), ..Settings::default() }, "proxy_protocol");
-        bad(Settings { allowed_origins: Some(vec!["example.com".into()]), ..Settings::default() }, "allowed_origins");
-        bad(Settings { metrics_listen: Some("nowhere".into()), ..Settings::default() }, "metrics_listen");
-        bad(Settings { mqtt_listen: Some("nowhere".into()), ..Settings::default() }, "mqtt_listen");
-        bad(Settings { metrics_token: Some("short".into()), ..Settings::default() }, "metrics_token");
-        bad(Settings { http_header_timeout: Some("0s".into()), ..Settings::default() }, "http_header_timeout");
+        bad(
+            {
+                let mut layer = Settings::default();
+                layer.edge.trusted_proxies = Some(vec!["10.0.0.0/40".into()]);
+                layer
+            },
+            "trusted_proxies",
+        );
+        bad(
+            {
+                let mut layer = Settings::default();
+                layer.edge.proxy_protocol = Some(true);
+                layer
+            },
+            "proxy_protocol",
+        );
+        bad(
+            {
+                let mut layer = Settings::default();
+                layer.edge.allowed_origins = Some(vec!["example.com".into()]);
+                layer
+            },
+            "allowed_origins",
+        );
+        bad(
+            {
+                let mut layer = Settings::default();
+                layer.node.metrics_listen = Some("nowhere".into());
+                layer
+            },
+            "metrics_listen",
+        );
+        bad(
+            {
+                let mut layer = Settings::default();
+                layer.node.mqtt_listen = Some("nowhere".into());
+                layer
+            },
+            "mqtt_listen",
+        );
+        bad(
+            {
+                let mut layer = Settings::default();
+                layer.edge.metrics_token = Some("short".into());
+                layer
+            },
+            "metrics_token",
+        );
+        bad(
+            {
+                let mut layer = Settings::default();
+                layer.edge.http_header_timeout = Some("0s".into());
+                layer
+            },
+            "http_header_timeout",
+        );
     }
 
     /// The keys `config/default.toml` documents: those it sets and those it shows commented
@@ -1168,12 +1056,13 @@ mod tests {
 
     #[test]
     fn a_cluster_node_needs_every_shared_backend() {
-        let cluster = |bus: &str, presence: &str, store: &str| Settings {
-            cluster: Some(true),
-            bus: Some(bus.into()),
-            presence: Some(presence.into()),
-            store: Some(store.into()),
-            ..Settings::default()
+        let cluster = |bus: &str, presence: &str, store: &str| {
+            let mut layer = Settings::default();
+            layer.node.cluster = Some(true);
+            layer.node.bus = Some(bus.into());
+            layer.node.presence = Some(presence.into());
+            layer.node.store = Some(store.into());
+            layer
         };
         let (mqtt, redis, pg) = ("mqtt://broker:1883", "redis://redis:6379/0", "postgres://skua@db/skua");
         let c = ServerConfig::from_layers(&[&cluster(mqtt, redis, pg)]).unwrap();
@@ -1194,43 +1083,71 @@ mod tests {
 
     #[test]
     fn tls_settings_resolve_and_the_control_plane_follows_the_client_pair() {
-        let s = Settings { tls_cert: Some("c.pem".into()), tls_key: Some("k.pem".into()), ..Settings::default() };
+        let s = {
+            let mut layer = Settings::default();
+            layer.node.tls_cert = Some("c.pem".into());
+            layer.node.tls_key = Some("k.pem".into());
+            layer
+        };
         let c = ServerConfig::from_layers(&[&s]).unwrap();
         let pair = crate::tls::CertFiles { cert: "c.pem".into(), key: "k.pem".into() };
         assert_eq!(c.tls.client, Some(pair.clone()));
         assert_eq!(c.tls.grpc, Some(pair), "grpc_tls_* default to tls_*");
-        let own = Settings { grpc_tls_cert: Some("g.pem".into()), grpc_tls_key: Some("gk.pem".into()), ..s.clone() };
+        let own = {
+            let mut layer = s.clone();
+            layer.node.grpc_tls_cert = Some("g.pem".into());
+            layer.node.grpc_tls_key = Some("gk.pem".into());
+            layer
+        };
         let c = ServerConfig::from_layers(&[&own]).unwrap();
         assert_eq!(c.tls.grpc.unwrap().cert, PathBuf::from("g.pem"));
-        let half = Settings { tls_cert: Some("c.pem".into()), ..Settings::default() };
+        let half = {
+            let mut layer = Settings::default();
+            layer.node.tls_cert = Some("c.pem".into());
+            layer
+        };
         assert!(matches!(ServerConfig::from_layers(&[&half]), Err(ConfigError::Invalid { key: "tls_cert", .. })));
     }
 
     #[test]
     fn backend_tls_needs_a_tls_url_and_credentials_are_not_echoed() {
-        let s = Settings { bus_tls_ca: Some("ca.pem".into()), ..Settings::default() };
+        let s = {
+            let mut layer = Settings::default();
+            layer.node.bus_tls_ca = Some("ca.pem".into());
+            layer
+        };
         assert!(matches!(ServerConfig::from_layers(&[&s]), Err(ConfigError::Invalid { key: "bus_tls_ca", .. })));
-        let s = Settings {
-            bus: Some("mqtts://skua:pw@broker:8883".into()),
-            bus_tls_ca: Some("ca.pem".into()),
-            presence: Some("rediss://skua:pw@redis:6380/0".into()),
-            presence_tls_ca: Some("ca.pem".into()),
-            ..Settings::default()
+        let s = {
+            let mut layer = Settings::default();
+            layer.node.bus = Some("mqtts://skua:pw@broker:8883".into());
+            layer.node.bus_tls_ca = Some("ca.pem".into());
+            layer.node.presence = Some("rediss://skua:pw@redis:6380/0".into());
+            layer.node.presence_tls_ca = Some("ca.pem".into());
+            layer
         };
         let c = ServerConfig::from_layers(&[&s]).unwrap();
         assert_eq!(c.bus_tls.ca, Some(PathBuf::from("ca.pem")));
         assert!(matches!(c.presence, PresenceConfig::Redis { .. }));
-        let s = Settings { presence_tls_ca: Some("ca.pem".into()), ..Settings::default() };
+        let s = {
+            let mut layer = Settings::default();
+            layer.node.presence_tls_ca = Some("ca.pem".into());
+            layer
+        };
         assert!(matches!(ServerConfig::from_layers(&[&s]), Err(ConfigError::Invalid { key: "presence_tls_ca", .. })));
-        let s = Settings { bus: Some("amqp://user:hunter2@broker".into()), ..Settings::default() };
+        let s = {
+            let mut layer = Settings::default();
+            layer.node.bus = Some("amqp://user:hunter2@broker".into());
+            layer
+        };
         let e = ServerConfig::from_layers(&[&s]).unwrap_err().to_string();
         assert!(!e.contains("hunter2"), "{e}");
-        let s = Settings {
-            bus: Some("mqtts://skua:hunter2@broker:8883".into()),
-            presence: Some("rediss://default:hunter2@redis:6380/0".into()),
-            store: Some("postgres://skua:hunter2@db/skua?sslmode=verify-full&password=hunter2".into()),
-            admin_key: Some("hunter2-hunter2-hunter2".into()),
-            ..Settings::default()
+        let s = {
+            let mut layer = Settings::default();
+            layer.node.bus = Some("mqtts://skua:hunter2@broker:8883".into());
+            layer.node.presence = Some("rediss://default:hunter2@redis:6380/0".into());
+            layer.node.store = Some("postgres://skua:hunter2@db/skua?sslmode=verify-full&password=hunter2".into());
+            layer.node.admin_key = Some("hunter2-hunter2-hunter2".into());
+            layer
         };
         let shown = format!("{:#?}", ServerConfig::from_layers(&[&s]).unwrap());
         assert!(!shown.contains("hunter2"), "{shown}");
@@ -1240,14 +1157,26 @@ mod tests {
     #[test]
     fn layers_override_in_order_and_unknown_keys_fail() {
         let file = Settings::from_toml("idle_timeout = \"5s\"\nrate_limit = 7\n").unwrap();
-        let flags = Settings { rate_limit: Some(9), ..Settings::default() };
+        let flags = {
+            let mut layer = Settings::default();
+            layer.edge.rate_limit = Some(9);
+            layer
+        };
         let c = ServerConfig::from_layers(&[&file, &flags]).unwrap();
         assert_eq!(c.edge.idle_timeout, std::time::Duration::from_secs(5));
         assert_eq!(c.edge.rate_limit, 9);
         assert!(matches!(Settings::from_toml("idle_timeut = \"5s\""), Err(ConfigError::UnknownOrInvalid(_))));
-        let bad = Settings { idle_timeout: Some("5 parsecs".into()), ..Settings::default() };
+        let bad = {
+            let mut layer = Settings::default();
+            layer.edge.idle_timeout = Some("5 parsecs".into());
+            layer
+        };
         assert!(matches!(ServerConfig::from_layers(&[&bad]), Err(ConfigError::Invalid { key: "idle_timeout", .. })));
-        let bad = Settings { bus: Some("amqp://x:5672".into()), ..Settings::default() };
+        let bad = {
+            let mut layer = Settings::default();
+            layer.node.bus = Some("amqp://x:5672".into());
+            layer
+        };
         assert!(matches!(ServerConfig::from_layers(&[&bad]), Err(ConfigError::Invalid { key: "bus", .. })));
     }
 }

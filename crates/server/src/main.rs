@@ -88,7 +88,8 @@ fn migrate(args: MigrateArgs) -> ExitCode {
         Ok(f) => f,
         Err(code) => return code,
     };
-    let flags = Settings { store: args.store, ..Settings::default() };
+    let mut flags = Settings::default();
+    flags.node.store = args.store;
     let config = match resolve(&[&file, &flags]) {
         Ok(c) => c,
         Err(code) => return code,
@@ -137,20 +138,18 @@ fn serve(args: ServeArgs) -> ExitCode {
         Err(code) => return code,
     };
     // `--dev` defaults sit below the config file, environment and flags.
-    let dev_defaults = Settings {
-        grpc_listen: Some(DEV_GRPC_LISTEN.into()),
-        admin_key: Some(DEV_ADMIN_KEY.into()),
-        grpc_reflection_public: Some(true),
-        // The demo's and the tests' receivers are local (issue 33; CONTRACT.md).
-        webhook_allow_loopback: Some(true),
-        wake_allowed_hosts: Some(DEV_WAKE_ALLOWED_HOSTS.iter().map(|h| (*h).to_owned()).collect()),
-        // Clients typed by hand (wscat) take their time to send `auth`.
-        auth_timeout: Some("0s".into()),
-        ..Settings::default()
-    };
+    let mut dev_defaults = Settings::default();
+    dev_defaults.node.grpc_listen = Some(DEV_GRPC_LISTEN.into());
+    dev_defaults.node.admin_key = Some(DEV_ADMIN_KEY.into());
+    dev_defaults.control.grpc_reflection_public = Some(true);
+    // The demo's and the tests' receivers are local (issue 33; CONTRACT.md).
+    dev_defaults.webhooks.webhook_allow_loopback = Some(true);
+    dev_defaults.members.wake_allowed_hosts = Some(DEV_WAKE_ALLOWED_HOSTS.iter().map(|h| (*h).to_owned()).collect());
+    // Clients typed by hand (wscat) take their time to send `auth`.
+    dev_defaults.edge.auth_timeout = Some("0s".into());
     // The default listener is best effort; a configured one must work (CONTRACT.md: default
     // 127.0.0.1:50051).
-    let grpc_from_default = file.grpc_listen.is_none() && args.settings.grpc_listen.is_none();
+    let grpc_from_default = file.node.grpc_listen.is_none() && args.settings.node.grpc_listen.is_none();
     let layers: Vec<&Settings> =
         if args.dev { vec![&dev_defaults, &file, &args.settings] } else { vec![&file, &args.settings] };
     let mut config = match resolve(&layers) {

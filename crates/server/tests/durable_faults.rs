@@ -119,7 +119,7 @@ async fn a_killed_node_loses_no_acknowledged_message_of_a_persistent_group() {
 async fn publishes_to_logged_topics_fail_clearly_while_postgres_is_down_and_resume_by_themselves() {
     let Some(mut pg) = private_postgres().await else { return };
     let store = pg.url();
-    let server = TestServer::builder().settings(move |s| s.store = Some(store)).spawn().await;
+    let server = TestServer::builder().settings(move |s| s.node.store = Some(store)).spawn().await;
     let mut w = server.connect().await;
     w.auth_session("dev-token-agent", Some("pgw"), false).await;
     w.subscribe(TASKS).await;
@@ -179,9 +179,9 @@ async fn every_acknowledged_logged_publish_survives_a_postgres_crash() {
     let store = pg.url();
     let server = TestServer::builder()
         .settings(move |s| {
-            s.store = Some(store);
+            s.node.store = Some(store);
             // The burst goes out at once: no rate limit in the way.
-            s.rate_limit = Some(1_000_000);
+            s.edge.rate_limit = Some(1_000_000);
         })
         .spawn()
         .await;
@@ -232,13 +232,13 @@ async fn a_rolling_restart_under_a_stream_of_logged_publishes_loses_nothing() {
     let store = db.url.clone();
     let ns = unique_namespace();
     let settings = move |s: &mut skua_server::Settings| {
-        s.store = Some(store.clone());
-        s.bus = Some(mqtt.clone());
-        s.presence = Some(redis.clone());
-        s.namespace = Some(ns.clone());
-        s.drain_delay = Some("300ms".into());
-        s.shutdown_grace = Some("5s".into());
-        s.rate_limit = Some(1000);
+        s.node.store = Some(store.clone());
+        s.node.bus = Some(mqtt.clone());
+        s.node.presence = Some(redis.clone());
+        s.edge.namespace = Some(ns.clone());
+        s.edge.drain_delay = Some("300ms".into());
+        s.edge.shutdown_grace = Some("5s".into());
+        s.edge.rate_limit = Some(1000);
     };
     let (s0, s1, s2) = (settings.clone(), settings.clone(), settings);
     let restarting = TestServer::builder().settings(move |s| s0(s)).spawn().await;

@@ -92,11 +92,11 @@ async fn an_mqtt_broker_restart_is_survived_without_losing_acknowledged_publishe
     let ns = unique_namespace();
     let url = broker.url();
     let settings = move |s: &mut skua_server::Settings| {
-        s.bus = Some(url.clone());
-        s.presence = Some(redis.clone());
-        s.namespace = Some(ns.clone());
-        s.bus_publish_buffer = Some(5);
-        s.rate_limit = Some(1000);
+        s.node.bus = Some(url.clone());
+        s.node.presence = Some(redis.clone());
+        s.edge.namespace = Some(ns.clone());
+        s.node.bus_publish_buffer = Some(5);
+        s.edge.rate_limit = Some(1000);
     };
     let s1 = settings.clone();
     let n0 = TestServer::builder().settings(move |s| s1(s)).spawn().await;
@@ -177,11 +177,11 @@ async fn a_redis_restart_is_healed_by_re_announcing() {
     let ns = unique_namespace();
     let url = redis.url();
     let settings = move |s: &mut skua_server::Settings| {
-        s.bus = Some(mqtt.clone());
-        s.presence = Some(url.clone());
-        s.namespace = Some(ns.clone());
-        s.node_refresh = Some("300ms".into());
-        s.node_ttl = Some("2s".into());
+        s.node.bus = Some(mqtt.clone());
+        s.node.presence = Some(url.clone());
+        s.edge.namespace = Some(ns.clone());
+        s.edge.node_refresh = Some("300ms".into());
+        s.edge.node_ttl = Some("2s".into());
     };
     let s1 = settings.clone();
     let n0 = TestServer::builder().settings(move |s| s1(s)).spawn().await;
@@ -226,11 +226,11 @@ async fn readiness_stays_200_while_the_bus_or_redis_is_unreachable_and_backend_u
     let (mqtt, redis_url, ns) = (broker.url(), redis.url(), unique_namespace());
     let node = TestServer::builder()
         .settings(move |s| {
-            s.bus = Some(mqtt);
-            s.presence = Some(redis_url);
-            s.namespace = Some(ns);
-            s.node_refresh = Some("300ms".into());
-            s.node_ttl = Some("2s".into());
+            s.node.bus = Some(mqtt);
+            s.node.presence = Some(redis_url);
+            s.edge.namespace = Some(ns);
+            s.edge.node_refresh = Some("300ms".into());
+            s.edge.node_ttl = Some("2s".into());
         })
         .spawn()
         .await;
@@ -268,12 +268,12 @@ async fn a_rolling_restart_of_the_publishers_node_loses_no_acknowledged_publish(
     let Some((mqtt, redis)) = external_urls() else { return };
     let ns = unique_namespace();
     let settings = move |s: &mut skua_server::Settings| {
-        s.bus = Some(mqtt.clone());
-        s.presence = Some(redis.clone());
-        s.namespace = Some(ns.clone());
-        s.drain_delay = Some("300ms".into());
-        s.shutdown_grace = Some("5s".into());
-        s.rate_limit = Some(1000);
+        s.node.bus = Some(mqtt.clone());
+        s.node.presence = Some(redis.clone());
+        s.edge.namespace = Some(ns.clone());
+        s.edge.drain_delay = Some("300ms".into());
+        s.edge.shutdown_grace = Some("5s".into());
+        s.edge.rate_limit = Some(1000);
     };
     let (s0, s1) = (settings.clone(), settings.clone());
     let restarting = TestServer::builder().settings(move |s| s0(s)).spawn().await;

@@ -45,8 +45,8 @@ impl TestCluster {
         for i in 0..n {
             let ns = namespace.clone();
             let b = builder.clone().settings(move |s| {
-                s.namespace = Some(ns);
-                s.node_id = Some(format!("node-{i}"));
+                s.edge.namespace = Some(ns);
+                s.node.node_id = Some(format!("node-{i}"));
             });
             nodes.push(b.spawn_with(&embedded).await);
         }
@@ -63,10 +63,10 @@ impl TestCluster {
         for i in 0..n {
             let (ns, m, r) = (namespace.clone(), mqtt.clone(), redis.clone());
             let b = builder.clone().settings(move |s| {
-                s.namespace = Some(ns);
-                s.node_id = Some(format!("node-{i}"));
-                s.bus = Some(m);
-                s.presence = Some(r);
+                s.edge.namespace = Some(ns);
+                s.node.node_id = Some(format!("node-{i}"));
+                s.node.bus = Some(m);
+                s.node.presence = Some(r);
             });
             nodes.push(b.spawn_with(&embedded).await);
         }

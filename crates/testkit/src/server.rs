@@ -70,16 +70,16 @@ impl TestServerBuilder {
     /// As [`Self::spawn`].
     pub async fn spawn_with(&self, embedded: &node::Embedded) -> TestServer {
         let mut settings = self.settings.clone();
-        settings.listen = Some("127.0.0.1:0".into());
-        if settings.store.is_none() {
-            settings.store = Some("memory".into());
+        settings.node.listen = Some("127.0.0.1:0".into());
+        if settings.node.store.is_none() {
+            settings.node.store = Some("memory".into());
         }
         // As `--dev` does: the tests' webhook and wake receivers are local.
-        if settings.webhook_allow_loopback.is_none() {
-            settings.webhook_allow_loopback = Some(true);
+        if settings.webhooks.webhook_allow_loopback.is_none() {
+            settings.webhooks.webhook_allow_loopback = Some(true);
         }
-        if settings.wake_allowed_hosts.is_none() {
-            settings.wake_allowed_hosts = Some(vec!["127.0.0.0/8".into(), "::1".into(), "localhost".into()]);
+        if settings.members.wake_allowed_hosts.is_none() {
+            settings.members.wake_allowed_hosts = Some(vec!["127.0.0.0/8".into(), "::1".into(), "localhost".into()]);
         }
         let mut config = ServerConfig::from_layers(&[&settings]).expect("test configuration");
         for f in &self.edge {

@@ -11,7 +11,8 @@
 //! - `client`: the HTTP/1.1 client (keep-alive pool per origin, address rules, bounded answers);
 //! - [`resolve`]: the DNS resolver that refuses link-local and metadata addresses at send time;
 //! - `rule`: the address rule each kind adds (hydration, triggers, wake), read by both;
-//! - [`metrics`]: [`WebhookMetrics`], rendered in the Prometheus text format.
+//! - [`metrics`]: [`WebhookMetrics`], rendered in the Prometheus text format;
+//! - [`settings`]: [`WebhookSettings`], the engine's settings as flags, variables and keys.
 //!
 //! `https` uses ring explicitly (whatever provider the process installed) and the system's
 //! root certificates.
@@ -23,6 +24,7 @@ pub mod request;
 pub mod resolve;
 mod rule;
 pub mod sender;
+pub mod settings;
 
 pub use metrics::WebhookMetrics;
 pub use recent::{RecentDeliveries, RecentDelivery};
@@ -30,4 +32,5 @@ pub use request::{SIGNATURE_HEADER, SIGNATURE_V2_HEADER, WebhookRequest, sign, s
 pub use sender::{
     DeliveryError, DeliveryReport, OnDone, QueueFull, RetrySchedule, WebhookConfig, WebhookResponse, WebhookSender,
 };
+pub use settings::WebhookSettings;
 pub use skua_core::webhook::{WebhookCall, WebhookKind, WebhookTarget};

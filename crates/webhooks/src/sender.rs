@@ -27,7 +27,8 @@ use crate::metrics::{Outcome, WebhookMetrics};
 use crate::request::{SIGNATURE_LEN, WebhookRequest, sign_bytes};
 use crate::rule::AddressRule;
 
-/// The engine's settings (`webhook_*` in config/default.toml).
+/// The engine's settings, checked from [`WebhookSettings`](crate::WebhookSettings) (declared
+/// there with their defaults; `Default` gives the same values, a server test checks it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WebhookConfig {
     /// Fire-and-forget requests waiting for delivery on this node; when full, `enqueue`
@@ -89,15 +90,15 @@ impl RetrySchedule {
         Self { delays: vec![Duration::from_secs(1), Duration::from_secs(2)] }
     }
 
-    /// Triggers (N44): 5 attempts over about a minute: 4 s, 8 s, 16 s, 32 s apart.
+    /// Triggers (N44): 5 attempts over about a minute: 4 s, 8 s, 16 s, 32 s apart
+    /// ([`skua_core::webhook::trigger_retry_delays`], the defaults' one source).
     pub fn trigger() -> Self {
-        Self::exponential(5, Duration::from_secs(4))
+        Self { delays: skua_core::webhook::trigger_retry_delays() }
     }
 
     /// `attempts` attempts, the first delay `first`, each next one doubled.
     pub fn exponential(attempts: u32, first: Duration) -> Self {
-        let delays = (0..attempts.saturating_sub(1)).map(|i| first.saturating_mul(2u32.saturating_pow(i))).collect();
-        Self { delays }
+        Self { delays: skua_core::webhook::exponential_delays(attempts, first) }
     }
 
     /// How many attempts at most.

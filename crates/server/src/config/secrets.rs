@@ -192,37 +192,76 @@ mod tests {
         };
         assert_eq!(key(Settings::default()), None, "the defaults hold no secret");
         let real = "3f1c9e0b7a5d42e8b6c1f0a9d8e7c6b5";
-        assert_eq!(key(Settings { admin_key: Some(real.into()), ..Settings::default() }), None);
         assert_eq!(
-            key(Settings { admin_key: Some("CHANGE-ME-to-a-long-random-key".into()), ..Settings::default() }),
+            key({
+                let mut layer = Settings::default();
+                layer.node.admin_key = Some(real.into());
+                layer
+            }),
+            None
+        );
+        assert_eq!(
+            key({
+                let mut layer = Settings::default();
+                layer.node.admin_key = Some("CHANGE-ME-to-a-long-random-key".into());
+                layer
+            }),
             Some("admin_key")
         );
         assert_eq!(
-            key(Settings { admin_key: Some("skua-dev-admin-key".into()), ..Settings::default() }),
+            key({
+                let mut layer = Settings::default();
+                layer.node.admin_key = Some("skua-dev-admin-key".into());
+                layer
+            }),
             Some("admin_key")
         );
         assert_eq!(
-            key(Settings { metrics_token: Some("changeme-changeme-changeme".into()), ..Settings::default() }),
+            key({
+                let mut layer = Settings::default();
+                layer.edge.metrics_token = Some("changeme-changeme-changeme".into());
+                layer
+            }),
             Some("metrics_token")
         );
         assert_eq!(
-            key(Settings { store: Some("postgres://skua:CHANGE-ME@db:5432/skua".into()), ..Settings::default() }),
+            key({
+                let mut layer = Settings::default();
+                layer.node.store = Some("postgres://skua:CHANGE-ME@db:5432/skua".into());
+                layer
+            }),
             Some("store")
         );
         assert_eq!(
-            key(Settings { bus: Some("mqtts://skua:CHANGE-ME@broker:8883".into()), ..Settings::default() }),
+            key({
+                let mut layer = Settings::default();
+                layer.node.bus = Some("mqtts://skua:CHANGE-ME@broker:8883".into());
+                layer
+            }),
             Some("bus")
         );
         assert_eq!(
-            key(Settings { presence: Some("rediss://skua:changeme@redis:6380/0".into()), ..Settings::default() }),
+            key({
+                let mut layer = Settings::default();
+                layer.node.presence = Some("rediss://skua:changeme@redis:6380/0".into());
+                layer
+            }),
             Some("presence")
         );
         assert_eq!(
-            key(Settings { store: Some("postgres://skua:hunter2@db/skua".into()), ..Settings::default() }),
+            key({
+                let mut layer = Settings::default();
+                layer.node.store = Some("postgres://skua:hunter2@db/skua".into());
+                layer
+            }),
             None
         );
         let e = check(
-            &config(&Settings { admin_key: Some("CHANGE-ME-to-a-long-random-key".into()), ..Settings::default() }),
+            &config(&{
+                let mut layer = Settings::default();
+                layer.node.admin_key = Some("CHANGE-ME-to-a-long-random-key".into());
+                layer
+            }),
             None,
         )
         .unwrap_err()

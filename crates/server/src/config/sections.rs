@@ -2,8 +2,10 @@
 //! and checks them, failing with a [`ConfigError`] that names the key; [`Sections::resolve`]
 //! runs them all, and the edge's [`EdgeConfig`] is assembled from them in one place.
 //!
-//! Adding a setting: a field in `Settings` (and `overlay`), its documented default in
-//! `config/default.toml`, then one line in the section it belongs to.
+//! Adding a setting: a field (doc comment, flag, variable, default) in the settings struct of
+//! the crate that uses it (a part of [`Settings`]), then one line in the section it belongs
+//! to; `config/default.toml` and docs/settings.md are regenerated from the structs
+//! ([`super::generated`]).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -137,7 +139,7 @@ impl Backends {
     /// # Errors
     /// [`ConfigError::Invalid`] naming the first bad key.
     pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
-        let bus = match required(key!(s, bus))?.as_str() {
+        let bus = match required(key!(s.node, bus))?.as_str() {
             "memory" => BusConfig::Memory,
             url if url.starts_with("mqtt://") || url.starts_with("mqtts://") => BusConfig::Mqtt { url: url.to_owned() },
             other => {
@@ -147,7 +149,7 @@ impl Backends {
                 ));
             }
         };
-        let presence = match required(key!(s, presence))?.as_str() {
+        let presence = match required(key!(s.node, presence))?.as_str() {
             "memory" => PresenceConfig::Memory,
             url if url.starts_with("redis://") || url.starts_with("rediss://") => {
                 PresenceConfig::Redis { url: url.to_owned() }
@@ -159,18 +161,18 @@ impl Backends {
                 ));
             }
         };
-        let store = match required(key!(s, store))?.as_str() {
+        let store = match required(key!(s.node, store))?.as_str() {
             "memory" => StoreConfig::Memory,
             url if url.starts_with("sqlite:") || url.starts_with("postgres://") || url.starts_with("postgresql://") => {
                 StoreConfig::Url(url.to_owned())
             }
             _ => return Err(invalid("store", "use sqlite://PATH, sqlite::memory:, postgres://… or memory")),
         };
-        let namespace = required(key!(s, namespace))?;
+        let namespace = required(key!(s.edge, namespace))?;
         if !skua_core::ids::is_slug(&namespace) {
             return Err(invalid("namespace", "1-64 letters, digits, '-' or '_'"));
         }
-        let node_id = match s.node_id.as_deref() {
+        let node_id = match s.node.node_id.as_deref() {
             None | Some("") => {
                 let id = uuid::Uuid::new_v4().simple().to_string();
                 NodeId::parse(&format!("node-{}", &id[..12])).map_err(|e| invalid("node_id", e.to_string()))?
@@ -178,21 +180,21 @@ impl Backends {
             Some(id) => NodeId::parse(id).map_err(|e| invalid("node_id", e.to_string()))?,
         };
         let bus_tls = BackendTlsFiles {
-            ca: path(key!(s, bus_tls_ca)),
-            client: pair(key!(s, bus_tls_cert), key!(s, bus_tls_key))?,
+            ca: path(key!(s.node, bus_tls_ca)),
+            client: pair(key!(s.node, bus_tls_cert), key!(s.node, bus_tls_key))?,
         };
         if bus_tls.is_set() && !matches!(&bus, BusConfig::Mqtt { url } if url.starts_with("mqtts://")) {
             return Err(invalid("bus_tls_ca", "bus_tls_* need an mqtts:// bus"));
         }
         let presence_tls = BackendTlsFiles {
-            ca: path(key!(s, presence_tls_ca)),
-            client: pair(key!(s, presence_tls_cert), key!(s, presence_tls_key))?,
+            ca: path(key!(s.node, presence_tls_ca)),
+            client: pair(key!(s.node, presence_tls_cert), key!(s.node, presence_tls_key))?,
         };
         if presence_tls.is_set() && !matches!(&presence, PresenceConfig::Redis { url } if url.starts_with("rediss://"))
         {
             return Err(invalid("presence_tls_ca", "presence_tls_* need a rediss:// presence store"));
         }
-        let cluster = required(key!(s, cluster))?;
+        let cluster = required(key!(s.node, cluster))?;
         if cluster {
             let mut missing = Vec::new();
             if bus == BusConfig::Memory {
@@ -216,8 +218,8 @@ impl Backends {
             }
         }
         let migrate = skua_store::MigrateOptions {
-            lock_timeout: duration(key!(s, migrate_lock_timeout))?,
-            retry_for: duration(key!(s, migrate_retry_for))?,
+            lock_timeout: duration(key!(s.node, migrate_lock_timeout))?,
+            retry_for: duration(key!(s.node, migrate_retry_for))?,
         };
         Ok(Self {
             bus,
@@ -225,11 +227,11 @@ impl Backends {
             bus_tls,
             presence_tls,
             store,
-            store_pool_size: positive(key!(s, store_pool_size))?,
+            store_pool_size: positive(key!(s.node, store_pool_size))?,
             migrate,
             namespace,
             node_id,
-            fixtures: s.fixtures.clone(),
+            fixtures: s.node.fixtures.clone(),
             cluster,
         })
     }
@@ -276,9 +278,9 @@ impl FrontDoor {
     /// # Errors
     /// [`ConfigError::Invalid`] naming the first bad key.
     pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
-        let listen = required(key!(s, listen))?;
+        let listen = required(key!(s.node, listen))?;
         let listen = listen.parse().map_err(|e| invalid("listen", format!("{listen:?}: {e}")))?;
-        let metrics_token = match s.metrics_token.as_deref() {
+        let metrics_token = match s.edge.metrics_token.as_deref() {
             None | Some("") => None,
             Some(t) if t.len() < 16 || !t.bytes().all(|b| b.is_ascii_graphic()) => {
                 return Err(invalid("metrics_token", "must be at least 16 printable ASCII characters, no spaces"));
@@ -287,19 +289,19 @@ impl FrontDoor {
         };
         let front = Self {
             listen,
-            max_connections: positive(key!(s, max_connections))?,
-            fd_reserve: required(key!(s, fd_reserve))?,
-            http_header_timeout: nonzero_duration(key!(s, http_header_timeout))?,
-            http_body_timeout: nonzero_duration(key!(s, http_body_timeout))?,
-            max_connections_per_ip: required(key!(s, max_connections_per_ip))?,
-            max_new_connections_per_ip_per_second: required(key!(s, max_new_connections_per_ip_per_second))?,
-            trusted_proxies: each(key!(s, trusted_proxies), Cidr::parse)?,
-            proxy_protocol: required(key!(s, proxy_protocol))?,
-            allowed_origins: each(key!(s, allowed_origins), OriginPattern::parse)?,
-            metrics_listen: optional_address(key!(s, metrics_listen))?,
-            mqtt_listen: optional_address(key!(s, mqtt_listen))?,
+            max_connections: positive(key!(s.edge, max_connections))?,
+            fd_reserve: required(key!(s.edge, fd_reserve))?,
+            http_header_timeout: nonzero_duration(key!(s.edge, http_header_timeout))?,
+            http_body_timeout: nonzero_duration(key!(s.edge, http_body_timeout))?,
+            max_connections_per_ip: required(key!(s.edge, max_connections_per_ip))?,
+            max_new_connections_per_ip_per_second: required(key!(s.edge, max_new_connections_per_ip_per_second))?,
+            trusted_proxies: each(key!(s.edge, trusted_proxies), Cidr::parse)?,
+            proxy_protocol: required(key!(s.edge, proxy_protocol))?,
+            allowed_origins: each(key!(s.edge, allowed_origins), OriginPattern::parse)?,
+            metrics_listen: optional_address(key!(s.node, metrics_listen))?,
+            mqtt_listen: optional_address(key!(s.node, mqtt_listen))?,
             metrics_token,
-            metrics_public: required(key!(s, metrics_public))?,
+            metrics_public: required(key!(s.node, metrics_public))?,
         };
         if front.proxy_protocol && front.trusted_proxies.is_empty() {
             return Err(invalid(
@@ -354,21 +356,21 @@ impl Limits {
     /// [`ConfigError::Invalid`] naming the first bad key.
     pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
         Ok(Self {
-            idle_timeout: duration(key!(s, idle_timeout))?,
-            rate_limit: positive(key!(s, rate_limit))?,
-            rate_limit_window: duration(key!(s, rate_limit_window))?,
-            presence_rate_limit: positive(key!(s, presence_rate_limit))?,
-            subscribe_rate_limit: positive(key!(s, subscribe_rate_limit))?,
-            query_rate_limit: positive(key!(s, query_rate_limit))?,
-            max_message_size: payload_cap("max_message_size", positive(key!(s, max_message_size))?)?,
-            max_presence_size: payload_cap("max_presence_size", positive(key!(s, max_presence_size))?)?,
-            outbound_queue_messages: positive(key!(s, outbound_queue_messages))?,
-            outbound_queue_bytes: positive(key!(s, outbound_queue_bytes))?,
-            outbound_budget_bytes: required(key!(s, outbound_budget_bytes))?,
-            max_subscriptions_per_connection: positive(key!(s, max_subscriptions_per_connection))?,
-            publish_topic_cache: required(key!(s, publish_topic_cache))?,
-            publish_pipeline: positive(key!(s, publish_pipeline))?,
-            publish_pipeline_bytes: positive(key!(s, publish_pipeline_bytes))?,
+            idle_timeout: duration(key!(s.edge, idle_timeout))?,
+            rate_limit: positive(key!(s.edge, rate_limit))?,
+            rate_limit_window: duration(key!(s.edge, rate_limit_window))?,
+            presence_rate_limit: positive(key!(s.edge, presence_rate_limit))?,
+            subscribe_rate_limit: positive(key!(s.edge, subscribe_rate_limit))?,
+            query_rate_limit: positive(key!(s.edge, query_rate_limit))?,
+            max_message_size: payload_cap("max_message_size", positive(key!(s.edge, max_message_size))?)?,
+            max_presence_size: payload_cap("max_presence_size", positive(key!(s.edge, max_presence_size))?)?,
+            outbound_queue_messages: positive(key!(s.edge, outbound_queue_messages))?,
+            outbound_queue_bytes: positive(key!(s.edge, outbound_queue_bytes))?,
+            outbound_budget_bytes: required(key!(s.edge, outbound_budget_bytes))?,
+            max_subscriptions_per_connection: positive(key!(s.edge, max_subscriptions_per_connection))?,
+            publish_topic_cache: required(key!(s.edge, publish_topic_cache))?,
+            publish_pipeline: positive(key!(s.edge, publish_pipeline))?,
+            publish_pipeline_bytes: positive(key!(s.edge, publish_pipeline_bytes))?,
         })
     }
 }
@@ -396,11 +398,18 @@ impl Auth {
     /// [`ConfigError::Invalid`] naming the first bad key.
     pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
         Ok(Self {
-            max_auth_failures: positive(key!(s, max_auth_failures))?,
-            auth_timeout: Some(duration(key!(s, auth_timeout))?).filter(|d| !d.is_zero()),
-            auth_backoff_after: required(key!(s, auth_backoff_after))?,
-            auth_backoff_max: duration(key!(s, auth_backoff_max))?,
-            jwt_audiences: s.jwt_audiences.clone().unwrap_or_default().into_iter().filter(|a| !a.is_empty()).collect(),
+            max_auth_failures: positive(key!(s.edge, max_auth_failures))?,
+            auth_timeout: Some(duration(key!(s.edge, auth_timeout))?).filter(|d| !d.is_zero()),
+            auth_backoff_after: required(key!(s.edge, auth_backoff_after))?,
+            auth_backoff_max: duration(key!(s.edge, auth_backoff_max))?,
+            jwt_audiences: s
+                .edge
+                .jwt_audiences
+                .clone()
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|a| !a.is_empty())
+                .collect(),
         })
     }
 }
@@ -425,10 +434,10 @@ impl Retained {
     /// [`ConfigError::Invalid`] naming the first bad key.
     pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
         Ok(Self {
-            max_retained_per_topic: positive(key!(s, max_retained_per_topic))?,
-            max_retained_bytes_per_topic: positive(key!(s, max_retained_bytes_per_topic))?,
-            max_retained_bytes: positive(key!(s, max_retained_bytes))?,
-            max_retained_bytes_per_project: positive(key!(s, max_retained_bytes_per_project))?,
+            max_retained_per_topic: positive(key!(s.edge, max_retained_per_topic))?,
+            max_retained_bytes_per_topic: positive(key!(s.edge, max_retained_bytes_per_topic))?,
+            max_retained_bytes: positive(key!(s.edge, max_retained_bytes))?,
+            max_retained_bytes_per_project: positive(key!(s.edge, max_retained_bytes_per_project))?,
         })
     }
 }
@@ -464,14 +473,14 @@ impl History {
     /// [`ConfigError::Invalid`] naming the first bad key.
     pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
         Ok(Self {
-            max_size: positive(key!(s, history_max_size))?,
-            max_topics: positive(key!(s, history_max_topics))?,
-            max_topic_bytes: positive(key!(s, history_max_topic_bytes))?,
-            max_bytes_per_project: positive(key!(s, history_max_bytes_per_project))?,
-            max_replay: positive(key!(s, history_max_replay))?,
-            max_page: positive(key!(s, history_max_page))?,
-            recovery_margin: duration(key!(s, history_recovery_margin))?,
-            receipt_interval: duration(key!(s, history_receipt_interval))?,
+            max_size: positive(key!(s.edge, history_max_size))?,
+            max_topics: positive(key!(s.edge, history_max_topics))?,
+            max_topic_bytes: positive(key!(s.edge, history_max_topic_bytes))?,
+            max_bytes_per_project: positive(key!(s.edge, history_max_bytes_per_project))?,
+            max_replay: positive(key!(s.edge, history_max_replay))?,
+            max_page: positive(key!(s.edge, history_max_page))?,
+            recovery_margin: duration(key!(s.edge, history_recovery_margin))?,
+            receipt_interval: duration(key!(s.edge, history_receipt_interval))?,
         })
     }
 }
@@ -515,19 +524,19 @@ impl Durable {
     /// [`ConfigError::Invalid`] naming the first bad key.
     pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
         Ok(Self {
-            restore_ttl: duration(key!(s, restore_ttl))?,
-            restore_wait: duration(key!(s, restore_wait))?,
-            restore_merge_window: duration(key!(s, restore_merge_window))?,
-            log_max_age: duration(key!(s, log_max_age))?,
-            log_max_per_topic: positive(key!(s, log_max_per_topic))? as u64,
-            log_prune_interval: duration(key!(s, log_prune_interval))?,
-            log_prune_batch: positive(key!(s, log_prune_batch))?,
-            restore_prune_interval: nonzero_duration(key!(s, restore_prune_interval))?,
-            replay_page_size: positive(key!(s, replay_page_size))?,
-            durable_queue: positive(key!(s, durable_queue))?,
-            durable_writer_queue: positive(key!(s, durable_writer_queue))?,
-            durable_writers: positive(key!(s, durable_writers))?,
-            durable_sweep_interval: duration(key!(s, durable_sweep_interval))?,
+            restore_ttl: duration(key!(s.edge, restore_ttl))?,
+            restore_wait: duration(key!(s.edge, restore_wait))?,
+            restore_merge_window: duration(key!(s.edge, restore_merge_window))?,
+            log_max_age: duration(key!(s.edge, log_max_age))?,
+            log_max_per_topic: positive(key!(s.edge, log_max_per_topic))? as u64,
+            log_prune_interval: duration(key!(s.edge, log_prune_interval))?,
+            log_prune_batch: positive(key!(s.edge, log_prune_batch))?,
+            restore_prune_interval: nonzero_duration(key!(s.edge, restore_prune_interval))?,
+            replay_page_size: positive(key!(s.edge, replay_page_size))?,
+            durable_queue: positive(key!(s.edge, durable_queue))?,
+            durable_writer_queue: positive(key!(s.edge, durable_writer_queue))?,
+            durable_writers: positive(key!(s.edge, durable_writers))?,
+            durable_sweep_interval: duration(key!(s.edge, durable_sweep_interval))?,
         })
     }
 }
@@ -566,16 +575,16 @@ impl Triggers {
     /// [`ConfigError::Invalid`] naming the first bad key.
     pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
         let t = Self {
-            lease: nonzero_duration(key!(s, trigger_lease))?,
-            batch_window: at_most(key!(s, trigger_batch_window), Duration::from_secs(1))?,
-            scan_interval: nonzero_duration(key!(s, trigger_scan_interval))?,
-            dead_letters_per_project: positive(key!(s, webhook_dead_letters_per_project))?,
-            overflow_queue: positive(key!(s, trigger_overflow_queue))?,
-            max_body_bytes: positive(key!(s, trigger_max_body_bytes))?,
-            queue_bytes: positive(key!(s, trigger_queue_bytes))?,
-            queue_bytes_per_project: positive(key!(s, trigger_queue_bytes_per_project))?,
-            overflow_bytes: positive(key!(s, trigger_overflow_bytes))?,
-            dead_letter_bytes_per_project: positive(key!(s, webhook_dead_letter_bytes_per_project))?,
+            lease: nonzero_duration(key!(s.triggers, trigger_lease))?,
+            batch_window: at_most(key!(s.triggers, trigger_batch_window), Duration::from_secs(1))?,
+            scan_interval: nonzero_duration(key!(s.triggers, trigger_scan_interval))?,
+            dead_letters_per_project: positive(key!(s.triggers, webhook_dead_letters_per_project))?,
+            overflow_queue: positive(key!(s.triggers, trigger_overflow_queue))?,
+            max_body_bytes: positive(key!(s.triggers, trigger_max_body_bytes))?,
+            queue_bytes: positive(key!(s.triggers, trigger_queue_bytes))?,
+            queue_bytes_per_project: positive(key!(s.triggers, trigger_queue_bytes_per_project))?,
+            overflow_bytes: positive(key!(s.triggers, trigger_overflow_bytes))?,
+            dead_letter_bytes_per_project: positive(key!(s.triggers, webhook_dead_letter_bytes_per_project))?,
         };
         // A body that could never fit a queue would never be sent nor dead-lettered (a logged
         // one would wait in the outbox for ever).
@@ -600,22 +609,22 @@ impl Triggers {
 /// [`ConfigError::Invalid`] naming the first bad key.
 fn members(s: &Settings) -> Result<MembersConfig, ConfigError> {
     Ok(MembersConfig {
-        ttl: nonzero_duration(key!(s, presence_ttl))?,
-        list_limit: required(key!(s, presence_list_limit))?,
-        max_per_project: positive(key!(s, presence_max_members_per_project))?,
-        wake_timeout: nonzero_duration(key!(s, wake_timeout))?,
-        wake_timeout_max: nonzero_duration(key!(s, wake_timeout_max))?,
-        wake_queue: positive(key!(s, wake_queue))?,
-        wake_batch: positive(key!(s, wake_batch))?,
-        wake_negative_cache: duration(key!(s, wake_negative_cache))?,
-        wake_timeout_min: duration(key!(s, wake_timeout_min))?,
-        wake_allowed: skua_core::webhook::InternalAllowList::parse(&required(key!(s, wake_allowed_hosts))?)
+        ttl: nonzero_duration(key!(s.members, presence_ttl))?,
+        list_limit: required(key!(s.members, presence_list_limit))?,
+        max_per_project: positive(key!(s.members, presence_max_members_per_project))?,
+        wake_timeout: nonzero_duration(key!(s.members, wake_timeout))?,
+        wake_timeout_max: nonzero_duration(key!(s.members, wake_timeout_max))?,
+        wake_queue: positive(key!(s.members, wake_queue))?,
+        wake_batch: positive(key!(s.members, wake_batch))?,
+        wake_negative_cache: duration(key!(s.members, wake_negative_cache))?,
+        wake_timeout_min: duration(key!(s.members, wake_timeout_min))?,
+        wake_allowed: skua_core::webhook::InternalAllowList::parse(&required(key!(s.members, wake_allowed_hosts))?)
             .map_err(|e| invalid("wake_allowed_hosts", e))?,
-        wake_limit_period: nonzero_duration(key!(s, wake_limit_period))?,
-        wake_limit_per_actor: positive(key!(s, wake_limit_per_actor))?,
-        wake_limit_per_url: positive(key!(s, wake_limit_per_url))?,
-        wake_log_limit: required(key!(s, wake_log_limit))?,
-        wake_negative_rooms: positive(key!(s, wake_negative_rooms))?,
+        wake_limit_period: nonzero_duration(key!(s.members, wake_limit_period))?,
+        wake_limit_per_actor: positive(key!(s.members, wake_limit_per_actor))?,
+        wake_limit_per_url: positive(key!(s.members, wake_limit_per_url))?,
+        wake_log_limit: required(key!(s.members, wake_log_limit))?,
+        wake_negative_rooms: positive(key!(s.members, wake_negative_rooms))?,
         offline_others_at_start: false,
         negative_until_changed: false,
     })
@@ -644,11 +653,11 @@ impl Cluster {
     /// [`ConfigError::Invalid`] naming the first bad key.
     pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
         let c = Self {
-            bus_queue: positive(key!(s, bus_queue))?,
-            dispatch_shards: required(key!(s, dispatch_shards))?,
-            bus_publish_buffer: positive(key!(s, bus_publish_buffer))?,
-            node_ttl: duration(key!(s, node_ttl))?,
-            node_refresh: duration(key!(s, node_refresh))?,
+            bus_queue: positive(key!(s.edge, bus_queue))?,
+            dispatch_shards: required(key!(s.edge, dispatch_shards))?,
+            bus_publish_buffer: positive(key!(s.node, bus_publish_buffer))?,
+            node_ttl: duration(key!(s.edge, node_ttl))?,
+            node_refresh: duration(key!(s.edge, node_refresh))?,
         };
         if c.node_refresh.is_zero() || c.node_refresh >= c.node_ttl {
             return Err(invalid("node_refresh", "must be above 0 and below node_ttl"));
@@ -678,14 +687,14 @@ impl Idempotency {
     /// # Errors
     /// [`ConfigError::Invalid`] naming the first bad key.
     pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
-        let max_key_length = positive(key!(s, idempotency_max_key_length))?;
+        let max_key_length = positive(key!(s.edge, idempotency_max_key_length))?;
         if max_key_length > MAX_IDEMPOTENCY_KEY_LENGTH {
             return Err(invalid("idempotency_max_key_length", format!("at most {MAX_IDEMPOTENCY_KEY_LENGTH}")));
         }
         Ok(Self {
-            window: nonzero_duration(key!(s, idempotency_window))?,
+            window: nonzero_duration(key!(s.edge, idempotency_window))?,
             max_key_length,
-            max_keys: positive(key!(s, idempotency_max_keys))?,
+            max_keys: positive(key!(s.node, idempotency_max_keys))?,
         })
     }
 }
@@ -707,15 +716,15 @@ impl Shutdown {
     /// # Errors
     /// [`ConfigError::Invalid`] naming the first bad key.
     pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
-        let shutdown_grace = duration(key!(s, shutdown_grace))?;
-        let drain_spread = duration(key!(s, drain_spread))?;
+        let shutdown_grace = duration(key!(s.edge, shutdown_grace))?;
+        let drain_spread = duration(key!(s.edge, drain_spread))?;
         if !drain_spread.is_zero() && drain_spread >= shutdown_grace {
             return Err(invalid(
                 "drain_spread",
                 "must be below shutdown_grace (the closes are spread inside it, with time left for the last ones)",
             ));
         }
-        Ok(Self { shutdown_grace, drain_delay: duration(key!(s, drain_delay))?, drain_spread })
+        Ok(Self { shutdown_grace, drain_delay: duration(key!(s.edge, drain_delay))?, drain_spread })
     }
 }
 
@@ -733,10 +742,14 @@ impl Tls {
     /// # Errors
     /// [`ConfigError::Invalid`] naming the first bad key.
     pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
-        let client = pair(key!(s, tls_cert), key!(s, tls_key))?;
-        let grpc = pair(key!(s, grpc_tls_cert), key!(s, grpc_tls_key))?.or(client.clone());
+        let client = pair(key!(s.node, tls_cert), key!(s.node, tls_key))?;
+        let grpc = pair(key!(s.node, grpc_tls_cert), key!(s.node, grpc_tls_key))?.or(client.clone());
         Ok(Self {
-            listeners: ListenerTlsConfig { client, grpc, reload_interval: duration(key!(s, tls_reload_interval))? },
+            listeners: ListenerTlsConfig {
+                client,
+                grpc,
+                reload_interval: duration(key!(s.node, tls_reload_interval))?,
+            },
         })
     }
 }
@@ -774,11 +787,11 @@ impl ControlPlane {
     /// # Errors
     /// [`ConfigError::Invalid`] naming the first bad key.
     pub fn resolve(s: &Settings, max_message_size: usize) -> Result<Self, ConfigError> {
-        let admin_key = s.admin_key.clone().filter(|k| !k.is_empty()).map(AdminKey);
+        let admin_key = s.node.admin_key.clone().filter(|k| !k.is_empty()).map(AdminKey);
         if admin_key.as_ref().is_some_and(|k| k.0.len() < 16) {
             return Err(invalid("admin_key", "must be at least 16 characters"));
         }
-        let registry_poll_interval = duration(key!(s, registry_poll_interval))?;
+        let registry_poll_interval = duration(key!(s.node, registry_poll_interval))?;
         if registry_poll_interval.is_zero() || registry_poll_interval > Duration::from_secs(1) {
             return Err(invalid(
                 "registry_poll_interval",
@@ -786,47 +799,47 @@ impl ControlPlane {
             ));
         }
         let admin_key_throttle = skua_control::throttle::ThrottleConfig {
-            max_failures: required(key!(s, admin_key_max_failures))?,
-            window: duration(key!(s, admin_key_failure_window))?,
-            backoff_max: duration(key!(s, admin_key_backoff_max))?,
+            max_failures: required(key!(s.control, admin_key_max_failures))?,
+            window: duration(key!(s.control, admin_key_failure_window))?,
+            backoff_max: duration(key!(s.control, admin_key_backoff_max))?,
         };
         if admin_key_throttle.backoff_max < Duration::from_secs(1) {
             return Err(invalid("admin_key_backoff_max", "must be at least 1s"));
         }
         Ok(Self {
-            grpc_listen: optional_address(key!(s, grpc_listen))?,
+            grpc_listen: optional_address(key!(s.node, grpc_listen))?,
             admin_key,
             admin_key_throttle,
-            grpc_reflection_public: required(key!(s, grpc_reflection_public))?,
-            grpc_request_timeout: nonzero_duration(key!(s, grpc_request_timeout))?,
-            revalidate_interval: nonzero_duration(key!(s, revalidate_interval))?,
+            grpc_reflection_public: required(key!(s.control, grpc_reflection_public))?,
+            grpc_request_timeout: nonzero_duration(key!(s.control, grpc_request_timeout))?,
+            revalidate_interval: nonzero_duration(key!(s.edge, revalidate_interval))?,
             registry_poll_interval,
             limits: skua_control::ControlLimits {
-                max_apps_per_project: positive(key!(s, max_apps_per_project))?,
-                max_rooms_per_app: positive(key!(s, max_rooms_per_app))?,
-                max_actors_per_project: positive(key!(s, max_actors_per_project))?,
-                max_grants_per_room: positive(key!(s, max_grants_per_room))?,
-                max_lobbies_per_project: positive(key!(s, max_lobbies_per_project))?,
-                max_page_size: positive(key!(s, max_page_size))?,
+                max_apps_per_project: positive(key!(s.control, max_apps_per_project))?,
+                max_rooms_per_app: positive(key!(s.control, max_rooms_per_app))?,
+                max_actors_per_project: positive(key!(s.control, max_actors_per_project))?,
+                max_grants_per_room: positive(key!(s.control, max_grants_per_room))?,
+                max_lobbies_per_project: positive(key!(s.control, max_lobbies_per_project))?,
+                max_page_size: positive(key!(s.control, max_page_size))?,
                 max_message_size: u32::try_from(max_message_size).unwrap_or(u32::MAX),
             },
             rest: skua_control::rest::RestConfig {
-                enabled: required(key!(s, rest_api))?,
-                max_body_bytes: positive(key!(s, rest_max_body_bytes))?,
-                rate_limit: positive(key!(s, rest_rate_limit))?,
-                max_page_limit: positive(key!(s, rest_max_page_limit))?,
+                enabled: required(key!(s.control, rest_api))?,
+                max_body_bytes: positive(key!(s.control, rest_max_body_bytes))?,
+                rate_limit: positive(key!(s.control, rest_rate_limit))?,
+                max_page_limit: positive(key!(s.control, rest_max_page_limit))?,
             },
             dashboard: skua_control::dashboard::DashboardConfig {
-                enabled: required(key!(s, dashboard))?,
-                session_ttl: nonzero_duration(key!(s, dashboard_session_ttl))?,
-                max_sessions: positive(key!(s, dashboard_max_sessions))?,
-                live_buffer: positive(key!(s, dashboard_live_buffer))?,
-                max_live_views: positive(key!(s, dashboard_max_live_views))?,
-                live_idle: nonzero_duration(key!(s, dashboard_live_idle))?,
-                sample_interval: nonzero_duration(key!(s, dashboard_sample_interval))?,
-                history: positive(key!(s, dashboard_history))?,
-                page_size: positive(key!(s, dashboard_page_size))?,
-                search_max_chars: positive(key!(s, dashboard_search_max_chars))?,
+                enabled: required(key!(s.control, dashboard))?,
+                session_ttl: nonzero_duration(key!(s.control, dashboard_session_ttl))?,
+                max_sessions: positive(key!(s.control, dashboard_max_sessions))?,
+                live_buffer: positive(key!(s.control, dashboard_live_buffer))?,
+                max_live_views: positive(key!(s.control, dashboard_max_live_views))?,
+                live_idle: nonzero_duration(key!(s.control, dashboard_live_idle))?,
+                sample_interval: nonzero_duration(key!(s.control, dashboard_sample_interval))?,
+                history: positive(key!(s.control, dashboard_history))?,
+                page_size: positive(key!(s.control, dashboard_page_size))?,
+                search_max_chars: positive(key!(s.control, dashboard_search_max_chars))?,
             },
         })
     }
@@ -845,7 +858,7 @@ impl Telemetry {
     /// # Errors
     /// [`ConfigError::Invalid`] naming `otlp_endpoint`.
     pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
-        let otlp_endpoint = crate::telemetry::endpoint(s.otlp_endpoint.as_deref().filter(|e| !e.is_empty()));
+        let otlp_endpoint = crate::telemetry::endpoint(s.node.otlp_endpoint.as_deref().filter(|e| !e.is_empty()));
         if let Some(e) = otlp_endpoint.as_deref().filter(|e| !e.starts_with("http://")) {
             return Err(invalid("otlp_endpoint", format!("{e:?}: use http://host:port")));
         }
@@ -866,7 +879,7 @@ impl Webhooks {
     /// # Errors
     /// [`ConfigError::Invalid`] naming the first bad key.
     pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
-        let allowed_hosts: Vec<String> = required(key!(s, webhook_allowed_hosts))?
+        let allowed_hosts: Vec<String> = required(key!(s.webhooks, webhook_allowed_hosts))?
             .into_iter()
             .map(|h| h.trim().to_ascii_lowercase())
             .filter(|h| !h.is_empty())
@@ -876,26 +889,26 @@ impl Webhooks {
         {
             return Err(invalid("webhook_allowed_hosts", format!("{bad:?}: give host names (or *.parent), not URLs")));
         }
-        let attempts: u32 = positive(key!(s, webhook_trigger_attempts))?;
+        let attempts: u32 = positive(key!(s.webhooks, webhook_trigger_attempts))?;
         if attempts > 20 {
             return Err(invalid("webhook_trigger_attempts", "at most 20"));
         }
         Ok(Self {
             engine: skua_webhooks::WebhookConfig {
-                queue: positive(key!(s, webhook_queue))?,
-                max_pending: positive(key!(s, webhook_max_pending))?,
-                concurrency_per_target: positive(key!(s, webhook_concurrency_per_target))?,
-                max_response_bytes: positive(key!(s, webhook_max_response_bytes))?,
-                connect_timeout: nonzero_duration(key!(s, webhook_connect_timeout))?,
-                allow_link_local: required(key!(s, webhook_allow_link_local))?,
+                queue: positive(key!(s.webhooks, webhook_queue))?,
+                max_pending: positive(key!(s.webhooks, webhook_max_pending))?,
+                concurrency_per_target: positive(key!(s.webhooks, webhook_concurrency_per_target))?,
+                max_response_bytes: positive(key!(s.webhooks, webhook_max_response_bytes))?,
+                connect_timeout: nonzero_duration(key!(s.webhooks, webhook_connect_timeout))?,
+                allow_link_local: required(key!(s.webhooks, webhook_allow_link_local))?,
                 allowed_hosts,
-                allow_loopback: required(key!(s, webhook_allow_loopback))?,
-                wake_allowed_hosts: required(key!(s, wake_allowed_hosts))?,
+                allow_loopback: required(key!(s.webhooks, webhook_allow_loopback))?,
+                wake_allowed_hosts: required(key!(s.members, wake_allowed_hosts))?,
                 trigger_retry: skua_webhooks::RetrySchedule::exponential(
                     attempts,
-                    nonzero_duration(key!(s, webhook_trigger_first_retry))?,
+                    nonzero_duration(key!(s.webhooks, webhook_trigger_first_retry))?,
                 ),
-                recent_deliveries: required(key!(s, webhook_recent_deliveries))?,
+                recent_deliveries: required(key!(s.webhooks, webhook_recent_deliveries))?,
             },
         })
     }

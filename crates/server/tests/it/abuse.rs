@@ -19,8 +19,8 @@ fn jwt(sub: &str, extra: serde_json::Value) -> String {
 async fn a_connection_making_too_many_failed_auths_is_closed_1008() {
     let server = TestServer::builder()
         .settings(|s| {
-            s.max_auth_failures = Some(3);
-            s.auth_backoff_after = Some(100);
+            s.edge.max_auth_failures = Some(3);
+            s.edge.auth_backoff_after = Some(100);
         })
         .spawn()
         .await;
@@ -45,8 +45,8 @@ async fn a_connection_making_too_many_failed_auths_is_closed_1008() {
 async fn an_address_that_keeps_failing_is_slowed_down_across_connections() {
     let server = TestServer::builder()
         .settings(|s| {
-            s.auth_backoff_after = Some(2);
-            s.auth_backoff_max = Some("300ms".into());
+            s.edge.auth_backoff_after = Some(2);
+            s.edge.auth_backoff_max = Some("300ms".into());
         })
         .spawn()
         .await;
@@ -71,8 +71,8 @@ async fn an_address_that_keeps_failing_is_slowed_down_across_connections() {
 async fn a_valid_auth_is_never_delayed_by_its_address_back_off() {
     let server = TestServer::builder()
         .settings(|s| {
-            s.auth_backoff_after = Some(1);
-            s.auth_backoff_max = Some("30s".into());
+            s.edge.auth_backoff_after = Some(1);
+            s.edge.auth_backoff_max = Some("30s".into());
         })
         .spawn()
         .await;
@@ -94,7 +94,7 @@ async fn a_valid_auth_is_never_delayed_by_its_address_back_off() {
 
 #[tokio::test]
 async fn auth_timeout_closes_sockets_that_only_send_heartbeats() {
-    let server = TestServer::builder().settings(|s| s.auth_timeout = Some("2s".into())).spawn().await;
+    let server = TestServer::builder().settings(|s| s.edge.auth_timeout = Some("2s".into())).spawn().await;
     let mut idle = server.connect().await;
     idle.assert_nothing_pending().await;
     assert_eq!(idle.expect_close().await, (1008, "auth_timeout".to_owned()));
@@ -135,8 +135,10 @@ async fn client_token_audiences() {
     assert_eq!(c.auth(&jwt("alice", serde_json::json!({"aud": "skua"})), Some(2)).await.str("error"), "access_denied");
     c.auth_ok(&jwt("alice", serde_json::json!({})), 2).await;
 
-    let server =
-        TestServer::builder().settings(|s| s.jwt_audiences = Some(vec!["skua".into(), "chat".into()])).spawn().await;
+    let server = TestServer::builder()
+        .settings(|s| s.edge.jwt_audiences = Some(vec!["skua".into(), "chat".into()]))
+        .spawn()
+        .await;
     let mut c = server.connect().await;
     assert_eq!(c.auth(&jwt("alice", serde_json::json!({"aud": "other"})), Some(2)).await.str("error"), "access_denied");
     c.auth_ok(&jwt("alice", serde_json::json!({"aud": ["other", "chat"]})), 2).await;

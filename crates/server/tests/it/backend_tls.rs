@@ -151,15 +151,15 @@ async fn a_node_publishes_over_mqtts_and_keeps_presence_in_rediss_with_passwords
     let namespace = format!("tls{}", uuid::Uuid::new_v4().simple());
     let server = TestServer::builder()
         .settings(|s| {
-            s.namespace = Some(namespace.clone());
-            s.bus = Some(format!("mqtts://skua-node:{PASSWORD_IN_URL}@127.0.0.1:{mqtt_port}"));
-            s.bus_tls_ca = set(&pki.path("ca.pem"));
-            s.bus_tls_cert = set(&pki.path("client.pem"));
-            s.bus_tls_key = set(&pki.path("client-key.pem"));
-            s.presence = Some(format!("rediss://skua:{PASSWORD_IN_URL}@127.0.0.1:{redis_port}/0"));
-            s.presence_tls_ca = set(&pki.path("ca.pem"));
-            s.presence_tls_cert = set(&pki.path("client.pem"));
-            s.presence_tls_key = set(&pki.path("client-key.pem"));
+            s.edge.namespace = Some(namespace.clone());
+            s.node.bus = Some(format!("mqtts://skua-node:{PASSWORD_IN_URL}@127.0.0.1:{mqtt_port}"));
+            s.node.bus_tls_ca = set(&pki.path("ca.pem"));
+            s.node.bus_tls_cert = set(&pki.path("client.pem"));
+            s.node.bus_tls_key = set(&pki.path("client-key.pem"));
+            s.node.presence = Some(format!("rediss://skua:{PASSWORD_IN_URL}@127.0.0.1:{redis_port}/0"));
+            s.node.presence_tls_ca = set(&pki.path("ca.pem"));
+            s.node.presence_tls_cert = set(&pki.path("client.pem"));
+            s.node.presence_tls_key = set(&pki.path("client-key.pem"));
         })
         .spawn()
         .await;

@@ -25,7 +25,7 @@ const IDLE: Duration = Duration::from_secs(2);
 const KEEP_ALIVE_EVERY: Duration = Duration::from_millis(300);
 
 async fn idle_server() -> TestServer {
-    TestServer::builder().settings(|s| s.idle_timeout = Some("2s".into())).spawn().await
+    TestServer::builder().settings(|s| s.edge.idle_timeout = Some("2s".into())).spawn().await
 }
 
 fn binary(v: &Value) -> Message {
@@ -165,8 +165,8 @@ async fn slow_subscriber_is_closed_with_4008_and_the_others_get_every_message_in
     const MAX_MESSAGES: u64 = 600;
     let server = TestServer::builder()
         .settings(|s| {
-            s.rate_limit = Some(100_000);
-            s.outbound_queue_messages = Some(16);
+            s.edge.rate_limit = Some(100_000);
+            s.edge.outbound_queue_messages = Some(16);
         })
         .spawn()
         .await;
@@ -281,12 +281,12 @@ async fn slow_consumers_past_the_node_outbound_budget_are_closed_4008_largest_fi
     const BUDGET: f64 = 4.0 * 1024.0 * 1024.0;
     let server = TestServer::builder()
         .settings(|s| {
-            s.rate_limit = Some(100_000);
-            s.outbound_queue_messages = Some(100_000);
-            s.outbound_queue_bytes = Some(256 << 20);
-            s.outbound_budget_bytes = Some(4 << 20);
+            s.edge.rate_limit = Some(100_000);
+            s.edge.outbound_queue_messages = Some(100_000);
+            s.edge.outbound_queue_bytes = Some(256 << 20);
+            s.edge.outbound_budget_bytes = Some(4 << 20);
             // Scraped after every publish: on its own listener, which counts against no address.
-            s.metrics_listen = Some("127.0.0.1:0".into());
+            s.node.metrics_listen = Some("127.0.0.1:0".into());
         })
         .spawn()
         .await;
@@ -400,7 +400,7 @@ async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_closes_every_socket_1012_fails_readiness_and_refuses_upgrades() {
-    let server = TestServer::builder().settings(|s| s.shutdown_grace = Some("5s".into())).spawn().await;
+    let server = TestServer::builder().settings(|s| s.edge.shutdown_grace = Some("5s".into())).spawn().await;
     let addr = server.addr;
     let url = server.url();
     assert_eq!(http_get(addr, "/healthz").await.0, 200);
@@ -547,6 +547,44 @@ async fn close_reason_with_invalid_utf8_is_closed_1007_invalid_payload() {
     // Close 1000 with a reason that is not UTF-8.
     let close = close_after_raw_frames(&masked(0x88, &[0x03, 0xe8, 0xff, 0xfe]), "invalid_payload").await;
     assert_close(close, 1007, "invalid_payload");
+}
+
+/// The server's answer to a client close frame carrying `code` and the reason `bye`, written
+/// raw on a fresh connection of `server` (the client library refuses to send a forbidden code).
+async fn answer_to_close(server: &TestServer, code: u16) -> Option<CloseFrame> {
+    let stream = TcpStream::connect(server.addr).await.expect("connect");
+    let (mut ws, _) = tokio_tungstenite::client_async(server.url(), stream).await.expect("handshake");
+    let payload = [&code.to_be_bytes()[..], b"bye"].concat();
+    ws.get_mut().write_all(&masked(0x88, &payload)).await.expect("write the close frame");
+    loop {
+        match raw_next(&mut ws).await {
+            Message::Close(f) => return f,
+            Message::Ping(_) | Message::Pong(_) => {}
+            other => panic!("close {code}: expected a close, got {other:?}"),
+        }
+    }
+}
+
+/// Issue 33, item 11: a close frame carrying a code an endpoint may not send (RFC 6455 7.4:
+/// anything outside 1000-1003, 1007-1013 and 3000-4999) fails the connection like every other
+/// framing violation: 1002 `protocol_error`, counted under `protocol_error`, not the WebSocket
+/// library's own 1002 `Protocol violation`. Valid codes are echoed, reason included.
+#[tokio::test]
+async fn close_frames_with_forbidden_codes_are_answered_1002_protocol_error_and_valid_ones_echoed() {
+    let server = TestServer::start().await;
+    let bad = [0u16, 1, 999, 1004, 1005, 1006, 1014, 1015, 1016, 1100, 2000, 2999, 5000, 65535];
+    for code in bad {
+        let close = answer_to_close(&server, code).await;
+        let f = close.unwrap_or_else(|| panic!("close {code}: answered without a code"));
+        assert_eq!((u16::from(f.code), f.reason.as_str()), (1002, "protocol_error"), "close {code}");
+    }
+    assert_eq!(server.state.metrics.closes.get("protocol_error"), bad.len() as u64, "counted as violations");
+    for code in [1000u16, 1001, 1003, 1007, 1011, 1012, 1013, 3000, 3999, 4000, 4999] {
+        let close = answer_to_close(&server, code).await;
+        let f = close.unwrap_or_else(|| panic!("close {code}: answered without a code"));
+        assert_eq!((u16::from(f.code), f.reason.as_str()), (code, "bye"), "close {code} is echoed");
+    }
+    assert_eq!(server.state.metrics.closes.get("protocol_error"), bad.len() as u64, "valid closes are no violations");
 }
 
 /// Panics on the publisher's task when it sees a publish with the filter key `boom`: the only

@@ -42,8 +42,8 @@ fn builder() -> skua_testkit::server::TestServerBuilder {
     // One restore record per connection (`two_tabs_restore_their_own_subscriptions_on_other_nodes`
     // closes tabs within one second: see `reconnect::one_record_each`).
     TestServer::builder().settings(|s| {
-        s.rate_limit = Some(1000);
-        s.restore_merge_window = Some("0s".into());
+        s.edge.rate_limit = Some(1000);
+        s.edge.restore_merge_window = Some("0s".into());
     })
 }
 

@@ -104,7 +104,7 @@ async fn calls_without_the_admin_key_are_unauthenticated_health_is_open_and_refl
 
 #[tokio::test]
 async fn reflection_is_open_with_grpc_reflection_public() {
-    let s = TestServer::builder().grpc().settings(|s| s.grpc_reflection_public = Some(true)).spawn().await;
+    let s = TestServer::builder().grpc().settings(|s| s.control.grpc_reflection_public = Some(true)).spawn().await;
     let names = reflected_services(s.grpc_addr.unwrap(), None).await.unwrap();
     assert!(names.iter().any(|n| n == "skua.control.v1.Control"), "{names:?}");
 }
@@ -114,8 +114,8 @@ async fn failed_admin_keys_back_off_the_address_even_for_the_right_key() {
     let s = TestServer::builder()
         .grpc()
         .settings(|s| {
-            s.admin_key_max_failures = Some(3);
-            s.admin_key_backoff_max = Some("1m".into());
+            s.control.admin_key_max_failures = Some(3);
+            s.control.admin_key_backoff_max = Some("1m".into());
         })
         .spawn()
         .await;
@@ -353,10 +353,10 @@ async fn every_cap_refuses_one_more_with_failed_precondition_naming_its_setting(
     let s = TestServer::builder()
         .grpc()
         .settings(|s| {
-            s.max_apps_per_project = Some(1);
-            s.max_actors_per_project = Some(1);
-            s.max_grants_per_room = Some(1);
-            s.max_lobbies_per_project = Some(1);
+            s.control.max_apps_per_project = Some(1);
+            s.control.max_actors_per_project = Some(1);
+            s.control.max_grants_per_room = Some(1);
+            s.control.max_lobbies_per_project = Some(1);
         })
         .spawn()
         .await;
@@ -745,7 +745,7 @@ async fn a_publish_observer_sees_every_accepted_publish_once_from_both_entry_poi
     let (tx, mut rx) = tokio::sync::mpsc::channel(64);
     let s = TestServer::builder()
         .grpc()
-        .settings(|s| s.max_retained_per_topic = Some(1))
+        .settings(|s| s.edge.max_retained_per_topic = Some(1))
         .publish_observer(std::sync::Arc::new(Recorder(tx)))
         .spawn()
         .await;
@@ -820,7 +820,7 @@ async fn a_publish_observer_sees_every_accepted_publish_once_from_both_entry_poi
 /// connection still serves a complete call.
 #[tokio::test]
 async fn a_grpc_request_whose_body_never_arrives_is_ended_within_the_request_timeout() {
-    let s = TestServer::builder().grpc().settings(|s| s.grpc_request_timeout = Some("1s".into())).spawn().await;
+    let s = TestServer::builder().grpc().settings(|s| s.control.grpc_request_timeout = Some("1s".into())).spawn().await;
     let tcp = tokio::net::TcpStream::connect(s.grpc_addr.expect("grpc")).await.expect("connect");
     let (mut h2, conn) = h2::client::handshake(tcp).await.expect("HTTP/2 handshake");
     tokio::spawn(conn);

@@ -93,9 +93,9 @@ async fn burst_server(store: &str) -> TestServer {
     let store = store.to_owned();
     TestServer::builder()
         .settings(move |s| {
-            s.store = Some(store);
+            s.node.store = Some(store);
             // The burst goes out at once: no rate limit in the way.
-            s.rate_limit = Some(1_000_000);
+            s.edge.rate_limit = Some(1_000_000);
         })
         .spawn()
         .await
@@ -434,9 +434,9 @@ async fn live_group_messages_reach_one_member_and_a_leaver_s_unacked_ones_go_to_
 async fn a_backlog_larger_than_the_outbound_queue_is_paged_without_a_slow_consumer_close() {
     let server = TestServer::builder()
         .settings(|s| {
-            s.outbound_queue_messages = Some(16);
-            s.replay_page_size = Some(7);
-            s.rate_limit = Some(100_000);
+            s.edge.outbound_queue_messages = Some(16);
+            s.edge.replay_page_size = Some(7);
+            s.edge.rate_limit = Some(100_000);
         })
         .spawn()
         .await;
@@ -481,8 +481,8 @@ async fn unsubscribing_ends_a_session_s_backlog() {
 async fn retention_caps_what_a_session_finds_on_return() {
     let server = TestServer::builder()
         .settings(|s| {
-            s.log_max_per_topic = Some(3);
-            s.log_prune_interval = Some("1s".into());
+            s.edge.log_max_per_topic = Some(3);
+            s.edge.log_prune_interval = Some("1s".into());
         })
         .spawn()
         .await;
@@ -509,7 +509,7 @@ async fn retention_caps_what_a_session_finds_on_return() {
 
 #[tokio::test]
 async fn sqlite_keeps_sessions_and_backlogs_too() {
-    let server = TestServer::builder().settings(|s| s.store = Some("sqlite::memory:".into())).spawn().await;
+    let server = TestServer::builder().settings(|s| s.node.store = Some("sqlite::memory:".into())).spawn().await;
     let mut w = agent(&server, "sq", false).await;
     subscribe_group(&mut w, "sq-group").await;
     server.close_settled(w).await;
@@ -552,8 +552,8 @@ async fn drain_acking(c: &mut WsClient, quiet: Duration) -> Vec<(i64, bool)> {
 async fn a_group_message_another_member_acked_is_not_delivered_again() {
     let server = TestServer::builder()
         .settings(|s| {
-            s.outbound_queue_messages = Some(4);
-            s.rate_limit = Some(1000);
+            s.edge.outbound_queue_messages = Some(4);
+            s.edge.rate_limit = Some(1000);
         })
         .spawn()
         .await;
@@ -599,12 +599,12 @@ async fn a_logged_message_that_missed_the_bus_reaches_a_connected_member_by_the_
     let (s1, s2) = (store.clone(), store);
     let subscriber_node = TestServer::builder()
         .settings(move |s| {
-            s.store = Some(s1.clone());
-            s.durable_sweep_interval = Some("200ms".into());
+            s.node.store = Some(s1.clone());
+            s.edge.durable_sweep_interval = Some("200ms".into());
         })
         .spawn()
         .await;
-    let publisher_node = TestServer::builder().settings(move |s| s.store = Some(s2.clone())).spawn().await;
+    let publisher_node = TestServer::builder().settings(move |s| s.node.store = Some(s2.clone())).spawn().await;
     let mut w = agent(&subscriber_node, "swept", false).await;
     subscribe_group(&mut w, "sweepers").await;
     let mut alice = publisher_node.auth("dev-token-alice").await;
@@ -642,8 +642,8 @@ fn uuid_like() -> String {
 async fn a_member_whose_durable_queue_overflowed_still_gets_messages_in_order() {
     let server = TestServer::builder()
         .settings(|s| {
-            s.durable_queue = Some(1);
-            s.rate_limit = Some(100_000);
+            s.edge.durable_queue = Some(1);
+            s.edge.rate_limit = Some(100_000);
         })
         .spawn()
         .await;
@@ -680,9 +680,9 @@ async fn each_member_of_a_group_with_a_slow_member_gets_its_share_in_order() {
     const FILL: &str = "demo/random/tasks";
     let server = TestServer::builder()
         .settings(|s| {
-            s.durable_queue = Some(1);
-            s.outbound_queue_messages = Some(4);
-            s.rate_limit = Some(100_000);
+            s.edge.durable_queue = Some(1);
+            s.edge.outbound_queue_messages = Some(4);
+            s.edge.rate_limit = Some(100_000);
         })
         .spawn()
         .await;

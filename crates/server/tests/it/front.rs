@@ -96,7 +96,7 @@ fn refusals(scrape: &Scrape, reason: &str) -> f64 {
 async fn spawn_server(f: impl FnOnce(&mut skua_server::Settings)) -> TestServer {
     TestServer::builder()
         .settings(|s| {
-            s.metrics_listen = Some("127.0.0.1:0".into());
+            s.node.metrics_listen = Some("127.0.0.1:0".into());
             f(s);
         })
         .spawn()
@@ -113,8 +113,8 @@ fn metrics_addr(server: &TestServer) -> SocketAddr {
 #[tokio::test]
 async fn slowloris_sockets_hold_connection_slots_and_are_closed_after_the_header_timeout() {
     let server = spawn_server(|s| {
-        s.max_connections = Some(2);
-        s.http_header_timeout = Some("1s".into());
+        s.edge.max_connections = Some(2);
+        s.edge.http_header_timeout = Some("1s".into());
     })
     .await;
     // Two sockets that never finish their upgrade request take both slots.
@@ -154,7 +154,7 @@ async fn slowloris_sockets_hold_connection_slots_and_are_closed_after_the_header
 /// WebSockets already open keep working, and a freed slot takes the next upgrade.
 #[tokio::test]
 async fn a_full_edge_refuses_upgrades_503_with_retry_after_and_readyz_stays_200() {
-    let server = spawn_server(|s| s.max_connections = Some(2)).await;
+    let server = spawn_server(|s| s.edge.max_connections = Some(2)).await;
     let mut alice = ws_eventually(server.addr, &[]).await;
     auth(&mut alice, "dev-token-alice").await;
     let mut bob = ws_eventually(server.addr, &[]).await;
@@ -186,7 +186,7 @@ async fn a_full_edge_refuses_upgrades_503_with_retry_after_and_readyz_stays_200(
 
 #[tokio::test]
 async fn idle_keep_alive_sockets_are_closed_after_the_header_timeout() {
-    let server = spawn_server(|s| s.http_header_timeout = Some("1s".into())).await;
+    let server = spawn_server(|s| s.edge.http_header_timeout = Some("1s".into())).await;
     let mut s = TcpStream::connect(server.addr).await.expect("connect");
     s.write_all(b"GET /healthz HTTP/1.1\r\nHost: skua\r\n\r\n").await.expect("write");
     let mut first = [0u8; 12];
@@ -262,8 +262,8 @@ async fn websocket_auth_works_over_tls() {
 #[tokio::test]
 async fn a_tls_handshake_that_never_finishes_is_closed_after_the_header_timeout() {
     let server = spawn_server(|s| {
-        s.http_header_timeout = Some("1s".into());
-        s.max_connections = Some(1);
+        s.edge.http_header_timeout = Some("1s".into());
+        s.edge.max_connections = Some(1);
     })
     .await;
     let tls = tls_pair();
@@ -286,7 +286,7 @@ async fn a_tls_handshake_that_never_finishes_is_closed_after_the_header_timeout(
 
 #[tokio::test]
 async fn connections_per_address_over_the_limit_get_429() {
-    let server = spawn_server(|s| s.max_connections_per_ip = Some(2)).await;
+    let server = spawn_server(|s| s.edge.max_connections_per_ip = Some(2)).await;
     let mut a = try_ws(server.addr, &[]).await.expect("first");
     let _b = try_ws(server.addr, &[]).await.expect("second");
     assert_eq!(try_ws(server.addr, &[]).await.err(), Some(429));
@@ -301,7 +301,7 @@ async fn connections_per_address_over_the_limit_get_429() {
 
 #[tokio::test]
 async fn new_connections_per_address_over_the_rate_get_429() {
-    let server = spawn_server(|s| s.max_new_connections_per_ip_per_second = Some(2)).await;
+    let server = spawn_server(|s| s.edge.max_new_connections_per_ip_per_second = Some(2)).await;
     // All ten at once: however slow the machine, they arrive well within the first second's
     // refill, so some must be refused (issue 35: sequential requests could take longer than the
     // refill on a loaded machine and all pass).
@@ -325,7 +325,7 @@ async fn new_connections_per_address_over_the_rate_get_429() {
 async fn forwarded_for_names_the_client_only_behind_a_trusted_proxy() {
     let xff = |ip: &'static str| [("x-forwarded-for", ip)];
     // Untrusted peer: the header is ignored, every socket is 127.0.0.1's.
-    let direct = spawn_server(|s| s.max_connections_per_ip = Some(1)).await;
+    let direct = spawn_server(|s| s.edge.max_connections_per_ip = Some(1)).await;
     let _a = try_ws(direct.addr, &xff("203.0.113.1")).await.expect("first");
     assert_eq!(
         try_ws(direct.addr, &xff("203.0.113.2")).await.err(),
@@ -335,8 +335,8 @@ async fn forwarded_for_names_the_client_only_behind_a_trusted_proxy() {
 
     // Trusted peer: the rightmost untrusted entry is the client.
     let proxied = spawn_server(|s| {
-        s.max_connections_per_ip = Some(1);
-        s.trusted_proxies = Some(vec!["127.0.0.0/8".into()]);
+        s.edge.max_connections_per_ip = Some(1);
+        s.edge.trusted_proxies = Some(vec!["127.0.0.0/8".into()]);
     })
     .await;
     let _a = try_ws(proxied.addr, &xff("203.0.113.1")).await.expect("client 1");
@@ -369,10 +369,10 @@ async fn ws_over(s: TcpStream) -> Result<WebSocketStream<TcpStream>, u16> {
 #[tokio::test]
 async fn proxy_protocol_headers_name_the_client() {
     let server = spawn_server(|s| {
-        s.max_connections_per_ip = Some(1);
-        s.proxy_protocol = Some(true);
-        s.trusted_proxies = Some(vec!["127.0.0.1".into()]);
-        s.http_header_timeout = Some("1s".into());
+        s.edge.max_connections_per_ip = Some(1);
+        s.edge.proxy_protocol = Some(true);
+        s.edge.trusted_proxies = Some(vec!["127.0.0.1".into()]);
+        s.edge.http_header_timeout = Some("1s".into());
     })
     .await;
     let v1 = |ip: &str| format!("PROXY TCP4 {ip} 127.0.0.1 40000 8080\r\n").into_bytes();
@@ -403,7 +403,7 @@ async fn proxy_protocol_headers_name_the_client() {
 #[tokio::test]
 async fn upgrades_from_origins_not_allowed_get_403() {
     let server = spawn_server(|s| {
-        s.allowed_origins = Some(vec!["https://app.example.com".into(), "https://*.example.org".into()]);
+        s.edge.allowed_origins = Some(vec!["https://app.example.com".into(), "https://*.example.org".into()]);
     })
     .await;
     let mut ws = try_ws(server.addr, &[("origin", "https://app.example.com")]).await.expect("listed origin");
@@ -426,7 +426,7 @@ async fn upgrades_from_origins_not_allowed_get_403() {
 #[tokio::test]
 async fn metrics_require_the_bearer_token_when_one_is_set() {
     let token = "metrics-token-0123456789";
-    let server = TestServer::builder().settings(|s| s.metrics_token = Some(token.into())).spawn().await;
+    let server = TestServer::builder().settings(|s| s.edge.metrics_token = Some(token.into())).spawn().await;
     let addr = server.addr;
     let scrape_with = |auth: Option<String>| async move {
         let mut s = TcpStream::connect(addr).await.expect("connect");
@@ -530,8 +530,8 @@ async fn upgrades_are_refused_503_before_the_open_file_limit() {
 #[tokio::test]
 async fn a_body_that_never_arrives_is_answered_408_after_the_body_timeout() {
     let server = spawn_server(|s| {
-        s.max_connections = Some(1);
-        s.http_body_timeout = Some("1s".into());
+        s.edge.max_connections = Some(1);
+        s.edge.http_body_timeout = Some("1s".into());
     })
     .await;
     let mut s = TcpStream::connect(server.addr).await.expect("connect");
@@ -553,7 +553,7 @@ async fn a_body_that_never_arrives_is_answered_408_after_the_body_timeout() {
 /// The front door's 429 tells the client when to come back.
 #[tokio::test]
 async fn the_per_address_429_carries_retry_after() {
-    let server = spawn_server(|s| s.max_connections_per_ip = Some(1)).await;
+    let server = spawn_server(|s| s.edge.max_connections_per_ip = Some(1)).await;
     let _held = try_ws(server.addr, &[]).await.expect("first");
     let mut s = TcpStream::connect(server.addr).await.expect("connect");
     s.write_all(b"GET /healthz HTTP/1.1\r\nHost: skua\r\nConnection: close\r\n\r\n").await.expect("write");
@@ -583,10 +583,10 @@ async fn closed_unanswered(mut s: TcpStream) -> bool {
 #[tokio::test]
 async fn past_max_connections_256_overflow_sockets_are_served_and_the_next_is_closed_at_accept() {
     let server = spawn_server(|s| {
-        s.max_connections = Some(1);
-        s.max_connections_per_ip = Some(100_000);
-        s.max_new_connections_per_ip_per_second = Some(100_000);
-        s.http_header_timeout = Some("30s".into());
+        s.edge.max_connections = Some(1);
+        s.edge.max_connections_per_ip = Some(100_000);
+        s.edge.max_new_connections_per_ip_per_second = Some(100_000);
+        s.edge.http_header_timeout = Some("30s".into());
     })
     .await;
     let mut ws = ws_eventually(server.addr, &[]).await;

@@ -69,8 +69,11 @@ async fn keys_are_per_project_and_limited_in_length() {
         )
     };
     let fixtures = format!("{}{}", project("one"), project("two"));
-    let server =
-        TestServer::builder().fixtures(&fixtures).settings(|s| s.idempotency_max_key_length = Some(8)).spawn().await;
+    let server = TestServer::builder()
+        .fixtures(&fixtures)
+        .settings(|s| s.edge.idempotency_max_key_length = Some(8))
+        .spawn()
+        .await;
     let mut one = server.auth("one-token").await;
     let mut two = server.auth("two-token").await;
     assert!(!duplicate(&publish(&mut one, "app/r/t", 1.into(), "same").await));
@@ -92,7 +95,7 @@ async fn a_publish_the_store_refused_does_not_block_its_retry() {
     let Some(db) = TestDatabase::migrated().await else { return };
     let proxy = TcpProxy::start(db.server_addr()).await;
     let url = db.url_via(proxy.addr);
-    let server = TestServer::builder().settings(move |s| s.store = Some(url)).spawn().await;
+    let server = TestServer::builder().settings(move |s| s.node.store = Some(url)).spawn().await;
     let mut bob = server.auth("dev-token-bob").await;
     bob.subscribe(TASKS).await;
     let mut alice = server.auth("dev-token-alice").await;

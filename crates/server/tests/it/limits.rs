@@ -38,8 +38,8 @@ fn publish_frame_of_size(total: usize) -> Vec<u8> {
 
 fn settings_rate(rate: u32, window: &'static str) -> impl FnOnce(&mut skua_server::Settings) {
     move |s| {
-        s.rate_limit = Some(rate);
-        s.rate_limit_window = Some(window.into());
+        s.edge.rate_limit = Some(rate);
+        s.edge.rate_limit_window = Some(window.into());
     }
 }
 
@@ -53,7 +53,7 @@ async fn assert_usable(c: &mut WsClient) {
 #[tokio::test]
 async fn eighty_back_to_back_publishes_give_fifty_published_and_thirty_rate_errors() {
     // A 1 h window: no refill while the 80 frames are in flight, so the count is exact.
-    let server = TestServer::builder().settings(|s| s.rate_limit_window = Some("1h".into())).spawn().await;
+    let server = TestServer::builder().settings(|s| s.edge.rate_limit_window = Some("1h".into())).spawn().await;
     let mut alice = server.auth("dev-token-alice").await;
     for i in 0..80 {
         alice.send(publish(TOPIC, Value::from(i), &format!("r{i}"))).await;
@@ -96,9 +96,9 @@ async fn rate_limit_counts_per_connection() {
 async fn rate_is_checked_before_size_size_before_access_and_access_before_filters() {
     let server = TestServer::builder()
         .settings(|s| {
-            s.rate_limit = Some(3);
-            s.rate_limit_window = Some("1h".into());
-            s.max_message_size = Some(1000);
+            s.edge.rate_limit = Some(3);
+            s.edge.rate_limit_window = Some("1h".into());
+            s.edge.max_message_size = Some(1000);
         })
         .spawn()
         .await;
@@ -146,9 +146,9 @@ async fn subscribe_checks_access_before_filters() {
 async fn publishes_refused_after_the_rate_check_use_their_token() {
     let server = TestServer::builder()
         .settings(|s| {
-            s.rate_limit = Some(3);
-            s.rate_limit_window = Some("1h".into());
-            s.max_message_size = Some(1000);
+            s.edge.rate_limit = Some(3);
+            s.edge.rate_limit_window = Some("1h".into());
+            s.edge.max_message_size = Some(1000);
         })
         .spawn()
         .await;
@@ -200,7 +200,7 @@ async fn publishes_refused_for_rate_take_no_token() {
 
 #[tokio::test]
 async fn data_of_exactly_the_max_size_is_accepted_and_one_byte_more_is_message_too_large() {
-    let server = TestServer::builder().settings(|s| s.max_message_size = Some(1000)).spawn().await;
+    let server = TestServer::builder().settings(|s| s.edge.max_message_size = Some(1000)).spawn().await;
     let mut alice = server.auth("dev-token-alice").await;
     let mut bob = server.auth("dev-token-bob").await;
     bob.subscribe(TOPIC).await;
@@ -238,7 +238,7 @@ async fn data_of_exactly_the_max_size_is_accepted_and_one_byte_more_is_message_t
 
 #[tokio::test]
 async fn v1_size_error_carries_code_and_max_size_but_no_msg_ref_or_hint() {
-    let server = TestServer::builder().settings(|s| s.max_message_size = Some(1000)).spawn().await;
+    let server = TestServer::builder().settings(|s| s.edge.max_message_size = Some(1000)).spawn().await;
     let mut c = server.connect().await;
     assert_eq!(c.auth("dev-token-alice", Some(1)).await.int("protocolVersion"), 1);
     c.send(publish(TOPIC, bin_packed(1001), "v1")).await;
@@ -381,10 +381,10 @@ fn rate_limited(f: &skua_testkit::Frame, hint: &str) {
 async fn presence_subscription_and_query_frames_are_rate_limited_per_connection() {
     let server = TestServer::builder()
         .settings(|s| {
-            s.rate_limit_window = Some("1h".into());
-            s.presence_rate_limit = Some(3);
-            s.subscribe_rate_limit = Some(3);
-            s.query_rate_limit = Some(3);
+            s.edge.rate_limit_window = Some("1h".into());
+            s.edge.presence_rate_limit = Some(3);
+            s.edge.subscribe_rate_limit = Some(3);
+            s.edge.query_rate_limit = Some(3);
         })
         .spawn()
         .await;
@@ -467,7 +467,7 @@ fn page(f: &skua_testkit::Frame) -> (Vec<String>, Option<u64>) {
 #[tokio::test]
 async fn history_pages_pass_a_message_too_large_to_share_a_reply() {
     let ceiling = skua_protocol::MAX_PAYLOAD_CEILING_BYTES;
-    let server = TestServer::builder().settings(|s| s.max_message_size = Some(ceiling)).spawn().await;
+    let server = TestServer::builder().settings(|s| s.edge.max_message_size = Some(ceiling)).spawn().await;
     let mut c = server.auth("dev-token-alice").await;
     let feed = "demo/general/feed";
     c.publish_acked(feed, "small".into()).await;
@@ -501,8 +501,8 @@ async fn history_pages_pass_a_message_too_large_to_share_a_reply() {
 async fn history_max_page_and_history_max_replay_bound_replies_and_recoveries() {
     let server = TestServer::builder()
         .settings(|s| {
-            s.history_max_page = Some(2);
-            s.history_max_replay = Some(3);
+            s.edge.history_max_page = Some(2);
+            s.edge.history_max_replay = Some(3);
         })
         .spawn()
         .await;
@@ -570,7 +570,7 @@ tokens = ["b-sub-token"]
 async fn one_project_filling_its_history_quota_leaves_the_others_history_alone() {
     let server = TestServer::builder()
         .fixtures(TENANT_B_HISTORY)
-        .settings(|s| s.history_max_bytes_per_project = Some(3000))
+        .settings(|s| s.edge.history_max_bytes_per_project = Some(3000))
         .spawn()
         .await;
     let mut b = server.auth("b-token").await;

@@ -111,7 +111,7 @@ async fn a_room_of_10000_sleeping_members_lists_at_most_the_limit() {
     for (limit, expected) in [(None, 1000), (Some(25), 25)] {
         let mut b = TestServer::builder();
         if let Some(l) = limit {
-            b = b.settings(move |s| s.presence_list_limit = Some(l));
+            b = b.settings(move |s| s.members.presence_list_limit = Some(l));
         }
         let server = b.spawn().await;
         let store: &dyn Store = &*server.state.store;
@@ -229,7 +229,7 @@ async fn internal_wake_urls_are_refused_at_announce_unless_allowed() {
         "http://100.64.0.1/w",
         "http://localhost:9/w",
     ];
-    let server = TestServer::builder().settings(|s| s.wake_allowed_hosts = Some(Vec::new())).spawn().await;
+    let server = TestServer::builder().settings(|s| s.members.wake_allowed_hosts = Some(Vec::new())).spawn().await;
     let mut worker = agent(&server, "w1").await;
     for url in urls {
         let wake = frame! {"persistent" => true, "wake" => frame! {"url" => url, "timeoutMs" => 5000}};
@@ -241,7 +241,7 @@ async fn internal_wake_urls_are_refused_at_announce_unless_allowed() {
 
     let allowed =
         vec!["127.0.0.0/8".to_owned(), "10.0.0.0/8".to_owned(), "100.64.0.0/10".to_owned(), "localhost".into()];
-    let server = TestServer::builder().settings(move |s| s.wake_allowed_hosts = Some(allowed)).spawn().await;
+    let server = TestServer::builder().settings(move |s| s.members.wake_allowed_hosts = Some(allowed)).spawn().await;
     let mut worker = agent(&server, "w1").await;
     for url in urls {
         let wake = frame! {"persistent" => true, "wake" => frame! {"url" => url, "timeoutMs" => 5000}};
@@ -274,7 +274,7 @@ async fn wakes_are_bounded_per_actor_per_period() {
     use std::sync::atomic::Ordering;
     use std::time::Duration;
     let rx = WebhookReceiver::start(Mode::Ok(serde_json::json!({}))).await;
-    let server = TestServer::builder().settings(|s| s.wake_limit_per_actor = Some(3)).spawn().await;
+    let server = TestServer::builder().settings(|s| s.members.wake_limit_per_actor = Some(3)).spawn().await;
     let mut alice = server.auth("dev-token-alice").await;
     six_offline_members(&server, &rx.url("/wake")).await;
     let metrics = &server.state.members.metrics;
@@ -359,8 +359,8 @@ async fn wakes_are_bounded_per_url_origin_per_period() {
     let rx = WebhookReceiver::start(Mode::Ok(serde_json::json!({}))).await;
     let server = TestServer::builder()
         .settings(|s| {
-            s.wake_limit_per_actor = Some(100);
-            s.wake_limit_per_url = Some(2);
+            s.members.wake_limit_per_actor = Some(100);
+            s.members.wake_limit_per_url = Some(2);
         })
         .spawn()
         .await;
@@ -396,7 +396,7 @@ async fn a_tiny_wake_timeout_is_raised_to_the_floor() {
     use skua_testkit::webhook::{Mode, WebhookReceiver};
     use std::time::{Duration, Instant};
     let rx = WebhookReceiver::start(Mode::Ok(serde_json::json!({}))).await;
-    let server = TestServer::builder().settings(|s| s.wake_timeout_min = Some("3s".into())).spawn().await;
+    let server = TestServer::builder().settings(|s| s.members.wake_timeout_min = Some("3s".into())).spawn().await;
     let mut alice = server.auth("dev-token-alice").await;
     announce(&mut alice, "general", frame! {"who" => "alice"}).await;
     alice.expect("presence").await;
@@ -427,7 +427,7 @@ async fn a_tiny_wake_timeout_is_raised_to_the_floor() {
 async fn an_internal_wake_url_is_refused_again_when_the_wake_is_sent() {
     use skua_testkit::webhook::{Mode, WebhookReceiver};
     let rx = WebhookReceiver::start(Mode::Ok(serde_json::json!({}))).await;
-    let server = TestServer::builder().settings(|s| s.wake_allowed_hosts = Some(Vec::new())).spawn().await;
+    let server = TestServer::builder().settings(|s| s.members.wake_allowed_hosts = Some(Vec::new())).spawn().await;
     let store: &dyn Store = &*server.state.store;
     let now = skua_testkit::now_s();
     let wake = serde_json::json!({"url": rx.url("/wake"), "headers": {}, "timeoutMs": 5000}).to_string();
@@ -481,7 +481,7 @@ async fn until_wake_queries(server: &TestServer, n: u64) {
 /// wake, once offline, is woken by the next publish.
 #[tokio::test]
 async fn a_room_without_wakeable_members_costs_no_store_query_until_a_member_changes() {
-    let server = TestServer::builder().settings(|s| s.wake_negative_cache = Some("0s".into())).spawn().await;
+    let server = TestServer::builder().settings(|s| s.members.wake_negative_cache = Some("0s".into())).spawn().await;
     let mut alice = server.auth("dev-token-alice").await;
     alice.publish_acked("demo/general/messages", "first".into()).await;
     until_wake_queries(&server, 1).await;
@@ -536,7 +536,7 @@ tokens = ["b-agent-token"]
 async fn persistent_members_are_limited_per_project() {
     let server = TestServer::builder()
         .fixtures(TENANT_B)
-        .settings(|s| s.presence_max_members_per_project = Some(2))
+        .settings(|s| s.members.presence_max_members_per_project = Some(2))
         .spawn()
         .await;
     let mut b = Vec::new();
@@ -582,7 +582,7 @@ async fn wake_limits_hold_for_the_cluster_with_redis_presence() {
     use std::sync::atomic::Ordering;
     use std::time::Duration;
     let rx = WebhookReceiver::start(Mode::Ok(serde_json::json!({}))).await;
-    let builder = TestServer::builder().settings(|s| s.wake_limit_per_actor = Some(3));
+    let builder = TestServer::builder().settings(|s| s.members.wake_limit_per_actor = Some(3));
     let Some(c) = skua_testkit::TestCluster::external(2, builder).await else { return };
     let (n0, n1) = (c.node(0), c.node(1));
     let mut workers = Vec::new();

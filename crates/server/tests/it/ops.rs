@@ -109,8 +109,8 @@ async fn drain_delay_fails_readiness_and_refuses_upgrades_before_sockets_close()
     let delay = Duration::from_millis(1500);
     let server = TestServer::builder()
         .settings(|s| {
-            s.drain_delay = Some("1500ms".into());
-            s.shutdown_grace = Some("5s".into());
+            s.edge.drain_delay = Some("1500ms".into());
+            s.edge.shutdown_grace = Some("5s".into());
         })
         .spawn()
         .await;
@@ -149,9 +149,9 @@ async fn drain_delay_fails_readiness_and_refuses_upgrades_before_sockets_close()
 async fn drain_seconds_count_from_the_start_of_the_drain_on_the_metrics_listener() {
     let server = TestServer::builder()
         .settings(|s| {
-            s.metrics_listen = Some("127.0.0.1:0".into());
-            s.drain_delay = Some("1500ms".into());
-            s.shutdown_grace = Some("5s".into());
+            s.node.metrics_listen = Some("127.0.0.1:0".into());
+            s.edge.drain_delay = Some("1500ms".into());
+            s.edge.shutdown_grace = Some("5s".into());
         })
         .spawn()
         .await;
@@ -179,8 +179,8 @@ async fn drain_spread_spaces_the_1012_closes_over_the_window() {
     let spread = Duration::from_secs(2);
     let server = TestServer::builder()
         .settings(|s| {
-            s.drain_spread = Some("2s".into());
-            s.shutdown_grace = Some("10s".into());
+            s.edge.drain_spread = Some("2s".into());
+            s.edge.shutdown_grace = Some("10s".into());
         })
         .spawn()
         .await;

@@ -17,9 +17,9 @@ async fn server_on(store: &str) -> TestServer {
     let store = store.to_owned();
     TestServer::builder()
         .settings(move |s| {
-            s.store = Some(store);
+            s.node.store = Some(store);
             // The burst goes out at once: no rate limit in the way.
-            s.rate_limit = Some(1_000_000);
+            s.edge.rate_limit = Some(1_000_000);
         })
         .spawn()
         .await

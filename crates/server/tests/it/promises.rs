@@ -15,7 +15,7 @@ use skua_testkit::{Event, TestServer, WsClient, frame};
 /// naming the topic; re-subscribing a held topic does not count; an unsubscribe frees a slot.
 #[tokio::test]
 async fn a_subscribe_past_the_per_connection_limit_is_refused_with_too_many_subscriptions() {
-    let server = TestServer::builder().settings(|s| s.max_subscriptions_per_connection = Some(2)).spawn().await;
+    let server = TestServer::builder().settings(|s| s.edge.max_subscriptions_per_connection = Some(2)).spawn().await;
     let mut c = server.auth("dev-token-alice").await;
     c.subscribe("demo/general/messages").await;
     c.subscribe("demo/general/events").await;
@@ -257,7 +257,7 @@ async fn on_postgres_behind_a_proxy() -> Option<(TestDatabase, TcpProxy, TestSer
     let db = TestDatabase::migrated().await?;
     let proxy = TcpProxy::start(db.server_addr()).await;
     let url = db.url_via(proxy.addr);
-    let server = TestServer::builder().settings(move |s| s.store = Some(url)).spawn().await;
+    let server = TestServer::builder().settings(move |s| s.node.store = Some(url)).spawn().await;
     Some((db, proxy, server))
 }
 
@@ -340,8 +340,8 @@ async fn presence_backend_failures_answer_broker_unavailable_with_the_room_or_lo
     let (url, ns) = (format!("redis://{}", proxy.addr), unique_namespace());
     let server = TestServer::builder()
         .settings(move |s| {
-            s.presence = Some(url);
-            s.namespace = Some(ns);
+            s.node.presence = Some(url);
+            s.edge.namespace = Some(ns);
         })
         .spawn()
         .await;
@@ -375,9 +375,9 @@ async fn a_logged_publish_whose_bus_publish_fails_still_reaches_durable_consumer
     let (url, ns) = (format!("mqtt://{}", proxy.addr), unique_namespace());
     let server = TestServer::builder()
         .settings(move |s| {
-            s.bus = Some(url);
-            s.namespace = Some(ns);
-            s.bus_publish_buffer = Some(1);
+            s.node.bus = Some(url);
+            s.edge.namespace = Some(ns);
+            s.node.bus_publish_buffer = Some(1);
         })
         .spawn()
         .await;
@@ -439,8 +439,8 @@ async fn a_subscribe_the_bus_refuses_gets_broker_unavailable_with_the_topic() {
     let (url, ns) = (format!("mqtt://{}", proxy.addr), unique_namespace());
     let server = TestServer::builder()
         .settings(move |s| {
-            s.bus = Some(url);
-            s.namespace = Some(ns);
+            s.node.bus = Some(url);
+            s.edge.namespace = Some(ns);
         })
         .spawn()
         .await;
@@ -471,11 +471,11 @@ async fn a_group_replay_cut_short_by_retention_reports_the_shortfall() {
     const N: usize = 30;
     let server = TestServer::builder()
         .settings(|s| {
-            s.log_max_per_topic = Some(N);
-            s.log_prune_interval = Some("1s".into());
-            s.replay_page_size = Some(1);
-            s.outbound_queue_messages = Some(2);
-            s.rate_limit = Some(1000);
+            s.edge.log_max_per_topic = Some(N);
+            s.edge.log_prune_interval = Some("1s".into());
+            s.edge.replay_page_size = Some(1);
+            s.edge.outbound_queue_messages = Some(2);
+            s.edge.rate_limit = Some(1000);
         })
         .spawn()
         .await;

@@ -257,7 +257,7 @@ async fn lobby_room_changes_reach_lobby_subscribers() {
 
 #[tokio::test]
 async fn periodic_revalidation_ends_subscriptions_whose_grant_expired() {
-    let builder = TestServer::builder().grpc().settings(|s| s.revalidate_interval = Some("200ms".into()));
+    let builder = TestServer::builder().grpc().settings(|s| s.edge.revalidate_interval = Some("200ms".into()));
     let s = builder.spawn().await;
     let mut control = s.control().await;
     // Far enough ahead that a loaded machine still subscribes before it.
@@ -286,7 +286,7 @@ async fn periodic_revalidation_ends_subscriptions_whose_grant_expired() {
 #[tokio::test]
 async fn two_nodes_on_postgres_see_every_change_within_the_bound() {
     let Some(db) = TestDatabase::migrated().await else { return };
-    let builder = TestServer::builder().grpc().settings(|s| s.store = Some(db.url.clone()));
+    let builder = TestServer::builder().grpc().settings(|s| s.node.store = Some(db.url.clone()));
     let embedded = skua_server::node::Embedded::default();
     let n0 = builder.spawn_with(&embedded).await;
     let n1 = builder.spawn_with(&embedded).await;
@@ -313,9 +313,11 @@ async fn a_node_whose_store_is_unreachable_keeps_serving_and_catches_up_when_it_
     let proxy = skua_testkit::proxy::TcpProxy::start(db.server_addr()).await;
     let embedded = skua_server::node::Embedded::default();
     let via_proxy = db.url_via(proxy.addr);
-    let cut_off = TestServer::builder().grpc().settings(move |s| s.store = Some(via_proxy)).spawn_with(&embedded).await;
+    let cut_off =
+        TestServer::builder().grpc().settings(move |s| s.node.store = Some(via_proxy)).spawn_with(&embedded).await;
     let direct = db.url.clone();
-    let healthy = TestServer::builder().grpc().settings(move |s| s.store = Some(direct)).spawn_with(&embedded).await;
+    let healthy =
+        TestServer::builder().grpc().settings(move |s| s.node.store = Some(direct)).spawn_with(&embedded).await;
     let mut alice = cut_off.auth("dev-token-alice").await;
     alice.subscribe("demo/general/messages").await;
 
@@ -352,10 +354,10 @@ async fn a_node_whose_store_is_unreachable_keeps_serving_and_catches_up_when_it_
 async fn connections_of_every_node_are_listed_on_a_shared_store() {
     let Some(db) = TestDatabase::migrated().await else { return };
     let url = db.url.clone();
-    let builder = TestServer::builder().grpc().settings(move |s| s.store = Some(url));
+    let builder = TestServer::builder().grpc().settings(move |s| s.node.store = Some(url));
     let embedded = skua_server::node::Embedded::default();
-    let n0 = builder.clone().settings(|s| s.node_id = Some("pg-node-0".into())).spawn_with(&embedded).await;
-    let n1 = builder.settings(|s| s.node_id = Some("pg-node-1".into())).spawn_with(&embedded).await;
+    let n0 = builder.clone().settings(|s| s.node.node_id = Some("pg-node-0".into())).spawn_with(&embedded).await;
+    let n1 = builder.settings(|s| s.node.node_id = Some("pg-node-1".into())).spawn_with(&embedded).await;
     let mut control = n0.control().await;
     let _bob = n0.auth("dev-token-bob").await;
     let mut alice = n1.auth("dev-token-alice").await;
@@ -415,7 +417,7 @@ async fn revalidation_checks_the_credential_of_the_last_reauth() {
 async fn a_restored_registry_with_a_lower_version_is_installed_and_writes_work_again() {
     use sqlx::Connection as _;
     let Some(db) = TestDatabase::migrated().await else { return };
-    let builder = TestServer::builder().grpc().settings(|s| s.store = Some(db.url.clone()));
+    let builder = TestServer::builder().grpc().settings(|s| s.node.store = Some(db.url.clone()));
     let embedded = skua_server::node::Embedded::default();
     let n0 = builder.spawn_with(&embedded).await;
     let n1 = builder.spawn_with(&embedded).await;
@@ -500,7 +502,7 @@ async fn publish_answer(client: &mut WsClient, topic: &str) -> skua_testkit::Fra
 #[tokio::test]
 async fn a_revoked_grant_refuses_the_next_publish_on_a_topic_the_connection_published_to() {
     // Retried every 10 ms: the publish rate limit must not answer first.
-    let s = TestServer::builder().grpc().settings(|s| s.rate_limit = Some(100_000)).spawn().await;
+    let s = TestServer::builder().grpc().settings(|s| s.edge.rate_limit = Some(100_000)).spawn().await;
     let mut control = s.control().await;
     let mut alice = s.auth("dev-token-alice").await;
     // Twice: the second publish is served by the connection's topic cache.
@@ -525,7 +527,7 @@ async fn a_revoked_grant_refuses_the_next_publish_on_a_topic_the_connection_publ
 #[tokio::test]
 async fn an_expired_grant_refuses_publishes_without_any_registry_change() {
     // Retried every 10 ms: the publish rate limit must not answer first.
-    let s = TestServer::builder().grpc().settings(|s| s.rate_limit = Some(100_000)).spawn().await;
+    let s = TestServer::builder().grpc().settings(|s| s.edge.rate_limit = Some(100_000)).spawn().await;
     let mut control = s.control().await;
     // Far enough ahead that a loaded machine still publishes before it.
     let expires_at = skua_testkit::now_s() + 3;

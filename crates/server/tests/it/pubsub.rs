@@ -90,7 +90,7 @@ async fn unsubscribe_stops_delivery_and_is_idempotent() {
 
 #[tokio::test]
 async fn messages_from_one_publisher_arrive_in_order() {
-    let server = TestServer::builder().settings(|s| s.rate_limit = Some(1000)).spawn().await;
+    let server = TestServer::builder().settings(|s| s.edge.rate_limit = Some(1000)).spawn().await;
     let mut alice = server.auth("dev-token-alice").await;
     let mut bob = server.auth("dev-token-bob").await;
     alice.subscribe(TOPIC).await;
@@ -156,7 +156,7 @@ async fn retained_message_reaches_later_subscribers_right_after_subscribed() {
 
 #[tokio::test]
 async fn load_balanced_group_delivers_each_message_to_exactly_one_member() {
-    let server = TestServer::builder().settings(|s| s.rate_limit = Some(1000)).spawn().await;
+    let server = TestServer::builder().settings(|s| s.edge.rate_limit = Some(1000)).spawn().await;
     let mut members = Vec::new();
     for token in ["dev-token-alice", "dev-token-carol", "dev-token-agent"] {
         let mut c = server.auth(token).await;
@@ -227,7 +227,7 @@ async fn order_holds_while_a_topic_crosses_the_in_place_fan_out_size() {
 async fn crossing_rounds() {
     const ROUNDS: u64 = 4;
     const PER_PHASE: u64 = 100;
-    let server = TestServer::builder().settings(|s| s.rate_limit = Some(100_000)).spawn().await;
+    let server = TestServer::builder().settings(|s| s.edge.rate_limit = Some(100_000)).spawn().await;
     let mut alice = server.auth("dev-token-alice").await;
     let mut bob = server.auth("dev-token-bob").await;
     alice.subscribe(TOPIC).await;
@@ -272,8 +272,8 @@ async fn order_holds_per_topic_across_dispatch_shards_under_concurrent_publisher
     let early = skua_edge::hub::SPLIT_FANOUT - 4;
     let server = TestServer::builder()
         .settings(|s| {
-            (s.rate_limit, s.dispatch_shards) = (Some(100_000), Some(3));
-            (s.outbound_queue_messages, s.outbound_queue_bytes) = (Some(1 << 20), Some(1 << 30));
+            (s.edge.rate_limit, s.edge.dispatch_shards) = (Some(100_000), Some(3));
+            (s.edge.outbound_queue_messages, s.edge.outbound_queue_bytes) = (Some(1 << 20), Some(1 << 30));
         })
         .spawn()
         .await;

@@ -28,7 +28,7 @@ fn patterns(reply: &Frame) -> Vec<String> {
 /// as tabs that dropped together and give the union of their subscriptions (issue 31; tested
 /// by `two_tabs_that_drop_together_each_get_the_union`).
 pub(crate) fn one_record_each() -> skua_testkit::server::TestServerBuilder {
-    TestServer::builder().settings(|s| s.restore_merge_window = Some("0s".into()))
+    TestServer::builder().settings(|s| s.edge.restore_merge_window = Some("0s".into()))
 }
 
 /// Issue 31, defect 5: two tabs that drop at the same moment cannot be told apart on reconnect,
@@ -113,7 +113,7 @@ async fn two_connections_on_an_sqlite_file_each_get_their_own_subscriptions_back
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("scratch directory");
     let store = format!("sqlite://{}/skua.db", dir.display());
-    let server = one_record_each().settings(|s| s.store = Some(store.clone())).spawn().await;
+    let server = one_record_each().settings(|s| s.node.store = Some(store.clone())).spawn().await;
     two_tabs_each_get_their_own_subscriptions_back([&server, &server], [&server, &server]).await;
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
@@ -136,7 +136,7 @@ async fn a_fresh_auth_leaves_another_connection_s_record_alone() {
 #[tokio::test]
 async fn two_nodes_on_postgres_restore_each_connection_s_own_record() {
     let Some(db) = TestDatabase::migrated().await else { return };
-    let builder = one_record_each().settings(|s| s.store = Some(db.url.clone()));
+    let builder = one_record_each().settings(|s| s.node.store = Some(db.url.clone()));
     let embedded = skua_server::node::Embedded::default();
     let (n0, n1) = (builder.spawn_with(&embedded).await, builder.spawn_with(&embedded).await);
     two_tabs_each_get_their_own_subscriptions_back([&n0, &n0], [&n1, &n1]).await;
@@ -236,7 +236,7 @@ async fn persistent_actors_keep_one_record_per_client_id() {
 
 #[tokio::test]
 async fn records_expire_after_the_restore_ttl() {
-    let server = TestServer::builder().settings(|s| s.restore_ttl = Some("0s".into())).spawn().await;
+    let server = TestServer::builder().settings(|s| s.edge.restore_ttl = Some("0s".into())).spawn().await;
     let (mut a, _) = auth_with(&server, "dev-token-alice", false, None).await;
     a.subscribe("demo/general/messages").await;
     server.close_settled(a).await;
@@ -260,13 +260,13 @@ async fn a_reconnect_on_1012_always_gets_its_subscriptions_back() {
     let url = db.url.clone();
     let a = TestServer::builder()
         .settings(move |s| {
-            s.store = Some(url);
-            s.store_pool_size = Some(1);
+            s.node.store = Some(url);
+            s.node.store_pool_size = Some(1);
         })
         .spawn_with(&embedded)
         .await;
     let url = db.url.clone();
-    let b = TestServer::builder().settings(move |s| s.store = Some(url)).spawn_with(&embedded).await;
+    let b = TestServer::builder().settings(move |s| s.node.store = Some(url)).spawn_with(&embedded).await;
     const TABS: usize = 24;
     let mut tabs = Vec::new();
     for _ in 0..TABS {
@@ -328,8 +328,8 @@ async fn the_idle_clock_starts_after_an_auth_reply_that_waited_on_the_store() {
     let url = db.url.clone();
     let server = TestServer::builder()
         .settings(move |s| {
-            s.store = Some(url);
-            s.idle_timeout = Some("2s".into());
+            s.node.store = Some(url);
+            s.edge.idle_timeout = Some("2s".into());
         })
         .spawn()
         .await;

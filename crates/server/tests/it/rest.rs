@@ -89,7 +89,7 @@ fn ok<T>(r: Result<tonic::Response<T>, tonic::Status>) -> T {
 
 /// Test servers open many short HTTP connections from one address.
 fn builder() -> skua_testkit::server::TestServerBuilder {
-    TestServer::builder().grpc().settings(|s| s.max_new_connections_per_ip_per_second = Some(100_000))
+    TestServer::builder().grpc().settings(|s| s.edge.max_new_connections_per_ip_per_second = Some(100_000))
 }
 
 /// A second project "other" with an app, an actor and its own API key; returns the key, the
@@ -181,8 +181,8 @@ async fn every_error_status_has_the_api_error_shape() {
 async fn bodies_are_bounded_and_each_key_is_rate_limited_with_retry_after() {
     let s = builder()
         .settings(|s| {
-            s.rest_max_body_bytes = Some(1024);
-            s.rest_rate_limit = Some(3);
+            s.control.rest_max_body_bytes = Some(1024);
+            s.control.rest_rate_limit = Some(3);
         })
         .spawn()
         .await;
@@ -206,7 +206,7 @@ async fn bodies_are_bounded_and_each_key_is_rate_limited_with_retry_after() {
 
 #[tokio::test]
 async fn the_rest_api_can_be_turned_off() {
-    let s = builder().settings(|s| s.rest_api = Some(false)).spawn().await;
+    let s = builder().settings(|s| s.control.rest_api = Some(false)).spawn().await;
     let r = call(s.addr, "GET", "/v1/apps", None).await;
     assert_eq!(r.status, 404, "{r:?}");
     assert_eq!(skua_testkit::http::get(s.addr, "/healthz").await.0, 200);
@@ -671,11 +671,11 @@ async fn a_scoped_logged_trigger_taken_over_from_the_outbox_carries_the_scope_an
     let rx = WebhookReceiver::start(Mode::Hang).await;
     let s = builder()
         .settings(|s| {
-            s.webhook_queue = Some(1);
-            s.webhook_max_pending = Some(1);
-            s.webhook_trigger_attempts = Some(1);
-            s.trigger_lease = Some("300ms".into());
-            s.trigger_scan_interval = Some("100ms".into());
+            s.webhooks.webhook_queue = Some(1);
+            s.webhooks.webhook_max_pending = Some(1);
+            s.webhooks.webhook_trigger_attempts = Some(1);
+            s.triggers.trigger_lease = Some("300ms".into());
+            s.triggers.trigger_scan_interval = Some("100ms".into());
         })
         .spawn()
         .await;
@@ -779,8 +779,8 @@ async fn apps_take_and_show_topic_history_over_rest() {
 async fn rest_applies_the_node_s_webhook_host_rules_like_grpc() {
     let s = builder()
         .settings(|s| {
-            s.webhook_allowed_hosts = Some(vec!["hooks.example.com".into(), "127.0.0.1".into()]);
-            s.webhook_allow_loopback = Some(false);
+            s.webhooks.webhook_allowed_hosts = Some(vec!["hooks.example.com".into(), "127.0.0.1".into()]);
+            s.webhooks.webhook_allow_loopback = Some(false);
         })
         .spawn()
         .await;
@@ -840,7 +840,7 @@ async fn bare_array_lists_return_at_most_max_page_size_items() {
         let all = call(open.addr, "GET", path, None).await.ok(200);
         assert!(all.as_array().unwrap().len() > 2, "{path}: the dev fixtures have more than two: {all}");
     }
-    let capped = builder().settings(|s| s.max_page_size = Some(2)).spawn().await;
+    let capped = builder().settings(|s| s.control.max_page_size = Some(2)).spawn().await;
     for path in paths {
         let page = call(capped.addr, "GET", path, None).await.ok(200);
         assert_eq!(page.as_array().unwrap().len(), 2, "{path}: {page}");

@@ -17,7 +17,7 @@ fn retained(filter: &str, fill: u8, msg_ref: &str) -> Value {
 async fn a_retained_snapshot_larger_than_the_queue_is_paced_not_closed() {
     // Ten ~900 KB retained messages: more than twice the 4 MiB outbound queue.
     let server =
-        TestServer::builder().settings(|s| s.max_retained_bytes_per_topic = Some(16 * 1024 * 1024)).spawn().await;
+        TestServer::builder().settings(|s| s.edge.max_retained_bytes_per_topic = Some(16 * 1024 * 1024)).spawn().await;
     let mut bob = server.auth("dev-token-bob").await;
     for i in 0..10u8 {
         bob.send(retained(&format!("k{i}"), i, &format!("r{i}"))).await;
@@ -78,7 +78,7 @@ async fn retained_bytes_are_capped_per_topic_and_per_node_with_a_defined_error()
 
 #[tokio::test]
 async fn the_node_wide_retained_cap_refuses_new_keys_anywhere() {
-    let server = TestServer::builder().settings(|s| s.max_retained_bytes = Some(2 * 1024 * 1024)).spawn().await;
+    let server = TestServer::builder().settings(|s| s.edge.max_retained_bytes = Some(2 * 1024 * 1024)).spawn().await;
     let mut bob = server.auth("dev-token-bob").await;
     bob.send(retained("a", 1, "1")).await;
     bob.expect("published").await;
@@ -144,7 +144,7 @@ async fn deleting_a_tenant_s_rooms_gives_their_retained_bytes_back_to_the_others
     let server = TestServer::builder()
         .fixtures(TENANT_B)
         .grpc()
-        .settings(|s| s.max_retained_bytes = Some(3 * 1024 * 1024))
+        .settings(|s| s.edge.max_retained_bytes = Some(3 * 1024 * 1024))
         .spawn()
         .await;
     let mut b = server.auth("b-token").await;
@@ -188,8 +188,8 @@ async fn one_project_cannot_take_the_whole_retained_pool() {
     let server = TestServer::builder()
         .fixtures(TENANT_B)
         .settings(|s| {
-            s.max_retained_bytes = Some(4 * 1024 * 1024);
-            s.max_retained_bytes_per_project = Some(2 * 1024 * 1024);
+            s.edge.max_retained_bytes = Some(4 * 1024 * 1024);
+            s.edge.max_retained_bytes_per_project = Some(2 * 1024 * 1024);
         })
         .spawn()
         .await;
@@ -232,9 +232,9 @@ async fn a_retained_publication_from_another_node_over_this_node_s_cap_is_delive
     let node = |id: &str, cap: Option<usize>| {
         let (ns, id) = (namespace.clone(), id.to_owned());
         TestServer::builder().settings(move |s| {
-            s.namespace = Some(ns);
-            s.node_id = Some(id);
-            s.max_retained_bytes_per_topic = cap;
+            s.edge.namespace = Some(ns);
+            s.node.node_id = Some(id);
+            s.edge.max_retained_bytes_per_topic = cap;
         })
     };
     // Node 0 keeps the default 4 MiB per topic; node 1 only 2000 bytes.

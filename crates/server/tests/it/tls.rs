@@ -30,14 +30,15 @@ fn temp_dir(name: &str) -> PathBuf {
 
 /// A node with the dev fixtures whose listeners use `files`, checked for changes every 50 ms.
 async fn tls_node(files: &CertFiles, grpc: bool) -> RunningNode {
-    let settings = Settings {
-        listen: Some("127.0.0.1:0".into()),
-        store: Some("memory".into()),
-        tls_cert: Some(files.cert.display().to_string()),
-        tls_key: Some(files.key.display().to_string()),
-        tls_reload_interval: Some("50ms".into()),
-        admin_key: Some(TEST_ADMIN_KEY.into()),
-        ..Settings::default()
+    let settings = {
+        let mut layer = Settings::default();
+        layer.node.listen = Some("127.0.0.1:0".into());
+        layer.node.store = Some("memory".into());
+        layer.node.tls_cert = Some(files.cert.display().to_string());
+        layer.node.tls_key = Some(files.key.display().to_string());
+        layer.node.tls_reload_interval = Some("50ms".into());
+        layer.node.admin_key = Some(TEST_ADMIN_KEY.into());
+        layer
     };
     let config = ServerConfig::from_layers(&[&settings]).unwrap();
     let data = fixtures::load_data(&[("dev", fixtures::DEV_FIXTURES)]).unwrap();

@@ -133,8 +133,8 @@ async fn a_failing_receiver_gets_retries_then_a_dead_letter_that_an_operator_ret
     let server = builder(&receiver)
         .grpc()
         .settings(|s| {
-            s.webhook_trigger_attempts = Some(3);
-            s.webhook_trigger_first_retry = Some("50ms".into());
+            s.webhooks.webhook_trigger_attempts = Some(3);
+            s.webhooks.webhook_trigger_first_retry = Some("50ms".into());
         })
         .spawn()
         .await;
@@ -218,7 +218,7 @@ async fn a_two_node_cluster_on_mqtt_and_postgres_fires_exactly_once_per_publish(
     let Some(db) = TestDatabase::migrated().await else { return };
     let receiver = WebhookReceiver::start(Mode::Ok(serde_json::json!({}))).await;
     let url = db.url.clone();
-    let b = builder(&receiver).settings(move |s| s.store = Some(url));
+    let b = builder(&receiver).settings(move |s| s.node.store = Some(url));
     let Some(cluster) = TestCluster::external(2, b).await else { return };
     let (n0, n1) = (cluster.node(0), cluster.node(1));
     // A subscriber on each node, so each node's hub sees every publication.
@@ -259,7 +259,7 @@ async fn a_two_node_cluster_on_mqtt_and_postgres_fires_exactly_once_per_publish(
 async fn triggers_wait_for_the_batch_window_and_each_is_posted_once() {
     const WINDOW: Duration = Duration::from_millis(800);
     let receiver = WebhookReceiver::start(Mode::Ok(serde_json::json!({}))).await;
-    let server = builder(&receiver).settings(|s| s.trigger_batch_window = Some("800ms".into())).spawn().await;
+    let server = builder(&receiver).settings(|s| s.triggers.trigger_batch_window = Some("800ms".into())).spawn().await;
     let mut c = server.auth("hooks-token-pub").await;
     let t0 = std::time::Instant::now();
     for i in 0..5u64 {
@@ -278,8 +278,8 @@ async fn a_hanging_receiver_blocks_no_publish_and_a_full_queue_dead_letters_only
     let receiver = WebhookReceiver::start(Mode::Hang).await;
     let server = builder(&receiver)
         .settings(|s| {
-            s.webhook_queue = Some(1);
-            s.webhook_max_pending = Some(1);
+            s.webhooks.webhook_queue = Some(1);
+            s.webhooks.webhook_max_pending = Some(1);
         })
         .spawn()
         .await;
@@ -320,10 +320,10 @@ async fn under_overload_every_trigger_is_queued_dead_lettered_or_counted_as_lost
     let receiver = WebhookReceiver::start(Mode::Hang).await;
     let server = builder(&receiver)
         .settings(|s| {
-            s.store = Some("sqlite::memory:".into());
-            s.webhook_queue = Some(1);
-            s.webhook_max_pending = Some(1);
-            s.rate_limit = Some(100_000);
+            s.node.store = Some("sqlite::memory:".into());
+            s.webhooks.webhook_queue = Some(1);
+            s.webhooks.webhook_max_pending = Some(1);
+            s.edge.rate_limit = Some(100_000);
         })
         .spawn()
         .await;
@@ -391,7 +391,7 @@ fn nils() -> Value {
 #[tokio::test]
 async fn a_trigger_whose_json_would_pass_the_bound_is_dead_lettered_with_data_omitted_never_queued_whole() {
     let receiver = WebhookReceiver::start(Mode::Ok(serde_json::json!({}))).await;
-    let server = builder(&receiver).settings(|s| s.trigger_max_body_bytes = Some(4096)).spawn().await;
+    let server = builder(&receiver).settings(|s| s.triggers.trigger_max_body_bytes = Some(4096)).spawn().await;
     let mut c = server.auth("hooks-token-pub").await;
     // The publishes themselves succeed, logged or not.
     c.publish_acked("h/r/events", nils()).await;
@@ -431,9 +431,9 @@ async fn a_trigger_queue_full_in_bytes_refuses_more_and_counts_them() {
     let server = builder(&receiver)
         .settings(|s| {
             // Room for 10 000 entries, but only 8 KiB of bodies.
-            s.webhook_max_pending = Some(1);
-            s.trigger_queue_bytes = Some(BUDGET);
-            s.trigger_max_body_bytes = Some(4096);
+            s.webhooks.webhook_max_pending = Some(1);
+            s.triggers.trigger_queue_bytes = Some(BUDGET);
+            s.triggers.trigger_max_body_bytes = Some(4096);
         })
         .spawn()
         .await;
@@ -490,10 +490,10 @@ async fn one_project_cannot_take_the_whole_trigger_queue() {
     let server = TestServer::builder()
         .fixtures(&two_projects(&receiver.url("/t")))
         .settings(|s| {
-            s.webhook_max_pending = Some(1);
-            s.trigger_queue_bytes = Some(64 * 1024);
-            s.trigger_queue_bytes_per_project = Some(SHARE);
-            s.trigger_max_body_bytes = Some(2048);
+            s.webhooks.webhook_max_pending = Some(1);
+            s.triggers.trigger_queue_bytes = Some(64 * 1024);
+            s.triggers.trigger_queue_bytes_per_project = Some(SHARE);
+            s.triggers.trigger_max_body_bytes = Some(2048);
         })
         .spawn()
         .await;
@@ -522,7 +522,8 @@ async fn one_project_cannot_take_the_whole_trigger_queue() {
 async fn dead_letters_are_capped_in_bytes_per_project_dropping_the_oldest() {
     const CAP: u64 = 5000;
     let receiver = WebhookReceiver::start(Mode::Status(404)).await;
-    let server = builder(&receiver).settings(|s| s.webhook_dead_letter_bytes_per_project = Some(CAP)).spawn().await;
+    let server =
+        builder(&receiver).settings(|s| s.triggers.webhook_dead_letter_bytes_per_project = Some(CAP)).spawn().await;
     let mut c = server.auth("hooks-token-pub").await;
     for i in 0..10u64 {
         c.publish_acked("h/r/events", Value::from(format!("{i:04}{}", "x".repeat(900)))).await;
@@ -558,8 +559,8 @@ async fn a_failing_trigger_s_attempts_follow_the_documented_doubling_schedule() 
     let receiver = WebhookReceiver::start(Mode::Status(503)).await;
     let server = builder(&receiver)
         .settings(|s| {
-            s.webhook_trigger_attempts = Some(4);
-            s.webhook_trigger_first_retry = Some("300ms".into());
+            s.webhooks.webhook_trigger_attempts = Some(4);
+            s.webhooks.webhook_trigger_first_retry = Some("300ms".into());
         })
         .spawn()
         .await;

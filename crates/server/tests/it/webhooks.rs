@@ -74,8 +74,8 @@ async fn an_operator_may_allow_link_local_and_restrict_hosts() {
     let s = TestServer::builder()
         .grpc()
         .settings(|s| {
-            s.webhook_allow_link_local = Some(true);
-            s.webhook_allowed_hosts = Some(vec!["169.254.169.254".into(), "*.example.com".into()]);
+            s.webhooks.webhook_allow_link_local = Some(true);
+            s.webhooks.webhook_allowed_hosts = Some(vec!["169.254.169.254".into(), "*.example.com".into()]);
         })
         .spawn()
         .await;

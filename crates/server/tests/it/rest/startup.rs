@@ -27,13 +27,14 @@ async fn hammer(addr: SocketAddr, path: &'static str, stop: Arc<AtomicBool>) -> 
 /// the moment the port is bound; checks that no `/v1` reply is the edge's 404 and that once
 /// `/readyz` answered 200, `/v1/apps` does too.
 async fn launch_under_load(store: &str) {
-    let settings = Settings {
-        listen: Some("127.0.0.1:0".into()),
-        store: Some(store.into()),
-        admin_key: Some(TEST_ADMIN_KEY.into()),
-        max_new_connections_per_ip_per_second: Some(1_000_000),
-        rest_rate_limit: Some(1_000_000),
-        ..Settings::default()
+    let settings = {
+        let mut layer = Settings::default();
+        layer.node.listen = Some("127.0.0.1:0".into());
+        layer.node.store = Some(store.into());
+        layer.node.admin_key = Some(TEST_ADMIN_KEY.into());
+        layer.edge.max_new_connections_per_ip_per_second = Some(1_000_000);
+        layer.control.rest_rate_limit = Some(1_000_000);
+        layer
     };
     let config = ServerConfig::from_layers(&[&settings]).unwrap();
     let data = fixtures::load_data(&[("dev", fixtures::DEV_FIXTURES)]).unwrap();

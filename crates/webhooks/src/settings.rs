@@ -1,0 +1,80 @@
+//! [`WebhookSettings`]: the webhook engine's settings (`webhook_*`, docs/webhooks.md), as
+//! flags, `SKUA_*` variables and config-file keys; the server checks them into a
+//! [`WebhookConfig`](crate::WebhookConfig).
+
+skua_core::settings! {
+    /// The webhook engine's settings: address rules, the queue and its delivery bounds, the
+    /// trigger retry schedule.
+    pub struct WebhookSettings {
+        /// Webhooks may call link-local and cloud metadata addresses (169.254.0.0/16, fe80::/10) [default false].
+        ///
+        /// Webhooks (docs/webhooks.md). URLs may not name link-local or cloud metadata addresses
+        /// (169.254.0.0/16, fe80::/10, also IPv4-mapped; metadata.google.internal) unless this is true:
+        /// checked when a webhook is configured, and again for every address a host name resolves to
+        /// when a request is made.
+        #[arg(long, env = "SKUA_WEBHOOK_ALLOW_LINK_LOCAL")]
+        pub webhook_allow_link_local: bool = false,
+        /// Hosts webhooks may call (comma-separated; `name`, `*.parent` or an address); empty = any [default empty].
+        ///
+        /// When not empty, webhooks may only call these hosts: exact names, "*.example.com" for any
+        /// name under example.com, or addresses. Checked at configuration and at send time.
+        #[arg(long, env = "SKUA_WEBHOOK_ALLOWED_HOSTS", value_delimiter = ',')]
+        pub webhook_allowed_hosts: Vec<String> = Vec::new(),
+        /// Hydration webhooks may call loopback addresses (127.0.0.0/8, ::1, localhost): their answer reaches clients [default false; --dev true].
+        ///
+        /// Hydration webhooks may call loopback addresses (127.0.0.0/8, ::1, localhost) only when this
+        /// is true (`skua serve --dev` sets it): a hydration answer reaches the subscriber, so a tenant
+        /// could otherwise read the node's own local services back. Checked at configuration and for
+        /// every address a host name resolves to. Triggers and private addresses are not affected.
+        #[arg(long, env = "SKUA_WEBHOOK_ALLOW_LOOPBACK")]
+        pub webhook_allow_loopback: bool = false,
+        /// Fire-and-forget webhook requests (triggers) waiting on this node; beyond it they are refused [default 10000].
+        ///
+        /// Fire-and-forget requests (triggers) waiting on this node. When full a new one is refused at
+        /// once (counted as outcome="queue_full"; the trigger path dead-letters it) and nothing blocks.
+        /// Triggers use it as their queue: a logged topic's trigger that does not fit stays in the
+        /// outbox for a later scan; any other becomes a dead letter (skua_triggers_total{outcome="overflowed"}).
+        #[arg(long, env = "SKUA_WEBHOOK_QUEUE")]
+        pub webhook_queue: usize = 10_000,
+        /// Queued webhook requests being delivered at once, retry waits included [default 1024].
+        ///
+        /// Queued requests being delivered at once, including those waiting for a retry; the queue
+        /// waits behind them.
+        #[arg(long, env = "SKUA_WEBHOOK_MAX_PENDING")]
+        pub webhook_max_pending: usize = 1024,
+        /// Webhook requests in flight at once to one target (scheme, host, port) [default 16].
+        ///
+        /// Requests in flight at once to one target (scheme, host and port); more wait their turn
+        /// (within their timeout). Also the idle keep-alive connections kept per target (90 s each).
+        #[arg(long, env = "SKUA_WEBHOOK_CONCURRENCY_PER_TARGET")]
+        pub webhook_concurrency_per_target: usize = 16,
+        /// Most bytes of a webhook answer read; longer answers fail [default 1048576].
+        ///
+        /// Most bytes of an answer read (hydration data must also fit a frame); a longer answer fails
+        /// and is not read further, so a receiver answering 10 MB costs at most this much memory.
+        #[arg(long, env = "SKUA_WEBHOOK_MAX_RESPONSE_BYTES")]
+        pub webhook_max_response_bytes: usize = 1_048_576,
+        /// Connection timeout of webhook requests [default 5s].
+        ///
+        /// Connection establishment timeout, within each request's own timeout (hydration: the
+        /// webhook's timeoutMs, default 5s, at most 30s; triggers: default 10s, at most 30s).
+        #[arg(long, env = "SKUA_WEBHOOK_CONNECT_TIMEOUT")]
+        pub webhook_connect_timeout: String = "5s",
+        /// Attempts of a trigger webhook request before it fails [default 5].
+        ///
+        /// Triggers: attempts (5xx answers, timeouts and transport errors are retried), and the wait
+        /// before the second attempt, doubling after: 4s, 8s, 16s, 32s (about a minute in all).
+        /// Hydration always makes at most 3 attempts, 1s then 2s apart, within its timeout (N43).
+        #[arg(long, env = "SKUA_WEBHOOK_TRIGGER_ATTEMPTS")]
+        pub webhook_trigger_attempts: u32 = skua_core::webhook::TRIGGER_ATTEMPTS,
+        /// Wait before a trigger's second attempt; each further wait doubles [default 4s: 4s, 8s, 16s, 32s].
+        #[arg(long, env = "SKUA_WEBHOOK_TRIGGER_FIRST_RETRY")]
+        pub webhook_trigger_first_retry: String = skua_core::duration::format(skua_core::webhook::TRIGGER_FIRST_RETRY),
+        /// Webhook deliveries whose outcome a node keeps for the admin dashboard [default 100; 0: none].
+        ///
+        /// Deliveries (every kind) whose outcome each node keeps in memory for the admin dashboard's
+        /// webhooks page: kind, target host, outcome, status, latency, time. 0 keeps none.
+        #[arg(long, env = "SKUA_WEBHOOK_RECENT_DELIVERIES")]
+        pub webhook_recent_deliveries: usize = 100,
+    }
+}
