@@ -499,8 +499,9 @@ fn len_len(len: usize) -> usize {
 }
 
 /// `CONNACK`. 5.0 carries what the server offers: its largest packet, receive maximum, no
-/// topic aliases, no shared subscriptions, no subscription identifiers, QoS 2 at most.
-pub fn connack(level: Level, code: u8, max_packet: usize, receive_max: u16) -> Bytes {
+/// topic aliases, no shared subscriptions, no subscription identifiers, QoS 2 at most; and a
+/// session expiry of 0 when `no_session` (the client asked for a session that is not kept).
+pub fn connack(level: Level, code: u8, max_packet: usize, receive_max: u16, no_session: bool) -> Bytes {
     let mut out = BytesMut::with_capacity(32);
     match level {
         Level::V4 => {
@@ -517,6 +518,10 @@ pub fn connack(level: Level, code: u8, max_packet: usize, receive_max: u16) -> B
                 props.put_u8(0);
                 props.put_u8(0x29); // subscription identifiers available: no
                 props.put_u8(0);
+                if no_session {
+                    props.put_u8(0x11); // session expiry interval: 0, nothing is kept
+                    props.put_u32(0);
+                }
             }
             let body = 2 + len_len(props.len()) + props.len();
             out.put_u8(0x20);
@@ -655,9 +660,10 @@ mod tests {
         let mut b = BytesMut::from(&sub_ack(0x90, Level::V5, 3, &[1, 0x87])[..]);
         let v5::Packet::SubAck(s) = v5::Packet::read(&mut b, None).unwrap() else { panic!() };
         assert_eq!(s.return_codes.len(), 2);
-        let mut b = BytesMut::from(&connack(Level::V5, 0, 1 << 20, 64)[..]);
+        let mut b = BytesMut::from(&connack(Level::V5, 0, 1 << 20, 64, true)[..]);
         let v5::Packet::ConnAck(c) = v5::Packet::read(&mut b, None).unwrap() else { panic!() };
-        assert_eq!(c.properties.unwrap().max_packet_size, Some(1 << 20));
+        let props = c.properties.unwrap();
+        assert_eq!((props.max_packet_size, props.session_expiry_interval), (Some(1 << 20), Some(0)));
         let mut b = BytesMut::from(&ack(0x40, Level::V5, 9, 0x87)[..]);
         let v5::Packet::PubAck(a) = v5::Packet::read(&mut b, None).unwrap() else { panic!() };
         assert_eq!((a.pkid, a.reason), (9, v5::PubAckReason::NotAuthorized));

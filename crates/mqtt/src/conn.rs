@@ -81,6 +81,9 @@ struct Shared {
     device_max: usize,
     /// The largest packet the server accepts, told in the 5.0 `CONNACK`.
     server_max: usize,
+    /// 5.0: the client asked for a session expiry, and sessions are not kept yet: `CONNACK`
+    /// says 0.
+    session_refused: bool,
     metrics: Arc<MqttMetrics>,
     // std Mutex: short map updates, never held across an await.
     inner: Mutex<Inner>,
@@ -127,9 +130,9 @@ pub(crate) async fn serve_socket(
                 if let Fault::Version(level) = fault {
                     // 3.1.1 CONNACK 1 "unacceptable protocol version" (what a 3.1 client reads too).
                     let answer = if level == 5 {
-                        codec::connack(Level::V5, 0x84, 0, 0)
+                        codec::connack(Level::V5, 0x84, 0, 0, false)
                     } else {
-                        codec::connack(Level::V4, 1, 0, 0)
+                        codec::connack(Level::V4, 1, 0, 0, false)
                     };
                     let _ = timeout_at(deadline, tcp.write_all(&answer)).await;
                 }
@@ -147,7 +150,7 @@ pub(crate) async fn serve_socket(
         }
     };
     let level = connect.level;
-    let refuse = |v4: u8, v5: u8| codec::connack(level, if level == Level::V4 { v4 } else { v5 }, 0, 0);
+    let refuse = |v4: u8, v5: u8| codec::connack(level, if level == Level::V4 { v4 } else { v5 }, 0, 0, false);
     let early = if connect.auth_method {
         Some(("bad_auth_method", refuse(4, 0x8C)))
     } else if level == Level::V4 && connect.client_id.is_empty() && !connect.clean {
@@ -187,6 +190,7 @@ async fn run(
         level: connect.level,
         device_max: connect.max_packet.map_or(usize::MAX, |m| usize::try_from(m).unwrap_or(usize::MAX)),
         server_max: st.config.max_frame_size,
+        session_refused: connect.session_expiry > 0,
         metrics: metrics.clone(),
         inner: Mutex::new(Inner { next_pkid: 1, ..Inner::default() }),
     });
@@ -689,10 +693,13 @@ fn translate(frame: &Bytes, out: &mut BytesMut, shared: &Shared, disconnect_sent
             drop(inner);
             codec::put_publish(out, level, topic, payload, qos, pkid, false);
         }
-        Frame::AuthOk => out.extend_from_slice(&codec::connack(level, 0, shared.server_max, RECEIVE_MAXIMUM)),
+        Frame::AuthOk => {
+            let ack = codec::connack(level, 0, shared.server_max, RECEIVE_MAXIMUM, shared.session_refused);
+            out.extend_from_slice(&ack);
+        }
         Frame::AuthFailed(e) => {
             let (v4, v5) = connack_refusal(e);
-            out.extend_from_slice(&codec::connack(level, if level == Level::V4 { v4 } else { v5 }, 0, 0));
+            out.extend_from_slice(&codec::connack(level, if level == Level::V4 { v4 } else { v5 }, 0, 0, false));
         }
         Frame::Published { msg_ref } => {
             let Some(n) = msg_ref.strip_prefix("mqtt:").and_then(|n| n.parse::<u64>().ok()) else { return };
