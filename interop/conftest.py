@@ -22,6 +22,7 @@ import helpers
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LISTENING = re.compile(r"^skua listening on (?P<host>\S+):(?P<port>\d+)\s*$")
+MQTT_LISTENING = re.compile(r"^skua mqtt listening on (?P<host>\S+):(?P<port>\d+)\s*$")
 START_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 15.0
 DEFAULT_TEST_TIMEOUT_S = 30.0
@@ -51,6 +52,9 @@ class SkuaServer:
         self.stderr: list[str] = []
         self.port: int | None = None
         self._listening = threading.Event()
+        # With --mqtt-listen: the MQTT listener's port ("skua mqtt listening on", test_mqtt.py).
+        self.mqtt_port: int | None = None
+        self.mqtt_listening = threading.Event()
         env = {**os.environ, "NO_COLOR": "1"}
         self.proc = subprocess.Popen(
             self.cmd,
@@ -80,8 +84,14 @@ class SkuaServer:
                     self.host = m["host"]
                     self.port = int(m["port"])
                     self._listening.set()
+            if is_stdout and self.mqtt_port is None:
+                m = MQTT_LISTENING.match(line)
+                if m:
+                    self.mqtt_port = int(m["port"])
+                    self.mqtt_listening.set()
         if is_stdout:
             self._listening.set()  # EOF: the process is gone, stop waiting
+            self.mqtt_listening.set()
 
     def _wait_listening(self) -> None:
         self._listening.wait(START_TIMEOUT_S)

@@ -7,6 +7,7 @@
 //! Modules:
 //! - [`front`]: the accept loop: connection slots, header timeout, TLS, PROXY header,
 //!   per-address limits, the `Origin` allowlist;
+//! - [`door`]: other doors (MQTT devices) driving the same session with their own packets;
 //! - [`ws`]: HTTP routes, upgrades, each connection's reader loop and writer task;
 //! - `session`: the per-connection protocol state machine and its frame handlers;
 //! - [`auth`]: access tokens and client tokens (JWT), the per-address auth back-off;
@@ -20,6 +21,7 @@
 //! [`config`], ...), so `skua_edge::publish::Publisher` names `skua_engine::publish::Publisher`.
 
 pub mod auth;
+pub mod door;
 pub mod fds;
 pub mod front;
 pub mod node;

@@ -3,6 +3,8 @@
 
 mod auth;
 mod pipeline;
+
+pub(crate) use pipeline::Outcome;
 mod presence;
 mod revalidate;
 mod topics;
@@ -310,6 +312,16 @@ impl Session {
         }
         self.st.metrics.frames_rate_limited.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.error(e);
+    }
+
+    /// The authenticated actor (for another door, [`crate::door`]).
+    pub(crate) fn actor(&self) -> Option<Arc<Actor>> {
+        self.auth.as_ref().map(|a| a.actor.clone())
+    }
+
+    /// Whether the session holds a subscription to `topic` as sent (for [`crate::door`]).
+    pub(crate) fn is_subscribed(&self, topic: &str) -> bool {
+        self.subs.contains_key(topic)
     }
 
     fn actor_id(&self) -> Option<&ActorId> {

@@ -239,7 +239,11 @@ async fn run_connection(socket: Box<WebSocket>, st: Arc<EdgeState>, id: skua_cor
 
 /// Runs `fut`, turning a panic into `None` (logged and counted in
 /// `skua_connection_panics_total`) so the caller can close and clean up the connection.
-async fn contained<F: std::future::Future>(fut: F, metrics: &crate::metrics::Metrics, part: &str) -> Option<F::Output> {
+pub(crate) async fn contained<F: std::future::Future>(
+    fut: F,
+    metrics: &crate::metrics::Metrics,
+    part: &str,
+) -> Option<F::Output> {
     use futures_util::FutureExt;
     match std::panic::AssertUnwindSafe(fut).catch_unwind().await {
         Ok(out) => Some(out),

@@ -105,6 +105,13 @@ skua_core::settings! {
         /// this or metrics_token on any node reachable from outside.
         #[arg(long, env = "SKUA_METRICS_LISTEN")]
         pub metrics_listen: String = "",
+        /// MQTT device listener (3.1.1 and 5.0, docs/mqtt.md), e.g. 0.0.0.0:1883; empty = off [default empty].
+        ///
+        /// MQTT device listener (3.1.1 and 5.0 on one port, docs/mqtt.md), e.g. "0.0.0.0:1883": devices
+        /// connect with an access token or client JWT as password and reach the same rooms as the SDKs.
+        /// Empty = off (also under --dev: the machine's own Mosquitto often holds 1883).
+        #[arg(long, env = "SKUA_MQTT_LISTEN")]
+        pub mqtt_listen: String = "",
         /// Serve /metrics without a token on purpose; outside --dev, `skua serve` refuses to start with neither this nor metrics_token [default false].
         ///
         /// Serve /metrics without a token on purpose (a private network, a scraper that cannot send
@@ -490,6 +497,8 @@ pub struct ServerConfig {
     pub otlp_endpoint: Option<String>,
     /// The separate `/metrics` listener, if any.
     pub metrics_listen: Option<SocketAddr>,
+    /// The MQTT device listener, if any (`mqtt_listen`, issue 37).
+    pub mqtt_listen: Option<SocketAddr>,
     /// `/metrics` may be served without a token (outside `--dev`, `skua serve` refuses a
     /// tokenless `/metrics` unless this is set: issue 33, item 12).
     pub metrics_public: bool,
@@ -546,6 +555,7 @@ impl ServerConfig {
             control: control.limits,
             otlp_endpoint: telemetry.otlp_endpoint,
             metrics_listen: front.metrics_listen,
+            mqtt_listen: front.mqtt_listen,
             metrics_public: front.metrics_public,
             tls: tls.listeners,
             grpc_reflection_public: control.grpc_reflection_public,
@@ -662,6 +672,7 @@ mod tests {
         assert_eq!(c.edge.proxy_protocol, d.proxy_protocol);
         assert_eq!(c.edge.allowed_origins, d.allowed_origins);
         assert!(c.edge.metrics_token.is_none() && !c.edge.metrics_separate && c.metrics_listen.is_none());
+        assert!(c.mqtt_listen.is_none(), "no MQTT listener unless asked for");
         assert_eq!(c.tls, crate::tls::ListenerTlsConfig::default(), "plain listeners unless certificates are set");
         assert!(!c.grpc_reflection_public);
         assert_eq!(c.admin_key_throttle, skua_control::throttle::ThrottleConfig::default());
@@ -741,6 +752,7 @@ mod tests {
     /// need not list them. Every other key of config/default.toml must be in its tables.
     const NOT_BUDGETS: &[&str] = &[
         "listen",
+        "mqtt_listen",
         "bus",
         "presence",
         "store",
@@ -871,7 +883,7 @@ mod tests {
     fn front_door_settings_are_parsed_and_checked() {
         let file = Settings::from_toml(
             "trusted_proxies = [\"10.0.0.0/8\", \"fd00::/8\"]\nproxy_protocol = true\n\
-             allowed_origins = [\"https://*.example.com\"]\nmetrics_listen = \"127.0.0.1:9090\"\n\
+             allowed_origins = [\"https://*.example.com\"]\nmetrics_listen = \"127.0.0.1:9090\"\nmqtt_listen = \"127.0.0.1:1884\"\n\
              metrics_token = \"0123456789abcdef\"\nhttp_header_timeout = \"3s\"\nmax_connections_per_ip = 0\n",
         )
         .unwrap();
@@ -880,6 +892,7 @@ mod tests {
         assert!(c.edge.proxy_protocol);
         assert_eq!(c.edge.allowed_origins[0].to_string(), "https://*.example.com");
         assert_eq!(c.metrics_listen, Some("127.0.0.1:9090".parse().unwrap()));
+        assert_eq!(c.mqtt_listen, Some("127.0.0.1:1884".parse().unwrap()));
         assert!(c.edge.metrics_separate);
         assert!(!format!("{c:?}").contains("0123456789abcdef"), "the token is never printed");
         assert_eq!(c.edge.http_header_timeout, std::time::Duration::from_secs(3));
@@ -919,6 +932,14 @@ mod tests {
                 layer
             },
             "metrics_listen",
+        );
+        bad(
+            {
+                let mut layer = Settings::default();
+                layer.node.mqtt_listen = Some("nowhere".into());
+                layer
+            },
+            "mqtt_listen",
         );
         bad(
             {

@@ -358,6 +358,9 @@ async fn run(
     if let Some(addr) = node.grpc_addr {
         say(&format!("skua grpc listening on {addr}"));
     }
+    if let Some(addr) = node.mqtt_addr {
+        say(&format!("skua mqtt listening on {addr}"));
+    }
     if let Some(addr) = node.metrics_addr {
         say(&format!("skua metrics listening on {addr}"));
     } else if config.edge.metrics_token.is_none() && !config.listen.ip().is_loopback() && !dev {

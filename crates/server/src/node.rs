@@ -296,6 +296,10 @@ pub struct RunningNode {
     pub addr: SocketAddr,
     /// Where the separate `/metrics` listener is bound, if any (`metrics_listen`).
     pub metrics_addr: Option<SocketAddr>,
+    /// Where the MQTT device listener is bound, if any (`mqtt_listen`).
+    pub mqtt_addr: Option<SocketAddr>,
+    /// The MQTT listener, bound and not yet accepting (until [`Self::launch`] opens the edge).
+    mqtt: Option<(TcpListener, Arc<skua_mqtt::MqttMetrics>)>,
     /// The edge's shared state.
     pub state: Arc<EdgeState>,
     /// Where the control-plane gRPC listener is bound, if any.
@@ -698,6 +702,18 @@ impl RunningNode {
                 (Some(l), Some(bound))
             }
         };
+        let (mqtt, mqtt_addr) = match config.mqtt_listen {
+            None => (None, None),
+            Some(at) => {
+                let l = std::net::TcpListener::bind(at)?;
+                l.set_nonblocking(true)?;
+                let l = TcpListener::from_std(l)?;
+                let bound = l.local_addr()?;
+                let mqtt_metrics = Arc::new(skua_mqtt::MqttMetrics::default());
+                backends.metrics_sources.push(mqtt_metrics.clone());
+                (Some((l, mqtt_metrics)), Some(bound))
+            }
+        };
         let listeners = Listeners { client: listener, tls: tls.client.as_ref().map(|t| t.acceptor.clone()), metrics };
         let edge = EdgeNode::start(config.edge.clone(), config.node_id.clone(), registry, backends, listeners);
         let state = edge.state().clone();
@@ -709,6 +725,8 @@ impl RunningNode {
         Ok(Self {
             addr,
             metrics_addr,
+            mqtt_addr,
+            mqtt,
             state,
             grpc_addr: None,
             propagator: None,
@@ -845,6 +863,12 @@ impl RunningNode {
         // Only now, with every route in place: until then connections wait in the backlog
         // rather than meet a `/v1` or `/admin` that answers 404 (issue 31).
         node.edge.open();
+        if let Some((l, mqtt_metrics)) = node.mqtt.take() {
+            // On the connections' tracker: it stops accepting when the drain begins.
+            let st = node.state.clone();
+            node.state.tracker.spawn(skua_mqtt::serve(l, st, mqtt_metrics));
+            tracing::info!(addr = ?node.mqtt_addr, "MQTT device listener open.");
+        }
         tracing::info!(addr = %node.addr, node = %config.node_id, tls = node.tls.client.is_some(), "Skua node listening.");
         Ok(node)
     }

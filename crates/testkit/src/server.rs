@@ -106,6 +106,7 @@ impl TestServerBuilder {
         TestServer {
             addr: node.addr,
             metrics_addr: node.metrics_addr,
+            mqtt_addr: node.mqtt_addr,
             grpc_addr: node.grpc_addr,
             state: node.state.clone(),
             registry: node.state.registry.clone(),
@@ -120,6 +121,8 @@ pub struct TestServer {
     pub addr: SocketAddr,
     /// The separate `/metrics` listener's address (`metrics_listen`), if any.
     pub metrics_addr: Option<SocketAddr>,
+    /// The MQTT device listener's address (`mqtt_listen`), if any.
+    pub mqtt_addr: Option<SocketAddr>,
     /// The control plane's gRPC address, when started with [`TestServerBuilder::grpc`].
     pub grpc_addr: Option<SocketAddr>,
     /// The node's shared state (counters, config).

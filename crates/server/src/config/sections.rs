@@ -264,6 +264,8 @@ pub struct FrontDoor {
     pub allowed_origins: Vec<OriginPattern>,
     /// The separate `/metrics` listener, if any.
     pub metrics_listen: Option<SocketAddr>,
+    /// The MQTT device listener, if any (issue 37).
+    pub mqtt_listen: Option<SocketAddr>,
     /// The bearer token `/metrics` requires, if any.
     pub metrics_token: Option<MetricsToken>,
     /// `/metrics` is served without a token on purpose.
@@ -297,6 +299,7 @@ impl FrontDoor {
             proxy_protocol: required(key!(s.edge, proxy_protocol))?,
             allowed_origins: each(key!(s.edge, allowed_origins), OriginPattern::parse)?,
             metrics_listen: optional_address(key!(s.node, metrics_listen))?,
+            mqtt_listen: optional_address(key!(s.node, mqtt_listen))?,
             metrics_token,
             metrics_public: required(key!(s.node, metrics_public))?,
         };

@@ -16,6 +16,7 @@ mod idempotency;
 mod limits;
 mod lobby;
 mod members;
+mod mqtt;
 mod ops;
 mod pipeline;
 mod presence;

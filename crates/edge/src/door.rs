@@ -1,0 +1,172 @@
+//! Other doors into the same broker core (issue 37: MQTT devices): a connection speaking
+//! another protocol drives the very [`Session`](crate::session) a WebSocket connection does,
+//! with [`ClientFrame`]s it builds from its own packets. Auth, throttling, topic resolution and
+//! permissions, the publish pipeline, hub subscriptions, revalidation and the N16 no-echo rule
+//! are therefore the WebSocket connection's, not a copy. What the session answers arrives on
+//! the connection's [`ConnHandle`] as encoded NoLag frames, which the door translates.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use skua_core::registry::Actor;
+use skua_protocol::ClientFrame;
+use tokio::sync::OwnedSemaphorePermit;
+
+use crate::front::{IpLimits, IpSlot};
+use crate::outbound::ConnHandle;
+use crate::session::Session;
+use crate::state::EdgeState;
+
+/// One connection's protocol session, for a door other than the WebSocket one.
+pub struct DoorSession {
+    session: Session,
+}
+
+/// A publish in flight that finished waiting (see [`DoorSession::next_publish`]).
+pub struct PublishOutcome(crate::session::Outcome);
+
+impl DoorSession {
+    /// A new unauthenticated session of `conn`, whose client is at `client_ip`.
+    pub fn new(st: Arc<EdgeState>, conn: Arc<ConnHandle>, client_ip: IpAddr) -> Self {
+        Self { session: Session::new(st, conn, client_ip) }
+    }
+
+    /// Handles one frame exactly as a WebSocket connection's reader would.
+    pub async fn handle(&mut self, frame: ClientFrame) {
+        Box::pin(self.session.handle(frame)).await;
+        self.session.sync_subscription_count();
+    }
+
+    /// Whether the connection has authenticated.
+    pub fn is_authed(&self) -> bool {
+        self.session.is_authed()
+    }
+
+    /// When the credential expires (unix seconds), if it does.
+    pub fn expires_at(&self) -> Option<u64> {
+        self.session.expires_at()
+    }
+
+    /// The authenticated actor.
+    pub fn actor(&self) -> Option<Arc<Actor>> {
+        self.session.actor()
+    }
+
+    /// Whether the session holds a subscription to `topic` (as sent).
+    pub fn is_subscribed(&self, topic: &str) -> bool {
+        self.session.is_subscribed(topic)
+    }
+
+    /// Whether publishes are in flight.
+    pub fn publishing(&self) -> bool {
+        self.session.publishing()
+    }
+
+    /// Whether the publish pipeline is full: read nothing more until one finished.
+    pub fn pipeline_full(&self) -> bool {
+        self.session.pipeline_full()
+    }
+
+    /// Waits for the oldest publish in flight (cancel safe; never resolves with none in flight).
+    pub async fn next_publish(&mut self) -> PublishOutcome {
+        PublishOutcome(self.session.next_publish().await)
+    }
+
+    /// Finishes a publish [`Self::next_publish`] handed out: bus publish, then its receipt.
+    pub async fn finish_publish(&mut self, outcome: PublishOutcome) {
+        Box::pin(self.session.finish_publish(outcome.0)).await;
+    }
+
+    /// Finishes every publish in flight, in order.
+    pub async fn drain_publishes(&mut self) {
+        Box::pin(self.session.drain_publishes()).await;
+    }
+
+    /// Applies control-plane changes (grants, revocation, deactivation: issue 5).
+    pub async fn revalidate(&mut self, delta: &skua_core::RegistryDelta) {
+        Box::pin(self.session.revalidate(delta)).await;
+    }
+
+    /// Releases everything the connection holds (subscriptions, presence, restore record).
+    pub async fn cleanup(&mut self) {
+        Box::pin(self.session.cleanup()).await;
+    }
+}
+
+/// Queues an already encoded packet of the door's own protocol on `conn`, in order with the
+/// session's frames (the door's writer tells them apart). Returns whether it was queued.
+pub fn push_raw(conn: &ConnHandle, packet: Bytes) -> bool {
+    conn.push_uncounted(packet)
+}
+
+/// What a door's socket holds for its lifetime: a connection slot (`max_connections`, shared
+/// with WebSocket connections) and its address's count.
+#[derive(Debug)]
+pub struct DoorAdmission {
+    /// The client's address.
+    pub client_ip: IpAddr,
+    _slot: OwnedSemaphorePermit,
+    _ip: Option<IpSlot>,
+}
+
+/// Per-address limits of one door's listener (`max_connections_per_ip`,
+/// `max_new_connections_per_ip_per_second`).
+#[derive(Debug, Clone)]
+pub struct DoorLimits(Arc<IpLimits>);
+
+/// Why a door refused a socket at accept; counted in `skua_front_refusals_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DoorRefusal {
+    /// The node is draining.
+    Draining,
+    /// No connection slot (`max_connections`) or open-file room left.
+    Full,
+    /// The address is over a per-address limit.
+    Address,
+}
+
+impl DoorLimits {
+    /// The limits the node's settings give.
+    pub fn new(st: &EdgeState) -> Self {
+        Self(IpLimits::new(st.config.max_connections_per_ip, st.config.max_new_connections_per_ip_per_second))
+    }
+
+    /// Admits a socket accepted from `peer`: a connection slot and the address's count, as the
+    /// WebSocket front takes them (trusted proxies are not counted).
+    ///
+    /// # Errors
+    /// [`DoorRefusal`] when the node is draining, full, or the address over a limit.
+    pub fn admit(&self, st: &EdgeState, peer: SocketAddr) -> Result<DoorAdmission, DoorRefusal> {
+        if st.is_draining() {
+            return Err(DoorRefusal::Draining);
+        }
+        if st.over_fd_budget() {
+            st.metrics.front_refusals.inc(crate::front::reason::FD_LIMIT);
+            return Err(DoorRefusal::Full);
+        }
+        let client_ip = crate::config::canonical(peer.ip());
+        let Ok(slot) = st.conn_slots.clone().try_acquire_owned() else {
+            st.metrics.front_refusals.inc(crate::front::reason::MAX_CONNECTIONS);
+            return Err(DoorRefusal::Full);
+        };
+        let ip = if st.config.trusted_proxies.iter().any(|r| r.contains(client_ip)) {
+            None
+        } else {
+            match self.0.admit(client_ip) {
+                Ok(s) => Some(s),
+                Err(r) => {
+                    st.metrics.front_refusals.inc(r.label());
+                    return Err(DoorRefusal::Address);
+                }
+            }
+        };
+        Ok(DoorAdmission { client_ip, _slot: slot, _ip: ip })
+    }
+}
+
+/// Runs `fut`, turning a panic into `None` (logged, counted in `skua_connection_panics_total`),
+/// as the WebSocket connection tasks do.
+pub async fn contained<F: std::future::Future>(fut: F, st: &EdgeState, part: &str) -> Option<F::Output> {
+    crate::ws::contained(fut, &st.metrics, part).await
+}

@@ -1,0 +1,862 @@
+//! One device connection: its `CONNECT`, the reader loop that turns packets into the session's
+//! frames, and the writer that turns the session's queued NoLag frames into packets.
+//!
+//! Correlation: every device publish carries a msgRef `mqtt:N` (N counts per connection), so
+//! its `published` receipt or `error` refusal, which the session queues in order with
+//! everything else, names the `PUBACK`/`PUBREC` it becomes. `SUBACK` and `UNSUBACK` are decided
+//! by the reader once the session handled each subscription (the session state says whether
+//! it holds it) and queued behind the frames that handling produced; the packets the reader
+//! writes itself are queued on the same [`ConnHandle`] as raw MQTT bytes, which the writer
+//! tells from NoLag frames by their first byte (a NoLag frame is always a MessagePack map).
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use skua_edge::EdgeState;
+use skua_edge::door::{DoorAdmission, DoorSession, push_raw};
+use skua_edge::outbound::{CloseRequest, ConnHandle, Outbox, Take};
+use skua_protocol::codes::{auth as auth_err, close, error};
+use skua_protocol::{AuthFrame, ClientFrame, ClientIdField, PublishFrame, SubscribeFrame};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::time::{Instant, sleep_until, timeout_at};
+
+use crate::MqttMetrics;
+use crate::codec::{self, Connect, Fault, Level, Packet};
+use crate::frames::{self, Frame};
+
+/// Most QoS 2 publishes of a device awaiting their `PUBREL` (5.0 receive maximum, sent in
+/// `CONNACK`); one more closes the connection (0x93).
+pub const RECEIVE_MAXIMUM: u16 = 64;
+/// Highest QoS deliveries to devices are sent at (subscriptions asking for 2 are granted 1).
+const MAX_DELIVERY_QOS: u8 = 1;
+/// Bytes the writer gathers before writing them to the socket.
+const WRITE_CHUNK: usize = 64 * 1024;
+/// A century: "never" for timers.
+const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// The close of a connection whose `CONNECT` was refused.
+const AUTH_REFUSED: CloseRequest = CloseRequest { code: close::POLICY_VIOLATION, reason: "mqtt_connect_refused" };
+/// The close after a client's `DISCONNECT` (nothing more is sent).
+const CLIENT_DISCONNECT: CloseRequest = CloseRequest::GONE;
+
+/// The node's device connections by (project, client identifier): a `CONNECT` with the client
+/// identifier of a connection open on this node closes that one (MQTT-3.1.4-2; 5.0 `DISCONNECT`
+/// 0x8E).
+#[derive(Default)]
+pub(crate) struct Clients {
+    // std Mutex: short map updates, never held across an await.
+    open: Mutex<HashMap<(String, String), Arc<ConnHandle>>>,
+}
+
+impl Clients {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Arc<ConnHandle>>> {
+        self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Registers `conn` under `key`, closing the connection it replaces.
+    fn claim(&self, key: (String, String), conn: &Arc<ConnHandle>) {
+        if let Some(older) = self.lock().insert(key, conn.clone()) {
+            older.request_close(CloseRequest::TAKEN_OVER);
+        }
+    }
+
+    /// Forgets `key` if `conn` still holds it.
+    fn release(&self, key: &(String, String), conn: &ConnHandle) {
+        let mut open = self.lock();
+        if open.get(key).is_some_and(|c| c.id == conn.id) {
+            open.remove(key);
+        }
+    }
+}
+
+/// What reader and writer of one connection share.
+struct Shared {
+    level: Level,
+    /// The largest packet the device accepts (5.0 `CONNECT`), else no bound of its own.
+    device_max: usize,
+    /// The largest packet the server accepts, told in the 5.0 `CONNACK`.
+    server_max: usize,
+    /// 5.0: the client asked for a session expiry, and sessions are not kept yet: `CONNACK`
+    /// says 0.
+    session_refused: bool,
+    metrics: Arc<MqttMetrics>,
+    // std Mutex: short map updates, never held across an await.
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// Concrete topic subscribed → QoS its deliveries are sent at.
+    subs: HashMap<String, u8>,
+    /// Publishes waiting for their receipt: msgRef number → (QoS, packet id).
+    pending: HashMap<u64, (u8, u16)>,
+    /// QoS 2 publishes received and not yet released: packet id → its `PUBREC` reason once
+    /// answered (`None` while the publish is in flight).
+    qos2: HashMap<u16, Option<u8>>,
+    /// The packet id of the next QoS 1 delivery.
+    next_pkid: u16,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Serves one accepted socket to its end.
+pub(crate) async fn serve_socket(
+    mut tcp: TcpStream,
+    admitted: DoorAdmission,
+    st: Arc<EdgeState>,
+    metrics: Arc<MqttMetrics>,
+    clients: Arc<Clients>,
+) {
+    let _ = tcp.set_nodelay(true);
+    let max_packet = st.config.max_frame_size;
+    let deadline = Instant::now() + st.config.http_header_timeout;
+    let mut buf = BytesMut::with_capacity(1024);
+    // The CONNECT, within the header deadline (as a WebSocket upgrade's request head).
+    let connect = loop {
+        match codec::read_connect(&mut buf, max_packet) {
+            Ok(Some(c)) => break c,
+            Ok(None) => {}
+            Err(fault) => {
+                metrics.faults.inc(fault.label());
+                if let Fault::Version(level) = fault {
+                    // 3.1.1 CONNACK 1 "unacceptable protocol version" (what a 3.1 client reads too).
+                    let answer = if level == 5 {
+                        codec::connack(Level::V5, 0x84, 0, 0, false)
+                    } else {
+                        codec::connack(Level::V4, 1, 0, 0, false)
+                    };
+                    let _ = timeout_at(deadline, tcp.write_all(&answer)).await;
+                }
+                return;
+            }
+        }
+        buf.reserve(1024);
+        match timeout_at(deadline, tcp.read_buf(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            Ok(_) => return,
+            Err(_) => {
+                metrics.connects.inc("timeout");
+                return;
+            }
+        }
+    };
+    let level = connect.level;
+    let refuse = |v4: u8, v5: u8| codec::connack(level, if level == Level::V4 { v4 } else { v5 }, 0, 0, false);
+    let early = if connect.auth_method {
+        Some(("bad_auth_method", refuse(4, 0x8C)))
+    } else if level == Level::V4 && connect.client_id.is_empty() && !connect.clean {
+        Some(("client_id_rejected", refuse(2, 0x85)))
+    } else if connect.password.is_none() && connect.username.is_none() {
+        Some(("malformed_credential", refuse(4, 0x86)))
+    } else {
+        None
+    };
+    if let Some((outcome, answer)) = early {
+        metrics.connects.inc(outcome);
+        let _ = timeout_at(deadline, tcp.write_all(&answer)).await;
+        return;
+    }
+    let (rd, wr) = tcp.into_split();
+    run(rd, wr, buf, connect, admitted, st, metrics, clients).await;
+}
+
+/// Runs an accepted `CONNECT`'s connection: session, writer, reader, cleanup.
+#[allow(clippy::too_many_arguments)]
+async fn run(
+    rd: OwnedReadHalf,
+    wr: OwnedWriteHalf,
+    buf: BytesMut,
+    connect: Connect,
+    admitted: DoorAdmission,
+    st: Arc<EdgeState>,
+    metrics: Arc<MqttMetrics>,
+    clients: Arc<Clients>,
+) {
+    st.metrics.connections_opened.fetch_add(1, Ordering::Relaxed);
+    let id = st.next_conn_id();
+    let (handle, outbox) =
+        ConnHandle::new(id, st.config.outbound_queue_messages, st.config.outbound_queue_bytes, st.metrics.clone());
+    let handle = Arc::new(handle);
+    let shared = Arc::new(Shared {
+        level: connect.level,
+        device_max: connect.max_packet.map_or(usize::MAX, |m| usize::try_from(m).unwrap_or(usize::MAX)),
+        server_max: st.config.max_frame_size,
+        session_refused: connect.session_expiry > 0,
+        metrics: metrics.clone(),
+        inner: Mutex::new(Inner { next_pkid: 1, ..Inner::default() }),
+    });
+    let writer = {
+        let (handle, shared, close_timeout) = (handle.clone(), shared.clone(), st.config.close_timeout);
+        let write = write_loop(wr, outbox, handle.clone(), shared, close_timeout);
+        let st2 = st.clone();
+        st.tracker.spawn(async move {
+            if skua_edge::door::contained(write, &st2, "mqtt writer").await.is_none() {
+                handle.request_close(CloseRequest::INTERNAL_ERROR);
+            }
+        })
+    };
+    let mut device = Device {
+        session: DoorSession::new(st.clone(), handle.clone(), admitted.client_ip),
+        st: st.clone(),
+        handle: handle.clone(),
+        shared,
+        level: connect.level,
+        will: connect.will.clone(),
+        filters: HashMap::new(),
+        topic_refs: HashMap::new(),
+        next_ref: 0,
+    };
+    let ended =
+        skua_edge::door::contained(Box::pin(device.main(rd, buf, &connect, &clients)), &st, "mqtt reader").await;
+    let ended = ended.unwrap_or_else(|| {
+        handle.request_close(CloseRequest::INTERNAL_ERROR);
+        Ended::Abnormal
+    });
+    if ended == Ended::Abnormal {
+        let _ = skua_edge::door::contained(Box::pin(device.publish_will()), &st, "mqtt will").await;
+    }
+    if let Some(actor) = device.session.actor()
+        && !connect.client_id.is_empty()
+    {
+        clients.release(&(actor.project.as_str().to_owned(), connect.client_id.clone()), &handle);
+    }
+    let _ = skua_edge::door::contained(Box::pin(device.session.cleanup()), &st, "mqtt cleanup").await;
+    handle.mark_released();
+    handle.request_close(CloseRequest::GONE);
+    let _ = writer.await;
+    drop(admitted);
+    st.metrics.connections_closed.fetch_add(1, Ordering::Relaxed);
+}
+
+/// How a connection's reader ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    /// The device sent `DISCONNECT` (no will).
+    Clean,
+    /// Anything else: the will is published (N53).
+    Abnormal,
+    /// Closed by the server for the credential (expiry, revocation) or a refused `CONNECT`:
+    /// no will (the actor's authority is what ended).
+    Unauthorized,
+}
+
+/// The reader side of one device connection.
+struct Device {
+    session: DoorSession,
+    st: Arc<EdgeState>,
+    handle: Arc<ConnHandle>,
+    shared: Arc<Shared>,
+    level: Level,
+    will: Option<codec::Will>,
+    /// MQTT filter as sent → the concrete topics it subscribed.
+    filters: HashMap<String, Vec<String>>,
+    /// Concrete topic → how many filters hold it.
+    topic_refs: HashMap<String, usize>,
+    next_ref: u64,
+}
+
+/// The instant (tokio clock) of a unix-seconds expiry; saturating, "never" beyond a century.
+fn deadline_of(expires_at: Option<u64>) -> Instant {
+    let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let wait = expires_at.map_or(FAR_FUTURE, |at| Duration::from_secs(at.saturating_sub(now_s)).min(FAR_FUTURE));
+    Instant::now() + wait
+}
+
+/// Waits for the next registry change, handing the receiver back.
+async fn next_change(
+    mut rx: tokio::sync::watch::Receiver<u64>,
+) -> (Result<(), tokio::sync::watch::error::RecvError>, tokio::sync::watch::Receiver<u64>) {
+    let r = rx.changed().await;
+    (r, rx)
+}
+
+impl Device {
+    fn push(&self, packet: Bytes) {
+        push_raw(&self.handle, packet);
+    }
+
+    /// Closes for bad input: 5.0 gets a `DISCONNECT` with the fault's reason first.
+    fn fault(&self, fault: Fault) -> Ended {
+        tracing::debug!(?fault, "MQTT input refused; closing.");
+        self.shared.metrics.faults.inc(fault.label());
+        if self.level == Level::V5 {
+            self.push(codec::disconnect(fault.reason()));
+        }
+        self.handle.request_close(CloseRequest { code: close::PROTOCOL_ERROR, reason: fault.label() });
+        Ended::Abnormal
+    }
+
+    /// Authenticates, then reads packets until the connection ends.
+    async fn main(&mut self, mut rd: OwnedReadHalf, mut buf: BytesMut, connect: &Connect, clients: &Clients) -> Ended {
+        let token = connect.password.clone().or_else(|| connect.username.clone()).unwrap_or_default();
+        let auth = AuthFrame { token, protocol_version: 2, reconnect: false, client_id: ClientIdField::Absent };
+        self.session.handle(ClientFrame::Auth(auth)).await;
+        if !self.session.is_authed() {
+            // Its CONNACK (from the session's `auth` reply) goes out before the close.
+            self.shared.metrics.connects.inc("refused");
+            self.handle.request_close(AUTH_REFUSED);
+            return Ended::Unauthorized;
+        }
+        self.shared.metrics.connects.inc("ok");
+        if let Some(actor) = self.session.actor()
+            && !connect.client_id.is_empty()
+        {
+            clients.claim((actor.project.as_str().to_owned(), connect.client_id.clone()), &self.handle);
+        }
+        let st = self.st.clone();
+        let max_packet = st.config.max_frame_size;
+        // 1.5 × keep-alive without a packet closes the connection (N54); 0: no keep-alive.
+        let keep_alive = (connect.keep_alive > 0).then(|| Duration::from_millis(u64::from(connect.keep_alive) * 1500));
+        let mut last = Instant::now();
+        let mut expiry = self.session.expires_at();
+        let mut expiry_deadline = deadline_of(expiry);
+        let idle = keep_alive.unwrap_or(FAR_FUTURE);
+        let timer = sleep_until((last + idle).min(expiry_deadline));
+        tokio::pin!(timer);
+        let shutdown = st.shutdown.cancelled();
+        tokio::pin!(shutdown);
+        let handle = self.handle.clone();
+        let closed = std::future::poll_fn(|cx| handle.poll_closed_reader(cx));
+        tokio::pin!(closed);
+        let mut changes = st.connections.watch();
+        let mut seen = *changes.borrow_and_update();
+        let mut change = tokio_util::sync::ReusableBoxFuture::new(next_change(changes));
+        loop {
+            // Every complete packet already buffered is handled before reading more.
+            loop {
+                if self.session.pipeline_full() {
+                    break;
+                }
+                match codec::read(&mut buf, self.level, max_packet) {
+                    Ok(None) => break,
+                    Ok(Some(p)) => {
+                        last = Instant::now();
+                        if let Some(end) = self.on_packet(p).await {
+                            return end;
+                        }
+                    }
+                    Err(f) => return self.fault(f),
+                }
+            }
+            if self.session.expires_at() != expiry {
+                expiry = self.session.expires_at();
+                expiry_deadline = deadline_of(expiry);
+            }
+            timer.as_mut().reset((last + idle).min(expiry_deadline));
+            buf.reserve(4096);
+            tokio::select! {
+                biased;
+                () = &mut shutdown => {
+                    self.handle.request_close(CloseRequest::SERVER_RESTART);
+                    return Ended::Abnormal;
+                }
+                () = &mut closed => {
+                    let unauthorized = self.handle.close_requested().is_some_and(|r| {
+                        r.code == close::TOKEN_EXPIRED || r.code == close::REVALIDATION_FAILED
+                    });
+                    return if unauthorized { Ended::Unauthorized } else { Ended::Abnormal };
+                }
+                () = &mut timer => {
+                    let now = Instant::now();
+                    if expiry_deadline <= now {
+                        self.handle.send(&skua_protocol::ServerFrame::Disconnect {
+                            reason: skua_protocol::codes::reason::TOKEN_EXPIRED,
+                        });
+                        self.handle.request_close(CloseRequest::TOKEN_EXPIRED);
+                        return Ended::Unauthorized;
+                    }
+                    if keep_alive.is_some_and(|k| last + k <= now) {
+                        self.shared.metrics.faults.inc("keep_alive_timeout");
+                        self.handle.request_close(CloseRequest::IDLE_TIMEOUT);
+                        return Ended::Abnormal;
+                    }
+                }
+                (r, mut rx) = change.get_pin() => {
+                    if r.is_err() {
+                        change.set(std::future::pending());
+                        continue;
+                    }
+                    let now = *rx.borrow_and_update();
+                    change.set(next_change(rx));
+                    let delta = st.connections.delta_since(seen, now);
+                    seen = now;
+                    self.session.revalidate(&delta).await;
+                }
+                outcome = self.session.next_publish(), if self.session.publishing() => {
+                    self.session.finish_publish(outcome).await;
+                }
+                read = rd.read_buf(&mut buf), if !self.session.pipeline_full() => {
+                    match read {
+                        Ok(n) if n > 0 => {}
+                        // The device went away without DISCONNECT: abnormal (its will goes out).
+                        _ => return Ended::Abnormal,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Handles one packet; `Some` when the connection ends with it.
+    async fn on_packet(&mut self, p: Packet) -> Option<Ended> {
+        match p {
+            Packet::Publish(p) => return self.on_publish(p).await,
+            Packet::PubRel(pkid) => {
+                let known = self.shared.lock().qos2.remove(&pkid).is_some();
+                // 5.0 0x92 "packet identifier not found" for a release of nothing.
+                self.push(codec::ack(0x70, self.level, pkid, if known { 0 } else { 0x92 }));
+            }
+            // Deliveries are not redelivered within a connection: their acks need nothing.
+            Packet::PubAck(_) | Packet::PubRec(_) | Packet::PubComp(_) => {}
+            Packet::Subscribe { pkid, filters } => {
+                let mut codes = Vec::with_capacity(filters.len());
+                for (filter, qos) in filters {
+                    codes.push(self.subscribe(filter, qos).await);
+                }
+                self.push(codec::sub_ack(0x90, self.level, pkid, &codes));
+            }
+            Packet::Unsubscribe { pkid, filters } => {
+                let mut codes = Vec::with_capacity(filters.len());
+                for filter in filters {
+                    codes.push(self.unsubscribe(&filter).await);
+                }
+                self.push(codec::sub_ack(0xB0, self.level, pkid, &codes));
+            }
+            Packet::PingReq => self.push(codec::pingresp()),
+            Packet::Disconnect { reason } => {
+                self.handle.request_close(CLIENT_DISCONNECT);
+                // 0x04: "disconnect with will message".
+                return Some(if reason == 0x04 { Ended::Abnormal } else { Ended::Clean });
+            }
+        }
+        None
+    }
+
+    async fn on_publish(&mut self, p: codec::Publish) -> Option<Ended> {
+        if p.topic.is_empty() || p.topic.contains(['+', '#']) {
+            // Not a topic name: refused like a denied publish (5.0 0x90).
+            self.shared.metrics.publishes_refused.inc("topic_name_invalid");
+            match p.qos {
+                1 => self.push(codec::ack(0x40, self.level, p.pkid, 0x90)),
+                2 if self.level == Level::V5 => self.push(codec::ack(0x50, self.level, p.pkid, 0x90)),
+                2 => {
+                    self.shared.lock().qos2.insert(p.pkid, Some(0));
+                    self.push(codec::ack(0x50, self.level, p.pkid, 0));
+                }
+                _ => {}
+            }
+            return None;
+        }
+        if p.qos == 2 {
+            let mut inner = self.shared.lock();
+            match inner.qos2.get(&p.pkid) {
+                // A repeat inside the session: never published twice (N52).
+                Some(Some(code)) => {
+                    let code = *code;
+                    drop(inner);
+                    self.push(codec::ack(0x50, self.level, p.pkid, code));
+                    return None;
+                }
+                Some(None) => return None,
+                None if inner.qos2.len() >= usize::from(RECEIVE_MAXIMUM) => {
+                    drop(inner);
+                    return Some(self.fault(Fault::Protocol("receive maximum exceeded")));
+                }
+                None => {
+                    inner.qos2.insert(p.pkid, None);
+                }
+            }
+        }
+        self.next_ref += 1;
+        let n = self.next_ref;
+        self.shared.lock().pending.insert(n, (p.qos, p.pkid));
+        let frame = PublishFrame {
+            topic: p.topic,
+            data: crate::payload::to_nolag(p.payload),
+            qos: p.qos,
+            retain: p.retain,
+            filter: Ok(None),
+            msg_ref: Some(format!("mqtt:{n}")),
+            idempotency_key: None,
+        };
+        self.session.handle(ClientFrame::Publish(frame)).await;
+        None
+    }
+
+    /// Subscribes one filter; its `SUBACK` return code.
+    async fn subscribe(&mut self, filter: String, qos: u8) -> u8 {
+        let v5 = self.level == Level::V5;
+        let fail = |v5_code: u8| if v5 { v5_code } else { 0x80 };
+        let granted = qos.min(MAX_DELIVERY_QOS);
+        let topics = match self.expand(&filter) {
+            Ok(t) => t,
+            Err(code) => return fail(code),
+        };
+        let max = self.st.config.max_subscriptions_per_connection;
+        let mut got = Vec::new();
+        for topic in topics {
+            let held = self.topic_refs.contains_key(&topic);
+            if !held && self.topic_refs.len() >= max {
+                continue;
+            }
+            // Also for a topic already held: a repeated subscribe replays retained messages.
+            let frame = SubscribeFrame {
+                topic: topic.clone(),
+                qos: granted,
+                filters: Ok(Vec::new()),
+                raw_filters: None,
+                load_balance: false,
+                load_balance_group: None,
+                since: None,
+            };
+            // The session's `subscribed` frame and retained messages queue before the SUBACK
+            // (MQTT allows deliveries before it); the delivery QoS must be known first.
+            let previous = self.shared.lock().subs.insert(topic.clone(), granted);
+            self.session.handle(ClientFrame::Subscribe(frame)).await;
+            if self.session.is_subscribed(&topic) {
+                if let Some(q) = previous {
+                    self.shared.lock().subs.insert(topic.clone(), q.max(granted));
+                }
+                got.push(topic);
+            } else {
+                let mut inner = self.shared.lock();
+                match previous {
+                    Some(q) => inner.subs.insert(topic, q),
+                    None => inner.subs.remove(&topic),
+                };
+            }
+        }
+        if got.is_empty() {
+            let at_limit = self.topic_refs.len() >= max;
+            return fail(if at_limit { 0x97 } else { 0x87 });
+        }
+        let old = self.filters.insert(filter, got.clone()).unwrap_or_default();
+        for t in got {
+            *self.topic_refs.entry(t).or_insert(0) += 1;
+        }
+        for t in old {
+            self.release_topic(&t).await;
+        }
+        granted
+    }
+
+    /// The concrete topics a filter names: itself, or for `app/room/+` and `app/room/#` every
+    /// topic of the app (each is then subscribed as the actor may). `Err` with the 5.0 reason.
+    fn expand(&self, filter: &str) -> Result<Vec<String>, u8> {
+        if filter.starts_with("$share/") {
+            return Err(0x9E);
+        }
+        let levels: Vec<&str> = filter.split('/').collect();
+        let wild = |s: &str| s.contains(['+', '#']);
+        let [app, room, topic] = levels[..] else {
+            // Wildcards above the topic level, or not an `app/room/topic` address.
+            return Err(if wild(filter) { 0x8F } else { 0x87 });
+        };
+        if app.is_empty() || room.is_empty() || wild(app) || wild(room) {
+            return Err(if wild(app) || wild(room) { 0x8F } else { 0x87 });
+        }
+        if topic != "+" && topic != "#" {
+            return if wild(topic) || topic.is_empty() { Err(0x8F) } else { Ok(vec![filter.to_owned()]) };
+        }
+        let Some(actor) = self.session.actor() else { return Err(0x87) };
+        let registry = self.st.registry.load();
+        let Some(project) = registry.project(&actor.project) else { return Err(0x87) };
+        let Some(app) = project.apps.iter().find(|a| a.slug == app) else { return Err(0x87) };
+        Ok(app.topics.keys().map(|t| format!("{}/{room}/{t}", app.slug)).collect())
+    }
+
+    /// Drops one filter's hold on a topic; the last one unsubscribes it.
+    async fn release_topic(&mut self, topic: &str) {
+        let Some(n) = self.topic_refs.get_mut(topic) else { return };
+        *n -= 1;
+        if *n > 0 {
+            return;
+        }
+        self.topic_refs.remove(topic);
+        self.session.handle(ClientFrame::Unsubscribe { topic: topic.to_owned() }).await;
+        self.shared.lock().subs.remove(topic);
+    }
+
+    /// Unsubscribes one filter; its 5.0 `UNSUBACK` reason (0x11: there was none).
+    async fn unsubscribe(&mut self, filter: &str) -> u8 {
+        let Some(topics) = self.filters.remove(filter) else { return 0x11 };
+        for t in topics {
+            self.release_topic(&t).await;
+        }
+        0
+    }
+
+    /// Publishes the will message, as the actor, where it may publish (N53); then waits for
+    /// every publish in flight.
+    async fn publish_will(&mut self) {
+        let Some(w) = self.will.take() else { return };
+        if !self.session.is_authed() {
+            return;
+        }
+        let frame = PublishFrame {
+            topic: w.topic,
+            data: crate::payload::to_nolag(w.payload),
+            qos: w.qos,
+            retain: w.retain,
+            filter: Ok(None),
+            msg_ref: None,
+            idempotency_key: None,
+        };
+        self.session.handle(ClientFrame::Publish(frame)).await;
+        self.session.drain_publishes().await;
+    }
+}
+
+/// The 5.0 reason a `CONNACK` refusal carries for an auth failure string, and the 3.1.1 code.
+fn connack_refusal(e: &str) -> (u8, u8) {
+    match e {
+        auth_err::BROKER_UNAVAILABLE => (3, 0x88),
+        auth_err::CONNECTION_LIMIT_REACHED => (3, 0x97),
+        auth_err::INVALID_CLIENT_ID => (2, 0x85),
+        _ => (5, 0x87),
+    }
+}
+
+/// The 5.0 reason a refused publish's `PUBACK`/`PUBREC` carries (N52; only reasons MQTT 5.0
+/// allows there), and a metric label.
+fn publish_refusal(e: &str) -> (u8, &'static str) {
+    match e {
+        error::UNKNOWN_TOPIC | error::NOT_AUTHORIZED => (0x87, "not_authorized"),
+        error::RATE_LIMIT_EXCEEDED => (0x97, "rate_limited"),
+        error::MONTHLY_QUOTA_EXCEEDED => (0x97, "quota_exceeded"),
+        error::RETAINED_LIMIT_EXCEEDED => (0x97, "retained_limit"),
+        // Not 0x95 as N52 says: "packet too large" is no PUBACK/PUBREC reason (MQTT 5.0
+        // §3.4.2.1), and clients that check (paho) drop the connection on it.
+        error::MESSAGE_TOO_LARGE => (0x97, "too_large"),
+        error::STORE_UNAVAILABLE => (0x80, "store_unavailable"),
+        error::BROKER_UNAVAILABLE => (0x80, "broker_unavailable"),
+        _ => (0x80, "other"),
+    }
+}
+
+/// The 5.0 `DISCONNECT` reason for a close the server requested, if one is sent.
+fn disconnect_reason(req: CloseRequest) -> Option<u8> {
+    if req == CloseRequest::GONE || req == AUTH_REFUSED {
+        return None;
+    }
+    Some(match req.code {
+        close::SERVER_RESTART => 0x8B,
+        close::IDLE_TIMEOUT => 0x8D,
+        close::TOKEN_EXPIRED | close::REVALIDATION_FAILED => 0x87,
+        close::SESSION_TAKEN_OVER => 0x8E,
+        close::SLOW_CONSUMER => 0x97,
+        close::MESSAGE_TOO_BIG => 0x95,
+        close::CONNECTION_LIMIT => 0x98,
+        close::PROTOCOL_ERROR => 0x82,
+        _ => 0x80,
+    })
+}
+
+/// Translates one queued frame into packets appended to `out`.
+fn translate(frame: &Bytes, out: &mut BytesMut, shared: &Shared, disconnect_sent: &mut bool) {
+    let level = shared.level;
+    match frame.first() {
+        None => return,
+        // A NoLag frame is a MessagePack map (fixmap, map 16, map 32); anything else is a packet
+        // the reader queued as it is.
+        Some(0x80..=0x8f | 0xde | 0xdf) => {}
+        Some(first) => {
+            *disconnect_sent |= *first == 0xE0;
+            out.extend_from_slice(frame);
+            return;
+        }
+    }
+    match frames::parse(frame) {
+        Frame::Message { topic, data } => {
+            let mut inner = shared.lock();
+            let Some(&qos) = inner.subs.get(topic) else { return };
+            let payload = crate::payload::to_device(data);
+            if codec::publish_size(level, topic, qos, payload.len()) > shared.device_max {
+                shared.metrics.deliveries_too_large.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            let pkid = if qos > 0 {
+                let p = inner.next_pkid;
+                inner.next_pkid = if p == u16::MAX { 1 } else { p + 1 };
+                p
+            } else {
+                0
+            };
+            drop(inner);
+            codec::put_publish(out, level, topic, payload, qos, pkid, false);
+        }
+        Frame::AuthOk => {
+            let ack = codec::connack(level, 0, shared.server_max, RECEIVE_MAXIMUM, shared.session_refused);
+            out.extend_from_slice(&ack);
+        }
+        Frame::AuthFailed(e) => {
+            let (v4, v5) = connack_refusal(e);
+            out.extend_from_slice(&codec::connack(level, if level == Level::V4 { v4 } else { v5 }, 0, 0, false));
+        }
+        Frame::Published { msg_ref } => {
+            let Some(n) = msg_ref.strip_prefix("mqtt:").and_then(|n| n.parse::<u64>().ok()) else { return };
+            let mut inner = shared.lock();
+            let Some((qos, pkid)) = inner.pending.remove(&n) else { return };
+            match qos {
+                1 => {
+                    drop(inner);
+                    out.extend_from_slice(&codec::ack(0x40, level, pkid, 0));
+                }
+                2 => {
+                    inner.qos2.insert(pkid, Some(0));
+                    drop(inner);
+                    out.extend_from_slice(&codec::ack(0x50, level, pkid, 0));
+                }
+                _ => {}
+            }
+        }
+        Frame::Error { error, msg_ref: Some(msg_ref) } => {
+            let Some(n) = msg_ref.strip_prefix("mqtt:").and_then(|n| n.parse::<u64>().ok()) else { return };
+            let mut inner = shared.lock();
+            // Not pending: a later error about an accepted publish (a failed wake, N47).
+            let Some((qos, pkid)) = inner.pending.remove(&n) else { return };
+            let (reason, label) = publish_refusal(error);
+            shared.metrics.publishes_refused.inc(label);
+            // 3.1.1 cannot refuse: acked and dropped (N52).
+            let reason = if level == Level::V5 { reason } else { 0 };
+            match qos {
+                1 => {
+                    drop(inner);
+                    out.extend_from_slice(&codec::ack(0x40, level, pkid, reason));
+                }
+                2 => {
+                    // A 5.0 PUBREC >= 0x80 ends the exchange; otherwise PUBREL follows.
+                    if reason >= 0x80 {
+                        inner.qos2.remove(&pkid);
+                    } else {
+                        inner.qos2.insert(pkid, Some(reason));
+                    }
+                    drop(inner);
+                    out.extend_from_slice(&codec::ack(0x50, level, pkid, reason));
+                }
+                _ => {}
+            }
+        }
+        Frame::Disconnect(_) if level == Level::V5 => {
+            *disconnect_sent = true;
+            out.extend_from_slice(&codec::disconnect(0x87));
+        }
+        _ => {}
+    }
+}
+
+async fn write_loop(
+    mut wr: OwnedWriteHalf,
+    mut outbox: Outbox,
+    handle: Arc<ConnHandle>,
+    shared: Arc<Shared>,
+    close_timeout: Duration,
+) {
+    let mut out = BytesMut::with_capacity(4096);
+    let mut disconnect_sent = false;
+    // A write cut short by a close may have left half a packet on the socket: nothing more
+    // can be written after it.
+    let mut torn = false;
+    loop {
+        if std::future::poll_fn(|cx| outbox.poll_take(&handle, cx)).await != Take::Frames {
+            break;
+        }
+        let written = tokio::select! {
+            biased;
+            () = handle.closed() => break,
+            r = write_taken(&mut wr, &mut outbox, &handle, &shared, &mut out, &mut disconnect_sent, &mut torn) => r,
+        };
+        if written.is_err() {
+            handle.request_close(CloseRequest::GONE);
+            break;
+        }
+        outbox.shrink();
+        if out.capacity() > WRITE_CHUNK * 2 {
+            out = BytesMut::with_capacity(4096);
+        }
+    }
+    let req = handle.close_requested().unwrap_or(CloseRequest::GONE);
+    handle.count_close(req);
+    let _ = tokio::time::timeout(close_timeout, async {
+        if req != CloseRequest::GONE && !torn {
+            // As the WebSocket writer: the close only once the session released its record.
+            handle.released().await;
+            if req != CloseRequest::SLOW_CONSUMER {
+                out.clear();
+                while let Some(f) = outbox.try_recv(&handle) {
+                    translate(&f, &mut out, &shared, &mut disconnect_sent);
+                }
+                if wr.write_all(&out).await.is_err() {
+                    return;
+                }
+            }
+            if shared.level == Level::V5
+                && !disconnect_sent
+                && let Some(reason) = disconnect_reason(req)
+            {
+                let _ = wr.write_all(&codec::disconnect(reason)).await;
+            }
+        }
+        let _ = wr.shutdown().await;
+    })
+    .await;
+}
+
+/// Writes the taken frames, and whatever is queued meanwhile, until the queue is empty;
+/// `writing` stays true if it is dropped in the middle of a write.
+async fn write_taken(
+    wr: &mut OwnedWriteHalf,
+    outbox: &mut Outbox,
+    handle: &ConnHandle,
+    shared: &Shared,
+    out: &mut BytesMut,
+    disconnect_sent: &mut bool,
+    writing: &mut bool,
+) -> std::io::Result<()> {
+    loop {
+        let (mut frames, mut bytes) = (0, 0);
+        out.clear();
+        while out.len() < WRITE_CHUNK {
+            let Some(f) = outbox.pop() else { break };
+            frames += 1;
+            bytes += f.len();
+            translate(&f, out, shared, disconnect_sent);
+        }
+        // Left true when this future is dropped mid-write (a close cut it short).
+        *writing = true;
+        wr.write_all(out).await?;
+        *writing = false;
+        handle.written(frames, bytes);
+        if outbox.is_empty() && !outbox.try_take(handle) {
+            return Ok(());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_map_to_their_reason_codes() {
+        assert_eq!(connack_refusal(auth_err::ACCESS_DENIED), (5, 0x87));
+        assert_eq!(connack_refusal(auth_err::TOKEN_EXPIRED), (5, 0x87));
+        assert_eq!(connack_refusal(auth_err::BROKER_UNAVAILABLE), (3, 0x88));
+        assert_eq!(publish_refusal(error::UNKNOWN_TOPIC).0, 0x87);
+        assert_eq!(publish_refusal(error::MONTHLY_QUOTA_EXCEEDED).0, 0x97);
+        assert_eq!(publish_refusal(error::MESSAGE_TOO_LARGE).0, 0x97);
+        assert_eq!(disconnect_reason(CloseRequest::SERVER_RESTART), Some(0x8B));
+        assert_eq!(disconnect_reason(CloseRequest::IDLE_TIMEOUT), Some(0x8D));
+        assert_eq!(disconnect_reason(CloseRequest::TAKEN_OVER), Some(0x8E));
+        assert_eq!(disconnect_reason(CloseRequest::GONE), None);
+        assert_eq!(disconnect_reason(AUTH_REFUSED), None);
+    }
+}
