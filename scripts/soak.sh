@@ -25,7 +25,7 @@ setsid "$target/debug/skua-chaos" --no-faults --no-netns --nodes "$nodes" --keep
   >"$out/chaos.out" 2>"$out/chaos.err" &
 pgid=$!
 trap 'kill -CONT -- "-$pgid" 2>/dev/null || true; kill -KILL -- "-$pgid" 2>/dev/null || true' EXIT
-printf 'elapsed_s\tnode_pid\trss_kb\tfds\tthreads\tconnections_open\toutbound_frames\toutbound_bytes\twebhook_queue\n' | tee "$out/samples.tsv"
+printf 'elapsed_s\tnode_pid\trss_kb\tfds\tthreads\tconnections_open\toutbound_frames\toutbound_bytes\ttrigger_queue_bytes\n' | tee "$out/samples.tsv"
 start=$(date +%s)
 metric() { awk -v m="$1" '$1 == m || index($1, m "{") == 1 { s += $NF } END { printf "%d", s }' "$2"; }
 while kill -0 "$pgid" 2>/dev/null; do
@@ -39,7 +39,7 @@ while kill -0 "$pgid" 2>/dev/null; do
     listen=$(tr '\0' ' ' <"/proc/$pid/cmdline" | sed -n 's/.*--listen \([0-9.]*:[0-9]*\).*/\1/p')
     m="$out/metrics"
     curl -s --max-time 5 "http://$listen/metrics" >"$m" 2>/dev/null || : >"$m"
-    webhooks=$(( $(metric skua_webhook_queue_pushed_total "$m") - $(metric skua_webhook_queue_popped_total "$m") ))
+    webhooks=$(metric skua_trigger_queue_bytes "$m")
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$now" "$pid" "$rss" "$fds" "$threads" \
       "$(metric skua_connections_open "$m")" "$(metric skua_outbound_queue_frames "$m")" \
       "$(metric skua_outbound_queue_bytes "$m")" "$webhooks" | tee -a "$out/samples.tsv"

@@ -610,7 +610,7 @@ mod tests {
         let c = ServerConfig::from_layers(&[&s]).unwrap();
         assert_eq!(c.webhooks.connect_timeout, std::time::Duration::from_millis(750));
         assert_eq!(c.webhooks.concurrency_per_target, 3);
-        assert_eq!(c.webhooks.trigger_retry.delays, [2, 4, 8].map(std::time::Duration::from_secs));
+        assert_eq!(c.edge.triggers.retry_delays, [2, 4, 8].map(std::time::Duration::from_secs));
     }
 
     #[test]
@@ -714,17 +714,15 @@ mod tests {
     }
 
     /// The trigger retry schedule has one source (`skua_core::webhook::TRIGGER_FIRST_RETRY`,
-    /// doubling): the settings' defaults, the webhook engine, the trigger delivery and
+    /// doubling): the settings' defaults, the trigger delivery and
     /// docs/webhooks.md all give 4 s, 8 s, 16 s, 32 s.
     #[test]
     fn the_trigger_retry_schedule_has_one_source() {
         let want = skua_core::webhook::trigger_retry_delays();
         assert_eq!(want, [4, 8, 16, 32].map(std::time::Duration::from_secs));
         let c = ServerConfig::from_layers(&[]).unwrap();
-        assert_eq!(c.webhooks.trigger_retry.delays, want, "the engine's, from the settings");
         assert_eq!(c.edge.triggers.retry_delays, want, "the trigger delivery's, from the settings");
         assert_eq!(skua_edge::config::TriggerConfig::default().retry_delays, want);
-        assert_eq!(skua_webhooks::RetrySchedule::trigger().delays, want);
         let spelled: Vec<String> = want.iter().map(|d| format!("{} s", d.as_secs())).collect();
         let docs = include_str!("../../../docs/webhooks.md");
         assert!(docs.contains(&spelled.join(", ")), "docs/webhooks.md gives the schedule as {}", spelled.join(", "));

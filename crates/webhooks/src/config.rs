@@ -6,11 +6,6 @@ use std::time::Duration;
 /// there with their defaults; `Default` gives the same values, a server test checks it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WebhookConfig {
-    /// Fire-and-forget requests waiting for delivery on this node; when full, `enqueue`
-    /// refuses (the caller dead-letters or counts it).
-    pub queue: usize,
-    /// Queued requests being delivered at once, including those waiting for a retry.
-    pub max_pending: usize,
     /// Requests in flight at once to one target (scheme, host and port).
     pub concurrency_per_target: usize,
     /// Most bytes of an answer read; a longer answer fails `TooLarge` and is not read further.
@@ -27,8 +22,6 @@ pub struct WebhookConfig {
     /// The exceptions to the rule of wake URLs (a client's): exact host names, addresses and
     /// CIDR ranges whose internal addresses (loopback, private, …) may be called.
     pub wake_allowed_hosts: Vec<String>,
-    /// The retry schedule of queued trigger requests.
-    pub trigger_retry: RetrySchedule,
     /// Deliveries whose outcome the node keeps for the admin dashboard (the last ones).
     pub recent_deliveries: usize,
 }
@@ -36,8 +29,6 @@ pub struct WebhookConfig {
 impl Default for WebhookConfig {
     fn default() -> Self {
         Self {
-            queue: 10_000,
-            max_pending: 1024,
             concurrency_per_target: 16,
             max_response_bytes: 1 << 20,
             connect_timeout: Duration::from_secs(5),
@@ -45,7 +36,6 @@ impl Default for WebhookConfig {
             allowed_hosts: Vec::new(),
             allow_loopback: false,
             wake_allowed_hosts: Vec::new(),
-            trigger_retry: RetrySchedule::trigger(),
             recent_deliveries: 100,
         }
     }
@@ -63,17 +53,6 @@ impl RetrySchedule {
     /// Hydration (N43): 3 attempts, 1 s then 2 s apart (within the call's timeout).
     pub fn hydration() -> Self {
         Self { delays: vec![Duration::from_secs(1), Duration::from_secs(2)] }
-    }
-
-    /// Triggers (N44): 5 attempts over about a minute: 4 s, 8 s, 16 s, 32 s apart
-    /// ([`skua_core::webhook::trigger_retry_delays`], the defaults' one source).
-    pub fn trigger() -> Self {
-        Self { delays: skua_core::webhook::trigger_retry_delays() }
-    }
-
-    /// `attempts` attempts, the first delay `first`, each next one doubled.
-    pub fn exponential(attempts: u32, first: Duration) -> Self {
-        Self { delays: skua_core::webhook::exponential_delays(attempts, first) }
     }
 
     /// How many attempts at most.

@@ -1,15 +1,16 @@
 //! Skua's webhook delivery engine (N41–N45): one pooled HTTP/1.1 client (hyper's client
 //! connection API, rustls with ring for `https`) that POSTs signed JSON bodies with timeouts, retries with
-//! backoff, a concurrency limit per target, a bounded response read, a bounded queue for
-//! fire-and-forget calls, metrics per kind and outcome, and a tracing span per delivery.
+//! backoff, a concurrency limit per target, a bounded response read, metrics per kind and
+//! outcome, and a tracing span per delivery. Every delivery runs on its caller's task; the
+//! queue of triggers is the engine's (`skua_engine::triggers`).
 //!
 //! Depends on `skua-core` only (for [`WebhookCall`] and the address rule); it knows nothing of
 //! the edge, the store or the wire. Modules:
 //! - [`request`]: [`WebhookRequest`], the body with `deliveryId` and `timestamp`, and signing;
 //! - [`config`]: [`WebhookConfig`], the engine's checked configuration, and [`RetrySchedule`];
 //! - [`outcome`]: how a delivery ends, [`WebhookResponse`] or [`DeliveryError`];
-//! - [`sender`]: [`WebhookSender`], calls ([`WebhookSender::call`]) and the queue
-//!   ([`WebhookSender::enqueue`]);
+//! - [`sender`]: [`WebhookSender`], calls with retries ([`WebhookSender::call`]) and single
+//!   attempts ([`WebhookSender::post_once`]);
 //! - `client`: the HTTP/1.1 client (keep-alive pool per origin, address rules, bounded answers);
 //! - [`resolve`]: the DNS resolver that refuses link-local and metadata addresses at send time;
 //! - `rule`: the address rule each kind adds (hydration, triggers, wake), read by both;
@@ -35,6 +36,6 @@ pub use metrics::WebhookMetrics;
 pub use outcome::{DeliveryError, WebhookResponse};
 pub use recent::{RecentDeliveries, RecentDelivery};
 pub use request::{SIGNATURE_HEADER, SIGNATURE_V2_HEADER, WebhookRequest, sign, sign_v2};
-pub use sender::{DeliveryReport, OnDone, QueueFull, WebhookSender};
+pub use sender::WebhookSender;
 pub use settings::WebhookSettings;
 pub use skua_core::webhook::{WebhookCall, WebhookKind, WebhookTarget};

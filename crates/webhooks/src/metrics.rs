@@ -1,6 +1,5 @@
-//! Webhook counters by kind and outcome, and queue depth as pushed/popped counters (STYLE §6),
-//! rendered in the Prometheus text format for `/metrics`. Labels are fixed sets, never URLs,
-//! apps or topics.
+//! Webhook counters by kind and outcome (STYLE §6), rendered in the Prometheus text format for
+//! `/metrics`. Labels are fixed sets, never URLs, apps or topics.
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,14 +23,12 @@ pub enum Outcome {
     TooLarge,
     /// The answer was not what the kind needs (hydration: not JSON, or too large for a frame).
     Invalid,
-    /// The queue was full; not attempted.
-    QueueFull,
     /// The node stopped before it was delivered.
     Shutdown,
 }
 
 impl Outcome {
-    const ALL: [Self; 9] = [
+    const ALL: [Self; 8] = [
         Self::Ok,
         Self::Status,
         Self::Timeout,
@@ -39,7 +36,6 @@ impl Outcome {
         Self::Refused,
         Self::TooLarge,
         Self::Invalid,
-        Self::QueueFull,
         Self::Shutdown,
     ];
 
@@ -53,7 +49,6 @@ impl Outcome {
             Self::Refused => "refused",
             Self::TooLarge => "too_large",
             Self::Invalid => "invalid",
-            Self::QueueFull => "queue_full",
             Self::Shutdown => "shutdown",
         }
     }
@@ -77,10 +72,6 @@ pub struct WebhookMetrics {
     deliveries: [[AtomicU64; Outcome::ALL.len()]; WebhookKind::ALL.len()],
     attempts: [AtomicU64; WebhookKind::ALL.len()],
     retries: [AtomicU64; WebhookKind::ALL.len()],
-    /// Requests put on the fire-and-forget queue.
-    pub queue_pushed: AtomicU64,
-    /// Requests taken off it.
-    pub queue_popped: AtomicU64,
 }
 
 impl WebhookMetrics {
@@ -126,12 +117,6 @@ impl WebhookMetrics {
                 let n = series[kind_index(kind)].load(Ordering::Relaxed);
                 let _ = writeln!(out, "{name}{{kind=\"{}\"}} {n}", kind.as_str());
             }
-        }
-        for (name, help, c) in [
-            ("skua_webhook_queue_pushed_total", "Webhook requests put on the node's queue.", &self.queue_pushed),
-            ("skua_webhook_queue_popped_total", "Webhook requests taken off the node's queue.", &self.queue_popped),
-        ] {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}", c.load(Ordering::Relaxed));
         }
     }
 }

@@ -1,14 +1,11 @@
 //! [`WebhookSender`]: the node's pooled HTTP clients for webhooks (one per kind, each with its
-//! address rule), the per-target concurrency limit, retries, and the bounded fire-and-forget
-//! queue.
+//! address rule), the per-target concurrency limit and retries.
 //!
-//! Two ways to send:
-//! - [`WebhookSender::call`]: the caller waits for the outcome (hydration): attempts on the
-//!   request's retry schedule, all within one overall budget (the target's timeout).
-//! - [`WebhookSender::enqueue`]: the request goes on the node's bounded queue (triggers): a
-//!   dispatcher delivers it on its schedule, each attempt with the target's timeout, and hands
-//!   the final [`DeliveryReport`] to the request's [`OnDone`]. A full queue refuses at once
-//!   ([`QueueFull`] gives the request back) and nothing blocks the caller.
+//! Two ways to send, both on the caller's task:
+//! - [`WebhookSender::call`]: the caller waits for the outcome (hydration, wake): attempts on
+//!   the request's retry schedule, all within one overall budget (the target's timeout).
+//! - [`WebhookSender::post_once`]: one attempt, for a caller that runs its own retries and
+//!   queue (triggers: the engine's trigger queue, `webhook_queue` entries).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +13,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use hyper::header::HeaderValue;
 use skua_core::webhook::{WebhookKind, WebhookSecret, WebhookTarget};
-use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -29,39 +25,12 @@ use crate::outcome::{DeliveryError, WebhookResponse};
 use crate::request::{SIGNATURE_LEN, WebhookRequest, sign_bytes};
 use crate::rule::AddressRule;
 
-/// The end of a queued delivery.
-#[derive(Debug)]
-pub struct DeliveryReport {
-    /// The request (its `deliveryId` and body unchanged, ready for a dead letter).
-    pub request: WebhookRequest,
-    /// How it ended.
-    pub result: Result<WebhookResponse, DeliveryError>,
-    /// Attempts made.
-    pub attempts: u32,
-}
-
-/// What a queued request's owner runs with its final report (on the delivery task: keep it
-/// short, e.g. send on a channel).
-pub type OnDone = Box<dyn FnOnce(DeliveryReport) + Send + 'static>;
-
-/// The queue was full; the request is given back.
-#[derive(Debug, thiserror::Error)]
-#[error("the webhook queue is full")]
-pub struct QueueFull(pub Box<WebhookRequest>);
-
-struct Job {
-    request: WebhookRequest,
-    schedule: RetrySchedule,
-    on_done: Option<OnDone>,
-}
-
 struct Inner {
     /// One client per kind ([`WebhookKind::ALL`] order): each has its own address rule, pool
     /// and routes, so a URL allowed for one kind is never reached through another's.
     clients: [Client; 3],
     config: WebhookConfig,
     metrics: Arc<WebhookMetrics>,
-    queue: mpsc::Sender<Job>,
     recent: crate::recent::RecentDeliveries,
 }
 
@@ -83,8 +52,8 @@ impl std::fmt::Debug for WebhookSender {
 pub struct BuildError(#[source] crate::client::ClientError);
 
 impl WebhookSender {
-    /// A sender whose queue dispatcher and deliveries run on `tracker` and stop with `shutdown`
-    /// (queued requests then end [`DeliveryError::Shutdown`]). Installs ring as the process's
+    /// A sender whose idle-connection sweep runs on `tracker` and stops with `shutdown`
+    /// (deliveries run on their callers' tasks). Installs ring as the process's
     /// rustls provider if none is (idempotent).
     ///
     /// # Errors
@@ -100,13 +69,10 @@ impl WebhookSender {
             Client::new(&config, AddressRule::Open).map_err(BuildError)?,
             Client::new(&config, AddressRule::NoInternal(wake)).map_err(BuildError)?,
         ];
-        let (tx, rx) = mpsc::channel(config.queue.max(1));
         let recent = crate::recent::RecentDeliveries::new(config.recent_deliveries);
-        let inner =
-            Arc::new(Inner { clients, config, metrics: Arc::new(WebhookMetrics::default()), queue: tx, recent });
+        let inner = Arc::new(Inner { clients, config, metrics: Arc::new(WebhookMetrics::default()), recent });
         let sender = Self { inner };
-        tracker.spawn(sender.clone().sweep(shutdown.clone()));
-        tracker.spawn(sender.clone().dispatch(rx, tracker.clone(), shutdown));
+        tracker.spawn(sender.clone().sweep(shutdown));
         Ok(sender)
     }
 
@@ -143,8 +109,7 @@ impl WebhookSender {
         let span = delivery_span(request);
         async {
             let started = Instant::now();
-            let deadline = started + budget;
-            let (result, _) = self.deliver(request, schedule, Some(deadline)).await;
+            let result = self.deliver(request, schedule, started + budget).await;
             self.finish(request.call.kind, &request.call.target.url, started, &result);
             result
         }
@@ -211,33 +176,6 @@ impl WebhookSender {
         }
     }
 
-    /// Puts `request` on the node's queue, delivered on `schedule` (normally
-    /// `config().trigger_retry`), each attempt with the target's timeout; `on_done` gets the
-    /// final report.
-    ///
-    /// # Errors
-    /// [`QueueFull`] (with the request) when the queue is full or the node is stopping; the
-    /// caller decides (N45: dead letter).
-    pub fn enqueue(
-        &self,
-        request: WebhookRequest,
-        schedule: RetrySchedule,
-        on_done: Option<OnDone>,
-    ) -> Result<(), QueueFull> {
-        let kind = request.call.kind;
-        match self.inner.queue.try_send(Job { request, schedule, on_done }) {
-            Ok(()) => {
-                self.inner.metrics.queue_pushed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                Ok(())
-            }
-            Err(mpsc::error::TrySendError::Full(job) | mpsc::error::TrySendError::Closed(job)) => {
-                self.inner.metrics.delivered(kind, Outcome::QueueFull);
-                self.remember(kind, &job.request.call.target.url, Instant::now(), Outcome::QueueFull, None);
-                Err(QueueFull(Box::new(job.request)))
-            }
-        }
-    }
-
     /// Closes kept connections unused for their idle timeout, every third of it.
     async fn sweep(self, shutdown: CancellationToken) {
         let mut tick = tokio::time::interval_at(Instant::now() + IDLE_TIMEOUT / 3, IDLE_TIMEOUT / 3);
@@ -246,50 +184,6 @@ impl WebhookSender {
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 _ = tick.tick() => self.inner.clients.iter().for_each(Client::sweep),
-            }
-        }
-    }
-
-    /// Takes jobs off the queue while fewer than `max_pending` are being delivered.
-    async fn dispatch(self, mut rx: mpsc::Receiver<Job>, tracker: TaskTracker, shutdown: CancellationToken) {
-        let pending = Arc::new(Semaphore::new(self.inner.config.max_pending.max(1)));
-        loop {
-            let permit = tokio::select! {
-                () = shutdown.cancelled() => break,
-                p = pending.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
-            };
-            let job = tokio::select! {
-                () = shutdown.cancelled() => break,
-                j = rx.recv() => match j { Some(j) => j, None => break },
-            };
-            self.inner.metrics.queue_popped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let this = self.clone();
-            let stop = shutdown.clone();
-            let span = delivery_span(&job.request);
-            tracker.spawn(
-                async move {
-                    let _permit = permit;
-                    let started = Instant::now();
-                    let (result, attempts) = tokio::select! {
-                        r = this.deliver(&job.request, &job.schedule, None) => r,
-                        () = stop.cancelled() => (Err(DeliveryError::Shutdown), 0),
-                    };
-                    this.finish(job.request.call.kind, &job.request.call.target.url, started, &result);
-                    if let Some(done) = job.on_done {
-                        done(DeliveryReport { request: job.request, result, attempts });
-                    }
-                }
-                .instrument(span),
-            );
-        }
-        // Whatever is still queued ends `Shutdown`, so its owner can keep or dead-letter it.
-        rx.close();
-        while let Ok(job) = rx.try_recv() {
-            self.inner.metrics.queue_popped.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let result = Err(DeliveryError::Shutdown);
-            self.finish(job.request.call.kind, &job.request.call.target.url, Instant::now(), &result);
-            if let Some(done) = job.on_done {
-                done(DeliveryReport { request: job.request, result, attempts: 0 });
             }
         }
     }
@@ -325,18 +219,17 @@ impl WebhookSender {
         });
     }
 
-    /// Attempts on `schedule`; with a `deadline`, every attempt and wait fits before it.
+    /// Attempts on `schedule`, every attempt and wait before `deadline`.
     async fn deliver(
         &self,
         request: &WebhookRequest,
         schedule: &RetrySchedule,
-        deadline: Option<Instant>,
-    ) -> (Result<WebhookResponse, DeliveryError>, u32) {
+        deadline: Instant,
+    ) -> Result<WebhookResponse, DeliveryError> {
         let per_attempt = request.call.target.timeout(request.call.kind);
         let mut attempt = 0u32;
         loop {
-            let timeout =
-                deadline.map_or(per_attempt, |d| d.saturating_duration_since(Instant::now()).min(per_attempt));
+            let timeout = deadline.saturating_duration_since(Instant::now()).min(per_attempt);
             self.inner.metrics.attempt(request.call.kind, attempt > 0);
             let result = match tokio::time::timeout(timeout, self.attempt(request)).await {
                 Ok(r) => r,
@@ -344,14 +237,14 @@ impl WebhookSender {
             };
             attempt += 1;
             let err = match result {
-                Ok(r) => return (Ok(r), attempt),
+                Ok(r) => return Ok(r),
                 Err(e) => e,
             };
             let Some(delay) = schedule.delays.get(attempt as usize - 1).copied().filter(|_| err.is_retryable()) else {
-                return (Err(err), attempt);
+                return Err(err);
             };
-            if deadline.is_some_and(|d| Instant::now() + delay >= d) {
-                return (Err(err), attempt);
+            if Instant::now() + delay >= deadline {
+                return Err(err);
             }
             tracing::debug!(
                 attempt,

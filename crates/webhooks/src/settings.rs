@@ -3,8 +3,8 @@
 //! [`WebhookConfig`](crate::WebhookConfig).
 
 skua_core::settings! {
-    /// The webhook engine's settings: address rules, the queue and its delivery bounds, the
-    /// trigger retry schedule.
+    /// The webhook engine's settings: address rules and limits, the trigger queue and its
+    /// delivery bounds, the trigger retry schedule.
     pub struct WebhookSettings {
         /// Webhooks may call link-local and cloud metadata addresses (169.254.0.0/16, fe80::/10) [default false].
         ///
@@ -28,17 +28,17 @@ skua_core::settings! {
         /// every address a host name resolves to. Triggers and private addresses are not affected.
         #[arg(long, env = "SKUA_WEBHOOK_ALLOW_LOOPBACK")]
         pub webhook_allow_loopback: bool = false,
-        /// Fire-and-forget webhook requests (triggers) waiting on this node; beyond it they are refused [default 10000].
+        /// Triggers waiting in this node's trigger queue; beyond it they overflow, nothing blocks [default 10000].
         ///
-        /// Fire-and-forget requests (triggers) waiting on this node. When full a new one is refused at
-        /// once (counted as outcome="queue_full"; the trigger path dead-letters it) and nothing blocks.
-        /// Triggers use it as their queue: a logged topic's trigger that does not fit stays in the
-        /// outbox for a later scan; any other becomes a dead letter (skua_triggers_total{outcome="overflowed"}).
+        /// Triggers waiting in this node's trigger queue (the engine's; every other webhook is sent on
+        /// its caller's task). When full nothing blocks: a logged topic's trigger that does not fit
+        /// stays in the outbox for a later scan; any other goes to the overflow queue and becomes a
+        /// dead letter (skua_triggers_total{outcome="overflowed"}).
         #[arg(long, env = "SKUA_WEBHOOK_QUEUE")]
         pub webhook_queue: usize = 10_000,
-        /// Queued webhook requests being delivered at once, retry waits included [default 1024].
+        /// Queued triggers being delivered at once, retry waits included [default 1024].
         ///
-        /// Queued requests being delivered at once, including those waiting for a retry; the queue
+        /// Triggers being delivered at once, including those waiting for a retry; the trigger queue
         /// waits behind them.
         #[arg(long, env = "SKUA_WEBHOOK_MAX_PENDING")]
         pub webhook_max_pending: usize = 1024,

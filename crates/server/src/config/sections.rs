@@ -866,11 +866,20 @@ impl Telemetry {
     }
 }
 
-/// Webhooks: the address rules, the queue and its delivery bounds, the trigger retry schedule.
+/// Webhooks: the address rules and limits of the webhook sender; the trigger queue, its
+/// deliveries at once and the trigger retry schedule (`webhook_*` keys, read by the engine's
+/// trigger delivery).
 #[derive(Debug, Clone)]
 pub struct Webhooks {
-    /// The engine's settings.
+    /// The webhook sender's settings.
     pub engine: skua_webhooks::WebhookConfig,
+    /// `webhook_queue`: triggers waiting on this node.
+    pub trigger_queue: usize,
+    /// `webhook_max_pending`: triggers being delivered at once, retry waits included.
+    pub trigger_in_flight: usize,
+    /// `webhook_trigger_attempts` and `webhook_trigger_first_retry`: the waits between a
+    /// trigger's attempts.
+    pub trigger_retry: Vec<std::time::Duration>,
 }
 
 impl Webhooks {
@@ -895,8 +904,6 @@ impl Webhooks {
         }
         Ok(Self {
             engine: skua_webhooks::WebhookConfig {
-                queue: positive(key!(s.webhooks, webhook_queue))?,
-                max_pending: positive(key!(s.webhooks, webhook_max_pending))?,
                 concurrency_per_target: positive(key!(s.webhooks, webhook_concurrency_per_target))?,
                 max_response_bytes: positive(key!(s.webhooks, webhook_max_response_bytes))?,
                 connect_timeout: nonzero_duration(key!(s.webhooks, webhook_connect_timeout))?,
@@ -904,12 +911,14 @@ impl Webhooks {
                 allowed_hosts,
                 allow_loopback: required(key!(s.webhooks, webhook_allow_loopback))?,
                 wake_allowed_hosts: required(key!(s.members, wake_allowed_hosts))?,
-                trigger_retry: skua_webhooks::RetrySchedule::exponential(
-                    attempts,
-                    nonzero_duration(key!(s.webhooks, webhook_trigger_first_retry))?,
-                ),
                 recent_deliveries: required(key!(s.webhooks, webhook_recent_deliveries))?,
             },
+            trigger_queue: positive(key!(s.webhooks, webhook_queue))?,
+            trigger_in_flight: positive(key!(s.webhooks, webhook_max_pending))?,
+            trigger_retry: skua_core::webhook::exponential_delays(
+                attempts,
+                nonzero_duration(key!(s.webhooks, webhook_trigger_first_retry))?,
+            ),
         })
     }
 }
@@ -1067,10 +1076,10 @@ impl Sections {
             drain_spread: shutdown.drain_spread,
             revalidate_interval: control.revalidate_interval,
             triggers: skua_edge::config::TriggerConfig {
-                queue: webhooks.engine.queue,
-                in_flight: webhooks.engine.max_pending,
+                queue: webhooks.trigger_queue,
+                in_flight: webhooks.trigger_in_flight,
                 batch_window: triggers.batch_window,
-                retry_delays: webhooks.engine.trigger_retry.delays.clone(),
+                retry_delays: webhooks.trigger_retry.clone(),
                 lease: triggers.lease,
                 attempt_timeout: skua_core::webhook::WebhookKind::Trigger.max_timeout(),
                 scan_interval: triggers.scan_interval,

@@ -140,38 +140,6 @@ async fn link_local_addresses_are_refused_at_send_time() {
     assert!(rx.requests().is_empty());
 }
 
-#[tokio::test]
-async fn queued_requests_are_delivered_and_reported_and_a_full_queue_refuses() {
-    let rx = WebhookReceiver::start(ReceiverMode::Status(204)).await;
-    let (s, _stop) = sender(loopback_allowed());
-    let (tx, mut done) = tokio::sync::mpsc::channel(4);
-    let req = WebhookRequest::new(call(WebhookKind::Trigger, &rx.url("/t"), None), payload());
-    let id = req.delivery_id;
-    s.enqueue(
-        req,
-        fast_retries(),
-        Some(Box::new(move |r| {
-            let _ = tx.try_send(r);
-        })),
-    )
-    .expect("queued");
-    let report = tokio::time::timeout(Duration::from_secs(10), done.recv()).await.unwrap().unwrap();
-    assert_eq!(report.request.delivery_id, id);
-    assert_eq!(report.result.unwrap().status, 204);
-    assert_eq!(report.attempts, 1);
-
-    // A queue of one, its one delivery slot held by a hanging receiver: the third is refused.
-    let hang = WebhookReceiver::start(ReceiverMode::Hang).await;
-    let (s, stop) = sender(WebhookConfig { queue: 1, max_pending: 1, ..loopback_allowed() });
-    let mk = || WebhookRequest::new(call(WebhookKind::Trigger, &hang.url("/t"), Some(30_000)), payload());
-    s.enqueue(mk(), fast_retries(), None).expect("first taken");
-    hang.wait_for(1).await;
-    s.enqueue(mk(), fast_retries(), None).expect("second queued");
-    let full = s.enqueue(mk(), fast_retries(), None).unwrap_err();
-    assert!(full.0.body.len() > 10, "the request comes back");
-    stop.cancel();
-}
-
 /// The parsed URL is reused between requests, the address rules are not: every request to a
 /// link-local address or a host outside the allowlist is refused, even right after a request
 /// to the same URL was sent (current-thread runtime: one thread, one URL cache).
