@@ -5,7 +5,7 @@
 //! accepted (the WebSocket frame limit, `max_frame_size`) is refused before its body is
 //! buffered; then rumqttc decodes exactly that packet's bytes. What rumqttc leaves unchecked is
 //! checked here: the fixed-header flags of each type, packet types a client may not send,
-//! topic and filter lengths, filter and property counts. Anything wrong is a [`Fault`], which
+//! topic and filter lengths, filter and property counts (the [`MqttLimits`] configured). Anything wrong is a [`Fault`], which
 //! closes the connection (5.0: `DISCONNECT` with [`Fault::reason`] first).
 //!
 //! Writing: the few packets the server sends are small and written here byte by byte (the
@@ -15,14 +15,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use rumqttc::mqttbytes::v4;
 use rumqttc::v5::mqttbytes::v5;
 
-/// Longest topic name or filter accepted, in bytes (a NoLag address is three slugs).
-pub const MAX_TOPIC_LEN: usize = 1024;
-/// Most topic filters in one `SUBSCRIBE` or `UNSUBSCRIBE`.
-pub const MAX_FILTERS: usize = 64;
-/// Most user properties in one 5.0 packet.
-pub const MAX_USER_PROPERTIES: usize = 32;
-/// Longest client identifier accepted, in bytes.
-pub const MAX_CLIENT_ID_LEN: usize = 256;
+use crate::settings::MqttLimits;
 
 /// The protocol level a connection speaks, fixed by its `CONNECT`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,8 +182,8 @@ fn guarded<T>(f: impl FnOnce() -> Result<T, Fault>) -> Result<T, Fault> {
         .unwrap_or(Err(Fault::Malformed("packet the decoder could not read")))
 }
 
-fn check_topic(t: &str) -> Result<(), Fault> {
-    if t.len() > MAX_TOPIC_LEN {
+fn check_topic(t: &str, limits: &MqttLimits) -> Result<(), Fault> {
+    if t.len() > limits.max_topic_bytes {
         return Err(Fault::Malformed("topic longer than the limit"));
     }
     if t.contains('\0') {
@@ -199,8 +192,8 @@ fn check_topic(t: &str) -> Result<(), Fault> {
     Ok(())
 }
 
-fn check_props(n: usize) -> Result<(), Fault> {
-    if n > MAX_USER_PROPERTIES { Err(Fault::Malformed("too many user properties")) } else { Ok(()) }
+fn check_props(n: usize, limits: &MqttLimits) -> Result<(), Fault> {
+    if n > limits.max_user_properties { Err(Fault::Malformed("too many user properties")) } else { Ok(()) }
 }
 
 /// The first packet of a connection, which must be `CONNECT`; `Ok(None)` when `buf` does not
@@ -208,7 +201,7 @@ fn check_props(n: usize) -> Result<(), Fault> {
 ///
 /// # Errors
 /// A [`Fault`] when it is not a `CONNECT`, too large, malformed or of another level.
-pub fn read_connect(buf: &mut BytesMut, max_packet: usize) -> Result<Option<Connect>, Fault> {
+pub fn read_connect(buf: &mut BytesMut, max_packet: usize, limits: &MqttLimits) -> Result<Option<Connect>, Fault> {
     let Some((first, header, len)) = fixed_header(buf, max_packet)? else { return Ok(None) };
     if first != 0x10 {
         return Err(Fault::Protocol("the first packet must be CONNECT"));
@@ -264,11 +257,11 @@ pub fn read_connect(buf: &mut BytesMut, max_packet: usize) -> Result<Option<Conn
                 return Err(Fault::Protocol("the first packet must be CONNECT"));
             };
             let props = c.properties.unwrap_or_default();
-            check_props(props.user_properties.len())?;
+            check_props(props.user_properties.len(), limits)?;
             let will = match will {
                 None => None,
                 Some(w) => {
-                    check_props(w.properties.as_ref().map_or(0, |p| p.user_properties.len()))?;
+                    check_props(w.properties.as_ref().map_or(0, |p| p.user_properties.len()), limits)?;
                     let topic =
                         String::from_utf8(w.topic.to_vec()).map_err(|_| Fault::Malformed("will topic is not UTF-8"))?;
                     Some(Will { topic, payload: w.message, qos: w.qos as u8, retain: w.retain })
@@ -289,11 +282,11 @@ pub fn read_connect(buf: &mut BytesMut, max_packet: usize) -> Result<Option<Conn
         })?,
         other => return Err(Fault::Version(other)),
     };
-    if connect.client_id.len() > MAX_CLIENT_ID_LEN {
+    if connect.client_id.len() > limits.max_client_id_bytes {
         return Err(Fault::Malformed("client identifier longer than the limit"));
     }
     if let Some(w) = &connect.will {
-        check_topic(&w.topic)?;
+        check_topic(&w.topic, limits)?;
         if w.topic.is_empty() || w.topic.contains(['+', '#']) {
             return Err(Fault::Malformed("will topic is not a topic name"));
         }
@@ -337,7 +330,7 @@ fn required_flags(kind: u8) -> Option<u8> {
 ///
 /// # Errors
 /// A [`Fault`] for a malformed, too large or not allowed packet.
-pub fn read(buf: &mut BytesMut, level: Level, max_packet: usize) -> Result<Option<Packet>, Fault> {
+pub fn read(buf: &mut BytesMut, level: Level, max_packet: usize, limits: &MqttLimits) -> Result<Option<Packet>, Fault> {
     let Some((first, header, len)) = fixed_header(buf, max_packet)? else { return Ok(None) };
     if buf.len() < header + len {
         return Ok(None);
@@ -363,32 +356,34 @@ pub fn read(buf: &mut BytesMut, level: Level, max_packet: usize) -> Result<Optio
     }
     let packet = match level {
         Level::V4 => guarded(|| v4_packet(v4::Packet::read(buf, max_packet).map_err(v4_fault)?))?,
-        Level::V5 => guarded(|| v5_packet(v5::Packet::read(buf, Some(max_u32(max_packet))).map_err(v5_fault)?))?,
+        Level::V5 => {
+            guarded(|| v5_packet(v5::Packet::read(buf, Some(max_u32(max_packet))).map_err(v5_fault)?, limits))?
+        }
     };
     match &packet {
         Packet::Publish(p) => {
-            check_topic(&p.topic)?;
+            check_topic(&p.topic, limits)?;
         }
         Packet::Subscribe { filters, .. } => {
             if filters.is_empty() {
                 return Err(Fault::Protocol("SUBSCRIBE without a filter"));
             }
-            if filters.len() > MAX_FILTERS {
+            if filters.len() > limits.max_filters {
                 return Err(Fault::Malformed("too many filters"));
             }
             for (f, _) in filters {
-                check_topic(f)?;
+                check_topic(f, limits)?;
             }
         }
         Packet::Unsubscribe { filters, .. } => {
             if filters.is_empty() {
                 return Err(Fault::Protocol("UNSUBSCRIBE without a filter"));
             }
-            if filters.len() > MAX_FILTERS {
+            if filters.len() > limits.max_filters {
                 return Err(Fault::Malformed("too many filters"));
             }
             for f in filters {
-                check_topic(f)?;
+                check_topic(f, limits)?;
             }
         }
         _ => {}
@@ -431,12 +426,12 @@ fn v4_packet(p: v4::Packet) -> Result<Packet, Fault> {
     })
 }
 
-fn v5_packet(p: v5::Packet) -> Result<Packet, Fault> {
+fn v5_packet(p: v5::Packet, limits: &MqttLimits) -> Result<Packet, Fault> {
     Ok(match p {
         v5::Packet::Publish(p) => {
             pkid_needed(p.qos as u8, p.pkid)?;
             if let Some(props) = &p.properties {
-                check_props(props.user_properties.len())?;
+                check_props(props.user_properties.len(), limits)?;
                 if props.topic_alias.is_some() {
                     return Err(Fault::TopicAlias);
                 }
@@ -457,12 +452,12 @@ fn v5_packet(p: v5::Packet) -> Result<Packet, Fault> {
         v5::Packet::PubComp(a) => Packet::PubComp(a.pkid),
         v5::Packet::Subscribe(s) => {
             pkid_needed(1, s.pkid)?;
-            check_props(s.properties.as_ref().map_or(0, |p| p.user_properties.len()))?;
+            check_props(s.properties.as_ref().map_or(0, |p| p.user_properties.len()), limits)?;
             Packet::Subscribe { pkid: s.pkid, filters: s.filters.into_iter().map(|f| (f.path, f.qos as u8)).collect() }
         }
         v5::Packet::Unsubscribe(u) => {
             pkid_needed(1, u.pkid)?;
-            check_props(u.properties.as_ref().map_or(0, |p| p.user_properties.len()))?;
+            check_props(u.properties.as_ref().map_or(0, |p| p.user_properties.len()), limits)?;
             Packet::Unsubscribe { pkid: u.pkid, filters: u.filters }
         }
         v5::Packet::PingReq(_) => Packet::PingReq,
@@ -589,7 +584,8 @@ pub fn put_publish(out: &mut BytesMut, level: Level, topic: &str, payload: &[u8]
     out.reserve(1 + len_len(body) + body);
     out.put_u8(0x30 | (qos << 1) | u8::from(retain));
     put_len(out, body);
-    // Invariant: topics are addresses the session accepted, far below 64 KiB (MAX_TOPIC_LEN).
+    // Invariant: topics are addresses the session accepted, far below 64 KiB (and a configured
+    // `mqtt_max_topic_bytes` is at most 65535).
     out.put_u16(u16::try_from(topic.len()).unwrap_or(u16::MAX));
     out.put_slice(topic.as_bytes());
     if qos > 0 {
@@ -616,14 +612,14 @@ mod tests {
     #[test]
     fn a_connect_of_each_level_is_read() {
         let mut b = connect_v4("tok");
-        let c = read_connect(&mut b, 1024).unwrap().unwrap();
+        let c = read_connect(&mut b, 1024, &MqttLimits::default()).unwrap().unwrap();
         assert_eq!((c.level, c.password.as_deref(), c.username.as_deref()), (Level::V4, Some("tok"), Some("device")));
         assert!(b.is_empty());
         let mut b = BytesMut::new();
         let c5 = v5::Connect { keep_alive: 30, client_id: "d".into(), clean_start: true, properties: None };
         let login = v5::Login { username: "u".into(), password: "p".into() };
         v5::Packet::Connect(c5, None, Some(login)).write(&mut b, None).unwrap();
-        let c = read_connect(&mut b, 1024).unwrap().unwrap();
+        let c = read_connect(&mut b, 1024, &MqttLimits::default()).unwrap().unwrap();
         assert_eq!((c.level, c.keep_alive, c.password.as_deref()), (Level::V5, 30, Some("p")));
     }
 
@@ -632,22 +628,25 @@ mod tests {
         let full = connect_v4("tok");
         for cut in 0..full.len() {
             let mut b = BytesMut::from(&full[..cut]);
-            assert_eq!(read_connect(&mut b, 1024), Ok(None), "cut at {cut}");
+            assert_eq!(read_connect(&mut b, 1024, &MqttLimits::default()), Ok(None), "cut at {cut}");
         }
         let mut b = BytesMut::from(&full[..2]);
-        assert_eq!(read_connect(&mut b, 8), Err(Fault::TooLarge));
+        assert_eq!(read_connect(&mut b, 8, &MqttLimits::default()), Err(Fault::TooLarge));
         let mut b = BytesMut::from(&[0x30u8, 0xff, 0xff, 0xff, 0xff, 0x01][..]);
-        assert_eq!(read(&mut b, Level::V4, 1 << 30), Err(Fault::Malformed("remaining length longer than 4 bytes")));
+        assert_eq!(
+            read(&mut b, Level::V4, 1 << 30, &MqttLimits::default()),
+            Err(Fault::Malformed("remaining length longer than 4 bytes"))
+        );
     }
 
     #[test]
     fn wrong_flags_and_server_packets_are_faults() {
         let mut b = BytesMut::from(&[0x80u8, 5, 0, 1, 0, 1, b'a'][..]);
-        assert!(matches!(read(&mut b, Level::V4, 1024), Err(Fault::Malformed(_))));
+        assert!(matches!(read(&mut b, Level::V4, 1024, &MqttLimits::default()), Err(Fault::Malformed(_))));
         let mut b = BytesMut::from(&[0x20u8, 2, 0, 0][..]);
-        assert!(matches!(read(&mut b, Level::V4, 1024), Err(Fault::Protocol(_))));
+        assert!(matches!(read(&mut b, Level::V4, 1024, &MqttLimits::default()), Err(Fault::Protocol(_))));
         let mut b = BytesMut::from(&[0xE0u8, 0][..]);
-        assert_eq!(read(&mut b, Level::V5, 1024), Ok(Some(Packet::Disconnect { reason: 0 })));
+        assert_eq!(read(&mut b, Level::V5, 1024, &MqttLimits::default()), Ok(Some(Packet::Disconnect { reason: 0 })));
     }
 
     #[test]

@@ -28,10 +28,8 @@ use tokio::time::{Instant, sleep_until, timeout_at};
 use crate::MqttMetrics;
 use crate::codec::{self, Connect, Fault, Level, Packet};
 use crate::frames::{self, Frame};
+use crate::settings::MqttLimits;
 
-/// Most QoS 2 publishes of a device awaiting their `PUBREL` (5.0 receive maximum, sent in
-/// `CONNACK`); one more closes the connection (0x93).
-pub const RECEIVE_MAXIMUM: u16 = 64;
 /// Highest QoS deliveries to devices are sent at (subscriptions asking for 2 are granted 1).
 const MAX_DELIVERY_QOS: u8 = 1;
 /// Bytes the writer gathers before writing them to the socket.
@@ -84,6 +82,8 @@ struct Shared {
     /// 5.0: the client asked for a session expiry, and sessions are not kept yet: `CONNACK`
     /// says 0.
     session_refused: bool,
+    /// The door's protocol bounds (`mqtt_*` settings).
+    limits: MqttLimits,
     metrics: Arc<MqttMetrics>,
     // std Mutex: short map updates, never held across an await.
     inner: Mutex<Inner>,
@@ -115,6 +115,7 @@ pub(crate) async fn serve_socket(
     st: Arc<EdgeState>,
     metrics: Arc<MqttMetrics>,
     clients: Arc<Clients>,
+    limits: MqttLimits,
 ) {
     let _ = tcp.set_nodelay(true);
     let max_packet = st.config.max_frame_size;
@@ -122,7 +123,7 @@ pub(crate) async fn serve_socket(
     let mut buf = BytesMut::with_capacity(1024);
     // The CONNECT, within the header deadline (as a WebSocket upgrade's request head).
     let connect = loop {
-        match codec::read_connect(&mut buf, max_packet) {
+        match codec::read_connect(&mut buf, max_packet, &limits) {
             Ok(Some(c)) => break c,
             Ok(None) => {}
             Err(fault) => {
@@ -166,7 +167,7 @@ pub(crate) async fn serve_socket(
         return;
     }
     let (rd, wr) = tcp.into_split();
-    run(rd, wr, buf, connect, admitted, st, metrics, clients).await;
+    run(rd, wr, buf, connect, admitted, st, metrics, clients, limits).await;
 }
 
 /// Runs an accepted `CONNECT`'s connection: session, writer, reader, cleanup.
@@ -180,6 +181,7 @@ async fn run(
     st: Arc<EdgeState>,
     metrics: Arc<MqttMetrics>,
     clients: Arc<Clients>,
+    limits: MqttLimits,
 ) {
     st.metrics.connections_opened.fetch_add(1, Ordering::Relaxed);
     let id = st.next_conn_id();
@@ -191,6 +193,7 @@ async fn run(
         device_max: connect.max_packet.map_or(usize::MAX, |m| usize::try_from(m).unwrap_or(usize::MAX)),
         server_max: st.config.max_frame_size,
         session_refused: connect.session_expiry > 0,
+        limits,
         metrics: metrics.clone(),
         inner: Mutex::new(Inner { next_pkid: 1, ..Inner::default() }),
     });
@@ -314,6 +317,7 @@ impl Device {
         }
         let st = self.st.clone();
         let max_packet = st.config.max_frame_size;
+        let limits = self.shared.limits;
         // 1.5 × keep-alive without a packet closes the connection (N54); 0: no keep-alive.
         let keep_alive = (connect.keep_alive > 0).then(|| Duration::from_millis(u64::from(connect.keep_alive) * 1500));
         let mut last = Instant::now();
@@ -336,7 +340,7 @@ impl Device {
                 if self.session.pipeline_full() {
                     break;
                 }
-                match codec::read(&mut buf, self.level, max_packet) {
+                match codec::read(&mut buf, self.level, max_packet, &limits) {
                     Ok(None) => break,
                     Ok(Some(p)) => {
                         last = Instant::now();
@@ -466,7 +470,7 @@ impl Device {
                     return None;
                 }
                 Some(None) => return None,
-                None if inner.qos2.len() >= usize::from(RECEIVE_MAXIMUM) => {
+                None if inner.qos2.len() >= usize::from(self.shared.limits.receive_maximum) => {
                     drop(inner);
                     return Some(self.fault(Fault::Protocol("receive maximum exceeded")));
                 }
@@ -694,7 +698,8 @@ fn translate(frame: &Bytes, out: &mut BytesMut, shared: &Shared, disconnect_sent
             codec::put_publish(out, level, topic, payload, qos, pkid, false);
         }
         Frame::AuthOk => {
-            let ack = codec::connack(level, 0, shared.server_max, RECEIVE_MAXIMUM, shared.session_refused);
+            let ack =
+                codec::connack(level, 0, shared.server_max, shared.limits.receive_maximum, shared.session_refused);
             out.extend_from_slice(&ack);
         }
         Frame::AuthFailed(e) => {

@@ -7,12 +7,17 @@
 //! - [`codec`]: packets in (rumqttc's decoders inside our bounds) and out;
 //! - [`payload`]: device payloads ↔ NoLag `data` (N51);
 //! - [`frames`]: the NoLag frames a session queues, read for the device's writer;
+//! - [`settings`]: the door's protocol bounds as settings ([`MqttSettings`]) and checked
+//!   ([`MqttLimits`]);
 //! - `conn`: one device connection: `CONNECT`, its reader loop and its writer.
 
 pub mod codec;
 mod conn;
 pub mod frames;
 pub mod payload;
+pub mod settings;
+
+pub use settings::{MqttLimits, MqttSettings};
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -74,9 +79,9 @@ impl skua_edge::metrics::MetricsSource for MqttMetrics {
 
 /// Accepts MQTT connections on `listener` until the node's shutdown token is cancelled. Each
 /// connection takes a connection slot and its address's count as a WebSocket does, and runs
-/// on the node's task tracker (a drain waits for it).
-pub async fn serve(listener: TcpListener, st: Arc<EdgeState>, metrics: Arc<MqttMetrics>) {
-    let limits = skua_edge::door::DoorLimits::new(&st);
+/// on the node's task tracker (a drain waits for it). `limits` bound what its packets carry.
+pub async fn serve(listener: TcpListener, st: Arc<EdgeState>, metrics: Arc<MqttMetrics>, limits: MqttLimits) {
+    let door = skua_edge::door::DoorLimits::new(&st);
     let clients = Arc::new(conn::Clients::default());
     loop {
         let accepted = tokio::select! {
@@ -94,7 +99,7 @@ pub async fn serve(listener: TcpListener, st: Arc<EdgeState>, metrics: Arc<MqttM
                 }
             }
         };
-        let admitted = match limits.admit(&st, peer) {
+        let admitted = match door.admit(&st, peer) {
             Ok(a) => a,
             Err(r) => {
                 metrics.refused.inc(match r {
@@ -108,7 +113,7 @@ pub async fn serve(listener: TcpListener, st: Arc<EdgeState>, metrics: Arc<MqttM
         metrics.connections.fetch_add(1, Ordering::Relaxed);
         let (st2, m2, c2) = (st.clone(), metrics.clone(), clients.clone());
         st.tracker.spawn(async move {
-            conn::serve_socket(tcp, admitted, st2, m2, c2).await;
+            conn::serve_socket(tcp, admitted, st2, m2, c2, limits).await;
         });
     }
 }

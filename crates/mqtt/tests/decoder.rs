@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::{BufMut, BytesMut};
 use proptest::prelude::*;
+use skua_mqtt::MqttLimits;
 use skua_mqtt::codec::{self, Fault, Level};
 
 /// The largest packet accepted in these tests.
@@ -30,8 +31,14 @@ fn defined(f: Fault) -> bool {
     matches!(f.reason(), 0x81 | 0x82 | 0x84 | 0x94 | 0x95)
 }
 
-/// Feeds `input` as a connection would: the CONNECT first, then packets, in chunks of `chunk`.
+/// Feeds `input` as a connection would: the CONNECT first, then packets, in chunks of `chunk`,
+/// within the default limits.
 fn feed(input: &[u8], chunk: usize) -> Result<usize, Fault> {
+    feed_within(input, chunk, &MqttLimits::default())
+}
+
+/// [`feed`] within `limits`.
+fn feed_within(input: &[u8], chunk: usize, limits: &MqttLimits) -> Result<usize, Fault> {
     let mut buf = BytesMut::new();
     let mut level = None;
     let mut packets = 0;
@@ -40,14 +47,14 @@ fn feed(input: &[u8], chunk: usize) -> Result<usize, Fault> {
         loop {
             let before = buf.len();
             match level {
-                None => match codec::read_connect(&mut buf, MAX)? {
+                None => match codec::read_connect(&mut buf, MAX, limits)? {
                     Some(c) => {
                         level = Some(c.level);
                         packets += 1;
                     }
                     None => break,
                 },
-                Some(l) => match codec::read(&mut buf, l, MAX)? {
+                Some(l) => match codec::read(&mut buf, l, MAX, limits)? {
                     Some(_) => packets += 1,
                     None => break,
                 },
@@ -142,16 +149,17 @@ fn bounds_are_enforced_from_the_header() {
     let mut s = session(5);
     s.extend_from_slice(&[0x30, 0xff, 0xff, 0xff, 0xff, 0x7f]);
     assert!(matches!(feed(&s, 64), Err(Fault::Malformed(_))));
-    // A topic over MAX_TOPIC_LEN.
+    let limits = MqttLimits::default();
+    // A topic over the default mqtt_max_topic_bytes.
     let mut s = session(4);
-    let mut p = string(&vec![b'a'; codec::MAX_TOPIC_LEN + 1]);
+    let mut p = string(&vec![b'a'; limits.max_topic_bytes + 1]);
     p.push(1);
     s.extend(packet(0x30, &p));
     assert!(matches!(feed(&s, 4096), Err(Fault::Malformed(_))));
-    // More filters than MAX_FILTERS.
+    // More filters than the default mqtt_max_filters.
     let mut s = session(4);
     let mut sub = vec![0, 9];
-    for _ in 0..=codec::MAX_FILTERS {
+    for _ in 0..=limits.max_filters {
         sub.extend(string(b"a/b/c"));
         sub.push(0);
     }
@@ -162,6 +170,95 @@ fn bounds_are_enforced_from_the_header() {
     connect.extend_from_slice(&[3, 2, 0, 0]);
     connect.extend(string(b""));
     assert_eq!(feed(&packet(0x10, &connect), 64), Err(Fault::Version(3)));
+}
+
+/// A CONNECT of `level` with client identifier `id` and, at 5.0, `props` user properties.
+fn connect_with(level: u8, id: &[u8], props: usize) -> Vec<u8> {
+    let mut connect = string(b"MQTT");
+    connect.extend_from_slice(&[level, 0xC2, 0, 30]);
+    if level == 5 {
+        connect.extend(user_properties(props));
+    }
+    connect.extend(string(id));
+    connect.extend(string(b"device"));
+    connect.extend(string(b"dev-token-carol"));
+    packet(0x10, &connect)
+}
+
+/// A 5.0 property block of `n` user properties.
+fn user_properties(n: usize) -> Vec<u8> {
+    let mut props = Vec::new();
+    for _ in 0..n {
+        props.push(0x26);
+        props.extend(string(b"k"));
+        props.extend(string(b"v"));
+    }
+    let mut out = Vec::new();
+    varint(props.len(), &mut out);
+    out.extend(props);
+    out
+}
+
+/// A QoS 0 `PUBLISH` of `topic` at `level`.
+fn publish(level: u8, topic: &[u8]) -> Vec<u8> {
+    let mut p = string(topic);
+    if level == 5 {
+        p.push(0);
+    }
+    p.push(1);
+    packet(0x30, &p)
+}
+
+/// A `SUBSCRIBE` of `n` filters at `level`.
+fn subscribe(level: u8, n: usize) -> Vec<u8> {
+    let mut sub = vec![0, 9];
+    if level == 5 {
+        sub.push(0);
+    }
+    for _ in 0..n {
+        sub.extend(string(b"a/b/c"));
+        sub.push(0);
+    }
+    packet(0x82, &sub)
+}
+
+#[test]
+fn configured_limits_are_the_ones_enforced() {
+    // Each limit lowered (as `mqtt_*` settings would): at the limit passes, one more is refused.
+    let limits = MqttLimits {
+        max_topic_bytes: 16,
+        max_filters: 2,
+        max_user_properties: 1,
+        max_client_id_bytes: 23,
+        receive_maximum: 1,
+    };
+    for level in [4u8, 5] {
+        let at = |tail: Vec<u8>| [connect_with(level, b"dev", 0), tail].concat();
+        assert_eq!(feed_within(&at(publish(level, &[b'a'; 16])), 7, &limits), Ok(2), "level {level}");
+        assert_eq!(
+            feed_within(&at(publish(level, &[b'a'; 17])), 7, &limits),
+            Err(Fault::Malformed("topic longer than the limit")),
+            "level {level}"
+        );
+        // The default limits take the same 17 bytes.
+        assert_eq!(feed(&at(publish(level, &[b'a'; 17])), 7), Ok(2), "level {level}");
+        assert_eq!(feed_within(&at(subscribe(level, 2)), 7, &limits), Ok(2), "level {level}");
+        assert_eq!(
+            feed_within(&at(subscribe(level, 3)), 7, &limits),
+            Err(Fault::Malformed("too many filters")),
+            "level {level}"
+        );
+        assert_eq!(feed_within(&connect_with(level, &[b'd'; 23], 0), 7, &limits), Ok(1), "level {level}");
+        assert_eq!(
+            feed_within(&connect_with(level, &[b'd'; 24], 0), 7, &limits),
+            Err(Fault::Malformed("client identifier longer than the limit")),
+            "level {level}"
+        );
+        assert_eq!(feed(&connect_with(level, &[b'd'; 24], 0), 7), Ok(1), "level {level}");
+    }
+    assert_eq!(feed_within(&connect_with(5, b"dev", 1), 7, &limits), Ok(1));
+    assert_eq!(feed_within(&connect_with(5, b"dev", 2), 7, &limits), Err(Fault::Malformed("too many user properties")));
+    assert_eq!(feed(&connect_with(5, b"dev", 2), 7), Ok(1));
 }
 
 proptest! {
@@ -221,7 +318,7 @@ proptest! {
 fn a_level_is_fixed_by_connect() {
     // The same PUBLISH bytes mean different things at each level (5.0 has a property length).
     let bytes = [0x30u8, 0x06, 0, 1, b'a', 0, b'x', b'y'];
-    let four = codec::read(&mut BytesMut::from(&bytes[..]), Level::V4, MAX).unwrap().unwrap();
-    let five = codec::read(&mut BytesMut::from(&bytes[..]), Level::V5, MAX).unwrap().unwrap();
+    let four = codec::read(&mut BytesMut::from(&bytes[..]), Level::V4, MAX, &MqttLimits::default()).unwrap().unwrap();
+    let five = codec::read(&mut BytesMut::from(&bytes[..]), Level::V5, MAX, &MqttLimits::default()).unwrap().unwrap();
     assert_ne!(four, five);
 }

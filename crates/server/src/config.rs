@@ -3,7 +3,7 @@
 //!
 //! [`Settings`] composes the settings each crate declares ([`NodeSettings`] here, the edge's
 //! [`EdgeSettings`], [`TriggerSettings`] and [`MembersSettings`], [`WebhookSettings`],
-//! [`ControlSettings`]): every key a flag, a variable and a TOML key, named alike, declared once
+//! [`ControlSettings`], [`MqttSettings`]): every key a flag, a variable and a TOML key, named alike, declared once
 //! with its default. [`sections`] reads it in typed sections, each checking its own keys;
 //! [`ServerConfig`] is what the node runs with, the edge's part being [`EdgeConfig`].
 //! [`generated`] renders `config/default.toml` and docs/settings.md from the declarations.
@@ -16,6 +16,7 @@ use skua_control::ControlSettings;
 use skua_core::NodeId;
 use skua_edge::EdgeConfig;
 use skua_edge::config::{EdgeSettings, MembersSettings, TriggerSettings};
+use skua_mqtt::MqttSettings;
 use skua_webhooks::WebhookSettings;
 
 pub mod generated;
@@ -220,7 +221,8 @@ macro_rules! parts {
             triggers: TriggerSettings,
             members: MembersSettings,
             webhooks: WebhookSettings,
-            control: ControlSettings
+            control: ControlSettings,
+            mqtt: MqttSettings
         }
     };
 }
@@ -499,6 +501,8 @@ pub struct ServerConfig {
     pub metrics_listen: Option<SocketAddr>,
     /// The MQTT device listener, if any (`mqtt_listen`, issue 37).
     pub mqtt_listen: Option<SocketAddr>,
+    /// The MQTT door's protocol bounds (`mqtt_*`).
+    pub mqtt: skua_mqtt::MqttLimits,
     /// `/metrics` may be served without a token (outside `--dev`, `skua serve` refuses a
     /// tokenless `/metrics` unless this is set: issue 33, item 12).
     pub metrics_public: bool,
@@ -535,7 +539,7 @@ impl ServerConfig {
     /// The node's configuration from its checked sections.
     pub fn from_sections(sections: Sections) -> Self {
         let edge = sections.edge();
-        let Sections { backends, front, control, cluster, tls, telemetry, webhooks, idempotency, .. } = sections;
+        let Sections { backends, front, control, cluster, tls, telemetry, webhooks, idempotency, mqtt, .. } = sections;
         Self {
             listen: front.listen,
             bus: backends.bus,
@@ -556,6 +560,7 @@ impl ServerConfig {
             otlp_endpoint: telemetry.otlp_endpoint,
             metrics_listen: front.metrics_listen,
             mqtt_listen: front.mqtt_listen,
+            mqtt: mqtt.limits,
             metrics_public: front.metrics_public,
             tls: tls.listeners,
             grpc_reflection_public: control.grpc_reflection_public,
@@ -711,6 +716,7 @@ mod tests {
         assert_eq!(c.rest, skua_control::rest::RestConfig::default());
         assert_eq!(c.dashboard, skua_control::dashboard::DashboardConfig::default());
         assert_eq!(c.admin_key_throttle, skua_control::throttle::ThrottleConfig::default());
+        assert_eq!(c.mqtt, skua_mqtt::MqttLimits::default());
     }
 
     /// The trigger retry schedule has one source (`skua_core::webhook::TRIGGER_FIRST_RETRY`,
@@ -1043,6 +1049,16 @@ mod tests {
             ("webhook_dead_letter_bytes_per_project = 0", "webhook_dead_letter_bytes_per_project"),
             ("max_retained_bytes_per_project = 0", "max_retained_bytes_per_project"),
             ("trigger_batch_window = \"soon\"", "trigger_batch_window"),
+            ("mqtt_max_topic_bytes = 0", "mqtt_max_topic_bytes"),
+            ("mqtt_max_topic_bytes = 65536", "mqtt_max_topic_bytes"),
+            ("mqtt_max_filters = 0", "mqtt_max_filters"),
+            ("mqtt_max_filters = 100000", "mqtt_max_filters"),
+            ("mqtt_max_user_properties = 0", "mqtt_max_user_properties"),
+            ("mqtt_max_user_properties = 5000", "mqtt_max_user_properties"),
+            ("mqtt_max_client_id_bytes = 0", "mqtt_max_client_id_bytes"),
+            ("mqtt_max_client_id_bytes = 22", "mqtt_max_client_id_bytes"),
+            ("mqtt_max_client_id_bytes = 70000", "mqtt_max_client_id_bytes"),
+            ("mqtt_receive_maximum = 0", "mqtt_receive_maximum"),
         ] {
             let s = Settings::from_toml(line).unwrap();
             match ServerConfig::from_layers(&[&s]) {

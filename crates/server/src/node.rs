@@ -866,7 +866,7 @@ impl RunningNode {
         if let Some((l, mqtt_metrics)) = node.mqtt.take() {
             // On the connections' tracker: it stops accepting when the drain begins.
             let st = node.state.clone();
-            node.state.tracker.spawn(skua_mqtt::serve(l, st, mqtt_metrics));
+            node.state.tracker.spawn(skua_mqtt::serve(l, st, mqtt_metrics, config.mqtt));
             tracing::info!(addr = ?node.mqtt_addr, "MQTT device listener open.");
         }
         tracing::info!(addr = %node.addr, node = %config.node_id, tls = node.tls.client.is_some(), "Skua node listening.");

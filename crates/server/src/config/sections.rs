@@ -64,6 +64,12 @@ fn positive<T: Copy + Default + PartialEq>(k: Key<'_, T>) -> Result<T, ConfigErr
     if v == T::default() { Err(invalid(k.0, "must be at least 1")) } else { Ok(v) }
 }
 
+/// A count in `min..=max`.
+fn between<T: Copy + PartialOrd + std::fmt::Display>(k: Key<'_, T>, min: T, max: T) -> Result<T, ConfigError> {
+    let v = required(k)?;
+    if v < min || v > max { Err(invalid(k.0, format!("{v}: must be between {min} and {max}"))) } else { Ok(v) }
+}
+
 /// A socket address; empty (or unset) is `None`.
 fn optional_address((key, v): Key<'_, String>) -> Result<Option<SocketAddr>, ConfigError> {
     match v.map(String::as_str) {
@@ -923,6 +929,33 @@ impl Webhooks {
     }
 }
 
+/// The MQTT device door's protocol bounds (`mqtt_*`; its listener, `mqtt_listen`, is the
+/// front door's).
+#[derive(Debug, Clone)]
+pub struct MqttDoor {
+    /// The bounds the door's codec and connections enforce.
+    pub limits: skua_mqtt::MqttLimits,
+}
+
+impl MqttDoor {
+    /// This section of `s`, checked: each bound above 0 and below what MQTT itself allows.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the first bad key.
+    pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
+        use skua_mqtt::MqttLimits as L;
+        Ok(Self {
+            limits: L {
+                max_topic_bytes: between(key!(s.mqtt, mqtt_max_topic_bytes), 1, L::MAX_STRING)?,
+                max_filters: between(key!(s.mqtt, mqtt_max_filters), 1, L::MAX_PER_PACKET)?,
+                max_user_properties: between(key!(s.mqtt, mqtt_max_user_properties), 1, L::MAX_PER_PACKET)?,
+                max_client_id_bytes: between(key!(s.mqtt, mqtt_max_client_id_bytes), L::MIN_CLIENT_ID, L::MAX_STRING)?,
+                receive_maximum: between(key!(s.mqtt, mqtt_receive_maximum), 1, u16::MAX)?,
+            },
+        })
+    }
+}
+
 /// Every section of one node's settings, each checked.
 #[derive(Debug, Clone)]
 pub struct Sections {
@@ -958,6 +991,8 @@ pub struct Sections {
     pub history: History,
     /// Idempotent publish.
     pub idempotency: Idempotency,
+    /// The MQTT door's bounds.
+    pub mqtt: MqttDoor,
 }
 
 impl Sections {
@@ -983,6 +1018,7 @@ impl Sections {
             members: members(s)?,
             webhooks: Webhooks::resolve(s)?,
             idempotency: Idempotency::resolve(s)?,
+            mqtt: MqttDoor::resolve(s)?,
             limits,
         })
     }
@@ -1006,6 +1042,7 @@ impl Sections {
             members,
             history,
             idempotency,
+            mqtt: _,
         } = self;
         EdgeConfig {
             namespace: backends.namespace.clone(),

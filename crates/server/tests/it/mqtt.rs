@@ -60,6 +60,22 @@ async fn server() -> TestServer {
     TestServer::builder().settings(|s| s.node.mqtt_listen = Some("127.0.0.1:0".into())).spawn().await
 }
 
+/// Reads packets until the 5.0 `DISCONNECT`, then asserts the socket closes after it.
+async fn disconnected(s: &mut TcpStream) -> Vec<u8> {
+    loop {
+        let p = read_packet(s).await;
+        if p[0] == 0xE0 {
+            let mut rest = Vec::new();
+            let n = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut rest))
+                .await
+                .expect("closed")
+                .unwrap_or(0);
+            assert_eq!(n, 0, "nothing after the DISCONNECT");
+            return p;
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_device_and_a_websocket_client_exchange_messages() {
     let server = server().await;
@@ -98,4 +114,48 @@ async fn a_malformed_packet_closes_with_its_reason() {
     let n =
         tokio::time::timeout(Duration::from_secs(5), carol.read_to_end(&mut rest)).await.expect("closed").unwrap_or(0);
     assert_eq!(n, 0, "nothing after the DISCONNECT");
+}
+
+/// `mqtt_max_topic_bytes` lowered to 16: a 21-byte topic, fine by default, closes the
+/// connection as malformed, as a topic over the default 1024 bytes does.
+#[tokio::test]
+async fn a_lowered_topic_limit_is_enforced() {
+    let server = TestServer::builder()
+        .settings(|s| {
+            s.node.mqtt_listen = Some("127.0.0.1:0".into());
+            s.mqtt.mqtt_max_topic_bytes = Some(16);
+        })
+        .spawn()
+        .await;
+    assert!(TOPIC.len() > 16);
+    let mut carol = device(&server, 5, "dev-token-carol").await;
+    let mut publish = string(TOPIC.as_bytes());
+    publish.extend_from_slice(&[0, 0x81, 0xa1, b'n', 0x05]);
+    carol.write_all(&packet(0x30, &publish)).await.unwrap();
+    assert_eq!(disconnected(&mut carol).await, [0xE0, 1, 0x81], "DISCONNECT malformed packet");
+}
+
+/// `mqtt_receive_maximum` lowered to 1: told in the 5.0 `CONNACK`, and a second QoS 2
+/// publish awaiting its `PUBREL` closes the connection (0x82).
+#[tokio::test]
+async fn a_lowered_receive_maximum_is_told_and_enforced() {
+    let server = TestServer::builder()
+        .settings(|s| {
+            s.node.mqtt_listen = Some("127.0.0.1:0".into());
+            s.mqtt.mqtt_receive_maximum = Some(1);
+        })
+        .spawn()
+        .await;
+    let mut carol = TcpStream::connect(server.mqtt_addr.expect("mqtt listener")).await.expect("connect");
+    carol.write_all(&connect(5, "dev-token-carol")).await.unwrap();
+    let ack = read_packet(&mut carol).await;
+    assert_eq!((ack[0], ack[3]), (0x20, 0), "CONNACK accepted: {ack:x?}");
+    // Properties: maximum packet size (0x27, 4 bytes), then receive maximum (0x21, 2 bytes).
+    assert_eq!((ack[5], ack[10], &ack[11..13]), (0x27, 0x21, &[0, 1][..]), "receive maximum 1: {ack:x?}");
+    for pkid in [1u8, 2] {
+        let mut publish = string(TOPIC.as_bytes());
+        publish.extend_from_slice(&[0, pkid, 0, 0x81, 0xa1, b'n', 0x05]);
+        carol.write_all(&packet(0x34, &publish)).await.unwrap();
+    }
+    assert_eq!(disconnected(&mut carol).await, [0xE0, 1, 0x82], "DISCONNECT protocol error");
 }

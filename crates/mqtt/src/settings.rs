@@ -1,0 +1,95 @@
+//! [`MqttSettings`]: the MQTT door's protocol bounds (`mqtt_*`, docs/mqtt.md "Limits"), as
+//! flags, `SKUA_*` variables and config-file keys; the server checks them into the
+//! [`MqttLimits`] the door runs with. The listener itself (`mqtt_listen`) is the node's
+//! setting.
+
+skua_core::settings! {
+    /// The MQTT device door's bounds on what one packet may carry (docs/mqtt.md, "Limits").
+    pub struct MqttSettings {
+        /// MQTT: longest topic name or filter a device may send, in bytes; longer closes the connection as malformed [default 1024].
+        ///
+        /// MQTT device door (docs/mqtt.md): longest topic name or filter a device may send, in bytes
+        /// (a NoLag address is three slugs). Longer closes the connection as malformed (5.0
+        /// DISCONNECT 0x81). 1 to 65535 (an MQTT string's limit).
+        #[arg(long, env = "SKUA_MQTT_MAX_TOPIC_BYTES")]
+        pub mqtt_max_topic_bytes: usize = 1024,
+        /// MQTT: most topic filters in one SUBSCRIBE or UNSUBSCRIBE; more closes the connection as malformed [default 64].
+        ///
+        /// MQTT: most topic filters in one SUBSCRIBE or UNSUBSCRIBE. More closes the connection as
+        /// malformed. 1 to 4096; what a device may hold is max_subscriptions_per_connection.
+        #[arg(long, env = "SKUA_MQTT_MAX_FILTERS")]
+        pub mqtt_max_filters: usize = 64,
+        /// MQTT 5.0: most user properties in one packet; more closes the connection as malformed [default 32].
+        ///
+        /// MQTT 5.0: most user properties in one packet (CONNECT, its will, PUBLISH, SUBSCRIBE,
+        /// UNSUBSCRIBE). More closes the connection as malformed. 1 to 4096.
+        #[arg(long, env = "SKUA_MQTT_MAX_USER_PROPERTIES")]
+        pub mqtt_max_user_properties: usize = 32,
+        /// MQTT: longest client identifier in CONNECT, in bytes; longer closes the connection as malformed [default 256].
+        ///
+        /// MQTT: longest client identifier a CONNECT may carry, in bytes. Longer closes the connection
+        /// as malformed. 23 to 65535: MQTT requires servers to accept identifiers of 1 to 23 bytes.
+        #[arg(long, env = "SKUA_MQTT_MAX_CLIENT_ID_BYTES")]
+        pub mqtt_max_client_id_bytes: usize = 256,
+        /// MQTT: QoS 2 publishes of one device awaiting their PUBREL (the 5.0 receive maximum told in CONNACK); one more closes the connection [default 64].
+        ///
+        /// MQTT: QoS 2 publishes of one device received and awaiting their PUBREL; told to 5.0
+        /// devices as the receive maximum in CONNACK. One more closes the connection (protocol
+        /// error, 0x82). 1 to 65535.
+        #[arg(long, env = "SKUA_MQTT_RECEIVE_MAXIMUM")]
+        pub mqtt_receive_maximum: u16 = 64,
+    }
+}
+
+/// The MQTT door's protocol bounds, checked (from [`MqttSettings`]); `Default` gives the
+/// declared defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MqttLimits {
+    /// Longest topic name or filter, in bytes (`mqtt_max_topic_bytes`).
+    pub max_topic_bytes: usize,
+    /// Most topic filters in one `SUBSCRIBE` or `UNSUBSCRIBE` (`mqtt_max_filters`).
+    pub max_filters: usize,
+    /// Most user properties in one 5.0 packet (`mqtt_max_user_properties`).
+    pub max_user_properties: usize,
+    /// Longest client identifier, in bytes (`mqtt_max_client_id_bytes`).
+    pub max_client_id_bytes: usize,
+    /// Most QoS 2 publishes awaiting `PUBREL`, the 5.0 receive maximum (`mqtt_receive_maximum`).
+    pub receive_maximum: u16,
+}
+
+impl Default for MqttLimits {
+    fn default() -> Self {
+        Self {
+            max_topic_bytes: 1024,
+            max_filters: 64,
+            max_user_properties: 32,
+            max_client_id_bytes: 256,
+            receive_maximum: 64,
+        }
+    }
+}
+
+impl MqttLimits {
+    /// Longest topic or client identifier a setting may allow: an MQTT string's length.
+    pub const MAX_STRING: usize = 65_535;
+    /// Most filters or user properties per packet a setting may allow.
+    pub const MAX_PER_PACKET: usize = 4096;
+    /// Shortest client identifier limit: MQTT servers must accept 1 to 23 bytes (MQTT-3.1.3-5).
+    pub const MIN_CLIENT_ID: usize = 23;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_limits_are_the_declared_settings() {
+        let d = MqttSettings::defaults();
+        let l = MqttLimits::default();
+        assert_eq!(d.mqtt_max_topic_bytes, Some(l.max_topic_bytes));
+        assert_eq!(d.mqtt_max_filters, Some(l.max_filters));
+        assert_eq!(d.mqtt_max_user_properties, Some(l.max_user_properties));
+        assert_eq!(d.mqtt_max_client_id_bytes, Some(l.max_client_id_bytes));
+        assert_eq!(d.mqtt_receive_maximum, Some(l.receive_maximum));
+    }
+}
