@@ -22,7 +22,7 @@ use tungstenite::Message;
 use tungstenite::protocol::frame::CloseFrame;
 use tungstenite::protocol::{Role, WebSocketConfig};
 
-use crate::clock::now_unix_s;
+use crate::clock::{deadline_of, next_change, now_unix_s};
 use crate::front::ConnInfo;
 use crate::outbound::{CloseRequest, ConnHandle, Outbox, Take};
 use crate::session::Session;
@@ -258,28 +258,6 @@ pub(crate) async fn contained<F: std::future::Future>(
             None
         }
     }
-}
-
-/// A century from now: "never" for timers (well inside what `Instant` can represent).
-const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-
-/// The instant (on tokio's clock) when a unix-seconds expiry is reached. The expiry comes from
-/// a client token, so the arithmetic saturates: anything beyond a century is "never" (issue 12,
-/// defect 1: `exp` near 2^64 used to panic here).
-fn deadline_of(expires_at: Option<u64>) -> Instant {
-    let wait = match expires_at {
-        None => FAR_FUTURE,
-        Some(at) => Duration::from_secs(at.saturating_sub(now_unix_s())).min(FAR_FUTURE),
-    };
-    Instant::now() + wait
-}
-
-/// Waits for the next registry change notification, handing the receiver back.
-async fn next_change(
-    mut rx: tokio::sync::watch::Receiver<u64>,
-) -> (Result<(), tokio::sync::watch::error::RecvError>, tokio::sync::watch::Receiver<u64>) {
-    let r = rx.changed().await;
-    (r, rx)
 }
 
 async fn read_loop(

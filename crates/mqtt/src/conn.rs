@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use skua_edge::EdgeState;
+use skua_edge::clock::{FAR_FUTURE, deadline_of, next_change};
 use skua_edge::door::{DoorAdmission, DoorSession, push_raw};
 use skua_edge::outbound::{CloseRequest, ConnHandle, Outbox, Take};
 use skua_protocol::codes::{auth as auth_err, close, error};
@@ -34,8 +35,6 @@ use crate::settings::MqttLimits;
 const MAX_DELIVERY_QOS: u8 = 1;
 /// Bytes the writer gathers before writing them to the socket.
 const WRITE_CHUNK: usize = 64 * 1024;
-/// A century: "never" for timers.
-const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// The close of a connection whose `CONNECT` was refused.
 const AUTH_REFUSED: CloseRequest = CloseRequest { code: close::POLICY_VIOLATION, reason: "mqtt_connect_refused" };
@@ -265,21 +264,6 @@ struct Device {
     /// Concrete topic → how many filters hold it.
     topic_refs: HashMap<String, usize>,
     next_ref: u64,
-}
-
-/// The instant (tokio clock) of a unix-seconds expiry; saturating, "never" beyond a century.
-fn deadline_of(expires_at: Option<u64>) -> Instant {
-    let now_s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let wait = expires_at.map_or(FAR_FUTURE, |at| Duration::from_secs(at.saturating_sub(now_s)).min(FAR_FUTURE));
-    Instant::now() + wait
-}
-
-/// Waits for the next registry change, handing the receiver back.
-async fn next_change(
-    mut rx: tokio::sync::watch::Receiver<u64>,
-) -> (Result<(), tokio::sync::watch::error::RecvError>, tokio::sync::watch::Receiver<u64>) {
-    let r = rx.changed().await;
-    (r, rx)
 }
 
 impl Device {
