@@ -10,10 +10,11 @@
 # Environment:
 #   SKUA_BIN=path      use this skua binary instead of building skua-server
 #   BENCH_DURATION=10  measured seconds per run      BENCH_WARMUP=2  warm-up seconds
-#   BENCH_CASES="fanout100 fanout1000 fanout1000r1000 pairs idle churn logged loggeddurable logged20k cluster cluster3 storm"
+#   BENCH_CASES="fanout100 fanout1000 fanout1000r1000 pairs idle churn logged loggeddurable loggeddurable20k logged20k cluster cluster3 storm"
 #     subset to run (fanout1000r1000: one node at the cluster runs' load, their reference;
 #     logged: 10 subscribers at 5 000 logged publishes/s; loggeddurable: the same with durable
-#     subscribers, persistent sessions acking every delivery; logged20k: 20 000/s offered from one
+#     subscribers, persistent sessions acking every delivery; loggeddurable20k: that at 20 000/s
+#     (400 publisher connections at 50/s); logged20k: 20 000/s offered from one
 #     publisher connection and from 400, the server's rate limit raised; cluster3: three nodes;
 #     storm: below)
 #   storm (issue 36): two Skua nodes in cluster mode on the machine's Mosquitto and Redis
@@ -39,7 +40,7 @@ cd "$(dirname "$0")/.."
 
 DURATION=${BENCH_DURATION:-10}
 WARMUP=${BENCH_WARMUP:-2}
-CASES=${BENCH_CASES:-fanout100 fanout1000 fanout1000r1000 pairs idle churn logged loggeddurable logged20k cluster cluster3 storm}
+CASES=${BENCH_CASES:-fanout100 fanout1000 fanout1000r1000 pairs idle churn logged loggeddurable loggeddurable20k logged20k cluster cluster3 storm}
 SERVERS=${BENCH_SERVERS:-skua skua-shards skua-mem skua-pg bare bare-nagle bare-rb4k nats mosquitto}
 PG_BASE=${BENCH_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432}
 # Extra server arguments for the current case (skua variants only).
@@ -304,6 +305,7 @@ for c in $CASES; do
     churn) OTHER_MAX=100000 bench_case "skua skua-mem bare nats mosquitto" churn --rate 8000 "${T[@]}" ;;
     logged) bench_case "skua skua-pg" logged --subscribers 10 --rate 5000 --payload 100 "${T[@]}" ;;
     loggeddurable) bench_case "skua skua-pg" logged --durable --subscribers 10 --rate 5000 --payload 100 "${T[@]}" ;;
+    loggeddurable20k) bench_case "skua skua-pg" logged --durable --subscribers 10 --rate 20000 --payload 100 "${T[@]}" ;;
     logged20k)
       SKUA_CASE_ARGS=(--rate-limit 40000)
       bench_case "skua skua-pg" logged --subscribers 10 --rate 20000 --max-rate-per-conn 20000 --payload 100 "${T[@]}"

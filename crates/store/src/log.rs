@@ -131,18 +131,27 @@ pub(crate) fn claim_many_sql(n: usize) -> String {
     )
 }
 
-/// Which of up to [`skua_core::MAX_BATCH_IDS`] `(consumer, msg_id)` pairs are pending.
+/// Which of up to [`skua_core::MAX_BATCH_IDS`] `(consumer, msg_id)` pairs are pending. The
+/// pairs are a `SELECT` from `VALUES`, not a bare `IN (VALUES …)`: SQLite plans the bare form
+/// as a scan of the whole table with a list lookup per row (a backlog of 100 000 pending rows
+/// was read once per batch), the `SELECT` form as one `log_pending_msg` index search per pair
+/// (test `batched_pending_statements_search_the_index`); Postgres plans both as index
+/// searches.
 pub(crate) fn pending_of_sql(n: usize) -> String {
     format!(
-        "SELECT consumer_id, msg_id FROM log_pending WHERE (consumer_id, msg_id) IN (VALUES {})",
+        "SELECT consumer_id, msg_id FROM log_pending \
+         WHERE (consumer_id, msg_id) IN (SELECT column1, column2 FROM (VALUES {}) AS v)",
         values_rows(n, 2, false)
     )
 }
 
-/// Deletes the pending rows of up to [`skua_core::MAX_BATCH_IDS`] `(consumer, msg_id)` pairs.
+/// Deletes the pending rows of up to [`skua_core::MAX_BATCH_IDS`] `(consumer, msg_id)` pairs
+/// (an index search per pair, as [`pending_of_sql`]).
 pub(crate) fn ack_many_sql(n: usize) -> String {
     format!(
-        "DELETE FROM log_pending WHERE (consumer_id, msg_id) IN (VALUES {}) RETURNING consumer_id, msg_id",
+        "DELETE FROM log_pending \
+         WHERE (consumer_id, msg_id) IN (SELECT column1, column2 FROM (VALUES {}) AS v) \
+         RETURNING consumer_id, msg_id",
         values_rows(n, 2, false)
     )
 }
@@ -653,6 +662,24 @@ mod tests {
     fn a_pair_acked_twice_counts_once() {
         let got = ack_outcomes(&[("c", "m1"), ("c", "m2"), ("c", "m1")], vec![("c".into(), "m1".into())]);
         assert_eq!(got, [true, false, false]);
+    }
+
+    /// SQLite's plan of each batched pending-row statement: one `log_pending_msg` search per
+    /// pair, never a scan of `log_pending` (which costs the whole backlog per batch).
+    #[tokio::test]
+    async fn batched_pending_statements_search_the_index() {
+        let pool = crate::sqlite::open_pool("sqlite::memory:", 1, "sqlite").await.expect("open");
+        for (name, text) in [("ack_many", ack_many_sql(3)), ("pending_of", pending_of_sql(3))] {
+            let mut q = sqlx::query_as::<_, (i64, i64, i64, String)>(sqlx::AssertSqlSafe(format!(
+                "EXPLAIN QUERY PLAN {text}"
+            )));
+            for i in 0..slots(3) {
+                q = q.bind(format!("c{i}")).bind(format!("m{i}"));
+            }
+            let plan: Vec<String> = q.fetch_all(&pool).await.expect(name).into_iter().map(|r| r.3).collect();
+            assert!(plan.iter().any(|l| l.contains("log_pending_msg")), "{name}: {plan:?}");
+            assert!(!plan.iter().any(|l| l.starts_with("SCAN log_pending")), "{name}: {plan:?}");
+        }
     }
 
     #[test]
