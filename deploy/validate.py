@@ -97,9 +97,17 @@ def venv_bin(name):
 
 
 def known_variables():
-    """The SKUA_* names `skua` reads: clap `env = "…"` attributes and std::env lookups."""
+    """The SKUA_* names `skua` reads: clap `env = "…"` attributes and std::env lookups.
+
+    Each crate declares the settings it owns (`skua_core::settings!`), so every crate the binary
+    is built from is read, not only the server's; test and bench crates are not part of it.
+    """
     names = set()
-    for path in glob.glob(os.path.join(ROOT, "crates", "server", "src", "**", "*.rs"), recursive=True):
+    linked = ("server", "engine", "edge", "control", "webhooks", "mqtt", "core", "store", "bus", "presence", "protocol")
+    paths = []
+    for crate in linked:
+        paths += glob.glob(os.path.join(ROOT, "crates", crate, "src", "**", "*.rs"), recursive=True)
+    for path in paths:
         with open(path, encoding="utf-8") as f:
             names.update(re.findall(r'"(SKUA_[A-Z0-9_]+)"', f.read()))
     return names

@@ -670,9 +670,8 @@ mod tests {
     async fn batched_pending_statements_search_the_index() {
         let pool = crate::sqlite::open_pool("sqlite::memory:", 1, "sqlite").await.expect("open");
         for (name, text) in [("ack_many", ack_many_sql(3)), ("pending_of", pending_of_sql(3))] {
-            let mut q = sqlx::query_as::<_, (i64, i64, i64, String)>(sqlx::AssertSqlSafe(format!(
-                "EXPLAIN QUERY PLAN {text}"
-            )));
+            let mut q =
+                sqlx::query_as::<_, (i64, i64, i64, String)>(sqlx::AssertSqlSafe(format!("EXPLAIN QUERY PLAN {text}")));
             for i in 0..slots(3) {
                 q = q.bind(format!("c{i}")).bind(format!("m{i}"));
             }
