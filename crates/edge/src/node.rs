@@ -128,7 +128,8 @@ impl EdgeNode {
             backends.idempotency,
             config.idempotency_window,
             config.idempotency_max_key_length,
-        )));
+        )))
+        .with_max_message_size(config.max_message_size);
         let durable = Arc::new(Durable::new(
             node.clone(),
             backends.store.clone(),
@@ -151,6 +152,7 @@ impl EdgeNode {
             )
             .with_shared_limits(backends.shared_limits),
         );
+        let publisher = publisher.with_members(Some(members.clone()));
         let mut metrics_sources = backends.metrics_sources;
         metrics_sources.push(members.clone());
         let liveness = Liveness {
