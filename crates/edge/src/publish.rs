@@ -544,8 +544,7 @@ impl Publisher {
         let unknown = |u| Err(Refused::Unknown(u));
         let Some(p) = registry.project(project) else { return unknown(Unknown::Project(project.to_string())) };
         let mut parts = topic.split('/');
-        let (Some(app), Some(room), Some(name), None) = (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
+        let (Some(app), Some(room), Some(name), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
             return Err(Refused::Access(AccessError { hint: skua_core::registry::HINT_BAD_ADDRESS }));
         };
         let Some(a) = p.apps.iter().find(|a| a.id.as_str() == app).or_else(|| p.apps.iter().find(|a| a.slug == app))
@@ -558,7 +557,8 @@ impl Publisher {
         let Some(config) = a.topics.get(name) else {
             return unknown(Unknown::Topic { app: a.slug.clone(), topic: name.to_owned() });
         };
-        let max = p.limits.max_message_size.unwrap_or(self.max_message_size).min(skua_protocol::MAX_PAYLOAD_CEILING_BYTES);
+        let max =
+            p.limits.max_message_size.unwrap_or(self.max_message_size).min(skua_protocol::MAX_PAYLOAD_CEILING_BYTES);
         if data.len() > max {
             return Err(Refused::TooLarge { max_size_bytes: max as u64 });
         }

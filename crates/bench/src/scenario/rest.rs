@@ -98,10 +98,11 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> anyhow::Result<Summary> {
                     None => match connect(addr).await {
                         Ok(s) => conn.insert(s),
                         Err(e) => {
-                            let mut t = tally.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                            t.failed += 1;
-                            t.error(format!("{e:#}"));
-                            drop(t);
+                            {
+                                let mut t = tally.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                                t.failed += 1;
+                                t.error(format!("{e:#}"));
+                            }
                             tokio::time::sleep(Duration::from_millis(50)).await;
                             continue;
                         }

@@ -320,9 +320,7 @@ pub(crate) async fn publish(d: &Dashboard, a: Authed) -> Response {
             };
             redirect(&format!("{to}&done={}", q(&msg)))
         }
-        Err(r) => {
-            render(d, &a, Some(Notice::Error(&r.to_string())), crate::rest::publish::http_status(&r)).await
-        }
+        Err(r) => render(d, &a, Some(Notice::Error(&r.to_string())), crate::rest::publish::http_status(&r)).await,
     }
 }
 

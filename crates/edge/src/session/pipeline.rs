@@ -140,11 +140,7 @@ impl Session {
             Begun::Staged(s) => {
                 let bytes = s.data_len();
                 self.pipeline.bytes += bytes;
-                self.pipeline.replies.push_back(Reply {
-                    topic: p.topic,
-                    msg_ref: msg_ref.map(str::to_owned),
-                    bytes,
-                });
+                self.pipeline.replies.push_back(Reply { topic: p.topic, msg_ref: msg_ref.map(str::to_owned), bytes });
                 self.pipeline.waits().push_back(Box::pin(async move { Outcome::Committed(s.committed().await) }));
                 return;
             }
