@@ -10,8 +10,9 @@
 # Environment:
 #   SKUA_BIN=path      use this skua binary instead of building skua-server
 #   BENCH_DURATION=10  measured seconds per run      BENCH_WARMUP=2  warm-up seconds
-#   BENCH_CASES="fanout100 fanout1000 fanout1000r1000 pairs idle churn logged loggeddurable loggeddurable20k logged20k cluster cluster3 storm"
+#   BENCH_CASES="fanout100 fanout1000 fanout1000r1000 pairs idle churn logged loggeddurable loggeddurable20k logged20k rest cluster cluster3 storm"
 #     subset to run (fanout1000r1000: one node at the cluster runs' load, their reference;
+#     rest: POST /v1/publish from 32 keep-alive HTTP clients, closed loop, rest_rate_limit raised;
 #     logged: 10 subscribers at 5 000 logged publishes/s; loggeddurable: the same with durable
 #     subscribers, persistent sessions acking every delivery; loggeddurable20k: that at 20 000/s
 #     (400 publisher connections at 50/s); logged20k: 20 000/s offered from one
@@ -40,7 +41,7 @@ cd "$(dirname "$0")/.."
 
 DURATION=${BENCH_DURATION:-10}
 WARMUP=${BENCH_WARMUP:-2}
-CASES=${BENCH_CASES:-fanout100 fanout1000 fanout1000r1000 pairs idle churn logged loggeddurable loggeddurable20k logged20k cluster cluster3 storm}
+CASES=${BENCH_CASES:-fanout100 fanout1000 fanout1000r1000 pairs idle churn logged loggeddurable loggeddurable20k logged20k rest cluster cluster3 storm}
 SERVERS=${BENCH_SERVERS:-skua skua-shards skua-mem skua-pg bare bare-nagle bare-rb4k nats mosquitto}
 PG_BASE=${BENCH_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432}
 # Extra server arguments for the current case (skua variants only).
@@ -310,6 +311,11 @@ for c in $CASES; do
       SKUA_CASE_ARGS=(--rate-limit 40000)
       bench_case "skua skua-pg" logged --subscribers 10 --rate 20000 --max-rate-per-conn 20000 --payload 100 "${T[@]}"
       bench_case "skua skua-pg" logged --subscribers 10 --rate 20000 --max-rate-per-conn 50 --payload 100 "${T[@]}"
+      SKUA_CASE_ARGS=() ;;
+    # Server-side publishes over REST as fast as 32 clients get answers (the per-key limit raised).
+    rest)
+      SKUA_CASE_ARGS=(--rest-rate-limit 10000000)
+      bench_case "skua skua-pg" rest --clients 32 --payload 100 "${T[@]}"
       SKUA_CASE_ARGS=() ;;
     # Two (three) nodes and a private Mosquitto, all started by skua-bench itself (one run, no peers).
     cluster | cluster3)

@@ -10,7 +10,8 @@
 //! - [`target`]: loopback-only target parsing and `--spawn-skua`;
 //! - [`ws`]: a minimal WebSocket client (the tungstenite client cost more CPU than the servers);
 //! - [`conn`]: connecting, logging in and subscribing over any adapter;
-//! - [`scenario`]: `fanout`, `pairs`, `logged` (one traffic engine), `idle` and `churn`;
+//! - [`scenario`]: `fanout`, `pairs`, `logged` (one traffic engine), `idle`, `churn`, `rest`
+//!   (`POST /v1/publish` over keep-alive HTTP/1.1, hyper's client) and `storm`;
 //! - [`summary`]: the result of a run, as a human summary and one JSON line;
 //! - [`report`]: turns collected JSON lines into the markdown tables of `docs/benchmarks.md`;
 //! - [`fixtures`]: the bench fixtures TOML that `skua serve --fixtures` loads next to `--dev`;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};
-use skua_bench::scenario::{Ctx, churn, idle, storm, traffic};
+use skua_bench::scenario::{Ctx, churn, idle, rest, storm, traffic};
 use skua_bench::target::{SpawnedSkua, Target};
 use skua_bench::wire::{self, TopicKey, nolag::Nolag};
 use skua_bench::{fixtures, report};
@@ -126,6 +126,27 @@ enum Cmd {
         /// bench-token-churn-0 … N-1, which the server's fixtures must hold (`fixtures --churn-actors`).
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
         actors: u32,
+    },
+    /// Skua's server-side publish over REST: C keep-alive HTTP/1.1 clients each sending
+    /// `POST /v1/publish` as soon as the previous answer came (the REST API shares the
+    /// listener of --url). Raise the server's `rest_rate_limit` above the rate first.
+    Rest {
+        #[command(flatten)]
+        t: TargetArgs,
+        #[command(flatten)]
+        run: RunArgs,
+        /// Concurrent clients (C), one keep-alive connection each.
+        #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        clients: u32,
+        /// `app/room/topic` published to.
+        #[arg(long, default_value = "demo/general/messages")]
+        topic: String,
+        /// Bytes of the JSON string sent as `data`.
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(0..=900_000))]
+        payload: u32,
+        /// The project API key (`--dev` provisions skua-dev-api-key for the demo project).
+        #[arg(long, default_value = "skua-dev-api-key")]
+        api_key: String,
     },
     /// Prints the bench fixtures TOML (for `skua serve --dev --fixtures FILE`).
     Fixtures {
@@ -654,6 +675,16 @@ async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 store_ops: false,
             };
             let s = traffic::run(&st.ctx, &plan).await?;
+            (st, s)
+        }
+        Cmd::Rest { t, run, clients, topic, payload, api_key } => {
+            no_triggers(&t, "rest")?;
+            if t.proto != "nolag" {
+                bail!("rest measures Skua's REST API (--proto nolag)");
+            }
+            let st = setup(&t, Some(run), Fixture::Demo, 0, 0).await?;
+            let plan = rest::Plan { clients: clients as usize, topic, payload: payload as usize, api_key };
+            let s = rest::run(&st.ctx, &plan).await?;
             (st, s)
         }
         Cmd::Idle { t, connections, settle } => {

@@ -181,6 +181,30 @@ fn churn_table(out: &mut String, rows: &[&Row]) {
     }
 }
 
+fn rest_table(out: &mut String, rows: &[&Row]) {
+    out.push_str("| server | clients | **publishes/s** | refused | failed | p50 ms | p99 ms | max ms | server CPU µs / publish | server CPU % | bench CPU % | machine CPU % | others CPU % |\n");
+    out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for r in rows {
+        let _ = writeln!(
+            out,
+            "| {} | {} | **{}** | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            s(r, "label"),
+            fmt_count(num(r, "clients")),
+            fmt_count(num(r, "publishes_per_s")),
+            fmt_count(num(r, "refused")),
+            fmt_count(num(r, "failed")),
+            fmt_ms(num(r, "req_p50_us")),
+            fmt_ms(num(r, "req_p99_us")),
+            fmt_ms(num(r, "req_max_us")),
+            fmt_n(num(r, "server_cpu_us_per_publish"), 1),
+            fmt_n(num(r, "server_cpu_pct"), 0),
+            fmt_n(num(r, "client_cpu_pct"), 0),
+            fmt_n(num(r, "machine_cpu_pct"), 0),
+            fmt_n(num(r, "other_cpu_pct"), 0),
+        );
+    }
+}
+
 /// One checked target: (case, what, measured, met).
 type Check = (String, String, String, Option<bool>);
 
@@ -423,6 +447,7 @@ pub fn render(rows: &[Row], run_info: &str) -> String {
         match s(group[0], "scenario") {
             "idle" => idle_table(&mut out, &group),
             "churn" => churn_table(&mut out, &group),
+            "rest" => rest_table(&mut out, &group),
             "cluster" => cluster_table(&mut out, &group),
             "storm" => storm_table(&mut out, &group),
             _ => traffic_table(&mut out, &group),

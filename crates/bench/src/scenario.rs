@@ -5,10 +5,12 @@
 //!   check every sequence number and time every delivery;
 //! - [`idle`]: many logged-in, subscribed connections, then the server's RSS per connection;
 //! - [`churn`]: connect → login → subscribe → close at a target rate;
+//! - [`rest`]: server-side publishes over `POST /v1/publish` from keep-alive HTTP clients;
 //! - [`storm`]: a two-node cluster's reconnect storm: node A stops, every client restores on B.
 
 pub mod churn;
 pub mod idle;
+pub mod rest;
 pub mod storm;
 pub mod traffic;
 

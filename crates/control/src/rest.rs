@@ -16,7 +16,7 @@ pub mod auth;
 mod body;
 pub mod error;
 pub mod openapi;
-mod publish;
+pub(crate) mod publish;
 mod reply;
 mod rooms;
 mod scopes;

@@ -31,21 +31,22 @@ pub struct ConnectionInfo {
     pub subscriptions: u32,
 }
 
-/// A server-side publish, resolved and checked by the control plane.
+/// A server-side publish as a door (gRPC, REST, the dashboard) hands it to the node, which
+/// resolves and checks it in its publish pipeline (one resolution, one set of checks).
 #[derive(Debug, Clone)]
 pub struct ServerPublish {
-    /// The resolved address.
-    pub topic: skua_core::TopicAddress,
-    /// Filter key.
-    pub filter: Option<String>,
-    /// Who subscribers see as `from`.
-    pub from: ActorId,
-    /// Packed MessagePack payload.
+    /// The project it is published in.
+    pub project: ProjectId,
+    /// `app/room/topic` as sent.
+    pub topic: String,
+    /// The actor subscribers see as `from`; `None`: `server`.
+    pub from: Option<String>,
+    /// Filter key; empty: none.
+    pub filter: String,
+    /// Packed MessagePack payload (checked to be exactly one value).
     pub data: bytes::Bytes,
     /// Retain.
     pub retain: bool,
-    /// Unix ms.
-    pub timestamp_ms: u64,
     /// A repeat of this key (per project) within the idempotency window is not published again
     /// (issue 19).
     pub idempotency_key: Option<String>,
@@ -62,23 +63,9 @@ pub struct ServerPublished {
     pub duplicate: bool,
 }
 
-/// Why the node refused a server-side publish (the publish pipeline's typed refusal, reduced
-/// to what the control plane's façades answer differently).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PublishRefused {
-    /// The payload is larger than allowed.
-    #[error("{0}")]
-    TooLarge(String),
-    /// A limit (retained caps, monthly quota, rate) refused it.
-    #[error("{0}")]
-    Limit(String),
-    /// The request is invalid (topic, filter).
-    #[error("{0}")]
-    Invalid(String),
-    /// The store or the bus did not take it; retry later.
-    #[error("{0}")]
-    Unavailable(String),
-}
+/// Why the node refused a server-side publish: the publish pipeline's one typed refusal,
+/// which each door maps once (`tonic::Status`, HTTP).
+pub use skua_core::refusal::Refused as PublishRefused;
 
 /// What the control plane needs from the node it runs in (the edge implements it through the
 /// server crate). Keeps this crate free of the edge.
@@ -96,8 +83,8 @@ pub trait NodeAdmin: Send + Sync + 'static {
     fn all_connections(&self) -> Vec<(ProjectId, ConnectionInfo)>;
     /// Closes this node's connections of `actor` now; returns how many.
     fn disconnect(&self, actor: &ActorId) -> u32;
-    /// Publishes through the node's publish pipeline (the WebSocket's: limits, logged topics,
-    /// observers).
+    /// Publishes through the node's publish pipeline (the WebSocket's: resolution against the
+    /// registry it serves, limits, logged topics, observers, wake), as the application backend.
     ///
     /// # Errors
     /// [`PublishRefused`] naming why the pipeline refused it.

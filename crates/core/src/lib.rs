@@ -14,6 +14,7 @@
 //! - [`limits`]: fixed-window counters shared by a cluster's nodes (the wake limits, issue 33);
 //! - [`member_store`]: the store's persistent presence members (N46, N47);
 //! - [`trigger_store`]: the store's trigger outbox and webhook dead letters (N44, N45);
+//! - [`refusal`]: why a publish was refused, the one typed refusal every door maps;
 //! - [`trace`]: trace-context propagation across the bus;
 //! - [`webhook`]: webhook endpoints, kinds, bounds and the address rule (N41).
 
@@ -28,6 +29,7 @@ pub mod ids;
 pub mod limits;
 pub mod member_store;
 pub mod presence;
+pub mod refusal;
 pub mod registry;
 pub mod registry_store;
 pub mod settings;

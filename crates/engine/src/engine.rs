@@ -155,7 +155,8 @@ impl Engine {
             backends.idempotency,
             config.idempotency_window,
             config.idempotency_max_key_length,
-        )));
+        )))
+        .with_max_message_size(config.max_message_size);
         let durable = Arc::new(Durable::new(
             node.clone(),
             backends.store.clone(),
@@ -178,6 +179,7 @@ impl Engine {
             )
             .with_shared_limits(backends.shared_limits),
         );
+        let publisher = publisher.with_members(Some(members.clone()));
         let mut metrics_sources = backends.metrics_sources;
         metrics_sources.push(members.clone());
         let liveness = Liveness {

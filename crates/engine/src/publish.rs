@@ -1,22 +1,25 @@
 //! The publish pipeline: one [`Publisher`] for every entry point (a client's `publish` frame,
-//! the control plane's server-side publish; REST and ingress later).
+//! the server-side publish of gRPC, REST and the admin dashboard, [`Origin::Api`]).
 //!
 //! A publish is this list of calls, in this order (N17, N24, issue 12):
 //! rate → size → quota → access → filter → retained admission → idempotency claim (publishes
 //! with a key, [`crate::idempotency`]) → store append (logged topics) → envelope → bus publish
 //! → count and tell the observers.
-//! Each entry point builds a [`PublishRequest`] and maps the [`Refused`] reason to its own
-//! reply (an `error` frame, a gRPC status); an [`Origin`] says which checks apply. After the
-//! bus accepted a publication, every [`PublishObserver`] given at start sees it once.
+//! Each entry point builds a [`PublishRequest`] and maps the [`Refused`] reason (core's one
+//! typed refusal) to its own reply once (an `error` frame, a gRPC status, an HTTP answer); an
+//! [`Origin`] says which checks apply. After the bus accepted a publication, every
+//! [`PublishObserver`] given at start sees it once, and the room's offline members may be
+//! woken (N47), here and nowhere else.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
+pub use skua_core::refusal::{Refused, Unknown};
 use skua_core::registry::{AccessError, Actor, Operation, Registry, ResolvedTopic};
 use skua_core::{
-    ActorId, BusError, ConnId, Envelope, EnvelopeId, NodeId, Publication, SharedRegistry, Store, StoreError,
-    TopicAddress,
+    ActorId, BusError, ConnId, Envelope, EnvelopeId, NodeId, ProjectId, Publication, RoomKey, SharedRegistry, Store,
+    StoreError, TopicAddress,
 };
 use skua_protocol::FilterError;
 use skua_protocol::codes::error;
@@ -25,6 +28,7 @@ use crate::clock::now_unix_ms;
 use crate::hub::Hub;
 use crate::idempotency::{Gate, IdempotencyGate};
 use crate::ids::EnvelopeIds;
+use crate::members::{Members, WakeCause, WakeReply};
 use crate::metrics::Metrics;
 use crate::ratelimit::TokenBucket;
 use crate::revalidate::Connections;
@@ -130,15 +134,19 @@ pub enum Origin<'a> {
         /// Largest `data` in bytes.
         max_message_size: usize,
     },
-    /// The server itself (the control plane), publishing as `from` to an address it resolved,
-    /// size-checked and validated itself: no rate, size, quota or access check here.
-    Server {
-        /// Who subscribers see as `from`.
-        from: ActorId,
-        /// The resolved address.
-        topic: TopicAddress,
-        /// Unix ms the caller stamped (and answers with).
-        timestamp_ms: u64,
+    /// The application backend (gRPC `Publish`, `POST /v1/publish`, the admin dashboard),
+    /// publishing into `project` to `app/room/topic` as sent: resolved here against the
+    /// registry the node serves (app by id or slug, the unscoped room, a topic of the app), its
+    /// `data` checked to be one MessagePack value within the project's size limit; no rate,
+    /// quota or grant check (it is the backend speaking), and it does not count towards the
+    /// quota.
+    Api {
+        /// The project (the API key's, or the one the call names).
+        project: &'a ProjectId,
+        /// `app/room/topic` as sent.
+        topic: &'a str,
+        /// The actor subscribers see as `from` (it must be the project's); `None`: `server`.
+        from: Option<&'a str>,
     },
 }
 
@@ -158,6 +166,9 @@ pub struct PublishRequest<'a> {
     /// A repeat of this key (per project) within the idempotency window is answered as a
     /// duplicate and not published again (issue 19).
     pub idempotency_key: Option<&'a str>,
+    /// Who hears of a failed wake of the room's offline members (N47): a v2 connection's
+    /// publish; `None`: nobody.
+    pub wake_reply: Option<WakeReply>,
 }
 
 /// A publish the bus took.
@@ -176,72 +187,20 @@ pub struct Accepted {
     pub duplicate: bool,
 }
 
-/// Why a publish was refused. Nothing of it was published; only a [`Refused::Bus`] of a logged
-/// topic's message leaves it stored (N24: stored first).
-#[derive(Debug)]
-pub enum Refused {
-    /// The connection's rate limit is used up; no token was taken (N18).
-    RateLimited,
-    /// `data` is larger than the publisher's limit.
-    TooLarge {
-        /// The limit, in bytes.
-        max_size_bytes: u64,
-    },
-    /// The project's monthly message quota is used up.
-    QuotaExceeded,
-    /// The topic does not exist or the actor may not publish there.
-    Access(AccessError),
-    /// The filter is invalid.
-    Filter(FilterError),
-    /// Retaining it would break a retained cap (issue 12).
-    RetainedLimit(crate::retained::Refusal),
-    /// The store did not take a logged topic's message (N24).
-    Store(StoreError),
-    /// The bus did not take the publication.
-    Bus(BusError),
-    /// The idempotency key is empty or longer than the limit (issue 19).
-    InvalidIdempotencyKey {
-        /// The longest key accepted, in bytes.
-        max_length: usize,
-    },
-    /// The idempotency backend (Redis in a cluster) could not be asked; nothing was published.
-    Idempotency(skua_core::IdempotencyError),
-}
-
-impl std::fmt::Display for Refused {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::RateLimited => f.write_str("the publish rate limit is used up"),
-            Self::TooLarge { max_size_bytes } => write!(f, "data exceeds {max_size_bytes} bytes"),
-            Self::QuotaExceeded => f.write_str("the project's monthly message quota is used up"),
-            Self::Access(e) => f.write_str(e.hint),
-            Self::Filter(e) => f.write_str(e.as_wire_str()),
-            Self::RetainedLimit(r) => f.write_str(r.hint()),
-            Self::Store(e) => write!(f, "the store refused the logged message: {e}"),
-            Self::Bus(e) => write!(f, "the message bus refused it: {e}"),
-            Self::InvalidIdempotencyKey { max_length } => {
-                write!(f, "idempotencyKey must be a string of 1 to {max_length} bytes")
-            }
-            Self::Idempotency(e) => write!(f, "the idempotency key could not be checked: {e}"),
-        }
-    }
-}
-
-impl Refused {
-    /// The label of `skua_publishes_total{result}`; `None` for a refusal counted without one.
-    fn metric_label(&self) -> Option<&'static str> {
-        Some(match self {
-            Self::RateLimited => error::RATE_LIMIT_EXCEEDED,
-            Self::TooLarge { .. } => error::MESSAGE_TOO_LARGE,
-            Self::QuotaExceeded => return None,
-            Self::Access(_) => error::UNKNOWN_TOPIC,
-            Self::Filter(_) => "invalid_filter",
-            Self::RetainedLimit(_) => error::RETAINED_LIMIT_EXCEEDED,
-            Self::Store(_) => error::STORE_UNAVAILABLE,
-            Self::Bus(_) | Self::Idempotency(_) => error::BROKER_UNAVAILABLE,
-            Self::InvalidIdempotencyKey { .. } => error::INVALID_IDEMPOTENCY_KEY,
-        })
-    }
+/// The label of `skua_publishes_total{result}` for a refusal; `None` for one counted without.
+fn metric_label(r: &Refused) -> Option<&'static str> {
+    Some(match r {
+        Refused::RateLimited => error::RATE_LIMIT_EXCEEDED,
+        Refused::TooLarge { .. } => error::MESSAGE_TOO_LARGE,
+        Refused::QuotaExceeded => return None,
+        Refused::Access(_) | Refused::Unknown(_) => error::UNKNOWN_TOPIC,
+        Refused::InvalidData => error::INVALID_FRAME,
+        Refused::Filter(_) => "invalid_filter",
+        Refused::RetainedLimit(_) => error::RETAINED_LIMIT_EXCEEDED,
+        Refused::Store(_) => error::STORE_UNAVAILABLE,
+        Refused::Bus(_) | Refused::Idempotency(_) => error::BROKER_UNAVAILABLE,
+        Refused::InvalidIdempotencyKey { .. } => error::INVALID_IDEMPOTENCY_KEY,
+    })
 }
 
 /// Who published an accepted publication.
@@ -289,6 +248,12 @@ pub struct Publisher {
     history_not_kept_log: crate::triggers::Throttle,
     /// Idempotent publish (issue 19); `None`: keys are ignored.
     idempotency: Option<IdempotencyGate>,
+    /// The largest server-side publish of a project without its own limit (`max_message_size`).
+    max_message_size: usize,
+    /// Wakes the offline members of a publish's room (N47); `None`: nobody is woken.
+    members: Option<Arc<Members>>,
+    /// `from` of server-side publishes that name no actor.
+    server: ActorId,
 }
 
 impl std::fmt::Debug for Publisher {
@@ -323,7 +288,25 @@ impl Publisher {
             history: None,
             history_not_kept_log: crate::triggers::Throttle::default(),
             idempotency: None,
+            max_message_size: skua_protocol::DEFAULT_MAX_PAYLOAD_BYTES,
+            members: None,
+            server: ActorId::parse("server").expect("\"server\" is a valid actor id"),
         }
+    }
+
+    /// Server-side publishes of projects without their own limit carry at most `bytes`
+    /// (`max_message_size`; never above the frame ceiling).
+    #[must_use]
+    pub fn with_max_message_size(mut self, bytes: usize) -> Self {
+        self.max_message_size = bytes;
+        self
+    }
+
+    /// Wakes the offline members of each accepted publish's room through `members` (N47).
+    #[must_use]
+    pub fn with_members(mut self, members: Option<Arc<Members>>) -> Self {
+        self.members = members;
+        self
     }
 
     /// Answers repeated idempotency keys through `gate` (issue 19).
@@ -405,7 +388,7 @@ impl Publisher {
                 self.metrics.publishes_duplicate.fetch_add(1, Ordering::Relaxed);
             }
             Ok(_) => {}
-            Err(e) => match e.metric_label() {
+            Err(e) => match metric_label(e) {
                 Some(label) => self.metrics.publish_refused(label),
                 None => {
                     self.metrics.publishes_refused.fetch_add(1, Ordering::Relaxed);
@@ -416,7 +399,7 @@ impl Publisher {
 
     /// Checks, claims and queues; `Err(Ok(..))` is a duplicate's answer.
     async fn stage(&self, req: PublishRequest<'_>) -> Result<Staged, Result<Accepted, Refused>> {
-        let PublishRequest { origin, filter, data, retain, qos, idempotency_key } = req;
+        let PublishRequest { origin, filter, data, retain, qos, idempotency_key, wake_reply } = req;
         let gate = self.idempotency.as_ref().zip(idempotency_key);
         if let Some((g, key)) = gate
             && !g.valid(key)
@@ -424,7 +407,7 @@ impl Publisher {
             return Err(Err(Refused::InvalidIdempotencyKey { max_length: g.max_key_length() }));
         }
         let registry = self.registry.load();
-        let (source, publisher, resolved, timestamp_ms, project) = match origin {
+        let (source, publisher, resolved, project) = match origin {
             Origin::Connection { actor, conn, topic, topics, bucket, max_message_size } => {
                 // A publish refused for rate takes no token; one refused later has used its token.
                 if !bucket.try_take() {
@@ -441,26 +424,21 @@ impl Publisher {
                 let resolved = topics
                     .resolve(&registry, actor, topic, crate::clock::now_unix_s())
                     .map_err(|e| Err(Refused::Access(e)))?;
-                (Source::Connection(conn), actor.id.clone(), resolved, None, Some(actor.project.clone()))
+                (Source::Connection(conn), actor.id.clone(), resolved, Some(actor.project.clone()))
             }
-            Origin::Server { from, topic, timestamp_ms } => {
-                let logged = registry
-                    .project(&topic.room.project)
-                    .and_then(|pr| pr.apps.iter().find(|a| a.id == topic.room.app))
-                    .and_then(|a| a.topics.get(&*topic.topic))
-                    .is_some_and(|t| t.logged);
-                let resolved = skua_core::registry::ResolvedTopic { address: topic, logged };
-                (Source::Server, from, resolved, Some(timestamp_ms), None)
+            Origin::Api { project, topic, from } => {
+                let (resolved, from) = self.resolve_api(&registry, project, topic, from, &data).map_err(Err)?;
+                (Source::Server, from, resolved, None)
             }
         };
-        let filter = filter.map_err(|e| Err(Refused::Filter(e)))?;
+        let filter = filter.map_err(|e| Err(Refused::Filter(e.as_wire_str())))?;
         // Retained caps before anything is stored or published (issue 12).
         if retain {
             self.hub
                 .admit_retained(&resolved.address, &filter, data.len())
                 .map_err(|e| Err(Refused::RetainedLimit(e)))?;
         }
-        let timestamp_ms = timestamp_ms.unwrap_or_else(now_unix_ms);
+        let timestamp_ms = now_unix_ms();
         // A repeated idempotency key goes no further (issue 19): the claim's tag is the stored
         // msgId of a logged topic's message, a nonce otherwise.
         let mut logged_id = None;
@@ -546,8 +524,60 @@ impl Publisher {
                 claimed,
                 registry,
                 project,
+                wake_reply,
             }),
         })
+    }
+
+    /// Resolves and checks a server-side publish ([`Origin::Api`]) against `registry`: the
+    /// address (`app/room/topic`: an app of `project` by id or slug, one of its rooms, one of
+    /// its topics), the size (the project's `max_message_size`, else the node's), `data` as one
+    /// MessagePack value, and the actor it is sent as.
+    fn resolve_api(
+        &self,
+        registry: &Registry,
+        project: &ProjectId,
+        topic: &str,
+        from: Option<&str>,
+        data: &[u8],
+    ) -> Result<(ResolvedTopic, ActorId), Refused> {
+        let unknown = |u| Err(Refused::Unknown(u));
+        let Some(p) = registry.project(project) else { return unknown(Unknown::Project(project.to_string())) };
+        let mut parts = topic.split('/');
+        let (Some(app), Some(room), Some(name), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
+            return Err(Refused::Access(AccessError { hint: skua_core::registry::HINT_BAD_ADDRESS }));
+        };
+        let Some(a) = p.apps.iter().find(|a| a.id.as_str() == app).or_else(|| p.apps.iter().find(|a| a.slug == app))
+        else {
+            return unknown(Unknown::App { project: project.to_string(), app: app.to_owned() });
+        };
+        let Some(r) = a.rooms.get(room) else {
+            return unknown(Unknown::Room { app: a.slug.clone(), room: room.to_owned() });
+        };
+        let Some(config) = a.topics.get(name) else {
+            return unknown(Unknown::Topic { app: a.slug.clone(), topic: name.to_owned() });
+        };
+        let max =
+            p.limits.max_message_size.unwrap_or(self.max_message_size).min(skua_protocol::MAX_PAYLOAD_CEILING_BYTES);
+        if data.len() > max {
+            return Err(Refused::TooLarge { max_size_bytes: max as u64 });
+        }
+        let mut reader = skua_protocol::msgpack::Reader::new(data);
+        if reader.skip_value().is_err() || !reader.is_empty() {
+            return Err(Refused::InvalidData);
+        }
+        let from = match from {
+            None => self.server.clone(),
+            Some(id) => match registry.actor(id).filter(|a| a.project == *project) {
+                Some(a) => a.id.clone(),
+                None => return unknown(Unknown::Actor { project: project.to_string(), actor: id.to_owned() }),
+            },
+        };
+        let address = TopicAddress {
+            room: RoomKey { project: p.id.clone(), app: a.id.clone(), room: r.slug.clone() },
+            topic: Arc::from(name),
+        };
+        Ok((ResolvedTopic { address, logged: config.logged }, from))
     }
 
     async fn complete(&self, committed: Committed) -> Result<Accepted, Refused> {
@@ -566,6 +596,7 @@ impl Publisher {
             claimed,
             registry,
             project,
+            wake_reply,
         } = *rest;
         let claimed = self.idempotency.as_ref().zip(claimed);
         if let Err(e) = store {
@@ -671,6 +702,12 @@ impl Publisher {
                 t.accepted(&registry, publication);
             }
         }
+        // Offline members of the room may be woken (N47); a v2 publisher hears of a failure.
+        if let Some(m) = &self.members
+            && m.wants(&address.room)
+        {
+            m.on_publish(WakeCause { room: address.room.clone(), topic: address.topic.clone(), reply: wake_reply });
+        }
         Ok(Accepted { id, timestamp_ms, msg_id, topic: address, duplicate: false })
     }
 }
@@ -752,6 +789,8 @@ struct Rest {
     registry: Arc<Registry>,
     /// The publisher's project, counted for its quota (connections only).
     project: Option<skua_core::ProjectId>,
+    /// Who hears of a failed wake.
+    wake_reply: Option<WakeReply>,
 }
 
 #[cfg(test)]

@@ -27,40 +27,8 @@ use skua_core::{ProjectId, Publication, RoomKey, TopicAddress};
 /// entries and the envelope around it.
 const ENTRY_OVERHEAD: usize = 128;
 
-/// Why a retained publication was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
-    /// The topic already has `max_retained_per_topic` filter keys.
-    Keys,
-    /// The topic's retained messages would exceed `max_retained_bytes_per_topic`.
-    TopicBytes,
-    /// This node's retained messages would exceed `max_retained_bytes`.
-    NodeBytes,
-    /// The project's retained messages on this node would exceed `max_retained_bytes_per_project`.
-    ProjectBytes,
-}
-
-impl Refusal {
-    /// The metric label and the start of the client's hint.
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::Keys => "topic_keys",
-            Self::TopicBytes => "topic_bytes",
-            Self::NodeBytes => "node_bytes",
-            Self::ProjectBytes => "project_bytes",
-        }
-    }
-
-    /// The `hint` of the error frame.
-    pub fn hint(self) -> &'static str {
-        match self {
-            Self::Keys => "the topic has max_retained_per_topic retained filter keys already",
-            Self::TopicBytes => "the topic's retained messages would exceed max_retained_bytes_per_topic",
-            Self::NodeBytes => "the node's retained messages would exceed max_retained_bytes",
-            Self::ProjectBytes => "the project's retained messages would exceed max_retained_bytes_per_project",
-        }
-    }
-}
+/// Which retained cap a retained publish would break (the publish refusal's, in core).
+pub use skua_core::refusal::RetainedRefusal as Refusal;
 
 /// The caps, from the edge configuration.
 #[derive(Debug, Clone, Copy)]

@@ -170,9 +170,30 @@ pub fn parse_publish_filter(filter: Option<&[u8]>, filters: Option<&[u8]>) -> Re
     Ok(Some(and_key(members)))
 }
 
+/// A server-side publish's filter key, given as a plain string (empty: none), checked as a
+/// `publish` frame's `filter` is.
+///
+/// # Errors
+/// [`FilterError`] as N12 lists.
+pub fn publish_filter_key(filter: &str) -> Result<Option<String>, FilterError> {
+    if filter.is_empty() {
+        return Ok(None);
+    }
+    check_value(filter)?;
+    Ok(Some(filter.to_owned()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plain_publish_filter_is_checked_like_a_frames() {
+        assert_eq!(publish_filter_key(""), Ok(None));
+        assert_eq!(publish_filter_key("vip"), Ok(Some("vip".into())));
+        assert_eq!(publish_filter_key("a/b"), Err(FilterError::InvalidChars));
+        assert_eq!(publish_filter_key(&"x".repeat(257)), Err(FilterError::TooLong));
+    }
     use crate::msgpack::Writer;
 
     fn strs(v: &[&str]) -> Vec<u8> {

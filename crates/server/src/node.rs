@@ -477,39 +477,18 @@ impl skua_control::NodeAdmin for EdgeAdmin {
         &self,
         p: skua_control::ServerPublish,
     ) -> Result<skua_control::ServerPublished, skua_control::PublishRefused> {
-        use skua_control::PublishRefused as Why;
-        use skua_edge::publish::{Origin, PublishRequest, Refused};
+        use skua_edge::publish::{Origin, PublishRequest};
         let req = PublishRequest {
-            origin: Origin::Server { from: p.from, topic: p.topic, timestamp_ms: p.timestamp_ms },
-            filter: Ok(p.filter),
+            origin: Origin::Api { project: &p.project, topic: &p.topic, from: p.from.as_deref() },
+            filter: skua_protocol::filters::publish_filter_key(&p.filter),
             data: p.data,
             retain: p.retain,
             qos: 0,
             idempotency_key: p.idempotency_key.as_deref(),
+            wake_reply: None,
         };
-        match self.0.publisher.publish(req).await {
-            // A repeated idempotency key: nothing published, nobody to wake.
-            Ok(a) if a.duplicate => {
-                Ok(skua_control::ServerPublished { msg_id: a.msg_id, timestamp_ms: a.timestamp_ms, duplicate: true })
-            }
-            Ok(a) => {
-                // Offline members of the room may be woken (N47); nobody to tell of a failure.
-                let cause = skua_edge::members::WakeCause { room: a.topic.room, topic: a.topic.topic, reply: None };
-                self.0.members.on_publish(cause);
-                Ok(skua_control::ServerPublished { msg_id: a.msg_id, timestamp_ms: a.timestamp_ms, duplicate: false })
-            }
-            Err(Refused::RetainedLimit(r)) => Err(Why::Limit(format!("retained_limit_exceeded: {}", r.hint()))),
-            Err(Refused::Store(e)) => {
-                Err(Why::Unavailable(format!("the store refused the logged message: {}", error_chain(&e))))
-            }
-            Err(Refused::Bus(e)) => Err(Why::Unavailable(format!("the message bus refused it: {e}"))),
-            Err(e @ Refused::Idempotency(_)) => Err(Why::Unavailable(e.to_string())),
-            Err(e @ Refused::InvalidIdempotencyKey { .. }) => Err(Why::Invalid(e.to_string())),
-            Err(e @ Refused::TooLarge { .. }) => Err(Why::TooLarge(e.to_string())),
-            Err(e @ (Refused::QuotaExceeded | Refused::RateLimited)) => Err(Why::Limit(e.to_string())),
-            // The control plane checked access and the filter already.
-            Err(e @ (Refused::Access(_) | Refused::Filter(_))) => Err(Why::Invalid(e.to_string())),
-        }
+        let a = self.0.publisher.publish(req).await?;
+        Ok(skua_control::ServerPublished { msg_id: a.msg_id, timestamp_ms: a.timestamp_ms, duplicate: a.duplicate })
     }
 
     fn take_usage(&self) -> Vec<(skua_core::ProjectId, u64)> {

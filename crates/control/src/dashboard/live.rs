@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::html::{self, Notice, csrf_input, esc, field, q};
 use super::{Authed, Dashboard, lock, redirect};
 use crate::pb;
-use crate::service::publish::{self as svc_publish, PublishError};
+use crate::service::publish as svc_publish;
 
 /// Most bytes of binary data shown in hex.
 const HEX_SHOWN: usize = 256;
@@ -302,7 +302,13 @@ pub(crate) async fn publish(d: &Dashboard, a: Authed) -> Response {
         retain: false,
         idempotency_key: String::new(),
     };
-    match svc_publish::publish_checked(&d.svc, r).await {
+    let project = match svc_publish::project_id(&d.svc, &r.project_id) {
+        Ok(p) => p,
+        Err(s) => {
+            return render(d, &a, Some(Notice::Error(s.message())), crate::rest::error::http_status(s.code())).await;
+        }
+    };
+    match svc_publish::publish_in(&d.svc, project, r).await {
         Ok(p) => {
             let view = a.form.get("view");
             let msg =
@@ -314,12 +320,7 @@ pub(crate) async fn publish(d: &Dashboard, a: Authed) -> Response {
             };
             redirect(&format!("{to}&done={}", q(&msg)))
         }
-        Err(PublishError::Rejected(s)) => {
-            render(d, &a, Some(Notice::Error(s.message())), crate::rest::error::http_status(s.code())).await
-        }
-        Err(PublishError::Refused(r)) => {
-            render(d, &a, Some(Notice::Error(&r.to_string())), StatusCode::SERVICE_UNAVAILABLE).await
-        }
+        Err(r) => render(d, &a, Some(Notice::Error(&r.to_string())), crate::rest::publish::http_status(&r)).await,
     }
 }
 

@@ -21,7 +21,7 @@ use super::body;
 use super::error::{ApiError, ErrorBody};
 use super::reply::json_response;
 use crate::pb;
-use crate::service::publish::{PublishError, publish_checked};
+use crate::service::publish::publish_in;
 use crate::sync::PublishRefused;
 
 /// The body of `POST /v1/publish`, as JSON or as a MessagePack map (the schema of both).
@@ -179,6 +179,18 @@ fn is_msgpack(headers: &HeaderMap) -> bool {
     })
 }
 
+/// The HTTP status of a refused server-side publish (the REST API's and the dashboard's).
+pub(crate) fn http_status(r: &PublishRefused) -> StatusCode {
+    use PublishRefused as R;
+    match r {
+        R::Unknown(_) => StatusCode::NOT_FOUND,
+        R::Access(_) | R::InvalidData | R::Filter(_) | R::InvalidIdempotencyKey { .. } => StatusCode::BAD_REQUEST,
+        R::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+        R::RetainedLimit(_) | R::QuotaExceeded | R::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+        R::Store(_) | R::Bus(_) | R::Idempotency(_) => StatusCode::SERVICE_UNAVAILABLE,
+    }
+}
+
 /// Publish a message to `app/room/topic` from the backend (subscribers see `from: "server"`).
 #[utoipa::path(post, path = "/v1/publish", tag = "publish",
     request_body(content((PublishBody = "application/json"), (PublishBody = "application/msgpack"))),
@@ -196,8 +208,9 @@ pub(crate) async fn publish(
     let r = if is_msgpack(&headers) { from_msgpack(&b)? } else { from_json(&b)? };
     let idempotency_key = idempotency_key(&headers, r.idempotency_key)?;
     let topic = r.topic.clone();
+    let project = skua_core::ProjectId::parse(&caller.project).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let req = pb::PublishRequest {
-        project_id: caller.project.clone(),
+        project_id: String::new(),
         topic: r.topic,
         data: r.data,
         filter: r.filter,
@@ -205,13 +218,7 @@ pub(crate) async fn publish(
         retain: r.retain,
         idempotency_key,
     };
-    let p = publish_checked(&rest.svc, req).await.map_err(|e| match e {
-        PublishError::Rejected(s) => ApiError::from(s),
-        PublishError::Refused(PublishRefused::TooLarge(m)) => ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, m),
-        PublishError::Refused(PublishRefused::Invalid(m)) => ApiError::bad_request(m),
-        PublishError::Refused(PublishRefused::Limit(m)) => ApiError::new(StatusCode::TOO_MANY_REQUESTS, m),
-        PublishError::Refused(PublishRefused::Unavailable(m)) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, m),
-    })?;
+    let p = publish_in(&rest.svc, project, req).await.map_err(|e| ApiError::new(http_status(&e), e.to_string()))?;
     caller.audit("publish", &topic);
     let reply = Published {
         timestamp: p.timestamp_ms,

@@ -1,50 +1,87 @@
-//! Server-side publish: one message to `app/room/topic`, checked here and handed to the
-//! node's own publish path.
+//! Server-side publish: one message to `app/room/topic`, handed as sent to the node's publish
+//! pipeline (`Origin::Api`), which resolves it against the registry it serves and checks it
+//! (one resolution, one set of checks, no store read). Its typed refusal is mapped here once
+//! for gRPC; the REST API and the dashboard map it once for HTTP.
 
-use skua_core::{ActorId, AppId, ProjectId, RoomKey, TopicAddress};
+use skua_core::{AppId, ProjectId, RoomKey, TopicAddress};
 use tonic::Status;
 
 use super::ControlService;
-use super::shared::{actor, app, internal, project, room};
+use super::shared::{app, internal, project, room};
 use crate::pb;
-use crate::sync::{PublishRefused, ServerPublish, now_ms};
+use crate::sync::{PublishRefused, ServerPublish};
 
-/// Whether `filter` may be a publish filter key (N12: non-empty, none of `/ # + |`).
-fn valid_filter(filter: &str) -> bool {
-    !filter.is_empty() && filter.len() <= 256 && !filter.chars().any(|c| matches!(c, '/' | '#' | '+' | '|'))
+/// gRPC `Publish`: in `project_id` (empty: the only project).
+pub(crate) async fn publish(svc: &ControlService, r: pb::PublishRequest) -> Result<pb::PublishResponse, Status> {
+    let project = project_id(svc, &r.project_id)?;
+    publish_in(svc, project, r).await.map_err(|e| status(&e))
 }
 
-/// Whether `data` is exactly one MessagePack value (it is forwarded verbatim inside frames).
-fn is_one_msgpack_value(data: &[u8]) -> bool {
-    let mut rest = data;
-    rmpv::decode::read_value(&mut rest).is_ok() && rest.is_empty()
+/// The project a publish names: `id`, or the only project when `id` is empty (from the
+/// registry this node serves; whether `id` exists is the publish pipeline's check).
+pub(crate) fn project_id(svc: &ControlService, id: &str) -> Result<ProjectId, Status> {
+    if id.is_empty() {
+        let snap = svc.sync.snapshot();
+        return ProjectId::parse(&project(&snap.data, "")?.id).map_err(internal);
+    }
+    crate::validate::slug("project_id", id)?;
+    ProjectId::parse(id).map_err(|e| Status::invalid_argument(format!("project_id: {e}")))
 }
 
-/// Why a server-side publish failed: a check of the request (a gRPC status, mapped by each
-/// façade) or the publish pipeline's refusal.
-#[derive(Debug)]
-pub(crate) enum PublishError {
-    /// The request failed a check before the pipeline.
-    Rejected(Status),
-    /// The node's publish pipeline refused it.
-    Refused(PublishRefused),
-}
-
-impl From<Status> for PublishError {
-    fn from(s: Status) -> Self {
-        Self::Rejected(s)
+/// The gRPC door's answer to a refused publish.
+fn status(r: &PublishRefused) -> Status {
+    use PublishRefused as R;
+    let m = r.to_string();
+    match r {
+        R::Unknown(_) => Status::not_found(m),
+        R::Access(_) | R::InvalidData | R::Filter(_) | R::TooLarge { .. } => Status::invalid_argument(m),
+        // The pipeline's other refusals are UNAVAILABLE, naming the cause
+        // (`retained_limit_exceeded: …`, the store, the bus).
+        R::RetainedLimit(_)
+        | R::QuotaExceeded
+        | R::RateLimited
+        | R::InvalidIdempotencyKey { .. }
+        | R::Store(_)
+        | R::Bus(_)
+        | R::Idempotency(_) => Status::unavailable(m),
     }
 }
 
-pub(crate) async fn publish(svc: &ControlService, r: pb::PublishRequest) -> Result<pb::PublishResponse, Status> {
-    publish_checked(svc, r).await.map_err(|e| match e {
-        PublishError::Rejected(s) => s,
-        PublishError::Refused(PublishRefused::TooLarge(m)) => Status::invalid_argument(m),
-        // As before the typed refusal: the pipeline's other refusals are UNAVAILABLE over gRPC,
-        // naming the cause (`retained_limit_exceeded: …`).
-        PublishError::Refused(
-            PublishRefused::Invalid(m) | PublishRefused::Limit(m) | PublishRefused::Unavailable(m),
-        ) => Status::unavailable(m),
+/// Publishes `r` in `project` through the node's pipeline: the one server-side publish of
+/// gRPC, REST and the dashboard (`r.project_id` is ignored). The node resolves it against the
+/// registry it serves; only when that misses an app, room, topic or actor is the store asked
+/// whether the registry moved (a change made through another node, not yet polled), and the
+/// publish is tried once more on the fresher registry: read-your-writes across nodes without a
+/// store read per publish.
+///
+/// # Errors
+/// [`PublishRefused`] as the pipeline refused it.
+pub(crate) async fn publish_in(
+    svc: &ControlService,
+    project: ProjectId,
+    r: pb::PublishRequest,
+) -> Result<pb::PublishResponse, PublishRefused> {
+    let publish = ServerPublish {
+        project,
+        topic: r.topic,
+        from: Some(r.from_actor).filter(|a| !a.is_empty()),
+        filter: r.filter,
+        data: bytes::Bytes::from(r.data),
+        retain: r.retain,
+        idempotency_key: Some(r.idempotency_key).filter(|k| !k.is_empty()),
+    };
+    let node = svc.sync.node();
+    let published = match node.publish(publish.clone()).await {
+        Err(PublishRefused::Unknown(u)) => match svc.sync.refresh().await {
+            Ok(true) => node.publish(publish).await?,
+            _ => return Err(PublishRefused::Unknown(u)),
+        },
+        other => other?,
+    };
+    Ok(pb::PublishResponse {
+        timestamp_ms: published.timestamp_ms,
+        msg_id: published.msg_id.unwrap_or_default(),
+        duplicate: published.duplicate,
     })
 }
 
@@ -107,62 +144,5 @@ pub(crate) async fn address(svc: &ControlService, project_id: &str, topic: &str)
             room: room.slug.as_str().into(),
         },
         topic: topic.into(),
-    })
-}
-
-/// Checks `r` against the registry (topic, size, MessagePack data, filter, publisher) and
-/// hands it to the node's publish pipeline: the one server-side publish of gRPC and REST.
-pub(crate) async fn publish_checked(
-    svc: &ControlService,
-    r: pb::PublishRequest,
-) -> Result<pb::PublishResponse, PublishError> {
-    let snap = svc.read().await;
-    let d = &snap.data;
-    let (p, a, room, topic) = lookup(d, &r.project_id, &r.topic)?;
-    let max = p.limits.max_message_size.unwrap_or(svc.limits.max_message_size) as usize;
-    if r.data.len() > max {
-        return Err(PublishError::Refused(PublishRefused::TooLarge(format!(
-            "data is {} bytes; at most {max}",
-            r.data.len()
-        ))));
-    }
-    if !is_one_msgpack_value(&r.data) {
-        return Err(Status::invalid_argument("data must be exactly one MessagePack value").into());
-    }
-    if !r.filter.is_empty() && !valid_filter(&r.filter) {
-        return Err(Status::invalid_argument("filter must be 1-256 characters without / # + |").into());
-    }
-    let from = if r.from_actor.is_empty() {
-        ActorId::parse("server").map_err(internal)?
-    } else {
-        let a = actor(d, &r.from_actor)?;
-        if a.project != p.id {
-            return Err(Status::not_found(format!("actor {:?} not found in project {:?}", r.from_actor, p.id)).into());
-        }
-        ActorId::parse(&a.id).map_err(internal)?
-    };
-    let address = TopicAddress {
-        room: RoomKey {
-            project: ProjectId::parse(&p.id).map_err(internal)?,
-            app: AppId::parse(&a.id).map_err(internal)?,
-            room: room.slug.as_str().into(),
-        },
-        topic: topic.into(),
-    };
-    let timestamp_ms = now_ms();
-    let publish = ServerPublish {
-        topic: address,
-        filter: Some(r.filter.clone()).filter(|f| !f.is_empty()),
-        from,
-        data: bytes::Bytes::from(r.data),
-        retain: r.retain,
-        timestamp_ms,
-        idempotency_key: Some(r.idempotency_key).filter(|k| !k.is_empty()),
-    };
-    let published = svc.sync.node().publish(publish).await.map_err(PublishError::Refused)?;
-    Ok(pb::PublishResponse {
-        timestamp_ms: published.timestamp_ms,
-        msg_id: published.msg_id.unwrap_or_default(),
-        duplicate: published.duplicate,
     })
 }

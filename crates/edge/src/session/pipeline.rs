@@ -37,7 +37,6 @@ type Waiting = Pin<Box<dyn Future<Output = Outcome> + Send>>;
 struct Reply {
     topic: String,
     msg_ref: Option<String>,
-    v2: bool,
     bytes: usize,
 }
 
@@ -100,13 +99,19 @@ impl Session {
             Outcome::Done(r) => r,
             Outcome::Committed(c) => self.st.publisher.finish(c).await,
         };
-        self.publish_result(result, &reply.topic, reply.msg_ref.as_deref(), reply.v2);
+        self.publish_result(result, &reply.topic, reply.msg_ref.as_deref());
     }
 
     pub(super) async fn on_publish(&mut self, p: PublishFrame) {
         let v2 = self.v2();
         let Some(a) = &mut self.auth else { return };
         let msg_ref = if v2 { p.msg_ref.as_deref() } else { None };
+        // A v2 publisher hears of a failed wake of the room's offline members (N47).
+        let wake_reply = v2.then(|| crate::members::WakeReply {
+            conn: std::sync::Arc::downgrade(&self.conn),
+            topic: p.topic.clone(),
+            msg_ref: msg_ref.map(str::to_owned),
+        });
         let req = PublishRequest {
             origin: Origin::Connection {
                 actor: &a.actor,
@@ -121,36 +126,32 @@ impl Session {
             retain: p.retain,
             qos: p.qos,
             idempotency_key: p.idempotency_key.as_deref(),
+            wake_reply,
         };
         let begun = self.st.publisher.begin(req).await;
         // Nothing in flight and nothing to wait for: finished here, as before pipelining.
         let wait: Waiting = match begun {
-            Begun::Done(r) if self.pipeline.is_empty() => return self.publish_result(r, &p.topic, msg_ref, v2),
+            Begun::Done(r) if self.pipeline.is_empty() => return self.publish_result(r, &p.topic, msg_ref),
             Begun::Staged(s) if self.pipeline.is_empty() && !s.waits() => {
                 let r = self.st.publisher.finish(s.committed().await).await;
-                return self.publish_result(r, &p.topic, msg_ref, v2);
+                return self.publish_result(r, &p.topic, msg_ref);
             }
             Begun::Done(r) => Box::pin(std::future::ready(Outcome::Done(r))),
             Begun::Staged(s) => {
                 let bytes = s.data_len();
                 self.pipeline.bytes += bytes;
-                self.pipeline.replies.push_back(Reply {
-                    topic: p.topic,
-                    msg_ref: msg_ref.map(str::to_owned),
-                    v2,
-                    bytes,
-                });
+                self.pipeline.replies.push_back(Reply { topic: p.topic, msg_ref: msg_ref.map(str::to_owned), bytes });
                 self.pipeline.waits().push_back(Box::pin(async move { Outcome::Committed(s.committed().await) }));
                 return;
             }
         };
-        self.pipeline.replies.push_back(Reply { topic: p.topic, msg_ref: msg_ref.map(str::to_owned), v2, bytes: 0 });
+        self.pipeline.replies.push_back(Reply { topic: p.topic, msg_ref: msg_ref.map(str::to_owned), bytes: 0 });
         self.pipeline.waits().push_back(wait);
     }
 
-    /// The receipt (or error frame) of a finished publish, and the wake of the room's offline
-    /// members (N47).
-    fn publish_result(&mut self, result: Result<Accepted, Refused>, topic: &str, msg_ref: Option<&str>, v2: bool) {
+    /// The receipt (or error frame) of a finished publish (the publisher woke the room's offline
+    /// members, N47).
+    fn publish_result(&mut self, result: Result<Accepted, Refused>, topic: &str, msg_ref: Option<&str>) {
         match result {
             // A repeated idempotency key: acknowledged, nothing published, nobody woken.
             Ok(accepted) if accepted.duplicate => {
@@ -159,23 +160,9 @@ impl Session {
                 }
             }
             // `published` only for v2 publishes that carried a msgRef (N7).
-            Ok(accepted) => {
+            Ok(_) => {
                 if let Some(r) = msg_ref {
                     self.push(&ServerFrame::Published { topic, msg_ref: r, duplicate: false });
-                }
-                // Offline members of the room may be woken (N47); a v2 publisher hears of a failure.
-                let address = accepted.topic;
-                if self.st.members.wants(&address.room) {
-                    let reply = v2.then(|| crate::members::WakeReply {
-                        conn: std::sync::Arc::downgrade(&self.conn),
-                        topic: topic.to_owned(),
-                        msg_ref: msg_ref.map(str::to_owned),
-                    });
-                    self.st.members.on_publish(crate::members::WakeCause {
-                        room: address.room,
-                        topic: address.topic,
-                        reply,
-                    });
                 }
             }
             Err(refused) => self.publish_refused(refused, topic, msg_ref),

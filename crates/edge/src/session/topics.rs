@@ -443,7 +443,18 @@ impl Session {
                 ..e
             }),
             Refused::Access(a) => self.access_error(topic, msg_ref, a),
-            Refused::Filter(f) => self.filter_error(f, topic, msg_ref),
+            // Only server-side publishes name an address or data these refuse.
+            Refused::Unknown(_) => self.access_error(
+                topic,
+                msg_ref,
+                skua_core::registry::AccessError { hint: skua_core::registry::HINT_TOPIC_NOT_CONFIGURED },
+            ),
+            Refused::InvalidData => self.error(ErrorFrame {
+                error: error::INVALID_FRAME,
+                hint: Some("data must be exactly one MessagePack value"),
+                ..e
+            }),
+            Refused::Filter(wire) => self.error(ErrorFrame { error: wire, ..e }),
             Refused::RetainedLimit(r) => {
                 self.error(ErrorFrame { error: error::RETAINED_LIMIT_EXCEEDED, hint: Some(r.hint()), ..e });
             }

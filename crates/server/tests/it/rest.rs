@@ -377,6 +377,23 @@ async fn a_change_over_rest_reaches_a_second_nodes_open_connection() {
     call(c.node(1).addr, "GET", &format!("/v1/actors/{id}"), None).await.error(404, "not found");
 }
 
+/// Issue 39: a server-side publish reads no store, yet a topic made through another node is
+/// publishable at once (a miss asks the store whether the registry moved, then tries again):
+/// the registry poll is at its slowest (1 s) here, so the node has almost never polled between
+/// the change and the publish (without the refresh this fails all but ~1 % of runs).
+#[tokio::test]
+async fn a_publish_right_after_a_change_on_another_node_finds_it_without_waiting_for_the_poll() {
+    let c = TestCluster::embedded(2, builder().settings(|s| s.registry_poll_interval = Some("1s".into()))).await;
+    let (a, b) = (c.node(0).addr, c.node(1).addr);
+    let publish = |topic: &str| json!({"topic": topic, "data": {"n": 1}});
+    call(b, "POST", "/v1/publish", Some(publish("fresh/side/news"))).await.error(404, "not found");
+    call(a, "POST", "/v1/apps", Some(json!({"name": "Fresh", "topics": ["news"]}))).await.ok(201);
+    call(a, "POST", "/v1/apps/fresh/rooms", Some(json!({"name": "Side", "slug": "side"}))).await.ok(201);
+    let r = call(b, "POST", "/v1/publish", Some(publish("fresh/side/news"))).await.ok(200);
+    assert!(r["timestamp"].as_u64().is_some(), "{r}");
+    call(b, "POST", "/v1/publish", Some(publish("fresh/side/nope"))).await.error(404, "not one of");
+}
+
 #[tokio::test]
 async fn the_openapi_document_lists_every_route_the_router_serves() {
     let s = builder().spawn().await;
