@@ -383,7 +383,7 @@ async fn a_change_over_rest_reaches_a_second_nodes_open_connection() {
 /// the change and the publish (without the refresh this fails all but ~1 % of runs).
 #[tokio::test]
 async fn a_publish_right_after_a_change_on_another_node_finds_it_without_waiting_for_the_poll() {
-    let c = TestCluster::embedded(2, builder().settings(|s| s.registry_poll_interval = Some("1s".into()))).await;
+    let c = TestCluster::embedded(2, builder().settings(|s| s.node.registry_poll_interval = Some("1s".into()))).await;
     let (a, b) = (c.node(0).addr, c.node(1).addr);
     let publish = |topic: &str| json!({"topic": topic, "data": {"n": 1}});
     call(b, "POST", "/v1/publish", Some(publish("fresh/side/news"))).await.error(404, "not found");
