@@ -19,7 +19,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from helpers import Recorder, barrier, close, connect, emit_ack, subscribe_ok
+from helpers import Recorder, barrier, close, connect, emit_ack, skip_loudly, subscribe_ok
 
 FEED = "demo/general/feed"
 PLAIN = "demo/general/messages"
@@ -529,7 +529,7 @@ async def test_a_node_restarted_under_its_node_id_recovers_from_when_it_was_last
     records its earlier run held, with when that run was last seen alive."""
     redis = os.environ.get("SKUA_TEST_REDIS_URL")
     if not redis:
-        helpers.skip_loudly("test_recovery.py: needs Redis presence (SKUA_TEST_REDIS_URL)")
+        skip_loudly("test_recovery.py: needs Redis presence (SKUA_TEST_REDIS_URL)")
     flags = (
         *KILL_FLAGS,
         "--store", f"sqlite://{tmp_path}/store.db",
