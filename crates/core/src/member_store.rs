@@ -1,4 +1,4 @@
-//! The persistent-presence part of the store slot (PROTOCOL-NOTES N46, N47; docs/agents.md): one
+//! The persistent-presence part of the store slot (docs/protocol.md N46, N47; docs/agents.md): one
 //! durable record per (room, actor, clientId) of a member that announced `persistent: true`,
 //! kept across its connections, node restarts and node loss, until `data: null` or its TTL.
 //!

@@ -1,4 +1,4 @@
-//! The trigger part of the store slot (PROTOCOL-NOTES N44, N45; docs/webhooks.md): the outbox of
+//! The trigger part of the store slot (docs/protocol.md N44, N45; docs/webhooks.md): the outbox of
 //! logged topics' triggers, written in the append's transaction ([`NewMessage::trigger`]), and
 //! the dead letters of triggers that failed for good.
 //!

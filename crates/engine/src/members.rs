@@ -1,4 +1,4 @@
-//! Persistent presence and wake (PROTOCOL-NOTES N46–N48; docs/agents.md).
+//! Persistent presence and wake (docs/protocol.md N46–N48; docs/agents.md).
 //!
 //! A presence announce whose map has `persistent: true` is also written to the store
 //! ([`skua_core::MemberStore`]): one record per (room, actor, clientId), without its `wake`

@@ -1,4 +1,4 @@
-//! Trigger webhooks (PROTOCOL-NOTES N44, N45; docs/webhooks.md): after every accepted publish,
+//! Trigger webhooks (docs/protocol.md N44, N45; docs/webhooks.md): after every accepted publish,
 //! the node that accepted it posts the topic's trigger.
 //!
 //! - A **logged** topic's trigger is written to the store's outbox in the message's transaction

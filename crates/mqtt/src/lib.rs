@@ -1,4 +1,4 @@
-//! Skua's MQTT device door (issue 37, PROTOCOL-NOTES N49–N54): MQTT 3.1.1 and 5.0 clients on
+//! Skua's MQTT device door (issue 37, docs/protocol.md N49–N54): MQTT 3.1.1 and 5.0 clients on
 //! their own listener (`mqtt_listen`), driving the same session a WebSocket connection drives
 //! ([`skua_edge::door::DoorSession`]): same auth and throttling, topic resolution and grants,
 //! publish pipeline, hub subscriptions, outbound queue and no-echo rule.

@@ -1,4 +1,4 @@
-//! Filter validation and normalisation (PROTOCOL-NOTES N12, N13, N32).
+//! Filter validation and normalisation (docs/protocol.md N12, N13, N32).
 //!
 //! A subscription's filter list mixes OR strings (used verbatim) and AND groups (lists of at
 //! least two strings, normalised to one key: members lowercased, sorted, joined with `|`).

@@ -3,7 +3,7 @@
 //! This crate is a pure codec: no tokio, no I/O, no domain types. It owns
 //! - [`codes`]: every error string, error code and close code we send, with a doc line each;
 //! - [`msgpack`]: a small bounded MessagePack reader (spans, skips) and an infallible writer;
-//! - [`filters`]: filter validation and normalisation (PROTOCOL-NOTES N12, N32);
+//! - [`filters`]: filter validation and normalisation (docs/protocol.md N12, N32);
 //! - [`client`]: decoding of client frames into [`ClientFrame`], keeping payloads as raw bytes (N2);
 //! - [`server`]: encoding of server frames from [`ServerFrame`].
 //!

@@ -1,5 +1,5 @@
 //! Store backends: implementations of [`skua_core::Store`], the slot for durable session state
-//! (so far, the restore records of `reconnect: true`, PROTOCOL-NOTES N23).
+//! (so far, the restore records of `reconnect: true`, docs/protocol.md N23).
 //!
 //! This crate depends on `skua-core` only; the edge never names it (only the server picks a
 //! backend, with [`open`]). Modules:

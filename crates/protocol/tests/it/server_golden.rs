@@ -2,7 +2,7 @@
 //!
 //! Each case pins `encode_vec()` to `tests/fixtures/server/<name>.hex`, and separately decodes
 //! the fixture file with rmpv and compares it with the map the reference documents describe
-//! (`nolag-wire-protocol.md`, `nolag-websocket-api.md`, PROTOCOL-NOTES), so a blessed fixture
+//! (`nolag-wire-protocol.md`, `nolag-websocket-api.md`, the clauses of docs/protocol.md), so a blessed fixture
 //! cannot pin a wrong encoding. `SKUA_BLESS=1 cargo test -p skua-protocol` rewrites the files.
 
 use rmpv::Value;
