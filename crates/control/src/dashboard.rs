@@ -72,19 +72,9 @@ pub struct DashboardConfig {
 }
 
 impl Default for DashboardConfig {
+    /// The declared defaults ([`ControlSettings`](crate::ControlSettings)), checked.
     fn default() -> Self {
-        Self {
-            enabled: true,
-            session_ttl: Duration::from_secs(8 * 3600),
-            max_sessions: 64,
-            live_buffer: 200,
-            max_live_views: 8,
-            live_idle: Duration::from_secs(60),
-            sample_interval: Duration::from_secs(5),
-            history: 120,
-            page_size: 100,
-            search_max_chars: 200,
-        }
+        crate::settings::declared(crate::ControlSettings::dashboard)
     }
 }
 

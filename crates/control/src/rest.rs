@@ -46,8 +46,9 @@ pub struct RestConfig {
 }
 
 impl Default for RestConfig {
+    /// The declared defaults ([`ControlSettings`](crate::ControlSettings)), checked.
     fn default() -> Self {
-        Self { enabled: true, max_body_bytes: 1_048_576, rate_limit: 50, max_page_limit: 100 }
+        crate::settings::declared(crate::ControlSettings::rest)
     }
 }
 

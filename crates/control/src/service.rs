@@ -58,16 +58,9 @@ pub struct ControlLimits {
 }
 
 impl Default for ControlLimits {
+    /// The declared defaults ([`ControlSettings`](crate::ControlSettings)), checked.
     fn default() -> Self {
-        Self {
-            max_apps_per_project: 100,
-            max_rooms_per_app: 10_000,
-            max_actors_per_project: 100_000,
-            max_grants_per_room: 1000,
-            max_lobbies_per_project: 1000,
-            max_page_size: 1000,
-            max_message_size: 921_600,
-        }
+        crate::settings::declared(crate::ControlSettings::limits)
     }
 }
 

@@ -2,7 +2,19 @@
 //! flags, `SKUA_*` variables and config-file keys; the server checks them into the control
 //! plane's configurations ([`ControlLimits`](crate::ControlLimits),
 //! [`RestConfig`](crate::rest::RestConfig), [`DashboardConfig`](crate::dashboard::DashboardConfig),
-//! [`ThrottleConfig`](crate::throttle::ThrottleConfig)).
+//! [`ThrottleConfig`](crate::throttle::ThrottleConfig)) with the checks below the declaration;
+//! each of those configurations' `Default` is the declared defaults, checked.
+
+use std::time::Duration;
+
+use skua_core::setting;
+use skua_core::settings::SettingError;
+use skua_core::settings::check::{duration, invalid, nonzero_duration, positive, required};
+
+use crate::ControlLimits;
+use crate::dashboard::DashboardConfig;
+use crate::rest::RestConfig;
+use crate::throttle::ThrottleConfig;
 
 skua_core::settings! {
     /// The control plane's settings.
@@ -131,5 +143,118 @@ skua_core::settings! {
         /// Longest search term of a dashboard list page, in characters; a longer one is refused (400).
         #[arg(long, env = "SKUA_DASHBOARD_SEARCH_MAX_CHARS")]
         pub dashboard_search_max_chars: usize = 200,
+    }
+}
+
+impl ControlSettings {
+    /// The caps the control plane enforces, checked. `max_message_size` (unread) is the
+    /// protocol's default payload; the server sets the node's.
+    ///
+    /// # Errors
+    /// [`SettingError`] naming the first bad key.
+    pub fn limits(&self) -> Result<ControlLimits, SettingError> {
+        Ok(ControlLimits {
+            max_apps_per_project: positive(setting!(self, max_apps_per_project))?,
+            max_rooms_per_app: positive(setting!(self, max_rooms_per_app))?,
+            max_actors_per_project: positive(setting!(self, max_actors_per_project))?,
+            max_grants_per_room: positive(setting!(self, max_grants_per_room))?,
+            max_lobbies_per_project: positive(setting!(self, max_lobbies_per_project))?,
+            max_page_size: positive(setting!(self, max_page_size))?,
+            max_message_size: u32::try_from(skua_protocol::DEFAULT_MAX_PAYLOAD_BYTES).unwrap_or(u32::MAX),
+        })
+    }
+
+    /// The REST API's settings, checked.
+    ///
+    /// # Errors
+    /// [`SettingError`] naming the first bad key.
+    pub fn rest(&self) -> Result<RestConfig, SettingError> {
+        Ok(RestConfig {
+            enabled: required(setting!(self, rest_api))?,
+            max_body_bytes: positive(setting!(self, rest_max_body_bytes))?,
+            rate_limit: positive(setting!(self, rest_rate_limit))?,
+            max_page_limit: positive(setting!(self, rest_max_page_limit))?,
+        })
+    }
+
+    /// The dashboard's settings, checked.
+    ///
+    /// # Errors
+    /// [`SettingError`] naming the first bad key.
+    pub fn dashboard(&self) -> Result<DashboardConfig, SettingError> {
+        Ok(DashboardConfig {
+            enabled: required(setting!(self, dashboard))?,
+            session_ttl: nonzero_duration(setting!(self, dashboard_session_ttl))?,
+            max_sessions: positive(setting!(self, dashboard_max_sessions))?,
+            live_buffer: positive(setting!(self, dashboard_live_buffer))?,
+            max_live_views: positive(setting!(self, dashboard_max_live_views))?,
+            live_idle: nonzero_duration(setting!(self, dashboard_live_idle))?,
+            sample_interval: nonzero_duration(setting!(self, dashboard_sample_interval))?,
+            history: positive(setting!(self, dashboard_history))?,
+            page_size: positive(setting!(self, dashboard_page_size))?,
+            search_max_chars: positive(setting!(self, dashboard_search_max_chars))?,
+        })
+    }
+
+    /// The back-off of addresses failing the admin-key check, checked (`admin_key_backoff_max`
+    /// at least 1 s, the first block).
+    ///
+    /// # Errors
+    /// [`SettingError`] naming the first bad key.
+    pub fn admin_key_throttle(&self) -> Result<ThrottleConfig, SettingError> {
+        let t = ThrottleConfig {
+            max_failures: required(setting!(self, admin_key_max_failures))?,
+            window: duration(setting!(self, admin_key_failure_window))?,
+            backoff_max: duration(setting!(self, admin_key_backoff_max))?,
+        };
+        if t.backoff_max < Duration::from_secs(1) {
+            return Err(invalid("admin_key_backoff_max", "must be at least 1s"));
+        }
+        Ok(t)
+    }
+
+    /// Longest a gRPC call may take, reading its request body included (above 0).
+    ///
+    /// # Errors
+    /// [`SettingError`] naming `grpc_request_timeout`.
+    pub fn grpc_request_timeout(&self) -> Result<Duration, SettingError> {
+        nonzero_duration(setting!(self, grpc_request_timeout))
+    }
+
+    /// Whether gRPC reflection needs no admin key.
+    ///
+    /// # Errors
+    /// [`SettingError`] when unset (the defaults set it).
+    pub fn grpc_reflection_public(&self) -> Result<bool, SettingError> {
+        required(setting!(self, grpc_reflection_public))
+    }
+}
+
+/// The value of a configuration's `Default`: `check` of the declared defaults, which a test
+/// (`tests::the_declared_defaults_pass_their_checks`) proves always passes.
+pub(crate) fn declared<T>(check: impl FnOnce(&ControlSettings) -> Result<T, SettingError>) -> T {
+    check(&ControlSettings::defaults()).unwrap_or_else(|e| unreachable!("the declared defaults: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_declared_defaults_pass_their_checks() {
+        let d = ControlSettings::defaults();
+        assert_eq!(d.limits().unwrap().max_rooms_per_app, 10_000);
+        assert_eq!(d.rest().unwrap().rate_limit, 50);
+        assert_eq!(d.dashboard().unwrap().session_ttl, Duration::from_secs(8 * 3600));
+        assert_eq!(d.admin_key_throttle().unwrap().backoff_max, Duration::from_secs(300));
+        assert_eq!(d.grpc_request_timeout().unwrap(), crate::server::DEFAULT_REQUEST_TIMEOUT);
+    }
+
+    #[test]
+    fn a_zero_cap_is_refused_by_name() {
+        let s = ControlSettings { rest_rate_limit: Some(0), ..ControlSettings::defaults() };
+        assert_eq!(s.rest(), Err(invalid("rest_rate_limit", "must be at least 1")));
+        let s = ControlSettings { admin_key_backoff_max: Some("500ms".into()), ..ControlSettings::defaults() };
+        assert_eq!(s.admin_key_throttle(), Err(invalid("admin_key_backoff_max", "must be at least 1s")));
     }
 }

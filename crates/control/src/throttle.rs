@@ -32,8 +32,9 @@ pub struct ThrottleConfig {
 }
 
 impl Default for ThrottleConfig {
+    /// The declared defaults ([`ControlSettings`](crate::ControlSettings)), checked.
     fn default() -> Self {
-        Self { max_failures: 5, window: Duration::from_secs(60), backoff_max: Duration::from_secs(300) }
+        crate::settings::declared(crate::ControlSettings::admin_key_throttle)
     }
 }
 

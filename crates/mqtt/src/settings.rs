@@ -3,6 +3,10 @@
 //! [`MqttLimits`] the door runs with. The listener itself (`mqtt_listen`) is the node's
 //! setting.
 
+use skua_core::setting;
+use skua_core::settings::SettingError;
+use skua_core::settings::check::between;
+
 skua_core::settings! {
     /// The MQTT device door's bounds on what one packet may carry (docs/mqtt.md, "Limits").
     pub struct MqttSettings {
@@ -41,8 +45,8 @@ skua_core::settings! {
     }
 }
 
-/// The MQTT door's protocol bounds, checked (from [`MqttSettings`]); `Default` gives the
-/// declared defaults.
+/// The MQTT door's protocol bounds, checked from [`MqttSettings`] ([`MqttSettings::limits`]);
+/// `Default` is the declared defaults, checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MqttLimits {
     /// Longest topic name or filter, in bytes (`mqtt_max_topic_bytes`).
@@ -57,15 +61,27 @@ pub struct MqttLimits {
     pub receive_maximum: u16,
 }
 
+impl MqttSettings {
+    /// These settings checked: each bound above 0 and below what MQTT itself allows.
+    ///
+    /// # Errors
+    /// [`SettingError`] naming the first bad key.
+    pub fn limits(&self) -> Result<MqttLimits, SettingError> {
+        use MqttLimits as L;
+        Ok(L {
+            max_topic_bytes: between(setting!(self, mqtt_max_topic_bytes), 1, L::MAX_STRING)?,
+            max_filters: between(setting!(self, mqtt_max_filters), 1, L::MAX_PER_PACKET)?,
+            max_user_properties: between(setting!(self, mqtt_max_user_properties), 1, L::MAX_PER_PACKET)?,
+            max_client_id_bytes: between(setting!(self, mqtt_max_client_id_bytes), L::MIN_CLIENT_ID, L::MAX_STRING)?,
+            receive_maximum: between(setting!(self, mqtt_receive_maximum), 1, u16::MAX)?,
+        })
+    }
+}
+
 impl Default for MqttLimits {
+    /// The declared defaults, checked (`tests::the_declared_defaults_pass_their_checks`).
     fn default() -> Self {
-        Self {
-            max_topic_bytes: 1024,
-            max_filters: 64,
-            max_user_properties: 32,
-            max_client_id_bytes: 256,
-            receive_maximum: 64,
-        }
+        MqttSettings::defaults().limits().unwrap_or_else(|e| unreachable!("the declared defaults: {e}"))
     }
 }
 
@@ -83,13 +99,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_default_limits_are_the_declared_settings() {
-        let d = MqttSettings::defaults();
-        let l = MqttLimits::default();
-        assert_eq!(d.mqtt_max_topic_bytes, Some(l.max_topic_bytes));
-        assert_eq!(d.mqtt_max_filters, Some(l.max_filters));
-        assert_eq!(d.mqtt_max_user_properties, Some(l.max_user_properties));
-        assert_eq!(d.mqtt_max_client_id_bytes, Some(l.max_client_id_bytes));
-        assert_eq!(d.mqtt_receive_maximum, Some(l.receive_maximum));
+    fn the_declared_defaults_pass_their_checks() {
+        let l = MqttSettings::defaults().limits().unwrap();
+        assert_eq!(l.max_topic_bytes, 1024);
+        assert_eq!(MqttLimits::default(), l);
+    }
+
+    #[test]
+    fn a_bound_beyond_mqtt_is_refused_by_name() {
+        let s = MqttSettings { mqtt_max_client_id_bytes: Some(22), ..MqttSettings::defaults() };
+        let e = s.limits().unwrap_err();
+        assert_eq!((e.key, e.reason.as_str()), ("mqtt_max_client_id_bytes", "22: must be between 23 and 65535"));
     }
 }
