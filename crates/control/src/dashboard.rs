@@ -46,37 +46,7 @@ const COOKIE: &str = "skua_admin";
 /// Largest form body accepted (a test publish's data included).
 const MAX_FORM_BYTES: usize = 1_048_576;
 
-/// The dashboard's settings (`dashboard_*`, declared in [`ControlSettings`](crate::ControlSettings)).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DashboardConfig {
-    /// Whether `/admin` is served (only ever with an admin key).
-    pub enabled: bool,
-    /// How long a sign-in lasts.
-    pub session_ttl: Duration,
-    /// Most sessions at once; signing in beyond it ends the oldest.
-    pub max_sessions: usize,
-    /// Messages a live topic view keeps (the oldest go first).
-    pub live_buffer: usize,
-    /// Live topic views open at once on this node.
-    pub max_live_views: usize,
-    /// A live view nobody polled for this long is closed.
-    pub live_idle: Duration,
-    /// How often the overview samples the node's counters.
-    pub sample_interval: Duration,
-    /// Samples the overview's chart keeps.
-    pub history: usize,
-    /// Rows a paged list shows at once (durable groups, rooms, actors).
-    pub page_size: usize,
-    /// Longest search term of a list page, in characters; a longer one is refused (400).
-    pub search_max_chars: usize,
-}
-
-impl Default for DashboardConfig {
-    /// The declared defaults ([`ControlSettings`](crate::ControlSettings)), checked.
-    fn default() -> Self {
-        crate::settings::declared(crate::ControlSettings::dashboard)
-    }
-}
+pub use crate::settings::DashboardConfig;
 
 /// One signed-in browser.
 #[derive(Debug, Clone)]

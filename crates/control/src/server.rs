@@ -92,8 +92,7 @@ impl tonic::service::Interceptor for AdminKeyCheck {
     }
 }
 
-/// Default of `grpc_request_timeout`.
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+pub use crate::settings::DEFAULT_REQUEST_TIMEOUT;
 
 /// How [`serve`] runs the control plane.
 #[derive(Clone)]

@@ -36,33 +36,7 @@ use crate::sync::Propagator;
 /// How often a write is retried after losing a compare-and-set race.
 const MAX_ATTEMPTS: usize = 8;
 
-/// Caps the control plane enforces; each is a `skua serve` setting ([`ControlSettings`](crate::ControlSettings)).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ControlLimits {
-    /// Most apps per project.
-    pub max_apps_per_project: u32,
-    /// Most rooms per app, unless the app sets its own cap.
-    pub max_rooms_per_app: u32,
-    /// Most actors per project.
-    pub max_actors_per_project: u32,
-    /// Most grants per room.
-    pub max_grants_per_room: u32,
-    /// Most lobbies per project.
-    pub max_lobbies_per_project: u32,
-    /// Largest page of a List call (and the default page is min(100, this)).
-    pub max_page_size: u32,
-    /// Largest server-side publish payload, unless the project sets its own. Unread here since
-    /// issue 39: the node's publish pipeline checks server-side publishes against the same
-    /// `max_message_size` setting (the server composes both from it).
-    pub max_message_size: u32,
-}
-
-impl Default for ControlLimits {
-    /// The declared defaults ([`ControlSettings`](crate::ControlSettings)), checked.
-    fn default() -> Self {
-        crate::settings::declared(crate::ControlSettings::limits)
-    }
-}
+pub use crate::settings::ControlLimits;
 
 /// The control-plane service of one node.
 pub struct ControlService {

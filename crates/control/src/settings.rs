@@ -11,10 +11,8 @@ use skua_core::setting;
 use skua_core::settings::SettingError;
 use skua_core::settings::check::{duration, invalid, nonzero_duration, positive, required};
 
-use crate::ControlLimits;
-use crate::dashboard::DashboardConfig;
-use crate::rest::RestConfig;
-use crate::throttle::ThrottleConfig;
+/// Longest a gRPC call may take unless `grpc_request_timeout` says otherwise.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 skua_core::settings! {
     /// The control plane's settings.
@@ -56,7 +54,7 @@ skua_core::settings! {
         /// request's headers and never its body does not hold the stream (issue 33). A health `Watch`
         /// stream ends after it too (watchers re-watch).
         #[arg(long, env = "SKUA_GRPC_REQUEST_TIMEOUT")]
-        pub grpc_request_timeout: String = skua_core::duration::format(crate::server::DEFAULT_REQUEST_TIMEOUT),
+        pub grpc_request_timeout: String = skua_core::duration::format(DEFAULT_REQUEST_TIMEOUT),
         /// Failed admin-key checks from one address before it is blocked; 0: never [default 5].
         ///
         /// Admin-key brute force: after this many failed checks from one address (each within
@@ -143,6 +141,105 @@ skua_core::settings! {
         /// Longest search term of a dashboard list page, in characters; a longer one is refused (400).
         #[arg(long, env = "SKUA_DASHBOARD_SEARCH_MAX_CHARS")]
         pub dashboard_search_max_chars: usize = 200,
+    }
+}
+
+/// Caps the control plane enforces; each is a `skua serve` setting ([`ControlSettings`](crate::ControlSettings)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ControlLimits {
+    /// Most apps per project.
+    pub max_apps_per_project: u32,
+    /// Most rooms per app, unless the app sets its own cap.
+    pub max_rooms_per_app: u32,
+    /// Most actors per project.
+    pub max_actors_per_project: u32,
+    /// Most grants per room.
+    pub max_grants_per_room: u32,
+    /// Most lobbies per project.
+    pub max_lobbies_per_project: u32,
+    /// Largest page of a List call (and the default page is min(100, this)).
+    pub max_page_size: u32,
+    /// Largest server-side publish payload, unless the project sets its own. Unread here since
+    /// issue 39: the node's publish pipeline checks server-side publishes against the same
+    /// `max_message_size` setting (the server composes both from it).
+    pub max_message_size: u32,
+}
+
+impl Default for ControlLimits {
+    /// The declared defaults ([`ControlSettings`]), checked.
+    fn default() -> Self {
+        declared(ControlSettings::limits)
+    }
+}
+
+/// The REST API's settings (`rest_*`, declared in [`ControlSettings`](crate::ControlSettings)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RestConfig {
+    /// Whether `/v1` is served on the client listener.
+    pub enabled: bool,
+    /// Largest request body in bytes; larger bodies are answered 413.
+    pub max_body_bytes: usize,
+    /// Requests per second per API key, also the burst; beyond it 429 with `Retry-After`.
+    pub rate_limit: u32,
+    /// Largest `limit` of a paginated list (apps); larger values are capped.
+    pub max_page_limit: u32,
+}
+
+impl Default for RestConfig {
+    /// The declared defaults ([`ControlSettings`]), checked.
+    fn default() -> Self {
+        declared(ControlSettings::rest)
+    }
+}
+
+/// The dashboard's settings (`dashboard_*`, declared in [`ControlSettings`](crate::ControlSettings)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DashboardConfig {
+    /// Whether `/admin` is served (only ever with an admin key).
+    pub enabled: bool,
+    /// How long a sign-in lasts.
+    pub session_ttl: Duration,
+    /// Most sessions at once; signing in beyond it ends the oldest.
+    pub max_sessions: usize,
+    /// Messages a live topic view keeps (the oldest go first).
+    pub live_buffer: usize,
+    /// Live topic views open at once on this node.
+    pub max_live_views: usize,
+    /// A live view nobody polled for this long is closed.
+    pub live_idle: Duration,
+    /// How often the overview samples the node's counters.
+    pub sample_interval: Duration,
+    /// Samples the overview's chart keeps.
+    pub history: usize,
+    /// Rows a paged list shows at once (durable groups, rooms, actors).
+    pub page_size: usize,
+    /// Longest search term of a list page, in characters; a longer one is refused (400).
+    pub search_max_chars: usize,
+}
+
+impl Default for DashboardConfig {
+    /// The declared defaults ([`ControlSettings`]), checked.
+    fn default() -> Self {
+        declared(ControlSettings::dashboard)
+    }
+}
+
+/// Settings of [`AdminKeyThrottle`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThrottleConfig {
+    /// Failures (each within `window` of the previous one) before an address is blocked; 0 turns
+    /// the throttle off.
+    pub max_failures: u32,
+    /// A failure this long after the previous one starts the count again.
+    pub window: Duration,
+    /// Longest block.
+    pub backoff_max: Duration,
+}
+
+impl Default for ThrottleConfig {
+    /// The declared defaults ([`ControlSettings`]), checked.
+    fn default() -> Self {
+        declared(ControlSettings::admin_key_throttle)
     }
 }
 
@@ -247,7 +344,7 @@ mod tests {
         assert_eq!(d.rest().unwrap().rate_limit, 50);
         assert_eq!(d.dashboard().unwrap().session_ttl, Duration::from_secs(8 * 3600));
         assert_eq!(d.admin_key_throttle().unwrap().backoff_max, Duration::from_secs(300));
-        assert_eq!(d.grpc_request_timeout().unwrap(), crate::server::DEFAULT_REQUEST_TIMEOUT);
+        assert_eq!(d.grpc_request_timeout().unwrap(), DEFAULT_REQUEST_TIMEOUT);
     }
 
     #[test]
