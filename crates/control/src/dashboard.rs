@@ -49,8 +49,8 @@ use axum::routing::{get, post};
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
+use crate::grpc::throttle::AdminKeyThrottle;
 use crate::service::ControlService;
-use crate::throttle::AdminKeyThrottle;
 
 /// The cookie holding the session token.
 const COOKIE: &str = "skua_admin";

@@ -4,7 +4,7 @@
 //! retried on a conflict, so concurrent control replicas never lose each other's writes and
 //! every check (uniqueness, caps, references) holds against the data actually written.
 //!
-//! `service/rpc.rs` maps each RPC to its handler in one file per resource (`projects`, `apps`,
+//! `grpc/rpc.rs` maps each RPC to its handler in one file per resource (`projects`, `apps`,
 //! `rooms`, `actors`, `grants`, `lobbies`, `publish`, `connections`); what they share (look-ups,
 //! checks, delete cascades, paging) is in `service/shared.rs`; conversions to protobuf in
 //! `service/convert.rs`.
@@ -13,14 +13,13 @@ pub(crate) mod actors;
 pub(crate) mod annotations;
 pub(crate) mod api_keys;
 pub(crate) mod apps;
-mod connections;
+pub(crate) mod connections;
 pub(crate) mod convert;
 pub(crate) mod grants;
 pub(crate) mod lobbies;
 pub(crate) mod projects;
 pub(crate) mod publish;
 pub(crate) mod rooms;
-mod rpc;
 pub(crate) mod scopes;
 pub(crate) mod shared;
 pub(crate) mod webhooks;

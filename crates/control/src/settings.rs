@@ -1,8 +1,8 @@
 //! [`ControlSettings`]: the control plane's settings (gRPC, caps, REST API, dashboard), as
 //! flags, `SKUA_*` variables and config-file keys; the server checks them into the control
-//! plane's configurations ([`ControlLimits`](crate::ControlLimits),
-//! [`RestConfig`](crate::rest::RestConfig), [`DashboardConfig`](crate::dashboard::DashboardConfig),
-//! [`ThrottleConfig`](crate::throttle::ThrottleConfig)) with the checks below the declaration;
+//! plane's configurations ([`ControlLimits`],
+//! [`RestConfig`], [`DashboardConfig`],
+//! [`ThrottleConfig`]) with the checks below the declaration;
 //! each of those configurations' `Default` is the declared defaults, checked.
 
 use std::time::Duration;

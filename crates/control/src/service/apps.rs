@@ -207,7 +207,7 @@ pub(crate) async fn delete(svc: &ControlService, r: pb::DeleteAppRequest) -> Res
     Ok(deleted(n))
 }
 
-pub(super) async fn rotate_webhook_secret(
+pub(crate) async fn rotate_webhook_secret(
     svc: &ControlService,
     r: pb::RotateWebhookSecretRequest,
 ) -> Result<pb::App, Status> {

@@ -10,7 +10,7 @@ use super::{ControlService, unavailable};
 use crate::pb;
 use crate::sync::now_ms;
 
-pub(super) async fn list(
+pub(crate) async fn list(
     svc: &ControlService,
     r: pb::ListConnectionsRequest,
 ) -> Result<pb::ListConnectionsResponse, Status> {
@@ -63,7 +63,7 @@ pub(super) async fn list(
     Ok(pb::ListConnectionsResponse { connections })
 }
 
-pub(super) async fn disconnect_actor(
+pub(crate) async fn disconnect_actor(
     svc: &ControlService,
     r: pb::ActorRef,
 ) -> Result<pb::DisconnectActorResponse, Status> {

@@ -8,8 +8,8 @@ use tonic::Status;
 
 use super::ControlService;
 use super::shared::{app, internal, project, room};
+use crate::node::{PublishRefused, ServerPublish};
 use crate::pb;
-use crate::sync::{PublishRefused, ServerPublish};
 
 /// gRPC `Publish`: in `project_id` (empty: the only project).
 pub(crate) async fn publish(svc: &ControlService, r: pb::PublishRequest) -> Result<pb::PublishResponse, Status> {

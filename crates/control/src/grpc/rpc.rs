@@ -3,10 +3,10 @@
 
 use tonic::{Request, Response, Status};
 
-use super::{
+use crate::pb;
+use crate::service::{
     ControlService, actors, api_keys, apps, connections, grants, lobbies, projects, publish, rooms, scopes, webhooks,
 };
-use crate::pb;
 
 /// Implements the trait by handing each request's message to `module::handler` and wrapping
 /// its reply, so the list below is the whole mapping of RPCs to handlers.
