@@ -6,7 +6,8 @@
 //! - [`pb`]: messages, client and server generated from `proto/skua/control/v1/control.proto`
 //!   at build time (protox, no `protoc`);
 //! - [`service`]: [`ControlService`], one handler module per resource, with [`validate`] for
-//!   input checks; every door below calls these;
+//!   input checks, and the typed refusal [`service::Error`] each door maps once; every door
+//!   below calls these;
 //! - [`grpc`]: the gRPC door: the RPC mapping, serving it with health, reflection, TLS and the
 //!   admin-key check ([`server`]), and the back-off of failing keys ([`throttle`]);
 //! - [`rest`]: the REST API under `/v1`;

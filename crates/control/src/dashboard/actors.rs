@@ -5,9 +5,9 @@
 
 use std::fmt::Write as _;
 
+use crate::service::Error;
 use axum::http::StatusCode;
 use axum::response::Response;
-use tonic::Status;
 
 use super::common::{chooser, current_project, done, done_redirect, error_page, param, refused};
 use super::html::{self, Notice, button_form, checkbox, csrf_input, esc, field, q};
@@ -134,10 +134,10 @@ pub(crate) async fn delete_actor(d: &Dashboard, a: Authed) -> Response {
 }
 
 /// The actor `id` when it belongs to `project` (404 otherwise, as missing: the REST API's rule).
-async fn owned_actor(d: &Dashboard, project: &str, id: &str) -> Result<pb::Actor, Status> {
+async fn owned_actor(d: &Dashboard, project: &str, id: &str) -> Result<pb::Actor, Error> {
     let x = actors::get(&d.svc, pb::GetActorRequest { actor_id: id.to_owned() }).await?;
     if x.project_id != project {
-        return Err(Status::not_found(format!("actor {id:?} not found in project {project:?}")));
+        return Err(Error::not_found(format!("actor {id:?} not found in project {project:?}")));
     }
     Ok(x)
 }
@@ -210,7 +210,7 @@ async fn edit_actor_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) 
 /// Applies a posted actor form: name first (the only field with its own checks, so a refused
 /// name changes nothing), then the scope, then the state: each through the function the REST
 /// API's `PATCH /v1/actors/{id}` calls, and only when it changes.
-async fn save_actor(d: &Dashboard, a: &Authed) -> Result<pb::Actor, Status> {
+async fn save_actor(d: &Dashboard, a: &Authed) -> Result<pb::Actor, Error> {
     let (project, id) = (a.form.get("project"), a.form.get("actor"));
     owned_actor(d, project, id).await?;
     let mut x = actors::rename(&d.svc, id, a.form.get("name")).await?;

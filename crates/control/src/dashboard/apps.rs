@@ -5,10 +5,10 @@
 
 use std::fmt::Write as _;
 
+use crate::service::Error;
 use axum::http::StatusCode;
 use axum::response::Response;
 use skua_core::webhook::WebhookKind;
-use tonic::Status;
 
 use super::common::{
     chooser, current_app, current_project, done, done_redirect, error_page, names, param, refused, status_of,
@@ -230,7 +230,7 @@ fn webhook_update(
     a: &Authed,
     name: &str,
     current: Option<&pb::WebhookTarget>,
-) -> Result<Option<pb::WebhookTarget>, Status> {
+) -> Result<Option<pb::WebhookTarget>, Error> {
     let wanted = super::targets::posted_target(&a.form, name, current)?;
     Ok(match (wanted, current) {
         (None, None) => None,

@@ -4,9 +4,9 @@
 
 use std::fmt::Write as _;
 
+use crate::service::Error;
 use axum::http::StatusCode;
 use axum::response::Response;
-use tonic::Status;
 
 use super::html::{self, Notice, esc, field, q};
 use super::{Authed, Dashboard, redirect};
@@ -14,7 +14,7 @@ use crate::pb;
 use crate::service::{apps, projects};
 
 /// The HTTP status of a refused request, as the REST API maps it.
-pub(super) fn status_of(s: &Status) -> StatusCode {
+pub(super) fn status_of(s: &Error) -> StatusCode {
     crate::rest::error::http_status(s.code())
 }
 
@@ -37,7 +37,7 @@ pub(super) fn param<'a>(a: &'a Authed, k: &str) -> &'a str {
 }
 
 /// An error page with `s`'s message and the REST API's status for it.
-pub(super) fn error_page(a: &Authed, title: &str, current: &str, s: &Status) -> Response {
+pub(super) fn error_page(a: &Authed, title: &str, current: &str, s: &Error) -> Response {
     html::respond(status_of(s), html::page(title, current, &a.csrf, Some(Notice::Error(s.message())), ""))
 }
 
@@ -106,7 +106,7 @@ pub(super) fn names(s: &str) -> Vec<String> {
 }
 
 /// `r` with the status of the refusal `s` (a page re-rendered with the refusal's message).
-pub(super) fn refused(mut r: Response, s: &Status) -> Response {
+pub(super) fn refused(mut r: Response, s: &Error) -> Response {
     *r.status_mut() = status_of(s);
     r
 }

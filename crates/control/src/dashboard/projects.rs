@@ -5,9 +5,9 @@
 
 use std::fmt::Write as _;
 
+use crate::service::Error;
 use axum::http::StatusCode;
 use axum::response::Response;
-use tonic::Status;
 
 use super::common::{current_project, done, done_redirect, error_page, param, refused};
 use super::html::{self, Notice, button_form, checkbox, csrf_input, esc, field, q, time};
@@ -105,11 +105,11 @@ fn limit_text<T: ToString>(v: Option<T>) -> String {
 }
 
 /// One limit from the form: empty is `None` (the node's setting), else a whole number.
-fn limit<T: std::str::FromStr>(form: &Form, k: &str) -> Result<Option<T>, Status> {
+fn limit<T: std::str::FromStr>(form: &Form, k: &str) -> Result<Option<T>, Error> {
     match form.get(k) {
         "" => Ok(None),
         v => v.parse().map(Some).map_err(|_| {
-            Status::invalid_argument(format!("limits.{k} must be a whole number (empty: the node's setting)"))
+            Error::invalid_argument(format!("limits.{k} must be a whole number (empty: the node's setting)"))
         }),
     }
 }
@@ -182,7 +182,7 @@ async fn edit_project_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>
 }
 
 /// The update a posted project form asks for.
-fn project_update(a: &Authed) -> Result<pb::UpdateProjectRequest, Status> {
+fn project_update(a: &Authed) -> Result<pb::UpdateProjectRequest, Error> {
     let jwt_secret = if a.form.get("remove_jwt_secret").is_empty() {
         Some(a.form.get("jwt_secret").to_owned()).filter(|s| !s.is_empty())
     } else {

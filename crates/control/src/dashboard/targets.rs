@@ -3,8 +3,8 @@
 
 use std::collections::HashMap;
 
+use crate::service::Error;
 use skua_core::webhook::WebhookKind;
-use tonic::Status;
 
 use super::html::{esc, field, textarea};
 use super::{Authed, Form};
@@ -13,7 +13,7 @@ use crate::pb;
 /// A webhook's extra headers from its form field: one `Name: value` a line, empty lines
 /// skipped. Names and values are checked by the node's webhook policy when saved (as over the
 /// APIs); here only the field's own format.
-pub(crate) fn parse_headers(field: &str, text: &str) -> Result<HashMap<String, String>, Status> {
+pub(crate) fn parse_headers(field: &str, text: &str) -> Result<HashMap<String, String>, Error> {
     let mut out: HashMap<String, String> = HashMap::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
@@ -21,14 +21,14 @@ pub(crate) fn parse_headers(field: &str, text: &str) -> Result<HashMap<String, S
             continue;
         }
         let Some((name, value)) = line.split_once(':') else {
-            return Err(Status::invalid_argument(format!(
+            return Err(Error::invalid_argument(format!(
                 "{field}.headers: line {} has no ':'; write one `Name: value` a line",
                 i + 1
             )));
         };
         let name = name.trim();
         if out.keys().any(|k| k.eq_ignore_ascii_case(name)) {
-            return Err(Status::invalid_argument(format!("{field}.headers: header {name} is given twice")));
+            return Err(Error::invalid_argument(format!("{field}.headers: header {name} is given twice")));
         }
         out.insert(name.to_owned(), value.trim().to_owned());
     }
@@ -43,12 +43,12 @@ pub(crate) fn show_headers(h: &HashMap<String, String>) -> String {
 }
 
 /// A webhook's timeout from its form field, in ms; empty: 0 (the default).
-fn parse_timeout(field: &str, text: &str) -> Result<u32, Status> {
+fn parse_timeout(field: &str, text: &str) -> Result<u32, Error> {
     if text.is_empty() {
         return Ok(0);
     }
     text.parse().map_err(|_| {
-        Status::invalid_argument(format!(
+        Error::invalid_argument(format!(
             "{field}.timeout_ms must be a whole number of milliseconds (empty: the default)"
         ))
     })
@@ -61,7 +61,7 @@ pub(crate) fn posted_target(
     form: &Form,
     name: &str,
     current: Option<&pb::WebhookTarget>,
-) -> Result<Option<pb::WebhookTarget>, Status> {
+) -> Result<Option<pb::WebhookTarget>, Error> {
     let url = form.get(name);
     if url.is_empty() {
         return Ok(None);

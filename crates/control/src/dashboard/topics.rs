@@ -4,10 +4,10 @@
 
 use std::fmt::Write as _;
 
+use crate::service::Error;
 use axum::http::StatusCode;
 use axum::response::Response;
 use skua_core::webhook::WebhookKind;
-use tonic::Status;
 
 use super::common::{done, done_redirect, error_page, param, status_of};
 use super::html::{self, Notice, csrf_input, esc, field, q};
@@ -29,7 +29,7 @@ async fn edit_topic_page(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>) 
         Err(s) => return error_page(a, "Edit topic", "Apps", &s),
     };
     let Some(t) = x.topics.iter().find(|t| t.name == name) else {
-        let s = Status::not_found(format!("topic {name:?} not found in app {}", x.slug));
+        let s = Error::not_found(format!("topic {name:?} not found in app {}", x.slug));
         return error_page(a, "Edit topic", "Apps", &s);
     };
     let posted = a.form.has("history_size");
@@ -109,7 +109,7 @@ pub(crate) async fn update_topic(d: &Dashboard, a: Authed) -> Response {
                 return topic_refused(
                     d,
                     &a,
-                    Status::invalid_argument(
+                    Error::invalid_argument(
                         "history size and TTL are whole numbers (messages, seconds), both or neither",
                     ),
                 )
@@ -119,7 +119,7 @@ pub(crate) async fn update_topic(d: &Dashboard, a: Authed) -> Response {
     };
     let mut topics = x.topics.clone();
     let Some(t) = topics.iter_mut().find(|t| t.name == name) else {
-        return topic_refused(d, &a, Status::not_found(format!("topic {name:?} not found in app {}", x.slug))).await;
+        return topic_refused(d, &a, Error::not_found(format!("topic {name:?} not found in app {}", x.slug))).await;
     };
     // Headers or a timeout the form does not carry are kept; an empty URL removes the entry.
     let now = t.webhooks.clone().unwrap_or_default();
@@ -151,7 +151,7 @@ pub(crate) async fn update_topic(d: &Dashboard, a: Authed) -> Response {
 }
 
 /// The topic page again with `s`'s message and status.
-async fn topic_refused(d: &Dashboard, a: &Authed, s: Status) -> Response {
+async fn topic_refused(d: &Dashboard, a: &Authed, s: Error) -> Response {
     let mut r = edit_topic_page(d, a, Some(Notice::Error(s.message()))).await;
     *r.status_mut() = status_of(&s);
     r
