@@ -92,14 +92,15 @@ async fn api(State(st): State<Arc<EdgeState>>, mut req: axum::extract::Request) 
 }
 
 /// `/readyz`: whether load balancers should send this node new clients: 503 `draining` once
-/// it drains, 200 otherwise. A full node (`max_connections`, the open-file budget) stays
-/// ready: its upgrades get 503 with `Retry-After`, and clients retry through the balancer to
-/// another edge, while a balancer that saw it unhealthy might reset its open connections.
-/// Backend health is deliberately not part of it: the bus, Redis and the store are shared by
-/// every node, so failing readiness for them would empty every endpoint at once; they are
-/// exported as `skua_backend_up` and shown by `/healthz/backends` instead.
+/// it drains, 503 `bus_unreachable` while its own bus link is down but a peer's is up, 200
+/// otherwise. A full node (`max_connections`, the open-file budget) stays ready: its upgrades
+/// get 503 with `Retry-After`, and clients retry through the balancer to another edge, while a
+/// balancer that saw it unhealthy might reset its open connections. A shared backend's
+/// outage is deliberately not part of it: the bus, Redis and the store are shared by every
+/// node, so failing readiness for them would empty every endpoint at once; they are exported
+/// as `skua_backend_up` and shown by `/healthz/backends` instead.
 async fn readyz(State(st): State<Arc<EdgeState>>) -> Response {
-    match st.not_ready() {
+    match st.not_ready().await {
         Some(why) => (StatusCode::SERVICE_UNAVAILABLE, why).into_response(),
         None => "ready".into_response(),
     }

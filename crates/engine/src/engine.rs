@@ -70,6 +70,8 @@ pub struct Engine {
     pub outbound_budget: Arc<OutboundBudget>,
     /// Presence removals that failed, for the liveness loop to retry.
     deferred_removals: Arc<DeferredRemovals>,
+    /// Whether a bus outage is this node's own (`/readyz`).
+    local_bus_outage: crate::readiness::LocalBusOutage,
     /// Further series for `/metrics`.
     metrics_sources: Vec<Arc<dyn MetricsSource>>,
     next_conn: AtomicU64,
@@ -222,6 +224,7 @@ impl Engine {
             history: backends.history,
             outbound_budget,
             deferred_removals,
+            local_bus_outage: crate::readiness::LocalBusOutage::default(),
             metrics_sources,
             next_conn: AtomicU64::new(1),
             project_conns: Mutex::new(HashMap::new()),
@@ -268,6 +271,17 @@ impl Engine {
             ("presence", self.presence.is_available()),
             ("store", self.store.is_available()),
         ]
+    }
+
+    /// Whether this node's bus link is down while a live peer's is up: the outage is the
+    /// node's own, and it should leave its load balancer ([`crate::readiness`]).
+    pub async fn bus_outage_is_local(&self) -> bool {
+        self.local_bus_outage.check(&**self.hub.bus(), &self.presence, &self.node).await
+    }
+
+    /// The last answer of [`Self::bus_outage_is_local`] while the link is still down.
+    pub fn bus_outage_was_local(&self) -> bool {
+        self.local_bus_outage.last(&**self.hub.bus())
     }
 
     /// Further series for `/metrics` (the server's, the members'), in rendering order.

@@ -44,6 +44,7 @@ pub mod metrics;
 pub mod outbound;
 pub mod publish;
 pub mod ratelimit;
+pub mod readiness;
 pub mod restore_prune;
 pub mod retained;
 pub mod revalidate;
