@@ -114,10 +114,8 @@ pub async fn backends(config: &ServerConfig, embedded: &Embedded) -> anyhow::Res
         presence,
         store,
         publish_observers: Vec::new(),
-        trigger_hooks: None,
+        webhooks: None,
         metrics_sources: vec![Arc::new(BusMetrics(mqtt_bus)), Arc::new(IdempotencyMetrics(memory_idempotency))],
-        hydrator: None,
-        wake_poster: None,
         shared_limits,
         history: Some(history),
         idempotency,
@@ -322,96 +320,6 @@ struct WebhookMetricsSource(Arc<skua_webhooks::WebhookMetrics>);
 impl skua_edge::prom::MetricsSource for WebhookMetricsSource {
     fn render(&self, out: &mut String) {
         self.0.render_prometheus(out);
-    }
-}
-
-/// Trigger webhooks through the webhook engine: the topic's trigger entry (N41) from the
-/// registry, each attempt one engine request (`post_once`, on the trigger's task) with the
-/// target's headers, timeout and the app's secret (N42).
-struct EngineHooks(skua_webhooks::WebhookSender);
-
-#[async_trait::async_trait]
-impl skua_edge::triggers::TriggerHooks for EngineHooks {
-    fn target(
-        &self,
-        registry: &skua_core::Registry,
-        topic: &skua_core::TopicAddress,
-    ) -> Option<skua_edge::triggers::TriggerTarget> {
-        let kind = skua_core::webhook::WebhookKind::Trigger;
-        let (target, _) = registry.webhook_target(topic, kind)?;
-        Some(skua_edge::triggers::TriggerTarget { url: Arc::from(target.url.as_str()), timeout: target.timeout(kind) })
-    }
-
-    async fn post(
-        &self,
-        registry: &skua_core::Registry,
-        topic: &skua_core::TopicAddress,
-        url: &str,
-        delivery_id: &str,
-        body: bytes::Bytes,
-        retry: bool,
-    ) -> Result<(), skua_edge::triggers::PostFailure> {
-        use skua_core::webhook::{WebhookKind, WebhookTarget};
-        let kind = WebhookKind::Trigger;
-        // The app's secret, whether or not the entry is still the one the trigger was made for.
-        let secret = registry
-            .project(&topic.room.project)
-            .and_then(|p| p.apps.iter().find(|a| a.id == topic.room.app))
-            .and_then(|a| a.webhook_secret.as_ref());
-        let unchanged = registry.webhook_target(topic, kind).map(|(t, _)| t).filter(|t| t.url == url);
-        // The configuration changed since (a dead letter's retry): the stored URL, signed with
-        // the app's current secret, without the new entry's headers.
-        let stored;
-        let target: &WebhookTarget = match unchanged {
-            Some(t) => t,
-            None => {
-                stored = WebhookTarget { url: url.to_owned(), headers: Vec::new(), timeout_ms: None };
-                &stored
-            }
-        };
-        match self.0.post_once(kind, target, secret, delivery_id, body, retry).await {
-            Ok(_) => Ok(()),
-            Err(e) => Err(skua_edge::triggers::PostFailure { retryable: e.is_retryable(), error: error_chain(&e) }),
-        }
-    }
-}
-
-/// Wake requests (N47) through the webhook engine: signed with the project's wake secret (N42),
-/// up to 3 attempts (1 s, then 2 s apart) within the member's wake timeout. The engine counts them
-/// under `kind="wake"`; `skua_wakes_total` counts wakes by outcome.
-struct EngineWaker {
-    sender: skua_webhooks::WebhookSender,
-    registry: Arc<SharedRegistry>,
-}
-
-#[async_trait::async_trait]
-impl skua_edge::members::WakePoster for EngineWaker {
-    async fn post(
-        &self,
-        project: &skua_core::ProjectId,
-        target: &skua_edge::members::WakeTarget,
-        payload: serde_json::Map<String, serde_json::Value>,
-    ) -> Result<(), String> {
-        use skua_core::webhook::{WebhookCall, WebhookKind, WebhookTarget};
-        let secret = self.registry.load().project(project).and_then(|p| p.wake_secret.clone());
-        let text = |k: &str| payload.get(k).and_then(serde_json::Value::as_str).unwrap_or_default().to_owned();
-        let call = WebhookCall {
-            kind: WebhookKind::Wake,
-            target: Arc::new(WebhookTarget {
-                url: target.url.clone(),
-                headers: target.headers.clone(),
-                timeout_ms: None,
-            }),
-            secret,
-            app_slug: Arc::from(text("app")),
-            room_name: Arc::from(text("room")),
-        };
-        let request = skua_webhooks::WebhookRequest::new(call, payload);
-        let schedule = skua_webhooks::RetrySchedule::hydration();
-        match self.sender.call(&request, &schedule, target.timeout).await {
-            Ok(_) => Ok(()),
-            Err(e) => Err(error_chain(&e)),
-        }
     }
 }
 
@@ -663,11 +571,8 @@ impl RunningNode {
         backends.metrics_sources.push(Arc::new(WebhookMetricsSource(webhooks.metrics().clone())));
         let server_metrics = Arc::new(ServerMetrics::default());
         backends.metrics_sources.push(server_metrics.clone());
-        backends.trigger_hooks = Some(Arc::new(EngineHooks(webhooks.clone())));
-        backends.wake_poster = Some(Arc::new(EngineWaker { sender: webhooks.clone(), registry: registry.clone() }));
-        if backends.hydrator.is_none() {
-            backends.hydrator = Some(Arc::new(crate::hydration::WebhookHydrator(webhooks.clone())));
-        }
+        // The one webhook seam: triggers, hydration and wakes all post through the sender.
+        backends.webhooks = Some(Arc::new(webhooks.clone()));
         let tls = crate::tls::NodeTls::load(&config.tls)
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
         let (metrics, metrics_addr) = match config.metrics_listen {

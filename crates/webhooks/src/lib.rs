@@ -9,8 +9,9 @@
 //! - [`request`]: [`WebhookRequest`], the body with `deliveryId` and `timestamp`, and signing;
 //! - [`config`]: [`WebhookConfig`], the engine's checked configuration, and [`RetrySchedule`];
 //! - [`outcome`]: how a delivery ends, [`WebhookResponse`] or [`DeliveryError`];
-//! - [`sender`]: [`WebhookSender`], calls with retries ([`WebhookSender::call`]) and single
-//!   attempts ([`WebhookSender::post_once`]);
+//! - [`sender`]: [`WebhookSender`], the node's [`skua_core::webhook::Poster`]: calls with
+//!   retries within a deadline ([`WebhookSender::call`]) and single attempts
+//!   ([`WebhookSender::post_once`]);
 //! - `client`: the HTTP/1.1 client (keep-alive pool per origin, address rules, bounded answers);
 //! - [`resolve`]: the DNS resolver that refuses link-local and metadata addresses at send time;
 //! - `rule`: the address rule each kind adds (hydration, triggers, wake), read by both;
