@@ -7,6 +7,8 @@
 //! given in [`Backends::webhooks`]. Modules:
 //! - `engine`: the [`Engine`] handle every door holds, and [`Engine::start`], which builds it
 //!   over the [`Backends`] and starts its node-level tasks ([`EngineTasks`]);
+//! - `admin`: the control plane's node interface (`skua_core::node::NodeAdmin`), implemented
+//!   by [`Engine`];
 //! - [`publish`]: the publish pipeline every entry point uses, and its observer seam;
 //! - [`hub`]: the node's local fan-out (the hot path) and its bus subscriptions;
 //! - [`retained`]: the retained message of each topic and their byte budget;
@@ -29,6 +31,7 @@
 //! - [`restore_prune`]: the periodic restore-record prune (never on a connection's release);
 //! - [`clock`], [`ids`], [`config`], [`ratelimit`], [`small_map`].
 
+mod admin;
 mod backends;
 pub mod clock;
 pub mod config;

@@ -302,6 +302,8 @@ pub struct RunningNode {
     pub state: Arc<EdgeState>,
     /// Where the control-plane gRPC listener is bound, if any.
     pub grpc_addr: Option<SocketAddr>,
+    /// Whether the admin dashboard is served under `/admin` ([`Self::launch`] with an admin key).
+    pub dashboard: bool,
     /// The registry propagator, when the node runs with the control plane ([`Self::launch`]).
     pub propagator: Option<Arc<skua_control::Propagator>>,
     /// The listeners' TLS (certificates and their reloaders), when configured.
@@ -320,225 +322,6 @@ struct WebhookMetricsSource(Arc<skua_webhooks::WebhookMetrics>);
 impl skua_edge::prom::MetricsSource for WebhookMetricsSource {
     fn render(&self, out: &mut String) {
         self.0.render_prometheus(out);
-    }
-}
-
-/// The edge as the control plane sees it ([`skua_control::NodeAdmin`]).
-struct EdgeAdmin(Arc<EdgeState>, skua_webhooks::WebhookSender);
-
-#[async_trait::async_trait]
-impl skua_control::NodeAdmin for EdgeAdmin {
-    fn node_id(&self) -> String {
-        self.0.node.to_string()
-    }
-
-    fn registry(&self) -> Arc<skua_core::Registry> {
-        self.0.registry.load()
-    }
-
-    fn install_registry(&self, registry: skua_core::Registry) {
-        self.0.install_registry(registry);
-    }
-
-    fn connections(
-        &self,
-        project: &skua_core::ProjectId,
-        actor: Option<&skua_core::ActorId>,
-    ) -> Vec<skua_control::ConnectionInfo> {
-        self.0
-            .connections
-            .list(project, actor)
-            .into_iter()
-            .map(|(id, e)| skua_control::ConnectionInfo {
-                connection_id: id.to_string(),
-                actor: e.actor,
-                client_id: e.client_id,
-                connected_at_ms: e.connected_at_ms,
-                subscriptions: e.subscriptions.load(std::sync::atomic::Ordering::Relaxed),
-            })
-            .collect()
-    }
-
-    fn all_connections(&self) -> Vec<(skua_core::ProjectId, skua_control::ConnectionInfo)> {
-        self.0
-            .connections
-            .all()
-            .into_iter()
-            .map(|(id, e)| {
-                let info = skua_control::ConnectionInfo {
-                    connection_id: id.to_string(),
-                    actor: e.actor,
-                    client_id: e.client_id,
-                    connected_at_ms: e.connected_at_ms,
-                    subscriptions: e.subscriptions.load(std::sync::atomic::Ordering::Relaxed),
-                };
-                (e.project, info)
-            })
-            .collect()
-    }
-
-    fn disconnect(&self, actor: &skua_core::ActorId) -> u32 {
-        self.0.connections.disconnect(actor)
-    }
-
-    async fn publish(
-        &self,
-        p: skua_control::ServerPublish,
-    ) -> Result<skua_control::ServerPublished, skua_control::PublishRefused> {
-        use skua_edge::publish::{Origin, PublishRequest};
-        let req = PublishRequest {
-            origin: Origin::Api { project: &p.project, topic: &p.topic, from: p.from.as_deref() },
-            filter: skua_protocol::filters::publish_filter_key(&p.filter),
-            data: p.data,
-            retain: p.retain,
-            qos: 0,
-            idempotency_key: p.idempotency_key.as_deref(),
-            wake_reply: None,
-        };
-        let a = self.0.publisher.publish(req).await?;
-        Ok(skua_control::ServerPublished { msg_id: a.msg_id, timestamp_ms: a.timestamp_ms, duplicate: a.duplicate })
-    }
-
-    fn take_usage(&self) -> Vec<(skua_core::ProjectId, u64)> {
-        self.0.connections.take_usage()
-    }
-
-    async fn webhook_failures(
-        &self,
-        filter: skua_core::DeadLetterFilter<'_>,
-        after: u64,
-        limit: u32,
-    ) -> Result<Vec<skua_core::DeadLetter>, String> {
-        self.0.store.list_dead_letters(filter, after, limit).await.map_err(|e| error_chain(&e))
-    }
-
-    async fn retry_webhook_failures(
-        &self,
-        filter: skua_core::DeadLetterFilter<'_>,
-        limit: u32,
-    ) -> Result<Vec<(String, Option<String>)>, String> {
-        let Some(t) = &self.0.triggers else {
-            return Err("this node posts no webhooks (no webhook engine configured)".into());
-        };
-        let done = t.retry_dead_letters(filter, limit).await.map_err(|e| error_chain(&e))?;
-        Ok(done.into_iter().map(|o| (o.delivery_id, o.error)).collect())
-    }
-
-    async fn purge_webhook_failures(&self, filter: skua_core::DeadLetterFilter<'_>) -> Result<u64, String> {
-        self.0.store.delete_dead_letters(filter).await.map_err(|e| error_chain(&e))
-    }
-
-    fn return_usage(&self, counts: Vec<(skua_core::ProjectId, u64)>) {
-        self.0.connections.return_usage(counts);
-    }
-
-    fn stats(&self) -> skua_control::NodeStats {
-        use std::sync::atomic::Ordering::Relaxed;
-        let m = &self.0.metrics;
-        let opened = m.connections_opened.load(Relaxed);
-        // Summed over the authenticated connections now, as the Prometheus gauges are.
-        let (frames, bytes) = self
-            .0
-            .connections
-            .all()
-            .iter()
-            .fold((0usize, 0usize), |(f, b), (_, e)| (f + e.handle.queued_frames(), b + e.handle.queued_bytes()));
-        skua_control::NodeStats {
-            connections: opened.saturating_sub(m.connections_closed.load(Relaxed)),
-            messages_in: m.publishes_accepted.load(Relaxed),
-            messages_out: m.deliveries.load(Relaxed),
-            refused: m.publishes_refused.load(Relaxed),
-            retained_bytes: self.0.hub.retained_bytes() as u64,
-            backends: self.0.backends_up().to_vec(),
-            outbound_frames: frames as u64,
-            outbound_bytes: bytes as u64,
-            bus_queued: self.0.hub.queued_deliveries() as u64,
-            triggers_queued: self.0.triggers.as_ref().map(|t| {
-                let (queued, overflow) = t.queued();
-                (queued as u64, overflow as u64)
-            }),
-        }
-    }
-
-    fn recent_webhooks(&self) -> Vec<skua_control::RecentWebhook> {
-        self.1
-            .recent()
-            .into_iter()
-            .map(|d| skua_control::RecentWebhook {
-                kind: d.kind.as_str(),
-                host: d.host,
-                outcome: d.outcome.as_str(),
-                status: d.status,
-                latency_ms: u64::try_from(d.latency.as_millis()).unwrap_or(u64::MAX),
-                at_unix_ms: d.at_unix_ms,
-            })
-            .collect()
-    }
-
-    async fn cluster_nodes(&self) -> Result<Vec<skua_core::NodeSeen>, String> {
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        self.0.presence.nodes(now).await.map_err(|e| error_chain(&e))
-    }
-
-    async fn durable_groups(
-        &self,
-        project: &skua_core::ProjectId,
-        after: &str,
-        limit: u32,
-    ) -> Result<Vec<skua_core::ConsumerBacklog>, String> {
-        let prefix = skua_core::ConsumerId::group_prefix(project);
-        self.0.store.list_consumers(&prefix, after, limit).await.map_err(|e| error_chain(&e))
-    }
-
-    fn local_group_members(&self, group: &skua_core::GroupKey) -> Vec<(skua_core::ActorId, Option<String>)> {
-        let members = self.0.hub.group_members(group);
-        if members.is_empty() {
-            return Vec::new();
-        }
-        let conns: std::collections::HashMap<_, _> =
-            self.0.connections.list(&group.topic.room.project, None).into_iter().collect();
-        members
-            .into_iter()
-            .map(|(actor, conn)| {
-                let client = conns.get(&conn).and_then(|e| e.client_id.clone());
-                (actor, client)
-            })
-            .collect()
-    }
-
-    async fn room_presence(&self, room: &skua_core::RoomKey) -> Result<Vec<skua_core::PresenceEntry>, String> {
-        self.0.presence.list(room).await.map_err(|e| error_chain(&e))
-    }
-
-    async fn watch_topic(
-        &self,
-        topic: &skua_core::TopicAddress,
-        capacity: usize,
-    ) -> Result<tokio::sync::mpsc::Receiver<Arc<skua_core::Envelope>>, String> {
-        let mut tap = self.0.hub.tap(topic, capacity).await.map_err(|e| e.to_string())?;
-        let (tx, rx) = tokio::sync::mpsc::channel(capacity.max(1));
-        let hub = self.0.hub.clone();
-        // Forwards until the dashboard drops its receiver (or the node stops), then ends the
-        // watch and its bus subscription.
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    () = tx.closed() => break,
-                    e = tap.rx.recv() => match e {
-                        Some(e) => {
-                            let _ = tx.try_send(e);
-                        }
-                        None => break,
-                    },
-                }
-            }
-            hub.untap(tap).await;
-        });
-        Ok(rx)
-    }
-
-    fn set_usage(&self, project: &skua_core::ProjectId, period: &str, total: u64) {
-        self.0.connections.set_usage(project, period, total);
     }
 }
 
@@ -613,6 +396,7 @@ impl RunningNode {
             mqtt,
             state,
             grpc_addr: None,
+            dashboard: false,
             propagator: None,
             tls,
             webhooks,
@@ -687,7 +471,8 @@ impl RunningNode {
             }
         }
         let mut node = Self::start(config, Arc::new(SharedRegistry::new(registry)), backends, listener)?;
-        let admin: Arc<dyn skua_control::NodeAdmin> = Arc::new(EdgeAdmin(node.state.clone(), node.webhooks.clone()));
+        // The engine is the control plane's node: no adapter between them.
+        let admin: Arc<dyn skua_control::NodeAdmin> = node.state.engine.clone();
         // A store several nodes share (Postgres) also carries every node's connections.
         let shared = matches!(&config.store, StoreConfig::Url(u) if !u.starts_with("sqlite:"));
         let propagator = skua_control::Propagator::start(registry_store, admin, config.registry_poll_interval, shared)
@@ -721,6 +506,8 @@ impl RunningNode {
                 }
             });
         }
+        // The REST API and the dashboard, served on the edge's listener once it opens.
+        let mut routes = skua_edge::ApiRoutes::default();
         if let Some(key) = config.admin_key.as_ref().filter(|_| config.dashboard.enabled) {
             let service = skua_control::ControlService::new(propagator.clone(), config.control)
                 .with_webhook_policy(config.webhook_policy());
@@ -732,21 +519,20 @@ impl RunningNode {
                 node.tls.client.is_some(),
             );
             node.control_tasks.spawn(dashboard.clone().run(node.control_stop.clone()));
-            // Set once per node: `launch` is the only writer.
-            let _ = node.state.admin.set(skua_control::dashboard::router(dashboard));
+            routes.admin = Some(skua_control::dashboard::router(dashboard));
         }
         if config.rest.enabled {
             // The same address rules as gRPC and the dashboard (issue 33): a tenant's API key
             // configures webhooks here.
             let service = skua_control::ControlService::new(propagator.clone(), config.control)
                 .with_webhook_policy(config.webhook_policy());
-            // Set once per node: `launch` is the only writer.
-            let _ = node.state.api.set(skua_control::rest::router(service, config.rest));
+            routes.api = Some(skua_control::rest::router(service, config.rest));
         }
         node.propagator = Some(propagator);
+        node.dashboard = routes.admin.is_some();
         // Only now, with every route in place: until then connections wait in the backlog
         // rather than meet a `/v1` or `/admin` that answers 404 (issue 31).
-        node.edge.open();
+        node.edge.open(routes);
         if let Some((l, mqtt_metrics)) = node.mqtt.take() {
             // On the connections' tracker: it stops accepting when the drain begins.
             let st = node.state.clone();

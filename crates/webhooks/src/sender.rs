@@ -306,7 +306,7 @@ impl Poster for WebhookSender {
         };
         result.map(|r| Answer { status: r.status, body: r.body }).map_err(|e| PostFailure {
             outcome: e.outcome().as_str(),
-            error: error_chain(&e),
+            error: skua_core::error::error_chain(&e),
             retryable: e.is_retryable(),
         })
     }
@@ -326,18 +326,6 @@ impl Poster for WebhookSender {
             })
             .collect()
     }
-}
-
-/// `a: b: c` for an error and its sources.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(c) = src {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        src = c.source();
-    }
-    s
 }
 
 /// The `X-NoLag-Signature-V2` value of `body` now (made per attempt: its time is the
