@@ -4,7 +4,8 @@
 //! outcome, and a tracing span per delivery. Every delivery runs on its caller's task; the
 //! queue of triggers is the engine's (`skua_engine::triggers`).
 //!
-//! Depends on `skua-core` only (for [`WebhookCall`] and the address rule); it knows nothing of
+//! Depends on `skua-core` only (for [`WebhookCall`], the address rule and the
+//! [`skua_core::webhook::Poster`] seam it implements); it knows nothing of
 //! the edge, the store or the wire. Modules:
 //! - [`request`]: [`WebhookRequest`], the body with `deliveryId` and `timestamp`, and signing;
 //! - [`config`]: [`WebhookConfig`], the engine's checked configuration, and [`RetrySchedule`];
