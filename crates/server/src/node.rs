@@ -308,7 +308,8 @@ pub struct RunningNode {
     pub propagator: Option<Arc<skua_control::Propagator>>,
     /// The listeners' TLS (certificates and their reloaders), when configured.
     pub tls: crate::tls::NodeTls,
-    /// The node's webhook sender (hydration, triggers); stopped after the edge drains.
+    /// The node's webhook sender, its one webhook seam (triggers, hydration, wakes); its idle
+    /// sweep stops with the control plane, after the edge drains.
     pub webhooks: skua_webhooks::WebhookSender,
     edge: EdgeNode,
     control_stop: CancellationToken,
