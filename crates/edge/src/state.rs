@@ -1,5 +1,5 @@
 //! Everything the WebSocket door's connections share: the [`Engine`] they talk to, and the
-//! door's own slots, throttles, drain flag and late-installed routes.
+//! door's own slots, throttles and drain flag.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,12 +21,6 @@ pub struct EdgeState {
     pub engine: Arc<Engine>,
     /// Failed auths per source address (issue 12, item 6).
     pub auth_throttle: crate::auth::AuthThrottle,
-    /// The routes served under `/v1` (the REST API), installed once the control plane runs;
-    /// unset, `/v1` answers 404.
-    pub api: std::sync::OnceLock<axum::Router>,
-    /// The routes served under `/admin` (the admin dashboard), installed once the control
-    /// plane runs with an admin key; unset, `/admin` answers 404.
-    pub admin: std::sync::OnceLock<axum::Router>,
     pub(crate) draining: AtomicBool,
     /// When the drain began (`skua_drain_seconds`).
     pub(crate) drain_started: std::sync::OnceLock<std::time::Instant>,
@@ -54,8 +48,6 @@ impl EdgeState {
             conn_slots: Arc::new(Semaphore::new(config.max_connections)),
             fd_budget,
             auth_throttle: crate::auth::AuthThrottle::new(config.auth_backoff_after, config.auth_backoff_max),
-            api: std::sync::OnceLock::new(),
-            admin: std::sync::OnceLock::new(),
             draining: AtomicBool::new(false),
             drain_started: std::sync::OnceLock::new(),
             engine,
