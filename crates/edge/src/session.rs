@@ -414,7 +414,11 @@ impl Session {
         if !taken_over && self.subs.iter().any(|(_, s)| s.tracker.is_some()) {
             self.save_restore().await;
         }
-        if let Some(a) = &self.auth {
+        // A door's clean session without a client id never saved a record.
+        let unsaved = |a: &Authed| {
+            self.door.as_ref().is_some_and(|d| !d.persistent) && matches!(a.restore, RestoreKey::Connection(_))
+        };
+        if let Some(a) = self.auth.as_ref().filter(|a| !unsaved(a)) {
             let ttl = self.st.config.restore_ttl.as_secs();
             if let Err(e) = self.st.store.release_restore(&a.restore, now_unix_s(), ttl).await {
                 tracing::warn!(error = %e, "Releasing the restore record failed.");

@@ -264,7 +264,6 @@ async fn run(
         will: connect.will.clone(),
         filters: HashMap::new(),
         topic_refs: HashMap::new(),
-        refused: std::collections::HashSet::new(),
         next_ref: 0,
     };
     let auth = DoorAuth {
@@ -301,6 +300,19 @@ enum Ended {
     Unauthorized,
 }
 
+/// One MQTT filter of a device.
+#[derive(Debug)]
+struct Filter {
+    /// Its granted QoS.
+    qos: u8,
+    /// The concrete topics it subscribed.
+    topics: Vec<String>,
+    /// Topics of a wildcard filter the session refused (not readable, limits): tried again only
+    /// when a registry change names their app or room, not at every re-check. At most the
+    /// topics of one app.
+    refused: Vec<String>,
+}
+
 /// The reader side of one device connection.
 struct Device {
     session: DoorSession,
@@ -309,13 +321,10 @@ struct Device {
     shared: Arc<Shared>,
     level: Level,
     will: Option<codec::Will>,
-    /// MQTT filter as sent → its granted QoS and the concrete topics it subscribed.
-    filters: HashMap<String, (u8, Vec<String>)>,
+    /// MQTT filter as sent → what it holds.
+    filters: HashMap<String, Filter>,
     /// Concrete topic → how many filters hold it.
     topic_refs: HashMap<String, usize>,
-    /// Topics a wildcard filter covered that the session refused (not readable, limits): tried
-    /// again only when a registry change touches their app or room, not at every refresh.
-    refused: std::collections::HashSet<String>,
     next_ref: u64,
 }
 
@@ -564,12 +573,14 @@ impl Device {
             Ok(t) => t,
             Err(code) => return fail(code),
         };
-        let got = self.subscribe_topics(topics, granted, true).await;
+        let got = self.subscribe_topics(topics.clone(), granted, true).await;
         if got.is_empty() {
             let at_limit = self.topic_refs.len() >= self.st.config.max_subscriptions_per_connection;
             return fail(if at_limit { 0x97 } else { 0x87 });
         }
-        let old = self.filters.insert(filter, (granted, got.clone())).map(|(_, t)| t).unwrap_or_default();
+        let refused = topics.into_iter().filter(|t| !got.contains(t)).collect();
+        let held = Filter { qos: granted, topics: got.clone(), refused };
+        let old = self.filters.insert(filter, held).map(|f| f.topics).unwrap_or_default();
         for t in got {
             *self.topic_refs.entry(t).or_insert(0) += 1;
         }
@@ -593,7 +604,6 @@ impl Device {
                 continue;
             }
             if !held && self.topic_refs.len() + got.len() >= max {
-                self.refused.insert(topic);
                 continue;
             }
             // The session's `subscribed` frame and retained messages queue before the SUBACK
@@ -613,16 +623,13 @@ impl Device {
             };
             self.session.handle(ClientFrame::Subscribe(frame)).await;
             if self.session.is_subscribed(&topic) {
-                self.refused.remove(&topic);
                 got.push(topic);
             } else {
                 let mut inner = self.shared.lock();
                 match previous {
-                    Some(q) => inner.subs.insert(topic.clone(), q),
+                    Some(q) => inner.subs.insert(topic, q),
                     None => inner.subs.remove(&topic),
                 };
-                drop(inner);
-                self.refused.insert(topic);
             }
         }
         got
@@ -631,7 +638,7 @@ impl Device {
     /// Saves the filters with a persistent session (N54), sorted so an unchanged set is not
     /// written again.
     async fn save_filters(&mut self) {
-        let mut filters: Vec<(String, u8)> = self.filters.iter().map(|(f, (q, _))| (f.clone(), *q)).collect();
+        let mut filters: Vec<(String, u8)> = self.filters.iter().map(|(f, h)| (f.clone(), h.qos)).collect();
         filters.sort();
         self.session.set_filters(filters).await;
     }
@@ -649,13 +656,13 @@ impl Device {
             for t in &topics {
                 *self.topic_refs.entry(t.clone()).or_insert(0) += 1;
             }
-            self.filters.insert(filter, (qos, topics));
+            self.filters.insert(filter, Filter { qos, topics, refused: Vec::new() });
         }
         // A subscription no filter covers (not expected) stands for itself.
         for (t, q) in r.topics {
             if !self.topic_refs.contains_key(&t) {
                 self.topic_refs.insert(t.clone(), 1);
-                self.filters.insert(t.clone(), (q, vec![t]));
+                self.filters.insert(t.clone(), Filter { qos: q, topics: vec![t], refused: Vec::new() });
             }
         }
         self.refresh_wildcards(None).await;
@@ -670,7 +677,7 @@ impl Device {
     /// subscription counts against `subscribe_rate_limit` as the device's own would.
     async fn refresh_wildcards(&mut self, delta: Option<&skua_core::RegistryDelta>) {
         let wild: Vec<(String, u8)> =
-            self.filters.iter().filter(|(f, _)| is_wildcard(f)).map(|(f, (q, _))| (f.clone(), *q)).collect();
+            self.filters.iter().filter(|(f, _)| is_wildcard(f)).map(|(f, h)| (f.clone(), h.qos)).collect();
         for (filter, qos) in wild {
             let named = match delta {
                 None => true,
@@ -680,31 +687,35 @@ impl Device {
                 continue;
             }
             let Ok(topics) = self.expand(&filter) else { continue };
-            let Some((_, held)) = self.filters.get_mut(&filter) else { continue };
+            let Some(held) = self.filters.get_mut(&filter) else { continue };
             // A topic the session dropped (removed from the app, access lost) is no longer held.
             let session = &self.session;
             let mut dropped = Vec::new();
-            held.retain(|t| {
+            held.topics.retain(|t| {
                 let keep = session.is_subscribed(t);
                 if !keep {
                     dropped.push(t.clone());
                 }
                 keep
             });
-            let new: Vec<String> =
-                topics.into_iter().filter(|t| !held.contains(t) && (named || !self.refused.contains(t))).collect();
+            let (new, still): (Vec<String>, Vec<String>) = topics
+                .into_iter()
+                .filter(|t| !held.topics.contains(t))
+                .partition(|t| named || !held.refused.contains(t));
+            held.refused = still;
             for t in dropped {
                 self.forget_topic(&t);
             }
             if new.is_empty() {
                 continue;
             }
-            let got = self.subscribe_topics(new, qos, false).await;
+            let got = self.subscribe_topics(new.clone(), qos, false).await;
             for t in &got {
                 *self.topic_refs.entry(t.clone()).or_insert(0) += 1;
             }
-            if let Some((_, held)) = self.filters.get_mut(&filter) {
-                held.extend(got);
+            if let Some(held) = self.filters.get_mut(&filter) {
+                held.refused.extend(new.into_iter().filter(|t| !got.contains(t)));
+                held.topics.extend(got);
             }
         }
     }
@@ -795,7 +806,7 @@ impl Device {
 
     /// Unsubscribes one filter; its 5.0 `UNSUBACK` reason (0x11: there was none).
     async fn unsubscribe(&mut self, filter: &str) -> u8 {
-        let Some((_, topics)) = self.filters.remove(filter) else { return 0x11 };
+        let Some(Filter { topics, .. }) = self.filters.remove(filter) else { return 0x11 };
         for t in topics {
             self.release_topic(&t).await;
         }

@@ -210,10 +210,13 @@ impl Session {
         self.st.durable.publish_control(msg).await;
         // What an earlier connection of this session held (and did not ack) is this one's now:
         // released before anything is restored, so replays count it (N25, N37).
-        let holder = session.holder_key();
-        let me = skua_core::Holder { session: &holder, node: self.st.node.as_str(), conn: self.conn.id.0 };
-        if let Err(e) = self.st.store.release(skua_core::Release::SessionExcept(me)).await {
-            tracing::warn!(error = %e, "Releasing an earlier connection's messages failed; they wait for the next one.");
+        // A door's clean session holds nothing durable (what an earlier one kept is discarded).
+        if self.door.as_ref().is_none_or(|d| d.persistent) {
+            let holder = session.holder_key();
+            let me = skua_core::Holder { session: &holder, node: self.st.node.as_str(), conn: self.conn.id.0 };
+            if let Err(e) = self.st.store.release(skua_core::Release::SessionExcept(me)).await {
+                tracing::warn!(error = %e, "Releasing an earlier connection's messages failed; they wait for the next one.");
+            }
         }
         self.persistent = Some((session, held));
     }
