@@ -228,6 +228,8 @@ impl Session {
     async fn discard_door_session(&mut self) {
         let Some(a) = &self.auth else { return };
         let record = match self.st.store.load_restore(&a.restore).await {
+            // Nothing kept (or discarded before): nothing to write.
+            Ok(Some(r)) if r.topics.is_empty() && r.door_filters.is_empty() && r.lobbies.is_empty() => return,
             Ok(Some(r)) => r,
             Ok(None) => return,
             Err(e) => {
