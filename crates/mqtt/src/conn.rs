@@ -1154,4 +1154,26 @@ mod tests {
         assert_eq!(disconnect_reason(CloseRequest::GONE), None);
         assert_eq!(disconnect_reason(AUTH_REFUSED), None);
     }
+
+    #[test]
+    fn any_client_identifier_names_one_session() {
+        assert_eq!(session_client_id(""), None);
+        assert_eq!(session_client_id("sensor-1_A").as_deref(), Some("sensor-1_A"));
+        let odd = session_client_id("plant/7 · line:3").unwrap();
+        assert!(odd.starts_with("mqtt-") && odd.len() == 37 && skua_core::ids::is_slug(&odd), "{odd}");
+        assert_eq!(session_client_id("plant/7 · line:3").unwrap(), odd, "the same on every node");
+        assert_ne!(session_client_id("plant/7 · line:4").unwrap(), odd);
+        assert!(session_client_id(&"a".repeat(65)).unwrap().starts_with("mqtt-"), "longer than a slug");
+    }
+
+    #[test]
+    fn wildcard_filters_cover_the_topics_of_their_room() {
+        assert!(covers("demo/general/+", "demo/general/tasks"));
+        assert!(covers("demo/general/#", "demo/general/tasks"));
+        assert!(!covers("demo/general/+", "demo/random/tasks"));
+        assert!(!covers("demo/general/+", "demo/general/"));
+        assert!(covers("demo/general/tasks", "demo/general/tasks"));
+        assert!(!covers("demo/general/tasks", "demo/general/status"));
+        assert!(!is_wildcard("demo/general/tasks"));
+    }
 }
