@@ -617,3 +617,24 @@ async def test_a_client_id_takes_its_session_over_from_another_node(skua_factory
     assert await asyncio.to_thread(second.packet) == bytes([0xD0, 0])
     first.close()
     second.close()
+
+
+@pytest.mark.one_node_only
+@pytest.mark.parametrize("v5", [False, True], ids=["3.1.1", "5.0"])
+async def test_a_qos_2_subscription_gets_qos_2_deliveries(skua_factory, v5):
+    """N52: a QoS 2 subscription is granted 2 and its deliveries go out at QoS 2 (paho completes
+    PUBREC/PUBREL/PUBCOMP), each once, in order."""
+    skua = start(skua_factory)
+    alice = await connect(skua.url, "dev-token-alice")
+    device = Device(skua.mqtt_port, "dev-token-carol", v5=v5)
+    assert (await device.connack()).value == 0
+    assert await device.subscribe(MESSAGES, 2) == [2]
+    for n in range(5):
+        await alice.emit(MESSAGES, {"n": n})
+    got = [await device.message() for _ in range(5)]
+    assert [m.qos for m in got] == [2] * 5
+    assert [msgpack.unpackb(m.payload) for m in got] == [{"n": n} for n in range(5)]
+    mark = sentinel()
+    await alice.emit(MESSAGES, mark)
+    assert msgpack.unpackb((await device.message()).payload) == mark, "no duplicate before it"
+    device.close()
