@@ -103,9 +103,10 @@ impl DoorSession {
     }
 
     /// Acknowledges deliveries by msgId, as an `ack` frame does (N24), without waiting for
-    /// publishes in flight.
+    /// publishes in flight nor for the connection's durable task (when its queue is full the
+    /// acks are stored at once).
     pub async fn ack(&mut self, msg_ids: Vec<String>) {
-        Box::pin(self.session.on_ack(msg_ids)).await;
+        Box::pin(self.session.ack_now(msg_ids)).await;
     }
 
     /// Whether the connection has authenticated.

@@ -452,6 +452,30 @@ impl Session {
         }
     }
 
+    /// Acks for another door, never waiting for the durable task: a door whose writer waits
+    /// for acknowledgements (MQTT's in-flight bound) would otherwise wait on a task that waits
+    /// for that writer (a backlog's frames wait for room in the queue). When the task's queue is
+    /// full the acks go to the store at once, each on the session's durable consumers (a msgId
+    /// is pending for one of them at most), as the task does for an id it does not remember.
+    pub(crate) async fn ack_now(&mut self, ids: Vec<String>) {
+        let Some(d) = &self.durable else { return };
+        let Err(Cmd::Ack(ids)) = d.try_send(Cmd::Ack(ids)) else { return };
+        let consumers: Vec<&str> =
+            self.subs.iter().filter_map(|(_, s)| s.consumer.as_ref().map(skua_core::ConsumerId::as_str)).collect();
+        let acks: Vec<(&str, &str)> =
+            ids.iter().flat_map(|id| consumers.iter().map(move |c| (*c, id.as_str()))).collect();
+        if acks.is_empty() {
+            return;
+        }
+        match self.st.store.ack_many(&acks).await {
+            Ok(done) => {
+                let n = done.iter().filter(|d| **d).count() as u64;
+                self.st.metrics.acks.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+            }
+            Err(e) => tracing::warn!(error = %e, "Storing acks failed; the messages stay pending and come again."),
+        }
+    }
+
     /// This connection's durable task, started on first use.
     fn durable(&mut self) -> &DurableHandle {
         let (st, conn) = (&self.st, &self.conn);

@@ -342,6 +342,14 @@ impl DurableHandle {
         let _ = self.tx.send(cmd).await;
     }
 
+    /// Sends a command if the task's queue has room; gives it back when it is full.
+    ///
+    /// # Errors
+    /// The command, when the queue is full or the task ended.
+    pub fn try_send(&self, cmd: Cmd) -> Result<(), Cmd> {
+        self.tx.try_send(cmd).map_err(tokio::sync::mpsc::error::TrySendError::into_inner)
+    }
+
     /// Releases what the connection holds and stops the task, waiting at most `grace`.
     pub async fn shutdown(self, grace: Duration) {
         let (done, wait) = oneshot::channel();

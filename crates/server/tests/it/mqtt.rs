@@ -411,3 +411,46 @@ async fn a_wildcard_filter_receives_a_topic_created_after_it() {
         d2.tick().await;
     }
 }
+
+/// A backlog far larger than every queue on its way, to a device that acknowledges one delivery
+/// at a time (`mqtt_max_inflight` 1): the durable task waits for room in the outbound queue, the
+/// writer waits for each `PUBACK`, and the acks must still reach the store without waiting on
+/// that task (its queue full), or the three would wait on each other for ever.
+#[tokio::test]
+async fn a_large_backlog_drains_to_a_device_that_acks_one_at_a_time() {
+    const BACKLOG: u8 = 100;
+    let path = std::env::temp_dir().join(format!("skua-mqtt-backlog-{}.db", uuid::Uuid::new_v4().simple()));
+    let store = format!("sqlite://{}", path.display());
+    let server = TestServer::builder()
+        .settings(move |s| {
+            s.node.mqtt_listen = Some("127.0.0.1:0".into());
+            s.node.store = Some(store.clone());
+            s.mqtt.mqtt_max_inflight = Some(1);
+            s.edge.durable_queue = Some(2);
+            s.edge.outbound_queue_messages = Some(8);
+            s.edge.rate_limit = Some(10_000);
+        })
+        .spawn()
+        .await;
+    let mut alice = server.auth("dev-token-alice").await;
+    let (mut d, _) = session(&server, 4, "sensor-backlog", false, 0).await;
+    d.write_all(&subscribe(1, TASKS, 1)).await.unwrap();
+    assert_eq!(read_packet(&mut d).await, [0x90, 3, 0, 1, 1]);
+    d.write_all(&[0xE0, 0]).await.unwrap();
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), d.read_to_end(&mut rest)).await.expect("closed").unwrap();
+    for n in 0..BACKLOG {
+        alice.publish_acked(TASKS, Value::from(n)).await;
+    }
+    let (mut d, present) = session(&server, 4, "sensor-backlog", false, 0).await;
+    assert!(present);
+    for n in 0..BACKLOG {
+        let (_, _, pkid, payload) = delivery(&read_packet(&mut d).await);
+        assert_eq!(payload, [n], "in order, each once");
+        d.write_all(&ack(0x40, pkid)).await.unwrap();
+    }
+    drop(server);
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+}
