@@ -208,7 +208,8 @@ impl Session {
         }
         let keys: Vec<String> = filters.iter().map(FilterSpec::key).map(str::to_owned).collect();
         let actor = a.actor.id.clone();
-        let consumer = match self.open_consumer(&resolved.address, resolved.logged, group.as_ref(), &keys).await {
+        let consumer = match self.open_consumer(&resolved.address, resolved.logged, group.as_ref(), &keys, s.qos).await
+        {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(error = %e, "Opening a durable consumer failed; subscribe refused.");

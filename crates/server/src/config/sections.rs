@@ -949,6 +949,7 @@ impl MqttDoor {
                 max_user_properties: between(key!(s.mqtt, mqtt_max_user_properties), 1, L::MAX_PER_PACKET)?,
                 max_client_id_bytes: between(key!(s.mqtt, mqtt_max_client_id_bytes), L::MIN_CLIENT_ID, L::MAX_STRING)?,
                 receive_maximum: between(key!(s.mqtt, mqtt_receive_maximum), 1, u16::MAX)?,
+                max_inflight: between(key!(s.mqtt, mqtt_max_inflight), 1, u16::MAX)?,
             },
         })
     }
