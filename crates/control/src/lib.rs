@@ -2,7 +2,7 @@
 //! and the propagation of every change to every edge.
 //!
 //! Depends on `skua-core` and `skua-protocol` only: what it needs from the node it runs in is
-//! the [`NodeAdmin`] trait. Modules:
+//! the [`NodeAdmin`] trait (`skua_core::node`), which the engine implements. Modules:
 //! - [`pb`]: messages, client and server generated from `proto/skua/control/v1/control.proto`
 //!   at build time (protox, no `protoc`);
 //! - [`service`]: [`ControlService`], one handler module per resource, with [`validate`] for
@@ -12,7 +12,8 @@
 //!   admin-key check ([`server`]), and the back-off of failing keys ([`throttle`]);
 //! - [`rest`]: the REST API under `/v1`;
 //! - [`dashboard`]: the admin dashboard under `/admin` (issue 20), one module per page;
-//! - [`node`]: the node interface ([`NodeAdmin`]) and the types it passes;
+//! - [`node`]: the node interface ([`NodeAdmin`]) and the types it passes, re-exported from
+//!   `skua_core::node`;
 //! - [`sync`]: [`Propagator`], which keeps a node's registry in step with the store;
 //! - [`settings`]: the control plane's settings, checked into its typed configurations;
 //! - [`fixtures`]: loading fixtures into the store through the same change sets;

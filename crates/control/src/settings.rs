@@ -159,10 +159,6 @@ pub struct ControlLimits {
     pub max_lobbies_per_project: u32,
     /// Largest page of a List call (and the default page is min(100, this)).
     pub max_page_size: u32,
-    /// Largest server-side publish payload, unless the project sets its own. Unread here since
-    /// issue 39: the node's publish pipeline checks server-side publishes against the same
-    /// `max_message_size` setting (the server composes both from it).
-    pub max_message_size: u32,
 }
 
 impl Default for ControlLimits {
@@ -244,8 +240,7 @@ impl Default for ThrottleConfig {
 }
 
 impl ControlSettings {
-    /// The caps the control plane enforces, checked. `max_message_size` (unread) is the
-    /// protocol's default payload; the server sets the node's.
+    /// The caps the control plane enforces, checked.
     ///
     /// # Errors
     /// [`SettingError`] naming the first bad key.
@@ -257,7 +252,6 @@ impl ControlSettings {
             max_grants_per_room: positive(setting!(self, max_grants_per_room))?,
             max_lobbies_per_project: positive(setting!(self, max_lobbies_per_project))?,
             max_page_size: positive(setting!(self, max_page_size))?,
-            max_message_size: u32::try_from(skua_protocol::DEFAULT_MAX_PAYLOAD_BYTES).unwrap_or(u32::MAX),
         })
     }
 

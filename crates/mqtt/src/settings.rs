@@ -42,6 +42,14 @@ skua_core::settings! {
         /// error, 0x82). 1 to 65535.
         #[arg(long, env = "SKUA_MQTT_RECEIVE_MAXIMUM")]
         pub mqtt_receive_maximum: u16 = 64,
+        /// MQTT: QoS 1/2 deliveries to one device awaiting its PUBACK/PUBCOMP; at most the device's own 5.0 receive maximum [default 32].
+        ///
+        /// MQTT: QoS 1 and 2 deliveries to one device sent and not yet acknowledged (PUBACK, or
+        /// PUBCOMP for QoS 2); a 5.0 device's own receive maximum lowers it. When they are all in
+        /// flight the device's writer waits for an acknowledgement (its queue fills as a slow
+        /// consumer's would). 1 to 65535.
+        #[arg(long, env = "SKUA_MQTT_MAX_INFLIGHT")]
+        pub mqtt_max_inflight: u16 = 32,
     }
 }
 
@@ -59,6 +67,8 @@ pub struct MqttLimits {
     pub max_client_id_bytes: usize,
     /// Most QoS 2 publishes awaiting `PUBREL`, the 5.0 receive maximum (`mqtt_receive_maximum`).
     pub receive_maximum: u16,
+    /// Most QoS 1/2 deliveries to one device awaiting acknowledgement (`mqtt_max_inflight`).
+    pub max_inflight: u16,
 }
 
 impl MqttSettings {
@@ -74,6 +84,7 @@ impl MqttSettings {
             max_user_properties: between(setting!(self, mqtt_max_user_properties), 1, L::MAX_PER_PACKET)?,
             max_client_id_bytes: between(setting!(self, mqtt_max_client_id_bytes), L::MIN_CLIENT_ID, L::MAX_STRING)?,
             receive_maximum: between(setting!(self, mqtt_receive_maximum), 1, u16::MAX)?,
+            max_inflight: between(setting!(self, mqtt_max_inflight), 1, u16::MAX)?,
         })
     }
 }
@@ -101,7 +112,7 @@ mod tests {
     #[test]
     fn the_declared_defaults_pass_their_checks() {
         let l = MqttSettings::defaults().limits().unwrap();
-        assert_eq!(l.max_topic_bytes, 1024);
+        assert_eq!((l.max_topic_bytes, l.max_inflight), (1024, 32));
         assert_eq!(MqttLimits::default(), l);
     }
 
@@ -110,5 +121,7 @@ mod tests {
         let s = MqttSettings { mqtt_max_client_id_bytes: Some(22), ..MqttSettings::defaults() };
         let e = s.limits().unwrap_err();
         assert_eq!((e.key, e.reason.as_str()), ("mqtt_max_client_id_bytes", "22: must be between 23 and 65535"));
+        let s = MqttSettings { mqtt_max_inflight: Some(0), ..MqttSettings::defaults() };
+        assert_eq!(s.limits().unwrap_err().key, "mqtt_max_inflight");
     }
 }

@@ -198,6 +198,7 @@ mod tests {
             node: NodeId::parse(id).unwrap(),
             alive,
             last_seen_unix_ms: at,
+            bus_up: at.map(|_| true),
             version: at.map(|_| "1.2.3".to_owned()),
         };
         let now = 1_700_000_100_000;

@@ -295,12 +295,11 @@ pub struct ControlPlane {
 }
 
 impl ControlPlane {
-    /// This section of `s`, checked; server-side publishes share the clients' largest
-    /// payload, `max_message_size`.
+    /// This section of `s`, checked.
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] naming the first bad key.
-    pub fn resolve(s: &Settings, max_message_size: usize) -> Result<Self, ConfigError> {
+    pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
         let admin_key = s.node.admin_key.clone().filter(|k| !k.is_empty()).map(AdminKey);
         if admin_key.as_ref().is_some_and(|k| k.0.len() < 16) {
             return Err(invalid("admin_key", "must be at least 16 characters"));
@@ -320,10 +319,7 @@ impl ControlPlane {
             grpc_reflection_public: s.control.grpc_reflection_public()?,
             grpc_request_timeout: s.control.grpc_request_timeout()?,
             registry_poll_interval,
-            limits: skua_control::ControlLimits {
-                max_message_size: u32::try_from(max_message_size).unwrap_or(u32::MAX),
-                ..s.control.limits()?
-            },
+            limits: s.control.limits()?,
             rest: s.control.rest()?,
             dashboard: s.control.dashboard()?,
         })
@@ -368,35 +364,19 @@ pub struct Webhooks {
 }
 
 impl Webhooks {
-    /// This section of `s`, checked.
+    /// This section of `s`, checked (the engine's part by [`skua_webhooks::WebhookSettings::config`]).
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] naming the first bad key.
     pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
-        let allowed_hosts: Vec<String> = required(key!(s.webhooks, webhook_allowed_hosts))?
-            .into_iter()
-            .map(|h| h.trim().to_ascii_lowercase())
-            .filter(|h| !h.is_empty())
-            .collect();
-        if let Some(bad) =
-            allowed_hosts.iter().find(|h| h.contains(['/', ':', ' ']) && h.parse::<std::net::IpAddr>().is_err())
-        {
-            return Err(invalid("webhook_allowed_hosts", format!("{bad:?}: give host names (or *.parent), not URLs")));
-        }
         let attempts: u32 = positive(key!(s.webhooks, webhook_trigger_attempts))?;
         if attempts > 20 {
             return Err(invalid("webhook_trigger_attempts", "at most 20"));
         }
         Ok(Self {
             engine: skua_webhooks::WebhookConfig {
-                concurrency_per_target: positive(key!(s.webhooks, webhook_concurrency_per_target))?,
-                max_response_bytes: positive(key!(s.webhooks, webhook_max_response_bytes))?,
-                connect_timeout: nonzero_duration(key!(s.webhooks, webhook_connect_timeout))?,
-                allow_link_local: required(key!(s.webhooks, webhook_allow_link_local))?,
-                allowed_hosts,
-                allow_loopback: required(key!(s.webhooks, webhook_allow_loopback))?,
                 wake_allowed_hosts: required(key!(s.members, wake_allowed_hosts))?,
-                recent_deliveries: required(key!(s.webhooks, webhook_recent_deliveries))?,
+                ..s.webhooks.config()?
             },
             trigger_queue: positive(key!(s.webhooks, webhook_queue))?,
             trigger_in_flight: positive(key!(s.webhooks, webhook_max_pending))?,
@@ -475,7 +455,7 @@ impl Sections {
         Ok(Self {
             cluster: Cluster::resolve(s)?,
             tls: Tls::resolve(s)?,
-            control: ControlPlane::resolve(s, edge.max_message_size)?,
+            control: ControlPlane::resolve(s)?,
             telemetry: Telemetry::resolve(s)?,
             mqtt: MqttDoor::resolve(s)?,
             backends,
