@@ -188,11 +188,13 @@ impl PostgresStore {
         let appends = crate::append_batch::Appender::start(
             BACKEND,
             append_lanes(size),
+            append_lanes(size),
             || pool.close_event(),
-            move |batch| {
+            move || {
                 let pool = writer.clone();
-                async move { crate::append_batch::apply_postgres(&pool, batch).await }
+                async move { pool.begin().await }
             },
+            crate::append_batch::apply_postgres,
         );
         let releases = crate::release_batch::Releaser::start(pool.clone(), pool.close_event());
         Ok(Self { pool, appends, releases, clock })

@@ -61,3 +61,26 @@ pub async fn appends_commit_in_order_and_a_failed_batch_fails_every_append(store
     want.sort_unstable();
     assert_eq!(got, want, "outbox rows of committed messages only, none of the failed batch");
 }
+
+/// More appends of one connection than one batch holds: they go in several batches (on
+/// Postgres overlapping, issue 36), still take increasing `seq`s in queue order, every one is
+/// stored once, and the store counts its batches' sizes for `/metrics`.
+pub async fn a_burst_of_one_connection_spans_batches_in_order(store: &dyn Store, now: u64) {
+    let consumer = Consumer { id: "c2".into(), topic: TOPIC.into(), actor: "alice".into(), filters: Vec::new() };
+    store.open_consumer(&consumer, now, 3600).await.unwrap();
+    let before = store.append_batches().expect("a SQL store counts its batches");
+    let ids: Vec<String> = (0..3000).map(|i| format!("burst-{i}")).collect();
+    let seqs: Vec<u64> = join_all(
+        ids.iter()
+            .enumerate()
+            .map(|(i, id)| async move { store.append(&message(id, i as u64, None), now).await.unwrap() }),
+    )
+    .await;
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "seqs follow the queue's order across batches");
+    assert_eq!(store.backlog("c2").await.unwrap(), (3000, *seqs.last().unwrap()), "every message stored once");
+    let after = store.append_batches().unwrap();
+    assert_eq!(after.sum - before.sum, 3000, "every message counted in a batch");
+    assert!(after.count - before.count >= 3, "more messages than one batch holds: {after:?}");
+    let (le, n) = *after.buckets.last().unwrap();
+    assert_eq!((le, n), (1024, after.count), "no batch above its cap");
+}
