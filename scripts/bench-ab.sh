@@ -20,8 +20,12 @@
 # and the mean change with its 95 % interval (Student t over the pairs), then one JSON line
 # (also appended to BENCH_AB_OUT, default target/bench/ab.jsonl).
 #
+# A_ARGS / B_ARGS add bench arguments to one side only (split on spaces): the same build with
+# and without a feature, e.g. `B_ARGS=--triggers scripts/bench-ab.sh HEAD HEAD fanout ...`
+# gives the cost of a trigger on every publish, interleaved.
+#
 # Environment: PAIRS=10, METRIC=server_cpu_us_per_msg, BENCH_DURATION=10, BENCH_WARMUP=2,
-# BENCH_BIN (a skua-bench binary; default: build this checkout's), BENCH_AB_OUT.
+# A_ARGS, B_ARGS, BENCH_BIN (a skua-bench binary; default: build this checkout's), BENCH_AB_OUT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -92,23 +96,25 @@ EOF
 }
 
 : >"$work/pairs"
-echo "bench-ab: $pairs pairs of '$scenario $*', metric $metric; A = $a_spec, B = $b_spec" >&2
+echo "bench-ab: $pairs pairs of '$scenario $*', metric $metric; A = $a_spec ${A_ARGS:-}, B = $b_spec ${B_ARGS:-}" >&2
+read -r -a a_args <<<"${A_ARGS:-}"
+read -r -a b_args <<<"${B_ARGS:-}"
 for i in $(seq 1 "$pairs"); do
   if [ $((i % 2)) -eq 1 ]; then
-    a=$(run A "$a_bin" "$@")
-    b=$(run B "$b_bin" "$@")
+    a=$(run A "$a_bin" "$@" "${a_args[@]}")
+    b=$(run B "$b_bin" "$@" "${b_args[@]}")
   else
-    b=$(run B "$b_bin" "$@")
-    a=$(run A "$a_bin" "$@")
+    b=$(run B "$b_bin" "$@" "${b_args[@]}")
+    a=$(run A "$a_bin" "$@" "${a_args[@]}")
   fi
   echo "$a $b" >>"$work/pairs"
   echo "pair $i: A $a  B $b" >&2
 done
 
 mkdir -p "$(dirname "$out")"
-python3 - "$work/pairs" "$metric" "$a_spec" "$b_spec" "$scenario $*" "$out" <<'EOF'
+python3 - "$work/pairs" "$metric" "$a_spec ${A_ARGS:-}" "$b_spec ${B_ARGS:-}" "$scenario $*" "$out" <<'EOF'
 import json, math, statistics, sys
-path, metric, a_spec, b_spec, case, out = sys.argv[1:]
+path, metric, a_spec, b_spec, case, out = (a.strip() for a in sys.argv[1:])
 pairs = [tuple(map(float, l.split())) for l in open(path) if l.strip()]
 changes = [b / a - 1 for a, b in pairs if a != 0]
 n = len(changes)
