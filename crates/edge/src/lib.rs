@@ -41,3 +41,4 @@ pub use skua_engine::{
 pub use config::EdgeConfig;
 pub use node::{EdgeNode, Listeners, serve, serve_metrics};
 pub use state::{Backends, EdgeState};
+pub use ws::ApiRoutes;

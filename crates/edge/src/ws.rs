@@ -42,9 +42,21 @@ const WRITE_BATCH: usize = 64;
 /// tungstenite's read buffer per connection, kept while the connection lives.
 const READ_BUFFER: usize = 1024;
 
-/// The edge's HTTP routes; `/metrics` only when it has no listener of its own. Served by
-/// [`crate::front::serve`], which gives every request its socket's [`ConnInfo`].
-pub fn router(state: Arc<EdgeState>) -> Router {
+/// The routers other doors serve on the edge's listener: the REST API under `/v1` and the
+/// admin dashboard under `/admin` (each answers 404 when absent).
+#[derive(Debug, Clone, Default)]
+pub struct ApiRoutes {
+    /// The REST API's routes (their paths start with `/v1`).
+    pub api: Option<Router>,
+    /// The admin dashboard's routes (their paths start with `/admin`).
+    pub admin: Option<Router>,
+}
+
+/// The edge's HTTP routes, with `routes` under `/v1` and `/admin`; `/metrics` only when it has
+/// no listener of its own. Served by [`crate::front::serve`], which gives every request its
+/// socket's [`ConnInfo`].
+pub fn router(state: Arc<EdgeState>, routes: ApiRoutes) -> Router {
+    let routes = Arc::new(routes);
     let router = Router::new()
         .route("/ws", any(ws_upgrade))
         .route("/healthz", get(|| async { "ok" }))
@@ -52,7 +64,7 @@ pub fn router(state: Arc<EdgeState>) -> Router {
         .route("/healthz/backends", get(backends))
         // A fallback rather than a `/v1/{*rest}` route: the API router's path parameters must
         // be the only ones its handlers see.
-        .fallback(api);
+        .fallback(move |req: axum::extract::Request| api(routes.clone(), req));
     let router = if state.config.metrics_separate { router } else { router.route("/metrics", get(metrics)) };
     router.with_state(state)
 }
@@ -62,20 +74,20 @@ pub fn metrics_router(state: Arc<EdgeState>) -> Router {
     Router::new().route("/metrics", get(metrics)).with_state(state)
 }
 
-/// `/v1…`: handed to the installed API router ([`EdgeState::api`]); `/admin…` to the admin
-/// dashboard's ([`EdgeState::admin`]), with the client's address as axum's `ConnectInfo`
-/// (port 0); anything else 404.
-async fn api(State(st): State<Arc<EdgeState>>, mut req: axum::extract::Request) -> Response {
+/// `/v1…`: handed to the API router ([`ApiRoutes::api`]); `/admin…` to the admin dashboard's
+/// ([`ApiRoutes::admin`]), with the client's address as axum's `ConnectInfo` (port 0);
+/// anything else 404.
+async fn api(routes: Arc<ApiRoutes>, mut req: axum::extract::Request) -> Response {
     let path = req.uri().path();
     let under = |prefix: &str| path == prefix || path.strip_prefix(prefix).is_some_and(|r| r.starts_with('/'));
     let router = if under("/v1") {
-        st.api.get()
+        routes.api.as_ref()
     } else if under("/admin") {
         if let Some(conn) = req.extensions().get::<ConnInfo>().cloned() {
             let peer = std::net::SocketAddr::new(conn.client(), 0);
             req.extensions_mut().insert(axum::extract::ConnectInfo(peer));
         }
-        st.admin.get()
+        routes.admin.as_ref()
     } else {
         None
     };
@@ -92,14 +104,15 @@ async fn api(State(st): State<Arc<EdgeState>>, mut req: axum::extract::Request) 
 }
 
 /// `/readyz`: whether load balancers should send this node new clients: 503 `draining` once
-/// it drains, 200 otherwise. A full node (`max_connections`, the open-file budget) stays
-/// ready: its upgrades get 503 with `Retry-After`, and clients retry through the balancer to
-/// another edge, while a balancer that saw it unhealthy might reset its open connections.
-/// Backend health is deliberately not part of it: the bus, Redis and the store are shared by
-/// every node, so failing readiness for them would empty every endpoint at once; they are
-/// exported as `skua_backend_up` and shown by `/healthz/backends` instead.
+/// it drains, 503 `bus_unreachable` while its own bus link is down but a peer's is up, 200
+/// otherwise. A full node (`max_connections`, the open-file budget) stays ready: its upgrades
+/// get 503 with `Retry-After`, and clients retry through the balancer to another edge, while a
+/// balancer that saw it unhealthy might reset its open connections. A shared backend's
+/// outage is deliberately not part of it: the bus, Redis and the store are shared by every
+/// node, so failing readiness for them would empty every endpoint at once; they are exported
+/// as `skua_backend_up` and shown by `/healthz/backends` instead.
 async fn readyz(State(st): State<Arc<EdgeState>>) -> Response {
-    match st.not_ready() {
+    match st.not_ready().await {
         Some(why) => (StatusCode::SERVICE_UNAVAILABLE, why).into_response(),
         None => "ready".into_response(),
     }

@@ -82,7 +82,6 @@ impl skua_edge::metrics::MetricsSource for MqttMetrics {
 /// on the node's task tracker (a drain waits for it). `limits` bound what its packets carry.
 pub async fn serve(listener: TcpListener, st: Arc<EdgeState>, metrics: Arc<MqttMetrics>, limits: MqttLimits) {
     let door = skua_edge::door::DoorLimits::new(&st);
-    let clients = Arc::new(conn::Clients::default());
     loop {
         let accepted = tokio::select! {
             () = st.shutdown.cancelled() => return,
@@ -111,9 +110,9 @@ pub async fn serve(listener: TcpListener, st: Arc<EdgeState>, metrics: Arc<MqttM
             }
         };
         metrics.connections.fetch_add(1, Ordering::Relaxed);
-        let (st2, m2, c2) = (st.clone(), metrics.clone(), clients.clone());
+        let (st2, m2) = (st.clone(), metrics.clone());
         st.tracker.spawn(async move {
-            conn::serve_socket(tcp, admitted, st2, m2, c2, limits).await;
+            conn::serve_socket(tcp, admitted, st2, m2, limits).await;
         });
     }
 }
