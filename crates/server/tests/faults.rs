@@ -294,12 +294,15 @@ async fn a_node_cut_off_from_a_bus_its_peer_reaches_is_not_ready_until_its_link_
     let broker_addr: std::net::SocketAddr =
         broker.url().trim_start_matches("mqtt://").parse().expect("the broker's address");
     let link = TcpProxy::start(broker_addr).await;
+    // The production trio (issue 35): the nodes share a fresh Postgres database.
+    let Some(db) = TestDatabase::migrated().await else { return };
     let ns = unique_namespace();
     let node = |bus: String| {
-        let (redis, ns) = (redis.clone(), ns.clone());
+        let (redis, ns, store) = (redis.clone(), ns.clone(), db.url.clone());
         move |s: &mut skua_server::Settings| {
             s.node.bus = Some(bus);
             s.node.presence = Some(redis);
+            s.node.store = Some(store);
             s.edge.namespace = Some(ns);
             s.edge.node_refresh = Some("300ms".into());
             s.edge.node_ttl = Some("3s".into());
