@@ -39,7 +39,6 @@ pub struct DoorAuth {
     pub clean: bool,
 }
 
-/// What a door's session resumed at auth (declared with the session, which tells it).
 pub use crate::session::DoorRestored;
 
 /// A publish in flight that finished waiting (see [`DoorSession::next_publish`]).

@@ -145,7 +145,7 @@ pub struct DoorRestored {
     pub present: bool,
 }
 
-/// What another door asked of its session ([`crate::door::DoorAuth`]), and what it restored.
+/// What another door asked of its session (its `DoorAuth`), and what it restored.
 pub(crate) struct DoorState {
     /// Kept while the client is away: subscriptions, and a durable consumer for each QoS 1/2
     /// subscription to a logged topic (docs/protocol.md N54).
@@ -344,12 +344,12 @@ impl Session {
         self.error(e);
     }
 
-    /// The authenticated actor (for another door, [`crate::door`]).
+    /// The authenticated actor (for another door).
     pub(crate) fn actor(&self) -> Option<Arc<Actor>> {
         self.auth.as_ref().map(|a| a.actor.clone())
     }
 
-    /// Whether the session holds a subscription to `topic` as sent (for [`crate::door`]).
+    /// Whether the session holds a subscription to `topic` as sent (for another door).
     pub(crate) fn is_subscribed(&self, topic: &str) -> bool {
         self.subs.contains_key(topic)
     }
