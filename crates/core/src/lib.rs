@@ -27,6 +27,7 @@ pub mod consumer;
 pub mod duration;
 pub mod envelope;
 pub mod error;
+pub mod histogram;
 pub mod history;
 pub mod idempotency;
 pub mod ids;

@@ -211,15 +211,7 @@ impl Histogram {
 
     /// The cumulative counts.
     pub fn snapshot(&self) -> HistogramSnapshot {
-        let mut acc = 0;
-        let buckets = LATENCY_BUCKETS_S
-            .iter()
-            .zip(&self.buckets)
-            .map(|(b, c)| {
-                acc += c.load(Ordering::Relaxed);
-                (*b, acc)
-            })
-            .collect();
+        let buckets = skua_core::histogram::cumulative(&LATENCY_BUCKETS_S, &self.buckets);
         #[allow(clippy::cast_precision_loss)] // nanosecond sums far below 2^52 s are exact enough
         let sum_s = self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
         HistogramSnapshot { buckets, count: self.count.load(Ordering::Relaxed), sum_s }

@@ -101,15 +101,7 @@ impl BatchSizes {
     }
 
     fn snapshot(&self) -> AppendBatches {
-        let mut acc = 0;
-        let buckets = BATCH_BUCKETS
-            .iter()
-            .zip(&self.buckets)
-            .map(|(b, c)| {
-                acc += c.load(Ordering::Relaxed);
-                (*b, acc)
-            })
-            .collect();
+        let buckets = skua_core::histogram::cumulative(&BATCH_BUCKETS, &self.buckets);
         AppendBatches { buckets, count: self.count.load(Ordering::Relaxed), sum: self.sum.load(Ordering::Relaxed) }
     }
 }
