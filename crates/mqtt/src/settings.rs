@@ -1,11 +1,19 @@
 //! [`MqttSettings`]: the MQTT door's protocol bounds (`mqtt_*`, docs/mqtt.md "Limits"), as
 //! flags, `SKUA_*` variables and config-file keys; the server checks them into the
-//! [`MqttLimits`] the door runs with. The listener itself (`mqtt_listen`) is the node's
-//! setting.
+//! [`MqttLimits`] the door runs with. The plain listener itself (`mqtt_listen`) is the node's
+//! setting; the TLS one (`mqtt_tls_listen`) is declared here.
 
 skua_core::settings! {
     /// The MQTT device door's bounds on what one packet may carry (docs/mqtt.md, "Limits").
     pub struct MqttSettings {
+        /// MQTT over TLS (mqtts) device listener, e.g. 0.0.0.0:8883, with the client listener's certificate; empty = off [default empty].
+        ///
+        /// MQTT over TLS ("mqtts", docs/mqtt.md) on its own address, e.g. "0.0.0.0:8883": the same door
+        /// as mqtt_listen, with the client listener's certificate (tls_cert/tls_key or --tls-self-signed,
+        /// reloaded with it); starting with this set and no certificate is refused. Empty = off. Either
+        /// MQTT listener also enables MQTT over WebSocket at /mqtt on the client listener.
+        #[arg(long, env = "SKUA_MQTT_TLS_LISTEN")]
+        pub mqtt_tls_listen: String = "",
         /// MQTT: longest topic name or filter a device may send, in bytes; longer closes the connection as malformed [default 1024].
         ///
         /// MQTT device door (docs/mqtt.md): longest topic name or filter a device may send, in bytes

@@ -929,10 +929,12 @@ impl Webhooks {
     }
 }
 
-/// The MQTT device door's protocol bounds (`mqtt_*`; its listener, `mqtt_listen`, is the
-/// front door's).
+/// The MQTT device door's protocol bounds (`mqtt_*`) and its TLS listener (its plain
+/// listener, `mqtt_listen`, is the front door's).
 #[derive(Debug, Clone)]
 pub struct MqttDoor {
+    /// The MQTT-over-TLS listener, if any (`mqtt_tls_listen`).
+    pub tls_listen: Option<SocketAddr>,
     /// The bounds the door's codec and connections enforce.
     pub limits: skua_mqtt::MqttLimits,
 }
@@ -945,6 +947,7 @@ impl MqttDoor {
     pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
         use skua_mqtt::MqttLimits as L;
         Ok(Self {
+            tls_listen: optional_address(key!(s.mqtt, mqtt_tls_listen))?,
             limits: L {
                 max_topic_bytes: between(key!(s.mqtt, mqtt_max_topic_bytes), 1, L::MAX_STRING)?,
                 max_filters: between(key!(s.mqtt, mqtt_max_filters), 1, L::MAX_PER_PACKET)?,
