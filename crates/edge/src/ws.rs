@@ -130,21 +130,25 @@ async fn metrics(State(st): State<Arc<EdgeState>>, headers: HeaderMap) -> Respon
 /// The checks every upgrade passes after the handshake's own (`/ws` and the doors'): not
 /// draining, an allowed `Origin`, room under the open-file budget, then the socket's connection
 /// slot and its client address's count; the refusal to answer otherwise.
-fn admit_upgrade(st: &EdgeState, conn: &ConnInfo, headers: &HeaderMap) -> Result<crate::front::Admitted, Response> {
+fn admit_upgrade(
+    st: &EdgeState,
+    conn: &ConnInfo,
+    headers: &HeaderMap,
+) -> Result<crate::front::Admitted, Box<Response>> {
     if st.is_draining() {
-        return Err(crate::front::refusal(StatusCode::SERVICE_UNAVAILABLE, "node is draining"));
+        return Err(Box::new(crate::front::refusal(StatusCode::SERVICE_UNAVAILABLE, "node is draining")));
     }
     let origin = headers.get(header::ORIGIN).map(axum::http::HeaderValue::as_bytes);
     if !crate::front::origin_allowed(&st.config.allowed_origins, origin) {
         st.metrics.front_refusals.inc(crate::front::reason::ORIGIN);
-        return Err(crate::front::refusal(StatusCode::FORBIDDEN, "origin not allowed"));
+        return Err(Box::new(crate::front::refusal(StatusCode::FORBIDDEN, "origin not allowed")));
     }
     // Before the limit rather than at it: past it accepts (and the store, bus, webhooks) fail.
     if st.over_fd_budget() {
-        return Err(crate::front::fd_limit_refusal(&st.metrics));
+        return Err(Box::new(crate::front::fd_limit_refusal(&st.metrics)));
     }
     // The connection slot (and the client address's count) taken when the socket was accepted.
-    conn.admit(headers, &st.config.trusted_proxies).map_err(|refused| refused.respond(&st.metrics))
+    conn.admit(headers, &st.config.trusted_proxies).map_err(|refused| Box::new(refused.respond(&st.metrics)))
 }
 
 /// The upgraded connection's WebSocket settings: frames and messages up to `max`.
@@ -172,7 +176,7 @@ async fn ws_upgrade(
     };
     let admitted = match admit_upgrade(&st, &conn, req.headers()) {
         Ok(a) => a,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     let config = socket_config(st.config.max_frame_size);
     let response = hs.accept();
@@ -231,7 +235,7 @@ async fn door_upgrade(
     }
     let admitted = match admit_upgrade(&st, &conn, req.headers()) {
         Ok(a) => a,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     let config = socket_config(st.config.max_frame_size);
     let response = hs.accept_with(Some(protocol));
