@@ -29,6 +29,8 @@ pub struct ConnectionInfo {
     pub connected_at_ms: u64,
     /// Topic subscriptions held.
     pub subscriptions: u32,
+    /// How it reached the node (`ws`, `mqtt`, `mqtt-ws`).
+    pub protocol: &'static str,
 }
 
 /// A server-side publish as a door (gRPC, REST, the dashboard) hands it to the node, which
@@ -341,6 +343,7 @@ impl Propagator {
                     client_id: c.client_id.unwrap_or_default(),
                     connected_at_ms: c.connected_at_ms,
                     subscriptions: c.subscriptions,
+                    protocol: c.protocol.to_owned(),
                 };
                 (c.connection_id, record)
             })

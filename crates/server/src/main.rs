@@ -365,11 +365,12 @@ async fn run(
     if let Some(addr) = node.grpc_addr {
         say(&format!("skua grpc listening on {addr}"));
     }
-    if let Some(addr) = node.mqtt_addr {
-        say(&format!("skua mqtt listening on {addr}"));
-    }
+    // mqtts first: the interop suite takes the mqtt line as "every MQTT port is known".
     if let Some(addr) = node.mqtt_tls_addr {
         say(&format!("skua mqtts listening on {addr}"));
+    }
+    if let Some(addr) = node.mqtt_addr {
+        say(&format!("skua mqtt listening on {addr}"));
     }
     if let Some(addr) = node.metrics_addr {
         say(&format!("skua metrics listening on {addr}"));

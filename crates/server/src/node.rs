@@ -464,6 +464,7 @@ impl skua_control::NodeAdmin for EdgeAdmin {
                 client_id: e.client_id,
                 connected_at_ms: e.connected_at_ms,
                 subscriptions: e.subscriptions.load(std::sync::atomic::Ordering::Relaxed),
+                protocol: e.protocol.as_str(),
             })
             .collect()
     }
@@ -480,6 +481,7 @@ impl skua_control::NodeAdmin for EdgeAdmin {
                     client_id: e.client_id,
                     connected_at_ms: e.connected_at_ms,
                     subscriptions: e.subscriptions.load(std::sync::atomic::Ordering::Relaxed),
+                    protocol: e.protocol.as_str(),
                 };
                 (e.project, info)
             })

@@ -37,6 +37,7 @@ pub(super) async fn list(
             client_id: c.client_id.unwrap_or_default(),
             connected_at_ms: c.connected_at_ms,
             subscriptions: c.subscriptions,
+            protocol: c.protocol.to_owned(),
         })
         .collect();
     if svc.sync.shares_connections() {
@@ -54,6 +55,7 @@ pub(super) async fn list(
             client_id: c.client_id,
             connected_at_ms: c.connected_at_ms,
             subscriptions: c.subscriptions,
+            protocol: c.protocol,
         }));
     }
     connections.sort_by(|a, b| {

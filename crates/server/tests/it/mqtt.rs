@@ -315,10 +315,12 @@ async fn mqtt_ws_server() -> TestServer {
 }
 
 /// MQTT over WebSocket: packets split across binary messages and several in one, both
-/// directions with a NoLag client; the connection lists show the device as `mqtt-ws`.
+/// directions with a NoLag client; the connection lists (the node's table, gRPC
+/// `ListConnections`) say how each connection came: `ws`, `mqtt`, `mqtt-ws`.
 #[tokio::test]
 async fn a_device_over_websocket_exchanges_messages_with_a_nolag_client() {
-    let server = mqtt_ws_server().await;
+    let server =
+        TestServer::builder().grpc().settings(|s| s.node.mqtt_listen = Some("127.0.0.1:0".into())).spawn().await;
     let mut alice = server.auth("dev-token-alice").await;
     alice.subscribe(TOPIC).await;
     let mut carol = WsDevice::open(&server, Some("mqtt")).await.expect("upgrade");
@@ -340,11 +342,23 @@ async fn a_device_over_websocket_exchanges_messages_with_a_nolag_client() {
     assert_eq!(p[0], 0x32, "PUBLISH QoS 1: {p:x?}");
     assert!(p.ends_with(&[0xa2, b'h', b'i']), "the packed string: {p:x?}");
 
-    let protocols: Vec<&str> =
-        server.state.connections.all().iter().map(|(_, e)| e.protocol.as_str()).collect::<Vec<_>>();
-    let mut protocols = protocols;
+    let mut tcp = TcpStream::connect(server.mqtt_addr.unwrap()).await.unwrap();
+    tcp.write_all(&connect_as(4, "dev-token-bob", "tcp-1")).await.unwrap();
+    assert_eq!(read_packet(&mut tcp).await[..4], [0x20, 2, 0, 0], "CONNACK");
+    let mut protocols: Vec<&str> = server.state.connections.all().iter().map(|(_, e)| e.protocol.as_str()).collect();
     protocols.sort_unstable();
-    assert_eq!(protocols, ["mqtt-ws", "ws"], "the node's table says how each came");
+    assert_eq!(protocols, ["mqtt", "mqtt-ws", "ws"], "the node's table says how each came");
+    let mut control = server.control().await;
+    let listed = control
+        .list_connections(skua_control::pb::ListConnectionsRequest::default())
+        .await
+        .expect("ListConnections")
+        .into_inner()
+        .connections;
+    let mut by_actor: Vec<(String, String)> = listed.into_iter().map(|c| (c.actor_id, c.protocol)).collect();
+    by_actor.sort();
+    let expected = [("alice", "ws"), ("bob", "mqtt"), ("carol", "mqtt-ws")].map(|(a, p)| (a.to_owned(), p.to_owned()));
+    assert_eq!(by_actor, expected, "ListConnections says how each came");
 
     // PINGREQ → PINGRESP, then DISCONNECT: the WebSocket closes.
     carol.send(&[0xC0, 0]).await;
