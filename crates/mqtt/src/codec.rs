@@ -101,6 +101,9 @@ pub struct Connect {
     pub max_packet: Option<u32>,
     /// 5.0: an authentication method was named (enhanced auth, not offered).
     pub auth_method: bool,
+    /// 5.0: its user properties, in order (at most `mqtt_max_user_properties`); a `presence`
+    /// one announces room presence (docs/mqtt.md, "Presence").
+    pub user_properties: Vec<(String, String)>,
 }
 
 /// A `PUBLISH` from a client.
@@ -248,6 +251,7 @@ pub fn read_connect(buf: &mut BytesMut, max_packet: usize, limits: &MqttLimits) 
                 session_expiry: 0,
                 max_packet: None,
                 auth_method: false,
+                user_properties: Vec::new(),
             })
         })?,
         5 => guarded(|| {
@@ -278,6 +282,7 @@ pub fn read_connect(buf: &mut BytesMut, max_packet: usize, limits: &MqttLimits) 
                 session_expiry: props.session_expiry_interval.unwrap_or(0),
                 max_packet: props.max_packet_size,
                 auth_method: props.authentication_method.is_some(),
+                user_properties: props.user_properties,
             })
         })?,
         other => return Err(Fault::Version(other)),

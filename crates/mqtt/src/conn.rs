@@ -313,6 +313,11 @@ impl Device {
         {
             clients.claim((actor.project.as_str().to_owned(), connect.client_id.clone()), &self.handle);
         }
+        // 5.0: a `presence` user property announces room presence, as the SDK's `presence`
+        // frame (docs/mqtt.md, "Presence"); a refusal is the session's (nothing reaches a device).
+        if let Some((room, data)) = crate::payload::presence_of(&connect.user_properties) {
+            self.session.handle(ClientFrame::Presence { room_id: Some(room), data: Some(data) }).await;
+        }
         let st = self.st.clone();
         let max_packet = st.config.max_frame_size;
         let limits = self.shared.limits;

@@ -437,3 +437,46 @@ async fn per_address_limits_are_shared_by_websockets_and_devices() {
         other => panic!("a 429: {:?}", other.map(|_| ())),
     }
 }
+
+/// A 5.0 `CONNECT` of `token` with `properties` as user properties.
+fn connect_with_properties(token: &str, properties: &[(&str, &str)]) -> Vec<u8> {
+    let mut props = Vec::new();
+    for (k, v) in properties {
+        props.push(0x26);
+        props.extend(string(k.as_bytes()));
+        props.extend(string(v.as_bytes()));
+    }
+    let mut body = string(b"MQTT");
+    body.extend_from_slice(&[5, 0xC2, 0, 30]);
+    body.push(u8::try_from(props.len()).unwrap());
+    body.extend(props);
+    body.extend(string(b"sensor-1"));
+    body.extend(string(b"device"));
+    body.extend(string(token.as_bytes()));
+    packet(0x10, &body)
+}
+
+/// Presence (docs/mqtt.md): a `presence` user property in a 5.0 `CONNECT` announces the device
+/// in that room, its other user properties as the presence data (it leaves with its connection,
+/// in the session's cleanup, as a WebSocket does).
+#[tokio::test]
+async fn a_connect_user_property_announces_room_presence() {
+    let server = server().await;
+    let mut alice = server.auth("dev-token-alice").await;
+    let mut carol = TcpStream::connect(server.mqtt_addr.unwrap()).await.unwrap();
+    carol
+        .write_all(&connect_with_properties("dev-token-carol", &[("presence", "general"), ("model", "x1")]))
+        .await
+        .unwrap();
+    let ack = read_packet(&mut carol).await;
+    assert_eq!((ack[0], ack[3]), (0x20, 0), "CONNACK accepted: {ack:x?}");
+    // PINGRESP: the CONNECT, presence included, has been handled.
+    carol.write_all(&[0xC0, 0]).await.unwrap();
+    assert_eq!(read_packet(&mut carol).await, [0xD0, 0]);
+    alice.send(frame! {"type" => "getPresence", "roomId" => "general"}).await;
+    let list = alice.expect("presenceList").await;
+    let entries = list.get("data").as_array().unwrap().clone();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert_eq!(entries[0]["actorTokenId"].as_str(), Some("carol"));
+    assert_eq!(entries[0]["presence"]["model"].as_str(), Some("x1"));
+}
