@@ -59,9 +59,21 @@ impl Clients {
         self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Registers `conn` under `key`, closing the connection it replaces.
+    /// Registers `conn` under `key`, closing the connection it replaces. The newer `CONNECT`
+    /// (the larger connection id: ids are given in the order `CONNECT`s arrive) wins even when
+    /// the older one's claim runs last (its auth finished later), so that two connections of
+    /// one client id never both stay, and never the older one.
     fn claim(&self, key: (String, String), conn: &Arc<ConnHandle>) {
-        if let Some(older) = self.lock().insert(key, conn.clone()) {
+        let mut open = self.lock();
+        if let Some(held) = open.get(&key)
+            && held.id > conn.id
+        {
+            drop(open);
+            conn.request_close(CloseRequest::TAKEN_OVER);
+            return;
+        }
+        if let Some(older) = open.insert(key, conn.clone()) {
+            drop(open);
             older.request_close(CloseRequest::TAKEN_OVER);
         }
     }
