@@ -469,6 +469,7 @@ page!(actors => pages::actors);
 page!(grants => pages::grants);
 page!(webhooks => pages::webhooks);
 page!(presence => pages::presence);
+page!(connections => pages::connections);
 page!(api_keys => pages::api_keys);
 page!(durable_page => durable::page);
 page!(live_page => live::page);
@@ -527,6 +528,7 @@ pub fn router(d: Arc<Dashboard>) -> Router {
         .route("/admin/grants", get(grants).post(create_grant))
         .route("/admin/grants/delete", post(delete_grant))
         .route("/admin/presence", get(presence))
+        .route("/admin/connections", get(connections))
         .route("/admin/lobbies", get(lobbies).post(create_lobby))
         .route("/admin/lobbies/delete", post(delete_lobby))
         .route("/admin/lobbies/edit", get(edit_lobby).post(update_lobby))

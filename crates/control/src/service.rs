@@ -13,7 +13,7 @@ pub(crate) mod actors;
 pub(crate) mod annotations;
 pub(crate) mod api_keys;
 pub(crate) mod apps;
-mod connections;
+pub(crate) mod connections;
 pub(crate) mod convert;
 pub(crate) mod grants;
 pub(crate) mod lobbies;

@@ -15,7 +15,7 @@ use super::html::{self, Notice, button_form, csrf_input, esc, field, q, table, t
 use super::search::Search;
 use super::{Authed, Dashboard, redirect};
 use crate::pb;
-use crate::service::{actors, api_keys, apps, grants, lobbies, projects, rooms, scopes, webhooks};
+use crate::service::{actors, api_keys, apps, connections, grants, lobbies, projects, rooms, scopes, webhooks};
 
 fn uptime(secs: u64) -> String {
     let (d, h, m, s) = (secs / 86_400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
@@ -913,6 +913,39 @@ pub(crate) async fn presence(d: &Dashboard, a: Authed) -> Response {
     };
     let _ = write!(body, "<section id=\"presence\" data-refresh=\"5\" aria-live=\"polite\">{section}</section>");
     html::respond(status, html::page("Presence", "Rooms", &a.csrf, None, &body))
+}
+
+/// `GET /admin/connections?project=`: the project's open connections, devices included, each
+/// with how it came (`ws`, `mqtt`, `mqtt-ws`; the page refreshes the table every 5 s).
+pub(crate) async fn connections(d: &Dashboard, a: Authed) -> Response {
+    let (projects, project) = current_project(d, &a).await;
+    let mut body = chooser("/admin/connections", &projects, &project, None, None);
+    let req = pb::ListConnectionsRequest { project_id: project.clone(), ..Default::default() };
+    let (status, section) = match connections::list(&d.svc, req).await {
+        Ok(r) => {
+            let rows: Vec<Vec<String>> = r
+                .connections
+                .iter()
+                .map(|c| {
+                    vec![
+                        esc(&c.actor_id),
+                        esc(&c.protocol),
+                        esc(if c.client_id.is_empty() { "-" } else { &c.client_id }),
+                        c.subscriptions.to_string(),
+                        time(c.connected_at_ms),
+                        esc(&c.node_id),
+                        esc(&c.connection_id),
+                    ]
+                })
+                .collect();
+            let caption = format!("Open connections of {project}: {}", rows.len());
+            let head = ["Actor", "Protocol", "Client id", "Subscriptions", "Connected (UTC)", "Node", "Connection"];
+            (StatusCode::OK, table(&caption, &head, &rows, "No open connections."))
+        }
+        Err(s) => (status_of(&s), format!("<p class=\"notice error\" role=\"alert\">{}</p>", esc(s.message()))),
+    };
+    let _ = write!(body, "<section id=\"connections\" data-refresh=\"5\" aria-live=\"polite\">{section}</section>");
+    html::respond(status, html::page("Connections", "Connections", &a.csrf, None, &body))
 }
 
 /// `GET /admin/api-keys?project=`: the project's REST API keys (never the keys themselves).

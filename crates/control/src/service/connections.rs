@@ -10,7 +10,8 @@ use super::{ControlService, unavailable};
 use crate::pb;
 use crate::sync::now_ms;
 
-pub(super) async fn list(
+/// `ListConnections`: the project's connections (of an actor, when named), oldest first.
+pub(crate) async fn list(
     svc: &ControlService,
     r: pb::ListConnectionsRequest,
 ) -> Result<pb::ListConnectionsResponse, Status> {
