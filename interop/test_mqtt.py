@@ -20,6 +20,8 @@ import urllib.request
 
 import msgpack
 import paho.mqtt.client as paho
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
 import pytest
 from nolag import EmitOptions
 
@@ -43,14 +45,17 @@ class Device:
     reads with a timeout."""
 
     def __init__(self, port: int, token: str | None, v5: bool = True, client_id: str = "", keepalive: int = 30,
-                 websocket: bool = False, ca: str | None = None):
+                 websocket: bool = False, ca: str | None = None, clean: bool = True, expiry: int = 0):
         """`websocket`: MQTT over WebSocket at `/mqtt` on `port` (the client listener); `ca`:
-        over TLS, trusting that certificate file (mqtts, or wss with `websocket`)."""
+        over TLS, trusting that certificate file (mqtts, or wss with `websocket`). `clean`: clean
+        session (3.1.1) or clean start (5.0); `expiry`: the 5.0 session expiry interval (a
+        persistent session when above 0, N54)."""
         self.v5 = v5
         proto = paho.MQTTv5 if v5 else paho.MQTTv311
         transport = "websockets" if websocket else "tcp"
+        extra = {} if v5 else {"clean_session": clean}
         self.client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=proto,
-                                  transport=transport)
+                                  transport=transport, **extra)
         if websocket:
             self.client.ws_set_options(path="/mqtt")
         if ca is not None:
@@ -63,12 +68,24 @@ class Device:
         self.pubacks: dict[int, object] = {}
         self.puback_event = threading.Condition()
         self.disconnects: queue.Queue = queue.Queue()
-        self.client.on_connect = lambda c, u, flags, rc, props: self.connacks.put(rc)
+        self.session_present: queue.Queue = queue.Queue()
+
+        def on_connect(c, u, flags, rc, props):
+            self.session_present.put(flags.session_present)
+            self.connacks.put(rc)
+
+        self.client.on_connect = on_connect
         self.client.on_message = lambda c, u, msg: self.messages.put(msg)
         self.client.on_subscribe = lambda c, u, mid, rcs, props: self.subacks.put((mid, rcs))
         self.client.on_publish = self._on_publish
         self.client.on_disconnect = lambda c, u, flags, rc, props: self.disconnects.put(rc)
-        self.client.connect("127.0.0.1", port, keepalive)
+        if v5:
+            props = Properties(PacketTypes.CONNECT)
+            if expiry:
+                props.SessionExpiryInterval = expiry
+            self.client.connect("127.0.0.1", port, keepalive, clean_start=clean, properties=props)
+        else:
+            self.client.connect("127.0.0.1", port, keepalive)
         self.client.loop_start()
 
     def _on_publish(self, c, u, mid, rc, props) -> None:
@@ -125,8 +142,8 @@ def string(s: str | bytes) -> bytes:
 
 
 def connect_packet(level: int, password: str | None, keepalive: int = 30, will: tuple[str, bytes] | None = None,
-                   client_id: str = "") -> bytes:
-    flags = 0x02
+                   client_id: str = "", clean: bool = True) -> bytes:
+    flags = 0x02 if clean else 0
     payload = string(client_id)
     if will:
         flags |= 0x04
@@ -630,3 +647,120 @@ async def test_per_address_limits_count_every_door_together(skua_factory):
     assert e.value.code == 429
     device.close()
     assert alice.connected, "the WebSocket kept its place"
+
+
+TASKS = "demo/general/tasks"
+
+
+async def acked_then_closed(device: Device) -> None:
+    """Closes after a round trip: paho sends a delivery's PUBACK once `on_message` returned, so
+    a DISCONNECT right after the message was read could overtake it (the delivery would then
+    rightly come again). The PUBACK of a publish made now follows it on the socket."""
+    assert (await device.publish(MESSAGES, b"sync", qos=1)).value == 0
+    device.close()
+
+
+@pytest.mark.one_node_only
+@pytest.mark.parametrize("v5", [False, True], ids=["3.1.1", "5.0"])
+async def test_a_persistent_session_gets_what_a_logged_topic_kept_while_it_was_away(skua_factory, v5):
+    """N54: a client id with clean session off (3.1.1) or a session expiry (5.0) is a persistent
+    session: its QoS 1 subscription to a logged topic collects what the NoLag SDK publishes while
+    the device is away, delivered when it returns (CONNACK session present); paho's PUBACK acks
+    each, so nothing comes again on the next return."""
+    skua = start(skua_factory)
+    alice = await connect(skua.url, "dev-token-alice")
+    opts = {"v5": v5, "client_id": f"sensor-p{int(v5)}", "clean": False, "expiry": 3600 if v5 else 0}
+    device = Device(skua.mqtt_port, "dev-token-carol", **opts)
+    assert (await device.connack()).value == 0
+    assert device.session_present.get(True, T) is False
+    assert await device.subscribe(TASKS, 1) == [1]
+    assert await emit_ack(alice, TASKS, {"n": 1}) is None
+    assert msgpack.unpackb((await device.message()).payload) == {"n": 1}
+    await acked_then_closed(device)
+
+    for n in (2, 3):
+        assert await emit_ack(alice, TASKS, {"n": n}) is None
+    device = Device(skua.mqtt_port, "dev-token-carol", **opts)
+    assert (await device.connack()).value == 0
+    assert device.session_present.get(True, T) is True
+    got = [msgpack.unpackb((await device.message()).payload) for _ in range(2)]
+    assert got == [{"n": 2}, {"n": 3}], "the acked one is not among them"
+    await acked_then_closed(device)
+
+    device = Device(skua.mqtt_port, "dev-token-carol", **opts)
+    assert (await device.connack()).value == 0
+    assert device.session_present.get(True, T) is True
+    mark = sentinel()
+    assert await emit_ack(alice, TASKS, mark) is None
+    assert msgpack.unpackb((await device.message()).payload) == mark, "nothing acked came again"
+    device.close()
+
+
+@pytest.mark.one_node_only
+async def test_an_unacked_delivery_comes_again_with_dup(skua_factory):
+    """N54: a QoS 1 delivery of a persistent session that was not PUBACKed when the connection
+    ended is delivered again, with DUP, when the session returns."""
+    skua = start(skua_factory)
+    alice = await connect(skua.url, "dev-token-alice")
+    r = await raw(skua.mqtt_port)
+    r.send(connect_packet(4, "dev-token-carol", client_id="sensor-dup", clean=False))
+    assert await asyncio.to_thread(r.packet) == bytes([0x20, 2, 0, 0])
+    r.send(b"\x82" + varint(2 + 2 + len(TASKS) + 1) + b"\x00\x01" + string(TASKS) + b"\x01")
+    assert await asyncio.to_thread(r.packet) == bytes([0x90, 3, 0, 1, 1])
+    assert await emit_ack(alice, TASKS, {"unacked": True}) is None
+    first = await asyncio.to_thread(r.packet)
+    assert first[0] == 0x32, first  # QoS 1, not DUP
+    r.close()  # gone without PUBACK
+
+    r = await raw(skua.mqtt_port)
+    r.send(connect_packet(4, "dev-token-carol", client_id="sensor-dup", clean=False))
+    assert await asyncio.to_thread(r.packet) == bytes([0x20, 2, 1, 0]), "session present"
+    again = await asyncio.to_thread(r.packet)
+    assert again[0] == 0x3A, again  # QoS 1 with DUP
+    assert again.endswith(msgpack.packb({"unacked": True}))
+    r.send(b"\x40\x02" + again[4 + len(TASKS):6 + len(TASKS)])  # PUBACK its packet id
+    r.send(b"\xc0\x00")
+    assert await asyncio.to_thread(r.packet) == bytes([0xD0, 0])
+    r.close()
+
+
+@pytest.mark.cluster_only
+async def test_a_client_id_takes_its_session_over_from_another_node(skua_factory):
+    """N54: a second CONNECT with the client id on another node of the cluster closes the first
+    connection (5.0 DISCONNECT 0x8E), through the session's clientId takeover."""
+    cluster = skua_factory("--mqtt-listen", "127.0.0.1:0")
+    a, b = cluster.nodes[0], cluster.nodes[1]
+    assert a.mqtt_listening.wait(T) and a.mqtt_port and b.mqtt_listening.wait(T) and b.mqtt_port
+    first = await raw(a.mqtt_port)
+    first.send(connect_packet(5, "dev-token-carol", client_id="gw-across"))
+    assert (await asyncio.to_thread(first.packet))[3] == 0
+    second = await raw(b.mqtt_port)
+    second.send(connect_packet(5, "dev-token-carol", client_id="gw-across"))
+    assert (await asyncio.to_thread(second.packet))[3] == 0
+    assert await asyncio.to_thread(first.packet) == bytes([0xE0, 1, 0x8E])
+    assert await asyncio.to_thread(first.eof)
+    second.send(b"\xc0\x00")
+    assert await asyncio.to_thread(second.packet) == bytes([0xD0, 0])
+    first.close()
+    second.close()
+
+
+@pytest.mark.one_node_only
+@pytest.mark.parametrize("v5", [False, True], ids=["3.1.1", "5.0"])
+async def test_a_qos_2_subscription_gets_qos_2_deliveries(skua_factory, v5):
+    """N52: a QoS 2 subscription is granted 2 and its deliveries go out at QoS 2 (paho completes
+    PUBREC/PUBREL/PUBCOMP), each once, in order."""
+    skua = start(skua_factory)
+    alice = await connect(skua.url, "dev-token-alice")
+    device = Device(skua.mqtt_port, "dev-token-carol", v5=v5)
+    assert (await device.connack()).value == 0
+    assert await device.subscribe(MESSAGES, 2) == [2]
+    for n in range(5):
+        await alice.emit(MESSAGES, {"n": n})
+    got = [await device.message() for _ in range(5)]
+    assert [m.qos for m in got] == [2] * 5
+    assert [msgpack.unpackb(m.payload) for m in got] == [{"n": n} for n in range(5)]
+    mark = sentinel()
+    await alice.emit(MESSAGES, mark)
+    assert msgpack.unpackb((await device.message()).payload) == mark, "no duplicate before it"
+    device.close()

@@ -271,18 +271,23 @@ pub async fn refresh_node_is_true_only_without_a_live_registration<H: PresenceHa
     assert!(refresh(&p1, &n1, T0, TTL_S).await, "the first refresh finds no registration");
     assert!(!refresh(&p1, &n1, T0, TTL_S).await, "a second refresh within the ttl finds it live");
     assert!(!refresh(&p2, &n1, T0, TTL_S).await, "the registration is seen through every handle");
-    assert!(refresh(&p2, &n2, T0, TTL_S).await, "each node has its own registration");
+    assert!(refresh_with_bus(&p2, &n2, T0, TTL_S, false).await, "each node has its own registration");
     assert_eq!(expired(&p1, T0).await, [], "live registrations are not expired");
     assert_eq!(expired(&p2, T0).await, []);
 
-    // Contract 9: both listed through any handle, live, with their last refresh and version.
+    // Contract 9: both listed through any handle, live, with their last refresh, version and
+    // bus link (n2's is down).
     let seen = nodes(&p2, T0).await;
-    assert_eq!(seen.iter().map(|n| n.node.clone()).collect::<Vec<_>>(), [n1, n2]);
+    assert_eq!(seen.iter().map(|n| n.node.clone()).collect::<Vec<_>>(), [n1.clone(), n2.clone()]);
     for n in &seen {
         assert!(n.alive, "{n:?}");
         assert_eq!(n.last_seen_unix_ms, Some(T0 * 1000), "{n:?}");
         assert_eq!(n.version.as_deref(), Some(env!("CARGO_PKG_VERSION")), "{n:?}");
+        assert_eq!(n.bus_up, Some(n.node == n1), "{n:?}");
     }
+    // The next refresh says the link is back.
+    assert!(!refresh(&p1, &n2, T0, TTL_S).await);
+    assert!(nodes(&p1, T0).await.iter().all(|n| n.bus_up == Some(true)));
 }
 
 /// `node_last_seen` is the `now_unix_s` of the node's last refresh (in ms), through any handle,
@@ -402,7 +407,11 @@ pub async fn concurrent_remove_node_returns_each_entry_to_exactly_one_caller<H: 
 // Helpers.
 
 async fn refresh(p: &Arc<dyn Presence>, n: &NodeId, now: u64, ttl_s: u64) -> bool {
-    within(format_args!("refresh_node of {n}"), p.refresh_node(n, now, ttl_s))
+    refresh_with_bus(p, n, now, ttl_s, true).await
+}
+
+async fn refresh_with_bus(p: &Arc<dyn Presence>, n: &NodeId, now: u64, ttl_s: u64, bus_up: bool) -> bool {
+    within(format_args!("refresh_node of {n}"), p.refresh_node(n, now, ttl_s, bus_up))
         .await
         .unwrap_or_else(|e| panic!("refresh_node of {n}: {e}"))
 }

@@ -140,8 +140,12 @@ pub async fn save_replaces_the_record<H: StoreHarness>(h: H) {
     let s = h.open().await;
     let k = key("alice", None);
     save(&s, &k, &rich_record()).await;
-    let smaller =
-        RestoreRecord { topics: vec![topic("app/room/only", None)], lobbies: Vec::new(), holder_last_seen_ms: None };
+    let smaller = RestoreRecord {
+        topics: vec![topic("app/room/only", None)],
+        lobbies: Vec::new(),
+        holder_last_seen_ms: None,
+        door_filters: Vec::new(),
+    };
     save(&s, &k, &smaller).await;
     assert_eq!(load(&s, &k).await, Some(smaller));
 
@@ -171,7 +175,12 @@ pub async fn save_clears_a_started_expiry<H: StoreHarness>(h: H) {
     h.set_now(T0);
     save(&s, &k, &rich_record()).await;
     release(&s, &k, T0, 60).await;
-    let again = RestoreRecord { topics: Vec::new(), lobbies: vec!["lobby-2".to_owned()], holder_last_seen_ms: None };
+    let again = RestoreRecord {
+        topics: Vec::new(),
+        lobbies: vec!["lobby-2".to_owned()],
+        holder_last_seen_ms: None,
+        door_filters: Vec::new(),
+    };
     save(&s, &k, &again).await;
 
     h.set_now(T0 + 100_000);
@@ -216,8 +225,12 @@ pub async fn save_after_expiry_starts_a_fresh_record<H: StoreHarness>(h: H) {
     h.set_now(T0 + 20);
     assert_eq!(load(&s, &k).await, None);
 
-    let fresh =
-        RestoreRecord { topics: vec![topic("app/room/fresh", None)], lobbies: Vec::new(), holder_last_seen_ms: None };
+    let fresh = RestoreRecord {
+        topics: vec![topic("app/room/fresh", None)],
+        lobbies: Vec::new(),
+        holder_last_seen_ms: None,
+        door_filters: Vec::new(),
+    };
     save(&s, &k, &fresh).await;
     h.set_now(T0 + 100_000);
     assert_eq!(load(&s, &k).await, Some(fresh));
@@ -253,8 +266,12 @@ pub async fn keys_with_and_without_client_id_are_distinct<H: StoreHarness>(h: H)
         other_project,
         conn("alice", "r1"),
     ];
-    let record_of =
-        |i: usize| RestoreRecord { topics: Vec::new(), lobbies: vec![format!("lobby-{i}")], holder_last_seen_ms: None };
+    let record_of = |i: usize| RestoreRecord {
+        topics: Vec::new(),
+        lobbies: vec![format!("lobby-{i}")],
+        holder_last_seen_ms: None,
+        door_filters: Vec::new(),
+    };
     h.set_now(T0);
     for (i, k) in keys.iter().enumerate() {
         save(&s, k, &record_of(i)).await;
@@ -657,7 +674,12 @@ fn conn(actor: &str, id: &str) -> RestoreKey {
 
 /// A record told apart by one lobby named `name`.
 fn lobbies(name: &str) -> RestoreRecord {
-    RestoreRecord { topics: Vec::new(), lobbies: vec![name.to_owned()], holder_last_seen_ms: None }
+    RestoreRecord {
+        topics: Vec::new(),
+        lobbies: vec![name.to_owned()],
+        holder_last_seen_ms: None,
+        door_filters: Vec::new(),
+    }
 }
 
 /// What claiming record `id` (saved as `lobbies(id)`) returns.
@@ -727,6 +749,7 @@ fn rich_record() -> RestoreRecord {
         ],
         lobbies: vec!["lobby-b".to_owned(), "lobby-a".to_owned()],
         holder_last_seen_ms: None,
+        door_filters: Vec::new(),
     }
 }
 

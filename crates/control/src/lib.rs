@@ -2,7 +2,7 @@
 //! and the propagation of every change to every edge.
 //!
 //! Depends on `skua-core` only: what it needs from the node it runs in is the [`NodeAdmin`]
-//! trait, implemented by the server crate over the edge. Modules:
+//! trait (`skua_core::node`), which the engine implements. Modules:
 //! - [`pb`]: messages, client and server generated from `proto/skua/control/v1/control.proto`
 //!   at build time (protox, no `protoc`);
 //! - [`service`]: [`ControlService`], the RPC handlers, with [`validate`] for input checks;

@@ -51,10 +51,6 @@ pub struct ControlLimits {
     pub max_lobbies_per_project: u32,
     /// Largest page of a List call (and the default page is min(100, this)).
     pub max_page_size: u32,
-    /// Largest server-side publish payload, unless the project sets its own. Unread here since
-    /// issue 39: the node's publish pipeline checks server-side publishes against the same
-    /// `max_message_size` setting (the server composes both from it).
-    pub max_message_size: u32,
 }
 
 impl Default for ControlLimits {
@@ -66,7 +62,6 @@ impl Default for ControlLimits {
             max_grants_per_room: 1000,
             max_lobbies_per_project: 1000,
             max_page_size: 1000,
-            max_message_size: 921_600,
         }
     }
 }

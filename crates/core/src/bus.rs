@@ -112,8 +112,9 @@ pub trait Bus: Send + Sync + 'static {
 
     /// Whether the bus is connected and accepting publishes right now. While it is `false`,
     /// edges refuse new authentications with `broker_unavailable` and export
-    /// `skua_backend_up{backend="bus"} 0`; readiness does not follow it (the broker is every
-    /// node's: docs/operations.md, "Health and readiness").
+    /// `skua_backend_up{backend="bus"} 0`; readiness follows it only while a live peer's link
+    /// is up (the outage is then this node's own; a broker outage is every node's:
+    /// docs/operations.md, "Health and readiness").
     fn is_available(&self) -> bool {
         true
     }

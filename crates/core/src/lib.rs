@@ -6,6 +6,7 @@
 //! - [`registry`]: projects, apps, rooms, grants, lobbies, actors and access checks;
 //! - [`registry_store`]: the registry's stored records and the slot that keeps them;
 //! - [`envelope`]: what travels between nodes;
+//! - [`error`]: an error with its causes on one line ([`error::error_chain`]);
 //! - [`consumer`]: typed keys of durable delivery (consumers, session holders);
 //! - [`duration`]: the settings' durations (`500ms`, `5s`, `10m`);
 //! - [`settings`]: how a crate declares the settings it owns ([`settings!`]);
@@ -13,21 +14,25 @@
 //! - [`idempotency`]: the slot remembering publish idempotency keys (issue 19);
 //! - [`limits`]: fixed-window counters shared by a cluster's nodes (the wake limits, issue 33);
 //! - [`member_store`]: the store's persistent presence members (N46, N47);
+//! - [`node`]: the control plane's interface to the node it runs in ([`node::NodeAdmin`]);
 //! - [`trigger_store`]: the store's trigger outbox and webhook dead letters (N44, N45);
 //! - [`refusal`]: why a publish was refused, the one typed refusal every door maps;
 //! - [`trace`]: trace-context propagation across the bus;
-//! - [`webhook`]: webhook endpoints, kinds, bounds and the address rule (N41).
+//! - [`webhook`]: webhook endpoints, kinds, bounds and the address rule (N41), and the one
+//!   seam every webhook request goes through ([`webhook::Poster`]).
 
 pub mod address;
 pub mod bus;
 pub mod consumer;
 pub mod duration;
 pub mod envelope;
+pub mod error;
 pub mod history;
 pub mod idempotency;
 pub mod ids;
 pub mod limits;
 pub mod member_store;
+pub mod node;
 pub mod presence;
 pub mod refusal;
 pub mod registry;

@@ -39,6 +39,10 @@ pub struct NodeSeen {
     pub last_seen_unix_ms: Option<u64>,
     /// The Skua version it runs, when it said so with its last refresh.
     pub version: Option<String>,
+    /// Whether its link to the bus was up at its last refresh; `None` when it did not say (an
+    /// older node, or the registration lapsed). A node whose own link is down while a peer's is
+    /// up knows the outage is its own and leaves its load balancer (docs/operations.md).
+    pub bus_up: Option<bool>,
 }
 
 /// Why a presence operation failed.
@@ -69,7 +73,8 @@ pub enum PresenceError {
 ///    node concurrently, each disappeared entry is returned to exactly one of them (so each
 ///    `leave` is sent once).
 /// 9. `nodes` lists every registered node with whether its registration is live; a live one
-///    with when it last refreshed it (the `now_unix_s` it gave) and the version it runs.
+///    with when it last refreshed it (the `now_unix_s` it gave), the version it runs and the
+///    bus link state it gave.
 #[async_trait]
 pub trait Presence: Send + Sync + 'static {
     /// Records that `conn` of `actor` is in `room` with `data`.
@@ -103,12 +108,19 @@ pub trait Presence: Send + Sync + 'static {
     /// [`PresenceError`] when the backend failed.
     async fn remove_node(&self, node: &NodeId) -> Result<Vec<(RoomKey, ActorId)>, PresenceError>;
 
-    /// Marks `node` alive until `now_unix_s + ttl_s`; `true` when it had no live registration.
+    /// Marks `node` alive until `now_unix_s + ttl_s`, with whether its bus link is up
+    /// (`bus_up`, listed by [`Self::nodes`]); `true` when it had no live registration.
     /// Backends with their own clock (Redis key expiry) may use `ttl_s` alone.
     ///
     /// # Errors
     /// [`PresenceError`] when the backend failed.
-    async fn refresh_node(&self, node: &NodeId, now_unix_s: u64, ttl_s: u64) -> Result<bool, PresenceError>;
+    async fn refresh_node(
+        &self,
+        node: &NodeId,
+        now_unix_s: u64,
+        ttl_s: u64,
+        bus_up: bool,
+    ) -> Result<bool, PresenceError>;
 
     /// Registered nodes whose liveness lapsed by `now_unix_s`.
     ///

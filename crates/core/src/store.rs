@@ -106,6 +106,10 @@ pub struct RestoreRecord {
     /// the node's `history_recovery_margin` (docs/recovery.md). Not part of the record's byte
     /// form: the stores keep it in a column of its own, and a save or a release clears it.
     pub holder_last_seen_ms: Option<u64>,
+    /// Subscriptions of another door as its client made them, `(filter, qos)` (an MQTT
+    /// device's topic filters, `app/room/+` included: docs/mqtt.md), restored with the session
+    /// so the door knows which filter each of `topics` belongs to. Empty for SDK clients.
+    pub door_filters: Vec<(String, u8)>,
 }
 
 /// A consumer of a logged topic: who stored messages are kept for until acked. A persistent

@@ -7,6 +7,10 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::time::Duration;
 
+pub mod poster;
+
+pub use poster::{Answer, Attempts, CALL_RETRY_DELAYS, Post, PostFailure, Poster, RecentWebhook, json_body};
+
 /// Most configured headers per webhook.
 pub const MAX_HEADERS: usize = 32;
 /// Longest header name, in bytes.

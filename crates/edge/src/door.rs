@@ -5,8 +5,8 @@
 //! are therefore the WebSocket connection's, not a copy. What the session answers arrives on
 //! the connection's [`ConnHandle`] as encoded NoLag frames, which the door translates.
 //!
-//! A door may also be served over WebSocket on the client listener ([`WsDoor`], installed in
-//! [`EdgeState::mqtt_ws`]): the upgrade is checked and admitted as a `/ws` one, and the door
+//! A door may also be served over WebSocket on the client listener ([`WsDoor`], given in
+//! [`crate::ApiRoutes::mqtt_ws`]): the upgrade is checked and admitted as a `/ws` one, and the door
 //! gets the binary messages as a byte stream ([`WsIo`]).
 
 mod ws_io;
@@ -31,6 +31,34 @@ pub struct DoorSession {
     session: Session,
 }
 
+/// How a door's client asked for its session (MQTT: client identifier, clean session or clean
+/// start, session expiry; docs/protocol.md N54).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DoorAuth {
+    /// The credential: an access token or a client JWT (N49).
+    pub token: String,
+    /// The session's client id, a slug (1–64 of letters, digits, `-`, `_`): a newer connection
+    /// of the same actor and client id takes the session over, on any node of the cluster.
+    pub client_id: Option<String>,
+    /// Keep the session while the client is away: its subscriptions, and for each QoS 1/2
+    /// subscription to a logged topic the messages published meanwhile (until `restore_ttl`).
+    pub persistent: bool,
+    /// Discard what an earlier connection of the session kept.
+    pub clean: bool,
+}
+
+/// What a door's session resumed at auth, told before the auth reply is queued (so before any
+/// restored delivery).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DoorRestored {
+    /// The concrete subscriptions resumed: (topic as subscribed, QoS).
+    pub topics: Vec<(String, u8)>,
+    /// The door's filters saved with the session ([`DoorSession::set_filters`]).
+    pub filters: Vec<(String, u8)>,
+    /// Whether a stored session with subscriptions was found.
+    pub present: bool,
+}
+
 /// A publish in flight that finished waiting (see [`DoorSession::next_publish`]).
 pub struct PublishOutcome(crate::session::Outcome);
 
@@ -52,6 +80,49 @@ impl DoorSession {
     pub async fn handle(&mut self, frame: ClientFrame) {
         Box::pin(self.session.handle(frame)).await;
         self.session.sync_subscription_count();
+    }
+
+    /// Authenticates with a door session's options; `on_restored` learns what was resumed before
+    /// the auth reply is queued. Without a client id, or with one that is not a slug, the
+    /// session is neither kept nor taken over.
+    pub async fn authenticate(
+        &mut self,
+        auth: DoorAuth,
+        on_restored: impl FnOnce(DoorRestored) + Send + Sync + 'static,
+    ) {
+        let client_id = auth.client_id.filter(|c| skua_core::ids::is_slug(c));
+        self.session.door = Some(crate::session::DoorState {
+            persistent: auth.persistent && client_id.is_some(),
+            clean: auth.clean,
+            filters: Vec::new(),
+            present: false,
+            on_restored: Some(Box::new(on_restored)),
+        });
+        let frame = skua_protocol::AuthFrame {
+            token: auth.token,
+            protocol_version: 2,
+            reconnect: false,
+            client_id: client_id.map_or(skua_protocol::ClientIdField::Absent, skua_protocol::ClientIdField::Given),
+        };
+        self.handle(ClientFrame::Auth(frame)).await;
+    }
+
+    /// Records the door's filters as its client made them (saved with a persistent session's
+    /// restore record, given back by the next [`DoorRestored`]).
+    pub async fn set_filters(&mut self, filters: Vec<(String, u8)>) {
+        let Some(d) = &mut self.session.door else { return };
+        if d.filters == filters {
+            return;
+        }
+        d.filters = filters;
+        Box::pin(self.session.save_door_filters()).await;
+    }
+
+    /// Acknowledges deliveries by msgId, as an `ack` frame does (N24), without waiting for
+    /// publishes in flight nor for the connection's durable task (when its queue is full the
+    /// acks are stored at once).
+    pub async fn ack(&mut self, msg_ids: Vec<String>) {
+        Box::pin(self.session.ack_now(msg_ids)).await;
     }
 
     /// Whether the connection has authenticated.
@@ -207,5 +278,5 @@ impl DoorLimits {
 /// Runs `fut`, turning a panic into `None` (logged, counted in `skua_connection_panics_total`),
 /// as the WebSocket connection tasks do.
 pub async fn contained<F: std::future::Future>(fut: F, st: &EdgeState, part: &str) -> Option<F::Output> {
-    crate::ws::contained(fut, &st.metrics, part).await
+    crate::contain::contained(fut, &st.metrics, part).await
 }

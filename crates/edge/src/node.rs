@@ -3,8 +3,8 @@
 //! [`EdgeNode::start`] starts the node's [`Engine`] (its node-level tasks: the hub's dispatcher,
 //! the node-to-node control handler, liveness, revalidation, log retention, the release of what
 //! a previous run under the same node id held) and builds the door's [`EdgeState`] over it;
-//! [`EdgeNode::open`] then starts the listeners, once the caller has installed every
-//! route (issue 31: nothing answers before the node serves it). [`EdgeNode::drain`] and [`EdgeNode::stop`] take them down in order.
+//! [`EdgeNode::open`] then builds the router with the other doors' routes ([`ApiRoutes`]) and
+//! starts the listeners (issue 31: nothing answers before the node serves every route). [`EdgeNode::drain`] and [`EdgeNode::stop`] take them down in order.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +16,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::config::EdgeConfig;
 use crate::state::{Backends, EdgeState};
+use crate::ws::ApiRoutes;
 
 /// How long the bus gets to send what it still buffers once connections have drained.
 const BUS_FLUSH: Duration = Duration::from_secs(2);
@@ -61,9 +62,9 @@ impl std::fmt::Debug for EdgeNode {
 
 impl EdgeNode {
     /// Builds the node's state over `backends` and starts its tasks; the listeners stay bound
-    /// but accept nothing until [`Self::open`], so that the routes installed on the state after
-    /// this call ([`EdgeState::api`], [`EdgeState::admin`]) are in place before any request is
-    /// answered (issue 31): a connection made meanwhile waits in the listen backlog.
+    /// but accept nothing until [`Self::open`], so that the routes built over the engine after
+    /// this call (the REST API, the dashboard) are in place before any request is answered
+    /// (issue 31): a connection made meanwhile waits in the listen backlog.
     pub fn start(
         config: EdgeConfig,
         node: NodeId,
@@ -86,9 +87,10 @@ impl EdgeNode {
         Self { state, server: None, pending: Some(listeners), tasks }
     }
 
-    /// Starts accepting on the listeners given to [`Self::start`]: from now on `/readyz`,
-    /// `/ws` and every installed route answer. Later calls do nothing.
-    pub fn open(&mut self) {
+    /// Starts accepting on the listeners given to [`Self::start`], serving `routes` besides
+    /// the edge's own: from now on `/readyz`, `/ws`, `/v1` and `/admin` answer. Later calls do
+    /// nothing.
+    pub fn open(&mut self, routes: ApiRoutes) {
         let Some(listeners) = self.pending.take() else { return };
         let state = &self.state;
         if let Some(l) = listeners.metrics {
@@ -107,7 +109,8 @@ impl EdgeNode {
                 }
             });
         }
-        self.server = Some(tokio::spawn(serve(listeners.client, state.clone(), listeners.tls)));
+        let router = crate::ws::router(state.clone(), routes);
+        self.server = Some(tokio::spawn(crate::front::serve(listeners.client, state.clone(), router, listeners.tls)));
     }
 
     /// The node's shared state.
@@ -179,14 +182,15 @@ async fn spread_closes(st: &EdgeState, spread: Duration) {
 }
 
 /// Serves the edge on `listener` until the state's shutdown token is cancelled: WebSocket
-/// upgrades at `/ws`, `/healthz`, `/readyz` and (unless it has its own listener) `/metrics`.
+/// upgrades at `/ws`, `/healthz`, `/readyz` and (unless it has its own listener) `/metrics`;
+/// no `/v1` or `/admin` (those come with [`EdgeNode::open`]).
 /// With `tls`, every socket completes a TLS handshake first (`wss://`). Connection tasks are
 /// tracked by the state's tracker, which the caller waits for.
 ///
 /// # Errors
 /// None today; the result is kept for listener failures.
 pub async fn serve(listener: TcpListener, state: Arc<EdgeState>, tls: Option<TlsAcceptor>) -> std::io::Result<()> {
-    crate::front::serve(listener, state.clone(), crate::ws::router(state), tls).await
+    crate::front::serve(listener, state.clone(), crate::ws::router(state, ApiRoutes::default()), tls).await
 }
 
 /// Serves `/metrics` alone on `listener` (`metrics_listen`), until the state's shutdown token

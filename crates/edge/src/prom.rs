@@ -68,11 +68,11 @@ pub fn render(st: &EdgeState) -> String {
     let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
     let mut o = Out(String::with_capacity(8 * 1024));
 
-    let ready = u8::from(st.not_ready().is_none());
+    let ready = u8::from(st.not_ready_now().is_none());
     o.scalar(
         "skua_ready",
         "gauge",
-        "1 when /readyz answers 200 (not draining; a full node stays ready and refuses upgrades 503; backends are not asked).",
+        "1 when /readyz answers 200 (not draining, and not cut off from a bus its peers reach; a full node stays ready and refuses upgrades 503).",
         ready,
     );
     o.scalar("skua_draining", "gauge", "1 once the node started draining.", u8::from(st.is_draining()));

@@ -133,6 +133,21 @@ impl FrameBuckets {
     }
 }
 
+/// What another door asked of its session ([`crate::door::DoorAuth`]), and what it restored.
+pub(crate) struct DoorState {
+    /// Kept while the client is away: subscriptions, and a durable consumer for each QoS 1/2
+    /// subscription to a logged topic (docs/protocol.md N54).
+    pub(crate) persistent: bool,
+    /// What an earlier connection of the session kept is discarded at auth.
+    pub(crate) clean: bool,
+    /// The door's filters as its client made them, saved with the restore record.
+    pub(crate) filters: Vec<(String, u8)>,
+    /// Whether the auth found a stored session with subscriptions.
+    pub(crate) present: bool,
+    /// Told what was restored, before the auth reply is queued.
+    pub(crate) on_restored: Option<Box<dyn FnOnce(crate::door::DoorRestored) + Send + Sync>>,
+}
+
 /// The state machine of one connection.
 pub(crate) struct Session {
     st: Arc<EdgeState>,
@@ -165,6 +180,8 @@ pub(crate) struct Session {
     pipeline: pipeline::Pipeline,
     /// How the connection reached the node (its door), for the connection lists.
     pub(crate) protocol: crate::revalidate::ConnProtocol,
+    /// For a connection of another door (MQTT): how its session is kept.
+    pub(crate) door: Option<DoorState>,
 }
 
 impl Session {
@@ -186,6 +203,7 @@ impl Session {
             claimed: None,
             pipeline: pipeline::Pipeline::default(),
             protocol: crate::revalidate::ConnProtocol::Ws,
+            door: None,
         }
     }
 
@@ -352,6 +370,7 @@ impl Session {
                 .collect(),
             lobbies: self.lobbies.keys().cloned().collect(),
             holder_last_seen_ms: None,
+            door_filters: self.door.as_ref().map(|d| d.filters.clone()).unwrap_or_default(),
         }
     }
 
@@ -366,9 +385,18 @@ impl Session {
         self.save_restore().await;
     }
 
+    /// Saves the record after a door's filters changed.
+    pub(crate) async fn save_door_filters(&self) {
+        self.save_restore().await;
+    }
+
     /// Saves the restore record after a subscription change.
     async fn save_restore(&self) {
         let Some(a) = &self.auth else { return };
+        // A door's clean session keeps nothing (N54).
+        if self.door.as_ref().is_some_and(|d| !d.persistent) {
+            return;
+        }
         if let Err(e) = self.st.store.save_restore(&a.restore, &self.st.node, &self.restore_record()).await {
             tracing::warn!(error = %e, "Saving the restore record failed; a reconnect may restore less.");
         }
@@ -389,7 +417,11 @@ impl Session {
         if !taken_over && self.subs.iter().any(|(_, s)| s.tracker.is_some()) {
             self.save_restore().await;
         }
-        if let Some(a) = &self.auth {
+        // A door's clean session without a client id never saved a record.
+        let unsaved = |a: &Authed| {
+            self.door.as_ref().is_some_and(|d| !d.persistent) && matches!(a.restore, RestoreKey::Connection(_))
+        };
+        if let Some(a) = self.auth.as_ref().filter(|a| !unsaved(a)) {
             let ttl = self.st.config.restore_ttl.as_secs();
             if let Err(e) = self.st.store.release_restore(&a.restore, now_unix_s(), ttl).await {
                 tracing::warn!(error = %e, "Releasing the restore record failed.");
@@ -417,9 +449,33 @@ impl Session {
         self.auth = None;
     }
 
-    async fn on_ack(&mut self, ids: Vec<String>) {
+    pub(crate) async fn on_ack(&mut self, ids: Vec<String>) {
         if let Some(d) = &self.durable {
             d.send(Cmd::Ack(ids)).await;
+        }
+    }
+
+    /// Acks for another door, never waiting for the durable task: a door whose writer waits
+    /// for acknowledgements (MQTT's in-flight bound) would otherwise wait on a task that waits
+    /// for that writer (a backlog's frames wait for room in the queue). When the task's queue is
+    /// full the acks go to the store at once, each on the session's durable consumers (a msgId
+    /// is pending for one of them at most), as the task does for an id it does not remember.
+    pub(crate) async fn ack_now(&mut self, ids: Vec<String>) {
+        let Some(d) = &self.durable else { return };
+        let Err(Cmd::Ack(ids)) = d.try_send(Cmd::Ack(ids)) else { return };
+        let consumers: Vec<&str> =
+            self.subs.iter().filter_map(|(_, s)| s.consumer.as_ref().map(skua_core::ConsumerId::as_str)).collect();
+        let acks: Vec<(&str, &str)> =
+            ids.iter().flat_map(|id| consumers.iter().map(move |c| (*c, id.as_str()))).collect();
+        if acks.is_empty() {
+            return;
+        }
+        match self.st.store.ack_many(&acks).await {
+            Ok(done) => {
+                let n = done.iter().filter(|d| **d).count() as u64;
+                self.st.metrics.acks.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+            }
+            Err(e) => tracing::warn!(error = %e, "Storing acks failed; the messages stay pending and come again."),
         }
     }
 
@@ -442,9 +498,15 @@ impl Session {
         logged: bool,
         group: Option<&Arc<str>>,
         filters: &[String],
+        qos: u8,
     ) -> Result<Option<skua_core::ConsumerId>, skua_core::StoreError> {
         let Some(a) = &self.auth else { return Ok(None) };
         if !logged || a.key.client_id.is_none() {
+            return Ok(None);
+        }
+        // A door's session keeps messages only for its QoS 1/2 subscriptions of a persistent
+        // session (N54); its QoS 0 subscriptions and clean sessions get live messages only.
+        if self.door.as_ref().is_some_and(|d| !d.persistent || qos == 0) {
             return Ok(None);
         }
         let id = match group {

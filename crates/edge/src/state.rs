@@ -1,5 +1,5 @@
 //! Everything the WebSocket door's connections share: the [`Engine`] they talk to, and the
-//! door's own slots, throttles, drain flag and late-installed routes.
+//! door's own slots, throttles and drain flag.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,6 +10,9 @@ use tokio::sync::Semaphore;
 pub(crate) use skua_engine::ProjectSlot;
 pub use skua_engine::{Backends, Engine};
 
+/// `/readyz`'s body while only this node's bus link is down.
+const BUS_UNREACHABLE: &str = "bus_unreachable";
+
 /// Shared state of the WebSocket door of one node: plain data, no tasks ([`crate::node`] starts
 /// and stops them). Derefs to the node's [`Engine`], so `state.hub`, `state.publisher`... name
 /// the engine's parts.
@@ -18,15 +21,6 @@ pub struct EdgeState {
     pub engine: Arc<Engine>,
     /// Failed auths per source address (issue 12, item 6).
     pub auth_throttle: crate::auth::AuthThrottle,
-    /// The routes served under `/v1` (the REST API), installed once the control plane runs;
-    /// unset, `/v1` answers 404.
-    pub api: std::sync::OnceLock<axum::Router>,
-    /// The routes served under `/admin` (the admin dashboard), installed once the control
-    /// plane runs with an admin key; unset, `/admin` answers 404.
-    pub admin: std::sync::OnceLock<axum::Router>,
-    /// The door served over WebSocket at `/mqtt` (MQTT over WebSocket, issue 37), installed
-    /// when the MQTT door is enabled; unset, `/mqtt` answers 404.
-    pub mqtt_ws: std::sync::OnceLock<Arc<dyn crate::door::WsDoor>>,
     pub(crate) draining: AtomicBool,
     /// When the drain began (`skua_drain_seconds`).
     pub(crate) drain_started: std::sync::OnceLock<std::time::Instant>,
@@ -34,7 +28,7 @@ pub struct EdgeState {
     pub(crate) conn_slots: Arc<Semaphore>,
     /// Per-address limits (`max_connections_per_ip`, `max_new_connections_per_ip_per_second`),
     /// one count for every door of the node: a client's WebSocket and MQTT sockets share it.
-    pub(crate) ip_limits: Arc<crate::front::IpLimits>,
+    pub(crate) ip_limits: Arc<crate::front::ip::IpLimits>,
     /// Connection slots the open-file limit leaves room for (soft limit less `fd_reserve`),
     /// read once at start; [`None`] when unlimited or unknown.
     pub(crate) fd_budget: Option<usize>,
@@ -55,15 +49,12 @@ impl EdgeState {
         let config = &engine.config;
         Self {
             conn_slots: Arc::new(Semaphore::new(config.max_connections)),
-            ip_limits: crate::front::IpLimits::new(
+            ip_limits: crate::front::ip::IpLimits::new(
                 config.max_connections_per_ip,
                 config.max_new_connections_per_ip_per_second,
             ),
             fd_budget,
             auth_throttle: crate::auth::AuthThrottle::new(config.auth_backoff_after, config.auth_backoff_max),
-            api: std::sync::OnceLock::new(),
-            admin: std::sync::OnceLock::new(),
-            mqtt_ws: std::sync::OnceLock::new(),
             draining: AtomicBool::new(false),
             drain_started: std::sync::OnceLock::new(),
             engine,
@@ -81,13 +72,28 @@ impl EdgeState {
         self.fd_budget.is_some_and(|budget| self.slots_used() > budget)
     }
 
-    /// Why the node must leave its load balancer now, or `None` (`/readyz`): only while it
-    /// drains. A full node (`max_connections`, the open-file budget) stays ready and refuses
-    /// new upgrades with 503 and `Retry-After` instead: a readiness that flapped at the cap
-    /// would make load balancers that reset an unhealthy target's connections drop every
-    /// client of a busy edge (issue 32, item 1). Backends are not asked either.
-    pub(crate) fn not_ready(&self) -> Option<&'static str> {
-        self.is_draining().then_some("draining")
+    /// Why the node must leave its load balancer now, or `None` (`/readyz`): while it drains,
+    /// and while its own bus link is down though a live peer's is up (issue 32, item 11:
+    /// every new `auth` here would be refused `broker_unavailable` while its peers serve;
+    /// [`skua_engine::readiness`]). A full node (`max_connections`, the open-file budget)
+    /// stays ready and refuses new upgrades with 503 and `Retry-After` instead: a readiness
+    /// that flapped at the cap would make load balancers that reset an unhealthy target's
+    /// connections drop every client of a busy edge (issue 32, item 1). A shared backend's
+    /// outage (the broker, Redis, the store) leaves every node ready.
+    pub(crate) async fn not_ready(&self) -> Option<&'static str> {
+        if self.is_draining() {
+            return Some("draining");
+        }
+        self.bus_outage_is_local().await.then_some(BUS_UNREACHABLE)
+    }
+
+    /// [`Self::not_ready`] without asking the presence backend: the last answer while the
+    /// bus link is down (the `skua_ready` gauge).
+    pub(crate) fn not_ready_now(&self) -> Option<&'static str> {
+        if self.is_draining() {
+            return Some("draining");
+        }
+        self.bus_outage_was_local().then_some(BUS_UNREACHABLE)
     }
 
     /// Claims a connection of `project` against `max`; `None` when the project is full.

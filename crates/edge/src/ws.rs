@@ -23,6 +23,7 @@ use tungstenite::protocol::frame::CloseFrame;
 use tungstenite::protocol::{Role, WebSocketConfig};
 
 use crate::clock::{deadline_of, next_change, now_unix_s};
+use crate::contain::contained;
 use crate::front::ConnInfo;
 use crate::outbound::{CloseRequest, ConnHandle, Outbox, Take};
 use crate::session::Session;
@@ -42,18 +43,50 @@ const WRITE_BATCH: usize = 64;
 /// tungstenite's read buffer per connection, kept while the connection lives.
 const READ_BUFFER: usize = 1024;
 
-/// The edge's HTTP routes; `/metrics` only when it has no listener of its own. Served by
-/// [`crate::front::serve`], which gives every request its socket's [`ConnInfo`].
-pub fn router(state: Arc<EdgeState>) -> Router {
+/// The routers other doors serve on the edge's listener: the REST API under `/v1`, the
+/// admin dashboard under `/admin` and a door served over WebSocket at `/mqtt` (each answers 404
+/// when absent).
+#[derive(Clone, Default)]
+pub struct ApiRoutes {
+    /// The REST API's routes (their paths start with `/v1`).
+    pub api: Option<Router>,
+    /// The admin dashboard's routes (their paths start with `/admin`).
+    pub admin: Option<Router>,
+    /// The door served over WebSocket at `/mqtt` (MQTT over WebSocket, issue 37), given when
+    /// the MQTT door is enabled.
+    pub mqtt_ws: Option<Arc<dyn crate::door::WsDoor>>,
+}
+
+impl std::fmt::Debug for ApiRoutes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiRoutes")
+            .field("api", &self.api)
+            .field("admin", &self.admin)
+            .field("mqtt_ws", &self.mqtt_ws.as_ref().map(|d| d.subprotocol()))
+            .finish()
+    }
+}
+
+/// The edge's HTTP routes, with `routes` under `/v1` and `/admin`; `/metrics` only when it has
+/// no listener of its own. Served by [`crate::front::serve`], which gives every request its
+/// socket's [`ConnInfo`].
+pub fn router(state: Arc<EdgeState>, routes: ApiRoutes) -> Router {
+    let door = routes.mqtt_ws.clone();
+    let routes = Arc::new(routes);
     let router = Router::new()
         .route("/ws", any(ws_upgrade))
-        .route("/mqtt", any(door_upgrade))
+        .route(
+            "/mqtt",
+            any(move |st: State<Arc<EdgeState>>, conn: Extension<ConnInfo>, req: axum::extract::Request| {
+                door_upgrade(door.clone(), st, conn, req)
+            }),
+        )
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/healthz/backends", get(backends))
         // A fallback rather than a `/v1/{*rest}` route: the API router's path parameters must
         // be the only ones its handlers see.
-        .fallback(api);
+        .fallback(move |req: axum::extract::Request| api(routes.clone(), req));
     let router = if state.config.metrics_separate { router } else { router.route("/metrics", get(metrics)) };
     router.with_state(state)
 }
@@ -63,20 +96,20 @@ pub fn metrics_router(state: Arc<EdgeState>) -> Router {
     Router::new().route("/metrics", get(metrics)).with_state(state)
 }
 
-/// `/v1…`: handed to the installed API router ([`EdgeState::api`]); `/admin…` to the admin
-/// dashboard's ([`EdgeState::admin`]), with the client's address as axum's `ConnectInfo`
-/// (port 0); anything else 404.
-async fn api(State(st): State<Arc<EdgeState>>, mut req: axum::extract::Request) -> Response {
+/// `/v1…`: handed to the API router ([`ApiRoutes::api`]); `/admin…` to the admin dashboard's
+/// ([`ApiRoutes::admin`]), with the client's address as axum's `ConnectInfo` (port 0);
+/// anything else 404.
+async fn api(routes: Arc<ApiRoutes>, mut req: axum::extract::Request) -> Response {
     let path = req.uri().path();
     let under = |prefix: &str| path == prefix || path.strip_prefix(prefix).is_some_and(|r| r.starts_with('/'));
     let router = if under("/v1") {
-        st.api.get()
+        routes.api.as_ref()
     } else if under("/admin") {
         if let Some(conn) = req.extensions().get::<ConnInfo>().cloned() {
             let peer = std::net::SocketAddr::new(conn.client(), 0);
             req.extensions_mut().insert(axum::extract::ConnectInfo(peer));
         }
-        st.admin.get()
+        routes.admin.as_ref()
     } else {
         None
     };
@@ -93,14 +126,15 @@ async fn api(State(st): State<Arc<EdgeState>>, mut req: axum::extract::Request) 
 }
 
 /// `/readyz`: whether load balancers should send this node new clients: 503 `draining` once
-/// it drains, 200 otherwise. A full node (`max_connections`, the open-file budget) stays
-/// ready: its upgrades get 503 with `Retry-After`, and clients retry through the balancer to
-/// another edge, while a balancer that saw it unhealthy might reset its open connections.
-/// Backend health is deliberately not part of it: the bus, Redis and the store are shared by
-/// every node, so failing readiness for them would empty every endpoint at once; they are
-/// exported as `skua_backend_up` and shown by `/healthz/backends` instead.
+/// it drains, 503 `bus_unreachable` while its own bus link is down but a peer's is up, 200
+/// otherwise. A full node (`max_connections`, the open-file budget) stays ready: its upgrades
+/// get 503 with `Retry-After`, and clients retry through the balancer to another edge, while a
+/// balancer that saw it unhealthy might reset its open connections. A shared backend's
+/// outage is deliberately not part of it: the bus, Redis and the store are shared by every
+/// node, so failing readiness for them would empty every endpoint at once; they are exported
+/// as `skua_backend_up` and shown by `/healthz/backends` instead.
 async fn readyz(State(st): State<Arc<EdgeState>>) -> Response {
-    match st.not_ready() {
+    match st.not_ready().await {
         Some(why) => (StatusCode::SERVICE_UNAVAILABLE, why).into_response(),
         None => "ready".into_response(),
     }
@@ -214,15 +248,16 @@ async fn ws_upgrade(
     response
 }
 
-/// `/mqtt`: the upgrade of a door served over WebSocket ([`EdgeState::mqtt_ws`], MQTT over
+/// `/mqtt`: the upgrade of a door served over WebSocket ([`ApiRoutes::mqtt_ws`], MQTT over
 /// WebSocket), checked and admitted as a `/ws` one; the client must offer the door's
 /// subprotocol (MQTT-6.0.0-3), which the 101 names. 404 while no such door is installed.
 async fn door_upgrade(
+    door: Option<Arc<dyn crate::door::WsDoor>>,
     State(st): State<Arc<EdgeState>>,
     Extension(conn): Extension<ConnInfo>,
     mut req: axum::extract::Request,
 ) -> Response {
-    let Some(door) = st.mqtt_ws.get().cloned() else {
+    let Some(door) = door else {
         return StatusCode::NOT_FOUND.into_response();
     };
     let hs = match handshake::check(&mut req) {
@@ -293,29 +328,6 @@ async fn run_connection(socket: Box<WebSocket>, st: Arc<EdgeState>, id: skua_cor
     handle.request_close(CloseRequest::GONE);
     let _ = writer.await;
     st.metrics.connections_closed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// Runs `fut`, turning a panic into `None` (logged and counted in
-/// `skua_connection_panics_total`) so the caller can close and clean up the connection.
-pub(crate) async fn contained<F: std::future::Future>(
-    fut: F,
-    metrics: &crate::metrics::Metrics,
-    part: &str,
-) -> Option<F::Output> {
-    use futures_util::FutureExt;
-    match std::panic::AssertUnwindSafe(fut).catch_unwind().await {
-        Ok(out) => Some(out),
-        Err(panic) => {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_default();
-            tracing::error!(part, panic = %what, "A connection task panicked; the connection is closed 1011.");
-            metrics.connection_panics.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            None
-        }
-    }
 }
 
 async fn read_loop(

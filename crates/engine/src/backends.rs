@@ -1,4 +1,4 @@
-//! What a node's engine is built from: the backend slots and the server's hooks.
+//! What a node's engine is built from: the backend slots and the webhook seam.
 
 use std::sync::Arc;
 
@@ -17,14 +17,12 @@ pub struct Backends {
     pub store: Arc<dyn Store>,
     /// Told of every accepted publish, in this order ([`crate::publish`]).
     pub publish_observers: Vec<Arc<dyn crate::publish::PublishObserver>>,
-    /// Trigger webhooks' configuration and delivery engine; `None`: this node posts no triggers.
-    pub trigger_hooks: Option<Arc<dyn crate::triggers::TriggerHooks>>,
+    /// Posts every webhook request of the node: triggers (N44), hydration (N43) and wakes
+    /// (N47); `None`: this node posts no webhooks (no triggers, no hydration frames, nobody is
+    /// woken).
+    pub webhooks: Option<Arc<dyn skua_core::webhook::Poster>>,
     /// Further series for `/metrics` (e.g. the webhook engine's), appended in this order.
     pub metrics_sources: Vec<Arc<dyn crate::metrics::MetricsSource>>,
-    /// Calls hydration webhooks (N43); `None`: no hydration frames.
-    pub hydrator: Option<Arc<dyn crate::hydrate::Hydrator>>,
-    /// Posts wake requests of persistent members (N47); `None`: nobody is woken.
-    pub wake_poster: Option<Arc<dyn crate::members::WakePoster>>,
     /// The cluster's counters of the wake limits (issue 33); `None`: each node counts alone.
     pub shared_limits: Option<Arc<dyn skua_core::limits::SharedLimits>>,
     /// Topic history (issue 19); `None`: no topic keeps history on this node.

@@ -342,6 +342,14 @@ impl DurableHandle {
         let _ = self.tx.send(cmd).await;
     }
 
+    /// Sends a command if the task's queue has room; gives it back when it is full.
+    ///
+    /// # Errors
+    /// The command, when the queue is full or the task ended.
+    pub fn try_send(&self, cmd: Cmd) -> Result<(), Cmd> {
+        self.tx.try_send(cmd).map_err(tokio::sync::mpsc::error::TrySendError::into_inner)
+    }
+
     /// Releases what the connection holds and stops the task, waiting at most `grace`.
     pub async fn shutdown(self, grace: Duration) {
         let (done, wait) = oneshot::channel();
@@ -478,12 +486,19 @@ impl DurableTask {
     /// ([`crate::durable_writer`]), which claims them together with what the node's other
     /// connections wait to claim, instead of a claim per message and subscriber.
     async fn live_batch(&mut self, live: Vec<(ConsumerId, Arc<Envelope>)>) {
-        // A held subscription's messages stay pending; its resume delivers them.
+        // A held subscription's messages stay pending; its resume delivers them. A closing
+        // connection (its client left, or a newer connection took its session over) claims no
+        // more of its session's own messages: they stay pending and unheld for the session's
+        // next connection, which would otherwise get them only after this one's release, as
+        // redeliveries (found by the MQTT door's session tests). A group's stay claimed here and
+        // are released to the other members at once, as before.
+        let closing = self.conn.is_closing();
         let live: Vec<(ConsumerId, Arc<Envelope>)> = live
             .into_iter()
             .filter(|(c, env)| {
                 self.consumers.get(c).is_some_and(|s| s.held.is_none())
                     && matches!(&**env, Envelope::Publication(p) if p.msg_id.is_some())
+                    && !(closing && matches!(c.of(), ConsumerOf::Session { .. }))
             })
             .collect();
         // Per message: deliver it (and whether as a redelivery) or not. One request to the

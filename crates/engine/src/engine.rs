@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use skua_core::webhook::Poster;
 use skua_core::{ConnId, EnvelopeId, NodeId, Presence, ProjectId, Registry, SessionKey, SharedRegistry, Store};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -14,7 +15,6 @@ use crate::backends::Backends;
 use crate::config::EdgeConfig;
 use crate::durable::Durable;
 use crate::hub::Hub;
-use crate::hydrate::Hydrator;
 use crate::liveness::{DeferredRemovals, Liveness};
 use crate::members::Members;
 use crate::metrics::{Metrics, MetricsSource};
@@ -58,10 +58,10 @@ pub struct Engine {
     pub publisher: Publisher,
     /// Durable delivery, local clientId sessions and node-to-node control.
     pub durable: Arc<Durable>,
-    /// Trigger webhooks (N44, N45), when the server gave their hooks.
+    /// Trigger webhooks (N44, N45), when the node posts webhooks.
     pub triggers: Option<Arc<Triggers>>,
-    /// Calls hydration webhooks (N43).
-    pub hydrator: Option<Arc<dyn Hydrator>>,
+    /// The node's webhook seam: hydration (N43), triggers and wakes go through it.
+    pub webhooks: Option<Arc<dyn Poster>>,
     /// Persistent presence and wake (N46, N47).
     pub members: Arc<Members>,
     /// Topic history (issue 19).
@@ -70,6 +70,8 @@ pub struct Engine {
     pub outbound_budget: Arc<OutboundBudget>,
     /// Presence removals that failed, for the liveness loop to retry.
     deferred_removals: Arc<DeferredRemovals>,
+    /// Whether a bus outage is this node's own (`/readyz`).
+    local_bus_outage: crate::readiness::LocalBusOutage,
     /// Further series for `/metrics`.
     metrics_sources: Vec<Arc<dyn MetricsSource>>,
     next_conn: AtomicU64,
@@ -137,8 +139,8 @@ impl Engine {
         };
         hub.start_dispatch(backends.bus_deliveries, dispatcher_stop.clone(), shards, config.bus_queue, &background);
         let connections = Arc::new(Connections::default());
-        let triggers = backends.trigger_hooks.map(|hooks| {
-            Triggers::new(&node, registry.clone(), backends.store.clone(), hooks, config.triggers.clone())
+        let triggers = backends.webhooks.clone().map(|poster| {
+            Triggers::new(&node, registry.clone(), backends.store.clone(), poster, config.triggers.clone())
         });
         let publisher = Publisher::new(
             node.clone(),
@@ -175,7 +177,7 @@ impl Engine {
                 hub.clone(),
                 registry.clone(),
                 backends.presence.clone(),
-                backends.wake_poster,
+                backends.webhooks.clone(),
             )
             .with_shared_limits(backends.shared_limits),
         );
@@ -217,11 +219,12 @@ impl Engine {
             publisher,
             durable: durable.clone(),
             triggers: triggers.clone(),
-            hydrator: backends.hydrator,
+            webhooks: backends.webhooks,
             members: members.clone(),
             history: backends.history,
             outbound_budget,
             deferred_removals,
+            local_bus_outage: crate::readiness::LocalBusOutage::default(),
             metrics_sources,
             next_conn: AtomicU64::new(1),
             project_conns: Mutex::new(HashMap::new()),
@@ -268,6 +271,17 @@ impl Engine {
             ("presence", self.presence.is_available()),
             ("store", self.store.is_available()),
         ]
+    }
+
+    /// Whether this node's bus link is down while a live peer's is up: the outage is the
+    /// node's own, and it should leave its load balancer ([`crate::readiness`]).
+    pub async fn bus_outage_is_local(&self) -> bool {
+        self.local_bus_outage.check(&**self.hub.bus(), &self.presence, &self.node).await
+    }
+
+    /// The last answer of [`Self::bus_outage_is_local`] while the link is still down.
+    pub fn bus_outage_was_local(&self) -> bool {
+        self.local_bus_outage.last(&**self.hub.bus())
     }
 
     /// Further series for `/metrics` (the server's, the members'), in rendering order.

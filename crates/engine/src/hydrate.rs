@@ -1,7 +1,9 @@
-//! Hydration on subscribe (N43): the [`Hydrator`] seam through which the node calls the app's
-//! hydration webhook (the server plugs in the webhook engine; the edge knows no HTTP), and the
-//! [`Hold`] that keeps a subscription's live frames back until its `hydration` frame is queued
-//! or has failed, so the client sees the state before the changes after it.
+//! Hydration on subscribe (N43): the request to the app's hydration webhook, posted through
+//! the node's webhook seam ([`Poster`]: the server plugs in `skua-webhooks`; the engine knows no
+//! HTTP) with up to 3 attempts within the webhook's timeout, its JSON answer turned into one
+//! MessagePack value; and the [`Hold`] that keeps a subscription's live frames back until its
+//! `hydration` frame is queued or has failed, so the client sees the state before the changes
+//! after it.
 //!
 //! The held frames are bounded by the connection's outbound bounds (`outbound_queue_messages`,
 //! `outbound_queue_bytes`): one more closes the connection 4008 like an overflowing queue.
@@ -14,7 +16,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use bytes::Bytes;
-use skua_core::webhook::WebhookCall;
+use serde_json::{Map, Value as Json};
+use skua_core::webhook::{Attempts, CALL_RETRY_DELAYS, Post, Poster, WebhookCall};
 use skua_core::{ActorId, ActorType, ProjectId};
 use skua_protocol::{ServerFrame, ServerFrameKind};
 
@@ -53,14 +56,67 @@ pub struct HydrationError {
     pub detail: String,
 }
 
-/// Calls hydration webhooks. Implementations bound their own time (the webhook's timeout).
-#[async_trait::async_trait]
-pub trait Hydrator: Send + Sync + 'static {
-    /// The webhook's answer as one encoded MessagePack value (the `hydration` frame's `data`).
-    ///
-    /// # Errors
-    /// [`HydrationError`] for a timeout, a non-2xx answer, a body that is not JSON, …
-    async fn hydrate(&self, request: HydrationRequest) -> Result<Bytes, HydrationError>;
+impl HydrationRequest {
+    /// The webhook body (without `deliveryId` and `timestamp`): `{projectId, app, room,
+    /// roomName, topicName, actorId, actorType, clientId?, scope}` (N43).
+    pub fn payload(&self) -> Map<String, Json> {
+        let mut m = Map::new();
+        m.insert("projectId".into(), self.project_id.as_str().into());
+        m.insert("app".into(), (*self.call.app_slug).into());
+        m.insert("room".into(), (*self.room).into());
+        m.insert("roomName".into(), (*self.call.room_name).into());
+        m.insert("topicName".into(), (*self.topic_name).into());
+        m.insert("actorId".into(), self.actor_id.as_str().into());
+        m.insert("actorType".into(), self.actor_type.as_str().into());
+        if let Some(c) = &self.client_id {
+            m.insert("clientId".into(), c.as_str().into());
+        }
+        m.insert("scope".into(), self.scope.clone());
+        m
+    }
+}
+
+/// Posts `request` through `poster` (3 attempts on 5xx and transport errors, 1 s then 2 s
+/// apart, all within the webhook's timeout) and turns its 2xx JSON answer into one encoded
+/// MessagePack value (the `hydration` frame's `data`).
+///
+/// # Errors
+/// [`HydrationError`] for a timeout, a non-2xx answer, a body that is not JSON, …
+pub async fn hydrate(poster: &dyn Poster, request: &HydrationRequest) -> Result<Bytes, HydrationError> {
+    let call = &request.call;
+    let delivery_id = uuid::Uuid::new_v4().to_string();
+    let body = skua_core::webhook::json_body(request.payload(), &delivery_id, crate::clock::now_unix_ms());
+    let post =
+        Post { kind: call.kind, target: &call.target, secret: call.secret.as_ref(), delivery_id: &delivery_id, body };
+    let attempts = Attempts::Within { delays: &CALL_RETRY_DELAYS, budget: call.target.timeout(call.kind) };
+    let answer =
+        poster.post(post, attempts).await.map_err(|e| HydrationError { reason: e.outcome, detail: e.error })?;
+    let json: Json = serde_json::from_slice(&answer.body).map_err(|e| HydrationError {
+        reason: "not_json",
+        detail: format!("HTTP {} answer ({} bytes) is not JSON: {e}", answer.status, answer.body.len()),
+    })?;
+    let mut out = Vec::with_capacity(answer.body.len());
+    rmpv::encode::write_value(&mut out, &to_msgpack(&json))
+        .map_err(|e| HydrationError { reason: "not_json", detail: e.to_string() })?;
+    Ok(Bytes::from(out))
+}
+
+/// A JSON value as MessagePack: integers stay integers, other numbers become float64.
+pub fn to_msgpack(v: &Json) -> rmpv::Value {
+    match v {
+        Json::Null => rmpv::Value::Nil,
+        Json::Bool(b) => rmpv::Value::Boolean(*b),
+        Json::Number(n) => match (n.as_u64(), n.as_i64()) {
+            (Some(u), _) => rmpv::Value::from(u),
+            (None, Some(i)) => rmpv::Value::from(i),
+            _ => rmpv::Value::F64(n.as_f64().unwrap_or(0.0)),
+        },
+        Json::String(s) => rmpv::Value::from(s.as_str()),
+        Json::Array(a) => rmpv::Value::Array(a.iter().map(to_msgpack).collect()),
+        Json::Object(o) => {
+            rmpv::Value::Map(o.iter().map(|(k, v)| (rmpv::Value::from(k.as_str()), to_msgpack(v))).collect())
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -130,12 +186,12 @@ impl Hold {
 /// What runs once a hold is released (a durable subscription's resume).
 pub type AfterRelease = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
-/// Calls `hydrator` for one subscription and releases its `hold`: with the `hydration` frame
+/// Posts one subscription's hydration request through `poster` and releases its `hold`: with the `hydration` frame
 /// when the answer came and fits `max_data` bytes, without one otherwise (logged, counted);
 /// then runs `after`. Nothing is sent (and `after` does not run) when the subscription went
 /// meanwhile (its hold is gone) or the connection closed.
 pub async fn run(
-    hydrator: Arc<dyn Hydrator>,
+    poster: Arc<dyn Poster>,
     request: HydrationRequest,
     conn: Arc<ConnHandle>,
     hold: Weak<Hold>,
@@ -145,7 +201,7 @@ pub async fn run(
 ) {
     let topic = request.topic_name.clone();
     let result = tokio::select! {
-        r = hydrator.hydrate(request) => r,
+        r = hydrate(poster.as_ref(), &request) => r,
         () = conn.closed() => return,
     };
     let Some(hold) = hold.upgrade() else {
@@ -180,6 +236,21 @@ mod tests {
 
     use super::*;
     use crate::outbound::CloseRequest;
+
+    #[test]
+    fn json_becomes_the_same_msgpack_value() {
+        let j: Json = serde_json::from_str(r#"{"a":[1,-2,1.5,"x",null,true],"b":{}}"#).unwrap();
+        let m = to_msgpack(&j);
+        let mut buf = Vec::new();
+        rmpv::encode::write_value(&mut buf, &m).unwrap();
+        let back = rmpv::decode::read_value(&mut buf.as_slice()).unwrap();
+        assert_eq!(back["a"][0].as_u64(), Some(1));
+        assert_eq!(back["a"][1].as_i64(), Some(-2));
+        assert_eq!(back["a"][2].as_f64(), Some(1.5));
+        assert_eq!(back["a"][3].as_str(), Some("x"));
+        assert!(back["a"][4].is_nil());
+        assert!(back["b"].as_map().is_some_and(Vec::is_empty));
+    }
 
     #[test]
     fn held_frames_follow_the_hydration_frame_in_order() {

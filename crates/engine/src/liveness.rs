@@ -129,7 +129,8 @@ async fn forget_earlier_run(st: &Liveness) {
 
 async fn refresh(st: &Liveness, first: bool) {
     let ttl = st.ttl.as_secs().max(1);
-    match st.presence.refresh_node(&st.node, now_unix_s(), ttl).await {
+    let bus_up = st.hub.bus().is_available();
+    match st.presence.refresh_node(&st.node, now_unix_s(), ttl, bus_up).await {
         Ok(true) if !first => {
             let local = st.hub.local_presence();
             tracing::warn!(entries = local.len(), "Presence backend lost this node's registration; re-announcing.");

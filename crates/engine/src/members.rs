@@ -23,7 +23,8 @@
 //!   whose store query overlapped a change keeps no answer. Each candidate is moved to `waking` by
 //!   [`skua_core::MemberStore::begin_wake`], which succeeds for exactly one caller in the
 //!   cluster; that node sends the `waking` event and posts the wake request through the
-//!   server's [`WakePoster`] (signed with the project's wake secret, N42). When the post fails for
+//!   node's webhook seam ([`Poster`]: up to 3 attempts within the member's timeout, signed with
+//!   the project's wake secret, N42). When the post fails for
 //!   good, the member goes back to `offline` and each v2 publisher that caused the wake on this
 //!   node gets `42950 wake_failed`. A member still `waking` after its timeout goes back to
 //!   `offline` (any node's sweep, once a second).
@@ -49,9 +50,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use bytes::Bytes;
 use serde_json::{Map, Value};
+use skua_core::webhook::{Attempts, CALL_RETRY_DELAYS, Post, Poster, WebhookKind, WebhookTarget};
 use skua_core::{
     ActorId, AppId, Envelope, MemberStatus, MemberWrite, NodeId, Persistence, Presence, PresenceChange, PresenceEvent,
     ProjectId, RoomKey, SharedRegistry, Store, StoreError, StoredMember,
@@ -175,14 +176,6 @@ pub struct WakeTarget {
     pub timeout: Duration,
 }
 
-/// Posts wake requests: the server's webhook engine, signed with the project's wake secret (N42).
-#[async_trait]
-pub trait WakePoster: Send + Sync + 'static {
-    /// Posts `payload` (to which the engine adds `deliveryId` and `timestamp`) to `target` for
-    /// `project`, with retries within `target.timeout`. `Ok` on a 2xx answer; otherwise why not.
-    async fn post(&self, project: &ProjectId, target: &WakeTarget, payload: Map<String, Value>) -> Result<(), String>;
-}
-
 /// A publish that may wake members of its room.
 #[derive(Debug, Clone)]
 pub struct WakeCause {
@@ -283,7 +276,7 @@ pub struct Members {
     store: Arc<dyn Store>,
     hub: Arc<Hub>,
     registry: Arc<SharedRegistry>,
-    poster: Option<Arc<dyn WakePoster>>,
+    poster: Option<Arc<dyn Poster>>,
     queue: mpsc::Sender<WakeCause>,
     rx: Mutex<Option<mpsc::Receiver<WakeCause>>>,
     /// Rooms found without wakeable members, and when, with the number of invalidations so
@@ -367,7 +360,7 @@ impl Members {
         hub: Arc<Hub>,
         registry: Arc<SharedRegistry>,
         presence: Arc<dyn Presence>,
-        poster: Option<Arc<dyn WakePoster>>,
+        poster: Option<Arc<dyn Poster>>,
     ) -> Self {
         let (queue, rx) = mpsc::channel(config.wake_queue.max(1));
         Self {
@@ -840,7 +833,20 @@ impl Members {
         }
         body.insert("reason".into(), Value::String("dispatch".into()));
         body.insert("topic".into(), Value::String(cause.topic.to_string()));
-        let result = poster.post(&cause.room.project, &target, body).await;
+        let secret = registry.project(&cause.room.project).and_then(|p| p.wake_secret.clone());
+        drop(registry);
+        let delivery_id = uuid::Uuid::new_v4().to_string();
+        let body = skua_core::webhook::json_body(body, &delivery_id, now_unix_ms());
+        let webhook = WebhookTarget { url: target.url.clone(), headers: target.headers.clone(), timeout_ms: None };
+        let post = Post {
+            kind: WebhookKind::Wake,
+            target: &webhook,
+            secret: secret.as_ref(),
+            delivery_id: &delivery_id,
+            body,
+        };
+        let attempts = Attempts::Within { delays: &CALL_RETRY_DELAYS, budget: target.timeout };
+        let result = poster.post(post, attempts).await.map(drop).map_err(|e| e.error);
         let replies = self.waking.lock().unwrap_or_else(PoisonError::into_inner).remove(&key).unwrap_or_default();
         match result {
             Ok(()) => {

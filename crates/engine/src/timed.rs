@@ -134,8 +134,15 @@ impl Presence for TimedPresence {
         timed(&self.metrics, "presence", "remove_node", self.inner.remove_node(node)).await
     }
 
-    async fn refresh_node(&self, node: &NodeId, now_unix_s: u64, ttl_s: u64) -> Result<bool, PresenceError> {
-        timed(&self.metrics, "presence", "refresh_node", self.inner.refresh_node(node, now_unix_s, ttl_s)).await
+    async fn refresh_node(
+        &self,
+        node: &NodeId,
+        now_unix_s: u64,
+        ttl_s: u64,
+        bus_up: bool,
+    ) -> Result<bool, PresenceError> {
+        let refresh = self.inner.refresh_node(node, now_unix_s, ttl_s, bus_up);
+        timed(&self.metrics, "presence", "refresh_node", refresh).await
     }
 
     async fn expired_nodes(&self, now_unix_s: u64) -> Result<Vec<NodeId>, PresenceError> {
@@ -441,10 +448,8 @@ pub fn wrap(backends: crate::Backends, metrics: &Arc<Metrics>) -> crate::Backend
         presence: Arc::new(TimedPresence::new(backends.presence, metrics.clone())),
         store: Arc::new(TimedStore::new(backends.store, metrics.clone())),
         publish_observers: backends.publish_observers,
-        trigger_hooks: backends.trigger_hooks,
+        webhooks: backends.webhooks,
         metrics_sources: backends.metrics_sources,
-        hydrator: backends.hydrator,
-        wake_poster: backends.wake_poster,
         shared_limits: backends.shared_limits,
         history: backends.history,
         idempotency: backends.idempotency,

@@ -32,8 +32,9 @@
 //! which operators list, retry (same `deliveryId`) and purge. Nothing on the publish path waits:
 //! [`Triggers::accepted`], which the publish pipeline calls after its observers, only tries to queue.
 //!
-//! How a trigger is posted (the webhook configuration, signing, the HTTP client) is the
-//! [`TriggerHooks`] the server gives: this module decides what, when and how often.
+//! Each attempt is one [`Poster::post`] of [`Attempts::Once`] through the node's webhook seam
+//! (the server gives `skua-webhooks`' sender: signing, the HTTP client): this module decides
+//! what, where (the topic's trigger entry, N41), when and how often.
 
 pub mod budget;
 pub mod payload;
@@ -42,8 +43,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use bytes::Bytes;
+use skua_core::webhook::{Attempts, Post, PostFailure, Poster, WebhookKind, WebhookTarget};
 use skua_core::{
     AppId, DeadLetterFilter, NewDeadLetter, OutboxLease, OutboxTrigger, ProjectId, Publication, Registry, RoomKey,
     SharedRegistry, Store, TopicAddress,
@@ -94,47 +95,13 @@ const RETRIES_AT_ONCE: usize = 16;
 /// Outbox triggers claimed per scan at most.
 const MAX_CLAIM: u32 = 256;
 
-/// Where a topic's triggers go and how one is posted: the webhook configuration (N41) and the
-/// delivery engine (N42 signing, headers, timeouts), given by the server.
-#[async_trait]
-pub trait TriggerHooks: Send + Sync + 'static {
-    /// The trigger webhook URL of `topic` (its `onPublish` entry, else its app's
-    /// `triggerWebhook`), or `None`. Called on the publish path: must be cheap.
-    fn target(&self, registry: &Registry, topic: &TopicAddress) -> Option<TriggerTarget>;
-
-    /// One attempt: posts `body` (whose `deliveryId` is `delivery_id`) to `url` for `topic`,
-    /// signed with its app's secret and with the headers and timeout of its configuration in
-    /// `registry` (none when the configured URL is no longer `url`); `retry` when an earlier
-    /// attempt of this delivery was made (counted in `skua_webhook_retries_total`). `Ok` on a
-    /// 2xx answer; otherwise why not.
-    async fn post(
-        &self,
-        registry: &Registry,
-        topic: &TopicAddress,
-        url: &str,
-        delivery_id: &str,
-        body: Bytes,
-        retry: bool,
-    ) -> Result<(), PostFailure>;
-}
-
 /// Where a topic's triggers go.
 #[derive(Debug, Clone)]
-pub struct TriggerTarget {
+struct TriggerTarget {
     /// The URL.
-    pub url: Arc<str>,
+    url: Arc<str>,
     /// How long one attempt may take (the entry's `timeoutMs`, or the default).
-    pub timeout: Duration,
-}
-
-/// Why an attempt failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PostFailure {
-    /// What happened, for logs and dead letters.
-    pub error: String,
-    /// Whether another attempt may succeed (5xx, timeouts, transport errors); a refused
-    /// address or a 4xx answer becomes a dead letter at once.
-    pub retryable: bool,
+    timeout: Duration,
 }
 
 /// Trigger counters (`skua_webhook_triggers_total{outcome}` and friends on `/metrics`).
@@ -196,7 +163,7 @@ pub struct Triggers {
     owner: String,
     registry: Arc<SharedRegistry>,
     store: Arc<dyn Store>,
-    hooks: Arc<dyn TriggerHooks>,
+    poster: Arc<dyn Poster>,
     config: TriggerConfig,
     queue: mpsc::Sender<Job>,
     overflow: mpsc::Sender<Job>,
@@ -235,12 +202,12 @@ pub struct RetryOutcome {
 
 impl Triggers {
     /// A sender for node `node`, this run (a fresh owner id: a restarted node does not renew
-    /// what its previous run held). Start its tasks with [`Self::run`].
+    /// what its previous run held), posting through `poster`. Start its tasks with [`Self::run`].
     pub fn new(
         node: &skua_core::NodeId,
         registry: Arc<SharedRegistry>,
         store: Arc<dyn Store>,
-        hooks: Arc<dyn TriggerHooks>,
+        poster: Arc<dyn Poster>,
         config: TriggerConfig,
     ) -> Arc<Self> {
         let (queue, rx) = mpsc::channel(config.queue.max(1));
@@ -249,7 +216,7 @@ impl Triggers {
             owner: format!("{node}#{}", uuid::Uuid::new_v4().simple()),
             registry,
             store,
-            hooks,
+            poster,
             queue,
             overflow,
             receivers: Mutex::new(Some((rx, orx))),
@@ -292,7 +259,7 @@ impl Triggers {
     /// The outbox lease a logged message of `topic` is appended with, or `None` when the topic
     /// has no trigger webhook.
     pub fn lease_for(&self, registry: &Registry, topic: &TopicAddress) -> Option<OutboxLease<'_>> {
-        self.hooks.target(registry, topic)?;
+        target(registry, topic)?;
         let lease_until_ms = now_unix_ms().saturating_add(millis(self.config.lease));
         Some(OutboxLease { owner: &self.owner, lease_until_ms })
     }
@@ -373,7 +340,7 @@ impl Triggers {
             }
             let registry = self.registry.load();
             let retry = attempts > 1;
-            match self.hooks.post(&registry, &job.topic, &job.url, &job.delivery_id, job.body.clone(), retry).await {
+            match self.post(&registry, &job.topic, &job.url, &job.delivery_id, job.body.clone(), retry).await {
                 Ok(()) => {
                     self.metrics.delivered.fetch_add(1, Ordering::Relaxed);
                     if job.logged
@@ -617,7 +584,7 @@ impl Triggers {
 
     fn outbox_job(&self, registry: &Registry, t: &OutboxTrigger) -> Option<Job> {
         let topic = parse_topic_key(&t.topic)?;
-        let target = self.hooks.target(registry, &topic)?;
+        let target = target(registry, &topic)?;
         let facts = payload::TriggerFacts {
             delivery_id: &t.msg_id,
             topic: &topic,
@@ -675,8 +642,7 @@ impl Triggers {
             None => Some(format!("the topic key {:?} is not <project>/<app>/<room>/<topic>", d.topic)),
             Some(topic) => {
                 let registry = self.registry.load();
-                self.hooks
-                    .post(&registry, &topic, &d.target, &d.delivery_id, d.body.clone(), true)
+                self.post(&registry, &topic, &d.target, &d.delivery_id, d.body.clone(), true)
                     .await
                     .err()
                     .map(|f| f.error)
@@ -709,6 +675,39 @@ impl Triggers {
         Ok(RetryOutcome { delivery_id: d.delivery_id, error })
     }
 
+    /// One attempt: posts `body` (whose `deliveryId` is `delivery_id`) to `url` for `topic`,
+    /// signed with its app's secret (N42) and with the headers and timeout of its trigger entry
+    /// in `registry` (none when the configured URL is no longer `url`: a dead letter's retry
+    /// after a change); `retry` when an earlier attempt of this delivery was made. `Ok` on a
+    /// 2xx answer.
+    async fn post(
+        &self,
+        registry: &Registry,
+        topic: &TopicAddress,
+        url: &str,
+        delivery_id: &str,
+        body: Bytes,
+        retry: bool,
+    ) -> Result<(), PostFailure> {
+        let kind = WebhookKind::Trigger;
+        // The app's secret, whether or not the entry is still the one the trigger was made for.
+        let secret = registry
+            .project(&topic.room.project)
+            .and_then(|p| p.apps.iter().find(|a| a.id == topic.room.app))
+            .and_then(|a| a.webhook_secret.as_ref());
+        let unchanged = registry.webhook_target(topic, kind).map(|(t, _)| t).filter(|t| t.url == url);
+        let stored;
+        let target: &WebhookTarget = match unchanged {
+            Some(t) => t,
+            None => {
+                stored = WebhookTarget { url: url.to_owned(), headers: Vec::new(), timeout_ms: None };
+                &stored
+            }
+        };
+        let post = Post { kind, target, secret, delivery_id, body };
+        self.poster.post(post, Attempts::Once { retry }).await.map(drop)
+    }
+
     /// The store (for listing and purging dead letters).
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
@@ -719,7 +718,7 @@ impl Triggers {
     /// The publish pipeline accepted `p` on this node: queues its trigger, if its topic has a
     /// trigger webhook. Never waits (like a [`PublishObserver`](crate::publish::PublishObserver)).
     pub fn accepted(self: &Arc<Self>, registry: &Registry, p: &Publication) {
-        let Some(target) = self.hooks.target(registry, &p.topic) else { return };
+        let Some(target) = target(registry, &p.topic) else { return };
         let delivery_id = p.msg_id.clone().unwrap_or_else(|| {
             let mut buf = uuid::Uuid::encode_buffer();
             uuid::Uuid::now_v7().hyphenated().encode_lower(&mut buf).to_owned()
@@ -753,6 +752,14 @@ impl Triggers {
             self.enqueue(job);
         }
     }
+}
+
+/// The trigger webhook of `topic` (its `onPublish` entry, else its app's `triggerWebhook`,
+/// N41), or `None`. Called on the publish path: cheap.
+fn target(registry: &Registry, topic: &TopicAddress) -> Option<TriggerTarget> {
+    let kind = WebhookKind::Trigger;
+    let (target, _) = registry.webhook_target(topic, kind)?;
+    Some(TriggerTarget { url: Arc::from(target.url.as_str()), timeout: target.timeout(kind) })
 }
 
 /// `<project>/<app>/<room>/<topic>` (a log key) as an address.

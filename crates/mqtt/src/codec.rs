@@ -99,6 +99,8 @@ pub struct Connect {
     pub session_expiry: u32,
     /// 5.0: the largest packet the client accepts.
     pub max_packet: Option<u32>,
+    /// 5.0: most QoS 1/2 deliveries the client takes unacknowledged (its receive maximum).
+    pub receive_max: Option<u16>,
     /// 5.0: an authentication method was named (enhanced auth, not offered).
     pub auth_method: bool,
     /// 5.0: its user properties, in order (at most `mqtt_max_user_properties`); a `presence`
@@ -250,6 +252,7 @@ pub fn read_connect(buf: &mut BytesMut, max_packet: usize, limits: &MqttLimits) 
                 password: c.login.map(|l| l.password).filter(|p| !p.is_empty()),
                 session_expiry: 0,
                 max_packet: None,
+                receive_max: None,
                 auth_method: false,
                 user_properties: Vec::new(),
             })
@@ -281,6 +284,7 @@ pub fn read_connect(buf: &mut BytesMut, max_packet: usize, limits: &MqttLimits) 
                 password: login.map(|l| l.password).filter(|p| !p.is_empty()),
                 session_expiry: props.session_expiry_interval.unwrap_or(0),
                 max_packet: props.max_packet_size,
+                receive_max: props.receive_maximum,
                 auth_method: props.authentication_method.is_some(),
                 user_properties: props.user_properties,
             })
@@ -498,14 +502,23 @@ fn len_len(len: usize) -> usize {
     }
 }
 
-/// `CONNACK`. 5.0 carries what the server offers: its largest packet, receive maximum, no
-/// topic aliases, no shared subscriptions, no subscription identifiers, QoS 2 at most; and a
-/// session expiry of 0 when `no_session` (the client asked for a session that is not kept).
-pub fn connack(level: Level, code: u8, max_packet: usize, receive_max: u16, no_session: bool) -> Bytes {
+/// `CONNACK`; `present`: the session present flag (a stored session was resumed). 5.0 carries
+/// what the server offers: its largest packet, receive maximum, no topic aliases, no shared
+/// subscriptions, no subscription identifiers, QoS 2 at most; and `session_expiry` when the
+/// server keeps the session for another time than the client asked (0: not kept).
+pub fn connack(
+    level: Level,
+    code: u8,
+    max_packet: usize,
+    receive_max: u16,
+    present: bool,
+    session_expiry: Option<u32>,
+) -> Bytes {
     let mut out = BytesMut::with_capacity(32);
+    let flags = u8::from(present && code == 0);
     match level {
         Level::V4 => {
-            out.put_slice(&[0x20, 2, 0, code]);
+            out.put_slice(&[0x20, 2, flags, code]);
         }
         Level::V5 => {
             let mut props = BytesMut::new();
@@ -518,15 +531,15 @@ pub fn connack(level: Level, code: u8, max_packet: usize, receive_max: u16, no_s
                 props.put_u8(0);
                 props.put_u8(0x29); // subscription identifiers available: no
                 props.put_u8(0);
-                if no_session {
-                    props.put_u8(0x11); // session expiry interval: 0, nothing is kept
-                    props.put_u32(0);
+                if let Some(expiry) = session_expiry {
+                    props.put_u8(0x11); // session expiry interval the server keeps the session for
+                    props.put_u32(expiry);
                 }
             }
             let body = 2 + len_len(props.len()) + props.len();
             out.put_u8(0x20);
             put_len(&mut out, body);
-            out.put_u8(0);
+            out.put_u8(flags);
             out.put_u8(code);
             put_len(&mut out, props.len());
             out.put_slice(&props);
@@ -583,11 +596,21 @@ pub fn publish_size(level: Level, topic: &str, qos: u8, payload_len: usize) -> u
     1 + len_len(body) + body
 }
 
-/// Appends a `PUBLISH` to `out`.
-pub fn put_publish(out: &mut BytesMut, level: Level, topic: &str, payload: &[u8], qos: u8, pkid: u16, retain: bool) {
+/// Appends a `PUBLISH` to `out`; `dup` marks a QoS 1/2 redelivery.
+#[allow(clippy::too_many_arguments)]
+pub fn put_publish(
+    out: &mut BytesMut,
+    level: Level,
+    topic: &str,
+    payload: &[u8],
+    qos: u8,
+    pkid: u16,
+    retain: bool,
+    dup: bool,
+) {
     let body = 2 + topic.len() + if qos > 0 { 2 } else { 0 } + usize::from(level == Level::V5) + payload.len();
     out.reserve(1 + len_len(body) + body);
-    out.put_u8(0x30 | (qos << 1) | u8::from(retain));
+    out.put_u8(0x30 | (u8::from(dup && qos > 0) << 3) | (qos << 1) | u8::from(retain));
     put_len(out, body);
     // Invariant: topics are addresses the session accepted, far below 64 KiB (and a configured
     // `mqtt_max_topic_bytes` is at most 65535).
@@ -657,17 +680,30 @@ mod tests {
     #[test]
     fn written_packets_read_back_with_rumqttc() {
         let mut out = BytesMut::new();
-        put_publish(&mut out, Level::V5, "a/b/c", b"xyz", 1, 7, false);
+        put_publish(&mut out, Level::V5, "a/b/c", b"xyz", 1, 7, false, false);
         assert_eq!(out.len(), publish_size(Level::V5, "a/b/c", 1, 3));
         let v5::Packet::Publish(p) = v5::Packet::read(&mut out, None).unwrap() else { panic!() };
         assert_eq!((&p.topic[..], &p.payload[..], p.pkid), (&b"a/b/c"[..], &b"xyz"[..], 7));
         let mut b = BytesMut::from(&sub_ack(0x90, Level::V5, 3, &[1, 0x87])[..]);
         let v5::Packet::SubAck(s) = v5::Packet::read(&mut b, None).unwrap() else { panic!() };
         assert_eq!(s.return_codes.len(), 2);
-        let mut b = BytesMut::from(&connack(Level::V5, 0, 1 << 20, 64, true)[..]);
+        let mut b = BytesMut::from(&connack(Level::V5, 0, 1 << 20, 64, false, Some(0))[..]);
         let v5::Packet::ConnAck(c) = v5::Packet::read(&mut b, None).unwrap() else { panic!() };
         let props = c.properties.unwrap();
         assert_eq!((props.max_packet_size, props.session_expiry_interval), (Some(1 << 20), Some(0)));
+        assert!(!c.session_present);
+        let mut b = BytesMut::from(&connack(Level::V5, 0, 1 << 20, 64, true, None)[..]);
+        let v5::Packet::ConnAck(c) = v5::Packet::read(&mut b, None).unwrap() else { panic!() };
+        assert!(c.session_present);
+        assert_eq!(c.properties.unwrap().session_expiry_interval, None);
+        let mut b = BytesMut::from(&connack(Level::V4, 0, 0, 0, true, None)[..]);
+        let v4::Packet::ConnAck(c) = v4::Packet::read(&mut b, 1024).unwrap() else { panic!() };
+        assert!(c.session_present);
+        let mut out = BytesMut::new();
+        put_publish(&mut out, Level::V4, "a/b/c", b"x", 2, 9, false, true);
+        let v4::Packet::Publish(p) = v4::Packet::read(&mut out, 1024).unwrap() else { panic!() };
+        assert!(p.dup);
+        assert_eq!((p.qos as u8, p.pkid), (2, 9));
         let mut b = BytesMut::from(&ack(0x40, Level::V5, 9, 0x87)[..]);
         let v5::Packet::PubAck(a) = v5::Packet::read(&mut b, None).unwrap() else { panic!() };
         assert_eq!((a.pkid, a.reason), (9, v5::PubAckReason::NotAuthorized));

@@ -8,6 +8,15 @@
 //! it holds it) and queued behind the frames that handling produced; the packets the reader
 //! writes itself are queued on the same [`ConnHandle`] as raw MQTT bytes, which the writer
 //! tells from NoLag frames by their first byte (a NoLag frame is always a MessagePack map).
+//!
+//! Sessions (docs/protocol.md N54): a client id with clean session off (3.1.1) or a session
+//! expiry (5.0) makes a persistent session, which the session keeps in the store as an SDK
+//! `clientId` session's: its subscriptions and MQTT filters in the restore record, a durable
+//! consumer per QoS 1/2 subscription to a logged topic. Deliveries at QoS 1/2 are tracked by
+//! packet id until the device's `PUBACK` (QoS 2: `PUBREC`, then `PUBCOMP`), which acks the
+//! stored message; at most `mqtt_max_inflight` (or the device's receive maximum) are in flight,
+//! and the writer waits for an acknowledgement beyond that. A client id takes the session over
+//! from an older connection on any node (the session's clientId takeover).
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -17,12 +26,13 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use skua_edge::EdgeState;
 use skua_edge::clock::{FAR_FUTURE, deadline_of, next_change};
-use skua_edge::door::{DoorAdmission, DoorSession, push_raw};
+use skua_edge::door::{DoorAdmission, DoorAuth, DoorRestored, DoorSession, push_raw};
 use skua_edge::outbound::{CloseRequest, ConnHandle, Outbox, Take};
 use skua_edge::revalidate::ConnProtocol;
 use skua_protocol::codes::{auth as auth_err, close, error};
-use skua_protocol::{AuthFrame, ClientFrame, ClientIdField, PublishFrame, SubscribeFrame};
+use skua_protocol::{ClientFrame, PublishFrame, SubscribeFrame};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::Notify;
 use tokio::time::{Instant, sleep_until, timeout_at};
 
 use crate::MqttMetrics;
@@ -30,8 +40,8 @@ use crate::codec::{self, Connect, Fault, Level, Packet};
 use crate::frames::{self, Frame};
 use crate::settings::MqttLimits;
 
-/// Highest QoS deliveries to devices are sent at (subscriptions asking for 2 are granted 1).
-const MAX_DELIVERY_QOS: u8 = 1;
+/// Highest QoS deliveries to devices are sent at.
+const MAX_DELIVERY_QOS: u8 = 2;
 /// Bytes the writer gathers before writing them to the socket.
 const WRITE_CHUNK: usize = 64 * 1024;
 
@@ -45,48 +55,6 @@ const AUTH_REFUSED: CloseRequest = CloseRequest { code: close::POLICY_VIOLATION,
 /// The close after a client's `DISCONNECT` (nothing more is sent).
 const CLIENT_DISCONNECT: CloseRequest = CloseRequest::GONE;
 
-/// The node's device connections by (project, client identifier): a `CONNECT` with the client
-/// identifier of a connection open on this node closes that one (MQTT-3.1.4-2; 5.0 `DISCONNECT`
-/// 0x8E).
-#[derive(Default)]
-pub(crate) struct Clients {
-    // std Mutex: short map updates, never held across an await.
-    open: Mutex<HashMap<(String, String), Arc<ConnHandle>>>,
-}
-
-impl Clients {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Arc<ConnHandle>>> {
-        self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Registers `conn` under `key`, closing the connection it replaces. The newer `CONNECT`
-    /// (the larger connection id: ids are given in the order `CONNECT`s arrive) wins even when
-    /// the older one's claim runs last (its auth finished later), so that two connections of
-    /// one client id never both stay, and never the older one.
-    fn claim(&self, key: (String, String), conn: &Arc<ConnHandle>) {
-        let mut open = self.lock();
-        if let Some(held) = open.get(&key)
-            && held.id > conn.id
-        {
-            drop(open);
-            conn.request_close(CloseRequest::TAKEN_OVER);
-            return;
-        }
-        if let Some(older) = open.insert(key, conn.clone()) {
-            drop(open);
-            older.request_close(CloseRequest::TAKEN_OVER);
-        }
-    }
-
-    /// Forgets `key` if `conn` still holds it.
-    fn release(&self, key: &(String, String), conn: &ConnHandle) {
-        let mut open = self.lock();
-        if open.get(key).is_some_and(|c| c.id == conn.id) {
-            open.remove(key);
-        }
-    }
-}
-
 /// What reader and writer of one connection share.
 struct Shared {
     level: Level,
@@ -94,9 +62,12 @@ struct Shared {
     device_max: usize,
     /// The largest packet the server accepts, told in the 5.0 `CONNACK`.
     server_max: usize,
-    /// 5.0: the client asked for a session expiry, and sessions are not kept yet: `CONNACK`
-    /// says 0.
-    session_refused: bool,
+    /// 5.0: the session expiry `CONNACK` tells, when it is not the one the client asked for.
+    session_expiry: Option<u32>,
+    /// Most QoS 1/2 deliveries awaiting the device's acknowledgement.
+    max_inflight: usize,
+    /// Wakes the writer: an acknowledgement freed a delivery slot, or an urgent packet waits.
+    wake: Notify,
     /// The door's protocol bounds (`mqtt_*` settings).
     limits: MqttLimits,
     metrics: Arc<MqttMetrics>,
@@ -113,14 +84,65 @@ struct Inner {
     /// QoS 2 publishes received and not yet released: packet id → its `PUBREC` reason once
     /// answered (`None` while the publish is in flight).
     qos2: HashMap<u16, Option<u8>>,
-    /// The packet id of the next QoS 1 delivery.
+    /// The packet id of the next QoS 1/2 delivery.
     next_pkid: u16,
+    /// QoS 1/2 deliveries awaiting the device's acknowledgement, by packet id.
+    outgoing: HashMap<u16, Outgoing>,
+    /// Packets written before any queued frame, even while the writer waits for a delivery
+    /// slot: `PUBREL`s (a QoS 2 delivery's slot frees only at its `PUBCOMP`) and `PINGRESP`.
+    /// At most one per delivery in flight plus one `PINGRESP`.
+    urgent: Vec<Bytes>,
+    /// `CONNACK`'s session present flag.
+    present: bool,
+    /// What the session resumed at auth, for the reader to rebuild its filters from.
+    restored: Option<DoorRestored>,
+}
+
+/// A QoS 1/2 delivery awaiting its acknowledgement.
+#[derive(Debug)]
+struct Outgoing {
+    /// The stored message's id (a durable delivery), acked at `PUBACK` / `PUBREC`.
+    msg_id: Option<String>,
+    qos: u8,
+    /// QoS 2: `PUBREC` came and `PUBREL` was sent; `PUBCOMP` frees the slot.
+    released: bool,
 }
 
 impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+
+    /// Queues a packet ahead of the queued frames and wakes the writer.
+    fn urgent(&self, packet: Bytes) {
+        let mut inner = self.lock();
+        // Bounded: one PINGRESP at a time, and one PUBREL per delivery in flight.
+        if inner.urgent.len() <= self.max_inflight {
+            inner.urgent.push(packet);
+        }
+        drop(inner);
+        self.wake.notify_one();
+    }
+}
+
+/// The session client id of an MQTT client identifier: itself when it is a slug (1–64 of
+/// letters, digits, `-`, `_`), else `mqtt-` and 32 hex digits of its SHA-256, so any MQTT
+/// client identifier names one session, the same on every node.
+pub(crate) fn session_client_id(id: &str) -> Option<String> {
+    use sha2::Digest;
+    if id.is_empty() {
+        return None;
+    }
+    if skua_core::ids::is_slug(id) {
+        return Some(id.to_owned());
+    }
+    let digest = sha2::Sha256::digest(id.as_bytes());
+    let mut out = String::from("mqtt-");
+    for b in &digest[..16] {
+        use std::fmt::Write;
+        let _ = write!(out, "{b:02x}");
+    }
+    Some(out)
 }
 
 /// Serves one accepted connection to its end: `rd` and `wr` are its transport's halves,
@@ -135,7 +157,6 @@ pub(crate) async fn serve_socket(
     admitted: DoorAdmission,
     st: Arc<EdgeState>,
     metrics: Arc<MqttMetrics>,
-    clients: Arc<Clients>,
     limits: MqttLimits,
 ) {
     let max_packet = st.config.max_frame_size;
@@ -150,9 +171,9 @@ pub(crate) async fn serve_socket(
                 if let Fault::Version(level) = fault {
                     // 3.1.1 CONNACK 1 "unacceptable protocol version" (what a 3.1 client reads too).
                     let answer = if level == 5 {
-                        codec::connack(Level::V5, 0x84, 0, 0, false)
+                        codec::connack(Level::V5, 0x84, 0, 0, false, None)
                     } else {
-                        codec::connack(Level::V4, 1, 0, 0, false)
+                        codec::connack(Level::V4, 1, 0, 0, false, None)
                     };
                     let _ = timeout_at(deadline, write_flushed(&mut wr, &answer)).await;
                 }
@@ -170,7 +191,7 @@ pub(crate) async fn serve_socket(
         }
     };
     let level = connect.level;
-    let refuse = |v4: u8, v5: u8| codec::connack(level, if level == Level::V4 { v4 } else { v5 }, 0, 0, false);
+    let refuse = |v4: u8, v5: u8| codec::connack(level, if level == Level::V4 { v4 } else { v5 }, 0, 0, false, None);
     let early = if connect.auth_method {
         Some(("bad_auth_method", refuse(4, 0x8C)))
     } else if level == Level::V4 && connect.client_id.is_empty() && !connect.clean {
@@ -185,7 +206,7 @@ pub(crate) async fn serve_socket(
         let _ = timeout_at(deadline, write_flushed(&mut wr, &answer)).await;
         return;
     }
-    run(rd, wr, buf, connect, protocol, admitted, st, metrics, clients, limits).await;
+    run(rd, wr, buf, connect, protocol, admitted, st, metrics, limits).await;
 }
 
 /// Writes `bytes` and flushes them (a no-op on TCP; TLS and WebSocket hold writes until then).
@@ -205,7 +226,6 @@ async fn run(
     admitted: DoorAdmission,
     st: Arc<EdgeState>,
     metrics: Arc<MqttMetrics>,
-    clients: Arc<Clients>,
     limits: MqttLimits,
 ) {
     st.metrics.connections_opened.fetch_add(1, Ordering::Relaxed);
@@ -213,11 +233,28 @@ async fn run(
     let (handle, outbox) =
         ConnHandle::new(id, st.config.outbound_queue_messages, st.config.outbound_queue_bytes, st.metrics.clone());
     let handle = Arc::new(handle);
+    let client_id = session_client_id(&connect.client_id);
+    // N54: 3.1.1 clean session off, 5.0 a session expiry, each with a client id.
+    let persistent = client_id.is_some()
+        && match connect.level {
+            Level::V4 => !connect.clean,
+            Level::V5 => connect.session_expiry > 0,
+        };
+    // The session is kept `restore_ttl` after the connection ends (as an SDK session's).
+    let ttl = u32::try_from(st.config.restore_ttl.as_secs()).unwrap_or(u32::MAX);
+    let session_expiry = match connect.level {
+        Level::V5 if connect.session_expiry > 0 && !persistent => Some(0),
+        Level::V5 if persistent && connect.session_expiry > ttl => Some(ttl),
+        _ => None,
+    };
+    let max_inflight = usize::from(connect.receive_max.unwrap_or(u16::MAX).min(limits.max_inflight).max(1));
     let shared = Arc::new(Shared {
         level: connect.level,
         device_max: connect.max_packet.map_or(usize::MAX, |m| usize::try_from(m).unwrap_or(usize::MAX)),
         server_max: st.config.max_frame_size,
-        session_refused: connect.session_expiry > 0,
+        session_expiry,
+        max_inflight,
+        wake: Notify::new(),
         limits,
         metrics: metrics.clone(),
         inner: Mutex::new(Inner { next_pkid: 1, ..Inner::default() }),
@@ -243,19 +280,19 @@ async fn run(
         topic_refs: HashMap::new(),
         next_ref: 0,
     };
-    let ended =
-        skua_edge::door::contained(Box::pin(device.main(rd, buf, &connect, &clients)), &st, "mqtt reader").await;
+    let auth = DoorAuth {
+        token: connect.password.clone().or_else(|| connect.username.clone()).unwrap_or_default(),
+        client_id,
+        persistent,
+        clean: connect.clean,
+    };
+    let ended = skua_edge::door::contained(Box::pin(device.main(rd, buf, &connect, auth)), &st, "mqtt reader").await;
     let ended = ended.unwrap_or_else(|| {
         handle.request_close(CloseRequest::INTERNAL_ERROR);
         Ended::Abnormal
     });
     if ended == Ended::Abnormal {
         let _ = skua_edge::door::contained(Box::pin(device.publish_will()), &st, "mqtt will").await;
-    }
-    if let Some(actor) = device.session.actor()
-        && !connect.client_id.is_empty()
-    {
-        clients.release(&(actor.project.as_str().to_owned(), connect.client_id.clone()), &handle);
     }
     let _ = skua_edge::door::contained(Box::pin(device.session.cleanup()), &st, "mqtt cleanup").await;
     handle.mark_released();
@@ -277,6 +314,19 @@ enum Ended {
     Unauthorized,
 }
 
+/// One MQTT filter of a device.
+#[derive(Debug)]
+struct Filter {
+    /// Its granted QoS.
+    qos: u8,
+    /// The concrete topics it subscribed.
+    topics: Vec<String>,
+    /// Topics of a wildcard filter the session refused (not readable, limits): tried again only
+    /// when a registry change names their app or room, not at every re-check. At most the
+    /// topics of one app.
+    refused: Vec<String>,
+}
+
 /// The reader side of one device connection.
 struct Device {
     session: DoorSession,
@@ -285,8 +335,8 @@ struct Device {
     shared: Arc<Shared>,
     level: Level,
     will: Option<codec::Will>,
-    /// MQTT filter as sent → the concrete topics it subscribed.
-    filters: HashMap<String, Vec<String>>,
+    /// MQTT filter as sent → what it holds.
+    filters: HashMap<String, Filter>,
     /// Concrete topic → how many filters hold it.
     topic_refs: HashMap<String, usize>,
     next_ref: u64,
@@ -309,10 +359,20 @@ impl Device {
     }
 
     /// Authenticates, then reads packets until the connection ends.
-    async fn main(&mut self, mut rd: Reader, mut buf: BytesMut, connect: &Connect, clients: &Clients) -> Ended {
-        let token = connect.password.clone().or_else(|| connect.username.clone()).unwrap_or_default();
-        let auth = AuthFrame { token, protocol_version: 2, reconnect: false, client_id: ClientIdField::Absent };
-        self.session.handle(ClientFrame::Auth(auth)).await;
+    async fn main(&mut self, mut rd: Reader, mut buf: BytesMut, connect: &Connect, auth: DoorAuth) -> Ended {
+        // What the session resumes is known before its auth reply (the CONNACK) is queued, so
+        // before any resumed delivery reaches the writer.
+        let shared = self.shared.clone();
+        self.session
+            .authenticate(auth, move |r| {
+                let mut inner = shared.lock();
+                for (topic, qos) in &r.topics {
+                    inner.subs.insert(topic.clone(), (*qos).min(MAX_DELIVERY_QOS));
+                }
+                inner.present = r.present;
+                inner.restored = Some(r);
+            })
+            .await;
         if !self.session.is_authed() {
             // Its CONNACK (from the session's `auth` reply) goes out before the close.
             self.shared.metrics.connects.inc("refused");
@@ -320,10 +380,9 @@ impl Device {
             return Ended::Unauthorized;
         }
         self.shared.metrics.connects.inc("ok");
-        if let Some(actor) = self.session.actor()
-            && !connect.client_id.is_empty()
-        {
-            clients.claim((actor.project.as_str().to_owned(), connect.client_id.clone()), &self.handle);
+        let restored = self.shared.lock().restored.take();
+        if let Some(r) = restored {
+            self.resume(r).await;
         }
         // 5.0: a `presence` user property announces room presence, as the SDK's `presence`
         // frame (docs/mqtt.md, "Presence"); a refusal is the session's (nothing reaches a device).
@@ -409,6 +468,9 @@ impl Device {
                     let delta = st.connections.delta_since(seen, now);
                     seen = now;
                     self.session.revalidate(&delta).await;
+                    if self.session.is_authed() && !self.handle.is_closing() {
+                        self.refresh_wildcards(Some(&delta)).await;
+                    }
                 }
                 outcome = self.session.next_publish(), if self.session.publishing() => {
                     self.session.finish_publish(outcome).await;
@@ -433,13 +495,22 @@ impl Device {
                 // 5.0 0x92 "packet identifier not found" for a release of nothing.
                 self.push(codec::ack(0x70, self.level, pkid, if known { 0 } else { 0x92 }));
             }
-            // Deliveries are not redelivered within a connection: their acks need nothing.
-            Packet::PubAck(_) | Packet::PubRec(_) | Packet::PubComp(_) => {}
+            Packet::PubAck(pkid) => self.on_delivery_ack(pkid, 1).await,
+            Packet::PubRec(pkid) => self.on_delivery_ack(pkid, 2).await,
+            Packet::PubComp(pkid) => {
+                let mut inner = self.shared.lock();
+                if inner.outgoing.get(&pkid).is_some_and(|o| o.released) {
+                    inner.outgoing.remove(&pkid);
+                    drop(inner);
+                    self.shared.wake.notify_one();
+                }
+            }
             Packet::Subscribe { pkid, filters } => {
                 let mut codes = Vec::with_capacity(filters.len());
                 for (filter, qos) in filters {
                     codes.push(self.subscribe(filter, qos).await);
                 }
+                self.save_filters().await;
                 self.push(codec::sub_ack(0x90, self.level, pkid, &codes));
             }
             Packet::Unsubscribe { pkid, filters } => {
@@ -447,9 +518,11 @@ impl Device {
                 for filter in filters {
                     codes.push(self.unsubscribe(&filter).await);
                 }
+                self.save_filters().await;
                 self.push(codec::sub_ack(0xB0, self.level, pkid, &codes));
             }
-            Packet::PingReq => self.push(codec::pingresp()),
+            // Ahead of queued deliveries: answered even while the writer waits for a slot.
+            Packet::PingReq => self.shared.urgent(codec::pingresp()),
             Packet::Disconnect { reason } => {
                 self.handle.request_close(CLIENT_DISCONNECT);
                 // 0x04: "disconnect with will message".
@@ -519,31 +592,56 @@ impl Device {
             Ok(t) => t,
             Err(code) => return fail(code),
         };
+        let got = self.subscribe_topics(topics.clone(), granted, true).await;
+        if got.is_empty() {
+            let at_limit = self.topic_refs.len() >= self.st.config.max_subscriptions_per_connection;
+            return fail(if at_limit { 0x97 } else { 0x87 });
+        }
+        let refused = topics.into_iter().filter(|t| !got.contains(t)).collect();
+        let held = Filter { qos: granted, topics: got.clone(), refused };
+        let old = self.filters.insert(filter, held).map(|f| f.topics).unwrap_or_default();
+        for t in got {
+            *self.topic_refs.entry(t).or_insert(0) += 1;
+        }
+        for t in old {
+            self.release_topic(&t).await;
+        }
+        granted
+    }
+
+    /// Subscribes each of `topics` at `qos` (at least the QoS it is held at already) as the
+    /// session allows; the ones it holds afterwards. `again`: a topic held already is
+    /// subscribed once more (a repeated `SUBSCRIBE` replays retained messages); otherwise it
+    /// is taken as it is.
+    async fn subscribe_topics(&mut self, topics: Vec<String>, qos: u8, again: bool) -> Vec<String> {
         let max = self.st.config.max_subscriptions_per_connection;
         let mut got = Vec::new();
         for topic in topics {
             let held = self.topic_refs.contains_key(&topic);
-            if !held && self.topic_refs.len() >= max {
+            if held && !again {
+                got.push(topic);
                 continue;
             }
-            // Also for a topic already held: a repeated subscribe replays retained messages.
+            if !held && self.topic_refs.len() + got.len() >= max {
+                continue;
+            }
+            // The session's `subscribed` frame and retained messages queue before the SUBACK
+            // (MQTT allows deliveries before it); the delivery QoS must be known first. A topic
+            // two filters cover is delivered (and kept, N54) at the higher of their QoS.
+            let previous = self.shared.lock().subs.get(&topic).copied();
+            let qos = previous.map_or(qos, |q| q.max(qos));
+            self.shared.lock().subs.insert(topic.clone(), qos);
             let frame = SubscribeFrame {
                 topic: topic.clone(),
-                qos: granted,
+                qos,
                 filters: Ok(Vec::new()),
                 raw_filters: None,
                 load_balance: false,
                 load_balance_group: None,
                 since: None,
             };
-            // The session's `subscribed` frame and retained messages queue before the SUBACK
-            // (MQTT allows deliveries before it); the delivery QoS must be known first.
-            let previous = self.shared.lock().subs.insert(topic.clone(), granted);
             self.session.handle(ClientFrame::Subscribe(frame)).await;
             if self.session.is_subscribed(&topic) {
-                if let Some(q) = previous {
-                    self.shared.lock().subs.insert(topic.clone(), q.max(granted));
-                }
                 got.push(topic);
             } else {
                 let mut inner = self.shared.lock();
@@ -553,18 +651,139 @@ impl Device {
                 };
             }
         }
-        if got.is_empty() {
-            let at_limit = self.topic_refs.len() >= max;
-            return fail(if at_limit { 0x97 } else { 0x87 });
+        got
+    }
+
+    /// Saves the filters with a persistent session (N54), sorted so an unchanged set is not
+    /// written again.
+    async fn save_filters(&mut self) {
+        let mut filters: Vec<(String, u8)> = self.filters.iter().map(|(f, h)| (f.clone(), h.qos)).collect();
+        filters.sort();
+        self.session.set_filters(filters).await;
+    }
+
+    /// Rebuilds the filters of a resumed session from what the session restored, then picks up
+    /// topics created while the device was away.
+    async fn resume(&mut self, r: DoorRestored) {
+        for (filter, qos) in r.filters {
+            let topics: Vec<String> =
+                r.topics.iter().filter(|(t, _)| covers(&filter, t)).map(|(t, _)| t.clone()).collect();
+            if topics.is_empty() && !is_wildcard(&filter) {
+                // Its topic is gone, or no longer readable.
+                continue;
+            }
+            for t in &topics {
+                *self.topic_refs.entry(t.clone()).or_insert(0) += 1;
+            }
+            self.filters.insert(filter, Filter { qos, topics, refused: Vec::new() });
         }
-        let old = self.filters.insert(filter, got.clone()).unwrap_or_default();
-        for t in got {
-            *self.topic_refs.entry(t).or_insert(0) += 1;
+        // A subscription no filter covers (not expected) stands for itself.
+        for (t, q) in r.topics {
+            if !self.topic_refs.contains_key(&t) {
+                self.topic_refs.insert(t.clone(), 1);
+                self.filters.insert(t.clone(), Filter { qos: q, topics: vec![t], refused: Vec::new() });
+            }
         }
-        for t in old {
-            self.release_topic(&t).await;
+        self.refresh_wildcards(None).await;
+    }
+
+    /// Subscribes the topics a wildcard filter (`app/room/+`, `app/room/#`) covers now and did
+    /// not when it was subscribed: topics added to the app since (a registry change names the
+    /// app), or that became readable (it names the room). `delta`: the registry change, `None`
+    /// after a resume (every filter). Topics the session refused before are tried again only
+    /// when the change names their app or room, not at the periodic re-check (`delta.all`).
+    /// Bounded by the topics of the filters' apps and `max_subscriptions_per_connection`; each
+    /// subscription counts against `subscribe_rate_limit` as the device's own would.
+    async fn refresh_wildcards(&mut self, delta: Option<&skua_core::RegistryDelta>) {
+        let wild: Vec<(String, u8)> =
+            self.filters.iter().filter(|(f, _)| is_wildcard(f)).map(|(f, h)| (f.clone(), h.qos)).collect();
+        for (filter, qos) in wild {
+            let named = match delta {
+                None => true,
+                Some(d) => self.delta_names(d, &filter),
+            };
+            if delta.is_some_and(|d| !d.all) && !named {
+                continue;
+            }
+            let Ok(topics) = self.expand(&filter) else { continue };
+            let Some(held) = self.filters.get_mut(&filter) else { continue };
+            // A topic the session dropped (removed from the app, access lost) is no longer held.
+            let session = &self.session;
+            let mut dropped = Vec::new();
+            held.topics.retain(|t| {
+                let keep = session.is_subscribed(t);
+                if !keep {
+                    dropped.push(t.clone());
+                }
+                keep
+            });
+            let (new, still): (Vec<String>, Vec<String>) = topics
+                .into_iter()
+                .filter(|t| !held.topics.contains(t))
+                .partition(|t| named || !held.refused.contains(t));
+            held.refused = still;
+            for t in dropped {
+                self.forget_topic(&t);
+            }
+            if new.is_empty() {
+                continue;
+            }
+            let got = self.subscribe_topics(new.clone(), qos, false).await;
+            for t in &got {
+                *self.topic_refs.entry(t.clone()).or_insert(0) += 1;
+            }
+            if let Some(held) = self.filters.get_mut(&filter) {
+                held.refused.extend(new.into_iter().filter(|t| !got.contains(t)));
+                held.topics.extend(got);
+            }
         }
-        granted
+    }
+
+    /// Whether a registry change names the app or room of `filter` (`app/room/…`).
+    fn delta_names(&self, delta: &skua_core::RegistryDelta, filter: &str) -> bool {
+        let mut levels = filter.splitn(3, '/');
+        let (Some(app), Some(room)) = (levels.next(), levels.next()) else { return false };
+        let Some(actor) = self.session.actor() else { return false };
+        let registry = self.st.registry.load();
+        let Some(project) = registry.project(&actor.project) else { return false };
+        let Some(app) = project.apps.iter().find(|a| a.slug == app) else { return false };
+        let key = skua_core::RoomKey { project: actor.project.clone(), app: app.id.clone(), room: Arc::from(room) };
+        delta.touches_room(&key)
+    }
+
+    /// Forgets one filter's hold on a topic the session no longer holds.
+    fn forget_topic(&mut self, topic: &str) {
+        let Some(n) = self.topic_refs.get_mut(topic) else { return };
+        *n -= 1;
+        if *n == 0 {
+            self.topic_refs.remove(topic);
+            self.shared.lock().subs.remove(topic);
+        }
+    }
+
+    /// Handles a device's acknowledgement of a delivery: `PUBACK` (`qos` 1) or `PUBREC` (2).
+    /// The stored message is acked (N24) at the first of them; a `PUBREC` is answered with
+    /// `PUBREL` (5.0 0x92 for an unknown packet id), ahead of queued deliveries.
+    async fn on_delivery_ack(&mut self, pkid: u16, qos: u8) {
+        let (known, msg_id) = {
+            let mut inner = self.shared.lock();
+            match inner.outgoing.get_mut(&pkid) {
+                Some(o) if o.qos == 1 && qos == 1 => (true, inner.outgoing.remove(&pkid).and_then(|o| o.msg_id)),
+                Some(o) if o.qos == 2 && qos == 2 => {
+                    o.released = true;
+                    (true, o.msg_id.take())
+                }
+                _ => (false, None),
+            }
+        };
+        if qos == 2 {
+            self.shared.urgent(codec::ack(0x62, self.level, pkid, if known { 0 } else { 0x92 }));
+        } else if known {
+            self.shared.wake.notify_one();
+        }
+        if let Some(id) = msg_id {
+            self.session.ack(vec![id]).await;
+        }
     }
 
     /// The concrete topics a filter names: itself, or for `app/room/+` and `app/room/#` every
@@ -606,7 +825,7 @@ impl Device {
 
     /// Unsubscribes one filter; its 5.0 `UNSUBACK` reason (0x11: there was none).
     async fn unsubscribe(&mut self, filter: &str) -> u8 {
-        let Some(topics) = self.filters.remove(filter) else { return 0x11 };
+        let Some(Filter { topics, .. }) = self.filters.remove(filter) else { return 0x11 };
         for t in topics {
             self.release_topic(&t).await;
         }
@@ -632,6 +851,20 @@ impl Device {
         self.session.handle(ClientFrame::Publish(frame)).await;
         self.session.drain_publishes().await;
     }
+}
+
+/// Whether `filter` is a wildcard filter (`app/room/+`, `app/room/#`).
+fn is_wildcard(filter: &str) -> bool {
+    filter.ends_with("/+") || filter.ends_with("/#")
+}
+
+/// Whether `filter` covers the concrete topic `topic` (`app/room/topic`).
+fn covers(filter: &str, topic: &str) -> bool {
+    if !is_wildcard(filter) {
+        return filter == topic;
+    }
+    let prefix = &filter[..filter.len() - 1];
+    topic.strip_prefix(prefix).is_some_and(|rest| !rest.is_empty() && !rest.contains('/'))
 }
 
 /// The 5.0 reason a `CONNACK` refusal carries for an auth failure string, and the 3.1.1 code.
@@ -679,52 +912,71 @@ fn disconnect_reason(req: CloseRequest) -> Option<u8> {
     })
 }
 
-/// Translates one queued frame into packets appended to `out`.
-fn translate(frame: &Bytes, out: &mut BytesMut, shared: &Shared, disconnect_sent: &mut bool) {
+/// Translates one queued frame into packets appended to `out`; false (nothing appended) when
+/// it is a QoS 1/2 delivery and every delivery slot is in flight.
+fn translate(frame: &Bytes, out: &mut BytesMut, shared: &Shared, disconnect_sent: &mut bool) -> bool {
     let level = shared.level;
     match frame.first() {
-        None => return,
+        None => return true,
         // A NoLag frame is a MessagePack map (fixmap, map 16, map 32); anything else is a packet
         // the reader queued as it is.
         Some(0x80..=0x8f | 0xde | 0xdf) => {}
         Some(first) => {
             *disconnect_sent |= *first == 0xE0;
             out.extend_from_slice(frame);
-            return;
+            return true;
         }
     }
     match frames::parse(frame) {
-        Frame::Message { topic, data } => {
+        Frame::Message { topic, data, msg_id, replay } => {
             let mut inner = shared.lock();
-            let Some(&qos) = inner.subs.get(topic) else { return };
+            let Some(&qos) = inner.subs.get(topic) else { return true };
             let payload = crate::payload::to_device(data);
             if codec::publish_size(level, topic, qos, payload.len()) > shared.device_max {
                 shared.metrics.deliveries_too_large.fetch_add(1, Ordering::Relaxed);
-                return;
+                return true;
             }
             let pkid = if qos > 0 {
-                let p = inner.next_pkid;
-                inner.next_pkid = if p == u16::MAX { 1 } else { p + 1 };
+                if inner.outgoing.len() >= shared.max_inflight {
+                    return false;
+                }
+                // A packet id not in flight: one is free, as at most 65535 are in flight.
+                let next = |p: u16| if p == u16::MAX { 1 } else { p + 1 };
+                let mut p = inner.next_pkid;
+                while inner.outgoing.contains_key(&p) {
+                    p = next(p);
+                }
+                inner.next_pkid = next(p);
+                inner.outgoing.insert(p, Outgoing { msg_id: msg_id.map(str::to_owned), qos, released: false });
                 p
             } else {
                 0
             };
             drop(inner);
-            codec::put_publish(out, level, topic, payload, qos, pkid, false);
+            // A redelivery of a stored message (unacked when the session's last connection
+            // ended) goes out with DUP (N54).
+            codec::put_publish(out, level, topic, payload, qos, pkid, false, replay);
         }
         Frame::AuthOk => {
-            let ack =
-                codec::connack(level, 0, shared.server_max, shared.limits.receive_maximum, shared.session_refused);
+            let present = shared.lock().present;
+            let ack = codec::connack(
+                level,
+                0,
+                shared.server_max,
+                shared.limits.receive_maximum,
+                present,
+                shared.session_expiry,
+            );
             out.extend_from_slice(&ack);
         }
         Frame::AuthFailed(e) => {
             let (v4, v5) = connack_refusal(e);
-            out.extend_from_slice(&codec::connack(level, if level == Level::V4 { v4 } else { v5 }, 0, 0, false));
+            out.extend_from_slice(&codec::connack(level, if level == Level::V4 { v4 } else { v5 }, 0, 0, false, None));
         }
         Frame::Published { msg_ref } => {
-            let Some(n) = msg_ref.strip_prefix("mqtt:").and_then(|n| n.parse::<u64>().ok()) else { return };
+            let Some(n) = msg_ref.strip_prefix("mqtt:").and_then(|n| n.parse::<u64>().ok()) else { return true };
             let mut inner = shared.lock();
-            let Some((qos, pkid)) = inner.pending.remove(&n) else { return };
+            let Some((qos, pkid)) = inner.pending.remove(&n) else { return true };
             match qos {
                 1 => {
                     drop(inner);
@@ -739,10 +991,10 @@ fn translate(frame: &Bytes, out: &mut BytesMut, shared: &Shared, disconnect_sent
             }
         }
         Frame::Error { error, msg_ref: Some(msg_ref) } => {
-            let Some(n) = msg_ref.strip_prefix("mqtt:").and_then(|n| n.parse::<u64>().ok()) else { return };
+            let Some(n) = msg_ref.strip_prefix("mqtt:").and_then(|n| n.parse::<u64>().ok()) else { return true };
             let mut inner = shared.lock();
             // Not pending: a later error about an accepted publish (a failed wake, N47).
-            let Some((qos, pkid)) = inner.pending.remove(&n) else { return };
+            let Some((qos, pkid)) = inner.pending.remove(&n) else { return true };
             let (reason, label) = publish_refusal(error);
             shared.metrics.publishes_refused.inc(label);
             // 3.1.1 cannot refuse: acked and dropped (N52).
@@ -771,6 +1023,7 @@ fn translate(frame: &Bytes, out: &mut BytesMut, shared: &Shared, disconnect_sent
         }
         _ => {}
     }
+    true
 }
 
 async fn write_loop(
@@ -780,46 +1033,61 @@ async fn write_loop(
     shared: Arc<Shared>,
     close_timeout: Duration,
 ) {
-    let mut out = BytesMut::with_capacity(4096);
-    let mut disconnect_sent = false;
-    // A write cut short by a close may have left half a packet on the socket: nothing more
-    // can be written after it.
-    let mut torn = false;
+    let mut w = Writing { out: BytesMut::with_capacity(4096), disconnect_sent: false, torn: false, stash: None };
     loop {
-        if std::future::poll_fn(|cx| outbox.poll_take(&handle, cx)).await != Take::Frames {
-            break;
+        // A delivery waiting for a slot holds the queue back until an acknowledgement frees
+        // one; urgent packets (PUBREL, PINGRESP) wake the writer meanwhile.
+        let blocked = w.stash.is_some() && shared.lock().outgoing.len() >= shared.max_inflight;
+        if blocked || outbox.is_empty() {
+            let take = tokio::select! {
+                biased;
+                () = shared.wake.notified() => Take::Frames,
+                () = handle.closed(), if blocked => Take::Closing,
+                t = std::future::poll_fn(|cx| outbox.poll_take(&handle, cx)), if !blocked => t,
+            };
+            if take != Take::Frames {
+                break;
+            }
         }
         let written = tokio::select! {
             biased;
             () = handle.closed() => break,
-            r = write_taken(&mut wr, &mut outbox, &handle, &shared, &mut out, &mut disconnect_sent, &mut torn) => r,
+            r = w.write_taken(&mut wr, &mut outbox, &handle, &shared) => r,
         };
         if written.is_err() {
             handle.request_close(CloseRequest::GONE);
             break;
         }
         outbox.shrink();
-        if out.capacity() > WRITE_CHUNK * 2 {
-            out = BytesMut::with_capacity(4096);
+        if w.out.capacity() > WRITE_CHUNK * 2 {
+            w.out = BytesMut::with_capacity(4096);
         }
     }
     let req = handle.close_requested().unwrap_or(CloseRequest::GONE);
     handle.count_close(req);
     let _ = tokio::time::timeout(close_timeout, async {
-        if req != CloseRequest::GONE && !torn {
+        if req != CloseRequest::GONE && !w.torn {
             // As the WebSocket writer: the close only once the session released its record.
             handle.released().await;
             if req != CloseRequest::SLOW_CONSUMER {
+                let out = &mut w.out;
                 out.clear();
-                while let Some(f) = outbox.try_recv(&handle) {
-                    translate(&f, &mut out, &shared, &mut disconnect_sent);
+                for p in std::mem::take(&mut shared.lock().urgent) {
+                    out.extend_from_slice(&p);
                 }
-                if write_flushed(&mut wr, &out).await.is_err() {
+                // Deliveries without a slot are dropped here: a stored one stays pending (N54).
+                if let Some(f) = w.stash.take() {
+                    translate(&f, out, &shared, &mut w.disconnect_sent);
+                }
+                while let Some(f) = outbox.try_recv(&handle) {
+                    translate(&f, out, &shared, &mut w.disconnect_sent);
+                }
+                if write_flushed(&mut wr, out).await.is_err() {
                     return;
                 }
             }
             if shared.level == Level::V5
-                && !disconnect_sent
+                && !w.disconnect_sent
                 && let Some(reason) = disconnect_reason(req)
             {
                 let _ = write_flushed(&mut wr, &codec::disconnect(reason)).await;
@@ -830,33 +1098,59 @@ async fn write_loop(
     .await;
 }
 
-/// Writes the taken frames, and whatever is queued meanwhile, until the queue is empty;
-/// `writing` stays true if it is dropped in the middle of a write.
-async fn write_taken(
-    wr: &mut Writer,
-    outbox: &mut Outbox,
-    handle: &ConnHandle,
-    shared: &Shared,
-    out: &mut BytesMut,
-    disconnect_sent: &mut bool,
-    writing: &mut bool,
-) -> std::io::Result<()> {
-    loop {
-        let (mut frames, mut bytes) = (0, 0);
-        out.clear();
-        while out.len() < WRITE_CHUNK {
-            let Some(f) = outbox.pop() else { break };
-            frames += 1;
-            bytes += f.len();
-            translate(&f, out, shared, disconnect_sent);
-        }
-        // Left true when this future is dropped mid-write (a close cut it short).
-        *writing = true;
-        write_flushed(wr, out).await?;
-        *writing = false;
-        handle.written(frames, bytes);
-        if outbox.is_empty() && !outbox.try_take(handle) {
-            return Ok(());
+/// The writer's state across writes.
+struct Writing {
+    out: BytesMut,
+    disconnect_sent: bool,
+    /// A write cut short by a close may have left half a packet on the socket: nothing more
+    /// can be written after it.
+    torn: bool,
+    /// A taken QoS 1/2 delivery waiting for a slot (counted as queued until written).
+    stash: Option<Bytes>,
+}
+
+impl Writing {
+    /// Writes urgent packets, the waiting delivery once it has a slot, then the taken frames
+    /// and whatever is queued meanwhile, until the queue is empty or a delivery waits for a
+    /// slot; `torn` stays true if it is dropped in the middle of a write.
+    async fn write_taken(
+        &mut self,
+        wr: &mut Writer,
+        outbox: &mut Outbox,
+        handle: &ConnHandle,
+        shared: &Shared,
+    ) -> std::io::Result<()> {
+        loop {
+            let (mut frames, mut bytes) = (0, 0);
+            self.out.clear();
+            for p in std::mem::take(&mut shared.lock().urgent) {
+                self.out.extend_from_slice(&p);
+            }
+            if let Some(f) = self.stash.take() {
+                if translate(&f, &mut self.out, shared, &mut self.disconnect_sent) {
+                    frames += 1;
+                    bytes += f.len();
+                } else {
+                    self.stash = Some(f);
+                }
+            }
+            while self.stash.is_none() && self.out.len() < WRITE_CHUNK {
+                let Some(f) = outbox.pop() else { break };
+                if translate(&f, &mut self.out, shared, &mut self.disconnect_sent) {
+                    frames += 1;
+                    bytes += f.len();
+                } else {
+                    self.stash = Some(f);
+                }
+            }
+            // Left true when this future is dropped mid-write (a close cut it short).
+            self.torn = true;
+            write_flushed(wr, &self.out).await?;
+            self.torn = false;
+            handle.written(frames, bytes);
+            if self.stash.is_some() || (outbox.is_empty() && !outbox.try_take(handle)) {
+                return Ok(());
+            }
         }
     }
 }
@@ -878,5 +1172,27 @@ mod tests {
         assert_eq!(disconnect_reason(CloseRequest::TAKEN_OVER), Some(0x8E));
         assert_eq!(disconnect_reason(CloseRequest::GONE), None);
         assert_eq!(disconnect_reason(AUTH_REFUSED), None);
+    }
+
+    #[test]
+    fn any_client_identifier_names_one_session() {
+        assert_eq!(session_client_id(""), None);
+        assert_eq!(session_client_id("sensor-1_A").as_deref(), Some("sensor-1_A"));
+        let odd = session_client_id("plant/7 · line:3").unwrap();
+        assert!(odd.starts_with("mqtt-") && odd.len() == 37 && skua_core::ids::is_slug(&odd), "{odd}");
+        assert_eq!(session_client_id("plant/7 · line:3").unwrap(), odd, "the same on every node");
+        assert_ne!(session_client_id("plant/7 · line:4").unwrap(), odd);
+        assert!(session_client_id(&"a".repeat(65)).unwrap().starts_with("mqtt-"), "longer than a slug");
+    }
+
+    #[test]
+    fn wildcard_filters_cover_the_topics_of_their_room() {
+        assert!(covers("demo/general/+", "demo/general/tasks"));
+        assert!(covers("demo/general/#", "demo/general/tasks"));
+        assert!(!covers("demo/general/+", "demo/random/tasks"));
+        assert!(!covers("demo/general/+", "demo/general/"));
+        assert!(covers("demo/general/tasks", "demo/general/tasks"));
+        assert!(!covers("demo/general/tasks", "demo/general/status"));
+        assert!(!is_wildcard("demo/general/tasks"));
     }
 }

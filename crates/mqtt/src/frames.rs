@@ -13,6 +13,10 @@ pub enum Frame<'a> {
         topic: &'a str,
         /// The packed `data` value.
         data: &'a [u8],
+        /// The stored message's id, for a durable delivery (acked by the device's `PUBACK`).
+        msg_id: Option<&'a str>,
+        /// A redelivery (`isReplay`): sent with `DUP`.
+        replay: bool,
     },
     /// `auth` with `success: true`.
     AuthOk,
@@ -46,6 +50,7 @@ fn parse_inner(frame: &[u8]) -> Option<Frame<'_>> {
     let n = r.read_map_len().ok()?;
     let (mut kind, mut topic, mut data, mut success, mut error, mut msg_ref, mut reason) =
         (None, None, None, None, None, None, None);
+    let (mut msg_id, mut replay) = (None, false);
     for _ in 0..n {
         let key = r.read_str().ok()?;
         match key {
@@ -56,13 +61,15 @@ fn parse_inner(frame: &[u8]) -> Option<Frame<'_>> {
             "error" if r.peek_kind().ok()? == Kind::Str => error = Some(r.read_str().ok()?),
             "msgRef" if r.peek_kind().ok()? == Kind::Str => msg_ref = Some(r.read_str().ok()?),
             "reason" if r.peek_kind().ok()? == Kind::Str => reason = Some(r.read_str().ok()?),
+            "msgId" if r.peek_kind().ok()? == Kind::Str => msg_id = Some(r.read_str().ok()?),
+            "isReplay" if r.peek_kind().ok()? == Kind::Bool => replay = r.read_bool().ok()?,
             _ => {
                 r.skip_value().ok()?;
             }
         }
     }
     Some(match kind? {
-        "message" => Frame::Message { topic: topic?, data: data? },
+        "message" => Frame::Message { topic: topic?, data: data?, msg_id, replay },
         "auth" if success == Some(true) => Frame::AuthOk,
         "auth" => Frame::AuthFailed(error.unwrap_or("access_denied")),
         "published" => Frame::Published { msg_ref: msg_ref? },
@@ -89,7 +96,26 @@ mod tests {
             ..MessageFrame::default()
         })
         .encode();
-        assert_eq!(parse(&m), Frame::Message { topic: "demo/general/messages", data: &[0x81, 0xa1, b'a', 0x01] });
+        assert_eq!(
+            parse(&m),
+            Frame::Message {
+                topic: "demo/general/messages",
+                data: &[0x81, 0xa1, b'a', 0x01],
+                msg_id: Some("m1"),
+                replay: false
+            }
+        );
+        let m = ServerFrame::Message(MessageFrame {
+            topic: "a/b/c",
+            data: &[0x01],
+            from: "alice",
+            timestamp: 1,
+            msg_id: Some("m2"),
+            is_replay: true,
+            ..MessageFrame::default()
+        })
+        .encode();
+        assert_eq!(parse(&m), Frame::Message { topic: "a/b/c", data: &[0x01], msg_id: Some("m2"), replay: true });
         let p = ServerFrame::Published { topic: "a/b/c", msg_ref: "mqtt:3", duplicate: false }.encode();
         assert_eq!(parse(&p), Frame::Published { msg_ref: "mqtt:3" });
         let e = ServerFrame::Error(ErrorFrame {

@@ -17,18 +17,17 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::time::{Instant, timeout_at};
 use tokio_rustls::TlsAcceptor;
 
-use crate::conn::{self, Clients};
+use crate::conn;
 use crate::{MqttLimits, MqttMetrics};
 
 /// The subprotocol of MQTT over WebSocket (MQTT 5.0 §6, MQTT-6.0.0-3; 3.1.1 §6).
 pub const WS_SUBPROTOCOL: &str = "mqtt";
 
 /// The MQTT door of one node: what its listeners and its WebSocket route share (counters,
-/// bounds, and the open client identifiers a `CONNECT` takes over, whatever the transport).
+/// bounds); a `CONNECT` takes over its client identifier's session whatever the transport.
 pub struct MqttDoor {
     metrics: Arc<MqttMetrics>,
     limits: MqttLimits,
-    clients: Arc<Clients>,
 }
 
 impl std::fmt::Debug for MqttDoor {
@@ -40,7 +39,7 @@ impl std::fmt::Debug for MqttDoor {
 impl MqttDoor {
     /// The door with `metrics` (register them with the node's metrics sources) and `limits`.
     pub fn new(metrics: Arc<MqttMetrics>, limits: MqttLimits) -> Arc<Self> {
-        Arc::new(Self { metrics, limits, clients: Arc::new(Clients::default()) })
+        Arc::new(Self { metrics, limits })
     }
 
     /// Accepts MQTT connections on `listener` (over TLS with `tls`) until the node's shutdown
@@ -116,8 +115,8 @@ impl MqttDoor {
                 }
             },
         };
-        let (metrics, clients) = (self.metrics.clone(), self.clients.clone());
-        conn::serve_socket(rd, wr, deadline, ConnProtocol::Mqtt, admitted, st, metrics, clients, self.limits).await;
+        let metrics = self.metrics.clone();
+        conn::serve_socket(rd, wr, deadline, ConnProtocol::Mqtt, admitted, st, metrics, self.limits).await;
     }
 }
 
@@ -133,11 +132,11 @@ impl WsDoor for MqttDoor {
         admitted: DoorAdmission,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'static>> {
         self.metrics.connections.fetch_add(1, Ordering::Relaxed);
-        let (metrics, clients, limits) = (self.metrics.clone(), self.clients.clone(), self.limits);
+        let (metrics, limits) = (self.metrics.clone(), self.limits);
         Box::pin(async move {
             let deadline = Instant::now() + st.config.http_header_timeout;
             let (rd, wr): (conn::Reader, conn::Writer) = (Box::new(io.reader), Box::new(io.writer));
-            conn::serve_socket(rd, wr, deadline, ConnProtocol::MqttWs, admitted, st, metrics, clients, limits).await;
+            conn::serve_socket(rd, wr, deadline, ConnProtocol::MqttWs, admitted, st, metrics, limits).await;
         })
     }
 }

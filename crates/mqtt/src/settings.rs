@@ -46,6 +46,14 @@ skua_core::settings! {
         /// error, 0x82). 1 to 65535.
         #[arg(long, env = "SKUA_MQTT_RECEIVE_MAXIMUM")]
         pub mqtt_receive_maximum: u16 = 64,
+        /// MQTT: QoS 1/2 deliveries to one device awaiting its PUBACK/PUBCOMP; at most the device's own 5.0 receive maximum [default 32].
+        ///
+        /// MQTT: QoS 1 and 2 deliveries to one device sent and not yet acknowledged (PUBACK, or
+        /// PUBCOMP for QoS 2); a 5.0 device's own receive maximum lowers it. When they are all in
+        /// flight the device's writer waits for an acknowledgement (its queue fills as a slow
+        /// consumer's would). 1 to 65535.
+        #[arg(long, env = "SKUA_MQTT_MAX_INFLIGHT")]
+        pub mqtt_max_inflight: u16 = 32,
     }
 }
 
@@ -63,6 +71,8 @@ pub struct MqttLimits {
     pub max_client_id_bytes: usize,
     /// Most QoS 2 publishes awaiting `PUBREL`, the 5.0 receive maximum (`mqtt_receive_maximum`).
     pub receive_maximum: u16,
+    /// Most QoS 1/2 deliveries to one device awaiting acknowledgement (`mqtt_max_inflight`).
+    pub max_inflight: u16,
 }
 
 impl Default for MqttLimits {
@@ -73,6 +83,7 @@ impl Default for MqttLimits {
             max_user_properties: 32,
             max_client_id_bytes: 256,
             receive_maximum: 64,
+            max_inflight: 32,
         }
     }
 }
@@ -99,5 +110,6 @@ mod tests {
         assert_eq!(d.mqtt_max_user_properties, Some(l.max_user_properties));
         assert_eq!(d.mqtt_max_client_id_bytes, Some(l.max_client_id_bytes));
         assert_eq!(d.mqtt_receive_maximum, Some(l.receive_maximum));
+        assert_eq!(d.mqtt_max_inflight, Some(l.max_inflight));
     }
 }

@@ -231,6 +231,7 @@ fn configured_limits_are_the_ones_enforced() {
         max_user_properties: 1,
         max_client_id_bytes: 23,
         receive_maximum: 1,
+        max_inflight: 1,
     };
     for level in [4u8, 5] {
         let at = |tail: Vec<u8>| [connect_with(level, b"dev", 0), tail].concat();

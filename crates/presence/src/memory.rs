@@ -20,7 +20,7 @@ pub struct MemoryPresence {
     rooms: Mutex<HashMap<RoomKey, HashMap<ActorId, Entry>>>,
     /// Node → (unix second its liveness lapses, unix second of its last refresh). Same locking
     /// rule as `rooms`.
-    nodes: Mutex<HashMap<NodeId, (u64, u64)>>,
+    nodes: Mutex<HashMap<NodeId, (u64, u64, bool)>>,
 }
 
 /// One actor's entry in one room.
@@ -134,10 +134,16 @@ impl Presence for MemoryPresence {
 
     /// # Errors
     /// None.
-    async fn refresh_node(&self, node: &NodeId, now_unix_s: u64, ttl_s: u64) -> Result<bool, PresenceError> {
+    async fn refresh_node(
+        &self,
+        node: &NodeId,
+        now_unix_s: u64,
+        ttl_s: u64,
+        bus_up: bool,
+    ) -> Result<bool, PresenceError> {
         let mut nodes = self.nodes.lock().unwrap_or_else(PoisonError::into_inner);
-        let was_live = nodes.get(node).is_some_and(|(until, _)| *until > now_unix_s);
-        nodes.insert(node.clone(), (now_unix_s.saturating_add(ttl_s), now_unix_s));
+        let was_live = nodes.get(node).is_some_and(|(until, _, _)| *until > now_unix_s);
+        nodes.insert(node.clone(), (now_unix_s.saturating_add(ttl_s), now_unix_s, bus_up));
         Ok(!was_live)
     }
 
@@ -145,7 +151,7 @@ impl Presence for MemoryPresence {
     /// None.
     async fn expired_nodes(&self, now_unix_s: u64) -> Result<Vec<NodeId>, PresenceError> {
         let nodes = self.nodes.lock().unwrap_or_else(PoisonError::into_inner);
-        Ok(nodes.iter().filter(|(_, (until, _))| *until <= now_unix_s).map(|(n, _)| n.clone()).collect())
+        Ok(nodes.iter().filter(|(_, (until, _, _))| *until <= now_unix_s).map(|(n, _)| n.clone()).collect())
     }
 
     /// Forgotten once the node is removed.
@@ -154,7 +160,7 @@ impl Presence for MemoryPresence {
     /// None.
     async fn node_last_seen(&self, node: &NodeId) -> Result<Option<u64>, PresenceError> {
         let nodes = self.nodes.lock().unwrap_or_else(PoisonError::into_inner);
-        Ok(nodes.get(node).map(|(_, seen)| seen.saturating_mul(1000)))
+        Ok(nodes.get(node).map(|(_, seen, _)| seen.saturating_mul(1000)))
     }
 
     /// The version is this process's: every node sharing a memory backend runs in it.
@@ -165,13 +171,14 @@ impl Presence for MemoryPresence {
         let nodes = self.nodes.lock().unwrap_or_else(PoisonError::into_inner);
         Ok(nodes
             .iter()
-            .map(|(n, (until, seen))| {
+            .map(|(n, (until, seen, bus_up))| {
                 let alive = *until > now_unix_s;
                 skua_core::NodeSeen {
                     node: n.clone(),
                     alive,
                     last_seen_unix_ms: alive.then(|| seen.saturating_mul(1000)),
                     version: alive.then(|| env!("CARGO_PKG_VERSION").to_owned()),
+                    bus_up: alive.then_some(*bus_up),
                 }
             })
             .collect())

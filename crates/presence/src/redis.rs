@@ -17,7 +17,7 @@
 //! | `P room:<room>` | hash | actor → entry: `joined_at` as 8 bytes big-endian, then the announced presence data (packed MessagePack, stored untouched) |
 //! | `P conns:<room>:<actor>` | set | the actor's connections in the room, `<node>/<conn>` |
 //! | `P node:<node>:held` | set | what the node holds, `<actor>/<conn>/<room>`: what `remove_node` undoes |
-//! | `P node:<node>:alive` | string | `<unix ms> <version>`: when the node last refreshed it (its clock) and the Skua version it runs, with the TTL of the last `refresh_node` (an older node wrote `1`) |
+//! | `P node:<node>:alive` | string | `<unix ms> <version> bus-up` (or `bus-down`): when the node last refreshed it (its clock), the Skua version it runs and whether its bus link was up, with the TTL of the last `refresh_node` (older nodes wrote `1`, or no bus word: unknown) |
 //! | `P node:<node>:seen` | string | unix ms of the last `refresh_node` (the refreshing node's clock), kept a day: what `node_last_seen` reads |
 //! | `P nodes` | set | registered node ids: what `expired_nodes` checks |
 //!
@@ -283,7 +283,13 @@ impl Presence for RedisPresence {
     /// Uses Redis's clock: the registration lasts `ttl_s` seconds (at least a millisecond when
     /// `ttl_s` is 0) from when Redis runs the script. `now_unix_s` is only kept as the time of
     /// this refresh (`node_last_seen`).
-    async fn refresh_node(&self, node: &NodeId, now_unix_s: u64, ttl_s: u64) -> Result<bool, PresenceError> {
+    async fn refresh_node(
+        &self,
+        node: &NodeId,
+        now_unix_s: u64,
+        ttl_s: u64,
+        bus_up: bool,
+    ) -> Result<bool, PresenceError> {
         let ttl_ms = ttl_s.saturating_mul(1000).max(1);
         let seen_ms = now_unix_s.saturating_mul(1000);
         let fresh: i64 = self
@@ -294,7 +300,7 @@ impl Presence for RedisPresence {
                 &[
                     node.as_str().as_bytes(),
                     ttl_ms.to_string().as_bytes(),
-                    alive_value(seen_ms).as_bytes(),
+                    alive_value(seen_ms, bus_up).as_bytes(),
                     seen_ms.to_string().as_bytes(),
                 ],
             )
@@ -413,10 +419,16 @@ return gone
     )
 });
 
-/// The alive key's value: when the node refreshed it (unix ms, its clock) and its version.
-fn alive_value(now_ms: u64) -> String {
-    format!("{now_ms} {}", env!("CARGO_PKG_VERSION"))
+/// The alive key's value: when the node refreshed it (unix ms, its clock), its version, and
+/// whether its bus link is up.
+fn alive_value(now_ms: u64, bus_up: bool) -> String {
+    let bus = if bus_up { BUS_UP } else { BUS_DOWN };
+    format!("{now_ms} {} {bus}", env!("CARGO_PKG_VERSION"))
 }
+
+/// The alive key's last word while the node's bus link is up, and while it is down.
+const BUS_UP: &str = "bus-up";
+const BUS_DOWN: &str = "bus-down";
 
 /// A registered node from its alive key's value (`""`: none, the registration lapsed; `1`:
 /// written by a node that did not say more).
@@ -424,7 +436,13 @@ fn node_seen(node: NodeId, value: &str) -> skua_core::NodeSeen {
     let (ms, version) = value
         .split_once(' ')
         .map_or((None, None), |(ms, v)| (ms.parse().ok(), Some(v.to_owned()).filter(|v| !v.is_empty())));
-    skua_core::NodeSeen { node, alive: !value.is_empty(), last_seen_unix_ms: ms, version }
+    // The bus word is last; an older node wrote none (its link state is unknown).
+    let (version, bus_up) = match version.as_deref().and_then(|v| v.rsplit_once(' ')) {
+        Some((v, BUS_UP)) => (Some(v.to_owned()), Some(true)),
+        Some((v, BUS_DOWN)) => (Some(v.to_owned()), Some(false)),
+        _ => (version, None),
+    };
+    skua_core::NodeSeen { node, alive: !value.is_empty(), last_seen_unix_ms: ms, version, bus_up }
 }
 
 /// KEYS: node's alive key, node set, node's seen key. ARGV: node, ttl in ms, the alive key's
@@ -566,12 +584,21 @@ mod tests {
     #[test]
     fn alive_values_read_back() {
         let n = NodeId::parse("n1").unwrap();
-        let seen = node_seen(n.clone(), &alive_value(1_700_000_000_123));
+        let seen = node_seen(n.clone(), &alive_value(1_700_000_000_123, true));
         assert!(seen.alive);
         assert_eq!(seen.last_seen_unix_ms, Some(1_700_000_000_123));
         assert_eq!(seen.version.as_deref(), Some(env!("CARGO_PKG_VERSION")));
+        assert_eq!(seen.bus_up, Some(true));
+        let down = node_seen(n.clone(), &alive_value(1_700_000_000_123, false));
+        assert_eq!((down.version.as_deref(), down.bus_up), (Some(env!("CARGO_PKG_VERSION")), Some(false)));
+        let older = node_seen(n.clone(), "1700000000123 0.0.9");
+        assert_eq!((older.version.as_deref(), older.bus_up), (Some("0.0.9"), None), "no bus word: unknown");
         let old = node_seen(n.clone(), "1");
-        assert_eq!((old.alive, old.last_seen_unix_ms, old.version), (true, None, None), "an older node's value");
+        assert_eq!(
+            (old.alive, old.last_seen_unix_ms, old.version, old.bus_up),
+            (true, None, None, None),
+            "an older node's value"
+        );
         let gone = node_seen(n, "");
         assert_eq!((gone.alive, gone.last_seen_unix_ms, gone.version), (false, None, None), "lapsed");
     }

@@ -184,16 +184,16 @@ async fn operations_fail_while_redis_is_down_and_recover_after_a_restart() {
         (node("n1"), room("room-1"), actor("alice"), ConnRef { node: node("n1"), conn: ConnId(1) });
     let data = || Bytes::from_static(b"\x81\xa4mood\xa5happy");
 
-    assert!(p.refresh_node(&n1, 0, 60).await.unwrap_or_else(|e| panic!("refresh: {e:?}")));
+    assert!(p.refresh_node(&n1, 0, 60, true).await.unwrap_or_else(|e| panic!("refresh: {e:?}")));
     let change = p.announce(&r, &alice, &c1, data(), 100).await.unwrap_or_else(|e| panic!("announce: {e:?}"));
     assert_eq!(change, PresenceChange::Join);
-    assert!(!p.refresh_node(&n1, 0, 60).await.unwrap_or_else(|e| panic!("refresh: {e:?}")), "still live");
+    assert!(!p.refresh_node(&n1, 0, 60, true).await.unwrap_or_else(|e| panic!("refresh: {e:?}")), "still live");
 
     redis.kill_9().await;
     fails("announce", p.announce(&r, &alice, &c1, data(), 200)).await;
     fails("list", p.list(&r)).await;
     fails("remove", p.remove(&r, &alice, &c1)).await;
-    fails("refresh_node", p.refresh_node(&n1, 0, 60)).await;
+    fails("refresh_node", p.refresh_node(&n1, 0, 60, true)).await;
     fails("expired_nodes", p.expired_nodes(0)).await;
     fails("remove_node", p.remove_node(&node("n2"))).await;
     fails("connect", RedisPresence::connect(&redis.url(), "restart")).await;
@@ -202,7 +202,7 @@ async fn operations_fail_while_redis_is_down_and_recover_after_a_restart() {
     let entries = once_back("list", || p.list(&r)).await;
     assert_eq!(entries, [], "the restarted Redis has no data");
     assert!(
-        once_back("refresh_node", || p.refresh_node(&n1, 0, 60)).await,
+        once_back("refresh_node", || p.refresh_node(&n1, 0, 60, true)).await,
         "the registration was lost with the data: the node must re-announce"
     );
     let change = once_back("announce", || p.announce(&r, &alice, &c1, data(), 300)).await;

@@ -1064,6 +1064,7 @@ mod tests {
             ("mqtt_max_client_id_bytes = 22", "mqtt_max_client_id_bytes"),
             ("mqtt_max_client_id_bytes = 70000", "mqtt_max_client_id_bytes"),
             ("mqtt_receive_maximum = 0", "mqtt_receive_maximum"),
+            ("mqtt_max_inflight = 0", "mqtt_max_inflight"),
         ] {
             let s = Settings::from_toml(line).unwrap();
             match ServerConfig::from_layers(&[&s]) {

@@ -1,14 +1,5 @@
-//! Error formatting shared by the node, the command line and the hydration webhook: a floor
-//! below [`crate::node`], so the modules the node wires up can use it without naming the node.
+//! Error formatting shared by the node and the command line: a floor below [`crate::node`], so
+//! the modules the node wires up can use it without naming the node.
 
 /// `a: b: c` for an error and its sources.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(c) = src {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        src = c.source();
-    }
-    s
-}
+pub use skua_core::error::error_chain;

@@ -7,7 +7,6 @@ pub mod config;
 pub mod duration;
 pub mod errors;
 pub mod fixtures;
-pub mod hydration;
 pub mod node;
 pub mod telemetry;
 pub mod tls;

@@ -391,7 +391,7 @@ async fn run(
                 fixtures::DEV_API_KEY
             ));
         }
-        if node.state.admin.get().is_some() {
+        if node.dashboard {
             let http = if node.tls.client.is_some() { "https" } else { "http" };
             let key = if config.admin_key.as_ref().is_some_and(|k| k.0 == DEV_ADMIN_KEY) {
                 DEV_ADMIN_KEY

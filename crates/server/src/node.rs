@@ -114,10 +114,8 @@ pub async fn backends(config: &ServerConfig, embedded: &Embedded) -> anyhow::Res
         presence,
         store,
         publish_observers: Vec::new(),
-        trigger_hooks: None,
+        webhooks: None,
         metrics_sources: vec![Arc::new(BusMetrics(mqtt_bus)), Arc::new(IdempotencyMetrics(memory_idempotency))],
-        hydrator: None,
-        wake_poster: None,
         shared_limits,
         history: Some(history),
         idempotency,
@@ -307,11 +305,14 @@ pub struct RunningNode {
     pub state: Arc<EdgeState>,
     /// Where the control-plane gRPC listener is bound, if any.
     pub grpc_addr: Option<SocketAddr>,
+    /// Whether the admin dashboard is served under `/admin` ([`Self::launch`] with an admin key).
+    pub dashboard: bool,
     /// The registry propagator, when the node runs with the control plane ([`Self::launch`]).
     pub propagator: Option<Arc<skua_control::Propagator>>,
     /// The listeners' TLS (certificates and their reloaders), when configured.
     pub tls: crate::tls::NodeTls,
-    /// The node's webhook sender (hydration, triggers); stopped after the edge drains.
+    /// The node's webhook sender, its one webhook seam (triggers, hydration, wakes); its idle
+    /// sweep stops with the control plane, after the edge drains.
     pub webhooks: skua_webhooks::WebhookSender,
     edge: EdgeNode,
     control_stop: CancellationToken,
@@ -339,317 +340,6 @@ struct WebhookMetricsSource(Arc<skua_webhooks::WebhookMetrics>);
 impl skua_edge::prom::MetricsSource for WebhookMetricsSource {
     fn render(&self, out: &mut String) {
         self.0.render_prometheus(out);
-    }
-}
-
-/// Trigger webhooks through the webhook engine: the topic's trigger entry (N41) from the
-/// registry, each attempt one engine request (`post_once`, on the trigger's task) with the
-/// target's headers, timeout and the app's secret (N42).
-struct EngineHooks(skua_webhooks::WebhookSender);
-
-#[async_trait::async_trait]
-impl skua_edge::triggers::TriggerHooks for EngineHooks {
-    fn target(
-        &self,
-        registry: &skua_core::Registry,
-        topic: &skua_core::TopicAddress,
-    ) -> Option<skua_edge::triggers::TriggerTarget> {
-        let kind = skua_core::webhook::WebhookKind::Trigger;
-        let (target, _) = registry.webhook_target(topic, kind)?;
-        Some(skua_edge::triggers::TriggerTarget { url: Arc::from(target.url.as_str()), timeout: target.timeout(kind) })
-    }
-
-    async fn post(
-        &self,
-        registry: &skua_core::Registry,
-        topic: &skua_core::TopicAddress,
-        url: &str,
-        delivery_id: &str,
-        body: bytes::Bytes,
-        retry: bool,
-    ) -> Result<(), skua_edge::triggers::PostFailure> {
-        use skua_core::webhook::{WebhookKind, WebhookTarget};
-        let kind = WebhookKind::Trigger;
-        // The app's secret, whether or not the entry is still the one the trigger was made for.
-        let secret = registry
-            .project(&topic.room.project)
-            .and_then(|p| p.apps.iter().find(|a| a.id == topic.room.app))
-            .and_then(|a| a.webhook_secret.as_ref());
-        let unchanged = registry.webhook_target(topic, kind).map(|(t, _)| t).filter(|t| t.url == url);
-        // The configuration changed since (a dead letter's retry): the stored URL, signed with
-        // the app's current secret, without the new entry's headers.
-        let stored;
-        let target: &WebhookTarget = match unchanged {
-            Some(t) => t,
-            None => {
-                stored = WebhookTarget { url: url.to_owned(), headers: Vec::new(), timeout_ms: None };
-                &stored
-            }
-        };
-        match self.0.post_once(kind, target, secret, delivery_id, body, retry).await {
-            Ok(_) => Ok(()),
-            Err(e) => Err(skua_edge::triggers::PostFailure { retryable: e.is_retryable(), error: error_chain(&e) }),
-        }
-    }
-}
-
-/// Wake requests (N47) through the webhook engine: signed with the project's wake secret (N42),
-/// up to 3 attempts (1 s, then 2 s apart) within the member's wake timeout. The engine counts them
-/// under `kind="wake"`; `skua_wakes_total` counts wakes by outcome.
-struct EngineWaker {
-    sender: skua_webhooks::WebhookSender,
-    registry: Arc<SharedRegistry>,
-}
-
-#[async_trait::async_trait]
-impl skua_edge::members::WakePoster for EngineWaker {
-    async fn post(
-        &self,
-        project: &skua_core::ProjectId,
-        target: &skua_edge::members::WakeTarget,
-        payload: serde_json::Map<String, serde_json::Value>,
-    ) -> Result<(), String> {
-        use skua_core::webhook::{WebhookCall, WebhookKind, WebhookTarget};
-        let secret = self.registry.load().project(project).and_then(|p| p.wake_secret.clone());
-        let text = |k: &str| payload.get(k).and_then(serde_json::Value::as_str).unwrap_or_default().to_owned();
-        let call = WebhookCall {
-            kind: WebhookKind::Wake,
-            target: Arc::new(WebhookTarget {
-                url: target.url.clone(),
-                headers: target.headers.clone(),
-                timeout_ms: None,
-            }),
-            secret,
-            app_slug: Arc::from(text("app")),
-            room_name: Arc::from(text("room")),
-        };
-        let request = skua_webhooks::WebhookRequest::new(call, payload);
-        let schedule = skua_webhooks::RetrySchedule::hydration();
-        match self.sender.call(&request, &schedule, target.timeout).await {
-            Ok(_) => Ok(()),
-            Err(e) => Err(error_chain(&e)),
-        }
-    }
-}
-
-/// The edge as the control plane sees it ([`skua_control::NodeAdmin`]).
-struct EdgeAdmin(Arc<EdgeState>, skua_webhooks::WebhookSender);
-
-#[async_trait::async_trait]
-impl skua_control::NodeAdmin for EdgeAdmin {
-    fn node_id(&self) -> String {
-        self.0.node.to_string()
-    }
-
-    fn registry(&self) -> Arc<skua_core::Registry> {
-        self.0.registry.load()
-    }
-
-    fn install_registry(&self, registry: skua_core::Registry) {
-        self.0.install_registry(registry);
-    }
-
-    fn connections(
-        &self,
-        project: &skua_core::ProjectId,
-        actor: Option<&skua_core::ActorId>,
-    ) -> Vec<skua_control::ConnectionInfo> {
-        self.0
-            .connections
-            .list(project, actor)
-            .into_iter()
-            .map(|(id, e)| skua_control::ConnectionInfo {
-                connection_id: id.to_string(),
-                actor: e.actor,
-                client_id: e.client_id,
-                connected_at_ms: e.connected_at_ms,
-                subscriptions: e.subscriptions.load(std::sync::atomic::Ordering::Relaxed),
-                protocol: e.protocol.as_str(),
-            })
-            .collect()
-    }
-
-    fn all_connections(&self) -> Vec<(skua_core::ProjectId, skua_control::ConnectionInfo)> {
-        self.0
-            .connections
-            .all()
-            .into_iter()
-            .map(|(id, e)| {
-                let info = skua_control::ConnectionInfo {
-                    connection_id: id.to_string(),
-                    actor: e.actor,
-                    client_id: e.client_id,
-                    connected_at_ms: e.connected_at_ms,
-                    subscriptions: e.subscriptions.load(std::sync::atomic::Ordering::Relaxed),
-                    protocol: e.protocol.as_str(),
-                };
-                (e.project, info)
-            })
-            .collect()
-    }
-
-    fn disconnect(&self, actor: &skua_core::ActorId) -> u32 {
-        self.0.connections.disconnect(actor)
-    }
-
-    async fn publish(
-        &self,
-        p: skua_control::ServerPublish,
-    ) -> Result<skua_control::ServerPublished, skua_control::PublishRefused> {
-        use skua_edge::publish::{Origin, PublishRequest};
-        let req = PublishRequest {
-            origin: Origin::Api { project: &p.project, topic: &p.topic, from: p.from.as_deref() },
-            filter: skua_protocol::filters::publish_filter_key(&p.filter),
-            data: p.data,
-            retain: p.retain,
-            qos: 0,
-            idempotency_key: p.idempotency_key.as_deref(),
-            wake_reply: None,
-        };
-        let a = self.0.publisher.publish(req).await?;
-        Ok(skua_control::ServerPublished { msg_id: a.msg_id, timestamp_ms: a.timestamp_ms, duplicate: a.duplicate })
-    }
-
-    fn take_usage(&self) -> Vec<(skua_core::ProjectId, u64)> {
-        self.0.connections.take_usage()
-    }
-
-    async fn webhook_failures(
-        &self,
-        filter: skua_core::DeadLetterFilter<'_>,
-        after: u64,
-        limit: u32,
-    ) -> Result<Vec<skua_core::DeadLetter>, String> {
-        self.0.store.list_dead_letters(filter, after, limit).await.map_err(|e| error_chain(&e))
-    }
-
-    async fn retry_webhook_failures(
-        &self,
-        filter: skua_core::DeadLetterFilter<'_>,
-        limit: u32,
-    ) -> Result<Vec<(String, Option<String>)>, String> {
-        let Some(t) = &self.0.triggers else {
-            return Err("this node posts no webhooks (no webhook engine configured)".into());
-        };
-        let done = t.retry_dead_letters(filter, limit).await.map_err(|e| error_chain(&e))?;
-        Ok(done.into_iter().map(|o| (o.delivery_id, o.error)).collect())
-    }
-
-    async fn purge_webhook_failures(&self, filter: skua_core::DeadLetterFilter<'_>) -> Result<u64, String> {
-        self.0.store.delete_dead_letters(filter).await.map_err(|e| error_chain(&e))
-    }
-
-    fn return_usage(&self, counts: Vec<(skua_core::ProjectId, u64)>) {
-        self.0.connections.return_usage(counts);
-    }
-
-    fn stats(&self) -> skua_control::NodeStats {
-        use std::sync::atomic::Ordering::Relaxed;
-        let m = &self.0.metrics;
-        let opened = m.connections_opened.load(Relaxed);
-        // Summed over the authenticated connections now, as the Prometheus gauges are.
-        let (frames, bytes) = self
-            .0
-            .connections
-            .all()
-            .iter()
-            .fold((0usize, 0usize), |(f, b), (_, e)| (f + e.handle.queued_frames(), b + e.handle.queued_bytes()));
-        skua_control::NodeStats {
-            connections: opened.saturating_sub(m.connections_closed.load(Relaxed)),
-            messages_in: m.publishes_accepted.load(Relaxed),
-            messages_out: m.deliveries.load(Relaxed),
-            refused: m.publishes_refused.load(Relaxed),
-            retained_bytes: self.0.hub.retained_bytes() as u64,
-            backends: self.0.backends_up().to_vec(),
-            outbound_frames: frames as u64,
-            outbound_bytes: bytes as u64,
-            bus_queued: self.0.hub.queued_deliveries() as u64,
-            triggers_queued: self.0.triggers.as_ref().map(|t| {
-                let (queued, overflow) = t.queued();
-                (queued as u64, overflow as u64)
-            }),
-        }
-    }
-
-    fn recent_webhooks(&self) -> Vec<skua_control::RecentWebhook> {
-        self.1
-            .recent()
-            .into_iter()
-            .map(|d| skua_control::RecentWebhook {
-                kind: d.kind.as_str(),
-                host: d.host,
-                outcome: d.outcome.as_str(),
-                status: d.status,
-                latency_ms: u64::try_from(d.latency.as_millis()).unwrap_or(u64::MAX),
-                at_unix_ms: d.at_unix_ms,
-            })
-            .collect()
-    }
-
-    async fn cluster_nodes(&self) -> Result<Vec<skua_core::NodeSeen>, String> {
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        self.0.presence.nodes(now).await.map_err(|e| error_chain(&e))
-    }
-
-    async fn durable_groups(
-        &self,
-        project: &skua_core::ProjectId,
-        after: &str,
-        limit: u32,
-    ) -> Result<Vec<skua_core::ConsumerBacklog>, String> {
-        let prefix = skua_core::ConsumerId::group_prefix(project);
-        self.0.store.list_consumers(&prefix, after, limit).await.map_err(|e| error_chain(&e))
-    }
-
-    fn local_group_members(&self, group: &skua_core::GroupKey) -> Vec<(skua_core::ActorId, Option<String>)> {
-        let members = self.0.hub.group_members(group);
-        if members.is_empty() {
-            return Vec::new();
-        }
-        let conns: std::collections::HashMap<_, _> =
-            self.0.connections.list(&group.topic.room.project, None).into_iter().collect();
-        members
-            .into_iter()
-            .map(|(actor, conn)| {
-                let client = conns.get(&conn).and_then(|e| e.client_id.clone());
-                (actor, client)
-            })
-            .collect()
-    }
-
-    async fn room_presence(&self, room: &skua_core::RoomKey) -> Result<Vec<skua_core::PresenceEntry>, String> {
-        self.0.presence.list(room).await.map_err(|e| error_chain(&e))
-    }
-
-    async fn watch_topic(
-        &self,
-        topic: &skua_core::TopicAddress,
-        capacity: usize,
-    ) -> Result<tokio::sync::mpsc::Receiver<Arc<skua_core::Envelope>>, String> {
-        let mut tap = self.0.hub.tap(topic, capacity).await.map_err(|e| e.to_string())?;
-        let (tx, rx) = tokio::sync::mpsc::channel(capacity.max(1));
-        let hub = self.0.hub.clone();
-        // Forwards until the dashboard drops its receiver (or the node stops), then ends the
-        // watch and its bus subscription.
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    () = tx.closed() => break,
-                    e = tap.rx.recv() => match e {
-                        Some(e) => {
-                            let _ = tx.try_send(e);
-                        }
-                        None => break,
-                    },
-                }
-            }
-            hub.untap(tap).await;
-        });
-        Ok(rx)
-    }
-
-    fn set_usage(&self, project: &skua_core::ProjectId, period: &str, total: u64) {
-        self.0.connections.set_usage(project, period, total);
     }
 }
 
@@ -682,11 +372,8 @@ impl RunningNode {
         backends.metrics_sources.push(Arc::new(WebhookMetricsSource(webhooks.metrics().clone())));
         let server_metrics = Arc::new(ServerMetrics::default());
         backends.metrics_sources.push(server_metrics.clone());
-        backends.trigger_hooks = Some(Arc::new(EngineHooks(webhooks.clone())));
-        backends.wake_poster = Some(Arc::new(EngineWaker { sender: webhooks.clone(), registry: registry.clone() }));
-        if backends.hydrator.is_none() {
-            backends.hydrator = Some(Arc::new(crate::hydration::WebhookHydrator(webhooks.clone())));
-        }
+        // The one webhook seam: triggers, hydration and wakes all post through the sender.
+        backends.webhooks = Some(Arc::new(webhooks.clone()));
         let tls = crate::tls::NodeTls::load(&config.tls)
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
         let (metrics, metrics_addr) = match config.metrics_listen {
@@ -734,6 +421,7 @@ impl RunningNode {
             mqtt,
             state,
             grpc_addr: None,
+            dashboard: false,
             propagator: None,
             tls,
             webhooks,
@@ -808,7 +496,8 @@ impl RunningNode {
             }
         }
         let mut node = Self::start(config, Arc::new(SharedRegistry::new(registry)), backends, listener)?;
-        let admin: Arc<dyn skua_control::NodeAdmin> = Arc::new(EdgeAdmin(node.state.clone(), node.webhooks.clone()));
+        // The engine is the control plane's node: no adapter between them.
+        let admin: Arc<dyn skua_control::NodeAdmin> = node.state.engine.clone();
         // A store several nodes share (Postgres) also carries every node's connections.
         let shared = matches!(&config.store, StoreConfig::Url(u) if !u.starts_with("sqlite:"));
         let propagator = skua_control::Propagator::start(registry_store, admin, config.registry_poll_interval, shared)
@@ -842,6 +531,8 @@ impl RunningNode {
                 }
             });
         }
+        // The REST API and the dashboard, served on the edge's listener once it opens.
+        let mut routes = skua_edge::ApiRoutes::default();
         if let Some(key) = config.admin_key.as_ref().filter(|_| config.dashboard.enabled) {
             let service = skua_control::ControlService::new(propagator.clone(), config.control)
                 .with_webhook_policy(config.webhook_policy());
@@ -853,25 +544,26 @@ impl RunningNode {
                 node.tls.client.is_some(),
             );
             node.control_tasks.spawn(dashboard.clone().run(node.control_stop.clone()));
-            // Set once per node: `launch` is the only writer.
-            let _ = node.state.admin.set(skua_control::dashboard::router(dashboard));
+            routes.admin = Some(skua_control::dashboard::router(dashboard));
         }
         if config.rest.enabled {
             // The same address rules as gRPC and the dashboard (issue 33): a tenant's API key
             // configures webhooks here.
             let service = skua_control::ControlService::new(propagator.clone(), config.control)
                 .with_webhook_policy(config.webhook_policy());
-            // Set once per node: `launch` is the only writer.
-            let _ = node.state.api.set(skua_control::rest::router(service, config.rest));
+            routes.api = Some(skua_control::rest::router(service, config.rest));
         }
         node.propagator = Some(propagator);
+        node.dashboard = routes.admin.is_some();
         // Only now, with every route in place: until then connections wait in the backlog
         // rather than meet a `/v1` or `/admin` that answers 404 (issue 31).
-        node.edge.open();
+        if let Some(mqtt) = node.mqtt.as_ref() {
+            // MQTT over WebSocket at `/mqtt` comes with the door (docs/mqtt.md), like `/v1` and
+            // `/admin` in place before the edge opens.
+            routes.mqtt_ws = Some(mqtt.door.clone());
+        }
+        node.edge.open(routes);
         if let Some(mqtt) = node.mqtt.take() {
-            // MQTT over WebSocket at `/mqtt` comes with the door (docs/mqtt.md); installed before
-            // the edge opens, like `/v1` and `/admin`. Set once per node: `launch` is the only writer.
-            let _ = node.state.mqtt_ws.set(mqtt.door.clone());
             // On the connections' tracker: they stop accepting when the drain begins.
             let st = &node.state;
             if let Some(l) = mqtt.plain {

@@ -262,6 +262,72 @@ async fn readiness_stays_200_while_the_bus_or_redis_is_unreachable_and_backend_u
     wait_for_status(node.addr, "/healthz/backends", 200, within).await;
 }
 
+/// Issue 32, item 11: a node whose own bus link is down while a peer's is up cannot serve what
+/// its peers can (every new `auth` would get `broker_unavailable`), so it leaves its load
+/// balancer: `/readyz` 503 `bus_unreachable` and `skua_ready` 0, until its link is back. When
+/// every node's link is down (the broker's outage, shared), each stays ready, as above.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_cut_off_from_a_bus_its_peer_reaches_is_not_ready_until_its_link_is_back() {
+    use skua_testkit::http::{Scrape, get, wait_for_status};
+    use skua_testkit::proxy::TcpProxy;
+    let Some((_, redis)) = external_urls() else { return };
+    if !have("mosquitto") {
+        return;
+    }
+    let mut broker = ServiceProcess::mosquitto();
+    let broker_addr: std::net::SocketAddr =
+        broker.url().trim_start_matches("mqtt://").parse().expect("the broker's address");
+    let link = TcpProxy::start(broker_addr).await;
+    let ns = unique_namespace();
+    let node = |bus: String| {
+        let (redis, ns) = (redis.clone(), ns.clone());
+        move |s: &mut skua_server::Settings| {
+            s.node.bus = Some(bus);
+            s.node.presence = Some(redis);
+            s.edge.namespace = Some(ns);
+            s.edge.node_refresh = Some("300ms".into());
+            s.edge.node_ttl = Some("3s".into());
+        }
+    };
+    let a = TestServer::builder().settings(node(format!("mqtt://{}", link.addr))).spawn().await;
+    let b = TestServer::builder().settings(node(broker.url())).spawn().await;
+    let within = Duration::from_secs(15);
+    for n in [&a, &b] {
+        wait_for_status(n.addr, "/healthz/backends", 200, within).await;
+        assert_eq!(get(n.addr, "/readyz").await, (200, "ready".to_owned()));
+    }
+
+    // Only A's path to the broker breaks: A's outage is its own.
+    link.cut();
+    let body = wait_for_status(a.addr, "/readyz", 503, within).await;
+    assert_eq!(body, "bus_unreachable");
+    assert!(get(a.addr, "/healthz/backends").await.1.contains("bus: down"));
+    assert_eq!(Scrape::of(a.addr).await.value("skua_ready", &[]), 0.0);
+    let mut late = WsClient::connect(&a.url()).await;
+    late.send(frame! {"type" => "auth", "token" => "dev-token-alice"}).await;
+    let refused = late.expect("auth").await;
+    assert_eq!(refused.str("error"), "broker_unavailable", "{refused:?}");
+    assert_eq!(get(b.addr, "/readyz").await, (200, "ready".to_owned()), "B reaches the broker");
+
+    // The link comes back: A is ready again once its bus reconnected.
+    link.restore();
+    wait_for_status(a.addr, "/readyz", 200, within).await;
+    assert!(get(a.addr, "/healthz/backends").await.1.contains("bus: up"));
+    assert_eq!(Scrape::of(a.addr).await.value("skua_ready", &[]), 1.0);
+    authed(&a.url(), "dev-token-alice").await;
+
+    // The broker goes down for everyone: a shared outage leaves both ready (once B's
+    // registration says its link is down too).
+    broker.kill9();
+    for n in [&a, &b] {
+        wait_for_status(n.addr, "/healthz/backends", 503, within).await;
+    }
+    for n in [&a, &b] {
+        assert_eq!(wait_for_status(n.addr, "/readyz", 200, within).await, "ready");
+        assert!(get(n.addr, "/healthz/backends").await.1.contains("bus: down"), "still down");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolling_restart_of_the_publishers_node_loses_no_acknowledged_publish() {
     use skua_testkit::Event;

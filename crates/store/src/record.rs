@@ -4,7 +4,8 @@
 //! MessagePack tool:
 //!
 //! ```text
-//! record = { "t": [topic, …], "l": [lobby slug (str), …] }
+//! record = { "t": [topic, …], "l": [lobby slug (str), …],
+//!            "d": [[door filter (str), qos (uint)], …] (absent when empty) }
 //! topic  = { "p": pattern (str), "q": qos (uint), "b": load_balance (bool),
 //!            "g": load_balance_group (str, absent for none), "f": raw_filters (bin, absent for none),
 //!            "o": last history offset delivered (uint), "e": its epoch (str; both absent for none) }
@@ -29,6 +30,7 @@ const GROUP: &str = "g";
 const FILTERS: &str = "f";
 const OFFSET: &str = "o";
 const EPOCH: &str = "e";
+const DOOR_FILTERS: &str = "d";
 
 /// rmpv's recursion limit. It counts about two steps per nesting level, and a record nests 4
 /// deep (record map, topic array, topic map, string); this leaves room for fields to come while
@@ -50,7 +52,16 @@ pub(crate) enum RecordError {
 pub(crate) fn encode(record: &RestoreRecord) -> Vec<u8> {
     let topics = record.topics.iter().map(encode_topic).collect();
     let lobbies = record.lobbies.iter().map(|l| Value::from(l.as_str())).collect();
-    let value = Value::Map(vec![(TOPICS.into(), Value::Array(topics)), (LOBBIES.into(), Value::Array(lobbies))]);
+    let mut map = vec![(TOPICS.into(), Value::Array(topics)), (LOBBIES.into(), Value::Array(lobbies))];
+    if !record.door_filters.is_empty() {
+        let filters = record
+            .door_filters
+            .iter()
+            .map(|(f, q)| Value::Array(vec![Value::from(f.as_str()), Value::from(*q)]))
+            .collect();
+        map.push((DOOR_FILTERS.into(), Value::Array(filters)));
+    }
+    let value = Value::Map(map);
     let mut buf = Vec::with_capacity(64);
     // Invariant: writing to a Vec never fails, so neither does encoding a `Value` into one.
     rmpv::encode::write_value(&mut buf, &value).expect("encoding into a Vec cannot fail");
@@ -97,10 +108,25 @@ pub(crate) fn decode(mut bytes: &[u8]) -> Result<RestoreRecord, RecordError> {
                     .map(|l| as_string(l, "a lobby is not a string"))
                     .collect::<Result<_, _>>()?;
             }
+            Some(DOOR_FILTERS) => {
+                record.door_filters = as_array(value, "door filters are not an array")?
+                    .into_iter()
+                    .map(decode_door_filter)
+                    .collect::<Result<_, _>>()?;
+            }
             _ => {}
         }
     }
     Ok(record)
+}
+
+fn decode_door_filter(value: Value) -> Result<(String, u8), RecordError> {
+    let mut pair = as_array(value, "a door filter is not an array")?.into_iter();
+    let (Some(filter), Some(qos), None) = (pair.next(), pair.next(), pair.next()) else {
+        return Err(RecordError::Shape("a door filter is not a pair"));
+    };
+    let qos = qos.as_u64().and_then(|q| u8::try_from(q).ok()).ok_or(RecordError::Shape("bad door filter qos"))?;
+    Ok((as_string(filter, "a door filter is not a string")?, qos))
 }
 
 fn decode_topic(value: Value) -> Result<RestoredTopic, RecordError> {
@@ -191,6 +217,7 @@ mod tests {
             ],
             lobbies: vec!["b".to_owned(), "a".to_owned()],
             holder_last_seen_ms: None,
+            door_filters: vec![("app/room/+".to_owned(), 1), ("app/room/jobs".to_owned(), 2)],
         };
         assert_eq!(decode(&encode(&record)).unwrap(), record);
         assert_eq!(decode(&encode(&RestoreRecord::default())).unwrap(), RestoreRecord::default());
@@ -202,6 +229,7 @@ mod tests {
             topics: vec![RestoredTopic { raw_filters: Some(Bytes::from_static(b"\x90")), ..topic("a/r/t") }],
             lobbies: vec!["x".to_owned()],
             holder_last_seen_ms: None,
+            door_filters: Vec::new(),
         };
         assert_eq!(
             encode(&record),
@@ -215,7 +243,12 @@ mod tests {
         let bytes = b"\x82\xa1t\x91\x82\xa1p\xa5a/r/t\xa1z\x01\xa6future\x90";
         assert_eq!(
             decode(bytes).unwrap(),
-            RestoreRecord { topics: vec![topic("a/r/t")], lobbies: Vec::new(), holder_last_seen_ms: None }
+            RestoreRecord {
+                topics: vec![topic("a/r/t")],
+                lobbies: Vec::new(),
+                holder_last_seen_ms: None,
+                door_filters: Vec::new()
+            }
         );
     }
 

@@ -102,6 +102,7 @@ fn record() -> RestoreRecord {
         }],
         lobbies: Vec::new(),
         holder_last_seen_ms: None,
+        door_filters: Vec::new(),
     }
 }
 

@@ -140,6 +140,7 @@ fn record() -> RestoreRecord {
         }],
         lobbies: vec!["online".to_owned()],
         holder_last_seen_ms: None,
+        door_filters: Vec::new(),
     }
 }
 

@@ -50,9 +50,10 @@ pub struct RetrySchedule {
 }
 
 impl RetrySchedule {
-    /// Hydration (N43): 3 attempts, 1 s then 2 s apart (within the call's timeout).
+    /// Hydration and wake (N43): 3 attempts, 1 s then 2 s apart (within the call's timeout):
+    /// [`skua_core::webhook::CALL_RETRY_DELAYS`].
     pub fn hydration() -> Self {
-        Self { delays: vec![Duration::from_secs(1), Duration::from_secs(2)] }
+        Self { delays: skua_core::webhook::CALL_RETRY_DELAYS.to_vec() }
     }
 
     /// How many attempts at most.

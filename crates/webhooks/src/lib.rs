@@ -4,13 +4,15 @@
 //! outcome, and a tracing span per delivery. Every delivery runs on its caller's task; the
 //! queue of triggers is the engine's (`skua_engine::triggers`).
 //!
-//! Depends on `skua-core` only (for [`WebhookCall`] and the address rule); it knows nothing of
+//! Depends on `skua-core` only (for [`WebhookCall`], the address rule and the
+//! [`skua_core::webhook::Poster`] seam it implements); it knows nothing of
 //! the edge, the store or the wire. Modules:
 //! - [`request`]: [`WebhookRequest`], the body with `deliveryId` and `timestamp`, and signing;
 //! - [`config`]: [`WebhookConfig`], the engine's checked configuration, and [`RetrySchedule`];
 //! - [`outcome`]: how a delivery ends, [`WebhookResponse`] or [`DeliveryError`];
-//! - [`sender`]: [`WebhookSender`], calls with retries ([`WebhookSender::call`]) and single
-//!   attempts ([`WebhookSender::post_once`]);
+//! - [`sender`]: [`WebhookSender`], the node's [`skua_core::webhook::Poster`]: calls with
+//!   retries within a deadline ([`WebhookSender::call`]) and single attempts
+//!   ([`WebhookSender::post_once`]);
 //! - `client`: the HTTP/1.1 client (keep-alive pool per origin, address rules, bounded answers);
 //! - [`resolve`]: the DNS resolver that refuses link-local and metadata addresses at send time;
 //! - `rule`: the address rule each kind adds (hydration, triggers, wake), read by both;

@@ -105,14 +105,11 @@ impl WebhookRequest {
     /// A request with a given `deliveryId` and `timestamp` (a dead letter's retry keeps both).
     pub fn with_delivery_id(
         call: WebhookCall,
-        mut payload: Map<String, Value>,
+        payload: Map<String, Value>,
         delivery_id: Uuid,
         timestamp_ms: u64,
     ) -> Self {
-        payload.insert("deliveryId".into(), Value::String(delivery_id.to_string()));
-        payload.insert("timestamp".into(), Value::from(timestamp_ms));
-        // A Map of JSON values always serializes.
-        let body = Bytes::from(serde_json::to_vec(&payload).unwrap_or_default());
+        let body = skua_core::webhook::json_body(payload, &delivery_id.to_string(), timestamp_ms);
         Self::from_body(call, delivery_id, body)
     }
 

@@ -1,18 +1,22 @@
 //! [`WebhookSender`]: the node's pooled HTTP clients for webhooks (one per kind, each with its
-//! address rule), the per-target concurrency limit and retries.
+//! address rule), the per-target concurrency limit and retries. It is the node's
+//! [`skua_core::webhook::Poster`]: every trigger, hydration and wake request goes through it.
 //!
 //! Two ways to send, both on the caller's task:
-//! - [`WebhookSender::call`]: the caller waits for the outcome (hydration, wake): attempts on
-//!   the request's retry schedule, all within one overall budget (the target's timeout).
-//! - [`WebhookSender::post_once`]: one attempt, for a caller that runs its own retries and
-//!   queue (triggers: the engine's trigger queue, `webhook_queue` entries).
+//! - attempts within a deadline ([`Attempts::Within`], [`WebhookSender::call`]): the caller
+//!   waits for the outcome (hydration, wake), all attempts within one overall budget (the
+//!   target's timeout);
+//! - one attempt ([`Attempts::Once`], [`WebhookSender::post_once`]), for a caller that runs
+//!   its own retries and queue (triggers: the engine's trigger queue).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use hyper::header::HeaderValue;
-use skua_core::webhook::{WebhookKind, WebhookSecret, WebhookTarget};
+use skua_core::webhook::{
+    Answer, Attempts, Post, PostFailure, Poster, RecentWebhook, WebhookKind, WebhookSecret, WebhookTarget,
+};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -106,11 +110,38 @@ impl WebhookSender {
         schedule: &RetrySchedule,
         budget: Duration,
     ) -> Result<WebhookResponse, DeliveryError> {
-        let span = delivery_span(request);
+        let c = &request.call;
+        let delivery_id = request.delivery_id.to_string();
+        self.post_within(
+            c.kind,
+            &c.target,
+            c.secret.as_ref(),
+            &delivery_id,
+            request.body.clone(),
+            &schedule.delays,
+            budget,
+        )
+        .await
+    }
+
+    /// Attempts `delays` apart within `budget` overall, each bounded by what is left of it and
+    /// by the target's timeout; counted as one delivery of `kind`, in a `webhook` span.
+    #[allow(clippy::too_many_arguments)]
+    async fn post_within(
+        &self,
+        kind: WebhookKind,
+        target: &WebhookTarget,
+        secret: Option<&WebhookSecret>,
+        delivery_id: &str,
+        body: Bytes,
+        delays: &[Duration],
+        budget: Duration,
+    ) -> Result<WebhookResponse, DeliveryError> {
+        let span = tracing::info_span!("webhook", kind = kind.as_str(), delivery_id);
         async {
             let started = Instant::now();
-            let result = self.deliver(request, schedule, started + budget).await;
-            self.finish(request.call.kind, &request.call.target.url, started, &result);
+            let result = self.deliver(kind, target, secret, body, delays, started + budget).await;
+            self.finish(kind, &target.url, started, &result);
             result
         }
         .instrument(span)
@@ -219,19 +250,23 @@ impl WebhookSender {
         });
     }
 
-    /// Attempts on `schedule`, every attempt and wait before `deadline`.
+    /// Attempts `delays` apart, every attempt and wait before `deadline`.
     async fn deliver(
         &self,
-        request: &WebhookRequest,
-        schedule: &RetrySchedule,
+        kind: WebhookKind,
+        target: &WebhookTarget,
+        secret: Option<&WebhookSecret>,
+        body: Bytes,
+        delays: &[Duration],
         deadline: Instant,
     ) -> Result<WebhookResponse, DeliveryError> {
-        let per_attempt = request.call.target.timeout(request.call.kind);
+        let per_attempt = target.timeout(kind);
         let mut attempt = 0u32;
         loop {
             let timeout = deadline.saturating_duration_since(Instant::now()).min(per_attempt);
-            self.inner.metrics.attempt(request.call.kind, attempt > 0);
-            let result = match tokio::time::timeout(timeout, self.attempt(request)).await {
+            self.inner.metrics.attempt(kind, attempt > 0);
+            let result = match tokio::time::timeout(timeout, self.post_signed(kind, target, secret, body.clone())).await
+            {
                 Ok(r) => r,
                 Err(_) => Err(DeliveryError::Timeout { after: timeout }),
             };
@@ -240,7 +275,7 @@ impl WebhookSender {
                 Ok(r) => return Ok(r),
                 Err(e) => e,
             };
-            let Some(delay) = schedule.delays.get(attempt as usize - 1).copied().filter(|_| err.is_retryable()) else {
+            let Some(delay) = delays.get(attempt as usize - 1).copied().filter(|_| err.is_retryable()) else {
                 return Err(err);
             };
             if Instant::now() + delay >= deadline {
@@ -255,22 +290,41 @@ impl WebhookSender {
             tokio::time::sleep(delay).await;
         }
     }
+}
 
-    /// One HTTP request (the client applies the address rules, the per-target limit, no
-    /// redirects, no proxy, and the bound on the answer).
-    async fn attempt(&self, request: &WebhookRequest) -> Result<WebhookResponse, DeliveryError> {
-        let target = &request.call.target;
-        let signature = match request.signature.as_deref() {
-            Some(s) => Some(
-                HeaderValue::from_str(s)
-                    .map_err(|_| DeliveryError::Refused { reason: "the signature is not a valid header".into() })?,
-            ),
-            None => None,
+/// The node's one webhook seam: [`Attempts::Once`] is [`WebhookSender::post_once`],
+/// [`Attempts::Within`] a call with retries like [`WebhookSender::call`].
+#[async_trait::async_trait]
+impl Poster for WebhookSender {
+    async fn post(&self, post: Post<'_>, attempts: Attempts<'_>) -> Result<Answer, PostFailure> {
+        let Post { kind, target, secret, delivery_id, body } = post;
+        let result = match attempts {
+            Attempts::Once { retry } => self.post_once(kind, target, secret, delivery_id, body, retry).await,
+            Attempts::Within { delays, budget } => {
+                self.post_within(kind, target, secret, delivery_id, body, delays, budget).await
+            }
         };
-        let v2 = signature_v2(request.call.secret.as_ref(), &request.body);
-        let headers = crate::client::headers(&target.headers, signature, v2)?;
-        let limit = self.inner.config.max_response_bytes;
-        self.client(request.call.kind).post(&target.url, headers, request.body.clone(), limit).await
+        result.map(|r| Answer { status: r.status, body: r.body }).map_err(|e| PostFailure {
+            outcome: e.outcome().as_str(),
+            error: skua_core::error::error_chain(&e),
+            retryable: e.is_retryable(),
+        })
+    }
+
+    fn recent(&self) -> Vec<RecentWebhook> {
+        self.inner
+            .recent
+            .list()
+            .into_iter()
+            .map(|d| RecentWebhook {
+                kind: d.kind.as_str(),
+                host: d.host,
+                outcome: d.outcome.as_str(),
+                status: d.status,
+                latency_ms: u64::try_from(d.latency.as_millis()).unwrap_or(u64::MAX),
+                at_unix_ms: d.at_unix_ms,
+            })
+            .collect()
     }
 }
 
@@ -286,12 +340,4 @@ fn signature_v2(secret: Option<&WebhookSecret>, body: &[u8]) -> Option<HeaderVal
 /// The signature's header value (hex digits and `sha256=`: always a valid value).
 fn signature_value(bytes: &[u8; SIGNATURE_LEN]) -> HeaderValue {
     HeaderValue::from_bytes(bytes).unwrap_or(HeaderValue::from_static(""))
-}
-
-fn delivery_span(request: &WebhookRequest) -> tracing::Span {
-    tracing::info_span!(
-        "webhook",
-        kind = request.call.kind.as_str(),
-        delivery_id = %request.delivery_id,
-    )
 }

@@ -240,7 +240,7 @@ pub(crate) async fn watch(d: &Dashboard, a: Authed) -> Response {
         loop {
             let env = tokio::select! {
                 () = view.stop.cancelled() => break,
-                e = rx.recv() => match e { Some(e) => e, None => break },
+                e = rx.next() => match e { Some(e) => e, None => break },
             };
             let skua_core::Envelope::Publication(p) = &*env else { continue };
             let mut b = lock(&view.buffer);

@@ -1692,6 +1692,7 @@ mod tests {
             alive,
             last_seen_unix_ms: at,
             version: at.map(|_| "1.2.3".to_owned()),
+            bus_up: at.map(|_| true),
         };
         let now = 1_700_000_100_000;
         let me = node_row(&seen("n1", true, Some(now - 2_500)), "n1", now);

@@ -74,7 +74,8 @@ impl Session {
         let key = SessionKey {
             project: project.id.clone(),
             actor: actor.id.clone(),
-            client_id: client_id.filter(|_| actor.actor_type.has_persistent_sessions()),
+            // Another door's client id names a session of any actor type (N54).
+            client_id: client_id.filter(|_| actor.actor_type.has_persistent_sessions() || self.door.is_some()),
         };
         let rate = actor.rate_limit.or(project.limits.rate_limit).unwrap_or(self.st.config.rate_limit);
         // Never above the ceiling, whatever a stored project limit says: a `message` frame stays
@@ -110,8 +111,25 @@ impl Session {
             topics: crate::publish::TopicCache::new(self.st.config.publish_topic_cache),
         });
         self.claim_session().await;
+        // A door's persistent session resumes what it kept; a clean one drops it (N54).
+        let (door_resume, door_discard) = match (&self.door, &self.auth) {
+            (Some(d), Some(a)) if a.key.client_id.is_some() => (d.persistent && !d.clean, d.clean),
+            _ => (false, false),
+        };
+        if door_discard {
+            self.discard_door_session().await;
+        }
         let (restored, recoveries) =
-            if a.reconnect { self.restore_subscriptions().await } else { (Vec::new(), Vec::new()) };
+            if a.reconnect || door_resume { self.restore_subscriptions().await } else { (Vec::new(), Vec::new()) };
+        if let Some(d) = &mut self.door
+            && let Some(tell) = d.on_restored.take()
+        {
+            tell(crate::door::DoorRestored {
+                topics: restored.iter().map(|(pattern, s)| (pattern.clone(), s.qos)).collect(),
+                filters: d.filters.clone(),
+                present: d.present,
+            });
+        }
         let namespace = &self.st.config.namespace;
         let internal: Vec<String> = restored.iter().map(|(_, s)| s.address.internal_topic(namespace)).collect();
         let entries: Vec<RestoredSubscription<'_>> = restored
@@ -192,12 +210,53 @@ impl Session {
         self.st.durable.publish_control(msg).await;
         // What an earlier connection of this session held (and did not ack) is this one's now:
         // released before anything is restored, so replays count it (N25, N37).
-        let holder = session.holder_key();
-        let me = skua_core::Holder { session: &holder, node: self.st.node.as_str(), conn: self.conn.id.0 };
-        if let Err(e) = self.st.store.release(skua_core::Release::SessionExcept(me)).await {
-            tracing::warn!(error = %e, "Releasing an earlier connection's messages failed; they wait for the next one.");
+        // A door's clean session holds nothing durable (what an earlier one kept is discarded).
+        if self.door.as_ref().is_none_or(|d| d.persistent) {
+            let holder = session.holder_key();
+            let me = skua_core::Holder { session: &holder, node: self.st.node.as_str(), conn: self.conn.id.0 };
+            if let Err(e) = self.st.store.release(skua_core::Release::SessionExcept(me)).await {
+                tracing::warn!(error = %e, "Releasing an earlier connection's messages failed; they wait for the next one.");
+            }
         }
         self.persistent = Some((session, held));
+    }
+
+    /// Drops what an earlier connection of a door's session kept (a clean session, N54): the
+    /// durable consumers of its subscriptions (with the messages they kept) and its restore
+    /// record's subscriptions. A consumer whose topic the actor can no longer resolve expires
+    /// by itself (`restore_ttl`).
+    async fn discard_door_session(&mut self) {
+        let Some(a) = &self.auth else { return };
+        let record = match self.st.store.load_restore(&a.restore).await {
+            // Nothing kept (or discarded before): nothing to write.
+            Ok(Some(r)) if r.topics.is_empty() && r.door_filters.is_empty() && r.lobbies.is_empty() => return,
+            Ok(Some(r)) => r,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "Loading a session to discard failed; its consumers expire by themselves.");
+                return;
+            }
+        };
+        let registry = self.st.registry.load();
+        let now = now_unix_s();
+        for t in &record.topics {
+            let Ok(r) = registry.resolve_topic(&a.actor, &t.pattern, skua_core::registry::Operation::Subscribe, now)
+            else {
+                continue;
+            };
+            if !r.logged || t.load_balance {
+                continue;
+            }
+            let id = skua_core::ConsumerId::session(&r.address, &a.key);
+            if let Err(e) = self.st.store.drop_consumer(id.as_str()).await {
+                tracing::warn!(error = %e, "Dropping a discarded session's consumer failed; it expires by itself.");
+            }
+        }
+        if let Err(e) =
+            self.st.store.save_restore(&a.restore, &self.st.node, &skua_core::RestoreRecord::default()).await
+        {
+            tracing::warn!(error = %e, "Clearing a discarded session's record failed.");
+        }
     }
 
     /// Loads the restore record (a clientId session's) or claims one (the actor's connection
@@ -243,6 +302,10 @@ impl Session {
         };
         let Some(a) = &self.auth else { return Vec::new() };
         self.pending_lobbies = record.lobbies.clone();
+        if let Some(d) = &mut self.door {
+            d.present = !record.topics.is_empty() || !record.door_filters.is_empty();
+            d.filters = record.door_filters.clone();
+        }
         // Released for a node that died (issue 19): its offsets are older than what it
         // delivered; what history stamped before it was last seen alive, less the margin, is
         // taken as delivered (docs/recovery.md).
@@ -264,14 +327,15 @@ impl Session {
             let group: Option<Arc<str>> =
                 t.load_balance.then(|| Arc::from(t.load_balance_group.as_deref().unwrap_or(a.actor.id.as_str())));
             let keys: Vec<String> = filters.iter().map(|f| f.key().to_owned()).collect();
-            let consumer = match self.open_consumer(&resolved.address, resolved.logged, group.as_ref(), &keys).await {
-                Ok(c) => c,
-                Err(e) => {
-                    // Restored live; what was stored meanwhile waits for the next reconnect.
-                    tracing::warn!(error = %e, "Reopening a durable consumer failed; restored without durability.");
-                    None
-                }
-            };
+            let consumer =
+                match self.open_consumer(&resolved.address, resolved.logged, group.as_ref(), &keys, t.qos).await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        // Restored live; what was stored meanwhile waits for the next reconnect.
+                        tracing::warn!(error = %e, "Reopening a durable consumer failed; restored without durability.");
+                        None
+                    }
+                };
             // A topic with history recovers from the offset the record kept (issue 19); not a
             // load-balanced or durable subscription (their messages go to the group, the store).
             let has_history = self.st.history.is_some()
@@ -469,6 +533,7 @@ mod tests {
             topics: topics.iter().map(|(p, lb)| topic(p, *lb)).collect(),
             lobbies: lobbies.iter().map(|l| (*l).to_owned()).collect(),
             holder_last_seen_ms: None,
+            door_filters: Vec::new(),
         }
     }
 

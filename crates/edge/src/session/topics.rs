@@ -68,10 +68,10 @@ impl Session {
         self.st.tracker.spawn(recovery.run(self.st.metrics.clone()));
     }
 
-    /// When the topic has a hydration webhook (and the node a hydrator): the hold to put on the
+    /// When the topic has a hydration webhook (and the node posts webhooks): the hold to put on the
     /// new local subscription and the request to make once it is inserted (N43).
     pub(super) fn prepare_hydration(&self, s: &SessionSub) -> Option<(Arc<Hold>, HydrationRequest)> {
-        self.st.hydrator.as_ref()?;
+        self.st.webhooks.as_ref()?;
         let a = self.auth.as_ref()?;
         let registry = self.st.registry.load();
         let call = registry.webhook(&s.address, WebhookKind::Hydration)?;
@@ -93,14 +93,14 @@ impl Session {
     /// in the hub (its `subscribed` frame queued) and its durable delivery started held (so the
     /// resume cannot overtake the start on the durable task's queue).
     pub(super) fn start_hydration(&mut self, hold: &Arc<Hold>, request: HydrationRequest, s: &SessionSub) {
-        let Some(hydrator) = self.st.hydrator.clone() else { return };
+        let Some(poster) = self.st.webhooks.clone() else { return };
         let after = s.consumer.as_ref().map(|c| {
             let route = self.durable().route(c);
             Box::pin(async move { route.resume().await }) as crate::hydrate::AfterRelease
         });
         let max_data = self.st.config.max_message_size.min(skua_protocol::MAX_PAYLOAD_CEILING_BYTES);
         self.st.tracker.spawn(crate::hydrate::run(
-            hydrator,
+            poster,
             request,
             self.conn.clone(),
             Arc::downgrade(hold),
@@ -208,7 +208,8 @@ impl Session {
         }
         let keys: Vec<String> = filters.iter().map(FilterSpec::key).map(str::to_owned).collect();
         let actor = a.actor.id.clone();
-        let consumer = match self.open_consumer(&resolved.address, resolved.logged, group.as_ref(), &keys).await {
+        let consumer = match self.open_consumer(&resolved.address, resolved.logged, group.as_ref(), &keys, s.qos).await
+        {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(error = %e, "Opening a durable consumer failed; subscribe refused.");

@@ -787,12 +787,11 @@ pub struct ControlPlane {
 }
 
 impl ControlPlane {
-    /// This section of `s`, checked; server-side publishes share the clients' largest
-    /// payload, `max_message_size`.
+    /// This section of `s`, checked.
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] naming the first bad key.
-    pub fn resolve(s: &Settings, max_message_size: usize) -> Result<Self, ConfigError> {
+    pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
         let admin_key = s.node.admin_key.clone().filter(|k| !k.is_empty()).map(AdminKey);
         if admin_key.as_ref().is_some_and(|k| k.0.len() < 16) {
             return Err(invalid("admin_key", "must be at least 16 characters"));
@@ -827,7 +826,6 @@ impl ControlPlane {
                 max_grants_per_room: positive(key!(s.control, max_grants_per_room))?,
                 max_lobbies_per_project: positive(key!(s.control, max_lobbies_per_project))?,
                 max_page_size: positive(key!(s.control, max_page_size))?,
-                max_message_size: u32::try_from(max_message_size).unwrap_or(u32::MAX),
             },
             rest: skua_control::rest::RestConfig {
                 enabled: required(key!(s.control, rest_api))?,
@@ -954,6 +952,7 @@ impl MqttDoor {
                 max_user_properties: between(key!(s.mqtt, mqtt_max_user_properties), 1, L::MAX_PER_PACKET)?,
                 max_client_id_bytes: between(key!(s.mqtt, mqtt_max_client_id_bytes), L::MIN_CLIENT_ID, L::MAX_STRING)?,
                 receive_maximum: between(key!(s.mqtt, mqtt_receive_maximum), 1, u16::MAX)?,
+                max_inflight: between(key!(s.mqtt, mqtt_max_inflight), 1, u16::MAX)?,
             },
         })
     }
@@ -1015,7 +1014,7 @@ impl Sections {
             cluster: Cluster::resolve(s)?,
             shutdown: Shutdown::resolve(s)?,
             tls: Tls::resolve(s)?,
-            control: ControlPlane::resolve(s, limits.max_message_size)?,
+            control: ControlPlane::resolve(s)?,
             telemetry: Telemetry::resolve(s)?,
             triggers: Triggers::resolve(s)?,
             members: members(s)?,

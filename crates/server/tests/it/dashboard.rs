@@ -705,7 +705,7 @@ async fn the_overview_lists_the_clusters_nodes_and_this_nodes_queues() {
     // Another node's registration in the (shared) presence backend. (A lapsed one would be
     // reaped by this node's liveness loop at any moment: its row is unit-tested in pages.rs.)
     let other = skua_core::NodeId::parse("other-node").unwrap();
-    s.state.presence.refresh_node(&other, now - 3, 60).await.unwrap();
+    s.state.presence.refresh_node(&other, now - 3, 60, true).await.unwrap();
     let b = Browser::sign_in(s.addr).await;
     let me = s.state.node.to_string();
     // This node registers itself as its liveness loop starts.

@@ -480,3 +480,298 @@ async fn a_connect_user_property_announces_room_presence() {
     assert_eq!(entries[0]["actorTokenId"].as_str(), Some("carol"));
     assert_eq!(entries[0]["presence"]["model"].as_str(), Some("x1"));
 }
+
+// Sessions and QoS of deliveries (docs/protocol.md N52, N54).
+
+const TASKS: &str = "demo/general/tasks";
+
+/// A `CONNECT` with client id `client_id`: `clean` session (3.1.1) or clean start (5.0), and
+/// for 5.0 a session expiry interval when `expiry` > 0.
+fn connect_session(level: u8, token: &str, client_id: &str, clean: bool, expiry: u32) -> Vec<u8> {
+    let mut body = string(b"MQTT");
+    body.extend_from_slice(&[level, 0xC0 | if clean { 0x02 } else { 0 }, 0, 30]);
+    if level == 5 {
+        if expiry > 0 {
+            body.extend_from_slice(&[5, 0x11]);
+            body.extend_from_slice(&expiry.to_be_bytes());
+        } else {
+            body.push(0);
+        }
+    }
+    body.extend(string(client_id.as_bytes()));
+    body.extend(string(b"device"));
+    body.extend(string(token.as_bytes()));
+    packet(0x10, &body)
+}
+
+/// Connects carol's device with a session; its socket and `CONNACK`'s session present flag.
+async fn session(node: &TestServer, level: u8, client_id: &str, clean: bool, expiry: u32) -> (TcpStream, bool) {
+    let mut s = TcpStream::connect(node.mqtt_addr.expect("mqtt listener")).await.expect("connect");
+    s.write_all(&connect_session(level, "dev-token-carol", client_id, clean, expiry)).await.expect("write");
+    let ack = read_packet(&mut s).await;
+    assert_eq!((ack[0], ack[3]), (0x20, 0), "CONNACK accepted: {ack:x?}");
+    (s, ack[2] & 1 == 1)
+}
+
+fn subscribe(pkid: u8, filter: &str, qos: u8) -> Vec<u8> {
+    let mut body = vec![0, pkid];
+    body.extend(string(filter.as_bytes()));
+    body.push(qos);
+    packet(0x82, &body)
+}
+
+/// A 3.1.1 `PUBLISH` read apart: (first byte, topic, packet id, payload).
+fn delivery(p: &[u8]) -> (u8, String, u16, Vec<u8>) {
+    assert_eq!(p[0] & 0xF0, 0x30, "a PUBLISH: {p:x?}");
+    let qos = (p[0] >> 1) & 3;
+    let len = usize::from(u16::from_be_bytes([p[2], p[3]]));
+    let topic = String::from_utf8(p[4..4 + len].to_vec()).expect("utf-8 topic");
+    let mut at = 4 + len;
+    let pkid = if qos > 0 {
+        at += 2;
+        u16::from_be_bytes([p[at - 2], p[at - 1]])
+    } else {
+        0
+    };
+    (p[0], topic, pkid, p[at..].to_vec())
+}
+
+fn ack(first: u8, pkid: u16) -> Vec<u8> {
+    let [hi, lo] = pkid.to_be_bytes();
+    vec![first, 2, hi, lo]
+}
+
+/// The whole N54 life of a persistent session on a store: a QoS 1 subscription to a logged
+/// topic keeps collecting while the device is away; what it had not acked comes again with DUP;
+/// `PUBACK` acks the stored message; a clean session discards it all.
+async fn a_persistent_session_keeps_what_was_published_while_away(server: &TestServer) {
+    let mut alice = server.auth("dev-token-alice").await;
+    let (mut d, present) = session(server, 4, "sensor-1", false, 0).await;
+    assert!(!present, "no session stored yet");
+    d.write_all(&subscribe(1, TASKS, 1)).await.unwrap();
+    assert_eq!(read_packet(&mut d).await, [0x90, 3, 0, 1, 1], "SUBACK granted QoS 1");
+    alice.publish_acked(TASKS, Value::from(1)).await;
+    let (first, topic, _, payload) = delivery(&read_packet(&mut d).await);
+    assert_eq!((first, topic.as_str(), &payload[..]), (0x32, TASKS, &[1u8][..]), "QoS 1, not acked");
+    drop(d);
+
+    // Away: stored for the session.
+    alice.publish_acked(TASKS, Value::from(2)).await;
+    let (mut d, present) = session(server, 4, "sensor-1", false, 0).await;
+    assert!(present, "the session was resumed");
+    let (first, _, p1, payload) = delivery(&read_packet(&mut d).await);
+    assert_eq!((first, &payload[..]), (0x3A, &[1u8][..]), "the unacked one again, with DUP");
+    let (first, _, p2, payload) = delivery(&read_packet(&mut d).await);
+    assert_eq!((first & 0xF6, &payload[..]), (0x32, &[2u8][..]), "the one published while away");
+    d.write_all(&ack(0x40, p1)).await.unwrap();
+    d.write_all(&ack(0x40, p2)).await.unwrap();
+    d.write_all(&[0xE0, 0]).await.unwrap();
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), d.read_to_end(&mut rest)).await.expect("closed").unwrap();
+
+    // Acked: nothing comes again; the subscription is still the session's.
+    let (mut d, present) = session(server, 4, "sensor-1", false, 0).await;
+    assert!(present);
+    alice.publish_acked(TASKS, Value::from(3)).await;
+    let (first, _, p3, payload) = delivery(&read_packet(&mut d).await);
+    assert_eq!((first, &payload[..]), (0x32, &[3u8][..]), "acked ones are not redelivered");
+    d.write_all(&ack(0x40, p3)).await.unwrap();
+    drop(d);
+
+    // A clean session drops what was kept (message 4) and the subscription.
+    alice.publish_acked(TASKS, Value::from(4)).await;
+    let (mut d, present) = session(server, 4, "sensor-1", true, 0).await;
+    assert!(!present, "a clean session starts empty");
+    d.write_all(&subscribe(2, TOPIC, 0)).await.unwrap();
+    assert_eq!(read_packet(&mut d).await, [0x90, 3, 0, 2, 0]);
+    alice.publish_acked(TASKS, Value::from(5)).await;
+    alice.publish_acked(TOPIC, Value::from(6)).await;
+    let (_, topic, _, payload) = delivery(&read_packet(&mut d).await);
+    assert_eq!((topic.as_str(), &payload[..]), (TOPIC, &[6u8][..]), "nothing of the discarded session");
+    d.write_all(&[0xE0, 0]).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), d.read_to_end(&mut rest)).await.expect("closed").unwrap();
+    let (_, present) = session(server, 4, "sensor-1", false, 0).await;
+    assert!(!present, "the clean session kept nothing");
+}
+
+async fn mqtt_on_store(store: &str) -> TestServer {
+    let store = store.to_owned();
+    TestServer::builder()
+        .settings(move |s| {
+            s.node.mqtt_listen = Some("127.0.0.1:0".into());
+            s.node.store = Some(store.clone());
+        })
+        .spawn()
+        .await
+}
+
+#[tokio::test]
+async fn sqlite_keeps_a_persistent_device_session() {
+    let path = std::env::temp_dir().join(format!("skua-mqtt-session-{}.db", uuid::Uuid::new_v4().simple()));
+    let server = mqtt_on_store(&format!("sqlite://{}", path.display())).await;
+    a_persistent_session_keeps_what_was_published_while_away(&server).await;
+    drop(server);
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+}
+
+#[tokio::test]
+async fn postgres_keeps_a_persistent_device_session() {
+    let Some(db) = skua_testkit::postgres::TestDatabase::migrated().await else { return };
+    let server = mqtt_on_store(&db.url).await;
+    a_persistent_session_keeps_what_was_published_while_away(&server).await;
+}
+
+/// A 5.0 session expiry makes the session persistent; `CONNACK` says how long it is kept when
+/// that is shorter than asked (`restore_ttl`).
+#[tokio::test]
+async fn a_five_session_expiry_is_a_persistent_session() {
+    let server = server().await;
+    let mut alice = server.auth("dev-token-alice").await;
+    let mut s = TcpStream::connect(server.mqtt_addr.expect("mqtt listener")).await.expect("connect");
+    s.write_all(&connect_session(5, "dev-token-carol", "gw-7", true, u32::MAX)).await.unwrap();
+    let ack = read_packet(&mut s).await;
+    assert_eq!((ack[2], ack[3]), (0, 0), "accepted, no session yet: {ack:x?}");
+    let ttl = 24u32 * 3600;
+    assert!(ack.windows(5).any(|w| w == [&[0x11][..], &ttl.to_be_bytes()[..]].concat()), "expiry told: {ack:x?}");
+    let mut sub = vec![0, 1, 0];
+    sub.extend(string(TASKS.as_bytes()));
+    sub.push(1);
+    s.write_all(&packet(0x82, &sub)).await.unwrap();
+    assert_eq!(read_packet(&mut s).await, [0x90, 4, 0, 1, 0, 1]);
+    drop(s);
+    alice.publish_acked(TASKS, Value::from(7)).await;
+    let (mut s, present) = session(&server, 5, "gw-7", false, 60).await;
+    assert!(present);
+    let p = read_packet(&mut s).await;
+    assert_eq!(p[0], 0x32, "QoS 1: {p:x?}");
+    assert!(p.ends_with(&[0, 7]), "no properties, then the payload: {p:x?}");
+}
+
+/// QoS 2 to a device: `PUBREC`, `PUBREL`, `PUBCOMP`; with `mqtt_max_inflight` 1 the next
+/// delivery waits for the slot, while `PINGRESP` and `PUBREL` still go out.
+#[tokio::test]
+async fn qos_two_deliveries_complete_their_exchange_within_the_inflight_bound() {
+    let server = TestServer::builder()
+        .settings(|s| {
+            s.node.mqtt_listen = Some("127.0.0.1:0".into());
+            s.mqtt.mqtt_max_inflight = Some(1);
+        })
+        .spawn()
+        .await;
+    let mut alice = server.auth("dev-token-alice").await;
+    let mut bob = server.auth("dev-token-bob").await;
+    bob.subscribe(TOPIC).await;
+    let mut d = device(&server, 4, "dev-token-carol").await;
+    d.write_all(&subscribe(1, TOPIC, 2)).await.unwrap();
+    assert_eq!(read_packet(&mut d).await, [0x90, 3, 0, 1, 2], "SUBACK granted QoS 2");
+    alice.publish_acked(TOPIC, Value::from(1)).await;
+    alice.publish_acked(TOPIC, Value::from(2)).await;
+    for _ in 0..2 {
+        bob.expect("message").await;
+    }
+    let (first, _, pkid, payload) = delivery(&read_packet(&mut d).await);
+    assert_eq!((first, &payload[..]), (0x34, &[1u8][..]), "QoS 2");
+    // The second waits for the only slot; a ping is answered meanwhile.
+    d.write_all(&[0xC0, 0]).await.unwrap();
+    assert_eq!(read_packet(&mut d).await, [0xD0, 0], "PINGRESP before the second delivery");
+    d.write_all(&ack(0x50, pkid)).await.unwrap();
+    assert_eq!(read_packet(&mut d).await, ack(0x62, pkid), "PUBREL");
+    d.write_all(&[0xC0, 0]).await.unwrap();
+    assert_eq!(read_packet(&mut d).await, [0xD0, 0], "the slot is held until PUBCOMP");
+    d.write_all(&ack(0x70, pkid)).await.unwrap();
+    let (first, _, pkid2, payload) = delivery(&read_packet(&mut d).await);
+    assert_eq!((first, &payload[..]), (0x34, &[2u8][..]), "then the second");
+    assert_ne!(pkid2, 0);
+}
+
+/// A second `CONNECT` with the client id, on another node, closes the first (5.0 0x8E).
+#[tokio::test]
+async fn a_client_id_takes_its_session_over_from_another_node() {
+    let builder = TestServer::builder().settings(|s| s.node.mqtt_listen = Some("127.0.0.1:0".into()));
+    let c = skua_testkit::TestCluster::embedded(2, builder).await;
+    let (mut first, _) = session(c.node(0), 5, "gw-takeover", true, 0).await;
+    let (mut second, _) = session(c.node(1), 5, "gw-takeover", true, 0).await;
+    assert_eq!(disconnected(&mut first).await, [0xE0, 1, 0x8E], "DISCONNECT session taken over");
+    second.write_all(&[0xC0, 0]).await.unwrap();
+    assert_eq!(read_packet(&mut second).await, [0xD0, 0], "the newer connection stays");
+}
+
+/// `demo/general/+` receives a topic added to the app after the `SUBSCRIBE` (a registry change
+/// names the app; the filter is expanded again).
+#[tokio::test]
+async fn a_wildcard_filter_receives_a_topic_created_after_it() {
+    use skua_control::pb;
+    let server =
+        TestServer::builder().settings(|s| s.node.mqtt_listen = Some("127.0.0.1:0".into())).grpc().spawn().await;
+    let mut control = server.control().await;
+    let mut d = device(&server, 4, "dev-token-carol").await;
+    d.write_all(&subscribe(1, "demo/general/+", 0)).await.unwrap();
+    assert_eq!(read_packet(&mut d).await, [0x90, 3, 0, 1, 0]);
+    let names = ["messages", "status", "events", "results", "tasks", "feed", "alerts"];
+    let topics = names.iter().map(|t| pb::Topic { name: (*t).into(), logged: *t == "tasks", ..Default::default() });
+    control
+        .update_app(pb::UpdateAppRequest {
+            app: "demo".into(),
+            topics: Some(pb::TopicList { topics: topics.collect() }),
+            ..Default::default()
+        })
+        .await
+        .expect("add a topic");
+    let mut alice = server.auth("dev-token-alice").await;
+    // The device's subscription follows the registry change; publish until it is in place.
+    let d2 = skua_testkit::control::Deadline::new("the new topic reaches the wildcard filter", Duration::from_secs(10));
+    loop {
+        alice.send(frame! {"type" => "publish", "topic" => "demo/general/alerts", "data" => Value::from(9)}).await;
+        if let Ok(p) = tokio::time::timeout(Duration::from_millis(200), read_packet(&mut d)).await {
+            let (_, topic, _, payload) = delivery(&p);
+            assert_eq!((topic.as_str(), &payload[..]), ("demo/general/alerts", &[9u8][..]));
+            break;
+        }
+        d2.tick().await;
+    }
+}
+
+/// A backlog far larger than every queue on its way, to a device that acknowledges one delivery
+/// at a time (`mqtt_max_inflight` 1): the durable task waits for room in the outbound queue, the
+/// writer waits for each `PUBACK`, and the acks must still reach the store without waiting on
+/// that task (its queue full), or the three would wait on each other for ever.
+#[tokio::test]
+async fn a_large_backlog_drains_to_a_device_that_acks_one_at_a_time() {
+    const BACKLOG: u8 = 100;
+    let path = std::env::temp_dir().join(format!("skua-mqtt-backlog-{}.db", uuid::Uuid::new_v4().simple()));
+    let store = format!("sqlite://{}", path.display());
+    let server = TestServer::builder()
+        .settings(move |s| {
+            s.node.mqtt_listen = Some("127.0.0.1:0".into());
+            s.node.store = Some(store.clone());
+            s.mqtt.mqtt_max_inflight = Some(1);
+            s.edge.durable_queue = Some(2);
+            s.edge.outbound_queue_messages = Some(8);
+            s.edge.rate_limit = Some(10_000);
+        })
+        .spawn()
+        .await;
+    let mut alice = server.auth("dev-token-alice").await;
+    let (mut d, _) = session(&server, 4, "sensor-backlog", false, 0).await;
+    d.write_all(&subscribe(1, TASKS, 1)).await.unwrap();
+    assert_eq!(read_packet(&mut d).await, [0x90, 3, 0, 1, 1]);
+    d.write_all(&[0xE0, 0]).await.unwrap();
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), d.read_to_end(&mut rest)).await.expect("closed").unwrap();
+    for n in 0..BACKLOG {
+        alice.publish_acked(TASKS, Value::from(n)).await;
+    }
+    let (mut d, present) = session(&server, 4, "sensor-backlog", false, 0).await;
+    assert!(present);
+    for n in 0..BACKLOG {
+        let (_, _, pkid, payload) = delivery(&read_packet(&mut d).await);
+        assert_eq!(payload, [n], "in order, each once");
+        d.write_all(&ack(0x40, pkid)).await.unwrap();
+    }
+    drop(server);
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+}

@@ -562,3 +562,52 @@ async fn no_proxy_is_used_even_when_the_environment_names_one() {
         other => panic!("the proxy was connected to: {other:?}"),
     }
 }
+
+/// The node's one webhook seam ([`skua_core::webhook::Poster`]): `Within` retries what may
+/// succeed within its budget and counts one delivery; `Once` makes one attempt; the failure
+/// carries the outcome label, the error and whether a retry may help; the deliveries show up
+/// among the recent ones.
+#[tokio::test]
+async fn the_poster_seam_retries_within_its_budget_or_posts_once() {
+    use skua_core::webhook::{Attempts, Post, Poster};
+    let rx = WebhookReceiver::start(ReceiverMode::Status(503)).await;
+    let (s, _stop) = sender(loopback_allowed());
+    let poster: Arc<dyn Poster> = Arc::new(s.clone());
+    let c = call(WebhookKind::Hydration, &rx.url("/h"), None);
+    let body = skua_core::webhook::json_body(payload(), "d-1", 1);
+    let delays = [Duration::from_millis(20), Duration::from_millis(20)];
+    let post = Post { kind: c.kind, target: &c.target, secret: c.secret.as_ref(), delivery_id: "d-1", body };
+    let e = poster
+        .post(post.clone(), Attempts::Within { delays: &delays, budget: Duration::from_secs(5) })
+        .await
+        .unwrap_err();
+    assert_eq!((e.outcome, e.retryable), ("status", true), "{e:?}");
+    assert!(e.error.contains("503"), "{}", e.error);
+    let got = rx.wait_for(3).await;
+    assert_eq!(got.len(), 3, "three attempts within the budget");
+    assert!(got.iter().all(|g| g.signature_valid("whsec_test") && g.json()["deliveryId"] == "d-1"));
+    assert_eq!(s.metrics().attempts(WebhookKind::Hydration), 3);
+    assert_eq!(s.metrics().deliveries(WebhookKind::Hydration, skua_webhooks::metrics::Outcome::Status), 1);
+
+    let e = poster.post(post, Attempts::Once { retry: true }).await.unwrap_err();
+    assert_eq!(e.outcome, "status");
+    assert_eq!(rx.wait_for(4).await.len(), 4, "one more attempt");
+    assert_eq!(s.metrics().deliveries(WebhookKind::Hydration, skua_webhooks::metrics::Outcome::Status), 2);
+
+    let ok = WebhookReceiver::start(ReceiverMode::Ok(json!({"a": 1}))).await;
+    let c = call(WebhookKind::Trigger, &ok.url("/t"), None);
+    let post = Post {
+        kind: c.kind,
+        target: &c.target,
+        secret: None,
+        delivery_id: "d-2",
+        body: bytes::Bytes::from_static(b"{}"),
+    };
+    let answer = poster.post(post, Attempts::Once { retry: false }).await.expect("delivered");
+    assert_eq!(answer.status, 200);
+    assert_eq!(serde_json::from_slice::<serde_json::Value>(&answer.body).unwrap(), json!({"a": 1}));
+    let recent = poster.recent();
+    assert_eq!(recent.len(), 3);
+    assert_eq!((recent[0].kind, recent[0].outcome, recent[0].status), ("trigger", "ok", Some(200)));
+    assert_eq!((recent[2].kind, recent[2].outcome, recent[2].status), ("hydration", "status", Some(503)));
+}
