@@ -133,58 +133,153 @@ class SkuaServer:
         return self.proc.returncode
 
 
-def cluster_backends() -> list[str] | None:
+class ClusterState:
+    """What the cluster server sets one test starts share, and what its teardown removes: one
+    Postgres database of its own (made at the first start, so a restart within the test finds
+    its data; dropped at teardown, so no registry, restore records, members or log carry into
+    the next test) and the bus namespaces used (their retained messages cleared at teardown, so
+    none accumulate on the machine's Mosquitto) (issue 35)."""
+
+    def __init__(self) -> None:
+        self.admin_url: str | None = None
+        self.database: str | None = None
+        self.database_url: str | None = None
+        self.namespaces: list[str] = []
+
+    def teardown(self) -> None:
+        """Drops the database and clears the retained messages; call once the servers stopped."""
+        if self.database is not None:
+            drop_database(self.admin_url, self.database)
+        mqtt = os.environ.get("SKUA_TEST_MQTT_URL")
+        if mqtt and self.namespaces:
+            clear_retained(mqtt, self.namespaces)
+
+
+def cluster_backends(state: ClusterState) -> list[str] | None:
     """With SKUA_INTEROP_CLUSTER=1 every test runs against a 2-node cluster over the MQTT broker
     and Redis named by SKUA_TEST_MQTT_URL / SKUA_TEST_REDIS_URL (and the Postgres store named
-    by SKUA_TEST_POSTGRES_URL when set), in a fresh namespace per server set."""
+    by SKUA_TEST_POSTGRES_URL when set), in a fresh namespace per server set and a database of
+    the test's own (`state`)."""
     if os.environ.get("SKUA_INTEROP_CLUSTER") != "1":
         return None
     mqtt, redis = os.environ.get("SKUA_TEST_MQTT_URL"), os.environ.get("SKUA_TEST_REDIS_URL")
     if not mqtt or not redis:
         pytest.exit("SKUA_INTEROP_CLUSTER=1 needs SKUA_TEST_MQTT_URL and SKUA_TEST_REDIS_URL", returncode=3)
-    flags = ["--bus", mqtt, "--presence", redis, "--namespace", "interop" + uuid.uuid4().hex[:12]]
+    namespace = "interop" + uuid.uuid4().hex[:12]
+    state.namespaces.append(namespace)
+    flags = ["--bus", mqtt, "--presence", redis, "--namespace", namespace]
     postgres = os.environ.get("SKUA_TEST_POSTGRES_URL")
     if postgres:
-        postgres = fresh_database(postgres)
-        migrate_once(postgres)
-        flags += ["--store", postgres]
+        if state.database is None:
+            state.admin_url = postgres
+            state.database, state.database_url = fresh_database(postgres)
+        flags += ["--store", state.database_url]
     return flags
 
 
-_FRESH: dict[str, str] = {}
-
-
-def fresh_database(admin_url: str) -> str:
-    """A new database on the server of `admin_url`, once per test session, dropped at exit: the
-    store holds the registry and the message log, so a shared database would carry one run's
-    state (and one build's migrations) into the next."""
-    if admin_url in _FRESH:
-        return _FRESH[admin_url]
+def psql(admin_url: str, sql: str) -> None:
     if shutil.which("psql") is None:
         pytest.exit("SKUA_TEST_POSTGRES_URL is set but psql (to create a fresh database) is missing", returncode=3)
-    name = "skua_interop_" + uuid.uuid4().hex[:12]
-    subprocess.run(["psql", admin_url, "-v", "ON_ERROR_STOP=1", "-qc", f"CREATE DATABASE {name}"], check=True, timeout=30)
-    atexit.register(
-        lambda: subprocess.run(["psql", admin_url, "-qc", f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"], timeout=30)
-    )
+    subprocess.run(["psql", admin_url, "-v", "ON_ERROR_STOP=1", "-qc", sql], check=True, timeout=30)
+
+
+def database_url(admin_url: str, name: str) -> str:
     head, _, query = admin_url.partition("?")
     base, _, _ = head.rpartition("/")
-    url = f"{base}/{name}" + (f"?{query}" if query else "")
-    _FRESH[admin_url] = url
-    return url
+    return f"{base}/{name}" + (f"?{query}" if query else "")
 
 
-_MIGRATED: set[str] = set()
+# Databases made and not yet dropped: dropped at exit, should a teardown not run.
+_LIVE_DATABASES: set[tuple[str, str]] = set()
 
 
-def migrate_once(url: str) -> None:
-    """`skua migrate --store URL`, once per test session."""
-    if url in _MIGRATED:
-        return
-    result = subprocess.run([str(skua_bin()), "migrate", "--store", url], capture_output=True, text=True, timeout=60)
+def drop_database(admin_url: str, name: str) -> None:
+    psql(admin_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    _LIVE_DATABASES.discard((admin_url, name))
+
+
+def create_database(admin_url: str, name: str, template: str | None = None) -> None:
+    psql(admin_url, f"CREATE DATABASE {name}" + (f" TEMPLATE {template}" if template else ""))
+    _LIVE_DATABASES.add((admin_url, name))
+
+
+@atexit.register
+def _drop_live_databases() -> None:
+    for admin_url, name in list(_LIVE_DATABASES):
+        drop_database(admin_url, name)
+
+
+_TEMPLATES: dict[str, str] = {}
+
+
+def migrated_template(admin_url: str) -> str:
+    """A database migrated by this build's `skua migrate`, once per test session, dropped at
+    exit: each test's database is a copy of it (a file copy, much faster than migrating)."""
+    if admin_url in _TEMPLATES:
+        return _TEMPLATES[admin_url]
+    name = "skua_interop_" + uuid.uuid4().hex[:12]
+    create_database(admin_url, name)
+    result = subprocess.run([str(skua_bin()), "migrate", "--store", database_url(admin_url, name)],
+                            capture_output=True, text=True, timeout=60)
     if result.returncode != 0:
         pytest.exit(f"skua migrate failed: {result.stderr}", returncode=3)
-    _MIGRATED.add(url)
+    _TEMPLATES[admin_url] = name
+    return name
+
+
+def fresh_database(admin_url: str) -> tuple[str, str]:
+    """A new migrated database on the server of `admin_url`: its name and URL. Dropped by the
+    test's teardown, or at exit should the teardown not run."""
+    template = migrated_template(admin_url)
+    name = "skua_interop_" + uuid.uuid4().hex[:12]
+    create_database(admin_url, name, template)
+    return name, database_url(admin_url, name)
+
+
+def clear_retained(url: str, namespaces: list[str], within: float = 10.0) -> int:
+    """Clears every retained message under `<namespace>/#` for each of `namespaces` on the MQTT
+    broker at `url`; returns how many. The retained messages arrive when the subscriptions are
+    made; a marker published after the last SUBACK comes back behind them (one connection, in
+    order), so no quiet window decides when all were seen."""
+    import paho.mqtt.client as paho
+    from urllib.parse import urlparse
+
+    u = urlparse(url)
+    client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="", protocol=paho.MQTTv311)
+    if u.username:
+        client.username_pw_set(u.username, u.password)
+    if u.scheme == "mqtts":
+        client.tls_set()
+    marker = f"{namespaces[-1]}/interop-clear/{uuid.uuid4().hex}"
+    topics: set[str] = set()
+    subscribed = threading.Semaphore(0)
+    seen_marker = threading.Event()
+
+    def on_message(_c, _u, msg):
+        if msg.topic == marker:
+            seen_marker.set()
+        elif msg.retain and msg.payload:
+            topics.add(msg.topic)
+
+    client.on_message = on_message
+    client.on_subscribe = lambda *_: subscribed.release()
+    client.connect(u.hostname or "127.0.0.1", u.port or (8883 if u.scheme == "mqtts" else 1883))
+    client.loop_start()
+    try:
+        for ns in namespaces:
+            client.subscribe(f"{ns}/#", qos=1)
+        for ns in namespaces:
+            if not subscribed.acquire(timeout=within):
+                raise AssertionError(f"clearing retained messages: no SUBACK from {url} within {within}s")
+        client.publish(marker, b"marker", qos=1)
+        if not seen_marker.wait(within):
+            raise AssertionError(f"clearing retained messages: the marker did not come back within {within}s")
+        for topic in sorted(topics):
+            client.publish(topic, b"", qos=1, retain=True).wait_for_publish(within)
+    finally:
+        client.loop_stop()
+        client.disconnect()
+    return len(topics)
 
 
 class SkuaCluster:
@@ -235,9 +330,10 @@ def skua_factory(skua_binary):
     every server it started is stopped (SIGTERM) after the test. Their output is printed at
     teardown, so pytest shows it for a failed test."""
     servers: list[SkuaServer | SkuaCluster] = []
+    cluster = ClusterState()
 
     def start(*flags: str) -> SkuaServer | SkuaCluster:
-        backends = cluster_backends()
+        backends = cluster_backends(cluster)
         server = SkuaServer(skua_binary, list(flags)) if backends is None else SkuaCluster(skua_binary, list(flags), backends)
         servers.append(server)
         return server
@@ -247,6 +343,7 @@ def skua_factory(skua_binary):
         rc = server.stop()
         print(f"=== {' '.join(server.cmd)} (exit {rc})\n--- stdout ---\n{server.text(server.stdout)}"
               f"\n--- stderr ---\n{server.text(server.stderr)}")
+    cluster.teardown()
 
 
 @pytest.fixture

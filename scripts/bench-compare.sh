@@ -9,6 +9,10 @@
 #
 # Environment:
 #   SKUA_BIN=path      use this skua binary instead of building skua-server
+#   BENCH_BUILD=0      build nothing: use the binaries already in $CARGO_TARGET_DIR/release
+#   SKUA_BINS="a b"    before/after in one run: every skua case is run against each of these
+#                      binaries in turn (alternating, per case and server), labelled
+#                      "<server>@<file name>" (e.g. skua-pg@skua-before); implies SKUA_BIN
 #   BENCH_DURATION=10  measured seconds per run      BENCH_WARMUP=2  warm-up seconds
 #   BENCH_CASES="fanout100 fanout1000 fanout1000r1000 pairs idle churn logged loggeddurable loggeddurable20k logged20k rest cluster cluster3 storm"
 #     subset to run (fanout1000r1000: one node at the cluster runs' load, their reference;
@@ -58,11 +62,13 @@ if [ "$(ulimit -n)" -lt 10500 ]; then
 fi
 
 echo "bench-compare: building release binaries" >&2
+SKUA_BINS=${SKUA_BINS:-}
+[ -n "$SKUA_BINS" ] && SKUA_BIN=${SKUA_BINS%% *}
 if [ -n "${SKUA_BIN:-}" ]; then
-  cargo build --release -q -p skua-bench
+  [ "${BENCH_BUILD:-1}" = 0 ] || cargo build --release -q -p skua-bench
   SKUA=$(realpath "$SKUA_BIN")
 else
-  cargo build --release -q -p skua-server -p skua-bench
+  [ "${BENCH_BUILD:-1}" = 0 ] || cargo build --release -q -p skua-server -p skua-bench
   SKUA=$(realpath "$TARGET/release/skua")
 fi
 BENCH=$TARGET/release/skua-bench
@@ -235,14 +241,22 @@ wait_quiet() {
 bench_case() {
   local servers=$1
   shift
+  local bins=("$SKUA") these label keep=$SKUA
+  [ -n "$SKUA_BINS" ] && read -r -a bins <<<"$SKUA_BINS"
   for s in $servers; do
     case " $SERVERS " in *" $s "*) ;; *) continue ;; esac
+    these=("${bins[@]}")
+    case $s in skua*) ;; *) these=("$keep") ;; esac
+    for bin in "${these[@]}"; do
+    SKUA=$(realpath "$bin")
+    label=$s
+    case $s in skua*) [ -n "$SKUA_BINS" ] && label="$s@$(basename "$bin")" ;; esac
     for attempt in 1 2 3; do
       wait_quiet
       start_server "$s"
       echo "bench-compare: $* against $s ($URL, pid $SERVER_PID), attempt $attempt" >&2
       : >"$WORK/last.json"
-      "$BENCH" "$@" --proto "$PROTO" --url "$URL" --server-pid "$SERVER_PID" --label "$s" --json "$WORK/last.json" \
+      "$BENCH" "$@" --proto "$PROTO" --url "$URL" --server-pid "$SERVER_PID" --label "$label" --json "$WORK/last.json" \
         || echo "bench-compare: run failed: $* against $s" >&2
       stop_server
       sleep 1
@@ -251,7 +265,9 @@ bench_case() {
       echo "bench-compare: other work used ${other}% of a core during the run; repeating it" >&2
     done
     cat "$WORK/last.json" >>"$OUT"
+    done
   done
+  SKUA=$keep
 }
 
 # storm_case N: two cluster nodes on a fresh Postgres database, `skua-bench storm` (which stops

@@ -7,7 +7,6 @@
 //! fails under CI) when `mosquitto` is not installed. Every harness uses its own namespace and
 //! client id prefix, so parallel tests and earlier runs never see each other.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -19,6 +18,7 @@ use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::{AsyncClient, MqttOptions};
 use skua_bus::{MqttBus, MqttBusConfig, MqttError};
 use skua_conformance::bus::BusHarness;
+use skua_conformance::ports::{self, Listening};
 use skua_conformance::skip::skip;
 use skua_core::{
     ActorId, AppId, Bus, BusDelivery, BusError, BusSubscription, ConnId, Envelope, EnvelopeId, NodeId, PresenceChange,
@@ -408,26 +408,34 @@ struct Broker {
 }
 
 impl Broker {
+    /// On a free port; one another process took before the broker bound it is given up for a
+    /// fresh one (issue 35).
     async fn start(binary: &Path) -> Self {
-        let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
         let dir = std::env::temp_dir().join(format!("skua-mosquitto-{}", uuid::Uuid::new_v4().simple()));
         std::fs::create_dir_all(&dir).expect("temp dir");
-        let conf = format!(
-            "listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\nlog_dest file {}\n",
-            dir.join("mosquitto.log").display()
-        );
-        std::fs::write(dir.join("mosquitto.conf"), conf).expect("write mosquitto.conf");
-        let mut broker = Self { binary: binary.to_owned(), dir, port, child: None };
-        broker.restart().await;
-        broker
+        for _ in 0..5 {
+            let port = ports::free_port().expect("a free port");
+            let conf = format!(
+                "listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\nlog_dest file {}\n",
+                dir.join("mosquitto.log").display()
+            );
+            std::fs::write(dir.join("mosquitto.conf"), conf).expect("write mosquitto.conf");
+            let mut broker = Self { binary: binary.to_owned(), dir: dir.clone(), port, child: None };
+            match broker.spawn() {
+                Listening::Yes => return broker,
+                Listening::Taken | Listening::Exited => broker.kill(),
+                Listening::TimedOut => panic!("the private mosquitto did not listen within 10 s"),
+            }
+        }
+        panic!("the private mosquitto found no free port in 5 tries");
     }
 
     fn url(&self) -> String {
         format!("mqtt://127.0.0.1:{}", self.port)
     }
 
-    /// Starts the broker (again) and waits until it accepts connections.
-    async fn restart(&mut self) {
+    /// Starts the broker and waits until it listens on its port (it, not another process).
+    fn spawn(&mut self) -> Listening {
         let child = Command::new(&self.binary)
             .arg("-c")
             .arg(self.dir.join("mosquitto.conf"))
@@ -436,14 +444,15 @@ impl Broker {
             .stderr(Stdio::null())
             .spawn()
             .expect("start mosquitto");
+        let pid = child.id();
         self.child = Some(child);
-        let addr = format!("127.0.0.1:{}", self.port);
-        within("the private mosquitto to listen", async {
-            while tokio::net::TcpStream::connect(&addr).await.is_err() {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
-        .await;
+        ports::wait_listening(pid, self.port, Duration::from_secs(10))
+    }
+
+    /// Starts the broker again, on its port.
+    async fn restart(&mut self) {
+        let got = self.spawn();
+        assert_eq!(got, Listening::Yes, "the private mosquitto on port {} after a restart", self.port);
     }
 
     /// SIGKILL, and reap it.

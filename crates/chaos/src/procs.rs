@@ -11,11 +11,16 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use skua_conformance::ports::Listening;
 
-/// A free loopback port (bound and released).
+/// A free loopback port (bound and released; [`Service`] restarts a service on another one
+/// when it was taken meanwhile).
 pub fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(skua_conformance::ports::free_port()?)
 }
+
+/// Starts of a service on a fresh port, when the port picked was taken before it bound it.
+const PORT_ATTEMPTS: u32 = 5;
 
 fn wait_port(host: Ipv4Addr, port: u16, what: &str, within: Duration) -> Result<()> {
     let deadline = Instant::now() + within;
@@ -31,6 +36,10 @@ fn wait_port(host: Ipv4Addr, port: u16, what: &str, within: Duration) -> Result<
 fn signal(pid: u32, sig: &str) {
     let _ = Command::new("kill").args([sig, &pid.to_string()]).stdout(Stdio::null()).stderr(Stdio::null()).status();
 }
+
+/// Why a service did not come up on its port.
+#[derive(Debug)]
+struct PortLost(String);
 
 /// Which private service.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,14 +75,17 @@ impl Service {
 
     /// As [`Self::mosquitto`], listening on `host`.
     pub fn mosquitto_at(dir: &Path, host: Ipv4Addr) -> Result<Self> {
-        let port = free_port()?;
-        let conf = dir.join("mosquitto.conf");
-        std::fs::write(
-            &conf,
-            format!("listener {port} {host}\nallow_anonymous true\npersistence false\nmax_queued_messages 100000\n"),
-        )?;
         let program = which("mosquitto", &["/usr/sbin/mosquitto"])?;
-        Self::start(ServiceKind::Mosquitto, program, vec!["-c".into(), conf.display().to_string()], host, port, dir)
+        let conf = dir.join("mosquitto.conf");
+        Self::start(ServiceKind::Mosquitto, host, dir, |port| {
+            std::fs::write(
+                &conf,
+                format!(
+                    "listener {port} {host}\nallow_anonymous true\npersistence false\nmax_queued_messages 100000\n"
+                ),
+            )?;
+            Ok((program.clone(), vec!["-c".into(), conf.display().to_string()]))
+        })
     }
 
     /// Starts a private Redis (no persistence) on loopback.
@@ -84,11 +96,13 @@ impl Service {
     /// As [`Self::redis`], listening on `host` (protected mode off: it has no password, and
     /// only the run's namespaces reach a bridge address).
     pub fn redis_at(dir: &Path, host: Ipv4Addr) -> Result<Self> {
-        let port = free_port()?;
-        let (port_s, host_s) = (port.to_string(), host.to_string());
-        let args = ["--port", &port_s, "--bind", &host_s, "--save", "", "--appendonly", "no", "--protected-mode", "no"];
         let program = which("redis-server", &["/usr/bin/redis-server"])?;
-        Self::start(ServiceKind::Redis, program, args.iter().map(|s| (*s).to_owned()).collect(), host, port, dir)
+        Self::start(ServiceKind::Redis, host, dir, |port| {
+            let (port_s, host_s) = (port.to_string(), host.to_string());
+            let args =
+                ["--port", &port_s, "--bind", &host_s, "--save", "", "--appendonly", "no", "--protected-mode", "no"];
+            Ok((program.clone(), args.iter().map(|s| (*s).to_owned()).collect()))
+        })
     }
 
     /// Initialises and starts a private Postgres cluster under `dir` (trust auth, socket in
@@ -100,7 +114,6 @@ impl Service {
     /// As [`Self::postgres`], listening on `host`.
     pub fn postgres_at(dir: &Path, host: Ipv4Addr) -> Result<Self> {
         let bin = postgres_bin()?;
-        let port = free_port()?;
         let data = dir.join("pgdata");
         let root = running_as_root();
         if root {
@@ -126,57 +139,85 @@ impl Service {
             let mut hba = std::fs::OpenOptions::new().append(true).open(data.join("pg_hba.conf"))?;
             writeln!(hba, "host all all {host}/24 trust")?;
         }
-        let mut args = Vec::new();
-        let program = if root {
-            args.extend(["--reuid=postgres", "--regid=postgres", "--init-groups", "--"].map(String::from));
-            args.push(bin.join("postgres").display().to_string());
-            PathBuf::from("setpriv")
-        } else {
-            bin.join("postgres")
-        };
-        args.extend([
-            "-D".to_owned(),
-            data.display().to_string(),
-            "-p".to_owned(),
-            port.to_string(),
-            "-h".to_owned(),
-            host.to_string(),
-            "-k".to_owned(),
-            dir.display().to_string(),
-            "-c".to_owned(),
-            "fsync=off".to_owned(),
-            "-c".to_owned(),
-            "max_connections=200".to_owned(),
-        ]);
-        Self::start(ServiceKind::Postgres, program, args, host, port, dir)
+        Self::start(ServiceKind::Postgres, host, dir, |port| {
+            let mut args = Vec::new();
+            let program = if root {
+                args.extend(["--reuid=postgres", "--regid=postgres", "--init-groups", "--"].map(String::from));
+                args.push(bin.join("postgres").display().to_string());
+                PathBuf::from("setpriv")
+            } else {
+                bin.join("postgres")
+            };
+            args.extend([
+                "-D".to_owned(),
+                data.display().to_string(),
+                "-p".to_owned(),
+                port.to_string(),
+                "-h".to_owned(),
+                host.to_string(),
+                "-k".to_owned(),
+                dir.display().to_string(),
+                "-c".to_owned(),
+                "fsync=off".to_owned(),
+                "-c".to_owned(),
+                "max_connections=200".to_owned(),
+            ]);
+            Ok((program, args))
+        })
     }
 
+    /// Starts it on a free port, with the program and arguments `build` gives for that port. A
+    /// port another process took after it was picked (the service exits, or someone else
+    /// listens there) is given up for a fresh one, [`PORT_ATTEMPTS`] times (issue 35).
     fn start(
         kind: ServiceKind,
-        program: PathBuf,
-        args: Vec<String>,
         host: Ipv4Addr,
-        port: u16,
         dir: &Path,
+        build: impl Fn(u16) -> Result<(PathBuf, Vec<String>)>,
     ) -> Result<Self> {
         let log = dir.join(format!("{kind:?}.log").to_lowercase());
-        let mut s = Self { kind, program, args, child: None, host, port, log };
-        s.restart()?;
-        Ok(s)
+        let mut attempt = 1;
+        loop {
+            let port = free_port()?;
+            let (program, args) = build(port)?;
+            let mut s = Self { kind, program, args, child: None, host, port, log: log.clone() };
+            match s.start_once() {
+                Ok(()) => return Ok(s),
+                Err(PortLost(why)) if attempt < PORT_ATTEMPTS => {
+                    eprintln!("{kind:?} on port {port}: {why}; trying another port");
+                    s.kill9();
+                    attempt += 1;
+                }
+                Err(PortLost(why)) => bail!("{kind:?}: {why}, {PORT_ATTEMPTS} times"),
+            }
+        }
     }
 
-    /// (Re)starts it and waits until its port accepts connections.
+    /// (Re)starts it on its port and waits until it listens there (it, not another process).
     pub fn restart(&mut self) -> Result<()> {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log)?;
-        let child = Command::new(&self.program)
-            .args(&self.args)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("spawn {}", self.program.display()))?;
+        self.start_once().map_err(|PortLost(why)| anyhow::anyhow!("{:?} on port {}: {why}", self.kind, self.port))
+    }
+
+    fn start_once(&mut self) -> std::result::Result<(), PortLost> {
+        let spawned = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).and_then(|log| {
+            Command::new(&self.program)
+                .args(&self.args)
+                .stdin(Stdio::null())
+                .stdout(log.try_clone()?)
+                .stderr(log)
+                .spawn()
+        });
+        let child = spawned.map_err(|e| PortLost(format!("spawn {}: {e}", self.program.display())))?;
+        let pid = child.id();
         self.child = Some(child);
+        match skua_conformance::ports::wait_listening(pid, self.port, Duration::from_secs(30)) {
+            Listening::Yes => {}
+            Listening::Taken => return Err(PortLost("another process listens on it".into())),
+            Listening::Exited => return Err(PortLost(format!("it exited (log: {})", self.log.display()))),
+            Listening::TimedOut => return Err(PortLost("it did not listen within 30 s".into())),
+        }
         wait_port(self.host, self.port, &format!("{:?}", self.kind), Duration::from_secs(30))
+            .map_err(|e| PortLost(format!("{e:#}")))
     }
 
     /// Stops it: SIGKILL for Mosquitto and Redis, a fast shutdown (SIGINT) for Postgres (a

@@ -26,6 +26,7 @@
 //!
 //! The helpers:
 //! - [`skip`]: skipping a test whose service is missing, visibly (and failing under `CI=true`);
+//! - [`ports`]: private services on free ports, restarted on another port when one was taken;
 //! - `postgres` (feature `postgres`): a fresh Postgres database per test;
 //! - `webhook` (feature `webhook-receiver`): a recording HTTP receiver for webhook tests and a
 //!   URL that refuses connections.
@@ -37,6 +38,7 @@ use std::future::IntoFuture;
 use std::time::Duration;
 
 pub mod bus;
+pub mod ports;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod presence;

@@ -56,9 +56,9 @@ pub use presence::{ConnRef, NodeSeen, Presence, PresenceEntry, PresenceError};
 pub use registry::{Registry, RegistryDelta, RoomScope, ScopeInfo, SharedRegistry};
 pub use registry_store::{RegistryData, RegistrySnapshot, RegistryStore};
 pub use store::{
-    AppendCommit, Claim, ClaimedRecord, ConnectionRecord, Consumer, ConsumerBacklog, Holder, LiveClaim, MAX_BATCH_IDS,
-    MessageLog, NewMessage, Release, RestoreKey, RestoreRecord, RestoredTopic, Retention, SessionKey, Store,
-    StoreError, StoredMessage,
+    AppendBatches, AppendCommit, Claim, ClaimedRecord, ConnectionRecord, Consumer, ConsumerBacklog, Holder, LiveClaim,
+    MAX_BATCH_IDS, MessageLog, NewMessage, Release, RestoreKey, RestoreRecord, RestoredTopic, Retention, SessionKey,
+    Store, StoreError, StoredMessage,
 };
 pub use trigger_store::{
     DeadLetter, DeadLetterCap, DeadLetterFilter, NewDeadLetter, OutboxLease, OutboxTrigger, TriggerStore,

@@ -172,6 +172,18 @@ pub struct NewMessage<'a> {
 /// `seq` once its transaction committed, or to the error that rolled it back.
 pub type AppendCommit = std::pin::Pin<Box<dyn std::future::Future<Output = Result<u64, StoreError>> + Send + 'static>>;
 
+/// Messages per group commit of a store's appends (its append writers' transactions), as a
+/// cumulative histogram: what `/metrics` shows as `skua_store_append_batch_messages`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AppendBatches {
+    /// (upper bound in messages, transactions with at most that many), ascending; `+Inf` excluded.
+    pub buckets: Vec<(u64, u64)>,
+    /// Transactions (batches) written, failed ones included.
+    pub count: u64,
+    /// Messages in them.
+    pub sum: u64,
+}
+
 /// A stored message handed out by [`Store::claim_page`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredMessage {
@@ -422,6 +434,12 @@ pub trait MessageLog: Send + Sync {
     async fn append_queued(&self, message: &NewMessage<'_>, now_unix_s: u64) -> Result<AppendCommit, StoreError> {
         let r = self.append(message, now_unix_s).await;
         Ok(Box::pin(std::future::ready(r)))
+    }
+
+    /// The sizes of the store's group commits of appends so far, when it batches them
+    /// (`None`: each append is its own write).
+    fn append_batches(&self) -> Option<AppendBatches> {
+        None
     }
 
     /// Creates or updates a consumer (its filters are replaced) and keeps it for `ttl_s`

@@ -47,17 +47,7 @@ pub struct DoorAuth {
     pub clean: bool,
 }
 
-/// What a door's session resumed at auth, told before the auth reply is queued (so before any
-/// restored delivery).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct DoorRestored {
-    /// The concrete subscriptions resumed: (topic as subscribed, QoS).
-    pub topics: Vec<(String, u8)>,
-    /// The door's filters saved with the session ([`DoorSession::set_filters`]).
-    pub filters: Vec<(String, u8)>,
-    /// Whether a stored session with subscriptions was found.
-    pub present: bool,
-}
+pub use crate::session::DoorRestored;
 
 /// A publish in flight that finished waiting (see [`DoorSession::next_publish`]).
 pub struct PublishOutcome(crate::session::Outcome);

@@ -369,6 +369,21 @@ pub fn render(st: &EdgeState) -> String {
     for ((slot, op), n) in m.backend_errors.snapshot() {
         o.sample("skua_backend_errors_total", &[("slot", slot), ("op", op)], n);
     }
+    if let Some(b) = st.store.append_batches() {
+        let name = "skua_store_append_batch_messages";
+        o.header(
+            name,
+            "histogram",
+            "Logged messages per transaction (group commit) of the store's append writers; many small batches at a high publish rate mean the store's commits, not the publishers, set the pace.",
+        );
+        let bucket = format!("{name}_bucket");
+        for (le, n) in &b.buckets {
+            o.sample(&bucket, &[("le", &le.to_string())], n);
+        }
+        o.sample(&bucket, &[("le", "+Inf")], b.count);
+        o.sample(&format!("{name}_sum"), &[], b.sum);
+        o.sample(&format!("{name}_count"), &[], b.count);
+    }
     for source in st.metrics_sources() {
         source.render(&mut o.0);
     }

@@ -133,7 +133,19 @@ impl FrameBuckets {
     }
 }
 
-/// What another door asked of its session ([`crate::door::DoorAuth`]), and what it restored.
+/// What a door's session resumed at auth, told before the auth reply is queued (so before any
+/// restored delivery).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DoorRestored {
+    /// The concrete subscriptions resumed: (topic as subscribed, QoS).
+    pub topics: Vec<(String, u8)>,
+    /// The door's filters saved with the session (`DoorSession::set_filters`).
+    pub filters: Vec<(String, u8)>,
+    /// Whether a stored session with subscriptions was found.
+    pub present: bool,
+}
+
+/// What another door asked of its session (its `DoorAuth`), and what it restored.
 pub(crate) struct DoorState {
     /// Kept while the client is away: subscriptions, and a durable consumer for each QoS 1/2
     /// subscription to a logged topic (docs/protocol.md N54).
@@ -145,7 +157,7 @@ pub(crate) struct DoorState {
     /// Whether the auth found a stored session with subscriptions.
     pub(crate) present: bool,
     /// Told what was restored, before the auth reply is queued.
-    pub(crate) on_restored: Option<Box<dyn FnOnce(crate::door::DoorRestored) + Send + Sync>>,
+    pub(crate) on_restored: Option<Box<dyn FnOnce(DoorRestored) + Send + Sync>>,
 }
 
 /// The state machine of one connection.
@@ -335,12 +347,12 @@ impl Session {
         self.error(e);
     }
 
-    /// The authenticated actor (for another door, [`crate::door`]).
+    /// The authenticated actor (for another door).
     pub(crate) fn actor(&self) -> Option<Arc<Actor>> {
         self.auth.as_ref().map(|a| a.actor.clone())
     }
 
-    /// Whether the session holds a subscription to `topic` as sent (for [`crate::door`]).
+    /// Whether the session holds a subscription to `topic` as sent (for another door).
     pub(crate) fn is_subscribed(&self, topic: &str) -> bool {
         self.subs.contains_key(topic)
     }

@@ -380,6 +380,10 @@ impl MessageLog for TimedStore {
         }))
     }
 
+    fn append_batches(&self) -> Option<skua_core::AppendBatches> {
+        self.inner.append_batches()
+    }
+
     async fn open_consumer(&self, consumer: &Consumer, now_unix_s: u64, ttl_s: u64) -> Result<(), StoreError> {
         timed(&self.metrics, "store", "open_consumer", self.inner.open_consumer(consumer, now_unix_s, ttl_s)).await
     }

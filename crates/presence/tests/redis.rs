@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use skua_conformance::ports::{self, Listening};
 use skua_conformance::presence::PresenceHarness;
 use skua_conformance::skip::skip;
 use skua_core::{ActorId, AppId, ConnId, ConnRef, NodeId, Presence, PresenceChange, PresenceError, ProjectId, RoomKey};
@@ -97,23 +98,27 @@ struct PrivateRedis {
 
 impl PrivateRedis {
     /// `None` (after saying so) when `redis-server` is not on `PATH`.
+    /// On a free port; one another process took before Redis bound it is given up for a fresh
+    /// one (issue 35).
     async fn start() -> Option<Self> {
-        let port = {
-            let listener =
-                std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("binding a free port: {e}"));
-            listener.local_addr().unwrap_or_else(|e| panic!("free port: {e}")).port()
-        };
-        let child = match spawn_redis(port) {
-            Ok(child) => child,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                skip("redis-server not on PATH");
-                return None;
+        for _ in 0..5 {
+            let port = ports::free_port().unwrap_or_else(|e| panic!("a free port: {e}"));
+            let child = match spawn_redis(port) {
+                Ok(child) => child,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    skip("redis-server not on PATH");
+                    return None;
+                }
+                Err(e) => panic!("starting redis-server: {e}"),
+            };
+            let mut server = Self { port, child };
+            match server.listening() {
+                Listening::Yes => return Some(server),
+                Listening::Taken | Listening::Exited => server.kill_9().await,
+                Listening::TimedOut => panic!("redis-server on port {port} not listening after {UP_BOUND:?}"),
             }
-            Err(e) => panic!("starting redis-server: {e}"),
-        };
-        let server = Self { port, child };
-        server.wait_until_listening().await;
-        Some(server)
+        }
+        panic!("redis-server found no free port in 5 tries");
     }
 
     fn url(&self) -> String {
@@ -128,15 +133,13 @@ impl PrivateRedis {
     /// A fresh server on the same port: the data is gone, as after a crash without persistence.
     async fn restart(&mut self) {
         self.child = spawn_redis(self.port).unwrap_or_else(|e| panic!("restarting redis-server: {e}"));
-        self.wait_until_listening().await;
+        assert_eq!(self.listening(), Listening::Yes, "redis-server on port {} after a restart", self.port);
     }
 
-    async fn wait_until_listening(&self) {
-        let deadline = Instant::now() + UP_BOUND;
-        while tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await.is_err() {
-            assert!(Instant::now() < deadline, "redis-server on port {} not listening after {UP_BOUND:?}", self.port);
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+    /// Waits until this redis-server (not another process) listens on its port.
+    fn listening(&self) -> Listening {
+        let pid = self.child.id().unwrap_or_else(|| panic!("redis-server on port {} already ended", self.port));
+        ports::wait_listening(pid, self.port, UP_BOUND)
     }
 }
 

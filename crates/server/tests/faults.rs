@@ -1,13 +1,15 @@
 //! Cluster fault scenarios (cluster issue, item 4), each against real services: a node
 //! SIGKILLed, the MQTT broker restarted, Redis restarted. They need Mosquitto and Redis
 //! (`SKUA_TEST_MQTT_URL` / `SKUA_TEST_REDIS_URL`, and the `mosquitto` / `redis-server`
-//! programs for private restartable instances); without them they skip loudly, under CI=true
-//! they fail.
+//! programs for private restartable instances), and the nodes of each share a fresh database on
+//! `SKUA_TEST_POSTGRES_URL`: the production trio, never a store per node (issue 35); without
+//! them they skip loudly, under CI=true they fail.
 
 use std::time::Duration;
 
 use rmpv::Value;
 use skua_testkit::cluster::{external_urls, unique_namespace};
+use skua_testkit::postgres::TestDatabase;
 use skua_testkit::process::{ServiceProcess, SkuaProcess, have};
 use skua_testkit::{TestServer, WsClient, frame};
 
@@ -23,11 +25,15 @@ async fn authed(url: &str, token: &str) -> WsClient {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_node_s_presence_is_healed_by_the_survivors() {
     let Some((mqtt, redis)) = external_urls() else { return };
+    // The production trio (issue 35): the nodes share a fresh Postgres database, as a cluster
+    // must (dropped with `db` when the test ends, pass or panic).
+    let Some(db) = TestDatabase::migrated().await else { return };
+    let store = db.url.clone();
     let ns = unique_namespace();
     let common = [
         "--dev",
         "--store",
-        "memory",
+        &store,
         "--bus",
         &mqtt,
         "--presence",
@@ -85,6 +91,10 @@ async fn a_killed_node_s_presence_is_healed_by_the_survivors() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_mqtt_broker_restart_is_survived_without_losing_acknowledged_publishes() {
     let Some((_, redis)) = external_urls() else { return };
+    // The production trio (issue 35): the nodes share a fresh Postgres database, as a cluster
+    // must (dropped with `db` when the test ends, pass or panic).
+    let Some(db) = TestDatabase::migrated().await else { return };
+    let store = db.url.clone();
     if !have("mosquitto") {
         return;
     }
@@ -95,6 +105,7 @@ async fn an_mqtt_broker_restart_is_survived_without_losing_acknowledged_publishe
         s.node.bus = Some(url.clone());
         s.node.presence = Some(redis.clone());
         s.edge.namespace = Some(ns.clone());
+        s.node.store = Some(store.clone());
         s.node.bus_publish_buffer = Some(5);
         s.edge.rate_limit = Some(1000);
     };
@@ -170,6 +181,10 @@ async fn wait_for_auth(node: &TestServer, ok: bool) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_restart_is_healed_by_re_announcing() {
     let Some((mqtt, _)) = external_urls() else { return };
+    // The production trio (issue 35): the nodes share a fresh Postgres database, as a cluster
+    // must (dropped with `db` when the test ends, pass or panic).
+    let Some(db) = TestDatabase::migrated().await else { return };
+    let store = db.url.clone();
     if !have("redis-server") {
         return;
     }
@@ -180,6 +195,7 @@ async fn a_redis_restart_is_healed_by_re_announcing() {
         s.node.bus = Some(mqtt.clone());
         s.node.presence = Some(url.clone());
         s.edge.namespace = Some(ns.clone());
+        s.node.store = Some(store.clone());
         s.edge.node_refresh = Some("300ms".into());
         s.edge.node_ttl = Some("2s".into());
     };
@@ -278,12 +294,15 @@ async fn a_node_cut_off_from_a_bus_its_peer_reaches_is_not_ready_until_its_link_
     let broker_addr: std::net::SocketAddr =
         broker.url().trim_start_matches("mqtt://").parse().expect("the broker's address");
     let link = TcpProxy::start(broker_addr).await;
+    // The production trio (issue 35): the nodes share a fresh Postgres database.
+    let Some(db) = TestDatabase::migrated().await else { return };
     let ns = unique_namespace();
     let node = |bus: String| {
-        let (redis, ns) = (redis.clone(), ns.clone());
+        let (redis, ns, store) = (redis.clone(), ns.clone(), db.url.clone());
         move |s: &mut skua_server::Settings| {
             s.node.bus = Some(bus);
             s.node.presence = Some(redis);
+            s.node.store = Some(store);
             s.edge.namespace = Some(ns);
             s.edge.node_refresh = Some("300ms".into());
             s.edge.node_ttl = Some("3s".into());
@@ -332,11 +351,16 @@ async fn a_node_cut_off_from_a_bus_its_peer_reaches_is_not_ready_until_its_link_
 async fn a_rolling_restart_of_the_publishers_node_loses_no_acknowledged_publish() {
     use skua_testkit::Event;
     let Some((mqtt, redis)) = external_urls() else { return };
+    // The production trio (issue 35): the nodes share a fresh Postgres database, as a cluster
+    // must (dropped with `db` when the test ends, pass or panic).
+    let Some(db) = TestDatabase::migrated().await else { return };
+    let store = db.url.clone();
     let ns = unique_namespace();
     let settings = move |s: &mut skua_server::Settings| {
         s.node.bus = Some(mqtt.clone());
         s.node.presence = Some(redis.clone());
         s.edge.namespace = Some(ns.clone());
+        s.node.store = Some(store.clone());
         s.edge.drain_delay = Some("300ms".into());
         s.edge.shutdown_grace = Some("5s".into());
         s.edge.rate_limit = Some(1000);
@@ -439,10 +463,14 @@ async fn after_a_crash_the_next_run_of_a_single_node_restores_what_its_clients_h
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_restarted_under_its_id_removes_the_presence_its_earlier_run_left() {
     let Some((mqtt, redis)) = external_urls() else { return };
+    // The production trio (issue 35): the nodes share a fresh Postgres database, as a cluster
+    // must (dropped with `db` when the test ends, pass or panic).
+    let Some(db) = TestDatabase::migrated().await else { return };
+    let store = db.url.clone();
     let ns = unique_namespace();
     // node_ttl far longer than the test: only the restarted node can clean up.
     let common =
-        ["--dev", "--store", "memory", "--bus", &mqtt, "--presence", &redis, "--namespace", &ns, "--node-ttl", "120s"];
+        ["--dev", "--store", &store, "--bus", &mqtt, "--presence", &redis, "--namespace", &ns, "--node-ttl", "120s"];
     let spawn = |id: &str| {
         let mut args = common.to_vec();
         args.extend(["--node-id", id]);
@@ -500,8 +528,12 @@ async fn receive_up_to(client: &mut WsClient, n: usize) -> Vec<u64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_restarted_under_its_id_has_its_publications_delivered_by_the_other_nodes() {
     let Some((mqtt, redis)) = external_urls() else { return };
+    // The production trio (issue 35): the nodes share a fresh Postgres database, as a cluster
+    // must (dropped with `db` when the test ends, pass or panic).
+    let Some(db) = TestDatabase::migrated().await else { return };
+    let store = db.url.clone();
     let ns = unique_namespace();
-    let common = ["--dev", "--store", "memory", "--bus", &mqtt, "--presence", &redis, "--namespace", &ns];
+    let common = ["--dev", "--store", &store, "--bus", &mqtt, "--presence", &redis, "--namespace", &ns];
     let spawn = |id: &str| {
         let mut args = common.to_vec();
         args.extend(["--node-id", id]);

@@ -99,15 +99,16 @@ async fn one_publish_is_one_trace_across_two_nodes() {
     let (addr, receiver) = start_receiver().await;
     let endpoint = format!("http://{addr}");
     let ns = unique_namespace();
-    let grpc: SocketAddr = format!("127.0.0.1:{}", skua_testkit::process::free_port()).parse().expect("address");
-    let grpc_arg = grpc.to_string();
+    // A gRPC listener on a port the node picks and prints: no free port picked here and bound
+    // later, which another process could take in between (issue 35).
     let node = |id: &str, grpc: &str| {
         let args = ["--dev", "--store", "memory", "--bus", &mqtt, "--namespace", &ns, "--node-id", id];
         let mut args = args.to_vec();
         args.extend(["--otlp-endpoint", &endpoint, "--grpc-listen", grpc, "--admin-key", KEY]);
         SkuaProcess::spawn(BIN, &args)
     };
-    let mut publisher_node = node("otlp-a", &grpc_arg);
+    let mut publisher_node = node("otlp-a", "127.0.0.1:0");
+    let grpc = publisher_node.grpc.expect("the publisher node's gRPC address");
     let mut subscriber_node = node("otlp-b", "");
     let mut control = skua_testkit::control::connect(grpc, Some(KEY)).await;
     control.list_projects(skua_control::pb::ListProjectsRequest {}).await.expect("ListProjects");

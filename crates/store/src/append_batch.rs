@@ -11,14 +11,27 @@
 //! order they were queued, so each connection's messages keep their order in the log. When a
 //! batch fails (the transaction is rolled back), every append of the batch gets the error.
 //!
+//! On Postgres a lane's batches overlap (issue 36): a batch's transaction is opened (`BEGIN`)
+//! while the one before is written, and its statement runs while the one before waits for its
+//! commit's WAL flush, up to [`LANE_DEPTH`] transactions per lane. Measured on a loaded
+//! machine, one batch at a time left Postgres idle (waiting for the client) most of the time:
+//! a lane's cycle was the round trips one after another, each paying the scheduler's latency,
+//! not the store's work. The next batch's statement only starts once the previous one
+//! returned, so it takes higher `seq`s, and its `COMMIT` is only sent once the previous commit
+//! is over, so a lane's batches become visible in their order; each append is still answered
+//! only after its own transaction committed. Batch sizes are counted for `/metrics`
+//! (`skua_store_append_batch_messages`).
+//!
 //! The queue holds [`QUEUE`] appends; callers beyond it wait for room (backpressure onto the
 //! publishing connections).
 
 use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use skua_core::{AppendCommit, NewMessage, StoreError};
+use skua_core::{AppendBatches, AppendCommit, NewMessage, StoreError};
 use sqlx::pool::CloseEvent;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
 /// Most messages in one transaction. Where commits are slow (a busy disk or CPU), rows per
 /// commit carry one connection's rate: at 256, a lane's ~40 ms commit cycle held one
@@ -66,12 +79,49 @@ impl Append {
 
 type Job = (Append, oneshot::Sender<Result<i64, String>>);
 
+/// Upper bounds of the batch-size histogram's buckets, in messages (up to [`MAX_BATCH`]).
+const BATCH_BUCKETS: [u64; 11] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024];
+
+/// Messages per transaction of a store's append writers (all lanes together).
+#[derive(Debug, Default)]
+struct BatchSizes {
+    /// Non-cumulative counts per bucket of [`BATCH_BUCKETS`]; the last one is +Inf.
+    buckets: [AtomicU64; BATCH_BUCKETS.len() + 1],
+    count: AtomicU64,
+    sum: AtomicU64,
+}
+
+impl BatchSizes {
+    fn observe(&self, n: usize) {
+        let n = n as u64;
+        let i = BATCH_BUCKETS.iter().position(|b| n <= *b).unwrap_or(BATCH_BUCKETS.len());
+        self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.sum.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> AppendBatches {
+        let mut acc = 0;
+        let buckets = BATCH_BUCKETS
+            .iter()
+            .zip(&self.buckets)
+            .map(|(b, c)| {
+                acc += c.load(Ordering::Relaxed);
+                (*b, acc)
+            })
+            .collect();
+        AppendBatches { buckets, count: self.count.load(Ordering::Relaxed), sum: self.sum.load(Ordering::Relaxed) }
+    }
+}
+
 /// The sending side of a store's append writers; the writers stop when the store's pool closes.
 #[derive(Debug, Clone)]
 pub(crate) struct Appender {
     /// One queue per writer ("lane"); a connection's appends always go to the same lane.
     lanes: Vec<mpsc::Sender<Job>>,
     backend: &'static str,
+    /// Messages per transaction, every lane's.
+    sizes: Arc<BatchSizes>,
 }
 
 /// The lane of the appends of `publisher`'s `stream` (its connection) among `lanes`.
@@ -83,25 +133,49 @@ fn lane_of(publisher: &str, stream: u64, lanes: usize) -> usize {
 
 impl Appender {
     /// Starts `lanes` writer tasks (at least one), each with its own share of [`QUEUE`]:
-    /// `apply` writes one batch in one transaction and returns each message's `seq`, in
-    /// order. The lanes' batches are in flight at the same time (so one commit's latency does
-    /// not cap the store's appends); a connection's appends all go to one lane, so they commit
-    /// in the order they were queued. The tasks stop once `closed` (the pool's close event)
-    /// fires.
-    pub(crate) fn start<F, Fut>(backend: &'static str, lanes: usize, closed: impl Fn() -> CloseEvent, apply: F) -> Self
+    /// `open` starts a batch's transaction (on Postgres: takes a connection of the pool and
+    /// `BEGIN`s), `write` writes one batch in it and returns each message's `seq`, in order,
+    /// with its commit ([`Written`]). The lanes' batches are in flight at the same time (so one commit's latency
+    /// does not cap the store's appends); a connection's appends all go to one lane, so they
+    /// take their `seq`s in the order they were queued. A lane writes its next batch as soon as
+    /// the previous one has its `seq`s, while that one's commit is still under way, up to
+    /// [`LANE_DEPTH`] transactions, and while a batch is written with more appends waiting, the
+    /// next batch's transaction is opened beside it: a busy lane's batches follow each other
+    /// one statement apart. At most `connections` transactions (all lanes together) are open.
+    /// The tasks stop once `closed` (the pool's close event) fires.
+    pub(crate) fn start<T, O, OFut, W, WFut>(
+        backend: &'static str,
+        lanes: usize,
+        connections: usize,
+        closed: impl Fn() -> CloseEvent,
+        open: O,
+        write: W,
+    ) -> Self
     where
-        F: Fn(Vec<Append>) -> Fut + Clone + Send + 'static,
-        Fut: Future<Output = Result<Vec<i64>, sqlx::Error>> + Send + 'static,
+        T: Send + 'static,
+        O: Fn() -> OFut + Clone + Send + Sync + 'static,
+        OFut: Future<Output = Result<T, sqlx::Error>> + Send + 'static,
+        W: Fn(T, Vec<Append>) -> WFut + Clone + Send + Sync + 'static,
+        WFut: Future<Output = Result<Written, sqlx::Error>> + Send + 'static,
     {
         let lanes = lanes.max(1);
+        let sizes = Arc::new(BatchSizes::default());
+        let store = Arc::new(Semaphore::new(connections.max(1)));
         let senders = (0..lanes)
             .map(|_| {
                 let (tx, rx) = mpsc::channel((QUEUE / lanes).max(MAX_BATCH));
-                tokio::spawn(run(closed(), rx, apply.clone()));
+                let lane =
+                    Lane { sizes: sizes.clone(), store: store.clone(), depth: Arc::new(Semaphore::new(LANE_DEPTH)) };
+                tokio::spawn(run(closed(), rx, open.clone(), write.clone(), lane));
                 tx
             })
             .collect();
-        Self { lanes: senders, backend }
+        Self { lanes: senders, backend, sizes }
+    }
+
+    /// Messages per transaction so far (every lane's batches, failed ones included).
+    pub(crate) fn batches(&self) -> AppendBatches {
+        self.sizes.snapshot()
     }
 
     /// Appends `m` and waits until it is committed; returns its `seq`.
@@ -124,18 +198,92 @@ impl Appender {
     }
 }
 
-async fn run<F, Fut>(closed: CloseEvent, mut rx: mpsc::Receiver<Job>, apply: F)
+/// Transactions one lane has open: one whose commit is under way, one whose batch is being
+/// written, and one opening for the batch after (each step a round trip to the store).
+const LANE_DEPTH: usize = 3;
+
+/// Commits a written batch's transaction.
+pub(crate) type Commit = std::pin::Pin<Box<dyn Future<Output = Result<(), sqlx::Error>> + Send>>;
+
+/// A batch written, its commit maybe still to come.
+pub(crate) struct Written {
+    /// Each message's `seq`, in the batch's order.
+    pub seqs: Vec<i64>,
+    /// Commits the batch's transaction; `None`: committed already.
+    pub commit: Option<Commit>,
+}
+
+/// What a lane's writer shares.
+struct Lane {
+    sizes: Arc<BatchSizes>,
+    /// The store's transactions for appends, every lane's.
+    store: Arc<Semaphore>,
+    /// This lane's transactions ([`LANE_DEPTH`]).
+    depth: Arc<Semaphore>,
+}
+
+/// Answers every append of a batch with `result` (its `seq`s, in order, or the error).
+fn answer(waiting: Vec<oneshot::Sender<Result<i64, String>>>, result: Result<Vec<i64>, String>) {
+    match result {
+        Ok(seqs) => {
+            for (done, seq) in waiting.into_iter().zip(seqs) {
+                let _ = done.send(Ok(seq));
+            }
+        }
+        Err(why) => {
+            for done in waiting {
+                let _ = done.send(Err(why.clone()));
+            }
+        }
+    }
+}
+
+/// A transaction opened for a lane's next batch, with the permits it holds.
+type Opened<T> = (T, OwnedSemaphorePermit, OwnedSemaphorePermit);
+
+/// Takes a transaction of the lane and of the store, and opens it.
+async fn open_one<T, O, OFut>(lane: &Lane, open: &O) -> Result<Opened<T>, sqlx::Error>
 where
-    F: Fn(Vec<Append>) -> Fut,
-    Fut: Future<Output = Result<Vec<i64>, sqlx::Error>>,
+    O: Fn() -> OFut,
+    OFut: Future<Output = Result<T, sqlx::Error>>,
+{
+    let closed = || sqlx::Error::PoolClosed;
+    let mine = lane.depth.clone().acquire_owned().await.map_err(|_| closed())?;
+    let store = lane.store.clone().acquire_owned().await.map_err(|_| closed())?;
+    Ok((open().await?, mine, store))
+}
+
+async fn run<T, O, OFut, W, WFut>(closed: CloseEvent, mut rx: mpsc::Receiver<Job>, open: O, write: W, lane: Lane)
+where
+    O: Fn() -> OFut,
+    OFut: Future<Output = Result<T, sqlx::Error>>,
+    W: Fn(T, Vec<Append>) -> WFut,
+    WFut: Future<Output = Result<Written, sqlx::Error>> + Send + 'static,
 {
     tokio::pin!(closed);
+    // A transaction opened beside the previous batch, for appends that were already waiting.
+    let mut ready: Option<Result<Opened<T>, sqlx::Error>> = None;
+    // Fires (is dropped) once the lane's latest batch is over.
+    let mut last_commit: Option<oneshot::Receiver<()>> = None;
     loop {
+        if rx.is_empty() {
+            // Nothing waits: an idle lane holds no open transaction (dropping it rolls back).
+            ready = None;
+        }
         let first = tokio::select! {
             biased;
             () = &mut closed => break,
             j = rx.recv() => match j { Some(j) => j, None => break },
         };
+        let opened = match ready.take() {
+            Some(r) => r,
+            None => tokio::select! {
+                biased;
+                () = &mut closed => break,
+                r = open_one(&lane, &open) => r,
+            },
+        };
+        // Meanwhile the batch kept growing.
         let mut bytes = first.0.data.len();
         let mut messages = vec![first.0];
         let mut waiting = vec![first.1];
@@ -146,31 +294,56 @@ where
             waiting.push(done);
         }
         let n = messages.len();
-        match apply(messages).await {
-            Ok(seqs) if seqs.len() == n => {
-                for (done, seq) in waiting.into_iter().zip(seqs) {
-                    let _ = done.send(Ok(seq));
-                }
-            }
-            Ok(seqs) => {
-                let why = format!("the batch returned {} sequence numbers for {n} messages", seqs.len());
-                tracing::error!(%why, "Appending logged messages failed.");
-                for done in waiting {
-                    let _ = done.send(Err(why.clone()));
-                }
-            }
+        lane.sizes.observe(n);
+        let (tx, mine, store) = match opened {
+            Ok(o) => o,
             Err(e) => {
-                let why = e.to_string();
-                for done in waiting {
-                    let _ = done.send(Err(why.clone()));
-                }
+                answer(waiting, Err(e.to_string()));
+                continue;
             }
+        };
+        // Answers the batch's appends once it committed. Its commit is under way (holding its
+        // permits) as soon as the statement returned, whatever the next transaction waits for;
+        // it is sent only once the lane's previous commit is over, so a lane's batches become
+        // visible in their order (a connection's messages are never seen out of order).
+        let (committed, next) = oneshot::channel::<()>();
+        let previous = last_commit.replace(next);
+        let written = write(tx, messages);
+        let batch = async move {
+            let outcome = written.await;
+            tokio::spawn(async move {
+                if let Some(p) = previous {
+                    let _ = p.await;
+                }
+                let result = match outcome {
+                    Ok(Written { seqs, .. }) if seqs.len() != n => {
+                        // Dropping the commit rolls the transaction back.
+                        let why = format!("the batch returned {} sequence numbers for {n} messages", seqs.len());
+                        tracing::error!(%why, "Appending logged messages failed.");
+                        Err(why)
+                    }
+                    Ok(Written { seqs, commit: None }) => Ok(seqs),
+                    Ok(Written { seqs, commit: Some(commit) }) => {
+                        commit.await.map(|()| seqs).map_err(|e| e.to_string())
+                    }
+                    Err(e) => Err(e.to_string()),
+                };
+                drop((mine, store, committed));
+                answer(waiting, result);
+            });
+        };
+        if rx.is_empty() {
+            batch.await;
+        } else {
+            // More appends wait: the next transaction opens while this batch is written.
+            let ((), next) = tokio::join!(batch, open_one(&lane, &open));
+            ready = Some(next);
         }
     }
 }
 
-/// Postgres: the whole batch in one statement (its own transaction, one round trip). Rows go
-/// in array order (`WITH ORDINALITY … ORDER BY`), so `seq` follows the queue's order.
+/// Postgres: the whole batch in one statement (one round trip, inside the batch's transaction).
+/// Rows go in array order (`WITH ORDINALITY … ORDER BY`), so `seq` follows the queue's order.
 pub(crate) const PG_APPEND_BATCH: &str = "WITH u AS ( \
          SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[], $6::int2[], \
                               $7::bytea[], $8::int8[], $9::text[], $10::int8[]) WITH ORDINALITY \
@@ -191,8 +364,14 @@ pub(crate) const PG_APPEND_BATCH: &str = "WITH u AS ( \
          WHERE u.owner IS NOT NULL) \
      SELECT m.seq FROM m JOIN u ON u.msg_id = m.msg_id ORDER BY u.ord";
 
-/// Writes a batch on Postgres with [`PG_APPEND_BATCH`].
-pub(crate) async fn apply_postgres(pool: &sqlx::PgPool, batch: Vec<Append>) -> Result<Vec<i64>, sqlx::Error> {
+/// Writes a batch on Postgres with [`PG_APPEND_BATCH`] in `tx`, a transaction of its own, and
+/// hands back its commit: once the statement returned, the batch's `seq`s are taken, and the lane's
+/// next batch (written on another connection) gets higher ones, while this transaction's
+/// commit waits for its WAL flush (`synchronous_commit` unchanged).
+pub(crate) async fn apply_postgres(
+    mut tx: sqlx::Transaction<'static, sqlx::Postgres>,
+    batch: Vec<Append>,
+) -> Result<Written, sqlx::Error> {
     let n = batch.len();
     let mut cols = Columns::with_capacity(n);
     for a in batch {
@@ -208,7 +387,7 @@ pub(crate) async fn apply_postgres(pool: &sqlx::PgPool, batch: Vec<Append>) -> R
         cols.owner.push(owner);
         cols.lease.push(lease);
     }
-    sqlx::query_scalar(PG_APPEND_BATCH)
+    let q = sqlx::query_scalar(PG_APPEND_BATCH)
         .bind(cols.msg_id)
         .bind(cols.topic)
         .bind(cols.filter)
@@ -218,9 +397,9 @@ pub(crate) async fn apply_postgres(pool: &sqlx::PgPool, batch: Vec<Append>) -> R
         .bind(cols.data)
         .bind(cols.now)
         .bind(cols.owner)
-        .bind(cols.lease)
-        .fetch_all(pool)
-        .await
+        .bind(cols.lease);
+    let seqs = q.fetch_all(&mut *tx).await?;
+    Ok(Written { seqs, commit: Some(Box::pin(tx.commit())) })
 }
 
 /// A batch as one array per column.
@@ -290,7 +469,7 @@ const SQLITE_PENDING_RANGE: &str = "INSERT INTO log_pending (consumer_id, seq, m
 /// time, each insert's pending rows in one statement, and the outbox row of each message with
 /// a trigger. Every statement is a round trip to sqlx's SQLite worker thread, which costs more
 /// than the statement itself (docs/benchmarks.md), hence the multi-row statements.
-pub(crate) async fn apply_sqlite(pool: &sqlx::SqlitePool, batch: Vec<Append>) -> Result<Vec<i64>, sqlx::Error> {
+pub(crate) async fn apply_sqlite(pool: &sqlx::SqlitePool, batch: Vec<Append>) -> Result<Written, sqlx::Error> {
     use crate::log::INSERT_OUTBOX;
     let mut tx = pool.begin().await?;
     let mut seqs = Vec::with_capacity(batch.len());
@@ -321,11 +500,25 @@ pub(crate) async fn apply_sqlite(pool: &sqlx::SqlitePool, batch: Vec<Append>) ->
         seqs.extend(chunk_seqs);
     }
     tx.commit().await?;
-    Ok(seqs)
+    Ok(Written { seqs, commit: None })
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn batch_sizes_are_counted_in_cumulative_buckets() {
+        let h = super::BatchSizes::default();
+        for n in [1, 3, 3, 1024, 5000] {
+            h.observe(n);
+        }
+        let s = h.snapshot();
+        assert_eq!(s.count, 5);
+        assert_eq!(s.sum, 1 + 3 + 3 + 1024 + 5000);
+        assert_eq!(s.buckets.first(), Some(&(1, 1)));
+        assert_eq!(s.buckets.iter().find(|(le, _)| *le == 4), Some(&(4, 3)));
+        assert_eq!(s.buckets.last(), Some(&(1024, 4)), "5000 is only in +Inf");
+    }
+
     #[test]
     fn the_sqlite_insert_has_one_placeholder_group_per_row() {
         let sql = super::sqlite_insert_sql(3);

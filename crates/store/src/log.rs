@@ -285,6 +285,10 @@ macro_rules! sql_message_log {
                 self.appends.enqueue(message, now_unix_s).await
             }
 
+            fn append_batches(&self) -> Option<skua_core::AppendBatches> {
+                Some(self.appends.batches())
+            }
+
             async fn open_consumer(
                 &self,
                 consumer: &skua_core::Consumer,

@@ -39,7 +39,8 @@ pub const POOL_SIZE: u32 = 8;
 /// Append writers ("lanes", `crate::append_batch`) on a pool of `pool_size` connections: half
 /// of the pool, at least one, so group commits of different publishers are in flight at the
 /// same time (each waits for its own WAL flush) and the other half serves claims, acks and
-/// restore records.
+/// restore records. Also how many append transactions all lanes together keep open at once (a
+/// busy lane overlaps up to three of its batches, `crate::append_batch`).
 fn append_lanes(pool_size: u32) -> usize {
     usize::try_from(pool_size / 2).unwrap_or(1).max(1)
 }
@@ -188,11 +189,13 @@ impl PostgresStore {
         let appends = crate::append_batch::Appender::start(
             BACKEND,
             append_lanes(size),
+            append_lanes(size),
             || pool.close_event(),
-            move |batch| {
+            move || {
                 let pool = writer.clone();
-                async move { crate::append_batch::apply_postgres(&pool, batch).await }
+                async move { pool.begin().await }
             },
+            crate::append_batch::apply_postgres,
         );
         let releases = crate::release_batch::Releaser::start(pool.clone(), pool.close_event());
         Ok(Self { pool, appends, releases, clock })

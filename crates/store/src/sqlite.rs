@@ -110,8 +110,10 @@ impl SqliteStore {
         let appends = crate::append_batch::Appender::start(
             BACKEND,
             1,
+            1,
             || pool.close_event(),
-            move |batch| {
+            || async { Ok(()) },
+            move |(), batch| {
                 let pool = log_pool.clone();
                 async move { crate::append_batch::apply_sqlite(&pool, batch).await }
             },

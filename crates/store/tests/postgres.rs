@@ -422,6 +422,13 @@ async fn appends_commit_in_order_and_a_failed_batch_fails_every_append() {
     append_batch::appends_commit_in_order_and_a_failed_batch_fails_every_append(&store, T0).await;
 }
 
+#[tokio::test]
+async fn a_burst_of_one_connection_spans_batches_in_order() {
+    let Some(db) = migrated().await else { return };
+    let store = PostgresStore::connect(&db.url, TestClock::new().clock()).await.unwrap();
+    append_batch::a_burst_of_one_connection_spans_batches_in_order(&store, T0).await;
+}
+
 /// Makes migration `version` pending again in a migrated database, after `undo` removed what
 /// it created.
 async fn unapply(db: &TestDatabase, version: i64, undo: &str) {

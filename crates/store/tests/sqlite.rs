@@ -314,3 +314,10 @@ async fn appends_commit_in_order_and_a_failed_batch_fails_every_append() {
     let store = SqliteStore::connect(&dir.url("log.db"), TestClock::new().clock()).await.unwrap();
     append_batch::appends_commit_in_order_and_a_failed_batch_fails_every_append(&store, T0).await;
 }
+
+#[tokio::test]
+async fn a_burst_of_one_connection_spans_batches_in_order() {
+    let dir = TempDir::new();
+    let store = SqliteStore::connect(&dir.url("burst.db"), TestClock::new().clock()).await.unwrap();
+    append_batch::a_burst_of_one_connection_spans_batches_in_order(&store, T0).await;
+}

@@ -28,4 +28,4 @@ pub mod server;
 pub use client::{Event, Frame, WsClient, encode};
 pub use cluster::TestCluster;
 pub use server::{TEST_ADMIN_KEY, TestServer, dev_jwt, jwt_with_secret, now_s};
-pub use skua_conformance::{ReceiverMode, RecordedRequest, WebhookReceiver, refusing_url, skip, webhook};
+pub use skua_conformance::{ReceiverMode, RecordedRequest, WebhookReceiver, ports, refusing_url, skip, webhook};

@@ -37,6 +37,14 @@ pub struct SkuaProcess {
     child: Child,
     /// Its HTTP address.
     pub addr: SocketAddr,
+    /// Its gRPC address, when its arguments ask for a gRPC listener (`--grpc-listen
+    /// 127.0.0.1:0` takes a free port with no race: the node prints the one it bound).
+    pub grpc: Option<SocketAddr>,
+}
+
+/// Whether `args` ask for a gRPC listener (`--grpc-listen` with a non-empty address).
+fn grpc_requested(args: &[&str]) -> bool {
+    args.windows(2).any(|w| w[0] == "--grpc-listen" && !w[1].is_empty())
 }
 
 /// `--dev` binds the gRPC listener on the fixed 127.0.0.1:50051, which every node of every test
@@ -54,7 +62,7 @@ impl SkuaProcess {
     pub fn spawn(bin: &str, args: &[&str]) -> Self {
         let mut cmd = Command::new(bin);
         cmd.arg("serve").args(["--listen", "127.0.0.1:0"]).args(args).args(no_default_grpc(args));
-        Self::start(cmd)
+        Self::start(cmd, grpc_requested(args))
     }
 
     /// As [`Self::spawn`], with both the soft and the hard open-file limit (`RLIMIT_NOFILE`)
@@ -67,10 +75,10 @@ impl SkuaProcess {
         cmd.args(["-c", &format!("ulimit -n {limit} && exec \"$0\" \"$@\""), bin, "serve", "--listen", "127.0.0.1:0"])
             .args(args)
             .args(no_default_grpc(args));
-        Self::start(cmd)
+        Self::start(cmd, grpc_requested(args))
     }
 
-    fn start(mut cmd: Command) -> Self {
+    fn start(mut cmd: Command, grpc_requested: bool) -> Self {
         let mut child = cmd
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
@@ -90,9 +98,22 @@ impl SkuaProcess {
                 _ => panic!("skua exited before listening: {:?}", child.wait()),
             }
         };
+        // The gRPC line follows the HTTP one (crates/server/src/main.rs).
+        let grpc = grpc_requested.then(|| {
+            loop {
+                match lines.next() {
+                    Some(Ok(l)) => {
+                        if let Some(a) = l.strip_prefix("skua grpc listening on ") {
+                            break a.trim().parse().expect("gRPC listening address");
+                        }
+                    }
+                    _ => panic!("skua exited before its gRPC listener was up: {:?}", child.wait()),
+                }
+            }
+        });
         // Keep draining stdout so the child never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
-        Self { child, addr }
+        Self { child, addr, grpc }
     }
 
     /// `ws://…/ws`.

@@ -124,7 +124,7 @@ impl Session {
         if let Some(d) = &mut self.door
             && let Some(tell) = d.on_restored.take()
         {
-            tell(crate::door::DoorRestored {
+            tell(crate::session::DoorRestored {
                 topics: restored.iter().map(|(pattern, s)| (pattern.clone(), s.qos)).collect(),
                 filters: d.filters.clone(),
                 present: d.present,

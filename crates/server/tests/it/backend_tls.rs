@@ -10,6 +10,7 @@ use std::time::Duration;
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
 };
+use skua_testkit::ports::{self, Listening};
 use skua_testkit::process::{free_port, have};
 use skua_testkit::{TestServer, frame};
 
@@ -67,8 +68,10 @@ impl Drop for Pki {
 struct Service(Child);
 
 impl Service {
-    /// Spawns `program` and waits until `port` accepts TCP connections.
-    fn spawn(program: &str, args: &[String], port: u16) -> Self {
+    /// Spawns `program` and waits until it (not another process) listens on `port`; `Err` when
+    /// the port was taken after it was picked (another process listens there, or the program
+    /// exited), for [`on_free_port`] to try another.
+    fn spawn(program: &str, args: &[String], port: u16) -> Result<Self, Listening> {
         let child = Command::new(program)
             .args(args)
             .stdin(Stdio::null())
@@ -76,14 +79,27 @@ impl Service {
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("spawn {program}: {e}"));
+        let pid = child.id();
         let s = Self(child);
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(std::time::Instant::now() < deadline, "{program} did not listen on {port}");
-            std::thread::sleep(Duration::from_millis(20));
+        match ports::wait_listening(pid, port, Duration::from_secs(10)) {
+            Listening::Yes => Ok(s),
+            Listening::TimedOut => panic!("{program} did not listen on {port}"),
+            lost => Err(lost),
         }
-        s
     }
+}
+
+/// `start` on a free port, and again on another while the port picked was taken before the
+/// service bound it (issue 35).
+fn on_free_port(what: &str, mut start: impl FnMut(u16) -> Result<Service, Listening>) -> (Service, u16) {
+    for _ in 0..5 {
+        let port = free_port();
+        match start(port) {
+            Ok(s) => return (s, port),
+            Err(lost) => eprintln!("{what} on port {port}: {lost:?}; trying another port"),
+        }
+    }
+    panic!("{what} found no free port in 5 tries");
 }
 
 impl Drop for Service {
@@ -96,44 +112,46 @@ impl Drop for Service {
 /// Mosquitto with one TLS listener that requires a client certificate and the password file's
 /// user `skua-node`.
 fn mosquitto(pki: &Pki) -> (Service, u16) {
-    let port = free_port();
     let passwords = pki.path("passwords");
     let made =
         Command::new("mosquitto_passwd").args(["-b", "-c"]).arg(&passwords).args(["skua-node", PASSWORD]).status();
     assert!(made.is_ok_and(|s| s.success()), "mosquitto_passwd failed");
     let conf = pki.path("mosquitto.conf");
-    std::fs::write(
-        &conf,
-        format!(
-            "listener {port} 127.0.0.1\ncafile {}\ncertfile {}\nkeyfile {}\nrequire_certificate true\n\
-             allow_anonymous false\npassword_file {}\npersistence false\n",
-            pki.arg("ca.pem"),
-            pki.arg("server.pem"),
-            pki.arg("server-key.pem"),
-            passwords.display()
-        ),
-    )
-    .unwrap();
-    (Service::spawn("mosquitto", &["-c".into(), conf.display().to_string()], port), port)
+    on_free_port("mosquitto", |port| {
+        std::fs::write(
+            &conf,
+            format!(
+                "listener {port} 127.0.0.1\ncafile {}\ncertfile {}\nkeyfile {}\nrequire_certificate true\n\
+                 allow_anonymous false\npassword_file {}\npersistence false\n",
+                pki.arg("ca.pem"),
+                pki.arg("server.pem"),
+                pki.arg("server-key.pem"),
+                passwords.display()
+            ),
+        )
+        .unwrap();
+        Service::spawn("mosquitto", &["-c".into(), conf.display().to_string()], port)
+    })
 }
 
 /// Redis with only a TLS port that requires a client certificate and the ACL user `skua`.
 fn redis(pki: &Pki) -> (Service, u16) {
-    let port = free_port();
     let conf = pki.path("redis.conf");
-    std::fs::write(
-        &conf,
-        format!(
-            "port 0\ntls-port {port}\nbind 127.0.0.1\nsave \"\"\nappendonly no\ntls-cert-file {}\n\
-             tls-key-file {}\ntls-ca-cert-file {}\ntls-auth-clients yes\nuser default off\n\
-             user skua on >{PASSWORD} ~* &* +@all\n",
-            pki.arg("server.pem"),
-            pki.arg("server-key.pem"),
-            pki.arg("ca.pem"),
-        ),
-    )
-    .unwrap();
-    (Service::spawn("redis-server", &[conf.display().to_string()], port), port)
+    on_free_port("redis-server", |port| {
+        std::fs::write(
+            &conf,
+            format!(
+                "port 0\ntls-port {port}\nbind 127.0.0.1\nsave \"\"\nappendonly no\ntls-cert-file {}\n\
+                 tls-key-file {}\ntls-ca-cert-file {}\ntls-auth-clients yes\nuser default off\n\
+                 user skua on >{PASSWORD} ~* &* +@all\n",
+                pki.arg("server.pem"),
+                pki.arg("server-key.pem"),
+                pki.arg("ca.pem"),
+            ),
+        )
+        .unwrap();
+        Service::spawn("redis-server", &[conf.display().to_string()], port)
+    })
 }
 
 fn set(path: &Path) -> Option<String> {
@@ -260,15 +278,23 @@ fn postgres(pki: &Pki) -> Option<(Service, u16)> {
     assert!(chown(&data));
     let mode = Command::new("chmod").arg("600").arg(data.join("server.key")).status();
     assert!(mode.is_ok_and(|s| s.success()));
-    let port = free_port();
-    let args: Vec<String> = ["--reuid=postgres", "--regid=postgres", "--init-groups", "--"]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .chain([bin.join("postgres").display().to_string(), "-D".into(), data.display().to_string()])
-        .chain(["-p".into(), port.to_string(), "-h".into(), "127.0.0.1".into(), "-k".into(), dir.display().to_string()])
-        .chain(["-c".into(), "ssl=on".into()])
-        .collect();
-    Some((Service::spawn("setpriv", &args, port), port))
+    Some(on_free_port("postgres", |port| {
+        let args: Vec<String> = ["--reuid=postgres", "--regid=postgres", "--init-groups", "--"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .chain([bin.join("postgres").display().to_string(), "-D".into(), data.display().to_string()])
+            .chain([
+                "-p".into(),
+                port.to_string(),
+                "-h".into(),
+                "127.0.0.1".into(),
+                "-k".into(),
+                dir.display().to_string(),
+            ])
+            .chain(["-c".into(), "ssl=on".into()])
+            .collect();
+        Service::spawn("setpriv", &args, port)
+    }))
 }
 
 #[tokio::test]

@@ -61,3 +61,29 @@ pub async fn appends_commit_in_order_and_a_failed_batch_fails_every_append(store
     want.sort_unstable();
     assert_eq!(got, want, "outbox rows of committed messages only, none of the failed batch");
 }
+
+/// More appends of one connection than one batch holds: they go in several batches (on
+/// Postgres overlapping, issue 36), still take increasing `seq`s in queue order, every one is
+/// stored once, and the store counts its batches' sizes for `/metrics`.
+pub async fn a_burst_of_one_connection_spans_batches_in_order(store: &dyn Store, now: u64) {
+    let consumer = Consumer { id: "c2".into(), topic: TOPIC.into(), actor: "alice".into(), filters: Vec::new() };
+    store.open_consumer(&consumer, now, 3600).await.unwrap();
+    let before = store.append_batches().expect("a SQL store counts its batches");
+    // Queued one after another, as a connection's pipeline does (`append_queued` returns once
+    // the message has its place in the order), then all awaited together.
+    let ids: Vec<String> = (0..3000).map(|i| format!("burst-{i}")).collect();
+    let mut commits = Vec::with_capacity(ids.len());
+    for (i, id) in ids.iter().enumerate() {
+        commits.push(store.append_queued(&message(id, i as u64, None), now).await.unwrap());
+    }
+    let seqs: Vec<u64> = join_all(commits).await.into_iter().map(Result::unwrap).collect();
+    let out_of_order: Vec<(usize, u64, u64)> =
+        seqs.windows(2).enumerate().filter(|(_, w)| w[0] >= w[1]).map(|(i, w)| (i, w[0], w[1])).take(5).collect();
+    assert!(out_of_order.is_empty(), "seqs follow the queue's order across batches: {out_of_order:?}");
+    assert_eq!(store.backlog("c2").await.unwrap(), (3000, *seqs.last().unwrap()), "every message stored once");
+    let after = store.append_batches().unwrap();
+    assert_eq!(after.sum - before.sum, 3000, "every message counted in a batch");
+    assert!(after.count - before.count >= 3, "more messages than one batch holds: {after:?}");
+    let (le, n) = *after.buckets.last().unwrap();
+    assert_eq!((le, n), (1024, after.count), "no batch above its cap");
+}
