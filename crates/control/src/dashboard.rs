@@ -11,19 +11,32 @@
 //! without one is refused 403.
 //!
 //! Modules: [`html`] (escaping, layout, embedded CSS and JS), [`common`] (what the pages share:
-//! notices, refusals, parameters, the error page, the chooser), [`pages`] (overview, the
-//! registry pages, presence of a room, webhook dead letters), [`live`] (the live topic view and
-//! test publish), [`durable`] (durable groups' backlogs), [`edit`] (projects' limits, actors,
-//! scopes' names, and the webhook fields of the app and topic forms), [`search`] (the list
-//! pages' search box and matching).
+//! notices, refusals, parameters, the error page, the chooser, the current project and app),
+//! [`targets`] (the webhook fields of the app and topic forms), [`search`] (the list pages'
+//! search box and matching); then one module per page or resource: [`overview`] (with the
+//! presence of a room), [`projects`], [`apps`], [`topics`], [`rooms`], [`actors`],
+//! [`connections`] (a project's open connections with their protocol), [`grants`],
+//! [`lobbies`], [`scopes`], [`api_keys`], [`webhooks`] (dead letters, recent deliveries),
+//! [`live`] (the live topic view and test publish), [`durable`] (durable groups' backlogs).
 
+mod actors;
+mod api_keys;
+mod apps;
 mod common;
+mod connections;
 mod durable;
-mod edit;
+mod grants;
 mod html;
 mod live;
-mod pages;
+mod lobbies;
+mod overview;
+mod projects;
+mod rooms;
+mod scopes;
 mod search;
+mod targets;
+mod topics;
+mod webhooks;
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
@@ -38,55 +51,15 @@ use axum::routing::{get, post};
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
+use crate::grpc::throttle::AdminKeyThrottle;
 use crate::service::ControlService;
-use crate::throttle::AdminKeyThrottle;
 
 /// The cookie holding the session token.
 const COOKIE: &str = "skua_admin";
 /// Largest form body accepted (a test publish's data included).
 const MAX_FORM_BYTES: usize = 1_048_576;
 
-/// The dashboard's settings (`dashboard_*`, declared in [`ControlSettings`](crate::ControlSettings)).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DashboardConfig {
-    /// Whether `/admin` is served (only ever with an admin key).
-    pub enabled: bool,
-    /// How long a sign-in lasts.
-    pub session_ttl: Duration,
-    /// Most sessions at once; signing in beyond it ends the oldest.
-    pub max_sessions: usize,
-    /// Messages a live topic view keeps (the oldest go first).
-    pub live_buffer: usize,
-    /// Live topic views open at once on this node.
-    pub max_live_views: usize,
-    /// A live view nobody polled for this long is closed.
-    pub live_idle: Duration,
-    /// How often the overview samples the node's counters.
-    pub sample_interval: Duration,
-    /// Samples the overview's chart keeps.
-    pub history: usize,
-    /// Rows a paged list shows at once (durable groups, rooms, actors).
-    pub page_size: usize,
-    /// Longest search term of a list page, in characters; a longer one is refused (400).
-    pub search_max_chars: usize,
-}
-
-impl Default for DashboardConfig {
-    fn default() -> Self {
-        Self {
-            enabled: true,
-            session_ttl: Duration::from_secs(8 * 3600),
-            max_sessions: 64,
-            live_buffer: 200,
-            max_live_views: 8,
-            live_idle: Duration::from_secs(60),
-            sample_interval: Duration::from_secs(5),
-            history: 120,
-            page_size: 100,
-            search_max_chars: 200,
-        }
-    }
-}
+pub use crate::settings::DashboardConfig;
 
 /// One signed-in browser.
 #[derive(Debug, Clone)]
@@ -451,55 +424,55 @@ macro_rules! action {
     };
 }
 
-page!(overview => pages::overview);
-page!(stats => pages::stats_json);
-page!(projects => pages::projects);
-page!(apps => pages::apps);
-page!(rooms => pages::rooms);
-page!(edit_app => pages::edit_app);
-page!(edit_project => edit::edit_project);
-page!(edit_actor => edit::edit_actor);
-page!(edit_scope => edit::edit_scope);
-page!(edit_room => pages::edit_room);
-page!(edit_topic => pages::edit_topic);
-page!(lobbies => pages::lobbies);
-page!(edit_lobby => pages::edit_lobby);
-page!(scopes => pages::scopes);
-page!(actors => pages::actors);
-page!(grants => pages::grants);
-page!(webhooks => pages::webhooks);
-page!(presence => pages::presence);
-page!(connections => pages::connections);
-page!(api_keys => pages::api_keys);
+page!(overview => overview::overview);
+page!(stats => overview::stats_json);
+page!(projects => projects::projects);
+page!(apps => apps::apps);
+page!(rooms => rooms::rooms);
+page!(edit_app => apps::edit_app);
+page!(edit_project => projects::edit_project);
+page!(edit_actor => actors::edit_actor);
+page!(edit_scope => scopes::edit_scope);
+page!(edit_room => rooms::edit_room);
+page!(edit_topic => topics::edit_topic);
+page!(lobbies => lobbies::lobbies);
+page!(edit_lobby => lobbies::edit_lobby);
+page!(scopes => scopes::scopes);
+page!(actors => actors::actors);
+page!(grants => grants::grants);
+page!(webhooks => webhooks::webhooks);
+page!(presence => overview::presence);
+page!(connections => connections::connections);
+page!(api_keys => api_keys::api_keys);
 page!(durable_page => durable::page);
 page!(live_page => live::page);
 page!(live_poll => live::poll);
-action!(create_project => pages::create_project);
-action!(delete_project => pages::delete_project);
-action!(create_app => pages::create_app);
-action!(delete_app => pages::delete_app);
-action!(update_app => pages::update_app);
-action!(update_project => edit::update_project);
-action!(update_actor => edit::update_actor);
-action!(rotate_actor_token => edit::rotate_actor_token);
-action!(update_scope => edit::update_scope);
-action!(update_room => pages::update_room);
-action!(update_topic => pages::update_topic);
-action!(create_lobby => pages::create_lobby);
-action!(delete_lobby => pages::delete_lobby);
-action!(create_scope => pages::create_scope);
-action!(update_lobby => pages::update_lobby);
-action!(set_scope_state => pages::set_scope_state);
-action!(delete_scope => pages::delete_scope);
-action!(create_room => pages::create_room);
-action!(delete_room => pages::delete_room);
-action!(create_actor => pages::create_actor);
-action!(delete_actor => pages::delete_actor);
-action!(create_grant => pages::create_grant);
-action!(delete_grant => pages::delete_grant);
-action!(retry_webhooks => pages::retry_webhooks);
-action!(create_api_key => pages::create_api_key);
-action!(delete_api_key => pages::delete_api_key);
+action!(create_project => projects::create_project);
+action!(delete_project => projects::delete_project);
+action!(create_app => apps::create_app);
+action!(delete_app => apps::delete_app);
+action!(update_app => apps::update_app);
+action!(update_project => projects::update_project);
+action!(update_actor => actors::update_actor);
+action!(rotate_actor_token => actors::rotate_actor_token);
+action!(update_scope => scopes::update_scope);
+action!(update_room => rooms::update_room);
+action!(update_topic => topics::update_topic);
+action!(create_lobby => lobbies::create_lobby);
+action!(delete_lobby => lobbies::delete_lobby);
+action!(create_scope => scopes::create_scope);
+action!(update_lobby => lobbies::update_lobby);
+action!(set_scope_state => scopes::set_scope_state);
+action!(delete_scope => scopes::delete_scope);
+action!(create_room => rooms::create_room);
+action!(delete_room => rooms::delete_room);
+action!(create_actor => actors::create_actor);
+action!(delete_actor => actors::delete_actor);
+action!(create_grant => grants::create_grant);
+action!(delete_grant => grants::delete_grant);
+action!(retry_webhooks => webhooks::retry_webhooks);
+action!(create_api_key => api_keys::create_api_key);
+action!(delete_api_key => api_keys::delete_api_key);
 action!(live_watch => live::watch);
 action!(live_publish => live::publish);
 

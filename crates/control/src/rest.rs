@@ -32,24 +32,7 @@ use utoipa_axum::routes;
 
 use crate::service::ControlService;
 
-/// The REST API's settings (`rest_*`, declared in [`ControlSettings`](crate::ControlSettings)).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RestConfig {
-    /// Whether `/v1` is served on the client listener.
-    pub enabled: bool,
-    /// Largest request body in bytes; larger bodies are answered 413.
-    pub max_body_bytes: usize,
-    /// Requests per second per API key, also the burst; beyond it 429 with `Retry-After`.
-    pub rate_limit: u32,
-    /// Largest `limit` of a paginated list (apps); larger values are capped.
-    pub max_page_limit: u32,
-}
-
-impl Default for RestConfig {
-    fn default() -> Self {
-        Self { enabled: true, max_body_bytes: 1_048_576, rate_limit: 50, max_page_limit: 100 }
-    }
-}
+pub use crate::settings::RestConfig;
 
 /// The state every handler shares: the control service and the per-key limiter.
 pub struct Rest {

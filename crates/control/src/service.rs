@@ -1,13 +1,15 @@
-//! [`ControlService`]: the `skua.control.v1.Control` implementation. Reads come from the
+//! [`ControlService`]: the control plane's service, which every door calls (gRPC, REST, the
+//! dashboard). Reads come from the
 //! node's registry snapshot (refreshed from the store first); writes are change sets computed
 //! against that snapshot and applied with the store's compare-and-set on the registry version,
 //! retried on a conflict, so concurrent control replicas never lose each other's writes and
 //! every check (uniqueness, caps, references) holds against the data actually written.
 //!
-//! `service/rpc.rs` maps each RPC to its handler in one file per resource (`projects`, `apps`,
+//! `grpc/rpc.rs` maps each RPC to its handler in one file per resource (`projects`, `apps`,
 //! `rooms`, `actors`, `grants`, `lobbies`, `publish`, `connections`); what they share (look-ups,
 //! checks, delete cascades, paging) is in `service/shared.rs`; conversions to protobuf in
-//! `service/convert.rs`.
+//! `service/convert.rs`; a refusal is an [`Error`] (`service/error.rs`), mapped once by each
+//! door.
 
 pub(crate) mod actors;
 pub(crate) mod annotations;
@@ -15,56 +17,29 @@ pub(crate) mod api_keys;
 pub(crate) mod apps;
 pub(crate) mod connections;
 pub(crate) mod convert;
+pub mod error;
 pub(crate) mod grants;
 pub(crate) mod lobbies;
 pub(crate) mod projects;
 pub(crate) mod publish;
 pub(crate) mod rooms;
-mod rpc;
 pub(crate) mod scopes;
 pub(crate) mod shared;
 pub(crate) mod webhooks;
+
+pub use error::{Code, Error};
 
 use std::sync::Arc;
 
 use skua_core::registry_store::{ApplyError, Change};
 use skua_core::{RegistryData, StoreError};
-use tonic::Status;
 
 use crate::sync::Propagator;
 
 /// How often a write is retried after losing a compare-and-set race.
 const MAX_ATTEMPTS: usize = 8;
 
-/// Caps the control plane enforces; each is a `skua serve` setting ([`ControlSettings`](crate::ControlSettings)).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ControlLimits {
-    /// Most apps per project.
-    pub max_apps_per_project: u32,
-    /// Most rooms per app, unless the app sets its own cap.
-    pub max_rooms_per_app: u32,
-    /// Most actors per project.
-    pub max_actors_per_project: u32,
-    /// Most grants per room.
-    pub max_grants_per_room: u32,
-    /// Most lobbies per project.
-    pub max_lobbies_per_project: u32,
-    /// Largest page of a List call (and the default page is min(100, this)).
-    pub max_page_size: u32,
-}
-
-impl Default for ControlLimits {
-    fn default() -> Self {
-        Self {
-            max_apps_per_project: 100,
-            max_rooms_per_app: 10_000,
-            max_actors_per_project: 100_000,
-            max_grants_per_room: 1000,
-            max_lobbies_per_project: 1000,
-            max_page_size: 1000,
-        }
-    }
-}
+pub use crate::settings::ControlLimits;
 
 /// The control-plane service of one node.
 pub struct ControlService {
@@ -83,9 +58,9 @@ impl std::fmt::Debug for ControlService {
 }
 
 /// `UNAVAILABLE` for a store failure; the cause is logged, not sent.
-pub(crate) fn unavailable(e: &StoreError) -> Status {
+pub(crate) fn unavailable(e: &StoreError) -> Error {
     tracing::warn!(error = e as &dyn std::error::Error, "Control-plane request failed in the store.");
-    Status::unavailable("the store is unreachable; retry shortly")
+    Error::unavailable("the store is unreachable; retry shortly")
 }
 
 impl ControlService {
@@ -114,8 +89,8 @@ impl ControlService {
     /// concurrent write, reloads and recomputes.
     pub(crate) async fn mutate<R>(
         &self,
-        f: impl Fn(&RegistryData) -> Result<(Vec<Change>, R), Status>,
-    ) -> Result<R, Status> {
+        f: impl Fn(&RegistryData) -> Result<(Vec<Change>, R), Error>,
+    ) -> Result<R, Error> {
         for _ in 0..MAX_ATTEMPTS {
             let snap = self.sync.snapshot();
             let (changes, r) = f(&snap.data)?;
@@ -131,10 +106,10 @@ impl ControlService {
                     self.sync.refresh().await.map_err(|e| unavailable(&e))?;
                 }
                 Err(ApplyError::Store(e)) => return Err(unavailable(&e)),
-                Err(e) => return Err(Status::internal(e.to_string())),
+                Err(e) => return Err(Error::internal(e.to_string())),
             }
         }
-        Err(Status::aborted("the registry kept changing concurrently; retry"))
+        Err(Error::aborted("the registry kept changing concurrently; retry"))
     }
 
     /// The registry as last loaded (no store round trip), for the REST API's key checks.

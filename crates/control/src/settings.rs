@@ -1,8 +1,18 @@
 //! [`ControlSettings`]: the control plane's settings (gRPC, caps, REST API, dashboard), as
 //! flags, `SKUA_*` variables and config-file keys; the server checks them into the control
-//! plane's configurations ([`ControlLimits`](crate::ControlLimits),
-//! [`RestConfig`](crate::rest::RestConfig), [`DashboardConfig`](crate::dashboard::DashboardConfig),
-//! [`ThrottleConfig`](crate::throttle::ThrottleConfig)).
+//! plane's configurations ([`ControlLimits`],
+//! [`RestConfig`], [`DashboardConfig`],
+//! [`ThrottleConfig`]) with the checks below the declaration;
+//! each of those configurations' `Default` is the declared defaults, checked.
+
+use std::time::Duration;
+
+use skua_core::setting;
+use skua_core::settings::SettingError;
+use skua_core::settings::check::{duration, invalid, nonzero_duration, positive, required};
+
+/// Longest a gRPC call may take unless `grpc_request_timeout` says otherwise.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 skua_core::settings! {
     /// The control plane's settings.
@@ -44,7 +54,7 @@ skua_core::settings! {
         /// request's headers and never its body does not hold the stream (issue 33). A health `Watch`
         /// stream ends after it too (watchers re-watch).
         #[arg(long, env = "SKUA_GRPC_REQUEST_TIMEOUT")]
-        pub grpc_request_timeout: String = skua_core::duration::format(crate::server::DEFAULT_REQUEST_TIMEOUT),
+        pub grpc_request_timeout: String = skua_core::duration::format(DEFAULT_REQUEST_TIMEOUT),
         /// Failed admin-key checks from one address before it is blocked; 0: never [default 5].
         ///
         /// Admin-key brute force: after this many failed checks from one address (each within
@@ -131,5 +141,211 @@ skua_core::settings! {
         /// Longest search term of a dashboard list page, in characters; a longer one is refused (400).
         #[arg(long, env = "SKUA_DASHBOARD_SEARCH_MAX_CHARS")]
         pub dashboard_search_max_chars: usize = 200,
+    }
+}
+
+/// Caps the control plane enforces; each is a `skua serve` setting ([`ControlSettings`](crate::ControlSettings)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ControlLimits {
+    /// Most apps per project.
+    pub max_apps_per_project: u32,
+    /// Most rooms per app, unless the app sets its own cap.
+    pub max_rooms_per_app: u32,
+    /// Most actors per project.
+    pub max_actors_per_project: u32,
+    /// Most grants per room.
+    pub max_grants_per_room: u32,
+    /// Most lobbies per project.
+    pub max_lobbies_per_project: u32,
+    /// Largest page of a List call (and the default page is min(100, this)).
+    pub max_page_size: u32,
+}
+
+impl Default for ControlLimits {
+    /// The declared defaults ([`ControlSettings`]), checked.
+    fn default() -> Self {
+        declared(ControlSettings::limits)
+    }
+}
+
+/// The REST API's settings (`rest_*`, declared in [`ControlSettings`](crate::ControlSettings)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RestConfig {
+    /// Whether `/v1` is served on the client listener.
+    pub enabled: bool,
+    /// Largest request body in bytes; larger bodies are answered 413.
+    pub max_body_bytes: usize,
+    /// Requests per second per API key, also the burst; beyond it 429 with `Retry-After`.
+    pub rate_limit: u32,
+    /// Largest `limit` of a paginated list (apps); larger values are capped.
+    pub max_page_limit: u32,
+}
+
+impl Default for RestConfig {
+    /// The declared defaults ([`ControlSettings`]), checked.
+    fn default() -> Self {
+        declared(ControlSettings::rest)
+    }
+}
+
+/// The dashboard's settings (`dashboard_*`, declared in [`ControlSettings`](crate::ControlSettings)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DashboardConfig {
+    /// Whether `/admin` is served (only ever with an admin key).
+    pub enabled: bool,
+    /// How long a sign-in lasts.
+    pub session_ttl: Duration,
+    /// Most sessions at once; signing in beyond it ends the oldest.
+    pub max_sessions: usize,
+    /// Messages a live topic view keeps (the oldest go first).
+    pub live_buffer: usize,
+    /// Live topic views open at once on this node.
+    pub max_live_views: usize,
+    /// A live view nobody polled for this long is closed.
+    pub live_idle: Duration,
+    /// How often the overview samples the node's counters.
+    pub sample_interval: Duration,
+    /// Samples the overview's chart keeps.
+    pub history: usize,
+    /// Rows a paged list shows at once (durable groups, rooms, actors).
+    pub page_size: usize,
+    /// Longest search term of a list page, in characters; a longer one is refused (400).
+    pub search_max_chars: usize,
+}
+
+impl Default for DashboardConfig {
+    /// The declared defaults ([`ControlSettings`]), checked.
+    fn default() -> Self {
+        declared(ControlSettings::dashboard)
+    }
+}
+
+/// Settings of [`AdminKeyThrottle`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThrottleConfig {
+    /// Failures (each within `window` of the previous one) before an address is blocked; 0 turns
+    /// the throttle off.
+    pub max_failures: u32,
+    /// A failure this long after the previous one starts the count again.
+    pub window: Duration,
+    /// Longest block.
+    pub backoff_max: Duration,
+}
+
+impl Default for ThrottleConfig {
+    /// The declared defaults ([`ControlSettings`]), checked.
+    fn default() -> Self {
+        declared(ControlSettings::admin_key_throttle)
+    }
+}
+
+impl ControlSettings {
+    /// The caps the control plane enforces, checked.
+    ///
+    /// # Errors
+    /// [`SettingError`] naming the first bad key.
+    pub fn limits(&self) -> Result<ControlLimits, SettingError> {
+        Ok(ControlLimits {
+            max_apps_per_project: positive(setting!(self, max_apps_per_project))?,
+            max_rooms_per_app: positive(setting!(self, max_rooms_per_app))?,
+            max_actors_per_project: positive(setting!(self, max_actors_per_project))?,
+            max_grants_per_room: positive(setting!(self, max_grants_per_room))?,
+            max_lobbies_per_project: positive(setting!(self, max_lobbies_per_project))?,
+            max_page_size: positive(setting!(self, max_page_size))?,
+        })
+    }
+
+    /// The REST API's settings, checked.
+    ///
+    /// # Errors
+    /// [`SettingError`] naming the first bad key.
+    pub fn rest(&self) -> Result<RestConfig, SettingError> {
+        Ok(RestConfig {
+            enabled: required(setting!(self, rest_api))?,
+            max_body_bytes: positive(setting!(self, rest_max_body_bytes))?,
+            rate_limit: positive(setting!(self, rest_rate_limit))?,
+            max_page_limit: positive(setting!(self, rest_max_page_limit))?,
+        })
+    }
+
+    /// The dashboard's settings, checked.
+    ///
+    /// # Errors
+    /// [`SettingError`] naming the first bad key.
+    pub fn dashboard(&self) -> Result<DashboardConfig, SettingError> {
+        Ok(DashboardConfig {
+            enabled: required(setting!(self, dashboard))?,
+            session_ttl: nonzero_duration(setting!(self, dashboard_session_ttl))?,
+            max_sessions: positive(setting!(self, dashboard_max_sessions))?,
+            live_buffer: positive(setting!(self, dashboard_live_buffer))?,
+            max_live_views: positive(setting!(self, dashboard_max_live_views))?,
+            live_idle: nonzero_duration(setting!(self, dashboard_live_idle))?,
+            sample_interval: nonzero_duration(setting!(self, dashboard_sample_interval))?,
+            history: positive(setting!(self, dashboard_history))?,
+            page_size: positive(setting!(self, dashboard_page_size))?,
+            search_max_chars: positive(setting!(self, dashboard_search_max_chars))?,
+        })
+    }
+
+    /// The back-off of addresses failing the admin-key check, checked (`admin_key_backoff_max`
+    /// at least 1 s, the first block).
+    ///
+    /// # Errors
+    /// [`SettingError`] naming the first bad key.
+    pub fn admin_key_throttle(&self) -> Result<ThrottleConfig, SettingError> {
+        let t = ThrottleConfig {
+            max_failures: required(setting!(self, admin_key_max_failures))?,
+            window: duration(setting!(self, admin_key_failure_window))?,
+            backoff_max: duration(setting!(self, admin_key_backoff_max))?,
+        };
+        if t.backoff_max < Duration::from_secs(1) {
+            return Err(invalid("admin_key_backoff_max", "must be at least 1s"));
+        }
+        Ok(t)
+    }
+
+    /// Longest a gRPC call may take, reading its request body included (above 0).
+    ///
+    /// # Errors
+    /// [`SettingError`] naming `grpc_request_timeout`.
+    pub fn grpc_request_timeout(&self) -> Result<Duration, SettingError> {
+        nonzero_duration(setting!(self, grpc_request_timeout))
+    }
+
+    /// Whether gRPC reflection needs no admin key.
+    ///
+    /// # Errors
+    /// [`SettingError`] when unset (the defaults set it).
+    pub fn grpc_reflection_public(&self) -> Result<bool, SettingError> {
+        required(setting!(self, grpc_reflection_public))
+    }
+}
+
+/// The value of a configuration's `Default`: `check` of the declared defaults, which a test
+/// (`tests::the_declared_defaults_pass_their_checks`) proves always passes.
+pub(crate) fn declared<T>(check: impl FnOnce(&ControlSettings) -> Result<T, SettingError>) -> T {
+    check(&ControlSettings::defaults()).unwrap_or_else(|e| unreachable!("the declared defaults: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_declared_defaults_pass_their_checks() {
+        let d = ControlSettings::defaults();
+        assert_eq!(d.limits().unwrap().max_rooms_per_app, 10_000);
+        assert_eq!(d.rest().unwrap().rate_limit, 50);
+        assert_eq!(d.dashboard().unwrap().session_ttl, Duration::from_secs(8 * 3600));
+        assert_eq!(d.admin_key_throttle().unwrap().backoff_max, Duration::from_secs(300));
+        assert_eq!(d.grpc_request_timeout().unwrap(), DEFAULT_REQUEST_TIMEOUT);
+    }
+
+    #[test]
+    fn a_zero_cap_is_refused_by_name() {
+        let s = ControlSettings { rest_rate_limit: Some(0), ..ControlSettings::defaults() };
+        assert_eq!(s.rest(), Err(invalid("rest_rate_limit", "must be at least 1")));
+        let s = ControlSettings { admin_key_backoff_max: Some("500ms".into()), ..ControlSettings::defaults() };
+        assert_eq!(s.admin_key_throttle(), Err(invalid("admin_key_backoff_max", "must be at least 1s")));
     }
 }

@@ -16,11 +16,7 @@ use skua_core::registry_store::{Change, ConnectionRecord, month_of};
 use skua_core::{ProjectId, RegistrySnapshot, RegistryStore, StoreError};
 use tokio_util::sync::CancellationToken;
 
-pub use skua_core::node::{ConnectionInfo, NodeAdmin, NodeStats, ServerPublish, ServerPublished, TopicWatch};
-/// Why the node refused a server-side publish: the publish pipeline's one typed refusal,
-/// which each door maps once (`tonic::Status`, HTTP).
-pub use skua_core::refusal::Refused as PublishRefused;
-pub use skua_core::webhook::RecentWebhook;
+use crate::node::NodeAdmin;
 
 /// Keeps a node's registry in step with the store.
 pub struct Propagator {

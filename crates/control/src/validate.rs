@@ -1,7 +1,7 @@
 //! Input checks shared by every RPC: each failure is an `INVALID_ARGUMENT` naming the field.
 
+use crate::service::Error;
 use skua_core::ids::is_slug;
-use tonic::Status;
 
 /// Longest display name.
 pub const MAX_NAME_LEN: usize = 256;
@@ -39,12 +39,12 @@ fn echo(v: &str) -> String {
 ///
 /// # Errors
 /// `INVALID_ARGUMENT` naming `field`.
-pub fn slug(field: &str, v: &str) -> Result<(), Status> {
+pub fn slug(field: &str, v: &str) -> Result<(), Error> {
     if v.is_empty() {
-        return Err(Status::invalid_argument(format!("{field} is required")));
+        return Err(Error::invalid_argument(format!("{field} is required")));
     }
     if !is_slug(v) {
-        return Err(Status::invalid_argument(format!(
+        return Err(Error::invalid_argument(format!(
             "{field} {:?} is invalid: use 1-64 letters, digits, '-' or '_'",
             echo(v)
         )));
@@ -56,12 +56,12 @@ pub fn slug(field: &str, v: &str) -> Result<(), Status> {
 ///
 /// # Errors
 /// `INVALID_ARGUMENT` naming `field`.
-pub fn name(field: &str, v: &str) -> Result<(), Status> {
+pub fn name(field: &str, v: &str) -> Result<(), Error> {
     if v.chars().count() > MAX_NAME_LEN {
-        return Err(Status::invalid_argument(format!("{field} is longer than {MAX_NAME_LEN} characters")));
+        return Err(Error::invalid_argument(format!("{field} is longer than {MAX_NAME_LEN} characters")));
     }
     if v.chars().any(char::is_control) {
-        return Err(Status::invalid_argument(format!("{field} contains control characters")));
+        return Err(Error::invalid_argument(format!("{field} contains control characters")));
     }
     Ok(())
 }
@@ -71,12 +71,12 @@ pub fn name(field: &str, v: &str) -> Result<(), Status> {
 ///
 /// # Errors
 /// `INVALID_ARGUMENT` naming `field`.
-pub fn description(field: &str, v: &str) -> Result<(), Status> {
+pub fn description(field: &str, v: &str) -> Result<(), Error> {
     if v.len() > MAX_DESCRIPTION_BYTES {
-        return Err(Status::invalid_argument(format!("{field} is longer than {MAX_DESCRIPTION_BYTES} bytes")));
+        return Err(Error::invalid_argument(format!("{field} is longer than {MAX_DESCRIPTION_BYTES} bytes")));
     }
     if v.chars().any(|c| c.is_control() && !matches!(c, '\n' | '\r' | '\t')) {
-        return Err(Status::invalid_argument(format!("{field} contains control characters")));
+        return Err(Error::invalid_argument(format!("{field} contains control characters")));
     }
     Ok(())
 }
@@ -85,12 +85,12 @@ pub fn description(field: &str, v: &str) -> Result<(), Status> {
 ///
 /// # Errors
 /// `INVALID_ARGUMENT` naming `field`.
-pub fn short_text(field: &str, v: &str, max: usize) -> Result<(), Status> {
+pub fn short_text(field: &str, v: &str, max: usize) -> Result<(), Error> {
     if v.len() > max {
-        return Err(Status::invalid_argument(format!("{field} is longer than {max} bytes")));
+        return Err(Error::invalid_argument(format!("{field} is longer than {max} bytes")));
     }
     if v.chars().any(char::is_control) {
-        return Err(Status::invalid_argument(format!("{field} contains control characters")));
+        return Err(Error::invalid_argument(format!("{field} contains control characters")));
     }
     Ok(())
 }
@@ -100,13 +100,13 @@ pub fn short_text(field: &str, v: &str, max: usize) -> Result<(), Status> {
 ///
 /// # Errors
 /// `INVALID_ARGUMENT` naming `field`.
-pub fn metadata(field: &str, v: &str) -> Result<(), Status> {
+pub fn metadata(field: &str, v: &str) -> Result<(), Error> {
     if v.len() > MAX_METADATA_BYTES {
-        return Err(Status::invalid_argument(format!("{field} is larger than {MAX_METADATA_BYTES} bytes as JSON")));
+        return Err(Error::invalid_argument(format!("{field} is larger than {MAX_METADATA_BYTES} bytes as JSON")));
     }
     match serde_json::from_str::<serde_json::Value>(v) {
         Ok(serde_json::Value::Object(_)) => Ok(()),
-        _ => Err(Status::invalid_argument(format!("{field} must be a JSON object"))),
+        _ => Err(Error::invalid_argument(format!("{field} must be a JSON object"))),
     }
 }
 
@@ -114,14 +114,14 @@ pub fn metadata(field: &str, v: &str) -> Result<(), Status> {
 ///
 /// # Errors
 /// `INVALID_ARGUMENT` naming `field`.
-pub fn slug_list(field: &str, items: &[String], max: usize) -> Result<(), Status> {
+pub fn slug_list(field: &str, items: &[String], max: usize) -> Result<(), Error> {
     if items.len() > max {
-        return Err(Status::invalid_argument(format!("{field} has {} entries; at most {max}", items.len())));
+        return Err(Error::invalid_argument(format!("{field} has {} entries; at most {max}", items.len())));
     }
     for (i, v) in items.iter().enumerate() {
         slug(field, v)?;
         if items[..i].contains(v) {
-            return Err(Status::invalid_argument(format!("{field} lists {v:?} twice")));
+            return Err(Error::invalid_argument(format!("{field} lists {v:?} twice")));
         }
     }
     Ok(())
@@ -131,12 +131,12 @@ pub fn slug_list(field: &str, items: &[String], max: usize) -> Result<(), Status
 ///
 /// # Errors
 /// `INVALID_ARGUMENT` naming `field`.
-pub fn actor_type(field: &str, v: &str) -> Result<skua_core::ActorType, Status> {
+pub fn actor_type(field: &str, v: &str) -> Result<skua_core::ActorType, Error> {
     if v.is_empty() {
-        return Err(Status::invalid_argument(format!("{field} is required")));
+        return Err(Error::invalid_argument(format!("{field} is required")));
     }
     skua_core::ActorType::parse(v).map_err(|_| {
-        Status::invalid_argument(format!(
+        Error::invalid_argument(format!(
             "{field} {:?} is invalid: one of user, device, agent, orchestrator, observer, server, service, session",
             echo(v)
         ))
@@ -147,14 +147,14 @@ pub fn actor_type(field: &str, v: &str) -> Result<skua_core::ActorType, Status> 
 ///
 /// # Errors
 /// `INVALID_ARGUMENT`.
-pub fn url(field: &str, v: &str) -> Result<(), Status> {
+pub fn url(field: &str, v: &str) -> Result<(), Error> {
     if v.len() > MAX_URL_LEN {
-        return Err(Status::invalid_argument(format!("{field} is longer than {MAX_URL_LEN} characters")));
+        return Err(Error::invalid_argument(format!("{field} is longer than {MAX_URL_LEN} characters")));
     }
     let ok = (v.starts_with("http://") || v.starts_with("https://"))
         && v.len() > "https://".len()
         && !v.chars().any(|c| c.is_whitespace() || c.is_control());
-    if ok { Ok(()) } else { Err(Status::invalid_argument(format!("{field} {:?} is not an http(s) URL", echo(v)))) }
+    if ok { Ok(()) } else { Err(Error::invalid_argument(format!("{field} {:?} is not an http(s) URL", echo(v)))) }
 }
 
 #[cfg(test)]
@@ -165,7 +165,7 @@ mod tests {
     fn messages_name_the_field() {
         assert_eq!(slug("slug", "").unwrap_err().message(), "slug is required");
         let e = slug("slug", "a b").unwrap_err();
-        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+        assert_eq!(e.code(), crate::service::Code::InvalidArgument);
         assert!(e.message().starts_with("slug \"a b\" is invalid"), "{}", e.message());
         assert!(slug_list("rooms", &["a".into(), "a".into()], 5).unwrap_err().message().contains("twice"));
         assert!(url("url", "ftp://x").is_err());

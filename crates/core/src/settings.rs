@@ -6,6 +6,15 @@
 //!
 //! Each declared struct holds one layer of settings (defaults, a config file, the environment
 //! and flags), every field an `Option`: `None` leaves the value of the layer below.
+//!
+//! Next to each declaration, the owning crate checks its settings into the typed
+//! configuration it runs with (one line per setting, with the rules of [`check`]); that typed
+//! configuration's `Default` is the check of the declared defaults, so a default is written
+//! once, in the declaration.
+
+pub mod check;
+
+pub use check::SettingError;
 
 /// One setting's key and documentation, as declared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -149,5 +158,14 @@ macro_rules! __setting_default {
     };
     ([$($ty:tt)+] $default:expr) => {
         ::std::option::Option::Some(<$($ty)+ as $crate::settings::SettingValue<_>>::from_default($default))
+    };
+}
+
+/// `(key, value)` of the setting `$field` of the settings struct `$s`, as the rules of
+/// [`check`](crate::settings::check) take it: an error then names exactly the key read.
+#[macro_export]
+macro_rules! setting {
+    ($s:expr, $field:ident) => {
+        (stringify!($field), $s.$field.as_ref())
     };
 }

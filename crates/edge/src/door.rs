@@ -160,6 +160,12 @@ impl DoorSession {
         Box::pin(self.session.drain_publishes()).await;
     }
 
+    /// Finishes every publish in flight, in order, as the connection ends (a will): receipts
+    /// do not wait for room in the outbound queue.
+    pub async fn drain_publishes_closing(&mut self) {
+        Box::pin(self.session.drain_publishes_closing()).await;
+    }
+
     /// Applies control-plane changes (grants, revocation, deactivation: issue 5).
     pub async fn revalidate(&mut self, delta: &skua_core::RegistryDelta) {
         Box::pin(self.session.revalidate(delta)).await;

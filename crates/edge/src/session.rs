@@ -420,7 +420,7 @@ impl Session {
     pub(crate) async fn cleanup(&mut self) {
         // Publishes in flight are stored or failing anyway: finish them (their bus publish),
         // so subscribers get what the store kept.
-        self.drain_publishes().await;
+        self.drain_publishes_closing().await;
         // First: a connection record becomes claimable once released (N23), and a client that
         // reconnects at once should find it.
         // The offsets delivered on history topics go with the record (issue 19); not from a

@@ -1,5 +1,8 @@
-//! The edge's settings. The server crate fills them from defaults, the config file, the
-//! environment and flags; tests build them directly.
+//! The edge's settings: declared in [`EdgeSettings`] (and [`TriggerSettings`],
+//! [`MembersSettings`]), checked into an [`EdgeConfig`] right below the declaration
+//! ([`EdgeSettings::config`]). The server lays defaults, the config file, the environment and
+//! flags over each other and checks the result with it; `EdgeConfig::default()` is the declared
+//! defaults, checked.
 
 mod cidr;
 mod members;
@@ -8,6 +11,10 @@ mod triggers;
 
 use std::time::Duration;
 
+use skua_core::setting;
+use skua_core::settings::SettingError;
+use skua_core::settings::check::{duration, each, invalid, nonzero_duration, positive, required};
+
 pub use cidr::Cidr;
 pub use cidr::canonical;
 pub use members::{MembersConfig, MembersSettings};
@@ -15,8 +22,8 @@ pub use origin::OriginPattern;
 pub use triggers::{TriggerConfig, TriggerSettings};
 
 /// Limits and behaviour of one edge node. Its settings are declared (with their defaults) in
-/// [`EdgeSettings`], [`TriggerSettings`] and [`MembersSettings`]; `Default` gives the same
-/// values (the server's `config::tests::typed_defaults_are_the_declared_ones` checks it).
+/// [`EdgeSettings`], [`TriggerSettings`] and [`MembersSettings`] and checked into it by
+/// [`EdgeSettings::config`]; `Default` is the declared defaults, checked.
 #[derive(Debug, Clone)]
 pub struct EdgeConfig {
     /// Root of internal topics and keys (`--namespace`).
@@ -232,82 +239,20 @@ impl std::fmt::Debug for MetricsToken {
 }
 
 impl Default for EdgeConfig {
+    /// The declared defaults of [`EdgeSettings`], [`TriggerSettings`] and [`MembersSettings`],
+    /// checked (`tests::the_declared_defaults_pass_their_checks`).
     fn default() -> Self {
-        Self {
-            namespace: "skua".into(),
-            idle_timeout: Duration::from_secs(60),
-            rate_limit: 50,
-            rate_limit_window: Duration::from_secs(1),
-            presence_rate_limit: 10,
-            subscribe_rate_limit: 100,
-            query_rate_limit: 20,
-            max_message_size: skua_protocol::DEFAULT_MAX_PAYLOAD_BYTES,
-            max_frame_size: skua_protocol::MAX_INBOUND_FRAME_BYTES,
-            outbound_queue_messages: 1024,
-            outbound_queue_bytes: 4 * 1024 * 1024,
-            outbound_budget_bytes: 1024 * 1024 * 1024,
-            max_connections: 100_000,
-            fd_reserve: 256,
-            restore_ttl: Duration::from_secs(24 * 3600),
-            restore_wait: Duration::from_secs(8),
-            restore_merge_window: Duration::from_secs(2),
-            log_max_age: Duration::from_secs(7 * 24 * 3600),
-            log_max_per_topic: 100_000,
-            log_prune_interval: Duration::from_secs(60),
-            log_prune_batch: 5_000,
-            restore_prune_interval: Duration::from_secs(60),
-            replay_page_size: 256,
-            durable_queue: 1024,
-            durable_writer_queue: 1024,
-            durable_writers: 2,
-            durable_sweep_interval: Duration::from_secs(5),
-            shutdown_grace: Duration::from_secs(10),
-            idempotency_window: Duration::from_secs(120),
-            idempotency_max_key_length: 128,
-            drain_delay: Duration::ZERO,
-            drain_spread: Duration::ZERO,
-            close_timeout: Duration::from_secs(2),
-            max_retained_per_topic: 1024,
-            bus_queue: 8192,
-            dispatch_shards: 1,
-            publish_topic_cache: 8,
-            publish_pipeline: 4096,
-            publish_pipeline_bytes: 4 << 20,
-            max_subscriptions_per_connection: 1000,
-            node_ttl: Duration::from_secs(10),
-            node_refresh: Duration::from_secs(3),
-            revalidate_interval: Duration::from_secs(600),
-            max_presence_size: 64 * 1024,
-            max_retained_bytes_per_topic: 4 * 1024 * 1024,
-            max_retained_bytes: 256 * 1024 * 1024,
-            max_retained_bytes_per_project: 64 * 1024 * 1024,
-            history_max_size: 10_000,
-            history_max_topics: 10_000,
-            history_max_topic_bytes: 16 * 1024 * 1024,
-            history_max_bytes_per_project: 64 * 1024 * 1024,
-            history_max_replay: 10_000,
-            history_max_page: 100,
-            history_recovery_margin: Duration::from_secs(30),
-            history_receipt_interval: Duration::from_secs(1),
-            max_auth_failures: 10,
-            auth_timeout: Some(Duration::from_secs(10)),
-            auth_backoff_after: 5,
-            auth_backoff_max: Duration::from_secs(10),
-            jwt_audiences: Vec::new(),
-            http_header_timeout: Duration::from_secs(10),
-            http_body_timeout: Duration::from_secs(10),
-            max_connections_per_ip: 1000,
-            max_new_connections_per_ip_per_second: 100,
-            trusted_proxies: Vec::new(),
-            proxy_protocol: false,
-            allowed_origins: Vec::new(),
-            metrics_token: None,
-            metrics_separate: false,
-            triggers: TriggerConfig::default(),
-            members: MembersConfig::default(),
-        }
+        EdgeSettings::defaults()
+            .config(&TriggerSettings::defaults(), &MembersSettings::defaults())
+            .unwrap_or_else(|e| unreachable!("the declared defaults: {e}"))
     }
 }
+
+/// How long a close frame may take to reach a client that does not read (not a setting).
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Longest `idempotency_max_key_length` accepted: keys are echoed in Redis key names and logs.
+const MAX_IDEMPOTENCY_KEY_LENGTH: usize = 1024;
 
 skua_core::settings! {
     /// The edge's settings, as flags, `SKUA_*` variables and config-file keys (checked into an
@@ -727,5 +672,160 @@ skua_core::settings! {
         /// (invalid_idempotency_key, REST 400).
         #[arg(long, env = "SKUA_IDEMPOTENCY_MAX_KEY_LENGTH")]
         pub idempotency_max_key_length: usize = 128,
+    }
+}
+
+/// The largest payload any frame may carry: the 1 MiB outbound frame cap (N4) less room for
+/// the frame's other fields.
+fn payload_cap(key: &'static str, v: usize) -> Result<usize, SettingError> {
+    let cap = skua_protocol::MAX_PAYLOAD_CEILING_BYTES;
+    if v > cap {
+        return Err(invalid(
+            key,
+            format!("at most {cap} bytes (the 1 MiB frame cap less room for the frame's other fields)"),
+        ));
+    }
+    Ok(v)
+}
+
+impl EdgeSettings {
+    /// These settings, with the trigger and members parts, checked into the edge's
+    /// configuration: one line per setting, then the rules between settings. What the server
+    /// derives from the backends (`metrics_separate`, the single-node switches of triggers and
+    /// members) is left off; the trigger queue and retries are the webhook settings' (the
+    /// server sets them).
+    ///
+    /// # Errors
+    /// [`SettingError`] naming the first bad key.
+    pub fn config(&self, triggers: &TriggerSettings, members: &MembersSettings) -> Result<EdgeConfig, SettingError> {
+        let s = self;
+        let namespace = required(setting!(s, namespace))?;
+        if !skua_core::ids::is_slug(&namespace) {
+            return Err(invalid("namespace", "1-64 letters, digits, '-' or '_'"));
+        }
+        let metrics_token = match s.metrics_token.as_deref() {
+            None | Some("") => None,
+            Some(t) if t.len() < 16 || !t.bytes().all(|b| b.is_ascii_graphic()) => {
+                return Err(invalid("metrics_token", "must be at least 16 printable ASCII characters, no spaces"));
+            }
+            Some(t) => Some(MetricsToken::new(t.to_owned())),
+        };
+        let c = EdgeConfig {
+            namespace,
+            idle_timeout: duration(setting!(s, idle_timeout))?,
+            rate_limit: positive(setting!(s, rate_limit))?,
+            rate_limit_window: duration(setting!(s, rate_limit_window))?,
+            presence_rate_limit: positive(setting!(s, presence_rate_limit))?,
+            subscribe_rate_limit: positive(setting!(s, subscribe_rate_limit))?,
+            query_rate_limit: positive(setting!(s, query_rate_limit))?,
+            max_message_size: payload_cap("max_message_size", positive(setting!(s, max_message_size))?)?,
+            max_frame_size: skua_protocol::MAX_INBOUND_FRAME_BYTES,
+            outbound_queue_messages: positive(setting!(s, outbound_queue_messages))?,
+            outbound_queue_bytes: positive(setting!(s, outbound_queue_bytes))?,
+            outbound_budget_bytes: required(setting!(s, outbound_budget_bytes))?,
+            max_connections: positive(setting!(s, max_connections))?,
+            fd_reserve: required(setting!(s, fd_reserve))?,
+            restore_ttl: duration(setting!(s, restore_ttl))?,
+            restore_wait: duration(setting!(s, restore_wait))?,
+            restore_merge_window: duration(setting!(s, restore_merge_window))?,
+            log_max_age: duration(setting!(s, log_max_age))?,
+            log_max_per_topic: positive(setting!(s, log_max_per_topic))? as u64,
+            log_prune_interval: duration(setting!(s, log_prune_interval))?,
+            log_prune_batch: positive(setting!(s, log_prune_batch))?,
+            restore_prune_interval: nonzero_duration(setting!(s, restore_prune_interval))?,
+            replay_page_size: positive(setting!(s, replay_page_size))?,
+            durable_queue: positive(setting!(s, durable_queue))?,
+            durable_writer_queue: positive(setting!(s, durable_writer_queue))?,
+            durable_writers: positive(setting!(s, durable_writers))?,
+            durable_sweep_interval: duration(setting!(s, durable_sweep_interval))?,
+            shutdown_grace: duration(setting!(s, shutdown_grace))?,
+            idempotency_window: nonzero_duration(setting!(s, idempotency_window))?,
+            idempotency_max_key_length: positive(setting!(s, idempotency_max_key_length))?,
+            drain_delay: duration(setting!(s, drain_delay))?,
+            drain_spread: duration(setting!(s, drain_spread))?,
+            close_timeout: CLOSE_TIMEOUT,
+            max_retained_per_topic: positive(setting!(s, max_retained_per_topic))?,
+            bus_queue: positive(setting!(s, bus_queue))?,
+            dispatch_shards: required(setting!(s, dispatch_shards))?,
+            publish_topic_cache: required(setting!(s, publish_topic_cache))?,
+            publish_pipeline: positive(setting!(s, publish_pipeline))?,
+            publish_pipeline_bytes: positive(setting!(s, publish_pipeline_bytes))?,
+            max_subscriptions_per_connection: positive(setting!(s, max_subscriptions_per_connection))?,
+            node_ttl: duration(setting!(s, node_ttl))?,
+            node_refresh: duration(setting!(s, node_refresh))?,
+            revalidate_interval: nonzero_duration(setting!(s, revalidate_interval))?,
+            max_presence_size: payload_cap("max_presence_size", positive(setting!(s, max_presence_size))?)?,
+            max_retained_bytes_per_topic: positive(setting!(s, max_retained_bytes_per_topic))?,
+            max_retained_bytes: positive(setting!(s, max_retained_bytes))?,
+            max_retained_bytes_per_project: positive(setting!(s, max_retained_bytes_per_project))?,
+            history_max_size: positive(setting!(s, history_max_size))?,
+            history_max_topics: positive(setting!(s, history_max_topics))?,
+            history_max_topic_bytes: positive(setting!(s, history_max_topic_bytes))?,
+            history_max_bytes_per_project: positive(setting!(s, history_max_bytes_per_project))?,
+            history_max_replay: positive(setting!(s, history_max_replay))?,
+            history_max_page: positive(setting!(s, history_max_page))?,
+            history_recovery_margin: duration(setting!(s, history_recovery_margin))?,
+            history_receipt_interval: duration(setting!(s, history_receipt_interval))?,
+            max_auth_failures: positive(setting!(s, max_auth_failures))?,
+            auth_timeout: Some(duration(setting!(s, auth_timeout))?).filter(|d| !d.is_zero()),
+            auth_backoff_after: required(setting!(s, auth_backoff_after))?,
+            auth_backoff_max: duration(setting!(s, auth_backoff_max))?,
+            jwt_audiences: s.jwt_audiences.clone().unwrap_or_default().into_iter().filter(|a| !a.is_empty()).collect(),
+            http_header_timeout: nonzero_duration(setting!(s, http_header_timeout))?,
+            http_body_timeout: nonzero_duration(setting!(s, http_body_timeout))?,
+            max_connections_per_ip: required(setting!(s, max_connections_per_ip))?,
+            max_new_connections_per_ip_per_second: required(setting!(s, max_new_connections_per_ip_per_second))?,
+            trusted_proxies: each(setting!(s, trusted_proxies), Cidr::parse)?,
+            proxy_protocol: required(setting!(s, proxy_protocol))?,
+            allowed_origins: each(setting!(s, allowed_origins), OriginPattern::parse)?,
+            metrics_token,
+            metrics_separate: false,
+            triggers: triggers.config()?,
+            members: members.config()?,
+        };
+        // The rules between settings.
+        if c.proxy_protocol && c.trusted_proxies.is_empty() {
+            return Err(invalid(
+                "proxy_protocol",
+                "needs trusted_proxies: the addresses of the proxies that send the header",
+            ));
+        }
+        if c.node_refresh.is_zero() || c.node_refresh >= c.node_ttl {
+            return Err(invalid("node_refresh", "must be above 0 and below node_ttl"));
+        }
+        if c.idempotency_max_key_length > MAX_IDEMPOTENCY_KEY_LENGTH {
+            return Err(invalid("idempotency_max_key_length", format!("at most {MAX_IDEMPOTENCY_KEY_LENGTH}")));
+        }
+        if !c.drain_spread.is_zero() && c.drain_spread >= c.shutdown_grace {
+            return Err(invalid(
+                "drain_spread",
+                "must be below shutdown_grace (the closes are spread inside it, with time left for the last ones)",
+            ));
+        }
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_declared_defaults_pass_their_checks() {
+        let c = EdgeSettings::defaults().config(&TriggerSettings::defaults(), &MembersSettings::defaults()).unwrap();
+        assert_eq!(c.durable_queue, 1024);
+        assert_eq!(c.auth_timeout, Some(Duration::from_secs(10)));
+        assert_eq!(c.triggers.batch_window, Duration::from_millis(5));
+        assert_eq!(c.members.wake_timeout, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn a_rule_between_settings_names_the_key_it_refuses() {
+        let s = EdgeSettings { node_refresh: Some("10s".into()), ..EdgeSettings::defaults() };
+        let e = s.config(&TriggerSettings::defaults(), &MembersSettings::defaults()).unwrap_err();
+        assert_eq!((e.key, e.reason.as_str()), ("node_refresh", "must be above 0 and below node_ttl"));
+        let t = TriggerSettings { trigger_max_body_bytes: Some(1 << 30), ..TriggerSettings::defaults() };
+        let e = EdgeSettings::defaults().config(&t, &MembersSettings::defaults()).unwrap_err();
+        assert_eq!(e.key, "trigger_max_body_bytes");
     }
 }

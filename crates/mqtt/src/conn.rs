@@ -849,7 +849,7 @@ impl Device {
             idempotency_key: None,
         };
         self.session.handle(ClientFrame::Publish(frame)).await;
-        self.session.drain_publishes().await;
+        self.session.drain_publishes_closing().await;
     }
 }
 

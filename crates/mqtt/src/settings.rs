@@ -3,6 +3,10 @@
 //! [`MqttLimits`] the door runs with. The plain listener itself (`mqtt_listen`) is the node's
 //! setting; the TLS one (`mqtt_tls_listen`) is declared here.
 
+use skua_core::setting;
+use skua_core::settings::SettingError;
+use skua_core::settings::check::{between, optional_address};
+
 skua_core::settings! {
     /// The MQTT device door's bounds on what one packet may carry (docs/mqtt.md, "Limits").
     pub struct MqttSettings {
@@ -57,8 +61,8 @@ skua_core::settings! {
     }
 }
 
-/// The MQTT door's protocol bounds, checked (from [`MqttSettings`]); `Default` gives the
-/// declared defaults.
+/// The MQTT door's protocol bounds, checked from [`MqttSettings`] ([`MqttSettings::limits`]);
+/// `Default` is the declared defaults, checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MqttLimits {
     /// Longest topic name or filter, in bytes (`mqtt_max_topic_bytes`).
@@ -75,16 +79,36 @@ pub struct MqttLimits {
     pub max_inflight: u16,
 }
 
+impl MqttSettings {
+    /// These settings checked: each bound above 0 and below what MQTT itself allows.
+    ///
+    /// # Errors
+    /// [`SettingError`] naming the first bad key.
+    pub fn limits(&self) -> Result<MqttLimits, SettingError> {
+        use MqttLimits as L;
+        Ok(L {
+            max_topic_bytes: between(setting!(self, mqtt_max_topic_bytes), 1, L::MAX_STRING)?,
+            max_filters: between(setting!(self, mqtt_max_filters), 1, L::MAX_PER_PACKET)?,
+            max_user_properties: between(setting!(self, mqtt_max_user_properties), 1, L::MAX_PER_PACKET)?,
+            max_client_id_bytes: between(setting!(self, mqtt_max_client_id_bytes), L::MIN_CLIENT_ID, L::MAX_STRING)?,
+            receive_maximum: between(setting!(self, mqtt_receive_maximum), 1, u16::MAX)?,
+            max_inflight: between(setting!(self, mqtt_max_inflight), 1, u16::MAX)?,
+        })
+    }
+
+    /// `mqtt_tls_listen` checked: the MQTT-over-TLS listener's address, `None` when empty (off).
+    ///
+    /// # Errors
+    /// [`SettingError`] when it is not a socket address.
+    pub fn tls_listen(&self) -> Result<Option<std::net::SocketAddr>, SettingError> {
+        optional_address(setting!(self, mqtt_tls_listen))
+    }
+}
+
 impl Default for MqttLimits {
+    /// The declared defaults, checked (`tests::the_declared_defaults_pass_their_checks`).
     fn default() -> Self {
-        Self {
-            max_topic_bytes: 1024,
-            max_filters: 64,
-            max_user_properties: 32,
-            max_client_id_bytes: 256,
-            receive_maximum: 64,
-            max_inflight: 32,
-        }
+        MqttSettings::defaults().limits().unwrap_or_else(|e| unreachable!("the declared defaults: {e}"))
     }
 }
 
@@ -102,14 +126,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_default_limits_are_the_declared_settings() {
-        let d = MqttSettings::defaults();
-        let l = MqttLimits::default();
-        assert_eq!(d.mqtt_max_topic_bytes, Some(l.max_topic_bytes));
-        assert_eq!(d.mqtt_max_filters, Some(l.max_filters));
-        assert_eq!(d.mqtt_max_user_properties, Some(l.max_user_properties));
-        assert_eq!(d.mqtt_max_client_id_bytes, Some(l.max_client_id_bytes));
-        assert_eq!(d.mqtt_receive_maximum, Some(l.receive_maximum));
-        assert_eq!(d.mqtt_max_inflight, Some(l.max_inflight));
+    fn the_declared_defaults_pass_their_checks() {
+        let l = MqttSettings::defaults().limits().unwrap();
+        assert_eq!((l.max_topic_bytes, l.max_inflight), (1024, 32));
+        assert_eq!(MqttLimits::default(), l);
+    }
+
+    #[test]
+    fn a_bound_beyond_mqtt_is_refused_by_name() {
+        let s = MqttSettings { mqtt_max_client_id_bytes: Some(22), ..MqttSettings::defaults() };
+        let e = s.limits().unwrap_err();
+        assert_eq!((e.key, e.reason.as_str()), ("mqtt_max_client_id_bytes", "22: must be between 23 and 65535"));
+        let s = MqttSettings { mqtt_max_inflight: Some(0), ..MqttSettings::defaults() };
+        assert_eq!(s.limits().unwrap_err().key, "mqtt_max_inflight");
+        let s = MqttSettings { mqtt_tls_listen: Some("8883".into()), ..MqttSettings::defaults() };
+        assert_eq!(s.tls_listen().unwrap_err().key, "mqtt_tls_listen");
+        assert_eq!(MqttSettings::defaults().tls_listen(), Ok(None), "off by default");
     }
 }

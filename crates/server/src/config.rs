@@ -541,8 +541,7 @@ impl ServerConfig {
 
     /// The node's configuration from its checked sections.
     pub fn from_sections(sections: Sections) -> Self {
-        let edge = sections.edge();
-        let Sections { backends, front, control, cluster, tls, telemetry, webhooks, idempotency, mqtt, .. } = sections;
+        let Sections { backends, front, edge, control, cluster, tls, telemetry, webhooks, mqtt } = sections;
         Self {
             listen: front.listen,
             bus: backends.bus,
@@ -555,7 +554,7 @@ impl ServerConfig {
             cluster: backends.cluster,
             edge,
             bus_publish_buffer: cluster.bus_publish_buffer,
-            idempotency_max_keys: idempotency.max_keys,
+            idempotency_max_keys: cluster.idempotency_max_keys,
             grpc_listen: control.grpc_listen,
             admin_key: control.admin_key,
             registry_poll_interval: control.registry_poll_interval,

@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 /// The engine's settings, checked from [`WebhookSettings`](crate::WebhookSettings) (declared
-/// there with their defaults; `Default` gives the same values, a server test checks it).
+/// there with their defaults) by [`WebhookSettings::config`](crate::WebhookSettings::config);
+/// `Default` is the declared defaults, checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WebhookConfig {
     /// Requests in flight at once to one target (scheme, host and port).
@@ -27,17 +28,9 @@ pub struct WebhookConfig {
 }
 
 impl Default for WebhookConfig {
+    /// The declared defaults, checked (`settings::tests::the_declared_defaults_pass_their_checks`).
     fn default() -> Self {
-        Self {
-            concurrency_per_target: 16,
-            max_response_bytes: 1 << 20,
-            connect_timeout: Duration::from_secs(5),
-            allow_link_local: false,
-            allowed_hosts: Vec::new(),
-            allow_loopback: false,
-            wake_allowed_hosts: Vec::new(),
-            recent_deliveries: 100,
-        }
+        crate::WebhookSettings::defaults().config().unwrap_or_else(|e| unreachable!("the declared defaults: {e}"))
     }
 }
 

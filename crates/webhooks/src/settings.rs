@@ -1,6 +1,12 @@
 //! [`WebhookSettings`]: the webhook engine's settings (`webhook_*`, docs/webhooks.md), as
 //! flags, `SKUA_*` variables and config-file keys; the server checks them into a
-//! [`WebhookConfig`](crate::WebhookConfig).
+//! [`WebhookConfig`] with [`WebhookSettings::config`], right below the declaration.
+
+use skua_core::setting;
+use skua_core::settings::SettingError;
+use skua_core::settings::check::{invalid, nonzero_duration, positive, required};
+
+use crate::WebhookConfig;
 
 skua_core::settings! {
     /// The webhook engine's settings: address rules and limits, the trigger queue and its
@@ -76,5 +82,56 @@ skua_core::settings! {
         /// webhooks page: kind, target host, outcome, status, latency, time. 0 keeps none.
         #[arg(long, env = "SKUA_WEBHOOK_RECENT_DELIVERIES")]
         pub webhook_recent_deliveries: usize = 100,
+    }
+}
+
+impl WebhookSettings {
+    /// The engine's settings, checked. `wake_allowed_hosts` is the members' setting
+    /// (`skua_engine`'s `MembersSettings`): empty here, the server sets it.
+    ///
+    /// # Errors
+    /// [`SettingError`] naming the first bad key.
+    pub fn config(&self) -> Result<WebhookConfig, SettingError> {
+        let allowed_hosts: Vec<String> = required(setting!(self, webhook_allowed_hosts))?
+            .into_iter()
+            .map(|h| h.trim().to_ascii_lowercase())
+            .filter(|h| !h.is_empty())
+            .collect();
+        if let Some(bad) =
+            allowed_hosts.iter().find(|h| h.contains(['/', ':', ' ']) && h.parse::<std::net::IpAddr>().is_err())
+        {
+            return Err(invalid("webhook_allowed_hosts", format!("{bad:?}: give host names (or *.parent), not URLs")));
+        }
+        Ok(WebhookConfig {
+            concurrency_per_target: positive(setting!(self, webhook_concurrency_per_target))?,
+            max_response_bytes: positive(setting!(self, webhook_max_response_bytes))?,
+            connect_timeout: nonzero_duration(setting!(self, webhook_connect_timeout))?,
+            allow_link_local: required(setting!(self, webhook_allow_link_local))?,
+            allowed_hosts,
+            allow_loopback: required(setting!(self, webhook_allow_loopback))?,
+            wake_allowed_hosts: Vec::new(),
+            recent_deliveries: required(setting!(self, webhook_recent_deliveries))?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_declared_defaults_pass_their_checks() {
+        let c = WebhookSettings::defaults().config().unwrap();
+        assert_eq!((c.concurrency_per_target, c.max_response_bytes), (16, 1 << 20));
+        assert_eq!(WebhookConfig::default(), c);
+    }
+
+    #[test]
+    fn a_url_among_the_allowed_hosts_is_refused_by_name() {
+        let s = WebhookSettings {
+            webhook_allowed_hosts: Some(vec!["https://a.example".into()]),
+            ..WebhookSettings::defaults()
+        };
+        assert_eq!(s.config().unwrap_err().key, "webhook_allowed_hosts");
     }
 }

@@ -1,18 +1,20 @@
 //! What the pages share, below every page module: the notice a redirect carries, the status of
-//! a refusal, a page's parameters, the error page, and the project/app/room chooser.
+//! a refusal and the page re-rendered with it, a page's parameters, the error page, the
+//! project/app/room chooser and the project and app a page is about.
 
 use std::fmt::Write as _;
 
+use crate::service::Error;
 use axum::http::StatusCode;
 use axum::response::Response;
-use tonic::Status;
 
 use super::html::{self, Notice, esc, field, q};
-use super::{Authed, redirect};
+use super::{Authed, Dashboard, redirect};
 use crate::pb;
+use crate::service::{apps, projects};
 
 /// The HTTP status of a refused request, as the REST API maps it.
-pub(super) fn status_of(s: &Status) -> StatusCode {
+pub(super) fn status_of(s: &Error) -> StatusCode {
     crate::rest::error::http_status(s.code())
 }
 
@@ -35,7 +37,7 @@ pub(super) fn param<'a>(a: &'a Authed, k: &str) -> &'a str {
 }
 
 /// An error page with `s`'s message and the REST API's status for it.
-pub(super) fn error_page(a: &Authed, title: &str, current: &str, s: &Status) -> Response {
+pub(super) fn error_page(a: &Authed, title: &str, current: &str, s: &Error) -> Response {
     html::respond(status_of(s), html::page(title, current, &a.csrf, Some(Notice::Error(s.message())), ""))
 }
 
@@ -69,4 +71,42 @@ pub(super) fn chooser(
     }
     f.push_str("<button type=\"submit\">Show</button></form>");
     f
+}
+
+/// The project the page is about: `?project=`, else the first one.
+pub(super) async fn current_project(d: &Dashboard, a: &Authed) -> (Vec<pb::Project>, String) {
+    let mut list = projects::list(&d.svc, pb::ListProjectsRequest {}).await.map(|r| r.projects).unwrap_or_default();
+    list.sort_by(|x, y| x.id.cmp(&y.id));
+    let want = a.query.get("project");
+    let chosen = if !want.is_empty() {
+        want.to_owned()
+    } else if !a.form.get("project").is_empty() {
+        a.form.get("project").to_owned()
+    } else {
+        list.first().map(|p| p.id.clone()).unwrap_or_default()
+    };
+    (list, chosen)
+}
+
+/// The app the page is about within `project`: `?app=`, else the first one.
+pub(super) async fn current_app(d: &Dashboard, a: &Authed, project: &str) -> (Vec<pb::App>, String) {
+    let list = apps::list(&d.svc, pb::ListAppsRequest { project_id: project.to_owned() })
+        .await
+        .map(|r| r.apps)
+        .unwrap_or_default();
+    let want = if a.query.get("app").is_empty() { a.form.get("app") } else { a.query.get("app") };
+    let chosen =
+        if want.is_empty() { list.first().map(|x| x.slug.clone()).unwrap_or_default() } else { want.to_owned() };
+    (list, chosen)
+}
+
+/// Comma- or space-separated names, without empties.
+pub(super) fn names(s: &str) -> Vec<String> {
+    s.split([',', ' ', '\n']).map(str::trim).filter(|t| !t.is_empty()).map(str::to_owned).collect()
+}
+
+/// `r` with the status of the refusal `s` (a page re-rendered with the refusal's message).
+pub(super) fn refused(mut r: Response, s: &Error) -> Response {
+    *r.status_mut() = status_of(s);
+    r
 }

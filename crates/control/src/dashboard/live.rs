@@ -177,7 +177,7 @@ async fn render(d: &Dashboard, a: &Authed, notice: Option<Notice<'_>>, status: S
     if let Some((id, v)) = &view {
         let _ = write!(
             body,
-            "<h2 id=\"h-live\">Messages on {topic}</h2><p>Status: <span id=\"live-status\">watching</span> \
+            "<h2 id=\"h-live\">Messages on {topic}</h2><p>Error: <span id=\"live-status\">watching</span> \
              (newest first; the last {max} are kept)</p>\
              <p id=\"live-empty\" class=\"empty\">No messages yet: publish one below or from a client.</p>\
              <ol id=\"live-messages\" data-view=\"{id}\" data-after=\"0\" aria-live=\"polite\" aria-labelledby=\"h-live\" reversed></ol>",

@@ -1,10 +1,10 @@
 //! The API's error body `{statusCode, message, error}` (both SDKs read it), always
 //! `application/json`, and the map from the service layer's gRPC statuses.
 
+use crate::service::{Code, Error};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use tonic::{Code, Status};
 use utoipa::ToSchema;
 
 /// The body of every error reply.
@@ -56,22 +56,20 @@ impl ApiError {
 /// 500 for internal errors.
 pub(crate) fn http_status(code: Code) -> StatusCode {
     match code {
-        Code::InvalidArgument | Code::OutOfRange => StatusCode::BAD_REQUEST,
+        Code::InvalidArgument => StatusCode::BAD_REQUEST,
         Code::NotFound => StatusCode::NOT_FOUND,
         Code::AlreadyExists | Code::Aborted => StatusCode::CONFLICT,
-        Code::FailedPrecondition | Code::PermissionDenied => StatusCode::FORBIDDEN,
-        Code::Unauthenticated => StatusCode::UNAUTHORIZED,
-        Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
-        Code::Unavailable | Code::DeadlineExceeded => StatusCode::SERVICE_UNAVAILABLE,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
+        Code::FailedPrecondition => StatusCode::FORBIDDEN,
+        Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        Code::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
 
-impl From<Status> for ApiError {
+impl From<Error> for ApiError {
     /// The service layer's statuses: invalid input 400, missing 404, duplicate 409, what the
     /// project may not do (a cap, `ensure` without auto-provisioning) 403, exhausted 429,
     /// store trouble 503; internal errors are logged and answered without detail.
-    fn from(s: Status) -> Self {
+    fn from(s: Error) -> Self {
         let status = http_status(s.code());
         if status == StatusCode::INTERNAL_SERVER_ERROR {
             tracing::error!(message = s.message(), "REST request failed inside the control plane.");

@@ -20,9 +20,9 @@ use super::auth::Caller;
 use super::body;
 use super::error::{ApiError, ErrorBody};
 use super::reply::json_response;
+use crate::node::PublishRefused;
 use crate::pb;
 use crate::service::publish::publish_in;
-use crate::sync::PublishRefused;
 
 /// The body of `POST /v1/publish`, as JSON or as a MessagePack map (the schema of both).
 #[derive(Debug, ToSchema)]

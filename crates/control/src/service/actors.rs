@@ -1,8 +1,8 @@
 //! Actors of a project: create (with a first access token), get, list, activate and
 //! deactivate, delete (with their tokens, grants and lobby allowances), rotate the token.
 
+use crate::service::Error;
 use skua_core::registry_store::{ActorRecord, Change, Object, ObjectKind};
-use tonic::Status;
 
 use super::annotations::AnnotationsUpdate;
 use super::shared::{
@@ -13,7 +13,7 @@ use crate::pb;
 use crate::sync::now_ms;
 use crate::validate;
 
-pub(crate) async fn create(svc: &ControlService, r: pb::CreateActorRequest) -> Result<pb::CreateActorResponse, Status> {
+pub(crate) async fn create(svc: &ControlService, r: pb::CreateActorRequest) -> Result<pb::CreateActorResponse, Error> {
     create_annotated(svc, r, &AnnotationsUpdate::default()).await
 }
 
@@ -22,7 +22,7 @@ pub(crate) async fn create_annotated(
     svc: &ControlService,
     r: pb::CreateActorRequest,
     annotations: &AnnotationsUpdate,
-) -> Result<pb::CreateActorResponse, Status> {
+) -> Result<pb::CreateActorResponse, Error> {
     annotations.check()?;
     if !r.id.is_empty() {
         validate::slug("id", &r.id)?;
@@ -40,7 +40,7 @@ pub(crate) async fn create_annotated(
         .mutate(|d| {
             let p = project(d, &r.project_id)?;
             if d.actors.contains_key(&id) {
-                return Err(Status::already_exists(format!("actor {id:?} already exists")));
+                return Err(Error::already_exists(format!("actor {id:?} already exists")));
             }
             let count = d.actors.values().filter(|a| a.project == p.id).count();
             below_cap(
@@ -68,12 +68,12 @@ pub(crate) async fn create_annotated(
     Ok(issued(svc, &a, token, &token_record.key_id))
 }
 
-pub(crate) async fn get(svc: &ControlService, r: pb::GetActorRequest) -> Result<pb::Actor, Status> {
+pub(crate) async fn get(svc: &ControlService, r: pb::GetActorRequest) -> Result<pb::Actor, Error> {
     let snap = svc.read().await;
     Ok(convert::actor(&snap.data, actor(&snap.data, &r.actor_id)?))
 }
 
-pub(crate) async fn list(svc: &ControlService, r: pb::ListActorsRequest) -> Result<pb::ListActorsResponse, Status> {
+pub(crate) async fn list(svc: &ControlService, r: pb::ListActorsRequest) -> Result<pb::ListActorsResponse, Error> {
     list_where(svc, r, |_| true).await
 }
 
@@ -83,7 +83,7 @@ pub(crate) async fn list_where(
     svc: &ControlService,
     r: pb::ListActorsRequest,
     keep: impl Fn(&ActorRecord) -> bool,
-) -> Result<pb::ListActorsResponse, Status> {
+) -> Result<pb::ListActorsResponse, Error> {
     let snap = svc.read().await;
     let d = &snap.data;
     let p = project(d, &r.project_id)?;
@@ -95,16 +95,16 @@ pub(crate) async fn list_where(
     })
 }
 
-pub(crate) async fn deactivate(svc: &ControlService, r: pb::ActorRef) -> Result<pb::Actor, Status> {
+pub(crate) async fn deactivate(svc: &ControlService, r: pb::ActorRef) -> Result<pb::Actor, Error> {
     set_active(svc, &r.actor_id, false).await
 }
 
-pub(crate) async fn activate(svc: &ControlService, r: pb::ActorRef) -> Result<pb::Actor, Status> {
+pub(crate) async fn activate(svc: &ControlService, r: pb::ActorRef) -> Result<pb::Actor, Error> {
     set_active(svc, &r.actor_id, true).await
 }
 
 /// Renames an actor (the REST API's `PATCH /actors/{id}`).
-pub(crate) async fn rename(svc: &ControlService, id: &str, name: &str) -> Result<pb::Actor, Status> {
+pub(crate) async fn rename(svc: &ControlService, id: &str, name: &str) -> Result<pb::Actor, Error> {
     validate::name("name", name)?;
     let a = svc
         .mutate(|d| {
@@ -121,7 +121,7 @@ pub(crate) async fn rename(svc: &ControlService, id: &str, name: &str) -> Result
 }
 
 /// Changes an actor's description, external id or metadata (the REST API's `PATCH`).
-pub(crate) async fn annotate(svc: &ControlService, id: &str, u: &AnnotationsUpdate) -> Result<pb::Actor, Status> {
+pub(crate) async fn annotate(svc: &ControlService, id: &str, u: &AnnotationsUpdate) -> Result<pb::Actor, Error> {
     u.check()?;
     let a = svc
         .mutate(|d| {
@@ -133,7 +133,7 @@ pub(crate) async fn annotate(svc: &ControlService, id: &str, u: &AnnotationsUpda
     Ok(convert::actor(&svc.sync.snapshot().data, &a))
 }
 
-async fn set_active(svc: &ControlService, id: &str, active: bool) -> Result<pb::Actor, Status> {
+async fn set_active(svc: &ControlService, id: &str, active: bool) -> Result<pb::Actor, Error> {
     let a = svc
         .mutate(|d| {
             let mut a = actor(d, id)?.clone();
@@ -147,7 +147,7 @@ async fn set_active(svc: &ControlService, id: &str, active: bool) -> Result<pb::
     Ok(convert::actor(&svc.sync.snapshot().data, &a))
 }
 
-pub(crate) async fn delete(svc: &ControlService, r: pb::ActorRef) -> Result<pb::DeleteResponse, Status> {
+pub(crate) async fn delete(svc: &ControlService, r: pb::ActorRef) -> Result<pb::DeleteResponse, Error> {
     let n = svc
         .mutate(|d| {
             let a = actor(d, &r.actor_id)?;
@@ -160,7 +160,7 @@ pub(crate) async fn delete(svc: &ControlService, r: pb::ActorRef) -> Result<pb::
     Ok(deleted(n))
 }
 
-pub(crate) async fn rotate_token(svc: &ControlService, r: pb::ActorRef) -> Result<pb::CreateActorResponse, Status> {
+pub(crate) async fn rotate_token(svc: &ControlService, r: pb::ActorRef) -> Result<pb::CreateActorResponse, Error> {
     validate::slug("actor_id", &r.actor_id)?;
     let (token, record) = new_token(&r.actor_id, now_ms());
     let a = svc

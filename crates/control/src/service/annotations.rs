@@ -2,8 +2,8 @@
 //! and of grants (`role`, `metadata`), issue 31: bounded, checked here, stored in the records
 //! and returned, never interpreted. The REST API sets them; gRPC shows them.
 
+use crate::service::Error;
 use skua_core::registry_store::AnnotationsRecord;
-use tonic::Status;
 
 use crate::pb;
 use crate::validate;
@@ -30,7 +30,7 @@ impl AnnotationsUpdate {
     ///
     /// # Errors
     /// `INVALID_ARGUMENT` naming the field as the REST API spells it.
-    pub(crate) fn check(&self) -> Result<(), Status> {
+    pub(crate) fn check(&self) -> Result<(), Error> {
         if let Some(Some(d)) = &self.description {
             validate::description("description", d)?;
         }

@@ -1,8 +1,8 @@
 //! Project API keys (the REST API's bearer keys): create (the key returned once, only its
 //! SHA-256 stored), list, revoke. A project's delete takes its keys along.
 
+use crate::service::Error;
 use skua_core::registry_store::{ApiKeyRecord, Change, Object, ObjectKind, hex};
-use tonic::Status;
 
 use super::ControlService;
 use super::shared::{del, deleted, name_or, project};
@@ -42,7 +42,7 @@ fn convert(k: &ApiKeyRecord) -> pb::ApiKey {
 pub(crate) async fn create(
     svc: &ControlService,
     r: pb::CreateApiKeyRequest,
-) -> Result<pb::CreateApiKeyResponse, Status> {
+) -> Result<pb::CreateApiKeyResponse, Error> {
     if !r.name.is_empty() {
         validate::name("name", &r.name)?;
     }
@@ -52,7 +52,7 @@ pub(crate) async fn create(
             let p = project(d, &r.project_id)?;
             let count = d.api_keys.values().filter(|k| k.project == p.id).count();
             if count >= MAX_API_KEYS_PER_PROJECT {
-                return Err(Status::failed_precondition(format!(
+                return Err(Error::failed_precondition(format!(
                     "project {:?} has {count} API keys, the most allowed ({MAX_API_KEYS_PER_PROJECT})",
                     p.id
                 )));
@@ -65,7 +65,7 @@ pub(crate) async fn create(
     Ok(pb::CreateApiKeyResponse { api_key: Some(convert(&record)), key })
 }
 
-pub(crate) async fn list(svc: &ControlService, r: pb::ListApiKeysRequest) -> Result<pb::ListApiKeysResponse, Status> {
+pub(crate) async fn list(svc: &ControlService, r: pb::ListApiKeysRequest) -> Result<pb::ListApiKeysResponse, Error> {
     let snap = svc.read().await;
     let p = project(&snap.data, &r.project_id)?;
     Ok(pb::ListApiKeysResponse {
@@ -73,14 +73,14 @@ pub(crate) async fn list(svc: &ControlService, r: pb::ListApiKeysRequest) -> Res
     })
 }
 
-pub(crate) async fn revoke(svc: &ControlService, r: pb::RevokeApiKeyRequest) -> Result<pb::DeleteResponse, Status> {
+pub(crate) async fn revoke(svc: &ControlService, r: pb::RevokeApiKeyRequest) -> Result<pb::DeleteResponse, Error> {
     validate::slug("key_id", &r.key_id)?;
     let n = svc
         .mutate(|d| {
             let p = project(d, &r.project_id)?;
             match d.api_keys.get(&r.key_id) {
                 Some(k) if k.project == p.id => Ok((vec![del(ObjectKind::ApiKey, k.key_id.clone())], 1)),
-                _ => Err(Status::not_found(format!("API key {:?} not found in project {:?}", r.key_id, p.id))),
+                _ => Err(Error::not_found(format!("API key {:?} not found in project {:?}", r.key_id, p.id))),
             }
         })
         .await?;

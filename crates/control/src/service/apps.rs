@@ -1,9 +1,9 @@
 //! Apps of a project: create, get, list, update (name, topics, webhooks, room provisioning and
 //! cap), delete (with their rooms, grants and lobbies), and the webhook secret's rotation.
 
+use crate::service::Error;
 use skua_core::registry_store::{AppRecord, Change, Object};
 use skua_core::webhook::WebhookKind;
-use tonic::Status;
 
 use super::annotations::AnnotationsUpdate;
 use super::shared::{app, below_cap, delete_app_changes, deleted, name_or, project};
@@ -20,22 +20,22 @@ fn check_target(
     field: &str,
     kind: WebhookKind,
     t: Option<&pb::WebhookTarget>,
-) -> Result<(), Status> {
+) -> Result<(), Error> {
     match convert::target_record(t) {
-        Some(r) => svc.webhooks.check(field, kind, &r).map_err(|e| Status::invalid_argument(e.to_string())),
+        Some(r) => svc.webhooks.check(field, kind, &r).map_err(|e| Error::invalid_argument(e.to_string())),
         None => Ok(()),
     }
 }
 
 /// An app's topic list: bounded, unique names, valid webhooks.
-fn check_topics(svc: &ControlService, topics: &[pb::Topic]) -> Result<(), Status> {
+fn check_topics(svc: &ControlService, topics: &[pb::Topic]) -> Result<(), Error> {
     if topics.len() > validate::MAX_TOPICS_PER_APP {
-        return Err(Status::invalid_argument(format!("topics: at most {}", validate::MAX_TOPICS_PER_APP)));
+        return Err(Error::invalid_argument(format!("topics: at most {}", validate::MAX_TOPICS_PER_APP)));
     }
     for (i, t) in topics.iter().enumerate() {
         validate::slug(&format!("topics[{i}].name"), &t.name)?;
         if topics[..i].iter().any(|o| o.name == t.name) {
-            return Err(Status::invalid_argument(format!("topics lists {:?} twice", t.name)));
+            return Err(Error::invalid_argument(format!("topics lists {:?} twice", t.name)));
         }
         if let Some(w) = &t.webhook {
             validate::url("topics.webhook.url", &w.url)?;
@@ -49,7 +49,7 @@ fn check_topics(svc: &ControlService, topics: &[pb::Topic]) -> Result<(), Status
         if let Some(h) = &t.history
             && (h.size == 0 || h.ttl_ms == 0)
         {
-            return Err(Status::invalid_argument(format!(
+            return Err(Error::invalid_argument(format!(
                 "topics.{}.history: size and ttl_ms must be at least 1",
                 t.name
             )));
@@ -58,7 +58,7 @@ fn check_topics(svc: &ControlService, topics: &[pb::Topic]) -> Result<(), Status
     Ok(())
 }
 
-pub(crate) async fn create(svc: &ControlService, r: pb::CreateAppRequest) -> Result<pb::App, Status> {
+pub(crate) async fn create(svc: &ControlService, r: pb::CreateAppRequest) -> Result<pb::App, Error> {
     create_annotated(svc, r, &AnnotationsUpdate::default()).await
 }
 
@@ -67,7 +67,7 @@ pub(crate) async fn create_annotated(
     svc: &ControlService,
     r: pb::CreateAppRequest,
     annotations: &AnnotationsUpdate,
-) -> Result<pb::App, Status> {
+) -> Result<pb::App, Error> {
     annotations.check()?;
     validate::slug("slug", &r.slug)?;
     if !r.id.is_empty() {
@@ -84,15 +84,15 @@ pub(crate) async fn create_annotated(
             let p = project(d, &r.project_id)?;
             let id = if r.id.is_empty() { format!("{}-{}", p.id, r.slug) } else { r.id.clone() };
             validate::slug("id", &id).map_err(|_| {
-                Status::invalid_argument(
+                Error::invalid_argument(
                     "slug is too long: the generated app id (<project>-<slug>) must be at most 64 characters",
                 )
             })?;
             if d.apps.contains_key(&id) {
-                return Err(Status::already_exists(format!("app id {id:?} already exists")));
+                return Err(Error::already_exists(format!("app id {id:?} already exists")));
             }
             if d.apps.values().any(|a| a.project == p.id && a.slug == r.slug) {
-                return Err(Status::already_exists(format!("app {:?} already exists in project {:?}", r.slug, p.id)));
+                return Err(Error::already_exists(format!("app {:?} already exists in project {:?}", r.slug, p.id)));
             }
             let count = d.apps.values().filter(|a| a.project == p.id).count();
             below_cap(
@@ -122,14 +122,14 @@ pub(crate) async fn create_annotated(
     Ok(pb::App { webhook_secret: secret, ..convert::app(&svc.sync.snapshot().data, &a) })
 }
 
-pub(crate) async fn get(svc: &ControlService, r: pb::GetAppRequest) -> Result<pb::App, Status> {
+pub(crate) async fn get(svc: &ControlService, r: pb::GetAppRequest) -> Result<pb::App, Error> {
     let snap = svc.read().await;
     let p = project(&snap.data, &r.project_id)?;
     let a = app(&snap.data, &p.id, &r.app)?;
     Ok(convert::app(&snap.data, a))
 }
 
-pub(crate) async fn list(svc: &ControlService, r: pb::ListAppsRequest) -> Result<pb::ListAppsResponse, Status> {
+pub(crate) async fn list(svc: &ControlService, r: pb::ListAppsRequest) -> Result<pb::ListAppsResponse, Error> {
     let snap = svc.read().await;
     let p = project(&snap.data, &r.project_id)?;
     let mut apps: Vec<&AppRecord> = snap.data.apps.values().filter(|a| a.project == p.id).collect();
@@ -143,7 +143,7 @@ pub(crate) async fn annotate(
     project_id: &str,
     app_ref: &str,
     u: &AnnotationsUpdate,
-) -> Result<pb::App, Status> {
+) -> Result<pb::App, Error> {
     u.check()?;
     let a = svc
         .mutate(|d| {
@@ -156,7 +156,7 @@ pub(crate) async fn annotate(
     Ok(convert::app(&svc.sync.snapshot().data, &a))
 }
 
-pub(crate) async fn update(svc: &ControlService, r: pb::UpdateAppRequest) -> Result<pb::App, Status> {
+pub(crate) async fn update(svc: &ControlService, r: pb::UpdateAppRequest) -> Result<pb::App, Error> {
     if let Some(n) = &r.name {
         validate::name("name", n)?;
     }
@@ -193,7 +193,7 @@ pub(crate) async fn update(svc: &ControlService, r: pb::UpdateAppRequest) -> Res
     Ok(convert::app(&svc.sync.snapshot().data, &a))
 }
 
-pub(crate) async fn delete(svc: &ControlService, r: pb::DeleteAppRequest) -> Result<pb::DeleteResponse, Status> {
+pub(crate) async fn delete(svc: &ControlService, r: pb::DeleteAppRequest) -> Result<pb::DeleteResponse, Error> {
     let n = svc
         .mutate(|d| {
             let p = project(d, &r.project_id)?;
@@ -207,10 +207,10 @@ pub(crate) async fn delete(svc: &ControlService, r: pb::DeleteAppRequest) -> Res
     Ok(deleted(n))
 }
 
-pub(super) async fn rotate_webhook_secret(
+pub(crate) async fn rotate_webhook_secret(
     svc: &ControlService,
     r: pb::RotateWebhookSecretRequest,
-) -> Result<pb::App, Status> {
+) -> Result<pb::App, Error> {
     let secret = new_secret();
     let a = svc
         .mutate(|d| {

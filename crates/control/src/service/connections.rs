@@ -1,9 +1,9 @@
 //! Live connections: listing a project's (this node's from the node, the others' from the
 //! store's shared table), and disconnecting an actor everywhere.
 
+use crate::service::Error;
 use skua_core::registry_store::{Change, Object};
 use skua_core::{ActorId, ProjectId};
-use tonic::Status;
 
 use super::shared::{actor, internal, project};
 use super::{ControlService, unavailable};
@@ -14,7 +14,7 @@ use crate::sync::now_ms;
 pub(crate) async fn list(
     svc: &ControlService,
     r: pb::ListConnectionsRequest,
-) -> Result<pb::ListConnectionsResponse, Status> {
+) -> Result<pb::ListConnectionsResponse, Error> {
     let snap = svc.read().await;
     let p = project(&snap.data, &r.project_id)?;
     let actor_id = if r.actor_id.is_empty() {
@@ -66,10 +66,10 @@ pub(crate) async fn list(
     Ok(pb::ListConnectionsResponse { connections })
 }
 
-pub(super) async fn disconnect_actor(
+pub(crate) async fn disconnect_actor(
     svc: &ControlService,
     r: pb::ActorRef,
-) -> Result<pb::DisconnectActorResponse, Status> {
+) -> Result<pb::DisconnectActorResponse, Error> {
     let id = {
         let snap = svc.read().await;
         ActorId::parse(&actor(&snap.data, &r.actor_id)?.id).map_err(internal)?

@@ -1,8 +1,8 @@
 //! Grants of a room: create (to one actor or an actor type, optionally for some topics and
 //! until a time), list, delete. A room with any grant is private.
 
+use crate::service::Error;
 use skua_core::registry_store::{Change, GrantRecord, Object, ObjectKind, SubjectRecord, permission};
-use tonic::Status;
 
 use super::shared::{actors_in_project, app, below_cap, del, project, room};
 use super::{ControlService, convert};
@@ -10,7 +10,7 @@ use crate::pb;
 use crate::sync::now_ms;
 use crate::validate;
 
-pub(crate) async fn create(svc: &ControlService, r: pb::CreateGrantRequest) -> Result<pb::Grant, Status> {
+pub(crate) async fn create(svc: &ControlService, r: pb::CreateGrantRequest) -> Result<pb::Grant, Error> {
     create_with(svc, r, None, None).await
 }
 
@@ -20,7 +20,7 @@ pub(crate) async fn create_with(
     r: pb::CreateGrantRequest,
     role: Option<String>,
     metadata: Option<String>,
-) -> Result<pb::Grant, Status> {
+) -> Result<pb::Grant, Error> {
     if let Some(role) = &role {
         validate::short_text("role", role, validate::MAX_ROLE_BYTES)?;
     }
@@ -37,16 +37,16 @@ pub(crate) async fn create_with(
             validate::actor_type("actor_type", &r.actor_type)?;
             SubjectRecord::ActorType(r.actor_type.clone())
         }
-        _ => return Err(Status::invalid_argument("give exactly one of actor_id and actor_type")),
+        _ => return Err(Error::invalid_argument("give exactly one of actor_id and actor_type")),
     };
     if r.permission.is_empty() {
-        return Err(Status::invalid_argument("permission is required: subscribe, publish or pubSub"));
+        return Err(Error::invalid_argument("permission is required: subscribe, publish or pubSub"));
     }
-    permission(&r.permission).map_err(Status::invalid_argument)?;
+    permission(&r.permission).map_err(Error::invalid_argument)?;
     validate::slug_list("topics", &r.topics, validate::MAX_LIST_LEN)?;
     let now = now_ms();
     if r.expires_at != 0 && r.expires_at <= now / 1000 {
-        return Err(Status::invalid_argument("expires_at is in the past"));
+        return Err(Error::invalid_argument("expires_at is in the past"));
     }
     let id = format!("grant-{}", &uuid::Uuid::new_v4().simple().to_string()[..16]);
     let g = svc
@@ -56,7 +56,7 @@ pub(crate) async fn create_with(
             room(d, a, &r.room)?;
             actors_in_project(d, &p.id, std::slice::from_ref(&subject))?;
             if let Some(t) = r.topics.iter().find(|t| !a.topics.iter().any(|x| x.name == **t)) {
-                return Err(Status::invalid_argument(format!("topic {t:?} is not one of app {:?}'s topics", a.slug)));
+                return Err(Error::invalid_argument(format!("topic {t:?} is not one of app {:?}'s topics", a.slug)));
             }
             let count = d.grants.values().filter(|g| g.app == a.id && g.room == r.room).count();
             below_cap(
@@ -85,7 +85,7 @@ pub(crate) async fn create_with(
     Ok(convert::grant(&g))
 }
 
-pub(crate) async fn list(svc: &ControlService, r: pb::ListGrantsRequest) -> Result<pb::ListGrantsResponse, Status> {
+pub(crate) async fn list(svc: &ControlService, r: pb::ListGrantsRequest) -> Result<pb::ListGrantsResponse, Error> {
     let snap = svc.read().await;
     let d = &snap.data;
     let p = project(d, &r.project_id)?;
@@ -96,11 +96,11 @@ pub(crate) async fn list(svc: &ControlService, r: pb::ListGrantsRequest) -> Resu
     Ok(pb::ListGrantsResponse { grants: grants.into_iter().map(convert::grant).collect() })
 }
 
-pub(crate) async fn delete(svc: &ControlService, r: pb::DeleteGrantRequest) -> Result<pb::DeleteResponse, Status> {
+pub(crate) async fn delete(svc: &ControlService, r: pb::DeleteGrantRequest) -> Result<pb::DeleteResponse, Error> {
     validate::slug("grant_id", &r.grant_id)?;
     svc.mutate(|d| {
         if !d.grants.contains_key(&r.grant_id) {
-            return Err(Status::not_found(format!("grant {:?} not found", r.grant_id)));
+            return Err(Error::not_found(format!("grant {:?} not found", r.grant_id)));
         }
         Ok((vec![del(ObjectKind::Grant, r.grant_id.clone())], ()))
     })

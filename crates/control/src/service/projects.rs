@@ -1,8 +1,8 @@
 //! Projects: create, get, list, update, delete (with `force`, everything in them), and each
 //! project's usage this month.
 
+use crate::service::Error;
 use skua_core::registry_store::{ActorRecord, AppRecord, Change, Object, ObjectKind, ProjectRecord, month_of};
-use tonic::Status;
 
 use super::shared::{check_secret, del, delete_actor_changes, delete_app_changes, deleted, name_or, project, room_key};
 use super::{ControlService, convert, unavailable};
@@ -11,15 +11,15 @@ use crate::sync::now_ms;
 use crate::validate;
 
 /// Per-project limits a request sets must be usable.
-fn check_limits(l: &pb::ProjectLimits) -> Result<(), Status> {
+fn check_limits(l: &pb::ProjectLimits) -> Result<(), Error> {
     if l.max_message_size.is_some_and(|n| n == 0 || n as usize > skua_core_frame_cap()) {
-        return Err(Status::invalid_argument(format!(
+        return Err(Error::invalid_argument(format!(
             "limits.max_message_size must be 1..={} bytes",
             skua_core_frame_cap()
         )));
     }
     if l.rate_limit == Some(0) {
-        return Err(Status::invalid_argument("limits.rate_limit must be at least 1"));
+        return Err(Error::invalid_argument("limits.rate_limit must be at least 1"));
     }
     Ok(())
 }
@@ -31,19 +31,19 @@ fn skua_core_frame_cap() -> usize {
 }
 
 /// A request naming a project by id must name one.
-fn required(project_id: &str) -> Result<(), Status> {
+fn required(project_id: &str) -> Result<(), Error> {
     if project_id.is_empty() {
-        return Err(Status::invalid_argument("project_id is required"));
+        return Err(Error::invalid_argument("project_id is required"));
     }
     Ok(())
 }
 
 /// Messages `project` has published this month.
-async fn usage(svc: &ControlService, project: &str) -> Result<u64, Status> {
+async fn usage(svc: &ControlService, project: &str) -> Result<u64, Error> {
     svc.sync.store().usage(project, &month_of(now_ms() / 1000)).await.map_err(|e| unavailable(&e))
 }
 
-pub(crate) async fn create(svc: &ControlService, r: pb::CreateProjectRequest) -> Result<pb::Project, Status> {
+pub(crate) async fn create(svc: &ControlService, r: pb::CreateProjectRequest) -> Result<pb::Project, Error> {
     validate::slug("id", &r.id)?;
     validate::name("name", &r.name)?;
     check_secret(&r.jwt_secret)?;
@@ -62,7 +62,7 @@ pub(crate) async fn create(svc: &ControlService, r: pb::CreateProjectRequest) ->
     let p = svc
         .mutate(|d| {
             if d.projects.contains_key(&r.id) {
-                return Err(Status::already_exists(format!("project {:?} already exists", r.id)));
+                return Err(Error::already_exists(format!("project {:?} already exists", r.id)));
             }
             Ok((vec![Change::Put(Object::Project(record.clone()))], record.clone()))
         })
@@ -70,17 +70,14 @@ pub(crate) async fn create(svc: &ControlService, r: pb::CreateProjectRequest) ->
     Ok(convert::project(&p, 0))
 }
 
-pub(crate) async fn get(svc: &ControlService, r: pb::GetProjectRequest) -> Result<pb::Project, Status> {
+pub(crate) async fn get(svc: &ControlService, r: pb::GetProjectRequest) -> Result<pb::Project, Error> {
     required(&r.project_id)?;
     let snap = svc.read().await;
     let p = project(&snap.data, &r.project_id)?;
     Ok(convert::project(p, usage(svc, &p.id).await?))
 }
 
-pub(crate) async fn list(
-    svc: &ControlService,
-    _r: pb::ListProjectsRequest,
-) -> Result<pb::ListProjectsResponse, Status> {
+pub(crate) async fn list(svc: &ControlService, _r: pb::ListProjectsRequest) -> Result<pb::ListProjectsResponse, Error> {
     let snap = svc.read().await;
     let period = month_of(now_ms() / 1000);
     let mut projects = Vec::with_capacity(snap.data.projects.len());
@@ -91,7 +88,7 @@ pub(crate) async fn list(
     Ok(pb::ListProjectsResponse { projects })
 }
 
-pub(crate) async fn update(svc: &ControlService, r: pb::UpdateProjectRequest) -> Result<pb::Project, Status> {
+pub(crate) async fn update(svc: &ControlService, r: pb::UpdateProjectRequest) -> Result<pb::Project, Error> {
     required(&r.project_id)?;
     if let Some(n) = &r.name {
         validate::name("name", n)?;
@@ -120,7 +117,7 @@ pub(crate) async fn update(svc: &ControlService, r: pb::UpdateProjectRequest) ->
     Ok(convert::project(&p, usage(svc, &p.id).await?))
 }
 
-pub(crate) async fn delete(svc: &ControlService, r: pb::DeleteProjectRequest) -> Result<pb::DeleteResponse, Status> {
+pub(crate) async fn delete(svc: &ControlService, r: pb::DeleteProjectRequest) -> Result<pb::DeleteResponse, Error> {
     required(&r.project_id)?;
     let n = svc
         .mutate(|d| {
@@ -128,7 +125,7 @@ pub(crate) async fn delete(svc: &ControlService, r: pb::DeleteProjectRequest) ->
             let apps: Vec<&AppRecord> = d.apps.values().filter(|a| a.project == p.id).collect();
             let actors: Vec<&ActorRecord> = d.actors.values().filter(|a| a.project == p.id).collect();
             if !r.force && (!apps.is_empty() || !actors.is_empty()) {
-                return Err(Status::failed_precondition(format!(
+                return Err(Error::failed_precondition(format!(
                     "project {:?} still has {} apps and {} actors; delete them first or pass force",
                     p.id,
                     apps.len(),
@@ -168,7 +165,7 @@ pub(crate) async fn delete(svc: &ControlService, r: pb::DeleteProjectRequest) ->
 pub(crate) async fn rotate_wake_secret(
     svc: &ControlService,
     r: pb::RotateWakeSecretRequest,
-) -> Result<pb::Project, Status> {
+) -> Result<pb::Project, Error> {
     let secret = crate::webhooks::new_secret();
     let p = svc
         .mutate(|d| {

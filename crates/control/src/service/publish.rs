@@ -3,38 +3,38 @@
 //! (one resolution, one set of checks, no store read). Its typed refusal is mapped here once
 //! for gRPC; the REST API and the dashboard map it once for HTTP.
 
+use crate::service::Error;
 use skua_core::{AppId, ProjectId, RoomKey, TopicAddress};
-use tonic::Status;
 
 use super::ControlService;
 use super::shared::{app, internal, project, room};
+use crate::node::{PublishRefused, ServerPublish};
 use crate::pb;
-use crate::sync::{PublishRefused, ServerPublish};
 
 /// gRPC `Publish`: in `project_id` (empty: the only project).
-pub(crate) async fn publish(svc: &ControlService, r: pb::PublishRequest) -> Result<pb::PublishResponse, Status> {
+pub(crate) async fn publish(svc: &ControlService, r: pb::PublishRequest) -> Result<pb::PublishResponse, Error> {
     let project = project_id(svc, &r.project_id)?;
     publish_in(svc, project, r).await.map_err(|e| status(&e))
 }
 
 /// The project a publish names: `id`, or the only project when `id` is empty (from the
 /// registry this node serves; whether `id` exists is the publish pipeline's check).
-pub(crate) fn project_id(svc: &ControlService, id: &str) -> Result<ProjectId, Status> {
+pub(crate) fn project_id(svc: &ControlService, id: &str) -> Result<ProjectId, Error> {
     if id.is_empty() {
         let snap = svc.sync.snapshot();
         return ProjectId::parse(&project(&snap.data, "")?.id).map_err(internal);
     }
     crate::validate::slug("project_id", id)?;
-    ProjectId::parse(id).map_err(|e| Status::invalid_argument(format!("project_id: {e}")))
+    ProjectId::parse(id).map_err(|e| Error::invalid_argument(format!("project_id: {e}")))
 }
 
 /// The gRPC door's answer to a refused publish.
-fn status(r: &PublishRefused) -> Status {
+fn status(r: &PublishRefused) -> Error {
     use PublishRefused as R;
     let m = r.to_string();
     match r {
-        R::Unknown(_) => Status::not_found(m),
-        R::Access(_) | R::InvalidData | R::Filter(_) | R::TooLarge { .. } => Status::invalid_argument(m),
+        R::Unknown(_) => Error::not_found(m),
+        R::Access(_) | R::InvalidData | R::Filter(_) | R::TooLarge { .. } => Error::invalid_argument(m),
         // The pipeline's other refusals are UNAVAILABLE, naming the cause
         // (`retained_limit_exceeded: …`, the store, the bus).
         R::RetainedLimit(_)
@@ -43,7 +43,7 @@ fn status(r: &PublishRefused) -> Status {
         | R::InvalidIdempotencyKey { .. }
         | R::Store(_)
         | R::Bus(_)
-        | R::Idempotency(_) => Status::unavailable(m),
+        | R::Idempotency(_) => Error::unavailable(m),
     }
 }
 
@@ -97,18 +97,18 @@ fn lookup<'a, 't>(
         &'a skua_core::registry_store::RoomRecord,
         &'t str,
     ),
-    Status,
+    Error,
 > {
     let p = project(d, project_id)?;
     let mut parts = topic.split('/');
     let (Some(app_slug), Some(room_slug), Some(topic), None) = (parts.next(), parts.next(), parts.next(), parts.next())
     else {
-        return Err(Status::invalid_argument("topic must be app/room/topic"));
+        return Err(Error::invalid_argument("topic must be app/room/topic"));
     };
     let a = app(d, &p.id, app_slug)?;
     let room = room(d, a, room_slug)?;
     if !a.topics.iter().any(|t| t.name == topic) {
-        return Err(Status::not_found(format!("topic {topic:?} is not one of app {:?}'s topics", a.slug)));
+        return Err(Error::not_found(format!("topic {topic:?} is not one of app {:?}'s topics", a.slug)));
     }
     Ok((p, a, room, topic))
 }
@@ -120,7 +120,7 @@ pub(crate) async fn room_key(
     project_id: &str,
     app_slug: &str,
     slug: &str,
-) -> Result<RoomKey, Status> {
+) -> Result<RoomKey, Error> {
     let snap = svc.read().await;
     let p = project(&snap.data, project_id)?;
     let a = app(&snap.data, &p.id, app_slug)?;
@@ -134,7 +134,7 @@ pub(crate) async fn room_key(
 
 /// The internal address of `topic` (`app/room/topic`) in `project_id`, checked as a publish
 /// checks it (the dashboard's live view watches it).
-pub(crate) async fn address(svc: &ControlService, project_id: &str, topic: &str) -> Result<TopicAddress, Status> {
+pub(crate) async fn address(svc: &ControlService, project_id: &str, topic: &str) -> Result<TopicAddress, Error> {
     let snap = svc.read().await;
     let (p, a, room, topic) = lookup(&snap.data, project_id, topic)?;
     Ok(TopicAddress {

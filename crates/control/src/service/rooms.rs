@@ -1,9 +1,9 @@
 //! Rooms of an app: create, ensure (auto-provisioning), get, list, update, delete (with
 //! their grants, and out of every lobby).
 
+use crate::service::Error;
 use skua_core::RegistryData;
 use skua_core::registry_store::{AppRecord, Change, Object, ProjectRecord, RoomRecord};
-use tonic::Status;
 
 use super::annotations::AnnotationsUpdate;
 use super::shared::{app, below_cap, delete_room_changes, deleted, deletes, name_or, page_after, project, room};
@@ -13,7 +13,7 @@ use crate::sync::now_ms;
 use crate::validate;
 
 /// `app` may take one more room: its own cap, else `max_rooms_per_app`.
-fn check_room_cap(svc: &ControlService, d: &RegistryData, a: &AppRecord) -> Result<(), Status> {
+fn check_room_cap(svc: &ControlService, d: &RegistryData, a: &AppRecord) -> Result<(), Error> {
     let cap = a.max_rooms.unwrap_or(svc.limits.max_rooms_per_app);
     let count = d.rooms.range((a.id.clone(), String::new())..).take_while(|((app, _), _)| *app == a.id).count();
     below_cap(format_args!("app {:?}", a.slug), count, "rooms", cap, &cap)
@@ -45,7 +45,7 @@ fn reply(d: &RegistryData, room: &RoomRecord) -> pb::Room {
     convert::room(d, room, convert::is_private(d, room))
 }
 
-pub(crate) async fn create(svc: &ControlService, r: pb::CreateRoomRequest) -> Result<pb::Room, Status> {
+pub(crate) async fn create(svc: &ControlService, r: pb::CreateRoomRequest) -> Result<pb::Room, Error> {
     create_as(svc, r, false, &AnnotationsUpdate::default()).await
 }
 
@@ -56,7 +56,7 @@ pub(crate) async fn create_as(
     r: pb::CreateRoomRequest,
     dynamic: bool,
     annotations: &AnnotationsUpdate,
-) -> Result<pb::Room, Status> {
+) -> Result<pb::Room, Error> {
     annotations.check()?;
     validate::slug("slug", &r.slug)?;
     validate::name("name", &r.name)?;
@@ -66,7 +66,7 @@ pub(crate) async fn create_as(
             let p = project(d, &r.project_id)?;
             let a = app(d, &p.id, &r.app)?;
             if d.rooms.contains_key(&(a.id.clone(), r.slug.clone())) {
-                return Err(Status::already_exists(format!("room {:?} already exists in app {:?}", r.slug, a.slug)));
+                return Err(Error::already_exists(format!("room {:?} already exists in app {:?}", r.slug, a.slug)));
             }
             check_room_cap(svc, d, a)?;
             let room = new_room(p, a, &NewRoom { slug: &r.slug, name: &r.name, dynamic, annotations }, now);
@@ -76,7 +76,7 @@ pub(crate) async fn create_as(
     Ok(convert::room(&svc.sync.snapshot().data, &room, false))
 }
 
-pub(crate) async fn ensure(svc: &ControlService, r: pb::EnsureRoomRequest) -> Result<pb::EnsureRoomResponse, Status> {
+pub(crate) async fn ensure(svc: &ControlService, r: pb::EnsureRoomRequest) -> Result<pb::EnsureRoomResponse, Error> {
     ensure_annotated(svc, r, &AnnotationsUpdate::default()).await
 }
 
@@ -85,7 +85,7 @@ pub(crate) async fn ensure_annotated(
     svc: &ControlService,
     r: pb::EnsureRoomRequest,
     annotations: &AnnotationsUpdate,
-) -> Result<pb::EnsureRoomResponse, Status> {
+) -> Result<pb::EnsureRoomResponse, Error> {
     annotations.check()?;
     validate::slug("slug", &r.slug)?;
     validate::name("name", &r.name)?;
@@ -98,7 +98,7 @@ pub(crate) async fn ensure_annotated(
                 return Ok((Vec::new(), (existing.clone(), false)));
             }
             if !a.auto_provision_rooms {
-                return Err(Status::failed_precondition(format!(
+                return Err(Error::failed_precondition(format!(
                     "app {:?} does not allow auto-provisioning rooms (auto_provision_rooms is off)",
                     a.slug
                 )));
@@ -111,14 +111,14 @@ pub(crate) async fn ensure_annotated(
     Ok(pb::EnsureRoomResponse { room: Some(reply(&svc.sync.snapshot().data, &room)), created })
 }
 
-pub(crate) async fn get(svc: &ControlService, r: pb::GetRoomRequest) -> Result<pb::Room, Status> {
+pub(crate) async fn get(svc: &ControlService, r: pb::GetRoomRequest) -> Result<pb::Room, Error> {
     let snap = svc.read().await;
     let p = project(&snap.data, &r.project_id)?;
     let a = app(&snap.data, &p.id, &r.app)?;
     Ok(reply(&snap.data, room(&snap.data, a, &r.slug)?))
 }
 
-pub(crate) async fn list(svc: &ControlService, r: pb::ListRoomsRequest) -> Result<pb::ListRoomsResponse, Status> {
+pub(crate) async fn list(svc: &ControlService, r: pb::ListRoomsRequest) -> Result<pb::ListRoomsResponse, Error> {
     list_where(svc, r, |_| true).await
 }
 
@@ -128,7 +128,7 @@ pub(crate) async fn list_where(
     svc: &ControlService,
     r: pb::ListRoomsRequest,
     keep: impl Fn(&RoomRecord) -> bool,
-) -> Result<pb::ListRoomsResponse, Status> {
+) -> Result<pb::ListRoomsResponse, Error> {
     let snap = svc.read().await;
     let d = &snap.data;
     let p = project(d, &r.project_id)?;
@@ -151,7 +151,7 @@ pub(crate) async fn annotate(
     svc: &ControlService,
     r: &pb::GetRoomRequest,
     u: &AnnotationsUpdate,
-) -> Result<pb::Room, Status> {
+) -> Result<pb::Room, Error> {
     u.check()?;
     let room = svc
         .mutate(|d| {
@@ -165,7 +165,7 @@ pub(crate) async fn annotate(
     Ok(reply(&svc.sync.snapshot().data, &room))
 }
 
-pub(crate) async fn update(svc: &ControlService, r: pb::UpdateRoomRequest) -> Result<pb::Room, Status> {
+pub(crate) async fn update(svc: &ControlService, r: pb::UpdateRoomRequest) -> Result<pb::Room, Error> {
     if let Some(n) = &r.name {
         validate::name("name", n)?;
     }
@@ -183,7 +183,7 @@ pub(crate) async fn update(svc: &ControlService, r: pb::UpdateRoomRequest) -> Re
     Ok(reply(&svc.sync.snapshot().data, &room))
 }
 
-pub(crate) async fn delete(svc: &ControlService, r: pb::DeleteRoomRequest) -> Result<pb::DeleteResponse, Status> {
+pub(crate) async fn delete(svc: &ControlService, r: pb::DeleteRoomRequest) -> Result<pb::DeleteResponse, Error> {
     let n = svc
         .mutate(|d| {
             let p = project(d, &r.project_id)?;

@@ -1,9 +1,9 @@
 //! Access scopes of a project: create, get, list, update (name, active), delete (members
 //! become unscoped), and moving actors in and out of them.
 
+use crate::service::Error;
 use skua_core::RegistryData;
 use skua_core::registry_store::{ActorRecord, Change, Object, ObjectKind, ScopeRecord};
-use tonic::Status;
 
 use super::ControlService;
 use super::shared::{actor, del, deleted, name_or, project};
@@ -15,13 +15,13 @@ use crate::validate;
 pub const MAX_SCOPES_PER_PROJECT: usize = 10_000;
 
 /// A scope of `project` by id or slug.
-pub(crate) fn scope<'a>(d: &'a RegistryData, project: &str, scope: &str) -> Result<&'a ScopeRecord, Status> {
+pub(crate) fn scope<'a>(d: &'a RegistryData, project: &str, scope: &str) -> Result<&'a ScopeRecord, Error> {
     validate::slug("scope", scope)?;
     d.scopes
         .get(scope)
         .filter(|s| s.project == project)
         .or_else(|| d.scopes.values().find(|s| s.project == project && s.slug == scope))
-        .ok_or_else(|| Status::not_found(format!("scope {scope:?} not found in project {project:?}")))
+        .ok_or_else(|| Error::not_found(format!("scope {scope:?} not found in project {project:?}")))
 }
 
 pub(crate) fn convert(d: &RegistryData, s: &ScopeRecord) -> pb::Scope {
@@ -45,7 +45,7 @@ fn moved(a: &ActorRecord, scope: Option<String>, now: u64) -> ActorRecord {
     a
 }
 
-pub(crate) async fn create(svc: &ControlService, r: pb::CreateScopeRequest) -> Result<pb::Scope, Status> {
+pub(crate) async fn create(svc: &ControlService, r: pb::CreateScopeRequest) -> Result<pb::Scope, Error> {
     validate::slug("slug", &r.slug)?;
     validate::name("name", &r.name)?;
     let now = now_ms();
@@ -53,11 +53,11 @@ pub(crate) async fn create(svc: &ControlService, r: pb::CreateScopeRequest) -> R
         .mutate(|d| {
             let p = project(d, &r.project_id)?;
             if d.scopes.values().any(|s| s.project == p.id && s.slug == r.slug) {
-                return Err(Status::already_exists(format!("scope {:?} already exists in project {:?}", r.slug, p.id)));
+                return Err(Error::already_exists(format!("scope {:?} already exists in project {:?}", r.slug, p.id)));
             }
             let count = d.scopes.values().filter(|s| s.project == p.id).count();
             if count >= MAX_SCOPES_PER_PROJECT {
-                return Err(Status::failed_precondition(format!(
+                return Err(Error::failed_precondition(format!(
                     "project {:?} has {count} scopes, the most allowed ({MAX_SCOPES_PER_PROJECT})",
                     p.id
                 )));
@@ -76,13 +76,13 @@ pub(crate) async fn create(svc: &ControlService, r: pb::CreateScopeRequest) -> R
     Ok(convert(&svc.sync.snapshot().data, &s))
 }
 
-pub(crate) async fn get(svc: &ControlService, r: pb::ScopeRef) -> Result<pb::Scope, Status> {
+pub(crate) async fn get(svc: &ControlService, r: pb::ScopeRef) -> Result<pb::Scope, Error> {
     let snap = svc.read().await;
     let p = project(&snap.data, &r.project_id)?;
     Ok(convert(&snap.data, scope(&snap.data, &p.id, &r.scope)?))
 }
 
-pub(crate) async fn list(svc: &ControlService, r: pb::ListScopesRequest) -> Result<pb::ListScopesResponse, Status> {
+pub(crate) async fn list(svc: &ControlService, r: pb::ListScopesRequest) -> Result<pb::ListScopesResponse, Error> {
     let snap = svc.read().await;
     let p = project(&snap.data, &r.project_id)?;
     let mut scopes: Vec<&ScopeRecord> = snap.data.scopes.values().filter(|s| s.project == p.id).collect();
@@ -90,7 +90,7 @@ pub(crate) async fn list(svc: &ControlService, r: pb::ListScopesRequest) -> Resu
     Ok(pb::ListScopesResponse { scopes: scopes.into_iter().map(|s| convert(&snap.data, s)).collect() })
 }
 
-pub(crate) async fn update(svc: &ControlService, r: pb::UpdateScopeRequest) -> Result<pb::Scope, Status> {
+pub(crate) async fn update(svc: &ControlService, r: pb::UpdateScopeRequest) -> Result<pb::Scope, Error> {
     if let Some(n) = &r.name {
         validate::name("name", n)?;
     }
@@ -110,7 +110,7 @@ pub(crate) async fn update(svc: &ControlService, r: pb::UpdateScopeRequest) -> R
     Ok(convert(&svc.sync.snapshot().data, &s))
 }
 
-pub(crate) async fn delete(svc: &ControlService, r: pb::ScopeRef) -> Result<pb::DeleteResponse, Status> {
+pub(crate) async fn delete(svc: &ControlService, r: pb::ScopeRef) -> Result<pb::DeleteResponse, Error> {
     let now = now_ms();
     let n = svc
         .mutate(|d| {
@@ -129,7 +129,7 @@ pub(crate) async fn delete(svc: &ControlService, r: pb::ScopeRef) -> Result<pb::
     Ok(deleted(n))
 }
 
-pub(crate) async fn set_actor_scope(svc: &ControlService, r: pb::SetActorScopeRequest) -> Result<pb::Actor, Status> {
+pub(crate) async fn set_actor_scope(svc: &ControlService, r: pb::SetActorScopeRequest) -> Result<pb::Actor, Error> {
     let now = now_ms();
     let a = svc
         .mutate(|d| {

@@ -1,68 +1,68 @@
 //! What several resources' RPCs share: looking records up (each miss a `NOT_FOUND` naming
 //! it), the checks more than one RPC makes, the cascades a delete applies, and paging.
 
+use crate::service::Error;
 use skua_core::RegistryData;
 use skua_core::registry_store::{
     ActorRecord, AppRecord, Change, LobbyRecord, Object, ObjectKey, ObjectKind, ProjectRecord, RoomRecord,
     SubjectRecord, TokenRecord,
 };
-use tonic::Status;
 
 use crate::pb;
 use crate::validate;
 
 /// The project a request names; empty = the only project.
-pub(super) fn project<'a>(d: &'a RegistryData, id: &str) -> Result<&'a ProjectRecord, Status> {
+pub(super) fn project<'a>(d: &'a RegistryData, id: &str) -> Result<&'a ProjectRecord, Error> {
     if id.is_empty() {
         let mut it = d.projects.values();
         return match (it.next(), it.next()) {
             (Some(p), None) => Ok(p),
-            (None, _) => Err(Status::failed_precondition("no project exists yet; create one first")),
-            _ => Err(Status::invalid_argument("project_id is required: there are several projects")),
+            (None, _) => Err(Error::failed_precondition("no project exists yet; create one first")),
+            _ => Err(Error::invalid_argument("project_id is required: there are several projects")),
         };
     }
     validate::slug("project_id", id)?;
-    d.projects.get(id).ok_or_else(|| Status::not_found(format!("project {id:?} not found")))
+    d.projects.get(id).ok_or_else(|| Error::not_found(format!("project {id:?} not found")))
 }
 
 /// An app of `project` by id or slug.
-pub(super) fn app<'a>(d: &'a RegistryData, project: &str, app: &str) -> Result<&'a AppRecord, Status> {
+pub(super) fn app<'a>(d: &'a RegistryData, project: &str, app: &str) -> Result<&'a AppRecord, Error> {
     validate::slug("app", app)?;
     d.apps
         .get(app)
         .filter(|a| a.project == project)
         .or_else(|| d.apps.values().find(|a| a.project == project && a.slug == app))
-        .ok_or_else(|| Status::not_found(format!("app {app:?} not found in project {project:?}")))
+        .ok_or_else(|| Error::not_found(format!("app {app:?} not found in project {project:?}")))
 }
 
 /// A room of `app`.
-pub(super) fn room<'a>(d: &'a RegistryData, app: &AppRecord, slug: &str) -> Result<&'a RoomRecord, Status> {
+pub(super) fn room<'a>(d: &'a RegistryData, app: &AppRecord, slug: &str) -> Result<&'a RoomRecord, Error> {
     validate::slug("slug", slug)?;
     d.rooms
         .get(&(app.id.clone(), slug.to_owned()))
-        .ok_or_else(|| Status::not_found(format!("room {slug:?} not found in app {:?}", app.slug)))
+        .ok_or_else(|| Error::not_found(format!("room {slug:?} not found in app {:?}", app.slug)))
 }
 
 /// An actor by id.
-pub(super) fn actor<'a>(d: &'a RegistryData, id: &str) -> Result<&'a ActorRecord, Status> {
+pub(super) fn actor<'a>(d: &'a RegistryData, id: &str) -> Result<&'a ActorRecord, Error> {
     validate::slug("actor_id", id)?;
-    d.actors.get(id).ok_or_else(|| Status::not_found(format!("actor {id:?} not found")))
+    d.actors.get(id).ok_or_else(|| Error::not_found(format!("actor {id:?} not found")))
 }
 
 /// A lobby of `project` (its slug already validated).
-pub(super) fn lobby<'a>(d: &'a RegistryData, project: &str, slug: &str) -> Result<&'a LobbyRecord, Status> {
+pub(super) fn lobby<'a>(d: &'a RegistryData, project: &str, slug: &str) -> Result<&'a LobbyRecord, Error> {
     d.lobbies
         .get(&(project.to_owned(), slug.to_owned()))
-        .ok_or_else(|| Status::not_found(format!("lobby {slug:?} not found in project {project:?}")))
+        .ok_or_else(|| Error::not_found(format!("lobby {slug:?} not found in project {project:?}")))
 }
 
 /// Every actor `subjects` names must exist in `project`.
-pub(super) fn actors_in_project(d: &RegistryData, project: &str, subjects: &[SubjectRecord]) -> Result<(), Status> {
+pub(super) fn actors_in_project(d: &RegistryData, project: &str, subjects: &[SubjectRecord]) -> Result<(), Error> {
     for s in subjects {
         if let SubjectRecord::Actor(id) = s
             && d.actors.get(id).is_none_or(|a| a.project != project)
         {
-            return Err(Status::not_found(format!("actor {id:?} not found in project {project:?}")));
+            return Err(Error::not_found(format!("actor {id:?} not found in project {project:?}")));
         }
     }
     Ok(())
@@ -76,17 +76,17 @@ pub(super) fn below_cap(
     what: &str,
     cap: u32,
     setting: &dyn std::fmt::Display,
-) -> Result<(), Status> {
+) -> Result<(), Error> {
     if count >= cap as usize {
-        return Err(Status::failed_precondition(format!("{owner} has {count} {what}, the most allowed ({setting})")));
+        return Err(Error::failed_precondition(format!("{owner} has {count} {what}, the most allowed ({setting})")));
     }
     Ok(())
 }
 
 /// A `jwt_secret` must fit in [`validate::MAX_SECRET_LEN`] bytes.
-pub(super) fn check_secret(secret: &str) -> Result<(), Status> {
+pub(super) fn check_secret(secret: &str) -> Result<(), Error> {
     if secret.len() > validate::MAX_SECRET_LEN {
-        return Err(Status::invalid_argument(format!("jwt_secret is longer than {} bytes", validate::MAX_SECRET_LEN)));
+        return Err(Error::invalid_argument(format!("jwt_secret is longer than {} bytes", validate::MAX_SECRET_LEN)));
     }
     Ok(())
 }
@@ -97,8 +97,8 @@ pub(super) fn name_or(name: &str, fallback: &str) -> String {
 }
 
 /// `INTERNAL` for a record that no longer parses as the typed id it was stored as.
-pub(super) fn internal(e: impl std::fmt::Display) -> Status {
-    Status::internal(e.to_string())
+pub(super) fn internal(e: impl std::fmt::Display) -> Error {
+    Error::internal(e.to_string())
 }
 
 /// The reply to a delete that removed `n` records.
@@ -171,7 +171,7 @@ pub(super) fn page_after<'a, T: 'a>(
     items: impl Iterator<Item = (&'a str, T)>,
     token: &str,
     size: usize,
-) -> Result<(Vec<T>, String), Status> {
+) -> Result<(Vec<T>, String), Error> {
     if !token.is_empty() {
         validate::slug("page_token", token)?;
     }

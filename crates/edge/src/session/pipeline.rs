@@ -90,15 +90,35 @@ impl Session {
         }
     }
 
+    /// Finishes every publish in flight, in order, as the connection ends: the receipts are
+    /// queued without waiting for room (nobody may read them any more; the writer drops what
+    /// it cannot send), so a client that stopped reading cannot hold the cleanup.
+    pub(crate) async fn drain_publishes_closing(&mut self) {
+        while let Some(outcome) = self.pipeline.waits().next().await {
+            self.finish_one(outcome, false).await;
+        }
+    }
+
     /// Finishes a publish [`next_publish`](Self::next_publish) handed out: its bus publish,
     /// then its receipt or error frame.
     pub(crate) async fn finish_publish(&mut self, outcome: Outcome) {
+        self.finish_one(outcome, true).await;
+    }
+
+    async fn finish_one(&mut self, outcome: Outcome, wait_for_room: bool) {
         let Some(reply) = self.pipeline.replies.pop_front() else { return };
         self.pipeline.bytes = self.pipeline.bytes.saturating_sub(reply.bytes);
         let result = match outcome {
             Outcome::Done(r) => r,
             Outcome::Committed(c) => self.st.publisher.finish(c).await,
         };
+        // A group commit makes many receipts ready at once: each waits until the connection's
+        // own outbound queue is at most half full (or the connection closes) instead of
+        // overflowing it, which closed the publisher 4008 as a slow consumer of its own
+        // receipts. The read loop waits meanwhile: backpressure on the publisher.
+        if wait_for_room {
+            self.conn.room().await;
+        }
         self.publish_result(result, &reply.topic, reply.msg_ref.as_deref());
     }
 

@@ -2,6 +2,10 @@
 
 use std::time::Duration;
 
+use skua_core::setting;
+use skua_core::settings::SettingError;
+use skua_core::settings::check::{duration, invalid, nonzero_duration, positive, required};
+
 /// Persistent presence and wake settings (`presence_*` and `wake_*` settings).
 #[derive(Debug, Clone)]
 pub struct MembersConfig {
@@ -49,26 +53,9 @@ pub struct MembersConfig {
 }
 
 impl Default for MembersConfig {
+    /// The declared defaults of [`MembersSettings`], checked.
     fn default() -> Self {
-        Self {
-            ttl: Duration::from_secs(7 * 24 * 3600),
-            list_limit: 1000,
-            max_per_project: 10_000,
-            wake_timeout: Duration::from_secs(30),
-            wake_timeout_max: Duration::from_secs(300),
-            wake_queue: 4096,
-            wake_batch: 64,
-            wake_negative_cache: Duration::from_secs(1),
-            wake_timeout_min: Duration::from_secs(1),
-            wake_allowed: skua_core::webhook::InternalAllowList::default(),
-            wake_limit_period: Duration::from_secs(60),
-            wake_limit_per_actor: 64,
-            wake_limit_per_url: 256,
-            wake_log_limit: 10,
-            wake_negative_rooms: 65_536,
-            negative_until_changed: false,
-            offline_others_at_start: false,
-        }
+        MembersSettings::defaults().config().unwrap_or_else(|e| unreachable!("the declared defaults: {e}"))
     }
 }
 
@@ -174,5 +161,36 @@ skua_core::settings! {
         /// is then asked once more).
         #[arg(long, env = "SKUA_WAKE_NEGATIVE_ROOMS")]
         pub wake_negative_rooms: usize = 65_536,
+    }
+}
+
+impl MembersSettings {
+    /// These settings, checked (N46, N47); the single-node switches
+    /// (`offline_others_at_start`, `negative_until_changed`) are the server's, from the backends.
+    ///
+    /// # Errors
+    /// [`SettingError`] naming the first bad key.
+    pub fn config(&self) -> Result<MembersConfig, SettingError> {
+        let s = self;
+        Ok(MembersConfig {
+            ttl: nonzero_duration(setting!(s, presence_ttl))?,
+            list_limit: required(setting!(s, presence_list_limit))?,
+            max_per_project: positive(setting!(s, presence_max_members_per_project))?,
+            wake_timeout: nonzero_duration(setting!(s, wake_timeout))?,
+            wake_timeout_max: nonzero_duration(setting!(s, wake_timeout_max))?,
+            wake_queue: positive(setting!(s, wake_queue))?,
+            wake_batch: positive(setting!(s, wake_batch))?,
+            wake_negative_cache: duration(setting!(s, wake_negative_cache))?,
+            wake_timeout_min: duration(setting!(s, wake_timeout_min))?,
+            wake_allowed: skua_core::webhook::InternalAllowList::parse(&required(setting!(s, wake_allowed_hosts))?)
+                .map_err(|e| invalid("wake_allowed_hosts", e))?,
+            wake_limit_period: nonzero_duration(setting!(s, wake_limit_period))?,
+            wake_limit_per_actor: positive(setting!(s, wake_limit_per_actor))?,
+            wake_limit_per_url: positive(setting!(s, wake_limit_per_url))?,
+            wake_log_limit: required(setting!(s, wake_log_limit))?,
+            wake_negative_rooms: positive(setting!(s, wake_negative_rooms))?,
+            offline_others_at_start: false,
+            negative_until_changed: false,
+        })
     }
 }

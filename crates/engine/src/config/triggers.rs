@@ -2,6 +2,10 @@
 
 use std::time::Duration;
 
+use skua_core::setting;
+use skua_core::settings::SettingError;
+use skua_core::settings::check::{at_most, invalid, nonzero_duration, positive};
+
 /// Trigger delivery settings (`trigger_*` settings, docs/webhooks.md).
 #[derive(Debug, Clone)]
 pub struct TriggerConfig {
@@ -49,24 +53,9 @@ impl TriggerConfig {
 }
 
 impl Default for TriggerConfig {
+    /// The declared defaults of [`TriggerSettings`], checked.
     fn default() -> Self {
-        Self {
-            queue: 10_000,
-            in_flight: 1024,
-            batch_window: Duration::from_millis(5),
-            retry_delays: skua_core::webhook::trigger_retry_delays(),
-            lease: Duration::from_secs(30),
-            attempt_timeout: Duration::from_secs(30),
-            scan_interval: Duration::from_secs(5),
-            dead_letters_per_project: 10_000,
-            overflow_queue: 1024,
-            max_body_bytes: 2 * 1024 * 1024,
-            queue_bytes: 64 * 1024 * 1024,
-            queue_bytes_per_project: 16 * 1024 * 1024,
-            overflow_bytes: 16 * 1024 * 1024,
-            dead_letter_bytes_per_project: 64 * 1024 * 1024,
-            take_over_at_start: false,
-        }
+        TriggerSettings::defaults().config().unwrap_or_else(|e| unreachable!("the declared defaults: {e}"))
     }
 }
 
@@ -139,5 +128,48 @@ skua_core::settings! {
         /// the oldest are dropped beyond it (skua_webhook_dead_letters_dropped_total).
         #[arg(long, env = "SKUA_WEBHOOK_DEAD_LETTER_BYTES_PER_PROJECT")]
         pub webhook_dead_letter_bytes_per_project: u64 = 67_108_864,
+    }
+}
+
+impl TriggerSettings {
+    /// These settings, checked into the trigger delivery's configuration. The queue, the
+    /// deliveries at once and the retry schedule are declared with the webhook engine's
+    /// settings (`webhook_queue`, `webhook_max_pending`, `webhook_trigger_attempts`,
+    /// `webhook_trigger_first_retry`); the server sets them from there, and
+    /// `take_over_at_start` from the backends.
+    ///
+    /// # Errors
+    /// [`SettingError`] naming the first bad key.
+    pub fn config(&self) -> Result<TriggerConfig, SettingError> {
+        let s = self;
+        let t = TriggerConfig {
+            queue: 10_000,
+            in_flight: 1024,
+            batch_window: at_most(setting!(s, trigger_batch_window), Duration::from_secs(1))?,
+            retry_delays: skua_core::webhook::trigger_retry_delays(),
+            lease: nonzero_duration(setting!(s, trigger_lease))?,
+            attempt_timeout: skua_core::webhook::WebhookKind::Trigger.max_timeout(),
+            scan_interval: nonzero_duration(setting!(s, trigger_scan_interval))?,
+            dead_letters_per_project: positive(setting!(s, webhook_dead_letters_per_project))?,
+            overflow_queue: positive(setting!(s, trigger_overflow_queue))?,
+            max_body_bytes: positive(setting!(s, trigger_max_body_bytes))?,
+            queue_bytes: positive(setting!(s, trigger_queue_bytes))?,
+            queue_bytes_per_project: positive(setting!(s, trigger_queue_bytes_per_project))?,
+            overflow_bytes: positive(setting!(s, trigger_overflow_bytes))?,
+            dead_letter_bytes_per_project: positive(setting!(s, webhook_dead_letter_bytes_per_project))?,
+            take_over_at_start: false,
+        };
+        // A body that could never fit a queue would never be sent nor dead-lettered (a logged
+        // one would wait in the outbox for ever).
+        let fits = t.queue_bytes_per_project.min(t.queue_bytes).min(t.overflow_bytes);
+        if t.max_body_bytes > fits {
+            return Err(invalid(
+                "trigger_max_body_bytes",
+                format!(
+                    "must be at most trigger_queue_bytes, trigger_queue_bytes_per_project and trigger_overflow_bytes ({fits})"
+                ),
+            ));
+        }
+        Ok(t)
     }
 }

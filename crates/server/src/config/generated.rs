@@ -94,8 +94,9 @@ pub fn settings_md() -> String {
          This file and `config/default.toml` are generated from the settings structs (one field per\n\
          setting: doc comment, flag, variable, default); a test fails when they differ. To add a\n\
          setting, add its field to the struct of the crate that uses it (named in each heading\n\
-         below), read it where that crate's configuration is checked (`crates/server/src/config/sections.rs`),\n\
-         then run:\n\n",
+         below) and check it into that crate's typed configuration in the one line per setting\n\
+         right below the declaration (the typed configuration's default is the declared one), then\n\
+         run:\n\n",
     );
     out.push_str(&format!("```sh\n{REGENERATE}\n```\n"));
     for part in Settings::parts() {

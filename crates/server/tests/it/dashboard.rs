@@ -703,7 +703,7 @@ async fn the_overview_lists_the_clusters_nodes_and_this_nodes_queues() {
     let s = TestServer::start().await;
     let now = skua_testkit::server::now_s();
     // Another node's registration in the (shared) presence backend. (A lapsed one would be
-    // reaped by this node's liveness loop at any moment: its row is unit-tested in pages.rs.)
+    // reaped by this node's liveness loop at any moment: its row is unit-tested in dashboard/overview.rs.)
     let other = skua_core::NodeId::parse("other-node").unwrap();
     s.state.presence.refresh_node(&other, now - 3, 60, true).await.unwrap();
     let b = Browser::sign_in(s.addr).await;

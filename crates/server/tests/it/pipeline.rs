@@ -126,3 +126,36 @@ async fn a_connection_keeps_reading_while_its_logged_publish_commits() {
     expect_receipt(&mut alice, 2).await;
     alice.assert_nothing_pending().await;
 }
+
+/// The receipts of a pipelined burst wait for room in the connection's own outbound queue
+/// instead of overflowing it (issue 36): with an outbound queue of 16 frames and 400 logged
+/// publishes in flight, whole group commits of receipts become ready at once. Before, they were
+/// queued in one go and the publisher was closed 4008 as a slow consumer of its own receipts;
+/// now the session queues each receipt once the queue is at most half full, so the publisher
+/// gets every receipt, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn receipts_wait_for_room_in_the_publishers_outbound_queue() {
+    const N: i64 = 400;
+    let path = std::env::temp_dir().join(format!("skua-pipeline-room-{}.db", uuid::Uuid::new_v4().simple()));
+    let store = format!("sqlite://{}", path.display());
+    let server = TestServer::builder()
+        .settings(move |s| {
+            s.node.store = Some(store);
+            s.edge.rate_limit = Some(1_000_000);
+            s.edge.outbound_queue_messages = Some(16);
+        })
+        .spawn()
+        .await;
+    let mut alice = server.auth("dev-token-alice").await;
+    for n in 0..N {
+        alice.send(publish(TASKS, n)).await;
+    }
+    for n in 0..N {
+        expect_receipt(&mut alice, n).await;
+    }
+    alice.assert_nothing_pending().await;
+    drop(server);
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+}

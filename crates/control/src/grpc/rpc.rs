@@ -3,10 +3,25 @@
 
 use tonic::{Request, Response, Status};
 
-use super::{
+use crate::pb;
+use crate::service::{Code, Error};
+
+/// A refusal as a gRPC status: the same code, the same message.
+fn status(e: Error) -> Status {
+    let code = match e.code() {
+        Code::InvalidArgument => tonic::Code::InvalidArgument,
+        Code::NotFound => tonic::Code::NotFound,
+        Code::AlreadyExists => tonic::Code::AlreadyExists,
+        Code::Aborted => tonic::Code::Aborted,
+        Code::FailedPrecondition => tonic::Code::FailedPrecondition,
+        Code::Internal => tonic::Code::Internal,
+        Code::Unavailable => tonic::Code::Unavailable,
+    };
+    Status::new(code, e.message())
+}
+use crate::service::{
     ControlService, actors, api_keys, apps, connections, grants, lobbies, projects, publish, rooms, scopes, webhooks,
 };
-use crate::pb;
 
 /// Implements the trait by handing each request's message to `module::handler` and wrapping
 /// its reply, so the list below is the whole mapping of RPCs to handlers.
@@ -16,7 +31,7 @@ macro_rules! rpcs {
         impl pb::control_server::Control for ControlService {
             $(
                 async fn $rpc(&self, req: Request<$req>) -> Result<Response<$reply>, Status> {
-                    $module::$handler(self, req.into_inner()).await.map(Response::new)
+                    $module::$handler(self, req.into_inner()).await.map(Response::new).map_err(status)
                 }
             )+
         }

@@ -13,10 +13,10 @@ use tokio_util::sync::CancellationToken;
 use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Status};
 
+use crate::grpc::throttle::{AdminKeyThrottle, ThrottleConfig};
 use crate::pb;
 use crate::pb::control_server::ControlServer;
 use crate::service::ControlService;
-use crate::throttle::{AdminKeyThrottle, ThrottleConfig};
 
 /// How long a control-plane client gets to complete its TLS handshake.
 pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -92,8 +92,7 @@ impl tonic::service::Interceptor for AdminKeyCheck {
     }
 }
 
-/// Default of `grpc_request_timeout`.
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+pub use crate::settings::DEFAULT_REQUEST_TIMEOUT;
 
 /// How [`serve`] runs the control plane.
 #[derive(Clone)]

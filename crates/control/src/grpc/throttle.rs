@@ -19,23 +19,7 @@ pub const MAX_TRACKED: usize = 4096;
 /// The first block's length; each further failure doubles it.
 const FIRST_BLOCK: Duration = Duration::from_secs(1);
 
-/// Settings of [`AdminKeyThrottle`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ThrottleConfig {
-    /// Failures (each within `window` of the previous one) before an address is blocked; 0 turns
-    /// the throttle off.
-    pub max_failures: u32,
-    /// A failure this long after the previous one starts the count again.
-    pub window: Duration,
-    /// Longest block.
-    pub backoff_max: Duration,
-}
-
-impl Default for ThrottleConfig {
-    fn default() -> Self {
-        Self { max_failures: 5, window: Duration::from_secs(60), backoff_max: Duration::from_secs(300) }
-    }
-}
+pub use crate::settings::ThrottleConfig;
 
 #[derive(Debug, Clone, Copy)]
 struct Entry {
