@@ -23,6 +23,7 @@ import helpers
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LISTENING = re.compile(r"^skua listening on (?P<host>\S+):(?P<port>\d+)\s*$")
 MQTT_LISTENING = re.compile(r"^skua mqtt listening on (?P<host>\S+):(?P<port>\d+)\s*$")
+MQTTS_LISTENING = re.compile(r"^skua mqtts listening on (?P<host>\S+):(?P<port>\d+)\s*$")
 START_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 15.0
 DEFAULT_TEST_TIMEOUT_S = 30.0
@@ -55,6 +56,9 @@ class SkuaServer:
         # With --mqtt-listen: the MQTT listener's port ("skua mqtt listening on", test_mqtt.py).
         self.mqtt_port: int | None = None
         self.mqtt_listening = threading.Event()
+        # With --mqtt-tls-listen: the MQTT-over-TLS port ("skua mqtts listening on"); printed
+        # before the MQTT line, so it is known once `mqtt_listening` is set.
+        self.mqtts_port: int | None = None
         env = {**os.environ, "NO_COLOR": "1"}
         self.proc = subprocess.Popen(
             self.cmd,
@@ -84,6 +88,10 @@ class SkuaServer:
                     self.host = m["host"]
                     self.port = int(m["port"])
                     self._listening.set()
+            if is_stdout and self.mqtts_port is None:
+                m = MQTTS_LISTENING.match(line)
+                if m:
+                    self.mqtts_port = int(m["port"])
             if is_stdout and self.mqtt_port is None:
                 m = MQTT_LISTENING.match(line)
                 if m:

@@ -6,12 +6,16 @@ socket, where paho would hide them."""
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import queue
 import re
 import socket
 import struct
+import subprocess
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import msgpack
@@ -21,6 +25,7 @@ from paho.mqtt.properties import Properties
 import pytest
 from nolag import EmitOptions
 
+from conftest import skua_bin
 from helpers import T, Recorder, connect, emit_ack, mint_jwt, sentinel, strict_equal, subscribe_ok
 
 # One node: `start` reads the node's MQTT port; the cluster run has its own test below.
@@ -40,13 +45,21 @@ class Device:
     reads with a timeout."""
 
     def __init__(self, port: int, token: str | None, v5: bool = True, client_id: str = "", keepalive: int = 30,
-                 clean: bool = True, expiry: int = 0):
-        """`clean`: clean session (3.1.1) or clean start (5.0); `expiry`: the 5.0 session expiry
-        interval (a persistent session when above 0, N54)."""
+                 websocket: bool = False, ca: str | None = None, clean: bool = True, expiry: int = 0):
+        """`websocket`: MQTT over WebSocket at `/mqtt` on `port` (the client listener); `ca`:
+        over TLS, trusting that certificate file (mqtts, or wss with `websocket`). `clean`: clean
+        session (3.1.1) or clean start (5.0); `expiry`: the 5.0 session expiry interval (a
+        persistent session when above 0, N54)."""
         self.v5 = v5
         proto = paho.MQTTv5 if v5 else paho.MQTTv311
+        transport = "websockets" if websocket else "tcp"
         extra = {} if v5 else {"clean_session": clean}
-        self.client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=proto, **extra)
+        self.client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=proto,
+                                  transport=transport, **extra)
+        if websocket:
+            self.client.ws_set_options(path="/mqtt")
+        if ca is not None:
+            self.client.tls_set(ca_certs=ca)
         if token is not None:
             self.client.username_pw_set("device", token)
         self.connacks: queue.Queue = queue.Queue()
@@ -521,6 +534,119 @@ async def test_a_second_connect_with_the_client_id_takes_over(skua_factory):
         assert await asyncio.to_thread(c.packet) == bytes([0xD0, 0])
     for c in (first, second, other):
         c.close()
+
+
+# ---- transports: mqtts, MQTT over WebSocket (ws and wss) ----
+
+
+def connections_by_protocol(skua) -> dict[str, int]:
+    """`skua admin --json connections list` (gRPC ListConnections), counted by protocol."""
+    line = "skua grpc listening on "
+    deadline = time.monotonic() + T
+    while not (addr := next((l[len(line):].strip() for l in skua.stdout if l.startswith(line)), None)):
+        assert time.monotonic() < deadline, "no 'skua grpc listening on' line"
+        time.sleep(0.05)
+    out = subprocess.run(
+        [str(skua_bin()), "admin", "--server", f"http://{addr}", "--json", "connections", "list"],
+        env={**os.environ, "SKUA_ADMIN_KEY": "skua-dev-admin-key"},
+        capture_output=True, text=True, timeout=30, check=True,
+    ).stdout
+    counts: dict[str, int] = {}
+    for c in json.loads(out):
+        counts[c["protocol"]] = counts.get(c["protocol"], 0) + 1
+    return counts
+
+
+@pytest.mark.one_node_only
+@pytest.mark.parametrize("v5", [False, True], ids=["3.1.1", "5.0"])
+async def test_paho_over_websocket_at_mqtt_and_sdk_clients_see_each_other(skua_factory, v5):
+    """Issue 37: paho's websockets transport at `/mqtt` (subprotocol `mqtt`) on the client
+    listener, enabled with the MQTT door; both directions with the NoLag SDK, and the
+    connection list says how each connection came (ws, mqtt, mqtt-ws)."""
+    skua = start(skua_factory)
+    alice = await connect(skua.url, "dev-token-alice")
+    inbox = Recorder("alice messages")
+    alice.on(MESSAGES, inbox)
+    await subscribe_ok(alice, MESSAGES)
+    device = Device(skua.port, "dev-token-carol", v5=v5, websocket=True)
+    assert (await device.connack()).value == 0
+    assert await device.subscribe(MESSAGES, 1) == [1]
+    assert (await device.publish(MESSAGES, msgpack.packb({"via": "ws"}), qos=1)).value == 0
+    await inbox.wait_data({"via": "ws"})
+    await alice.emit(MESSAGES, {"to": "browser"})
+    msg = await device.message()
+    assert (msg.topic, msgpack.unpackb(msg.payload)) == (MESSAGES, {"to": "browser"})
+    tcp = Device(skua.mqtt_port, "dev-token-bob", v5=v5)
+    assert (await tcp.connack()).value == 0
+    assert await asyncio.to_thread(connections_by_protocol, skua) == {"ws": 1, "mqtt-ws": 1, "mqtt": 1}
+    device.close()
+    tcp.close()
+
+
+@pytest.mark.one_node_only
+async def test_mqtt_websocket_route_needs_the_mqtt_door(skua_factory):
+    """`/mqtt` is served only with the MQTT door (mqtt_listen or mqtt_tls_listen)."""
+    skua = skua_factory()
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(f"http://127.0.0.1:{skua.port}/mqtt", timeout=T)
+    assert e.value.code == 404
+
+
+@pytest.mark.one_node_only
+async def test_mqtts_and_mqtt_over_wss_with_the_dev_certificate(skua_factory, tmp_path):
+    """mqtts on its own port and MQTT over wss at `/mqtt`, both with the client listener's
+    certificate (`--tls-self-signed`): a device on each exchanges messages with one on the
+    plain listener, and a plaintext CONNECT on the mqtts port gets no CONNACK."""
+    skua = skua_factory("--store", f"sqlite://{tmp_path}/skua.db", "--tls-self-signed",
+                        "--mqtt-listen", "127.0.0.1:0", "--mqtt-tls-listen", "127.0.0.1:0")
+    assert skua.mqtt_listening.wait(T) and skua.mqtt_port and skua.mqtts_port
+    ca = str(tmp_path / "dev-cert.pem")
+    secure = Device(skua.mqtts_port, "dev-token-carol", ca=ca, client_id="secure")
+    browser = Device(skua.port, "dev-token-viewer", ca=ca, websocket=True, client_id="browser")
+    plain = Device(skua.mqtt_port, "dev-token-alice", client_id="plain")
+    for d in (secure, browser, plain):
+        assert (await d.connack()).value == 0
+    assert await secure.subscribe(MESSAGES, 1) == [1]
+    assert await browser.subscribe(MESSAGES, 1) == [1]
+    assert (await plain.publish(MESSAGES, b"to tls devices", qos=1)).value == 0
+    assert (await secure.message()).payload == b"to tls devices"
+    assert (await browser.message()).payload == b"to tls devices"
+    assert (await secure.publish(MESSAGES, b"from mqtts", qos=1)).value == 0
+    assert (await browser.message()).payload == b"from mqtts"
+
+    r = await raw(skua.mqtts_port)
+    r.send(connect_packet(4, "dev-token-carol"))
+    try:
+        first = await asyncio.to_thread(r.packet)
+    except (ConnectionResetError, socket.timeout):
+        first = None
+    assert first is None or first[0] != 0x20, "no CONNACK in plaintext on the mqtts port"
+    r.close()
+    for d in (secure, browser, plain):
+        d.close()
+
+
+@pytest.mark.one_node_only
+async def test_per_address_limits_count_every_door_together(skua_factory):
+    """max_connections_per_ip is one budget per address for WebSockets and devices: with 2, a
+    WebSocket and a device leave no room for a device over TCP nor one over `/mqtt`."""
+    skua = start(skua_factory, "--max-connections-per-ip", "2")
+    alice = await connect(skua.url, "dev-token-alice")
+    device = Device(skua.mqtt_port, "dev-token-carol")
+    assert (await device.connack()).value == 0
+    r = await raw(skua.mqtt_port)
+    try:
+        r.send(connect_packet(4, "dev-token-bob"))
+        first = await asyncio.to_thread(r.packet)
+    except ConnectionResetError:  # closed at accept, before the CONNECT was read
+        first = None
+    assert first is None, f"closed at accept, without a CONNACK: {first!r}"
+    r.close()
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(f"http://127.0.0.1:{skua.port}/mqtt", timeout=T)
+    assert e.value.code == 429
+    device.close()
+    assert alice.connected, "the WebSocket kept its place"
 
 
 TASKS = "demo/general/tasks"

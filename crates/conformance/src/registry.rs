@@ -203,6 +203,7 @@ fn conn(node: &str, id: &str, actor: &str, at: u64) -> ConnectionRecord {
         client_id: String::new(),
         connected_at_ms: at,
         subscriptions: 0,
+        protocol: "ws".into(),
     }
 }
 
@@ -228,6 +229,8 @@ pub async fn connections_are_listed_for_live_nodes_only<H: RegistryHarness>(h: H
 
     let mut busier = conn("n1", "c1", "alice", 10);
     busier.subscriptions = 5;
+    // Not the column's default: the store keeps what the node wrote (issue 37).
+    busier.protocol = "mqtt-ws".into();
     within("write", a.write_connections("n1", t + 1, false, &[busier.clone()], &["c2".into()])).await.unwrap();
     let live = within("list", b.list_connections("p", None, t + 1, 100)).await.unwrap();
     assert_eq!(live, vec![busier], "n2 was last seen before t+1; c2 is gone");

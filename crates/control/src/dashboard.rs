@@ -14,7 +14,8 @@
 //! notices, refusals, parameters, the error page, the chooser, the current project and app),
 //! [`targets`] (the webhook fields of the app and topic forms), [`search`] (the list pages'
 //! search box and matching); then one module per page or resource: [`overview`] (with the
-//! presence of a room), [`projects`], [`apps`], [`topics`], [`rooms`], [`actors`], [`grants`],
+//! presence of a room), [`projects`], [`apps`], [`topics`], [`rooms`], [`actors`],
+//! [`connections`] (a project's open connections with their protocol), [`grants`],
 //! [`lobbies`], [`scopes`], [`api_keys`], [`webhooks`] (dead letters, recent deliveries),
 //! [`live`] (the live topic view and test publish), [`durable`] (durable groups' backlogs).
 
@@ -22,6 +23,7 @@ mod actors;
 mod api_keys;
 mod apps;
 mod common;
+mod connections;
 mod durable;
 mod grants;
 mod html;
@@ -440,6 +442,7 @@ page!(actors => actors::actors);
 page!(grants => grants::grants);
 page!(webhooks => webhooks::webhooks);
 page!(presence => overview::presence);
+page!(connections => connections::connections);
 page!(api_keys => api_keys::api_keys);
 page!(durable_page => durable::page);
 page!(live_page => live::page);
@@ -498,6 +501,7 @@ pub fn router(d: Arc<Dashboard>) -> Router {
         .route("/admin/grants", get(grants).post(create_grant))
         .route("/admin/grants/delete", post(delete_grant))
         .route("/admin/presence", get(presence))
+        .route("/admin/connections", get(connections))
         .route("/admin/lobbies", get(lobbies).post(create_lobby))
         .route("/admin/lobbies/delete", post(delete_lobby))
         .route("/admin/lobbies/edit", get(edit_lobby).post(update_lobby))

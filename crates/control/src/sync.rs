@@ -132,6 +132,7 @@ impl Propagator {
                     client_id: c.client_id.unwrap_or_default(),
                     connected_at_ms: c.connected_at_ms,
                     subscriptions: c.subscriptions,
+                    protocol: c.protocol.to_owned(),
                 };
                 (c.connection_id, record)
             })

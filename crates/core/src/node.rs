@@ -22,6 +22,8 @@ pub struct ConnectionInfo {
     pub connected_at_ms: u64,
     /// Topic subscriptions held.
     pub subscriptions: u32,
+    /// How it reached the node (`ws`, `mqtt`, `mqtt-ws`).
+    pub protocol: &'static str,
 }
 
 /// A server-side publish as a door (gRPC, REST, the dashboard) hands it to the node, which

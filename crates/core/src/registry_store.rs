@@ -877,6 +877,8 @@ pub struct ConnectionRecord {
     pub connected_at_ms: u64,
     /// Topic subscriptions held when last written.
     pub subscriptions: u32,
+    /// How it reached its node (`ws`, `mqtt`, `mqtt-ws`).
+    pub protocol: String,
 }
 
 /// Why a change set was not applied.

@@ -4,6 +4,14 @@
 //! permissions, the publish pipeline, hub subscriptions, revalidation and the N16 no-echo rule
 //! are therefore the WebSocket connection's, not a copy. What the session answers arrives on
 //! the connection's [`ConnHandle`] as encoded NoLag frames, which the door translates.
+//!
+//! A door may also be served over WebSocket on the client listener ([`WsDoor`], given in
+//! [`crate::ApiRoutes::mqtt_ws`]): the upgrade is checked and admitted as a `/ws` one, and the door
+//! gets the binary messages as a byte stream ([`WsIo`]).
+
+mod ws_io;
+
+pub use ws_io::{WsIo, WsReader, WsWriter};
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -48,6 +56,14 @@ impl DoorSession {
     /// A new unauthenticated session of `conn`, whose client is at `client_ip`.
     pub fn new(st: Arc<EdgeState>, conn: Arc<ConnHandle>, client_ip: IpAddr) -> Self {
         Self { session: Session::new(st, conn, client_ip) }
+    }
+
+    /// The session of a connection that came through `protocol`'s door (the connection lists
+    /// show it).
+    #[must_use]
+    pub fn with_protocol(mut self, protocol: crate::revalidate::ConnProtocol) -> Self {
+        self.session.protocol = protocol;
+        self
     }
 
     /// Handles one frame exactly as a WebSocket connection's reader would.
@@ -177,8 +193,31 @@ pub struct DoorAdmission {
     _ip: Option<IpSlot>,
 }
 
-/// Per-address limits of one door's listener (`max_connections_per_ip`,
-/// `max_new_connections_per_ip_per_second`).
+impl From<crate::front::Admitted> for DoorAdmission {
+    fn from(a: crate::front::Admitted) -> Self {
+        let (client_ip, slot, ip) = a.into_parts();
+        Self { client_ip, _slot: slot, _ip: ip }
+    }
+}
+
+/// A door served over WebSocket on the client listener (MQTT over WebSocket at `/mqtt`).
+pub trait WsDoor: Send + Sync + 'static {
+    /// The subprotocol a client must offer (`Sec-WebSocket-Protocol`), named in the 101.
+    fn subprotocol(&self) -> &'static str;
+
+    /// Serves one upgraded connection of the node `st` to its end; it holds `admitted`
+    /// meanwhile. Runs on the node's connection tracker (a drain waits for it).
+    fn serve(
+        &self,
+        st: Arc<EdgeState>,
+        io: WsIo,
+        admitted: DoorAdmission,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'static>>;
+}
+
+/// The node's per-address limits (`max_connections_per_ip`,
+/// `max_new_connections_per_ip_per_second`), as a door's listener takes them: one count per
+/// address for every door, the WebSocket one included.
 #[derive(Debug, Clone)]
 pub struct DoorLimits(Arc<IpLimits>);
 
@@ -194,9 +233,9 @@ pub enum DoorRefusal {
 }
 
 impl DoorLimits {
-    /// The limits the node's settings give.
+    /// The node's limits, shared with its other doors.
     pub fn new(st: &EdgeState) -> Self {
-        Self(IpLimits::new(st.config.max_connections_per_ip, st.config.max_new_connections_per_ip_per_second))
+        Self(st.ip_limits.clone())
     }
 
     /// Admits a socket accepted from `peer`: a connection slot and the address's count, as the
@@ -235,5 +274,5 @@ impl DoorLimits {
 /// Runs `fut`, turning a panic into `None` (logged, counted in `skua_connection_panics_total`),
 /// as the WebSocket connection tasks do.
 pub async fn contained<F: std::future::Future>(fut: F, st: &EdgeState, part: &str) -> Option<F::Output> {
-    crate::ws::contained(fut, &st.metrics, part).await
+    crate::contain::contained(fut, &st.metrics, part).await
 }

@@ -20,7 +20,7 @@
 //! checked again in `ws_upgrade`: the `Origin` allowlist ([`origin`]), and for sockets of a
 //! trusted proxy the client named by `X-Forwarded-For` against the per-address limits.
 
-mod ip;
+pub(crate) mod ip;
 mod origin;
 mod proxy;
 mod spill;
@@ -146,7 +146,8 @@ impl Front {
         Arc::new(Self {
             stop,
             tasks,
-            limits: IpLimits::new(c.max_connections_per_ip, c.max_new_connections_per_ip_per_second),
+            // Shared with the other doors (MQTT), so a client cannot double its budget.
+            limits: state.ip_limits.clone(),
             overflow: Arc::new(Semaphore::new(overflow)),
             state,
             router,
@@ -440,6 +441,13 @@ pub(crate) struct Admitted {
     pub(crate) client_ip: IpAddr,
     _slot: OwnedSemaphorePermit,
     _ip: Option<IpSlot>,
+}
+
+impl Admitted {
+    /// The client's address, its connection slot and its address's count.
+    pub(crate) fn into_parts(self) -> (IpAddr, OwnedSemaphorePermit, Option<IpSlot>) {
+        (self.client_ip, self._slot, self._ip)
+    }
 }
 
 impl ConnInfo {

@@ -9,6 +9,7 @@
 //!   per-address limits, the `Origin` allowlist;
 //! - [`door`]: other doors (MQTT devices) driving the same session with their own packets;
 //! - [`ws`]: HTTP routes, upgrades, each connection's reader loop and writer task;
+//! - `contain`: a connection task's panic closes that connection only;
 //! - `session`: the per-connection protocol state machine and its frame handlers;
 //! - [`auth`]: access tokens and client tokens (JWT), the per-address auth back-off;
 //! - [`prom`]: the `/metrics` rendering of the engine's counters and the door's gauges;
@@ -21,6 +22,7 @@
 //! [`config`], ...), so `skua_edge::publish::Publisher` names `skua_engine::publish::Publisher`.
 
 pub mod auth;
+mod contain;
 pub mod door;
 pub mod fds;
 pub mod front;

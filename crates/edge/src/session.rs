@@ -190,6 +190,8 @@ pub(crate) struct Session {
     claimed: Option<RestoreRecord>,
     /// Publishes in flight (issue 36): waiting for their commit, finished in order.
     pipeline: pipeline::Pipeline,
+    /// How the connection reached the node (its door), for the connection lists.
+    pub(crate) protocol: crate::revalidate::ConnProtocol,
     /// For a connection of another door (MQTT): how its session is kept.
     pub(crate) door: Option<DoorState>,
 }
@@ -212,6 +214,7 @@ impl Session {
             auth_failures: 0,
             claimed: None,
             pipeline: pipeline::Pipeline::default(),
+            protocol: crate::revalidate::ConnProtocol::Ws,
             door: None,
         }
     }

@@ -24,8 +24,11 @@ pub struct EdgeState {
     pub(crate) draining: AtomicBool,
     /// When the drain began (`skua_drain_seconds`).
     pub(crate) drain_started: std::sync::OnceLock<std::time::Instant>,
-    /// Connection slots: a permit per open WebSocket.
+    /// Connection slots: a permit per open WebSocket or device connection, whatever its door.
     pub(crate) conn_slots: Arc<Semaphore>,
+    /// Per-address limits (`max_connections_per_ip`, `max_new_connections_per_ip_per_second`),
+    /// one count for every door of the node: a client's WebSocket and MQTT sockets share it.
+    pub(crate) ip_limits: Arc<crate::front::ip::IpLimits>,
     /// Connection slots the open-file limit leaves room for (soft limit less `fd_reserve`),
     /// read once at start; [`None`] when unlimited or unknown.
     pub(crate) fd_budget: Option<usize>,
@@ -46,6 +49,10 @@ impl EdgeState {
         let config = &engine.config;
         Self {
             conn_slots: Arc::new(Semaphore::new(config.max_connections)),
+            ip_limits: crate::front::ip::IpLimits::new(
+                config.max_connections_per_ip,
+                config.max_new_connections_per_ip_per_second,
+            ),
             fd_budget,
             auth_throttle: crate::auth::AuthThrottle::new(config.auth_backoff_after, config.auth_backoff_max),
             draining: AtomicBool::new(false),

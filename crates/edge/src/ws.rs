@@ -23,6 +23,7 @@ use tungstenite::protocol::frame::CloseFrame;
 use tungstenite::protocol::{Role, WebSocketConfig};
 
 use crate::clock::{deadline_of, next_change, now_unix_s};
+use crate::contain::contained;
 use crate::front::ConnInfo;
 use crate::outbound::{CloseRequest, ConnHandle, Outbox, Take};
 use crate::session::Session;
@@ -35,30 +36,51 @@ use close_code::{BadCloseCode, CloseCodeCheck};
 
 /// An upgraded connection: tungstenite over the socket, with forbidden close codes caught
 /// before tungstenite answers them itself ([`close_code`]).
-type WebSocket = WebSocketStream<CloseCodeCheck<TokioIo<hyper::upgrade::Upgraded>>>;
+pub(crate) type WebSocket = WebSocketStream<CloseCodeCheck<TokioIo<hyper::upgrade::Upgraded>>>;
 
 /// Most frames the writer sends before flushing the socket.
 const WRITE_BATCH: usize = 64;
 /// tungstenite's read buffer per connection, kept while the connection lives.
 const READ_BUFFER: usize = 1024;
 
-/// The routers other doors serve on the edge's listener: the REST API under `/v1` and the
-/// admin dashboard under `/admin` (each answers 404 when absent).
-#[derive(Debug, Clone, Default)]
+/// The routers other doors serve on the edge's listener: the REST API under `/v1`, the
+/// admin dashboard under `/admin` and a door served over WebSocket at `/mqtt` (each answers 404
+/// when absent).
+#[derive(Clone, Default)]
 pub struct ApiRoutes {
     /// The REST API's routes (their paths start with `/v1`).
     pub api: Option<Router>,
     /// The admin dashboard's routes (their paths start with `/admin`).
     pub admin: Option<Router>,
+    /// The door served over WebSocket at `/mqtt` (MQTT over WebSocket, issue 37), given when
+    /// the MQTT door is enabled.
+    pub mqtt_ws: Option<Arc<dyn crate::door::WsDoor>>,
+}
+
+impl std::fmt::Debug for ApiRoutes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiRoutes")
+            .field("api", &self.api)
+            .field("admin", &self.admin)
+            .field("mqtt_ws", &self.mqtt_ws.as_ref().map(|d| d.subprotocol()))
+            .finish()
+    }
 }
 
 /// The edge's HTTP routes, with `routes` under `/v1` and `/admin`; `/metrics` only when it has
 /// no listener of its own. Served by [`crate::front::serve`], which gives every request its
 /// socket's [`ConnInfo`].
 pub fn router(state: Arc<EdgeState>, routes: ApiRoutes) -> Router {
+    let door = routes.mqtt_ws.clone();
     let routes = Arc::new(routes);
     let router = Router::new()
         .route("/ws", any(ws_upgrade))
+        .route(
+            "/mqtt",
+            any(move |st: State<Arc<EdgeState>>, conn: Extension<ConnInfo>, req: axum::extract::Request| {
+                door_upgrade(door.clone(), st, conn, req)
+            }),
+        )
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/healthz/backends", get(backends))
@@ -139,6 +161,44 @@ async fn metrics(State(st): State<Arc<EdgeState>>, headers: HeaderMap) -> Respon
     ([(header::CONTENT_TYPE, crate::prom::CONTENT_TYPE)], crate::prom::render(&st)).into_response()
 }
 
+/// The checks every upgrade passes after the handshake's own (`/ws` and the doors'): not
+/// draining, an allowed `Origin`, room under the open-file budget, then the socket's connection
+/// slot and its client address's count; the refusal to answer otherwise.
+fn admit_upgrade(
+    st: &EdgeState,
+    conn: &ConnInfo,
+    headers: &HeaderMap,
+) -> Result<crate::front::Admitted, Box<Response>> {
+    if st.is_draining() {
+        return Err(Box::new(crate::front::refusal(StatusCode::SERVICE_UNAVAILABLE, "node is draining")));
+    }
+    let origin = headers.get(header::ORIGIN).map(axum::http::HeaderValue::as_bytes);
+    if !crate::front::origin_allowed(&st.config.allowed_origins, origin) {
+        st.metrics.front_refusals.inc(crate::front::reason::ORIGIN);
+        return Err(Box::new(crate::front::refusal(StatusCode::FORBIDDEN, "origin not allowed")));
+    }
+    // Before the limit rather than at it: past it accepts (and the store, bus, webhooks) fail.
+    if st.over_fd_budget() {
+        return Err(Box::new(crate::front::fd_limit_refusal(&st.metrics)));
+    }
+    // The connection slot (and the client address's count) taken when the socket was accepted.
+    conn.admit(headers, &st.config.trusted_proxies).map_err(|refused| Box::new(refused.respond(&st.metrics)))
+}
+
+/// The upgraded connection's WebSocket settings: frames and messages up to `max`.
+fn socket_config(max: usize) -> WebSocketConfig {
+    WebSocketConfig::default()
+        .max_message_size(Some(max))
+        .max_frame_size(Some(max))
+        // tungstenite holds its read buffer for the socket's life and reads at most its size at
+        // once; the front's `SpillReader` serves those reads from socket reads of up to 16 KiB, so
+        // the buffer can be small (4 KiB: 26.5 -> 14.3 KiB RSS per idle connection; 1 KiB with
+        // the spill reader: docs/benchmarks.md, "idle after the round-2 levers").
+        .read_buffer_size(READ_BUFFER)
+        .write_buffer_size(16 * 1024)
+        .max_write_buffer_size(2 * max + 64 * 1024)
+}
+
 async fn ws_upgrade(
     State(st): State<Arc<EdgeState>>,
     Extension(conn): Extension<ConnInfo>,
@@ -148,35 +208,11 @@ async fn ws_upgrade(
         Ok(hs) => hs,
         Err(refused) => return refused.into_response(),
     };
-    let headers = req.headers();
-    if st.is_draining() {
-        return crate::front::refusal(StatusCode::SERVICE_UNAVAILABLE, "node is draining");
-    }
-    let origin = headers.get(header::ORIGIN).map(axum::http::HeaderValue::as_bytes);
-    if !crate::front::origin_allowed(&st.config.allowed_origins, origin) {
-        st.metrics.front_refusals.inc(crate::front::reason::ORIGIN);
-        return crate::front::refusal(StatusCode::FORBIDDEN, "origin not allowed");
-    }
-    // Before the limit rather than at it: past it accepts (and the store, bus, webhooks) fail.
-    if st.over_fd_budget() {
-        return crate::front::fd_limit_refusal(&st.metrics);
-    }
-    // The connection slot (and the client address's count) taken when the socket was accepted.
-    let admitted = match conn.admit(headers, &st.config.trusted_proxies) {
+    let admitted = match admit_upgrade(&st, &conn, req.headers()) {
         Ok(a) => a,
-        Err(refused) => return refused.respond(&st.metrics),
+        Err(refused) => return *refused,
     };
-    let max = st.config.max_frame_size;
-    let config = WebSocketConfig::default()
-        .max_message_size(Some(max))
-        .max_frame_size(Some(max))
-        // tungstenite holds its read buffer for the socket's life and reads at most its size at
-        // once; the front's `SpillReader` serves those reads from socket reads of up to 16 KiB, so
-        // the buffer can be small (4 KiB: 26.5 -> 14.3 KiB RSS per idle connection; 1 KiB with
-        // the spill reader: docs/benchmarks.md, "idle after the round-2 levers").
-        .read_buffer_size(READ_BUFFER)
-        .write_buffer_size(16 * 1024)
-        .max_write_buffer_size(2 * max + 64 * 1024);
+    let config = socket_config(st.config.max_frame_size);
     let response = hs.accept();
     let on_upgrade = hs.on_upgrade;
     // One task per connection: it waits for the 101 to be written, then serves the socket,
@@ -208,6 +244,50 @@ async fn ws_upgrade(
             drop(admitted);
         };
         tracker.track_future(connection).await;
+    });
+    response
+}
+
+/// `/mqtt`: the upgrade of a door served over WebSocket ([`ApiRoutes::mqtt_ws`], MQTT over
+/// WebSocket), checked and admitted as a `/ws` one; the client must offer the door's
+/// subprotocol (MQTT-6.0.0-3), which the 101 names. 404 while no such door is installed.
+async fn door_upgrade(
+    door: Option<Arc<dyn crate::door::WsDoor>>,
+    State(st): State<Arc<EdgeState>>,
+    Extension(conn): Extension<ConnInfo>,
+    mut req: axum::extract::Request,
+) -> Response {
+    let Some(door) = door else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let hs = match handshake::check(&mut req) {
+        Ok(hs) => hs,
+        Err(refused) => return refused.into_response(),
+    };
+    let protocol = door.subprotocol();
+    if !handshake::offers_protocol(req.headers(), protocol) {
+        return (StatusCode::BAD_REQUEST, format!("Sec-WebSocket-Protocol must offer '{protocol}'")).into_response();
+    }
+    let admitted = match admit_upgrade(&st, &conn, req.headers()) {
+        Ok(a) => a,
+        Err(refused) => return *refused,
+    };
+    let config = socket_config(st.config.max_frame_size);
+    let response = hs.accept_with(Some(protocol));
+    let on_upgrade = hs.on_upgrade;
+    // As for `/ws`: one tracked task per connection, holding the slot for the socket's life.
+    tokio::spawn(async move {
+        let upgraded = match on_upgrade.await {
+            Ok(u) => u,
+            Err(e) => {
+                tracing::debug!(error = %e, "WebSocket upgrade failed.");
+                return;
+            }
+        };
+        let socket = CloseCodeCheck::new(TokioIo::new(upgraded));
+        let socket = WebSocketStream::from_raw_socket(socket, Role::Server, Some(config)).await;
+        let serve = door.serve(st.clone(), crate::door::WsIo::new(socket), admitted.into());
+        st.tracker.track_future(serve).await;
     });
     response
 }
@@ -248,29 +328,6 @@ async fn run_connection(socket: Box<WebSocket>, st: Arc<EdgeState>, id: skua_cor
     handle.request_close(CloseRequest::GONE);
     let _ = writer.await;
     st.metrics.connections_closed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// Runs `fut`, turning a panic into `None` (logged and counted in
-/// `skua_connection_panics_total`) so the caller can close and clean up the connection.
-pub(crate) async fn contained<F: std::future::Future>(
-    fut: F,
-    metrics: &crate::metrics::Metrics,
-    part: &str,
-) -> Option<F::Output> {
-    use futures_util::FutureExt;
-    match std::panic::AssertUnwindSafe(fut).catch_unwind().await {
-        Ok(out) => Some(out),
-        Err(panic) => {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_default();
-            tracing::error!(part, panic = %what, "A connection task panicked; the connection is closed 1011.");
-            metrics.connection_panics.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            None
-        }
-    }
 }
 
 async fn read_loop(

@@ -27,6 +27,7 @@ fn info(id: skua_core::ConnId, e: &ConnEntry) -> ConnectionInfo {
         client_id: e.client_id.clone(),
         connected_at_ms: e.connected_at_ms,
         subscriptions: e.subscriptions.load(Relaxed),
+        protocol: e.protocol.as_str(),
     }
 }
 

@@ -45,6 +45,30 @@ pub const PROJECT_NOT_FOUND: CloseRequest =
 pub const CONNECTION_LIMIT: CloseRequest =
     CloseRequest { code: close::CONNECTION_LIMIT, reason: reason::CONNECTION_LIMIT_REACHED };
 
+/// How a connection reached the node, as the connection lists show it (issue 37).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ConnProtocol {
+    /// The NoLag protocol over WebSocket (`/ws`).
+    #[default]
+    Ws,
+    /// MQTT on the device listener, plain or TLS (`mqtt_listen`, `mqtt_tls_listen`).
+    Mqtt,
+    /// MQTT over WebSocket (`/mqtt`).
+    MqttWs,
+}
+
+impl ConnProtocol {
+    /// Its name in the connection lists: `ws`, `mqtt`, `mqtt-ws`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ws => "ws",
+            Self::Mqtt => "mqtt",
+            Self::MqttWs => "mqtt-ws",
+        }
+    }
+}
+
 /// One authenticated connection of this node.
 #[derive(Debug, Clone)]
 pub struct ConnEntry {
@@ -54,6 +78,8 @@ pub struct ConnEntry {
     pub actor: ActorId,
     /// `clientId` given at auth.
     pub client_id: Option<String>,
+    /// How it reached the node.
+    pub protocol: ConnProtocol,
     /// SHA-256 of the access token it authenticated with (`None` for client tokens).
     pub token_digest: Option<[u8; 32]>,
     /// When it authenticated, unix ms.

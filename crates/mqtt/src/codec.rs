@@ -103,6 +103,9 @@ pub struct Connect {
     pub receive_max: Option<u16>,
     /// 5.0: an authentication method was named (enhanced auth, not offered).
     pub auth_method: bool,
+    /// 5.0: its user properties, in order (at most `mqtt_max_user_properties`); a `presence`
+    /// one announces room presence (docs/mqtt.md, "Presence").
+    pub user_properties: Vec<(String, String)>,
 }
 
 /// A `PUBLISH` from a client.
@@ -251,6 +254,7 @@ pub fn read_connect(buf: &mut BytesMut, max_packet: usize, limits: &MqttLimits) 
                 max_packet: None,
                 receive_max: None,
                 auth_method: false,
+                user_properties: Vec::new(),
             })
         })?,
         5 => guarded(|| {
@@ -282,6 +286,7 @@ pub fn read_connect(buf: &mut BytesMut, max_packet: usize, limits: &MqttLimits) 
                 max_packet: props.max_packet_size,
                 receive_max: props.receive_maximum,
                 auth_method: props.authentication_method.is_some(),
+                user_properties: props.user_properties,
             })
         })?,
         other => return Err(Fault::Version(other)),

@@ -28,11 +28,10 @@ use skua_edge::EdgeState;
 use skua_edge::clock::{FAR_FUTURE, deadline_of, next_change};
 use skua_edge::door::{DoorAdmission, DoorAuth, DoorRestored, DoorSession, push_raw};
 use skua_edge::outbound::{CloseRequest, ConnHandle, Outbox, Take};
+use skua_edge::revalidate::ConnProtocol;
 use skua_protocol::codes::{auth as auth_err, close, error};
 use skua_protocol::{ClientFrame, PublishFrame, SubscribeFrame};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::Notify;
 use tokio::time::{Instant, sleep_until, timeout_at};
 
@@ -45,6 +44,11 @@ use crate::settings::MqttLimits;
 const MAX_DELIVERY_QOS: u8 = 2;
 /// Bytes the writer gathers before writing them to the socket.
 const WRITE_CHUNK: usize = 64 * 1024;
+
+/// The reading half of a device's transport (TCP, TLS, WebSocket: `crate::listener`).
+pub(crate) type Reader = Box<dyn AsyncRead + Send + Unpin>;
+/// The writing half of a device's transport; every write is flushed (TLS, WebSocket).
+pub(crate) type Writer = Box<dyn AsyncWrite + Send + Unpin>;
 
 /// The close of a connection whose `CONNECT` was refused.
 const AUTH_REFUSED: CloseRequest = CloseRequest { code: close::POLICY_VIOLATION, reason: "mqtt_connect_refused" };
@@ -141,17 +145,21 @@ pub(crate) fn session_client_id(id: &str) -> Option<String> {
     Some(out)
 }
 
-/// Serves one accepted socket to its end.
+/// Serves one accepted connection to its end: `rd` and `wr` are its transport's halves,
+/// `deadline` when its `CONNECT` must have arrived (`http_header_timeout` from the accept, a TLS
+/// handshake included), `protocol` the door it came through (for the connection lists).
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn serve_socket(
-    mut tcp: TcpStream,
+    mut rd: Reader,
+    mut wr: Writer,
+    deadline: Instant,
+    protocol: ConnProtocol,
     admitted: DoorAdmission,
     st: Arc<EdgeState>,
     metrics: Arc<MqttMetrics>,
     limits: MqttLimits,
 ) {
-    let _ = tcp.set_nodelay(true);
     let max_packet = st.config.max_frame_size;
-    let deadline = Instant::now() + st.config.http_header_timeout;
     let mut buf = BytesMut::with_capacity(1024);
     // The CONNECT, within the header deadline (as a WebSocket upgrade's request head).
     let connect = loop {
@@ -167,13 +175,13 @@ pub(crate) async fn serve_socket(
                     } else {
                         codec::connack(Level::V4, 1, 0, 0, false, None)
                     };
-                    let _ = timeout_at(deadline, tcp.write_all(&answer)).await;
+                    let _ = timeout_at(deadline, write_flushed(&mut wr, &answer)).await;
                 }
                 return;
             }
         }
         buf.reserve(1024);
-        match timeout_at(deadline, tcp.read_buf(&mut buf)).await {
+        match timeout_at(deadline, rd.read_buf(&mut buf)).await {
             Ok(Ok(n)) if n > 0 => {}
             Ok(_) => return,
             Err(_) => {
@@ -195,20 +203,26 @@ pub(crate) async fn serve_socket(
     };
     if let Some((outcome, answer)) = early {
         metrics.connects.inc(outcome);
-        let _ = timeout_at(deadline, tcp.write_all(&answer)).await;
+        let _ = timeout_at(deadline, write_flushed(&mut wr, &answer)).await;
         return;
     }
-    let (rd, wr) = tcp.into_split();
-    run(rd, wr, buf, connect, admitted, st, metrics, limits).await;
+    run(rd, wr, buf, connect, protocol, admitted, st, metrics, limits).await;
+}
+
+/// Writes `bytes` and flushes them (a no-op on TCP; TLS and WebSocket hold writes until then).
+async fn write_flushed(wr: &mut Writer, bytes: &[u8]) -> std::io::Result<()> {
+    wr.write_all(bytes).await?;
+    wr.flush().await
 }
 
 /// Runs an accepted `CONNECT`'s connection: session, writer, reader, cleanup.
 #[allow(clippy::too_many_arguments)]
 async fn run(
-    rd: OwnedReadHalf,
-    wr: OwnedWriteHalf,
+    rd: Reader,
+    wr: Writer,
     buf: BytesMut,
     connect: Connect,
+    protocol: ConnProtocol,
     admitted: DoorAdmission,
     st: Arc<EdgeState>,
     metrics: Arc<MqttMetrics>,
@@ -256,7 +270,7 @@ async fn run(
         })
     };
     let mut device = Device {
-        session: DoorSession::new(st.clone(), handle.clone(), admitted.client_ip),
+        session: DoorSession::new(st.clone(), handle.clone(), admitted.client_ip).with_protocol(protocol),
         st: st.clone(),
         handle: handle.clone(),
         shared,
@@ -345,7 +359,7 @@ impl Device {
     }
 
     /// Authenticates, then reads packets until the connection ends.
-    async fn main(&mut self, mut rd: OwnedReadHalf, mut buf: BytesMut, connect: &Connect, auth: DoorAuth) -> Ended {
+    async fn main(&mut self, mut rd: Reader, mut buf: BytesMut, connect: &Connect, auth: DoorAuth) -> Ended {
         // What the session resumes is known before its auth reply (the CONNACK) is queued, so
         // before any resumed delivery reaches the writer.
         let shared = self.shared.clone();
@@ -369,6 +383,11 @@ impl Device {
         let restored = self.shared.lock().restored.take();
         if let Some(r) = restored {
             self.resume(r).await;
+        }
+        // 5.0: a `presence` user property announces room presence, as the SDK's `presence`
+        // frame (docs/mqtt.md, "Presence"); a refusal is the session's (nothing reaches a device).
+        if let Some((room, data)) = crate::payload::presence_of(&connect.user_properties) {
+            self.session.handle(ClientFrame::Presence { room_id: Some(room), data: Some(data) }).await;
         }
         let st = self.st.clone();
         let max_packet = st.config.max_frame_size;
@@ -1008,7 +1027,7 @@ fn translate(frame: &Bytes, out: &mut BytesMut, shared: &Shared, disconnect_sent
 }
 
 async fn write_loop(
-    mut wr: OwnedWriteHalf,
+    mut wr: Writer,
     mut outbox: Outbox,
     handle: Arc<ConnHandle>,
     shared: Arc<Shared>,
@@ -1063,7 +1082,7 @@ async fn write_loop(
                 while let Some(f) = outbox.try_recv(&handle) {
                     translate(&f, out, &shared, &mut w.disconnect_sent);
                 }
-                if wr.write_all(out).await.is_err() {
+                if write_flushed(&mut wr, out).await.is_err() {
                     return;
                 }
             }
@@ -1071,7 +1090,7 @@ async fn write_loop(
                 && !w.disconnect_sent
                 && let Some(reason) = disconnect_reason(req)
             {
-                let _ = wr.write_all(&codec::disconnect(reason)).await;
+                let _ = write_flushed(&mut wr, &codec::disconnect(reason)).await;
             }
         }
         let _ = wr.shutdown().await;
@@ -1096,7 +1115,7 @@ impl Writing {
     /// slot; `torn` stays true if it is dropped in the middle of a write.
     async fn write_taken(
         &mut self,
-        wr: &mut OwnedWriteHalf,
+        wr: &mut Writer,
         outbox: &mut Outbox,
         handle: &ConnHandle,
         shared: &Shared,
@@ -1126,7 +1145,7 @@ impl Writing {
             }
             // Left true when this future is dropped mid-write (a close cut it short).
             self.torn = true;
-            wr.write_all(&self.out).await?;
+            write_flushed(wr, &self.out).await?;
             self.torn = false;
             handle.written(frames, bytes);
             if self.stash.is_some() || (outbox.is_empty() && !outbox.try_take(handle)) {

@@ -1,5 +1,6 @@
 //! Skua's MQTT device door (issue 37, docs/protocol.md N49–N54): MQTT 3.1.1 and 5.0 clients on
-//! their own listener (`mqtt_listen`), driving the same session a WebSocket connection drives
+//! their own listener (`mqtt_listen`, over TLS `mqtt_tls_listen`) and over WebSocket at `/mqtt`,
+//! driving the same session a WebSocket connection drives
 //! ([`skua_edge::door::DoorSession`]): same auth and throttling, topic resolution and grants,
 //! publish pipeline, hub subscriptions, outbound queue and no-echo rule.
 //!
@@ -9,29 +10,30 @@
 //! - [`frames`]: the NoLag frames a session queues, read for the device's writer;
 //! - [`settings`]: the door's protocol bounds as settings ([`MqttSettings`]) and checked
 //!   ([`MqttLimits`]);
+//! - [`listener`]: the transports: TCP, TLS, WebSocket (`/mqtt`), sharing the node's
+//!   connection slots and per-address counts;
 //! - `conn`: one device connection: `CONNECT`, its reader loop and its writer.
 
 pub mod codec;
 mod conn;
 pub mod frames;
+pub mod listener;
 pub mod payload;
 pub mod settings;
 
+pub use listener::MqttDoor;
 pub use settings::{MqttLimits, MqttSettings};
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use skua_edge::EdgeState;
 use skua_edge::metrics::Family;
-use tokio::net::TcpListener;
 
 /// The door's counters, rendered on `/metrics` (register with the node's metrics sources).
 #[derive(Debug, Default)]
 pub struct MqttMetrics {
     /// Connections accepted on the MQTT listener.
     pub connections: AtomicU64,
-    /// Sockets refused at accept, by reason (`draining`, `full`, `address`).
+    /// Sockets refused at accept, by reason (`draining`, `full`, `address`, `tls_handshake`).
     pub refused: Family,
     /// `CONNECT`s answered, by outcome (`ok`, `refused`, `malformed_credential`, ...).
     pub connects: Family,
@@ -74,45 +76,5 @@ impl skua_edge::metrics::MetricsSource for MqttMetrics {
         let _ = writeln!(out, "# TYPE skua_mqtt_deliveries_too_large_total counter");
         let _ =
             writeln!(out, "skua_mqtt_deliveries_too_large_total {}", self.deliveries_too_large.load(Ordering::Relaxed));
-    }
-}
-
-/// Accepts MQTT connections on `listener` until the node's shutdown token is cancelled. Each
-/// connection takes a connection slot and its address's count as a WebSocket does, and runs
-/// on the node's task tracker (a drain waits for it). `limits` bound what its packets carry.
-pub async fn serve(listener: TcpListener, st: Arc<EdgeState>, metrics: Arc<MqttMetrics>, limits: MqttLimits) {
-    let door = skua_edge::door::DoorLimits::new(&st);
-    loop {
-        let accepted = tokio::select! {
-            () = st.shutdown.cancelled() => return,
-            a = listener.accept() => a,
-        };
-        let (tcp, peer) = match accepted {
-            Ok(a) => a,
-            Err(e) => {
-                // Out of file descriptors and the like: wait a little rather than spin.
-                tracing::warn!(error = %e, "Accepting an MQTT connection failed.");
-                tokio::select! {
-                    () = st.shutdown.cancelled() => return,
-                    () = tokio::time::sleep(std::time::Duration::from_millis(100)) => continue,
-                }
-            }
-        };
-        let admitted = match door.admit(&st, peer) {
-            Ok(a) => a,
-            Err(r) => {
-                metrics.refused.inc(match r {
-                    skua_edge::door::DoorRefusal::Draining => "draining",
-                    skua_edge::door::DoorRefusal::Full => "full",
-                    skua_edge::door::DoorRefusal::Address => "address",
-                });
-                continue;
-            }
-        };
-        metrics.connections.fetch_add(1, Ordering::Relaxed);
-        let (st2, m2) = (st.clone(), metrics.clone());
-        st.tracker.spawn(async move {
-            conn::serve_socket(tcp, admitted, st2, m2, limits).await;
-        });
     }
 }

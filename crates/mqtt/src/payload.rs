@@ -56,6 +56,30 @@ pub fn to_device(data: &[u8]) -> &[u8] {
     }
 }
 
+/// The user property of a 5.0 `CONNECT` naming the room the device announces presence in
+/// (docs/mqtt.md, "Presence").
+pub const PRESENCE_PROPERTY: &str = "presence";
+
+/// The room and presence data a 5.0 `CONNECT`'s user properties announce: the `presence`
+/// property's value is the room slug (the last one, if repeated), the data a map of the other
+/// properties (key → value, the last of a repeated key). `None` without a `presence` property.
+pub fn presence_of(properties: &[(String, String)]) -> Option<(String, Bytes)> {
+    let room = properties.iter().rev().find(|(k, _)| k == PRESENCE_PROPERTY)?.1.clone();
+    let mut data: Vec<(&str, &str)> = Vec::new();
+    for (k, v) in properties.iter().filter(|(k, _)| k != PRESENCE_PROPERTY) {
+        match data.iter_mut().find(|(dk, _)| *dk == k.as_str()) {
+            Some(entry) => entry.1 = v,
+            None => data.push((k, v)),
+        }
+    }
+    let mut w = skua_protocol::msgpack::Writer::with_capacity(64);
+    w.map(data.len());
+    for (k, v) in data {
+        w.str(k).str(v);
+    }
+    Some((room, Bytes::from(w.into_vec())))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -81,5 +105,16 @@ mod tests {
         assert_eq!(to_device(&[0xa2, b'h', b'i']), &[0xa2, b'h', b'i']);
         let text = Bytes::from_static(b"round trip");
         assert_eq!(to_device(&to_nolag(text.clone())), &text[..]);
+    }
+
+    #[test]
+    fn a_presence_property_names_the_room_and_the_others_are_its_data() {
+        let props = |p: &[(&str, &str)]| p.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect::<Vec<_>>();
+        assert_eq!(presence_of(&props(&[("model", "x1")])), None);
+        let (room, data) = presence_of(&props(&[("model", "x1"), ("presence", "general"), ("model", "x2")])).unwrap();
+        assert_eq!(room, "general");
+        assert_eq!(&data[..], &[0x81, 0xa5, b'm', b'o', b'd', b'e', b'l', 0xa2, b'x', b'2']);
+        let (_, empty) = presence_of(&props(&[("presence", "ops")])).unwrap();
+        assert_eq!(&empty[..], &[0x80]);
     }
 }

@@ -1,15 +1,23 @@
 //! [`MqttSettings`]: the MQTT door's protocol bounds (`mqtt_*`, docs/mqtt.md "Limits"), as
 //! flags, `SKUA_*` variables and config-file keys; the server checks them into the
-//! [`MqttLimits`] the door runs with. The listener itself (`mqtt_listen`) is the node's
-//! setting.
+//! [`MqttLimits`] the door runs with. The plain listener itself (`mqtt_listen`) is the node's
+//! setting; the TLS one (`mqtt_tls_listen`) is declared here.
 
 use skua_core::setting;
 use skua_core::settings::SettingError;
-use skua_core::settings::check::between;
+use skua_core::settings::check::{between, optional_address};
 
 skua_core::settings! {
     /// The MQTT device door's bounds on what one packet may carry (docs/mqtt.md, "Limits").
     pub struct MqttSettings {
+        /// MQTT over TLS (mqtts) device listener, e.g. 0.0.0.0:8883, with the client listener's certificate; empty = off [default empty].
+        ///
+        /// MQTT over TLS ("mqtts", docs/mqtt.md) on its own address, e.g. "0.0.0.0:8883": the same door
+        /// as mqtt_listen, with the client listener's certificate (tls_cert/tls_key or --tls-self-signed,
+        /// reloaded with it); starting with this set and no certificate is refused. Empty = off. Either
+        /// MQTT listener also enables MQTT over WebSocket at /mqtt on the client listener.
+        #[arg(long, env = "SKUA_MQTT_TLS_LISTEN")]
+        pub mqtt_tls_listen: String = "",
         /// MQTT: longest topic name or filter a device may send, in bytes; longer closes the connection as malformed [default 1024].
         ///
         /// MQTT device door (docs/mqtt.md): longest topic name or filter a device may send, in bytes
@@ -87,6 +95,14 @@ impl MqttSettings {
             max_inflight: between(setting!(self, mqtt_max_inflight), 1, u16::MAX)?,
         })
     }
+
+    /// `mqtt_tls_listen` checked: the MQTT-over-TLS listener's address, `None` when empty (off).
+    ///
+    /// # Errors
+    /// [`SettingError`] when it is not a socket address.
+    pub fn tls_listen(&self) -> Result<Option<std::net::SocketAddr>, SettingError> {
+        optional_address(setting!(self, mqtt_tls_listen))
+    }
 }
 
 impl Default for MqttLimits {
@@ -123,5 +139,8 @@ mod tests {
         assert_eq!((e.key, e.reason.as_str()), ("mqtt_max_client_id_bytes", "22: must be between 23 and 65535"));
         let s = MqttSettings { mqtt_max_inflight: Some(0), ..MqttSettings::defaults() };
         assert_eq!(s.limits().unwrap_err().key, "mqtt_max_inflight");
+        let s = MqttSettings { mqtt_tls_listen: Some("8883".into()), ..MqttSettings::defaults() };
+        assert_eq!(s.tls_listen().unwrap_err().key, "mqtt_tls_listen");
+        assert_eq!(MqttSettings::defaults().tls_listen(), Ok(None), "off by default");
     }
 }

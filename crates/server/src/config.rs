@@ -501,6 +501,9 @@ pub struct ServerConfig {
     pub metrics_listen: Option<SocketAddr>,
     /// The MQTT device listener, if any (`mqtt_listen`, issue 37).
     pub mqtt_listen: Option<SocketAddr>,
+    /// The MQTT-over-TLS device listener, if any (`mqtt_tls_listen`); it needs the client
+    /// listener's certificate.
+    pub mqtt_tls_listen: Option<SocketAddr>,
     /// The MQTT door's protocol bounds (`mqtt_*`).
     pub mqtt: skua_mqtt::MqttLimits,
     /// `/metrics` may be served without a token (outside `--dev`, `skua serve` refuses a
@@ -559,6 +562,7 @@ impl ServerConfig {
             otlp_endpoint: telemetry.otlp_endpoint,
             metrics_listen: front.metrics_listen,
             mqtt_listen: front.mqtt_listen,
+            mqtt_tls_listen: mqtt.tls_listen,
             mqtt: mqtt.limits,
             metrics_public: front.metrics_public,
             tls: tls.listeners,
@@ -756,6 +760,7 @@ mod tests {
     const NOT_BUDGETS: &[&str] = &[
         "listen",
         "mqtt_listen",
+        "mqtt_tls_listen",
         "bus",
         "presence",
         "store",

@@ -296,8 +296,11 @@ pub struct RunningNode {
     pub metrics_addr: Option<SocketAddr>,
     /// Where the MQTT device listener is bound, if any (`mqtt_listen`).
     pub mqtt_addr: Option<SocketAddr>,
-    /// The MQTT listener, bound and not yet accepting (until [`Self::launch`] opens the edge).
-    mqtt: Option<(TcpListener, Arc<skua_mqtt::MqttMetrics>)>,
+    /// Where the MQTT-over-TLS device listener is bound, if any (`mqtt_tls_listen`).
+    pub mqtt_tls_addr: Option<SocketAddr>,
+    /// The MQTT door (when `mqtt_listen` or `mqtt_tls_listen` is set) and its listeners, bound
+    /// and not yet accepting (until [`Self::launch`] opens the edge).
+    mqtt: Option<MqttListeners>,
     /// The edge's shared state.
     pub state: Arc<EdgeState>,
     /// Where the control-plane gRPC listener is bound, if any.
@@ -315,6 +318,20 @@ pub struct RunningNode {
     control_stop: CancellationToken,
     control_tasks: TaskTracker,
     server_metrics: Arc<ServerMetrics>,
+}
+
+/// The MQTT door of a node and its listeners, before they accept.
+struct MqttListeners {
+    door: Arc<skua_mqtt::MqttDoor>,
+    plain: Option<TcpListener>,
+    tls: Option<(TcpListener, tokio_rustls::TlsAcceptor)>,
+}
+
+/// Binds `at`, not accepting yet.
+fn bind(at: SocketAddr) -> std::io::Result<TcpListener> {
+    let l = std::net::TcpListener::bind(at)?;
+    l.set_nonblocking(true)?;
+    TcpListener::from_std(l)
 }
 
 /// The webhook engine's counters on `/metrics`.
@@ -370,18 +387,24 @@ impl RunningNode {
                 (Some(l), Some(bound))
             }
         };
-        let (mqtt, mqtt_addr) = match config.mqtt_listen {
-            None => (None, None),
-            Some(at) => {
-                let l = std::net::TcpListener::bind(at)?;
-                l.set_nonblocking(true)?;
-                let l = TcpListener::from_std(l)?;
-                let bound = l.local_addr()?;
-                let mqtt_metrics = Arc::new(skua_mqtt::MqttMetrics::default());
-                backends.metrics_sources.push(mqtt_metrics.clone());
-                (Some((l, mqtt_metrics)), Some(bound))
+        let plain = config.mqtt_listen.map(bind).transpose()?;
+        let mqtt_tls = match (config.mqtt_tls_listen, &tls.mqtt) {
+            (None, _) => None,
+            (Some(at), Some(t)) => Some((bind(at)?, t.acceptor.clone())),
+            (Some(_), None) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "mqtt_tls_listen needs the client listener's certificate (tls_cert and tls_key, or --tls-self-signed)",
+                ));
             }
         };
+        let mqtt_addr = plain.as_ref().map(TcpListener::local_addr).transpose()?;
+        let mqtt_tls_addr = mqtt_tls.as_ref().map(|(l, _)| l.local_addr()).transpose()?;
+        let mqtt = (plain.is_some() || mqtt_tls.is_some()).then(|| {
+            let mqtt_metrics = Arc::new(skua_mqtt::MqttMetrics::default());
+            backends.metrics_sources.push(mqtt_metrics.clone());
+            MqttListeners { door: skua_mqtt::MqttDoor::new(mqtt_metrics, config.mqtt), plain, tls: mqtt_tls }
+        });
         let listeners = Listeners { client: listener, tls: tls.client.as_ref().map(|t| t.acceptor.clone()), metrics };
         let edge = EdgeNode::start(config.edge.clone(), config.node_id.clone(), registry, backends, listeners);
         let state = edge.state().clone();
@@ -394,6 +417,7 @@ impl RunningNode {
             addr,
             metrics_addr,
             mqtt_addr,
+            mqtt_tls_addr,
             mqtt,
             state,
             grpc_addr: None,
@@ -533,12 +557,23 @@ impl RunningNode {
         node.dashboard = routes.admin.is_some();
         // Only now, with every route in place: until then connections wait in the backlog
         // rather than meet a `/v1` or `/admin` that answers 404 (issue 31).
+        if let Some(mqtt) = node.mqtt.as_ref() {
+            // MQTT over WebSocket at `/mqtt` comes with the door (docs/mqtt.md), like `/v1` and
+            // `/admin` in place before the edge opens.
+            routes.mqtt_ws = Some(mqtt.door.clone());
+        }
         node.edge.open(routes);
-        if let Some((l, mqtt_metrics)) = node.mqtt.take() {
-            // On the connections' tracker: it stops accepting when the drain begins.
-            let st = node.state.clone();
-            node.state.tracker.spawn(skua_mqtt::serve(l, st, mqtt_metrics, config.mqtt));
-            tracing::info!(addr = ?node.mqtt_addr, "MQTT device listener open.");
+        if let Some(mqtt) = node.mqtt.take() {
+            // On the connections' tracker: they stop accepting when the drain begins.
+            let st = &node.state;
+            if let Some(l) = mqtt.plain {
+                st.tracker.spawn(mqtt.door.clone().serve(l, None, st.clone()));
+                tracing::info!(addr = ?node.mqtt_addr, "MQTT device listener open.");
+            }
+            if let Some((l, acceptor)) = mqtt.tls {
+                st.tracker.spawn(mqtt.door.clone().serve(l, Some(acceptor), st.clone()));
+                tracing::info!(addr = ?node.mqtt_tls_addr, "MQTT over TLS device listener open.");
+            }
         }
         tracing::info!(addr = %node.addr, node = %config.node_id, tls = node.tls.client.is_some(), "Skua node listening.");
         Ok(node)

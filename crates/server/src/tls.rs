@@ -292,6 +292,10 @@ pub struct NodeTls {
     pub client: Option<ListenerTls>,
     /// The control plane's.
     pub grpc: Option<ListenerTls>,
+    /// The MQTT-over-TLS device listener's (`mqtt_tls_listen`): the client listener's
+    /// certificate and reloader, without ALPN (MQTT clients rarely offer one, and a client
+    /// offering `mqtt` or a vendor's name must not fail the handshake).
+    pub mqtt: Option<ListenerTls>,
     /// How often the reloaders check their files.
     pub reload_interval: Duration,
 }
@@ -308,7 +312,12 @@ impl NodeTls {
             (Some(g), _) => Some(CertReloader::load(g.clone())?),
             (None, _) => None,
         };
+        let mqtt = client
+            .clone()
+            .map(|c| Ok::<_, TlsError>(ListenerTls { acceptor: acceptor(c.clone(), &[])?, certs: c }))
+            .transpose()?;
         Ok(Self {
+            mqtt,
             client: client
                 .map(|c| Ok::<_, TlsError>(ListenerTls { acceptor: acceptor(c.clone(), ALPN_CLIENT)?, certs: c }))
                 .transpose()?,

@@ -40,6 +40,7 @@ pub(crate) const SQLITE: &[Embedded] = embedded!("sqlite":
     "20261207200000_restore_prune_state.sql",
     "20261207200001_restore_records_released_seq.sql",
     "20261207300000_restore_ended.sql",
+    "20261207401337_connection_protocol.sql",
 );
 
 /// `migrations/postgres/`, oldest first. Append only (migrations/README.md).
@@ -55,6 +56,7 @@ pub(crate) const POSTGRES: &[Embedded] = embedded!("postgres":
     "20261207200000_restore_prune_state.sql",
     "20261207200001_restore_records_released_seq.sql",
     "20261207300000_restore_ended.sql",
+    "20261207401337_connection_protocol.sql",
 );
 
 /// A migrator over `files`. It ignores applied migrations it does not know (`ignore_missing`):

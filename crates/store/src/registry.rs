@@ -37,13 +37,14 @@ pub(crate) const NODE_SEEN: &str = "INSERT INTO registry_nodes (node, seen_at_ms
                                     ON CONFLICT (node) DO UPDATE SET seen_at_ms = excluded.seen_at_ms";
 pub(crate) const CONNS_CLEAR: &str = "DELETE FROM registry_connections WHERE node = $1";
 pub(crate) const CONN_PUT: &str = "INSERT INTO registry_connections \
-                                   (node, conn, project, actor, client_id, connected_at_ms, subscriptions) \
-                                   VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (node, conn) DO UPDATE SET \
+                                   (node, conn, project, actor, client_id, connected_at_ms, subscriptions, protocol) \
+                                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (node, conn) DO UPDATE SET \
                                    project = excluded.project, actor = excluded.actor, client_id = excluded.client_id, \
-                                   connected_at_ms = excluded.connected_at_ms, subscriptions = excluded.subscriptions";
+                                   connected_at_ms = excluded.connected_at_ms, subscriptions = excluded.subscriptions, \
+                                   protocol = excluded.protocol";
 pub(crate) const CONN_DELETE: &str = "DELETE FROM registry_connections WHERE node = $1 AND conn = $2";
 pub(crate) const CONNS_LIST: &str = "SELECT c.node, c.conn, c.project, c.actor, c.client_id, c.connected_at_ms, \
-                                     c.subscriptions FROM registry_connections c \
+                                     c.subscriptions, c.protocol FROM registry_connections c \
                                      JOIN registry_nodes n ON n.node = c.node \
                                      WHERE c.project = $1 AND ($2 = '' OR c.actor = $2) AND n.seen_at_ms >= $3 \
                                      ORDER BY c.connected_at_ms, c.node, c.conn LIMIT $4";
@@ -56,7 +57,7 @@ pub(crate) const DEAD_NODES_DELETE: &str = "DELETE FROM registry_nodes WHERE see
 /// writes its connections in full (at start).
 pub const DEAD_NODE_MS: u64 = 3_600_000;
 
-type ConnRow = (String, String, String, String, String, i64, i64);
+type ConnRow = (String, String, String, String, String, i64, i64, String);
 
 /// Stored counters and versions are `BIGINT`: non-negative by construction.
 pub(crate) fn from_sql(v: i64) -> u64 {
@@ -223,6 +224,7 @@ macro_rules! registry_store_impl {
                         .bind(&c.client_id)
                         .bind(to_sql(c.connected_at_ms))
                         .bind(i64::from(c.subscriptions))
+                        .bind(&c.protocol)
                         .execute(&mut *tx)
                         .await
                         .map_err($crate::error::sql($backend, "write a connection"))?;
@@ -256,7 +258,7 @@ macro_rules! registry_store_impl {
                     .map_err($crate::error::sql($backend, "list connections"))?;
                 Ok(rows
                     .into_iter()
-                    .map(|(node, conn, project, actor, client_id, at, subs)| {
+                    .map(|(node, conn, project, actor, client_id, at, subs, protocol)| {
                         skua_core::registry_store::ConnectionRecord {
                             node,
                             conn,
@@ -265,6 +267,7 @@ macro_rules! registry_store_impl {
                             client_id,
                             connected_at_ms: $crate::registry::from_sql(at),
                             subscriptions: u32::try_from(subs).unwrap_or(0),
+                            protocol,
                         }
                     })
                     .collect())

@@ -107,6 +107,7 @@ impl TestServerBuilder {
             addr: node.addr,
             metrics_addr: node.metrics_addr,
             mqtt_addr: node.mqtt_addr,
+            mqtt_tls_addr: node.mqtt_tls_addr,
             grpc_addr: node.grpc_addr,
             state: node.state.clone(),
             registry: node.state.registry.clone(),
@@ -123,6 +124,8 @@ pub struct TestServer {
     pub metrics_addr: Option<SocketAddr>,
     /// The MQTT device listener's address (`mqtt_listen`), if any.
     pub mqtt_addr: Option<SocketAddr>,
+    /// The MQTT-over-TLS device listener's address (`mqtt_tls_listen`), if any.
+    pub mqtt_tls_addr: Option<SocketAddr>,
     /// The control plane's gRPC address, when started with [`TestServerBuilder::grpc`].
     pub grpc_addr: Option<SocketAddr>,
     /// The node's shared state (counters, config).

@@ -44,6 +44,7 @@ pub(crate) fn page(title: &str, current: &str, csrf: &str, notice: Option<Notice
         ("/admin/apps", "Apps"),
         ("/admin/rooms", "Rooms"),
         ("/admin/actors", "Actors"),
+        ("/admin/connections", "Connections"),
         ("/admin/grants", "Grants"),
         ("/admin/lobbies", "Lobbies"),
         ("/admin/scopes", "Scopes"),

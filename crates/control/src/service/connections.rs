@@ -10,6 +10,7 @@ use super::{ControlService, unavailable};
 use crate::pb;
 use crate::sync::now_ms;
 
+/// `ListConnections`: the project's connections (of an actor, when named), oldest first.
 pub(crate) async fn list(
     svc: &ControlService,
     r: pb::ListConnectionsRequest,
@@ -37,6 +38,7 @@ pub(crate) async fn list(
             client_id: c.client_id.unwrap_or_default(),
             connected_at_ms: c.connected_at_ms,
             subscriptions: c.subscriptions,
+            protocol: c.protocol.to_owned(),
         })
         .collect();
     if svc.sync.shares_connections() {
@@ -54,6 +56,7 @@ pub(crate) async fn list(
             client_id: c.client_id,
             connected_at_ms: c.connected_at_ms,
             subscriptions: c.subscriptions,
+            protocol: c.protocol,
         }));
     }
     connections.sort_by(|a, b| {

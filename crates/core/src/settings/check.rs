@@ -75,6 +75,17 @@ pub fn between<T: Copy + PartialOrd + std::fmt::Display>(k: Key<'_, T>, min: T, 
     if v < min || v > max { Err(invalid(k.0, format!("{v}: must be between {min} and {max}"))) } else { Ok(v) }
 }
 
+/// A socket address (`0.0.0.0:8883`); empty (or unset) is `None`: off.
+///
+/// # Errors
+/// When it does not parse.
+pub fn optional_address((key, v): Key<'_, String>) -> Result<Option<std::net::SocketAddr>, SettingError> {
+    match v.map(String::as_str) {
+        None | Some("") => Ok(None),
+        Some(a) => a.parse().map(Some).map_err(|e| invalid(key, format!("{a:?}: {e}"))),
+    }
+}
+
 /// Each entry of a list, parsed with `parse`.
 ///
 /// # Errors
@@ -94,6 +105,10 @@ mod tests {
         assert_eq!(positive(("b", Some(&0u32))), Err(invalid("b", "must be at least 1")));
         assert_eq!(between(("c", Some(&9u16)), 1, 8), Err(invalid("c", "9: must be between 1 and 8")));
         assert_eq!(required::<u32>(("d", None)), Err(invalid("d", "missing")));
+        let (empty, addr, bad) = (String::new(), String::from("127.0.0.1:8883"), String::from("8883"));
+        assert_eq!(optional_address(("g", Some(&empty))), Ok(None));
+        assert_eq!(optional_address(("g", Some(&addr))), Ok(Some(([127, 0, 0, 1], 8883).into())));
+        assert_eq!(optional_address(("g", Some(&bad))).unwrap_err().key, "g");
         let long = String::from("2s");
         assert_eq!(at_most(("e", Some(&long)), Duration::from_secs(1)), Err(invalid("e", "must be at most 1000ms")));
         assert_eq!(

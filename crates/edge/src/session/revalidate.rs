@@ -29,6 +29,7 @@ impl Session {
             project: actor.project.clone(),
             actor: actor.id.clone(),
             client_id: client_id.map(|c| c.as_str().to_owned()),
+            protocol: self.protocol,
             token_digest,
             connected_at_ms: 0,
             handle: self.conn.clone(),

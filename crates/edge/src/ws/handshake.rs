@@ -48,6 +48,11 @@ pub(super) fn check<B>(req: &mut Request<B>) -> Result<Handshake, Rejection> {
 impl Handshake {
     /// The 101 that completes the handshake (no subprotocol, no extension).
     pub(super) fn accept(&self) -> Response<Body> {
+        self.accept_with(None)
+    }
+
+    /// The 101 that completes the handshake, naming `protocol` (which the client offered).
+    pub(super) fn accept_with(&self, protocol: Option<&'static str>) -> Response<Body> {
         let accept = tungstenite::handshake::derive_accept_key(self.key.as_bytes());
         let mut r = Response::new(Body::empty());
         *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
@@ -58,8 +63,22 @@ impl Handshake {
         if let Ok(v) = HeaderValue::from_str(&accept) {
             h.insert(header::SEC_WEBSOCKET_ACCEPT, v);
         }
+        if let Some(p) = protocol {
+            h.insert(header::SEC_WEBSOCKET_PROTOCOL, HeaderValue::from_static(p));
+        }
         r
     }
+}
+
+/// Whether the request offers `protocol` in `Sec-WebSocket-Protocol` (comma-separated
+/// tokens, in one or more headers; compared exactly, as RFC 6455 4.2.2 tokens are).
+pub(super) fn offers_protocol(headers: &HeaderMap, protocol: &str) -> bool {
+    headers
+        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|p| p.trim() == protocol)
 }
 
 fn reject(status: StatusCode, text: &'static str) -> Rejection {
@@ -110,6 +129,19 @@ mod tests {
         assert_eq!(r.headers()[header::SEC_WEBSOCKET_ACCEPT], "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=");
         assert_eq!(r.headers()[header::UPGRADE], "websocket");
         assert_eq!(r.headers()[header::CONNECTION], "upgrade");
+    }
+
+    #[test]
+    fn a_subprotocol_is_found_among_the_offered_ones_and_named_in_the_101() {
+        let mut headers = HeaderMap::new();
+        headers.append(header::SEC_WEBSOCKET_PROTOCOL, HeaderValue::from_static("mqttv3.1, mqtt"));
+        assert!(offers_protocol(&headers, "mqtt"));
+        assert!(!offers_protocol(&headers, "mqt"));
+        assert!(!offers_protocol(&HeaderMap::new(), "mqtt"));
+        let mut req = request(Method::GET, &VALID, true);
+        let hs = check(&mut req).unwrap_or_else(|r| panic!("refused: {r:?}"));
+        assert_eq!(hs.accept_with(Some("mqtt")).headers()[header::SEC_WEBSOCKET_PROTOCOL], "mqtt");
+        assert!(hs.accept().headers().get(header::SEC_WEBSOCKET_PROTOCOL).is_none());
     }
 
     #[test]

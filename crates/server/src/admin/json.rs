@@ -99,7 +99,7 @@ fn lobby(l: &pb::Lobby) -> Value {
 fn connection(c: &pb::Connection) -> Value {
     json!({
         "node_id": c.node_id, "connection_id": c.connection_id, "actor_id": c.actor_id, "client_id": c.client_id,
-        "connected_at_ms": c.connected_at_ms, "subscriptions": c.subscriptions,
+        "connected_at_ms": c.connected_at_ms, "subscriptions": c.subscriptions, "protocol": c.protocol,
     })
 }
 
@@ -430,13 +430,21 @@ impl Out {
 
     pub(super) fn connections(&self, cs: &[pb::Connection]) -> String {
         self.emit(Value::Array(cs.iter().map(connection).collect()), || {
-            let mut rows = vec![vec!["NODE".into(), "CONN".into(), "ACTOR".into(), "CLIENT".into(), "SUBS".into()]];
+            let mut rows = vec![vec![
+                "NODE".into(),
+                "CONN".into(),
+                "ACTOR".into(),
+                "CLIENT".into(),
+                "PROTOCOL".into(),
+                "SUBS".into(),
+            ]];
             rows.extend(cs.iter().map(|c| {
                 vec![
                     c.node_id.clone(),
                     c.connection_id.clone(),
                     c.actor_id.clone(),
                     or_dash(&c.client_id).into(),
+                    or_dash(&c.protocol).into(),
                     c.subscriptions.to_string(),
                 ]
             }));

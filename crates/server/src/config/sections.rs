@@ -388,21 +388,24 @@ impl Webhooks {
     }
 }
 
-/// The MQTT device door's protocol bounds (`mqtt_*`; its listener, `mqtt_listen`, is the
-/// front door's).
+/// The MQTT device door's protocol bounds (`mqtt_*`) and its TLS listener (its plain
+/// listener, `mqtt_listen`, is the front door's).
 #[derive(Debug, Clone)]
 pub struct MqttDoor {
+    /// The MQTT-over-TLS listener, if any (`mqtt_tls_listen`).
+    pub tls_listen: Option<SocketAddr>,
     /// The bounds the door's codec and connections enforce.
     pub limits: skua_mqtt::MqttLimits,
 }
 
 impl MqttDoor {
-    /// This section of `s`, checked ([`skua_mqtt::MqttSettings::limits`]).
+    /// This section of `s`, checked ([`skua_mqtt::MqttSettings::limits`],
+    /// [`skua_mqtt::MqttSettings::tls_listen`]).
     ///
     /// # Errors
     /// [`ConfigError::Invalid`] naming the first bad key.
     pub fn resolve(s: &Settings) -> Result<Self, ConfigError> {
-        Ok(Self { limits: s.mqtt.limits()? })
+        Ok(Self { tls_listen: s.mqtt.tls_listen()?, limits: s.mqtt.limits()? })
     }
 }
 

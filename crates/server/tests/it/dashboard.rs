@@ -102,7 +102,8 @@ impl Browser {
     }
 }
 
-const PAGES: [&str; 24] = [
+const PAGES: [&str; 25] = [
+    "/admin/connections?project=demo-project",
     "/admin/projects/edit?project=demo-project",
     "/admin/actors/edit?project=demo-project&actor=alice",
     "/admin/scopes/edit?project=demo-project&scope=acme",
@@ -489,6 +490,36 @@ async fn the_presence_view_lists_who_is_in_a_room() {
     let page = b.get("/admin/presence?project=demo-project&app=demo&room=nope").await;
     assert_eq!(page.status, 404, "{page:?}");
     assert!(page.body.contains("role=\"alert\""), "{}", page.body);
+}
+
+/// Issue 37: devices are listed with the SDK clients, each with its protocol.
+#[tokio::test]
+async fn the_connections_page_lists_devices_with_their_protocol() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = TestServer::builder().settings(|s| s.node.mqtt_listen = Some("127.0.0.1:0".into())).spawn().await;
+    let b = Browser::sign_in(s.addr).await;
+    let page = b.get("/admin/connections?project=demo-project").await;
+    assert_eq!(page.status, 200, "{page:?}");
+    assert!(page.body.contains("No open connections."), "{}", page.body);
+    let _alice = s.auth("dev-token-alice").await;
+    // A 3.1.1 CONNECT of carol (client id "dev-1"), then its CONNACK.
+    let mut connect = vec![0, 4, b'M', b'Q', b'T', b'T', 4, 0xC2, 0, 30, 0, 5];
+    connect.extend_from_slice(b"dev-1");
+    connect.extend_from_slice(&[0, 6]);
+    connect.extend_from_slice(b"device");
+    connect.extend_from_slice(&[0, 15]);
+    connect.extend_from_slice(b"dev-token-carol");
+    let mut packet = vec![0x10, u8::try_from(connect.len()).unwrap()];
+    packet.extend(connect);
+    let mut carol = tokio::net::TcpStream::connect(s.mqtt_addr.unwrap()).await.unwrap();
+    carol.write_all(&packet).await.unwrap();
+    let mut ack = [0u8; 4];
+    carol.read_exact(&mut ack).await.unwrap();
+    assert_eq!(ack, [0x20, 2, 0, 0], "CONNACK accepted");
+    let page = b.get("/admin/connections?project=demo-project").await;
+    assert!(page.body.contains("Open connections of demo-project: 2"), "{}", page.body);
+    assert!(page.body.contains("<td>carol</td><td>mqtt</td>"), "{}", page.body);
+    assert!(page.body.contains("<td>alice</td><td>ws</td>"), "{}", page.body);
 }
 
 #[tokio::test]

@@ -1,12 +1,17 @@
-//! The MQTT device door (issue 37) in process: a device on raw TCP and a WebSocket client in
-//! the same room. The full matrix (paho-mqtt, both levels, QoS, wills...) is interop/test_mqtt.py.
+//! The MQTT device door (issue 37) in process: a device on raw TCP, over TLS and over
+//! WebSocket, and a WebSocket client in the same room. The full matrix (paho-mqtt, both levels,
+//! QoS, wills...) is interop/test_mqtt.py.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::{SinkExt, StreamExt};
 use rmpv::Value;
 use skua_testkit::{TestServer, frame};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 const TOPIC: &str = "demo/general/messages";
 
@@ -24,19 +29,23 @@ fn packet(first: u8, body: &[u8]) -> Vec<u8> {
 }
 
 fn connect(level: u8, token: &str) -> Vec<u8> {
+    connect_as(level, token, "dev-1")
+}
+
+fn connect_as(level: u8, token: &str, client_id: &str) -> Vec<u8> {
     let mut body = string(b"MQTT");
     body.extend_from_slice(&[level, 0xC2, 0, 30]);
     if level == 5 {
         body.push(0);
     }
-    body.extend(string(b"dev-1"));
+    body.extend(string(client_id.as_bytes()));
     body.extend(string(b"device"));
     body.extend(string(token.as_bytes()));
     packet(0x10, &body)
 }
 
 /// Reads one packet (remaining length below 128, enough here).
-async fn read_packet(s: &mut TcpStream) -> Vec<u8> {
+async fn read_packet<S: AsyncRead + Unpin>(s: &mut S) -> Vec<u8> {
     let mut head = [0u8; 2];
     tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut head))
         .await
@@ -158,6 +167,318 @@ async fn a_lowered_receive_maximum_is_told_and_enforced() {
         carol.write_all(&packet(0x34, &publish)).await.unwrap();
     }
     assert_eq!(disconnected(&mut carol).await, [0xE0, 1, 0x82], "DISCONNECT protocol error");
+}
+
+fn subscribe_packet(pkid: u8, topic: &str) -> Vec<u8> {
+    let mut sub = vec![0, pkid];
+    sub.extend(string(topic.as_bytes()));
+    sub.push(1);
+    packet(0x82, &sub)
+}
+
+/// A QoS 0 publish of `payload` (3.1.1 layout: no properties).
+fn publish_packet(topic: &str, payload: &[u8]) -> Vec<u8> {
+    let mut body = string(topic.as_bytes());
+    body.extend_from_slice(payload);
+    packet(0x30, &body)
+}
+
+/// A node with the MQTT listener and the MQTT-over-TLS one, with a fresh self-signed
+/// certificate (for `localhost`); the certificate file is returned for clients to trust.
+async fn tls_server() -> (TestServer, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("skua-it-mqtts-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (files, _) = skua_server::tls::self_signed(&dir).unwrap();
+    let server = TestServer::builder()
+        .settings(|s| {
+            s.node.mqtt_listen = Some("127.0.0.1:0".into());
+            s.mqtt.mqtt_tls_listen = Some("127.0.0.1:0".into());
+            s.node.tls_cert = Some(files.cert.display().to_string());
+            s.node.tls_key = Some(files.key.display().to_string());
+        })
+        .spawn()
+        .await;
+    (server, files.cert)
+}
+
+/// A device over TLS (mqtts) trusting `ca`, its `CONNECT` accepted.
+async fn tls_device(
+    server: &TestServer,
+    ca: &std::path::Path,
+    token: &str,
+) -> tokio_rustls::client::TlsStream<TcpStream> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in skua_server::tls::read_certs(ca).unwrap() {
+        roots.add(c).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let tcp = TcpStream::connect(server.mqtt_tls_addr.expect("mqtts listener")).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let mut s = tokio_rustls::TlsConnector::from(Arc::new(config)).connect(name, tcp).await.expect("TLS handshake");
+    s.write_all(&connect_as(4, token, "secure-1")).await.unwrap();
+    let ack = read_packet(&mut s).await;
+    assert_eq!((ack[0], ack[3]), (0x20, 0), "CONNACK accepted over TLS: {ack:x?}");
+    s
+}
+
+/// mqtts: a device over TLS and one on the plain listener exchange messages (one door, two
+/// transports); a plaintext CONNECT on the TLS port gets nothing back.
+#[tokio::test]
+async fn a_device_over_tls_and_a_plain_device_exchange_messages() {
+    let (server, ca) = tls_server().await;
+    let mut secure = tls_device(&server, &ca, "dev-token-carol").await;
+    secure.write_all(&subscribe_packet(1, TOPIC)).await.unwrap();
+    assert_eq!(read_packet(&mut secure).await, [0x90, 3, 0, 1, 1], "SUBACK over TLS");
+    let mut plain = device(&server, 4, "dev-token-alice").await;
+    plain.write_all(&publish_packet(TOPIC, b"over tls")).await.unwrap();
+    let p = read_packet(&mut secure).await;
+    assert_eq!(p[0] & 0xF0, 0x30, "a PUBLISH over TLS: {p:x?}");
+    assert!(p.ends_with(b"over tls"), "{p:x?}");
+
+    let mut raw = TcpStream::connect(server.mqtt_tls_addr.unwrap()).await.unwrap();
+    raw.write_all(&connect(4, "dev-token-carol")).await.unwrap();
+    let mut rest = Vec::new();
+    let n = tokio::time::timeout(Duration::from_secs(5), raw.read_to_end(&mut rest)).await.expect("closed");
+    assert!(n.is_err() || rest.first() != Some(&0x20), "no CONNACK in plaintext: {rest:x?}");
+}
+
+/// `mqtt_tls_listen` without the client listener's certificate does not start.
+#[tokio::test]
+async fn mqtts_without_a_certificate_does_not_start() {
+    let mut settings = skua_server::Settings::default();
+    settings.node.listen = Some("127.0.0.1:0".into());
+    settings.node.store = Some("memory".into());
+    settings.mqtt.mqtt_tls_listen = Some("127.0.0.1:0".into());
+    let config = skua_server::ServerConfig::from_layers(&[&settings]).unwrap();
+    let embedded = skua_server::node::Embedded::default();
+    let listener = tokio::net::TcpListener::bind(config.listen).await.unwrap();
+    let backends = skua_server::node::backends(&config, &embedded).await.unwrap();
+    let registry = skua_server::node::registry_store(&config, &embedded).await.unwrap();
+    let e =
+        skua_server::RunningNode::launch(&config, backends, registry, None, listener, None).await.expect_err("refused");
+    assert!(format!("{e:#}").contains("mqtt_tls_listen"), "{e:#}");
+}
+
+type Ws = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<TcpStream>>;
+
+/// A device speaking MQTT over WebSocket at `/mqtt` (browser clients: mqtt.js, paho's
+/// websockets transport), reading packets across binary messages.
+struct WsDevice {
+    ws: Ws,
+    buf: Vec<u8>,
+}
+
+impl WsDevice {
+    async fn open(server: &TestServer, protocol: Option<&str>) -> Result<Self, tokio_tungstenite::tungstenite::Error> {
+        let mut req = format!("ws://{}/mqtt", server.addr).into_client_request().unwrap();
+        if let Some(p) = protocol {
+            req.headers_mut().insert("sec-websocket-protocol", p.parse().unwrap());
+        }
+        let (ws, resp) = tokio_tungstenite::connect_async(req).await?;
+        if protocol.is_some() {
+            assert_eq!(resp.headers()["sec-websocket-protocol"], "mqtt", "the 101 names the subprotocol");
+        }
+        Ok(Self { ws, buf: Vec::new() })
+    }
+
+    async fn send(&mut self, bytes: &[u8]) {
+        self.ws.send(Message::Binary(bytes.to_vec().into())).await.unwrap();
+    }
+
+    async fn read_packet(&mut self) -> Vec<u8> {
+        loop {
+            if self.buf.len() >= 2 && self.buf.len() >= 2 + usize::from(self.buf[1]) {
+                assert!(self.buf[1] < 128, "a short packet");
+                let n = 2 + usize::from(self.buf[1]);
+                return self.buf.drain(..n).collect();
+            }
+            let m = tokio::time::timeout(Duration::from_secs(5), self.ws.next())
+                .await
+                .expect("a message in time")
+                .expect("open")
+                .expect("read");
+            match m {
+                Message::Binary(b) => self.buf.extend_from_slice(&b),
+                Message::Ping(_) | Message::Pong(_) => {}
+                other => panic!("binary messages only: {other:?}"),
+            }
+        }
+    }
+}
+
+async fn mqtt_ws_server() -> TestServer {
+    TestServer::builder().settings(|s| s.node.mqtt_listen = Some("127.0.0.1:0".into())).spawn().await
+}
+
+/// MQTT over WebSocket: packets split across binary messages and several in one, both
+/// directions with a NoLag client; the connection lists (the node's table, gRPC
+/// `ListConnections`) say how each connection came: `ws`, `mqtt`, `mqtt-ws`.
+#[tokio::test]
+async fn a_device_over_websocket_exchanges_messages_with_a_nolag_client() {
+    let server =
+        TestServer::builder().grpc().settings(|s| s.node.mqtt_listen = Some("127.0.0.1:0".into())).spawn().await;
+    let mut alice = server.auth("dev-token-alice").await;
+    alice.subscribe(TOPIC).await;
+    let mut carol = WsDevice::open(&server, Some("mqtt")).await.expect("upgrade");
+    // CONNECT in two messages, then SUBSCRIBE and a PUBLISH in one: no alignment (MQTT §6).
+    let connect = connect(4, "dev-token-carol");
+    carol.send(&connect[..5]).await;
+    carol.send(&connect[5..]).await;
+    let ack = carol.read_packet().await;
+    assert_eq!((ack[0], ack[3]), (0x20, 0), "CONNACK accepted: {ack:x?}");
+    let mut two = subscribe_packet(1, TOPIC);
+    two.extend(publish_packet(TOPIC, &[0x81, 0xa1, b'n', 0x07]));
+    carol.send(&two).await;
+    assert_eq!(carol.read_packet().await, [0x90, 3, 0, 1, 1], "SUBACK");
+    let m = alice.expect("message").await;
+    assert_eq!((m.str("from"), m.get("data")["n"].as_i64()), ("carol", Some(7)));
+
+    alice.send(frame! {"type" => "publish", "topic" => TOPIC, "data" => Value::from("hi")}).await;
+    let p = carol.read_packet().await;
+    assert_eq!(p[0], 0x32, "PUBLISH QoS 1: {p:x?}");
+    assert!(p.ends_with(&[0xa2, b'h', b'i']), "the packed string: {p:x?}");
+
+    let mut tcp = TcpStream::connect(server.mqtt_addr.unwrap()).await.unwrap();
+    tcp.write_all(&connect_as(4, "dev-token-bob", "tcp-1")).await.unwrap();
+    assert_eq!(read_packet(&mut tcp).await[..4], [0x20, 2, 0, 0], "CONNACK");
+    let mut protocols: Vec<&str> = server.state.connections.all().iter().map(|(_, e)| e.protocol.as_str()).collect();
+    protocols.sort_unstable();
+    assert_eq!(protocols, ["mqtt", "mqtt-ws", "ws"], "the node's table says how each came");
+    let mut control = server.control().await;
+    let listed = control
+        .list_connections(skua_control::pb::ListConnectionsRequest::default())
+        .await
+        .expect("ListConnections")
+        .into_inner()
+        .connections;
+    let mut by_actor: Vec<(String, String)> = listed.into_iter().map(|c| (c.actor_id, c.protocol)).collect();
+    by_actor.sort();
+    let expected = [("alice", "ws"), ("bob", "mqtt"), ("carol", "mqtt-ws")].map(|(a, p)| (a.to_owned(), p.to_owned()));
+    assert_eq!(by_actor, expected, "ListConnections says how each came");
+
+    // PINGREQ → PINGRESP, then DISCONNECT: the WebSocket closes.
+    carol.send(&[0xC0, 0]).await;
+    assert_eq!(carol.read_packet().await, [0xD0, 0]);
+    carol.send(&[0xE0, 0]).await;
+    let end = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match carol.ws.next().await {
+                None | Some(Err(_) | Ok(Message::Close(_))) => return,
+                Some(Ok(_)) => {}
+            }
+        }
+    })
+    .await;
+    assert!(end.is_ok(), "closed after DISCONNECT");
+}
+
+/// `/mqtt` needs the `mqtt` subprotocol (MQTT-6.0.0-3), and exists only with the MQTT door.
+#[tokio::test]
+async fn the_mqtt_websocket_route_needs_the_subprotocol_and_the_door() {
+    let server = mqtt_ws_server().await;
+    let status = |e: tokio_tungstenite::tungstenite::Error| match e {
+        tokio_tungstenite::tungstenite::Error::Http(r) => r.status().as_u16(),
+        other => panic!("an HTTP refusal: {other:?}"),
+    };
+    let refused = WsDevice::open(&server, None).await.err().expect("refused without the subprotocol");
+    assert_eq!(status(refused), 400);
+    let refused = WsDevice::open(&server, Some("mqttv3.1")).await.err().expect("refused: MQTT 3.1");
+    assert_eq!(status(refused), 400);
+    let without = TestServer::builder().spawn().await;
+    let refused = WsDevice::open(&without, Some("mqtt")).await.err().expect("no door, no route");
+    assert_eq!(status(refused), 404);
+}
+
+/// A text message is not MQTT (MQTT-6.0.0-1): the connection closes.
+#[tokio::test]
+async fn a_text_message_closes_an_mqtt_websocket() {
+    let server = mqtt_ws_server().await;
+    let mut carol = WsDevice::open(&server, Some("mqtt")).await.expect("upgrade");
+    carol.send(&connect(4, "dev-token-carol")).await;
+    assert_eq!(carol.read_packet().await[0], 0x20);
+    carol.ws.send(Message::Text("hello".into())).await.unwrap();
+    let end = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match carol.ws.next().await {
+                None | Some(Err(_) | Ok(Message::Close(_))) => return,
+                Some(Ok(_)) => {}
+            }
+        }
+    })
+    .await;
+    assert!(end.is_ok(), "closed after a text message");
+}
+
+/// `max_connections_per_ip` counts every door together: with 2, a WebSocket and one device
+/// leave no room for a second device (closed at accept) nor a second WebSocket (429).
+#[tokio::test]
+async fn per_address_limits_are_shared_by_websockets_and_devices() {
+    let server = TestServer::builder()
+        .settings(|s| {
+            s.node.mqtt_listen = Some("127.0.0.1:0".into());
+            s.edge.max_connections_per_ip = Some(2);
+        })
+        .spawn()
+        .await;
+    let _alice = server.auth("dev-token-alice").await;
+    let _carol = device(&server, 4, "dev-token-carol").await;
+    let mut third = TcpStream::connect(server.mqtt_addr.unwrap()).await.unwrap();
+    let _ = third.write_all(&connect(4, "dev-token-bob")).await;
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), third.read_to_end(&mut rest)).await.expect("closed");
+    assert!(read.is_err() || rest.is_empty(), "closed at accept, no CONNACK: {rest:x?}");
+    let ws = tokio_tungstenite::connect_async(format!("ws://{}/ws", server.addr)).await;
+    match ws {
+        Err(tokio_tungstenite::tungstenite::Error::Http(r)) => assert_eq!(r.status().as_u16(), 429),
+        other => panic!("a 429: {:?}", other.map(|_| ())),
+    }
+}
+
+/// A 5.0 `CONNECT` of `token` with `properties` as user properties.
+fn connect_with_properties(token: &str, properties: &[(&str, &str)]) -> Vec<u8> {
+    let mut props = Vec::new();
+    for (k, v) in properties {
+        props.push(0x26);
+        props.extend(string(k.as_bytes()));
+        props.extend(string(v.as_bytes()));
+    }
+    let mut body = string(b"MQTT");
+    body.extend_from_slice(&[5, 0xC2, 0, 30]);
+    body.push(u8::try_from(props.len()).unwrap());
+    body.extend(props);
+    body.extend(string(b"sensor-1"));
+    body.extend(string(b"device"));
+    body.extend(string(token.as_bytes()));
+    packet(0x10, &body)
+}
+
+/// Presence (docs/mqtt.md): a `presence` user property in a 5.0 `CONNECT` announces the device
+/// in that room, its other user properties as the presence data (it leaves with its connection,
+/// in the session's cleanup, as a WebSocket does).
+#[tokio::test]
+async fn a_connect_user_property_announces_room_presence() {
+    let server = server().await;
+    let mut alice = server.auth("dev-token-alice").await;
+    let mut carol = TcpStream::connect(server.mqtt_addr.unwrap()).await.unwrap();
+    carol
+        .write_all(&connect_with_properties("dev-token-carol", &[("presence", "general"), ("model", "x1")]))
+        .await
+        .unwrap();
+    let ack = read_packet(&mut carol).await;
+    assert_eq!((ack[0], ack[3]), (0x20, 0), "CONNACK accepted: {ack:x?}");
+    // PINGRESP: the CONNECT, presence included, has been handled.
+    carol.write_all(&[0xC0, 0]).await.unwrap();
+    assert_eq!(read_packet(&mut carol).await, [0xD0, 0]);
+    alice.send(frame! {"type" => "getPresence", "roomId" => "general"}).await;
+    let list = alice.expect("presenceList").await;
+    let entries = list.get("data").as_array().unwrap().clone();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert_eq!(entries[0]["actorTokenId"].as_str(), Some("carol"));
+    assert_eq!(entries[0]["presence"]["model"].as_str(), Some("x1"));
 }
 
 // Sessions and QoS of deliveries (docs/protocol.md N52, N54).
