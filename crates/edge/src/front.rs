@@ -20,7 +20,7 @@
 //! checked again in `ws_upgrade`: the `Origin` allowlist ([`origin`]), and for sockets of a
 //! trusted proxy the client named by `X-Forwarded-For` against the per-address limits.
 
-pub(crate) mod ip;
+use crate::ip;
 mod origin;
 mod proxy;
 mod spill;

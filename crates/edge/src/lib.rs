@@ -22,10 +22,12 @@
 //! [`config`], ...), so `skua_edge::publish::Publisher` names `skua_engine::publish::Publisher`.
 
 pub mod auth;
+mod close_code;
 mod contain;
 pub mod door;
 pub mod fds;
 pub mod front;
+mod ip;
 pub mod node;
 pub mod process;
 pub mod prom;

@@ -28,7 +28,7 @@ pub struct EdgeState {
     pub(crate) conn_slots: Arc<Semaphore>,
     /// Per-address limits (`max_connections_per_ip`, `max_new_connections_per_ip_per_second`),
     /// one count for every door of the node: a client's WebSocket and MQTT sockets share it.
-    pub(crate) ip_limits: Arc<crate::front::ip::IpLimits>,
+    pub(crate) ip_limits: Arc<crate::ip::IpLimits>,
     /// Connection slots the open-file limit leaves room for (soft limit less `fd_reserve`),
     /// read once at start; [`None`] when unlimited or unknown.
     pub(crate) fd_budget: Option<usize>,
@@ -49,7 +49,7 @@ impl EdgeState {
         let config = &engine.config;
         Self {
             conn_slots: Arc::new(Semaphore::new(config.max_connections)),
-            ip_limits: crate::front::ip::IpLimits::new(
+            ip_limits: crate::ip::IpLimits::new(
                 config.max_connections_per_ip,
                 config.max_new_connections_per_ip_per_second,
             ),

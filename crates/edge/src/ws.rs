@@ -29,14 +29,11 @@ use crate::outbound::{CloseRequest, ConnHandle, Outbox, Take};
 use crate::session::Session;
 use crate::state::EdgeState;
 
-mod close_code;
 mod handshake;
 
-use close_code::{BadCloseCode, CloseCodeCheck};
+use crate::close_code::{BadCloseCode, CloseCodeCheck};
 
-/// An upgraded connection: tungstenite over the socket, with forbidden close codes caught
-/// before tungstenite answers them itself ([`close_code`]).
-pub(crate) type WebSocket = WebSocketStream<CloseCodeCheck<TokioIo<hyper::upgrade::Upgraded>>>;
+pub(crate) use crate::close_code::WebSocket;
 
 /// Most frames the writer sends before flushing the socket.
 const WRITE_BATCH: usize = 64;
@@ -660,7 +657,7 @@ async fn write_taken(
 
 /// The close a failed read calls for: 1009 when the frame exceeded `max_frame_size` /
 /// `max_message_size`, 1002 for a framing violation (RFC 6455 §7.4.1), a client close frame
-/// with a forbidden code included ([`close_code`]), 1007 for a text frame or close reason that
+/// with a forbidden code included ([`crate::close_code`]), 1007 for a text frame or close reason that
 /// is not UTF-8. `None` when the peer is gone or the transport failed: there is nobody to send
 /// a close frame to.
 fn read_error_close(e: &tungstenite::Error) -> Option<CloseRequest> {
@@ -708,7 +705,7 @@ mod read_error_tests {
         assert_eq!(close_of(tungstenite::Error::ConnectionClosed), None);
         let io = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
         assert_eq!(close_of(tungstenite::Error::Io(io)), None);
-        let bad = std::io::Error::new(std::io::ErrorKind::InvalidData, close_code::BadCloseCode(1005));
+        let bad = std::io::Error::new(std::io::ErrorKind::InvalidData, crate::close_code::BadCloseCode(1005));
         assert_eq!(close_of(tungstenite::Error::Io(bad)), Some(CloseRequest::PROTOCOL_ERROR));
     }
 }

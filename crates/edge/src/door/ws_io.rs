@@ -13,7 +13,7 @@ use futures_util::{Sink, Stream};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tungstenite::Message;
 
-use crate::ws::WebSocket;
+use crate::close_code::WebSocket;
 
 /// The reading half: the bytes of the binary messages, in order. A close (or the socket's end)
 /// is the end of the stream; a text message is an error (MQTT-6.0.0-1: the connection closes).

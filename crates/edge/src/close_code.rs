@@ -196,6 +196,11 @@ fn after_header(head: &[u8]) -> Option<Scan> {
     Some(if payload == 0 { Scan::default() } else { Scan::Payload { left: payload } })
 }
 
+/// An upgraded connection, as `/ws` and the doors served over WebSocket read it: tungstenite
+/// over the socket, with forbidden close codes caught before tungstenite answers them itself.
+pub(crate) type WebSocket =
+    tokio_tungstenite::WebSocketStream<CloseCodeCheck<hyper_util::rt::TokioIo<hyper::upgrade::Upgraded>>>;
+
 #[cfg(test)]
 mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
