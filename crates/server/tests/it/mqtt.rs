@@ -541,6 +541,25 @@ fn ack(first: u8, pkid: u16) -> Vec<u8> {
     vec![first, 2, hi, lo]
 }
 
+/// Closes `d` (dropped: an abnormal close) and waits until the node finished the connection's
+/// cleanup, so that a reconnect of the same session finds what it released (as WebSocket tests
+/// do with `close_settled`).
+async fn drop_settled(server: &TestServer, d: TcpStream) {
+    let closed = server.state.metrics.connections_closed.load(std::sync::atomic::Ordering::Acquire);
+    drop(d);
+    settled(server, closed).await;
+}
+
+/// Waits until more than `closed` connections of the node finished their cleanup.
+async fn settled(server: &TestServer, closed: u64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    // The counter is bumped after the connection's cleanup; nothing else signals it.
+    while server.state.metrics.connections_closed.load(std::sync::atomic::Ordering::Acquire) <= closed {
+        assert!(tokio::time::Instant::now() < deadline, "the node did not finish closing the connection");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// The whole N54 life of a persistent session on a store: a QoS 1 subscription to a logged
 /// topic keeps collecting while the device is away; what it had not acked comes again with DUP;
 /// `PUBACK` acks the stored message; a clean session discards it all.
@@ -553,7 +572,7 @@ async fn a_persistent_session_keeps_what_was_published_while_away(server: &TestS
     alice.publish_acked(TASKS, Value::from(1)).await;
     let (first, topic, _, payload) = delivery(&read_packet(&mut d).await);
     assert_eq!((first, topic.as_str(), &payload[..]), (0x32, TASKS, &[1u8][..]), "QoS 1, not acked");
-    drop(d);
+    drop_settled(server, d).await;
 
     // Away: stored for the session.
     alice.publish_acked(TASKS, Value::from(2)).await;
@@ -565,9 +584,11 @@ async fn a_persistent_session_keeps_what_was_published_while_away(server: &TestS
     assert_eq!((first & 0xF6, &payload[..]), (0x32, &[2u8][..]), "the one published while away");
     d.write_all(&ack(0x40, p1)).await.unwrap();
     d.write_all(&ack(0x40, p2)).await.unwrap();
+    let closed = server.state.metrics.connections_closed.load(std::sync::atomic::Ordering::Acquire);
     d.write_all(&[0xE0, 0]).await.unwrap();
     let mut rest = Vec::new();
     tokio::time::timeout(Duration::from_secs(5), d.read_to_end(&mut rest)).await.expect("closed").unwrap();
+    settled(server, closed).await;
 
     // Acked: nothing comes again; the subscription is still the session's.
     let (mut d, present) = session(server, 4, "sensor-1", false, 0).await;
@@ -576,7 +597,7 @@ async fn a_persistent_session_keeps_what_was_published_while_away(server: &TestS
     let (first, _, p3, payload) = delivery(&read_packet(&mut d).await);
     assert_eq!((first, &payload[..]), (0x32, &[3u8][..]), "acked ones are not redelivered");
     d.write_all(&ack(0x40, p3)).await.unwrap();
-    drop(d);
+    drop_settled(server, d).await;
 
     // A clean session drops what was kept (message 4) and the subscription.
     alice.publish_acked(TASKS, Value::from(4)).await;
@@ -588,8 +609,10 @@ async fn a_persistent_session_keeps_what_was_published_while_away(server: &TestS
     alice.publish_acked(TOPIC, Value::from(6)).await;
     let (_, topic, _, payload) = delivery(&read_packet(&mut d).await);
     assert_eq!((topic.as_str(), &payload[..]), (TOPIC, &[6u8][..]), "nothing of the discarded session");
+    let closed = server.state.metrics.connections_closed.load(std::sync::atomic::Ordering::Acquire);
     d.write_all(&[0xE0, 0]).await.unwrap();
     tokio::time::timeout(Duration::from_secs(5), d.read_to_end(&mut rest)).await.expect("closed").unwrap();
+    settled(server, closed).await;
     let (_, present) = session(server, 4, "sensor-1", false, 0).await;
     assert!(!present, "the clean session kept nothing");
 }
@@ -640,7 +663,7 @@ async fn a_five_session_expiry_is_a_persistent_session() {
     sub.push(1);
     s.write_all(&packet(0x82, &sub)).await.unwrap();
     assert_eq!(read_packet(&mut s).await, [0x90, 4, 0, 1, 0, 1]);
-    drop(s);
+    drop_settled(&server, s).await;
     alice.publish_acked(TASKS, Value::from(7)).await;
     let (mut s, present) = session(&server, 5, "gw-7", false, 60).await;
     assert!(present);
