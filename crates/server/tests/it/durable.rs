@@ -133,8 +133,19 @@ impl Gate {
             None => None,
         };
         ack(w, &m).await;
-        // The session has handed the ack to the durable task.
-        w.assert_nothing_pending().await;
+        // The session has handed the ack to the durable task. A copy of the marker itself may
+        // come once more as a replay (at least once; seen once in CI on Postgres, issue 36
+        // notes): acked too, it is not what this gate is about.
+        w.heartbeat().await;
+        loop {
+            match w.next_event().await {
+                skua_testkit::Event::Heartbeat => break,
+                skua_testkit::Event::Frame(f) if f.ty() == "message" && data(&f) == marker && is_replay(&f) => {
+                    ack(w, &f).await;
+                }
+                other => panic!("expected nothing but the heartbeat echo, got {other:?}"),
+            }
+        }
         lock
     }
 
