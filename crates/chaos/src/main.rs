@@ -375,16 +375,18 @@ async fn run(args: &Args, dir: &std::path::Path, net: Option<Arc<Netns>>, abort:
         let (addr, ns) = net.as_ref().map_or((Ipv4Addr::LOCALHOST, None), |n| (n.node_addr(i), Some(n.ns(i))));
         nodes.push(Node::new(i, &bin, &common, dir, addr, ns)?);
     }
-    let urls = Arc::new(nodes.iter().map(Node::url).collect::<Vec<_>>());
     let cluster = Arc::new(Mutex::new(Cluster { nodes, mosquitto, redis, postgres, net }));
-    {
+    // Each node's first start binds port 0 and says which port it got.
+    let urls = {
         let cluster = cluster.clone();
-        tokio::task::spawn_blocking(move || -> Result<()> {
+        tokio::task::spawn_blocking(move || -> Result<Vec<String>> {
             let mut c = cluster.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            c.nodes.iter_mut().try_for_each(Node::start)
+            c.nodes.iter_mut().try_for_each(Node::start)?;
+            Ok(c.nodes.iter().map(Node::url).collect())
         })
-        .await??;
-    }
+        .await??
+    };
+    let urls = Arc::new(urls);
     eprintln!("[{:>7} ms] cluster up: {urls:?}", hist.now());
 
     let ctx = Ctx {

@@ -62,7 +62,7 @@ pub struct Service {
     child: Option<Child>,
     /// The address it listens on.
     pub host: Ipv4Addr,
-    /// Its port.
+    /// Its port (0 until its first start).
     pub port: u16,
     log: PathBuf,
 }
@@ -336,14 +336,15 @@ fn postgres_bin() -> Result<PathBuf> {
     )
 }
 
-/// One `skua serve` node on a fixed port, restartable under the same node id.
+/// One `skua serve` node, restartable under the same node id on the port its first start bound
+/// (the first start listens on port 0, so no picked port can be taken before it binds: issue 35).
 #[derive(Debug)]
 pub struct Node {
     /// Index (node id `chaos-<i>`).
     pub index: usize,
     /// The address it listens on.
     pub host: Ipv4Addr,
-    /// Its port.
+    /// Its port (0 until its first start).
     pub port: u16,
     /// The network namespace it runs in (`ip netns exec`), if any.
     pub netns: Option<String>,
@@ -366,20 +367,20 @@ impl Node {
         host: Ipv4Addr,
         netns: Option<String>,
     ) -> Result<Self> {
-        let port = free_port()?;
-        let mut args = vec!["serve".to_owned(), "--listen".to_owned(), format!("{host}:{port}")];
+        let mut args = vec!["serve".to_owned(), "--listen".to_owned(), format!("{host}:0")];
         args.extend(common.iter().cloned());
         args.extend(["--node-id".to_owned(), format!("chaos-{index}")]);
         let log = dir.join(format!("node-{index}.log"));
-        Ok(Self { index, host, port, netns, bin: bin.to_owned(), args, child: None, log, paused: false })
+        Ok(Self { index, host, port: 0, netns, bin: bin.to_owned(), args, child: None, log, paused: false })
     }
 
-    /// `ws://HOST:PORT/ws`.
+    /// `ws://HOST:PORT/ws` (known once it started).
     pub fn url(&self) -> String {
         format!("ws://{}:{}/ws", self.host, self.port)
     }
 
-    /// Starts it and waits for its listening line (at most 60 s).
+    /// Starts it and waits for its listening line (at most 60 s); the first start learns the
+    /// port from that line and every restart listens on it again.
     pub fn start(&mut self) -> Result<()> {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log)?;
         // `ip netns exec` execs the program: the child's pid is the node's (signals reach it).
@@ -407,16 +408,22 @@ impl Node {
             let mut said = false;
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 let _ = writeln!(out, "{line}");
-                if !said && line.starts_with("skua listening on ") {
+                if let Some(addr) = line.strip_prefix("skua listening on ").filter(|_| !said) {
                     said = true;
-                    let _ = tx.send(());
+                    let _ = tx.send(addr.trim().to_owned());
                 }
             }
         });
         self.child = Some(child);
         self.paused = false;
-        if rx.recv_timeout(Duration::from_secs(60)).is_err() {
+        let Ok(addr) = rx.recv_timeout(Duration::from_secs(60)) else {
             bail!("node {} did not print its listening line within 60 s (log: {})", self.index, self.log.display());
+        };
+        if self.port == 0 {
+            let bound: std::net::SocketAddr =
+                addr.parse().with_context(|| format!("node {}'s listening address {addr:?}", self.index))?;
+            self.port = bound.port();
+            self.args[2] = format!("{}:{}", self.host, self.port);
         }
         Ok(())
     }
