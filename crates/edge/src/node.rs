@@ -133,7 +133,7 @@ impl EdgeNode {
         }
         // The grace counts from the first close, the spread included.
         let deadline = tokio::time::Instant::now() + grace;
-        spread_closes(st, st.config.drain_spread).await;
+        spread_closes(st, grace).await;
         st.begin_drain();
         if let Some(server) = self.server.take() {
             let _ = tokio::time::timeout_at(deadline, server).await;
@@ -159,12 +159,15 @@ impl EdgeNode {
     }
 }
 
-/// Closes the authenticated connections 1012 one after another, evenly over `spread`
+/// Closes the authenticated connections 1012 one after another, evenly over `drain_spread`
 /// (lame-duck style), so that their clients reconnect to the other nodes gradually rather than
-/// in one burst. Connections opened meanwhile (none: upgrades are refused while draining) and
-/// those not yet authenticated close with the rest when the drain begins.
-async fn spread_closes(st: &EdgeState, spread: Duration) {
-    if spread.is_zero() {
+/// in one burst; with `drain_rate`, at most that many a second (the window stretched to fit,
+/// up to `grace` less the close timeout). Connections opened meanwhile (none: upgrades are
+/// refused while draining) and those not yet authenticated close with the rest when the drain
+/// begins.
+async fn spread_closes(st: &EdgeState, grace: Duration) {
+    let (spread, rate) = (st.config.drain_spread, st.config.drain_rate);
+    if spread.is_zero() && rate == 0 {
         return;
     }
     let conns = st.connections.all();
@@ -172,13 +175,32 @@ async fn spread_closes(st: &EdgeState, spread: Duration) {
     if n == 0 {
         return;
     }
-    tracing::info!(connections = n, ?spread, "Draining: closing connections 1012 spread over the window.");
+    let window = drain_window(spread, rate, n, grace.saturating_sub(st.config.close_timeout));
+    if window.is_zero() {
+        return;
+    }
+    if rate > 0 && window < Duration::from_secs(u64::from(n)) / rate {
+        tracing::warn!(
+            connections = n,
+            drain_rate = rate,
+            ?window,
+            "Draining: closing faster than drain_rate, or the closes would not fit in shutdown_grace."
+        );
+    }
+    tracing::info!(connections = n, ?window, "Draining: closing connections 1012 spread over the window.");
     let start = tokio::time::Instant::now();
     for (i, (_, entry)) in (0..n).zip(conns) {
         // Past instants return at once: many closes per timer tick on a busy node.
-        tokio::time::sleep_until(start + spread / n * i).await;
+        tokio::time::sleep_until(start + window / n * i).await;
         entry.handle.request_close(crate::outbound::CloseRequest::SERVER_RESTART);
     }
+}
+
+/// The window `n` closes are spread over: `spread`, stretched to `n / rate` seconds when `rate`
+/// (closes per second, 0: no limit) asks for longer, the stretch never past `most`.
+fn drain_window(spread: Duration, rate: u32, n: u32, most: Duration) -> Duration {
+    let by_rate = if rate == 0 { Duration::ZERO } else { Duration::from_secs(u64::from(n)) / rate };
+    spread.max(by_rate.min(most))
 }
 
 /// Serves the edge on `listener` until the state's shutdown token is cancelled: WebSocket
@@ -201,4 +223,23 @@ pub async fn serve(listener: TcpListener, state: Arc<EdgeState>, tls: Option<Tls
 pub async fn serve_metrics(listener: TcpListener, state: Arc<EdgeState>) -> std::io::Result<()> {
     let (stop, tasks) = (state.shutdown.clone(), state.tracker.clone());
     crate::front::serve_metrics(listener, state.clone(), crate::ws::metrics_router(state), stop, tasks).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_drain_rate_stretches_the_spread_up_to_the_grace() {
+        let s = Duration::from_secs;
+        // No rate: the spread as configured.
+        assert_eq!(drain_window(s(10), 0, 50_000, s(8)), s(10));
+        // Few connections: the spread already keeps the rate.
+        assert_eq!(drain_window(s(10), 1000, 5_000, s(28)), s(10));
+        // Many: stretched to n / rate.
+        assert_eq!(drain_window(s(10), 1000, 20_000, s(28)), s(20));
+        assert_eq!(drain_window(Duration::ZERO, 2, 5, s(28)), Duration::from_millis(2500));
+        // Never stretched past the grace less the close timeout.
+        assert_eq!(drain_window(s(10), 1000, 50_000, s(28)), s(28));
+    }
 }

@@ -106,6 +106,10 @@ pub struct EdgeConfig {
     /// After `drain_delay`: the window the 1012 closes are spread evenly over; zero closes
     /// every socket at once.
     pub drain_spread: Duration,
+    /// Most 1012 closes per second of a drain (0: no limit): a node holding more than
+    /// `drain_spread × drain_rate` connections stretches the window to fit, up to
+    /// `shutdown_grace` less the close timeout.
+    pub drain_rate: u32,
     /// How long a close frame may take to reach a client that does not read.
     pub close_timeout: Duration,
     /// Most retained messages (one per filter key) kept per topic on this node.
@@ -573,6 +577,15 @@ skua_core::settings! {
         /// keep drain_spread below it (a spread of at least shutdown_grace is refused).
         #[arg(long, env = "SKUA_DRAIN_SPREAD")]
         pub drain_spread: String = "0s",
+        /// On shutdown: most sockets closed 1012 per second, stretching drain_spread to fit; 0 = no limit [default 0].
+        ///
+        /// On SIGTERM/SIGINT: the most sockets closed 1012 per second (the evacuation rate limit).
+        /// A node holding more than drain_spread x drain_rate connections stretches the window to
+        /// connections / drain_rate, so its clients reach the other nodes at this rate whatever
+        /// its size; the window never passes shutdown_grace less the 2 s close timeout (past that
+        /// the closes go faster and the node logs it). 0 = no limit: drain_spread alone.
+        #[arg(long, env = "SKUA_DRAIN_RATE")]
+        pub drain_rate: u32 = 0,
         /// Capacity of the bus → fan-out delivery queue [default 8192].
         ///
         /// Capacity of the bus -> local fan-out delivery queue, and of each dispatch shard's queue.
@@ -743,6 +756,7 @@ impl EdgeSettings {
             idempotency_max_key_length: positive(setting!(s, idempotency_max_key_length))?,
             drain_delay: duration(setting!(s, drain_delay))?,
             drain_spread: duration(setting!(s, drain_spread))?,
+            drain_rate: required(setting!(s, drain_rate))?,
             close_timeout: CLOSE_TIMEOUT,
             max_retained_per_topic: positive(setting!(s, max_retained_per_topic))?,
             bus_queue: positive(setting!(s, bus_queue))?,

@@ -779,6 +779,7 @@ mod tests {
         "shutdown_grace",
         "drain_delay",
         "drain_spread",
+        "drain_rate",
         "dispatch_shards",
         "node_ttl",
         "node_refresh",
