@@ -21,21 +21,18 @@ pub enum Outcome {
     Refused,
     /// The answer was larger than `webhook_max_response_bytes`.
     TooLarge,
-    /// The answer was not what the kind needs (hydration: not JSON, or too large for a frame).
-    Invalid,
     /// The node stopped before it was delivered.
     Shutdown,
 }
 
 impl Outcome {
-    const ALL: [Self; 8] = [
+    const ALL: [Self; 7] = [
         Self::Ok,
         Self::Status,
         Self::Timeout,
         Self::Transport,
         Self::Refused,
         Self::TooLarge,
-        Self::Invalid,
         Self::Shutdown,
     ];
 
@@ -48,7 +45,6 @@ impl Outcome {
             Self::Transport => "transport",
             Self::Refused => "refused",
             Self::TooLarge => "too_large",
-            Self::Invalid => "invalid",
             Self::Shutdown => "shutdown",
         }
     }
