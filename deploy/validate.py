@@ -1405,7 +1405,16 @@ def check_dockerfile():
     if len(stages) < 2:
         problem("Dockerfile: must be a multi-stage build")
         return
-    runtime = lines[stages[-1] :]
+    # The runtime stages: everything after the build stage (runtime-base, the prebuilt target
+    # and the default runtime target, last).
+    runtime = lines[stages[1] :]
+    names = [ln.split()[-1] for ln in (lines[i] for i in stages) if " AS " in ln.upper()]
+    if "prebuilt" not in names or names[-1] == "prebuilt":
+        problem("Dockerfile: a `prebuilt` target (a binary built beforehand, for CI's compose run) is required, "
+                "and the default (last) target must build from source")
+    if not lines[stages[-1]].upper().startswith("FROM RUNTIME-BASE") or not any(
+            ln.startswith("COPY --from=build ") for ln in lines[stages[-1]:]):
+        problem("Dockerfile: the last (default) target must be runtime-base plus the binary of the build stage")
     users = [ln.split()[1] for ln in runtime if ln.upper().startswith("USER ")]
     if not users or users[-1].split(":")[0] in ("0", "root"):
         problem("Dockerfile: the runtime stage must switch to a non-root user")
@@ -1413,7 +1422,7 @@ def check_dockerfile():
         problem("Dockerfile: the runtime stage must not carry build tools")
     if "rust" in runtime[0]:
         problem("Dockerfile: the runtime stage must not be based on a Rust image")
-    build = lines[stages[0]:stages[-1]]
+    build = lines[stages[0]:stages[1]]
     if not any(re.fullmatch(r"ARG SKUA_GIT_SHA(=.*)?", ln) for ln in build):
         problem("Dockerfile: the build stage must take ARG SKUA_GIT_SHA (skua_build_info's git_sha is read at build time)")
     health = " ".join(ln for ln in runtime if ln.upper().startswith("HEALTHCHECK") or ln.startswith("CMD ["))
