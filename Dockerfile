@@ -1,6 +1,13 @@
 # Multi-stage build of the skua binary. The runtime image is Debian slim with the binary only:
 # no compiler, no package manager cache, a non-root user (uid 10001).
 #   docker build -t skua:local .
+# Two targets share the runtime stage `runtime-base`: the default one (last, `runtime`) compiles
+# Skua in the `build` stage; `prebuilt` packages a binary built beforehand on a machine like the
+# image's base (Debian bookworm, glibc 2.36), given as the only file of a small context:
+#   ctx=$(mktemp -d) && cp target/debug/skua "$ctx/" && docker build --target prebuilt -f Dockerfile -t skua:ci "$ctx"
+# (`--build-arg SKUA_BINARY=<file name>` when it is not `skua`). scripts/test.sh has
+# deploy/compose-smoke.sh do that with the binary the test run built (SKUA_SMOKE_PREBUILT;
+# deploy/README.md, "Compose in CI").
 # No `# syntax=` line: the Dockerfile frontend built into Docker Engine 20.10 and later (BuildKit,
 # DOCKER_BUILDKIT=1 or buildx) reads it without pulling one. The base images are build arguments,
 # so a machine that reaches no registry can name images it built itself
@@ -22,7 +29,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     && cp target/release/skua /usr/local/bin/skua \
     && strip /usr/local/bin/skua
 
-FROM ${RUNTIME_IMAGE} AS runtime
+FROM ${RUNTIME_IMAGE} AS runtime-base
 # ca-certificates: the system roots, which webhooks over HTTPS and backends with a public CA
 # (managed Postgres/Redis without sslrootcert) verify against; without any, Skua refuses to
 # start ("No CA certificates were loaded from the system"). Unpinned on purpose: the security
@@ -34,7 +41,6 @@ RUN apt-get update \
 RUN useradd --system --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin skua \
     && mkdir -p /var/lib/skua \
     && chown 10001:10001 /var/lib/skua
-COPY --from=build /usr/local/bin/skua /usr/local/bin/skua
 USER 10001:10001
 # The default SQLite store (skua-data/skua.db) is created here when no --store is given.
 WORKDIR /var/lib/skua
@@ -52,3 +58,12 @@ ENTRYPOINT ["/usr/local/bin/skua"]
 # into the store it is given. The demo (`serve --dev`) is asked for explicitly, as
 # docker-compose.yml does for the local cluster.
 CMD ["serve"]
+
+# A binary built beforehand (see the top): the test run's, for the compose smoke run in CI.
+FROM runtime-base AS prebuilt
+ARG SKUA_BINARY=skua
+COPY ${SKUA_BINARY} /usr/local/bin/skua
+
+# The default target, last: Skua compiled by the build stage above.
+FROM runtime-base AS runtime
+COPY --from=build /usr/local/bin/skua /usr/local/bin/skua

@@ -94,12 +94,14 @@ standin_rust() {
     rm -rf "$ctx"
 }
 
+# standin_build [no-builder]: every stand-in; `no-builder` leaves out the Rust builder (an image
+# made from a binary built beforehand needs none).
 standin_build() {
     standin_base &&
         standin_from postgres "$SKUA_POSTGRES_IMAGE" &&
         standin_from redis "$SKUA_REDIS_IMAGE" &&
         standin_from mosquitto "$SKUA_MQTT_IMAGE" &&
-        standin_rust &&
+        { [[ ${1:-} == no-builder ]] || standin_rust; } &&
         { "$DOCKER" image prune -f --filter label=skua.standin.recipe >/dev/null 2>&1 || true; }
 }
 

@@ -647,10 +647,39 @@ def check_rollout(name, docs, known):
         for x in dpod.get("initContainers", []) + dpod.get("containers", []):
             if dep == "skua-edge" and (ADMIN_SECRET in secret_names_used(x) or "SKUA_ADMIN_KEY" in container_env(x)):
                 problem(f"{name}: skua-edge container {x['name']} must not get the admin key")
+    check_reloader(name, edge, control)
     if any(d["kind"] in ("Job", "CronJob") and "migrate" in d["metadata"]["name"] for d in docs):
         problem(f"{name}: migrations run in init containers, not in a Job (a Job's template is immutable)")
     if len(problems) == before:
         ok(f"{name}: rollout checks (probes, drain timing, HPA without replicas, PDB, resources, credentials, security)")
+
+
+RELOADER = "secret.reloader.stakater.com/reload"
+
+
+def check_reloader(name, *deployments):
+    """With Reloader's annotation, a Deployment rolls when a listed Secret changes. Secrets read
+    as environment variables must be listed (pods see new values only when they restart);
+    Secrets mounted as files must not be: Skua reads them again (the listeners' pair every
+    tls_reload_interval, the backends' CA and client pair at every reconnection), so listing
+    them would roll the whole fleet on every certificate renewal (issue 32, item 7)."""
+    for d in deployments:
+        listed = d["metadata"].get("annotations", {}).get(RELOADER)
+        if listed is None:
+            continue
+        listed = {s.strip() for s in listed.split(",") if s.strip()}
+        pod = d["spec"]["template"]["spec"]
+        mounted = {generated_name(v["secret"]["secretName"], "Secret") for v in pod.get("volumes", []) if "secret" in v}
+        env = set()
+        for c in pod.get("containers", []):
+            env |= secret_names_used(c)
+        dep = d["metadata"]["name"]
+        for secret in sorted((listed & mounted) - env):
+            problem(f"{name}: {dep}'s {RELOADER} lists {secret}, which is mounted as files that Skua reads again: "
+                    "a certificate renewal would roll the whole fleet")
+        for secret in sorted(env - listed):
+            problem(f"{name}: {dep}'s {RELOADER} must list {secret} (read as environment variables: a change "
+                    "reaches the pods only when they restart)")
 
 
 # Values that are placeholders or development credentials: none may reach a production overlay.
@@ -1220,6 +1249,8 @@ REQUIRED_ALERTS = {
     "SkuaMemoryNearLimit": "warning",
     "SkuaOOMKilled": "critical",
     "SkuaCertificateExpiring": "critical",
+    "SkuaCertificateFileExpiresSoon": "warning",
+    "SkuaCertificateFileExpiring": "critical",
 }
 
 
@@ -1374,7 +1405,16 @@ def check_dockerfile():
     if len(stages) < 2:
         problem("Dockerfile: must be a multi-stage build")
         return
-    runtime = lines[stages[-1] :]
+    # The runtime stages: everything after the build stage (runtime-base, the prebuilt target
+    # and the default runtime target, last).
+    runtime = lines[stages[1] :]
+    names = [ln.split()[-1] for ln in (lines[i] for i in stages) if " AS " in ln.upper()]
+    if "prebuilt" not in names or names[-1] == "prebuilt":
+        problem("Dockerfile: a `prebuilt` target (a binary built beforehand, for CI's compose run) is required, "
+                "and the default (last) target must build from source")
+    if not lines[stages[-1]].upper().startswith("FROM RUNTIME-BASE") or not any(
+            ln.startswith("COPY --from=build ") for ln in lines[stages[-1]:]):
+        problem("Dockerfile: the last (default) target must be runtime-base plus the binary of the build stage")
     users = [ln.split()[1] for ln in runtime if ln.upper().startswith("USER ")]
     if not users or users[-1].split(":")[0] in ("0", "root"):
         problem("Dockerfile: the runtime stage must switch to a non-root user")
@@ -1382,7 +1422,7 @@ def check_dockerfile():
         problem("Dockerfile: the runtime stage must not carry build tools")
     if "rust" in runtime[0]:
         problem("Dockerfile: the runtime stage must not be based on a Rust image")
-    build = lines[stages[0]:stages[-1]]
+    build = lines[stages[0]:stages[1]]
     if not any(re.fullmatch(r"ARG SKUA_GIT_SHA(=.*)?", ln) for ln in build):
         problem("Dockerfile: the build stage must take ARG SKUA_GIT_SHA (skua_build_info's git_sha is read at build time)")
     health = " ".join(ln for ln in runtime if ln.upper().startswith("HEALTHCHECK") or ln.startswith("CMD ["))
@@ -1534,6 +1574,12 @@ def mutation_selftest(rendered, known):
          lambda d: next(e for e in skua(edge_pod(d))["env"] if e["name"] == "SKUA_STORE")["valueFrom"]["secretKeyRef"].__setitem__(
              "name", MIGRATOR_SECRET), check_rollout),
         ("no migrate init container", lambda d: edge_pod(d).pop("initContainers"), check_rollout),
+        ("Reloader rolling the edges on a backend certificate renewal",
+         lambda d: find(d, "Deployment", "skua-edge")["metadata"]["annotations"].__setitem__(
+             RELOADER, "skua-secrets,skua-backend-tls"), check_rollout),
+        ("Reloader not rolling the control plane on a new admin key",
+         lambda d: find(d, "Deployment", "skua-control")["metadata"]["annotations"].__setitem__(
+             RELOADER, "skua-secrets"), check_rollout),
         ("a placeholder secret in production", lambda d: add_secret(d, "CHANGE-ME-to-a-long-random-key"),
          lambda n, docs, k: check_no_placeholders(n, docs)),
         ("a development credential in production", lambda d: add_secret(d, "skua-dev-admin-key-0123"),

@@ -287,7 +287,11 @@ class SkuaCluster:
     creates are split across the nodes."""
 
     def __init__(self, binary: Path, flags: list[str], backends: list[str], nodes: int = 2):
-        self.nodes = [SkuaServer(binary, [*flags, *backends, "--node-id", f"interop-{i}"]) for i in range(nodes)]
+        # SKUA_BIN_PEER: every odd node runs that binary (the previous release, in
+        # scripts/mixed-versions.sh), so one cluster mixes two versions.
+        peer = os.environ.get("SKUA_BIN_PEER")
+        binaries = [binary, Path(peer) if peer else binary]
+        self.nodes = [SkuaServer(binaries[i % 2], [*flags, *backends, "--node-id", f"interop-{i}"]) for i in range(nodes)]
         self.cmd = self.nodes[0].cmd
         self._turn = 0
 

@@ -11,11 +11,17 @@
 # (.ci/run sets it) a missing service fails this command before any test runs, and every skip
 # that remains is a failure.
 #
-# The compose cluster's end-to-end runs (deploy/compose-smoke.sh, deploy/compose-cluster.sh:
-# Docker, a release build of Skua inside it) are not part of this command by default: cold,
-# they would take the CI run past its 45-minute budget (timings in deploy/README.md, "Compose on
-# this machine"). SKUA_TEST_COMPOSE=1 adds both at the end; they install and start Docker
-# themselves as root, and fail (never skip) when they cannot.
+# The compose cluster runs here on the binary this command built: deploy/compose-smoke.sh with
+# SKUA_SMOKE_PREBUILT packages it with the Dockerfile's `prebuilt` target (deploy/README.md,
+# "Compose in CI"); it installs and starts Docker itself as root, and fails (never skips) when it
+# cannot. The image built from source inside Docker (the Dockerfile's default target) and
+# deploy/compose-cluster.sh are not part of this command by default: a cold release build in
+# Docker would take the CI run past its 45-minute budget (deploy/README.md, "Compose on this
+# machine"). SKUA_TEST_COMPOSE=1 adds both at the end.
+#
+# The mixed-version run (scripts/mixed-versions.sh: the previous release, built from a pinned
+# commit with this CARGO_TARGET_DIR, and this build in one cluster) runs after the cluster
+# interop run (docs/operations.md, "Upgrade order for mixed versions").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The golden protocol tests rewrite their fixtures instead of comparing under SKUA_BLESS=1: a
@@ -37,7 +43,7 @@ summary() {
   local rust interop
   rust=$(sed -n 's/^test result: [a-zA-Z]*\. \([0-9]*\) passed.*/\1/p' "$TEST_OUTPUT" | awk '{n += $1} END {print n + 0}')
   interop=$(sed -n 's/^\([0-9]*\) passed.*/\1/p; s/^=* \([0-9]*\) passed.*/\1/p' "$TEST_OUTPUT" | awk '{n += $1} END {print n + 0}')
-  echo "== tests passed: Rust $rust, interop $interop (both runs); ${SECONDS}s of the ${BUDGET_S}s budget"
+  echo "== tests passed: Rust $rust, interop $interop (every run); ${SECONDS}s of the ${BUDGET_S}s budget"
   if [ "$SECONDS" -gt "$BUDGET_S" ]; then
     echo "scripts/test.sh: took ${SECONDS}s, over the ${BUDGET_S}s budget (SKUA_TEST_BUDGET_S)" >&2
     if [ "${CI:-}" = "true" ] && [ "$status" -eq 0 ]; then
@@ -132,8 +138,33 @@ else
   skipped "interop suite, 2-node cluster: needs SKUA_TEST_MQTT_URL and SKUA_TEST_REDIS_URL"
 fi
 
+echo "== mixed versions: the previous release and this build in one cluster (scripts/mixed-versions.sh)"
+if [ -n "${SKUA_TEST_MQTT_URL:-}" ] && [ -n "${SKUA_TEST_REDIS_URL:-}" ] && [ -n "${SKUA_TEST_POSTGRES_URL:-}" ]; then
+  mixed_start=$SECONDS
+  bash scripts/mixed-versions.sh 2>&1 | tee -a "$TEST_OUTPUT"
+  echo "== mixed-version run took $((SECONDS - mixed_start))s (the previous release's build included)"
+elif [ "${CI:-}" = "true" ]; then
+  echo "mixed versions: needs Mosquitto, Redis and Postgres under CI=true" >&2
+  exit 1
+else
+  skipped "mixed-version run: needs SKUA_TEST_MQTT_URL, SKUA_TEST_REDIS_URL and SKUA_TEST_POSTGRES_URL"
+fi
+
+echo "== compose cluster on this run's binary (deploy/compose-smoke.sh, Dockerfile target prebuilt)"
+# Docker is installed and started by the script as root; elsewhere it needs a running daemon.
+if [ "$(id -u)" = 0 ] || docker info >/dev/null 2>&1; then
+  compose_start=$SECONDS
+  SKUA_SMOKE_PREBUILT="$SKUA_BIN" SKUA_IMAGE=skua:test-run SKUA_SMOKE_PROJECT=skua-test-run bash deploy/compose-smoke.sh
+  echo "== compose smoke run took $((SECONDS - compose_start))s"
+elif [ "${CI:-}" = "true" ]; then
+  echo "compose: not root and no Docker daemon reachable (CI=true)" >&2
+  exit 1
+else
+  skipped "compose smoke run: not root and no Docker daemon reachable"
+fi
+
 if [ "${SKUA_TEST_COMPOSE:-}" = "1" ]; then
-  echo "== compose cluster end to end (deploy/compose-smoke.sh)"
+  echo "== compose cluster end to end, Skua's image built from source (deploy/compose-smoke.sh)"
   bash deploy/compose-smoke.sh
   echo "== compose cluster, an edge cut off the network (deploy/compose-cluster.sh)"
   bash deploy/compose-cluster.sh

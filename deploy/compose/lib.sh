@@ -7,6 +7,10 @@
 #                           stand-ins of deploy/standin-images.sh (the default: no registry here)
 #   SKUA_SMOKE_KEEP=1       leave the cluster running at the end (default: `down -v`)
 #   SKUA_SMOKE_BUILD=0      use the image SKUA_IMAGE (default skua:local) as it is, unbuilt
+#   SKUA_SMOKE_PREBUILT=F   package the Skua binary F (built beforehand on this machine, e.g.
+#                           target/debug/skua) with the Dockerfile's `prebuilt` target instead of
+#                           compiling it in Docker (what scripts/test.sh does in CI); the
+#                           stand-in Rust builder is then not needed either
 #   SKUA_SMOKE_TIMEOUT      seconds to wait for every node to be healthy (default 300)
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -95,13 +99,24 @@ build_images() {
     if [[ ${SKUA_SMOKE_STANDINS:-1} != 0 ]]; then
         # shellcheck source=deploy/standin-images.sh
         source "$root/deploy/standin-images.sh"
-        standin_build || return 1
+        if [[ -n ${SKUA_SMOKE_PREBUILT:-} ]]; then standin_build no-builder || return 1; else standin_build || return 1; fi
         args=(--build-arg "BUILDER_IMAGE=$SKUA_BUILDER_IMAGE" --build-arg "RUNTIME_IMAGE=$SKUA_RUNTIME_IMAGE")
     fi
     if [[ ${SKUA_SMOKE_BUILD:-1} == 0 ]]; then
         echo "SKUA_SMOKE_BUILD=0: $SKUA_IMAGE as it is"
         "$DOCKER" image inspect "$SKUA_IMAGE" >/dev/null
         return
+    fi
+    if [[ -n ${SKUA_SMOKE_PREBUILT:-} ]]; then
+        # The binary alone is the context: the Dockerfile's `prebuilt` target copies it.
+        [[ -x $SKUA_SMOKE_PREBUILT ]] || { echo "SKUA_SMOKE_PREBUILT=$SKUA_SMOKE_PREBUILT: no such binary" >&2; return 1; }
+        local ctx rc=0
+        ctx=$(mktemp -d /var/tmp/skua-prebuilt.XXXXXX)
+        cp "$SKUA_SMOKE_PREBUILT" "$ctx/skua"
+        echo "image: $SKUA_SMOKE_PREBUILT packaged (Dockerfile target prebuilt)"
+        DOCKER_BUILDKIT=1 "$DOCKER" build -q "${args[@]}" --target prebuilt -f "$root/Dockerfile" -t "$SKUA_IMAGE" "$ctx" >/dev/null || rc=$?
+        rm -rf "$ctx"
+        return "$rc"
     fi
     DOCKER_BUILDKIT=1 "$DOCKER" build -q "${args[@]}" -t "$SKUA_IMAGE" "$root" >/dev/null
 }

@@ -70,7 +70,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, warn};
 
 pub use codec::{DecodeError, VERSION as ENVELOPE_VERSION, decode as decode_envelope, encode as encode_envelope};
-pub use config::{DEFAULT_MAX_PACKET_SIZE, MqttBusConfig, MqttConfigError, MqttTls, redact_url};
+pub use config::{DEFAULT_MAX_PACKET_SIZE, MqttBusConfig, MqttConfigError, MqttTls, MqttTlsReload, redact_url};
 
 use link::{Link, Phase, Step};
 use topics::Layout;
@@ -127,6 +127,9 @@ pub struct MqttBusStats {
     pub delivered: u64,
     /// Inbound packets that were not a valid envelope.
     pub decode_errors: u64,
+    /// Times [`MqttBusConfig::tls_reload`] found changed certificates before a reconnection
+    /// attempt, which then used them.
+    pub tls_reloads: u64,
     /// Second copies of an envelope dropped (overlapping subscriptions, resends).
     pub duplicates: u64,
     /// Retained messages the broker sent to a shared subscription, dropped.
@@ -224,7 +227,7 @@ impl MqttBus {
             cancel: CancellationToken::new(),
         });
         let tracker = TaskTracker::new();
-        tracker.spawn(tasks::poll(shared.clone(), eventloop, tx));
+        tracker.spawn(tasks::poll(shared.clone(), eventloop, tx, shared.config.tls.clone().unwrap_or_default()));
         tracker.spawn(tasks::pump(shared.clone()));
         tracker.close();
         let bus = Arc::new(MqttBus { shared, tracker });
@@ -496,6 +499,7 @@ struct Counters {
     refused: AtomicU64,
     delivered: AtomicU64,
     decode_errors: AtomicU64,
+    tls_reloads: AtomicU64,
     duplicates: AtomicU64,
     retained_to_group: AtomicU64,
     unrouted: AtomicU64,
@@ -512,6 +516,7 @@ impl Counters {
             refused: get(&self.refused),
             delivered: get(&self.delivered),
             decode_errors: get(&self.decode_errors),
+            tls_reloads: get(&self.tls_reloads),
             duplicates: get(&self.duplicates),
             retained_to_group: get(&self.retained_to_group),
             unrouted: get(&self.unrouted),

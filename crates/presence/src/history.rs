@@ -25,7 +25,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 
-use ::redis::aio::ConnectionManager;
+use crate::conn::RedisConn;
 use ::redis::{Script, Value};
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -393,7 +393,7 @@ return {e, head, first, entries}
 /// History in Redis streams, shared by every node of a cluster (see the module docs).
 #[derive(Clone)]
 pub struct RedisHistory {
-    conn: ConnectionManager,
+    conn: RedisConn,
     prefix: Arc<str>,
     max_project_bytes: u64,
 }
@@ -469,7 +469,7 @@ fn entry(v: &Value) -> Result<HistoryEntry, HistoryError> {
 
 impl RedisHistory {
     /// History over `conn`, keeping its keys under `prefix` (the cluster's namespace).
-    pub fn new(conn: ConnectionManager, prefix: &str) -> Self {
+    pub fn new(conn: RedisConn, prefix: &str) -> Self {
         Self { conn, prefix: Arc::from(prefix), max_project_bytes: DEFAULT_MAX_PROJECT_BYTES as u64 }
     }
 

@@ -20,8 +20,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::conn::RedisConn;
 use ::redis::Script;
-use ::redis::aio::ConnectionManager;
 use async_trait::async_trait;
 use skua_core::{Idempotency, IdempotencyError};
 
@@ -163,7 +163,7 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| {
 /// Claims of publish idempotency keys in Redis, shared by every node of a cluster that uses the
 /// same Redis and key prefix.
 pub struct RedisIdempotency {
-    conn: ConnectionManager,
+    conn: RedisConn,
     prefix: String,
 }
 
@@ -177,7 +177,7 @@ impl std::fmt::Debug for RedisIdempotency {
 impl RedisIdempotency {
     /// Keeps claims under `<key_prefix>:idem:` on `conn` (the presence's Redis connection:
     /// [`crate::RedisPresence::idempotency`]).
-    pub(crate) fn new(conn: ConnectionManager, key_prefix: &str) -> Self {
+    pub(crate) fn new(conn: RedisConn, key_prefix: &str) -> Self {
         Self { conn, prefix: format!("{key_prefix}:idem:") }
     }
 

@@ -3,6 +3,8 @@
 //!
 //! This crate depends on `skua-core` and the `redis` client, no other workspace crate; the edge
 //! never names it (only the server picks a backend). Modules:
+//! - [`conn`]: [`RedisConn`], the Redis connection the Redis slots share, re-made when its
+//!   certificate files are renewed;
 //! - [`memory`]: [`MemoryPresence`], presence in this process's memory, for a single node;
 //! - [`idempotency`]: [`MemoryIdempotency`] and [`RedisIdempotency`], publish idempotency keys
 //!   (issue 19) in memory for a single node and in Redis for a cluster;
@@ -13,13 +15,15 @@
 //!
 //! Every implementation passes `skua_conformance::presence_conformance!`.
 
+pub mod conn;
 pub mod history;
 pub mod idempotency;
 pub mod limits;
 pub mod memory;
 pub mod redis;
 
+pub use self::conn::{RedisConn, RedisTls, RedisTlsReload};
 pub use self::idempotency::{MemoryIdempotency, RedisIdempotency};
 pub use self::limits::RedisSharedLimits;
 pub use self::memory::MemoryPresence;
-pub use self::redis::{RedisPresence, RedisTls};
+pub use self::redis::RedisPresence;

@@ -6,8 +6,8 @@
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use crate::conn::RedisConn;
 use ::redis::Script;
-use ::redis::aio::ConnectionManager;
 use async_trait::async_trait;
 use skua_core::limits::SharedLimits;
 use skua_core::presence::PresenceError;
@@ -30,7 +30,7 @@ return 1
 /// Fixed-window counters in Redis, shared by every node on the same Redis and prefix.
 #[derive(Clone)]
 pub struct RedisSharedLimits {
-    conn: ConnectionManager,
+    conn: RedisConn,
     prefix: Arc<str>,
 }
 
@@ -42,7 +42,7 @@ impl std::fmt::Debug for RedisSharedLimits {
 
 impl RedisSharedLimits {
     /// Counters over `conn`, keys under `<key_prefix>:limit:`.
-    pub fn new(conn: ConnectionManager, key_prefix: &str) -> Self {
+    pub fn new(conn: RedisConn, key_prefix: &str) -> Self {
         Self { conn, prefix: Arc::from(format!("{key_prefix}:limit:")) }
     }
 }

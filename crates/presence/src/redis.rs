@@ -38,7 +38,7 @@
 //! that does not decode (only something else writing under the prefix makes one) is skipped with
 //! a warning.
 //!
-//! The [`ConnectionManager`] reconnects by itself. While Redis is down an operation fails after
+//! redis-rs's `ConnectionManager` reconnects by itself (with renewed certificates: [`crate::conn`]). While Redis is down an operation fails after
 //! at most [`RESPONSE_TIMEOUT`] plus one round of reconnect attempts (bounded by
 //! [`RECONNECT_RETRIES`], [`CONNECT_TIMEOUT`] and [`RECONNECT_MAX_DELAY`]; about a second against
 //! a refused port). When the connection drops after a script was sent, the script may or may not
@@ -51,8 +51,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use ::redis::{Client, RedisError, Script};
+use crate::conn::RedisConn;
+pub use crate::conn::{RedisTls, RedisTlsReload};
+use ::redis::aio::ConnectionManagerConfig;
+use ::redis::{RedisError, Script};
 use async_trait::async_trait;
 use bytes::Bytes;
 use skua_core::{
@@ -79,7 +81,7 @@ const JOINED_AT_LEN: usize = 8;
 /// Cheap to share behind an `Arc`; the one multiplexed connection inside serves concurrent
 /// operations.
 pub struct RedisPresence {
-    conn: ConnectionManager,
+    conn: RedisConn,
     keys: Keys,
     // Whether the last operation got a reply; read by readiness. The liveness loop's periodic
     // `refresh_node` keeps it current while no client is active.
@@ -104,26 +106,42 @@ impl RedisPresence {
     /// # Errors
     /// As [`Self::connect`]; also when the certificates are not usable.
     pub async fn connect_with_tls(url: &str, key_prefix: &str, tls: Option<RedisTls>) -> Result<Self, PresenceError> {
-        let client = match tls {
-            None => Client::open(url),
-            Some(tls) => Client::build_with_tls(
-                url,
-                ::redis::TlsCertificates {
-                    client_tls: tls
-                        .client_pem
-                        .map(|(client_cert, client_key)| ::redis::ClientTlsConfig { client_cert, client_key }),
-                    root_cert: tls.ca_pem,
-                },
-            ),
-        }
-        .map_err(|e| unavailable("connect", e))?;
+        Self::open(url, key_prefix, tls, None).await
+    }
+
+    /// [`Self::connect_with_tls`] with the certificates `reload` reads (their files), read again
+    /// when the connection fails, so renewed files reach the next connection without a restart
+    /// ([`crate::conn`]).
+    ///
+    /// # Errors
+    /// As [`Self::connect_with_tls`]; also when `reload` fails the first time.
+    pub async fn connect_with_tls_files(
+        url: &str,
+        key_prefix: &str,
+        reload: RedisTlsReload,
+    ) -> Result<Self, PresenceError> {
+        let tls = reload().map_err(|e| PresenceError::Unavailable(e.into()))?;
+        Self::open(url, key_prefix, Some(tls), Some(reload)).await
+    }
+
+    async fn open(
+        url: &str,
+        key_prefix: &str,
+        tls: Option<RedisTls>,
+        reload: Option<RedisTlsReload>,
+    ) -> Result<Self, PresenceError> {
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(CONNECT_TIMEOUT))
             .set_response_timeout(Some(RESPONSE_TIMEOUT))
             .set_number_of_retries(RECONNECT_RETRIES)
             .set_max_delay(RECONNECT_MAX_DELAY);
-        let conn = ConnectionManager::new_with_config(client, config).await.map_err(|e| unavailable("connect", e))?;
+        let conn = RedisConn::connect(url, config, tls, reload).await.map_err(|e| unavailable("connect", e))?;
         Ok(Self { conn, keys: Keys::new(key_prefix), reachable: AtomicBool::new(true) })
+    }
+
+    /// How many times renewed certificate files replaced the Redis connection.
+    pub fn tls_reloads(&self) -> u64 {
+        self.conn.tls_reloads()
     }
 
     /// The idempotency slot on this presence's Redis connection, claims under
@@ -162,24 +180,6 @@ impl RedisPresence {
         let r = invocation.invoke_async(&mut conn).await;
         self.reachable.store(r.is_ok(), Ordering::Relaxed);
         r.map_err(|e| unavailable(op, e))
-    }
-}
-
-/// Certificates of a `rediss://` connection, as PEM bytes read by the caller.
-#[derive(Clone, Default)]
-pub struct RedisTls {
-    /// CA certificates Redis's certificate must chain to; `None`: the system's roots.
-    pub ca_pem: Option<Vec<u8>>,
-    /// Client certificate chain and private key, for a Redis with `tls-auth-clients yes`.
-    pub client_pem: Option<(Vec<u8>, Vec<u8>)>,
-}
-
-impl fmt::Debug for RedisTls {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisTls")
-            .field("ca_pem", &self.ca_pem.as_ref().map(|_| "<pem>"))
-            .field("client_pem", &self.client_pem.as_ref().map(|_| "<certificate and redacted key>"))
-            .finish()
     }
 }
 

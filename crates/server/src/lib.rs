@@ -3,6 +3,7 @@
 //! tests start nodes through [`node::RunningNode`] directly.
 
 pub mod admin;
+pub mod cert_expiry;
 pub mod config;
 pub mod duration;
 pub mod errors;

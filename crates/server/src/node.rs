@@ -47,6 +47,12 @@ pub async fn backends(config: &ServerConfig, embedded: &Embedded) -> anyhow::Res
             if url.starts_with("mqtts://") {
                 let (ca_pem, client_pem) = backend_tls_pem(&config.bus_tls)?;
                 mqtt.tls = Some(skua_bus::mqtt::MqttTls { ca_pem, client_pem });
+                // Renewed files reach the next connection (issue 32, item 7): no restart.
+                let files = config.bus_tls.clone();
+                mqtt.tls_reload = Some(skua_bus::mqtt::MqttTlsReload(Arc::new(move || {
+                    let (ca_pem, client_pem) = backend_tls_pem(&files).map_err(|e| e.to_string())?;
+                    Ok(skua_bus::mqtt::MqttTls { ca_pem, client_pem })
+                })));
             }
             let (bus, rx) =
                 skua_bus::mqtt::MqttBus::open(mqtt, config.node_id.clone(), config.edge.bus_queue).await.map_err(
@@ -70,6 +76,7 @@ pub async fn backends(config: &ServerConfig, embedded: &Embedded) -> anyhow::Res
     let mut memory_idempotency = None;
     // So do the wake limits' counters (issue 33): per node in memory, the cluster's in Redis.
     let mut shared_limits: Option<Arc<dyn skua_core::limits::SharedLimits>> = None;
+    let mut redis_presence = None;
     let (presence, idempotency): (Arc<dyn skua_core::Presence>, Arc<dyn skua_core::Idempotency>) = match &config
         .presence
     {
@@ -82,21 +89,27 @@ pub async fn backends(config: &ServerConfig, embedded: &Embedded) -> anyhow::Res
             (embedded.presence.clone(), keys)
         }
         PresenceConfig::Redis { url } => {
-            let tls = if config.presence_tls.is_set() {
-                let (ca_pem, client_pem) = backend_tls_pem(&config.presence_tls)?;
-                Some(skua_presence::RedisTls { ca_pem, client_pem })
+            let presence = if config.presence_tls.is_set() {
+                // Read now (a missing file stops the start) and again when the connection fails.
+                backend_tls_pem(&config.presence_tls)?;
+                let files = config.presence_tls.clone();
+                let reload: skua_presence::RedisTlsReload = Arc::new(move || {
+                    let (ca_pem, client_pem) = backend_tls_pem(&files).map_err(|e| e.to_string())?;
+                    Ok(skua_presence::RedisTls { ca_pem, client_pem })
+                });
+                skua_presence::RedisPresence::connect_with_tls_files(url, &config.edge.namespace, reload).await
             } else {
-                None
-            };
-            let presence = skua_presence::RedisPresence::connect_with_tls(url, &config.edge.namespace, tls)
-                .await
-                .map_err(|e| anyhow::anyhow!("while connecting to Redis presence at {}: {e}", redact(url)))?;
+                skua_presence::RedisPresence::connect_with_tls(url, &config.edge.namespace, None).await
+            }
+            .map_err(|e| anyhow::anyhow!("while connecting to Redis presence at {}: {e}", redact(url)))?;
             shared_limits = Some(Arc::new(presence.shared_limits(&config.edge.namespace)));
             history = Arc::new(
                 presence.history(&config.edge.namespace).with_max_project_bytes(e.history_max_bytes_per_project as u64),
             );
             let keys = presence.idempotency(&config.edge.namespace);
-            (Arc::new(presence), Arc::new(keys))
+            let presence = Arc::new(presence);
+            redis_presence = Some(presence.clone());
+            (presence, Arc::new(keys))
         }
     };
     let store: Arc<dyn skua_core::Store> = match &config.store {
@@ -115,11 +128,46 @@ pub async fn backends(config: &ServerConfig, embedded: &Embedded) -> anyhow::Res
         store,
         publish_observers: Vec::new(),
         webhooks: None,
-        metrics_sources: vec![Arc::new(BusMetrics(mqtt_bus)), Arc::new(IdempotencyMetrics(memory_idempotency))],
+        metrics_sources: vec![
+            Arc::new(BusMetrics(mqtt_bus.clone())),
+            Arc::new(IdempotencyMetrics(memory_idempotency)),
+            Arc::new(CertExpiryMetrics(crate::cert_expiry::watched(config))),
+            Arc::new(TlsReloadMetrics { bus: mqtt_bus.clone(), presence: redis_presence }),
+        ],
         shared_limits,
         history: Some(history),
         idempotency,
     })
+}
+
+/// When the certificate files this node uses expire (`crate::cert_expiry`).
+struct CertExpiryMetrics(Vec<(&'static str, std::path::PathBuf)>);
+
+impl skua_edge::prom::MetricsSource for CertExpiryMetrics {
+    fn render(&self, out: &mut String) {
+        crate::cert_expiry::render(&self.0, out);
+    }
+}
+
+/// Renewed backend certificate files picked up by a reconnection, per backend.
+struct TlsReloadMetrics {
+    bus: Option<Arc<skua_bus::mqtt::MqttBus>>,
+    presence: Option<Arc<skua_presence::RedisPresence>>,
+}
+
+impl skua_edge::prom::MetricsSource for TlsReloadMetrics {
+    fn render(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        let bus = self.bus.as_ref().map_or(0, |b| b.stats().tls_reloads);
+        let presence = self.presence.as_ref().map_or(0, |p| p.tls_reloads());
+        let _ = write!(
+            out,
+            "# HELP skua_backend_tls_reloads_total Times changed backend certificate files were read and used for the next connection, by backend (Postgres reads its files at every new connection).\n\
+             # TYPE skua_backend_tls_reloads_total counter\n\
+             skua_backend_tls_reloads_total{{backend=\"bus\"}} {bus}\n\
+             skua_backend_tls_reloads_total{{backend=\"presence\"}} {presence}\n"
+        );
+    }
 }
 
 /// The in-memory idempotency keys' evictions on `/metrics` (always 0 with Redis).
@@ -211,7 +259,7 @@ impl skua_edge::prom::MetricsSource for ServerMetrics {
 /// A PEM CA file and client pair, read.
 type BackendPem = (Option<Vec<u8>>, Option<(Vec<u8>, Vec<u8>)>);
 
-/// Reads a backend's certificate files.
+/// Reads a backend's certificate files (at start, and again before a reconnection).
 fn backend_tls_pem(files: &crate::config::BackendTlsFiles) -> anyhow::Result<BackendPem> {
     let read = |p: &std::path::Path| std::fs::read(p).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", p.display()));
     let ca = files.ca.as_deref().map(read).transpose()?;

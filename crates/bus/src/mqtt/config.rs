@@ -1,5 +1,6 @@
 //! [`MqttBusConfig`]: how a node reaches its broker, and the bounds of everything it buffers.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use skua_core::ids::is_slug;
@@ -46,6 +47,27 @@ impl std::fmt::Debug for MqttTls {
     }
 }
 
+/// Reads the TLS material of an `mqtts://` connection again (the files it came from), before
+/// every reconnection attempt: renewed certificates reach the next connection without a restart.
+/// `Err` is a sentence (a file that cannot be read or is half written); the previous material is
+/// kept and the next attempt reads again.
+#[derive(Clone)]
+pub struct MqttTlsReload(pub Arc<dyn Fn() -> Result<MqttTls, String> + Send + Sync>);
+
+impl PartialEq for MqttTlsReload {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for MqttTlsReload {}
+
+impl std::fmt::Debug for MqttTlsReload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MqttTlsReload(<files>)")
+    }
+}
+
 /// Settings of one node's [`MqttBus`](super::MqttBus). Build it with [`MqttBusConfig::new`] (or
 /// [`Default`]) and adjust fields; [`MqttBus::connect`](super::MqttBus::connect) checks them.
 #[derive(Clone, PartialEq, Eq)]
@@ -58,6 +80,9 @@ pub struct MqttBusConfig {
     /// Certificates of an `mqtts://` connection; `None` with `mqtts://`: the system's roots, no
     /// client certificate.
     pub tls: Option<MqttTls>,
+    /// Where `tls` came from, read again before each reconnection attempt (the first
+    /// connection uses `tls`); `None`: `tls` is used for every connection.
+    pub tls_reload: Option<MqttTlsReload>,
     /// First level of every internal topic and part of every shared-subscription name: nodes
     /// see each other only within one namespace, so clusters and test runs can share a broker.
     /// 1–64 letters, digits, `-` or `_`.
@@ -106,6 +131,7 @@ impl std::fmt::Debug for MqttBusConfig {
         f.debug_struct("MqttBusConfig")
             .field("url", &redact_url(&self.url))
             .field("tls", &self.tls)
+            .field("tls_reload", &self.tls_reload)
             .field("namespace", &self.namespace)
             .field("client_id_prefix", &self.client_id_prefix)
             .field("keep_alive", &self.keep_alive)
@@ -127,6 +153,7 @@ impl Default for MqttBusConfig {
         Self {
             url: "mqtt://127.0.0.1:1883".to_owned(),
             tls: None,
+            tls_reload: None,
             namespace: "skua".to_owned(),
             client_id_prefix: "skua".to_owned(),
             keep_alive: Duration::from_secs(30),
@@ -283,7 +310,7 @@ impl MqttBusConfig {
     /// Checks every field; returns the broker address.
     pub(crate) fn validate(&self) -> Result<BrokerAddr, MqttConfigError> {
         let addr = parse_url(&self.url)?;
-        if self.tls.is_some() && !addr.tls {
+        if (self.tls.is_some() || self.tls_reload.is_some()) && !addr.tls {
             return Err(MqttConfigError::Setting { setting: "tls", rule: "certificates need an mqtts:// url" });
         }
         if !is_slug(&self.namespace) {

@@ -25,7 +25,16 @@ const RESUB_CHECK: Duration = Duration::from_millis(500);
 ///
 /// `EventLoop::poll` is never cancelled except at shutdown: dropping it halfway through a
 /// write could lose part of a packet.
-pub(super) async fn poll(shared: Arc<Shared>, mut eventloop: EventLoop, tx: mpsc::Sender<BusDelivery>) {
+///
+/// `tls` is the material the event loop's transport was built from; with
+/// [`MqttBusConfig::tls_reload`](super::MqttBusConfig::tls_reload) it is read again before each
+/// reconnection attempt and the transport rebuilt when it changed.
+pub(super) async fn poll(
+    shared: Arc<Shared>,
+    mut eventloop: EventLoop,
+    tx: mpsc::Sender<BusDelivery>,
+    mut tls: super::MqttTls,
+) {
     let cancel = shared.cancel.clone();
     let mut conn = ConnState { failures: 0, down_since: Instant::now(), ever_connected: false, receiver_open: true };
     loop {
@@ -76,12 +85,41 @@ pub(super) async fn poll(shared: Arc<Shared>, mut eventloop: EventLoop, tx: mpsc
                     () = cancel.cancelled() => break,
                     () = tokio::time::sleep(delay) => {}
                 }
+                reload_tls(&shared, &mut eventloop, &mut tls);
             }
         }
         shared.pump.notify_one();
     }
     shared.update(|link| link.on_disconnect());
     debug!(node = %shared.node, "MQTT poll task stopped.");
+}
+
+/// Reads the certificate files again (`tls_reload`) and, when they changed, rebuilds the
+/// transport the next connection attempt uses; a file that cannot be read or used keeps the
+/// previous material (logged), and the next attempt reads again.
+fn reload_tls(shared: &Shared, eventloop: &mut EventLoop, tls: &mut super::MqttTls) {
+    let Some(reload) = &shared.config.tls_reload else { return };
+    let fresh = match (reload.0)() {
+        Ok(fresh) if fresh == *tls => return,
+        Ok(fresh) => fresh,
+        Err(e) => {
+            warn!(node = %shared.node, error = %e, "Cannot read the MQTT certificate files again; reconnecting with the previous ones.");
+            return;
+        }
+    };
+    match super::tls::client_config(Some(&fresh)) {
+        Ok(config) => {
+            eventloop
+                .options
+                .set_transport(rumqttc::Transport::Tls(rumqttc::TlsConfiguration::Rustls(Arc::new(config))));
+            *tls = fresh;
+            shared.stats.tls_reloads.fetch_add(1, Ordering::Relaxed);
+            info!(node = %shared.node, "The MQTT certificate files changed; reconnecting with the new ones.");
+        }
+        Err(e) => {
+            warn!(node = %shared.node, error = %e, "The MQTT certificate files changed but are not usable; reconnecting with the previous ones.");
+        }
+    }
 }
 
 struct ConnState {

@@ -26,6 +26,12 @@ struct Pki {
 
 impl Pki {
     fn new(name: &str) -> Self {
+        Self::with_client_expiry(name, None)
+    }
+
+    /// A PKI whose client certificate expires on `client_expiry` (year, month, day) instead of
+    /// rcgen's default (4096-01-01).
+    fn with_client_expiry(name: &str, client_expiry: Option<(i32, u8, u8)>) -> Self {
         let dir = std::env::temp_dir().join(format!("skua-it-pki-{name}-{}", uuid::Uuid::new_v4().simple()));
         std::fs::create_dir_all(&dir).unwrap();
         let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
@@ -42,6 +48,9 @@ impl Pki {
             let mut params = CertificateParams::new(sans).unwrap();
             params.distinguished_name.push(DnType::CommonName, name);
             params.extended_key_usages = vec![usage];
+            if let (Some((y, m, d)), "client") = (client_expiry, name) {
+                params.not_after = rcgen::date_time_ymd(y, m, d);
+            }
             let key = KeyPair::generate().unwrap();
             std::fs::write(dir.join(format!("{name}.pem")), params.signed_by(&key, &issuer).unwrap().pem()).unwrap();
             std::fs::write(dir.join(format!("{name}-key.pem")), key.serialize_pem()).unwrap();
@@ -112,12 +121,17 @@ impl Drop for Service {
 /// Mosquitto with one TLS listener that requires a client certificate and the password file's
 /// user `skua-node`.
 fn mosquitto(pki: &Pki) -> (Service, u16) {
+    on_free_port("mosquitto", |port| mosquitto_on(pki, port))
+}
+
+/// [`mosquitto`] on `port`.
+fn mosquitto_on(pki: &Pki, port: u16) -> Result<Service, Listening> {
     let passwords = pki.path("passwords");
     let made =
         Command::new("mosquitto_passwd").args(["-b", "-c"]).arg(&passwords).args(["skua-node", PASSWORD]).status();
     assert!(made.is_ok_and(|s| s.success()), "mosquitto_passwd failed");
     let conf = pki.path("mosquitto.conf");
-    on_free_port("mosquitto", |port| {
+    {
         std::fs::write(
             &conf,
             format!(
@@ -131,13 +145,18 @@ fn mosquitto(pki: &Pki) -> (Service, u16) {
         )
         .unwrap();
         Service::spawn("mosquitto", &["-c".into(), conf.display().to_string()], port)
-    })
+    }
 }
 
 /// Redis with only a TLS port that requires a client certificate and the ACL user `skua`.
 fn redis(pki: &Pki) -> (Service, u16) {
+    on_free_port("redis-server", |port| redis_on(pki, port))
+}
+
+/// [`redis`] on `port`.
+fn redis_on(pki: &Pki, port: u16) -> Result<Service, Listening> {
     let conf = pki.path("redis.conf");
-    on_free_port("redis-server", |port| {
+    {
         std::fs::write(
             &conf,
             format!(
@@ -151,7 +170,7 @@ fn redis(pki: &Pki) -> (Service, u16) {
         )
         .unwrap();
         Service::spawn("redis-server", &[conf.display().to_string()], port)
-    })
+    }
 }
 
 fn set(path: &Path) -> Option<String> {
@@ -191,6 +210,84 @@ async fn a_node_publishes_over_mqtts_and_keeps_presence_in_rediss_with_passwords
     alice.send(frame! {"type" => "presence", "roomId" => "general", "data" => frame! {"status" => "here"}}).await;
     let joined = alice.expect("presence").await;
     assert_eq!(joined.str("event"), "join", "{joined:?}");
+    let _ = server.shutdown().await;
+}
+
+/// Puts `pki`'s CA and client pair in `dir` under the names a node is configured with, the way
+/// the kubelet updates a Secret volume: written aside, then renamed into place.
+fn install_client_files(pki: &Pki, dir: &Path) {
+    for file in ["ca.pem", "client.pem", "client-key.pem"] {
+        let aside = dir.join(format!(".{file}.new"));
+        std::fs::copy(pki.path(file), &aside).unwrap();
+        std::fs::rename(&aside, dir.join(file)).unwrap();
+    }
+}
+
+/// Issue 32, item 7: the backends' CA and client pair are read again when a connection is made
+/// again, so a renewal reaches the bus and Redis without a restart. Both servers come back with
+/// a new CA that requires a client certificate of that CA: only the renewed files connect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewed_backend_certificates_reach_the_next_connection_without_a_restart() {
+    use skua_testkit::http::{Scrape, wait_for_status};
+    if !have("mosquitto") || !have("mosquitto_passwd") || !have("redis-server") {
+        return;
+    }
+    let old = Pki::new("renew-old");
+    let new = Pki::with_client_expiry("renew-new", Some((2040, 1, 1)));
+    let mounted = old.path("mounted");
+    std::fs::create_dir_all(&mounted).unwrap();
+    install_client_files(&old, &mounted);
+    let (mosquitto, mqtt_port) = mosquitto(&old);
+    let (redis, redis_port) = redis(&old);
+    let namespace = format!("renew{}", uuid::Uuid::new_v4().simple());
+    let files = mounted.clone();
+    let server = TestServer::builder()
+        .settings(move |s| {
+            s.edge.namespace = Some(namespace);
+            s.edge.node_refresh = Some("300ms".into());
+            s.edge.node_ttl = Some("2s".into());
+            s.node.bus = Some(format!("mqtts://skua-node:{PASSWORD_IN_URL}@127.0.0.1:{mqtt_port}"));
+            s.node.bus_tls_ca = set(&files.join("ca.pem"));
+            s.node.bus_tls_cert = set(&files.join("client.pem"));
+            s.node.bus_tls_key = set(&files.join("client-key.pem"));
+            s.node.presence = Some(format!("rediss://skua:{PASSWORD_IN_URL}@127.0.0.1:{redis_port}/0"));
+            s.node.presence_tls_ca = set(&files.join("ca.pem"));
+            s.node.presence_tls_cert = set(&files.join("client.pem"));
+            s.node.presence_tls_key = set(&files.join("client-key.pem"));
+        })
+        .spawn()
+        .await;
+    let within = Duration::from_secs(30);
+    wait_for_status(server.addr, "/healthz/backends", 200, within).await;
+    let expiry = |m: &Scrape| m.value("skua_certificate_expiry_timestamp_seconds", &[("setting", "bus_tls_cert")]);
+    // rcgen's default expiry, 4096-01-01.
+    assert_eq!(expiry(&Scrape::of(server.addr).await), 67_090_118_400.0);
+
+    // Renewal: a new CA on both servers, the new client pair on disk; same ports.
+    drop((mosquitto, redis));
+    install_client_files(&new, &mounted);
+    let _mosquitto = mosquitto_on(&new, mqtt_port).expect("mosquitto back on its port");
+    let _redis = redis_on(&new, redis_port).expect("redis back on its port");
+    let reloads = |m: &Scrape, backend| m.value("skua_backend_tls_reloads_total", &[("backend", backend)]);
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let m = Scrape::of(server.addr).await;
+        if reloads(&m, "bus") == 1.0 && reloads(&m, "presence") == 1.0 {
+            // 2040-01-01: the metric reads the files on disk.
+            assert_eq!(expiry(&m), 2_208_988_800.0);
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the renewed files were not picked up:\n{}", m.text);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    wait_for_status(server.addr, "/healthz/backends", 200, within).await;
+    let mut alice = server.auth("dev-token-alice").await;
+    let mut bob = server.auth("dev-token-bob").await;
+    alice.subscribe(TOPIC).await;
+    bob.publish_acked(TOPIC, "after the renewal".into()).await;
+    assert_eq!(alice.expect("message").await.str("data"), "after the renewal");
+    alice.send(frame! {"type" => "presence", "roomId" => "general", "data" => frame! {"status" => "here"}}).await;
+    assert_eq!(alice.expect("presence").await.str("event"), "join");
     let _ = server.shutdown().await;
 }
 
@@ -328,4 +425,15 @@ async fn the_store_reaches_postgres_with_verify_full_and_a_password_and_never_sh
         let shown = format!("{e:#}");
         assert!(!shown.contains("hunter2") && !shown.contains(PASSWORD_IN_URL), "{shown}");
     }
+    // Issue 32, item 7: `sslrootcert` is read at every new connection, so a renewed CA file
+    // needs no restart. The same url fails with another CA in the file, and works once the
+    // file is renewed.
+    let other = Pki::new("pg-other");
+    let mounted = pki.path("mounted-ca.pem");
+    std::fs::copy(other.path("ca.pem"), &mounted).unwrap();
+    let renewable =
+        url(&format!("postgres:{PASSWORD_IN_URL}"), &format!("sslmode=verify-full&sslrootcert={}", mounted.display()));
+    skua_server::node::migrate(&renewable).await.expect_err("a CA that did not sign the server's certificate");
+    std::fs::copy(pki.path("ca.pem"), &mounted).unwrap();
+    skua_server::node::migrate(&renewable).await.expect("the renewed CA file, read by the next connection");
 }
