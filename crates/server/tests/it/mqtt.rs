@@ -798,3 +798,124 @@ async fn a_large_backlog_drains_to_a_device_that_acks_one_at_a_time() {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
     }
 }
+
+/// A device that drops its socket and reconnects at once, before the node finished the old
+/// connection's cleanup (or even noticed it: `keep` leaves the old socket open, a half-open
+/// connection the new one takes over), still gets what the old connection held (unacked) before
+/// what was published while it was away, on the new connection: the old one's release must
+/// reach it. `away` and `back` are the nodes of the two connections.
+async fn a_fast_reconnect_gets_the_unacked_message_first(away: &TestServer, back: &TestServer, id: &str, keep: bool) {
+    let mut alice = away.auth("dev-token-alice").await;
+    let (mut d, _) = session(away, 4, id, false, 0).await;
+    d.write_all(&subscribe(1, TASKS, 1)).await.unwrap();
+    assert_eq!(read_packet(&mut d).await, [0x90, 3, 0, 1, 1]);
+    alice.publish_acked(TASKS, Value::from(1)).await;
+    let (_, _, _, payload) = delivery(&read_packet(&mut d).await);
+    assert_eq!(payload, [1], "delivered, not acked");
+    // Gone, and back at once (no waiting for the node to notice).
+    let old = keep.then_some(d);
+    alice.publish_acked(TASKS, Value::from(2)).await;
+    let (mut d, present) = session(back, 4, id, false, 0).await;
+    assert!(present, "the session was resumed");
+    let (first, _, p1, payload) = delivery(&read_packet(&mut d).await);
+    assert_eq!((first, &payload[..]), (0x3A, &[1u8][..]), "the unacked one first, with DUP");
+    let (_, _, p2, payload) = delivery(&read_packet(&mut d).await);
+    assert_eq!(payload, [2], "then the one published while away");
+    d.write_all(&ack(0x40, p1)).await.unwrap();
+    d.write_all(&ack(0x40, p2)).await.unwrap();
+    drop(old);
+}
+
+#[tokio::test]
+async fn a_fast_reconnect_gets_what_the_old_connection_held_in_order() {
+    let path = std::env::temp_dir().join(format!("skua-mqtt-fast-{}.db", uuid::Uuid::new_v4().simple()));
+    let server = mqtt_on_store(&format!("sqlite://{}", path.display())).await;
+    for round in 0..10 {
+        let id = format!("sensor-fast-{round}");
+        a_fast_reconnect_gets_the_unacked_message_first(&server, &server, &id, round % 2 == 1).await;
+    }
+    drop(server);
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+}
+
+#[tokio::test]
+async fn a_fast_reconnect_to_another_node_gets_what_the_old_connection_held_in_order() {
+    let builder = TestServer::builder().settings(|s| s.node.mqtt_listen = Some("127.0.0.1:0".into()));
+    let c = skua_testkit::TestCluster::embedded(2, builder).await;
+    for round in 0..6 {
+        let id = format!("sensor-far-{round}");
+        a_fast_reconnect_gets_the_unacked_message_first(c.node(0), c.node(1), &id, round % 2 == 1).await;
+    }
+}
+
+/// A `SUBSCRIBE` to another logged topic while a backlog fills every delivery slot, the
+/// outbound queue and the durable task's queue: the device's reader must not wait on that
+/// task (it waits for room the writer frees only at the `PUBACK`s the reader is to read).
+#[tokio::test]
+async fn a_subscribe_during_a_stalled_backlog_never_blocks_the_reader() {
+    const BACKLOG: u8 = 30;
+    const LIVE: u8 = 6;
+    let path = std::env::temp_dir().join(format!("skua-mqtt-stall-{}.db", uuid::Uuid::new_v4().simple()));
+    let store = format!("sqlite://{}", path.display());
+    let server = TestServer::builder()
+        .settings(move |s| {
+            s.node.mqtt_listen = Some("127.0.0.1:0".into());
+            s.node.store = Some(store.clone());
+            s.mqtt.mqtt_max_inflight = Some(1);
+            s.edge.durable_queue = Some(2);
+            s.edge.outbound_queue_messages = Some(8);
+            s.edge.rate_limit = Some(10_000);
+        })
+        .spawn()
+        .await;
+    let mut alice = server.auth("dev-token-alice").await;
+    let mut bob = server.auth("dev-token-bob").await;
+    bob.subscribe(TASKS).await;
+    let (mut d, _) = session(&server, 4, "sensor-stall", false, 0).await;
+    d.write_all(&subscribe(1, TASKS, 1)).await.unwrap();
+    assert_eq!(read_packet(&mut d).await, [0x90, 3, 0, 1, 1]);
+    let closed = server.state.metrics.connections_closed.load(std::sync::atomic::Ordering::Acquire);
+    d.write_all(&[0xE0, 0]).await.unwrap();
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), d.read_to_end(&mut rest)).await.expect("closed").unwrap();
+    settled(&server, closed).await;
+    for n in 0..BACKLOG {
+        alice.publish_acked(TASKS, Value::from(n)).await;
+    }
+    for _ in 0..BACKLOG {
+        bob.expect("message").await;
+    }
+    let (mut d, present) = session(&server, 4, "sensor-stall", false, 0).await;
+    assert!(present);
+    // The first delivery holds the only slot; the backlog fills the outbound queue behind it.
+    let (_, _, first, payload) = delivery(&read_packet(&mut d).await);
+    assert_eq!(payload, [0]);
+    // Live messages meanwhile fill the durable task's queue (bob got them: the node's fan-out
+    // offered them to the device's task too).
+    for n in BACKLOG..BACKLOG + LIVE {
+        alice.publish_acked(TASKS, Value::from(n)).await;
+        bob.expect("message").await;
+    }
+    // A durable subscription more, then every acknowledgement.
+    d.write_all(&subscribe(2, "demo/random/tasks", 1)).await.unwrap();
+    d.write_all(&ack(0x40, first)).await.unwrap();
+    let (mut next, mut suback) = (1u8, false);
+    while next < BACKLOG + LIVE || !suback {
+        let p = read_packet(&mut d).await;
+        if p[0] == 0x90 {
+            assert_eq!(p, [0x90, 3, 0, 2, 1], "SUBACK");
+            suback = true;
+            continue;
+        }
+        let (_, _, pkid, payload) = delivery(&p);
+        assert_eq!(payload, [next], "in order, each once");
+        next += 1;
+        d.write_all(&ack(0x40, pkid)).await.unwrap();
+    }
+    drop(server);
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+}
