@@ -45,6 +45,9 @@ pub struct DoorAuth {
     pub persistent: bool,
     /// Discard what an earlier connection of the session kept.
     pub clean: bool,
+    /// How long the session is kept after the connection ends, in seconds, when the client
+    /// asked for less than `restore_ttl` (MQTT 5.0 session expiry); `None`: `restore_ttl`.
+    pub expiry_s: Option<u32>,
 }
 
 pub use crate::session::DoorRestored;
@@ -84,6 +87,7 @@ impl DoorSession {
         self.session.door = Some(crate::session::DoorState {
             persistent: auth.persistent && client_id.is_some(),
             clean: auth.clean,
+            expiry_s: auth.expiry_s,
             filters: Vec::new(),
             present: false,
             on_restored: Some(Box::new(on_restored)),
@@ -106,6 +110,14 @@ impl DoorSession {
         }
         d.filters = filters;
         Box::pin(self.session.save_door_filters()).await;
+    }
+
+    /// Sets how long a persistent session is kept after the connection ends, in seconds (an
+    /// MQTT 5.0 `DISCONNECT`'s session expiry; at most `restore_ttl`); 0 discards it at the end.
+    pub fn set_expiry(&mut self, expiry_s: u32) {
+        if let Some(d) = &mut self.session.door {
+            d.expiry_s = Some(expiry_s);
+        }
     }
 
     /// Acknowledges deliveries by msgId, as an `ack` frame does (N24), without waiting for

@@ -317,8 +317,9 @@ pub enum Cmd {
     Kick { consumer: ConsumerId },
     /// The client acked these msgIds.
     Ack(Vec<String>),
-    /// The connection ended: release what it holds, then stop.
-    Shutdown(oneshot::Sender<()>),
+    /// The connection ended: release what it holds, keep its consumers this long (the session's
+    /// expiry), then stop.
+    Shutdown(oneshot::Sender<()>, Duration),
 }
 
 /// The msgId of a live message (empty for anything else: never claimed).
@@ -446,10 +447,11 @@ impl DurableHandle {
         self.tx.try_send(cmd).map_err(tokio::sync::mpsc::error::TrySendError::into_inner)
     }
 
-    /// Releases what the connection holds and stops the task, waiting at most `grace`.
-    pub async fn shutdown(self, grace: Duration) {
+    /// Releases what the connection holds, keeps its consumers `keep` from now (the session's
+    /// expiry) and stops the task, waiting at most `grace`.
+    pub async fn shutdown(self, grace: Duration, keep: Duration) {
         let (done, wait) = oneshot::channel();
-        if self.tx.send(Cmd::Shutdown(done)).await.is_ok() {
+        if self.tx.send(Cmd::Shutdown(done, keep)).await.is_ok() {
             let _ = tokio::time::timeout(grace, wait).await;
         }
     }
@@ -523,7 +525,7 @@ impl DurableTask {
                 biased;
                 () = lane.notify.notified() => continue,
                 cmd = rx.recv() => cmd,
-                _ = touch.tick() => { self.touch().await; continue; }
+                _ = touch.tick() => { self.touch(self.d.restore_ttl).await; continue; }
                 _ = sweep.tick(), if sweeping => { self.sweep().await; continue; }
             };
             let Some(cmd) = cmd else { break };
@@ -532,7 +534,8 @@ impl DurableTask {
             }
         }
         self.stop_waiting().await;
-        self.shutdown().await;
+        let keep = self.d.restore_ttl;
+        self.shutdown(keep).await;
     }
 
     /// Handles one command off the queue (a live message or an ack with those queued right
@@ -549,9 +552,9 @@ impl DurableTask {
             other => Some(other),
         };
         let Some(cmd) = next else { return false };
-        if let Cmd::Shutdown(done) = cmd {
+        if let Cmd::Shutdown(done, keep) = cmd {
             self.stop_waiting().await;
-            self.shutdown().await;
+            self.shutdown(keep).await;
             let _ = done.send(());
             return true;
         }
@@ -616,7 +619,7 @@ impl DurableTask {
                 }
             }
             Cmd::Ack(ids) => self.ack(ids).await,
-            Cmd::Shutdown(_) => {}
+            Cmd::Shutdown(..) => {}
         }
     }
 
@@ -848,22 +851,23 @@ impl DurableTask {
         }
     }
 
-    async fn touch(&self) {
+    /// Keeps the consumers `keep` from now (`restore_ttl` while connected).
+    async fn touch(&self, keep: Duration) {
         let ids: Vec<&str> = self.consumers.keys().map(ConsumerId::as_str).collect();
         if ids.is_empty() {
             return;
         }
-        let ttl = self.d.restore_ttl.as_secs();
+        let ttl = keep.as_secs();
         if let Err(e) = self.d.store.touch_consumers(&ids, now_unix_s(), ttl).await {
             tracing::warn!(error = %e, "Refreshing consumers failed; retrying at the next tick.");
         }
     }
 
-    async fn shutdown(&mut self) {
+    async fn shutdown(&mut self, keep: Duration) {
         for c in self.consumers.keys() {
             self.d.unregister_consumer_task(c, self.conn.id);
         }
-        self.touch().await;
+        self.touch(keep).await;
         let scope = Release::Conn { node: self.d.node.as_str(), conn: self.conn.id.0 };
         match self.d.store.release(scope).await {
             Ok(released) => self.d.kick(&released).await,

@@ -919,3 +919,71 @@ async fn a_subscribe_during_a_stalled_backlog_never_blocks_the_reader() {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
     }
 }
+
+/// A 5.0 `SUBSCRIBE` of one filter (no properties).
+fn subscribe5(pkid: u8, filter: &str, qos: u8) -> Vec<u8> {
+    let mut body = vec![0, pkid, 0];
+    body.extend(string(filter.as_bytes()));
+    body.push(qos);
+    packet(0x82, &body)
+}
+
+/// A 5.0 `DISCONNECT` carrying a session expiry interval (property 0x11).
+fn disconnect_with_expiry(expiry: u32) -> Vec<u8> {
+    let mut body = vec![0, 5, 0x11];
+    body.extend_from_slice(&expiry.to_be_bytes());
+    packet(0xE0, &body)
+}
+
+/// Sends `last` and waits until the node finished the connection's cleanup.
+async fn end_settled(server: &TestServer, mut d: TcpStream, last: &[u8]) -> Vec<u8> {
+    let closed = server.state.metrics.connections_closed.load(std::sync::atomic::Ordering::Acquire);
+    d.write_all(last).await.unwrap();
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), d.read_to_end(&mut rest)).await.expect("closed").unwrap_or(0);
+    settled(server, closed).await;
+    rest
+}
+
+/// A 5.0 session expiry shorter than `restore_ttl` is honoured: the session is gone after it.
+#[tokio::test]
+async fn a_short_five_session_expiry_ends_the_session() {
+    let server = server().await;
+    let mut s = TcpStream::connect(server.mqtt_addr.expect("mqtt listener")).await.expect("connect");
+    s.write_all(&connect_session(5, "dev-token-carol", "gw-short", false, 1)).await.unwrap();
+    let ack = read_packet(&mut s).await;
+    assert_eq!((ack[2], ack[3]), (0, 0), "accepted: {ack:x?}");
+    assert!(!ack.windows(1).any(|w| w == [0x11]), "the expiry asked is kept, not told: {ack:x?}");
+    s.write_all(&subscribe5(1, TASKS, 1)).await.unwrap();
+    assert_eq!(read_packet(&mut s).await, [0x90, 4, 0, 1, 0, 1]);
+    drop_settled(&server, s).await;
+    // Kept for a second (whole seconds in the store): gone two seconds later.
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let (_, present) = session(&server, 5, "gw-short", false, 60).await;
+    assert!(!present, "the session expired");
+}
+
+/// A 5.0 `DISCONNECT` with session expiry 0 ends a persistent session with its connection:
+/// its subscriptions and what its consumer kept are gone; one that set a non-zero expiry where
+/// the `CONNECT` had none is a protocol error.
+#[tokio::test]
+async fn a_five_disconnect_can_end_the_session() {
+    let server = server().await;
+    let mut alice = server.auth("dev-token-alice").await;
+    let (mut d, _) = session(&server, 5, "gw-end", false, 60).await;
+    d.write_all(&subscribe5(1, TASKS, 1)).await.unwrap();
+    assert_eq!(read_packet(&mut d).await, [0x90, 4, 0, 1, 0, 1]);
+    end_settled(&server, d, &disconnect_with_expiry(0)).await;
+    alice.publish_acked(TASKS, Value::from(8)).await;
+    let (mut d, present) = session(&server, 5, "gw-end", false, 60).await;
+    assert!(!present, "nothing was kept");
+    d.write_all(&subscribe5(2, TASKS, 1)).await.unwrap();
+    assert_eq!(read_packet(&mut d).await, [0x90, 4, 0, 2, 0, 1]);
+    d.write_all(&[0xC0, 0]).await.unwrap();
+    assert_eq!(read_packet(&mut d).await, [0xD0, 0], "nothing kept for the old session is delivered");
+    end_settled(&server, d, &[0xE0, 0]).await;
+
+    let (d, _) = session(&server, 5, "gw-none", true, 0).await;
+    let rest = end_settled(&server, d, &disconnect_with_expiry(30)).await;
+    assert_eq!(rest, [0xE0, 1, 0x82], "DISCONNECT protocol error");
+}
