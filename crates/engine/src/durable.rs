@@ -61,7 +61,8 @@ type ConsumerTask = (ConnId, mpsc::Sender<Cmd>);
 /// Subscription changes of one connection's durable task ([`Cmd::Start`], [`Cmd::Stop`],
 /// [`Cmd::Resume`]): queued without waiting, so a reader never waits for a task that waits for
 /// room in the connection's outbound queue (an MQTT writer frees it only at the acknowledgements
-/// that reader is to read). The task takes them before anything queued after them. Bounded: a
+/// that reader is to read). The task takes them before its queue (a group member's stop after
+/// what was queued before it). Bounded: a
 /// command supersedes the waiting ones of its consumer it makes moot (a stop the start and
 /// resume before it, a start an earlier start), so at most a stop, a start and a resume wait
 /// per consumer; beyond `cap` commands the connection closes as a slow consumer.
@@ -112,8 +113,13 @@ impl Lane {
         true
     }
 
-    fn is_empty(&self) -> bool {
-        guard(&self.cmds).is_empty()
+    /// `None` when empty; else whether the first command is a group member's stop.
+    fn front_is_group_stop(&self) -> Option<bool> {
+        guard(&self.cmds).front().map(|c| matches!(c, Cmd::Stop { forget: false, .. }))
+    }
+
+    fn pop(&self) -> Option<Cmd> {
+        guard(&self.cmds).pop_front()
     }
 
     fn take(&self) -> Vec<Cmd> {
@@ -504,18 +510,22 @@ impl DurableTask {
         sweep.tick().await;
         let lane = self.lane.clone();
         loop {
-            if !lane.is_empty() {
-                // What was queued before the changes (acks sent before an unsubscribe, above
-                // all) is handled first, in order; then the changes.
-                let mut before = rx.len();
-                while before > 0 {
-                    let Ok(cmd) = rx.try_recv() else { break };
-                    before -= 1;
-                    if self.step(cmd, &mut rx).await {
-                        return;
+            if let Some(group_stop) = lane.front_is_group_stop() {
+                // Subscription changes come first (a start before the live messages queued
+                // behind it, which it then delivers in store order), except that a group
+                // member's unsubscribe waits for what was queued before it (the acks sent
+                // before it, above all): it releases what the member holds to the others.
+                if group_stop {
+                    let mut before = rx.len();
+                    while before > 0 {
+                        let Ok(cmd) = rx.try_recv() else { break };
+                        before -= 1;
+                        if self.step(cmd, &mut rx).await {
+                            return;
+                        }
                     }
                 }
-                for cmd in lane.take() {
+                if let Some(cmd) = lane.pop() {
                     self.handle(cmd).await;
                     self.catch_up_after_overflow().await;
                 }
