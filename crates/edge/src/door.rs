@@ -242,6 +242,9 @@ pub enum DoorRefusal {
     Full,
     /// The address is over a per-address limit.
     Address,
+    /// With `proxy_protocol`: a peer not in `trusted_proxies`, or no valid PROXY header within
+    /// the header timeout.
+    ProxyHeader,
 }
 
 impl DoorLimits {
@@ -264,11 +267,18 @@ impl DoorLimits {
             return Err(DoorRefusal::Full);
         }
         let client_ip = crate::config::canonical(peer.ip());
+        // Behind a PROXY protocol load balancer only it may connect; the client's address
+        // comes with the header ([`Self::readmit`]).
+        let trusted = st.config.trusted_proxies.iter().any(|r| r.contains(client_ip));
+        if st.config.proxy_protocol && !trusted {
+            st.metrics.front_refusals.inc(crate::front::reason::PROXY_HEADER);
+            return Err(DoorRefusal::ProxyHeader);
+        }
         let Ok(slot) = st.conn_slots.clone().try_acquire_owned() else {
             st.metrics.front_refusals.inc(crate::front::reason::MAX_CONNECTIONS);
             return Err(DoorRefusal::Full);
         };
-        let ip = if st.config.trusted_proxies.iter().any(|r| r.contains(client_ip)) {
+        let ip = if trusted {
             None
         } else {
             match self.0.admit(client_ip) {
@@ -280,6 +290,51 @@ impl DoorLimits {
             }
         };
         Ok(DoorAdmission { client_ip, _slot: slot, _ip: ip })
+    }
+}
+
+impl DoorLimits {
+    /// With `proxy_protocol`: reads the PROXY header (versions 1 and 2) at the start of `io`
+    /// and admits the client it names in place of the proxy that connected (`admitted`, a
+    /// trusted proxy, holds the connection slot): its address, counted against the
+    /// per-address limits unless it is trusted too. A header naming no client (a health
+    /// check: v1 `UNKNOWN`, v2 `LOCAL`) keeps the proxy's address. Reads nothing past the
+    /// header. Without `proxy_protocol`, `admitted` as it is.
+    ///
+    /// # Errors
+    /// [`DoorRefusal::ProxyHeader`] for a malformed or cut header, [`DoorRefusal::Address`]
+    /// when the client's address is over a limit.
+    pub async fn readmit<R: tokio::io::AsyncRead + Unpin>(
+        &self,
+        st: &EdgeState,
+        io: &mut R,
+        admitted: DoorAdmission,
+    ) -> Result<DoorAdmission, DoorRefusal> {
+        if !st.config.proxy_protocol {
+            return Ok(admitted);
+        }
+        let source = match crate::front::read_proxy_header(io).await {
+            Ok(Some(source)) => source,
+            Ok(None) => return Ok(admitted),
+            Err(e) => {
+                tracing::debug!(error = %e, "PROXY header refused on a door's listener; closed.");
+                st.metrics.front_refusals.inc(crate::front::reason::PROXY_HEADER);
+                return Err(DoorRefusal::ProxyHeader);
+            }
+        };
+        let client_ip = crate::config::canonical(source.ip());
+        let ip = if st.config.trusted_proxies.iter().any(|r| r.contains(client_ip)) {
+            None
+        } else {
+            match self.0.admit(client_ip) {
+                Ok(s) => Some(s),
+                Err(r) => {
+                    st.metrics.front_refusals.inc(r.label());
+                    return Err(DoorRefusal::Address);
+                }
+            }
+        };
+        Ok(DoorAdmission { client_ip, _slot: admitted._slot, _ip: ip })
     }
 }
 

@@ -987,3 +987,43 @@ async fn a_five_disconnect_can_end_the_session() {
     let rest = end_settled(&server, d, &disconnect_with_expiry(30)).await;
     assert_eq!(rest, [0xE0, 1, 0x82], "DISCONNECT protocol error");
 }
+
+/// With `proxy_protocol`, the MQTT listener reads the load balancer's PROXY header: a device's
+/// address is the one it names (here counted against `max_connections_per_ip` 1), and a socket
+/// without the header is closed.
+#[tokio::test]
+async fn a_device_behind_a_proxy_protocol_balancer_has_the_address_of_its_header() {
+    let server = TestServer::builder()
+        .settings(|s| {
+            s.node.mqtt_listen = Some("127.0.0.1:0".into());
+            s.edge.proxy_protocol = Some(true);
+            s.edge.trusted_proxies = Some(vec!["127.0.0.0/8".into()]);
+            s.edge.max_connections_per_ip = Some(1);
+        })
+        .spawn()
+        .await;
+    let via = |source: &'static str, token: &'static str| {
+        let addr = server.mqtt_addr.expect("mqtt listener");
+        async move {
+            let mut s = TcpStream::connect(addr).await.expect("connect");
+            let header = format!("PROXY TCP4 {source} 127.0.0.1 40000 1883\r\n");
+            s.write_all(&[header.as_bytes(), &connect(4, token)].concat()).await.expect("write");
+            s
+        }
+    };
+    let closed = |mut s: TcpStream| async move {
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut rest)).await.expect("closed");
+        assert!(read.is_err() || rest.is_empty(), "closed without a CONNACK: {rest:x?}");
+    };
+    let mut first = via("203.0.113.7", "dev-token-carol").await;
+    assert_eq!(read_packet(&mut first).await, [0x20, 2, 0, 0], "CONNACK: the header's address is admitted");
+    // The same client address again: over its limit, whatever the balancer's address.
+    closed(via("203.0.113.7", "dev-token-bob").await).await;
+    let mut other = via("203.0.113.8", "dev-token-bob").await;
+    assert_eq!(read_packet(&mut other).await, [0x20, 2, 0, 0], "another client address");
+    // No PROXY header: refused.
+    let mut bare = TcpStream::connect(server.mqtt_addr.unwrap()).await.unwrap();
+    bare.write_all(&connect(4, "dev-token-alice")).await.unwrap();
+    closed(bare).await;
+}
