@@ -679,7 +679,10 @@ mod tests {
         let mut b = BytesMut::from(&[0x20u8, 2, 0, 0][..]);
         assert!(matches!(read(&mut b, Level::V4, 1024, &MqttLimits::default()), Err(Fault::Protocol(_))));
         let mut b = BytesMut::from(&[0xE0u8, 0][..]);
-        assert_eq!(read(&mut b, Level::V5, 1024, &MqttLimits::default()), Ok(Some(Packet::Disconnect { reason: 0, session_expiry: None })));
+        assert_eq!(
+            read(&mut b, Level::V5, 1024, &MqttLimits::default()),
+            Ok(Some(Packet::Disconnect { reason: 0, session_expiry: None }))
+        );
     }
 
     #[test]
