@@ -1027,3 +1027,13 @@ async fn a_device_behind_a_proxy_protocol_balancer_has_the_address_of_its_header
     bare.write_all(&connect(4, "dev-token-alice")).await.unwrap();
     closed(bare).await;
 }
+
+#[tokio::test]
+async fn postgres_fast_reconnect_gets_what_the_old_connection_held_in_order() {
+    let Some(db) = skua_testkit::postgres::TestDatabase::migrated().await else { return };
+    let server = mqtt_on_store(&db.url).await;
+    for round in 0..10 {
+        let id = format!("sensor-pg-{round}");
+        a_fast_reconnect_gets_the_unacked_message_first(&server, &server, &id, round % 2 == 1).await;
+    }
+}
