@@ -45,6 +45,9 @@ pub struct DoorAuth {
     pub persistent: bool,
     /// Discard what an earlier connection of the session kept.
     pub clean: bool,
+    /// How long the session is kept after the connection ends, in seconds, when the client
+    /// asked for less than `restore_ttl` (MQTT 5.0 session expiry); `None`: `restore_ttl`.
+    pub expiry_s: Option<u32>,
 }
 
 pub use crate::session::DoorRestored;
@@ -84,6 +87,7 @@ impl DoorSession {
         self.session.door = Some(crate::session::DoorState {
             persistent: auth.persistent && client_id.is_some(),
             clean: auth.clean,
+            expiry_s: auth.expiry_s,
             filters: Vec::new(),
             present: false,
             on_restored: Some(Box::new(on_restored)),
@@ -106,6 +110,14 @@ impl DoorSession {
         }
         d.filters = filters;
         Box::pin(self.session.save_door_filters()).await;
+    }
+
+    /// Sets how long a persistent session is kept after the connection ends, in seconds (an
+    /// MQTT 5.0 `DISCONNECT`'s session expiry; at most `restore_ttl`); 0 discards it at the end.
+    pub fn set_expiry(&mut self, expiry_s: u32) {
+        if let Some(d) = &mut self.session.door {
+            d.expiry_s = Some(expiry_s);
+        }
     }
 
     /// Acknowledges deliveries by msgId, as an `ack` frame does (N24), without waiting for
@@ -230,6 +242,9 @@ pub enum DoorRefusal {
     Full,
     /// The address is over a per-address limit.
     Address,
+    /// With `proxy_protocol`: a peer not in `trusted_proxies`, or no valid PROXY header within
+    /// the header timeout.
+    ProxyHeader,
 }
 
 impl DoorLimits {
@@ -252,11 +267,18 @@ impl DoorLimits {
             return Err(DoorRefusal::Full);
         }
         let client_ip = crate::config::canonical(peer.ip());
+        // Behind a PROXY protocol load balancer only it may connect; the client's address
+        // comes with the header ([`Self::readmit`]).
+        let trusted = st.config.trusted_proxies.iter().any(|r| r.contains(client_ip));
+        if st.config.proxy_protocol && !trusted {
+            st.metrics.front_refusals.inc(crate::front::reason::PROXY_HEADER);
+            return Err(DoorRefusal::ProxyHeader);
+        }
         let Ok(slot) = st.conn_slots.clone().try_acquire_owned() else {
             st.metrics.front_refusals.inc(crate::front::reason::MAX_CONNECTIONS);
             return Err(DoorRefusal::Full);
         };
-        let ip = if st.config.trusted_proxies.iter().any(|r| r.contains(client_ip)) {
+        let ip = if trusted {
             None
         } else {
             match self.0.admit(client_ip) {
@@ -268,6 +290,51 @@ impl DoorLimits {
             }
         };
         Ok(DoorAdmission { client_ip, _slot: slot, _ip: ip })
+    }
+}
+
+impl DoorLimits {
+    /// With `proxy_protocol`: reads the PROXY header (versions 1 and 2) at the start of `io`
+    /// and admits the client it names in place of the proxy that connected (`admitted`, a
+    /// trusted proxy, holds the connection slot): its address, counted against the
+    /// per-address limits unless it is trusted too. A header naming no client (a health
+    /// check: v1 `UNKNOWN`, v2 `LOCAL`) keeps the proxy's address. Reads nothing past the
+    /// header. Without `proxy_protocol`, `admitted` as it is.
+    ///
+    /// # Errors
+    /// [`DoorRefusal::ProxyHeader`] for a malformed or cut header, [`DoorRefusal::Address`]
+    /// when the client's address is over a limit.
+    pub async fn readmit<R: tokio::io::AsyncRead + Unpin>(
+        &self,
+        st: &EdgeState,
+        io: &mut R,
+        admitted: DoorAdmission,
+    ) -> Result<DoorAdmission, DoorRefusal> {
+        if !st.config.proxy_protocol {
+            return Ok(admitted);
+        }
+        let source = match crate::front::read_proxy_header(io).await {
+            Ok(Some(source)) => source,
+            Ok(None) => return Ok(admitted),
+            Err(e) => {
+                tracing::debug!(error = %e, "PROXY header refused on a door's listener; closed.");
+                st.metrics.front_refusals.inc(crate::front::reason::PROXY_HEADER);
+                return Err(DoorRefusal::ProxyHeader);
+            }
+        };
+        let client_ip = crate::config::canonical(source.ip());
+        let ip = if st.config.trusted_proxies.iter().any(|r| r.contains(client_ip)) {
+            None
+        } else {
+            match self.0.admit(client_ip) {
+                Ok(s) => Some(s),
+                Err(r) => {
+                    st.metrics.front_refusals.inc(r.label());
+                    return Err(DoorRefusal::Address);
+                }
+            }
+        };
+        Ok(DoorAdmission { client_ip, _slot: admitted._slot, _ip: ip })
     }
 }
 

@@ -23,6 +23,17 @@
 use crate::ip;
 mod origin;
 mod proxy;
+
+/// Reads a PROXY protocol header (versions 1 and 2) at the start of `r`, nothing past it: the
+/// client's address, or `None` when the proxy names none (a health check).
+///
+/// # Errors
+/// A message when the header is malformed or the stream ends before it does.
+pub(crate) async fn read_proxy_header<R: tokio::io::AsyncRead + Unpin>(
+    r: &mut R,
+) -> Result<Option<std::net::SocketAddr>, String> {
+    proxy::read_header(r).await.map_err(|e| e.to_string())
+}
 mod spill;
 
 use std::convert::Infallible;

@@ -152,6 +152,9 @@ pub(crate) struct DoorState {
     pub(crate) persistent: bool,
     /// What an earlier connection of the session kept is discarded at auth.
     pub(crate) clean: bool,
+    /// Kept this many seconds after the connection ends when below `restore_ttl` (0: discarded
+    /// at the end).
+    pub(crate) expiry_s: Option<u32>,
     /// The door's filters as its client made them, saved with the restore record.
     pub(crate) filters: Vec<(String, u8)>,
     /// Whether the auth found a stored session with subscriptions.
@@ -429,12 +432,18 @@ impl Session {
         if !taken_over && self.subs.iter().any(|(_, s)| s.tracker.is_some()) {
             self.save_restore().await;
         }
+        // A door's session that asked to end with its connection (5.0 session expiry 0 at
+        // `DISCONNECT`) is discarded first: its consumers with what they kept, its record.
+        let discard = !taken_over && self.keep_s() == 0 && self.door.as_ref().is_some_and(|d| d.persistent);
+        if discard {
+            self.discard_door_session().await;
+        }
         // A door's clean session without a client id never saved a record.
         let unsaved = |a: &Authed| {
             self.door.as_ref().is_some_and(|d| !d.persistent) && matches!(a.restore, RestoreKey::Connection(_))
         };
         if let Some(a) = self.auth.as_ref().filter(|a| !unsaved(a)) {
-            let ttl = self.st.config.restore_ttl.as_secs();
+            let ttl = self.keep_s();
             if let Err(e) = self.st.store.release_restore(&a.restore, now_unix_s(), ttl).await {
                 tracing::warn!(error = %e, "Releasing the restore record failed.");
             }
@@ -446,7 +455,8 @@ impl Session {
             self.st.hub.release(&bus_subscription(&sub.address, sub.group.as_ref())).await;
         }
         if let Some(d) = self.durable.take() {
-            d.shutdown(self.st.config.shutdown_grace).await;
+            let keep = std::time::Duration::from_secs(self.keep_s());
+            d.shutdown(self.st.config.shutdown_grace, keep).await;
         }
         if let Some((session, control)) = self.persistent.take() {
             self.st.unregister_session(&session, self.conn.id);
@@ -459,6 +469,16 @@ impl Session {
         }
         self.leave_presence_room().await;
         self.auth = None;
+    }
+
+    /// How long the session is kept after the connection ends, in seconds: `restore_ttl`, or
+    /// less when a door's client asked for less (MQTT 5.0 session expiry).
+    pub(crate) fn keep_s(&self) -> u64 {
+        let ttl = self.st.config.restore_ttl.as_secs();
+        match self.door.as_ref().and_then(|d| d.expiry_s) {
+            Some(asked) => ttl.min(u64::from(asked)),
+            None => ttl,
+        }
     }
 
     pub(crate) async fn on_ack(&mut self, ids: Vec<String>) {

@@ -58,6 +58,75 @@ pub fn topic_key(a: &TopicAddress) -> String {
 /// A local durable task serving a consumer: its connection and its command queue.
 type ConsumerTask = (ConnId, mpsc::Sender<Cmd>);
 
+/// Subscription changes of one connection's durable task ([`Cmd::Start`], [`Cmd::Stop`],
+/// [`Cmd::Resume`]): queued without waiting, so a reader never waits for a task that waits for
+/// room in the connection's outbound queue (an MQTT writer frees it only at the acknowledgements
+/// that reader is to read). The task takes them before its queue (a group member's stop after
+/// what was queued before it). Bounded: a
+/// command supersedes the waiting ones of its consumer it makes moot (a stop the start and
+/// resume before it, a start an earlier start), so at most a stop, a start and a resume wait
+/// per consumer; beyond `cap` commands the connection closes as a slow consumer.
+#[derive(Debug)]
+struct Lane {
+    // std Mutex: queue updates only, never across an await.
+    cmds: Mutex<std::collections::VecDeque<Cmd>>,
+    notify: tokio::sync::Notify,
+    cap: usize,
+}
+
+impl Lane {
+    fn new(cap: usize) -> Self {
+        Self { cmds: Mutex::new(std::collections::VecDeque::new()), notify: tokio::sync::Notify::new(), cap }
+    }
+
+    /// Queues `cmd` (a start, stop or resume); false when the lane is full.
+    fn push(&self, cmd: Cmd) -> bool {
+        let mut q = guard(&self.cmds);
+        let of = |c: &Cmd| match c {
+            Cmd::Start { consumer, .. } | Cmd::Stop { consumer, .. } | Cmd::Resume { consumer } => {
+                Some(consumer.clone())
+            }
+            _ => None,
+        };
+        let Some(consumer) = of(&cmd) else { return true };
+        let mine = |c: &Cmd| of(c).as_ref() == Some(&consumer);
+        match &cmd {
+            Cmd::Stop { .. } => {
+                q.retain(|c| !(mine(c) && matches!(c, Cmd::Start { .. } | Cmd::Resume { .. })));
+                if q.iter().any(|c| mine(c) && matches!(c, Cmd::Stop { .. })) {
+                    return true;
+                }
+            }
+            Cmd::Start { .. } => q.retain(|c| !(mine(c) && matches!(c, Cmd::Start { .. } | Cmd::Resume { .. }))),
+            _ => {
+                if q.iter().any(|c| mine(c) && matches!(c, Cmd::Resume { .. })) {
+                    return true;
+                }
+            }
+        }
+        if q.len() >= self.cap {
+            return false;
+        }
+        q.push_back(cmd);
+        drop(q);
+        self.notify.notify_one();
+        true
+    }
+
+    /// `None` when empty; else whether the first command is a group member's stop.
+    fn front_is_group_stop(&self) -> Option<bool> {
+        guard(&self.cmds).front().map(|c| matches!(c, Cmd::Stop { forget: false, .. }))
+    }
+
+    fn pop(&self) -> Option<Cmd> {
+        guard(&self.cmds).pop_front()
+    }
+
+    fn take(&self) -> Vec<Cmd> {
+        guard(&self.cmds).drain(..).collect()
+    }
+}
+
 fn guard<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -77,6 +146,8 @@ pub struct Durable {
     sweep: Duration,
     restore_ttl: Duration,
     replay_page_size: u32,
+    /// Most subscription changes waiting for one task ([`Lane`]).
+    lane_cap: usize,
     /// The node's batched claims and acks.
     writer: crate::durable_writer::Writer,
     // std Mutex: map updates only, never across an await.
@@ -122,6 +193,7 @@ impl Durable {
             sweep: config.durable_sweep_interval,
             restore_ttl: config.restore_ttl,
             replay_page_size: config.replay_page_size,
+            lane_cap: config.max_subscriptions_per_connection.saturating_mul(3).saturating_add(3),
             sessions: Mutex::new(HashMap::new()),
             consumer_tasks: Mutex::new(HashMap::new()),
         }
@@ -251,8 +323,9 @@ pub enum Cmd {
     Kick { consumer: ConsumerId },
     /// The client acked these msgIds.
     Ack(Vec<String>),
-    /// The connection ended: release what it holds, then stop.
-    Shutdown(oneshot::Sender<()>),
+    /// The connection ended: release what it holds, keep its consumers this long (the session's
+    /// expiry), then stop.
+    Shutdown(oneshot::Sender<()>, Duration),
 }
 
 /// The msgId of a live message (empty for anything else: never claimed).
@@ -288,7 +361,9 @@ pub struct DurableRoute {
     /// The subscription's consumer.
     pub consumer: ConsumerId,
     tx: mpsc::Sender<Cmd>,
+    lane: Arc<Lane>,
     overflow: Arc<AtomicBool>,
+    conn: Arc<ConnHandle>,
 }
 
 impl DurableRoute {
@@ -301,9 +376,11 @@ impl DurableRoute {
         }
     }
 
-    /// Ends the hold of a subscription started `held` ([`Cmd::Resume`]).
+    /// Ends the hold of a subscription started `held` ([`Cmd::Resume`]), without waiting.
     pub async fn resume(&self) {
-        let _ = self.tx.send(Cmd::Resume { consumer: self.consumer.clone() }).await;
+        if !self.lane.push(Cmd::Resume { consumer: self.consumer.clone() }) {
+            lane_full(&self.conn);
+        }
     }
 }
 
@@ -311,13 +388,23 @@ impl DurableRoute {
 #[derive(Debug)]
 pub struct DurableHandle {
     tx: mpsc::Sender<Cmd>,
+    lane: Arc<Lane>,
     overflow: Arc<AtomicBool>,
+    conn: Arc<ConnHandle>,
+}
+
+/// A connection whose subscription changes pile up faster than its durable task takes them.
+fn lane_full(conn: &ConnHandle) {
+    if conn.request_close(crate::outbound::CloseRequest::SLOW_CONSUMER) {
+        tracing::info!(conn = %conn.id, "Subscription changes waiting for durable delivery past the bound; closing as a slow consumer.");
+    }
 }
 
 impl DurableHandle {
     /// Starts the task of `conn` (session `key`).
     pub fn spawn(d: &Arc<Durable>, conn: &Arc<ConnHandle>, key: &SessionKey) -> Self {
         let (tx, rx) = mpsc::channel(d.queue);
+        let lane = Arc::new(Lane::new(d.lane_cap));
         let overflow = Arc::new(AtomicBool::new(false));
         let task = DurableTask {
             d: d.clone(),
@@ -327,14 +414,30 @@ impl DurableHandle {
             inflight: HashMap::new(),
             overflow: overflow.clone(),
             self_tx: tx.clone(),
+            lane: lane.clone(),
         };
         tokio::spawn(task.run(rx));
-        Self { tx, overflow }
+        Self { tx, lane, overflow, conn: conn.clone() }
     }
 
     /// The route the hub uses for `consumer`'s subscription.
     pub fn route(&self, consumer: &ConsumerId) -> DurableRoute {
-        DurableRoute { consumer: consumer.clone(), tx: self.tx.clone(), overflow: self.overflow.clone() }
+        DurableRoute {
+            consumer: consumer.clone(),
+            tx: self.tx.clone(),
+            lane: self.lane.clone(),
+            overflow: self.overflow.clone(),
+            conn: self.conn.clone(),
+        }
+    }
+
+    /// Queues a subscription change ([`Cmd::Start`], [`Cmd::Stop`]) without waiting: the task
+    /// takes it after what is queued already. Past the bound the connection closes as a slow
+    /// consumer.
+    pub fn change(&self, cmd: Cmd) {
+        if !self.lane.push(cmd) {
+            lane_full(&self.conn);
+        }
     }
 
     /// Sends a command, waiting for queue room (the reader applies backpressure).
@@ -350,10 +453,11 @@ impl DurableHandle {
         self.tx.try_send(cmd).map_err(tokio::sync::mpsc::error::TrySendError::into_inner)
     }
 
-    /// Releases what the connection holds and stops the task, waiting at most `grace`.
-    pub async fn shutdown(self, grace: Duration) {
+    /// Releases what the connection holds, keeps its consumers `keep` from now (the session's
+    /// expiry) and stops the task, waiting at most `grace`.
+    pub async fn shutdown(self, grace: Duration, keep: Duration) {
         let (done, wait) = oneshot::channel();
-        if self.tx.send(Cmd::Shutdown(done)).await.is_ok() {
+        if self.tx.send(Cmd::Shutdown(done, keep)).await.is_ok() {
             let _ = tokio::time::timeout(grace, wait).await;
         }
     }
@@ -384,6 +488,8 @@ struct DurableTask {
     overflow: Arc<AtomicBool>,
     /// Registered with the node so kicks reach this task.
     self_tx: mpsc::Sender<Cmd>,
+    /// Subscription changes, queued without waiting.
+    lane: Arc<Lane>,
 }
 
 impl DurableTask {
@@ -402,36 +508,82 @@ impl DurableTask {
         let mut sweep = tokio::time::interval(if sweeping { self.d.sweep } else { Duration::from_secs(3600) });
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         sweep.tick().await;
+        let lane = self.lane.clone();
         loop {
+            if let Some(group_stop) = lane.front_is_group_stop() {
+                // Subscription changes come first (a start before the live messages queued
+                // behind it, which it then delivers in store order), except that a group
+                // member's unsubscribe waits for what was queued before it (the acks sent
+                // before it, above all): it releases what the member holds to the others.
+                if group_stop {
+                    let mut before = rx.len();
+                    while before > 0 {
+                        let Ok(cmd) = rx.try_recv() else { break };
+                        before -= 1;
+                        if self.step(cmd, &mut rx).await {
+                            return;
+                        }
+                    }
+                }
+                if let Some(cmd) = lane.pop() {
+                    self.handle(cmd).await;
+                    self.catch_up_after_overflow().await;
+                }
+                continue;
+            }
             let cmd = tokio::select! {
+                biased;
+                () = lane.notify.notified() => continue,
                 cmd = rx.recv() => cmd,
-                _ = touch.tick() => { self.touch().await; continue; }
+                _ = touch.tick() => { self.touch(self.d.restore_ttl).await; continue; }
                 _ = sweep.tick(), if sweeping => { self.sweep().await; continue; }
             };
             let Some(cmd) = cmd else { break };
-            let next = match cmd {
-                Cmd::Live { .. } | Cmd::Ack(_) => {
-                    let (batch, next) = self.take_batch(cmd, &mut rx);
-                    self.live_batch(batch.live).await;
-                    self.ack(batch.acks).await;
-                    self.catch_up_after_overflow().await;
-                    next
-                }
-                other => Some(other),
-            };
-            let Some(cmd) = next else { continue };
-            if let Cmd::Shutdown(done) = cmd {
-                self.shutdown().await;
-                let _ = done.send(());
+            if self.step(cmd, &mut rx).await {
                 return;
             }
-            self.handle(cmd).await;
-            // A live message dropped because this queue was full is pending in the store: it is
-            // caught up (in store order) before the next live message is handled; those queued
-            // behind it are then held by this connection and skipped, so order holds.
-            self.catch_up_after_overflow().await;
         }
-        self.shutdown().await;
+        self.stop_waiting().await;
+        let keep = self.d.restore_ttl;
+        self.shutdown(keep).await;
+    }
+
+    /// Handles one command off the queue (a live message or an ack with those queued right
+    /// behind it); true once the task is shut down.
+    async fn step(&mut self, cmd: Cmd, rx: &mut mpsc::Receiver<Cmd>) -> bool {
+        let next = match cmd {
+            Cmd::Live { .. } | Cmd::Ack(_) => {
+                let (batch, next) = self.take_batch(cmd, rx);
+                self.live_batch(batch.live).await;
+                self.ack(batch.acks).await;
+                self.catch_up_after_overflow().await;
+                next
+            }
+            other => Some(other),
+        };
+        let Some(cmd) = next else { return false };
+        if let Cmd::Shutdown(done, keep) = cmd {
+            self.stop_waiting().await;
+            self.shutdown(keep).await;
+            let _ = done.send(());
+            return true;
+        }
+        self.handle(cmd).await;
+        // A live message dropped because this queue was full is pending in the store: it is
+        // caught up (in store order) before the next live message is handled; those queued
+        // behind it are then held by this connection and skipped, so order holds.
+        self.catch_up_after_overflow().await;
+        false
+    }
+
+    /// At the end: the unsubscribes still waiting (their consumers forgotten or released);
+    /// the starts and resumes waiting are moot.
+    async fn stop_waiting(&mut self) {
+        for cmd in self.lane.take() {
+            if let Cmd::Stop { consumer, forget } = cmd {
+                self.stop(&consumer, forget).await;
+            }
+        }
     }
 
     /// `first` (a live message or an ack) and the live messages and acks queued right behind
@@ -477,7 +629,7 @@ impl DurableTask {
                 }
             }
             Cmd::Ack(ids) => self.ack(ids).await,
-            Cmd::Shutdown(_) => {}
+            Cmd::Shutdown(..) => {}
         }
     }
 
@@ -709,22 +861,23 @@ impl DurableTask {
         }
     }
 
-    async fn touch(&self) {
+    /// Keeps the consumers `keep` from now (`restore_ttl` while connected).
+    async fn touch(&self, keep: Duration) {
         let ids: Vec<&str> = self.consumers.keys().map(ConsumerId::as_str).collect();
         if ids.is_empty() {
             return;
         }
-        let ttl = self.d.restore_ttl.as_secs();
+        let ttl = keep.as_secs();
         if let Err(e) = self.d.store.touch_consumers(&ids, now_unix_s(), ttl).await {
             tracing::warn!(error = %e, "Refreshing consumers failed; retrying at the next tick.");
         }
     }
 
-    async fn shutdown(&mut self) {
+    async fn shutdown(&mut self, keep: Duration) {
         for c in self.consumers.keys() {
             self.d.unregister_consumer_task(c, self.conn.id);
         }
-        self.touch().await;
+        self.touch(keep).await;
         let scope = Release::Conn { node: self.d.node.as_str(), conn: self.conn.id.0 };
         match self.d.store.release(scope).await {
             Ok(released) => self.d.kick(&released).await,

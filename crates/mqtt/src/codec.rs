@@ -158,6 +158,8 @@ pub enum Packet {
     Disconnect {
         /// The reason code (0x04: publish the will anyway).
         reason: u8,
+        /// 5.0: the session expiry interval the client sets at its end, in seconds.
+        session_expiry: Option<u32>,
     },
 }
 
@@ -361,7 +363,7 @@ pub fn read(buf: &mut BytesMut, level: Level, max_packet: usize, limits: &MqttLi
     // A 5.0 DISCONNECT without a reason code (rumqttc wants one) is a normal disconnection.
     if kind == 14 && len == 0 {
         buf.advance(header);
-        return Ok(Some(Packet::Disconnect { reason: 0 }));
+        return Ok(Some(Packet::Disconnect { reason: 0, session_expiry: None }));
     }
     let packet = match level {
         Level::V4 => guarded(|| v4_packet(v4::Packet::read(buf, max_packet).map_err(v4_fault)?))?,
@@ -430,7 +432,7 @@ fn v4_packet(p: v4::Packet) -> Result<Packet, Fault> {
             Packet::Unsubscribe { pkid: u.pkid, filters: u.topics }
         }
         v4::Packet::PingReq => Packet::PingReq,
-        v4::Packet::Disconnect => Packet::Disconnect { reason: 0 },
+        v4::Packet::Disconnect => Packet::Disconnect { reason: 0, session_expiry: None },
         _ => return Err(Fault::Protocol("a packet only a server sends")),
     })
 }
@@ -470,7 +472,10 @@ fn v5_packet(p: v5::Packet, limits: &MqttLimits) -> Result<Packet, Fault> {
             Packet::Unsubscribe { pkid: u.pkid, filters: u.filters }
         }
         v5::Packet::PingReq(_) => Packet::PingReq,
-        v5::Packet::Disconnect(d) => Packet::Disconnect { reason: d.reason_code as u8 },
+        v5::Packet::Disconnect(d) => Packet::Disconnect {
+            reason: d.reason_code as u8,
+            session_expiry: d.properties.and_then(|p| p.session_expiry_interval),
+        },
         _ => return Err(Fault::Protocol("a packet only a server sends")),
     })
 }
@@ -674,7 +679,10 @@ mod tests {
         let mut b = BytesMut::from(&[0x20u8, 2, 0, 0][..]);
         assert!(matches!(read(&mut b, Level::V4, 1024, &MqttLimits::default()), Err(Fault::Protocol(_))));
         let mut b = BytesMut::from(&[0xE0u8, 0][..]);
-        assert_eq!(read(&mut b, Level::V5, 1024, &MqttLimits::default()), Ok(Some(Packet::Disconnect { reason: 0 })));
+        assert_eq!(
+            read(&mut b, Level::V5, 1024, &MqttLimits::default()),
+            Ok(Some(Packet::Disconnect { reason: 0, session_expiry: None }))
+        );
     }
 
     #[test]

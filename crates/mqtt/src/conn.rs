@@ -276,6 +276,7 @@ async fn run(
         shared,
         level: connect.level,
         will: connect.will.clone(),
+        connect_expiry: connect.session_expiry,
         filters: HashMap::new(),
         topic_refs: HashMap::new(),
         next_ref: 0,
@@ -285,6 +286,8 @@ async fn run(
         client_id,
         persistent,
         clean: connect.clean,
+        // 5.0: kept as long as the device asked, at most `restore_ttl` (N54).
+        expiry_s: (connect.level == Level::V5 && persistent).then_some(connect.session_expiry),
     };
     let ended = skua_edge::door::contained(Box::pin(device.main(rd, buf, &connect, auth)), &st, "mqtt reader").await;
     let ended = ended.unwrap_or_else(|| {
@@ -335,6 +338,8 @@ struct Device {
     shared: Arc<Shared>,
     level: Level,
     will: Option<codec::Will>,
+    /// The 5.0 `CONNECT`'s session expiry interval (0: none, or 3.1.1).
+    connect_expiry: u32,
     /// MQTT filter as sent → what it holds.
     filters: HashMap<String, Filter>,
     /// Concrete topic → how many filters hold it.
@@ -523,7 +528,14 @@ impl Device {
             }
             // Ahead of queued deliveries: answered even while the writer waits for a slot.
             Packet::PingReq => self.shared.urgent(codec::pingresp()),
-            Packet::Disconnect { reason } => {
+            Packet::Disconnect { reason, session_expiry } => {
+                if let Some(expiry) = session_expiry {
+                    // MQTT-3.14.2-2: a session that was to end with the connection stays so.
+                    if self.connect_expiry == 0 && expiry > 0 {
+                        return Some(self.fault(Fault::Protocol("session expiry set at DISCONNECT")));
+                    }
+                    self.session.set_expiry(expiry);
+                }
                 self.handle.request_close(CLIENT_DISCONNECT);
                 // 0x04: "disconnect with will message".
                 return Some(if reason == 0x04 { Ended::Abnormal } else { Ended::Clean });

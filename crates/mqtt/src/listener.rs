@@ -70,29 +70,43 @@ impl MqttDoor {
                         DoorRefusal::Draining => "draining",
                         DoorRefusal::Full => "full",
                         DoorRefusal::Address => "address",
+                        DoorRefusal::ProxyHeader => "proxy_header",
                     });
                     continue;
                 }
             };
             self.metrics.connections.fetch_add(1, Ordering::Relaxed);
-            let (door, st2, tls) = (self.clone(), st.clone(), tls.clone());
-            st.tracker.spawn(async move { door.serve_tcp(tcp, peer, tls, admitted, st2).await });
+            let (door, st2, tls, limits) = (self.clone(), st.clone(), tls.clone(), admission.clone());
+            st.tracker.spawn(async move { door.serve_tcp(tcp, peer, tls, admitted, limits, st2).await });
         }
     }
 
-    /// Serves one accepted socket: the TLS handshake first, if any, within the `CONNECT`'s
-    /// deadline.
+    /// Serves one accepted socket: with `proxy_protocol` its PROXY header first (the client's
+    /// address), then the TLS handshake, if any, all within the `CONNECT`'s deadline.
     async fn serve_tcp(
         &self,
-        tcp: TcpStream,
+        mut tcp: TcpStream,
         peer: SocketAddr,
         tls: Option<TlsAcceptor>,
         admitted: DoorAdmission,
+        limits: DoorLimits,
         st: Arc<EdgeState>,
     ) {
         // The writer batches packets already (as the WebSocket edge's, docs/benchmarks.md).
         let _ = tcp.set_nodelay(true);
         let deadline = Instant::now() + st.config.http_header_timeout;
+        let admitted = match timeout_at(deadline, limits.readmit(&st, &mut tcp, admitted)).await {
+            Ok(Ok(a)) => a,
+            Ok(Err(r)) => {
+                self.metrics.refused.inc(if r == DoorRefusal::Address { "address" } else { "proxy_header" });
+                return;
+            }
+            Err(_) => {
+                tracing::debug!(%peer, "No PROXY header within the header timeout; closed.");
+                self.metrics.refused.inc("proxy_header");
+                return;
+            }
+        };
         let (rd, wr): (conn::Reader, conn::Writer) = match tls {
             None => {
                 let (rd, wr) = tcp.into_split();

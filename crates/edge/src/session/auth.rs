@@ -225,7 +225,7 @@ impl Session {
     /// durable consumers of its subscriptions (with the messages they kept) and its restore
     /// record's subscriptions. A consumer whose topic the actor can no longer resolve expires
     /// by itself (`restore_ttl`).
-    async fn discard_door_session(&mut self) {
+    pub(super) async fn discard_door_session(&mut self) {
         let Some(a) = &self.auth else { return };
         let record = match self.st.store.load_restore(&a.restore).await {
             // Nothing kept (or discarded before): nothing to write.

@@ -129,7 +129,8 @@ impl Session {
     pub(super) async fn start_durable(&mut self, echo: &str, s: &SessionSub, replay: Option<(u64, u64)>, held: bool) {
         if let Some(c) = &s.consumer {
             let cmd = Cmd::Start { consumer: c.clone(), echo: Arc::from(echo), replay, held };
-            self.durable().send(cmd).await;
+            // Never waits for the task (a door's reader would wait on its own writer).
+            self.durable().change(cmd);
         }
     }
 
@@ -137,7 +138,7 @@ impl Session {
     pub(super) async fn stop_durable(&mut self, s: &SessionSub) {
         if let Some(c) = &s.consumer {
             let cmd = Cmd::Stop { consumer: c.clone(), forget: s.group.is_none() };
-            self.durable().send(cmd).await;
+            self.durable().change(cmd);
         }
     }
 

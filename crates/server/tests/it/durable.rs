@@ -874,3 +874,31 @@ fn store_ops(node: &TestServer, op: &str) -> u64 {
     let ops = node.state.metrics.backend_latency.snapshot();
     ops.into_iter().filter(|((slot, o), _)| *slot == "store" && *o == op).map(|(_, h)| h.count).sum()
 }
+
+/// A session that reconnects at once, before the node finished its old connection's cleanup
+/// (the socket dropped, not settled), gets the message that connection held (unacked) first,
+/// then what was published while it was away (the MQTT door's fast reconnect, for SDKs).
+#[tokio::test]
+async fn a_session_reconnecting_at_once_gets_what_its_old_connection_held_first() {
+    let server = TestServer::start().await;
+    let mut alice = server.auth("dev-token-alice").await;
+    for round in 0..6 {
+        let id = format!("worker-fast-{round}");
+        let mut w = agent(&server, &id, false).await;
+        w.subscribe(TASKS).await;
+        publish(&mut alice, 1).await;
+        let held = w.expect("message").await;
+        assert_eq!(data(&held), 1);
+        drop(w);
+        publish(&mut alice, 2).await;
+        let mut w = agent(&server, &id, true).await;
+        let again = w.expect("message").await;
+        assert_eq!((data(&again), is_replay(&again)), (1, true), "the unacked one first: {again:?}");
+        let away = w.expect("message").await;
+        assert_eq!(data(&away), 2, "then the one published while away");
+        ack(&mut w, &again).await;
+        ack(&mut w, &away).await;
+        w.assert_nothing_pending().await;
+        server.close_settled(w).await;
+    }
+}

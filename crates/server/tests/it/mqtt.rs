@@ -798,3 +798,242 @@ async fn a_large_backlog_drains_to_a_device_that_acks_one_at_a_time() {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
     }
 }
+
+/// A device that drops its socket and reconnects at once, before the node finished the old
+/// connection's cleanup (or even noticed it: `keep` leaves the old socket open, a half-open
+/// connection the new one takes over), still gets what the old connection held (unacked) before
+/// what was published while it was away, on the new connection: the old one's release must
+/// reach it. `away` and `back` are the nodes of the two connections.
+async fn a_fast_reconnect_gets_the_unacked_message_first(away: &TestServer, back: &TestServer, id: &str, keep: bool) {
+    let mut alice = away.auth("dev-token-alice").await;
+    let (mut d, _) = session(away, 4, id, false, 0).await;
+    d.write_all(&subscribe(1, TASKS, 1)).await.unwrap();
+    assert_eq!(read_packet(&mut d).await, [0x90, 3, 0, 1, 1]);
+    alice.publish_acked(TASKS, Value::from(1)).await;
+    let (_, _, _, payload) = delivery(&read_packet(&mut d).await);
+    assert_eq!(payload, [1], "delivered, not acked");
+    // Gone, and back at once (no waiting for the node to notice).
+    let old = keep.then_some(d);
+    alice.publish_acked(TASKS, Value::from(2)).await;
+    let (mut d, present) = session(back, 4, id, false, 0).await;
+    assert!(present, "the session was resumed");
+    let (first, _, p1, payload) = delivery(&read_packet(&mut d).await);
+    assert_eq!((first, &payload[..]), (0x3A, &[1u8][..]), "the unacked one first, with DUP");
+    let (_, _, p2, payload) = delivery(&read_packet(&mut d).await);
+    assert_eq!(payload, [2], "then the one published while away");
+    d.write_all(&ack(0x40, p1)).await.unwrap();
+    d.write_all(&ack(0x40, p2)).await.unwrap();
+    drop(old);
+}
+
+#[tokio::test]
+async fn a_fast_reconnect_gets_what_the_old_connection_held_in_order() {
+    let path = std::env::temp_dir().join(format!("skua-mqtt-fast-{}.db", uuid::Uuid::new_v4().simple()));
+    let server = mqtt_on_store(&format!("sqlite://{}", path.display())).await;
+    for round in 0..10 {
+        let id = format!("sensor-fast-{round}");
+        a_fast_reconnect_gets_the_unacked_message_first(&server, &server, &id, round % 2 == 1).await;
+    }
+    drop(server);
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+}
+
+#[tokio::test]
+async fn a_fast_reconnect_to_another_node_gets_what_the_old_connection_held_in_order() {
+    let builder = TestServer::builder().settings(|s| s.node.mqtt_listen = Some("127.0.0.1:0".into()));
+    let c = skua_testkit::TestCluster::embedded(2, builder).await;
+    for round in 0..6 {
+        let id = format!("sensor-far-{round}");
+        a_fast_reconnect_gets_the_unacked_message_first(c.node(0), c.node(1), &id, round % 2 == 1).await;
+    }
+}
+
+/// A `SUBSCRIBE` to another logged topic while a backlog fills every delivery slot, the
+/// outbound queue and the durable task's queue: the device's reader must not wait on that
+/// task (it waits for room the writer frees only at the `PUBACK`s the reader is to read).
+#[tokio::test]
+async fn a_subscribe_during_a_stalled_backlog_never_blocks_the_reader() {
+    const BACKLOG: u8 = 30;
+    const LIVE: u8 = 6;
+    let path = std::env::temp_dir().join(format!("skua-mqtt-stall-{}.db", uuid::Uuid::new_v4().simple()));
+    let store = format!("sqlite://{}", path.display());
+    let server = TestServer::builder()
+        .settings(move |s| {
+            s.node.mqtt_listen = Some("127.0.0.1:0".into());
+            s.node.store = Some(store.clone());
+            s.mqtt.mqtt_max_inflight = Some(1);
+            s.edge.durable_queue = Some(2);
+            s.edge.outbound_queue_messages = Some(8);
+            s.edge.rate_limit = Some(10_000);
+        })
+        .spawn()
+        .await;
+    let mut alice = server.auth("dev-token-alice").await;
+    let mut bob = server.auth("dev-token-bob").await;
+    bob.subscribe(TASKS).await;
+    let (mut d, _) = session(&server, 4, "sensor-stall", false, 0).await;
+    d.write_all(&subscribe(1, TASKS, 1)).await.unwrap();
+    assert_eq!(read_packet(&mut d).await, [0x90, 3, 0, 1, 1]);
+    let closed = server.state.metrics.connections_closed.load(std::sync::atomic::Ordering::Acquire);
+    d.write_all(&[0xE0, 0]).await.unwrap();
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), d.read_to_end(&mut rest)).await.expect("closed").unwrap();
+    settled(&server, closed).await;
+    for n in 0..BACKLOG {
+        alice.publish_acked(TASKS, Value::from(n)).await;
+    }
+    for _ in 0..BACKLOG {
+        bob.expect("message").await;
+    }
+    let (mut d, present) = session(&server, 4, "sensor-stall", false, 0).await;
+    assert!(present);
+    // The first delivery holds the only slot; the backlog fills the outbound queue behind it.
+    let (_, _, first, payload) = delivery(&read_packet(&mut d).await);
+    assert_eq!(payload, [0]);
+    // Live messages meanwhile fill the durable task's queue (bob got them: the node's fan-out
+    // offered them to the device's task too).
+    for n in BACKLOG..BACKLOG + LIVE {
+        alice.publish_acked(TASKS, Value::from(n)).await;
+        bob.expect("message").await;
+    }
+    // A durable subscription more, then every acknowledgement.
+    d.write_all(&subscribe(2, "demo/random/tasks", 1)).await.unwrap();
+    d.write_all(&ack(0x40, first)).await.unwrap();
+    let (mut next, mut suback) = (1u8, false);
+    while next < BACKLOG + LIVE || !suback {
+        let p = read_packet(&mut d).await;
+        if p[0] == 0x90 {
+            assert_eq!(p, [0x90, 3, 0, 2, 1], "SUBACK");
+            suback = true;
+            continue;
+        }
+        let (_, _, pkid, payload) = delivery(&p);
+        assert_eq!(payload, [next], "in order, each once");
+        next += 1;
+        d.write_all(&ack(0x40, pkid)).await.unwrap();
+    }
+    drop(server);
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+}
+
+/// A 5.0 `SUBSCRIBE` of one filter (no properties).
+fn subscribe5(pkid: u8, filter: &str, qos: u8) -> Vec<u8> {
+    let mut body = vec![0, pkid, 0];
+    body.extend(string(filter.as_bytes()));
+    body.push(qos);
+    packet(0x82, &body)
+}
+
+/// A 5.0 `DISCONNECT` carrying a session expiry interval (property 0x11).
+fn disconnect_with_expiry(expiry: u32) -> Vec<u8> {
+    let mut body = vec![0, 5, 0x11];
+    body.extend_from_slice(&expiry.to_be_bytes());
+    packet(0xE0, &body)
+}
+
+/// Sends `last` and waits until the node finished the connection's cleanup.
+async fn end_settled(server: &TestServer, mut d: TcpStream, last: &[u8]) -> Vec<u8> {
+    let closed = server.state.metrics.connections_closed.load(std::sync::atomic::Ordering::Acquire);
+    d.write_all(last).await.unwrap();
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), d.read_to_end(&mut rest)).await.expect("closed").unwrap_or(0);
+    settled(server, closed).await;
+    rest
+}
+
+/// A 5.0 session expiry shorter than `restore_ttl` is honoured: the session is gone after it.
+#[tokio::test]
+async fn a_short_five_session_expiry_ends_the_session() {
+    let server = server().await;
+    let mut s = TcpStream::connect(server.mqtt_addr.expect("mqtt listener")).await.expect("connect");
+    s.write_all(&connect_session(5, "dev-token-carol", "gw-short", false, 1)).await.unwrap();
+    let ack = read_packet(&mut s).await;
+    assert_eq!((ack[2], ack[3]), (0, 0), "accepted: {ack:x?}");
+    assert!(!ack.windows(1).any(|w| w == [0x11]), "the expiry asked is kept, not told: {ack:x?}");
+    s.write_all(&subscribe5(1, TASKS, 1)).await.unwrap();
+    assert_eq!(read_packet(&mut s).await, [0x90, 4, 0, 1, 0, 1]);
+    drop_settled(&server, s).await;
+    // Kept for a second (whole seconds in the store): gone two seconds later.
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let (_, present) = session(&server, 5, "gw-short", false, 60).await;
+    assert!(!present, "the session expired");
+}
+
+/// A 5.0 `DISCONNECT` with session expiry 0 ends a persistent session with its connection:
+/// its subscriptions and what its consumer kept are gone; one that set a non-zero expiry where
+/// the `CONNECT` had none is a protocol error.
+#[tokio::test]
+async fn a_five_disconnect_can_end_the_session() {
+    let server = server().await;
+    let mut alice = server.auth("dev-token-alice").await;
+    let (mut d, _) = session(&server, 5, "gw-end", false, 60).await;
+    d.write_all(&subscribe5(1, TASKS, 1)).await.unwrap();
+    assert_eq!(read_packet(&mut d).await, [0x90, 4, 0, 1, 0, 1]);
+    end_settled(&server, d, &disconnect_with_expiry(0)).await;
+    alice.publish_acked(TASKS, Value::from(8)).await;
+    let (mut d, present) = session(&server, 5, "gw-end", false, 60).await;
+    assert!(!present, "nothing was kept");
+    d.write_all(&subscribe5(2, TASKS, 1)).await.unwrap();
+    assert_eq!(read_packet(&mut d).await, [0x90, 4, 0, 2, 0, 1]);
+    d.write_all(&[0xC0, 0]).await.unwrap();
+    assert_eq!(read_packet(&mut d).await, [0xD0, 0], "nothing kept for the old session is delivered");
+    end_settled(&server, d, &[0xE0, 0]).await;
+
+    let (d, _) = session(&server, 5, "gw-none", true, 0).await;
+    let rest = end_settled(&server, d, &disconnect_with_expiry(30)).await;
+    assert_eq!(rest, [0xE0, 1, 0x82], "DISCONNECT protocol error");
+}
+
+/// With `proxy_protocol`, the MQTT listener reads the load balancer's PROXY header: a device's
+/// address is the one it names (here counted against `max_connections_per_ip` 1), and a socket
+/// without the header is closed.
+#[tokio::test]
+async fn a_device_behind_a_proxy_protocol_balancer_has_the_address_of_its_header() {
+    let server = TestServer::builder()
+        .settings(|s| {
+            s.node.mqtt_listen = Some("127.0.0.1:0".into());
+            s.edge.proxy_protocol = Some(true);
+            s.edge.trusted_proxies = Some(vec!["127.0.0.0/8".into()]);
+            s.edge.max_connections_per_ip = Some(1);
+        })
+        .spawn()
+        .await;
+    let via = |source: &'static str, token: &'static str| {
+        let addr = server.mqtt_addr.expect("mqtt listener");
+        async move {
+            let mut s = TcpStream::connect(addr).await.expect("connect");
+            let header = format!("PROXY TCP4 {source} 127.0.0.1 40000 1883\r\n");
+            s.write_all(&[header.as_bytes(), &connect(4, token)].concat()).await.expect("write");
+            s
+        }
+    };
+    let closed = |mut s: TcpStream| async move {
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut rest)).await.expect("closed");
+        assert!(read.is_err() || rest.is_empty(), "closed without a CONNACK: {rest:x?}");
+    };
+    let mut first = via("203.0.113.7", "dev-token-carol").await;
+    assert_eq!(read_packet(&mut first).await, [0x20, 2, 0, 0], "CONNACK: the header's address is admitted");
+    // The same client address again: over its limit, whatever the balancer's address.
+    closed(via("203.0.113.7", "dev-token-bob").await).await;
+    let mut other = via("203.0.113.8", "dev-token-bob").await;
+    assert_eq!(read_packet(&mut other).await, [0x20, 2, 0, 0], "another client address");
+    // No PROXY header: refused.
+    let mut bare = TcpStream::connect(server.mqtt_addr.unwrap()).await.unwrap();
+    bare.write_all(&connect(4, "dev-token-alice")).await.unwrap();
+    closed(bare).await;
+}
+
+#[tokio::test]
+async fn postgres_fast_reconnect_gets_what_the_old_connection_held_in_order() {
+    let Some(db) = skua_testkit::postgres::TestDatabase::migrated().await else { return };
+    let server = mqtt_on_store(&db.url).await;
+    for round in 0..10 {
+        let id = format!("sensor-pg-{round}");
+        a_fast_reconnect_gets_the_unacked_message_first(&server, &server, &id, round % 2 == 1).await;
+    }
+}
