@@ -14,7 +14,7 @@
 #                      binaries in turn (alternating, per case and server), labelled
 #                      "<server>@<file name>" (e.g. skua-pg@skua-before); implies SKUA_BIN
 #   BENCH_DURATION=10  measured seconds per run      BENCH_WARMUP=2  warm-up seconds
-#   BENCH_CASES="fanout100 fanout1000 fanout1000r1000 pairs idle churn logged loggeddurable loggeddurable20k logged20k rest cluster cluster3 storm"
+#   BENCH_CASES="fanout100 fanout1000 fanout1000r1000 pairs idle churn logged loggeddurable loggeddurable20k logged20k rest cluster cluster3 storm devices"
 #     subset to run (fanout1000r1000: one node at the cluster runs' load, their reference;
 #     rest: POST /v1/publish from 32 keep-alive HTTP clients, closed loop, rest_rate_limit raised;
 #     logged: 10 subscribers at 5 000 logged publishes/s; loggeddurable: the same with durable
@@ -27,6 +27,12 @@
 #     redis://127.0.0.1:6379; a namespace of its own) and a fresh Postgres database (as skua-pg;
 #     needs skua-pg in BENCH_SERVERS); BENCH_STORM_N=10000 clients with two subscriptions each on
 #     node A, then skua-bench sends A SIGTERM and every client restores on node B (label skua-pg)
+#   devices (issue 37): BENCH_DEVICES=10000 MQTT devices over plain TCP in BENCH_DEVICE_ROOMS=100
+#     rooms, against skua (--mqtt-listen; device i logs in as the bench fixtures' device actor i,
+#     NoLag WebSocket subscribers/publishers) and mosquitto (its TCP listener; MQTT over
+#     WebSocket subscribers/publishers): fan-in (each device publishes once a second, one
+#     WebSocket subscriber per room) and fan-out (each device subscribed, WebSocket publishers
+#     send once a second into every room), at QoS BENCH_DEVICE_QOS="0 1"
 #   BENCH_SERVERS="skua skua-shards skua-mem skua-pg bare bare-nagle bare-rb4k nats mosquitto" subset of servers
 #     skua        skua serve --dev, default settings (SQLite session store in a fresh directory)
 #     skua-shards the same with --dispatch-shards 0 (one fan-out shard per worker thread; fanout cases)
@@ -45,11 +51,15 @@ cd "$(dirname "$0")/.."
 
 DURATION=${BENCH_DURATION:-10}
 WARMUP=${BENCH_WARMUP:-2}
-CASES=${BENCH_CASES:-fanout100 fanout1000 fanout1000r1000 pairs idle churn logged loggeddurable loggeddurable20k logged20k rest cluster cluster3 storm}
+CASES=${BENCH_CASES:-fanout100 fanout1000 fanout1000r1000 pairs idle churn logged loggeddurable loggeddurable20k logged20k rest cluster cluster3 storm devices}
 SERVERS=${BENCH_SERVERS:-skua skua-shards skua-mem skua-pg bare bare-nagle bare-rb4k nats mosquitto}
 PG_BASE=${BENCH_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432}
 # Extra server arguments for the current case (skua variants only).
 SKUA_CASE_ARGS=()
+# The fixtures file Skua loads for the current case (empty: the shared bench fixtures).
+CASE_FIXTURES=""
+# The MQTT (TCP) listener of the server just started, where it has one.
+MQTT_ADDR=""
 PG_DB=""
 TARGET=${CARGO_TARGET_DIR:-target}
 OUT=${BENCH_OUT:-target/bench/results.jsonl}
@@ -58,7 +68,7 @@ DOC=${BENCH_DOC-docs/benchmarks.md}
 # 10 000-connection runs need more descriptors than the usual soft limit of 1024.
 ulimit -n "$(ulimit -Hn)"
 if [ "$(ulimit -n)" -lt 10500 ]; then
-  echo "bench-compare: ulimit -n is $(ulimit -n) (hard limit); idle C=10000 will fail" >&2
+  echo "bench-compare: ulimit -n is $(ulimit -n) (hard limit); idle C=10000 and devices N=10000 will fail" >&2
 fi
 
 echo "bench-compare: building release binaries" >&2
@@ -122,6 +132,18 @@ wait_addr() {
   echo "${line##* }"
 }
 
+# The address of the "skua mqtt listening on ADDR" line of a started Skua's stdout.
+wait_mqtt_addr() {
+  local out=$1 line=""
+  for _ in $(seq 1 100); do
+    line=$(grep -m1 '^skua mqtt listening on ' "$out" 2>/dev/null || true)
+    [ -n "$line" ] && break
+    sleep 0.1
+  done
+  [ -n "$line" ] || { echo "bench-compare: skua printed no MQTT listener (see $out)" >&2; return 1; }
+  echo "${line##* }"
+}
+
 wait_port() {
   for _ in $(seq 1 100); do port_up "$1" && return 0; sleep 0.1; done
   echo "bench-compare: nothing listens on 127.0.0.1:$1" >&2
@@ -147,11 +169,13 @@ start_server() {
       # Every bench client comes from 127.0.0.1: the per-address front-door limits (issue 12,
       # docs/security.md) are off here, as they would be behind a load balancer that hides addresses.
       (cd "$dir" && SKUA_MAX_CONNECTIONS_PER_IP=0 SKUA_MAX_NEW_CONNECTIONS_PER_IP_PER_SECOND=0 \
-        exec "$SKUA" serve --dev --listen 127.0.0.1:0 --fixtures "$WORK/bench-fixtures.toml" "${extra[@]}") \
+        exec "$SKUA" serve --dev --listen 127.0.0.1:0 --fixtures "${CASE_FIXTURES:-$WORK/bench-fixtures.toml}" "${extra[@]}") \
         >"$WORK/$1.out" 2>>"$WORK/skua.log" &
       SERVER_PID=$!
       URL="ws://$(wait_addr "$WORK/$1.out")/ws"
       PROTO=nolag
+      MQTT_ADDR=""
+      case " ${extra[*]} " in *" --mqtt-listen "*) MQTT_ADDR=$(wait_mqtt_addr "$WORK/$1.out") ;; esac
       ;;
     bare | bare-nagle | bare-rb4k)
       local extra=()
@@ -182,8 +206,10 @@ EOF
       mosquitto -c "$WORK/mosquitto.conf" 2>>"$WORK/mosquitto.log" &
       SERVER_PID=$!
       wait_port "$ws"
+      wait_port "$tcp"
       URL="ws://127.0.0.1:$ws/mqtt"
       PROTO=mqtt-ws
+      MQTT_ADDR="127.0.0.1:$tcp"
       ;;
     nats)
       read -r tcp ws <<<"$("$BENCH" ports 2 | tr '\n' ' ')"
@@ -256,7 +282,9 @@ bench_case() {
       start_server "$s"
       echo "bench-compare: $* against $s ($URL, pid $SERVER_PID), attempt $attempt" >&2
       : >"$WORK/last.json"
-      "$BENCH" "$@" --proto "$PROTO" --url "$URL" --server-pid "$SERVER_PID" --label "$label" --json "$WORK/last.json" \
+      local mqtt=()
+      [ "$1" = devices ] && mqtt=(--mqtt "$MQTT_ADDR")
+      "$BENCH" "$@" "${mqtt[@]}" --proto "$PROTO" --url "$URL" --server-pid "$SERVER_PID" --label "$label" --json "$WORK/last.json" \
         || echo "bench-compare: run failed: $* against $s" >&2
       stop_server
       sleep 1
@@ -350,6 +378,20 @@ for c in $CASES; do
         wait_quiet
         storm_case "${BENCH_STORM_N:-10000}" ;;
       esac ;;
+    # MQTT devices over TCP (issue 37): every device its own actor on Skua, anonymous on Mosquitto.
+    devices)
+      n=${BENCH_DEVICES:-10000}
+      "$BENCH" fixtures --rooms 500 --device-actors "$n" >"$WORK/bench-devices-fixtures.toml"
+      CASE_FIXTURES=$WORK/bench-devices-fixtures.toml
+      SKUA_CASE_ARGS=(--mqtt-listen 127.0.0.1:0)
+      for mode in fan-in fan-out; do
+        for q in ${BENCH_DEVICE_QOS:-0 1}; do
+          bench_case "skua mosquitto" devices --mode "$mode" --qos "$q" --devices "$n" \
+            --rooms "${BENCH_DEVICE_ROOMS:-100}" --rate 1 --payload 100 "${T[@]}"
+        done
+      done
+      SKUA_CASE_ARGS=()
+      CASE_FIXTURES="" ;;
     *) echo "bench-compare: unknown case $c" >&2; exit 2 ;;
   esac
 done

@@ -30,6 +30,10 @@ T=(--duration 2 --warmup 0.5 --drain 3 --strict)
 "$BENCH" churn --spawn-skua "$SKUA" --rate 100 --concurrency 16 --actors 8 "${T[@]}"
 "$BENCH" logged --spawn-skua "$SKUA" --skua-arg=--store=sqlite::memory: --subscribers 2 --rate 50 "${T[@]}"
 "$BENCH" cluster --spawn-skua "$SKUA" --subscribers 10 --rate 100 "${T[@]}"
+# MQTT devices (issue 37), each its own device actor: into rooms with NoLag subscribers, and
+# subscribed with NoLag publishers; QoS 1 both ways (every PUBACK must come back).
+"$BENCH" devices --spawn-skua "$SKUA" --devices 40 --rooms 4 --rate 5 --qos 1 "${T[@]}"
+"$BENCH" devices --spawn-skua "$SKUA" --mode fan-out --devices 40 --rooms 4 --rate 5 --qos 1 "${T[@]}"
 
 out=$(mktemp)
 "$BARE" --listen 127.0.0.1:0 >"$out" &

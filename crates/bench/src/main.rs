@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};
-use skua_bench::scenario::{Ctx, churn, idle, rest, storm, traffic};
-use skua_bench::target::{SpawnedSkua, Target};
+use skua_bench::scenario::{Ctx, churn, devices, idle, rest, storm, traffic};
+use skua_bench::target::{SpawnOptions, SpawnedSkua, Target};
 use skua_bench::wire::{self, TopicKey, nolag::Nolag};
 use skua_bench::{fixtures, report};
 
@@ -95,6 +95,52 @@ enum Cmd {
         #[arg(long, default_value = "dev-token-agent", requires = "durable")]
         durable_token: String,
     },
+    /// MQTT devices (issue 37): N device connections over plain MQTT TCP (--mqtt) in R rooms,
+    /// device i in room i % R. fan-in: each device publishes r msg/s into its room, WebSocket
+    /// subscribers (--proto) on every room; fan-out: each device subscribed to its room,
+    /// WebSocket publishers send r msg/s into every room. On Skua (nolag) device i logs in as
+    /// the bench fixtures' device actor i (`fixtures --device-actors N`); elsewhere anonymously.
+    Devices {
+        #[command(flatten)]
+        t: TargetArgs,
+        #[command(flatten)]
+        run: RunArgs,
+        /// The server's MQTT (TCP) listener, loopback IP:PORT; with --spawn-skua, the spawned
+        /// node's `--mqtt-listen 127.0.0.1:0`.
+        #[arg(long, required_unless_present = "spawn_skua")]
+        mqtt: Option<std::net::SocketAddr>,
+        /// Which way messages go.
+        #[arg(long, value_enum, default_value = "fan-in")]
+        mode: DeviceMode,
+        /// Device connections (N). Raise `ulimit -n` above this first.
+        #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        devices: u32,
+        /// Rooms (R), at most N; NoLag needs the bench fixtures with at least R rooms.
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=50_000))]
+        rooms: u32,
+        /// WebSocket subscribers per room (fan-in).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1_000))]
+        subscribers_per_room: u32,
+        /// Messages per second of each device (fan-in) or into each room (fan-out).
+        #[arg(long, default_value_t = 1.0, value_parser = rate(0.01, 1000.0))]
+        rate: f64,
+        /// QoS of the devices' publishes (fan-in) or subscriptions (fan-out).
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=1))]
+        qos: u8,
+        /// Payload bytes, at least 20.
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(20..=900_000))]
+        payload: u32,
+        /// Most msg/s per WebSocket publisher connection (fan-out; Skua's default rate limit is 50).
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        max_rate_per_conn: u32,
+        /// nolag: device i logs in with bench-token-device-<i % K> [default: K = N, one actor
+        /// per device]; the server's fixtures must hold K device actors.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        device_actors: Option<u32>,
+        /// Seconds to wait after the last device's setup before reading RSS.
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(0..=60))]
+        settle: u64,
+    },
     /// C logged-in, subscribed connections; the server's RSS growth per connection.
     Idle {
         #[command(flatten)]
@@ -156,6 +202,10 @@ enum Cmd {
         /// Churn actors bench-churn-0 … N-1 (tokens bench-token-churn-<i>) for `churn --actors`.
         #[arg(long, default_value_t = fixtures::DEFAULT_CHURN_ACTORS as u32, value_parser = clap::value_parser!(u32).range(0..=10_000))]
         churn_actors: u32,
+        /// Device actors bench-device-0 … N-1 (type device, tokens bench-token-device-<i>) for
+        /// `devices`.
+        #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100_000))]
+        device_actors: u32,
         /// Give the bench app this trigger webhook (and a webhook secret), e.g. the URL of a
         /// run's `--triggers --trigger-listen ADDR` receiver: http://ADDR/trigger.
         #[arg(long)]
@@ -260,6 +310,15 @@ enum Cmd {
     },
 }
 
+/// `devices --mode`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum DeviceMode {
+    /// Devices publish; WebSocket subscribers on every room.
+    FanIn,
+    /// WebSocket publishers; devices subscribed.
+    FanOut,
+}
+
 #[derive(Args, Clone)]
 struct TargetArgs {
     /// Protocol adapter: nolag, mqtt-ws, nats-ws or bare.
@@ -328,6 +387,13 @@ fn secs(lo: f64, hi: f64) -> impl Fn(&str) -> Result<f64, String> + Clone {
     }
 }
 
+fn rate(lo: f64, hi: f64) -> impl Fn(&str) -> Result<f64, String> + Clone {
+    move |s| match s.parse::<f64>() {
+        Ok(v) if (lo..=hi).contains(&v) => Ok(v),
+        _ => Err(format!("expected a rate between {lo} and {hi} per second")),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
@@ -349,6 +415,8 @@ fn main() -> ExitCode {
 /// The server under test: found by URL (+ PID) or spawned.
 struct Setup {
     ctx: Ctx,
+    /// The spawned node's MQTT listener (`devices` with --spawn-skua).
+    mqtt: Option<std::net::SocketAddr>,
     _spawned: Option<SpawnedSkua>,
     _receiver: Option<skua_bench::receiver::Receiver>,
     json: Option<PathBuf>,
@@ -378,6 +446,7 @@ async fn setup(
     fixture: Fixture,
     rooms: usize,
     churn_actors: usize,
+    device_actors: usize,
 ) -> anyhow::Result<Setup> {
     let mut nolag = Nolag::default();
     if fixture == Fixture::DemoHistory {
@@ -417,13 +486,14 @@ async fn setup(
             if t.proto != "nolag" {
                 bail!("--spawn-skua starts Skua, which speaks nolag; use --url for {}", t.proto);
             }
-            let s = SpawnedSkua::start(
-                path,
-                rooms.max(fixtures::DEFAULT_ROOMS),
-                churn_actors.max(fixtures::DEFAULT_CHURN_ACTORS),
-                trigger_url.as_deref(),
-                &t.skua_arg,
-            )?;
+            let opts = SpawnOptions {
+                rooms: rooms.max(fixtures::DEFAULT_ROOMS),
+                churn_actors: churn_actors.max(fixtures::DEFAULT_CHURN_ACTORS),
+                device_actors,
+                trigger_webhook: trigger_url.clone(),
+                mqtt: device_actors > 0,
+            };
+            let s = SpawnedSkua::start(path, &opts, &t.skua_arg)?;
             eprintln!(
                 "skua-bench: started {} (pid {}) on {}; log {}",
                 path.display(),
@@ -473,7 +543,8 @@ async fn setup(
         window_cmd: t.window_cmd.clone(),
         triggers: receiver.as_ref().map(|r| Arc::clone(&r.counts)),
     };
-    Ok(Setup { ctx, _spawned: spawned, _receiver: receiver, json: t.json.clone(), strict: t.strict })
+    let mqtt = spawned.as_ref().and_then(|s| s.mqtt_addr);
+    Ok(Setup { ctx, mqtt, _spawned: spawned, _receiver: receiver, json: t.json.clone(), strict: t.strict })
 }
 
 /// The login adapters of `churn --actors N`: none for one actor (the run's own adapter), else
@@ -518,8 +589,11 @@ fn fanout_plan(scenario: &'static str, subscribers: u32, rate: u32, payload: u32
 
 async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
     let (setup, summary) = match cmd {
-        Cmd::Fixtures { rooms, churn_actors, trigger_webhook } => {
-            print!("{}", fixtures::toml(rooms, churn_actors as usize, trigger_webhook.as_deref()));
+        Cmd::Fixtures { rooms, churn_actors, device_actors, trigger_webhook } => {
+            print!(
+                "{}",
+                fixtures::toml(rooms, churn_actors as usize, device_actors as usize, trigger_webhook.as_deref())
+            );
             return Ok(ExitCode::SUCCESS);
         }
         Cmd::Report { input, doc, run_info } => {
@@ -541,7 +615,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             } else {
                 Fixture::Demo
             };
-            let st = setup(&t, Some(run), fixture, 0, 0).await?;
+            let st = setup(&t, Some(run), fixture, 0, 0, 0).await?;
             let plan = fanout_plan("fanout", subscribers, rate, payload, max_rate_per_conn);
             let s = traffic::run(&st.ctx, &plan).await?;
             (st, s)
@@ -634,7 +708,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
                 bail!("--durable needs --proto nolag (durable subscriptions are Skua's)");
             }
             let fixture = if durable { Fixture::DemoDurable(durable_token) } else { Fixture::Demo };
-            let st = setup(&t, Some(run), fixture, 0, 0).await?;
+            let st = setup(&t, Some(run), fixture, 0, 0, 0).await?;
             let mut plan = fanout_plan("logged", subscribers, rate, payload, max_rate_per_conn);
             plan.topic = |_| TopicKey::Logged;
             plan.acks = st.ctx.wire.name() == "nolag";
@@ -660,7 +734,7 @@ async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             (st, s)
         }
         Cmd::Pairs { t, run, topics, rate, payload } => {
-            let st = setup(&t, Some(run), Fixture::BenchPairs, topics as usize, 0).await?;
+            let st = setup(&t, Some(run), Fixture::BenchPairs, topics as usize, 0, 0).await?;
             let plan = traffic::Plan {
                 scenario: "pairs",
                 case: format!("pairs N={topics} r={rate} P={payload}"),
@@ -682,20 +756,64 @@ async fn run(cmd: Cmd) -> anyhow::Result<ExitCode> {
             if t.proto != "nolag" {
                 bail!("rest measures Skua's REST API (--proto nolag)");
             }
-            let st = setup(&t, Some(run), Fixture::Demo, 0, 0).await?;
+            let st = setup(&t, Some(run), Fixture::Demo, 0, 0, 0).await?;
             let plan = rest::Plan { clients: clients as usize, topic, payload: payload as usize, api_key };
             let s = rest::run(&st.ctx, &plan).await?;
             (st, s)
         }
+        Cmd::Devices {
+            t,
+            run,
+            mqtt,
+            mode,
+            devices,
+            rooms,
+            subscribers_per_room,
+            rate,
+            qos,
+            payload,
+            max_rate_per_conn,
+            device_actors,
+            settle,
+        } => {
+            no_triggers(&t, "devices")?;
+            let nolag = t.proto == "nolag";
+            let actors = nolag.then(|| device_actors.unwrap_or(devices) as usize);
+            // Only a spawned node needs the device actors written into its fixtures.
+            let spawn_actors = if t.spawn_skua.is_some() { actors.unwrap_or(0).max(1) } else { 0 };
+            let st = setup(&t, Some(run), Fixture::BenchPairs, rooms as usize, 0, spawn_actors).await?;
+            let mqtt = st.mqtt.or(mqtt).context("--mqtt is required")?;
+            if !mqtt.ip().is_loopback() {
+                bail!("refusing non-loopback MQTT target {mqtt}: skua-bench only loads loopback servers");
+            }
+            let plan = devices::Plan {
+                mode: match mode {
+                    DeviceMode::FanIn => devices::Mode::FanIn,
+                    DeviceMode::FanOut => devices::Mode::FanOut,
+                },
+                mqtt,
+                devices: devices as usize,
+                rooms: rooms as usize,
+                subs_per_room: subscribers_per_room as usize,
+                rate,
+                qos,
+                payload: payload as usize,
+                max_rate_per_conn: f64::from(max_rate_per_conn),
+                device_actors: actors,
+                settle: Duration::from_secs(settle),
+            };
+            let s = devices::run(&st.ctx, &plan).await?;
+            (st, s)
+        }
         Cmd::Idle { t, connections, settle } => {
             no_triggers(&t, "idle")?;
-            let st = setup(&t, None, Fixture::Demo, 0, 0).await?;
+            let st = setup(&t, None, Fixture::Demo, 0, 0, 0).await?;
             let s = idle::run(&st.ctx, connections as usize, Duration::from_secs(settle)).await?;
             (st, s)
         }
         Cmd::Churn { t, run, rate, concurrency, source_ips, actors } => {
             no_triggers(&t, "churn")?;
-            let st = setup(&t, Some(run), Fixture::Demo, 0, actors as usize).await?;
+            let st = setup(&t, Some(run), Fixture::Demo, 0, actors as usize, 0).await?;
             let logins = churn_logins(&t, actors as usize)?;
             let plan = churn::Plan { rate: f64::from(rate), concurrency: concurrency as usize, source_ips };
             let s = churn::run(&st.ctx, plan, &logins).await?;

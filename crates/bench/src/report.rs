@@ -205,6 +205,37 @@ fn rest_table(out: &mut String, rows: &[&Row]) {
     }
 }
 
+/// The `devices` rows (issue 37): deliveries, latency, CPU per delivered message and the
+/// server's memory per device connection.
+fn devices_table(out: &mut String, rows: &[&Row]) {
+    out.push_str("| server | devices | delivered msg/s | published msg/s | lost | dup | p50 ms | p99 ms | max ms | PUBACK p99 ms | server CPU % | **server CPU µs / delivered msg** | RSS with devices MiB | **KiB / device** | device setups/s | bench CPU % | others CPU % |\n");
+    out.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for r in rows {
+        let _ = writeln!(
+            out,
+            "| {} ({}) | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | **{}** | {} | **{}** | {} | {} | {} |",
+            s(r, "label"),
+            s(r, "proto"),
+            fmt_count(num(r, "devices")),
+            fmt_count(num(r, "delivered_per_s")),
+            fmt_count(num(r, "published_per_s")),
+            fmt_count(num(r, "lost")),
+            fmt_count(num(r, "duplicated")),
+            fmt_ms(num(r, "lat_p50_us")),
+            fmt_ms(num(r, "lat_p99_us")),
+            fmt_ms(num(r, "lat_max_us")),
+            if r.contains_key("ack_p99_us") { fmt_ms(num(r, "ack_p99_us")) } else { "–".into() },
+            fmt_n(num(r, "server_cpu_pct"), 0),
+            fmt_n(num(r, "server_cpu_us_per_msg"), 2),
+            fmt_n(num(r, "rss_devices_kib").map(|v| v / 1024.0), 1),
+            fmt_n(num(r, "kib_per_device"), 1),
+            fmt_count(num(r, "device_setups_per_s")),
+            fmt_n(num(r, "client_cpu_pct"), 0),
+            fmt_n(num(r, "other_cpu_pct"), 0),
+        );
+    }
+}
+
 /// One checked target: (case, what, measured, met).
 type Check = (String, String, String, Option<bool>);
 
@@ -450,6 +481,7 @@ pub fn render(rows: &[Row], run_info: &str) -> String {
             "rest" => rest_table(&mut out, &group),
             "cluster" => cluster_table(&mut out, &group),
             "storm" => storm_table(&mut out, &group),
+            "devices" => devices_table(&mut out, &group),
             _ => traffic_table(&mut out, &group),
         }
         let notes: Vec<String> = group
@@ -553,6 +585,19 @@ mod tests {
         assert_eq!(get("publishers=1"), Some(Some(true)));
         assert_eq!(get("publishers=400"), Some(Some(false)));
         assert!(render(&rows, "").contains("Targets (issue 21, round 2)"));
+    }
+
+    #[test]
+    fn device_rows_show_cpu_per_message_and_memory_per_device() {
+        let text = [
+            r#"{"bench":"skua-bench","scenario":"devices","case":"devices fan-in N=10 rooms=2 r=1 qos=1 P=100","label":"skua","proto":"nolag","devices":10,"delivered_per_s":10,"published_per_s":10,"lost":0,"duplicated":0,"lat_p50_us":500,"lat_p99_us":900,"lat_max_us":1000,"ack_p99_us":700,"server_cpu_pct":3,"server_cpu_us_per_msg":12.345,"rss_devices_kib":20480,"kib_per_device":9.5,"device_setups_per_s":5000,"client_cpu_pct":2,"other_cpu_pct":0}"#,
+            r#"{"bench":"skua-bench","scenario":"devices","case":"devices fan-in N=10 rooms=2 r=1 qos=1 P=100","label":"mosquitto","proto":"mqtt-ws","devices":10,"kib_per_device":3.0}"#,
+        ]
+        .join("\n");
+        let md = render(&parse_lines(&text).unwrap(), "");
+        assert!(md.contains("| skua (nolag) | 10 | 10 | 10 | 0 | 0 | 0.50 | 0.90 | 1.00 | 0.70 | 3 | **12.35** | 20.0 | **9.5** | 5000 | 2 | 0 |"), "{md}");
+        assert!(md.contains("| mosquitto (mqtt-ws) | 10 | n/a |"), "{md}");
+        assert!(md.contains("| – |"), "no PUBACK column value without QoS 1 acks: {md}");
     }
 
     #[test]

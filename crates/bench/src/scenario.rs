@@ -4,11 +4,14 @@
 //! - [`traffic`]: `fanout`, `pairs` and `logged` — publishers at a fixed rate, subscribers that
 //!   check every sequence number and time every delivery;
 //! - [`idle`]: many logged-in, subscribed connections, then the server's RSS per connection;
+//! - [`devices`]: N MQTT devices over TCP publishing into rooms with WebSocket subscribers
+//!   (fan-in), or subscribed with WebSocket publishers (fan-out);
 //! - [`churn`]: connect → login → subscribe → close at a target rate;
 //! - [`rest`]: server-side publishes over `POST /v1/publish` from keep-alive HTTP clients;
 //! - [`storm`]: a two-node cluster's reconnect storm: node A stops, every client restores on B.
 
 pub mod churn;
+pub mod devices;
 pub mod idle;
 pub mod rest;
 pub mod storm;

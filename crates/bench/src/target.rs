@@ -45,12 +45,34 @@ impl Target {
     }
 }
 
+/// What a spawned node's bench fixtures hold ([`crate::fixtures::toml`]), and whether it opens
+/// its MQTT door.
+#[derive(Debug, Clone, Default)]
+pub struct SpawnOptions {
+    /// Rooms of the bench app.
+    pub rooms: usize,
+    /// Churn actors.
+    pub churn_actors: usize,
+    /// Device actors (`devices`).
+    pub device_actors: usize,
+    /// The bench app's trigger webhook.
+    pub trigger_webhook: Option<String>,
+    /// Add `--mqtt-listen 127.0.0.1:0` and wait for its `skua mqtt listening on ADDR` line.
+    pub mqtt: bool,
+}
+
+/// Lines of skua's stdout read while looking for the MQTT listener's line (it comes right
+/// after the client listener's, before the dev banner).
+const MAX_START_LINES: usize = 8;
+
 /// A Skua node started by the bench (`--spawn-skua`); killed when dropped.
 #[derive(Debug)]
 pub struct SpawnedSkua {
     child: Child,
     /// Where it listens.
     pub addr: SocketAddr,
+    /// Where its MQTT door listens (plain TCP), when [`SpawnOptions::mqtt`] asked for it.
+    pub mqtt_addr: Option<SocketAddr>,
     /// Its stderr log (removed with the server).
     pub log: PathBuf,
     /// Its working directory (fresh, so relative default paths such as the store start empty).
@@ -60,32 +82,27 @@ pub struct SpawnedSkua {
 impl SpawnedSkua {
     /// Starts `path serve --dev --listen 127.0.0.1:0 --fixtures <bench fixtures> [extra…]` in a
     /// fresh temporary directory (removed on drop, with the default store file in it) and waits
-    /// for its `skua listening on ADDR` line. With `trigger_webhook`, the bench app's trigger
-    /// webhook is that URL.
+    /// for its `skua listening on ADDR` line (and, with `opts.mqtt`, its MQTT listener's).
     ///
     /// # Errors
     /// The binary does not start or never prints its address.
-    pub fn start(
-        path: &Path,
-        rooms: usize,
-        churn_actors: usize,
-        trigger_webhook: Option<&str>,
-        extra: &[String],
-    ) -> anyhow::Result<Self> {
+    pub fn start(path: &Path, opts: &SpawnOptions, extra: &[String]) -> anyhow::Result<Self> {
         let path = std::fs::canonicalize(path).with_context(|| format!("no skua binary at {}", path.display()))?;
         static SPAWNED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = SPAWNED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("skua-bench-{}-{n}", std::process::id()));
         std::fs::create_dir_all(&dir).context("while creating the server's directory")?;
         let fixtures = dir.join("bench-fixtures.toml");
-        std::fs::write(&fixtures, crate::fixtures::toml(rooms, churn_actors, trigger_webhook))
-            .context("while writing the bench fixtures")?;
+        let toml =
+            crate::fixtures::toml(opts.rooms, opts.churn_actors, opts.device_actors, opts.trigger_webhook.as_deref());
+        std::fs::write(&fixtures, toml).context("while writing the bench fixtures")?;
         let log = std::env::temp_dir().join(format!("skua-bench-{}-{n}-skua.log", std::process::id()));
         let stderr = std::fs::File::create(&log).context("while creating the skua log")?;
         let mut child = Command::new(&path)
             .current_dir(&dir)
             .args(["serve", "--dev", "--listen", "127.0.0.1:0", "--fixtures"])
             .arg(&fixtures)
+            .args(if opts.mqtt { &["--mqtt-listen", "127.0.0.1:0"][..] } else { &[] })
             .args(extra)
             // Every bench connection comes from loopback: the per-address limits (on by
             // default) would measure themselves. As variables, so `--skua-arg` flags still win.
@@ -101,6 +118,20 @@ impl SpawnedSkua {
         let mut lines = BufReader::new(stdout);
         let mut first = String::new();
         lines.read_line(&mut first).context("while reading skua's first line")?;
+        let mut mqtt_addr = None;
+        if opts.mqtt {
+            let mut line = String::new();
+            for _ in 0..MAX_START_LINES {
+                line.clear();
+                if lines.read_line(&mut line).unwrap_or(0) == 0 {
+                    break;
+                }
+                if let Some(a) = line.trim().strip_prefix("skua mqtt listening on ") {
+                    mqtt_addr = a.parse::<SocketAddr>().ok();
+                    break;
+                }
+            }
+        }
         // Keep draining stdout (the dev banner) so the server can never block on it.
         std::thread::spawn(move || {
             let mut sink = String::new();
@@ -115,7 +146,13 @@ impl SpawnedSkua {
             bail!("skua did not print its address (first line {first:?}); see {}", log.display());
         };
         let addr: SocketAddr = addr.parse().context("bad address in skua's first line")?;
-        Ok(Self { child, addr, log, dir: spawned_dir })
+        if opts.mqtt && mqtt_addr.is_none() {
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = std::fs::remove_dir_all(&spawned_dir);
+            bail!("skua did not print its MQTT listener's address; see {}", log.display());
+        }
+        Ok(Self { child, addr, mqtt_addr, log, dir: spawned_dir })
     }
 
     /// The node's process id.
@@ -193,13 +230,12 @@ impl SpawnedCluster {
                 "memory".to_owned(),
             ];
             args.extend(extra.iter().cloned());
-            cluster.nodes.push(SpawnedSkua::start(
-                path,
-                crate::fixtures::DEFAULT_ROOMS,
-                crate::fixtures::DEFAULT_CHURN_ACTORS,
-                None,
-                &args,
-            )?);
+            let opts = SpawnOptions {
+                rooms: crate::fixtures::DEFAULT_ROOMS,
+                churn_actors: crate::fixtures::DEFAULT_CHURN_ACTORS,
+                ..SpawnOptions::default()
+            };
+            cluster.nodes.push(SpawnedSkua::start(path, &opts, &args)?);
         }
         Ok(cluster)
     }

@@ -56,10 +56,11 @@ impl Plan {
     }
 }
 
-struct SubOutcome {
-    stats: RecvStats,
-    rejected: u64,
-    error: Option<String>,
+/// What one WebSocket subscriber saw (shared with `devices`).
+pub(super) struct SubOutcome {
+    pub(super) stats: RecvStats,
+    pub(super) rejected: u64,
+    pub(super) error: Option<String>,
 }
 
 struct PubOutcome {
@@ -279,7 +280,9 @@ pub async fn run(ctx: &Ctx, plan: &Plan) -> anyhow::Result<Summary> {
     Ok(s)
 }
 
-async fn subscriber(
+/// One WebSocket subscriber until `stop`: records every delivery, stores its count of distinct
+/// deliveries in `unique[idx]`, heartbeats, and acks stored deliveries when `acks` is given.
+pub(super) async fn subscriber(
     mut c: Conn,
     heartbeat: Bytes,
     acks: Option<Arc<dyn Wire>>,

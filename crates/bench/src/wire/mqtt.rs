@@ -1,6 +1,7 @@
 //! MQTT 3.1.1 over WebSocket (subprotocol `mqtt`), for Mosquitto: just CONNECT, SUBSCRIBE,
-//! PUBLISH at QoS 0 and PINGREQ, encoded by hand. The broker may split or join MQTT packets
-//! across WebSocket frames, so the decoder buffers.
+//! PUBLISH at QoS 0 or 1, PUBACK and PINGREQ, encoded by hand. The broker may split or join MQTT
+//! packets across WebSocket frames, so the decoder buffers. The same packets, without the
+//! WebSocket, are what the `devices` scenario's MQTT devices send over plain TCP ([`device`]).
 
 use anyhow::bail;
 use bytes::Bytes;
@@ -78,11 +79,13 @@ impl Wire for MqttWs {
         vec![packet(0x82, &body)]
     }
 
-    fn publish(&self, topic: &str, payload: &[u8], _ack: Option<u64>) -> Bytes {
-        let mut body = Vec::with_capacity(topic.len() + payload.len() + 2);
-        mqtt_str(&mut body, topic.as_bytes());
-        body.extend_from_slice(payload);
-        packet(0x30, &body)
+    /// `ack` asks for QoS 1 with packet id [`packet_id`]`(ack)`; the `PUBACK` comes back as
+    /// [`Event::Acked`] carrying that packet id (not the sequence number).
+    fn publish(&self, topic: &str, payload: &[u8], ack: Option<u64>) -> Bytes {
+        match ack {
+            Some(seq) => device::publish(topic, payload, Some(packet_id(seq))),
+            None => device::publish(topic, payload, None),
+        }
     }
 
     fn heartbeat(&self) -> Bytes {
@@ -91,6 +94,66 @@ impl Wire for MqttWs {
 
     fn decoder(&self) -> Box<dyn Decoder> {
         Box::new(MqttDecoder::default())
+    }
+}
+
+/// The packet id (1 … 65535) of the QoS 1 publish with sequence number `seq`.
+pub fn packet_id(seq: u64) -> u16 {
+    u16::try_from(seq % 65_535 + 1).unwrap_or(1)
+}
+
+/// The packets of an MQTT 3.1.1 device over plain TCP (`devices`): the bytes of the WebSocket
+/// adapter's frames, with credentials and QoS 1 where the device needs them.
+pub mod device {
+    use bytes::Bytes;
+
+    use super::{KEEP_ALIVE_S, mqtt_str, packet};
+
+    /// CONNECT with a clean session and an empty client id (the broker names the session);
+    /// with `password`, user name `device` and that password (Skua takes the token there).
+    pub fn connect(password: Option<&str>) -> Bytes {
+        let mut body = Vec::with_capacity(32 + password.map_or(0, str::len));
+        mqtt_str(&mut body, b"MQTT");
+        body.push(4); // protocol level 3.1.1
+        body.push(if password.is_some() { 0xc2 } else { 0x02 }); // user name + password, clean session
+        body.extend_from_slice(&KEEP_ALIVE_S.to_be_bytes());
+        mqtt_str(&mut body, b"");
+        if let Some(p) = password {
+            mqtt_str(&mut body, b"device");
+            mqtt_str(&mut body, p.as_bytes());
+        }
+        packet(0x10, &body)
+    }
+
+    /// SUBSCRIBE to `topic` at `qos` (0 or 1), packet id 1.
+    pub fn subscribe(topic: &str, qos: u8) -> Bytes {
+        let mut body = Vec::with_capacity(topic.len() + 5);
+        body.extend_from_slice(&1u16.to_be_bytes());
+        mqtt_str(&mut body, topic.as_bytes());
+        body.push(qos.min(1));
+        packet(0x82, &body)
+    }
+
+    /// PUBLISH of `payload` to `topic`: QoS 1 with this packet id, or QoS 0 without one.
+    pub fn publish(topic: &str, payload: &[u8], packet_id: Option<u16>) -> Bytes {
+        let mut body = Vec::with_capacity(topic.len() + payload.len() + 4);
+        mqtt_str(&mut body, topic.as_bytes());
+        if let Some(id) = packet_id {
+            body.extend_from_slice(&id.to_be_bytes());
+        }
+        body.extend_from_slice(payload);
+        packet(if packet_id.is_some() { 0x32 } else { 0x30 }, &body)
+    }
+
+    /// PUBACK of the QoS 1 publish `packet_id`.
+    pub fn puback(packet_id: u16) -> Bytes {
+        let id = packet_id.to_be_bytes();
+        Bytes::copy_from_slice(&[0x40, 0x02, id[0], id[1]])
+    }
+
+    /// DISCONNECT: the device leaves on purpose (no will).
+    pub fn disconnect() -> Bytes {
+        Bytes::from_static(&[0xe0, 0x00])
     }
 }
 
@@ -137,7 +200,16 @@ fn parse(b: &[u8], out: &mut dyn FnMut(Event<'_>)) -> anyhow::Result<usize> {
                     Some(p) => out(Event::Payload(p)),
                     None => bail!("malformed MQTT PUBLISH"),
                 }
+                // A QoS 1 delivery is acknowledged at once (we never subscribe at QoS 2).
+                if qos == 1 {
+                    let id = u16::from_be_bytes([body[2 + tlen], body[3 + tlen]]);
+                    out(Event::Reply(device::puback(id)));
+                }
             }
+            4 => match body.get(..2) {
+                Some(&[hi, lo]) => out(Event::Acked(u64::from(u16::from_be_bytes([hi, lo])))),
+                _ => bail!("malformed MQTT PUBACK"),
+            },
             _ => {} // PINGRESP and anything else
         }
         at += i + len;
@@ -161,6 +233,34 @@ mod tests {
             remaining_length(&mut v, n);
             assert_eq!(v, want, "{n}");
         }
+    }
+
+    #[test]
+    fn qos1_deliveries_are_acked_and_pubacks_reported() {
+        let mut stream = device::publish("bench/r0/t", b"abc", Some(7)).to_vec();
+        stream.extend_from_slice(&device::puback(9));
+        let (mut payloads, mut replies, mut acked) = (Vec::new(), Vec::new(), Vec::new());
+        MqttDecoder::default()
+            .feed(&stream, &mut |e| match e {
+                Event::Payload(p) => payloads.push(p.to_vec()),
+                Event::Reply(r) => replies.push(r),
+                Event::Acked(id) => acked.push(id),
+                _ => {}
+            })
+            .unwrap();
+        assert_eq!(payloads, vec![b"abc".to_vec()]);
+        assert_eq!(replies, vec![device::puback(7)]);
+        assert_eq!(acked, vec![9]);
+        assert_eq!(packet_id(0), 1);
+        assert_eq!(packet_id(65_535), 1);
+    }
+
+    #[test]
+    fn connect_carries_the_token_as_password() {
+        let c = device::connect(Some("tok"));
+        assert_eq!(c[9], 0xc2, "user name, password, clean session");
+        assert!(c.ends_with(b"\x00\x06device\x00\x03tok"));
+        assert_eq!(device::connect(None)[9], 0x02);
     }
 
     #[test]
