@@ -26,15 +26,8 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    const ALL: [Self; 7] = [
-        Self::Ok,
-        Self::Status,
-        Self::Timeout,
-        Self::Transport,
-        Self::Refused,
-        Self::TooLarge,
-        Self::Shutdown,
-    ];
+    const ALL: [Self; 7] =
+        [Self::Ok, Self::Status, Self::Timeout, Self::Transport, Self::Refused, Self::TooLarge, Self::Shutdown];
 
     /// The label value.
     pub fn as_str(self) -> &'static str {
