@@ -13,8 +13,8 @@
 # PREVIOUS_RELEASE to the released commit at each release.
 #
 # Needs SKUA_TEST_MQTT_URL, SKUA_TEST_REDIS_URL and SKUA_TEST_POSTGRES_URL (`source
-# scripts/services.sh`) and the pinned commit in the clone's history; without them it fails
-# (never skips).
+# scripts/services.sh`) and the pinned commit in the clone's history (a shallow clone fetches it
+# from its origin); without them it fails (never skips).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PREVIOUS_RELEASE="${SKUA_PREVIOUS_RELEASE:-9c68e9b36b8be973a06de9f28fd8d599954b8cde}"
@@ -30,8 +30,12 @@ fail() {
 for var in SKUA_TEST_MQTT_URL SKUA_TEST_REDIS_URL SKUA_TEST_POSTGRES_URL; do
   [ -n "${!var:-}" ] || fail "$var is not set (source scripts/services.sh): the cluster needs it"
 done
+# A shallow clone lacks it: fetch that one commit from the clone's origin first.
 git cat-file -e "$PREVIOUS_RELEASE^{commit}" 2>/dev/null \
-  || fail "the pinned previous release $PREVIOUS_RELEASE is not in this clone's history (a shallow clone?)"
+  || git fetch --quiet --depth=1 origin "$PREVIOUS_RELEASE" \
+  || true
+git cat-file -e "$PREVIOUS_RELEASE^{commit}" 2>/dev/null \
+  || fail "the pinned previous release $PREVIOUS_RELEASE is not in this clone's history and its origin did not give it"
 
 prev_bin="$target/previous-release/skua-$PREVIOUS_RELEASE"
 if [ ! -x "$prev_bin" ]; then
