@@ -170,55 +170,12 @@ async fn drain_seconds_count_from_the_start_of_the_drain_on_the_metrics_listener
     assert!(shutdown.await.expect("shutdown task"), "drained within the grace");
 }
 
-/// Issue 23, item 4: with `drain_spread`, the 1012 closes of a draining node are spread over
-/// the window instead of all landing in the same instant. The bounds come from the settings
-/// (n connections closed at i/n of the window), with half the window as slack.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn drain_rate_stretches_the_window_of_a_large_drain() {
-    // No drain_spread at all: 5 sockets at 2 closes a second take 2.5 s (the i-th at i × 0.5 s).
-    const CLIENTS: u32 = 5;
-    let server = TestServer::builder()
-        .settings(|s| {
-            s.edge.drain_rate = Some(2);
-            s.edge.shutdown_grace = Some("10s".into());
-        })
-        .spawn()
-        .await;
+/// `clients` sessions of alice on `server`, then its shutdown: when each got its close (1012
+/// `server_restart`), counted from the shutdown's start and sorted, and whether the node
+/// drained within its grace.
+async fn drain_close_times(server: TestServer, clients: u32) -> (Vec<Duration>, bool) {
     let mut waiting = Vec::new();
-    for _ in 0..CLIENTS {
-        let mut c = server.auth("dev-token-alice").await;
-        waiting.push(tokio::spawn(async move {
-            let close = c.expect_close().await;
-            (close, tokio::time::Instant::now())
-        }));
-    }
-    let shutdown = tokio::spawn(server.shutdown());
-    let mut at = Vec::new();
-    for w in waiting {
-        let ((code, reason), when) = w.await.expect("client task");
-        assert_eq!((code, reason.as_str()), (1012, "server_restart"));
-        at.push(when);
-    }
-    at.sort_unstable();
-    // The last close is due 4 × 0.5 s after the first; timers never fire early.
-    let (first, last) = (at[0], at[at.len() - 1]);
-    assert!(last - first >= Duration::from_millis(1900), "closes not held to 2 a second: {:?}", last - first);
-    assert!(shutdown.await.expect("shutdown task"), "drained within the grace");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn drain_spread_spaces_the_1012_closes_over_the_window() {
-    const CLIENTS: u32 = 6;
-    let spread = Duration::from_secs(2);
-    let server = TestServer::builder()
-        .settings(|s| {
-            s.edge.drain_spread = Some("2s".into());
-            s.edge.shutdown_grace = Some("10s".into());
-        })
-        .spawn()
-        .await;
-    let mut waiting = Vec::new();
-    for _ in 0..CLIENTS {
+    for _ in 0..clients {
         let mut c = server.auth("dev-token-alice").await;
         waiting.push(tokio::spawn(async move {
             let close = c.expect_close().await;
@@ -234,11 +191,48 @@ async fn drain_spread_spaces_the_1012_closes_over_the_window() {
         at.push(when - started);
     }
     at.sort_unstable();
+    (at, shutdown.await.expect("shutdown task"))
+}
+
+/// Issue 32, item 2: `drain_rate` holds a drain to that many closes a second, stretching the
+/// window when `drain_spread` (here none) would close faster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_rate_stretches_the_window_of_a_large_drain() {
+    // 5 sockets at 2 closes a second: the i-th at i × 0.5 s.
+    let server = TestServer::builder()
+        .settings(|s| {
+            s.edge.drain_rate = Some(2);
+            s.edge.shutdown_grace = Some("10s".into());
+        })
+        .spawn()
+        .await;
+    let (at, drained) = drain_close_times(server, 5).await;
+    // The last close is due 4 × 0.5 s after the first; timers never fire early.
+    let (first, last) = (at[0], at[at.len() - 1]);
+    assert!(last - first >= Duration::from_millis(1900), "closes not held to 2 a second: {at:?}");
+    assert!(drained, "drained within the grace");
+}
+
+/// Issue 23, item 4: with `drain_spread`, the 1012 closes of a draining node are spread over
+/// the window instead of all landing in the same instant. The bounds come from the settings
+/// (n connections closed at i/n of the window), with half the window as slack.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_spread_spaces_the_1012_closes_over_the_window() {
+    const CLIENTS: u32 = 6;
+    let spread = Duration::from_secs(2);
+    let server = TestServer::builder()
+        .settings(|s| {
+            s.edge.drain_spread = Some("2s".into());
+            s.edge.shutdown_grace = Some("10s".into());
+        })
+        .spawn()
+        .await;
+    let (at, drained) = drain_close_times(server, CLIENTS).await;
     let (first, last) = (at[0], at[at.len() - 1]);
     // The last of n closes is due at (n-1)/n of the window: 5/6 × 2 s ≈ 1.67 s after the first.
     let due = spread * (CLIENTS - 1) / CLIENTS;
     assert!(last - first >= due / 2, "closes {at:?} not spread over {spread:?}");
     let early = at.iter().filter(|t| **t < first + spread / 4).count();
     assert!(early < at.len(), "every close in the first quarter of the window: {at:?}");
-    assert!(shutdown.await.expect("shutdown task"), "drained within the grace");
+    assert!(drained, "drained within the grace");
 }
