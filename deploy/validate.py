@@ -716,6 +716,40 @@ def check_no_placeholders(name, docs):
         ok(f"{name}: no placeholder or development value (CHANGE-ME, skua-dev-…, dev tokens)")
 
 
+# An image reference a rollout can repeat: a digest, or a tag naming one full release
+# (major.minor.patch, optionally with a suffix such as -bookworm), never `latest`, a bare major or
+# no tag at all (issue 32, item 8).
+PINNED_IMAGE = re.compile(r"@sha256:[0-9a-f]{64}$|:v?[0-9]+\.[0-9]+\.[0-9]+([-+._][A-Za-z0-9._-]+)?$")
+
+
+def pod_images(obj, path=""):
+    """(path, image) of every container and init container under `obj`."""
+    if isinstance(obj, dict):
+        for key in ("containers", "initContainers"):
+            for i, c in enumerate(obj.get(key) or []):
+                if isinstance(c, dict) and "image" in c:
+                    yield f"{path}.{key}[{i}]", c["image"]
+        for k, v in obj.items():
+            yield from pod_images(v, f"{path}.{k}" if path else k)
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from pod_images(v, f"{path}[{i}]")
+
+
+def check_pinned_images(name, docs):
+    before = len(problems)
+    seen = set()
+    for d in docs:
+        where = f"{d['kind']} {d['metadata']['name']}"
+        for path, image in pod_images(d.get("spec", {}), "spec"):
+            if not PINNED_IMAGE.search(image or ""):
+                problem(f"{name}: {where} {path}: image {image!r} is not pinned (a digest, or a full "
+                        "major.minor.patch tag; set the overlay's images: newTag or digest)")
+            seen.add(image)
+    if len(problems) == before:
+        ok(f"{name}: every image pinned to a release or digest ({len(seen)} images)")
+
+
 # --------------------------------------------------------------------------------------------
 # NetworkPolicies
 
@@ -1580,6 +1614,11 @@ def mutation_selftest(rendered, known):
         ("Reloader not rolling the control plane on a new admin key",
          lambda d: find(d, "Deployment", "skua-control")["metadata"]["annotations"].__setitem__(
              RELOADER, "skua-secrets"), check_rollout),
+        ("a floating image tag in production", lambda d: skua(edge_pod(d)).__setitem__("image", "registry.example.com/skua:latest"),
+         lambda n, docs, k: check_pinned_images(n, docs)),
+        ("an image with a bare major tag in production",
+         lambda d: edge_pod(d)["initContainers"][0].__setitem__("image", "registry.example.com/skua:1"),
+         lambda n, docs, k: check_pinned_images(n, docs)),
         ("a placeholder secret in production", lambda d: add_secret(d, "CHANGE-ME-to-a-long-random-key"),
          lambda n, docs, k: check_no_placeholders(n, docs)),
         ("a development credential in production", lambda d: add_secret(d, "skua-dev-admin-key-0123"),
@@ -1612,6 +1651,7 @@ def main():
             check_network_policies(name, rendered[name])
             if name not in DEV_OVERLAYS:
                 check_no_placeholders(name, rendered[name])
+                check_pinned_images(name, rendered[name])
     mutation_selftest(rendered, known)
     check_mqtt_tier(rendered)
     mqtt_selftest(rendered)
