@@ -278,17 +278,7 @@ impl DoorLimits {
             st.metrics.front_refusals.inc(crate::front::reason::MAX_CONNECTIONS);
             return Err(DoorRefusal::Full);
         };
-        let ip = if trusted {
-            None
-        } else {
-            match self.0.admit(client_ip) {
-                Ok(s) => Some(s),
-                Err(r) => {
-                    st.metrics.front_refusals.inc(r.label());
-                    return Err(DoorRefusal::Address);
-                }
-            }
-        };
+        let ip = self.count(st, client_ip, trusted)?;
         Ok(DoorAdmission { client_ip, _slot: slot, _ip: ip })
     }
 }
@@ -323,18 +313,21 @@ impl DoorLimits {
             }
         };
         let client_ip = crate::config::canonical(source.ip());
-        let ip = if st.config.trusted_proxies.iter().any(|r| r.contains(client_ip)) {
-            None
-        } else {
-            match self.0.admit(client_ip) {
-                Ok(s) => Some(s),
-                Err(r) => {
-                    st.metrics.front_refusals.inc(r.label());
-                    return Err(DoorRefusal::Address);
-                }
-            }
-        };
+        let trusted = st.config.trusted_proxies.iter().any(|r| r.contains(client_ip));
+        let ip = self.count(st, client_ip, trusted)?;
         Ok(DoorAdmission { client_ip, _slot: admitted._slot, _ip: ip })
+    }
+
+    /// `client_ip` counted against the per-address limits (nothing for a trusted proxy); a
+    /// refusal is counted in `skua_front_refusals_total` with its reason.
+    fn count(&self, st: &EdgeState, client_ip: IpAddr, trusted: bool) -> Result<Option<IpSlot>, DoorRefusal> {
+        if trusted {
+            return Ok(None);
+        }
+        self.0.admit(client_ip).map(Some).map_err(|r| {
+            st.metrics.front_refusals.inc(r.label());
+            DoorRefusal::Address
+        })
     }
 }
 
